@@ -1,0 +1,122 @@
+"""Frozen, validated settings of a run: the search, the KV cache and the model."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+AGGREGATIONS = ("last", "min", "prod", "mean")
+POLICIES = ("auto", "in_device", "layerwise", "lbs")
+VERIFIERS = ("logprob", "self-judge")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Step-wise beam search: keep `beams` paths, expand each by `width` children per step.
+
+    A step ends after `step_tokens` tokens or as soon as its text contains `step_delimiter`
+    (when set), whichever comes first, or at EOS.
+    """
+
+    beams: int = 4
+    width: int = 2
+    step_tokens: int = 48
+    step_delimiter: str | None = "\n\n"
+    max_steps: int = 6
+    temperature: float = 0.8
+    top_p: float = 0.95
+    seed: int = 0
+    aggregation: str = "last"
+    verifier: str = "logprob"
+
+    def __post_init__(self) -> None:
+        _require(self.beams >= 1, f"beams must be at least 1 (got {self.beams}).")
+        _require(self.width >= 1, f"width (children per beam) must be at least 1 (got {self.width}).")
+        _require(self.step_tokens >= 1, f"step tokens must be at least 1 (got {self.step_tokens}).")
+        _require(self.max_steps >= 1, f"max steps must be at least 1 (got {self.max_steps}).")
+        _require(
+            self.step_delimiter is None or self.step_delimiter != "",
+            "the step delimiter must be non-empty text, or unset to cut steps by length only.",
+        )
+        _require(self.temperature >= 0, f"temperature must be 0 (greedy) or more (got {self.temperature}).")
+        _require(0 < self.top_p <= 1, f"top-p must be in (0, 1] (got {self.top_p}).")
+        _require(self.aggregation in AGGREGATIONS, f"aggregation must be one of {', '.join(AGGREGATIONS)}.")
+        _require(self.verifier in VERIFIERS, f"verifier must be one of {', '.join(VERIFIERS)}.")
+
+    @property
+    def candidates_per_step(self) -> int:
+        return self.beams * self.width
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """Where KV lives and how beams are scheduled across the device budget.
+
+    `kv_budget_bytes=None` means: free device memory minus a safety margin on CUDA, and
+    on the emulated device (no CUDA) a budget that fits the whole search.
+    """
+
+    policy: str = "auto"
+    kv_budget_bytes: int | None = None
+    block_size: int = 16
+    inter_token: bool = True
+    inter_beam: bool = True
+    balanced_prefetch: bool = True
+    pcie_gbps: float = 25.0
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        _require(self.policy in POLICIES, f"policy must be one of {', '.join(POLICIES)} (got {self.policy!r}).")
+        _require(
+            self.kv_budget_bytes is None or self.kv_budget_bytes > 0,
+            "the KV budget must be a positive size such as 64MB, or unset for automatic.",
+        )
+        _require(1 <= self.block_size <= 4096, f"block size must be 1..4096 tokens (got {self.block_size}).")
+        _require(self.pcie_gbps > 0, f"PCIe bandwidth must be positive GB/s (got {self.pcie_gbps}).")
+        _require(self.device in ("auto", "cpu", "cuda"), "device must be auto, cpu or cuda.")
+        _require(
+            self.policy != "lbs" or self.inter_token,
+            "lbs needs inter_token on (it is what makes a group decode a whole step on the device).",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which generator to load: 'bundled', a folder, a .gguf file or 'synthetic:NAME'."""
+
+    source: str = "bundled"
+    dtype: str = "float32"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _require(bool(self.source.strip()), "the model must be 'bundled', a path or synthetic:NAME.")
+        _require(self.dtype in DTYPES, f"dtype must be one of {', '.join(DTYPES)}.")
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def parse_bytes(text: str) -> int:
+    """'64MB' -> 64_000_000, '1.5GiB' -> 1_610_612_736, '4096' -> 4096."""
+    match = _SIZE.match(str(text))
+    if not match:
+        raise ValueError(f"{text!r} is not a size; write it like 512MB, 7GB or 1.5GiB.")
+    number, unit = float(match.group(1)), (match.group(2) or "").lower()
+    binary = "i" in unit
+    prefix = unit.replace("i", "").replace("b", "")
+    scale = 1024 ** "_kmgt".index(prefix) if binary and prefix else _UNITS[prefix]
+    return int(number * scale)

@@ -1,0 +1,55 @@
+"""Engine exception types: each says what went wrong and what the user can do about it."""
+
+from __future__ import annotations
+
+
+class BeamwiseError(Exception):
+    """Base class of every error the engine reports to a user."""
+
+    hint: str = ""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint or self.hint
+
+    def user_message(self) -> str:
+        text = str(self)
+        return f"{text} {self.hint}".strip() if self.hint else text
+
+
+class ModelLoadError(BeamwiseError):
+    """The model could not be found, read or built."""
+
+    hint = "Pick the bundled model, a transformers folder with config.json, a .gguf file or synthetic:NAME."
+
+
+class InvalidPrompt(BeamwiseError):
+    """The question is empty or longer than the model's context."""
+
+
+class KVBudgetTooSmall(BeamwiseError):
+    """The KV budget cannot hold even one candidate for one step."""
+
+    def __init__(self, budget_bytes: int, needed_bytes: int, what: str = "one candidate") -> None:
+        super().__init__(
+            f"KV budget {format_bytes(budget_bytes)} is too small for {what}; "
+            f"the smallest budget that works is {format_bytes(needed_bytes)}.",
+            hint="Raise the KV budget, shorten the step or the question, or use a smaller model.",
+        )
+        self.budget_bytes = budget_bytes
+        self.needed_bytes = needed_bytes
+
+
+class SearchCancelled(BeamwiseError):
+    """Raised inside the engine when a cancel was requested; never escapes `search.run`."""
+
+
+def format_bytes(n: float) -> str:
+    """Human-readable binary size: 1536 -> '1.5 KiB'."""
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    value = float(n)
+    for unit in units:
+        if abs(value) < 1024 or unit == units[-1]:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")

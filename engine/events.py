@@ -1,0 +1,203 @@
+"""Frozen event records that `search.run` yields; they cross threads and carry no tensors.
+
+Every event has a class attribute `type` (its JSON name). `to_dict` turns one into plain
+JSON data and `from_dict` reverses it, so a recorded session replays exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    type: ClassVar[str] = "run_started"
+    question: str
+    model: str
+    verifier: str
+    device: str  # "cuda:0 (NVIDIA ...)" or "cpu (emulated GPU)"
+    emulated: bool
+    policy: str  # the resolved policy, never "auto"
+    kv_budget_bytes: int
+    search: dict[str, Any]
+    cache: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PrefillDone:
+    type: ClassVar[str] = "prefill_done"
+    prompt_tokens: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class StepStarted:
+    type: ClassVar[str] = "step_started"
+    step: int  # 1-based
+    beams: tuple[int, ...]  # ids of the kept beams expanded in this step (empty tuple: the prompt)
+
+
+@dataclass(frozen=True)
+class GroupScheduled:
+    type: ClassVar[str] = "group_scheduled"
+    step: int
+    group: int  # 0-based within the step
+    candidates: tuple[int, ...]
+    prefetched: tuple[int, ...]  # candidates whose KV was copied while the previous group computed
+
+
+@dataclass(frozen=True)
+class CandidateText:
+    type: ClassVar[str] = "candidate_text"
+    step: int
+    id: int
+    parent: int | None  # None for the first step's candidates (their parent is the prompt)
+    text: str  # this step's text only
+    tokens: int
+    finished: bool  # emitted EOS: the answer is complete
+    group: int
+
+
+@dataclass(frozen=True)
+class CandidateScored:
+    type: ClassVar[str] = "candidate_scored"
+    step: int
+    id: int
+    parent: int | None
+    text: str
+    tokens: int
+    score: float  # the verifier's score of this step, in [0, 1]
+    aggregate: float  # the path's score under the configured aggregation
+    finished: bool
+    group: int
+
+
+@dataclass(frozen=True)
+class StepSelected:
+    type: ClassVar[str] = "step_selected"
+    step: int
+    kept: tuple[int, ...]  # best first
+    pruned: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CandidateMemory:
+    type: ClassVar[str] = "candidate_memory"
+    id: int
+    group: int | None
+    device_blocks: int
+    host_blocks: int
+    device_bytes: int
+    host_bytes: int
+    h2d_bytes: int  # this candidate's share of the step's traffic (shared blocks split evenly)
+    d2h_bytes: int
+
+
+@dataclass(frozen=True)
+class MemorySnapshot:
+    type: ClassVar[str] = "memory_snapshot"
+    step: int
+    emulated: bool
+    budget_bytes: int
+    device_bytes: int  # KV resident on the device at the end of the step
+    host_bytes: int
+    peak_device_bytes: int  # high-water mark during the step
+    candidates: tuple[CandidateMemory, ...]
+
+
+@dataclass(frozen=True)
+class TransferStats:
+    type: ClassVar[str] = "transfer_stats"
+    step: int
+    emulated: bool
+    h2d_bytes: int  # cumulative since the run started
+    d2h_bytes: int
+    d2d_bytes: int
+    step_h2d_bytes: int
+    step_d2h_bytes: int
+    step_d2d_bytes: int
+    copy_seconds: float  # measured on CUDA; on the emulated device the real host memcpy time
+    modelled_pcie_seconds: float  # bytes over PCIe / configured bandwidth
+    compute_seconds: float
+    stall_share: float  # share of the step spent waiting for copies (modelled when emulated)
+    groups: int
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    type: ClassVar[str] = "run_finished"
+    answer: str
+    path: tuple[int, ...]  # candidate ids from the first step to the last
+    score: float
+    steps: int
+    candidate_tokens: int
+    seconds: float
+    tokens_per_second: float
+
+
+@dataclass(frozen=True)
+class RunFailed:
+    type: ClassVar[str] = "run_failed"
+    error: str  # exception class name
+    message: str  # what happened and what to do
+
+
+@dataclass(frozen=True)
+class RunCancelled:
+    type: ClassVar[str] = "run_cancelled"
+    step: int  # the last step that finished (0: none)
+
+
+Event = (
+    RunStarted
+    | PrefillDone
+    | StepStarted
+    | GroupScheduled
+    | CandidateText
+    | CandidateScored
+    | StepSelected
+    | MemorySnapshot
+    | TransferStats
+    | RunFinished
+    | RunFailed
+    | RunCancelled
+)
+
+EVENT_TYPES: dict[str, type] = {
+    cls.type: cls
+    for cls in (
+        RunStarted, PrefillDone, StepStarted, GroupScheduled, CandidateText, CandidateScored,
+        StepSelected, MemorySnapshot, TransferStats, RunFinished, RunFailed, RunCancelled,
+    )
+}
+TERMINAL_TYPES = frozenset({"run_finished", "run_failed", "run_cancelled"})
+
+
+def to_dict(event: Any) -> dict[str, Any]:
+    """JSON-ready dict with a leading "type"; tuples become lists."""
+    data = {"type": event.type}
+    for f in dataclasses.fields(event):
+        value = getattr(event, f.name)
+        if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+            value = [to_dict(v) for v in value]
+        elif isinstance(value, tuple):
+            value = list(value)
+        data[f.name] = value
+    return data
+
+
+def from_dict(data: dict[str, Any]) -> Any:
+    """Inverse of `to_dict`."""
+    cls = EVENT_TYPES[data["type"]]
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        value = data[f.name]
+        if isinstance(value, list):
+            value = tuple(
+                CandidateMemory(**{k: v for k, v in item.items() if k != "type"}) if isinstance(item, dict) else item
+                for item in value
+            )
+        kwargs[f.name] = value
+    return cls(**kwargs)

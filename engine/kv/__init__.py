@@ -1,0 +1,1 @@
+"""KV cache: block bookkeeping (blocks) and the two-tier tensor store (store)."""
