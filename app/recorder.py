@@ -1,0 +1,216 @@
+"""`SessionRecorder`: turns the engine's event stream into session rows, one transaction per step.
+
+The GUI worker and `beamwise run` both feed every event to `write`. A step's events are held
+until its `StepSelected` (the last event of a step) and then written together, so a run that is
+cancelled, fails or is killed keeps exactly the steps that finished. If the database is busy
+(`StoreLocked`), nothing is dropped: the events stay buffered and the next write retries them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.store import SessionStore, now_iso, short_title
+from engine import events as ev
+
+TERMINAL_STATUS = {"run_finished": "finished", "run_cancelled": "cancelled", "run_failed": "failed"}
+
+
+@dataclass
+class _Rows:
+    """What one flush writes: event rows, candidate rows, step rows and the session's new totals."""
+
+    events: list[dict] = field(default_factory=list)
+    candidates: list[dict] = field(default_factory=list)
+    steps: list[dict] = field(default_factory=list)
+    session: dict[str, Any] = field(default_factory=dict)
+    final_path: tuple[int, ...] = ()
+
+
+class SessionRecorder:
+    """Records one run. `session_id` is set once `RunStarted` has been written."""
+
+    def __init__(self, store: SessionStore, *, title: str | None = None) -> None:
+        self.store = store
+        self.title = title
+        self.session_id: int | None = None
+        self.finished = False
+        self._buffer: list[tuple[int, Any]] = []  # (seq, event) not yet written
+        self._seq = 0
+        self._started = time.monotonic()
+        self._totals = {"steps": 0, "candidates": 0, "candidate_tokens": 0}
+        self._step: dict[int, dict] = {}  # candidate id -> row, for the step in progress
+
+    def __enter__(self) -> SessionRecorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def write(self, event: Any) -> None:
+        """Consume one engine event; writes happen on RunStarted, each StepSelected and the terminal event."""
+        if self.finished:
+            raise ValueError(f"this recorder already recorded the end of session {self.session_id}; "
+                             "use a new SessionRecorder for the next run.")
+        if event.type == "run_started":
+            if self.session_id is not None:
+                raise ValueError("one SessionRecorder records one run; RunStarted came twice.")
+            self._start(event)
+            return
+        if self.session_id is None:
+            raise ValueError(f"the recorder got {event.type} before run_started; feed it the whole event stream.")
+        self._buffer.append((self._seq, event))
+        self._seq += 1
+        if event.type == "step_selected" or event.type in ev.TERMINAL_TYPES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every buffered complete step (and the end of the run, if it came) in one transaction."""
+        if not self._buffer:
+            return
+        cut = self._flushable()
+        if cut == 0:
+            return
+        rows, totals = self._rows(self._buffer[:cut])
+        store = self.store
+        with store.transaction() as conn:
+            store.insert_rows(conn, "events", rows.events)
+            store.insert_rows(conn, "candidates", rows.candidates)
+            store.insert_rows(conn, "steps", rows.steps)
+            sets = ", ".join(f"[{k}] = ?" for k in rows.session)
+            conn.execute(f"UPDATE sessions SET {sets} WHERE id = ?", [*rows.session.values(), self.session_id])
+            if rows.final_path:
+                marks = ", ".join("?" * len(rows.final_path))
+                conn.execute(f"UPDATE candidates SET state = 'final' WHERE session_id = ? AND id IN ({marks})",
+                             [self.session_id, *rows.final_path])
+        del self._buffer[:cut]  # only once the transaction committed
+        self._totals = totals
+        self.finished = rows.session.get("status", "running") != "running"
+
+    def close(self) -> None:
+        """End of use: a run that never reached its terminal event is marked 'interrupted'."""
+        if self.session_id is None or self.finished:
+            return
+        self._buffer.append((self._seq, None))
+        self._seq += 1
+        self.flush()
+
+    # ---------------------------------------------------------------- internals
+
+    def _start(self, event: ev.RunStarted) -> None:
+        row = {
+            "title": self.title or short_title(event.question), "question": event.question, "created": now_iso(),
+            "model": event.model, "verifier": event.verifier, "device": event.device, "emulated": int(event.emulated),
+            "policy": event.policy, "kv_budget_bytes": event.kv_budget_bytes, "search": event.search,
+            "cache": event.cache, "status": "running", "pid": os.getpid(), "host": socket.gethostname(),
+        }
+        with self.store.transaction() as conn:
+            session_id = self.store.insert_session(conn, row)
+            self.store.insert_rows(conn, "events", [self._event_row(session_id, 0, event)])
+        self.session_id, self._seq, self._started = session_id, 1, time.monotonic()
+
+    def _flushable(self) -> int:
+        """How many buffered events end on a step or run boundary (what may be written now)."""
+        cut = 0
+        for i, (_, event) in enumerate(self._buffer):
+            if event is None or event.type == "step_selected" or event.type in ev.TERMINAL_TYPES:
+                cut = i + 1
+        return cut
+
+    def _event_row(self, session_id: int, seq: int, event: Any) -> dict:
+        return {"session_id": session_id, "seq": seq, "type": event.type, "data": json.dumps(ev.to_dict(event))}
+
+    def _rows(self, batch: list[tuple[int, Any]]) -> tuple[_Rows, dict[str, int]]:
+        rows, totals = _Rows(), dict(self._totals)
+        step: dict[str, Any] = {}
+        for seq, event in batch:
+            if event is None:  # close() without a terminal event
+                rows.candidates += self._open_candidates("running")
+                rows.session.update(status="interrupted", finished=now_iso())
+                continue
+            rows.events.append(self._event_row(self.session_id, seq, event))
+            self._apply(event, step, rows, totals)
+        rows.session.update(totals)
+        rows.session.setdefault("seconds", round(time.monotonic() - self._started, 6))
+        return rows, totals
+
+    def _apply(self, event: Any, step: dict[str, Any], rows: _Rows, totals: dict[str, int]) -> None:
+        kind = event.type
+        if kind == "prefill_done":
+            rows.session["prompt_tokens"] = event.prompt_tokens
+        elif kind == "step_started":
+            self._step = {}
+            step.clear()
+            step["beams"] = event.beams
+        elif kind in ("candidate_text", "candidate_scored"):
+            self._step[event.id] = self._candidate_row(event, self._step.get(event.id))
+        elif kind in ("memory_snapshot", "transfer_stats"):
+            step[kind] = event
+        elif kind == "step_selected":
+            self._close_step(event, step, rows, totals)
+        elif kind in TERMINAL_STATUS:
+            self._end(event, rows, totals)
+
+    def _candidate_row(self, event: Any, old: dict | None) -> dict:
+        row = old or {"session_id": self.session_id, "id": event.id, "score": None, "aggregate": None,
+                      "device_bytes": None, "host_bytes": None, "h2d_bytes": None, "d2h_bytes": None}
+        row.update(parent=event.parent, step=event.step, text=event.text, tokens=event.tokens,
+                   finished=int(event.finished), group=event.group, state="running")
+        if event.type == "candidate_scored":
+            row.update(score=event.score, aggregate=event.aggregate)
+        return row
+
+    def _close_step(self, event: ev.StepSelected, step: dict[str, Any], rows: _Rows, totals: dict[str, int]) -> None:
+        memory, transfer = step.get("memory_snapshot"), step.get("transfer_stats")
+        per_candidate = {m.id: m for m in memory.candidates} if memory else {}
+        kept = set(event.kept)
+        for cid, row in self._step.items():
+            row["state"] = "kept" if cid in kept else "pruned"
+            if cid in per_candidate:
+                m = per_candidate[cid]
+                row.update(device_bytes=m.device_bytes, host_bytes=m.host_bytes, h2d_bytes=m.h2d_bytes,
+                           d2h_bytes=m.d2h_bytes)
+        new = list(self._step.values())
+        rows.candidates += new
+        rows.steps.append(_step_row(self.session_id, event, step.get("beams", ()), memory, transfer,
+                                    time.monotonic() - self._started))
+        totals["steps"] = event.step
+        totals["candidates"] += len(new)
+        totals["candidate_tokens"] += sum(r["tokens"] for r in new)
+        if transfer is not None:
+            rows.session.update(h2d_bytes=transfer.h2d_bytes, d2h_bytes=transfer.d2h_bytes)
+        self._step = {}
+
+    def _open_candidates(self, state: str) -> list[dict]:
+        open_rows = [{**row, "state": state} for row in self._step.values()]
+        self._step = {}
+        return open_rows
+
+    def _end(self, event: Any, rows: _Rows, totals: dict[str, int]) -> None:
+        rows.candidates += self._open_candidates("running")  # a step cut short by cancel or failure
+        rows.session.update(status=TERMINAL_STATUS[event.type], finished=now_iso())
+        if event.type == "run_finished":
+            rows.session.update(answer=event.answer, score=event.score, path=json.dumps(list(event.path)),
+                                seconds=event.seconds)
+            totals["candidate_tokens"] = max(totals["candidate_tokens"], event.candidate_tokens)
+            rows.final_path = tuple(event.path)
+        elif event.type == "run_failed":
+            rows.session["error"] = f"{event.error}: {event.message}"
+
+
+def _step_row(session_id: int | None, event: ev.StepSelected, beams: tuple[int, ...], memory: Any, transfer: Any,
+              seconds: float) -> dict:
+    row: dict[str, Any] = {"session_id": session_id, "step": event.step, "beams": json.dumps(list(beams)),
+                           "kept": json.dumps(list(event.kept)), "pruned": json.dumps(list(event.pruned)),
+                           "seconds": round(seconds, 6)}
+    for name in ("budget_bytes", "device_bytes", "host_bytes", "peak_device_bytes"):
+        row[name] = getattr(memory, name) if memory else None
+    for name in ("groups", "h2d_bytes", "d2h_bytes", "d2d_bytes", "step_h2d_bytes", "step_d2h_bytes",
+                 "step_d2d_bytes", "copy_seconds", "modelled_pcie_seconds", "compute_seconds", "stall_share"):
+        row[name] = getattr(transfer, name) if transfer else None
+    return row

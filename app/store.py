@@ -1,0 +1,411 @@
+"""The session database: one `SessionStore` over sqlite-utils, with append-only migrations.
+
+Sessions, their candidate tree, the per-step memory/PCIe timeline and every engine event
+(so a session replays losslessly) live in one SQLite file in WAL mode. One store may be
+shared between a worker thread and the GUI thread: every operation holds the store's lock.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+from sqlite_utils import Database
+
+from engine import events as ev
+from engine.errors import BeamwiseError
+
+DB_NAME = "sessions.db"
+STATUSES = ("running", "finished", "cancelled", "failed", "interrupted")
+JSON_COLUMNS = ("search", "cache")
+
+
+class StoreError(BeamwiseError):
+    """The session database cannot be used as it is."""
+
+
+class StoreLocked(StoreError):
+    """Another Beamwise process holds the database's write lock for longer than the wait."""
+
+    hint = "Close the other Beamwise window or wait for its run to finish, then try again; nothing was lost."
+
+
+class StoreDamaged(StoreError):
+    """The file is not a SQLite database, or its pages are malformed."""
+
+
+class StoreTooNew(StoreError):
+    """The database was written by a newer Beamwise with a schema this one does not know."""
+
+    hint = "Update Beamwise, or pass --db with another file to keep using this version."
+
+
+class SessionNotFound(StoreError):
+    """No session has this id."""
+
+    hint = "Run `beamwise sessions list` to see the ids."
+
+
+def default_db_path() -> Path:
+    """BEAMWISE_DATA_DIR/sessions.db when set (tests), else the user's data folder."""
+    folder = os.environ.get("BEAMWISE_DATA_DIR") or platformdirs.user_data_dir("beamwise", appauthor=False)
+    return Path(folder) / DB_NAME
+
+
+def now_iso() -> str:
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def short_title(question: str, limit: int = 60) -> str:
+    """The first line of the question, whitespace collapsed, cut at `limit` characters."""
+    line = " ".join(question.strip().split("\n", 1)[0].split())
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this machine (POSIX signal 0; Windows OpenProcess)."""
+    if pid == os.getpid():
+        return True
+    if pid <= 0:
+        return False
+    if os.name == "nt":
+        return _windows_pid_alive(pid)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists but belongs to someone else
+    return True
+
+
+def _windows_pid_alive(pid: int) -> bool:
+    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+    handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+    if not handle:
+        return ctypes.get_last_error() == 5  # access denied: the process exists
+    try:
+        code = ctypes.c_ulong()
+        kernel32.GetExitCodeProcess(handle, ctypes.byref(code))
+        return code.value == 259  # STILL_ACTIVE
+    finally:
+        kernel32.CloseHandle(handle)
+
+
+# ---------------------------------------------------------------- migrations (append only)
+
+
+def m001_initial(db: Database) -> None:
+    db["sessions"].create({
+        "id": int, "title": str, "question": str, "created": str, "finished": str, "model": str,
+        "verifier": str, "device": str, "emulated": int, "policy": str, "kv_budget_bytes": int,
+        "search": str, "cache": str, "status": str, "answer": str, "score": float, "path": str,
+        "error": str, "prompt_tokens": int, "steps": int, "candidates": int, "candidate_tokens": int,
+        "seconds": float, "h2d_bytes": int, "d2h_bytes": int, "pid": int, "host": str,
+    }, pk="id", not_null={"question", "created", "status"},
+        defaults={"status": "running", "steps": 0, "candidates": 0, "candidate_tokens": 0,
+                  "seconds": 0.0, "h2d_bytes": 0, "d2h_bytes": 0})
+    db["candidates"].create({
+        "session_id": int, "id": int, "parent": int, "step": int, "text": str, "tokens": int,
+        "score": float, "aggregate": float, "state": str, "finished": int, "group": int,
+        "device_bytes": int, "host_bytes": int, "h2d_bytes": int, "d2h_bytes": int,
+    }, pk=("session_id", "id"), foreign_keys=[("session_id", "sessions", "id")])
+    db["steps"].create({
+        "session_id": int, "step": int, "beams": str, "kept": str, "pruned": str, "groups": int,
+        "budget_bytes": int, "device_bytes": int, "host_bytes": int, "peak_device_bytes": int,
+        "h2d_bytes": int, "d2h_bytes": int, "d2d_bytes": int, "step_h2d_bytes": int,
+        "step_d2h_bytes": int, "step_d2d_bytes": int, "copy_seconds": float,
+        "modelled_pcie_seconds": float, "compute_seconds": float, "stall_share": float, "seconds": float,
+    }, pk=("session_id", "step"), foreign_keys=[("session_id", "sessions", "id")])
+    db["events"].create({"session_id": int, "seq": int, "type": str, "data": str},
+                        pk=("session_id", "seq"), foreign_keys=[("session_id", "sessions", "id")])
+    db["sessions"].create_index(["created"])
+    db["sessions"].create_index(["status"])
+    db["candidates"].create_index(["session_id", "step"])
+
+
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (m001_initial,)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+# ---------------------------------------------------------------- the store
+
+
+class SessionStore:
+    """Sessions in SQLite. `path=None` opens `default_db_path()`; `memory=True` a private in-memory db.
+
+    Opening never writes to a file it cannot read as a Beamwise database: a damaged file raises
+    `StoreDamaged`, a newer schema `StoreTooNew`, and a busy one `StoreLocked` after `busy_timeout`
+    seconds. Sessions left 'running' by a process that no longer exists are marked 'interrupted'.
+    """
+
+    def __init__(self, path: Path | str | None = None, *, memory: bool = False, busy_timeout: float = 5.0) -> None:
+        if busy_timeout < 0:
+            raise ValueError(f"busy_timeout must be 0 or more seconds (got {busy_timeout}).")
+        self.path: Path | None = None if memory else Path(path) if path is not None else default_db_path()
+        self.busy_timeout = busy_timeout
+        self._lock = threading.RLock()
+        self._conn = self._connect()
+        try:
+            with self._guard():
+                self.db = Database(self._conn, execute_plugins=False)
+                self._check_and_migrate()
+                self.mark_interrupted()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _connect(self) -> sqlite3.Connection:
+        if self.path is None:
+            return sqlite3.connect(":memory:", check_same_thread=False)
+        if self.path.is_dir():
+            raise StoreError(f"{self.path} is a folder; pass a session database file such as {self.path / DB_NAME}.")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return sqlite3.connect(str(self.path), timeout=self.busy_timeout, check_same_thread=False)
+        except (OSError, sqlite3.Error) as error:
+            raise StoreError(f"cannot open the session database {self.path}: {error}.",
+                             hint="Check that the folder exists and is writable, or pass --db PATH.") from error
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> SessionStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SessionStore({str(self.path) if self.path else ':memory:'!r})"
+
+    # -------------------------------------------------------- errors and transactions
+
+    @contextmanager
+    def _guard(self) -> Iterator[sqlite3.Connection]:
+        """Hold the store lock; turn SQLite's busy/damaged errors into clear store errors."""
+        with self._lock:
+            try:
+                yield self._conn
+            except sqlite3.OperationalError as error:
+                text = str(error).lower()
+                if "locked" in text or "busy" in text:
+                    raise StoreLocked(
+                        f"the session database {self.path} is busy: another Beamwise process held it "
+                        f"for more than {self.busy_timeout:g} s.") from error
+                if "malformed" in text:
+                    raise self._damaged(error) from error
+                raise StoreError(f"cannot use the session database {self.path}: {error}.",
+                                 hint="Check free disk space and that the file is writable.") from error
+            except sqlite3.DatabaseError as error:
+                raise self._damaged(error) from error
+
+    def _damaged(self, error: Exception) -> StoreDamaged:
+        return StoreDamaged(
+            f"the session database {self.path} is damaged ({error}); it was left untouched.",
+            hint=f"Move it aside to start a fresh one (`beamwise sessions move-aside --db {self.path}`); "
+                 "the old file is kept next to it for recovery.")
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One atomic write: everything inside lands, or nothing does."""
+        with self._guard() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()
+
+    # -------------------------------------------------------- opening
+
+    def _check_and_migrate(self) -> None:
+        conn = self._conn
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = set(self.db.table_names())
+        applied = {row[0] for row in conn.execute("SELECT name FROM migrations")} if "migrations" in tables else set()
+        known = {m.__name__ for m in MIGRATIONS}
+        if version > SCHEMA_VERSION or applied - known:
+            raise StoreTooNew(
+                f"the session database {self.path} has schema version {version}, newer than this Beamwise "
+                f"understands ({SCHEMA_VERSION}); it was not changed.")
+        if tables and "migrations" not in tables:
+            raise StoreError(f"{self.path} is a SQLite database of another program, not Beamwise sessions; "
+                             "it was not changed.", hint="Pass --db with a new file name.")
+        if self.path is not None and self.db.journal_mode != "wal":
+            self.db.enable_wal()
+        conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a killed process loses no commit
+        conn.execute("PRAGMA foreign_keys=ON")
+        pending = [m for m in MIGRATIONS if m.__name__ not in applied]
+        if not pending:
+            return
+        with self.transaction():
+            if "migrations" not in tables:
+                self.db["migrations"].create({"name": str, "applied": str}, pk="name")
+            for migration in pending:
+                migration(self.db)
+                conn.execute("INSERT INTO migrations (name, applied) VALUES (?, ?)", (migration.__name__, now_iso()))
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @property
+    def schema_version(self) -> int:
+        with self._guard() as conn:
+            return conn.execute("PRAGMA user_version").fetchone()[0]
+
+    def mark_interrupted(self) -> list[int]:
+        """Sessions still 'running' on this host whose process is gone become 'interrupted'."""
+        with self._guard() as conn:
+            rows = conn.execute("SELECT id, pid, host FROM sessions WHERE status = 'running'").fetchall()
+            host = socket.gethostname()
+            dead = [sid for sid, pid, h in rows if h in (None, host) and (pid is None or not pid_alive(pid))]
+            if dead:
+                with self.transaction():
+                    conn.executemany("UPDATE sessions SET status = 'interrupted' WHERE id = ? AND status = 'running'",
+                                     [(sid,) for sid in dead])
+            return dead
+
+    @staticmethod
+    def move_aside(path: Path | str) -> Path:
+        """Rename a damaged database (and its -wal/-shm files) to NAME.damaged-YYYYmmdd-HHMMSS; never deletes."""
+        path = Path(path)
+        if not path.exists():
+            raise StoreError(f"there is no file {path} to move aside.")
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        target = path.with_name(f"{path.name}.damaged-{stamp}")
+        n = 1
+        while target.exists():
+            n += 1
+            target = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
+        path.rename(target)
+        for suffix in ("-wal", "-shm"):
+            side = path.with_name(path.name + suffix)
+            if side.exists():
+                side.rename(target.with_name(target.name + suffix))
+        return target
+
+    # -------------------------------------------------------- reading
+
+    def list_sessions(self, search: str | None = None, limit: int | None = 200, offset: int = 0) -> list[dict]:
+        """Newest first; `search` matches title, question or answer (case-insensitive substring)."""
+        where, params = "", []
+        if search and search.strip():
+            pattern = "%" + search.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            where = "WHERE " + " OR ".join(f"{c} LIKE ? ESCAPE '\\'" for c in ("title", "question", "answer"))
+            params = [pattern] * 3
+        sql = f"SELECT * FROM sessions {where} ORDER BY created DESC, id DESC LIMIT ? OFFSET ?"
+        with self._guard() as conn:
+            rows = self._dicts(conn.execute(sql, [*params, -1 if limit is None else limit, offset]))
+        return [_decode_session(row) for row in rows]
+
+    def get_session(self, session_id: int) -> dict:
+        with self._guard() as conn:
+            rows = self._dicts(conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)))
+        if not rows:
+            raise SessionNotFound(f"there is no session {session_id} in {self.path or 'this database'}.")
+        return _decode_session(rows[0])
+
+    def candidates(self, session_id: int) -> list[dict]:
+        """The tree, one row per candidate, by step then id."""
+        return self._rows("SELECT * FROM candidates WHERE session_id = ? ORDER BY step, id", session_id)
+
+    def timeline(self, session_id: int) -> list[dict]:
+        """Per-step memory and transfer stats, by step; beams/kept/pruned are lists."""
+        rows = self._rows("SELECT * FROM steps WHERE session_id = ? ORDER BY step", session_id)
+        for row in rows:
+            for key in ("beams", "kept", "pruned"):
+                row[key] = json.loads(row[key]) if row[key] is not None else []
+        return rows
+
+    def event_dicts(self, session_id: int) -> list[dict]:
+        with self._guard() as conn:
+            cursor = conn.execute("SELECT data FROM events WHERE session_id = ? ORDER BY seq", (session_id,))
+            return [json.loads(data) for (data,) in cursor]
+
+    def events(self, session_id: int) -> list[Any]:
+        """The run's engine events, in order, as event objects (lossless replay)."""
+        return [ev.from_dict(data) for data in self.event_dicts(session_id)]
+
+    def _rows(self, sql: str, session_id: int) -> list[dict]:
+        self.get_session(session_id)
+        with self._guard() as conn:
+            return self._dicts(conn.execute(sql, (session_id,)))
+
+    @staticmethod
+    def _dicts(cursor: sqlite3.Cursor) -> list[dict]:
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor]
+
+    # -------------------------------------------------------- writing
+
+    def create_session(self, row: dict[str, Any]) -> int:
+        """Insert a session row (search/cache/path given as plain data); returns its id."""
+        with self.transaction() as conn:
+            return self.insert_session(conn, row)
+
+    def insert_session(self, conn: sqlite3.Connection, row: dict[str, Any]) -> int:
+        """Inside `transaction()`: insert one session row, filling title and created; returns its id."""
+        data = {**row}
+        for key in (*JSON_COLUMNS, "path"):
+            if key in data and not isinstance(data[key], str | type(None)):
+                data[key] = json.dumps(data[key])
+        data["title"] = data.get("title") or short_title(data.get("question", ""))
+        data.setdefault("created", now_iso())
+        return self.insert_rows(conn, "sessions", [data])
+
+    @staticmethod
+    def insert_rows(conn: sqlite3.Connection, table: str, rows: list[dict[str, Any]]) -> int:
+        """Inside `transaction()`: insert rows sharing the first row's keys; returns the last rowid."""
+        if not rows:
+            return 0
+        keys = list(rows[0])
+        sql = f"INSERT INTO {table} ({', '.join(f'[{k}]' for k in keys)}) VALUES ({', '.join('?' * len(keys))})"
+        if len(rows) == 1:
+            return int(conn.execute(sql, [rows[0][k] for k in keys]).lastrowid)
+        conn.executemany(sql, ([row[k] for k in keys] for row in rows))
+        return 0
+
+    def rename(self, session_id: int, title: str) -> None:
+        title = " ".join(title.split())
+        if not title:
+            raise ValueError("a session title must contain some text.")
+        self.get_session(session_id)
+        with self.transaction() as conn:
+            conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, session_id))
+
+    def delete(self, session_id: int) -> None:
+        """Remove a session and everything recorded for it, in one transaction."""
+        self.get_session(session_id)
+        with self.transaction() as conn:
+            for table in ("events", "steps", "candidates"):
+                conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+            conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+
+
+def _decode_session(row: dict) -> dict:
+    for key in JSON_COLUMNS:
+        row[key] = json.loads(row[key]) if row[key] else {}
+    row["path"] = json.loads(row["path"]) if row["path"] else []
+    row["emulated"] = None if row["emulated"] is None else bool(row["emulated"])
+    return row
+
+
+def __getattr__(name: str) -> Any:
+    """`from app.store import SessionRecorder` works too (the recorder lives in app/recorder.py)."""
+    if name == "SessionRecorder":
+        from app.recorder import SessionRecorder
+
+        return SessionRecorder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
