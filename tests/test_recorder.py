@@ -1,0 +1,227 @@
+"""SessionRecorder: lossless replay, one transaction per step, and runs that end early or get killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app.recorder import SessionRecorder
+from app.store import SessionStore, StoreLocked
+from engine import events as ev
+from engine.config import SearchConfig
+from tests.fake_search import fake_run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def feed(recorder: SessionRecorder, stream) -> list:
+    seen = []
+    for event in stream:
+        recorder.write(event)
+        seen.append(event)
+    return seen
+
+
+def test_finished_run_replays_exactly_and_marks_the_path_final() -> None:
+    store = SessionStore(memory=True)
+    recorder = SessionRecorder(store)
+    stream = feed(recorder, fake_run("How fast?", SearchConfig(beams=2, width=3, max_steps=4, seed=3)))
+    sid = recorder.session_id
+    assert recorder.finished
+    assert store.events(sid) == stream  # lossless, in order
+    session = store.get_session(sid)
+    end = stream[-1]
+    assert session["status"] == "finished" and session["answer"] == end.answer
+    assert session["path"] == list(end.path) and session["steps"] == 4 and session["prompt_tokens"] == 12
+    assert session["search"]["width"] == 3 and session["policy"] == "lbs" and session["emulated"] is True
+    rows = store.candidates(sid)
+    assert len(rows) == session["candidates"] == 6 + 3 * 6
+    states = {r["id"]: r["state"] for r in rows}
+    assert [cid for cid, s in states.items() if s == "final"] == list(end.path)
+    last = [e for e in stream if isinstance(e, ev.StepSelected)][-1]
+    assert all(states[c] == "pruned" for c in last.pruned)
+    assert all(r["device_bytes"] == 4096 and r["score"] is not None for r in rows)
+    timeline = store.timeline(sid)
+    assert [t["step"] for t in timeline] == [1, 2, 3, 4]
+    transfers = [e for e in stream if isinstance(e, ev.TransferStats)]
+    assert [t["h2d_bytes"] for t in timeline] == [t.h2d_bytes for t in transfers]
+    assert session["h2d_bytes"] == transfers[-1].h2d_bytes
+    first = next(e for e in stream if isinstance(e, ev.StepSelected))
+    assert timeline[0]["beams"] == [] and timeline[1]["beams"] == list(first.kept)
+    assert timeline[0]["kept"] == list(first.kept) and timeline[0]["pruned"] == list(first.pruned)
+
+
+def test_each_step_is_written_when_it_is_selected_and_not_before(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path / "s.db")
+    watcher = sqlite3.connect(tmp_path / "s.db")  # what another process would see
+    recorder = SessionRecorder(store)
+    for event in fake_run("q", SearchConfig(beams=2, width=2, max_steps=3)):
+        recorder.write(event)
+        steps = watcher.execute("SELECT count(*) FROM steps").fetchone()[0]
+        cands = watcher.execute("SELECT count(*) FROM candidates WHERE state != 'running'").fetchone()[0]
+        if isinstance(event, ev.StepSelected):
+            assert steps == event.step and cands == 4 * event.step
+        elif isinstance(event, ev.CandidateScored):
+            assert steps == event.step - 1 and cands == 4 * (event.step - 1)  # the step is not visible yet
+    watcher.close()
+    store.close()
+
+
+def test_a_failing_step_write_leaves_nothing_of_that_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = SessionStore(memory=True)
+    recorder = SessionRecorder(store)
+    stream = iter(fake_run("q", SearchConfig(beams=2, width=2, max_steps=3)))
+    for event in stream:
+        recorder.write(event)
+        if isinstance(event, ev.StepSelected):
+            break
+    original = store.insert_rows
+
+    def broken(conn, table, rows):
+        if table == "steps":
+            raise RuntimeError("disk fell off")
+        return original(conn, table, rows)
+
+    monkeypatch.setattr(store, "insert_rows", broken)
+    with pytest.raises(RuntimeError):
+        for event in stream:
+            recorder.write(event)
+    sid = recorder.session_id
+    assert [t["step"] for t in store.timeline(sid)] == [1]
+    assert {r["step"] for r in store.candidates(sid)} == {1}  # step 2's candidates rolled back with it
+
+
+def cancel_after(steps: int):
+    selected = []
+
+    def should_stop() -> bool:
+        return len(selected) >= steps
+
+    return selected, should_stop
+
+
+def test_cancelled_after_step_two_keeps_steps_one_and_two() -> None:
+    store = SessionStore(memory=True)
+    recorder = SessionRecorder(store)
+    selected, should_stop = cancel_after(2)
+    for event in fake_run("q", SearchConfig(beams=2, width=2, max_steps=5), should_stop=should_stop):
+        recorder.write(event)
+        if isinstance(event, ev.StepSelected):
+            selected.append(event)
+    sid = recorder.session_id
+    session = store.get_session(sid)
+    assert session["status"] == "cancelled" and session["steps"] == 2 and session["answer"] is None
+    assert [t["step"] for t in store.timeline(sid)] == [1, 2]
+    assert store.events(sid)[-1] == ev.RunCancelled(step=2)
+
+
+def test_cancel_in_the_middle_of_a_step_keeps_its_events_and_marks_its_candidates_running() -> None:
+    store = SessionStore(memory=True)
+    recorder = SessionRecorder(store)
+    stream = list(fake_run("q", SearchConfig(beams=2, width=2, max_steps=3)))
+    second = next(i for i, e in enumerate(stream) if isinstance(e, ev.StepStarted) and e.step == 2)
+    partial = [*stream[: second + 6], ev.RunCancelled(step=1)]  # step 2: started, a group, a few texts
+    feed(recorder, partial)
+    sid = recorder.session_id
+    assert store.events(sid) == partial
+    assert [t["step"] for t in store.timeline(sid)] == [1]
+    running = [r for r in store.candidates(sid) if r["state"] == "running"]
+    assert running and {r["step"] for r in running} == {2} and all(r["score"] is None for r in running)
+    assert store.get_session(sid)["status"] == "cancelled"
+
+
+def test_failed_run_keeps_the_message() -> None:
+    store = SessionStore(memory=True)
+    recorder = SessionRecorder(store)
+    stream = list(fake_run("q"))[:3]
+    feed(recorder, [*stream, ev.RunFailed(error="KVBudgetTooSmall", message="Raise the KV budget.")])
+    session = store.get_session(recorder.session_id)
+    assert session["status"] == "failed" and session["error"] == "KVBudgetTooSmall: Raise the KV budget."
+
+
+def test_close_without_an_end_marks_interrupted() -> None:
+    store = SessionStore(memory=True)
+    with SessionRecorder(store) as recorder:
+        for event in fake_run("q", SearchConfig(beams=1, width=2, max_steps=3)):
+            recorder.write(event)
+            if isinstance(event, ev.StepSelected):
+                break
+    session = store.get_session(recorder.session_id)
+    assert session["status"] == "interrupted" and session["steps"] == 1
+
+
+def test_misuse_is_a_clear_error() -> None:
+    store = SessionStore(memory=True)
+    recorder = SessionRecorder(store)
+    stream = list(fake_run("q"))
+    with pytest.raises(ValueError, match="before run_started"):
+        recorder.write(stream[1])
+    feed(recorder, stream)
+    with pytest.raises(ValueError, match="new SessionRecorder"):
+        recorder.write(stream[0])
+
+
+def test_locked_database_keeps_the_step_buffered_and_writes_it_later(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SessionStore(path, busy_timeout=0.05)
+    recorder = SessionRecorder(store)
+    stream = list(fake_run("q", SearchConfig(beams=2, width=2, max_steps=3)))
+    first_select = next(i for i, e in enumerate(stream) if isinstance(e, ev.StepSelected))
+    feed(recorder, stream[:first_select])
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    with pytest.raises(StoreLocked):
+        recorder.write(stream[first_select])
+    holder.execute("ROLLBACK")
+    holder.close()
+    feed(recorder, stream[first_select + 1:])  # the next step's write carries the held one too
+    assert store.events(recorder.session_id) == stream
+    assert [t["step"] for t in store.timeline(recorder.session_id)] == [1, 2, 3]
+    store.close()
+
+
+DRIVER = """
+import sys, time
+from app.recorder import SessionRecorder
+from app.store import SessionStore
+from engine import events as ev
+from engine.config import SearchConfig
+from tests.fake_search import fake_run
+
+recorder = SessionRecorder(SessionStore(sys.argv[1]))
+for event in fake_run("killed mid-run", SearchConfig(beams=2, width=2, max_steps=5)):
+    if isinstance(event, ev.StepSelected) and event.step == 2:
+        time.sleep(600)  # stuck in step 2, with its candidates buffered: the test kills us here
+    recorder.write(event)
+"""
+
+
+@pytest.mark.skipif(os.name == "nt", reason="SIGKILL is POSIX")
+def test_sigkill_mid_run_keeps_finished_steps_and_marks_interrupted(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    SessionStore(path).close()
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(path)], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        watcher = sqlite3.connect(path)
+        while watcher.execute("SELECT count(*) FROM steps").fetchone()[0] < 1:
+            assert proc.poll() is None, "the driver died before recording step 1"
+            assert time.monotonic() < deadline, "step 1 never reached the database"
+            time.sleep(0.02)
+        watcher.close()
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    with SessionStore(path) as store:
+        (session,) = store.list_sessions()
+        assert session["status"] == "interrupted" and session["steps"] == 1
+        assert [t["step"] for t in store.timeline(session["id"])] == [1]
+        assert {r["step"] for r in store.candidates(session["id"])} == {1}
+        assert len(store.candidates(session["id"])) == 4

@@ -1,0 +1,208 @@
+"""SessionStore: migrations, listing and editing, and every storage fault the issue names."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app.recorder import SessionRecorder
+from app.store import (
+    SCHEMA_VERSION,
+    SessionNotFound,
+    SessionStore,
+    StoreDamaged,
+    StoreError,
+    StoreLocked,
+    StoreTooNew,
+    default_db_path,
+    short_title,
+)
+from tests.fake_search import fake_run
+
+
+def record(store: SessionStore, question: str = "What is 2+2?", **kwargs) -> int:
+    recorder = SessionRecorder(store)
+    for event in fake_run(question, **kwargs):
+        recorder.write(event)
+    return recorder.session_id
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "sessions.db"
+
+
+def test_new_file_gets_wal_migrations_and_schema_version(db_path: Path) -> None:
+    with SessionStore(db_path) as store:
+        assert store.schema_version == SCHEMA_VERSION == 1
+        assert store.db.journal_mode == "wal"
+        assert [r["name"] for r in store.db["migrations"].rows] == ["m001_initial"]
+        assert {"sessions", "candidates", "steps", "events"} <= set(store.db.table_names())
+    with SessionStore(db_path) as again:  # reopening applies nothing twice
+        assert [r["name"] for r in again.db["migrations"].rows] == ["m001_initial"]
+
+
+def test_default_path_follows_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
+    assert default_db_path() == tmp_path / "data" / "sessions.db"
+    with SessionStore() as store:
+        assert store.path == tmp_path / "data" / "sessions.db"
+    assert (tmp_path / "data" / "sessions.db").is_file()
+
+
+def test_list_search_rename_delete() -> None:
+    with SessionStore(memory=True) as store:
+        a = record(store, "How fast is the train?")
+        b = record(store, "What is 100% of 7?")
+        assert [s["id"] for s in store.list_sessions()] == [b, a]  # newest first
+        assert [s["id"] for s in store.list_sessions("TRAIN")] == [a]
+        assert [s["id"] for s in store.list_sessions("100%")] == [b]
+        assert store.list_sessions("%") == [s for s in store.list_sessions() if "%" in s["question"]]
+        assert [s["id"] for s in store.list_sessions("80 km/h")] == [b, a]  # the answer is searched too
+        assert len(store.list_sessions(limit=1)) == 1
+        store.rename(a, "  Train   speed ")
+        assert store.get_session(a)["title"] == "Train speed"
+        with pytest.raises(ValueError, match="some text"):
+            store.rename(a, "   ")
+        store.delete(a)
+        with pytest.raises(SessionNotFound, match="no session"):
+            store.get_session(a)
+        assert store.db["candidates"].count_where("session_id = ?", [a]) == 0
+        assert store.db["events"].count_where("session_id = ?", [a]) == 0
+        assert len(store.candidates(b)) == 12 and len(store.events(b)) > 0
+        with pytest.raises(SessionNotFound):
+            store.delete(a)
+
+
+def test_short_title() -> None:
+    assert short_title("  a   b \nsecond line") == "a b"
+    long = short_title("x" * 100, limit=20)
+    assert len(long) == 20 and long.endswith("…")
+
+
+def test_newer_schema_is_refused_and_left_unchanged(db_path: Path) -> None:
+    SessionStore(db_path).close()
+    conn = sqlite3.connect(db_path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    before = db_path.read_bytes()
+    with pytest.raises(StoreTooNew, match="newer than this Beamwise") as info:
+        SessionStore(db_path)
+    assert "Update Beamwise" in info.value.user_message()
+    assert db_path.read_bytes() == before
+
+
+def test_unknown_migration_is_refused(db_path: Path) -> None:
+    SessionStore(db_path).close()
+    conn = sqlite3.connect(db_path)
+    with conn:
+        conn.execute("INSERT INTO migrations (name, applied) VALUES ('m099_future', 'x')")
+    conn.close()
+    with pytest.raises(StoreTooNew):
+        SessionStore(db_path)
+
+
+def test_another_programs_database_is_refused(db_path: Path) -> None:
+    conn = sqlite3.connect(db_path)
+    with conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    conn.close()
+    before = db_path.read_bytes()
+    with pytest.raises(StoreError, match="another program"):
+        SessionStore(db_path)
+    assert db_path.read_bytes() == before
+
+
+def test_damaged_file_is_reported_untouched_and_can_be_moved_aside(db_path: Path) -> None:
+    garbage = bytes(range(256)) * 64
+    db_path.write_bytes(garbage)
+    with pytest.raises(StoreDamaged, match="damaged") as info:
+        SessionStore(db_path)
+    assert str(db_path) in info.value.user_message() and "move-aside" in info.value.user_message()
+    assert db_path.read_bytes() == garbage  # never overwritten
+    moved = SessionStore.move_aside(db_path)
+    assert moved.name.startswith("sessions.db.damaged-") and moved.read_bytes() == garbage
+    assert not db_path.exists()
+    with SessionStore(db_path) as fresh:
+        assert fresh.list_sessions() == []
+    db_path.write_bytes(garbage)  # a second damage in the same second gets its own name
+    assert SessionStore.move_aside(db_path) != moved
+    with pytest.raises(StoreError, match="no file"):
+        SessionStore.move_aside(db_path)
+
+
+def test_malformed_pages_are_reported_as_damaged(db_path: Path) -> None:
+    with SessionStore(db_path) as store:
+        for _ in range(5):
+            record(store, "x" * 2000)
+        store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(db_path.read_bytes())
+    page = 4096
+    data[page: len(data)] = b"\xff" * (len(data) - page)  # keep the header, wreck every other page
+    db_path.write_bytes(bytes(data))
+    with pytest.raises(StoreDamaged):
+        store = SessionStore(db_path)
+        store.list_sessions()
+
+
+def test_locked_database_waits_then_says_so_and_loses_nothing(db_path: Path) -> None:
+    with SessionStore(db_path) as setup:
+        sid = record(setup)
+    holder = sqlite3.connect(db_path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        store = SessionStore(db_path, busy_timeout=0.2)  # opening only reads
+        assert store.get_session(sid)["status"] == "finished"  # WAL: readers still read
+        start = time.monotonic()
+        with pytest.raises(StoreLocked, match="busy") as info:
+            store.rename(sid, "new title")
+        assert time.monotonic() - start >= 0.15  # it waited before giving up
+        assert "nothing was lost" in info.value.user_message()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    store.rename(sid, "new title")
+    assert store.get_session(sid)["title"] == "new title"
+    assert len(store.candidates(sid)) == 12
+    store.close()
+
+
+def test_locked_fresh_database_on_open(db_path: Path) -> None:
+    holder = sqlite3.connect(db_path, isolation_level=None)
+    holder.execute("CREATE TABLE migrations (name TEXT PRIMARY KEY, applied TEXT)")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreLocked):
+            SessionStore(db_path, busy_timeout=0.05)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+def test_bad_arguments(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="busy_timeout"):
+        SessionStore(memory=True, busy_timeout=-1)
+    with pytest.raises(StoreError, match="folder"):
+        SessionStore(tmp_path)
+
+
+def test_running_sessions_of_dead_processes_become_interrupted(db_path: Path) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    dead_pid = int(dead.stdout)
+    with SessionStore(db_path) as store:
+        mine = store.create_session({"question": "mine", "status": "running", "pid": os.getpid()})
+        gone = store.create_session({"question": "gone", "status": "running", "pid": dead_pid})
+        elsewhere = store.create_session({"question": "other host", "status": "running", "pid": dead_pid,
+                                          "host": "some-other-machine"})
+    with SessionStore(db_path) as store:
+        assert store.get_session(gone)["status"] == "interrupted"
+        assert store.get_session(mine)["status"] == "running"  # this process is alive
+        assert store.get_session(elsewhere)["status"] == "running"  # cannot judge another machine's pids
+
