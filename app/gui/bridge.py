@@ -1,0 +1,214 @@
+"""The engine's thread: a worker that loads models and drives `search.run`, re-emitting its events as signals.
+
+Pattern (superqt's thread worker): the engine is a plain generator; each `yield` is both a progress
+event and a cancellation point. The worker lives in its own QThread and never touches a widget;
+it only emits signals, which Qt queues to the GUI thread. Requests go the other way as
+`*_requested` signals; the stop request is a `threading.Event` the engine polls through
+`should_stop`, so Stop takes effect at the next decode step without waiting for the event loop.
+Exceptions never kill the thread: they become `failed` / `load_failed` with a message for the user.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from engine import events as ev
+from engine.config import CacheConfig, ModelSpec, SearchConfig
+from engine.errors import BeamwiseError
+
+ProgressFn = Callable[[str, float], None]
+LoaderFn = Callable[[ModelSpec, str, ProgressFn], Any]  # (spec, device, progress) -> LoadedModel
+RunFn = Callable[..., Iterator[Any]]  # run(question, loaded, search, cache, *, should_stop) -> events
+StoreFactory = Callable[[], Any]  # opens a SessionStore; called in the worker thread (SQLite is per thread)
+
+
+def default_loader(spec: ModelSpec, device: str, progress: ProgressFn) -> Any:
+    """engine.models.load_model, with "auto" resolved to CUDA when there is one."""
+    from engine.models import load_model  # noqa: PLC0415 - torch loads in the worker, not at window start
+
+    if device == "auto":
+        import torch  # noqa: PLC0415
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return load_model(spec, device=device, progress=progress)
+
+
+def default_run(question: str, loaded: Any, search: SearchConfig, cache: CacheConfig,
+                *, should_stop: Callable[[], bool]) -> Iterator[Any]:
+    from engine.search import run  # noqa: PLC0415
+
+    return run(question, loaded, search, cache, should_stop=should_stop)
+
+
+def describe_error(error: BaseException) -> str:
+    """A user-facing sentence: BeamwiseErrors carry their own advice; others get their type named."""
+    if isinstance(error, BeamwiseError):
+        return error.user_message()
+    text = str(error) or "no details"
+    return f"{type(error).__name__}: {text}"
+
+
+def describe_device(loaded: Any) -> str:
+    """'cuda:0' as is; anything else is the emulated GPU (a budgeted CPU pool)."""
+    device = str(getattr(loaded, "device", "cpu"))
+    return device if device.startswith("cuda") else f"{device} (emulated GPU)"
+
+
+class SearchWorker(QObject):
+    """Lives in the engine thread. Caches the loaded model between runs; records events when a store is given."""
+
+    load_progress = Signal(str, float)  # message, fraction 0..1
+    model_loaded = Signal(str, str)  # model name, device description
+    load_failed = Signal(str)
+    event_emitted = Signal(object)  # one engine event (frozen dataclass)
+    session_recorded = Signal(int)  # the id the store gave this run's session
+    recording_failed = Signal(str)  # the run goes on; it is just not saved
+    failed = Signal(str)  # the run raised (an engine bug or an unexpected fault)
+    run_finished = Signal()  # always the last signal of every run request, whatever happened
+
+    def __init__(self, stop_flag: threading.Event, *, loader: LoaderFn | None = None, run: RunFn | None = None,
+                 store_factory: StoreFactory | None = None) -> None:
+        super().__init__()
+        self._stop = stop_flag
+        self._loader = loader or default_loader
+        self._run = run or default_run
+        self._store_factory = store_factory
+        self._store: Any = None
+        self._loaded: Any = None
+        self._loaded_key: tuple[ModelSpec, str] | None = None
+
+    @Slot(object, str)
+    def load(self, spec: ModelSpec, device: str = "auto") -> None:
+        """Load `spec` unless it is already the cached model (a slot: it returns nothing to Qt)."""
+        self._ensure_loaded(spec, device)
+
+    def _ensure_loaded(self, spec: ModelSpec, device: str) -> bool:
+        """True when `spec` is loaded on `device`, loading it now if needed."""
+        if self._loaded is not None and self._loaded_key == (spec, device):
+            self.model_loaded.emit(self._model_name(spec), describe_device(self._loaded))
+            return True
+        self._loaded, self._loaded_key = None, None  # free the old model before building a new one
+        try:
+            loaded = self._loader(spec, device, self._report_progress)
+        except Exception as error:  # noqa: BLE001 - any loader fault becomes a message, the thread lives on
+            self.load_failed.emit(describe_error(error))
+            return False
+        self._loaded, self._loaded_key = loaded, (spec, device)
+        self.model_loaded.emit(self._model_name(spec), describe_device(loaded))
+        return True
+
+    @Slot(str, object, object, object)
+    def run_search(self, question: str, spec: ModelSpec, search: SearchConfig, cache: CacheConfig) -> None:
+        """Load if needed, then drive one search to its end; `run_finished` always follows."""
+        try:
+            if self._ensure_loaded(spec, cache.device) and not self._stop.is_set():
+                self._drive(question, search, cache)
+        finally:
+            self.run_finished.emit()
+
+    def _drive(self, question: str, search: SearchConfig, cache: CacheConfig) -> None:
+        recorder = self._open_recorder()
+        started = False
+        try:
+            for event in self._run(question, self._loaded, search, cache, should_stop=self._stop.is_set):
+                started = started or isinstance(event, ev.RunStarted)
+                recorder = self._record(recorder, event)
+                self.event_emitted.emit(event)
+        except Exception as error:  # noqa: BLE001 - the thread must survive engine faults
+            message = describe_error(error)
+            if started:  # keep the stored session well formed: it ends with a terminal event
+                self._record(recorder, ev.RunFailed(error=type(error).__name__, message=message))
+            self.failed.emit(message)
+
+    def _report_progress(self, message: str, fraction: float) -> None:
+        self.load_progress.emit(str(message), float(fraction))
+
+    def _model_name(self, spec: ModelSpec) -> str:
+        return str(getattr(self._loaded, "name", None) or spec.source)
+
+    def _open_recorder(self) -> Any:
+        if self._store_factory is None:
+            return None
+        try:
+            from app.store import SessionRecorder  # noqa: PLC0415 - optional until the store exists
+
+            if self._store is None:
+                self._store = self._store_factory()
+            return SessionRecorder(self._store)
+        except Exception as error:  # noqa: BLE001 - a broken database must not stop the search
+            self.recording_failed.emit(f"This run is not being saved: {describe_error(error)}")
+            return None
+
+    def _record(self, recorder: Any, event: Any) -> Any:
+        """Write one event; on a storage fault say so once and stop recording this run."""
+        if recorder is None:
+            return None
+        try:
+            recorder.write(event)
+        except Exception as error:  # noqa: BLE001
+            self.recording_failed.emit(f"Saving this run stopped: {describe_error(error)}")
+            return None
+        if isinstance(event, ev.RunStarted):
+            session_id = getattr(recorder, "session_id", None)
+            if session_id is not None:
+                self.session_recorded.emit(int(session_id))
+        return recorder
+
+
+class SearchBridge(QObject):
+    """GUI-side handle: owns the engine thread, the worker and the stop flag.
+
+    It re-emits every worker signal from the GUI thread (signal-to-signal connections queued to
+    this object), so whatever connects here, plain functions included, runs on the GUI thread.
+    """
+
+    load_requested = Signal(object, str)
+    run_requested = Signal(str, object, object, object)
+
+    load_progress = Signal(str, float)
+    model_loaded = Signal(str, str)
+    load_failed = Signal(str)
+    event_emitted = Signal(object)
+    session_recorded = Signal(int)
+    recording_failed = Signal(str)
+    failed = Signal(str)
+    run_finished = Signal()
+
+    def __init__(self, *, loader: LoaderFn | None = None, run: RunFn | None = None,
+                 store_factory: StoreFactory | None = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.stop_flag = threading.Event()
+        self.worker = SearchWorker(self.stop_flag, loader=loader, run=run, store_factory=store_factory)
+        self.thread = QThread()
+        self.thread.setObjectName("beamwise-engine")
+        self.worker.moveToThread(self.thread)
+        self.load_requested.connect(self.worker.load)
+        self.run_requested.connect(self.worker.run_search)
+        for name in ("load_progress", "model_loaded", "load_failed", "event_emitted", "session_recorded",
+                     "recording_failed", "failed", "run_finished"):
+            getattr(self.worker, name).connect(getattr(self, name))
+        self.thread.start()
+
+    def request_load(self, spec: ModelSpec, device: str = "auto") -> None:
+        self.load_requested.emit(spec, device)
+
+    def request_run(self, question: str, spec: ModelSpec, search: SearchConfig, cache: CacheConfig) -> None:
+        # Cleared here, in request order, so a Stop pressed after this call is never lost.
+        self.stop_flag.clear()
+        self.run_requested.emit(question, spec, search, cache)
+
+    def stop(self) -> None:
+        """Ask the running search to end at its next decode step (it yields RunCancelled)."""
+        self.stop_flag.set()
+
+    def shutdown(self) -> None:
+        """Stop any search and join the engine thread. Safe to call twice."""
+        if not self.thread.isRunning():
+            return
+        self.stop_flag.set()
+        self.thread.quit()
+        self.thread.wait()

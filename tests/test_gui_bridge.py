@@ -1,0 +1,214 @@
+"""The engine thread bridge: signal order, Stop, failures, model caching and recording (fake engine)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from app.gui.bridge import SearchBridge, describe_device, describe_error  # noqa: E402
+from engine import events as ev  # noqa: E402
+from engine.config import CacheConfig, ModelSpec, SearchConfig  # noqa: E402
+from engine.errors import ModelLoadError  # noqa: E402
+from tests.fake_search import fake_run  # noqa: E402
+
+SPEC = ModelSpec(source="synthetic:fake")
+SEARCH = SearchConfig(beams=2, width=2, max_steps=3)
+CACHE = CacheConfig()
+
+
+class CountingLoader:
+    """Loads instantly, reporting progress twice; fails for sources that start with 'bad'."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def __call__(self, spec: ModelSpec, device: str, progress: Any) -> Any:
+        self.calls.append((spec.source, device))
+        if spec.source.startswith("bad"):
+            raise ModelLoadError(f"no model at {spec.source}")
+        progress("reading weights", 0.5)
+        progress("ready", 1.0)
+        return SimpleNamespace(name=f"model:{spec.source}", device="cpu")
+
+
+def run_fake(question: str, loaded: Any, search: SearchConfig, cache: CacheConfig, *, should_stop: Any) -> Iterator:
+    return fake_run(question, search, cache, should_stop=should_stop)
+
+
+@pytest.fixture
+def make_bridge(qtbot):
+    bridges: list[SearchBridge] = []
+
+    def make(**kwargs: Any) -> SearchBridge:
+        kwargs.setdefault("loader", CountingLoader())
+        kwargs.setdefault("run", run_fake)
+        bridge = SearchBridge(**kwargs)
+        bridges.append(bridge)
+        return bridge
+
+    yield make
+    for bridge in bridges:
+        bridge.shutdown()
+
+
+def collect(bridge: SearchBridge) -> list[Any]:
+    seen: list[Any] = []
+    bridge.event_emitted.connect(seen.append)
+    return seen
+
+
+def test_run_emits_load_then_every_event_then_finished_in_order(qtbot, make_bridge):
+    bridge = make_bridge()
+    w = bridge
+    expected = list(fake_run("q", SEARCH, CACHE))
+    signals = [w.load_progress, w.load_progress, w.model_loaded, *[w.event_emitted] * len(expected), w.run_finished]
+
+    def is_type(name: str):
+        return lambda event: event.type == name
+
+    checks = [None, None, None, *[is_type(e.type) for e in expected], None]
+    loaded: list[tuple[str, str]] = []
+    bridge.model_loaded.connect(lambda name, device: loaded.append((name, device)))
+    seen = collect(bridge)
+    with qtbot.waitSignals(signals, order="strict", check_params_cbs=checks, timeout=5000):
+        bridge.request_run("q", SPEC, SEARCH, CACHE)
+    assert loaded == [("model:synthetic:fake", "cpu (emulated GPU)")]
+    assert seen == expected
+
+
+def test_events_arrive_on_the_gui_thread(qtbot, make_bridge):
+    bridge = make_bridge()
+    threads: list[bool] = []
+    bridge.event_emitted.connect(lambda _e: threads.append(threading.current_thread() is threading.main_thread()))
+    with qtbot.waitSignal(bridge.run_finished, timeout=5000):
+        bridge.request_run("q", SPEC, SEARCH, CACHE)
+    assert threads and all(threads)
+    assert bridge.thread.isRunning()
+
+
+def test_model_is_cached_between_runs_and_reloaded_when_changed(qtbot, make_bridge):
+    loader = CountingLoader()
+    bridge = make_bridge(loader=loader)
+    for spec in (SPEC, SPEC, ModelSpec(source="synthetic:other")):
+        with qtbot.waitSignal(bridge.run_finished, timeout=5000):
+            bridge.request_run("q", spec, SEARCH, CACHE)
+    assert loader.calls == [("synthetic:fake", "auto"), ("synthetic:other", "auto")]
+
+
+def gated(gate: threading.Event):
+    """fake_run that pauses after step 1 until the test opens the gate (no sleeps, no races)."""
+
+    def run(question: str, loaded: Any, search: SearchConfig, cache: CacheConfig, *, should_stop: Any) -> Iterator:
+        for event in fake_run(question, search, cache, should_stop=should_stop):
+            yield event
+            if isinstance(event, ev.StepSelected) and event.step == 1:
+                gate.wait(timeout=10)
+
+    return run
+
+
+def test_stop_mid_run_cancels_at_next_step_and_a_second_run_works(qtbot, make_bridge):
+    gate = threading.Event()
+    bridge = make_bridge(run=gated(gate))
+    seen = collect(bridge)
+
+    def stop_after_first_step(event: Any) -> None:
+        if isinstance(event, ev.StepSelected) and event.step == 1:
+            bridge.stop()
+            gate.set()
+
+    bridge.event_emitted.connect(stop_after_first_step)
+    with qtbot.waitSignal(bridge.run_finished, timeout=5000):
+        bridge.request_run("q", SPEC, SearchConfig(beams=2, width=2, max_steps=5), CACHE)
+    assert isinstance(seen[-1], ev.RunCancelled) and seen[-1].step == 1
+    assert not any(isinstance(e, ev.StepStarted) and e.step == 2 for e in seen)
+
+    seen.clear()
+    gate.set()
+    with qtbot.waitSignal(bridge.run_finished, timeout=5000):
+        bridge.request_run("q", SPEC, SEARCH, CACHE)
+    assert isinstance(seen[-1], ev.RunFinished)
+
+
+def test_bad_model_gives_load_failed_then_finished_and_the_thread_lives(qtbot, make_bridge):
+    bridge = make_bridge()
+    messages: list[str] = []
+    bridge.load_failed.connect(messages.append)
+    with qtbot.waitSignals([bridge.load_failed, bridge.run_finished], order="strict", timeout=5000):
+        bridge.request_run("q", ModelSpec(source="bad/path"), SEARCH, CACHE)
+    assert "no model at bad/path" in messages[0] and "Pick the bundled model" in messages[0]
+    with qtbot.waitSignal(bridge.run_finished, timeout=5000):
+        bridge.request_run("q", SPEC, SEARCH, CACHE)
+
+
+def test_engine_exception_becomes_failed_not_a_dead_thread(qtbot, make_bridge):
+    def broken(question: str, loaded: Any, search: SearchConfig, cache: CacheConfig, *, should_stop: Any) -> Iterator:
+        yield from list(fake_run(question, search, cache))[:3]
+        raise RuntimeError("tensor shapes disagree")
+
+    bridge = make_bridge(run=broken)
+    messages: list[str] = []
+    bridge.failed.connect(messages.append)
+    with qtbot.waitSignals([bridge.failed, bridge.run_finished], order="strict", timeout=5000):
+        bridge.request_run("q", SPEC, SEARCH, CACHE)
+    assert messages == ["RuntimeError: tensor shapes disagree"]
+    assert bridge.thread.isRunning()
+
+
+class MemoryRecorderStore:
+    def __init__(self) -> None:
+        self.written: list[Any] = []
+        self.thread: threading.Thread | None = None
+
+
+def test_events_are_recorded_in_the_worker_thread(qtbot, make_bridge, monkeypatch):
+    store = MemoryRecorderStore()
+
+    class Recorder:
+        session_id = 7
+
+        def __init__(self, s: MemoryRecorderStore) -> None:
+            self.store = s
+
+        def write(self, event: Any) -> None:
+            self.store.thread = threading.current_thread()
+            self.store.written.append(event)
+
+    import app.store
+
+    monkeypatch.setattr(app.store, "SessionRecorder", Recorder, raising=False)
+    bridge = make_bridge(store_factory=lambda: store)
+    sessions: list[int] = []
+    bridge.session_recorded.connect(sessions.append)
+    with qtbot.waitSignal(bridge.run_finished, timeout=5000):
+        bridge.request_run("q", SPEC, SEARCH, CACHE)
+    assert [e.type for e in store.written] == [e.type for e in fake_run("q", SEARCH, CACHE)]
+    assert store.thread is not threading.main_thread()
+    assert sessions == [7]
+
+
+def test_a_broken_store_is_reported_and_the_run_still_completes(qtbot, make_bridge):
+    def factory() -> Any:
+        raise OSError("database disk image is malformed")
+
+    bridge = make_bridge(store_factory=factory)
+    seen = collect(bridge)
+    problems: list[str] = []
+    bridge.recording_failed.connect(problems.append)
+    with qtbot.waitSignal(bridge.run_finished, timeout=5000):
+        bridge.request_run("q", SPEC, SEARCH, CACHE)
+    assert isinstance(seen[-1], ev.RunFinished)
+    assert problems and "not being saved" in problems[0]
+
+
+def test_describe_helpers():
+    assert describe_error(ValueError("x")) == "ValueError: x"
+    assert "Pick the bundled" in describe_error(ModelLoadError("gone"))
+    assert describe_device(SimpleNamespace(device="cpu")) == "cpu (emulated GPU)"
+    assert describe_device(SimpleNamespace(device="cuda:0")) == "cuda:0"
