@@ -1,0 +1,174 @@
+"""The HTML export: one self-contained page (inline CSS, SVG tree, tiny script) with all model text escaped.
+
+Everything a model wrote goes through `html.escape`; the embedded session JSON has `<`, `>` and
+`&` written as JSON escapes, so no text can close the script element that carries it.
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import Any
+
+from app.export import _bytes, _memory_summary, _score, chosen_path
+
+ROW, COL, MARGIN = 16, 150, 24
+STATE_COLOURS = {"final": "#d4a017", "kept": "#3573b9", "pruned": "#9aa0a6", "running": "#e07b39"}
+
+STYLE = """
+body{font:15px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1100px;padding:1em 2em;color:#1d1f21}
+h1{font-size:1.5em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+pre{white-space:pre-wrap;background:#f6f8fa;padding:.6em .8em;border-radius:6px;margin:.3em 0}
+table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ddd;padding:.2em .5em;text-align:left}
+.tree{overflow:auto;border:1px solid #ddd;border-radius:6px;max-height:70vh}
+.tree circle{cursor:pointer;stroke:#fff;stroke-width:1}.tree line{stroke:#c8ccd0}
+.tree .onpath{stroke:#d4a017;stroke-width:2.5}
+#detail{min-height:2.5em}.meta td:first-child{font-weight:600}.small{color:#666;font-size:.85em}
+.legend span{display:inline-block;margin-right:1em}
+.legend i{display:inline-block;width:.8em;height:.8em;border-radius:50%}
+"""
+
+SCRIPT = """
+(function(){
+  var data = JSON.parse(document.getElementById('beamwise-session').textContent);
+  var byId = {};
+  data.candidates.forEach(function(c){ byId[c.id] = c; });
+  var detail = document.getElementById('detail');
+  document.querySelectorAll('circle[data-id]').forEach(function(node){
+    node.addEventListener('click', function(){
+      var c = byId[node.getAttribute('data-id')];
+      detail.textContent = 'Candidate ' + c.id + ', step ' + c.step + ', ' + c.state + ', score ' +
+        (c.score === null ? '-' : c.score.toFixed(3)) + '\\n' + c.text;
+    });
+  });
+})();
+"""
+
+
+def render_html(dump: dict[str, Any]) -> str:
+    s = dump["session"]
+    path = chosen_path(dump)
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{escape(s['title'])} · Beamwise</title><style>{STYLE}</style></head><body>",
+        f"<h1>{escape(s['title'])}</h1>", "<h2>Question</h2>", f"<pre>{escape(s['question'])}</pre>",
+        _meta_table(s), "<h2>Search tree</h2>", _legend(), _tree_svg(dump, {c["id"] for c in path}),
+        '<pre id="detail" class="small">Click a node to read its text.</pre>',
+        "<h2>Transcript</h2>", _transcript(dump, path),
+        "<h2>Answer</h2>", f"<pre>{escape(s['answer'] or '(no answer: the run did not finish)')}</pre>",
+        "<h2>Memory and PCIe</h2>", _memory_table(dump),
+        f'<script type="application/json" id="beamwise-session">{embed_json(dump)}</script>',
+        f"<script>{SCRIPT}</script>", "</body></html>",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def embed_json(data: Any) -> str:
+    """JSON safe inside <script>: no '<', '>' or '&' survive, so '</script>' cannot appear."""
+    text = json.dumps(data, ensure_ascii=False)
+    for raw, escaped in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e"), ("\u2028", "\\u2028"),
+                         ("\u2029", "\\u2029")):
+        text = text.replace(raw, escaped)
+    return text
+
+
+def _meta_table(s: dict[str, Any]) -> str:
+    rows = [("Model", s["model"]), ("Verifier", s["verifier"]), ("Device", s["device"]), ("Policy", s["policy"]),
+            ("KV budget", _bytes(s["kv_budget_bytes"])), ("Status", s["status"] + (f": {s['error']}" if s.get("error")
+                                                                                    else "")),
+            ("Started", s["created"]), ("Steps", s["steps"]), ("Candidates", s["candidates"]),
+            ("Seconds", f"{s['seconds'] or 0:.2f}"), ("Search", json.dumps(s["search"])),
+            ("Cache", json.dumps(s["cache"]))]
+    body = "".join(f"<tr><td>{escape(k)}</td><td>{escape(str(v))}</td></tr>" for k, v in rows)
+    return f'<table class="meta">{body}</table>'
+
+
+def _legend() -> str:
+    items = "".join(f'<span><i style="background:{c}"></i> {escape(state)}</span>'
+                    for state, c in STATE_COLOURS.items())
+    return f'<p class="legend small">{items}</p>'
+
+
+def layout(candidates: list[dict]) -> dict[int, tuple[float, float]]:
+    """Node positions: x by step, y so that every subtree occupies its own band of rows."""
+    children: dict[int | None, list[int]] = {}
+    for c in sorted(candidates, key=lambda c: (c["step"], c["id"])):
+        children.setdefault(c["parent"], []).append(c["id"])
+    step = {c["id"]: c["step"] for c in candidates}
+    ys: dict[int, float] = {}
+    next_row = 0.0
+    stack: list[tuple[int, bool]] = [(cid, False) for cid in reversed(children.get(None, []))]
+    while stack:  # iterative post-order: leaves take the next row, parents the middle of their children
+        cid, done = stack.pop()
+        kids = children.get(cid, [])
+        if done or not kids:
+            if kids:
+                ys[cid] = (ys[kids[0]] + ys[kids[-1]]) / 2
+            else:
+                ys[cid], next_row = next_row, next_row + 1
+            continue
+        stack.append((cid, True))
+        stack.extend((k, False) for k in reversed(kids))
+    return {cid: (MARGIN + (step[cid] - 1) * COL, MARGIN + y * ROW) for cid, y in ys.items()}
+
+
+def _tree_svg(dump: dict[str, Any], on_path: set[int]) -> str:
+    candidates = dump["candidates"]
+    pos = layout(candidates)
+    if not pos:
+        return "<p>No candidates were recorded.</p>"
+    width = max(x for x, _ in pos.values()) + 2 * MARGIN + 60
+    height = max(y for _, y in pos.values()) + 2 * MARGIN
+    lines, nodes = [], []
+    for c in candidates:
+        if c["id"] not in pos:
+            continue
+        x, y = pos[c["id"]]
+        if c["parent"] in pos:
+            px, py = pos[c["parent"]]
+            cls = ' class="onpath"' if c["id"] in on_path and c["parent"] in on_path else ""
+            lines.append(f'<line x1="{px}" y1="{py}" x2="{x}" y2="{y}"{cls}/>')
+        colour = STATE_COLOURS.get(c["state"], "#555")
+        tip = escape(f"#{c['id']} step {c['step']} {c['state']} score {_score(c['score'])}: {c['text'][:200]}")
+        nodes.append(f'<circle cx="{x}" cy="{y}" r="5" fill="{colour}" data-id="{int(c["id"])}">'
+                     f"<title>{tip}</title></circle>")
+        if len(candidates) <= 300:
+            nodes.append(f'<text x="{x + 8}" y="{y + 4}" font-size="10" fill="#444">{_score(c["score"])}</text>')
+    return (f'<div class="tree"><svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}">'
+            + "".join(lines) + "".join(nodes) + "</svg></div>")
+
+
+def _transcript(dump: dict[str, Any], path: list[dict]) -> str:
+    if not path:
+        return "<p>No step finished.</p>"
+    by_step: dict[int, list[dict]] = {}
+    for c in dump["candidates"]:
+        by_step.setdefault(c["step"], []).append(c)
+    out = []
+    for node in path:
+        out.append(f"<h3>Step {node['step']} <span class='small'>candidate {node['id']}, score "
+                   f"{_score(node['score'])}, path {_score(node['aggregate'])}</span></h3>")
+        out.append(f"<pre>{escape(node['text'])}</pre>")
+        others = sorted((c for c in by_step.get(node["step"], []) if c["id"] != node["id"]),
+                        key=lambda c: -(c["score"] if c["score"] is not None else -1))
+        if others:
+            rows = "".join(f"<tr><td>{c['id']}</td><td>{escape(c['state'])}</td><td>{_score(c['score'])}</td>"
+                           f"<td>{escape(' '.join(c['text'].split())[:120])}</td></tr>" for c in others[:8])
+            more = f"<p class='small'>… and {len(others) - 8} more</p>" if len(others) > 8 else ""
+            out.append(f"<details><summary>{len(others)} alternatives</summary><table><tr><th>id</th><th>state"
+                       f"</th><th>score</th><th>text</th></tr>{rows}</table>{more}</details>")
+    return "\n".join(out)
+
+
+def _memory_table(dump: dict[str, Any]) -> str:
+    summary = _memory_summary(dump)
+    head = f"<p>{escape(summary[0])}</p>"
+    if not dump["timeline"]:
+        return head
+    rows = "".join(
+        f"<tr><td>{t['step']}</td><td>{t['groups']}</td><td>{_bytes(t['step_h2d_bytes'])}</td>"
+        f"<td>{_bytes(t['step_d2h_bytes'])}</td><td>{_bytes(t['device_bytes'])}</td><td>{_bytes(t['host_bytes'])}"
+        f"</td><td>{(t['stall_share'] or 0) * 100:.0f}%</td></tr>" for t in dump["timeline"])
+    return (head + "<table><tr><th>step</th><th>groups</th><th>H2D</th><th>D2H</th><th>KV on device</th>"
+            f"<th>KV on host</th><th>stall</th></tr>{rows}</table>")

@@ -1,0 +1,220 @@
+"""Export (Markdown, JSON, HTML) and import: content, lossless round trip, escaping, and write faults."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from app.export import (
+    ExportError,
+    SessionFileInvalid,
+    export_session,
+    import_session,
+    render_session,
+    session_dump,
+)
+from app.export_html import embed_json, layout
+from app.recorder import SessionRecorder
+from app.store import SessionStore
+from engine import events as ev
+from engine.config import SearchConfig
+from tests.fake_search import fake_run
+
+EVIL = "</script><script>alert(1)</script>"
+
+
+def record(store: SessionStore, stream) -> int:
+    recorder = SessionRecorder(store)
+    for event in stream:
+        recorder.write(event)
+    return recorder.session_id
+
+
+@pytest.fixture
+def store() -> SessionStore:
+    return SessionStore(memory=True)
+
+
+@pytest.fixture
+def sid(store: SessionStore) -> int:
+    return record(store, fake_run("A train travels 60 km in 45 minutes. Speed?", SearchConfig(beams=2, width=2,
+                                                                                             max_steps=3)))
+
+
+def evil_stream():
+    for event in fake_run("Is <b>this</b> bold?", SearchConfig(beams=2, width=2, max_steps=2)):
+        if isinstance(event, ev.CandidateText | ev.CandidateScored):
+            event = dataclasses.replace(event, text=f"{EVIL} & {event.text}")
+        if isinstance(event, ev.RunFinished):
+            event = dataclasses.replace(event, answer='<img src=x onerror="alert(2)">')
+        yield event
+
+
+def test_markdown_has_question_settings_path_alternatives_answer_and_memory(store: SessionStore, sid: int) -> None:
+    text = render_session(store, sid, "md")
+    session = store.get_session(sid)
+    assert text.startswith("# A train travels 60 km in 45 minutes. Speed?")
+    assert "- Model: synthetic:fake" in text and "beams=2, width=2" in text and "Policy: lbs" in text
+    for step, cid in enumerate(session["path"], start=1):
+        row = next(c for c in store.candidates(sid) if c["id"] == cid)
+        assert f"### Step {step} (candidate {cid}, score {row['score']:.3f}" in text
+        assert f"> Step {step} of candidate {cid}." in text
+    assert text.count("Alternatives:") == 3 and "(pruned, " in text
+    assert "## Answer\n\n> The answer is 80 km/h." in text
+    assert "Host to device 384.0 KiB" in text and "| 3 | 1 | 128.0 KiB |" in text
+
+
+def test_markdown_of_a_cancelled_run_follows_the_best_beam(store: SessionStore) -> None:
+    stopped = []
+    stream = fake_run("q", SearchConfig(beams=2, width=2, max_steps=4), should_stop=lambda: len(stopped) >= 2)
+    sid = record(store, (stopped.append(e) or e if isinstance(e, ev.StepSelected) else e for e in stream))
+    text = render_session(store, sid, "md")
+    assert "Status: cancelled" in text and "### Step 2" in text and "(no answer" in text
+
+
+def test_json_round_trip_gives_an_identical_session(store: SessionStore, sid: int, tmp_path: Path) -> None:
+    first = export_session(store, sid, "json", tmp_path / "one.json")
+    other = SessionStore(tmp_path / "other.db")
+    new_id = import_session(other, first)
+    second = export_session(other, new_id, "json", tmp_path / "two.json")
+    assert json.loads(first.read_text(encoding="utf-8")) == json.loads(second.read_text(encoding="utf-8"))
+    assert other.events(new_id) == store.events(sid)
+    assert other.get_session(new_id)["title"] == store.get_session(sid)["title"]
+    again = import_session(store, first)  # into the same db: a second copy with its own id
+    assert again != sid and session_dump(store, again) == session_dump(store, sid)
+    other.close()
+
+
+def test_json_export_of_a_running_session_imports_as_interrupted(store: SessionStore, tmp_path: Path) -> None:
+    recorder = SessionRecorder(store)
+    for event in fake_run("q"):
+        recorder.write(event)
+        if isinstance(event, ev.StepSelected):
+            break
+    path = export_session(store, recorder.session_id, "json", tmp_path / "s.json")
+    assert store.get_session(import_session(store, path))["status"] == "interrupted"
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("not json at all", "not valid JSON"),
+    ('{"format": "other"}', "not a Beamwise session export"),
+    ('{"format": "beamwise-session", "version": 99}', "newer Beamwise"),
+    ('{"format": "beamwise-session", "version": 1, "session": {}}', "missing its 'candidates'"),
+])
+def test_import_refuses_bad_files_clearly(store: SessionStore, tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(SessionFileInvalid, match=message):
+        import_session(store, path)
+    assert store.list_sessions() == []
+    with pytest.raises(SessionFileInvalid, match="cannot read"):
+        import_session(store, tmp_path / "missing.json")
+
+
+def test_import_refuses_unknown_fields_and_bad_events(store: SessionStore, sid: int, tmp_path: Path) -> None:
+    dump = session_dump(store, sid)
+    bad = {**dump, "candidates": [{**dump["candidates"][0], "text) VALUES (1); DROP TABLE sessions; --": 1}]}
+    (tmp_path / "a.json").write_text(json.dumps(bad), encoding="utf-8")
+    with pytest.raises(SessionFileInvalid, match="unknown candidates fields"):
+        import_session(store, tmp_path / "a.json")
+    bad = {**dump, "events": [*dump["events"], {"type": "no_such_event"}]}
+    (tmp_path / "b.json").write_text(json.dumps(bad), encoding="utf-8")
+    with pytest.raises(SessionFileInvalid, match="event"):
+        import_session(store, tmp_path / "b.json")
+    assert [s["id"] for s in store.list_sessions()] == [sid]
+
+
+class ScriptCounter(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.scripts: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag, attrs) -> None:
+        self.tags.append(tag)
+        self._in_script = tag == "script"
+
+    def handle_endtag(self, tag) -> None:
+        self._in_script = False
+
+    def handle_data(self, data) -> None:
+        if self._in_script:
+            self.scripts.append(data)
+
+
+def test_html_escapes_model_text_and_cannot_be_broken_out_of(store: SessionStore, tmp_path: Path) -> None:
+    sid = record(store, evil_stream())
+    page = export_session(store, sid, "html", tmp_path / "s.html").read_text(encoding="utf-8")
+    parser = ScriptCounter()
+    parser.feed(page)
+    assert parser.tags.count("script") == 2  # our JSON carrier and our small script, nothing injected
+    assert "img" not in parser.tags and "b" not in parser.tags
+    assert "<script>alert(1)" not in page and "<img src=x" not in page
+    assert "&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt; &amp; Step 1" in page
+    embedded = json.loads(parser.scripts[0])
+    assert embedded == session_dump(store, sid)
+    assert embedded["candidates"][0]["text"].startswith(EVIL)
+    assert "<svg" in page and page.count("<circle") == len(store.candidates(sid))
+
+
+def test_embed_json_never_contains_markup() -> None:
+    text = embed_json({"a": "</script><!-- & \u2028"})
+    assert "<" not in text and ">" not in text and "&" not in text
+    assert json.loads(text) == {"a": "</script><!-- & \u2028"}
+
+
+def test_tree_layout_gives_each_subtree_its_own_rows() -> None:
+    rows = [{"id": 1, "parent": None, "step": 1}, {"id": 2, "parent": None, "step": 1},
+            {"id": 3, "parent": 1, "step": 2}, {"id": 4, "parent": 1, "step": 2}, {"id": 5, "parent": 2, "step": 2}]
+    pos = layout(rows)
+    assert pos[3][1] < pos[4][1] < pos[5][1]  # leaves in order
+    assert pos[1][1] == (pos[3][1] + pos[4][1]) / 2 and pos[2][1] == pos[5][1]
+    assert pos[1][0] < pos[3][0]
+
+
+def test_export_to_a_missing_folder_or_a_file_path_is_a_clear_error(store: SessionStore, sid: int,
+                                                                    tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match="does not exist") as info:
+        export_session(store, sid, "md", tmp_path / "nope" / "s.md")
+    assert str(tmp_path / "nope") in str(info.value) and "Create the folder" in info.value.user_message()
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    with pytest.raises(ExportError):
+        export_session(store, sid, "md", tmp_path / "file" / "s.md")
+    with pytest.raises(ExportError, match="is a folder"):
+        export_session(store, sid, "md", tmp_path)
+    with pytest.raises(ValueError, match="md, json, html"):
+        render_session(store, sid, "pdf")
+
+
+@pytest.mark.skipif(os.name == "nt" or os.geteuid() == 0, reason="needs POSIX permissions that bind the user")
+def test_export_to_a_read_only_folder_is_a_clear_error(store: SessionStore, sid: int, tmp_path: Path) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        with pytest.raises(ExportError, match="cannot write to the folder") as info:
+            export_session(store, sid, "md", folder / "s.md")
+        assert "Choose a folder you can write to" in info.value.user_message()
+    finally:
+        folder.chmod(0o755)
+
+
+def test_a_failed_write_leaves_no_partial_file_and_keeps_the_old_one(store: SessionStore, sid: int, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "s.md"
+    target.write_text("old export", encoding="utf-8")
+
+    def refuse(src, dst):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(ExportError, match="nothing was written"):
+        export_session(store, sid, "md", target)
+    assert target.read_text(encoding="utf-8") == "old export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.md"]
