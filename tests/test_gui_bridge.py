@@ -11,11 +11,11 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from app.gui.bridge import SearchBridge, describe_device, describe_error  # noqa: E402
-from engine import events as ev  # noqa: E402
-from engine.config import CacheConfig, ModelSpec, SearchConfig  # noqa: E402
-from engine.errors import ModelLoadError  # noqa: E402
-from tests.fake_search import fake_run  # noqa: E402
+from app.gui.bridge import SearchBridge, describe_device, describe_error
+from engine import events as ev
+from engine.config import CacheConfig, ModelSpec, SearchConfig
+from engine.errors import ModelLoadError
+from tests.fake_search import fake_run
 
 SPEC = ModelSpec(source="synthetic:fake")
 SEARCH = SearchConfig(beams=2, width=2, max_steps=3)
@@ -180,6 +180,9 @@ def test_events_are_recorded_in_the_worker_thread(qtbot, make_bridge, monkeypatc
             self.store.thread = threading.current_thread()
             self.store.written.append(event)
 
+        def close(self) -> None:
+            pass
+
     import app.store
 
     monkeypatch.setattr(app.store, "SessionRecorder", Recorder, raising=False)
@@ -191,6 +194,18 @@ def test_events_are_recorded_in_the_worker_thread(qtbot, make_bridge, monkeypatc
     assert [e.type for e in store.written] == [e.type for e in fake_run("q", SEARCH, CACHE)]
     assert store.thread is not threading.main_thread()
     assert sessions == [7]
+
+
+def test_runs_are_saved_in_a_real_session_store(qtbot, make_bridge, tmp_path):
+    store_mod = pytest.importorskip("app.store")
+    path = tmp_path / "sessions.db"
+    bridge = make_bridge(store_factory=lambda: store_mod.SessionStore(path))
+    sessions: list[int] = []
+    bridge.session_recorded.connect(sessions.append)
+    with qtbot.waitSignal(bridge.run_finished, timeout=5000):
+        bridge.request_run("q", SPEC, SEARCH, CACHE)
+    with store_mod.SessionStore(path) as reader:
+        assert reader.events(sessions[0]) == list(fake_run("q", SEARCH, CACHE))
 
 
 def test_a_broken_store_is_reported_and_the_run_still_completes(qtbot, make_bridge):

@@ -20,7 +20,7 @@ from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import BeamwiseError
 
-ProgressFn = Callable[[str, float], None]
+ProgressFn = Callable[[str, float | None], None]
 LoaderFn = Callable[[ModelSpec, str, ProgressFn], Any]  # (spec, device, progress) -> LoadedModel
 RunFn = Callable[..., Iterator[Any]]  # run(question, loaded, search, cache, *, should_stop) -> events
 StoreFactory = Callable[[], Any]  # opens a SessionStore; called in the worker thread (SQLite is per thread)
@@ -28,10 +28,10 @@ StoreFactory = Callable[[], Any]  # opens a SessionStore; called in the worker t
 
 def default_loader(spec: ModelSpec, device: str, progress: ProgressFn) -> Any:
     """engine.models.load_model, with "auto" resolved to CUDA when there is one."""
-    from engine.models import load_model  # noqa: PLC0415 - torch loads in the worker, not at window start
+    from engine.models import load_model  # torch loads here, in the worker, not at window start
 
     if device == "auto":
-        import torch  # noqa: PLC0415
+        import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     return load_model(spec, device=device, progress=progress)
@@ -39,7 +39,7 @@ def default_loader(spec: ModelSpec, device: str, progress: ProgressFn) -> Any:
 
 def default_run(question: str, loaded: Any, search: SearchConfig, cache: CacheConfig,
                 *, should_stop: Callable[[], bool]) -> Iterator[Any]:
-    from engine.search import run  # noqa: PLC0415
+    from engine.search import run
 
     return run(question, loaded, search, cache, should_stop=should_stop)
 
@@ -94,7 +94,7 @@ class SearchWorker(QObject):
         self._loaded, self._loaded_key = None, None  # free the old model before building a new one
         try:
             loaded = self._loader(spec, device, self._report_progress)
-        except Exception as error:  # noqa: BLE001 - any loader fault becomes a message, the thread lives on
+        except Exception as error:
             self.load_failed.emit(describe_error(error))
             return False
         self._loaded, self._loaded_key = loaded, (spec, device)
@@ -118,14 +118,17 @@ class SearchWorker(QObject):
                 started = started or isinstance(event, ev.RunStarted)
                 recorder = self._record(recorder, event)
                 self.event_emitted.emit(event)
-        except Exception as error:  # noqa: BLE001 - the thread must survive engine faults
+        except Exception as error:
             message = describe_error(error)
             if started:  # keep the stored session well formed: it ends with a terminal event
                 self._record(recorder, ev.RunFailed(error=type(error).__name__, message=message))
             self.failed.emit(message)
+        finally:
+            self._close(recorder)
 
-    def _report_progress(self, message: str, fraction: float) -> None:
-        self.load_progress.emit(str(message), float(fraction))
+    def _report_progress(self, message: str, fraction: float | None) -> None:
+        """fraction None (a stage of unknown length) is sent as -1: the GUI shows a busy bar."""
+        self.load_progress.emit(str(message), -1.0 if fraction is None else float(fraction))
 
     def _model_name(self, spec: ModelSpec) -> str:
         return str(getattr(self._loaded, "name", None) or spec.source)
@@ -134,14 +137,28 @@ class SearchWorker(QObject):
         if self._store_factory is None:
             return None
         try:
-            from app.store import SessionRecorder  # noqa: PLC0415 - optional until the store exists
+            from app.store import SessionRecorder  # imported late: the store is optional for the window
 
             if self._store is None:
                 self._store = self._store_factory()
             return SessionRecorder(self._store)
-        except Exception as error:  # noqa: BLE001 - a broken database must not stop the search
+        except Exception as error:
             self.recording_failed.emit(f"This run is not being saved: {describe_error(error)}")
             return None
+
+    def close_store(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def _close(self, recorder: Any) -> None:
+        """A run that ended without its terminal event (an engine fault) is marked interrupted."""
+        if recorder is None:
+            return
+        try:
+            recorder.close()
+        except Exception as error:
+            self.recording_failed.emit(f"The end of this run was not saved: {describe_error(error)}")
 
     def _record(self, recorder: Any, event: Any) -> Any:
         """Write one event; on a storage fault say so once and stop recording this run."""
@@ -149,7 +166,7 @@ class SearchWorker(QObject):
             return None
         try:
             recorder.write(event)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             self.recording_failed.emit(f"Saving this run stopped: {describe_error(error)}")
             return None
         if isinstance(event, ev.RunStarted):
@@ -212,3 +229,4 @@ class SearchBridge(QObject):
         self.stop_flag.set()
         self.thread.quit()
         self.thread.wait()
+        self.worker.close_store()  # the thread has ended, so nothing else is using the store
