@@ -165,6 +165,10 @@ class MemoryRecorderStore:
     def __init__(self) -> None:
         self.written: list[Any] = []
         self.thread: threading.Thread | None = None
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
 
 
 def test_events_are_recorded_in_the_worker_thread(qtbot, make_bridge, monkeypatch):
@@ -194,6 +198,8 @@ def test_events_are_recorded_in_the_worker_thread(qtbot, make_bridge, monkeypatc
     assert [e.type for e in store.written] == [e.type for e in fake_run("q", SEARCH, CACHE)]
     assert store.thread is not threading.main_thread()
     assert sessions == [7]
+    bridge.shutdown()
+    assert store.closed
 
 
 def test_runs_are_saved_in_a_real_session_store(qtbot, make_bridge, tmp_path):
