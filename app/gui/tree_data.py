@@ -1,0 +1,305 @@
+"""The search tree as plain Python records, built from engine events; the Qt views only adapt it.
+
+`SearchTree.apply(event)` folds one engine event into the tree and returns the ids of the
+nodes whose drawing changed (new, re-scored, re-stated or moved), so a view can update
+just those. The tree also keeps a tidy layout: column = step, and a row position `y` (in
+row units) that places each parent's children as a block centred on the parent, blocks in
+the order of their parents so edges never cross. A column only moves while its own step is
+generated, so earlier columns stay put as the tree grows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine import events as ev
+
+ROOT_ID = -1  # the prompt; engine candidate ids are ints >= 0, so -1 never collides
+STATES = ("running", "kept", "pruned", "finished", "final")
+SIBLING_GAP = 0.35  # extra rows between the child blocks of different parents
+
+
+@dataclass
+class Node:
+    """One candidate step (or the prompt, `ROOT_ID`). Mutable: events fill it in over a step.
+
+    state: running (generated, not yet selected), kept, pruned, finished (kept and ended
+    with EOS: a complete answer), final (on the chosen path after the run finished).
+    """
+
+    id: int
+    parent: int | None
+    step: int
+    text: str = ""
+    tokens: int = 0
+    score: float | None = None
+    aggregate: float | None = None
+    state: str = "running"
+    eos: bool = False
+    group: int | None = None
+    prefetched: bool = False
+    device_bytes: int = 0
+    host_bytes: int = 0
+    h2d_bytes: int = 0
+    d2h_bytes: int = 0
+    y: float = 0.0
+    children: list[int] = field(default_factory=list)
+
+    @property
+    def first_line(self) -> str:
+        """The first non-empty line of the text, stripped ('' when there is none)."""
+        for line in self.text.splitlines():
+            if line.strip():
+                return line.strip()
+        return ""
+
+    @property
+    def device_share(self) -> float | None:
+        """Share of this candidate's KV bytes resident on the device; None before any snapshot."""
+        total = self.device_bytes + self.host_bytes
+        return None if total == 0 else self.device_bytes / total
+
+
+@dataclass(frozen=True)
+class PathStep:
+    """One row of a node's path from the root: the score the verifier gave that step."""
+
+    id: int
+    step: int
+    score: float | None
+    aggregate: float | None
+    first_line: str
+
+
+class SearchTree:
+    """All candidates of one run, keyed by id, with the run-level facts the views show."""
+
+    def __init__(self) -> None:
+        self._listeners: list[Callable[[set[int]], None]] = []
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget the run: only an empty root remains."""
+        self.nodes: dict[int, Node] = {ROOT_ID: Node(ROOT_ID, None, 0, state="kept")}
+        self.columns: dict[int, list[int]] = {0: [ROOT_ID]}
+        self._pending_group: dict[int, tuple[int, bool]] = {}
+        self.question = ""
+        self.model = ""
+        self.device = ""
+        self.policy = ""
+        self.emulated = False
+        self.budget_bytes: int | None = None
+        self.current_step = 0
+        self.last_selected_step = 0
+        self.best_id: int | None = None
+        self.chosen_path: tuple[int, ...] = ()
+        self.answer: str | None = None
+        self.outcome: str | None = None  # "finished", "cancelled" or "failed" once terminal
+        self.revision = 0
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self.nodes
+
+    def node(self, node_id: int) -> Node:
+        """The node with this id; KeyError names the id when it is not in this run."""
+        try:
+            return self.nodes[node_id]
+        except KeyError:
+            raise KeyError(f"no node {node_id} in this run (it has {len(self.nodes)} nodes)") from None
+
+    def candidates(self) -> list[Node]:
+        """Every node except the root."""
+        return [n for n in self.nodes.values() if n.id != ROOT_ID]
+
+    def path_to(self, node_id: int) -> list[int]:
+        """Ids from the first step's candidate down to `node_id` (the root is not included)."""
+        path: list[int] = []
+        current: int | None = node_id
+        while current is not None and current != ROOT_ID:
+            path.append(current)
+            current = self.node(current).parent
+        return path[::-1]
+
+    def path_steps(self, node_id: int) -> list[PathStep]:
+        """Score per step along the path from the root to `node_id`."""
+        return [
+            PathStep(n.id, n.step, n.score, n.aggregate, n.first_line)
+            for n in (self.nodes[i] for i in self.path_to(node_id))
+        ]
+
+    @property
+    def terminal(self) -> bool:
+        return self.outcome is not None
+
+    # -- listeners -------------------------------------------------------------------------
+
+    def add_listener(self, callback: Callable[[set[int]], None]) -> None:
+        """Call `callback(changed_ids)` after every applied event (an empty set on a reset)."""
+        self._listeners.append(callback)
+
+    def remove_listener(self, callback: Callable[[set[int]], None]) -> None:
+        if callback in self._listeners:
+            self._listeners.remove(callback)
+
+    def reset(self) -> None:
+        """Clear the tree and tell the listeners."""
+        self.clear()
+        self._notify(set())
+
+    def _notify(self, changed: set[int]) -> None:
+        for callback in list(self._listeners):
+            callback(changed)
+
+    # -- events ----------------------------------------------------------------------------
+
+    def apply(self, event: object) -> set[int]:
+        """Fold one engine event in; return the ids of nodes to redraw. Unknown types are ignored."""
+        handler = _HANDLERS.get(getattr(event, "type", ""))
+        if handler is None:
+            return set()
+        changed = handler(self, event)
+        self.revision += 1
+        self._notify(changed)
+        return changed
+
+    def _on_run_started(self, e: ev.RunStarted) -> set[int]:
+        self.clear()
+        self.question, self.model, self.device, self.policy = e.question, e.model, e.device, e.policy
+        self.emulated, self.budget_bytes = e.emulated, e.kv_budget_bytes
+        self.nodes[ROOT_ID].text = e.question
+        return {ROOT_ID}
+
+    def _on_step_started(self, e: ev.StepStarted) -> set[int]:
+        self.current_step = e.step
+        return set()
+
+    def _on_group_scheduled(self, e: ev.GroupScheduled) -> set[int]:
+        prefetched = set(e.prefetched)
+        changed = set()
+        for cid in e.candidates:
+            self._pending_group[cid] = (e.group, cid in prefetched)
+            if cid in self.nodes:
+                node = self.nodes[cid]
+                node.group, node.prefetched = e.group, cid in prefetched
+                changed.add(cid)
+        return changed
+
+    def _on_candidate(self, e: ev.CandidateText | ev.CandidateScored) -> set[int]:
+        changed = {e.id}
+        node = self.nodes.get(e.id)
+        if node is None:
+            node, moved = self._add_node(e.id, e.parent, e.step)
+            changed |= moved
+        node.text, node.tokens, node.eos, node.group = e.text, e.tokens, e.finished, e.group
+        if isinstance(e, ev.CandidateScored):
+            node.score, node.aggregate = e.score, e.aggregate
+        return changed
+
+    def _add_node(self, node_id: int, parent: int | None, step: int) -> tuple[Node, set[int]]:
+        # A parent the tree never saw (a dropped event) hangs under the root, so the tree
+        # stays connected rather than losing the candidate.
+        parent_id = parent if parent is not None and parent in self.nodes else ROOT_ID
+        group, prefetched = self._pending_group.pop(node_id, (None, False))
+        node = Node(node_id, parent_id, step, group=group, prefetched=prefetched)
+        self.nodes[node_id] = node
+        self.nodes[parent_id].children.append(node_id)
+        self.columns.setdefault(step, []).append(node_id)
+        return node, self._layout_column(step)
+
+    def _on_memory(self, e: ev.MemorySnapshot) -> set[int]:
+        self.emulated, self.budget_bytes = e.emulated, e.budget_bytes
+        changed = set()
+        for mem in e.candidates:
+            node = self.nodes.get(mem.id)
+            if node is None:
+                continue
+            node.device_bytes, node.host_bytes = mem.device_bytes, mem.host_bytes
+            if node.step == e.step:  # traffic is per step: keep the share of the node's own step
+                node.h2d_bytes, node.d2h_bytes = mem.h2d_bytes, mem.d2h_bytes
+            if mem.group is not None and node.group is None:
+                node.group = mem.group
+            changed.add(mem.id)
+        return changed
+
+    def _on_step_selected(self, e: ev.StepSelected) -> set[int]:
+        for cid in e.kept:
+            if cid in self.nodes:
+                self.nodes[cid].state = "finished" if self.nodes[cid].eos else "kept"
+        for cid in e.pruned:
+            if cid in self.nodes:
+                self.nodes[cid].state = "pruned"
+        self.last_selected_step = e.step
+        self.best_id = e.kept[0] if e.kept else None
+        return {cid for cid in (*e.kept, *e.pruned) if cid in self.nodes}
+
+    def _on_run_finished(self, e: ev.RunFinished) -> set[int]:
+        changed = self._close_running()
+        self.answer, self.outcome = e.answer, "finished"
+        self.chosen_path = tuple(cid for cid in e.path if cid in self.nodes)
+        for cid in (ROOT_ID, *self.chosen_path):
+            self.nodes[cid].state = "final"
+            changed.add(cid)
+        if self.chosen_path:
+            self.best_id = self.chosen_path[-1]
+        return changed
+
+    def _on_run_stopped(self, e: ev.RunCancelled | ev.RunFailed) -> set[int]:
+        self.outcome = "cancelled" if isinstance(e, ev.RunCancelled) else "failed"
+        return self._close_running()
+
+    def _close_running(self) -> set[int]:
+        """Candidates of an unfinished step were never selected: show them as pruned."""
+        running = {n.id for n in self.nodes.values() if n.state == "running"}
+        for cid in running:
+            self.nodes[cid].state = "pruned"
+        return running
+
+    # -- layout ----------------------------------------------------------------------------
+
+    def _layout_column(self, step: int) -> set[int]:
+        """Re-place column `step`: each parent's children centred on it, blocks never overlap.
+
+        Returns the ids whose `y` changed. Costs O(column size); earlier columns never move.
+        """
+        ids = self.columns[step]
+        by_parent: dict[int, list[int]] = {}
+        for cid in ids:
+            by_parent.setdefault(self.nodes[cid].parent, []).append(cid)
+        parents = sorted(by_parent, key=lambda p: (self.nodes[p].y, p))
+        moved: set[int] = set()
+        ordered: list[int] = []
+        next_free: float | None = None
+        for parent in parents:
+            block = by_parent[parent]
+            start = self.nodes[parent].y - (len(block) - 1) / 2
+            if next_free is not None:
+                start = max(start, next_free + SIBLING_GAP)
+            for offset, cid in enumerate(block):
+                y = start + offset
+                if self.nodes[cid].y != y:
+                    self.nodes[cid].y = y
+                    moved.add(cid)
+            next_free = start + len(block)
+            ordered.extend(block)
+        self.columns[step] = ordered
+        return moved
+
+
+_HANDLERS: dict[str, Callable[[SearchTree, object], set[int]]] = {
+    ev.RunStarted.type: SearchTree._on_run_started,
+    ev.StepStarted.type: SearchTree._on_step_started,
+    ev.GroupScheduled.type: SearchTree._on_group_scheduled,
+    ev.CandidateText.type: SearchTree._on_candidate,
+    ev.CandidateScored.type: SearchTree._on_candidate,
+    ev.MemorySnapshot.type: SearchTree._on_memory,
+    ev.StepSelected.type: SearchTree._on_step_selected,
+    ev.RunFinished.type: SearchTree._on_run_finished,
+    ev.RunCancelled.type: SearchTree._on_run_stopped,
+    ev.RunFailed.type: SearchTree._on_run_stopped,
+}
