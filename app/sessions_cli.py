@@ -1,10 +1,141 @@
-"""`beamwise sessions ...`: list, show, export, import, delete recorded sessions."""
+"""`beamwise sessions ...`: list, show, export, import, rename, delete and move aside recorded sessions."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
+
+from app.export import FORMATS, chosen_path, export_session, import_session, render_session, session_dump
+from app.store import SessionStore, StoreError, default_db_path
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sessions", help="list, show, export, import or delete recorded sessions")
     p.set_defaults(handler=lambda args: (p.print_help(), 0)[1])
+    db = argparse.ArgumentParser(add_help=False)
+    db.add_argument("--db", default=None, help=f"session database (default: {default_db_path()})")
+    cmds = p.add_subparsers(dest="sessions_command", metavar="COMMAND")
+
+    c = cmds.add_parser("list", parents=[db], help="recorded sessions, newest first")
+    c.add_argument("search", nargs="?", default=None, help="only sessions whose title, question or answer has this")
+    c.add_argument("--limit", type=int, default=50)
+    c.set_defaults(handler=cmd_list)
+    c = cmds.add_parser("show", parents=[db], help="one session: settings, chosen path and answer")
+    c.add_argument("id", type=int)
+    c.set_defaults(handler=cmd_show)
+    c = cmds.add_parser("export", parents=[db], help="write a session as Markdown, JSON or HTML")
+    c.add_argument("id", type=int)
+    c.add_argument("--format", choices=FORMATS, default=None, help="default: from the -o suffix, else md")
+    c.add_argument("-o", "--output", default=None, help="file to write (default: print to stdout)")
+    c.set_defaults(handler=cmd_export)
+    c = cmds.add_parser("import", parents=[db], help="add a session from a JSON export")
+    c.add_argument("path")
+    c.set_defaults(handler=cmd_import)
+    c = cmds.add_parser("rename", parents=[db], help="give a session a new title")
+    c.add_argument("id", type=int)
+    c.add_argument("title")
+    c.set_defaults(handler=cmd_rename)
+    c = cmds.add_parser("delete", parents=[db], help="remove a session and everything recorded for it")
+    c.add_argument("id", type=int)
+    c.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    c.set_defaults(handler=cmd_delete)
+    c = cmds.add_parser("move-aside", parents=[db], help="rename a damaged database so a fresh one can start")
+    c.set_defaults(handler=cmd_move_aside)
+
+
+def _open(args: argparse.Namespace) -> SessionStore:
+    return SessionStore(args.db)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise ValueError(f"--limit must be at least 1 (got {args.limit}).")
+    with _open(args) as store:
+        rows = store.list_sessions(args.search, limit=args.limit)
+    if not rows:
+        print("no sessions" + (f" matching {args.search!r}" if args.search else ""))
+        return 0
+    print(f"{'id':>5}  {'date':16}  {'status':11}  {'model':22}  title / answer")
+    for s in rows:
+        answer = " ".join((s["answer"] or "").split())
+        answer = f"  -> {answer[:40]}" if answer else ""
+        print(f"{s['id']:>5}  {s['created'][:16].replace('T', ' '):16}  {s['status']:11}  {_cut(s['model'], 22):22}  "
+              f"{_cut(s['title'], 50)}{answer}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        dump = session_dump(store, args.id)
+    s = dump["session"]
+    print(f"session {args.id}: {s['title']}")
+    print(f"  {s['created']}  {s['status']}" + (f" ({s['error']})" if s["error"] else ""))
+    print(f"  model {s['model']}, verifier {s['verifier']}, {s['device']}, policy {s['policy']}")
+    print(f"  {s['steps']} steps, {s['candidates']} candidates, {s['candidate_tokens']} tokens, "
+          f"{s['seconds'] or 0:.2f} s, H2D {s['h2d_bytes']:,} B, D2H {s['d2h_bytes']:,} B")
+    print(f"\nquestion:\n{s['question']}\n\nchosen path:")
+    for node in chosen_path(dump):
+        score = "-" if node["score"] is None else f"{node['score']:.3f}"
+        print(f"  step {node['step']} #{node['id']} score {score}: {' '.join(node['text'].split())[:100]}")
+    print(f"\nanswer:\n{s['answer'] or '(none: the run did not finish)'}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    fmt = args.format or _format_from_suffix(args.output)
+    with _open(args) as store:
+        if args.output is None or args.output == "-":
+            sys.stdout.write(render_session(store, args.id, fmt))
+            return 0
+        path = export_session(store, args.id, fmt, Path(args.output))
+    print(f"wrote session {args.id} as {fmt} to {path}")
+    return 0
+
+
+def _format_from_suffix(output: str | None) -> str:
+    suffix = Path(output).suffix.lower().lstrip(".") if output else ""
+    return {"markdown": "md", "htm": "html"}.get(suffix, suffix) if suffix in (*FORMATS, "markdown", "htm") else "md"
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        new_id = import_session(store, Path(args.path))
+    print(f"imported {args.path} as session {new_id}")
+    return 0
+
+
+def cmd_rename(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        store.rename(args.id, args.title)
+    print(f"session {args.id} is now {' '.join(args.title.split())!r}")
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        title = store.get_session(args.id)["title"]
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise ValueError(f"deleting session {args.id} needs confirmation; add --yes to delete it.")
+            reply = input(f"Delete session {args.id} {title!r} and everything recorded for it? [y/N] ")
+            if reply.strip().lower() not in ("y", "yes"):
+                print("kept it")
+                return 1
+        store.delete(args.id)
+    print(f"deleted session {args.id} {title!r}")
+    return 0
+
+
+def cmd_move_aside(args: argparse.Namespace) -> int:
+    path = Path(args.db) if args.db else default_db_path()
+    if not path.exists():
+        raise StoreError(f"there is no database at {path} to move aside.")
+    target = SessionStore.move_aside(path)
+    print(f"moved {path} to {target}; the next run starts a fresh database")
+    return 0
+
+
+def _cut(text: str | None, width: int) -> str:
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"

@@ -1,0 +1,119 @@
+"""`beamwise sessions ...` through app.cli.main: output, exit codes and one-line errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+from app.recorder import SessionRecorder
+from app.store import SessionStore
+from tests.fake_search import fake_run
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "s.db"
+    with SessionStore(path) as store:
+        for question in ("How fast is the train?", "Why is the sky blue?"):
+            recorder = SessionRecorder(store)
+            for event in fake_run(question):
+                recorder.write(event)
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_list_and_search(db: Path, capsys) -> None:
+    code, out, _ = run(capsys, "sessions", "list", "--db", str(db))
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[1].split()[0] == "2" and "Why is the sky blue?" in lines[1] and "finished" in lines[1]
+    assert "How fast is the train?" in lines[2] and "80 km/h" in lines[2]
+    code, out, _ = run(capsys, "sessions", "list", "SKY", "--db", str(db))
+    assert code == 0 and len(out.splitlines()) == 2 and "sky" in out
+    code, out, _ = run(capsys, "sessions", "list", "nothing like this", "--db", str(db))
+    assert code == 0 and "no sessions matching" in out
+
+
+def test_show(db: Path, capsys) -> None:
+    code, out, _ = run(capsys, "sessions", "show", "1", "--db", str(db))
+    assert code == 0
+    assert "session 1: How fast is the train?" in out and "policy lbs" in out
+    assert "step 3 #11" in out and out.rstrip().endswith("The answer is 80 km/h.")
+
+
+def test_export_to_files_and_stdout_then_import(db: Path, tmp_path: Path, capsys) -> None:
+    for fmt in ("md", "json", "html"):
+        target = tmp_path / f"out.{fmt}"
+        code, out, _ = run(capsys, "sessions", "export", "1", "-o", str(target), "--db", str(db))
+        assert code == 0 and f"as {fmt} to" in out and target.stat().st_size > 100
+    assert (tmp_path / "out.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    code, out, _ = run(capsys, "sessions", "export", "1", "--format", "json", "--db", str(db))
+    assert code == 0 and json.loads(out)["session"]["question"] == "How fast is the train?"
+    code, out, _ = run(capsys, "sessions", "import", str(tmp_path / "out.json"), "--db", str(db))
+    assert code == 0 and "as session 3" in out
+    with SessionStore(db) as store:
+        assert store.events(3) == store.events(1)
+
+
+def test_rename_and_delete(db: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out, _ = run(capsys, "sessions", "rename", "1", "Train speed", "--db", str(db))
+    assert code == 0 and "'Train speed'" in out
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
+    code, _, err = run(capsys, "sessions", "delete", "1", "--db", str(db))  # not a terminal: no question asked
+    assert code == 2 and "add --yes" in err
+    code, out, _ = run(capsys, "sessions", "delete", "1", "--yes", "--db", str(db))
+    assert code == 0 and "deleted session 1 'Train speed'" in out
+    with SessionStore(db) as store:
+        assert [s["id"] for s in store.list_sessions()] == [2]
+
+
+@pytest.mark.parametrize("argv", [
+    ("sessions", "show", "99"),
+    ("sessions", "delete", "99", "--yes"),
+    ("sessions", "rename", "1", "   "),
+    ("sessions", "list", "--limit", "0"),
+    ("sessions", "export", "1", "-o", "{tmp}/missing/out.md"),
+    ("sessions", "import", "{tmp}/missing.json"),
+])
+def test_errors_are_one_line_and_exit_2(db: Path, tmp_path: Path, capsys, argv: tuple[str, ...]) -> None:
+    code, out, err = run(capsys, *(a.format(tmp=tmp_path) for a in argv), "--db", str(db))
+    assert code == 2 and out == ""
+    assert err.startswith("beamwise: error: ") and err.count("\n") == 1
+
+
+def test_damaged_database_message_and_move_aside(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "s.db"
+    path.write_bytes(b"this is not a database" * 100)
+    code, _, err = run(capsys, "sessions", "list", "--db", str(path))
+    assert code == 2 and "damaged" in err and "move-aside" in err
+    code, out, _ = run(capsys, "sessions", "move-aside", "--db", str(path))
+    assert code == 0 and "fresh" in out and not path.exists()
+    assert len(list(tmp_path.glob("s.db.damaged-*"))) == 1
+    code, out, _ = run(capsys, "sessions", "list", "--db", str(path))
+    assert code == 0 and "no sessions" in out
+    code, _, err = run(capsys, "sessions", "move-aside", "--db", str(tmp_path / "none.db"))
+    assert code == 2 and "no database" in err
+
+
+def test_newer_schema_is_refused(db: Path, capsys) -> None:
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA user_version = 7")
+    conn.close()
+    code, _, err = run(capsys, "sessions", "list", "--db", str(db))
+    assert code == 2 and "newer than this Beamwise" in err and "Update Beamwise" in err
+
+
+def test_default_database_is_in_the_data_folder(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
+    code, out, _ = run(capsys, "sessions", "list")
+    assert code == 0 and "no sessions" in out and (tmp_path / "data" / "sessions.db").exists()
