@@ -13,7 +13,7 @@ from engine.errors import BeamwiseError
 DEFAULT_QUESTION = "A train travels 60 km in 45 minutes. What is its average speed in km/h?"
 
 
-class UsageError(Exception):
+class UsageError(ValueError):
     """Bad command-line input: printed as one line, exit status 2."""
 
 
@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--db", default=None, help="session database (default: in the user data folder)")
     run.add_argument("--no-save", action="store_true", help="do not record this run")
 
-    from app import bench_cli, sessions_cli  # noqa: PLC0415 - keeps startup light for `run`
+    from app import bench_cli, sessions_cli  # here, not at the top: keeps `run` startup light
 
     bench_cli.add_parser(sub, add_search_options)
     sessions_cli.add_parser(sub)

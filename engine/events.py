@@ -168,8 +168,18 @@ Event = (
 EVENT_TYPES: dict[str, type] = {
     cls.type: cls
     for cls in (
-        RunStarted, PrefillDone, StepStarted, GroupScheduled, CandidateText, CandidateScored,
-        StepSelected, MemorySnapshot, TransferStats, RunFinished, RunFailed, RunCancelled,
+        RunStarted,
+        PrefillDone,
+        StepStarted,
+        GroupScheduled,
+        CandidateText,
+        CandidateScored,
+        StepSelected,
+        MemorySnapshot,
+        TransferStats,
+        RunFinished,
+        RunFailed,
+        RunCancelled,
     )
 }
 TERMINAL_TYPES = frozenset({"run_finished", "run_failed", "run_cancelled"})

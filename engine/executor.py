@@ -32,6 +32,7 @@ class Live:
 class StepTiming:
     compute_seconds: float = 0.0
     modelled_stall_seconds: float = 0.0
+    peak_device_bytes: int = 0  # blocks resident on the device plus the running group's working KV
     group_of: dict[int, int] = field(default_factory=dict)
 
 
@@ -63,7 +64,7 @@ class GroupExecutor:
         for index, group in enumerate(groups):
             before = self.store.counters.step["h2d"]
             members = [live[c] for c in group.candidates]
-            results, compute = self._run_group(members, rules, share, should_stop)
+            results, compute = self._run_group(members, rules, share, should_stop, timing)
             copied = (self.store.counters.step["h2d"] - before) / self.bandwidth
             hidden = copied * len(group.prefetched) / len(group.candidates)  # the prefetched share overlaps
             timing.modelled_stall_seconds += copied - min(hidden, previous_compute)
@@ -76,7 +77,7 @@ class GroupExecutor:
                 return
 
     def _run_group(
-        self, members: list[Live], rules: StepRules, share: bool, should_stop
+        self, members: list[Live], rules: StepRules, share: bool, should_stop, timing: StepTiming
     ) -> tuple[list[RowResult], float]:
         tables = [m.table for m in members]
         kv = self.store.gather(tables, [m.id for m in members], share=share, extra=0)  # [L, 2, B, H, P, D]
@@ -89,6 +90,8 @@ class GroupExecutor:
         del kv
         rows = [Row(m.id, m.pending, length, m.generator) for m, length in zip(members, lengths, strict=True)]
         results, compute = decode_step(self.model, cache, mask, rows, rules, should_stop)
+        working = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
+        timing.peak_device_bytes = max(timing.peak_device_bytes, self.store.resident_bytes(Tier.DEVICE) + working)
         for row, (member, result) in enumerate(zip(members, results, strict=True)):
             n = len(result.fed)
             if n == 0:

@@ -19,11 +19,12 @@ PROMPT_ID = 0
 CUDA_MARGIN = 1 << 30  # leave this much device memory free for activations when the budget is automatic
 
 
-def whole_search_bytes(prompt_tokens: int, search: SearchConfig, token_bytes: int) -> int:
-    """Upper bound of in_device's peak: every candidate's full-length KV, at rest and working."""
-    longest = prompt_tokens + search.max_steps * search.step_tokens
-    at_rest = prompt_tokens + search.candidates_per_step * search.max_steps * search.step_tokens
-    return (at_rest + search.candidates_per_step * longest) * token_bytes
+def whole_search_bytes(prompt_tokens: int, search: SearchConfig, token_bytes: int, block_size: int) -> int:
+    """Upper bound of in_device's peak: every candidate's full-length KV at rest (block-rounded) and working."""
+    n, steps = search.candidates_per_step, search.max_steps
+    longest = prompt_tokens + steps * search.step_tokens
+    at_rest = prompt_tokens + block_size + n * steps * (search.step_tokens + block_size)
+    return (at_rest + n * (longest + search.step_tokens)) * token_bytes
 
 
 class KVCache:
@@ -41,14 +42,13 @@ class KVCache:
             device=self.device,
         )
         self.emulated = self.store.emulated
-        whole = whole_search_bytes(prompt_tokens, search, self.store.token_bytes)
+        whole = whole_search_bytes(prompt_tokens, search, self.store.token_bytes, cache.block_size)
         self.budget = cache.kv_budget_bytes or self._automatic_budget(whole)
         self.policy = cache.policy if cache.policy != "auto" else ("in_device" if whole <= self.budget else "lbs")
         self.home = Tier.DEVICE if self.policy == "in_device" else Tier.HOST
         self.live: dict[int, Live] = {}
         self.executor = GroupExecutor(self.model, self.blocks, self.store, self.home, cache.pcie_gbps)
         self.timing = StepTiming()
-        self.peak_device = 0
 
     def _automatic_budget(self, whole: int) -> int:
         if self.emulated:
@@ -97,7 +97,7 @@ class KVCache:
         token_bytes, k = self.store.token_bytes, self.search.step_tokens
         if self.policy == "in_device":
             resident = self.store.resident_bytes(Tier.DEVICE)
-            return plan_in_device(work, resident, self.budget, k, token_bytes)
+            return plan_in_device(work, resident, self.budget, k, token_bytes, self.blocks.block_size)
         switches = Switches(inter_beam=self.cfg.inter_beam, balanced_prefetch=self.cfg.balanced_prefetch)
         return plan_lbs(work, self.budget, k, token_bytes, switches)
 
@@ -110,14 +110,8 @@ class KVCache:
         self.store.counters.start_step()
         self.timing = StepTiming()
         share = self.policy == "in_device" or self.cfg.inter_beam
-        for done in self.executor.run_step(plan.groups, self.live, rules, share, self.timing, should_stop):
-            self.peak_device = max(self.peak_device, self._group_peak(done))
-            yield done
+        yield from self.executor.run_step(plan.groups, self.live, rules, share, self.timing, should_stop)
         self.store.sync()
-
-    def _group_peak(self, done: GroupDone) -> int:
-        working = sum(self.blocks.num_tokens(self.live[c].table) for c in done.group.candidates)
-        return self.store.resident_bytes(Tier.DEVICE) + working * self.store.token_bytes
 
     # -- reporting ------------------------------------------------------------------------------
     def step_events(self, step: int, candidates: dict) -> Iterator[ev.Event]:

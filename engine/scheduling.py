@@ -50,13 +50,19 @@ def footprint(work: Work, step_tokens: int, token_bytes: int) -> int:
     return (work.tokens + step_tokens) * token_bytes
 
 
+def group_bytes(members: Sequence[Work], step_tokens: int, token_bytes: int) -> int:
+    """Device bytes of a group's working KV: rows are left-padded to the longest member."""
+    if not members:
+        return 0
+    return len(members) * footprint(max(members, key=lambda w: w.tokens), step_tokens, token_bytes)
+
+
 def plan_in_device(
-    work: Sequence[Work], resident_bytes: int, budget: int, step_tokens: int, token_bytes: int
+    work: Sequence[Work], resident_bytes: int, budget: int, step_tokens: int, token_bytes: int, block_size: int
 ) -> StepPlan:
-    """One group; the blocks at rest plus the step's working KV must fit the budget."""
-    working = sum(footprint(w, step_tokens, token_bytes) for w in work)
-    growth = len(work) * step_tokens * token_bytes
-    need = resident_bytes + growth + working
+    """One group; the blocks at rest, their growth this step and the working KV must fit the budget."""
+    growth = len(work) * (step_tokens + block_size) * token_bytes  # new tokens, each row may open a block
+    need = resident_bytes + growth + group_bytes(work, step_tokens, token_bytes)
     if need > budget:
         raise KVBudgetTooSmall(budget, need, "keeping the whole search on the device (in_device)")
     largest = max((footprint(w, step_tokens, token_bytes) for w in work), default=0)
@@ -81,8 +87,7 @@ def plan_lbs(work: Sequence[Work], budget: int, step_tokens: int, token_bytes: i
         return StepPlan("lbs", tuple(planned), largest)
 
     def fits(members: list[Work], candidate: Work) -> bool:
-        used = sum(footprint(m, step_tokens, token_bytes) for m in members)
-        return used + footprint(candidate, step_tokens, token_bytes) <= budget
+        return group_bytes([*members, candidate], step_tokens, token_bytes) <= budget
 
     groups = _greedy_groups(work, fits, switches.inter_beam)
     return StepPlan("lbs", tuple(Group(g) for g in groups), largest)

@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import BeamwiseError, InvalidPrompt
-from engine.kv.blocks import Tier
+from engine.kvcache import KVCache
 from engine.runner import RowResult, StepRules
 from engine.sampling import candidate_generator
-from engine.kvcache import KVCache
 from engine.verifiers import StepToScore, aggregate, make_verifier
 
 SYSTEM_PROMPT = (

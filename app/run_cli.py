@@ -1,0 +1,108 @@
+"""`beamwise run QUESTION`: a headless search that prints each step, the chosen path and the answer."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TextIO
+
+from engine import events as ev
+from engine.errors import ModelLoadError
+
+USER_ERRORS = {"InvalidPrompt", "KVBudgetTooSmall", "ModelLoadError"}
+
+
+class Printer:
+    """Human-readable progress on stdout; load progress on stderr."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.texts: dict[int, str] = {}
+
+    def __call__(self, event) -> None:
+        p = self._print
+        if event.type == "run_started":
+            p(f"model {event.model} on {event.device}; policy {event.policy}, KV budget {event.kv_budget_bytes:,} B")
+        elif event.type == "prefill_done":
+            p(f"prompt: {event.prompt_tokens} tokens, prefill {event.seconds:.2f} s")
+        elif event.type == "step_started":
+            p(f"\n== step {event.step} (expanding {', '.join(map(str, event.beams)) or 'the prompt'})")
+        elif event.type == "candidate_scored":
+            self.texts[event.id] = event.text
+            parent = "-" if event.parent is None else event.parent
+            first = next((line for line in event.text.splitlines() if line.strip()), "").strip()[:70]
+            done = " [finished]" if event.finished else ""
+            scores = f"score {event.score:.3f} path {event.aggregate:.3f}"
+            p(f"  #{event.id:<4} parent {parent:<4} {scores}  {first!r}{done}")
+        elif event.type == "transfer_stats":
+            traffic = f"H2D {event.step_h2d_bytes:,} B, D2H {event.step_d2h_bytes:,} B"
+            p(f"  KV traffic: {traffic} in {event.groups} group(s)")
+        elif event.type == "step_selected":
+            p(f"  kept {list(event.kept)}; pruned {list(event.pruned)}")
+        elif event.type == "run_finished":
+            p(f"\nchosen path: {' -> '.join(map(str, event.path))} (score {event.score:.3f})")
+            p(f"{event.candidate_tokens} candidate tokens in {event.seconds:.1f} s ({event.tokens_per_second:.1f}/s)")
+            p(f"\nanswer:\n{event.answer}")
+        elif event.type == "run_cancelled":
+            p(f"\ncancelled after step {event.step}")
+        elif event.type == "run_failed":
+            print(f"beamwise: error: {event.message}", file=sys.stderr)
+
+    def _print(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+
+def _progress(stage: str, fraction: float | None) -> None:
+    share = f" {fraction:.0%}" if fraction is not None else ""
+    print(f"[model] {stage}{share}", file=sys.stderr, flush=True)
+
+
+def _open_recorder(args: argparse.Namespace):
+    if args.no_save:
+        return None
+    from app.recorder import SessionRecorder
+    from app.store import SessionStore
+
+    return SessionRecorder(SessionStore(args.db))
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Exit 0 on an answer, 2 on the user's input (question, model, settings), 1 on other failures."""
+    from app.cli import DEFAULT_QUESTION, UsageError, configs_from_args
+    from engine.models import load_model
+    from engine.search import run
+
+    question = DEFAULT_QUESTION if args.question is None else args.question
+    if not question.strip():
+        raise UsageError('the question is empty; pass a question in quotes, e.g. beamwise run "What is 12*7?"')
+    model_spec, search, cache = configs_from_args(args)
+    loaded = load_model(model_spec, device=_device(cache.device), progress=_progress)
+    recorder = _open_recorder(args)
+    show = (lambda e: print(json.dumps(ev.to_dict(e)), flush=True)) if args.json else Printer(sys.stdout)
+    status = 1
+    try:
+        for event in run(question, loaded, search, cache):
+            if recorder is not None and (recorder.session_id is not None or event.type == "run_started"):
+                recorder.write(event)  # a run that failed before it started has nothing to record
+            show(event)
+            if event.type == "run_finished":
+                status = 0
+            elif event.type == "run_failed":
+                if args.json:
+                    print(f"beamwise: error: {event.message}", file=sys.stderr)
+                status = 2 if event.error in USER_ERRORS else 1
+    finally:
+        if recorder is not None:
+            recorder.close()
+    return status
+
+
+def _device(choice: str) -> str:
+    import torch
+
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("--device cuda was asked for, but no CUDA device is available.", hint="Use --device cpu.")
+    if choice == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return choice
