@@ -1,0 +1,309 @@
+"""The settings panel: model picker, search and KV-cache controls, validated live into frozen configs."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QSlider,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.config import AGGREGATIONS, CacheConfig, ModelSpec, SearchConfig
+
+POLICY_LABELS = {"auto": "auto", "in_device": "in-device", "layerwise": "layer-wise", "lbs": "locality-aware"}
+VERIFIER_LABELS = {"logprob": "log-prob (fast)", "self-judge": "self-judge (asks the model)"}
+# Only the tiny synthetic models: the 7B-shaped ones are for benchmarks and need tens of GB.
+SYNTHETIC_CHOICES = ("tiny-llama", "tiny-qwen2", "tiny-opt")
+FOLDER_CHOICE, GGUF_CHOICE = "<folder>", "<gguf>"
+MB = 1_000_000  # the CLI's 64MB means 64,000,000 bytes; the slider agrees with it
+ERROR_STYLE = "color: #c62828;"
+
+
+def parse_delimiter(text: str) -> str | None:
+    """'\\n\\n' (as typed, with backslashes) -> two newlines; '' or 'none' -> None (cut steps by length)."""
+    if text.strip().lower() in ("", "none", "off"):
+        return None
+    try:
+        return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"the step delimiter {text!r} has a broken escape ({error.reason}); write it like \\n\\n, "
+            "or leave it empty to cut steps by length only."
+        ) from error
+
+
+def format_delimiter(delimiter: str | None) -> str:
+    """Inverse of parse_delimiter for display: control characters as escapes."""
+    if delimiter is None:
+        return ""
+    return delimiter.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+
+
+class SliderSpin(QWidget):
+    """A slider and a spin box kept in step; floats use a slider scaled by 10**decimals."""
+
+    value_changed = Signal(float)
+
+    def __init__(self, low: float, high: float, *, decimals: int = 0, step: float = 1, tooltip: str = "",
+                 suffix: str = "", special: str = "") -> None:
+        super().__init__()
+        self._scale = 10**decimals
+        self.spin = QDoubleSpinBox() if decimals else QSpinBox()
+        if decimals:
+            self.spin.setDecimals(decimals)
+        self.spin.setRange(low, high)
+        self.spin.setSingleStep(step)
+        self.spin.setSuffix(suffix)
+        self.spin.setSpecialValueText(special)
+        self.spin.setKeyboardTracking(False)
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setRange(round(low * self._scale), round(high * self._scale))
+        self.slider.setSingleStep(round(step * self._scale))
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.slider, 3)
+        layout.addWidget(self.spin, 1)
+        self.setToolTip(tooltip)
+        self.slider.valueChanged.connect(self._from_slider)
+        self.spin.valueChanged.connect(self._from_spin)
+
+    def value(self) -> float:
+        return self.spin.value()
+
+    def set_value(self, value: float) -> None:
+        self.spin.setValue(value)
+
+    def _from_slider(self, raw: int) -> None:
+        self.spin.setValue(raw / self._scale if self._scale > 1 else raw)
+
+    def _from_spin(self, value: float) -> None:
+        self.slider.blockSignals(True)
+        self.slider.setValue(round(value * self._scale))
+        self.slider.blockSignals(False)
+        self.value_changed.emit(float(value))
+
+
+class ModelPicker(QComboBox):
+    """Bundled model, synthetic models, and local folders / GGUF files chosen with a file dialog."""
+
+    source_changed = Signal(str)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setToolTip("The generator: the bundled SmolLM2-135M, a local transformers folder, "
+                        "a .gguf file, or a tiny random-weight synthetic model for a quick look.")
+        self.addItem("Bundled (SmolLM2-135M-Instruct)", "bundled")
+        for name in SYNTHETIC_CHOICES:
+            self.addItem(f"synthetic:{name}", f"synthetic:{name}")
+        self.insertSeparator(self.count())
+        self.addItem("Transformers folder…", FOLDER_CHOICE)
+        self.addItem("GGUF file…", GGUF_CHOICE)
+        self._last = 0
+        self.activated.connect(self._on_activated)
+
+    def source(self) -> str:
+        return str(self.itemData(self._last))
+
+    def set_source(self, source: str) -> None:
+        index = self.findData(source)
+        if index < 0:
+            index = self.findData(FOLDER_CHOICE) - 1  # custom paths go just above the separator
+            self.insertItem(index, Path(source).name or source, source)
+            self.setItemData(index, source, Qt.ItemDataRole.ToolTipRole)
+        self._select(index)
+
+    def _on_activated(self, index: int) -> None:
+        data = self.itemData(index)
+        if data in (FOLDER_CHOICE, GGUF_CHOICE):
+            path = self._ask_path(data)
+            if not path:
+                self.setCurrentIndex(self._last)  # cancelled: keep the previous model
+                return
+            self.set_source(path)
+            return
+        self._select(index)
+
+    def _ask_path(self, kind: str) -> str:
+        if kind == FOLDER_CHOICE:
+            return QFileDialog.getExistingDirectory(self, "Choose a transformers model folder (with config.json)")
+        path, _ = QFileDialog.getOpenFileName(self, "Choose a GGUF model file", str(Path.home()),
+                                              "GGUF models (*.gguf);;All files (*)")
+        return path
+
+    def _select(self, index: int) -> None:
+        changed = index != self._last
+        self._last = index
+        self.setCurrentIndex(index)
+        if changed:
+            self.source_changed.emit(self.source())
+
+
+class SearchControls(QWidget):
+    """All settings of a run. `configs()` builds validated configs; invalid input is shown in red here."""
+
+    changed = Signal()  # any setting changed (validity may have changed too)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._model, self._search, self._cache = ModelSpec(), SearchConfig(), CacheConfig()
+        self._error = ""
+        self._build()
+        self.set_configs(self._model, self._search, self._cache)
+
+    # ------------------------------------------------------------ public
+
+    def configs(self) -> tuple[ModelSpec, SearchConfig, CacheConfig]:
+        """The settings as configs; raises ValueError with a message for the user when they are invalid."""
+        model = dataclasses.replace(self._model, source=self.model_picker.source())
+        search = dataclasses.replace(
+            self._search, beams=int(self.beams.value()), width=int(self.width.value()),
+            step_tokens=int(self.step_tokens.value()), step_delimiter=parse_delimiter(self.delimiter.text()),
+            max_steps=int(self.max_steps.value()), temperature=self.temperature.value(), top_p=self.top_p.value(),
+            seed=self.seed.value(), aggregation=self.aggregation.currentData(), verifier=self.verifier.currentData(),
+        )
+        budget_mb = int(self.kv_budget.value())
+        cache = dataclasses.replace(self._cache, policy=self.policy.currentData(),
+                                    kv_budget_bytes=budget_mb * MB if budget_mb else None)
+        return model, search, cache
+
+    def set_configs(self, model: ModelSpec, search: SearchConfig, cache: CacheConfig) -> None:
+        """Show these settings (e.g. "Run again" of a stored session); fields without a control are kept."""
+        self._model, self._search, self._cache = model, search, cache
+        self.blockSignals(True)
+        self.model_picker.set_source(model.source)
+        for control, value in ((self.beams, search.beams), (self.width, search.width),
+                               (self.step_tokens, search.step_tokens), (self.max_steps, search.max_steps),
+                               (self.temperature, search.temperature), (self.top_p, search.top_p)):
+            control.set_value(value)
+        self.seed.setValue(search.seed)
+        self.delimiter.setText(format_delimiter(search.step_delimiter))
+        self.kv_budget.set_value(round(cache.kv_budget_bytes / MB) if cache.kv_budget_bytes else 0)
+        for combo, value in ((self.policy, cache.policy), (self.verifier, search.verifier),
+                             (self.aggregation, search.aggregation)):
+            combo.setCurrentIndex(max(0, combo.findData(value)))
+        self.blockSignals(False)
+        self._revalidate()
+
+    def is_valid(self) -> bool:
+        return not self._error
+
+    def error_text(self) -> str:
+        return self._error
+
+    # ------------------------------------------------------------ building
+
+    def _build(self) -> None:
+        layout = QVBoxLayout(self)
+        layout.addWidget(self._model_box())
+        layout.addWidget(self._search_box())
+        layout.addWidget(self._cache_box())
+        self.error_label = QLabel()
+        self.error_label.setObjectName("settingsError")
+        self.error_label.setStyleSheet(ERROR_STYLE)
+        self.error_label.setWordWrap(True)
+        self.error_label.hide()
+        layout.addWidget(self.error_label)
+        layout.addStretch(1)
+
+    def _model_box(self) -> QGroupBox:
+        box = QGroupBox("Model")
+        form = QFormLayout(box)
+        self.model_picker = ModelPicker()
+        self.model_picker.source_changed.connect(self._revalidate)
+        form.addRow("Generator", self.model_picker)
+        self.verifier = self._combo(VERIFIER_LABELS, "How each step is scored: the generator's own token "
+                                    "log-probabilities, or the same model asked whether the step is correct.")
+        form.addRow("Verifier", self.verifier)
+        return box
+
+    def _search_box(self) -> QGroupBox:
+        box = QGroupBox("Search")
+        form = QFormLayout(box)
+        self.beams = self._slider(1, 64, tooltip="Kept beams N: how many partial answers survive each step.")
+        self.width = self._slider(1, 16, tooltip="Children per beam M: how many continuations each kept "
+                                  "beam tries per step. Every step scores N×M candidates.")
+        self.candidates_label = QLabel()
+        self.candidates_label.setObjectName("candidatesPerStep")
+        self.step_tokens = self._slider(1, 512, tooltip="Most tokens in one step; a step also ends at the "
+                                        "delimiter or at the end of the answer.")
+        self.delimiter = QLineEdit()
+        self.delimiter.setPlaceholderText("empty: cut steps by length only")
+        self.delimiter.setToolTip("Text that ends a step, with escapes: \\n\\n is a blank line. "
+                                  "Leave empty to cut steps by token count only.")
+        self.delimiter.textChanged.connect(self._revalidate)
+        self.max_steps = self._slider(1, 64, tooltip="The search stops after this many steps at most.")
+        self.temperature = self._slider(0, 2, decimals=2, step=0.05,
+                                        tooltip="Sampling temperature; 0 is greedy (children then repeat).")
+        self.top_p = self._slider(0, 1, decimals=2, step=0.01,
+                                  tooltip="Nucleus sampling: sample from the smallest set of tokens whose "
+                                  "probability adds up to top-p; must be above 0.")
+        self.seed = QSpinBox()
+        self.seed.setRange(0, 2**31 - 1)
+        self.seed.setToolTip("Random seed: the same seed and settings give the same search.")
+        self.seed.valueChanged.connect(self._revalidate)
+        self.aggregation = self._combo({a: a for a in AGGREGATIONS},
+                                       "How a path's step scores combine into its ranking score.")
+        for label, widget in (("Kept beams N", self.beams), ("Children per beam M", self.width),
+                              ("", self.candidates_label), ("Step tokens", self.step_tokens),
+                              ("Step delimiter", self.delimiter), ("Max steps", self.max_steps),
+                              ("Temperature", self.temperature), ("Top-p", self.top_p), ("Seed", self.seed),
+                              ("Path score", self.aggregation)):
+            form.addRow(label, widget)
+        return box
+
+    def _cache_box(self) -> QGroupBox:
+        box = QGroupBox("KV cache")
+        form = QFormLayout(box)
+        self.kv_budget = self._slider(0, 16384, step=16, suffix=" MB", special="auto",
+                                      tooltip="Device memory for the KV cache, in MB. 0 = auto: free GPU "
+                                      "memory on CUDA, or a budget that fits the search on the emulated GPU.")
+        self.policy = self._combo(POLICY_LABELS, "How beams share the device budget: in-device keeps all KV "
+                                  "on the GPU; layer-wise reloads offloaded layers for every token; "
+                                  "locality-aware (LBS) runs groups of beams through a whole step at once; "
+                                  "auto picks one from the budget.")
+        form.addRow("KV budget", self.kv_budget)
+        form.addRow("Policy", self.policy)
+        return box
+
+    def _slider(self, low: float, high: float, **kwargs: object) -> SliderSpin:
+        control = SliderSpin(low, high, **kwargs)
+        control.value_changed.connect(self._revalidate)
+        return control
+
+    def _combo(self, labels: dict[str, str], tooltip: str) -> QComboBox:
+        combo = QComboBox()
+        for value, label in labels.items():
+            combo.addItem(label, value)
+        combo.setToolTip(tooltip)
+        combo.currentIndexChanged.connect(self._revalidate)
+        return combo
+
+    # ------------------------------------------------------------ validation
+
+    def _revalidate(self, *_args: object) -> None:
+        if self.signalsBlocked():
+            return
+        n, m = int(self.beams.value()), int(self.width.value())
+        self.candidates_label.setText(f"{n * m} candidates per step (N {n} × M {m})")
+        try:
+            self.configs()
+            self._error = ""
+        except ValueError as error:
+            message = str(error)
+            self._error = message[:1].upper() + message[1:]
+        self.error_label.setText(self._error)
+        self.error_label.setVisible(bool(self._error))
+        self.changed.emit()
