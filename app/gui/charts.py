@@ -1,0 +1,202 @@
+"""Live charts of one run: PCIe traffic, device KV against the budget, host KV, copy time.
+
+The numbers live in a plain `ChartSeries` (one point per step, filled from MemorySnapshot
+and TransferStats); `ChartsPanel` only hands them to pyqtgraph. Titles say "emulated GPU"
+when the run has no CUDA device, so nobody mistakes a modelled figure for a measured one.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+import pyqtgraph as pg  # isort: skip  (after Qt, so pyqtgraph binds to PySide6)
+from app.gui import palette as pal
+from engine import events as ev
+from engine.errors import format_bytes
+
+TITLES = {
+    "traffic": "PCIe traffic per step",
+    "cumulative": "PCIe traffic, cumulative",
+    "device": "KV on the device vs budget",
+    "copy": "Copy time per step",
+}
+
+KEYS = {  # (label, colour, dashed) per curve, shown in the title
+    "traffic": [("H2D", pal.H2D, False), ("D2H", pal.D2H, False)],
+    "cumulative": [("H2D", pal.H2D, False), ("D2H", pal.D2H, False)],
+    "device": [("device KV", pal.GPU, False), ("peak", pal.GPU, True), ("host KV", pal.CPU, False),
+               ("budget", pal.BUDGET, True)],
+    "copy": [("measured copy", pal.MEASURED, False), ("modelled PCIe", pal.MODELLED, True)],
+}
+
+
+@dataclass
+class ChartSeries:
+    """Per-step figures of one run, appended as events arrive (x values are step numbers)."""
+
+    memory_steps: list[int] = field(default_factory=list)
+    device_bytes: list[int] = field(default_factory=list)
+    peak_device_bytes: list[int] = field(default_factory=list)
+    host_bytes: list[int] = field(default_factory=list)
+    transfer_steps: list[int] = field(default_factory=list)
+    step_h2d: list[int] = field(default_factory=list)
+    step_d2h: list[int] = field(default_factory=list)
+    total_h2d: list[int] = field(default_factory=list)
+    total_d2h: list[int] = field(default_factory=list)
+    copy_seconds: list[float] = field(default_factory=list)
+    modelled_seconds: list[float] = field(default_factory=list)
+    budget_bytes: int | None = None
+    emulated: bool = False
+
+    def apply(self, event: object) -> bool:
+        """Fold a MemorySnapshot or TransferStats in; True when the charts need redrawing."""
+        if isinstance(event, ev.MemorySnapshot):
+            self.budget_bytes, self.emulated = event.budget_bytes, event.emulated
+            self.memory_steps.append(event.step)
+            self.device_bytes.append(event.device_bytes)
+            self.peak_device_bytes.append(event.peak_device_bytes)
+            self.host_bytes.append(event.host_bytes)
+        elif isinstance(event, ev.TransferStats):
+            self.emulated = event.emulated
+            self.transfer_steps.append(event.step)
+            self.step_h2d.append(event.step_h2d_bytes)
+            self.step_d2h.append(event.step_d2h_bytes)
+            self.total_h2d.append(event.h2d_bytes)
+            self.total_d2h.append(event.d2h_bytes)
+            self.copy_seconds.append(event.copy_seconds)
+            self.modelled_seconds.append(event.modelled_pcie_seconds)
+        else:
+            return False
+        return True
+
+
+class ChartsPanel(QWidget):
+    """Four live plots in one pyqtgraph canvas; `apply(event)` appends a step's points."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        pg.setConfigOptions(antialias=True)
+        self.series = ChartSeries()
+        self.canvas = pg.GraphicsLayoutWidget()
+        self.canvas.setBackground(pal.BACKGROUND)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.canvas)
+        self.plots: dict[str, pg.PlotItem] = {}
+        for index, name in enumerate(TITLES):
+            self.plots[name] = self._make_plot(index // 2, index % 2)
+        for col in (0, 1):
+            self.canvas.ci.layout.setColumnStretchFactor(col, 1)
+        self.curves = self._make_curves()
+        self.budget_line = pg.InfiniteLine(angle=0, movable=False, label="budget", labelOpts=_label_opts(),
+
+                                           pen=pg.mkPen(pal.BUDGET, width=1.5, style=Qt.PenStyle.DashLine))
+        self.plots["device"].addItem(self.budget_line)
+        self.reset()
+
+    def apply(self, event: object) -> None:
+        """Append the event's points (MemorySnapshot, TransferStats); other types are ignored."""
+        was_emulated = self.series.emulated
+        if isinstance(event, ev.RunStarted):
+            self.series = ChartSeries(budget_bytes=event.kv_budget_bytes, emulated=event.emulated)
+        elif not self.series.apply(event):
+            return
+        if isinstance(event, ev.RunStarted) or self.series.emulated != was_emulated:
+            self._set_titles()
+        self._redraw()
+
+    def reset(self) -> None:
+        """No points, no budget, titles without the emulated mark."""
+        self.series = ChartSeries()
+        self._set_titles()
+        self._redraw()
+
+    def title(self, name: str) -> str:
+        """The shown title of plot `name` (one of TITLES) with its key, as plain text."""
+        text = re.sub(r"<[^>]+>", " ", self.plots[name].titleLabel.text)
+        return " ".join(html.unescape(text).replace("\xa0", " ").split())
+
+    def _make_plot(self, row: int, col: int) -> pg.PlotItem:
+        plot = self.canvas.addPlot(row=row, col=col)
+        plot.showGrid(x=True, y=True, alpha=0.15)
+        plot.setMenuEnabled(False)
+        plot.setMouseEnabled(x=False, y=False)
+        for side in ("left", "bottom"):
+            axis = plot.getAxis(side)
+            axis.setPen(pg.mkPen("#9aa3ad"))
+            axis.setTextPen(pg.mkPen(pal.MUTED_TEXT))
+        plot.setLabel("bottom", "step", color=pal.MUTED_TEXT)
+        return plot
+
+    def _make_curves(self) -> dict[str, pg.GraphicsObject]:
+        p = self.plots
+        for name in ("traffic", "cumulative", "device"):
+            p[name].setLabel("left", units="B", color=pal.MUTED_TEXT)
+        p["copy"].setLabel("left", units="s", color=pal.MUTED_TEXT)
+        bars = {
+            "step_h2d": pg.BarGraphItem(x=[], height=[], width=0.38, brush=pal.H2D, pen=None, name="H2D"),
+            "step_d2h": pg.BarGraphItem(x=[], height=[], width=0.38, brush=pal.D2H, pen=None, name="D2H"),
+        }
+        for bar in bars.values():
+            p["traffic"].addItem(bar)
+        return {
+            **bars,
+            "total_h2d": _line(p["cumulative"], pal.H2D, "H2D"),
+            "total_d2h": _line(p["cumulative"], pal.D2H, "D2H"),
+            "device": _line(p["device"], pal.GPU, "device KV"),
+            "peak": _line(p["device"], pal.GPU, "peak in step", dashed=True),
+            "host": _line(p["device"], pal.CPU, "host KV"),
+            "copy": _line(p["copy"], pal.MEASURED, "measured copy"),
+            "modelled": _line(p["copy"], pal.MODELLED, "modelled PCIe", dashed=True),
+        }
+
+    def _set_titles(self) -> None:
+        """Title, the emulated mark, then the curves' key in their colours (no legend box over data)."""
+        mark = " · emulated GPU" if self.series.emulated else ""
+        for name, plot in self.plots.items():
+            key = "&nbsp;&nbsp;".join(
+                f'<span style="color:{colour}">{"┅" if dashed else "━"}&nbsp;{html.escape(label)}</span>'
+                for label, colour, dashed in KEYS[name]
+            )
+            plot.setTitle(f"{html.escape(TITLES[name] + mark)}<br>{key}", color=pal.SELECTION,
+                          size="9pt")
+
+    def _redraw(self) -> None:
+        s, c = self.series, self.curves
+        steps = s.transfer_steps
+        c["step_h2d"].setOpts(x=[x - 0.2 for x in steps], height=s.step_h2d)
+        c["step_d2h"].setOpts(x=[x + 0.2 for x in steps], height=s.step_d2h)
+        c["total_h2d"].setData(steps, s.total_h2d)
+        c["total_d2h"].setData(steps, s.total_d2h)
+        c["copy"].setData(steps, s.copy_seconds)
+        c["modelled"].setData(steps, s.modelled_seconds)
+        c["device"].setData(s.memory_steps, s.device_bytes)
+        c["peak"].setData(s.memory_steps, s.peak_device_bytes)
+        c["host"].setData(s.memory_steps, s.host_bytes)
+        self.budget_line.setVisible(s.budget_bytes is not None)
+        if s.budget_bytes is not None:
+            self.budget_line.setValue(s.budget_bytes)
+            self.budget_line.label.setFormat(f"budget {format_bytes(s.budget_bytes)}")
+
+    def point_count(self, curve: str) -> int:
+        """How many points curve `curve` shows (bars count their bars)."""
+        item = self.curves[curve]
+        if isinstance(item, pg.BarGraphItem):
+            return len(item.opts["height"])
+        x, _ = item.getData()
+        return 0 if x is None else len(x)
+
+
+def _line(plot: pg.PlotItem, colour: str, name: str, dashed: bool = False) -> pg.PlotDataItem:
+    style = Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine
+    return plot.plot([], [], name=name, pen=pg.mkPen(colour, width=2, style=style),
+                     symbol=None if dashed else "o", symbolSize=5, symbolBrush=colour, symbolPen=None)
+
+
+def _label_opts() -> dict[str, object]:
+    return {"position": 0.12, "color": pal.BUDGET, "fill": pg.mkBrush(255, 255, 255, 180)}
