@@ -1,0 +1,313 @@
+"""The sessions panel: browse, search, rename, delete and export recorded sessions.
+
+The rows are plain dicts from `SessionStore.list_sessions`; `SessionsTableModel` only adapts
+them for a QTableView. The panel asks for opening or re-running a session through signals and
+leaves that to the main window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QPoint, Qt, Signal
+from PySide6.QtGui import QAction, QColor, QKeySequence
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QMenu,
+    QMessageBox,
+    QPushButton,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.export import FORMATS, export_session
+from app.store import SessionStore
+from engine.errors import BeamwiseError
+
+COLUMNS = ("title", "created", "model", "status", "answer")
+HEADERS = ("Title", "Date", "Model", "Status", "Answer")
+STATUS_COLOURS = {"failed": "#c0504d", "interrupted": "#b07a12", "cancelled": "#5f6b7a", "running": "#3b7dd8"}
+EXPORT_FILTERS = {"md": "Markdown (*.md)", "html": "Web page (*.html)", "json": "JSON, can be imported (*.json)"}
+AnyIndex = QModelIndex | QPersistentModelIndex
+StoreSource = SessionStore | Callable[[], SessionStore]
+
+
+class SessionsTableModel(QAbstractTableModel):
+    """Session rows for a table; the title is editable and `rename` does the actual change."""
+
+    def __init__(self, rename: Callable[[int, str], bool], parent: Any = None) -> None:
+        super().__init__(parent)
+        self.rows: list[dict] = []
+        self._rename = rename
+
+    def set_rows(self, rows: list[dict]) -> None:
+        self.beginResetModel()
+        self.rows = rows
+        self.endResetModel()
+
+    def session_id(self, row: int) -> int:
+        return int(self.rows[row]["id"])
+
+    def row_of(self, session_id: int) -> int | None:
+        return next((i for i, r in enumerate(self.rows) if r["id"] == session_id), None)
+
+    def rowCount(self, parent: AnyIndex = QModelIndex()) -> int:  # noqa: B008 - Qt's signature
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent: AnyIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return HEADERS[section]
+        return None
+
+    def flags(self, index: AnyIndex) -> Qt.ItemFlag:
+        flags = super().flags(index)
+        return flags | Qt.ItemFlag.ItemIsEditable if COLUMNS[index.column()] == "title" else flags
+
+    def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        row, key = self.rows[index.row()], COLUMNS[index.column()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return _display(row, key)
+        if role == Qt.ItemDataRole.EditRole:
+            return row["title"]
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return row["question"] if key == "title" else (row.get("error") or row["answer"]) if key in (
+                "status", "answer") else None
+        if role == Qt.ItemDataRole.ForegroundRole and key == "status" and row["status"] in STATUS_COLOURS:
+            return QColor(STATUS_COLOURS[row["status"]])
+        if role == Qt.ItemDataRole.UserRole:
+            return row["id"]
+        return None
+
+    def setData(self, index: AnyIndex, value: Any, role: int = Qt.ItemDataRole.EditRole) -> bool:
+        if role != Qt.ItemDataRole.EditRole or COLUMNS[index.column()] != "title":
+            return False
+        title = " ".join(str(value).split())
+        row = self.rows[index.row()]
+        if not title or title == row["title"] or not self._rename(row["id"], title):
+            return False
+        row["title"] = title
+        self.dataChanged.emit(index, index, [Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.EditRole])
+        return True
+
+
+def _display(row: dict, key: str) -> str:
+    value = row.get(key)
+    if key == "created":
+        return (value or "")[:16].replace("T", " ")
+    if key == "answer":
+        flat = " ".join((value or "").split())
+        return flat if len(flat) <= 80 else flat[:79] + "…"
+    return "" if value is None else str(value)
+
+
+class SessionsPanel(QWidget):
+    """A searchable list of recorded sessions with open, run again, rename, export and delete."""
+
+    open_requested = Signal(int)
+    run_again_requested = Signal(int)
+    export_requested = Signal(int)
+    session_renamed = Signal(int, str)
+    session_deleted = Signal(int)
+    exported = Signal(int, str)  # session id, path written
+
+    def __init__(self, store: StoreSource, parent: QWidget | None = None, *, export_dialog: bool = True) -> None:
+        """`store` is a SessionStore or a callable returning the one to use now (asked on every refresh).
+
+        With `export_dialog` the panel answers its own `export_requested` with a save dialog; pass
+        False to handle the signal elsewhere.
+        """
+        super().__init__(parent)
+        self._store_source = store
+        self.model = SessionsTableModel(self._rename, self)
+        self._build()
+        if export_dialog:
+            self.export_requested.connect(self.export_with_dialog)
+        self.refresh()
+
+    # ---------------------------------------------------------------- building
+
+    def _build(self) -> None:
+        self.search = QLineEdit(self, placeholderText="Search titles, questions and answers", clearButtonEnabled=True)
+        self.search.textChanged.connect(lambda _text: self.refresh())
+        self.view = QTableView(self)
+        self.view.setModel(self.model)
+        self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.view.setEditTriggers(QAbstractItemView.EditTrigger.EditKeyPressed)  # F2 renames
+        self.view.verticalHeader().hide()
+        self.view.setWordWrap(False)
+        header = self.view.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(4, QHeaderView.ResizeMode.Stretch)
+        self.view.doubleClicked.connect(lambda index: self.open_requested.emit(self.model.session_id(index.row())))
+        self.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.view.customContextMenuRequested.connect(self._show_menu)
+        self.view.selectionModel().selectionChanged.connect(lambda *_: self._update_buttons())
+        self.message = QLabel(self, wordWrap=True)
+        self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.message.hide()
+        buttons = QHBoxLayout()
+        self.buttons: dict[str, QPushButton] = {}
+        for key, text, slot in (("open", "Open", self.open_requested), ("run_again", "Run again",
+                                self.run_again_requested), ("export", "Export…", self.export_requested)):
+            button = QPushButton(text, self)
+            button.clicked.connect(lambda _=False, s=slot: self._emit_for_selected(s))
+            self.buttons[key] = button
+            buttons.addWidget(button)
+        self.buttons["delete"] = QPushButton("Delete…", self)
+        self.buttons["delete"].clicked.connect(self.delete_selected)
+        buttons.addStretch(1)
+        buttons.addWidget(self.buttons["delete"])
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        for widget in (self.search, self.view, self.message):
+            layout.addWidget(widget)
+        layout.addLayout(buttons)
+        self._add_shortcuts()
+        self._update_buttons()
+
+    def _add_shortcuts(self) -> None:
+        for keys, slot in ((QKeySequence.StandardKey.Delete, self.delete_selected),
+                           (QKeySequence(Qt.Key.Key_Return), lambda: self._emit_for_selected(self.open_requested))):
+            action = QAction(self.view)
+            action.setShortcut(keys)
+            action.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
+            action.triggered.connect(slot)
+            self.view.addAction(action)
+
+    def _update_buttons(self) -> None:
+        has = self.selected_id() is not None
+        for button in self.buttons.values():
+            button.setEnabled(has)
+
+    def _show_menu(self, pos: QPoint) -> None:
+        index = self.view.indexAt(pos)
+        if not index.isValid():
+            return
+        self.view.selectRow(index.row())
+        self.context_menu().popup(self.view.viewport().mapToGlobal(pos))
+
+    def context_menu(self) -> QMenu:
+        """The actions on the selected session (also what a right click shows)."""
+        menu = QMenu(self)
+        menu.addAction("Open", lambda: self._emit_for_selected(self.open_requested))
+        menu.addAction("Run again", lambda: self._emit_for_selected(self.run_again_requested))
+        menu.addAction("Rename", self.rename_selected).setShortcut(QKeySequence(Qt.Key.Key_F2))
+        menu.addAction("Export…", lambda: self._emit_for_selected(self.export_requested))
+        menu.addSeparator()
+        menu.addAction("Delete…", self.delete_selected).setShortcut(QKeySequence.StandardKey.Delete)
+        return menu
+
+    # ---------------------------------------------------------------- state
+
+    def store(self) -> SessionStore:
+        source = self._store_source
+        return source if isinstance(source, SessionStore) else source()
+
+    def selected_id(self) -> int | None:
+        rows = self.view.selectionModel().selectedRows()
+        return self.model.session_id(rows[0].row()) if rows else None
+
+    def select(self, session_id: int) -> bool:
+        row = self.model.row_of(session_id)
+        if row is not None:
+            self.view.selectRow(row)
+        return row is not None
+
+    def refresh(self) -> None:
+        """Reload from the store with the current search text, keeping the selection when it still exists."""
+        keep = self.selected_id()
+        try:
+            rows = self.store().list_sessions(self.search.text() or None)
+        except BeamwiseError as error:
+            self._show_message(error.user_message())
+            self.model.set_rows([])
+        else:
+            self._show_message(None)
+            self.model.set_rows(rows)
+            if keep is not None:
+                self.select(keep)
+        self._update_buttons()
+
+    def _show_message(self, text: str | None) -> None:
+        self.message.setText(text or "")
+        self.message.setVisible(bool(text))
+
+    def _emit_for_selected(self, signal: Any) -> None:
+        session_id = self.selected_id()
+        if session_id is not None:
+            signal.emit(session_id)
+
+    # ---------------------------------------------------------------- actions
+
+    def rename_selected(self) -> None:
+        rows = self.view.selectionModel().selectedRows()
+        if rows:
+            self.view.edit(self.model.index(rows[0].row(), COLUMNS.index("title")))
+
+    def _rename(self, session_id: int, title: str) -> bool:
+        try:
+            self.store().rename(session_id, title)
+        except (BeamwiseError, ValueError) as error:
+            self._warn("Could not rename the session", error)
+            return False
+        self.session_renamed.emit(session_id, title)
+        return True
+
+    def delete_selected(self) -> None:
+        session_id = self.selected_id()
+        if session_id is None:
+            return
+        row = self.model.rows[self.model.row_of(session_id)]
+        text = f"Delete “{row['title']}” and everything recorded for it?\n\nThis cannot be undone."
+        answer = QMessageBox.question(
+            self, "Delete session", text,
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
+        if answer != QMessageBox.StandardButton.Yes:
+            return
+        try:
+            self.store().delete(session_id)
+        except BeamwiseError as error:
+            self._warn("Could not delete the session", error)
+            return
+        self.refresh()
+        self.session_deleted.emit(session_id)
+
+    def export_with_dialog(self, session_id: int) -> Path | None:
+        """Ask where to save, then export; the format follows the chosen filter or the file's suffix."""
+        row = self.model.row_of(session_id)
+        title = self.model.rows[row]["title"] if row is not None else f"session {session_id}"
+        suggested = "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in title).strip()[:60] or "session"
+        name, chosen = QFileDialog.getSaveFileName(self, "Export session", f"{suggested}.md",
+                                                   ";;".join(EXPORT_FILTERS.values()))
+        if not name:
+            return None
+        path = Path(name)
+        fmt = path.suffix.lower().lstrip(".")
+        if fmt not in FORMATS:
+            fmt = next((f for f, label in EXPORT_FILTERS.items() if label == chosen), "md")
+            path = path.with_name(f"{path.name}.{fmt}")
+        try:
+            written = export_session(self.store(), session_id, fmt, path)
+        except BeamwiseError as error:
+            self._warn("Could not export the session", error)
+            return None
+        self.exported.emit(session_id, str(written))
+        return written
+
+    def _warn(self, title: str, error: Exception) -> None:
+        text = error.user_message() if isinstance(error, BeamwiseError) else str(error)
+        QMessageBox.warning(self, title, text)

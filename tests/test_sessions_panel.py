@@ -1,0 +1,180 @@
+"""SessionsPanel offscreen: listing, live search, rename, delete with confirmation, export and signals."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFileDialog, QLineEdit, QMessageBox
+
+from app.gui.sessions_panel import COLUMNS, SessionsPanel
+from app.recorder import SessionRecorder
+from app.store import SessionStore, StoreDamaged
+from engine.config import SearchConfig
+from tests.fake_search import fake_run
+
+QUESTIONS = ("How fast is the train?", "Why is the sky blue?", "What is 12 * 7?")
+
+
+@pytest.fixture
+def store() -> SessionStore:
+    store = SessionStore(memory=True)
+    for question in QUESTIONS:
+        recorder = SessionRecorder(store)
+        stopped: list = []
+        cancel = "sky" in question
+        for event in fake_run(question, SearchConfig(beams=2, width=2, max_steps=3),
+                              should_stop=lambda s=stopped, c=cancel: c and len(s) >= 1):
+            recorder.write(event)
+            if event.type == "step_selected":
+                stopped.append(event)
+    return store
+
+
+@pytest.fixture
+def panel(qtbot, store: SessionStore) -> SessionsPanel:
+    widget = SessionsPanel(store)
+    qtbot.addWidget(widget)
+    widget.resize(800, 400)
+    widget.show()
+    return widget
+
+
+def cell(panel: SessionsPanel, row: int, column: str) -> str:
+    return panel.model.data(panel.model.index(row, COLUMNS.index(column)))
+
+
+def test_lists_sessions_newest_first_with_their_columns(panel: SessionsPanel) -> None:
+    assert panel.model.rowCount() == 3 and panel.model.columnCount() == 5
+    assert [cell(panel, r, "title") for r in range(3)] == list(reversed(QUESTIONS))
+    assert cell(panel, 1, "status") == "cancelled" and cell(panel, 0, "status") == "finished"
+    assert cell(panel, 0, "model") == "synthetic:fake" and cell(panel, 0, "answer") == "The answer is 80 km/h."
+    assert len(cell(panel, 0, "created")) == 16
+    assert panel.model.headerData(0, Qt.Orientation.Horizontal) == "Title"
+    assert not panel.buttons["delete"].isEnabled()  # nothing selected yet
+    panel.select(panel.model.session_id(0))
+    assert panel.buttons["delete"].isEnabled()
+
+
+def test_search_filters_as_you_type(qtbot, panel: SessionsPanel) -> None:
+    qtbot.keyClicks(panel.search, "sky")
+    assert [cell(panel, r, "title") for r in range(panel.model.rowCount())] == ["Why is the sky blue?"]
+    panel.search.clear()
+    assert panel.model.rowCount() == 3
+    qtbot.keyClicks(panel.search, "80 km/h")  # answers are searched too
+    assert panel.model.rowCount() == 2
+
+
+def test_rename_with_f2(qtbot, panel: SessionsPanel, store: SessionStore) -> None:
+    sid = panel.model.session_id(2)
+    panel.select(sid)
+    panel.view.setCurrentIndex(panel.model.index(2, 0))
+    panel.view.setFocus()
+    qtbot.keyClick(panel.view, Qt.Key.Key_F2)
+    editor = panel.view.findChild(QLineEdit)
+    assert editor is not None and editor.text() == "How fast is the train?"
+    editor.setText("Train speed")
+    with qtbot.waitSignal(panel.session_renamed) as blocker:
+        qtbot.keyClick(editor, Qt.Key.Key_Return)
+    assert blocker.args == [sid, "Train speed"]
+    assert store.get_session(sid)["title"] == "Train speed" and cell(panel, 2, "title") == "Train speed"
+
+
+def test_rename_to_nothing_is_ignored(panel: SessionsPanel, store: SessionStore) -> None:
+    sid = panel.model.session_id(0)
+    assert not panel.model.setData(panel.model.index(0, 0), "   ")
+    assert store.get_session(sid)["title"] == QUESTIONS[-1]
+
+
+def test_delete_asks_first(panel: SessionsPanel, store: SessionStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+    reply = [QMessageBox.StandardButton.No]
+
+    def question(parent, title, text, *args):
+        asked.append(text)
+        return reply[0]
+
+    monkeypatch.setattr(QMessageBox, "question", question)
+    sid = panel.model.session_id(0)
+    panel.select(sid)
+    panel.delete_selected()
+    assert "What is 12 * 7?" in asked[0] and store.get_session(sid)
+    reply[0] = QMessageBox.StandardButton.Yes
+    panel.delete_selected()
+    assert panel.model.rowCount() == 2 and panel.model.row_of(sid) is None
+    assert [s["id"] for s in store.list_sessions()] == [panel.model.session_id(0), panel.model.session_id(1)]
+
+
+def test_open_and_run_again_signals(qtbot, panel: SessionsPanel) -> None:
+    sid = panel.model.session_id(1)
+    panel.select(sid)
+    with qtbot.waitSignal(panel.open_requested) as opened:
+        panel.buttons["open"].click()
+    with qtbot.waitSignal(panel.run_again_requested) as again:
+        panel.buttons["run_again"].click()
+    assert opened.args == [sid] and again.args == [sid]
+    rect = panel.view.visualRect(panel.model.index(1, 1))
+    with qtbot.waitSignal(panel.open_requested, timeout=1000) as double:
+        qtbot.mouseClick(panel.view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+        qtbot.mouseDClick(panel.view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    assert double.args == [sid]
+    panel.view.setFocus()
+    with qtbot.waitSignal(panel.open_requested, timeout=1000) as entered:
+        qtbot.keyClick(panel.view, Qt.Key.Key_Return)
+    assert entered.args == [sid]
+    assert [a.text() for a in panel.context_menu().actions() if a.text()] == [
+        "Open", "Run again", "Rename", "Export…", "Delete…"]
+
+
+def test_export_through_the_dialog(qtbot, panel: SessionsPanel, tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "train"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(target), "Web page (*.html)"))
+    sid = panel.model.session_id(2)
+    panel.select(sid)
+    with qtbot.waitSignal(panel.exported) as done:
+        panel.buttons["export"].click()
+    assert done.args == [sid, str(tmp_path / "train.html")]
+    assert (tmp_path / "train.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+def test_export_errors_are_shown_not_raised(panel: SessionsPanel, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    warnings: list[str] = []
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(tmp_path / "no" / "s.md"), ""))
+    monkeypatch.setattr(QMessageBox, "warning", lambda parent, title, text, *a: warnings.append(text))
+    assert panel.export_with_dialog(panel.model.session_id(0)) is None
+    assert "does not exist" in warnings[0]
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: ("", ""))  # cancelled
+    assert panel.export_with_dialog(panel.model.session_id(0)) is None and len(warnings) == 1
+
+
+def test_a_broken_store_shows_a_message(qtbot, store: SessionStore) -> None:
+    state = {"broken": True}
+
+    def source() -> SessionStore:
+        if state["broken"]:
+            raise StoreDamaged("the session database x.db is damaged (file is not a database)")
+        return store
+
+    panel = SessionsPanel(source)
+    qtbot.addWidget(panel)
+    assert panel.model.rowCount() == 0 and "damaged" in panel.message.text() and not panel.message.isHidden()
+    state["broken"] = False
+    panel.refresh()
+    assert panel.model.rowCount() == 3 and panel.message.isHidden()
+
+
+def test_refresh_keeps_the_selection(panel: SessionsPanel, store: SessionStore) -> None:
+    sid = panel.model.session_id(1)
+    panel.select(sid)
+    recorder = SessionRecorder(store)
+    for event in fake_run("A new one"):
+        recorder.write(event)
+    panel.refresh()
+    assert panel.model.rowCount() == 4 and panel.selected_id() == sid
