@@ -1,0 +1,171 @@
+"""The selected node in full: text, score per step along its path, tokens, KV place and PCIe bytes.
+
+`NodeDetails` reads the shared `SearchTree` and listens to it, so whatever view applies the
+events, the shown node refreshes when its score, state or memory changes. Every piece of
+model text goes into plain-text widgets: a step that says '<b>' shows '<b>'.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFormLayout,
+    QHeaderView,
+    QLabel,
+    QPlainTextEdit,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.gui import palette as pal
+from app.gui.tree_data import ROOT_ID, SearchTree
+from engine.errors import format_bytes
+
+FIELDS = ("state", "score", "aggregate", "tokens", "group", "kv_device", "kv_host", "h2d", "d2h")
+FIELD_LABELS = {
+    "state": "State", "score": "Score (this step)", "aggregate": "Path score", "tokens": "Tokens",
+    "group": "Group", "kv_device": "KV on GPU", "kv_host": "KV on CPU", "h2d": "H2D (its step)",
+    "d2h": "D2H (its step)",
+}
+PATH_COLUMNS = ("Step", "Id", "Score", "Path score", "First line")
+PLACEHOLDER = "Click a node in the tree to see its text, scores, memory and path."
+
+
+class NodeDetails(QWidget):
+    """Details of one node of `tree`; `show_node(id)` picks it, `reset()` clears the panel."""
+
+    def __init__(self, tree: SearchTree, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.tree = tree
+        self.node_id: int | None = None
+        self.heading = QLabel(PLACEHOLDER)
+        self.heading.setTextFormat(Qt.TextFormat.PlainText)
+        self.heading.setWordWrap(True)
+        self.heading.setFont(pal.ui_font(10, bold=True))
+        self.values = {name: self._value_label() for name in FIELDS}
+        form = QFormLayout()
+        form.setHorizontalSpacing(14)
+        form.setVerticalSpacing(3)
+        for name in FIELDS:
+            form.addRow(FIELD_LABELS[name], self.values[name])
+        self.text = QPlainTextEdit(readOnly=True)
+        self.text.setPlaceholderText("full text of the step")
+        self.path = self._path_table()
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.text)
+        split.addWidget(self.path)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.heading)
+        layout.addLayout(form)
+        layout.addWidget(split, 1)
+        tree.add_listener(self._on_tree_changed)
+        self.reset()
+
+    # -- contract ------------------------------------------------------------------------
+
+    def apply(self, event: object) -> None:
+        """Nothing to do: the panel follows the tree it was given (the tree view applies events)."""
+
+    def reset(self) -> None:
+        """Show the placeholder; no node selected."""
+        self.node_id = None
+        self.heading.setText(PLACEHOLDER)
+        for label in self.values.values():
+            label.setText("–")
+        self.text.setPlainText("")
+        self.path.setRowCount(0)
+
+    def show_node(self, node_id: int) -> None:
+        """Show `node_id`; an id not in the tree (a previous run's) clears the panel."""
+        if node_id not in self.tree:
+            self.reset()
+            return
+        self.node_id = node_id
+        node = self.tree.node(node_id)
+        if node_id == ROOT_ID:
+            self.heading.setText("The prompt")
+        else:
+            eos = ", ends the answer" if node.eos else ""
+            self.heading.setText(f"Candidate #{node.id} · step {node.step} · {node.state}{eos}")
+        values = {
+            "state": node.state,
+            "score": _score(node.score),
+            "aggregate": _score(node.aggregate),
+            "tokens": str(node.tokens),
+            "group": "–" if node.group is None else f"{node.group}" + (" (prefetched)" if node.prefetched else ""),
+            "kv_device": _kv(node.device_bytes, node.device_share),
+            "kv_host": _kv(node.host_bytes, None if node.device_share is None else 1 - node.device_share),
+            "h2d": format_bytes(node.h2d_bytes),
+            "d2h": format_bytes(node.d2h_bytes),
+        }
+        for name, value in values.items():
+            self.values[name].setText(value)
+        if self.text.toPlainText() != node.text:
+            self.text.setPlainText(node.text)
+        self._fill_path(node_id)
+
+    def value(self, name: str) -> str:
+        """The shown value of field `name` (one of FIELDS)."""
+        return self.values[name].text()
+
+    def path_rows(self) -> list[list[str]]:
+        """The path table as text, one list per row (root first)."""
+        return [
+            [self.path.item(row, col).text() for col in range(self.path.columnCount())]
+            for row in range(self.path.rowCount())
+        ]
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _on_tree_changed(self, changed: set[int]) -> None:
+        if self.node_id is None:
+            return
+        if self.node_id not in self.tree:
+            self.reset()
+        elif not changed or self.node_id in changed or changed & set(self.tree.path_to(self.node_id)):
+            self.show_node(self.node_id)
+
+    def _fill_path(self, node_id: int) -> None:
+        rows = [["0", "prompt", "", "", self.tree.node(ROOT_ID).first_line]]
+        rows += [
+            [str(p.step), f"#{p.id}", _score(p.score), _score(p.aggregate), p.first_line]
+            for p in self.tree.path_steps(node_id)
+        ]
+        self.path.setRowCount(len(rows))
+        for row, cells in enumerate(rows):
+            for col, text in enumerate(cells):
+                self.path.setItem(row, col, QTableWidgetItem(text))
+
+    @staticmethod
+    def _value_label() -> QLabel:
+        label = QLabel("–")
+        label.setTextFormat(Qt.TextFormat.PlainText)
+        label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        return label
+
+    @staticmethod
+    def _path_table() -> QTableWidget:
+        table = QTableWidget(0, len(PATH_COLUMNS))
+        table.setHorizontalHeaderLabels(PATH_COLUMNS)
+        table.verticalHeader().setVisible(False)
+        table.verticalHeader().setDefaultSectionSize(22)
+        table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        table.setWordWrap(False)
+        header = table.horizontalHeader()
+        for col in range(len(PATH_COLUMNS) - 1):
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        return table
+
+
+def _score(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def _kv(nbytes: int, share: float | None) -> str:
+    return "not reported" if share is None else f"{format_bytes(nbytes)} ({share:.0%})"
