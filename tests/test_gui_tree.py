@@ -1,0 +1,268 @@
+"""The reasoning tree: SearchTree folding of engine events, and ReasoningTreeView drawing them."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+import itertools
+
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtGui import QColor, QImage, QPainter, QPen
+from PySide6.QtWidgets import QAbstractSlider
+
+from app.gui import palette as pal
+from app.gui.tree_data import ROOT_ID, SearchTree
+from app.gui.tree_view import COL_W, ReasoningTreeView
+from engine import events as ev
+from engine.config import SearchConfig
+from tests.fake_search import fake_run
+
+SEARCH = SearchConfig(beams=2, width=3, max_steps=4)
+
+
+def events(search: SearchConfig = SEARCH, **kwargs) -> list[object]:
+    return list(fake_run("How fast is the train?", search, **kwargs))
+
+
+@pytest.fixture
+def view(qtbot) -> ReasoningTreeView:
+    widget = ReasoningTreeView()
+    qtbot.addWidget(widget)
+    widget.resize(900, 600)
+    widget.show()
+    return widget
+
+
+def feed(view: ReasoningTreeView, stream: list[object]) -> None:
+    for event in stream:
+        view.apply(event)
+
+
+# -- SearchTree (plain Python) -----------------------------------------------------------
+
+
+def test_tree_has_one_node_per_candidate_plus_the_prompt():
+    stream = events()
+    tree = SearchTree()
+    for event in stream:
+        tree.apply(event)
+    generated = {e.id for e in stream if isinstance(e, ev.CandidateText)}
+    assert len(generated) == 2 * 3 + 3 * (2 * 3)  # first step: N*M from the prompt, then N*M per step
+    assert set(tree.nodes) == generated | {ROOT_ID}
+    assert tree.node(ROOT_ID).text == "How fast is the train?"
+
+
+def test_states_match_step_selected_and_path_is_final():
+    stream = events()
+    tree = SearchTree()
+    for event in stream:
+        tree.apply(event)
+    finished = stream[-1]
+    assert isinstance(finished, ev.RunFinished)
+    for sel in (e for e in stream if isinstance(e, ev.StepSelected)):
+        for cid in sel.pruned:
+            assert tree.node(cid).state == "pruned"
+        for cid in sel.kept:
+            assert tree.node(cid).state == ("final" if cid in finished.path else "kept")
+    assert tree.chosen_path == finished.path
+    assert tree.node(ROOT_ID).state == "final"
+    assert tree.outcome == "finished" and tree.answer == finished.answer
+    assert not [n for n in tree.nodes.values() if n.state == "running"]
+
+
+def test_scores_memory_and_path_along_the_chosen_path():
+    stream = events()
+    tree = SearchTree()
+    for event in stream:
+        tree.apply(event)
+    scored = {e.id: e for e in stream if isinstance(e, ev.CandidateScored)}
+    last = tree.chosen_path[-1]
+    assert tree.path_to(last) == list(tree.chosen_path)
+    steps = tree.path_steps(last)
+    assert [p.step for p in steps] == [1, 2, 3, 4]
+    assert [p.score for p in steps] == [scored[c].score for c in tree.chosen_path]
+    node = tree.node(last)
+    snapshot = [e for e in stream if isinstance(e, ev.MemorySnapshot)][-1]
+    mem = next(m for m in snapshot.candidates if m.id == last)
+    assert (node.device_bytes, node.host_bytes, node.h2d_bytes, node.d2h_bytes) == (
+        mem.device_bytes, mem.host_bytes, mem.h2d_bytes, mem.d2h_bytes)
+    assert node.device_share == pytest.approx(1 / 3)
+    assert tree.emulated and tree.budget_bytes == snapshot.budget_bytes
+
+
+def test_cancelled_stream_leaves_a_consistent_tree():
+    calls = iter(range(100))
+    stream = events(should_stop=lambda: next(calls) >= 2)  # stops before step 3
+    assert isinstance(stream[-1], ev.RunCancelled)
+    tree = SearchTree()
+    for event in stream:
+        tree.apply(event)
+    assert tree.outcome == "cancelled"
+    assert {n.step for n in tree.candidates()} == {1, 2}
+    for node in tree.candidates():
+        assert node.parent in tree.nodes
+        assert node.id in tree.node(node.parent).children
+        assert node.state in ("kept", "pruned")
+
+
+def test_cancel_in_the_middle_of_a_step_prunes_the_unselected_candidates():
+    stream = events()
+    cut = next(i for i, e in enumerate(stream) if isinstance(e, ev.CandidateScored) and e.step == 2)
+    tree = SearchTree()
+    for event in [*stream[:cut], ev.RunCancelled(step=1)]:
+        tree.apply(event)
+    step2 = [n for n in tree.candidates() if n.step == 2]
+    assert step2 and all(n.state == "pruned" for n in step2)
+    assert not [n for n in tree.nodes.values() if n.state == "running"]
+
+
+def test_unknown_parent_hangs_under_the_root_and_unknown_events_are_ignored():
+    tree = SearchTree()
+    changed = tree.apply(ev.CandidateText(3, 42, 999, "orphan", 4, False, 0))
+    assert 42 in changed and tree.node(42).parent == ROOT_ID
+    assert tree.apply(ev.PrefillDone(prompt_tokens=3, seconds=0.1)) == set()
+    assert tree.apply(object()) == set()
+    with pytest.raises(KeyError, match="no node 7"):
+        tree.node(7)
+
+
+def test_layout_is_tidy_and_earlier_columns_never_move():
+    stream = events(SearchConfig(beams=3, width=3, max_steps=5))
+    tree = SearchTree()
+    seen: dict[int, float] = {}
+    for event in stream:
+        tree.apply(event)
+        if isinstance(event, ev.StepStarted):  # the previous column is complete: it must stay put
+            for node_id, y in seen.items():
+                assert tree.node(node_id).y == y
+            seen = {n.id: n.y for n in tree.nodes.values()}
+    for ids in tree.columns.values():
+        ys = [tree.node(i).y for i in ids]
+        assert all(b - a >= 1 for a, b in itertools.pairwise(ys))  # no overlap, parent order
+        parents = [tree.node(i).parent for i in ids]
+        parent_ys = [tree.node(p).y for p in parents if p is not None]
+        assert parent_ys == sorted(parent_ys)  # blocks follow their parents: edges never cross
+
+
+def test_tree_listeners_hear_changes_and_resets():
+    tree = SearchTree()
+    heard: list[set[int]] = []
+    tree.add_listener(heard.append)
+    tree.apply(ev.CandidateText(1, 5, None, "x", 1, False, 0))
+    tree.reset()
+    assert heard == [{5}, set()]
+    assert len(tree) == 1
+
+
+# -- ReasoningTreeView ------------------------------------------------------------------
+
+
+def test_view_draws_every_candidate_and_marks_the_chosen_path(view):
+    stream = events()
+    feed(view, stream)
+    finished = stream[-1]
+    generated = {e.id for e in stream if isinstance(e, ev.CandidateText)}
+    assert set(view.data.nodes) == generated | {ROOT_ID}
+    for cid in generated:
+        item = view.item(cid)
+        assert item.pos().x() == view.data.node(cid).step * COL_W
+        expected = "final" if cid in finished.path else view.data.node(cid).state
+        assert item.style() == pal.STATE_STYLES[expected]
+    assert view.item(ROOT_ID).style() == pal.STATE_STYLES["final"]
+    assert view._edges[finished.path[-1]].pen().color() == QColor(pal.EDGE_FINAL)
+
+
+def test_a_second_run_replaces_the_first(view):
+    feed(view, events())
+    second = events(SearchConfig(beams=1, width=2, max_steps=2))
+    feed(view, second)
+    generated = {e.id for e in second if isinstance(e, ev.CandidateText)}
+    assert len(view.data) == len(generated) + 1
+    assert len(view.scene().items()) == 2 * len(generated) + 1  # nodes + one edge per candidate
+
+
+def test_click_on_a_node_emits_node_selected(view, qtbot):
+    feed(view, events())
+    target = view.data.chosen_path[1]
+    view.centerOn(view.node_center(target))
+    pos = view.mapFromScene(view.node_center(target))
+    with qtbot.waitSignal(view.node_selected) as blocker:
+        qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    assert blocker.args == [target]
+    assert view.selected_id == target and view.item(target).selected
+
+
+def test_follow_stops_when_the_user_scrolls_and_fit_resumes_it(view, qtbot):
+    feed(view, events(SearchConfig(beams=4, width=4, max_steps=6)))
+    assert view.follow
+    view.verticalScrollBar().triggerAction(QAbstractSlider.SliderAction.SliderPageStepAdd)
+    assert not view.follow and not view.follow_button.isChecked()
+    before = view.transform().m11()
+    view.setFocus()
+    qtbot.keyClick(view, Qt.Key.Key_Equal, Qt.KeyboardModifier.ControlModifier)
+    assert view.transform().m11() == pytest.approx(before * 1.25)
+    qtbot.keyClick(view, Qt.Key.Key_Minus, Qt.KeyboardModifier.ControlModifier)
+    assert view.transform().m11() == pytest.approx(before)
+    qtbot.keyClick(view, Qt.Key.Key_0, Qt.KeyboardModifier.ControlModifier)
+    assert view.follow and view.transform().m11() < before
+    visible = view.mapToScene(view.viewport().rect()).boundingRect()
+    assert visible.contains(view.scene().sceneRect().center())
+
+
+def test_view_follows_the_newest_step(view):
+    feed(view, events(SearchConfig(beams=3, width=3, max_steps=6)))
+    visible = view.mapToScene(view.viewport().rect()).boundingRect()
+    assert visible.contains(view.node_center(view.data.chosen_path[-1]))
+
+
+def test_legend_says_emulated_gpu(view):
+    assert "emulated GPU" not in view.legend.plain_text()
+    view.apply(events()[0])
+    assert "emulated GPU" in view.legend.plain_text()
+    for state in ("running", "kept", "pruned", "chosen path"):
+        assert state in view.legend.plain_text()
+
+
+def test_markup_in_model_text_is_shown_literally(view):
+    markup = "<b>bold</b> & <i>x</i>"
+    stream = [dataclasses.replace(e, text=markup) if isinstance(e, ev.CandidateText | ev.CandidateScored) else e
+              for e in events()]
+    feed(view, stream)
+    node_id = view.data.chosen_path[0]
+    assert view.item(node_id)._line.startswith("<b>bold</b>")
+    assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;i&gt;" in view.item(node_id).toolTip()
+
+
+def test_view_renders_to_an_image_after_every_event(view):
+    image = QImage(400, 300, QImage.Format.Format_ARGB32)
+    for event in events():
+        view.apply(event)
+        painter = QPainter(image)
+        view.scene().render(painter)
+        painter.end()
+    assert not image.isNull()
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="None is immortal from Python 3.12 on")
+def test_qt_void_calls_do_not_drain_the_refcount_of_none():
+    # PySide6 6.12.0 on Python 3.11 drops one reference to None per call of a void method
+    # (QPainter.setPen, ...); painting a tree then aborts the interpreter. Needs PySide6 != 6.12.0.
+    image = QImage(10, 10, QImage.Format.Format_ARGB32)
+    painter = QPainter(image)
+    before = sys.getrefcount(None)
+    for _ in range(300):
+        painter.setPen(QPen(QColor("#123456")))
+    after = sys.getrefcount(None)
+    painter.end()
+    assert after > before - 100, "this PySide6 build leaks None references: install PySide6-Essentials!=6.12.0"
+
+
+def test_select_unknown_node_names_it(view):
+    with pytest.raises(KeyError, match="no node 12345"):
+        view.select_node(12345)
+    assert view.node_center(ROOT_ID) == view.item(ROOT_ID).pos() + QPointF(98, 37)
