@@ -252,10 +252,11 @@ class SessionStore:
         pending = [m for m in MIGRATIONS if m.__name__ not in applied]
         if not pending:
             return
-        with self.transaction():
-            if "migrations" not in tables:
+        with self.transaction():  # another process may have migrated while we waited for the lock
+            if "migrations" not in self.db.table_names():
                 self.db["migrations"].create({"name": str, "applied": str}, pk="name")
-            for migration in pending:
+            applied = {row[0] for row in conn.execute("SELECT name FROM migrations")}
+            for migration in (m for m in MIGRATIONS if m.__name__ not in applied):
                 migration(self.db)
                 conn.execute("INSERT INTO migrations (name, applied) VALUES (?, ?)", (migration.__name__, now_iso()))
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -218,3 +218,17 @@ def test_a_failed_write_leaves_no_partial_file_and_keeps_the_old_one(store: Sess
         export_session(store, sid, "md", target)
     assert target.read_text(encoding="utf-8") == "old export"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.md"]
+
+
+def test_a_folder_that_refuses_new_files_is_a_clear_error(store: SessionStore, sid: int, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a read-only folder does to the export, also when the tests run as root."""
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("app.export.tempfile.mkstemp", refuse)
+    with pytest.raises(ExportError, match="cannot write to the folder") as info:
+        export_session(store, sid, "html", tmp_path / "s.html")
+    assert str(tmp_path) in str(info.value) and "Permission denied" in str(info.value)
+    assert list(tmp_path.iterdir()) == []

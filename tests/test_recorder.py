@@ -225,3 +225,34 @@ def test_sigkill_mid_run_keeps_finished_steps_and_marks_interrupted(tmp_path: Pa
         assert [t["step"] for t in store.timeline(session["id"])] == [1]
         assert {r["step"] for r in store.candidates(session["id"])} == {1}
         assert len(store.candidates(session["id"])) == 4
+
+
+@pytest.mark.skipif(os.name == "nt", reason="SIGKILL is POSIX")
+def test_sigkill_of_beamwise_run_keeps_finished_steps(tmp_path: Path) -> None:
+    """The real thing: `beamwise run` on a synthetic model, killed once a step is in the database."""
+    path = tmp_path / "s.db"
+    SessionStore(path).close()
+    command = [sys.executable, "-m", "app.cli", "run", "Count slowly to one hundred.", "--model",
+               "synthetic:tiny-llama", "--max-steps", "60", "--beams", "4", "--width", "2", "--step-tokens", "8",
+               "--step-delimiter", "none", "--device", "cpu", "--db", str(path)]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        watcher = sqlite3.connect(path)
+        while watcher.execute("SELECT count(*) FROM steps").fetchone()[0] < 1:
+            if proc.poll() is not None:
+                pytest.fail(f"beamwise run ended before its first step: {proc.stderr.read().decode()[-2000:]}")
+            assert time.monotonic() < deadline, "no step reached the database in 120 s"
+            time.sleep(0.01)
+        watcher.close()
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        proc.stderr.close()
+    with SessionStore(path) as store:
+        (session,) = store.list_sessions()
+        assert session["status"] == "interrupted", "the run finished before the kill; make it longer"
+        steps = [t["step"] for t in store.timeline(session["id"])]
+        assert steps == list(range(1, session["steps"] + 1)) and steps
+        assert {r["step"] for r in store.candidates(session["id"])} == set(steps)
+        assert store.events(session["id"])[-1].type == "step_selected"
