@@ -1,0 +1,173 @@
+"""Node details, live charts and transcript panels fed with the fake engine's event stream."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import Qt
+
+from app.gui.charts import TITLES, ChartsPanel
+from app.gui.details import PLACEHOLDER, NodeDetails
+from app.gui.transcript import TranscriptPanel
+from app.gui.tree_data import ROOT_ID
+from app.gui.tree_view import ReasoningTreeView
+from engine import events as ev
+from engine.config import SearchConfig
+from engine.errors import format_bytes
+from tests.fake_search import fake_run
+
+SEARCH = SearchConfig(beams=2, width=2, max_steps=4)
+MARKUP = "<b>not bold</b> & done"
+
+
+def events(**kwargs) -> list[object]:
+    return list(fake_run("<i>How</i> fast is the train?", SEARCH, **kwargs))
+
+
+def with_markup(stream: list[object]) -> list[object]:
+    """The same stream with model text that looks like HTML."""
+    return [
+        dataclasses.replace(e, text=f"{MARKUP} {e.id}") if isinstance(e, ev.CandidateText | ev.CandidateScored)
+        else dataclasses.replace(e, answer=MARKUP) if isinstance(e, ev.RunFinished) else e
+        for e in stream
+    ]
+
+
+@pytest.fixture
+def tree_and_details(qtbot):
+    view = ReasoningTreeView()
+    details = NodeDetails(view.data)
+    view.node_selected.connect(details.show_node)
+    for widget in (view, details):
+        qtbot.addWidget(widget)
+        widget.show()
+    view.resize(900, 600)
+    return view, details
+
+
+# -- NodeDetails ------------------------------------------------------------------------------
+
+
+def test_clicked_node_shows_its_text_scores_memory_and_path(tree_and_details, qtbot):
+    view, details = tree_and_details
+    stream = with_markup(events())
+    for event in stream:
+        view.apply(event)
+        details.apply(event)
+    target = view.data.chosen_path[2]
+    view.centerOn(view.node_center(target))
+    with qtbot.waitSignal(view.node_selected):
+        qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=view.mapFromScene(view.node_center(target)))
+    node = view.data.node(target)
+    assert details.node_id == target
+    assert details.text.toPlainText() == f"{MARKUP} {target}"  # markup shown literally
+    assert details.heading.text() == f"Candidate #{target} · step 3 · final"
+    assert details.value("score") == f"{node.score:.3f}"
+    assert details.value("tokens") == "8"
+    assert details.value("group") == "0"
+    assert details.value("kv_device") == f"{format_bytes(node.device_bytes)} (33%)"
+    assert details.value("h2d") == format_bytes(node.h2d_bytes)
+    rows = details.path_rows()
+    assert [r[1] for r in rows] == ["prompt", *(f"#{c}" for c in view.data.chosen_path[:3])]
+    assert rows[0][4] == "<i>How</i> fast is the train?"
+    assert rows[3][2] == f"{node.score:.3f}" and rows[3][4] == f"{MARKUP} {target}"
+
+
+def test_details_refresh_when_the_shown_node_is_selected_or_pruned(tree_and_details):
+    view, details = tree_and_details
+    stream = events()
+    first_selected = next(i for i, e in enumerate(stream) if isinstance(e, ev.StepSelected))
+    for event in stream[:first_selected]:
+        view.apply(event)
+    loser = stream[first_selected].pruned[0]
+    view.select_node(loser)
+    assert details.value("state") == "running"
+    view.apply(stream[first_selected])
+    assert details.value("state") == "pruned"
+    view.apply(stream[0])  # a new run: the old node is gone
+    assert details.node_id is None and details.heading.text() == PLACEHOLDER
+
+
+def test_details_of_the_prompt_and_of_an_unknown_id(tree_and_details):
+    view, details = tree_and_details
+    view.apply(events()[0])
+    details.show_node(ROOT_ID)
+    assert details.heading.text() == "The prompt"
+    assert details.text.toPlainText() == "<i>How</i> fast is the train?"
+    details.show_node(777)
+    assert details.node_id is None and details.value("score") == "–"
+
+
+# -- ChartsPanel -------------------------------------------------------------------------------
+
+
+def test_charts_add_one_point_per_step_and_say_emulated(qtbot):
+    charts = ChartsPanel()
+    qtbot.addWidget(charts)
+    assert all("emulated GPU" not in charts.title(name) for name in TITLES)
+    steps = 0
+    for event in events():
+        charts.apply(event)
+        if isinstance(event, ev.StepSelected):
+            steps += 1
+            for curve in ("step_h2d", "step_d2h", "total_h2d", "total_d2h", "device", "host", "copy", "modelled"):
+                assert charts.point_count(curve) == steps
+    assert all("emulated GPU" in charts.title(name) for name in TITLES)
+    transfers = [e for e in events() if isinstance(e, ev.TransferStats)]
+    _, totals = charts.curves["total_h2d"].getData()
+    assert list(totals) == [t.h2d_bytes for t in transfers]
+    assert charts.budget_line.isVisible() and charts.budget_line.value() == 1 << 20
+    charts.reset()
+    assert charts.point_count("total_h2d") == 0 and not charts.budget_line.isVisible()
+
+
+def test_charts_on_a_real_gpu_are_not_labelled_emulated(qtbot):
+    charts = ChartsPanel()
+    qtbot.addWidget(charts)
+    for event in events():
+        if isinstance(event, ev.RunStarted | ev.MemorySnapshot | ev.TransferStats):
+            event = dataclasses.replace(event, emulated=False)
+        charts.apply(event)
+    assert all("emulated" not in charts.title(name) for name in TITLES)
+    assert charts.point_count("copy") == SEARCH.max_steps
+
+
+# -- TranscriptPanel ---------------------------------------------------------------------------
+
+
+def test_transcript_streams_the_best_path_then_shows_the_answer(qtbot):
+    panel = TranscriptPanel()
+    qtbot.addWidget(panel)
+    stream = with_markup(events())
+    first_selected = next(e for e in stream if isinstance(e, ev.StepSelected))
+    for event in stream:
+        panel.apply(event)
+        if event is first_selected:
+            assert panel.best_path == [first_selected.kept[0]]
+            assert f"{MARKUP} {first_selected.kept[0]}" in panel.plain_text()
+            assert "Best path after step 1" in panel.plain_text()
+    finished = stream[-1]
+    text = panel.plain_text()
+    assert panel.best_path == list(finished.path)
+    assert text.rstrip().endswith(MARKUP)  # the answer, literally, last
+    assert "<i>How</i> fast is the train?" in text
+    assert all(f"{MARKUP} {cid}" in text for cid in finished.path)
+    assert f"score {finished.score:.3f}" in text
+
+
+def test_transcript_after_stop_and_failure(qtbot):
+    panel = TranscriptPanel()
+    qtbot.addWidget(panel)
+    calls = iter(range(100))
+    for event in events(should_stop=lambda: next(calls) >= 2):
+        panel.apply(event)
+    assert "Stopped after step 2" in panel.plain_text()
+    assert len(panel.best_path) == 2 and panel.answer is None
+    panel.apply(ev.RunFailed(error="KVBudgetTooSmall", message="Raise the KV budget to at least 2 MiB."))
+    assert "Raise the KV budget to at least 2 MiB." in panel.plain_text()
+    panel.reset()
+    assert panel.plain_text() == "" and panel.best_path == []
