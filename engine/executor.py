@@ -26,6 +26,7 @@ class Live:
     table: list[int]
     pending: int
     generator: torch.Generator
+    source: int | None = None  # the candidate it was forked from (the prompt's id for the first step)
 
 
 @dataclass
@@ -46,9 +47,9 @@ class GroupDone:
 class GroupExecutor:
     """Decodes groups of candidates whose KV is gathered from blocks in the store."""
 
-    def __init__(self, model: torch.nn.Module, blocks: BlockManager, store: KVStore, home: Tier, pcie_gbps: float):
+    def __init__(self, model: torch.nn.Module, blocks: BlockManager, store: KVStore, home: Tier) -> None:
         self.model, self.blocks, self.store, self.home = model, blocks, store, home
-        self.bandwidth = pcie_gbps * 1e9
+        self.bandwidth = store.bandwidth
 
     def run_step(
         self,

@@ -9,11 +9,13 @@ import torch
 
 from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
+from engine.errors import KVBudgetTooSmall
 from engine.executor import GroupDone, GroupExecutor, Live, StepTiming
 from engine.kv.blocks import BlockManager, Tier
+from engine.kv.layerwise import LayerwiseExecutor
 from engine.kv.store import KVStore
 from engine.runner import StepRules, prefill
-from engine.scheduling import Switches, Work, plan_in_device, plan_lbs
+from engine.scheduling import Group, StepPlan, Switches, Work, plan_in_device, plan_lbs
 
 PROMPT_ID = 0
 CUDA_MARGIN = 1 << 30  # leave this much device memory free for activations when the budget is automatic
@@ -47,7 +49,10 @@ class KVCache:
         self.policy = cache.policy if cache.policy != "auto" else ("in_device" if whole <= self.budget else "lbs")
         self.home = Tier.DEVICE if self.policy == "in_device" else Tier.HOST
         self.live: dict[int, Live] = {}
-        self.executor = GroupExecutor(self.model, self.blocks, self.store, self.home, cache.pcie_gbps)
+        if self.policy == "layerwise":
+            self.executor = LayerwiseExecutor(self.model, self.blocks, self.store, self.budget)
+        else:
+            self.executor = GroupExecutor(self.model, self.blocks, self.store, self.home)
         self.timing = StepTiming()
 
     def _automatic_budget(self, whole: int) -> int:
@@ -67,20 +72,20 @@ class KVCache:
         """Compute the prompt's KV once; every candidate shares its blocks. Returns seconds."""
         start = time.perf_counter()
         self.store.counters.start_step()
-        table: list[int] = []
-        if len(prompt) > 1:
-            cache, _ = prefill(self.model, prompt[:-1], self.device)
+        cache, _ = prefill(self.model, prompt[:-1], self.device)
+        plan = self.blocks.allocate(prompt[:-1], self.home)
+        if isinstance(self.executor, LayerwiseExecutor):
+            self.executor.start(PROMPT_ID, cache)  # keeps the prompt's KV as its first row
+        else:
             new_kv = [(layer.keys[0], layer.values[0]) for layer in cache.layers]
-            plan = self.blocks.allocate(prompt[:-1], self.home)
             self.store.write(plan, new_kv, self.home, PROMPT_ID)
-            table = plan.table
-        self.live[PROMPT_ID] = Live(PROMPT_ID, table, prompt[-1], torch.Generator())
+        self.live[PROMPT_ID] = Live(PROMPT_ID, plan.table, prompt[-1], torch.Generator())
         self.store.sync()
         return time.perf_counter() - start
 
     def fork(self, parent: int | None, child: int, generator: torch.Generator) -> None:
         source = self.live[PROMPT_ID if parent is None else parent]
-        self.live[child] = Live(child, self.blocks.fork(source.table), source.pending, generator)
+        self.live[child] = Live(child, self.blocks.fork(source.table), source.pending, generator, source.id)
 
     def release(self, candidate: int) -> None:
         live = self.live.pop(candidate, None)
@@ -95,6 +100,11 @@ class KVCache:
     def plan(self, candidates: Sequence[int]):
         work = [Work(c, tuple(self.live[c].table), self.blocks.num_tokens(self.live[c].table)) for c in candidates]
         token_bytes, k = self.store.token_bytes, self.search.step_tokens
+        if self.policy == "layerwise":
+            need = self.executor.min_budget(len(work), k)
+            if need > self.budget:
+                raise KVBudgetTooSmall(self.budget, need, "two layers of every candidate (layerwise)")
+            return StepPlan("layerwise", (Group(tuple(w.id for w in work)),), 0)
         if self.policy == "in_device":
             resident = self.store.resident_bytes(Tier.DEVICE)
             return plan_in_device(work, resident, self.budget, k, token_bytes, self.blocks.block_size)
@@ -114,36 +124,43 @@ class KVCache:
         self.store.sync()
 
     # -- reporting ------------------------------------------------------------------------------
-    def step_events(self, step: int, candidates: dict) -> Iterator[ev.Event]:
+    def _placement(self, live: Live) -> tuple[int, int, int, int]:
+        """(device blocks, host blocks, device bytes, host bytes) of one candidate's KV."""
+        if isinstance(self.executor, LayerwiseExecutor):
+            share = self.executor.resident_share()
+            total = self.blocks.num_tokens(live.table) * self.store.token_bytes
+            blocks_on_device = round(len(live.table) * share)
+            return (
+                blocks_on_device,
+                len(live.table) - blocks_on_device,
+                round(total * share),
+                total - round(total * share),
+            )
+        on_device = sum(1 for b in live.table if self.blocks.blocks[b].on_device)
+        on_host = len(live.table) - on_device
+        return on_device, on_host, on_device * self.store.block_bytes, on_host * self.store.block_bytes
+
+    def _tier_totals(self) -> tuple[int, int]:
+        if isinstance(self.executor, LayerwiseExecutor):
+            return self.executor.tier_bytes()
+        return self.store.resident_bytes(Tier.DEVICE), self.store.resident_bytes(Tier.HOST)
+
+    def step_events(self, step: int) -> Iterator[ev.Event]:
         counters = self.store.counters
         memory = []
         for cid, live in self.live.items():
             if cid == PROMPT_ID:
                 continue
-            on_device = sum(1 for b in live.table if self.blocks.blocks[b].on_device)
             traffic = counters.per_candidate.get(cid, {})
+            group = self.timing.group_of.get(cid)
             memory.append(
-                ev.CandidateMemory(
-                    cid,
-                    self.timing.group_of.get(cid),
-                    on_device,
-                    len(live.table) - on_device,
-                    on_device * self.store.block_bytes,
-                    (len(live.table) - on_device) * self.store.block_bytes,
-                    traffic.get("h2d", 0),
-                    traffic.get("d2h", 0),
-                )
+                ev.CandidateMemory(cid, group, *self._placement(live), traffic.get("h2d", 0), traffic.get("d2h", 0))
             )
+        device_bytes, host_bytes = self._tier_totals()
         yield ev.MemorySnapshot(
-            step,
-            self.emulated,
-            self.budget,
-            self.store.resident_bytes(Tier.DEVICE),
-            self.store.resident_bytes(Tier.HOST),
-            self.peak_device,
-            tuple(memory),
+            step, self.emulated, self.budget, device_bytes, host_bytes, self.timing.peak_device_bytes, tuple(memory)
         )
-        pcie = (counters.step["h2d"] + counters.step["d2h"]) / (self.cfg.pcie_gbps * 1e9)
+        pcie = (counters.step["h2d"] + counters.step["d2h"]) / self.store.bandwidth
         compute = self.timing.compute_seconds
         stall = self.timing.modelled_stall_seconds if self.emulated else counters.step_copy_seconds
         yield ev.TransferStats(

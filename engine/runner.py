@@ -76,12 +76,14 @@ def decode_step(
     rows: Sequence[Row],
     rules: StepRules,
     should_stop: Callable[[], bool] = lambda: False,
+    before_forward: Callable[[], None] | None = None,
 ) -> tuple[list[RowResult], float]:
     """Decode every row for one step in batched forward calls; rows that finish early idle.
 
     `mask` `[B, T]` marks real (1) and padding (0) columns of the cache. Returns each row's
     result and the seconds spent in forward calls. Row i's new KV is in cache columns
-    `T .. T + len(results[i].fed) - 1`.
+    `T .. T + len(results[i].fed) - 1`. `before_forward` runs before each forward call (the
+    layer-wise policy re-places layers there).
     """
     device = mask.device
     results = [RowResult() for _ in rows]
@@ -92,6 +94,8 @@ def decode_step(
         if should_stop():
             break
         mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=device)], dim=1)
+        if before_forward is not None:
+            before_forward()
         start = time.perf_counter()
         out = model(
             input_ids=torch.tensor([[t] for t in current], device=device),  # [B, 1]

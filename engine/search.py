@@ -119,7 +119,7 @@ class _Search:
                 yield ev.RunCancelled(step - 1)
                 return
             yield from self._score(children, step)
-            yield from kv.step_events(step, self.candidates)
+            yield from kv.step_events(step)
             kept = self._select(kv, children, kept, step)
             yield ev.StepSelected(step, tuple(kept), tuple(sorted(set(children) - set(kept))))
             if all(self.candidates[c].finished for c in kept):

@@ -58,11 +58,13 @@ class KVStore:
         head_dim: int,
         dtype: torch.dtype,
         device: torch.device,
+        pcie_gbps: float = 25.0,
     ) -> None:
         self.blocks = blocks
         self.shape = (num_layers, 2, num_kv_heads, blocks.block_size, head_dim)
         self.dtype = dtype
         self.device = torch.device(device)
+        self.pcie_gbps = pcie_gbps
         self.emulated = self.device.type != "cuda"
         self.pin = not self.emulated
         self.token_bytes = 2 * num_layers * num_kv_heads * head_dim * torch.tensor([], dtype=dtype).element_size()
@@ -175,6 +177,29 @@ class KVStore:
                         direction,
                         [owner],
                     )
+
+    @property
+    def bandwidth(self) -> float:
+        """Modelled PCIe bytes per second."""
+        return self.pcie_gbps * 1e9
+
+    def transfer(self, src: torch.Tensor, direction: str, owners: Sequence[int] = ()) -> torch.Tensor:
+        """A copy of `src` in the tier `direction` leads to (always a real copy, also when emulated)."""
+        to_host = direction in ("d2h", "h2h")
+        if to_host:
+            dst = torch.empty(src.shape, dtype=src.dtype, pin_memory=self.pin)
+        else:
+            dst = torch.empty(src.shape, dtype=src.dtype, device=self.device)
+        self._copy(dst, src, direction, owners)
+        return dst
+
+    def select(self, src: torch.Tensor, rows: torch.Tensor, direction: str) -> torch.Tensor:
+        """Rows of `src` (dim 0) gathered within its tier; the bytes written are counted as `direction`."""
+        start = time.perf_counter()
+        out = src.index_select(0, rows.to(src.device))
+        self.counters.step_copy_seconds += time.perf_counter() - start
+        self.counters.add(direction, out.nbytes)
+        return out
 
     def sync(self) -> None:
         if not self.emulated:
