@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import unicodedata
 from pathlib import Path
 
 from app.export import FORMATS, chosen_path, export_session, import_session, render_session, session_dump
@@ -58,7 +59,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 0
     print(f"{'id':>5}  {'date':16}  {'status':11}  {'model':22}  title / answer")
     for s in rows:
-        answer = " ".join((s["answer"] or "").split())
+        answer = " ".join(_safe(s["answer"]).split())
         answer = f"  -> {answer[:40]}" if answer else ""
         print(f"{s['id']:>5}  {s['created'][:16].replace('T', ' '):16}  {s['status']:11}  {_cut(s['model'], 22):22}  "
               f"{_cut(s['title'], 50)}{answer}")
@@ -69,16 +70,16 @@ def cmd_show(args: argparse.Namespace) -> int:
     with _open(args) as store:
         dump = session_dump(store, args.id)
     s = dump["session"]
-    print(f"session {args.id}: {s['title']}")
+    print(f"session {args.id}: {_safe(s['title'])}")
     print(f"  {s['created']}  {s['status']}" + (f" ({s['error']})" if s["error"] else ""))
     print(f"  model {s['model']}, verifier {s['verifier']}, {s['device']}, policy {s['policy']}")
     print(f"  {s['steps']} steps, {s['candidates']} candidates, {s['candidate_tokens']} tokens, "
           f"{s['seconds'] or 0:.2f} s, H2D {s['h2d_bytes']:,} B, D2H {s['d2h_bytes']:,} B")
-    print(f"\nquestion:\n{s['question']}\n\nchosen path:")
+    print(f"\nquestion:\n{_safe(s['question'])}\n\nchosen path:")
     for node in chosen_path(dump):
         score = "-" if node["score"] is None else f"{node['score']:.3f}"
-        print(f"  step {node['step']} #{node['id']} score {score}: {' '.join(node['text'].split())[:100]}")
-    print(f"\nanswer:\n{s['answer'] or '(none: the run did not finish)'}")
+        print(f"  step {node['step']} #{node['id']} score {score}: {_cut(node['text'], 100)}")
+    print(f"\nanswer:\n{_safe(s['answer']) or '(none: the run did not finish)'}")
     return 0
 
 
@@ -136,6 +137,11 @@ def cmd_move_aside(args: argparse.Namespace) -> int:
     return 0
 
 
+def _safe(text: str | None) -> str:
+    """Model text without terminal control characters (an escape sequence must not drive the terminal)."""
+    return "".join(ch if ch in "\n\t" or unicodedata.category(ch) != "Cc" else "\ufffd" for ch in text or "")
+
+
 def _cut(text: str | None, width: int) -> str:
-    flat = " ".join((text or "").split())
+    flat = " ".join(_safe(text).split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"

@@ -117,3 +117,12 @@ def test_default_database_is_in_the_data_folder(tmp_path: Path, capsys, monkeypa
     monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
     code, out, _ = run(capsys, "sessions", "list")
     assert code == 0 and "no sessions" in out and (tmp_path / "data" / "sessions.db").exists()
+
+
+def test_model_text_cannot_drive_the_terminal(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "s.db"
+    with SessionStore(path) as store:
+        store.create_session({"question": "clear\x1b[2J?", "status": "finished", "answer": "boom\x1b]0;owned\x07"})
+    for command in ("list", "show"):
+        code, out, _ = run(capsys, "sessions", command, *(["1"] if command == "show" else []), "--db", str(path))
+        assert code == 0 and "\x1b" not in out and "\x07" not in out and "boom" in out
