@@ -235,7 +235,7 @@ def test_markup_in_model_text_is_shown_literally(view):
     feed(view, stream)
     node_id = view.data.chosen_path[0]
     assert view.item(node_id)._line.startswith("<b>bold</b>")
-    assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;i&gt;" in view.item(node_id).toolTip()
+    assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;i&gt;" in view.tooltip_for(node_id)
 
 
 def test_view_renders_to_an_image_after_every_event(view):
@@ -266,3 +266,25 @@ def test_select_unknown_node_names_it(view):
     with pytest.raises(KeyError, match="no node 12345"):
         view.select_node(12345)
     assert view.node_center(ROOT_ID) == view.item(ROOT_ID).pos() + QPointF(98, 37)
+
+
+def test_layout_stays_tidy_when_candidates_arrive_out_of_parent_order():
+    stream = events(SearchConfig(beams=3, width=2, max_steps=3))
+    shuffled: list[object] = []
+    for event in stream:  # emit each step's candidate texts last parent first
+        if isinstance(event, ev.CandidateText) and shuffled and isinstance(shuffled[-1], ev.CandidateText):
+            run_start = len(shuffled)
+            while run_start and isinstance(shuffled[run_start - 1], ev.CandidateText):
+                run_start -= 1
+            shuffled.insert(run_start, event)
+        else:
+            shuffled.append(event)
+    tree = SearchTree()
+    for event in shuffled:
+        tree.apply(event)
+    assert len(tree) == len(SearchTree().nodes) + 6 * 3
+    for ids in tree.columns.values():
+        ys = [tree.node(i).y for i in ids]
+        assert ys == sorted(ys) and len(set(ys)) == len(ys)
+        parent_ys = [tree.node(tree.node(i).parent).y for i in ids if i != ROOT_ID]
+        assert parent_ys == sorted(parent_ys)

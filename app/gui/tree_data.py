@@ -82,7 +82,9 @@ class SearchTree:
     def clear(self) -> None:
         """Forget the run: only an empty root remains."""
         self.nodes: dict[int, Node] = {ROOT_ID: Node(ROOT_ID, None, 0, state="kept")}
-        self.columns: dict[int, list[int]] = {0: [ROOT_ID]}
+        self.columns: dict[int, list[int]] = {0: [ROOT_ID]}  # ids per step, top to bottom
+        self._layout: dict[int, _Column] = {}
+        self.search: dict[str, object] = {}
         self._pending_group: dict[int, tuple[int, bool]] = {}
         self.question = ""
         self.model = ""
@@ -172,6 +174,7 @@ class SearchTree:
         self.clear()
         self.question, self.model, self.device, self.policy = e.question, e.model, e.device, e.policy
         self.emulated, self.budget_bytes = e.emulated, e.kv_budget_bytes
+        self.search = dict(e.search)
         self.nodes[ROOT_ID].text = e.question
         return {ROOT_ID}
 
@@ -209,8 +212,7 @@ class SearchTree:
         node = Node(node_id, parent_id, step, group=group, prefetched=prefetched)
         self.nodes[node_id] = node
         self.nodes[parent_id].children.append(node_id)
-        self.columns.setdefault(step, []).append(node_id)
-        return node, self._layout_column(step)
+        return node, self._place(node)
 
     def _on_memory(self, e: ev.MemorySnapshot) -> set[int]:
         self.emulated, self.budget_bytes = e.emulated, e.budget_bytes
@@ -262,33 +264,71 @@ class SearchTree:
 
     # -- layout ----------------------------------------------------------------------------
 
-    def _layout_column(self, step: int) -> set[int]:
-        """Re-place column `step`: each parent's children centred on it, blocks never overlap.
+    def _expected_children(self, parent: int) -> int:
+        """Rows to reserve for a parent's children: N*M under the prompt, M under a beam."""
+        width = int(self.search.get("width", 1))
+        return int(self.search.get("beams", 1)) * width if parent == ROOT_ID else width
 
-        Returns the ids whose `y` changed. Costs O(column size); earlier columns never move.
+    def _place(self, node: Node) -> set[int]:
+        """Give a new node its row; returns the ids whose `y` changed.
+
+        Fast path (the engine emits candidates parent by parent): the node joins the last
+        block of its column within the rows reserved for it, so nothing else moves.
+        Otherwise the column is laid out again (O(column size)); earlier columns never move.
         """
-        ids = self.columns[step]
-        by_parent: dict[int, list[int]] = {}
-        for cid in ids:
-            by_parent.setdefault(self.nodes[cid].parent, []).append(cid)
-        parents = sorted(by_parent, key=lambda p: (self.nodes[p].y, p))
-        moved: set[int] = set()
-        ordered: list[int] = []
-        next_free: float | None = None
-        for parent in parents:
-            block = by_parent[parent]
-            start = self.nodes[parent].y - (len(block) - 1) / 2
-            if next_free is not None:
-                start = max(start, next_free + SIBLING_GAP)
+        column = self._layout.setdefault(node.step, _Column())
+        block = column.blocks.get(node.parent)
+        last = column.order[-1] if column.order else None
+        if block is not None and node.parent == last and len(block) < column.reserved[last]:
+            block.append(node.id)
+        elif block is None and (last is None or self._parent_key(node.parent) > self._parent_key(last)):
+            reserve = self._expected_children(node.parent)
+            start = self.nodes[node.parent].y - (reserve - 1) / 2
+            if column.end is not None:
+                start = max(start, column.end + SIBLING_GAP)
+            column.blocks[node.parent], column.order = [node.id], [*column.order, node.parent]
+            column.start[node.parent], column.reserved[node.parent] = start, reserve
+            column.end = start + reserve
+        else:
+            column.blocks.setdefault(node.parent, []).append(node.id)
+            return self._layout_column(node.step)
+        node.y = column.start[node.parent] + len(column.blocks[node.parent]) - 1
+        self.columns.setdefault(node.step, []).append(node.id)
+        return {node.id}
+
+    def _parent_key(self, parent: int) -> tuple[float, int]:
+        return (self.nodes[parent].y, parent)
+
+    def _layout_column(self, step: int) -> set[int]:
+        """Lay column `step` out again: blocks in parent order, each centred on its parent."""
+        column = self._layout[step]
+        column.order = sorted(column.blocks, key=self._parent_key)
+        column.end, moved, ordered = None, set(), []
+        for parent in column.order:
+            block = column.blocks[parent]
+            reserve = max(len(block), self._expected_children(parent))
+            start = self.nodes[parent].y - (reserve - 1) / 2
+            if column.end is not None:
+                start = max(start, column.end + SIBLING_GAP)
+            column.start[parent], column.reserved[parent], column.end = start, reserve, start + reserve
             for offset, cid in enumerate(block):
-                y = start + offset
-                if self.nodes[cid].y != y:
-                    self.nodes[cid].y = y
+                if self.nodes[cid].y != start + offset:
+                    self.nodes[cid].y = start + offset
                     moved.add(cid)
-            next_free = start + len(block)
             ordered.extend(block)
         self.columns[step] = ordered
         return moved
+
+
+@dataclass
+class _Column:
+    """Layout state of one step's column: children per parent and the rows reserved for them."""
+
+    blocks: dict[int, list[int]] = field(default_factory=dict)  # parent -> children, arrival order
+    order: list[int] = field(default_factory=list)  # parents by (y, id)
+    start: dict[int, float] = field(default_factory=dict)
+    reserved: dict[int, int] = field(default_factory=dict)
+    end: float | None = None  # first free row after the last block
 
 
 _HANDLERS: dict[str, Callable[[SearchTree, object], set[int]]] = {

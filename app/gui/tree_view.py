@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QFontMetrics, QKeySequence, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import (
     QApplication,
@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QStyleOptionGraphicsItem,
     QToolButton,
+    QToolTip,
     QWidget,
 )
 
@@ -56,6 +57,7 @@ class NodeItem(QGraphicsItem):
         self._fonts = fonts
         self._state, self._score, self._line, self._meta, self._traffic = "running", "", "", "", ""
         self._share: float | None = None
+        self._content: tuple | None = None
         self.selected = False
         self.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self.setAcceptedMouseButtons(Qt.MouseButton.NoButton)  # the view handles clicks and drags
@@ -64,8 +66,25 @@ class NodeItem(QGraphicsItem):
     def boundingRect(self) -> QRectF:
         return QRectF(-2, -2, NODE_W + 4, NODE_H + 4)
 
-    def set_node(self, node: Node) -> None:
-        """Copy the node's drawn facts, move to its layout slot, repaint."""
+    def set_node(self, node: Node) -> tuple[bool, bool]:
+        """Copy the node's drawn facts and move to its layout slot; return (moved, restyled).
+
+        Work is skipped when nothing drawn changed: a node hears ~4 events per step.
+        """
+        content = (node.state, node.score, node.text, node.group, node.h2d_bytes, node.d2h_bytes,
+                   node.device_bytes, node.host_bytes)
+        restyled = content != self._content
+        if restyled:
+            self._content = content
+            self._copy_content(node)
+            self.update()
+        pos = QPointF(node.step * COL_W, node.y * ROW_H)
+        moved = pos != self.pos()
+        if moved:
+            self.setPos(pos)
+        return moved, restyled
+
+    def _copy_content(self, node: Node) -> None:
         self._state = "root" if node.id == ROOT_ID and node.state != "final" else node.state
         if node.id == ROOT_ID:
             self._score, self._meta, self._traffic = "Prompt", "", ""
@@ -77,9 +96,6 @@ class NodeItem(QGraphicsItem):
         line = node.first_line or ("(empty step)" if node.id != ROOT_ID else "")
         self._line = self._fonts.text_metrics.elidedText(line, Qt.TextElideMode.ElideRight, int(NODE_W - 2 * PAD))
         self._share = node.device_share
-        self.setToolTip(_tooltip(node))
-        self.setPos(node.step * COL_W, node.y * ROW_H)
-        self.update()
 
     def style(self) -> pal.StateStyle:
         return pal.ROOT_STYLE if self._state == "root" else pal.STATE_STYLES[self._state]
@@ -187,7 +203,11 @@ class ReasoningTreeView(QGraphicsView):
         self._press_pos = None
         self.follow = True
         self.setScene(QGraphicsScene(self))
-        self.scene().setItemIndexMethod(QGraphicsScene.ItemIndexMethod.NoIndex)
+        # A BSP index finds the ~100 visible of thousands of items quickly; items only move while
+        # their own step is generated, so the index stays cheap to keep.
+        self.scene().setItemIndexMethod(QGraphicsScene.ItemIndexMethod.BspTreeIndex)
+        self.setOptimizationFlags(QGraphicsView.OptimizationFlag.DontSavePainterState
+                                  | QGraphicsView.OptimizationFlag.DontAdjustForAntialiasing)
         self.setBackgroundBrush(pal.color(pal.BACKGROUND))
         self.setRenderHints(QPainter.RenderHint.Antialiasing | QPainter.RenderHint.TextAntialiasing)
         self.setDragMode(QGraphicsView.DragMode.ScrollHandDrag)
@@ -247,6 +267,20 @@ class ReasoningTreeView(QGraphicsView):
     def selected_id(self) -> int | None:
         return self._selected
 
+    def tooltip_for(self, node_id: int) -> str:
+        """The rich-text tooltip of `node_id` (built on demand, model text escaped)."""
+        return _tooltip(self.data.node(node_id))
+
+    def viewportEvent(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ToolTip:
+            hit = next((i for i in self.items(event.pos()) if isinstance(i, NodeItem)), None)
+            if hit is None:
+                QToolTip.hideText()
+            else:
+                QToolTip.showText(event.globalPos(), self.tooltip_for(hit.node_id), self.viewport())
+            return True
+        return super().viewportEvent(event)
+
     def item(self, node_id: int) -> NodeItem:
         """The graphics item drawing `node_id` (tests and the benchmark use it)."""
         return self._items[node_id]
@@ -293,23 +327,27 @@ class ReasoningTreeView(QGraphicsView):
         if item is None:
             item = self._items[node_id] = NodeItem(node_id, self._fonts)
             self.scene().addItem(item)
-        item.set_node(node)
-        self._grow_bounds(item)
-        if node.parent is not None:
-            self._sync_edge(node)
-        for child in node.children:
-            if child in self._edges:
-                self._sync_edge(self.data.nodes[child])
+        moved, restyled = item.set_node(node)
+        if moved:
+            self._grow_bounds(item)
+        if node.parent is not None and (moved or restyled or node.id not in self._edges):
+            self._sync_edge(node, moved or node.id not in self._edges)
+        if moved:
+            for child in node.children:
+                if child in self._edges:
+                    self._sync_edge(self.data.nodes[child], True)
 
-    def _sync_edge(self, node: Node) -> None:
+    def _sync_edge(self, node: Node, moved: bool) -> None:
         edge = self._edges.get(node.id)
         if edge is None:
             edge = self._edges[node.id] = QGraphicsPathItem()
-            edge.setZValue(0 if node.state != "final" else 0.5)
             self.scene().addItem(edge)
-        edge.setPath(_edge_path(self._items[node.parent].pos(), self._items[node.id].pos()))
-        edge.setPen(_edge_pen(node.state))
-        edge.setZValue(0.5 if node.state == "final" else 0)
+        if moved:
+            edge.setPath(_edge_path(self._items[node.parent].pos(), self._items[node.id].pos()))
+        if edge.data(0) != node.state:
+            edge.setData(0, node.state)
+            edge.setPen(_edge_pen(node.state))
+            edge.setZValue(0.5 if node.state == "final" else 0)
 
     def _grow_bounds(self, item: NodeItem) -> None:
         rect = item.sceneBoundingRect()
