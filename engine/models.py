@@ -278,9 +278,21 @@ def _publish(staging: Path, final: Path) -> None:
             raise
 
 
+def _remove_stale_staging(final: Path, older_than_s: float = 3600.0) -> None:
+    """Delete what killed conversions left (old enough that no live conversion still writes there)."""
+    for pattern in (f".tmp-{final.name}-*", f".trash-{final.name}-*"):
+        for leftover in final.parent.glob(pattern):
+            try:
+                if time.time() - leftover.stat().st_mtime > older_than_s:
+                    shutil.rmtree(leftover, ignore_errors=True)
+            except OSError:
+                continue
+
+
 def _convert_bundled(final: Path, progress: Progress | None) -> None:
     gguf = bundled_gguf_path()
     final.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_staging(final)
     staging = final.with_name(f".tmp-{final.name}-{uuid.uuid4().hex[:8]}")
     try:
         model, tokenizer = _read_gguf(gguf, progress)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -301,6 +302,19 @@ def test_a_failed_conversion_leaves_no_cache(fake_bundle: dict) -> None:
     assert list(fake_bundle["root"].iterdir()) == []
     fake_bundle["fail"] = False
     assert models._cache_is_valid(bundled_model_folder())
+
+
+def test_leftovers_of_a_killed_conversion_are_ignored_then_removed(fake_bundle: dict) -> None:
+    root = fake_bundle["root"]
+    old = root / ".tmp-smollm2-135m-instruct-v1-dead0001"
+    fresh = root / ".tmp-smollm2-135m-instruct-v1-live0002"  # maybe another process converting now
+    for leftover in (old, fresh):
+        leftover.mkdir(parents=True)
+        (leftover / "model.safetensors").write_bytes(b"half")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    folder = bundled_model_folder()
+    assert fake_bundle["calls"] == 1 and models._cache_is_valid(folder)
+    assert sorted(p.name for p in root.iterdir()) == sorted([folder.name, fresh.name])
 
 
 def test_a_truncated_cache_is_detected_and_rebuilt(fake_bundle: dict) -> None:
