@@ -21,8 +21,7 @@ h1{font-size:1.5em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-to
 pre{white-space:pre-wrap;background:#f6f8fa;padding:.6em .8em;border-radius:6px;margin:.3em 0}
 table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ddd;padding:.2em .5em;text-align:left}
 .tree{overflow:auto;border:1px solid #ddd;border-radius:6px;max-height:70vh}
-.tree circle{cursor:pointer;stroke:#fff;stroke-width:1}.tree line{stroke:#c8ccd0}
-.tree .onpath{stroke:#d4a017;stroke-width:2.5}
+.tree circle{cursor:pointer;stroke:#fff;stroke-width:1}
 #detail{min-height:2.5em}.meta td:first-child{font-weight:600}.small{color:#666;font-size:.85em}
 .legend span{display:inline-block;margin-right:1em}
 .legend i{display:inline-block;width:.8em;height:.8em;border-radius:50%}
@@ -110,7 +109,7 @@ def layout(candidates: list[dict]) -> dict[int, tuple[float, float]]:
             continue
         stack.append((cid, True))
         stack.extend((k, False) for k in reversed(kids))
-    return {cid: (MARGIN + (step[cid] - 1) * COL, MARGIN + y * ROW) for cid, y in ys.items()}
+    return {cid: (MARGIN + step[cid] * COL, MARGIN + y * ROW) for cid, y in ys.items()}  # column 0: the prompt
 
 
 def _tree_svg(dump: dict[str, Any], on_path: set[int]) -> str:
@@ -120,15 +119,19 @@ def _tree_svg(dump: dict[str, Any], on_path: set[int]) -> str:
         return "<p>No candidates were recorded.</p>"
     width = max(x for x, _ in pos.values()) + 2 * MARGIN + 60
     height = max(y for _, y in pos.values()) + 2 * MARGIN
-    lines, nodes = [], []
+    firsts = [pos[c["id"]][1] for c in candidates if c["parent"] is None and c["id"] in pos]
+    root = (MARGIN, (min(firsts) + max(firsts)) / 2 if firsts else MARGIN)
+    prompt = f'<circle cx="{root[0]}" cy="{root[1]}" r="6" fill="#3d4a5c"><title>the prompt</title></circle>'
+    lines, nodes = [], [prompt]
     for c in candidates:
         if c["id"] not in pos:
             continue
         x, y = pos[c["id"]]
-        if c["parent"] in pos:
-            px, py = pos[c["parent"]]
-            cls = ' class="onpath"' if c["id"] in on_path and c["parent"] in on_path else ""
-            lines.append(f'<line x1="{px}" y1="{py}" x2="{x}" y2="{y}"{cls}/>')
+        if c["parent"] in pos or c["parent"] is None:
+            px, py = pos.get(c["parent"], root)
+            on = c["id"] in on_path and (c["parent"] in on_path or c["parent"] is None)
+            stroke = 'stroke="#d4a017" stroke-width="2.5"' if on else 'stroke="#c8ccd0" stroke-width="1"'
+            lines.append(f'<line x1="{px}" y1="{py}" x2="{x}" y2="{y}" {stroke}/>')
         colour = STATE_COLOURS.get(c["state"], "#555")
         tip = escape(f"#{c['id']} step {c['step']} {c['state']} score {_score(c['score'])}: {c['text'][:200]}")
         nodes.append(f'<circle cx="{x}" cy="{y}" r="5" fill="{colour}" data-id="{int(c["id"])}">'
