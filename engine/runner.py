@@ -40,6 +40,7 @@ class StepRules:
     top_p: float
     decode: Callable[[Sequence[int]], str]
     context_length: int
+    observe: Callable[[int, torch.Tensor, int], None] | None = None  # (candidate, logits [V], token) for tests
 
 
 def cache_from_kv(model: torch.nn.Module, kv: torch.Tensor) -> DynamicCache:
@@ -111,6 +112,8 @@ def decode_step(
             if result.done:
                 continue
             token = sample(logits[i], rules.temperature, rules.top_p, row.generator)
+            if rules.observe is not None:
+                rules.observe(row.candidate_id, logits[i], token)
             result.fed.append(current[i])
             result.sampled.append(token)
             result.logprobs.append(float(log_probs[i, token]))

@@ -48,10 +48,14 @@ def run(
     cache: CacheConfig,
     *,
     should_stop: Callable[[], bool] = lambda: False,
+    observe_logits: Callable | None = None,
 ) -> Iterator[ev.Event]:
-    """Answer `question` by step-wise beam search; never raises for user errors (yields RunFailed)."""
+    """Answer `question` by step-wise beam search; never raises for user errors (yields RunFailed).
+
+    `observe_logits(candidate, logits, token)` sees every decode position (tests compare policies with it).
+    """
     try:
-        yield from _Search(question, loaded, search, cache, should_stop).events()
+        yield from _Search(question, loaded, search, cache, should_stop, observe_logits).events()
     except BeamwiseError as error:
         yield ev.RunFailed(type(error).__name__, error.user_message())
     except (RuntimeError, ValueError) as error:  # e.g. out of memory: report, keep the caller alive
@@ -59,7 +63,7 @@ def run(
 
 
 class _Search:
-    def __init__(self, question: str, loaded, search: SearchConfig, cache: CacheConfig, should_stop) -> None:
+    def __init__(self, question: str, loaded, search: SearchConfig, cache: CacheConfig, should_stop, observe) -> None:
         self.question, self.loaded, self.cfg, self.cache_cfg = question, loaded, search, cache
         self.should_stop = should_stop
         self.candidates: dict[int, Candidate] = {}
@@ -73,6 +77,7 @@ class _Search:
             top_p=search.top_p,
             decode=loaded.decode,
             context_length=loaded.context_length,
+            observe=observe,
         )
 
     def _prompt(self) -> list[int]:

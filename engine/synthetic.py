@@ -50,7 +50,7 @@ def _tiny_llama() -> PretrainedConfig:
 
 def _tiny_qwen2() -> PretrainedConfig:
     return Qwen2Config(
-        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=2048,
         tie_word_embeddings=False, **_SPECIAL_IDS,
     )
@@ -58,7 +58,7 @@ def _tiny_qwen2() -> PretrainedConfig:
 
 def _tiny_opt() -> PretrainedConfig:
     return OPTConfig(
-        vocab_size=512, hidden_size=64, ffn_dim=128, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=512, hidden_size=64, ffn_dim=128, num_hidden_layers=6, num_attention_heads=4,
         word_embed_proj_dim=64, max_position_embeddings=2048, **_SPECIAL_IDS,
     )
 
@@ -89,8 +89,8 @@ def _llama3_8b() -> PretrainedConfig:
 
 SYNTHETIC_MODELS: dict[str, SyntheticModel] = {
     "tiny-llama": SyntheticModel(_tiny_llama, "Llama, 3 layers, hidden 64, 4 heads / 2 KV heads (GQA)"),
-    "tiny-qwen2": SyntheticModel(_tiny_qwen2, "Qwen2, 2 layers, hidden 64, 4 heads = 4 KV heads (MHA)"),
-    "tiny-opt": SyntheticModel(_tiny_opt, "OPT, 2 layers, hidden 64, 4 heads"),
+    "tiny-qwen2": SyntheticModel(_tiny_qwen2, "Qwen2, 6 layers, hidden 64, 4 heads = 4 KV heads (MHA)"),
+    "tiny-opt": SyntheticModel(_tiny_opt, "OPT, 6 layers, hidden 64, 4 heads"),
     "llama2-7b": SyntheticModel(_llama2_7b, "Llama-2-7B shapes: 32 layers, hidden 4096, 32 KV heads"),
     "opt-6.7b": SyntheticModel(_opt_6_7b, "OPT-6.7B shapes: 32 layers, hidden 4096, 32 heads"),
     "llama3-8b": SyntheticModel(_llama3_8b, "Llama-3-8B shapes: 32 layers, hidden 4096, 8 KV heads"),

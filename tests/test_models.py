@@ -58,7 +58,7 @@ def test_loaded_model_is_ready_for_inference(tiny: LoadedModel) -> None:
 def test_dtype_is_applied() -> None:
     loaded = load_model(ModelSpec("synthetic:tiny-qwen2", dtype="bfloat16"))
     assert {p.dtype for p in loaded.model.parameters()} == {torch.bfloat16}
-    assert loaded.kv_shape == KVShape(num_layers=2, num_kv_heads=4, head_dim=16, dtype_bytes=2)  # MHA
+    assert loaded.kv_shape == KVShape(num_layers=6, num_kv_heads=4, head_dim=16, dtype_bytes=2)  # MHA
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-opt"])

@@ -137,7 +137,9 @@ class BlockManager:
         """Drop one reference to each block of `table`; returns the ids whose last reference went."""
         freed = []
         for block_id in table:
-            block = self.blocks[block_id]
+            block = self.blocks.get(block_id)
+            if block is None:
+                raise RuntimeError(f"block {block_id} released more often than referenced")
             if self._release(block):
                 freed.append(block_id)
         return freed

@@ -1,0 +1,27 @@
+"""Shared fixtures: tiny synthetic models, loaded once per test session."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # GUI tests run headless unless told otherwise
+
+from engine.config import ModelSpec
+from engine.models import load_model
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    return load_model(ModelSpec("synthetic:tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2():
+    return load_model(ModelSpec("synthetic:tiny-qwen2"))
+
+
+@pytest.fixture(scope="session")
+def tiny_opt():
+    return load_model(ModelSpec("synthetic:tiny-opt"))

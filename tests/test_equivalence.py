@@ -1,0 +1,116 @@
+"""Every KV policy gives the same tokens and logits as in_device, and in_device matches plain transformers."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+import torch
+
+from engine.config import CacheConfig, SearchConfig
+from engine.search import SYSTEM_PROMPT, run
+
+QUESTION = "What is 2+3?"
+
+
+def search_trace(loaded, search: SearchConfig, cache: CacheConfig):
+    """Run a search; return (events, per-candidate observed [(logits, token)], parent of each candidate)."""
+    observed = defaultdict(list)
+    events = list(run(QUESTION, loaded, search, cache,
+                      observe_logits=lambda cid, logits, token: observed[cid].append((logits.clone(), token))))
+    assert events[-1].type == "run_finished", events[-1]
+    parents = {e.id: e.parent for e in events if e.type == "candidate_scored"}
+    return events, observed, parents
+
+
+def path_of(cid, parents):
+    path = []
+    while cid is not None:
+        path.append(cid)
+        cid = parents[cid]
+    return path[::-1]
+
+
+def groups_per_step(events):
+    return [e.groups for e in events if e.type == "transfer_stats"]
+
+
+def assert_same_run(reference, other, atol=1e-4):
+    _, ref_obs, ref_parents = reference
+    _, obs, parents = other
+    assert parents == ref_parents
+    assert set(obs) == set(ref_obs)
+    for cid in ref_obs:
+        assert [t for _, t in obs[cid]] == [t for _, t in ref_obs[cid]], f"tokens of candidate {cid} differ"
+        got = torch.stack([lg for lg, _ in obs[cid]])
+        want = torch.stack([lg for lg, _ in ref_obs[cid]])
+        torch.testing.assert_close(got, want, atol=atol, rtol=0)
+
+
+SEARCH = SearchConfig(beams=2, width=3, step_tokens=6, max_steps=3, step_delimiter=None, seed=7)
+UNEVEN = SearchConfig(beams=2, width=3, step_tokens=8, max_steps=3, step_delimiter=" ", seed=3)
+
+
+def footprint_budget(loaded, search: SearchConfig, candidates: float) -> int:
+    """A budget that holds about `candidates` candidates at the run's longest length."""
+    prompt = len(loaded.encode_chat(QUESTION, system=SYSTEM_PROMPT))
+    longest = prompt + (search.max_steps + 1) * search.step_tokens
+    return int(candidates * longest * loaded.kv_shape.token_bytes())
+
+
+def test_in_device_matches_plain_transformers(tiny):
+    _, observed, parents = search_trace(tiny, SEARCH, CacheConfig(policy="in_device"))
+    prompt = tiny.encode_chat(QUESTION, system=SYSTEM_PROMPT)
+    for cid in observed:
+        steps = [observed[c] for c in path_of(cid, parents)]
+        tokens = [t for step in steps for _, t in step]
+        logits = torch.stack([lg for step in steps for lg, _ in step])
+        with torch.inference_mode():
+            ref = tiny.model(input_ids=torch.tensor([prompt + tokens])).logits[0].float()
+        torch.testing.assert_close(logits, ref[len(prompt) - 1 : len(prompt) - 1 + len(tokens)], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("search", [SEARCH, UNEVEN], ids=["fixed-steps", "delimiter-steps"])
+@pytest.mark.parametrize(
+    ("policy", "candidates", "inter_beam", "prefetch", "expect_groups"),
+    [
+        ("lbs", 100, True, True, "one"),
+        ("lbs", 3.2, True, True, "two"),
+        ("lbs", 1.5, True, True, "many"),
+        ("lbs", 1.5, False, False, "many"),
+        ("lbs", 3.2, False, True, "two"),
+        ("lbs", 3.2, True, False, "two"),
+        ("layerwise", 100, True, True, "one"),
+        ("layerwise", 4.2, True, True, "one"),  # 3 layers: two staging layers fit, every layer streams
+    ],
+)
+def test_policy_matches_in_device(tiny, search, policy, candidates, inter_beam, prefetch, expect_groups):
+    reference = search_trace(tiny, search, CacheConfig(policy="in_device"))
+    budget = footprint_budget(tiny, search, candidates)
+    cache = CacheConfig(policy=policy, kv_budget_bytes=budget, inter_beam=inter_beam, balanced_prefetch=prefetch)
+    other = search_trace(tiny, search, cache)
+    assert_same_run(reference, other)
+    groups = groups_per_step(other[0])
+    if expect_groups == "one":
+        assert groups == [1] * len(groups)
+    elif expect_groups == "two":
+        assert max(groups) == 2
+    else:
+        assert max(groups) >= 4
+
+
+@pytest.mark.parametrize("model", ["tiny_qwen2", "tiny_opt"])
+@pytest.mark.parametrize("policy", ["lbs", "layerwise"])
+def test_other_architectures_match_in_device(request, model, policy):
+    loaded = request.getfixturevalue(model)
+    reference = search_trace(loaded, UNEVEN, CacheConfig(policy="in_device"))
+    candidates = 1.5 if policy == "lbs" else 4.5  # 6 layers: 4 of them fit, so 2 stay resident and 4 stream
+    budget = footprint_budget(loaded, UNEVEN, candidates)
+    assert_same_run(reference, search_trace(loaded, UNEVEN, CacheConfig(policy=policy, kv_budget_bytes=budget)))
+
+
+def test_lbs_device_residency_never_exceeds_budget(tiny):
+    budget = footprint_budget(tiny, UNEVEN, 2.5)
+    events, _, _ = search_trace(tiny, UNEVEN, CacheConfig(policy="lbs", kv_budget_bytes=budget))
+    peaks = [e.peak_device_bytes for e in events if e.type == "memory_snapshot"]
+    assert peaks and all(0 < p <= budget for p in peaks)

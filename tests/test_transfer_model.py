@@ -1,0 +1,91 @@
+"""Byte counters follow the LBS paper's analytic model (Eq. 1-5) exactly for fixed-length steps."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.config import CacheConfig, SearchConfig
+from engine.kv.layerwise import resident_layers
+from engine.search import SYSTEM_PROMPT, run
+
+QUESTION = "What is 2+3?"
+FIXED = SearchConfig(beams=2, width=3, step_tokens=6, max_steps=3, step_delimiter=None, seed=7)
+
+
+def run_events(loaded, cache: CacheConfig, search: SearchConfig = FIXED):
+    events = list(run(QUESTION, loaded, search, cache))
+    assert events[-1].type == "run_finished", events[-1]
+    assert not any(e.type == "candidate_text" and e.finished for e in events), "pick a seed without EOS"
+    return events
+
+
+def h2d_total(events) -> int:
+    return [e for e in events if e.type == "transfer_stats"][-1].h2d_bytes
+
+
+def prompt_kv_tokens(loaded) -> int:
+    return len(loaded.encode_chat(QUESTION, system=SYSTEM_PROMPT)) - 1  # the last prompt token is fed at step 1
+
+
+def eq3_layerwise(loaded, budget: int, search: SearchConfig) -> int:
+    """Eq. 1-3: sum over generated tokens of (N_layer - L_inGPU(s)) * KV_layer(s)."""
+    shape, beams = loaded.kv_shape, search.candidates_per_step
+    total = 0
+    for i in range(search.max_steps * search.step_tokens):
+        s = prompt_kv_tokens(loaded) + i
+        kv_layer = beams * s * shape.layer_token_bytes()
+        total += (shape.num_layers - resident_layers(budget, kv_layer, shape.num_layers)) * kv_layer
+    return total
+
+
+def eq5_lbs(loaded, search: SearchConfig) -> int:
+    """Eq. 4-5: every candidate's whole KV crosses once per step."""
+    return sum(
+        search.candidates_per_step * (prompt_kv_tokens(loaded) + step * search.step_tokens) * loaded.kv_shape.token_bytes()
+        for step in range(search.max_steps)
+    )
+
+
+@pytest.mark.parametrize("layers_worth", [2.5, 4.5, 5.5])
+def test_layerwise_h2d_follows_eq_1_to_3(tiny_qwen2, layers_worth):
+    shape = tiny_qwen2.kv_shape
+    longest = prompt_kv_tokens(tiny_qwen2) + FIXED.max_steps * FIXED.step_tokens
+    budget = int(layers_worth * FIXED.candidates_per_step * longest * shape.layer_token_bytes())
+    events = run_events(tiny_qwen2, CacheConfig(policy="layerwise", kv_budget_bytes=budget))
+    expected = eq3_layerwise(tiny_qwen2, budget, FIXED)
+    assert expected > 0
+    assert h2d_total(events) == expected
+
+
+def test_lbs_inter_token_only_follows_eq_4_and_5(tiny):
+    budget = 3 * (prompt_kv_tokens(tiny) + (FIXED.max_steps + 1) * FIXED.step_tokens) * tiny.kv_shape.token_bytes()
+    cache = CacheConfig(policy="lbs", kv_budget_bytes=budget, inter_beam=False, balanced_prefetch=False)
+    assert h2d_total(run_events(tiny, cache)) == eq5_lbs(tiny, FIXED)
+
+
+def test_inter_beam_moves_less_by_the_shared_blocks(tiny):
+    budget = 3 * (prompt_kv_tokens(tiny) + (FIXED.max_steps + 1) * FIXED.step_tokens) * tiny.kv_shape.token_bytes()
+    plain = run_events(tiny, CacheConfig(policy="lbs", kv_budget_bytes=budget, inter_beam=False))
+    shared = run_events(tiny, CacheConfig(policy="lbs", kv_budget_bytes=budget, inter_beam=True))
+    assert h2d_total(shared) < h2d_total(plain) == eq5_lbs(tiny, FIXED)
+    # the prompt is shared by every candidate: with groups of 3 it crosses at most once per group
+    groups = [e.groups for e in shared if e.type == "transfer_stats"]
+    prompt_bytes = prompt_kv_tokens(tiny) * tiny.kv_shape.token_bytes()
+    first_step = [e for e in shared if e.type == "transfer_stats"][0].step_h2d_bytes
+    assert first_step == groups[0] * prompt_bytes
+
+
+def test_per_candidate_bytes_sum_to_the_step_totals(tiny):
+    budget = 2 * (prompt_kv_tokens(tiny) + (FIXED.max_steps + 1) * FIXED.step_tokens) * tiny.kv_shape.token_bytes()
+    events = run_events(tiny, CacheConfig(policy="lbs", kv_budget_bytes=budget))
+    snapshots = [e for e in events if e.type == "memory_snapshot"]
+    stats = [e for e in events if e.type == "transfer_stats"]
+    for snap, stat in zip(snapshots, stats, strict=True):
+        assert sum(c.h2d_bytes for c in snap.candidates if c.group is not None) == stat.step_h2d_bytes
+        assert sum(c.d2h_bytes for c in snap.candidates if c.group is not None) == stat.step_d2h_bytes
+
+
+def test_in_device_moves_nothing_over_pcie(tiny):
+    events = run_events(tiny, CacheConfig(policy="in_device"))
+    last = [e for e in events if e.type == "transfer_stats"][-1]
+    assert last.h2d_bytes == last.d2h_bytes == 0 and last.d2d_bytes > 0
