@@ -75,8 +75,12 @@ def test_prefix_hashing_finds_identical_prefixes_token_exactly():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["fork", "append", "free"]), st.integers(0, 50), st.integers(1, 9)),
-                max_size=60), st.integers(1, 5))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["fork", "append", "free"]), st.integers(0, 50), st.integers(1, 9)), max_size=60
+    ),
+    st.integers(1, 5),
+)
 def test_random_beam_trees_keep_refcounts_consistent(ops, block_size):
     m = BlockManager(block_size)
     tables = {0: m.allocate(list(range(7)), Tier.HOST).table}

@@ -16,8 +16,15 @@ QUESTION = "What is 2+3?"
 def search_trace(loaded, search: SearchConfig, cache: CacheConfig):
     """Run a search; return (events, per-candidate observed [(logits, token)], parent of each candidate)."""
     observed = defaultdict(list)
-    events = list(run(QUESTION, loaded, search, cache,
-                      observe_logits=lambda cid, logits, token: observed[cid].append((logits.clone(), token))))
+    events = list(
+        run(
+            QUESTION,
+            loaded,
+            search,
+            cache,
+            observe_logits=lambda cid, logits, token: observed[cid].append((logits.clone(), token)),
+        )
+    )
     assert events[-1].type == "run_finished", events[-1]
     parents = {e.id: e.parent for e in events if e.type == "candidate_scored"}
     return events, observed, parents

@@ -41,7 +41,9 @@ def eq3_layerwise(loaded, budget: int, search: SearchConfig) -> int:
 def eq5_lbs(loaded, search: SearchConfig) -> int:
     """Eq. 4-5: every candidate's whole KV crosses once per step."""
     return sum(
-        search.candidates_per_step * (prompt_kv_tokens(loaded) + step * search.step_tokens) * loaded.kv_shape.token_bytes()
+        search.candidates_per_step
+        * (prompt_kv_tokens(loaded) + step * search.step_tokens)
+        * loaded.kv_shape.token_bytes()
         for step in range(search.max_steps)
     )
 
@@ -71,7 +73,7 @@ def test_inter_beam_moves_less_by_the_shared_blocks(tiny):
     # the prompt is shared by every candidate: with groups of 3 it crosses at most once per group
     groups = [e.groups for e in shared if e.type == "transfer_stats"]
     prompt_bytes = prompt_kv_tokens(tiny) * tiny.kv_shape.token_bytes()
-    first_step = [e for e in shared if e.type == "transfer_stats"][0].step_h2d_bytes
+    first_step = next(e for e in shared if e.type == "transfer_stats").step_h2d_bytes
     assert first_step == groups[0] * prompt_bytes
 
 

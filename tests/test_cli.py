@@ -1,0 +1,87 @@
+"""`beamwise run`: the JSON Lines contract, human output, and exit 2 with one line for bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2", "--step-tokens", "4", "--max-steps", "2"]
+
+
+def test_json_lines_contract(capsys, tmp_path):
+    assert main(["run", "What is 2+3?", *TINY, "--json", "--db", str(tmp_path / "s.db")]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    types = [line["type"] for line in lines]
+    assert types[0] == "run_started" and types[-1] == "run_finished"
+    assert lines[0]["search"]["beams"] == 2
+    scored = [line for line in lines if line["type"] == "candidate_scored"]
+    assert len(scored) == 8 and {"step", "id", "parent", "text", "score"} <= scored[0].keys()
+    selected = [line for line in lines if line["type"] == "step_selected"]
+    assert [len(s["kept"]) for s in selected] == [2, 2] and all(isinstance(s["pruned"], list) for s in selected)
+    assert {"h2d_bytes", "d2h_bytes"} <= next(x for x in lines if x["type"] == "transfer_stats").keys()
+    assert any(x["type"] == "memory_snapshot" for x in lines)
+    finished = lines[-1]
+    assert isinstance(finished["answer"], str) and len(finished["path"]) == 2
+    assert finished["path"][-1] in selected[-1]["kept"]
+
+
+def test_human_output_shows_candidates_kept_and_answer(capsys):
+    assert main(["run", "What is 2+3?", *TINY, "--no-save"]) == 0
+    out = capsys.readouterr().out
+    assert "== step 1" in out and "== step 2" in out
+    assert out.count("parent -") == 4  # the first step's candidates come from the prompt
+    assert "kept [" in out and "chosen path:" in out and "answer:" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "", *TINY], "question is empty"),
+        (["run", "word " * 3000, *TINY, "--no-save"], "context"),
+        (["run", "hi", "--model", "/no/such/model"], "does not exist"),
+        (["run", "hi", *TINY, "--beams", "0"], "beams must be at least 1"),
+        (["run", "hi", *TINY, "--width", "-1"], "width"),
+        (["run", "hi", *TINY, "--max-steps", "0"], "max steps"),
+        (["run", "hi", *TINY, "--kv-budget", "lots"], "is not a size"),
+        (["run", "hi", *TINY, "--policy", "lbs", "--kv-budget", "1KB", "--no-save"], "smallest budget"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(capsys, args, message):
+    assert exit_code(args) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.count("error:") == 1 and "Traceback" not in err
+
+
+def exit_code(args: list[str]) -> int:
+    """main's return value, or the code argparse exits with for options it cannot parse."""
+    try:
+        return main(args)
+    except SystemExit as exit_:
+        return exit_.code
+
+
+def test_corrupt_model_file_exits_2(tmp_path, capsys):
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"not a model at all" * 100)
+    assert main(["run", "hi", "--model", str(bad)]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_console_script_runs_as_a_process(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "app.cli", "run", "hi", *TINY, "--json", "--no-save"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1])["type"] == "run_finished"

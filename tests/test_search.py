@@ -1,0 +1,107 @@
+"""The search loop: reproducible, N kept and N*M generated per step, cancellable, clear failures."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.config import CacheConfig, SearchConfig
+from engine.search import run
+from engine.verifiers import aggregate
+
+SEARCH = SearchConfig(beams=3, width=2, step_tokens=5, max_steps=4, step_delimiter=None, seed=11)
+
+
+def events_of(loaded, search=SEARCH, cache=None, **kwargs):
+    return list(run("What is 2+3?", loaded, search, cache or CacheConfig(), **kwargs))
+
+
+def test_same_seed_same_search_other_seed_differs(tiny):
+    texts = lambda evs: [(e.id, e.text) for e in evs if e.type == "candidate_scored"]  # noqa: E731
+    first, again = events_of(tiny), events_of(tiny)
+    assert texts(first) == texts(again)
+    assert texts(events_of(tiny, SearchConfig(**{**SEARCH.to_dict(), "seed": 12}))) != texts(first)
+
+
+def test_keeps_n_and_generates_n_times_m_per_step(tiny):
+    evs = events_of(tiny)
+    selected = [e for e in evs if e.type == "step_selected"]
+    assert len(selected) == SEARCH.max_steps
+    for sel in selected:
+        assert len(sel.kept) == SEARCH.beams
+        scored = [e for e in evs if e.type == "candidate_scored" and e.step == sel.step]
+        unfinished = sel.step == 1 or all(not e.finished for e in evs if e.type == "candidate_scored")
+        if unfinished:
+            assert len(scored) == SEARCH.candidates_per_step
+        assert set(sel.kept) | set(sel.pruned) >= {e.id for e in scored}
+
+
+def test_event_order_per_step_and_terminal_event(tiny):
+    types = [e.type for e in events_of(tiny)]
+    assert types[:2] == ["run_started", "prefill_done"]
+    assert types[-1] == "run_finished" and types.count("run_finished") == 1
+    step = types[types.index("step_started") : types.index("step_selected") + 1]
+    order = [
+        "step_started",
+        "group_scheduled",
+        "candidate_text",
+        "candidate_scored",
+        "memory_snapshot",
+        "transfer_stats",
+        "step_selected",
+    ]
+    assert [t for i, t in enumerate(step) if i == 0 or t != step[i - 1]] == order
+
+
+def test_answer_is_the_best_path_and_its_score_is_the_aggregate(tiny):
+    evs = events_of(tiny, SearchConfig(**{**SEARCH.to_dict(), "aggregation": "min"}))
+    scored = {e.id: e for e in evs if e.type == "candidate_scored"}
+    done = evs[-1]
+    path_scores = [scored[c].score for c in done.path]
+    assert done.score == pytest.approx(aggregate(path_scores, "min"))
+    assert [scored[c].parent for c in done.path] == [None, *done.path[:-1]]
+    last_kept = [e for e in evs if e.type == "step_selected"][-1].kept
+    assert done.path[-1] == max(last_kept, key=lambda c: (scored[c].aggregate, -c))
+
+
+@pytest.mark.parametrize("policy", ["in_device", "lbs", "layerwise"])
+def test_cancel_between_decode_calls_stops_within_a_step(tiny, policy):
+    calls = {"n": 0}
+
+    def stop_after_some_tokens():
+        calls["n"] += 1
+        return calls["n"] > 12
+
+    cache = CacheConfig(policy=policy, kv_budget_bytes=10**9)
+    evs = events_of(tiny, cache=cache, should_stop=stop_after_some_tokens)
+    assert evs[-1].type == "run_cancelled"
+    assert calls["n"] <= 14  # checked before every forward: it stopped at once
+    assert evs[-1].step == sum(1 for e in evs if e.type == "step_selected")
+
+
+def test_self_judge_scores_are_probabilities(tiny):
+    search = SearchConfig(beams=2, width=2, step_tokens=4, max_steps=2, step_delimiter=None, verifier="self-judge")
+    scores = [e.score for e in events_of(tiny, search) if e.type == "candidate_scored"]
+    assert len(scores) == 8 and all(0.0 <= s <= 1.0 for s in scores) and len(set(scores)) > 1
+
+
+def test_budget_too_small_names_the_smallest_budget(tiny):
+    evs = events_of(tiny, cache=CacheConfig(policy="lbs", kv_budget_bytes=1000))
+    assert evs[-1].type == "run_failed" and evs[-1].error == "KVBudgetTooSmall"
+    assert "smallest budget that works is" in evs[-1].message
+
+
+@pytest.mark.parametrize("question", ["", "   \n"])
+def test_empty_question_fails_clearly(tiny, question):
+    evs = list(run(question, tiny, SEARCH, CacheConfig()))
+    assert [e.type for e in evs] == ["run_failed"] and evs[0].error == "InvalidPrompt"
+
+
+def test_question_longer_than_the_context_fails_clearly(tiny):
+    evs = list(run("word " * 5000, tiny, SEARCH, CacheConfig()))
+    assert evs[-1].error == "InvalidPrompt" and "context" in evs[-1].message
+
+
+def test_auto_policy_is_in_device_when_it_fits_else_lbs(tiny):
+    started = lambda cache: events_of(tiny, cache=cache)[0]  # noqa: E731
+    assert started(CacheConfig()).policy == "in_device"
+    assert started(CacheConfig(kv_budget_bytes=400_000)).policy == "lbs"
