@@ -1,11 +1,118 @@
-"""`beamwise bench`: compare KV policies on one workload."""
+"""`beamwise bench`: compare KV policies on one workload; prints a table and can write JSON."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from collections.abc import Callable
+from pathlib import Path
+
+from engine.bench import LADDER, BenchReport, Workload, run_bench
+from engine.config import parse_bytes
+from engine.errors import format_bytes
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
 
 
 def add_parser(sub: argparse._SubParsersAction, add_search_options: Callable[[argparse.ArgumentParser], None]) -> None:
+    d = Workload()
     p = sub.add_parser("bench", help="compare KV offloading policies on one workload")
-    p.set_defaults(handler=lambda args: (p.print_help(), 0)[1])
+    p.add_argument("--model", default=d.model, help="synthetic:NAME, bundled, a folder or a .gguf")
+    p.add_argument("--dtype", default=None, help="float32 (default on CPU) or bfloat16 (default for --plan-only)")
+    p.add_argument("--beams", type=int, default=d.beams)
+    p.add_argument("--width", type=int, default=d.width)
+    p.add_argument("--step-tokens", type=int, default=d.step_tokens)
+    p.add_argument("--prompt-tokens", type=int, default=d.prompt_tokens)
+    p.add_argument("--gen-tokens", type=int, default=d.gen_tokens)
+    p.add_argument("--kv-budget", type=_size, default=None, help="device KV budget, e.g. 64MB or 7GB")
+    p.add_argument("--pcie-gbps", type=float, default=d.pcie_gbps)
+    p.add_argument("--block-size", type=int, default=d.block_size)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--policies", default=",".join(LADDER), help=f"comma-separated, from: {', '.join(LADDER)}")
+    p.add_argument("--plan-only", action="store_true", help="bytes and peaks from the scheduler alone: no weights")
+    p.add_argument("--json", dest="json_path", default=None, help="also write the report as JSON here")
+    p.set_defaults(handler=bench_command)
+
+
+def bench_command(args: argparse.Namespace) -> int:
+    from app.cli import UsageError
+
+    for name in ("beams", "width", "step_tokens", "prompt_tokens", "gen_tokens"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)}).")
+    dtype = args.dtype or ("bfloat16" if args.plan_only else "float32")
+    workload = Workload(
+        model=args.model,
+        dtype=dtype,
+        beams=args.beams,
+        width=args.width,
+        step_tokens=args.step_tokens,
+        prompt_tokens=args.prompt_tokens,
+        gen_tokens=args.gen_tokens,
+        kv_budget_bytes=args.kv_budget,
+        pcie_gbps=args.pcie_gbps,
+        block_size=args.block_size,
+        seed=args.seed,
+    )
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    progress = lambda text: print(f"[bench] {text}", file=sys.stderr, flush=True)  # noqa: E731
+    report = run_bench(workload, policies, plan_only=args.plan_only, progress=progress)
+    print(format_report(report))
+    if args.json_path:
+        path = Path(args.json_path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(report.to_dict(), indent=2), encoding="utf-8")
+        except OSError as error:
+            raise UsageError(f"cannot write {path}: {error.strerror}; pick a writable --json path.") from error
+        print(f"wrote {path}")
+    return 0
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2%}" if value < 0.1 else f"{value:.2f}x"
+
+
+def format_report(report: BenchReport) -> str:
+    w = report.workload
+    budget = format_bytes(w.kv_budget_bytes) if w.kv_budget_bytes else "auto"
+    lines = [
+        f"model {w.model} ({w.dtype}) on {report.device}; {w.beams}x{w.width} candidates, steps of {w.step_tokens}, "
+        f"prompt {w.prompt_tokens}, {w.gen_tokens} generated; KV budget {budget}; PCIe {w.pcie_gbps} GB/s"
+        + (" (modelled)" if report.emulated else ""),
+        "",
+    ]
+    header = f"{'policy':<24}{'H2D':>11}{'D2H':>11}{'vs layerwise':>13}{'peak dev':>11}{'groups':>7}"
+    if not report.plan_only:
+        header += f"{'wall s':>9}{'copy s':>8}{'compute s':>10}{'pcie s':>8}{'stall':>7}"
+        header += f"{'tok/s':>8}{'/in_dev':>8}{'/layerw':>8}"
+    lines.append(header)
+    for r in report.results:
+        if not r.ok:
+            lines.append(f"{r.name:<24}failed: {r.message}")
+            continue
+        row = (
+            f"{r.name:<24}{format_bytes(r.h2d_bytes):>11}{format_bytes(r.d2h_bytes):>11}"
+            f"{_ratio(r.h2d_vs_layerwise):>13}{format_bytes(r.peak_device_bytes):>11}{r.max_groups:>7}"
+        )
+        if not report.plan_only:
+            row += (
+                f"{r.wall_seconds:>9.2f}{r.copy_seconds:>8.3f}{r.compute_seconds:>10.2f}"
+                f"{r.modelled_pcie_seconds:>8.3f}{r.stall_share:>7.1%}{r.tokens_per_second:>8.1f}"
+                f"{_ratio(r.wall_vs_in_device):>8}{_ratio(r.wall_vs_layerwise):>8}"
+            )
+        lines.append(row)
+    if not report.plan_only:
+        lines.append("")
+        lines.append(
+            "every policy produced the same tokens"
+            if report.same_tokens
+            else "WARNING: the policies produced different tokens"
+        )
+    return "\n".join(lines)

@@ -42,6 +42,8 @@ class KVCache:
             head_dim=shape.head_dim,
             dtype=loaded.dtype,
             device=self.device,
+            pcie_gbps=cache.pcie_gbps,
+            host_device="meta" if self.device.type == "meta" else "cpu",  # plan-only runs hold no data
         )
         self.emulated = self.store.emulated
         whole = whole_search_bytes(prompt_tokens, search, self.store.token_bytes, cache.block_size)

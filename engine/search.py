@@ -9,7 +9,7 @@ expanding. The answer is the best finished path, else the best path.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from engine import events as ev
@@ -49,13 +49,15 @@ def run(
     *,
     should_stop: Callable[[], bool] = lambda: False,
     observe_logits: Callable | None = None,
+    prompt_ids: Sequence[int] | None = None,
 ) -> Iterator[ev.Event]:
     """Answer `question` by step-wise beam search; never raises for user errors (yields RunFailed).
 
-    `observe_logits(candidate, logits, token)` sees every decode position (tests compare policies with it).
+    `observe_logits(candidate, logits, token)` sees every decode position (tests compare policies with it);
+    `prompt_ids` replaces the chat prompt built from `question` (benchmarks use exact prompt lengths).
     """
     try:
-        yield from _Search(question, loaded, search, cache, should_stop, observe_logits).events()
+        yield from _Search(question, loaded, search, cache, should_stop, observe_logits, prompt_ids).events()
     except BeamwiseError as error:
         yield ev.RunFailed(type(error).__name__, error.user_message())
     except (RuntimeError, ValueError) as error:  # e.g. out of memory: report, keep the caller alive
@@ -63,9 +65,10 @@ def run(
 
 
 class _Search:
-    def __init__(self, question: str, loaded, search: SearchConfig, cache: CacheConfig, should_stop, observe) -> None:
+    def __init__(self, question, loaded, search: SearchConfig, cache: CacheConfig, should_stop, observe, prompt_ids):
         self.question, self.loaded, self.cfg, self.cache_cfg = question, loaded, search, cache
         self.should_stop = should_stop
+        self.prompt_ids = list(prompt_ids) if prompt_ids is not None else None
         self.candidates: dict[int, Candidate] = {}
         self.next_id = 1
         self.verifier = make_verifier(search.verifier, loaded)
@@ -81,9 +84,9 @@ class _Search:
         )
 
     def _prompt(self) -> list[int]:
-        if not self.question.strip():
+        if self.prompt_ids is None and not self.question.strip():
             raise InvalidPrompt("The question is empty.", hint="Type a question.")
-        prompt = self.loaded.encode_chat(self.question.strip(), system=SYSTEM_PROMPT)
+        prompt = self.prompt_ids or self.loaded.encode_chat(self.question.strip(), system=SYSTEM_PROMPT)
         room = self.loaded.context_length - self.cfg.step_tokens
         if len(prompt) > room:
             raise InvalidPrompt(

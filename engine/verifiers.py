@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -93,7 +94,19 @@ def _last_logits(model: torch.nn.Module, prompts: Sequence[Sequence[int]], devic
     return out.logits[:, -1]
 
 
+class ContentHashVerifier:
+    """For plan-only runs: a fixed pseudo-random score per step text, so the kept beams spread over
+    parents as in a real search instead of all tying (which would flatter prefix sharing)."""
+
+    name = "content-hash"
+
+    def score(self, items: Sequence[StepToScore]) -> list[float]:
+        return [zlib.crc32(f"{i.previous_steps}|{i.step}".encode()) / 2**32 for i in items]
+
+
 def make_verifier(name: str, loaded) -> Verifier:
+    if getattr(loaded, "plan_only", False):
+        return ContentHashVerifier()
     if name == "logprob":
         return LogProbVerifier()
     if name == "self-judge":

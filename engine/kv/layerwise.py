@@ -29,6 +29,14 @@ from engine.scheduling import Group
 STAGING_LAYERS = 2
 
 
+def concat(past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """`torch.cat` along the token axis; shape-only for meta tensors (plan-only runs), where cat is slow."""
+    if past.is_meta:
+        shape = (*past.shape[:-2], past.shape[-2] + new.shape[-2], past.shape[-1])
+        return torch.empty(shape, dtype=past.dtype, device="meta")
+    return torch.cat([past, new], dim=-2)
+
+
 def resident_layers(budget: int, layer_bytes: int, num_layers: int) -> int:
     """Eq. 1, with two staging layers held back when not every layer fits."""
     fit = budget // layer_bytes if layer_bytes else num_layers
@@ -47,10 +55,10 @@ class StreamedLayer(DynamicLayer):
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         store, owners = self.store, self.owners
-        keys = torch.cat([store.transfer(self.keys, "h2d", owners), key_states], dim=-2)
-        values = torch.cat([store.transfer(self.values, "h2d", owners), value_states], dim=-2)
-        self.keys = torch.cat([self.keys, store.transfer(key_states, "d2h", owners)], dim=-2)
-        self.values = torch.cat([self.values, store.transfer(value_states, "d2h", owners)], dim=-2)
+        keys = concat(store.transfer(self.keys, "h2d", owners), key_states)
+        values = concat(store.transfer(self.values, "h2d", owners), value_states)
+        self.keys = concat(self.keys, store.transfer(key_states, "d2h", owners))
+        self.values = concat(self.values, store.transfer(value_states, "d2h", owners))
         return keys, values
 
     def get_seq_length(self) -> int:

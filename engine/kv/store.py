@@ -59,14 +59,16 @@ class KVStore:
         dtype: torch.dtype,
         device: torch.device,
         pcie_gbps: float = 25.0,
+        host_device: torch.device | str = "cpu",
     ) -> None:
         self.blocks = blocks
         self.shape = (num_layers, 2, num_kv_heads, blocks.block_size, head_dim)
         self.dtype = dtype
         self.device = torch.device(device)
         self.pcie_gbps = pcie_gbps
+        self.host_device = torch.device(host_device)  # "meta" for plan-only runs that move no data
         self.emulated = self.device.type != "cuda"
-        self.pin = not self.emulated
+        self.pin = not self.emulated and self.host_device.type == "cpu"
         self.token_bytes = 2 * num_layers * num_kv_heads * head_dim * torch.tensor([], dtype=dtype).element_size()
         self.block_bytes = self.token_bytes * blocks.block_size
         self._tensors: dict[Tier, dict[int, torch.Tensor]] = {Tier.DEVICE: {}, Tier.HOST: {}}
@@ -81,7 +83,7 @@ class KVStore:
         if tier is Tier.DEVICE:
             t = torch.empty(self.shape, dtype=self.dtype, device=self.device)
         else:
-            t = torch.empty(self.shape, dtype=self.dtype, pin_memory=self.pin)
+            t = torch.empty(self.shape, dtype=self.dtype, device=self.host_device, pin_memory=self.pin)
         self._tensors[tier][block_id] = t
         self.blocks.set_placement(block_id, **{"on_device" if tier is Tier.DEVICE else "on_host": True})
         return t
@@ -187,7 +189,7 @@ class KVStore:
         """A copy of `src` in the tier `direction` leads to (always a real copy, also when emulated)."""
         to_host = direction in ("d2h", "h2h")
         if to_host:
-            dst = torch.empty(src.shape, dtype=src.dtype, pin_memory=self.pin)
+            dst = torch.empty(src.shape, dtype=src.dtype, device=self.host_device, pin_memory=self.pin)
         else:
             dst = torch.empty(src.shape, dtype=src.dtype, device=self.device)
         self._copy(dst, src, direction, owners)

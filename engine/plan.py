@@ -1,0 +1,79 @@
+"""Plan-only runs: the real scheduler, block manager, store and executors on `meta` tensors.
+
+A `MetaModel` stands in for the network: it appends correctly shaped KV for every layer
+through the same cache interface and returns flat logits, so no data is stored or moved
+and every byte counter, group and resident peak is what a real run with the same shapes
+and the same selections would report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import torch
+from transformers import DynamicCache, LlamaConfig
+
+from engine.kv.layerwise import StreamedLayer, concat
+from engine.models import DTYPES, KVShape, kv_shape_of
+
+VOCAB = 16  # tokens are drawn from a tiny vocabulary without EOS: steps run to their full length
+
+
+class MetaModel(torch.nn.Module):
+    """Writes `[B, H, T, D]` meta KV into each layer of the cache; computes nothing."""
+
+    def __init__(self, config: LlamaConfig, shape: KVShape, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.config, self.shape, self.kv_dtype = config, shape, dtype
+
+    def forward(self, input_ids: torch.Tensor, past_key_values=None, **_: object) -> SimpleNamespace:
+        batch, length = input_ids.shape
+        cache = past_key_values if past_key_values is not None else DynamicCache(config=self.config)
+        kv = torch.empty(
+            (batch, self.shape.num_kv_heads, length, self.shape.head_dim), dtype=self.kv_dtype, device="meta"
+        )
+        for layer in cache.layers:
+            if isinstance(layer, StreamedLayer):
+                layer.update(kv, kv)  # counts its per-token copies exactly as in a real run
+            elif not layer.is_initialized or layer.keys.numel() == 0:
+                layer.lazy_initialization(kv, kv)
+                layer.keys, layer.values = kv, kv
+            else:
+                layer.keys, layer.values = concat(layer.keys, kv), concat(layer.values, kv)
+        return SimpleNamespace(logits=torch.zeros((batch, length, VOCAB)), past_key_values=cache)
+
+
+@dataclass
+class PlannedModel:
+    """The part of `LoadedModel` that search and the KV cache use, for shapes only."""
+
+    name: str
+    model: MetaModel
+    kv_shape: KVShape
+    dtype: torch.dtype
+    context_length: int = 1 << 20
+    device: torch.device = field(default_factory=lambda: torch.device("meta"))
+    eos_token_ids: tuple[int, ...] = ()
+    plan_only: bool = True  # search scores steps with ContentHashVerifier
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return " ".join(map(str, ids))
+
+    def encode_chat(self, question: str, system: str | None = None) -> list[int]:
+        raise NotImplementedError("plan-only runs take prompt_ids")
+
+
+def planned_model(source: str, dtype: str = "bfloat16") -> PlannedModel:
+    """Shapes of `source` (synthetic:NAME, a folder, a .gguf, bundled) without loading weights."""
+    shape = kv_shape_of(source, dtype)
+    heads, dim = shape.num_kv_heads, shape.head_dim
+    config = LlamaConfig(  # only the layer count matters to the cache; attention is never computed
+        num_hidden_layers=shape.num_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        hidden_size=heads * dim,
+        head_dim=dim,
+    )
+    return PlannedModel(f"{source} (plan only)", MetaModel(config, shape, DTYPES[dtype]), shape, DTYPES[dtype])

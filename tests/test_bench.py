@@ -1,0 +1,69 @@
+"""`bench`: one workload under every policy; plan-only agrees with a real run's counters."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.cli import main
+from engine.bench import LADDER, Workload, run_bench
+
+SMALL = Workload(model="synthetic:tiny-qwen2", beams=3, width=2, step_tokens=8, prompt_tokens=40, gen_tokens=24,
+                 kv_budget_bytes=900_000, seed=2)  # layerwise: 2 of 6 layers resident; lbs: 2 groups
+
+
+@pytest.fixture(scope="module")
+def real_report():
+    return run_bench(SMALL)
+
+
+def by_name(report):
+    return {r.name: r for r in report.results}
+
+
+def test_every_policy_runs_with_the_same_tokens(real_report):
+    results = by_name(real_report)
+    assert set(results) == set(LADDER) and all(r.ok for r in results.values())
+    assert real_report.same_tokens and len({r.tokens_digest for r in results.values()}) == 1
+    assert results["layerwise"].h2d_vs_layerwise == 1.0
+    assert results["lbs:inter_token"].h2d_bytes < results["layerwise"].h2d_bytes
+    assert results["lbs:+inter_beam"].h2d_bytes < results["lbs:inter_token"].h2d_bytes
+    assert results["in_device"].h2d_bytes == 0
+
+
+@pytest.mark.parametrize("policy", ["in_device", "layerwise", "lbs:inter_token"])
+def test_plan_only_agrees_with_the_real_counters(real_report, policy):
+    """Selection-independent policies must match to the byte; the plan runs the same scheduler code on meta tensors."""
+    planned = by_name(run_bench(SMALL, [policy], plan_only=True))[policy]
+    real = by_name(real_report)[policy]
+    counters = lambda r: (r.h2d_bytes, r.d2h_bytes, r.max_groups)  # noqa: E731
+    assert counters(planned) == counters(real)
+    assert planned.peak_device_bytes == real.peak_device_bytes
+
+
+def test_plan_only_sharing_lowers_bytes_and_keeps_peak_under_budget():
+    report = by_name(run_bench(SMALL, list(LADDER)[1:], plan_only=True))
+    assert report["lbs:+inter_beam"].h2d_bytes < report["lbs:inter_token"].h2d_bytes
+    assert all(r.peak_device_bytes <= SMALL.kv_budget_bytes for r in report.values())
+
+
+def test_bench_cli_prints_a_table_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    args = ["bench", "--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2", "--step-tokens", "4",
+            "--prompt-tokens", "20", "--gen-tokens", "8", "--kv-budget", "40KB", "--json", str(out)]
+    assert main(args) == 0
+    table = capsys.readouterr().out
+    assert "layerwise" in table and "lbs:+balanced_prefetch" in table and "same tokens" in table
+    data = json.loads(out.read_text())
+    assert [r["name"] for r in data["results"]] == list(LADDER) and data["same_tokens"] is True
+
+
+def test_bench_cli_rejects_unknown_policy_and_unwritable_json(tmp_path, capsys):
+    assert main(["bench", "--plan-only", "--policies", "fastest"]) == 2
+    assert "unknown policies" in capsys.readouterr().err
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    args = ["bench", "--plan-only", "--gen-tokens", "4", "--prompt-tokens", "8", "--json", str(blocker / "x.json")]
+    assert main(args) == 2
+    assert "cannot write" in capsys.readouterr().err
