@@ -37,6 +37,11 @@ def add_parser(sub: argparse._SubParsersAction, add_search_options: Callable[[ar
     p.add_argument("--policies", default=",".join(LADDER), help=f"comma-separated, from: {', '.join(LADDER)}")
     p.add_argument("--plan-only", action="store_true", help="bytes and peaks from the scheduler alone: no weights")
     p.add_argument("--json", dest="json_path", default=None, help="also write the report as JSON here")
+    p.add_argument(
+        "--versus-generate",
+        action="store_true",
+        help="instead: candidate-tokens/s of one engine step beside model.generate(num_return_sequences)",
+    )
     p.set_defaults(handler=bench_command)
 
 
@@ -60,19 +65,47 @@ def bench_command(args: argparse.Namespace) -> int:
         block_size=args.block_size,
         seed=args.seed,
     )
+    if args.versus_generate:
+        return _versus_generate(args, dtype)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     progress = lambda text: print(f"[bench] {text}", file=sys.stderr, flush=True)  # noqa: E731
     report = run_bench(workload, policies, plan_only=args.plan_only, progress=progress)
     print(format_report(report))
-    if args.json_path:
-        path = Path(args.json_path)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(report.to_dict(), indent=2), encoding="utf-8")
-        except OSError as error:
-            raise UsageError(f"cannot write {path}: {error.strerror}; pick a writable --json path.") from error
-        print(f"wrote {path}")
+    _write_json(args.json_path, report.to_dict())
     return 0
+
+
+def _versus_generate(args: argparse.Namespace, dtype: str) -> int:
+    from app.cli import DEFAULT_QUESTION
+    from engine.bench import versus_generate
+    from engine.config import ModelSpec
+    from engine.models import load_model
+    from engine.search import SYSTEM_PROMPT
+
+    loaded = load_model(ModelSpec(args.model, dtype=dtype))
+    prompt = loaded.encode_chat(DEFAULT_QUESTION, system=SYSTEM_PROMPT)
+    candidates = args.beams * args.width
+    result = versus_generate(loaded, prompt, candidates, args.step_tokens, args.seed)
+    print(f"{loaded.name}: {candidates} candidates x {args.step_tokens} tokens, prompt {len(prompt)} tokens")
+    print(f"engine step        {result['engine_tokens_per_second']:8.1f} candidate-tokens/s")
+    print(f"model.generate     {result['generate_tokens_per_second']:8.1f} candidate-tokens/s")
+    print(f"engine / generate  {result['engine_vs_generate']:8.2f}x")
+    _write_json(args.json_path, result)
+    return 0
+
+
+def _write_json(json_path: str | None, data: dict) -> None:
+    if not json_path:
+        return
+    from app.cli import UsageError
+
+    path = Path(json_path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error.strerror}; pick a writable --json path.") from error
+    print(f"wrote {path}")
 
 
 def _ratio(value: float | None) -> str:

@@ -191,3 +191,59 @@ def _load(workload: Workload, plan_only: bool):
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return load_model(ModelSpec(workload.model, dtype=workload.dtype), device=device)
+
+
+def versus_generate(loaded, prompt_ids: Sequence[int], candidates: int = 8, tokens: int = 32, seed: int = 0) -> dict:
+    """Candidate-tokens/s of one engine step (1 prompt, `candidates` children) beside plain
+    `model.generate(num_return_sequences=candidates, do_sample=True)` on the same prompt, in one run.
+
+    Both include their prefill; EOS is not allowed to end either early, so both make
+    `candidates * tokens` tokens.
+    """
+    from engine.search import run
+
+    search = SearchConfig(
+        beams=1,
+        width=candidates,
+        step_tokens=tokens,
+        step_delimiter=None,
+        max_steps=1,
+        temperature=1.0,
+        top_p=1.0,
+        seed=seed,
+    )
+    eos = loaded.eos_token_ids
+    loaded.eos_token_ids = ()
+    try:
+        started = time.perf_counter()
+        for _ in run("", loaded, search, CacheConfig(policy="in_device"), prompt_ids=prompt_ids):
+            pass
+        engine_seconds = time.perf_counter() - started
+    finally:
+        loaded.eos_token_ids = eos
+    input_ids = torch.tensor([list(prompt_ids)], device=loaded.device)
+    torch.manual_seed(seed)
+    started = time.perf_counter()
+    with torch.inference_mode():
+        out = loaded.model.generate(
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            do_sample=True,
+            num_return_sequences=candidates,
+            max_new_tokens=tokens,
+            min_new_tokens=tokens,
+            top_k=0,
+            top_p=1.0,
+            temperature=1.0,
+            pad_token_id=eos[0] if eos else 0,
+        )
+    generate_seconds = time.perf_counter() - started
+    made = (out.shape[1] - input_ids.shape[1]) * candidates
+    return {
+        "candidates": candidates,
+        "tokens": tokens,
+        "prompt_tokens": len(prompt_ids),
+        "engine_tokens_per_second": candidates * tokens / engine_seconds,
+        "generate_tokens_per_second": made / generate_seconds,
+        "engine_vs_generate": (candidates * tokens / engine_seconds) / (made / generate_seconds),
+    }
