@@ -130,7 +130,7 @@ def test_stop_mid_run_cancels_at_next_step_and_a_second_run_works(qtbot, make_br
     assert not any(isinstance(e, ev.StepStarted) and e.step == 2 for e in seen)
 
     seen.clear()
-    gate.set()
+    bridge.event_emitted.disconnect(stop_after_first_step)
     with qtbot.waitSignal(bridge.run_finished, timeout=5000):
         bridge.request_run("q", SPEC, SEARCH, CACHE)
     assert isinstance(seen[-1], ev.RunFinished)

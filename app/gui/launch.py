@@ -1,0 +1,155 @@
+"""`beamwise gui`: build the application and the window, load the model, optionally run and screenshot."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from app.cli import add_search_options, configs_from_args
+from app.gui import settings as saved
+from app.gui.bridge import SearchBridge
+from app.gui.main_window import MainWindow
+from engine import events as ev
+from engine.config import CacheConfig, ModelSpec, SearchConfig
+from engine.errors import BeamwiseError
+
+Configs = tuple[ModelSpec, SearchConfig, CacheConfig]
+
+
+def explicit_configs(args: argparse.Namespace, base: Configs) -> Configs:
+    """`base` (the remembered settings) with only the options the user actually typed applied on top."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_search_options(parser)
+    typed, defaults = configs_from_args(args), configs_from_args(parser.parse_args([]))
+    merged = []
+    for mine, given, default in zip(base, typed, defaults, strict=True):
+        changes = {f.name: getattr(given, f.name) for f in dataclasses.fields(given)
+                   if getattr(given, f.name) != getattr(default, f.name)}
+        merged.append(dataclasses.replace(mine, **changes))
+    return merged[0], merged[1], merged[2]
+
+
+def open_store(path: str | None, *, ask: bool) -> Any:
+    """The GUI thread's SessionStore, or None (the window then runs without saving) after saying why."""
+    try:
+        from app.store import SessionStore, StoreDamaged, default_db_path
+    except ImportError:
+        return None
+    db = Path(path) if path else default_db_path()
+    try:
+        return SessionStore(db)
+    except StoreDamaged as error:
+        question = (f"{error.user_message()}\n\nMove it aside (it is kept as a .damaged file) "
+                    "and start a fresh session database?")
+        if ask and QMessageBox.question(None, "Session database damaged", question) == QMessageBox.StandardButton.Yes:
+            try:
+                SessionStore.move_aside(db)
+                return SessionStore(db)
+            except BeamwiseError as again:
+                error = again
+        _warn(ask, "Sessions will not be saved", error.user_message())
+    except BeamwiseError as error:
+        _warn(ask, "Sessions will not be saved", error.user_message())
+    return None
+
+
+def _warn(ask: bool, title: str, text: str) -> None:
+    if ask:
+        QMessageBox.warning(None, title, text)
+    else:
+        print(f"beamwise: {title}: {text}", file=sys.stderr)
+
+
+class Screenshot:
+    """When the run ends: fit the tree, paint, save the window as PNG, quit with 0 (or 2 if it failed)."""
+
+    def __init__(self, app: QApplication, window: MainWindow, path: Path) -> None:
+        self.app, self.window, self.path = app, window, path
+        window.error_reported.connect(lambda title, text: print(f"beamwise: {title}: {text}", file=sys.stderr))
+        window.run_ended.connect(self.on_run_ended)
+
+    def on_run_ended(self, terminal: Any) -> None:
+        if not isinstance(terminal, ev.RunFinished):
+            what = "was stopped" if isinstance(terminal, ev.RunCancelled) else "failed"
+            print(f"beamwise: error: the run {what}; no screenshot was saved.", file=sys.stderr)
+            self.app.exit(2)
+            return
+        QTimer.singleShot(50, self.save)  # let the last updates lay out and paint first
+
+    def save(self) -> None:
+        self.app.processEvents()
+        if hasattr(self.window.panels.tree, "fit_to_view"):
+            self.window.panels.tree.fit_to_view()  # the whole tree in the picture
+            self.app.processEvents()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.window.grab().save(str(self.path), "PNG"):
+            print(f"beamwise: error: could not write the screenshot {self.path}; "
+                  "check that the folder is writable.", file=sys.stderr)
+            self.app.exit(2)
+            return
+        print(f"beamwise: screenshot saved to {self.path}")
+        self.app.exit(0)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Open the window; with --question run it; with --screenshot save a PNG after the run and exit."""
+    screenshot = Path(args.screenshot) if getattr(args, "screenshot", None) else None
+    if screenshot is not None and not args.question:
+        print("beamwise: error: --screenshot needs --question (the run to take a picture of).", file=sys.stderr)
+        return 2
+    configs_from_args(args)  # a ValueError here reaches the CLI as a one-line error, before any window
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setOrganizationName(saved.ORGANIZATION)
+    app.setApplicationName(saved.APPLICATION)
+    # A screenshot run must neither use nor overwrite the user's remembered settings and layout.
+    scratch = tempfile.TemporaryDirectory() if screenshot else None
+    settings = (QSettings(str(Path(scratch.name) / "beamwise.ini"), QSettings.Format.IniFormat) if scratch
+                else saved.default_settings())
+    window = _build_window(args, settings, interactive=screenshot is None)
+    try:
+        window.show()
+        shooter = Screenshot(app, window, screenshot) if screenshot is not None else None  # noqa: F841 - kept alive
+        if args.question:
+            window.question.setPlainText(args.question)
+            QTimer.singleShot(0, lambda: _start(window, app, exit_on_refusal=screenshot is not None))
+        else:
+            window.load_model()
+        return app.exec()
+    finally:
+        window.close()
+        if window.store is not None:
+            window.store.close()
+        window.deleteLater()
+        if scratch is not None:
+            scratch.cleanup()
+
+
+def _start(window: MainWindow, app: QApplication, *, exit_on_refusal: bool) -> None:
+    if not window.start_run() and exit_on_refusal:
+        print("beamwise: error: the run could not start; check the question and the settings.", file=sys.stderr)
+        app.exit(2)
+
+
+def _build_window(args: argparse.Namespace, settings: QSettings, *, interactive: bool) -> MainWindow:
+    db = getattr(args, "db", None)
+    store = open_store(db, ask=interactive)
+    factory = None
+    if store is not None:
+        from app.store import SessionStore
+
+        path = store.path
+        factory = lambda: SessionStore(path)  # noqa: E731 - the worker thread opens its own connection
+    bridge = SearchBridge(store_factory=factory)
+    window = MainWindow(bridge, settings=settings, store=store, dialogs=interactive)
+    base = saved.load_configs(settings) or (ModelSpec(), SearchConfig(), CacheConfig())
+    window.controls.set_configs(*explicit_configs(args, base))
+    if not interactive:
+        window.resize(1400, 900)
+    return window

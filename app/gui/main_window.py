@@ -1,0 +1,406 @@
+"""The main window: question, Run/Stop, settings and panels in docks, status bar; events fan out to the panels.
+
+Only this GUI thread touches widgets: the engine's events arrive through `SearchBridge`'s queued
+signals and go to every panel's `apply(event)`. A stored session replays through the same path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import QElapsedTimer, QSettings, Qt, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QHBoxLayout,
+    QMainWindow,
+    QMessageBox,
+    QPlainTextEdit,
+    QScrollArea,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.gui import settings as saved
+from app.gui.bridge import SearchBridge
+from app.gui.charts import ChartsPanel
+from app.gui.controls import SYNTHETIC_CHOICES, SearchControls
+from app.gui.details import NodeDetails
+from app.gui.status_line import StatusLine
+from app.gui.transcript import TranscriptPanel
+from app.gui.tree_view import ReasoningTreeView
+from engine import events as ev
+from engine.config import CacheConfig, ModelSpec, SearchConfig
+from engine.errors import BeamwiseError
+
+BUNDLED_NAMES = ("SmolLM2-135M-Instruct",)
+ABOUT = ("<b>Beamwise</b><p>Answers a question by step-wise beam search over a local language model, "
+         "checks each step with a verifier, and offloads the KV cache to CPU memory, scheduling beams so "
+         "that KV crosses PCIe as rarely as possible.</p><p>The tree shows every candidate step, its score, "
+         "where its KV lives and the traffic it caused.</p>")
+
+
+@dataclass
+class Panels:
+    """The views the window fans events out to; each has apply(event) and reset()."""
+
+    tree: Any
+    charts: Any
+    details: Any
+    transcript: Any
+
+    def all(self) -> tuple[Any, ...]:
+        return (self.tree, self.charts, self.details, self.transcript)
+
+
+def default_panels() -> Panels:
+    tree = ReasoningTreeView()
+    return Panels(tree=tree, charts=ChartsPanel(), details=NodeDetails(tree.data), transcript=TranscriptPanel())
+
+
+def source_for_model_name(name: str, fallback: str) -> str:
+    """The ModelSpec source of a recorded model name (sessions keep the name, not the path)."""
+    if name in BUNDLED_NAMES:
+        return "bundled"
+    bare = name.removeprefix("synthetic:")
+    return f"synthetic:{bare}" if bare in SYNTHETIC_CHOICES else fallback
+
+
+class MainWindow(QMainWindow):
+    """The Beamwise window. `run_ended(terminal event or None)` fires when a search request is over."""
+
+    run_ended = Signal(object)
+    error_reported = Signal(str, str)  # title, text (also shown as a dialog when dialogs are on)
+
+    def __init__(self, bridge: SearchBridge, *, settings: QSettings | None = None, store: Any = None,
+                 panels: Panels | None = None, dialogs: bool = True,
+                 sessions_factory: Callable[[Any], QWidget] | None = None) -> None:
+        super().__init__()
+        self.bridge, self.store, self.dialogs = bridge, store, dialogs
+        self.settings = settings if settings is not None else saved.default_settings()
+        self.panels = panels or default_panels()
+        self.running = False
+        self.current_session: int | None = None
+        self.last_terminal: Any = None
+        self._tokens, self._max_steps, self._clock = 0, 0, QElapsedTimer()
+        self.setWindowTitle("Beamwise")
+        self.resize(1400, 900)
+        self._build_central()
+        self.controls = SearchControls()
+        self.status = StatusLine(self)
+        self.sessions = self._make_sessions(sessions_factory)
+        self._build_docks()
+        self._build_menus()
+        self._connect()
+        self._restore()
+
+    # ------------------------------------------------------------ building
+
+    def _build_central(self) -> None:
+        self.question = QPlainTextEdit()
+        self.question.setPlaceholderText("Ask a question, then press Run (Ctrl+Enter). Esc stops the search.")
+        self.question.setMaximumHeight(80)
+        self.question.setTabChangesFocus(True)
+        self.run_action = QAction("Run", self)
+        self.run_action.setShortcuts([QKeySequence("Ctrl+Return"), QKeySequence("Ctrl+Enter")])
+        self.run_action.setToolTip("Start the search (Ctrl+Enter)")
+        self.stop_action = QAction("Stop", self)
+        self.stop_action.setShortcut(QKeySequence(Qt.Key.Key_Escape))
+        self.stop_action.setToolTip("Stop after the current decode step (Esc)")
+        self.stop_action.setEnabled(False)
+        buttons = QVBoxLayout()
+        for action in (self.run_action, self.stop_action):
+            button = QToolButton()
+            button.setDefaultAction(action)
+            button.setMinimumWidth(90)
+            buttons.addWidget(button)
+            self.addAction(action)
+        top = QHBoxLayout()
+        top.addWidget(self.question, 1)
+        top.addLayout(buttons)
+        central = QWidget()
+        layout = QVBoxLayout(central)
+        layout.setContentsMargins(6, 6, 6, 0)
+        layout.addLayout(top)
+        layout.addWidget(self.panels.tree, 1)
+        self.setCentralWidget(central)
+
+    def _make_sessions(self, factory: Callable[[Any], QWidget] | None) -> QWidget | None:
+        if self.store is None:
+            return None
+        if factory is None:
+            try:
+                from app.gui.sessions_panel import SessionsPanel
+            except ImportError:
+                return None
+            factory = SessionsPanel
+        return factory(self.store)
+
+    def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(name)  # saveState needs stable names
+        dock.setWidget(widget)
+        self.addDockWidget(area, dock)
+        return dock
+
+    def _build_docks(self) -> None:
+        scroll = QScrollArea()
+        scroll.setWidget(self.controls)
+        scroll.setWidgetResizable(True)
+        scroll.setMinimumWidth(330)
+        left, right, bottom = (Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea,
+                               Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.docks = {"settings": self._dock("Settings", "settingsDock", scroll, left)}
+        if self.sessions is not None:
+            self.docks["sessions"] = self._dock("Sessions", "sessionsDock", self.sessions, left)
+            self.tabifyDockWidget(self.docks["settings"], self.docks["sessions"])
+            self.docks["settings"].raise_()
+        self.docks["details"] = self._dock("Node details", "detailsDock", self.panels.details, right)
+        self.docks["transcript"] = self._dock("Transcript", "transcriptDock", self.panels.transcript, right)
+        self.docks["charts"] = self._dock("Memory and PCIe", "chartsDock", self.panels.charts, bottom)
+        self.resizeDocks([self.docks["charts"]], [260], Qt.Orientation.Vertical)
+        self.resizeDocks([self.docks["details"]], [360], Qt.Orientation.Horizontal)
+
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        self.export_action = file_menu.addAction("&Export session…", self.export_current)
+        self.export_action.setShortcut(QKeySequence("Ctrl+E"))
+        file_menu.addSeparator()
+        quit_action = file_menu.addAction("&Quit", self.close)
+        quit_action.setShortcut(QKeySequence("Ctrl+Q"))
+        search_menu = self.menuBar().addMenu("&Search")
+        search_menu.addAction(self.run_action)
+        search_menu.addAction(self.stop_action)
+        view_menu = self.menuBar().addMenu("&View")
+        for dock in self.docks.values():
+            view_menu.addAction(dock.toggleViewAction())
+        if hasattr(self.panels.tree, "fit_to_view"):
+            view_menu.addSeparator()
+            fit = view_menu.addAction("Fit tree to view", self.panels.tree.fit_to_view)
+            fit.setShortcut(QKeySequence("Ctrl+0"))
+        help_menu = self.menuBar().addMenu("&Help")
+        help_menu.addAction("&About Beamwise", lambda: QMessageBox.about(self, "About Beamwise", ABOUT))
+
+    def _connect(self) -> None:
+        self.run_action.triggered.connect(self.start_run)
+        self.stop_action.triggered.connect(self.stop_run)
+        self.controls.changed.connect(self._update_actions)
+        self.question.textChanged.connect(self._update_actions)
+        b = self.bridge
+        b.load_progress.connect(self.status.loading)
+        b.model_loaded.connect(self.status.loaded)
+        b.load_failed.connect(self._on_load_failed)
+        b.event_emitted.connect(self.apply_event)
+        b.failed.connect(self._on_failed)
+        b.recording_failed.connect(lambda text: self.statusBar().showMessage(text, 15000))
+        b.session_recorded.connect(self._on_session_recorded)
+        b.run_finished.connect(self._on_run_finished)
+        if hasattr(self.panels.tree, "node_selected"):
+            self.panels.tree.node_selected.connect(self.panels.details.show_node)
+        if self.sessions is not None:
+            self.sessions.open_requested.connect(self.open_session)
+            self.sessions.run_again_requested.connect(self.load_session_settings)
+
+    def _restore(self) -> None:
+        configs = saved.load_configs(self.settings)
+        if configs is not None:
+            self.controls.set_configs(*configs)
+        self.question.setPlainText(saved.load_question(self.settings))
+        saved.restore_window(self.settings, self)
+        self._update_actions()
+
+    # ------------------------------------------------------------ running
+
+    def load_model(self) -> None:
+        """Load the selected model in the background (progress in the status bar)."""
+        try:
+            model, _, cache = self.controls.configs()
+        except ValueError:
+            return  # the settings panel already says what to fix
+        self.status.loading(f"Loading {model.source}", -1)
+        self.bridge.request_load(model, cache.device)
+
+    def start_run(self) -> bool:
+        """Run the question with the current settings; False (with the reason shown) when it cannot start."""
+        if self.running:
+            return False
+        question = self.question.toPlainText().strip()
+        if not question:
+            self.statusBar().showMessage("Type a question first.", 5000)
+            self.question.setFocus()
+            return False
+        try:
+            model, search, cache = self.controls.configs()
+        except ValueError as error:
+            self.statusBar().showMessage(f"Fix the settings first: {error}", 8000)
+            return False
+        self._begin(search)
+        self.status.loading(f"Preparing {model.source}", -1)
+        self.bridge.request_run(question, model, search, cache)
+        return True
+
+    def stop_run(self) -> None:
+        if self.running:
+            self.bridge.stop()
+            self.statusBar().showMessage("Stopping after the current decode step…")
+
+    def _begin(self, search: SearchConfig) -> None:
+        self.running, self.last_terminal, self.current_session = True, None, None
+        self._tokens, self._max_steps = 0, search.max_steps
+        for panel in self.panels.all():
+            panel.reset()
+        self.status.step.setText(f"step 0/{search.max_steps}")
+        self.status.speed.setText("- cand-tok/s")
+        self.statusBar().showMessage("Running…")
+        self._update_actions()
+
+    def apply_event(self, event: Any) -> None:
+        """Fan one engine event out to every panel and the status bar (live and replayed alike)."""
+        for panel in self.panels.all():
+            panel.apply(event)
+        self._update_status(event)
+        if event.type in ev.TERMINAL_TYPES:
+            self.last_terminal = event
+            if isinstance(event, ev.RunFailed) and self.running:
+                self.report_error("The search could not run", event.message)
+
+    def _update_status(self, event: Any) -> None:
+        s = self.status
+        if isinstance(event, ev.RunStarted):
+            self._clock.start()
+            self._max_steps = int(event.search.get("max_steps", self._max_steps))
+            s.loaded(event.model, event.device)
+            s.policy.setText(f"policy: {event.policy}")
+            s.step.setText(f"step 0/{self._max_steps}")
+        elif isinstance(event, ev.StepStarted):
+            s.step.setText(f"step {event.step}/{self._max_steps}")
+        elif isinstance(event, ev.CandidateText):
+            self._tokens += event.tokens
+            if self.running and self._clock.isValid() and self._clock.elapsed() > 0:
+                s.speed.setText(f"{self._tokens / (self._clock.elapsed() / 1000):.1f} cand-tok/s")
+        elif isinstance(event, ev.RunFinished):
+            s.speed.setText(f"{event.tokens_per_second:.1f} cand-tok/s")
+            self.statusBar().showMessage(f"Done: {event.steps} steps, score {event.score:.2f}", 15000)
+        elif isinstance(event, ev.RunCancelled):
+            self.statusBar().showMessage(f"Stopped after step {event.step}.", 15000)
+
+    def _on_run_finished(self) -> None:
+        self.running = False
+        self.status.progress.hide()
+        self._update_actions()
+        if self.sessions is not None and hasattr(self.sessions, "refresh"):
+            self.sessions.refresh()
+        self.run_ended.emit(self.last_terminal)
+
+    def _on_load_failed(self, message: str) -> None:
+        self.status.loaded(None, None)
+        self.report_error("Could not load the model",
+                          f"{message}\n\nChoose another model under Settings > Model, then press Run.")
+
+    def _on_failed(self, message: str) -> None:
+        failure = ev.RunFailed(error="InternalError", message=message)
+        for panel in self.panels.all():
+            panel.apply(failure)
+        self.last_terminal = failure
+        self.report_error("The search stopped with an error",
+                          f"{message}\n\nThe window keeps working: change the settings or try again. "
+                          "If it happens again, please report it with these details.")
+
+    def _on_session_recorded(self, session_id: int) -> None:
+        self.current_session = session_id
+
+    def _update_actions(self) -> None:
+        valid = self.controls.is_valid()
+        has_question = bool(self.question.toPlainText().strip())
+        self.run_action.setEnabled(not self.running and valid and has_question)
+        tip = "Start the search (Ctrl+Enter)" if has_question else "Type a question first"
+        self.run_action.setToolTip(tip if valid else f"Fix the settings: {self.controls.error_text()}")
+        self.stop_action.setEnabled(self.running)
+        self.controls.setEnabled(not self.running)
+
+    def report_error(self, title: str, text: str) -> None:
+        """Tell the user what happened and what to do; the window stays usable."""
+        self.error_reported.emit(title, text)
+        self.statusBar().showMessage(f"{title}.", 15000)
+        if self.dialogs:
+            QMessageBox.warning(self, title, text)
+
+    # ------------------------------------------------------------ sessions
+
+    def replay(self, events: Iterable[Any]) -> None:
+        """Show a recorded run exactly as it ended, through the same apply() path as a live one."""
+        for panel in self.panels.all():
+            panel.reset()
+        self._tokens = 0
+        for event in events:
+            self.apply_event(event)
+
+    def open_session(self, session_id: int) -> None:
+        if self.running:
+            self.statusBar().showMessage("Stop the running search before opening a session.", 8000)
+            return
+        try:
+            events = self.store.events(session_id)
+        except BeamwiseError as error:
+            self.report_error("Could not open the session", error.user_message())
+            return
+        started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
+        if started is not None:
+            self.question.setPlainText(started.question)
+        self.replay(events)
+        self.current_session = session_id
+        self.statusBar().showMessage(f"Session {session_id} opened.", 8000)
+
+    def load_session_settings(self, session_id: int) -> None:
+        """"Run again": the session's question and settings go into the controls; Run starts it."""
+        try:
+            row = self.store.get_session(session_id)
+        except BeamwiseError as error:
+            self.report_error("Could not read the session", error.user_message())
+            return
+        try:
+            current = self.controls.configs()[0]
+        except ValueError:
+            current = ModelSpec()
+        try:
+            model = ModelSpec(source=source_for_model_name(row.get("model") or "", current.source),
+                              dtype=current.dtype)
+            search, cache = SearchConfig(**row["search"]), CacheConfig(**row["cache"])
+        except (TypeError, ValueError, KeyError) as error:
+            self.report_error("Could not reuse the session's settings",
+                              f"They do not fit this version of Beamwise ({error}). Set them by hand.")
+            return
+        self.controls.set_configs(model, search, cache)
+        self.question.setPlainText(row.get("question") or "")
+        self.docks["settings"].raise_()
+        self.statusBar().showMessage(f"Settings of session {session_id} loaded; press Run to run it again.", 10000)
+
+    def export_current(self) -> None:
+        if self.store is None or self.sessions is None or not hasattr(self.sessions, "export_with_dialog"):
+            self.report_error("Nothing to export", "Sessions are not being saved in this window "
+                              "(the session database could not be opened).")
+            return
+        session_id = self.current_session
+        if session_id is None and hasattr(self.sessions, "selected_id"):
+            session_id = self.sessions.selected_id()
+        if session_id is None:
+            self.report_error("Nothing to export", "Run a search or open a session first.")
+            return
+        self.sessions.export_with_dialog(session_id)
+
+    # ------------------------------------------------------------ closing
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        try:
+            saved.save_configs(self.settings, *self.controls.configs())
+        except ValueError:
+            pass  # keep the last valid settings rather than store invalid ones
+        saved.save_question(self.settings, self.question.toPlainText())
+        saved.save_window(self.settings, self)
+        self.settings.sync()
+        self.bridge.shutdown()
+        super().closeEvent(event)
+

@@ -1,0 +1,78 @@
+"""What the window remembers between launches (QSettings): search settings, model, question, layout."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from PySide6.QtCore import QByteArray, QSettings
+from PySide6.QtWidgets import QMainWindow
+
+from engine.config import CacheConfig, ModelSpec, SearchConfig
+
+ORGANIZATION = "Beamwise"
+APPLICATION = "Beamwise"
+FORMAT_VERSION = 1  # bump when the stored shape changes; older values are then ignored
+
+
+def default_settings() -> QSettings:
+    """The user's settings (registry on Windows, plist on macOS, ini file elsewhere)."""
+    return QSettings(ORGANIZATION, APPLICATION)
+
+
+def save_configs(settings: QSettings, model: ModelSpec, search: SearchConfig, cache: CacheConfig) -> None:
+    settings.setValue("format", FORMAT_VERSION)
+    settings.setValue("model", json.dumps({"source": model.source, "dtype": model.dtype}))
+    settings.setValue("search", json.dumps(search.to_dict()))
+    settings.setValue("cache", json.dumps(cache.to_dict()))
+
+
+def load_configs(settings: QSettings) -> tuple[ModelSpec, SearchConfig, CacheConfig] | None:
+    """The stored configs, or None when there are none or they no longer validate (defaults then apply)."""
+    if _int(settings.value("format")) != FORMAT_VERSION:
+        return None
+    try:
+        model = ModelSpec(**_json(settings, "model"))
+        search = SearchConfig(**_json(settings, "search"))
+        cache = CacheConfig(**_json(settings, "cache"))
+    except (TypeError, ValueError):  # a renamed field or a value a newer version allowed
+        return None
+    return model, search, cache
+
+
+def save_question(settings: QSettings, question: str) -> None:
+    settings.setValue("question", question)
+
+
+def load_question(settings: QSettings) -> str:
+    value = settings.value("question", "")
+    return value if isinstance(value, str) else ""
+
+
+def save_window(settings: QSettings, window: QMainWindow) -> None:
+    settings.setValue("window/geometry", window.saveGeometry())
+    settings.setValue("window/state", window.saveState(FORMAT_VERSION))
+
+
+def restore_window(settings: QSettings, window: QMainWindow) -> bool:
+    """Restore size, position, docks and toolbars; False when nothing usable was stored."""
+    geometry, state = settings.value("window/geometry"), settings.value("window/state")
+    restored = isinstance(geometry, QByteArray) and window.restoreGeometry(geometry)
+    if isinstance(state, QByteArray):
+        restored = window.restoreState(state, FORMAT_VERSION) and restored
+    return bool(restored)
+
+
+def _json(settings: QSettings, key: str) -> dict[str, Any]:
+    value = settings.value(key)
+    data = json.loads(value) if isinstance(value, str) else None
+    if not isinstance(data, dict):
+        raise ValueError(f"stored {key} settings are not an object")
+    return data
+
+
+def _int(value: object) -> int | None:
+    try:
+        return int(value)  # ini files give strings back
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,309 @@
+"""The main window: runs through the bridge, Stop, errors as dialogs, controls, settings, sessions, launch."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import QMessageBox
+
+from app.gui.bridge import SearchBridge
+from app.gui.main_window import MainWindow, source_for_model_name
+from engine import events as ev
+from engine.config import CacheConfig, ModelSpec, SearchConfig
+from tests.fake_search import fake_run
+from tests.test_gui_bridge import CountingLoader, gated, run_fake
+
+
+@pytest.fixture
+def qsettings(tmp_path: Path) -> QSettings:
+    """Never the user's settings: an ini file in the test's folder."""
+    return QSettings(str(tmp_path / "beamwise.ini"), QSettings.Format.IniFormat)
+
+
+@pytest.fixture
+def warnings(monkeypatch) -> list[tuple[str, str]]:
+    shown: list[tuple[str, str]] = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, title, text, *a: shown.append((title, text)))
+    return shown
+
+
+@pytest.fixture
+def make_window(qtbot, qsettings):
+    made: list[MainWindow] = []
+
+    def make(run: Any = run_fake, loader: Any = None, store: Any = None, settings: QSettings | None = None,
+             store_factory: Any = None) -> MainWindow:
+        bridge = SearchBridge(loader=loader or CountingLoader(), run=run, store_factory=store_factory)
+        window = MainWindow(bridge, settings=settings or qsettings, store=store)
+        qtbot.addWidget(window)
+        made.append(window)
+        return window
+
+    yield make
+    for window in made:
+        window.bridge.shutdown()
+
+
+def small(window: MainWindow, source: str = "synthetic:fake", **search: Any) -> None:
+    settings = {"beams": 2, "width": 2, "max_steps": 3, **search}
+    window.controls.set_configs(ModelSpec(source=source), SearchConfig(**settings), CacheConfig())
+    window.question.setPlainText("How fast is the train?")
+
+
+def run_to_end(qtbot, window: MainWindow, timeout: int = 5000) -> Any:
+    with qtbot.waitSignal(window.run_ended, timeout=timeout) as blocker:
+        assert window.start_run()
+    return blocker.args[0]
+
+
+def expected_events(**search: Any) -> list[Any]:
+    return list(fake_run("How fast is the train?", SearchConfig(**{"beams": 2, "width": 2, "max_steps": 3,
+                                                                    **search})))
+
+
+def assert_tree_matches(window: MainWindow, events: list[Any]) -> None:
+    tree = window.panels.tree.data
+    texts = [e for e in events if isinstance(e, ev.CandidateText)]
+    assert len(tree.candidates()) == len(texts)
+    for selected in (e for e in events if isinstance(e, ev.StepSelected)):
+        assert all(tree.node(i).state in ("kept", "finished", "final") for i in selected.kept)
+        assert all(tree.node(i).state == "pruned" for i in selected.pruned)
+
+
+def test_a_run_fills_the_tree_status_bar_and_transcript(qtbot, make_window):
+    window = make_window()
+    small(window)
+    terminal = run_to_end(qtbot, window)
+    events = expected_events()
+    assert terminal == events[-1]
+    assert_tree_matches(window, events)
+    tree = window.panels.tree.data
+    assert tree.chosen_path == terminal.path
+    assert all(tree.node(i).state == "final" for i in terminal.path)
+    assert window.status.step.text() == "step 3/3"
+    assert "emulated GPU" in window.status.device.text()
+    assert window.status.policy.text() == "policy: lbs"
+    assert window.status.speed.text() == "8.0 cand-tok/s"
+    assert "80 km/h" in window.panels.transcript.plain_text()
+    assert window.run_action.isEnabled() and not window.stop_action.isEnabled()
+
+
+def test_ctrl_enter_in_the_question_box_runs(qtbot, make_window):
+    window = make_window()
+    small(window)
+    with qtbot.waitActive(window):
+        window.show()
+        window.activateWindow()
+    window.question.setFocus()
+    with qtbot.waitSignal(window.run_ended, timeout=5000) as blocker:
+        qtbot.keyClick(window.question, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert isinstance(blocker.args[0], ev.RunFinished)
+    assert "\n" not in window.question.toPlainText()
+
+
+def test_empty_question_does_not_run(qtbot, make_window):
+    window = make_window()
+    small(window)
+    window.question.setPlainText("   ")
+    assert not window.run_action.isEnabled()
+    assert not window.start_run()
+    assert "Type a question" in window.statusBar().currentMessage()
+
+
+def test_stop_mid_run_leaves_a_consistent_tree_and_a_second_run_works(qtbot, make_window):
+    gate = threading.Event()
+    window = make_window(run=gated(gate))
+    small(window, max_steps=5)
+
+    def stop_after_first_step(event: Any) -> None:
+        if isinstance(event, ev.StepSelected) and event.step == 1:
+            assert window.stop_action.isEnabled() and not window.run_action.isEnabled()
+            window.stop_action.trigger()
+            gate.set()
+
+    window.bridge.event_emitted.connect(stop_after_first_step)
+    terminal = run_to_end(qtbot, window)
+    assert isinstance(terminal, ev.RunCancelled) and terminal.step == 1
+    events = list(fake_run("q", SearchConfig(beams=2, width=2, max_steps=1)))[:-1]
+    assert_tree_matches(window, events)
+    assert not [n for n in window.panels.tree.data.candidates() if n.state == "running"]
+    assert window.run_action.isEnabled()
+
+    window.bridge.event_emitted.disconnect(stop_after_first_step)
+    terminal = run_to_end(qtbot, window)
+    assert isinstance(terminal, ev.RunFinished)
+    assert_tree_matches(window, expected_events(max_steps=5))
+
+
+def test_a_bad_model_path_shows_a_dialog_and_the_window_stays_usable(qtbot, make_window, warnings):
+    window = make_window()
+    small(window, source="bad/model/folder")
+    assert run_to_end(qtbot, window) is None
+    assert len(warnings) == 1
+    title, text = warnings[0]
+    assert title == "Could not load the model"
+    assert "bad/model/folder" in text and "Choose another model" in text
+    assert window.status.model.text() == "model: not loaded"
+    assert window.run_action.isEnabled() and window.controls.isEnabled()
+    small(window)
+    assert isinstance(run_to_end(qtbot, window), ev.RunFinished)
+
+
+def test_an_engine_failure_event_shows_its_message(qtbot, make_window, warnings):
+    def failing(question: str, loaded: Any, search: SearchConfig, cache: CacheConfig, *, should_stop: Any) -> Iterator:
+        yield next(iter(fake_run(question, search, cache)))
+        yield ev.RunFailed(error="KVBudgetTooSmall", message="KV budget 1 MB is too small. Raise the KV budget.")
+
+    window = make_window(run=failing)
+    small(window)
+    assert isinstance(run_to_end(qtbot, window), ev.RunFailed)
+    assert warnings == [("The search could not run", "KV budget 1 MB is too small. Raise the KV budget.")]
+    assert window.run_action.isEnabled()
+
+
+def test_an_engine_exception_is_reported_and_the_next_run_works(qtbot, make_window, warnings):
+    calls = []
+
+    def flaky(question: str, loaded: Any, search: SearchConfig, cache: CacheConfig, *, should_stop: Any) -> Iterator:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return fake_run(question, search, cache, should_stop=should_stop)
+
+    window = make_window(run=flaky)
+    small(window)
+    assert isinstance(run_to_end(qtbot, window), ev.RunFailed)
+    assert warnings[0][0] == "The search stopped with an error" and "RuntimeError: boom" in warnings[0][1]
+    assert isinstance(run_to_end(qtbot, window), ev.RunFinished)
+
+
+def test_controls_show_candidates_per_step_and_block_invalid_settings(make_window):
+    window = make_window()
+    controls = window.controls
+    small(window)
+    controls.beams.set_value(8)
+    controls.width.set_value(3)
+    assert controls.candidates_label.text().startswith("24 candidates per step")
+    assert controls.beams.spin.minimum() == 1 and controls.width.spin.maximum() == 16
+    controls.beams.set_value(0)  # clamped by the spin range: N = 0 cannot be entered
+    assert controls.beams.value() == 1
+
+    controls.delimiter.setText(r"\x4")
+    assert not controls.is_valid() and not window.run_action.isEnabled()
+    assert "broken escape" in controls.error_label.text() and not controls.error_label.isHidden()
+    assert "Fix the settings" in window.run_action.toolTip()
+    controls.delimiter.setText("")  # empty: steps are cut by length only
+    assert controls.is_valid() and controls.configs()[1].step_delimiter is None
+
+    controls.top_p.set_value(0.0)
+    assert "Top-p must be in (0, 1]" in controls.error_text() and not window.run_action.isEnabled()
+    controls.top_p.set_value(0.9)
+    controls.kv_budget.set_value(64)
+    assert controls.is_valid() and window.run_action.isEnabled() and controls.error_label.isHidden()
+    _, search, cache = controls.configs()
+    assert (search.beams, search.width, search.top_p, cache.kv_budget_bytes) == (1, 3, 0.9, 64_000_000)
+
+
+def test_settings_and_question_persist_in_qsettings(qtbot, make_window, qsettings, tmp_path):
+    window = make_window()
+    small(window, beams=7)
+    window.controls.policy.setCurrentIndex(window.controls.policy.findData("lbs"))
+    window.question.setPlainText("Remember me")
+    window.close()
+    assert Path(qsettings.fileName()).parent == tmp_path
+
+    again = make_window(settings=QSettings(qsettings.fileName(), QSettings.Format.IniFormat))
+    model, search, cache = again.controls.configs()
+    assert (model.source, search.beams, cache.policy) == ("synthetic:fake", 7, "lbs")
+    assert again.question.toPlainText() == "Remember me"
+
+
+def test_damaged_settings_fall_back_to_defaults(make_window, qsettings):
+    qsettings.setValue("format", 1)
+    qsettings.setValue("search", '{"beams": -3}')
+    qsettings.sync()
+    window = make_window()
+    assert window.controls.configs()[1] == SearchConfig()
+
+
+def test_recorded_sessions_reopen_and_run_again(qtbot, make_window, tmp_path, warnings):
+    store_mod = pytest.importorskip("app.store")
+    db = tmp_path / "sessions.db"
+    store = store_mod.SessionStore(db)
+    window = make_window(store=store, store_factory=lambda: store_mod.SessionStore(db))
+    assert window.sessions is not None
+    small(window, beams=3)
+    run_to_end(qtbot, window)
+    session_id = window.current_session
+    assert session_id is not None
+    live = {n.id: (n.state, n.score) for n in window.panels.tree.data.nodes.values()}
+
+    for panel in window.panels.all():
+        panel.reset()
+    window.open_session(session_id)
+    assert {n.id: (n.state, n.score) for n in window.panels.tree.data.nodes.values()} == live
+    assert window.status.step.text() == "step 3/3"
+
+    small(window, beams=1)
+    window.question.setPlainText("")
+    window.sessions.run_again_requested.emit(session_id)
+    assert window.controls.configs()[1].beams == 3
+    assert window.question.toPlainText() == "How fast is the train?"
+    assert warnings == []
+
+
+def test_model_names_map_back_to_sources():
+    assert source_for_model_name("SmolLM2-135M-Instruct", "x") == "bundled"
+    assert source_for_model_name("tiny-llama", "x") == "synthetic:tiny-llama"
+    assert source_for_model_name("my-folder-model", "/models/mine") == "/models/mine"
+
+
+def gui_args(tmp_path: Path, *extra: str) -> argparse.Namespace:
+    from app.cli import build_parser
+
+    return build_parser().parse_args(["gui", "--db", str(tmp_path / "s.db"), *extra])
+
+
+def test_screenshot_needs_a_question(tmp_path, capsys):
+    from app.gui.launch import main
+
+    assert main(gui_args(tmp_path, "--screenshot", str(tmp_path / "x.png"))) == 2
+    assert "--screenshot needs --question" in capsys.readouterr().err
+
+
+def test_typed_options_override_remembered_settings_only_where_given(tmp_path):
+    from app.gui.launch import explicit_configs
+
+    remembered = (ModelSpec(source="synthetic:tiny-llama"), SearchConfig(beams=9, temperature=0.3),
+                  CacheConfig(policy="layerwise"))
+    model, search, cache = explicit_configs(gui_args(tmp_path, "--width", "5"), remembered)
+    assert (model.source, search.beams, search.width, search.temperature, cache.policy) == (
+        "synthetic:tiny-llama", 9, 5, 0.3, "layerwise")
+
+
+@pytest.mark.skipif(not (Path(__file__).parents[1] / "engine" / "search.py").exists(), reason="no engine yet")
+def test_real_engine_on_a_tiny_synthetic_model_end_to_end_with_screenshot(qtbot, tmp_path, monkeypatch):
+    """`beamwise gui --question ... --screenshot` on synthetic:tiny-llama: the real engine through the window."""
+    from app.gui import launch
+
+    windows: list[MainWindow] = []
+    build = launch._build_window
+    monkeypatch.setattr(launch, "_build_window", lambda *a, **k: windows.append(build(*a, **k)) or windows[-1])
+    shot = tmp_path / "shot.png"
+    args = gui_args(tmp_path, "--question", "What is 2+3?", "--screenshot", str(shot), "--model",
+                    "synthetic:tiny-llama", "--beams", "2", "--width", "2", "--step-tokens", "4",
+                    "--max-steps", "2", "--step-delimiter", "none")
+    assert launch.main(args) == 0
+    assert shot.stat().st_size > 10_000
+    window = windows[0]
+    assert isinstance(window.last_terminal, ev.RunFinished)
+    tree = window.panels.tree.data
+    assert len(tree.candidates()) == 2 * 2 + 2 * 2  # step 1: N*M from the prompt, step 2: N kept * M
+    assert tree.chosen_path == window.last_terminal.path
+    assert window.current_session is not None
