@@ -162,7 +162,7 @@ def test_big_synthetic_configs_have_the_public_shapes() -> None:
 
 def test_kv_shape_of_folder_and_bundled(tmp_path: Path) -> None:
     synthetic_config("tiny-qwen2").save_pretrained(tmp_path)
-    assert kv_shape_of(str(tmp_path), "float16") == KVShape(2, 4, 16, 2)
+    assert kv_shape_of(str(tmp_path), "float16") == KVShape(6, 4, 16, 2)
     assert kv_shape_of("bundled") == KVShape(30, 3, 64, 4)
     assert kv_shape_of("bundled").token_bytes() == 46_080  # TOOLCHAIN.md: 46 KB per token
 
