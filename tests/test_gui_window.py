@@ -307,3 +307,33 @@ def test_real_engine_on_a_tiny_synthetic_model_end_to_end_with_screenshot(qtbot,
     assert len(tree.candidates()) == 2 * 2 + 2 * 2  # step 1: N*M from the prompt, step 2: N kept * M
     assert tree.chosen_path == window.last_terminal.path
     assert window.current_session is not None
+
+
+def test_launch_without_a_question_opens_the_window_and_loads_the_model(qtbot, tmp_path, monkeypatch, qsettings):
+    """`beamwise gui` (no question): the window shows and the model loads in the background."""
+    from app.gui import launch
+    from app.gui import settings as saved
+
+    monkeypatch.setattr(saved, "default_settings", lambda: qsettings)  # never the user's settings
+    seen: dict[str, Any] = {}
+    build = launch._build_window
+
+    def build_and_watch(*args: Any, **kwargs: Any) -> MainWindow:
+        window = build(*args, **kwargs)
+        seen["window"] = window
+
+        def loaded(name: str, device: str) -> None:
+            seen["loaded"] = (name, device, window.isVisible(), window.status.model.text())
+            window.close()
+            from PySide6.QtWidgets import QApplication
+
+            QApplication.instance().exit(0)
+
+        window.bridge.model_loaded.connect(loaded)
+        return window
+
+    monkeypatch.setattr(launch, "_build_window", build_and_watch)
+    assert launch.main(gui_args(tmp_path, "--model", "synthetic:tiny-llama")) == 0
+    name, device, visible, label = seen["loaded"]
+    assert visible and "tiny-llama" in name and "emulated GPU" in device and "tiny-llama" in label
+    assert qsettings.value("window/geometry") is not None  # closing remembered the layout
