@@ -118,6 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("beamwise: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `beamwise ... | head`: the reader left; say nothing more
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -25,3 +25,9 @@ def tiny_qwen2():
 @pytest.fixture(scope="session")
 def tiny_opt():
     return load_model(ModelSpec("synthetic:tiny-opt"))
+
+
+@pytest.fixture(scope="session")
+def bundled():
+    """The real SmolLM2-135M-Instruct (converted once into the user cache, ~30 s the first time)."""
+    return load_model(ModelSpec("bundled"))

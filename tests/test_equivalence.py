@@ -121,3 +121,19 @@ def test_lbs_device_residency_never_exceeds_budget(tiny):
     events, _, _ = search_trace(tiny, UNEVEN, CacheConfig(policy="lbs", kv_budget_bytes=budget))
     peaks = [e.peak_device_bytes for e in events if e.type == "memory_snapshot"]
     assert peaks and all(0 < p <= budget for p in peaks)
+
+
+@pytest.mark.bundled
+@pytest.mark.parametrize("policy", ["in_device", "lbs"])
+def test_bundled_model_batched_decode_matches_plain_transformers(bundled, policy):
+    search = SearchConfig(beams=2, width=2, step_tokens=6, max_steps=2, step_delimiter=None, seed=1)
+    budget = footprint_budget(bundled, search, 2.5) if policy == "lbs" else None
+    _, observed, parents = search_trace(bundled, search, CacheConfig(policy=policy, kv_budget_bytes=budget))
+    prompt = bundled.encode_chat(QUESTION, system=SYSTEM_PROMPT)
+    for cid in observed:
+        steps = [observed[c] for c in path_of(cid, parents)]
+        tokens = [t for step in steps for _, t in step]
+        logits = torch.stack([lg for step in steps for lg, _ in step])
+        with torch.inference_mode():
+            ref = bundled.model(input_ids=torch.tensor([prompt + tokens])).logits[0].float()
+        torch.testing.assert_close(logits, ref[len(prompt) - 1 : len(prompt) - 1 + len(tokens)], atol=1e-4, rtol=0)
