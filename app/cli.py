@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import os
 import sys
 from collections.abc import Sequence
 
@@ -119,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("beamwise: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `beamwise ... | head`: the reader left; say nothing more
-        sys.stderr.close()
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush cannot fail again
         return 0
 
 
