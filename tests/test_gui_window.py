@@ -324,9 +324,10 @@ def test_launch_without_a_question_opens_the_window_and_loads_the_model(qtbot, t
 
         def loaded(name: str, device: str) -> None:
             seen["loaded"] = (name, device, window.isVisible(), window.status.model.text())
-            window.close()
             from PySide6.QtWidgets import QApplication
 
+            # exit(), not window.close(): closing the last window inside exec() posts a Quit event
+            # that would end the next test's event loop. main() closes the window after exec().
             QApplication.instance().exit(0)
 
         window.bridge.model_loaded.connect(loaded)

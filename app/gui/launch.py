@@ -85,9 +85,13 @@ class Screenshot:
 
     def save(self) -> None:
         self.app.processEvents()
-        if hasattr(self.window.panels.tree, "fit_to_view"):
-            self.window.panels.tree.fit_to_view()  # the whole tree in the picture
-            self.app.processEvents()
+        tree = self.window.panels.tree
+        best = getattr(getattr(tree, "data", None), "best_id", None)
+        if best is not None and hasattr(tree, "select_node"):
+            tree.select_node(best)  # the details panel then shows the answer's last step
+        if hasattr(tree, "fit_to_view"):
+            tree.fit_to_view()  # the whole tree in the picture
+        self.app.processEvents()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not self.window.grab().save(str(self.path), "PNG"):
             print(f"beamwise: error: could not write the screenshot {self.path}; "
