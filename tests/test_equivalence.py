@@ -65,16 +65,21 @@ def footprint_budget(loaded, search: SearchConfig, candidates: float) -> int:
     return int(candidates * longest * loaded.kv_shape.token_bytes())
 
 
-def test_in_device_matches_plain_transformers(tiny):
-    _, observed, parents = search_trace(tiny, SEARCH, CacheConfig(policy="in_device"))
-    prompt = tiny.encode_chat(QUESTION, system=SYSTEM_PROMPT)
+def assert_matches_plain_transformers(loaded, trace) -> None:
+    """Each candidate's observed logits equal one unbatched, uncached forward over prompt + its path's tokens."""
+    _, observed, parents = trace
+    prompt = loaded.encode_chat(QUESTION, system=SYSTEM_PROMPT)
     for cid in observed:
         steps = [observed[c] for c in path_of(cid, parents)]
         tokens = [t for step in steps for _, t in step]
         logits = torch.stack([lg for step in steps for lg, _ in step])
         with torch.inference_mode():
-            ref = tiny.model(input_ids=torch.tensor([prompt + tokens])).logits[0].float()
+            ref = loaded.model(input_ids=torch.tensor([prompt + tokens])).logits[0].float()
         torch.testing.assert_close(logits, ref[len(prompt) - 1 : len(prompt) - 1 + len(tokens)], atol=1e-4, rtol=0)
+
+
+def test_in_device_matches_plain_transformers(tiny):
+    assert_matches_plain_transformers(tiny, search_trace(tiny, SEARCH, CacheConfig(policy="in_device")))
 
 
 @pytest.mark.parametrize("search", [SEARCH, UNEVEN], ids=["fixed-steps", "delimiter-steps"])
@@ -128,12 +133,5 @@ def test_lbs_device_residency_never_exceeds_budget(tiny):
 def test_bundled_model_batched_decode_matches_plain_transformers(bundled, policy):
     search = SearchConfig(beams=2, width=2, step_tokens=6, max_steps=2, step_delimiter=None, seed=1)
     budget = footprint_budget(bundled, search, 2.5) if policy == "lbs" else None
-    _, observed, parents = search_trace(bundled, search, CacheConfig(policy=policy, kv_budget_bytes=budget))
-    prompt = bundled.encode_chat(QUESTION, system=SYSTEM_PROMPT)
-    for cid in observed:
-        steps = [observed[c] for c in path_of(cid, parents)]
-        tokens = [t for step in steps for _, t in step]
-        logits = torch.stack([lg for step in steps for lg, _ in step])
-        with torch.inference_mode():
-            ref = bundled.model(input_ids=torch.tensor([prompt + tokens])).logits[0].float()
-        torch.testing.assert_close(logits, ref[len(prompt) - 1 : len(prompt) - 1 + len(tokens)], atol=1e-4, rtol=0)
+    trace = search_trace(bundled, search, CacheConfig(policy=policy, kv_budget_bytes=budget))
+    assert_matches_plain_transformers(bundled, trace)
