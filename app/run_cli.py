@@ -84,7 +84,7 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         for event in run(question, loaded, search, cache):
             if recorder is not None and (recorder.session_id is not None or event.type == "run_started"):
-                recorder.write(event)  # a run that failed before it started has nothing to record
+                _record(recorder, event)  # a run that failed before it started has nothing to record
             show(event)
             if event.type == "run_finished":
                 status = 0
@@ -96,6 +96,17 @@ def run_command(args: argparse.Namespace) -> int:
         if recorder is not None:
             recorder.close()
     return status
+
+
+def _record(recorder, event) -> None:
+    """A busy database does not stop the search: the recorder keeps the step and retries on its next write."""
+    from app.store import StoreLocked
+
+    try:
+        recorder.write(event)
+    except StoreLocked as error:
+        print(f"beamwise: warning: {error.user_message()} (the step is kept and saved on the next write)",
+              file=sys.stderr)
 
 
 def _device(choice: str) -> str:

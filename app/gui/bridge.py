@@ -167,6 +167,10 @@ class SearchWorker(QObject):
         try:
             recorder.write(event)
         except Exception as error:
+            if type(error).__name__ == "StoreLocked":  # the recorder keeps the step and retries on the next write
+                self.recording_failed.emit(f"The session database is busy; steps are kept and saved when it frees: "
+                                           f"{describe_error(error)}")
+                return recorder
             self.recording_failed.emit(f"Saving this run stopped: {describe_error(error)}")
             return None
         if isinstance(event, ev.RunStarted):
