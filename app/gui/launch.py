@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 from app.cli import add_search_options, configs_from_args
 from app.gui import settings as saved
 from app.gui.bridge import SearchBridge
+from app.gui.loop_monitor import LoopGapMonitor
 from app.gui.main_window import MainWindow
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
@@ -74,8 +75,13 @@ class Screenshot:
         self.app, self.window, self.path = app, window, path
         window.error_reported.connect(lambda title, text: print(f"beamwise: {title}: {text}", file=sys.stderr))
         window.run_ended.connect(self.on_run_ended)
+        self.gaps = LoopGapMonitor(window)  # BENCHMARKS.md: the window must stay responsive during a run
+        self.gaps.start()
 
     def on_run_ended(self, terminal: Any) -> None:
+        self.gaps.stop()
+        print(f"beamwise: largest GUI event-loop gap during the run: {self.gaps.largest_gap_ms:.1f} ms "
+              f"({self.gaps.ticks} timer ticks)")
         if not isinstance(terminal, ev.RunFinished):
             what = "was stopped" if isinstance(terminal, ev.RunCancelled) else "failed"
             print(f"beamwise: error: the run {what}; no screenshot was saved.", file=sys.stderr)
