@@ -198,16 +198,19 @@ def to_dict(event: Any) -> dict[str, Any]:
     return data
 
 
+_FIELD_NAMES = {name: tuple(f.name for f in dataclasses.fields(cls)) for name, cls in EVENT_TYPES.items()}
+
+
 def from_dict(data: dict[str, Any]) -> Any:
     """Inverse of `to_dict`."""
     cls = EVENT_TYPES[data["type"]]
     kwargs = {}
-    for f in dataclasses.fields(cls):
-        value = data[f.name]
+    for name in _FIELD_NAMES[data["type"]]:
+        value = data[name]
         if isinstance(value, list):
             value = tuple(
                 CandidateMemory(**{k: v for k, v in item.items() if k != "type"}) if isinstance(item, dict) else item
                 for item in value
             )
-        kwargs[f.name] = value
+        kwargs[name] = value
     return cls(**kwargs)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from PySide6.QtCore import Qt
@@ -108,6 +109,16 @@ class ChartsPanel(QWidget):
             return
         if isinstance(event, ev.RunStarted) or self.series.emulated != was_emulated:
             self._set_titles()
+        self._redraw()
+
+    def apply_many(self, events: Iterable[object]) -> None:
+        """A recorded run in one go: every point folded in, then one redraw."""
+        for event in events:
+            if isinstance(event, ev.RunStarted):
+                self.series = ChartSeries(budget_bytes=event.kv_budget_bytes, emulated=event.emulated)
+            else:
+                self.series.apply(event)
+        self._set_titles()
         self._redraw()
 
     def reset(self) -> None:

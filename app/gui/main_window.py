@@ -332,11 +332,19 @@ class MainWindow(QMainWindow):
 
     def replay(self, events: Iterable[Any]) -> None:
         """Show a recorded run exactly as it ended, through the same apply() path as a live one."""
+        events = list(events)
         for panel in self.panels.all():
             panel.reset()
+            if hasattr(panel, "apply_many"):  # the same folding, drawn once instead of per event
+                panel.apply_many(events)
+            else:
+                for event in events:
+                    panel.apply(event)
         self._tokens = 0
         for event in events:
-            self.apply_event(event)
+            self._update_status(event)
+            if event.type in ev.TERMINAL_TYPES:
+                self.last_terminal = event
 
     def open_session(self, session_id: int) -> None:
         if self.running:

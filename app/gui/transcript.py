@@ -7,6 +7,7 @@ CandidateScored events), so it needs no other widget. All model text is HTML-esc
 from __future__ import annotations
 
 import html
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
@@ -51,12 +52,23 @@ class TranscriptPanel(QWidget):
 
     def apply(self, event: object) -> None:
         """Record candidate texts; redraw on a selection or the end of the run; ignore other types."""
+        if self._fold(event):
+            self._render()
+
+    def apply_many(self, events: Iterable[object]) -> None:
+        """A recorded run in one go: fold every event, render once."""
+        for event in events:
+            self._fold(event)
+        self._render()
+
+    def _fold(self, event: object) -> bool:
+        """Take the event in; True when what the panel shows has changed."""
         if isinstance(event, ev.RunStarted):
             self.reset()
             self.question = event.question
         elif isinstance(event, ev.CandidateScored):
             self._steps[event.id] = _Step(event.parent, event.step, event.text, event.score)
-            return
+            return False
         elif isinstance(event, ev.StepSelected) and event.kept:
             self.best_path = self._path_to(event.kept[0])
             self._status = f"Best path after step {event.step}"
@@ -69,8 +81,8 @@ class TranscriptPanel(QWidget):
         elif isinstance(event, ev.RunFailed):
             self._status = f"The run failed ({event.error}): {event.message}"
         else:
-            return
-        self._render()
+            return False
+        return True
 
     def plain_text(self) -> str:
         """What the panel shows, as plain text."""

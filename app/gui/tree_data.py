@@ -10,7 +10,7 @@ generated, so earlier columns stay put as the tree grows.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from engine import events as ev
@@ -77,6 +77,7 @@ class SearchTree:
 
     def __init__(self) -> None:
         self._listeners: list[Callable[[set[int]], None]] = []
+        self._bulk = False  # apply_many: place nodes without layout, lay each column out once at the end
         self.clear()
 
     def clear(self) -> None:
@@ -167,6 +168,24 @@ class SearchTree:
             return set()
         changed = handler(self, event)
         self.revision += 1
+        self._notify(changed)
+        return changed
+
+    def apply_many(self, events: Iterable[object]) -> set[int]:
+        """Fold a whole recorded run in (a replay): the same handlers, but each column is laid out
+        once at the end instead of after every arrival. Listeners hear once."""
+        changed: set[int] = set()
+        self._bulk = True
+        try:
+            for event in events:
+                handler = _HANDLERS.get(getattr(event, "type", ""))
+                if handler is not None:
+                    changed |= handler(self, event)
+                    self.revision += 1
+        finally:
+            self._bulk = False
+        for step in sorted(self._layout):  # parents' rows are final before their children's column
+            changed |= self._layout_column(step)
         self._notify(changed)
         return changed
 
@@ -277,6 +296,9 @@ class SearchTree:
         Otherwise the column is laid out again (O(column size)); earlier columns never move.
         """
         column = self._layout.setdefault(node.step, _Column())
+        if self._bulk:
+            column.blocks.setdefault(node.parent, []).append(node.id)
+            return {node.id}
         block = column.blocks.get(node.parent)
         last = column.order[-1] if column.order else None
         if block is not None and node.parent == last and len(block) < column.reserved[last]:

@@ -8,6 +8,7 @@ PCIe bytes) and are cached in device coordinates; when zoomed far out they draw 
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QFontMetrics, QKeySequence, QPainter, QPainterPath, QPen
@@ -235,6 +236,19 @@ class ReasoningTreeView(QGraphicsView):
             self.legend.set_emulated(event.emulated)
         if self.follow and (new_column or isinstance(event, ev.StepSelected | ev.RunFinished)):
             self._follow_newest()
+
+    def apply_many(self, events: Sequence[object]) -> None:
+        """A recorded run in one go: the data folds every event, then each changed node is drawn once."""
+        events = list(events)
+        if any(isinstance(e, ev.RunStarted) for e in events):
+            self._clear_items()
+        for node_id in sorted(self.data.apply_many(events)):  # parents (smaller ids) before children
+            self._sync(node_id)
+        flags = [e.emulated for e in events if isinstance(e, ev.RunStarted | ev.MemorySnapshot)]
+        if flags and flags[-1] != self.legend.emulated:
+            self.legend.set_emulated(flags[-1])
+        self.set_follow(True)
+        self._follow_newest()
 
     def reset(self) -> None:
         """Empty tree (just the prompt), follow on, selection cleared."""

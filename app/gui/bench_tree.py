@@ -1,6 +1,6 @@
 """Benchmark of the live tree: time to apply one step's events to a 2,000-node tree and repaint.
 
-Run offscreen: `QT_QPA_PLATFORM=offscreen python -m app.bench_gui`. It feeds the fake
+Run offscreen: `QT_QPA_PLATFORM=offscreen python -m app.gui.bench_tree`. It feeds the fake
 engine's stream (no model) into `ReasoningTreeView`, loads the first `--steps` steps
 (beams*width candidates each), then times `--updates` further steps: applying every event
 of the step, then painting the viewport (grabbed to an image so painting really happens).
@@ -37,7 +37,7 @@ def _timed(fn) -> float:
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m app.bench_gui", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m app.gui.bench_tree", description=__doc__.splitlines()[0])
     parser.add_argument("--beams", type=int, default=20, help="kept beams N (default 20)")
     parser.add_argument("--width", type=int, default=5, help="children per beam M (default 5)")
     parser.add_argument("--steps", type=int, default=20, help="steps loaded before timing (default 20)")

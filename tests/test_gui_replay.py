@@ -1,0 +1,45 @@
+"""Replaying a recorded run in one batch shows exactly what applying it event by event shows."""
+
+from __future__ import annotations
+
+from app.gui.charts import ChartsPanel
+from app.gui.transcript import TranscriptPanel
+from app.gui.tree_data import SearchTree
+from engine.config import SearchConfig
+from tests.fake_search import fake_run
+
+STREAM = list(fake_run("replay?", SearchConfig(beams=5, width=3, max_steps=4, seed=4)))
+
+
+def snapshot(tree: SearchTree):
+    return (
+        {i: (n.parent, n.step, n.y, n.state, n.score, n.group, n.text) for i, n in tree.nodes.items()},
+        {step: list(ids) for step, ids in tree.columns.items()},
+        tree.chosen_path,
+        tree.best_id,
+    )
+
+
+def test_tree_data_batch_equals_event_by_event():
+    live, batch = SearchTree(), SearchTree()
+    for event in STREAM:
+        live.apply(event)
+    heard = []
+    batch.add_listener(heard.append)
+    changed = batch.apply_many(STREAM)
+    assert snapshot(batch) == snapshot(live)
+    assert len(heard) == 1 and changed >= set(live.nodes) - {min(live.nodes)}
+
+
+def test_transcript_and_charts_batch_equal_event_by_event(qtbot):
+    live_text, batch_text = TranscriptPanel(), TranscriptPanel()
+    live_charts, batch_charts = ChartsPanel(), ChartsPanel()
+    for widget in (live_text, batch_text, live_charts, batch_charts):
+        qtbot.addWidget(widget)
+    for event in STREAM:
+        live_text.apply(event)
+        live_charts.apply(event)
+    batch_text.apply_many(STREAM)
+    batch_charts.apply_many(STREAM)
+    assert batch_text.plain_text() == live_text.plain_text() and "The answer is" in batch_text.plain_text()
+    assert vars(batch_charts.series) == vars(live_charts.series)
