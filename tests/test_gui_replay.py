@@ -43,3 +43,15 @@ def test_transcript_and_charts_batch_equal_event_by_event(qtbot):
     batch_charts.apply_many(STREAM)
     assert batch_text.plain_text() == live_text.plain_text() and "The answer is" in batch_text.plain_text()
     assert vars(batch_charts.series) == vars(live_charts.series)
+
+
+def test_fit_to_view_shows_the_root(qtbot):
+    from app.gui.tree_view import ROOT_ID, ReasoningTreeView
+
+    view = ReasoningTreeView()
+    qtbot.addWidget(view)
+    view.resize(600, 400)
+    view.apply_many(STREAM)
+    view.fit_to_view()
+    root = view._items[ROOT_ID].sceneBoundingRect()
+    assert view.scene().sceneRect().contains(root)

@@ -338,11 +338,12 @@ class ReasoningTreeView(QGraphicsView):
     def _sync(self, node_id: int) -> None:
         node = self.data.nodes[node_id]
         item = self._items.get(node_id)
-        if item is None:
+        created = item is None
+        if created:
             item = self._items[node_id] = NodeItem(node_id, self._fonts)
             self.scene().addItem(item)
         moved, restyled = item.set_node(node)
-        if moved:
+        if moved or created:  # the root is created where it stays (0, 0): it must count too
             self._grow_bounds(item)
         if node.parent is not None and (moved or restyled or node.id not in self._edges):
             self._sync_edge(node, moved or node.id not in self._edges)
