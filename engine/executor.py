@@ -2,7 +2,7 @@
 
 Timing model for the emulated device: a group's copies to the device stall compute unless
 they were prefetched while the previous group computed; write-back overlaps the next group
-when prefetch is on. On CUDA the same copies run on the store's copy stream.
+when prefetch is on. On CUDA the copies are real but not yet overlapped with compute.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 A block's tensor is `[L, 2, H, block_size, D]` (layers, K/V, KV heads, slots, head dim) and
 lives in the tier the block manager's placement says. On CUDA the host pool is pinned and
-copies run on a separate stream; without CUDA the *emulated device* is a second CPU pool:
+host-to-device copies are asynchronous on the compute stream (a separate copy stream for
+prefetch overlap is not built yet); without CUDA the *emulated device* is a second CPU pool:
 the copies are real, the bytes are exact, and PCIe time is modelled from the bytes.
 """
 
@@ -73,7 +74,6 @@ class KVStore:
         self.block_bytes = self.token_bytes * blocks.block_size
         self._tensors: dict[Tier, dict[int, torch.Tensor]] = {Tier.DEVICE: {}, Tier.HOST: {}}
         self.counters = Counters()
-        self.copy_stream = torch.cuda.Stream(self.device) if not self.emulated else None
 
     # -- residency ----------------------------------------------------------------------------
     def tensor(self, block_id: int, tier: Tier) -> torch.Tensor:
@@ -103,7 +103,10 @@ class KVStore:
     # -- copies -------------------------------------------------------------------------------
     def _copy(self, dst: torch.Tensor, src: torch.Tensor, direction: str, owners: Sequence[int] = ()) -> None:
         start = time.perf_counter()
-        dst.copy_(src, non_blocking=direction in ("h2d", "d2h") and not self.emulated)
+        # Only host-to-device copies may run ahead: they read pinned memory in stream order. A
+        # device-to-host copy completes before returning, because the CPU reads host blocks
+        # directly (copy-on-write, the layer-wise host tensors).
+        dst.copy_(src, non_blocking=direction == "h2d" and self.pin)
         self.counters.step_copy_seconds += time.perf_counter() - start
         self.counters.add(direction, src.numel() * src.element_size(), owners)
 
