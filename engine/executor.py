@@ -1,8 +1,8 @@
 """Runs one step of a group plan (in_device or lbs): assemble each group's KV, decode, write back.
 
 Timing model for the emulated device: a group's copies to the device stall compute unless
-they were prefetched while the previous group computed; write-back overlaps the next group
-when prefetch is on. On CUDA the copies are real but not yet overlapped with compute.
+they were prefetched while the previous group computed; write-back is not counted as a stall
+(it can overlap the next group). On CUDA the copies are real but not yet overlapped with compute.
 """
 
 from __future__ import annotations
