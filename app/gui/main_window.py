@@ -29,6 +29,7 @@ from app.gui.bridge import SearchBridge
 from app.gui.charts import ChartsPanel
 from app.gui.controls import SYNTHETIC_CHOICES, SearchControls
 from app.gui.details import NodeDetails
+from app.gui.event_pump import EventPump
 from app.gui.status_line import StatusLine
 from app.gui.transcript import TranscriptPanel
 from app.gui.tree_view import ReasoningTreeView
@@ -41,6 +42,9 @@ ABOUT = ("<b>Beamwise</b><p>Answers a question by step-wise beam search over a l
          "checks each step with a verifier, and offloads the KV cache to CPU memory, scheduling beams so "
          "that KV crosses PCIe as rarely as possible.</p><p>The tree shows every candidate step, its score, "
          "where its KV lives and the traffic it caused.</p>")
+
+
+RUN_OVER = object()  # queued after a run's events: the search request is over
 
 
 @dataclass
@@ -193,11 +197,12 @@ class MainWindow(QMainWindow):
         b.load_progress.connect(self.status.loading)
         b.model_loaded.connect(self.status.loaded)
         b.load_failed.connect(self._on_load_failed)
-        b.event_emitted.connect(self.apply_event)
+        self._pump = EventPump(self._take, parent=self)  # bursts of events in slices: the window stays responsive
+        b.event_emitted.connect(self._pump.push)
         b.failed.connect(self._on_failed)
         b.recording_failed.connect(lambda text: self.statusBar().showMessage(text, 15000))
         b.session_recorded.connect(self._on_session_recorded)
-        b.run_finished.connect(self._on_run_finished)
+        b.run_finished.connect(lambda: self._pump.push(RUN_OVER))  # behind the run's last event
         if hasattr(self.panels.tree, "node_selected"):
             self.panels.tree.node_selected.connect(self.panels.details.show_node)
         if self.sessions is not None:
@@ -286,6 +291,12 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"Done: {event.steps} steps, score {event.score:.2f}", 15000)
         elif isinstance(event, ev.RunCancelled):
             self.statusBar().showMessage(f"Stopped after step {event.step}.", 15000)
+
+    def _take(self, item: Any) -> None:
+        if item is RUN_OVER:
+            self._on_run_finished()
+        else:
+            self.apply_event(item)
 
     def _on_run_finished(self) -> None:
         self.running = False
