@@ -128,8 +128,9 @@ class _Search:
                 return
             yield from self._score(children, step)
             yield from kv.step_events(step)
-            kept = self._select(kv, children, kept, step)
-            yield ev.StepSelected(step, tuple(kept), tuple(sorted(set(children) - set(kept))))
+            pool = [c for c in kept if self.candidates[c].finished] + children  # finished beams compete on
+            kept = self._select(kv, pool)
+            yield ev.StepSelected(step, tuple(kept), tuple(sorted(set(pool) - set(kept))))
             if all(self.candidates[c].finished for c in kept):
                 break
         yield self._finish(kept, step, started)
@@ -190,14 +191,12 @@ class _Search:
                 step, cid, c.parent, c.text, c.step_tokens, c.scores[-1], c.aggregate, c.finished, c.group
             )
 
-    def _select(self, kv: KVCache, children: list[int], kept: list[int], step: int) -> list[int]:
-        carried = [c for c in kept if self.candidates[c].finished]
-        pool = carried + children
+    def _select(self, kv: KVCache, pool: list[int]) -> list[int]:
+        """The best `beams` of the pool by aggregated score (ties: the older id); the rest are freed."""
         ranked = sorted(pool, key=lambda c: (-self.candidates[c].aggregate, c))
-        survivors = ranked[: self.cfg.beams]
         for c in ranked[self.cfg.beams :]:
             kv.release(c)
-        return survivors
+        return ranked[: self.cfg.beams]
 
     def _path(self, cid: int | None) -> list[int]:
         path = []

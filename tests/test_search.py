@@ -105,3 +105,23 @@ def test_auto_policy_is_in_device_when_it_fits_else_lbs(tiny):
     started = lambda cache: events_of(tiny, cache=cache)[0]  # noqa: E731
     assert started(CacheConfig()).policy == "in_device"
     assert started(CacheConfig(kv_budget_bytes=400_000)).policy == "lbs"
+
+
+def test_a_finished_beam_that_falls_out_is_reported_pruned(tiny):
+    """Finished beams stay in the kept set and compete each step; when one drops out it is pruned."""
+    import dataclasses
+
+    often_done = dataclasses.replace(tiny, eos_token_ids=tuple(range(2, 90)))  # ~1 in 6 tokens ends a beam
+    search = SearchConfig(beams=3, width=2, step_tokens=4, max_steps=6, step_delimiter=None, seed=9)
+    evs = events_of(often_done, search)
+    scored = {e.id: e for e in evs if e.type == "candidate_scored"}
+    previous: set[int] = set()
+    carried_then_pruned = 0
+    for sel in (e for e in evs if e.type == "step_selected"):
+        fresh = {e.id for e in scored.values() if e.step == sel.step}
+        carried = {c for c in previous if scored[c].finished}
+        assert set(sel.kept) | set(sel.pruned) == fresh | carried  # every competitor is kept or pruned
+        assert not set(sel.kept) & set(sel.pruned)
+        carried_then_pruned += len(carried & set(sel.pruned))
+        previous = set(sel.kept)
+    assert carried_then_pruned > 0, "the run never carried a finished beam that later dropped out"
