@@ -30,6 +30,7 @@ class _Rows:
     steps: list[dict] = field(default_factory=list)
     session: dict[str, Any] = field(default_factory=dict)
     final_path: tuple[int, ...] = ()
+    late_pruned: list[int] = field(default_factory=list)  # finished beams of earlier steps that dropped out
 
 
 class SessionRecorder:
@@ -84,6 +85,10 @@ class SessionRecorder:
             store.insert_rows(conn, "steps", rows.steps)
             sets = ", ".join(f"[{k}] = ?" for k in rows.session)
             conn.execute(f"UPDATE sessions SET {sets} WHERE id = ?", [*rows.session.values(), self.session_id])
+            if rows.late_pruned:
+                marks = ", ".join("?" * len(rows.late_pruned))
+                conn.execute(f"UPDATE candidates SET state = 'pruned' WHERE session_id = ? AND id IN ({marks})",
+                             [self.session_id, *rows.late_pruned])
             if rows.final_path:
                 marks = ", ".join("?" * len(rows.final_path))
                 conn.execute(f"UPDATE candidates SET state = 'final' WHERE session_id = ? AND id IN ({marks})",
@@ -169,6 +174,7 @@ class SessionRecorder:
         memory, transfer = step.get("memory_snapshot"), step.get("transfer_stats")
         per_candidate = {m.id: m for m in memory.candidates} if memory else {}
         kept = set(event.kept)
+        rows.late_pruned += [cid for cid in event.pruned if cid not in self._step]
         for cid, row in self._step.items():
             row["state"] = "kept" if cid in kept else "pruned"
             if cid in per_candidate:

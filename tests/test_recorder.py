@@ -256,3 +256,25 @@ def test_sigkill_of_beamwise_run_keeps_finished_steps(tmp_path: Path) -> None:
         assert steps == list(range(1, session["steps"] + 1)) and steps
         assert {r["step"] for r in store.candidates(session["id"])} == set(steps)
         assert store.events(session["id"])[-1].type == "step_selected"
+
+
+def test_a_beam_pruned_in_a_later_step_is_stored_as_pruned(tmp_path) -> None:
+    """A finished beam is carried in the kept set; when a later step drops it, its row says pruned."""
+    from engine import events as ev
+    from engine.config import SearchConfig
+    from tests.fake_search import fake_run
+
+    stream = list(fake_run("q", SearchConfig(beams=2, width=2, max_steps=2)))
+    first = next(e for e in stream if e.type == "step_selected" and e.step == 1)
+    dropped = first.kept[1]
+    patched = [
+        ev.StepSelected(e.step, e.kept[:1] + tuple(c for c in e.kept[1:] if c != dropped), (*e.pruned, dropped))
+        if e.type == "step_selected" and e.step == 2 else e
+        for e in stream
+    ]
+    with SessionStore(tmp_path / "s.db") as store:
+        recorder = SessionRecorder(store)
+        for event in patched:
+            recorder.write(event)
+        states = {row["id"]: row["state"] for row in store.candidates(recorder.session_id)}
+    assert states[dropped] == "pruned"
