@@ -266,7 +266,7 @@ def test_a_beam_pruned_in_a_later_step_is_stored_as_pruned(tmp_path) -> None:
 
     stream = list(fake_run("q", SearchConfig(beams=2, width=2, max_steps=2)))
     first = next(e for e in stream if e.type == "step_selected" and e.step == 1)
-    dropped = first.kept[1]
+    dropped = next(c for c in first.kept if c not in stream[-1].path)  # kept at step 1, not on the answer's path
     patched = [
         ev.StepSelected(e.step, e.kept[:1] + tuple(c for c in e.kept[1:] if c != dropped), (*e.pruned, dropped))
         if e.type == "step_selected" and e.step == 2 else e
