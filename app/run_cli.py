@@ -37,7 +37,8 @@ class Printer:
             p(f"  #{event.id:<4} parent {parent:<4} {scores}  {first!r}{done}")
         elif event.type == "transfer_stats":
             traffic = f"H2D {event.step_h2d_bytes:,} B, D2H {event.step_d2h_bytes:,} B"
-            p(f"  KV traffic: {traffic} in {event.groups} group(s)")
+            where = " (emulated GPU)" if event.emulated else ""
+            p(f"  KV traffic{where}: {traffic} in {event.groups} group(s)")
         elif event.type == "step_selected":
             p(f"  kept {list(event.kept)}; pruned {list(event.pruned)}")
         elif event.type == "run_finished":

@@ -38,6 +38,7 @@ def test_human_output_shows_candidates_kept_and_answer(capsys):
     assert "== step 1" in out and "== step 2" in out
     assert out.count("parent -") == 4  # the first step's candidates come from the prompt
     assert "kept [" in out and "chosen path:" in out and "answer:" in out
+    assert "KV traffic (emulated GPU):" in out  # no CUDA here: every traffic figure says so
 
 
 @pytest.mark.parametrize(
