@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QAbstractSlider
 
 from app.gui import palette as pal
 from app.gui.tree_data import ROOT_ID, SearchTree
+from app.gui.tree_items import edge_pen
 from app.gui.tree_view import COL_W, ReasoningTreeView
 from engine import events as ev
 from engine.config import SearchConfig
@@ -174,7 +175,9 @@ def test_view_draws_every_candidate_and_marks_the_chosen_path(view):
         expected = "final" if cid in finished.path else view.data.node(cid).state
         assert item.style() == pal.STATE_STYLES[expected]
     assert view.item(ROOT_ID).style() == pal.STATE_STYLES["final"]
-    assert view._edges[finished.path[-1]].pen().color() == QColor(pal.EDGE_FINAL)
+    assert view.edge_state(finished.path[-1]) == "final"
+    assert edge_pen(view.edge_state(finished.path[-1])).color() == QColor(pal.EDGE_FINAL)
+    assert all(view.edge_state(cid) == view.data.node(cid).state for cid in generated)
 
 
 def test_a_second_run_replaces_the_first(view):
@@ -183,7 +186,8 @@ def test_a_second_run_replaces_the_first(view):
     feed(view, second)
     generated = {e.id for e in second if isinstance(e, ev.CandidateText)}
     assert len(view.data) == len(generated) + 1
-    assert len(view.scene().items()) == 2 * len(generated) + 1  # nodes + one edge per candidate
+    steps = {e.step for e in second if isinstance(e, ev.CandidateText)}
+    assert len(view.scene().items()) == len(generated) + 1 + len(steps)  # nodes + one edge layer per column
 
 
 def test_click_on_a_node_emits_node_selected(view, qtbot):
@@ -234,7 +238,7 @@ def test_markup_in_model_text_is_shown_literally(view):
               for e in events()]
     feed(view, stream)
     node_id = view.data.chosen_path[0]
-    assert view.item(node_id)._line.startswith("<b>bold</b>")
+    assert view.item(node_id).labels().line.startswith("<b>bold</b>")
     assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;i&gt;" in view.tooltip_for(node_id)
 
 

@@ -20,6 +20,14 @@ STATES = ("running", "kept", "pruned", "finished", "final")
 SIBLING_GAP = 0.35  # extra rows between the child blocks of different parents
 
 
+def first_line(text: str) -> str:
+    """The first non-empty line of `text`, stripped ('' when there is none)."""
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
 @dataclass
 class Node:
     """One candidate step (or the prompt, `ROOT_ID`). Mutable: events fill it in over a step.
@@ -49,10 +57,7 @@ class Node:
     @property
     def first_line(self) -> str:
         """The first non-empty line of the text, stripped ('' when there is none)."""
-        for line in self.text.splitlines():
-            if line.strip():
-                return line.strip()
-        return ""
+        return first_line(self.text)
 
     @property
     def device_share(self) -> float | None:

@@ -11,15 +11,12 @@ import html
 from collections.abc import Sequence
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QFontMetrics, QKeySequence, QPainter, QPainterPath, QPen
+from PySide6.QtGui import QKeySequence, QPainter
 from PySide6.QtWidgets import (
     QApplication,
-    QGraphicsItem,
-    QGraphicsPathItem,
     QGraphicsScene,
     QGraphicsView,
     QHBoxLayout,
-    QStyleOptionGraphicsItem,
     QToolButton,
     QToolTip,
     QWidget,
@@ -27,128 +24,16 @@ from PySide6.QtWidgets import (
 
 from app.gui import palette as pal
 from app.gui.tree_data import ROOT_ID, Node, SearchTree
+from app.gui.tree_items import COL_W, NODE_H, NODE_W, ROW_H, EdgeColumn, Ink, NodeItem
 from engine import events as ev
 from engine.errors import format_bytes
 
-NODE_W, NODE_H = 196.0, 74.0
-COL_W, ROW_H = NODE_W + 64.0, NODE_H + 14.0
-PAD = 8.0
+__all__ = ["COL_W", "NODE_H", "NODE_W", "ROOT_ID", "ROW_H", "NodeItem", "ReasoningTreeView"]  # re-exported
+
 MIN_SCALE, MAX_SCALE, ZOOM_STEP = 0.03, 3.0, 1.25
-SIMPLE_LOD = 0.45  # below this zoom a node is drawn as a plain box (text would be unreadable)
 _SCROLL_KEYS = frozenset({Qt.Key.Key_Up, Qt.Key.Key_Down, Qt.Key.Key_Left, Qt.Key.Key_Right, Qt.Key.Key_PageUp,
                           Qt.Key.Key_PageDown, Qt.Key.Key_Home, Qt.Key.Key_End})
-
-
-class _Fonts:
-    """Fonts and metrics shared by every node item (built once per view, after QApplication)."""
-
-    def __init__(self) -> None:
-        self.score = pal.ui_font(10.5, bold=True)
-        self.text = pal.ui_font(9.0)
-        self.small = pal.ui_font(8.0)
-        self.text_metrics = QFontMetrics(self.text)
-
-
-class NodeItem(QGraphicsItem):
-    """One candidate box. `show(node)` copies what it draws, so painting never reads the tree."""
-
-    def __init__(self, node_id: int, fonts: _Fonts) -> None:
-        super().__init__()
-        self.node_id = node_id
-        self._fonts = fonts
-        self._state, self._score, self._line, self._meta, self._traffic = "running", "", "", "", ""
-        self._share: float | None = None
-        self._content: tuple | None = None
-        self.selected = False
-        self.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
-        self.setAcceptedMouseButtons(Qt.MouseButton.NoButton)  # the view handles clicks and drags
-        self.setZValue(1)
-
-    def boundingRect(self) -> QRectF:
-        return QRectF(-2, -2, NODE_W + 4, NODE_H + 4)
-
-    def set_node(self, node: Node) -> tuple[bool, bool]:
-        """Copy the node's drawn facts and move to its layout slot; return (moved, restyled).
-
-        Work is skipped when nothing drawn changed: a node hears ~4 events per step.
-        """
-        content = (node.state, node.score, node.text, node.group, node.h2d_bytes, node.d2h_bytes,
-                   node.device_bytes, node.host_bytes)
-        restyled = content != self._content
-        if restyled:
-            self._content = content
-            self._copy_content(node)
-            self.update()
-        pos = QPointF(node.step * COL_W, node.y * ROW_H)
-        moved = pos != self.pos()
-        if moved:
-            self.setPos(pos)
-        return moved, restyled
-
-    def _copy_content(self, node: Node) -> None:
-        self._state = "root" if node.id == ROOT_ID and node.state != "final" else node.state
-        if node.id == ROOT_ID:
-            self._score, self._meta, self._traffic = "Prompt", "", ""
-        else:
-            self._score = "…" if node.score is None else f"{node.score:.3f}"
-            group = "" if node.group is None else f"g{node.group}"
-            self._meta = f"{group}  #{node.id}".strip()
-            self._traffic = f"H2D {format_bytes(node.h2d_bytes)}  D2H {format_bytes(node.d2h_bytes)}"
-        line = node.first_line or ("(empty step)" if node.id != ROOT_ID else "")
-        self._line = self._fonts.text_metrics.elidedText(line, Qt.TextElideMode.ElideRight, int(NODE_W - 2 * PAD))
-        self._share = node.device_share
-
-    def style(self) -> pal.StateStyle:
-        return pal.ROOT_STYLE if self._state == "root" else pal.STATE_STYLES[self._state]
-
-    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None) -> None:
-        style = self.style()
-        box = QRectF(0, 0, NODE_W, NODE_H)
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        painter.setPen(QPen(pal.color(style.border), style.width))
-        painter.setBrush(pal.color(style.fill))
-        painter.drawRoundedRect(box, 7, 7)
-        if self.selected:
-            painter.setPen(QPen(pal.color(pal.SELECTION), 1.4, Qt.PenStyle.DashLine))
-            painter.setBrush(Qt.BrushStyle.NoBrush)
-            painter.drawRoundedRect(box.adjusted(-3, -3, 3, 3), 9, 9)
-        lod = QStyleOptionGraphicsItem.levelOfDetailFromTransform(painter.worldTransform())
-        if self.node_id != ROOT_ID:
-            self._paint_bar(painter, QRectF(PAD, 47, NODE_W - 2 * PAD, 7))
-        if lod < SIMPLE_LOD:
-            return
-        self._paint_text(painter, style)
-
-    def _paint_text(self, painter: QPainter, style: pal.StateStyle) -> None:
-        inner = NODE_W - 2 * PAD
-        painter.setPen(pal.color(style.text))
-        painter.setFont(self._fonts.score)
-        painter.drawText(QRectF(PAD, 4, inner, 20), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
-                         self._score)
-        painter.setFont(self._fonts.small)
-        painter.setPen(pal.color(pal.MUTED_TEXT))
-        painter.drawText(QRectF(PAD, 4, inner, 20), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
-                         self._meta)
-        painter.drawText(QRectF(PAD, 55, inner, 16), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
-                         self._traffic)
-        painter.setFont(self._fonts.text)
-        painter.setPen(pal.color(style.text))
-        painter.drawText(QRectF(PAD, 25, inner, 18), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
-                         self._line)
-
-    def _paint_bar(self, painter: QPainter, bar: QRectF) -> None:
-        """Two-part fill: the share of this candidate's KV on the GPU (left) and on the CPU (right)."""
-        painter.setPen(Qt.PenStyle.NoPen)
-        dim = 110 if self._state == "pruned" else 255
-        if self._share is None:
-            painter.setBrush(pal.color(pal.NO_KV))
-            painter.drawRoundedRect(bar, 3, 3)
-            return
-        painter.setBrush(pal.color(pal.CPU, dim))
-        painter.drawRoundedRect(bar, 3, 3)
-        if self._share > 0:
-            painter.setBrush(pal.color(pal.GPU, dim))
-            painter.drawRoundedRect(QRectF(bar.x(), bar.y(), bar.width() * self._share, bar.height()), 3, 3)
+SCENE_MARGIN = 60.0
 
 
 def _tooltip(node: Node) -> str:
@@ -164,25 +49,6 @@ def _tooltip(node: Node) -> str:
     )
 
 
-def _edge_path(parent: QPointF, child: QPointF) -> QPainterPath:
-    start = parent + QPointF(NODE_W, NODE_H / 2)
-    end = child + QPointF(0, NODE_H / 2)
-    mid = (start.x() + end.x()) / 2
-    path = QPainterPath(start)
-    path.cubicTo(QPointF(mid, start.y()), QPointF(mid, end.y()), end)
-    return path
-
-
-def _edge_pen(state: str) -> QPen:
-    if state == "final":
-        return QPen(pal.color(pal.EDGE_FINAL), 3.0)
-    if state in ("kept", "finished"):
-        return QPen(pal.color(pal.EDGE_KEPT), 1.6)
-    if state == "pruned":
-        return QPen(pal.color(pal.EDGE, 150), 1.0)
-    return QPen(pal.color(pal.EDGE), 1.2)
-
-
 class ReasoningTreeView(QGraphicsView):
     """The live tree. `apply(event)` updates `.data` and only the items it changed.
 
@@ -196,10 +62,10 @@ class ReasoningTreeView(QGraphicsView):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.data = SearchTree()
-        self._fonts = _Fonts()
+        self._ink = Ink()
         self._items: dict[int, NodeItem] = {}
-        self._edges: dict[int, QGraphicsPathItem] = {}
-        self._bounds = QRectF()
+        self._edges: dict[int, EdgeColumn] = {}  # step -> the edges into that column
+        self._bounds: tuple[float, float, float, float] | None = None  # left, top, right, bottom of the boxes
         self._selected: int | None = None
         self._press_pos = None
         self.follow = True
@@ -229,6 +95,7 @@ class ReasoningTreeView(QGraphicsView):
         last_column = max(self.data.columns)
         for node_id in self.data.apply(event):
             self._sync(node_id)
+        self._fit_scene()
         new_column = max(self.data.columns) > last_column
         if isinstance(event, ev.RunStarted):
             self.set_follow(True)
@@ -244,6 +111,7 @@ class ReasoningTreeView(QGraphicsView):
             self._clear_items()
         for node_id in sorted(self.data.apply_many(events)):  # parents (smaller ids) before children
             self._sync(node_id)
+        self._fit_scene()
         flags = [e.emulated for e in events if isinstance(e, ev.RunStarted | ev.MemorySnapshot)]
         if flags and flags[-1] != self.legend.emulated:
             self.legend.set_emulated(flags[-1])
@@ -255,6 +123,7 @@ class ReasoningTreeView(QGraphicsView):
         self._clear_items()
         self.data.reset()
         self._sync(ROOT_ID)
+        self._fit_scene()
         self.legend.set_emulated(False)
         self.set_follow(True)
 
@@ -332,7 +201,7 @@ class ReasoningTreeView(QGraphicsView):
         self.scene().clear()
         self._items.clear()
         self._edges.clear()
-        self._bounds = QRectF()
+        self._bounds = None
         self._selected = None
 
     def _sync(self, node_id: int) -> None:
@@ -340,36 +209,46 @@ class ReasoningTreeView(QGraphicsView):
         item = self._items.get(node_id)
         created = item is None
         if created:
-            item = self._items[node_id] = NodeItem(node_id, self._fonts)
+            item = self._items[node_id] = NodeItem(node_id, self._ink)
             self.scene().addItem(item)
         moved, restyled = item.set_node(node)
         if moved or created:  # the root is created where it stays (0, 0): it must count too
-            self._grow_bounds(item)
-        if node.parent is not None and (moved or restyled or node.id not in self._edges):
-            self._sync_edge(node, moved or node.id not in self._edges)
+            self._grow_bounds(item.xy)
+        if node.parent is not None and (moved or restyled or created):
+            self._sync_edge(node)
         if moved:
             for child in node.children:
-                if child in self._edges:
-                    self._sync_edge(self.data.nodes[child], True)
+                if child in self._items:
+                    self._sync_edge(self.data.nodes[child])
 
-    def _sync_edge(self, node: Node, moved: bool) -> None:
-        edge = self._edges.get(node.id)
-        if edge is None:
-            edge = self._edges[node.id] = QGraphicsPathItem()
-            self.scene().addItem(edge)
-        if moved:
-            edge.setPath(_edge_path(self._items[node.parent].pos(), self._items[node.id].pos()))
-        if edge.data(0) != node.state:
-            edge.setData(0, node.state)
-            edge.setPen(_edge_pen(node.state))
-            edge.setZValue(0.5 if node.state == "final" else 0)
+    def _sync_edge(self, node: Node) -> None:
+        column = self._edges.get(node.step)
+        if column is None:
+            column = self._edges[node.step] = EdgeColumn(self._ink)
+            self.scene().addItem(column)
+        column.set_edge(node.id, self._items[node.parent].xy, self._items[node.id].xy, node.state)
 
-    def _grow_bounds(self, item: NodeItem) -> None:
-        rect = item.sceneBoundingRect()
-        if self._bounds.contains(rect):
+    def edge_state(self, node_id: int) -> str:
+        """The state the edge into `node_id` is drawn in (its pen follows `tree_items.edge_pen`)."""
+        return self._edges[self.data.node(node_id).step].state(node_id)
+
+    def _grow_bounds(self, xy: tuple[float, float]) -> None:
+        x, y = xy
+        box = (x - 2, y - 2, x + NODE_W + 2, y + NODE_H + 2)
+        old = self._bounds
+        if old is not None and old[0] <= box[0] and old[1] <= box[1] and old[2] >= box[2] and old[3] >= box[3]:
             return
-        self._bounds = rect if self._bounds.isNull() else self._bounds.united(rect)
-        self.scene().setSceneRect(self._bounds.adjusted(-60, -60, 60, 60))
+        if old is not None:
+            box = (min(old[0], box[0]), min(old[1], box[1]), max(old[2], box[2]), max(old[3], box[3]))
+        self._bounds = box
+
+    def _fit_scene(self) -> None:
+        """The scene rect: every box plus a margin (set once per update, not once per node)."""
+        left, top, right, bottom = self._bounds or (0.0, 0.0, NODE_W, NODE_H)
+        m = SCENE_MARGIN
+        rect = QRectF(left - m, top - m, right - left + 2 * m, bottom - top + 2 * m)
+        if rect != self.scene().sceneRect():
+            self.scene().setSceneRect(rect)
 
     # -- overlay ---------------------------------------------------------------------------
 

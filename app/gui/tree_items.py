@@ -1,0 +1,246 @@
+"""The tree's graphics items: one box per candidate and one edge layer per column.
+
+A `NodeItem` copies the facts it draws (so painting never reads the tree) and turns them
+into strings only when first painted: a 10,000-node replay shows ~30 boxes, so eliding and
+formatting the rest up front would be wasted. An `EdgeColumn` draws every edge into one
+step's column; one item per column instead of one path item per edge keeps opening a large
+session and laying out a big step cheap, and paints only the edges in the exposed area.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QBrush, QFontMetrics, QPainter, QPainterPath, QPen
+from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
+
+from app.gui import palette as pal
+from app.gui.tree_data import ROOT_ID, Node, first_line
+from engine.errors import format_bytes
+
+NODE_W, NODE_H = 196.0, 74.0
+COL_W, ROW_H = NODE_W + 64.0, NODE_H + 14.0
+PAD = 8.0
+SIMPLE_LOD = 0.45  # below this zoom a node is drawn as a plain box (text would be unreadable)
+EDGE_ORDER = ("pruned", "running", "kept", "finished", "final")  # painted in this order: chosen path on top
+_LEFT = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
+_RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+
+
+class Ink:
+    """Fonts, pens and brushes shared by every item (built once per view, after QApplication)."""
+
+    def __init__(self) -> None:
+        self.score = pal.ui_font(10.5, bold=True)
+        self.text = pal.ui_font(9.0)
+        self.small = pal.ui_font(8.0)
+        self.text_metrics = QFontMetrics(self.text)
+        styles = {**pal.STATE_STYLES, "root": pal.ROOT_STYLE}
+        self.border = {name: QPen(pal.color(s.border), s.width) for name, s in styles.items()}
+        self.fill = {name: QBrush(pal.color(s.fill)) for name, s in styles.items()}
+        self.text_pen = {name: QPen(pal.color(s.text)) for name, s in styles.items()}
+        self.muted = QPen(pal.color(pal.MUTED_TEXT))
+        self.selection = QPen(pal.color(pal.SELECTION), 1.4, Qt.PenStyle.DashLine)
+        self.no_kv = QBrush(pal.color(pal.NO_KV))
+        self.bar = {dim: (QBrush(pal.color(pal.CPU, dim)), QBrush(pal.color(pal.GPU, dim))) for dim in (110, 255)}
+        self.edge = {state: edge_pen(state) for state in EDGE_ORDER}
+
+
+def edge_pen(state: str) -> QPen:
+    """The pen of an edge into a node in `state`: the chosen path thick, pruned faint."""
+    if state == "final":
+        return QPen(pal.color(pal.EDGE_FINAL), 3.0)
+    if state in ("kept", "finished"):
+        return QPen(pal.color(pal.EDGE_KEPT), 1.6)
+    if state == "pruned":
+        return QPen(pal.color(pal.EDGE, 150), 1.0)
+    return QPen(pal.color(pal.EDGE), 1.2)
+
+
+@dataclass(frozen=True)
+class Labels:
+    """The strings a node box shows (built on first paint from the copied facts)."""
+
+    score: str
+    line: str
+    meta: str
+    traffic: str
+
+
+class NodeItem(QGraphicsItem):
+    """One candidate box. `set_node(node)` copies what it draws, so painting never reads the tree."""
+
+    def __init__(self, node_id: int, ink: Ink) -> None:
+        super().__init__()
+        self.node_id = node_id
+        self._ink = ink
+        self._content: tuple | None = None
+        self._labels: Labels | None = None
+        self.xy = (0.0, 0.0)  # the position as plain numbers (cheaper to read than pos())
+        self._state = "running"
+        self._share: float | None = None
+        self.selected = False
+        self.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+        self.setAcceptedMouseButtons(Qt.MouseButton.NoButton)  # the view handles clicks and drags
+        self.setZValue(1)
+
+    def boundingRect(self) -> QRectF:
+        return QRectF(-2, -2, NODE_W + 4, NODE_H + 4)
+
+    def set_node(self, node: Node) -> tuple[bool, bool]:
+        """Copy the node's drawn facts and move to its layout slot; return (moved, restyled).
+
+        Work is skipped when nothing drawn changed: a node hears ~4 events per step.
+        """
+        content = (node.state, node.score, node.text, node.group, node.h2d_bytes, node.d2h_bytes,
+                   node.device_bytes, node.host_bytes)
+        restyled = content != self._content
+        if restyled:
+            self._content, self._labels = content, None
+            self._state = "root" if node.id == ROOT_ID and node.state != "final" else node.state
+            self._share = node.device_share
+            self.update()
+        xy = (node.step * COL_W, node.y * ROW_H)
+        moved = xy != self.xy
+        if moved:
+            self.xy = xy
+            self.setPos(*xy)
+        return moved, restyled
+
+    def labels(self) -> Labels:
+        """What the box shows, formatted from the copied facts (once per change)."""
+        if self._labels is None:
+            self._labels = self._format()
+        return self._labels
+
+    def _format(self) -> Labels:
+        _, score, text, group, h2d, d2h, _, _ = self._content or ("", None, "", None, 0, 0, 0, 0)
+        line = first_line(text) or ("(empty step)" if self.node_id != ROOT_ID else "")
+        line = self._ink.text_metrics.elidedText(line, Qt.TextElideMode.ElideRight, int(NODE_W - 2 * PAD))
+        if self.node_id == ROOT_ID:
+            return Labels("Prompt", line, "", "")
+        meta = f"{'' if group is None else f'g{group}'}  #{self.node_id}".strip()
+        return Labels("…" if score is None else f"{score:.3f}", line, meta,
+                      f"H2D {format_bytes(h2d)}  D2H {format_bytes(d2h)}")
+
+    def style(self) -> pal.StateStyle:
+        return pal.ROOT_STYLE if self._state == "root" else pal.STATE_STYLES[self._state]
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None) -> None:
+        ink, box = self._ink, QRectF(0, 0, NODE_W, NODE_H)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setPen(ink.border[self._state])
+        painter.setBrush(ink.fill[self._state])
+        painter.drawRoundedRect(box, 7, 7)
+        if self.selected:
+            painter.setPen(ink.selection)
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.drawRoundedRect(box.adjusted(-3, -3, 3, 3), 9, 9)
+        if self.node_id != ROOT_ID:
+            self._paint_bar(painter, QRectF(PAD, 47, NODE_W - 2 * PAD, 7))
+        if QStyleOptionGraphicsItem.levelOfDetailFromTransform(painter.worldTransform()) >= SIMPLE_LOD:
+            self._paint_text(painter)
+
+    def _paint_text(self, painter: QPainter) -> None:
+        ink, labels, inner = self._ink, self.labels(), NODE_W - 2 * PAD
+        painter.setPen(ink.text_pen[self._state])
+        painter.setFont(ink.score)
+        painter.drawText(QRectF(PAD, 4, inner, 20), _LEFT, labels.score)
+        painter.setFont(ink.small)
+        painter.setPen(ink.muted)
+        painter.drawText(QRectF(PAD, 4, inner, 20), _RIGHT, labels.meta)
+        painter.drawText(QRectF(PAD, 55, inner, 16), _LEFT, labels.traffic)
+        painter.setFont(ink.text)
+        painter.setPen(ink.text_pen[self._state])
+        painter.drawText(QRectF(PAD, 25, inner, 18), _LEFT, labels.line)
+
+    def _paint_bar(self, painter: QPainter, bar: QRectF) -> None:
+        """Two-part fill: the share of this candidate's KV on the GPU (left) and on the CPU (right)."""
+        painter.setPen(Qt.PenStyle.NoPen)
+        if self._share is None:
+            painter.setBrush(self._ink.no_kv)
+            painter.drawRoundedRect(bar, 3, 3)
+            return
+        cpu, gpu = self._ink.bar[110 if self._state == "pruned" else 255]
+        painter.setBrush(cpu)
+        painter.drawRoundedRect(bar, 3, 3)
+        if self._share > 0:
+            painter.setBrush(gpu)
+            painter.drawRoundedRect(QRectF(bar.x(), bar.y(), bar.width() * self._share, bar.height()), 3, 3)
+
+
+class EdgeColumn(QGraphicsItem):
+    """Every edge from a parent's right side to a child's left side, for the children of one column.
+
+    Edges are kept as plain numbers (parent x, parent y, child x, child y, child state) and
+    drawn as cubic curves grouped by state, only those crossing the exposed area.
+    """
+
+    def __init__(self, ink: Ink) -> None:
+        super().__init__()
+        self._ink = ink
+        self._edges: dict[int, tuple[float, float, float, float, str]] = {}
+        self._rect = QRectF()
+        self._box: list[float] | None = None  # left, top, right, bottom of every edge so far
+        self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemUsesExtendedStyleOption)  # exposedRect is filled in
+        self.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
+
+    def __len__(self) -> int:
+        return len(self._edges)
+
+    def state(self, child: int) -> str:
+        """The state the edge into `child` is drawn in; KeyError when there is no such edge."""
+        return self._edges[child][4]
+
+    def set_edge(self, child: int, parent_xy: tuple[float, float], child_xy: tuple[float, float], state: str) -> None:
+        """Draw the edge into `child` from the parent's box at `parent_xy` to the child's box at `child_xy`."""
+        edge = (parent_xy[0] + NODE_W, parent_xy[1] + NODE_H / 2, child_xy[0], child_xy[1] + NODE_H / 2, state)
+        old = self._edges.get(child)
+        if old == edge:
+            return
+        self._edges[child] = edge
+        self._grow(edge)
+        for changed in (old, edge):
+            if changed is not None:
+                self.update(_edge_rect(changed))
+
+    def boundingRect(self) -> QRectF:
+        return self._rect
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None) -> None:
+        top, bottom = option.exposedRect.top() - 4, option.exposedRect.bottom() + 4
+        paths: dict[str, QPainterPath] = {}
+        for x0, y0, x1, y1, state in self._edges.values():
+            if min(y0, y1) > bottom or max(y0, y1) < top:
+                continue
+            path = paths.get(state)
+            if path is None:
+                path = paths[state] = QPainterPath()
+            mid = (x0 + x1) / 2
+            path.moveTo(x0, y0)
+            path.cubicTo(mid, y0, mid, y1, x1, y1)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        for state in EDGE_ORDER:
+            if state in paths:
+                painter.setPen(self._ink.edge[state])
+                painter.drawPath(paths[state])
+
+    def _grow(self, edge: tuple[float, float, float, float, str]) -> None:
+        x0, y0, x1, y1, _ = edge
+        box = self._box
+        if box is not None and box[0] <= x0 and box[1] <= min(y0, y1) and box[2] >= x1 and box[3] >= max(y0, y1):
+            return
+        self.prepareGeometryChange()
+        if box is None:
+            self._box = [x0, min(y0, y1), x1, max(y0, y1)]
+        else:
+            self._box = [min(box[0], x0), min(box[1], y0, y1), max(box[2], x1), max(box[3], y0, y1)]
+        left, top, right, bottom = self._box
+        self._rect = QRectF(left - 3, top - 3, right - left + 6, bottom - top + 6)
+
+
+def _edge_rect(edge: tuple[float, float, float, float, str]) -> QRectF:
+    x0, y0, x1, y1, _ = edge
+    return QRectF(x0 - 3, min(y0, y1) - 3, x1 - x0 + 6, abs(y1 - y0) + 6)
