@@ -331,9 +331,12 @@ class SessionStore:
         return rows
 
     def event_dicts(self, session_id: int) -> list[dict]:
+        """The run's events as JSON data, in order. Each row holds one JSON object, so the rows
+        joined by commas are one JSON array: a single decode instead of one per event."""
         with self._guard() as conn:
             cursor = conn.execute("SELECT data FROM events WHERE session_id = ? ORDER BY seq", (session_id,))
-            return [json.loads(data) for (data,) in cursor]
+            rows = [data for (data,) in cursor]
+        return json.loads("[" + ",".join(rows) + "]")
 
     def events(self, session_id: int) -> list[Any]:
         """The run's engine events, in order, as event objects (lossless replay)."""
