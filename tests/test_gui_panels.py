@@ -114,10 +114,12 @@ def test_charts_add_one_point_per_step_and_say_emulated(qtbot):
         charts.apply(event)
         if isinstance(event, ev.StepSelected):
             steps += 1
+            qtbot.waitUntil(lambda: not charts.pending)  # drawn a plot per pass, soon after the events
             for curve in ("step_h2d", "step_d2h", "total_h2d", "total_d2h", "device", "host", "copy", "modelled"):
                 assert charts.point_count(curve) == steps
     assert all("emulated GPU" in charts.title(name) for name in TITLES)
     transfers = [e for e in events() if isinstance(e, ev.TransferStats)]
+    charts.flush()
     _, totals = charts.curves["total_h2d"].getData()
     assert list(totals) == [t.h2d_bytes for t in transfers]
     assert charts.budget_line.isVisible() and charts.budget_line.value() == 1 << 20
@@ -132,8 +134,29 @@ def test_charts_on_a_real_gpu_are_not_labelled_emulated(qtbot):
         if isinstance(event, ev.RunStarted | ev.MemorySnapshot | ev.TransferStats):
             event = dataclasses.replace(event, emulated=False)
         charts.apply(event)
+    charts.flush()
     assert all("emulated" not in charts.title(name) for name in TITLES)
     assert charts.point_count("copy") == SEARCH.max_steps
+
+
+def test_charts_redraw_only_the_plots_an_event_changed_one_per_pass(qtbot):
+    charts = ChartsPanel()
+    qtbot.addWidget(charts)
+    stream = events()
+    charts.apply(stream[0])
+    charts.flush()
+    memory = next(e for e in stream if isinstance(e, ev.MemorySnapshot))
+    transfer = next(e for e in stream if isinstance(e, ev.TransferStats))
+    charts.apply(memory)
+    charts.apply(transfer)
+    assert charts.pending == ("device", "traffic", "cumulative", "copy")
+    assert charts.point_count("device") == 0  # not drawn inside apply(): the window stays responsive
+    with qtbot.waitSignal(charts.plot_redrawn) as drawn:
+        pass
+    assert drawn.args == ["device"] and charts.pending == ("traffic", "cumulative", "copy")  # one plot per pass
+    assert charts.point_count("device") == 1 and charts.point_count("copy") == 0
+    qtbot.waitUntil(lambda: not charts.pending)
+    assert charts.point_count("copy") == 1 and charts.point_count("step_h2d") == 1
 
 
 # -- TranscriptPanel ---------------------------------------------------------------------------

@@ -3,6 +3,9 @@
 The numbers live in a plain `ChartSeries` (one point per step, filled from MemorySnapshot
 and TransferStats); `ChartsPanel` only hands them to pyqtgraph. Titles say "emulated GPU"
 when the run has no CUDA device, so nobody mistakes a modelled figure for a measured one.
+
+Drawing a plot (autorange, axes, grid) costs ~5-10 ms, so live updates redraw only the plots
+an event changed, one plot per event-loop pass: a step never holds the window for all four.
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
 import pyqtgraph as pg  # isort: skip  (after Qt, so pyqtgraph binds to PySide6)
 from app.gui import palette as pal
@@ -34,6 +37,15 @@ KEYS = {  # (label, colour, dashed) per curve, shown in the title
                ("budget", pal.BUDGET, True)],
     "copy": [("measured copy", pal.MEASURED, False), ("modelled PCIe", pal.MODELLED, True)],
 }
+PLOT_CURVES = {  # the curves each plot shows (keys of ChartsPanel.curves)
+    "traffic": ("step_h2d", "step_d2h"),
+    "cumulative": ("total_h2d", "total_d2h"),
+    "device": ("device", "peak", "host"),
+    "copy": ("copy", "modelled"),
+}
+CHANGED_BY = {"memory_snapshot": ("device",), "transfer_stats": ("traffic", "cumulative", "copy")}
+LEFT_AXIS_PX = 42  # room for tick labels such as "-200" or "12.5" (values carry SI prefixes)
+REDRAW_GAP_MS = 16  # between two plots' redraws: the window paints and takes input in between
 
 
 @dataclass
@@ -79,6 +91,8 @@ class ChartSeries:
 class ChartsPanel(QWidget):
     """Four live plots in one pyqtgraph canvas; `apply(event)` appends a step's points."""
 
+    plot_redrawn = Signal(str)  # a plot's curves now show the series (live updates, one plot per pass)
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         pg.setConfigOptions(antialias=True)
@@ -98,18 +112,51 @@ class ChartsPanel(QWidget):
 
                                            pen=pg.mkPen(pal.BUDGET, width=1.5, style=Qt.PenStyle.DashLine))
         self.plots["device"].addItem(self.budget_line)
+        self._dirty: list[str] = []  # plots whose curves lag the series, drawn one per pass
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(REDRAW_GAP_MS)
+        self._timer.timeout.connect(self._redraw_next)
         self.reset()
 
     def apply(self, event: object) -> None:
-        """Append the event's points (MemorySnapshot, TransferStats); other types are ignored."""
+        """Append the event's points (MemorySnapshot, TransferStats); other types are ignored.
+
+        The plots it changed are redrawn shortly after, one per event-loop pass (`flush()` draws now).
+        """
         was_emulated = self.series.emulated
         if isinstance(event, ev.RunStarted):
             self.series = ChartSeries(budget_bytes=event.kv_budget_bytes, emulated=event.emulated)
         elif not self.series.apply(event):
             return
         if isinstance(event, ev.RunStarted) or self.series.emulated != was_emulated:
-            self._set_titles()
-        self._redraw()
+            self._schedule(TITLES)  # every title says whether the GPU is emulated
+        else:
+            self._schedule(CHANGED_BY[event.type])
+
+    @property
+    def pending(self) -> tuple[str, ...]:
+        """Plots still to redraw, in order."""
+        return tuple(self._dirty)
+
+    def flush(self) -> None:
+        """Draw every pending plot now."""
+        self._timer.stop()
+        while self._dirty:
+            self._redraw_plot(self._dirty.pop(0))
+
+    def _schedule(self, plots: Iterable[str]) -> None:
+        self._dirty.extend(p for p in plots if p not in self._dirty)
+        if self._dirty and not self._timer.isActive():
+            self._timer.start()
+
+    def _redraw_next(self) -> None:
+        if self._dirty:
+            name = self._dirty.pop(0)
+            self._redraw_plot(name)
+            self.plot_redrawn.emit(name)
+        if self._dirty:
+            self._timer.start()
 
     def apply_many(self, events: Iterable[object]) -> None:
         """A recorded run in one go: every point folded in, then one redraw."""
@@ -118,14 +165,14 @@ class ChartsPanel(QWidget):
                 self.series = ChartSeries(budget_bytes=event.kv_budget_bytes, emulated=event.emulated)
             else:
                 self.series.apply(event)
-        self._set_titles()
-        self._redraw()
+        self._schedule(TITLES)
+        self.flush()
 
     def reset(self) -> None:
-        """No points, no budget, titles without the emulated mark."""
+        """No points, no budget, titles without the emulated mark (drawn at once)."""
         self.series = ChartSeries()
-        self._set_titles()
-        self._redraw()
+        self._schedule(TITLES)
+        self.flush()
 
     def title(self, name: str) -> str:
         """The shown title of plot `name` (one of TITLES) with its key, as plain text."""
@@ -141,6 +188,10 @@ class ChartsPanel(QWidget):
             axis = plot.getAxis(side)
             axis.setPen(pg.mkPen("#9aa3ad"))
             axis.setTextPen(pg.mkPen(pal.MUTED_TEXT))
+            # Ticks, labels and grid are replayed from a picture on every paint of the plot (~2 ms
+            # an axis); cached, an axis is drawn again only when its range changes.
+            axis.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+        plot.getAxis("left").setWidth(LEFT_AXIS_PX)  # tick labels of a new width must not lay the canvas out
         plot.setLabel("bottom", "step", color=pal.MUTED_TEXT)
         return plot
 
@@ -166,33 +217,42 @@ class ChartsPanel(QWidget):
             "modelled": _line(p["copy"], pal.MODELLED, "modelled PCIe", dashed=True),
         }
 
-    def _set_titles(self) -> None:
+    def _set_title(self, name: str) -> None:
         """Title, the emulated mark, then the curves' key in their colours (no legend box over data)."""
         mark = " · emulated GPU" if self.series.emulated else ""
-        for name, plot in self.plots.items():
-            key = "&nbsp;&nbsp;".join(
-                f'<span style="color:{colour}">{"┅" if dashed else "━"}&nbsp;{html.escape(label)}</span>'
-                for label, colour, dashed in KEYS[name]
-            )
-            plot.setTitle(f"{html.escape(TITLES[name] + mark)}<br>{key}", color=pal.SELECTION,
-                          size="9pt")
+        key = "&nbsp;&nbsp;".join(
+            f'<span style="color:{colour}">{"┅" if dashed else "━"}&nbsp;{html.escape(label)}</span>'
+            for label, colour, dashed in KEYS[name]
+        )
+        title = f"{html.escape(TITLES[name] + mark)}<br>{key}"
+        if self.plots[name].titleLabel.text != title:  # setting a title lays the canvas out again
+            self.plots[name].setTitle(title, color=pal.SELECTION, size="9pt")
 
-    def _redraw(self) -> None:
+    def _redraw_plot(self, name: str) -> None:
+        self._set_title(name)
         s, c = self.series, self.curves
         steps = s.transfer_steps
-        c["step_h2d"].setOpts(x=[x - 0.2 for x in steps], height=s.step_h2d)
-        c["step_d2h"].setOpts(x=[x + 0.2 for x in steps], height=s.step_d2h)
-        c["total_h2d"].setData(steps, s.total_h2d)
-        c["total_d2h"].setData(steps, s.total_d2h)
-        c["copy"].setData(steps, s.copy_seconds)
-        c["modelled"].setData(steps, s.modelled_seconds)
-        c["device"].setData(s.memory_steps, s.device_bytes)
-        c["peak"].setData(s.memory_steps, s.peak_device_bytes)
-        c["host"].setData(s.memory_steps, s.host_bytes)
-        self.budget_line.setVisible(s.budget_bytes is not None)
-        if s.budget_bytes is not None:
-            self.budget_line.setValue(s.budget_bytes)
-            self.budget_line.label.setFormat(f"budget {format_bytes(s.budget_bytes)}")
+        if name == "traffic":
+            c["step_h2d"].setOpts(x=[x - 0.2 for x in steps], height=s.step_h2d)
+            c["step_d2h"].setOpts(x=[x + 0.2 for x in steps], height=s.step_d2h)
+        elif name == "cumulative":
+            c["total_h2d"].setData(steps, s.total_h2d)
+            c["total_d2h"].setData(steps, s.total_d2h)
+        elif name == "copy":
+            c["copy"].setData(steps, s.copy_seconds)
+            c["modelled"].setData(steps, s.modelled_seconds)
+        else:
+            c["device"].setData(s.memory_steps, s.device_bytes)
+            c["peak"].setData(s.memory_steps, s.peak_device_bytes)
+            c["host"].setData(s.memory_steps, s.host_bytes)
+            self._redraw_budget()
+
+    def _redraw_budget(self) -> None:
+        budget = self.series.budget_bytes
+        self.budget_line.setVisible(budget is not None)
+        if budget is not None:
+            self.budget_line.setValue(budget)
+            self.budget_line.label.setFormat(f"budget {format_bytes(budget)}")
 
     def point_count(self, curve: str) -> int:
         """How many points curve `curve` shows (bars count their bars)."""

@@ -300,6 +300,9 @@ class MainWindow(QMainWindow):
 
     def _on_run_finished(self) -> None:
         self.running = False
+        for panel in self.panels.all():  # panels that draw a little later show the final state now
+            if hasattr(panel, "flush"):
+                panel.flush()
         self.status.progress.hide()
         self._update_actions()
         if self.sessions is not None and hasattr(self.sessions, "refresh"):
