@@ -45,6 +45,7 @@ PLOT_CURVES = {  # the curves each plot shows (keys of ChartsPanel.curves)
 }
 CHANGED_BY = {"memory_snapshot": ("device",), "transfer_stats": ("traffic", "cumulative", "copy")}
 LEFT_AXIS_PX = 42  # room for tick labels such as "-200" or "12.5" (values carry SI prefixes)
+PLOT_PREFERRED_PX = 300  # the same for every plot, whatever its title says
 REDRAW_GAP_MS = 16  # between two plots' redraws: the window paints and takes input in between
 
 
@@ -192,6 +193,7 @@ class ChartsPanel(QWidget):
             # an axis); cached, an axis is drawn again only when its range changes.
             axis.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         plot.getAxis("left").setWidth(LEFT_AXIS_PX)  # tick labels of a new width must not lay the canvas out
+        plot.setPreferredWidth(PLOT_PREFERRED_PX)  # nor a longer title: the two columns stay equal
         plot.setLabel("bottom", "step", color=pal.MUTED_TEXT)
         return plot
 
