@@ -55,3 +55,25 @@ def test_fit_to_view_shows_the_root(qtbot):
     view.fit_to_view()
     root = view._items[ROOT_ID].sceneBoundingRect()
     assert view.scene().sceneRect().contains(root)
+
+
+def test_tree_view_batch_draws_what_event_by_event_draws(qtbot):
+    from app.gui.tree_view import ROOT_ID, ReasoningTreeView
+
+    live, batch = ReasoningTreeView(), ReasoningTreeView()
+    for view in (live, batch):
+        qtbot.addWidget(view)
+    for event in STREAM:
+        live.apply(event)
+    batch.apply_many(STREAM)
+
+    def drawn(view: ReasoningTreeView) -> dict:
+        return {
+            node_id: (view.item(node_id).xy, view.item(node_id).style(), view.item(node_id).labels(),
+                      None if node_id == ROOT_ID else view.edge_state(node_id))
+            for node_id in view.data.nodes
+        }
+
+    assert drawn(batch) == drawn(live)
+    assert batch.scene().sceneRect() == live.scene().sceneRect()
+    assert len(batch.scene().items()) == len(live.scene().items())
