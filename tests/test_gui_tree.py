@@ -292,3 +292,24 @@ def test_layout_stays_tidy_when_candidates_arrive_out_of_parent_order():
         assert ys == sorted(ys) and len(set(ys)) == len(ys)
         parent_ys = [tree.node(tree.node(i).parent).y for i in ids if i != ROOT_ID]
         assert parent_ys == sorted(parent_ys)
+
+
+def test_an_edge_cut_to_the_exposed_band_is_exactly_that_part_of_the_curve():
+    from app.gui.tree_items import visible_part
+
+    def on_curve(curve, t):
+        (ax, ay), (bx, by), (cx, cy), (dx, dy) = curve
+        u = 1 - t
+        return (u**3 * ax + 3 * u * u * t * bx + 3 * u * t * t * cx + t**3 * dx,
+                u**3 * ay + 3 * u * u * t * by + 3 * u * t * t * cy + t**3 * dy)
+
+    whole = visible_part(0.0, 0.0, 64.0, 3000.0, -10.0, 4000.0)
+    assert whole == ((0.0, 0.0), (32.0, 0.0), (32.0, 3000.0), (64.0, 3000.0))  # fully visible: untouched
+    part = visible_part(0.0, 0.0, 64.0, 3000.0, 1000.0, 1400.0)
+    assert part[0][1] == pytest.approx(1000.0) and part[3][1] == pytest.approx(1400.0)
+    for u in (0.0, 0.3, 0.7, 1.0):
+        x, y = on_curve(part, u)
+        t = next(t / 10000 for t in range(10001) if on_curve(whole, t / 10000)[1] >= y)
+        assert x == pytest.approx(on_curve(whole, t)[0], abs=0.05)
+    upward = visible_part(0.0, 3000.0, 64.0, 0.0, 1000.0, 1400.0)  # child above its parent
+    assert {round(upward[0][1]), round(upward[3][1])} == {1000, 1400}
