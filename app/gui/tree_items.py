@@ -25,6 +25,8 @@ COL_W, ROW_H = NODE_W + 64.0, NODE_H + 14.0
 PAD = 8.0
 SIMPLE_LOD = 0.45  # below this zoom a node is drawn as a plain box (text would be unreadable)
 EDGE_ORDER = ("pruned", "running", "kept", "finished", "final")  # painted in this order: chosen path on top
+_DEVICE_CACHE = QGraphicsItem.CacheMode.DeviceCoordinateCache  # enum lookups cost ~1 us; 10,000 items add up
+_NO_BUTTON = Qt.MouseButton.NoButton
 _NODE_BOUNDS = QRectF(-2, -2, NODE_W + 4, NODE_H + 4)
 _LEFT = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
 _RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
@@ -83,8 +85,8 @@ class NodeItem(QGraphicsItem):
         self._state = "running"
         self._share: float | None = None
         self.selected = False
-        self.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
-        self.setAcceptedMouseButtons(Qt.MouseButton.NoButton)  # the view handles clicks and drags
+        self.setCacheMode(_DEVICE_CACHE)
+        self.setAcceptedMouseButtons(_NO_BUTTON)  # the view handles clicks and drags
         self.setZValue(1)
 
     def boundingRect(self) -> QRectF:
