@@ -8,16 +8,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from app.cli import size_type
 from engine.bench import LADDER, BenchReport, Workload, run_bench
-from engine.config import parse_bytes
 from engine.errors import format_bytes
-
-
-def _size(text: str) -> int:
-    try:
-        return parse_bytes(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from error
 
 
 def add_parser(sub: argparse._SubParsersAction, add_search_options: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -30,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction, add_search_options: Callable[[ar
     p.add_argument("--step-tokens", type=int, default=d.step_tokens)
     p.add_argument("--prompt-tokens", type=int, default=d.prompt_tokens)
     p.add_argument("--gen-tokens", type=int, default=d.gen_tokens)
-    p.add_argument("--kv-budget", type=_size, default=None, help="device KV budget, e.g. 64MB or 7GB")
+    p.add_argument("--kv-budget", type=size_type, default=None, help="device KV budget, e.g. 64MB or 7GB")
     p.add_argument("--pcie-gbps", type=float, default=d.pcie_gbps)
     p.add_argument("--block-size", type=int, default=d.block_size)
     p.add_argument("--seed", type=int, default=d.seed)

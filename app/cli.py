@@ -24,7 +24,8 @@ def _delimiter(text: str) -> str | None:
     return codecs.decode(text, "unicode_escape")
 
 
-def _size(text: str) -> int:
+def size_type(text: str) -> int:
+    """argparse type for sizes such as 64MB or 7GB."""
     try:
         return parse_bytes(text)
     except ValueError as error:
@@ -50,7 +51,7 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--aggregation", default=d.aggregation, choices=("last", "min", "prod", "mean"))
     c = parser.add_argument_group("KV cache")
     c.add_argument("--policy", default="auto", choices=POLICIES)
-    c.add_argument("--kv-budget", type=_size, default=None, help="device KV budget, e.g. 64MB or 7GB")
+    c.add_argument("--kv-budget", type=size_type, default=None, help="device KV budget, e.g. 64MB or 7GB")
     c.add_argument("--block-size", type=int, default=16)
     c.add_argument("--no-inter-beam", action="store_true", help="lbs: do not share prefix blocks in a group")
     c.add_argument("--no-prefetch", action="store_true", help="lbs: no balanced groups, no prefetch")

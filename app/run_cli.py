@@ -8,7 +8,6 @@ import sys
 from typing import TextIO
 
 from engine import events as ev
-from engine.errors import ModelLoadError
 
 USER_ERRORS = {"InvalidPrompt", "KVBudgetTooSmall", "ModelLoadError"}
 
@@ -78,7 +77,7 @@ def run_command(args: argparse.Namespace) -> int:
     if not question.strip():
         raise UsageError('the question is empty; pass a question in quotes, e.g. beamwise run "What is 12*7?"')
     model_spec, search, cache = configs_from_args(args)
-    loaded = load_model(model_spec, device=_device(cache.device), progress=_progress)
+    loaded = load_model(model_spec, device=cache.device, progress=_progress)  # "auto": CUDA when there is one
     recorder = _open_recorder(args)
     show = (lambda e: print(json.dumps(ev.to_dict(e)), flush=True)) if args.json else Printer(sys.stdout)
     status = 1
@@ -108,13 +107,3 @@ def _record(recorder, event) -> None:
     except StoreLocked as error:
         print(f"beamwise: warning: {error.user_message()} (the step is kept and saved on the next write)",
               file=sys.stderr)
-
-
-def _device(choice: str) -> str:
-    import torch
-
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise ModelLoadError("--device cuda was asked for, but no CUDA device is available.", hint="Use --device cpu.")
-    if choice == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return choice

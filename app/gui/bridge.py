@@ -27,13 +27,9 @@ StoreFactory = Callable[[], Any]  # opens a SessionStore; called in the worker t
 
 
 def default_loader(spec: ModelSpec, device: str, progress: ProgressFn) -> Any:
-    """engine.models.load_model, with "auto" resolved to CUDA when there is one."""
+    """engine.models.load_model ("auto" is CUDA when there is one)."""
     from engine.models import load_model  # torch loads here, in the worker, not at window start
 
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     return load_model(spec, device=device, progress=progress)
 
 
