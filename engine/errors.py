@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 
 class BeamwiseError(Exception):
     """Base class of every error the engine reports to a user."""
@@ -53,3 +57,18 @@ def format_bytes(n: float) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+@contextmanager
+def load_errors(path: Path | str, what: str, verb: str = "load", hint: str = "") -> Iterator[None]:
+    """Turn any failure inside into a one-line ModelLoadError naming `path`."""
+    try:
+        yield
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # third-party loaders raise anything from OSError to struct.error
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise ModelLoadError(
+            f"could not {verb} {what} at {path}: {detail}",
+            hint=hint or "Check that the files are complete (download them again if unsure), or pick another model.",
+        ) from exc

