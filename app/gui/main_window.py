@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import QElapsedTimer, QSettings, Qt, Signal
+from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -89,7 +89,6 @@ class MainWindow(QMainWindow):
         self.running = False
         self.current_session: int | None = None
         self.last_terminal: Any = None
-        self._tokens, self._max_steps, self._clock = 0, 0, QElapsedTimer()
         self.setWindowTitle("Beamwise")
         self.resize(1400, 900)
         self._build_central()
@@ -254,43 +253,20 @@ class MainWindow(QMainWindow):
 
     def _begin(self, search: SearchConfig) -> None:
         self.running, self.last_terminal, self.current_session = True, None, None
-        self._tokens, self._max_steps = 0, search.max_steps
         for panel in self.panels.all():
             panel.reset()
-        self.status.step.setText(f"step 0/{search.max_steps}")
-        self.status.speed.setText("- cand-tok/s")
-        self.statusBar().showMessage("Running…")
+        self.status.begin(search.max_steps)
         self._update_actions()
 
     def apply_event(self, event: Any) -> None:
         """Fan one engine event out to every panel and the status bar (live and replayed alike)."""
         for panel in self.panels.all():
             panel.apply(event)
-        self._update_status(event)
+        self.status.apply(event, live=self.running)
         if event.type in ev.TERMINAL_TYPES:
             self.last_terminal = event
             if isinstance(event, ev.RunFailed) and self.running:
                 self.report_error("The search could not run", event.message)
-
-    def _update_status(self, event: Any) -> None:
-        s = self.status
-        if isinstance(event, ev.RunStarted):
-            self._clock.start()
-            self._max_steps = int(event.search.get("max_steps", self._max_steps))
-            s.loaded(event.model, event.device)
-            s.policy.setText(f"policy: {event.policy}")
-            s.step.setText(f"step 0/{self._max_steps}")
-        elif isinstance(event, ev.StepStarted):
-            s.step.setText(f"step {event.step}/{self._max_steps}")
-        elif isinstance(event, ev.CandidateText):
-            self._tokens += event.tokens
-            if self.running and self._clock.isValid() and self._clock.elapsed() > 0:
-                s.speed.setText(f"{self._tokens / (self._clock.elapsed() / 1000):.1f} cand-tok/s")
-        elif isinstance(event, ev.RunFinished):
-            s.speed.setText(f"{event.tokens_per_second:.1f} cand-tok/s")
-            self.statusBar().showMessage(f"Done: {event.steps} steps, score {event.score:.2f}", 15000)
-        elif isinstance(event, ev.RunCancelled):
-            self.statusBar().showMessage(f"Stopped after step {event.step}.", 15000)
 
     def _take(self, item: Any) -> None:
         if item is RUN_OVER:
@@ -354,9 +330,8 @@ class MainWindow(QMainWindow):
             else:
                 for event in events:
                     panel.apply(event)
-        self._tokens = 0
         for event in events:
-            self._update_status(event)
+            self.status.apply(event, live=False)
             if event.type in ev.TERMINAL_TYPES:
                 self.last_terminal = event
 

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from PySide6.QtCore import QElapsedTimer
 from PySide6.QtWidgets import QLabel, QMainWindow, QProgressBar
+
+from engine import events as ev
 
 
 class StatusLine:
     """Status bar fields: model, device, policy, step i/S, candidate-tokens/s, and the load progress."""
 
     def __init__(self, window: QMainWindow) -> None:
-        bar = window.statusBar()
+        bar = self.bar = window.statusBar()
+        self._tokens, self._max_steps, self._clock = 0, 0, QElapsedTimer()
         self.model, self.device, self.policy = QLabel("model: -"), QLabel("device: -"), QLabel("policy: -")
         self.step, self.speed = QLabel("step -"), QLabel("- cand-tok/s")
         self.progress = QProgressBar()
@@ -37,3 +43,31 @@ class StatusLine:
         self.model.setText(f"model: {name or 'not loaded'}")
         if device:
             self.device.setText(f"device: {device}")
+
+    def begin(self, max_steps: int) -> None:
+        """A search request starts: step 0/S, no speed yet."""
+        self._tokens, self._max_steps = 0, max_steps
+        self.step.setText(f"step 0/{max_steps}")
+        self.speed.setText("- cand-tok/s")
+        self.bar.showMessage("Running…")
+
+    def apply(self, event: Any, live: bool) -> None:
+        """Follow the run: policy, step i/S, candidate-tokens/s (measured live; recorded when replayed)."""
+        if isinstance(event, ev.RunStarted):
+            self._clock.start()
+            self._tokens = 0
+            self._max_steps = int(event.search.get("max_steps", self._max_steps))
+            self.loaded(event.model, event.device)
+            self.policy.setText(f"policy: {event.policy}")
+            self.step.setText(f"step 0/{self._max_steps}")
+        elif isinstance(event, ev.StepStarted):
+            self.step.setText(f"step {event.step}/{self._max_steps}")
+        elif isinstance(event, ev.CandidateText):
+            self._tokens += event.tokens
+            if live and self._clock.isValid() and self._clock.elapsed() > 0:
+                self.speed.setText(f"{self._tokens / (self._clock.elapsed() / 1000):.1f} cand-tok/s")
+        elif isinstance(event, ev.RunFinished):
+            self.speed.setText(f"{event.tokens_per_second:.1f} cand-tok/s")
+            self.bar.showMessage(f"Done: {event.steps} steps, score {event.score:.2f}", 15000)
+        elif isinstance(event, ev.RunCancelled):
+            self.bar.showMessage(f"Stopped after step {event.step}.", 15000)
