@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -42,6 +43,20 @@ class GroupDone:
     index: int
     group: Group
     results: dict[int, RowResult]
+
+
+class StepExecutor(Protocol):
+    """What the KV cache drives each step: `GroupExecutor` (in_device, lbs) or the layer-wise baseline."""
+
+    def run_step(
+        self,
+        groups: Sequence[Group],
+        live: dict[int, Live],
+        rules: StepRules,
+        share: bool,
+        timing: StepTiming,
+        should_stop: Callable[[], bool],
+    ) -> Iterator[GroupDone]: ...
 
 
 class GroupExecutor:

@@ -10,7 +10,7 @@ import torch
 from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import KVBudgetTooSmall
-from engine.executor import GroupDone, GroupExecutor, Live, StepTiming
+from engine.executor import GroupDone, GroupExecutor, Live, StepExecutor, StepTiming
 from engine.kv.blocks import BlockManager, Tier
 from engine.kv.layerwise import LayerwiseExecutor
 from engine.kv.store import KVStore
@@ -51,6 +51,7 @@ class KVCache:
         self.policy = cache.policy if cache.policy != "auto" else ("in_device" if whole <= self.budget else "lbs")
         self.home = Tier.DEVICE if self.policy == "in_device" else Tier.HOST
         self.live: dict[int, Live] = {}
+        self.executor: StepExecutor
         if self.policy == "layerwise":
             self.executor = LayerwiseExecutor(self.model, self.blocks, self.store, self.budget)
         else:

@@ -203,19 +203,28 @@ for event in fake_run("killed mid-run", SearchConfig(beams=2, width=2, max_steps
 """
 
 
+def wait_for_a_recorded_step(path: Path, proc: subprocess.Popen, seconds: float) -> None:
+    """Poll the database another process writes until its first step is committed (or fail clearly)."""
+    deadline = time.monotonic() + seconds
+    watcher = sqlite3.connect(path)
+    try:
+        while watcher.execute("SELECT count(*) FROM steps").fetchone()[0] < 1:
+            if proc.poll() is not None:
+                detail = proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+                pytest.fail(f"the process ended before recording its first step: {detail}")
+            assert time.monotonic() < deadline, f"no step reached the database in {seconds:.0f} s"
+            time.sleep(0.02)
+    finally:
+        watcher.close()
+
+
 @pytest.mark.skipif(os.name == "nt", reason="SIGKILL is POSIX")
 def test_sigkill_mid_run_keeps_finished_steps_and_marks_interrupted(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     SessionStore(path).close()
     proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(path)], cwd=ROOT)
     try:
-        deadline = time.monotonic() + 60
-        watcher = sqlite3.connect(path)
-        while watcher.execute("SELECT count(*) FROM steps").fetchone()[0] < 1:
-            assert proc.poll() is None, "the driver died before recording step 1"
-            assert time.monotonic() < deadline, "step 1 never reached the database"
-            time.sleep(0.02)
-        watcher.close()
+        wait_for_a_recorded_step(path, proc, seconds=60)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
@@ -237,14 +246,7 @@ def test_sigkill_of_beamwise_run_keeps_finished_steps(tmp_path: Path) -> None:
                "--step-delimiter", "none", "--device", "cpu", "--db", str(path)]
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 120
-        watcher = sqlite3.connect(path)
-        while watcher.execute("SELECT count(*) FROM steps").fetchone()[0] < 1:
-            if proc.poll() is not None:
-                pytest.fail(f"beamwise run ended before its first step: {proc.stderr.read().decode()[-2000:]}")
-            assert time.monotonic() < deadline, "no step reached the database in 120 s"
-            time.sleep(0.01)
-        watcher.close()
+        wait_for_a_recorded_step(path, proc, seconds=120)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
