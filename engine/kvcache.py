@@ -150,11 +150,11 @@ class KVCache:
 
     def step_events(self, step: int) -> Iterator[ev.Event]:
         counters = self.store.counters
-        memory = []
+        memory, traffic_of = [], counters.per_candidate()
         for cid, live in self.live.items():
             if cid == PROMPT_ID:
                 continue
-            traffic = counters.per_candidate.get(cid, {})
+            traffic = traffic_of.get(cid, {})
             group = self.timing.group_of.get(cid)
             memory.append(
                 ev.CandidateMemory(cid, group, *self._placement(live), traffic.get("h2d", 0), traffic.get("d2h", 0))

@@ -27,24 +27,37 @@ class Counters:
 
     total: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DIRECTIONS, 0))
     step: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DIRECTIONS, 0))
-    per_candidate: dict[int, dict[str, int]] = field(
-        default_factory=lambda: defaultdict(lambda: dict.fromkeys(DIRECTIONS, 0))
-    )
-    copy_seconds: float = 0.0
     step_copy_seconds: float = 0.0
+    _owned: dict[tuple[str, tuple[int, ...]], int] = field(default_factory=lambda: defaultdict(int))
 
     def add(self, direction: str, nbytes: int, owners: Sequence[int] = ()) -> None:
         self.total[direction] += nbytes
         self.step[direction] += nbytes
-        if owners:  # split evenly; the first owners take the remainder so the parts sum exactly
+        if owners:
+            self._owned[(direction, tuple(owners))] += nbytes
+
+    def per_candidate(self) -> dict[int, dict[str, int]]:
+        """This step's bytes per candidate: bytes moved for several candidates are split evenly,
+        the first owners taking the remainder, so the parts sum exactly to the step's totals."""
+        result: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(DIRECTIONS, 0))
+        for (direction, owners), nbytes in self._owned.items():
             share, extra = divmod(nbytes, len(owners))
             for i, owner in enumerate(owners):
-                self.per_candidate[owner][direction] += share + (1 if i < extra else 0)
+                result[owner][direction] += share + (1 if i < extra else 0)
+        return result
 
     def start_step(self) -> None:
         self.step = dict.fromkeys(DIRECTIONS, 0)
-        self.per_candidate.clear()
+        self._owned.clear()
         self.step_copy_seconds = 0.0
+
+
+def stack_layers(new_kv: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """Per-layer (K, V), each `[H, n, D]`, as one `[L, 2, H, n, D]` tensor (shape only for meta tensors)."""
+    keys = new_kv[0][0]
+    if keys.is_meta:
+        return torch.empty((len(new_kv), 2, *keys.shape), dtype=keys.dtype, device="meta")
+    return torch.stack([t for pair in new_kv for t in pair]).unflatten(0, (len(new_kv), 2))
 
 
 class KVStore:
@@ -171,17 +184,13 @@ class KVStore:
         for block_id in plan.new_blocks:
             if block_id not in self._tensors[home]:
                 self._allocate(block_id, home)
+        if not plan.writes:
+            return
+        staged = stack_layers(new_kv)  # [L, 2, H, n, D]: one device-side staging copy, not a tier transfer
         direction = self.direction(Tier.DEVICE, home)
         for w in plan.writes:
-            dst = self.tensor(w.block, home)
-            for layer, pair in enumerate(new_kv):
-                for which, src in enumerate(pair):
-                    self._copy(
-                        dst[layer, which, :, w.offset : w.offset + w.count],
-                        src[:, w.start : w.start + w.count],
-                        direction,
-                        [owner],
-                    )
+            dst = self.tensor(w.block, home)[:, :, :, w.offset : w.offset + w.count]
+            self._copy(dst, staged[:, :, :, w.start : w.start + w.count], direction, [owner])
 
     @property
     def bandwidth(self) -> float:
