@@ -21,7 +21,8 @@ def add_parser(sub: argparse._SubParsersAction, add_search_options: Callable[[ar
     p.add_argument("--beams", type=int, default=d.beams)
     p.add_argument("--width", type=int, default=d.width)
     p.add_argument("--step-tokens", type=int, default=d.step_tokens)
-    p.add_argument("--prompt-tokens", type=int, default=d.prompt_tokens)
+    p.add_argument("--prompt-tokens", type=int, default=d.prompt_tokens, help="length of a random-token prompt")
+    p.add_argument("--question", default=None, help="use this question (chat template) as the prompt instead")
     p.add_argument("--gen-tokens", type=int, default=d.gen_tokens)
     p.add_argument("--kv-budget", type=size_type, default=None, help="device KV budget, e.g. 64MB or 7GB")
     p.add_argument("--pcie-gbps", type=float, default=d.pcie_gbps)
@@ -57,6 +58,7 @@ def bench_command(args: argparse.Namespace) -> int:
         pcie_gbps=args.pcie_gbps,
         block_size=args.block_size,
         seed=args.seed,
+        question=args.question,
     )
     if args.versus_generate:
         return _versus_generate(args, dtype)
@@ -108,15 +110,16 @@ def _ratio(value: float | None) -> str:
 def format_report(report: BenchReport) -> str:
     w = report.workload
     budget = format_bytes(w.kv_budget_bytes) if w.kv_budget_bytes else "auto"
+    prompt = f"question {w.question[:40]!r}" if w.question else f"prompt {w.prompt_tokens} random tokens"
     lines = [
         f"model {w.model} ({w.dtype}) on {report.device}; {w.beams}x{w.width} candidates, steps of {w.step_tokens}, "
-        f"prompt {w.prompt_tokens}, {w.gen_tokens} generated; KV budget {budget}; PCIe {w.pcie_gbps} GB/s"
+        f"{prompt}, {w.gen_tokens} generated; KV budget {budget}; PCIe {w.pcie_gbps} GB/s"
         + (" (modelled)" if report.emulated else ""),
         "",
     ]
     header = f"{'policy':<24}{'H2D':>11}{'D2H':>11}{'vs layerwise':>13}{'peak dev':>11}{'groups':>7}"
     if not report.plan_only:
-        header += f"{'wall s':>9}{'copy s':>8}{'compute s':>10}{'pcie s':>8}{'stall':>7}"
+        header += f"{'wall s':>9}{'copy s':>8}{'compute s':>10}{'pcie s':>8}{'stall s':>8}{'stall':>7}"
         header += f"{'tok/s':>8}{'/in_dev':>8}{'/layerw':>8}"
     lines.append(header)
     for r in report.results:
@@ -130,7 +133,8 @@ def format_report(report: BenchReport) -> str:
         if not report.plan_only:
             row += (
                 f"{r.wall_seconds:>9.2f}{r.copy_seconds:>8.3f}{r.compute_seconds:>10.2f}"
-                f"{r.modelled_pcie_seconds:>8.3f}{r.stall_share:>7.1%}{r.tokens_per_second:>8.1f}"
+                f"{r.modelled_pcie_seconds:>8.3f}{r.stall_seconds:>8.3f}{r.stall_share:>7.1%}"
+                f"{r.tokens_per_second:>8.1f}"
                 f"{_ratio(r.wall_vs_in_device):>8}{_ratio(r.wall_vs_layerwise):>8}"
             )
         lines.append(row)

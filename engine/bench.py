@@ -40,6 +40,7 @@ class Workload:
     pcie_gbps: float = 25.0
     block_size: int = 16
     seed: int = 0
+    question: str | None = None  # the workload's prompt: this question in the chat template, else random tokens
 
     def search(self) -> SearchConfig:
         steps = max(1, math.ceil(self.gen_tokens / self.step_tokens))
@@ -59,7 +60,12 @@ class Workload:
         budget = None if settings["policy"] == "in_device" else self.kv_budget_bytes
         return CacheConfig(kv_budget_bytes=budget, pcie_gbps=self.pcie_gbps, block_size=self.block_size, **settings)
 
-    def prompt_ids(self, vocab_size: int) -> list[int]:
+    def prompt_ids(self, loaded) -> list[int]:
+        if self.question is not None:
+            from engine.search import SYSTEM_PROMPT
+
+            return loaded.encode_chat(self.question, system=SYSTEM_PROMPT)
+        vocab_size = getattr(getattr(loaded.model, "config", None), "vocab_size", 16)
         generator = torch.Generator().manual_seed(self.seed)
         return torch.randint(3, max(4, vocab_size), (self.prompt_tokens,), generator=generator).tolist()
 
@@ -78,6 +84,7 @@ class PolicyResult:
     copy_seconds: float = 0.0
     compute_seconds: float = 0.0
     modelled_pcie_seconds: float = 0.0
+    stall_seconds: float = 0.0  # waiting for copies: modelled on the emulated device, measured on CUDA
     stall_share: float = 0.0
     candidate_tokens: int = 0
     tokens_per_second: float = 0.0
@@ -123,22 +130,13 @@ def run_policy(loaded, workload: Workload, name: str, prompt_ids: Sequence[int])
     stall = sum(s.stall_share * s.compute_seconds / (1 - s.stall_share) for s in stats if s.stall_share < 1)
     last = stats[-1]
     return PolicyResult(
-        name,
-        True,
-        "",
-        last.h2d_bytes,
-        last.d2h_bytes,
-        last.d2d_bytes,
-        peak,
-        max(s.groups for s in stats),
-        wall,
-        sum(s.copy_seconds for s in stats),
-        compute,
-        sum(s.modelled_pcie_seconds for s in stats),
-        stall / (stall + compute) if stall + compute else 0.0,
-        finished.candidate_tokens,
-        finished.candidate_tokens / wall,
-        hashlib.sha256(repr(sorted(tokens.items())).encode()).hexdigest()[:16],
+        name=name, ok=True, h2d_bytes=last.h2d_bytes, d2h_bytes=last.d2h_bytes, d2d_bytes=last.d2d_bytes,
+        peak_device_bytes=peak, max_groups=max(s.groups for s in stats), wall_seconds=wall,
+        copy_seconds=sum(s.copy_seconds for s in stats), compute_seconds=compute,
+        modelled_pcie_seconds=sum(s.modelled_pcie_seconds for s in stats), stall_seconds=stall,
+        stall_share=stall / (stall + compute) if stall + compute else 0.0,
+        candidate_tokens=finished.candidate_tokens, tokens_per_second=finished.candidate_tokens / wall,
+        tokens_digest=hashlib.sha256(repr(sorted(tokens.items())).encode()).hexdigest()[:16],
     )
 
 
@@ -167,8 +165,9 @@ def run_bench(
     if unknown:
         raise ValueError(f"unknown policies {sorted(unknown)}; choose from {', '.join(LADDER)}.")
     loaded = _load(workload, plan_only)
-    vocab = getattr(getattr(loaded.model, "config", None), "vocab_size", 16)
-    prompt = workload.prompt_ids(vocab)
+    if plan_only and workload.question is not None:
+        raise ValueError("a plan has no tokenizer to read a question; give --prompt-tokens instead of --question.")
+    prompt = workload.prompt_ids(loaded)
     emulated = loaded.device.type != "cuda"
     device = "meta (plan only)" if plan_only else ("cpu (emulated GPU)" if emulated else str(loaded.device))
     report = BenchReport(workload, device, emulated, plan_only)

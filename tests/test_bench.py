@@ -9,8 +9,16 @@ import pytest
 from app.cli import main
 from engine.bench import LADDER, Workload, run_bench
 
-SMALL = Workload(model="synthetic:tiny-qwen2", beams=3, width=2, step_tokens=8, prompt_tokens=40, gen_tokens=24,
-                 kv_budget_bytes=900_000, seed=2)  # layerwise: 2 of 6 layers resident; lbs: 2 groups
+SMALL = Workload(
+    model="synthetic:tiny-qwen2",
+    beams=3,
+    width=2,
+    step_tokens=8,
+    prompt_tokens=40,
+    gen_tokens=24,
+    kv_budget_bytes=900_000,
+    seed=2,
+)  # layerwise: 2 of 6 layers resident; lbs: 2 groups
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +58,25 @@ def test_plan_only_sharing_lowers_bytes_and_keeps_peak_under_budget():
 
 def test_bench_cli_prints_a_table_and_writes_json(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    args = ["bench", "--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2", "--step-tokens", "4",
-            "--prompt-tokens", "20", "--gen-tokens", "8", "--kv-budget", "40KB", "--json", str(out)]
+    args = [
+        "bench",
+        "--model",
+        "synthetic:tiny-llama",
+        "--beams",
+        "2",
+        "--width",
+        "2",
+        "--step-tokens",
+        "4",
+        "--prompt-tokens",
+        "20",
+        "--gen-tokens",
+        "8",
+        "--kv-budget",
+        "40KB",
+        "--json",
+        str(out),
+    ]
     assert main(args) == 0
     table = capsys.readouterr().out
     assert "layerwise" in table and "lbs:+balanced_prefetch" in table and "same tokens" in table
@@ -67,3 +92,33 @@ def test_bench_cli_rejects_unknown_policy_and_unwritable_json(tmp_path, capsys):
     args = ["bench", "--plan-only", "--gen-tokens", "4", "--prompt-tokens", "8", "--json", str(blocker / "x.json")]
     assert main(args) == 2
     assert "cannot write" in capsys.readouterr().err
+
+
+def test_bench_runs_a_question_and_reports_stall_seconds(capsys):
+    args = [
+        "bench",
+        "--model",
+        "synthetic:tiny-llama",
+        "--beams",
+        "2",
+        "--width",
+        "2",
+        "--step-tokens",
+        "4",
+        "--gen-tokens",
+        "8",
+        "--kv-budget",
+        "300KB",
+        "--question",
+        "What is 2+3?",
+        "--policies",
+        "layerwise,lbs:inter_token",
+    ]
+    assert main(args) == 0
+    table = capsys.readouterr().out
+    assert "question 'What is 2+3?'" in table and "stall s" in table and "same tokens" in table
+
+
+def test_plan_only_refuses_a_question(capsys):
+    assert main(["bench", "--plan-only", "--question", "What is 2+3?"]) == 2
+    assert "--prompt-tokens" in capsys.readouterr().err
