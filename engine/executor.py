@@ -64,7 +64,6 @@ class GroupExecutor:
 
     def __init__(self, model: torch.nn.Module, blocks: BlockManager, store: KVStore, home: Tier) -> None:
         self.model, self.blocks, self.store, self.home = model, blocks, store, home
-        self.bandwidth = store.bandwidth
 
     def run_step(
         self,
@@ -81,7 +80,7 @@ class GroupExecutor:
             before = self.store.counters.step["h2d"]
             members = [live[c] for c in group.candidates]
             results, compute = self._run_group(members, rules, share, should_stop, timing)
-            copied = (self.store.counters.step["h2d"] - before) / self.bandwidth
+            copied = (self.store.counters.step["h2d"] - before) / self.store.bandwidth
             hidden = copied * len(group.prefetched) / len(group.candidates)  # the prefetched share overlaps
             timing.modelled_stall_seconds += copied - min(hidden, previous_compute)
             timing.compute_seconds += compute

@@ -107,7 +107,7 @@ class KVCache:
             need = self.executor.min_budget(len(work), k)
             if need > self.budget:
                 raise KVBudgetTooSmall(self.budget, need, "two layers of every candidate (layerwise)")
-            return StepPlan("layerwise", (Group(tuple(w.id for w in work)),), 0)
+            return StepPlan("layerwise", (Group(tuple(w.id for w in work)),))
         if self.policy == "in_device":
             resident = self.store.resident_bytes(Tier.DEVICE)
             return plan_in_device(work, resident, self.budget, k, token_bytes, self.blocks.block_size)

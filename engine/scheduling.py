@@ -36,7 +36,6 @@ class Group:
 class StepPlan:
     policy: str
     groups: tuple[Group, ...]
-    candidate_bytes: int  # the largest candidate's device footprint for this step
 
 
 @dataclass(frozen=True)
@@ -65,14 +64,13 @@ def plan_in_device(
     need = resident_bytes + growth + group_bytes(work, step_tokens, token_bytes)
     if need > budget:
         raise KVBudgetTooSmall(budget, need, "keeping the whole search on the device (in_device)")
-    largest = max((footprint(w, step_tokens, token_bytes) for w in work), default=0)
-    return StepPlan("in_device", (Group(tuple(w.id for w in work)),), largest)
+    return StepPlan("in_device", (Group(tuple(w.id for w in work)),))
 
 
 def plan_lbs(work: Sequence[Work], budget: int, step_tokens: int, token_bytes: int, switches: Switches) -> StepPlan:
     """Groups that each fit the budget, ordered so shared blocks travel together."""
     if not work:
-        return StepPlan("lbs", (), 0)
+        return StepPlan("lbs", ())
     largest = max(footprint(w, step_tokens, token_bytes) for w in work)
     if largest > budget:
         raise KVBudgetTooSmall(budget, largest)
@@ -84,13 +82,13 @@ def plan_lbs(work: Sequence[Work], budget: int, step_tokens: int, token_bytes: i
         spare = (budget - size * largest) // largest  # whole candidates of the next group that fit beside
         planned = [Group(groups[0])]
         planned += [Group(g, g[: min(spare, len(g))]) for g in groups[1:]]
-        return StepPlan("lbs", tuple(planned), largest)
+        return StepPlan("lbs", tuple(planned))
 
     def fits(members: list[Work], candidate: Work) -> bool:
         return group_bytes([*members, candidate], step_tokens, token_bytes) <= budget
 
     groups = _greedy_groups(work, fits, switches.inter_beam)
-    return StepPlan("lbs", tuple(Group(g) for g in groups), largest)
+    return StepPlan("lbs", tuple(Group(g) for g in groups))
 
 
 def _greedy_groups(work: Sequence[Work], can_add, by_overlap: bool) -> list[tuple[int, ...]]:

@@ -56,28 +56,13 @@ def test_plan_only_sharing_lowers_bytes_and_keeps_peak_under_budget():
     assert all(r.peak_device_bytes <= SMALL.kv_budget_bytes for r in report.values())
 
 
+TINY_BENCH = ["bench", "--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2", "--step-tokens", "4",
+              "--gen-tokens", "8"]  # fmt: skip
+
+
 def test_bench_cli_prints_a_table_and_writes_json(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    args = [
-        "bench",
-        "--model",
-        "synthetic:tiny-llama",
-        "--beams",
-        "2",
-        "--width",
-        "2",
-        "--step-tokens",
-        "4",
-        "--prompt-tokens",
-        "20",
-        "--gen-tokens",
-        "8",
-        "--kv-budget",
-        "40KB",
-        "--json",
-        str(out),
-    ]
-    assert main(args) == 0
+    assert main([*TINY_BENCH, "--prompt-tokens", "20", "--kv-budget", "40KB", "--json", str(out)]) == 0
     table = capsys.readouterr().out
     assert "layerwise" in table and "lbs:+balanced_prefetch" in table and "same tokens" in table
     data = json.loads(out.read_text())
@@ -95,26 +80,8 @@ def test_bench_cli_rejects_unknown_policy_and_unwritable_json(tmp_path, capsys):
 
 
 def test_bench_runs_a_question_and_reports_stall_seconds(capsys):
-    args = [
-        "bench",
-        "--model",
-        "synthetic:tiny-llama",
-        "--beams",
-        "2",
-        "--width",
-        "2",
-        "--step-tokens",
-        "4",
-        "--gen-tokens",
-        "8",
-        "--kv-budget",
-        "300KB",
-        "--question",
-        "What is 2+3?",
-        "--policies",
-        "layerwise,lbs:inter_token",
-    ]
-    assert main(args) == 0
+    question = ["--kv-budget", "300KB", "--question", "What is 2+3?", "--policies", "layerwise,lbs:inter_token"]
+    assert main([*TINY_BENCH, *question]) == 0
     table = capsys.readouterr().out
     assert "question 'What is 2+3?'" in table and "stall s" in table and "same tokens" in table
 
