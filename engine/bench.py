@@ -182,7 +182,7 @@ def run_bench(
 
 def _load(workload: Workload, plan_only: bool):
     if plan_only:
-        from engine.plan import planned_model
+        from engine.plan_only import planned_model
 
         return planned_model(workload.model, workload.dtype)
     from engine.config import ModelSpec

@@ -126,6 +126,16 @@ class TransferStats:
 
 
 @dataclass(frozen=True)
+class GroupRetried:
+    """A group ran out of device memory; it was split in two and run again (nothing was lost)."""
+
+    type: ClassVar[str] = "group_retried"
+    step: int
+    candidates: tuple[int, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
 class RunFinished:
     type: ClassVar[str] = "run_finished"
     answer: str
@@ -154,6 +164,7 @@ Event = (
     RunStarted
     | PrefillDone
     | StepStarted
+    | GroupRetried
     | GroupScheduled
     | CandidateText
     | CandidateScored
@@ -171,6 +182,7 @@ EVENT_TYPES: dict[str, type] = {
         RunStarted,
         PrefillDone,
         StepStarted,
+        GroupRetried,
         GroupScheduled,
         CandidateText,
         CandidateScored,

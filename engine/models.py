@@ -27,6 +27,7 @@ from engine.bundled import (
 )
 from engine.config import ModelSpec
 from engine.errors import ModelLoadError, load_errors
+from engine.kv.attention import enable_cascade
 from engine.synthetic import build_synthetic_model, synthetic_config, synthetic_tokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -203,6 +204,7 @@ def _finish(source: str, name: str, model: PreTrainedModel, tokenizer: PreTraine
             device: torch.device, dtype: torch.dtype) -> LoadedModel:
     model = model.to(device=device, dtype=dtype).eval()
     model.requires_grad_(False)
+    enable_cascade(model)  # shared-prefix attention for the KV layer; plain SDPA for every other call
     return LoadedModel(
         source=source, name=name, model=model, tokenizer=tokenizer, device=device, dtype=dtype,
         eos_token_ids=_eos_ids(model, tokenizer), context_length=_context_length(model.config),

@@ -4,53 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
 
+from engine.rows import Row, RowResult, StepRules
 from engine.sampling import sample
-
-
-@dataclass
-class Row:
-    """One candidate in a decode batch."""
-
-    candidate_id: int
-    pending: int  # the token to feed first: its KV does not exist yet
-    position: int  # position id of `pending` (= tokens already in the KV)
-    generator: torch.Generator
-
-
-@dataclass
-class RowResult:
-    fed: list[int] = field(default_factory=list)  # tokens whose KV this step created
-    sampled: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)  # log p(token) at temperature 1
-    finished: bool = False  # sampled an EOS token
-    done: bool = False  # this step is over for the row
-
-
-@dataclass(frozen=True)
-class StepRules:
-    max_tokens: int
-    delimiter: str | None
-    eos_ids: frozenset[int]
-    temperature: float
-    top_p: float
-    decode: Callable[[Sequence[int]], str]
-    context_length: int
-    observe: Callable[[int, torch.Tensor, int], None] | None = None  # (candidate, logits [V], token) for tests
-
-
-def cache_from_kv(model: torch.nn.Module, kv: torch.Tensor) -> DynamicCache:
-    """A transformers cache over the group's assembled KV `[L, 2, B, H, T, D]` (views, no copy)."""
-    cache = DynamicCache(config=model.config)
-    for layer_index, layer in enumerate(cache.layers):
-        keys, values = kv[layer_index, 0], kv[layer_index, 1]
-        layer.lazy_initialization(keys, values)
-        layer.keys, layer.values = keys, values
-    return cache
 
 
 @torch.inference_mode()
@@ -73,7 +32,7 @@ def _row_is_done(result: RowResult, rules: StepRules, position: int) -> bool:
 def decode_step(
     model: torch.nn.Module,
     cache: DynamicCache,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None,
     rows: Sequence[Row],
     rules: StepRules,
     should_stop: Callable[[], bool] = lambda: False,
@@ -86,7 +45,7 @@ def decode_step(
     `T .. T + len(results[i].fed) - 1`. `before_forward` runs before each forward call (the
     layer-wise policy re-places layers there).
     """
-    device = mask.device
+    device = mask.device if mask is not None else cache.layers[0].keys.device
     results = [RowResult() for _ in rows]
     current = [row.pending for row in rows]
     positions = [row.position for row in rows]
@@ -94,7 +53,8 @@ def decode_step(
     while not all(r.done for r in results):
         if should_stop():
             break
-        mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=device)], dim=1)
+        if mask is not None:
+            mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=device)], dim=1)
         if before_forward is not None:
             before_forward()
         start = time.perf_counter()

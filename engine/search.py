@@ -8,6 +8,7 @@ expanding. The answer is the best finished path, else the best path.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -15,8 +16,9 @@ from dataclasses import dataclass, field
 from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import BeamwiseError, InvalidPrompt
-from engine.kvcache import KVCache
-from engine.runner import RowResult, StepRules
+from engine.kv.cache import KVCache
+from engine.rows import RowResult, StepRules
+from engine.runner import decode_step, prefill
 from engine.sampling import candidate_generator
 from engine.verifiers import StepToScore, aggregate, make_verifier
 
@@ -99,14 +101,16 @@ class _Search:
     def events(self) -> Iterator[ev.Event]:
         started = time.perf_counter()
         prompt = self._prompt()
-        kv = KVCache(self.loaded, self.cfg, self.cache_cfg, len(prompt))
+        kv = KVCache(
+            self.loaded, self.cfg, self.cache_cfg, len(prompt), decode=self._decode_rows, prefill=self._prefill
+        )
         yield ev.RunStarted(
             self.question,
             self.loaded.name,
             self.cfg.verifier,
             kv.device_label,
             kv.emulated,
-            kv.policy,
+            kv.policy_name,
             kv.budget,
             self.cfg.to_dict(),
             self.cache_cfg.to_dict(),
@@ -136,6 +140,15 @@ class _Search:
         yield self._finish(kept, step, started)
         kv.close()
 
+    def _decode_rows(self, cache, mask, rows, should_stop, before_forward=None, **forward):
+        """The decode callable the KV layer runs: the model and this run's step rules, bound."""
+        model = self.loaded.model
+        call = functools.partial(model, **forward) if forward else model
+        return decode_step(call, cache, mask, rows, self.rules, should_stop, before_forward)
+
+    def _prefill(self, token_ids):
+        return prefill(self.loaded.model, token_ids, self.loaded.device)[0]
+
     def _expand(self, kv: KVCache, parents: list[int], step: int) -> list[int]:
         sources = parents or [None]
         per_parent = self.cfg.width if parents else self.cfg.candidates_per_step
@@ -155,7 +168,7 @@ class _Search:
         return children
 
     def _decode(self, kv: KVCache, children: list[int], step: int):
-        for done in kv.decode_step(children, self.rules, self.should_stop):
+        for done in kv.decode_step(children, self.should_stop):
             yield ev.GroupScheduled(step, done.index, done.group.candidates, done.group.prefetched)
             for cid, result in done.results.items():
                 c = self.candidates[cid]

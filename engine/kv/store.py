@@ -1,24 +1,28 @@
-"""Two-tier KV tensors (device pool and host pool) and every copy between them, with exact byte counters.
+"""Where every block's KV is (a slot of the device pool or the host pool) and every copy between them.
 
-A block's tensor is `[L, 2, H, block_size, D]` (layers, K/V, KV heads, slots, head dim) and
-lives in the tier the block manager's placement says. On CUDA the host pool is pinned and
-host-to-device copies are asynchronous on the compute stream (a separate copy stream for
-prefetch overlap is not built yet); without CUDA the *emulated device* is a second CPU pool:
-the copies are real, the bytes are exact, and PCIe time is modelled from the bytes.
+Blocks live in slots of two `SlotPool`s: the device pool, allocated once and sized to the KV
+budget, and the host pool (pinned on CUDA), grown in chunks. Every copy goes through `_copy`,
+which counts its bytes per direction and per candidate. On CUDA, host-to-device copies may
+run on a copy stream (`loading()`), ordered against compute with CUDA events, and copy time
+is read from those events. Without CUDA the *emulated device* is a budgeted CPU pool: the
+copies are real, the bytes exact, and PCIe time is modelled from the bytes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from engine.kv.blocks import AppendPlan, BlockManager, Tier
+from engine.kv.pool import Run, SlotPool
 
 DIRECTIONS = ("h2d", "d2h", "d2d", "h2h")
+HOST_CHUNK_BYTES = 256 << 20  # the host pool grows by this much at a time
 
 
 @dataclass
@@ -52,16 +56,14 @@ class Counters:
         self.step_copy_seconds = 0.0
 
 
-def stack_layers(new_kv: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-    """Per-layer (K, V), each `[H, n, D]`, as one `[L, 2, H, n, D]` tensor (shape only for meta tensors)."""
-    keys = new_kv[0][0]
-    if keys.is_meta:
-        return torch.empty((len(new_kv), 2, *keys.shape), dtype=keys.dtype, device="meta")
-    return torch.stack([t for pair in new_kv for t in pair]).unflatten(0, (len(new_kv), 2))
+@dataclass(frozen=True)
+class Slot:
+    run: Run
+    index: int  # the block's position within its run
 
 
 class KVStore:
-    """Holds block tensors in a device tier and a host tier; performs and counts every copy."""
+    """Holds every block in a slot of the device or host pool; performs and counts every copy."""
 
     def __init__(
         self,
@@ -72,56 +74,157 @@ class KVStore:
         head_dim: int,
         dtype: torch.dtype,
         device: torch.device,
+        budget_bytes: int,
         pcie_gbps: float = 25.0,
         host_device: torch.device | str = "cpu",
     ) -> None:
         self.blocks = blocks
-        self.shape = (num_layers, 2, num_kv_heads, blocks.block_size, head_dim)
-        self.dtype = dtype
-        self.device = torch.device(device)
+        self.slot_shape = (num_layers, 2, num_kv_heads, blocks.block_size, head_dim)
+        self.dtype, self.device = dtype, torch.device(device)
         self.pcie_gbps = pcie_gbps
-        self.host_device = torch.device(host_device)  # "meta" for plan-only runs that move no data
         self.emulated = self.device.type != "cuda"
-        self.pin = not self.emulated and self.host_device.type == "cpu"
-        self.token_bytes = 2 * num_layers * num_kv_heads * head_dim * torch.tensor([], dtype=dtype).element_size()
+        host = torch.device(host_device)  # "meta" for plan-only runs that move no data
+        self.pin = not self.emulated and host.type == "cpu"
+        self.token_bytes = 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
         self.block_bytes = self.token_bytes * blocks.block_size
-        self._tensors: dict[Tier, dict[int, torch.Tensor]] = {Tier.DEVICE: {}, Tier.HOST: {}}
+        chunk = max(1, HOST_CHUNK_BYTES // self.block_bytes)
+        self.pools = {
+            Tier.DEVICE: SlotPool(self.slot_shape, dtype, self.device, capacity=budget_bytes // self.block_bytes),
+            Tier.HOST: SlotPool(self.slot_shape, dtype, host, capacity=0, pin=self.pin, chunk=chunk),
+        }
+        self._slots: dict[Tier, dict[int, Slot]] = {Tier.DEVICE: {}, Tier.HOST: {}}
+        self._run_users: dict[tuple[Tier, int], int] = {}  # live blocks in each run (freed at zero)
         self.counters = Counters()
+        self.copy_stream = None if self.emulated else torch.cuda.Stream(self.device)
+        self._timed: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
 
-    # -- residency ----------------------------------------------------------------------------
-    def tensor(self, block_id: int, tier: Tier) -> torch.Tensor:
-        return self._tensors[tier][block_id]
+    # -- slots --------------------------------------------------------------------------------
+    def place(self, block_ids: Sequence[int], tier: Tier) -> Run:
+        """Give `block_ids` consecutive slots of one run in `tier` (their tokens become contiguous there)."""
+        run = self.pools[tier].allocate(len(block_ids))
+        self._run_users[(tier, run.start)] = len(block_ids)
+        for index, block_id in enumerate(block_ids):
+            self._slots[tier][block_id] = Slot(run, index)
+            self.blocks.set_placement(block_id, **{_flag(tier): True})
+        return run
 
-    def _allocate(self, block_id: int, tier: Tier) -> torch.Tensor:
-        if tier is Tier.DEVICE:
-            t = torch.empty(self.shape, dtype=self.dtype, device=self.device)
-        else:
-            t = torch.empty(self.shape, dtype=self.dtype, device=self.host_device, pin_memory=self.pin)
-        self._tensors[tier][block_id] = t
-        self.blocks.set_placement(block_id, **{"on_device" if tier is Tier.DEVICE else "on_host": True})
-        return t
+    def evict(self, block_ids: Sequence[int], tier: Tier) -> None:
+        """Drop the copies of `block_ids` in `tier` (the blocks stay where else they are)."""
+        for block_id in block_ids:
+            slot = self._slots[tier].pop(block_id, None)
+            if slot is None:
+                continue
+            if block_id in self.blocks.blocks:
+                self.blocks.set_placement(block_id, **{_flag(tier): False})
+            key = (tier, slot.run.start)
+            self._run_users[key] -= 1
+            if self._run_users[key] == 0:
+                del self._run_users[key]
+                self.pools[tier].free(slot.run)
 
     def free(self, block_ids: Sequence[int]) -> None:
-        """Release the tensors of blocks the manager has freed."""
-        for block_id in block_ids:
-            for tier in Tier:
-                self._tensors[tier].pop(block_id, None)
+        """Release the slots of blocks the manager has freed."""
+        for tier in Tier:
+            self.evict(block_ids, tier)
 
-    def resident_bytes(self, tier: Tier) -> int:
-        return len(self._tensors[tier]) * self.block_bytes
+    def holds(self, block_id: int, tier: Tier) -> bool:
+        return block_id in self._slots[tier]
 
     def tier_of(self, block_id: int) -> Tier:
-        return Tier.DEVICE if block_id in self._tensors[Tier.DEVICE] else Tier.HOST
+        return Tier.DEVICE if self.holds(block_id, Tier.DEVICE) else Tier.HOST
+
+    def view(self, block_id: int, tier: Tier, tokens: int | None = None) -> torch.Tensor:
+        """The block's KV in `tier`: `[L, 2, H, tokens, D]` (a view of its slot)."""
+        slot = self._slots[tier][block_id]
+        size = self.blocks.block_size
+        start = slot.index * size
+        return self.pools[tier].segment(slot.run)[:, :, :, start : start + (size if tokens is None else tokens)]
+
+    def contiguous(self, block_ids: Sequence[int], tier: Tier) -> torch.Tensor | None:
+        """`[L, 2, H, T, D]` over `block_ids` read in place, if they are consecutive slots of one run."""
+        if not block_ids or not all(self.holds(b, tier) for b in block_ids):
+            return None
+        first = self._slots[tier][block_ids[0]]
+        for offset, block_id in enumerate(block_ids):
+            if self._slots[tier][block_id] != Slot(first.run, first.index + offset):
+                return None
+        size = self.blocks.block_size
+        tokens = self.blocks.num_tokens(block_ids)
+        return self.pools[tier].segment(first.run)[:, :, :, first.index * size : first.index * size + tokens]
+
+    def resident_bytes(self, tier: Tier) -> int:
+        return len(self._slots[tier]) * self.block_bytes
+
+    def working(self, shape: tuple[int, ...]) -> tuple[torch.Tensor, Run]:
+        """A device run holding a tensor of `shape` (a group's arena); free it with `release`."""
+        elements = 1
+        for n in shape:
+            elements *= n
+        pool = self.pools[Tier.DEVICE]
+        run = pool.allocate(max(1, -(-elements // pool.slot_elements)), from_end=True)
+        return pool.flat(run)[:elements].view(shape), run
+
+    def release(self, run: Run) -> None:
+        self.pools[Tier.DEVICE].free(run)
+
+    # -- budget -------------------------------------------------------------------------------
+    @property
+    def device_capacity_bytes(self) -> int:
+        return self.pools[Tier.DEVICE].capacity_bytes
+
+    def limit_device(self, budget_bytes: int) -> int:
+        """Use at most `budget_bytes` of the device pool from now on (never more than it holds)."""
+        allocator = self.pools[Tier.DEVICE].allocator
+        allocator.limit = max(allocator.used, min(allocator.capacity, budget_bytes // self.block_bytes))
+        return allocator.limit * self.block_bytes
+
+    def start_peak(self) -> None:
+        allocator = self.pools[Tier.DEVICE].allocator
+        allocator.peak = allocator.used
+
+    @property
+    def peak_device_bytes(self) -> int:
+        return self.pools[Tier.DEVICE].allocator.peak * self.block_bytes
 
     # -- copies -------------------------------------------------------------------------------
-    def _copy(self, dst: torch.Tensor, src: torch.Tensor, direction: str, owners: Sequence[int] = ()) -> None:
-        start = time.perf_counter()
-        # Only host-to-device copies may run ahead: they read pinned memory in stream order. A
-        # device-to-host copy completes before returning, because the CPU reads host blocks
-        # directly (copy-on-write, the layer-wise host tensors).
-        dst.copy_(src, non_blocking=direction == "h2d" and self.pin)
-        self.counters.step_copy_seconds += time.perf_counter() - start
+    def copy(self, dst: torch.Tensor, src: torch.Tensor, direction: str, owners: Sequence[int] = ()) -> None:
+        """Copy and count. Host-to-device copies may run ahead (they read pinned memory in stream
+        order); a copy to the host completes first, because the host reads host blocks directly."""
+        if self.emulated or direction != "h2d":
+            start = time.perf_counter()
+            dst.copy_(src)
+            self.counters.step_copy_seconds += time.perf_counter() - start
+        else:
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            dst.copy_(src, non_blocking=True)
+            end.record()
+            self._timed.append((begin, end))
         self.counters.add(direction, src.numel() * src.element_size(), owners)
+
+    @contextlib.contextmanager
+    def loading(self) -> Iterator[torch.cuda.Event | None]:
+        """Issue the copies inside on the copy stream; the yielded event is recorded after them.
+
+        Compute must `wait_loaded(event)` before it reads what was loaded. Without CUDA the copies
+        simply run now (the emulated device models the overlap instead).
+        """
+        if self.copy_stream is None:
+            yield None
+            return
+        self.copy_stream.wait_stream(torch.cuda.current_stream(self.device))  # slots may be reused
+        done = torch.cuda.Event()
+        with torch.cuda.stream(self.copy_stream):
+            yield done
+            done.record()
+
+    def wait_loaded(self, event: torch.cuda.Event | None) -> float:
+        """Make compute wait for a load; returns the seconds the host waited (CUDA only)."""
+        if event is None:
+            return 0.0
+        start = time.perf_counter()
+        torch.cuda.current_stream(self.device).wait_event(event)
+        return time.perf_counter() - start
 
     @staticmethod
     def direction(src: Tier, dst: Tier) -> str:
@@ -132,89 +235,38 @@ class KVStore:
             (Tier.HOST, Tier.HOST): "h2h",
         }[(src, dst)]
 
-    def gather(
-        self, tables: Sequence[Sequence[int]], owners: Sequence[int], *, share: bool, extra: int
-    ) -> torch.Tensor:
-        """Assemble the group's KV on the device, left-padded: `[L, 2, B, H, P + extra, D]`.
-
-        Row i holds table i's tokens in its last columns before `P` (the longest table).
-        With `share`, a block used by several rows crosses PCIe once and is duplicated on
-        the device; its bytes are attributed to those rows in equal parts.
-        """
-        lengths = [self.blocks.num_tokens(t) for t in tables]
-        width = max(lengths, default=0)
-        L, _, H, _, D = self.shape
-        work = torch.zeros((L, 2, len(tables), H, width + extra, D), dtype=self.dtype, device=self.device)
-        users: dict[int, list[int]] = defaultdict(list)
-        for row, table in enumerate(tables):
-            for block_id in table:
-                users[block_id].append(owners[row])
-        placed: dict[int, tuple[int, int]] = {}
-        for row, (table, length) in enumerate(zip(tables, lengths, strict=True)):
-            column = width - length
-            for block_id in table:
-                n = self.blocks.blocks[block_id].num_tokens
-                target = work[:, :, row, :, column : column + n]
-                if share and block_id in placed:
-                    src_row, src_col = placed[block_id]
-                    self._copy(target, work[:, :, src_row, :, src_col : src_col + n], "d2d", [owners[row]])
-                else:
-                    tier = self.tier_of(block_id)
-                    split = users[block_id] if share else [owners[row]]
-                    self._copy(
-                        target, self.tensor(block_id, tier)[:, :, :, :n], self.direction(tier, Tier.DEVICE), split
-                    )
-                    placed[block_id] = (row, column)
-                column += n
-        return work
-
-    def write(
-        self, plan: AppendPlan, new_kv: Sequence[tuple[torch.Tensor, torch.Tensor]], home: Tier, owner: int
-    ) -> None:
-        """Apply an append plan: copy-on-write within `home`, then the new (K, V) per layer, each `[H, n, D]`."""
+    def write(self, plan: AppendPlan, new_kv: torch.Tensor, home: Tier, owner: int) -> None:
+        """Apply an append plan in `home`: copy-on-write, then the new tokens `[L, 2, H, n, D]` (on the device)."""
         for cow in plan.copies:
-            dst = self._allocate(cow.target, home)
+            self.place([cow.target], home)
             src_tier = self.tier_of(cow.source)
-            self._copy(
-                dst[:, :, :, : cow.tokens],
-                self.tensor(cow.source, src_tier)[:, :, :, : cow.tokens],
+            self.copy(
+                self.view(cow.target, home, cow.tokens),
+                self.view(cow.source, src_tier, cow.tokens),
                 self.direction(src_tier, home),
                 [owner],
             )
         for block_id in plan.new_blocks:
-            if block_id not in self._tensors[home]:
-                self._allocate(block_id, home)
-        if not plan.writes:
-            return
-        staged = stack_layers(new_kv)  # [L, 2, H, n, D]: one device-side staging copy, not a tier transfer
+            if not self.holds(block_id, home):
+                self.place([block_id], home)
         direction = self.direction(Tier.DEVICE, home)
         for w in plan.writes:
-            dst = self.tensor(w.block, home)[:, :, :, w.offset : w.offset + w.count]
-            self._copy(dst, staged[:, :, :, w.start : w.start + w.count], direction, [owner])
+            dst = self.view(w.block, home)[:, :, :, w.offset : w.offset + w.count]
+            self.copy(dst, new_kv[:, :, :, w.start : w.start + w.count], direction, [owner])
 
     @property
     def bandwidth(self) -> float:
         """Modelled PCIe bytes per second."""
         return self.pcie_gbps * 1e9
 
-    def transfer(self, src: torch.Tensor, direction: str, owners: Sequence[int] = ()) -> torch.Tensor:
-        """A copy of `src` in the tier `direction` leads to (always a real copy, also when emulated)."""
-        to_host = direction in ("d2h", "h2h")
-        if to_host:
-            dst = torch.empty(src.shape, dtype=src.dtype, device=self.host_device, pin_memory=self.pin)
-        else:
-            dst = torch.empty(src.shape, dtype=src.dtype, device=self.device)
-        self._copy(dst, src, direction, owners)
-        return dst
-
-    def select(self, src: torch.Tensor, rows: torch.Tensor, direction: str) -> torch.Tensor:
-        """Rows of `src` (dim 0) gathered within its tier; the bytes written are counted as `direction`."""
-        start = time.perf_counter()
-        out = src.index_select(0, rows.to(src.device))
-        self.counters.step_copy_seconds += time.perf_counter() - start
-        self.counters.add(direction, out.nbytes)
-        return out
-
     def sync(self) -> None:
-        if not self.emulated:
-            torch.cuda.synchronize(self.device)
+        """Wait for every copy; add the measured copy time of asynchronous copies (CUDA events)."""
+        if self.emulated:
+            return
+        torch.cuda.synchronize(self.device)
+        self.counters.step_copy_seconds += sum(b.elapsed_time(e) for b, e in self._timed) / 1000
+        self._timed.clear()
+
+
+def _flag(tier: Tier) -> str:
+    return "on_device" if tier is Tier.DEVICE else "on_host"

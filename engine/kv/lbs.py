@@ -1,11 +1,9 @@
-"""KV policies: turn the step's candidates and the device budget into an ordered plan of groups.
+"""Locality-aware beam scheduling (LBS): blocks rest on the host; a step runs group by group.
 
-`in_device` keeps every block on the device. `lbs` (locality-aware beam scheduling) keeps
-blocks on the host and runs the step group by group: a group's KV crosses PCIe once per
-step (inter-token locality), groups gather candidates that share blocks so a shared block
-crosses once (inter-beam, the paper's Algorithm 1), and balanced groups leave room to
-prefetch the next group while this one computes. `layerwise` is the token-by-token
-baseline and is planned in `engine.kv.layerwise`.
+A group's KV crosses PCIe once per step (inter-token locality); groups gather candidates that
+share blocks so a shared block crosses once and is read in place by every member (inter-beam,
+the paper's Algorithm 1); balanced groups leave room to prefetch the next group while this
+one computes.
 """
 
 from __future__ import annotations
@@ -15,27 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.errors import KVBudgetTooSmall
+from engine.kv.blocks import Tier
+from engine.kv.groups import GroupExecutor
+from engine.kv.policy import Group, PolicyContext, StepPlan, Work
 
-
-@dataclass(frozen=True)
-class Work:
-    """What the scheduler needs to know of one candidate: its blocks and KV length at step start."""
-
-    id: int
-    table: tuple[int, ...]
-    tokens: int
-
-
-@dataclass(frozen=True)
-class Group:
-    candidates: tuple[int, ...]
-    prefetched: tuple[int, ...] = ()  # of this group, copied while the previous group computed
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    policy: str
-    groups: tuple[Group, ...]
+SLACK_BLOCKS = 2  # the arena and a staged prefix each round up to whole slots
 
 
 @dataclass(frozen=True)
@@ -56,21 +38,13 @@ def group_bytes(members: Sequence[Work], step_tokens: int, token_bytes: int) -> 
     return len(members) * footprint(max(members, key=lambda w: w.tokens), step_tokens, token_bytes)
 
 
-def plan_in_device(
-    work: Sequence[Work], resident_bytes: int, budget: int, step_tokens: int, token_bytes: int, block_size: int
+def plan_lbs(
+    work: Sequence[Work], budget: int, step_tokens: int, token_bytes: int, switches: Switches, slack: int = 0
 ) -> StepPlan:
-    """One group; the blocks at rest, their growth this step and the working KV must fit the budget."""
-    growth = len(work) * (step_tokens + block_size) * token_bytes  # new tokens, each row may open a block
-    need = resident_bytes + growth + group_bytes(work, step_tokens, token_bytes)
-    if need > budget:
-        raise KVBudgetTooSmall(budget, need, "keeping the whole search on the device (in_device)")
-    return StepPlan("in_device", (Group(tuple(w.id for w in work)),))
-
-
-def plan_lbs(work: Sequence[Work], budget: int, step_tokens: int, token_bytes: int, switches: Switches) -> StepPlan:
-    """Groups that each fit the budget, ordered so shared blocks travel together."""
+    """Groups that each fit the budget (less `slack` bytes of rounding), ordered so shared blocks travel together."""
     if not work:
         return StepPlan("lbs", ())
+    budget -= slack
     largest = max(footprint(w, step_tokens, token_bytes) for w in work)
     if largest > budget:
         raise KVBudgetTooSmall(budget, largest)
@@ -120,3 +94,39 @@ def _best_overlap(remaining: Sequence[Work], blocks: set[int]) -> int:
         if shared > best_shared:
             best, best_shared = index, shared
     return best
+
+
+class LbsPolicy:
+    """Blocks rest on the host; each step's groups are loaded, decoded and written back in turn."""
+
+    name = "lbs"
+    home = Tier.HOST
+
+    def __init__(self, context: PolicyContext, switches: Switches) -> None:
+        self.context, self.switches = context, switches
+        self.executor = GroupExecutor(
+            context.config, context.blocks, context.store, self.home, context.decode, context.step_tokens,
+            share=switches.inter_beam,
+        )
+
+    def plan(self, work: Sequence[Work], budget: int) -> StepPlan:
+        store = self.context.store
+        slack = SLACK_BLOCKS * store.block_bytes
+        return plan_lbs(work, budget, self.context.step_tokens, store.token_bytes, self.switches, slack)
+
+    def run_step(self, plan, live, timing, should_stop):
+        return self.executor.run_step(plan.groups, live, timing, should_stop)
+
+    def placement(self, live) -> tuple[int, int, int, int]:
+        return block_placement(self.context.blocks, self.context.store, live.table)
+
+    def tier_bytes(self) -> tuple[int, int]:
+        store = self.context.store
+        return store.resident_bytes(Tier.DEVICE), store.resident_bytes(Tier.HOST)
+
+
+def block_placement(blocks, store, table) -> tuple[int, int, int, int]:
+    """(device blocks, host blocks, device bytes, host bytes) of a table of blocks at rest."""
+    on_device = sum(1 for b in table if blocks.blocks[b].on_device)
+    on_host = len(table) - on_device
+    return on_device, on_host, on_device * store.block_bytes, on_host * store.block_bytes

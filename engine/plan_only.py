@@ -1,9 +1,9 @@
-"""Plan-only runs: the real scheduler, block manager, store and executors on `meta` tensors.
+"""Plan-only runs: the real scheduler, block manager, store and policies on `meta` tensors.
 
-A `MetaModel` stands in for the network: it appends correctly shaped KV for every layer
-through the same cache interface and returns flat logits, so no data is stored or moved
-and every byte counter, group and resident peak is what a real run with the same shapes
-and the same selections would report.
+A `ShapeOnlyModel` stands in for the network: it appends correctly shaped KV to every layer
+through the cache's own `update` and returns flat logits, so no data is stored or moved and
+every byte counter, group and resident peak is what a real run with the same shapes and the
+same selections would report.
 """
 
 from __future__ import annotations
@@ -15,18 +15,19 @@ from types import SimpleNamespace
 import torch
 from transformers import DynamicCache, LlamaConfig
 
-from engine.kv.layerwise import StreamedLayer, concat
+from engine.kv.attention import ATTENTION
 from engine.models import DTYPES, KVShape, kv_shape_of
 
 VOCAB = 16  # tokens are drawn from a tiny vocabulary without EOS: steps run to their full length
 
 
-class MetaModel(torch.nn.Module):
+class ShapeOnlyModel(torch.nn.Module):
     """Writes `[B, H, T, D]` meta KV into each layer of the cache; computes nothing."""
 
     def __init__(self, config: LlamaConfig, shape: KVShape, dtype: torch.dtype) -> None:
         super().__init__()
         self.config, self.shape, self.kv_dtype = config, shape, dtype
+        config._attn_implementation = ATTENTION  # the KV layer plans shared prefixes exactly as for a real model
 
     def forward(self, input_ids: torch.Tensor, past_key_values=None, **_: object) -> SimpleNamespace:
         batch, length = input_ids.shape
@@ -34,14 +35,8 @@ class MetaModel(torch.nn.Module):
         kv = torch.empty(
             (batch, self.shape.num_kv_heads, length, self.shape.head_dim), dtype=self.kv_dtype, device="meta"
         )
-        for layer in cache.layers:
-            if isinstance(layer, StreamedLayer):
-                layer.update(kv, kv)  # counts its per-token copies exactly as in a real run
-            elif not layer.is_initialized or layer.keys.numel() == 0:
-                layer.lazy_initialization(kv, kv)
-                layer.keys, layer.values = kv, kv
-            else:
-                layer.keys, layer.values = concat(layer.keys, kv), concat(layer.values, kv)
+        for index in range(len(cache.layers)):
+            cache.update(kv, kv, index)  # layer-wise layers count their per-token copies as in a real run
         return SimpleNamespace(logits=torch.zeros((batch, length, VOCAB)), past_key_values=cache)
 
 
@@ -50,7 +45,7 @@ class PlannedModel:
     """The part of `LoadedModel` that search and the KV cache use, for shapes only."""
 
     name: str
-    model: MetaModel
+    model: ShapeOnlyModel
     kv_shape: KVShape
     dtype: torch.dtype
     context_length: int = 1 << 20
@@ -76,4 +71,4 @@ def planned_model(source: str, dtype: str = "bfloat16") -> PlannedModel:
         hidden_size=heads * dim,
         head_dim=dim,
     )
-    return PlannedModel(f"{source} (plan only)", MetaModel(config, shape, DTYPES[dtype]), shape, DTYPES[dtype])
+    return PlannedModel(f"{source} (plan only)", ShapeOnlyModel(config, shape, DTYPES[dtype]), shape, DTYPES[dtype])

@@ -1,0 +1,197 @@
+"""One run's KV cache: resolves the policy and budget, owns blocks and store, runs each step's plan."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from engine import events as ev
+from engine.config import CacheConfig, SearchConfig
+from engine.kv.blocks import BlockManager, Tier
+from engine.kv.in_device import InDevicePolicy
+from engine.kv.layerwise import LayerwisePolicy
+from engine.kv.lbs import LbsPolicy, Switches
+from engine.kv.policy import Decode, GroupDone, Live, Policy, PolicyContext, StepTiming, Work
+from engine.kv.store import KVStore
+
+PROMPT_ID = 0
+CUDA_MARGIN = 1 << 30  # leave this much device memory free for activations when the budget is automatic
+
+Prefill = Callable[[Sequence[int]], Any]  # token ids -> a transformers cache of batch 1 on the device
+BudgetProbe = Callable[[], int | None]  # free device bytes now, or None when it cannot change (emulated)
+
+
+def whole_search_bytes(prompt_tokens: int, search: SearchConfig, token_bytes: int, block_size: int) -> int:
+    """Upper bound of in_device's peak: every candidate's full-length KV at rest (block-rounded) and working."""
+    n, steps = search.candidates_per_step, search.max_steps
+    longest = prompt_tokens + steps * search.step_tokens
+    at_rest = prompt_tokens + 3 * block_size + n * steps * (search.step_tokens + block_size)
+    return (at_rest + n * (longest + search.step_tokens)) * token_bytes
+
+
+class KVCache:
+    """Owns the blocks, the store and the policy of one run; the search drives it step by step."""
+
+    def __init__(
+        self,
+        loaded,
+        search: SearchConfig,
+        cache: CacheConfig,
+        prompt_tokens: int,
+        *,
+        decode: Decode,
+        prefill: Prefill,
+        free_bytes: BudgetProbe | None = None,
+    ) -> None:
+        self.cfg, self.search, self._prefill = cache, search, prefill
+        shape, self.device = loaded.kv_shape, loaded.device
+        self.blocks = BlockManager(cache.block_size)
+        token_bytes = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * _element_size(loaded.dtype)
+        whole = whole_search_bytes(prompt_tokens, search, token_bytes, cache.block_size)
+        self.emulated = self.device.type != "cuda"
+        self._free_bytes = free_bytes if free_bytes is not None else self._cuda_free
+        self.budget = cache.kv_budget_bytes or self._automatic_budget(whole)
+        self.policy_name = cache.policy if cache.policy != "auto" else ("in_device" if whole <= self.budget else "lbs")
+        self.store = KVStore(
+            self.blocks,
+            num_layers=shape.num_layers,
+            num_kv_heads=shape.num_kv_heads,
+            head_dim=shape.head_dim,
+            dtype=loaded.dtype,
+            device=self.device,
+            budget_bytes=0 if self.policy_name == "layerwise" else self.budget,  # layer buffers are its own
+            pcie_gbps=cache.pcie_gbps,
+            host_device="meta" if self.device.type == "meta" else "cpu",  # plan-only runs hold no data
+        )
+        context = PolicyContext(loaded.model.config, self.blocks, self.store, decode, search.step_tokens)
+        self.policy: Policy = self._make_policy(context)
+        self.live: dict[int, Live] = {}
+        self.timing = StepTiming()
+
+    def _make_policy(self, context: PolicyContext) -> Policy:
+        if self.policy_name == "layerwise":
+            return LayerwisePolicy(context, self.budget)
+        if self.policy_name == "in_device":
+            return InDevicePolicy(context)
+        switches = Switches(inter_beam=self.cfg.inter_beam, balanced_prefetch=self.cfg.balanced_prefetch)
+        return LbsPolicy(context, switches)
+
+    def _cuda_free(self) -> int | None:
+        if self.emulated:
+            return None
+        free, _ = torch.cuda.mem_get_info(self.device)
+        return free
+
+    def _automatic_budget(self, whole: int) -> int:
+        free = self._free_bytes()
+        return whole if free is None else max(free - CUDA_MARGIN, 1)
+
+    @property
+    def home(self) -> Tier:
+        return self.policy.home
+
+    @property
+    def device_label(self) -> str:
+        if self.emulated:
+            return "cpu (emulated GPU)"
+        return f"{self.device} ({torch.cuda.get_device_name(self.device)})"
+
+    # -- lifecycle of candidates ----------------------------------------------------------------
+    def prefill(self, prompt: Sequence[int]) -> float:
+        """Compute the prompt's KV once, in one run of consecutive slots; every candidate shares it. Seconds."""
+        start = time.perf_counter()
+        self.store.counters.start_step()
+        cache = self._prefill(prompt[:-1])
+        plan = self.blocks.allocate(prompt[:-1], self.home)
+        if isinstance(self.policy, LayerwisePolicy):
+            self.policy.start(PROMPT_ID, cache)  # keeps the prompt's KV as its first row
+        else:
+            self.store.place(plan.new_blocks, self.home)
+            layers = [torch.stack((layer.keys[0], layer.values[0])) for layer in cache.layers]  # each [2, H, P, D]
+            self.store.write(plan, torch.stack(layers), self.home, PROMPT_ID)
+        self.live[PROMPT_ID] = Live(PROMPT_ID, plan.table, prompt[-1], None)
+        self.store.sync()
+        return time.perf_counter() - start
+
+    def fork(self, parent: int | None, child: int, generator) -> None:
+        source = self.live[PROMPT_ID if parent is None else parent]
+        self.live[child] = Live(child, self.blocks.fork(source.table), source.pending, generator, source.id)
+
+    def release(self, candidate: int) -> None:
+        live = self.live.pop(candidate, None)
+        if live is not None:
+            self.store.free(self.blocks.free(live.table))
+
+    def close(self) -> None:
+        for candidate in list(self.live):
+            self.release(candidate)
+
+    # -- one step -------------------------------------------------------------------------------
+    def plan(self, candidates: Sequence[int]):
+        work = [Work(c, tuple(self.live[c].table), self.blocks.num_tokens(self.live[c].table)) for c in candidates]
+        return self.policy.plan(work, self._current_budget())
+
+    def _current_budget(self) -> int:
+        """The budget, re-read each step. The pool is allocated once: when other programs leave less
+        than the activation margin free, the part of the pool in use shrinks by the shortfall, and
+        it grows back (up to the pool's size) when memory is freed again."""
+        if isinstance(self.policy, LayerwisePolicy):
+            return self.budget
+        limit = self.budget
+        free = self._free_bytes()
+        if free is not None:
+            limit = min(limit, self.store.device_capacity_bytes - max(CUDA_MARGIN - free, 0))
+        return self.store.limit_device(limit)
+
+    def decode_step(self, candidates: Sequence[int], should_stop: Callable[[], bool]) -> Iterator[GroupDone]:
+        if PROMPT_ID in self.live and all(c != PROMPT_ID for c in candidates):
+            self.release(PROMPT_ID)  # the first step's children hold the prompt blocks now
+        plan = self.plan(candidates)
+        self.store.counters.start_step()
+        self.store.start_peak()
+        self.timing = StepTiming()
+        yield from self.policy.run_step(plan, self.live, self.timing, should_stop)
+        self.store.sync()
+
+    # -- reporting ------------------------------------------------------------------------------
+    def step_events(self, step: int) -> Iterator[ev.Event]:
+        for candidates, reason in self.timing.retries:
+            yield ev.GroupRetried(step, candidates, reason)
+        counters = self.store.counters
+        memory, traffic_of = [], counters.per_candidate()
+        for cid, live in self.live.items():
+            if cid == PROMPT_ID:
+                continue
+            traffic = traffic_of.get(cid, {})
+            group = self.timing.group_of.get(cid)
+            placement = self.policy.placement(live)
+            memory.append(ev.CandidateMemory(cid, group, *placement, traffic.get("h2d", 0), traffic.get("d2h", 0)))
+        device_bytes, host_bytes = self.policy.tier_bytes()
+        yield ev.MemorySnapshot(
+            step, self.emulated, self.budget, device_bytes, host_bytes, self.timing.peak_device_bytes, tuple(memory)
+        )
+        pcie = (counters.step["h2d"] + counters.step["d2h"]) / self.store.bandwidth
+        compute = self.timing.compute_seconds
+        stall = self.timing.modelled_stall_seconds if self.emulated else self.timing.waited_seconds
+        yield ev.TransferStats(
+            step,
+            self.emulated,
+            counters.total["h2d"],
+            counters.total["d2h"],
+            counters.total["d2d"],
+            counters.step["h2d"],
+            counters.step["d2h"],
+            counters.step["d2d"],
+            counters.step_copy_seconds,
+            pcie,
+            compute,
+            stall / (stall + compute) if stall + compute > 0 else 0.0,
+            len(set(self.timing.group_of.values())),
+        )
+
+
+def _element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()

@@ -1,0 +1,213 @@
+"""Runs a step group by group (in_device, lbs): load a group's KV, decode it, write the new KV back.
+
+A loaded group is a shared prefix (the blocks every member's table starts with) read in place
+when it already sits in consecutive device slots, else staged once; and an *arena*
+`[L, 2, B, H, W + k, D]` holding each member's own blocks left-padded to `W` columns, with
+room for the step's `k` new tokens. Both are runs of the one device pool, so nothing is
+allocated per step and a shared block is never duplicated per row.
+
+Timing model for the emulated device: a group's copies to the device stall compute unless
+they were prefetched while the previous group computed; write-back is not counted as a stall.
+On CUDA the next group is loaded on the copy stream while this one computes, when the pool
+has room for both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from engine.kv.attention import ATTENTION, SharedPrefix, arena_cache
+from engine.kv.blocks import BlockManager, Tier
+from engine.kv.policy import Decode, Group, GroupDone, Live, StepTiming, common_prefix
+from engine.kv.pool import PoolExhausted, Run
+from engine.kv.store import KVStore
+from engine.rows import Row, RowResult
+
+
+@dataclass
+class LoadedGroup:
+    group: Group
+    members: list[Live]
+    prefix_ids: list[int]
+    prefix: SharedPrefix | None
+    width: int  # W: arena columns that hold the members' own KV
+    arena: torch.Tensor  # [L, 2, B, H, W + k, D]
+    mask: torch.Tensor | None  # [B, W]: 1 real, 0 padding; None when no row is padded
+    runs: list[Run]  # device runs to release after the group
+    h2d_bytes: int  # what loading it moved over PCIe
+    loaded: object = None  # CUDA event recorded after the load's copies (None: already in order)
+
+
+class GroupExecutor:
+    """Decodes groups of candidates whose KV is loaded from blocks in the store."""
+
+    def __init__(
+        self, config, blocks: BlockManager, store: KVStore, home: Tier, decode: Decode, step_tokens: int, share: bool
+    ) -> None:
+        self.config, self.blocks, self.store, self.home = config, blocks, store, home
+        self.decode, self.step_tokens, self.share = decode, step_tokens, share
+        self.cascade = share and getattr(config, "_attn_implementation", None) == ATTENTION  # else rows hold all
+
+    def run_step(
+        self, groups: Sequence[Group], live: dict[int, Live], timing: StepTiming, should_stop: Callable[[], bool]
+    ) -> Iterator[GroupDone]:
+        """Yields after each group (a cancellation point); `live` tables are updated in place.
+
+        A group that runs out of device memory (CUDA, or a pool the budget re-read shrank) is
+        split in two and retried; only a single candidate that cannot fit is an error.
+        """
+        queue, previous_compute, index, ahead = list(groups), 0.0, 0, None
+        while queue:
+            group = queue.pop(0)
+            try:
+                batch = ahead if ahead is not None and ahead.group is group else self._load(group, live)
+                ahead = self._prefetch(queue[0], live) if queue else None
+                results, compute = self._run(batch, timing, should_stop)
+                h2d = batch.h2d_bytes
+            except (torch.OutOfMemoryError, PoolExhausted) as error:
+                ahead = self._unload(ahead)
+                if len(group.candidates) == 1:
+                    raise
+                queue[:0] = _halves(group)
+                timing.retries.append((group.candidates, f"{type(error).__name__}: {error}"))
+                continue
+            self._account(group, h2d, compute, previous_compute, timing)
+            previous_compute = compute
+            for c in group.candidates:
+                timing.group_of[c] = index
+            yield GroupDone(index, group, dict(zip(group.candidates, results, strict=True)))
+            index += 1
+            if should_stop():
+                self._unload(ahead)
+                return
+
+    def _account(self, group: Group, h2d: int, compute: float, previous_compute: float, timing: StepTiming) -> None:
+        timing.compute_seconds += compute
+        if self.store.emulated:
+            copied = h2d / self.store.bandwidth
+            hidden = copied * len(group.prefetched) / len(group.candidates)  # the prefetched share overlaps
+            timing.modelled_stall_seconds += copied - min(hidden, previous_compute)
+
+    def _prefetch(self, group: Group, live: dict[int, Live]) -> LoadedGroup | None:
+        """Load the next group now on the copy stream (CUDA), if the pool has room beside this one."""
+        if self.store.emulated or self.home is Tier.DEVICE:
+            return None
+        try:
+            return self._load(group, live)
+        except PoolExhausted:
+            return None
+
+    def _run(self, batch: LoadedGroup, timing: StepTiming, should_stop) -> tuple[list[RowResult], float]:
+        try:
+            timing.waited_seconds += self.store.wait_loaded(batch.loaded)
+            rows = [
+                Row(m.id, m.pending, self.blocks.num_tokens(m.table), m.generator) for m in batch.members
+            ]
+            cache = arena_cache(self.config, batch.arena, batch.width)
+            forward = {"kv_prefix": batch.prefix} if batch.prefix is not None else {}
+            results, compute = self.decode(cache, batch.mask, rows, should_stop, **forward)
+            self._write_back(batch, results)
+        finally:
+            timing.peak_device_bytes = max(timing.peak_device_bytes, self.store.peak_device_bytes)
+            self._unload(batch)
+        return results, compute
+
+    # -- loading ----------------------------------------------------------------------------
+    def _load(self, group: Group, live: dict[int, Live]) -> LoadedGroup:
+        members = [live[c] for c in group.candidates]
+        tables = [m.table for m in members]
+        prefix_ids = common_prefix(tables) if self.cascade else []
+        runs: list[Run] = []
+        before = self.store.counters.step["h2d"]
+        try:
+            with self.store.loading() as loaded:
+                prefix = self._load_prefix(prefix_ids, group.candidates, runs)
+                arena, width, mask = self._load_rows(members, len(prefix_ids), runs)
+        except BaseException:
+            for run in runs:
+                self.store.release(run)
+            raise
+        h2d = self.store.counters.step["h2d"] - before
+        return LoadedGroup(group, members, prefix_ids, prefix, width, arena, mask, runs, h2d, loaded)
+
+    def _load_prefix(self, prefix_ids: list[int], owners: Sequence[int], runs: list[Run]) -> SharedPrefix | None:
+        """The shared prefix `[L, 2, H, P, D]`: in place if it is one device run, else staged once."""
+        if not prefix_ids:
+            return None
+        kv = self.store.contiguous(prefix_ids, Tier.DEVICE)
+        if kv is None:
+            L, _, H, _, D = self.store.slot_shape
+            kv, run = self.store.working((L, 2, H, self.blocks.num_tokens(prefix_ids), D))
+            runs.append(run)
+            column = 0
+            for block_id in prefix_ids:
+                n = self.blocks.blocks[block_id].num_tokens
+                tier = self.store.tier_of(block_id)
+                src = self.store.view(block_id, tier, n)
+                self.store.copy(kv[:, :, :, column : column + n], src, self.store.direction(tier, Tier.DEVICE), owners)
+                column += n
+        return SharedPrefix(tuple((kv[i, 0], kv[i, 1]) for i in range(kv.shape[0])))
+
+    def _load_rows(self, members: list[Live], skip: int, runs: list[Run]):
+        """Each member's blocks after the prefix, left-padded into a fresh arena."""
+        own = [m.table[skip:] for m in members]
+        lengths = [self.blocks.num_tokens(t) for t in own]
+        width = max(lengths, default=0)
+        L, _, H, _, D = self.store.slot_shape
+        arena, run = self.store.working((L, 2, len(members), H, width + self.step_tokens, D))
+        runs.append(run)
+        users: dict[int, list[int]] = {}
+        for member, table in zip(members, own, strict=True):
+            for block_id in table:
+                users.setdefault(block_id, []).append(member.id)
+        placed: dict[int, tuple[int, int]] = {}
+        for row, (member, table, length) in enumerate(zip(members, own, lengths, strict=True)):
+            column = width - length
+            if column:
+                arena[:, :, row, :, :column].zero_()  # padding is masked, but must not hold NaN
+            for block_id in table:
+                n = self.blocks.blocks[block_id].num_tokens
+                target = arena[:, :, row, :, column : column + n]
+                if self.share and block_id in placed:  # loaded for an earlier row: a device copy
+                    src_row, src_column = placed[block_id]
+                    self.store.copy(target, arena[:, :, src_row, :, src_column : src_column + n], "d2d", [member.id])
+                else:
+                    tier = self.store.tier_of(block_id)
+                    owners = users[block_id] if self.share else [member.id]
+                    src = self.store.view(block_id, tier, n)
+                    self.store.copy(target, src, self.store.direction(tier, Tier.DEVICE), owners)
+                    placed[block_id] = (row, column)
+                column += n
+        if width == 0 or all(length == width for length in lengths):
+            return arena, width, None
+        mask = torch.zeros((len(members), width), dtype=torch.long, device=self.store.device)
+        for row, length in enumerate(lengths):
+            mask[row, width - length :] = 1
+        return arena, width, mask
+
+    def _unload(self, batch: LoadedGroup | None) -> None:
+        if batch is None:
+            return None
+        for run in batch.runs:
+            self.store.release(run)
+        batch.runs.clear()
+        return None
+
+    # -- writing back -----------------------------------------------------------------------
+    def _write_back(self, batch: LoadedGroup, results: list[RowResult]) -> None:
+        for row, (member, result) in enumerate(zip(batch.members, results, strict=True)):
+            n = len(result.fed)
+            if n == 0:
+                continue
+            plan = self.blocks.append(member.table, result.fed, self.home)
+            self.store.write(plan, batch.arena[:, :, row, :, batch.width : batch.width + n], self.home, member.id)
+            member.table = plan.table
+            member.pending = result.sampled[-1]
+
+
+def _halves(group: Group) -> list[Group]:
+    middle = len(group.candidates) // 2
+    return [Group(group.candidates[:middle]), Group(group.candidates[middle:])]

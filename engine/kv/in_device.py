@@ -1,0 +1,49 @@
+"""`in_device`: every block rests on the device; a step is one group that reads the shared prefix in place."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engine.errors import KVBudgetTooSmall
+from engine.kv.blocks import Tier
+from engine.kv.groups import GroupExecutor
+from engine.kv.lbs import SLACK_BLOCKS, block_placement, group_bytes
+from engine.kv.policy import Group, PolicyContext, StepPlan, Work
+
+
+def plan_in_device(
+    work: Sequence[Work], resident_bytes: int, budget: int, step_tokens: int, token_bytes: int, block_size: int
+) -> StepPlan:
+    """One group; the blocks at rest, their growth this step and the working KV must fit the budget."""
+    growth = len(work) * (step_tokens + block_size) * token_bytes  # new tokens, each row may open a block
+    slack = SLACK_BLOCKS * block_size * token_bytes
+    need = resident_bytes + growth + group_bytes(work, step_tokens, token_bytes) + slack
+    if need > budget:
+        raise KVBudgetTooSmall(budget, need, "keeping the whole search on the device (in_device)")
+    return StepPlan("in_device", (Group(tuple(w.id for w in work)),))
+
+
+class InDevicePolicy:
+    name = "in_device"
+    home = Tier.DEVICE
+
+    def __init__(self, context: PolicyContext) -> None:
+        self.context = context
+        self.executor = GroupExecutor(
+            context.config, context.blocks, context.store, self.home, context.decode, context.step_tokens, share=True
+        )
+
+    def plan(self, work: Sequence[Work], budget: int) -> StepPlan:
+        store = self.context.store
+        resident = store.resident_bytes(Tier.DEVICE)
+        k = self.context.step_tokens
+        return plan_in_device(work, resident, budget, k, store.token_bytes, store.blocks.block_size)
+
+    def run_step(self, plan, live, timing, should_stop):
+        return self.executor.run_step(plan.groups, live, timing, should_stop)
+
+    def placement(self, live) -> tuple[int, int, int, int]:
+        return block_placement(self.context.blocks, self.context.store, live.table)
+
+    def tier_bytes(self) -> tuple[int, int]:
+        return self.context.store.resident_bytes(Tier.DEVICE), 0

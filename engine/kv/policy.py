@@ -1,0 +1,129 @@
+"""What every KV policy shares: the `Policy` protocol, the plan of a step, and the decode callable.
+
+A policy plans a step from the live candidates and the budget (`plan`), runs that plan
+through the decode callable it was given (`run_step`, one `GroupDone` per group, each a
+cancellation point), and reports where each candidate's KV is (`placement`, `tier_bytes`).
+Policies never import the runner or the search: the search hands the KV cache a `Decode`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from engine.kv.blocks import Tier
+
+
+@dataclass
+class Live:
+    """A candidate whose KV is in blocks: what a step needs to continue it."""
+
+    id: int
+    table: list[int]
+    pending: int  # the token to feed first: its KV does not exist yet
+    generator: Any  # the candidate's random stream (engine.sampling), passed through to decoding
+    source: int | None = None  # the candidate it was forked from (the prompt's id for the first step)
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a planner needs to know of one candidate: its blocks and KV length at step start."""
+
+    id: int
+    table: tuple[int, ...]
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Group:
+    candidates: tuple[int, ...]
+    prefetched: tuple[int, ...] = ()  # of this group, copied while the previous group computed
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    policy: str
+    groups: tuple[Group, ...]
+
+
+@dataclass
+class StepTiming:
+    compute_seconds: float = 0.0
+    modelled_stall_seconds: float = 0.0
+    waited_seconds: float = 0.0  # host time blocked on copies (CUDA)
+    peak_device_bytes: int = 0  # the device pool's high-water mark during the step
+    group_of: dict[int, int] = field(default_factory=dict)
+    retries: list[tuple[tuple[int, ...], str]] = field(default_factory=list)  # (group split, why)
+
+
+@dataclass(frozen=True)
+class GroupDone:
+    index: int
+    group: Group
+    results: dict[int, Any]  # candidate id -> the decode's row result (`fed`, `sampled`, ...)
+
+
+class Decode(Protocol):
+    """Decodes rows for one step over `cache`; the search binds the model and the step rules.
+
+    `mask` `[B, T]` marks real (1) and padding (0) columns of the cache, or is None when no row
+    is padded; `forward` is passed to every model call (e.g. `kv_prefix=`). Returns each row's
+    result and the seconds spent in forward calls.
+    """
+
+    def __call__(
+        self,
+        cache: Any,
+        mask: torch.Tensor | None,
+        rows: Sequence[Any],
+        should_stop: Callable[[], bool],
+        before_forward: Callable[[], None] | None = None,
+        **forward: Any,
+    ) -> tuple[list[Any], float]: ...
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What a policy is built from: the model's config (for its cache), blocks, store, decode, step length."""
+
+    config: Any
+    blocks: Any  # engine.kv.blocks.BlockManager
+    store: Any  # engine.kv.store.KVStore
+    decode: Decode
+    step_tokens: int
+
+
+class Policy(Protocol):
+    name: str
+    home: Tier  # where blocks rest between steps
+
+    def plan(self, work: Sequence[Work], budget: int) -> StepPlan: ...
+
+    def run_step(
+        self, plan: StepPlan, live: dict[int, Live], timing: StepTiming, should_stop: Callable[[], bool]
+    ) -> Iterator[GroupDone]: ...
+
+    def placement(self, live: Live) -> tuple[int, int, int, int]:
+        """(device blocks, host blocks, device bytes, host bytes) of one candidate's KV."""
+        ...
+
+    def tier_bytes(self) -> tuple[int, int]:
+        """(device, host) bytes of KV at rest."""
+        ...
+
+
+def common_prefix(tables: Sequence[Sequence[int]]) -> list[int]:
+    """The leading block ids every table shares."""
+    if not tables:
+        return []
+    shortest = min(len(t) for t in tables)
+    prefix = []
+    for i in range(shortest):
+        block = tables[0][i]
+        if any(t[i] != block for t in tables):
+            break
+        prefix.append(block)
+    return prefix

@@ -1,0 +1,40 @@
+"""One decode row and what decoding it for a step returns: shared by the runner, the KV layer and the search."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Row:
+    """One candidate in a decode batch."""
+
+    candidate_id: int
+    pending: int  # the token to feed first: its KV does not exist yet
+    position: int  # position id of `pending` (= tokens already in the KV)
+    generator: Any  # the candidate's random stream (engine.sampling)
+
+
+@dataclass
+class RowResult:
+    fed: list[int] = field(default_factory=list)  # tokens whose KV this step created
+    sampled: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)  # log p(token) at temperature 1
+    finished: bool = False  # sampled an EOS token
+    done: bool = False  # this step is over for the row
+
+
+@dataclass(frozen=True)
+class StepRules:
+    max_tokens: int
+    delimiter: str | None
+    eos_ids: frozenset[int]
+    temperature: float
+    top_p: float
+    decode: Callable[[Sequence[int]], str]
+    context_length: int
+    observe: Callable[[int, torch.Tensor, int], None] | None = None  # (candidate, logits [V], token) for tests
