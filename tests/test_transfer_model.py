@@ -91,3 +91,15 @@ def test_in_device_moves_nothing_over_pcie(tiny):
     events = run_events(tiny, CacheConfig(policy="in_device"))
     last = [e for e in events if e.type == "transfer_stats"][-1]
     assert last.h2d_bytes == last.d2h_bytes == 0 and last.d2d_bytes > 0
+
+
+def test_in_device_reads_the_prompt_in_place(tiny):
+    """Step 1 copies on the device only each child's copy-on-write prompt tail and its new tokens:
+    the prompt's blocks are read in place by every candidate, never duplicated per row."""
+    events = run_events(tiny, CacheConfig(policy="in_device"))
+    first = next(e for e in events if e.type == "transfer_stats")
+    tail = prompt_kv_tokens(tiny) % CacheConfig().block_size
+    assert tail > 0, "pick a question whose prompt ends in a partial block"
+    n = FIXED.candidates_per_step
+    tokens = n * FIXED.step_tokens + (n - 1) * tail  # the last child to write owns the tail alone: no copy
+    assert first.step_d2d_bytes == tokens * tiny.kv_shape.token_bytes()

@@ -45,8 +45,9 @@ class KVCache:
         decode: Decode,
         prefill: Prefill,
         free_bytes: BudgetProbe | None = None,
+        margin: int = CUDA_MARGIN,
     ) -> None:
-        self.cfg, self.search, self._prefill = cache, search, prefill
+        self.cfg, self.search, self._prefill, self.margin = cache, search, prefill, margin
         shape, self.device = loaded.kv_shape, loaded.device
         self.blocks = BlockManager(cache.block_size)
         token_bytes = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * _element_size(loaded.dtype)
@@ -87,7 +88,7 @@ class KVCache:
 
     def _automatic_budget(self, whole: int) -> int:
         free = self._free_bytes()
-        return whole if free is None else max(free - CUDA_MARGIN, 1)
+        return whole if free is None else max(free - self.margin, 1)
 
     @property
     def home(self) -> Tier:
@@ -143,7 +144,7 @@ class KVCache:
         limit = self.budget
         free = self._free_bytes()
         if free is not None:
-            limit = min(limit, self.store.device_capacity_bytes - max(CUDA_MARGIN - free, 0))
+            limit = min(limit, self.store.device_capacity_bytes - max(self.margin - free, 0))
         return self.store.limit_device(limit)
 
     def decode_step(self, candidates: Sequence[int], should_stop: Callable[[], bool]) -> Iterator[GroupDone]:

@@ -1,0 +1,93 @@
+"""Device memory that runs out mid-step or shrinks between steps: smaller groups, same tokens, never a crash."""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+
+import torch
+
+from engine import events as ev
+from engine.config import CacheConfig, SearchConfig
+from engine.kv.cache import KVCache
+from engine.rows import StepRules
+from engine.runner import decode_step, prefill
+from engine.sampling import candidate_generator
+from engine.search import SYSTEM_PROMPT
+
+SEARCH = SearchConfig(beams=2, width=3, step_tokens=5, max_steps=3, step_delimiter=None, seed=4)
+
+
+def run_cache(loaded, cache_config: CacheConfig, *, fail_above: int | None = None, free_bytes=None, margin=0):
+    """Drive a KV cache through a fixed tree (keep candidates 1 and 4 of each step); returns tokens, groups, events."""
+    prompt = loaded.encode_chat("What is 2+3?", system=SYSTEM_PROMPT)
+    tokens: dict[int, list[int]] = defaultdict(list)
+    rules = StepRules(
+        SEARCH.step_tokens, None, frozenset(), 1.0, 1.0, loaded.decode, loaded.context_length,
+        observe=lambda cid, _logits, token: tokens[cid].append(token),
+    )  # fmt: skip
+
+    def decode(cache, mask, rows, stop, hook=None, **forward):
+        if fail_above is not None and len(rows) > fail_above:
+            raise torch.OutOfMemoryError(f"injected: {len(rows)} rows do not fit")
+        return decode_step(functools.partial(loaded.model, **forward), cache, mask, rows, rules, stop, hook)
+
+    kv = KVCache(
+        loaded, SEARCH, cache_config, len(prompt), decode=decode,
+        prefill=lambda ids: prefill(loaded.model, ids, loaded.device)[0], free_bytes=free_bytes, margin=margin,
+    )  # fmt: skip
+    kv.prefill(prompt)
+    groups, events, kept, next_id = [], [], [None], 1
+    for step in range(1, SEARCH.max_steps + 1):
+        children = []
+        for parent in kept:
+            for _ in range(SEARCH.width if parent is not None else SEARCH.candidates_per_step):
+                kv.fork(parent, next_id, candidate_generator(SEARCH.seed, next_id))
+                children.append(next_id)
+                next_id += 1
+        for parent in kept:
+            if parent is not None:
+                kv.release(parent)
+        groups.append([done.group.candidates for done in kv.decode_step(children, lambda: False)])
+        events += list(kv.step_events(step))
+        kept = [children[0], children[3]]
+        for c in set(children) - set(kept):
+            kv.release(c)
+    kv.close()
+    return dict(tokens), groups, events
+
+
+def budget_for(loaded, candidates: float) -> int:
+    prompt = len(loaded.encode_chat("What is 2+3?", system=SYSTEM_PROMPT))
+    return int(candidates * (prompt + (SEARCH.max_steps + 1) * SEARCH.step_tokens) * loaded.kv_shape.token_bytes())
+
+
+def test_out_of_memory_in_a_group_splits_it_and_gives_the_same_tokens(tiny):
+    reference, _, _ = run_cache(tiny, CacheConfig(policy="in_device"))
+    tokens, groups, events = run_cache(tiny, CacheConfig(policy="in_device"), fail_above=2)
+    assert tokens == reference
+    assert all(len(g) <= 2 for step in groups for g in step) and len(groups[0]) >= 3
+    retried = [e for e in events if isinstance(e, ev.GroupRetried)]
+    assert retried and "injected" in retried[0].reason
+    assert sorted(c for step in groups[:1] for g in step for c in g) == list(range(1, 7))
+
+
+def test_a_budget_that_shrinks_between_steps_gives_smaller_groups_and_the_same_tokens(tiny):
+    budget = budget_for(tiny, 6.5)
+    cache = CacheConfig(policy="lbs", kv_budget_bytes=budget)
+    reference, ref_groups, _ = run_cache(tiny, cache)
+    probes = iter([None, None])  # steps 1 and 2 see no change; at step 3 another program takes memory
+    tokens, groups, events = run_cache(tiny, cache, free_bytes=lambda: next(probes, 0), margin=budget // 2)
+    assert tokens == reference
+    assert len(ref_groups[2]) == 1 and len(groups[2]) > 1, "the shrunk pool must split the last step"
+    budgets = [e.budget_bytes for e in events if isinstance(e, ev.MemorySnapshot)]
+    assert budgets[0] == budget
+
+
+def test_a_single_candidate_that_cannot_fit_is_an_error_not_a_loop(tiny):
+    try:
+        run_cache(tiny, CacheConfig(policy="in_device"), fail_above=0)
+    except torch.OutOfMemoryError as error:
+        assert "injected" in str(error)
+    else:
+        raise AssertionError("a candidate that never fits must raise")

@@ -1,0 +1,83 @@
+"""Slot pools: runs of consecutive slots, freed and coalesced exactly; views of one tensor, never copies."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from engine.kv.pool import PoolExhausted, Run, RunAllocator, SlotPool
+
+
+def test_runs_coalesce_when_freed_and_first_fit_reuses_the_hole():
+    a = RunAllocator(10)
+    first, middle, last = a.allocate(3), a.allocate(4), a.allocate(3)
+    assert (first, middle, last) == (Run(0, 3), Run(3, 4), Run(7, 3)) and a.used == 10
+    with pytest.raises(PoolExhausted):
+        a.allocate(1)
+    a.free(middle)
+    a.free(first)
+    assert a.allocate(7) == Run(0, 7), "the two freed neighbours must merge into one hole"
+
+
+def test_transient_runs_come_from_the_end():
+    a = RunAllocator(10)
+    assert a.allocate(2, from_end=True) == Run(8, 2)
+    assert a.allocate(1) == Run(0, 1)
+
+
+def test_double_free_is_an_error():
+    a = RunAllocator(4)
+    run = a.allocate(2)
+    a.free(run)
+    with pytest.raises(RuntimeError, match="freed twice"):
+        a.free(run)
+
+
+def test_limit_caps_use_below_capacity():
+    a = RunAllocator(8)
+    a.limit = 3
+    a.allocate(3)
+    with pytest.raises(PoolExhausted):
+        a.allocate(1)
+
+
+def test_random_allocations_never_overlap_and_free_everything():
+    rng = random.Random(0)
+    a, held = RunAllocator(64), []
+    for _ in range(2000):
+        if held and (rng.random() < 0.5 or a.used > 48):
+            a.free(held.pop(rng.randrange(len(held))))
+        else:
+            try:
+                held.append(a.allocate(rng.randint(1, 6), from_end=rng.random() < 0.3))
+            except PoolExhausted:
+                continue
+        slots = [s for run in held for s in range(run.start, run.start + run.length)]
+        assert len(slots) == len(set(slots)) == a.used and all(0 <= s < 64 for s in slots)
+    for run in held:
+        a.free(run)
+    assert a.used == 0 and a.allocate(64) == Run(0, 64)
+
+
+def test_device_pool_runs_are_views_of_one_tensor():
+    pool = SlotPool((2, 2, 1, 4, 3), torch.float32, torch.device("cpu"), capacity=6)
+    run = pool.allocate(2)
+    segment = pool.segment(run)
+    assert segment.shape == (2, 2, 1, 8, 3)
+    segment.fill_(7.0)
+    assert pool.flat(run).eq(7.0).all() and pool.flat(run).data_ptr() == segment.data_ptr()
+
+
+def test_host_pool_grows_by_chunks_and_no_run_spans_two():
+    pool = SlotPool((1, 2, 1, 2, 2), torch.float32, torch.device("cpu"), capacity=0, chunk=3)
+    runs = [pool.allocate(2) for _ in range(3)]
+    assert pool.allocator.capacity == 9  # three chunks of 3: a run of 2 never straddles a chunk boundary
+    for run in runs:
+        assert run.start // 3 == (run.start + run.length - 1) // 3
+        pool.segment(run).zero_()
+    for run in runs:
+        pool.free(run)
+    with pytest.raises(PoolExhausted):
+        pool.allocator.allocate(4)  # chunks are never merged into one run
