@@ -72,7 +72,7 @@ def bench_command(args: argparse.Namespace) -> int:
 
 def _versus_generate(args: argparse.Namespace, dtype: str) -> int:
     from app.cli import DEFAULT_QUESTION
-    from engine.bench import versus_generate
+    from engine.baselines import versus_generate
     from engine.config import ModelSpec
     from engine.models import load_model
     from engine.search import SYSTEM_PROMPT
@@ -107,6 +107,34 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2%}" if value < 0.1 else f"{value:.2f}x"
 
 
+def _diff(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2e}"
+
+
+def _baseline_rows(report: BenchReport) -> list[str]:
+    rows = []
+    for b in report.baselines:
+        if not b.ok:
+            rows.append(f"{b.name:<24}not run: {b.message}")
+            continue
+        rate = b.candidate_tokens / b.wall_seconds if b.wall_seconds else 0.0
+        in_device = next((r for r in report.results if r.name == "in_device" and r.ok), None)
+        versus = f"; in_device is {b.wall_seconds / in_device.wall_seconds:.2f}x faster" if in_device else ""
+        rows.append(f"{b.name:<24}wall {b.wall_seconds:.2f} s, {rate:.1f} candidate-tokens/s{versus}")
+    return rows
+
+
+def _footnotes(report: BenchReport) -> list[str]:
+    lines = []
+    for r in report.results:
+        if r.ok and r.h2d_bytes_eq1 is not None:
+            lines.append(
+                f"{r.name}: H2D {format_bytes(r.h2d_bytes)} measured, {format_bytes(r.h2d_bytes_eq1)} by the paper's "
+                "Eq. 1-3 (which holds no staging layers back from the budget)"
+            )
+    return lines + [f"note: {note}" for note in report.notes]
+
+
 def format_report(report: BenchReport) -> str:
     w = report.workload
     budget = format_bytes(w.kv_budget_bytes) if w.kv_budget_bytes else "auto"
@@ -120,7 +148,7 @@ def format_report(report: BenchReport) -> str:
     header = f"{'policy':<24}{'H2D':>11}{'D2H':>11}{'vs layerwise':>13}{'peak dev':>11}{'groups':>7}"
     if not report.plan_only:
         header += f"{'wall s':>9}{'copy s':>8}{'compute s':>10}{'pcie s':>8}{'stall s':>8}{'stall':>7}"
-        header += f"{'tok/s':>8}{'/in_dev':>8}{'/layerw':>8}"
+        header += f"{'tok/s':>8}{'/in_dev':>8}{'/layerw':>8}{'TF logit diff':>14}"
     lines.append(header)
     for r in report.results:
         if not r.ok:
@@ -136,8 +164,11 @@ def format_report(report: BenchReport) -> str:
                 f"{r.modelled_pcie_seconds:>8.3f}{r.stall_seconds:>8.3f}{r.stall_share:>7.1%}"
                 f"{r.tokens_per_second:>8.1f}"
                 f"{_ratio(r.wall_vs_in_device):>8}{_ratio(r.wall_vs_layerwise):>8}"
+                f"{_diff(r.teacher_forced_max_logit_diff):>14}"
             )
         lines.append(row)
+    lines += _baseline_rows(report)
+    lines += _footnotes(report)
     if not report.plan_only:
         lines.append("")
         lines.append(

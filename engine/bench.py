@@ -10,13 +10,15 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
+from engine.baselines import BASELINES, BaselineRun, run_baseline
 from engine.config import CacheConfig, SearchConfig
+from engine.kv.layerwise import paper_h2d_bytes
+from engine.replay import Observed, Replay, max_logit_diff
 
 LADDER: dict[str, dict] = {
     "in_device": {"policy": "in_device"},
@@ -89,6 +91,8 @@ class PolicyResult:
     candidate_tokens: int = 0
     tokens_per_second: float = 0.0
     tokens_digest: str = ""
+    h2d_bytes_eq1: int | None = None  # layer-wise only: the paper's Eq. 1-3 for the same workload
+    teacher_forced_max_logit_diff: float | None = None  # largest |logit - in_device's| on in_device's tokens
     h2d_vs_layerwise: float | None = None
     wall_vs_in_device: float | None = None
     wall_vs_layerwise: float | None = None
@@ -102,23 +106,28 @@ class BenchReport:
     plan_only: bool
     results: list[PolicyResult] = field(default_factory=list)
     same_tokens: bool = True
+    baselines: list[BaselineRun] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def run_policy(loaded, workload: Workload, name: str, prompt_ids: Sequence[int]) -> PolicyResult:
-    """One policy on the workload; failures (such as a budget too small) become a result, not an error."""
+    """One policy on the workload, timed; failures (such as a budget too small) become a result, not an error.
+
+    Nothing observes the logits here (that would copy them to the host every token): the
+    tokens' digest is taken from each candidate's text.
+    """
     from engine.search import run
 
-    tokens: dict[int, list[int]] = defaultdict(list)  # per candidate: groups interleave candidates differently
-    observe = lambda cid, _logits, token: tokens[cid].append(token)  # noqa: E731
+    texts: dict[int, str] = {}
     stats, peak, started = [], 0, time.perf_counter()
-    for event in run(
-        "", loaded, workload.search(), workload.cache(name), observe_logits=observe, prompt_ids=prompt_ids
-    ):
+    for event in run("", loaded, workload.search(), workload.cache(name), prompt_ids=prompt_ids):
         if event.type == "transfer_stats":
             stats.append(event)
+        elif event.type == "candidate_text":
+            texts[event.id] = event.text
         elif event.type == "memory_snapshot":
             peak = max(peak, event.peak_device_bytes)
         elif event.type == "run_failed":
@@ -136,8 +145,31 @@ def run_policy(loaded, workload: Workload, name: str, prompt_ids: Sequence[int])
         modelled_pcie_seconds=sum(s.modelled_pcie_seconds for s in stats), stall_seconds=stall,
         stall_share=stall / (stall + compute) if stall + compute else 0.0,
         candidate_tokens=finished.candidate_tokens, tokens_per_second=finished.candidate_tokens / wall,
-        tokens_digest=hashlib.sha256(repr(sorted(tokens.items())).encode()).hexdigest()[:16],
+        tokens_digest=hashlib.sha256(repr(sorted(texts.items())).encode()).hexdigest()[:16],
     )
+
+
+def observe_run(loaded, workload: Workload, name: str, prompt_ids: Sequence[int], replay: Replay | None = None):
+    """An untimed run that records every position's logits (and, with `replay`, is teacher-forced)."""
+    from engine.search import run
+
+    observed = Observed()
+    events = observed.take(
+        run("", loaded, workload.search(), workload.cache(name), observe_logits=observed.observe,
+            prompt_ids=prompt_ids, replay=replay)
+    )  # fmt: skip
+    return observed if events and events[-1].type == "run_finished" else None
+
+
+def layerwise_eq1(workload: Workload, loaded, prompt_ids: Sequence[int]) -> int | None:
+    """The paper's Eq. 1-3 for this workload (no staging layers held back), or None without a budget."""
+    if workload.kv_budget_bytes is None:
+        return None
+    shape, search = loaded.kv_shape, workload.search()
+    tokens = search.max_steps * search.step_tokens
+    rows = search.candidates_per_step
+    first = len(prompt_ids) - 1
+    return paper_h2d_bytes(workload.kv_budget_bytes, rows, shape.layer_token_bytes(), shape.num_layers, first, tokens)
 
 
 def add_ratios(results: list[PolicyResult]) -> None:
@@ -159,8 +191,11 @@ def run_bench(
     policies: Sequence[str] = tuple(LADDER),
     *,
     plan_only: bool = False,
+    baselines: Sequence[str] = BASELINES,
+    teacher_forcing: bool = True,
     progress: Callable[[str], None] = lambda _: None,
 ) -> BenchReport:
+    """Every policy on one workload in one process; on CUDA after a warm-up, beside the outside baselines."""
     unknown = set(policies) - set(LADDER)
     if unknown:
         raise ValueError(f"unknown policies {sorted(unknown)}; choose from {', '.join(LADDER)}.")
@@ -171,13 +206,59 @@ def run_bench(
     emulated = loaded.device.type != "cuda"
     device = "meta (plan only)" if plan_only else ("cpu (emulated GPU)" if emulated else str(loaded.device))
     report = BenchReport(workload, device, emulated, plan_only)
+    if not emulated and not plan_only:
+        progress("warming up (not timed)")
+        _warm_up(loaded, workload, prompt)
+    reference = None
+    if teacher_forcing and not plan_only:
+        progress("recording in_device's tokens for teacher forcing")
+        reference = observe_run(loaded, workload, "in_device", prompt)
     for name in policies:
         progress(f"running {name}")
-        report.results.append(run_policy(loaded, workload, name, prompt))
+        result = run_policy(loaded, workload, name, prompt)
+        if result.ok and name == "layerwise":
+            result.h2d_bytes_eq1 = layerwise_eq1(workload, loaded, prompt)
+        if result.ok and reference is not None:
+            progress(f"teacher-forcing {name}")
+            forced = observe_run(loaded, workload, name, prompt, reference.replay())
+            result.teacher_forced_max_logit_diff = max_logit_diff(reference, forced) if forced else None
+        report.results.append(result)
     add_ratios(report.results)
     digests = {r.tokens_digest for r in report.results if r.ok}
     report.same_tokens = plan_only or len(digests) <= 1
+    if not plan_only:
+        report.baselines = _baselines(loaded, workload, prompt, baselines, progress)
+    report.notes = _notes(report, reference is not None or not teacher_forcing)
     return report
+
+
+def _warm_up(loaded, workload: Workload, prompt: Sequence[int]) -> None:
+    """One short run of the engine and of `generate` in this process, untimed (kernels, allocator, caches)."""
+    short = replace(workload, gen_tokens=workload.step_tokens)
+    run_policy(loaded, short, "in_device", prompt)
+    run_baseline(loaded, "generate", prompt, 1, 4, workload.seed)
+
+
+def _baselines(loaded, workload: Workload, prompt, names: Sequence[str], progress) -> list[BaselineRun]:
+    rows = workload.search().candidates_per_step
+    tokens = workload.search().max_steps * workload.step_tokens
+    runs = []
+    for name in names:
+        progress(f"running {name} ({rows} rows)")
+        runs.append(run_baseline(loaded, name, prompt, rows, tokens, workload.seed))
+    return runs
+
+
+def _notes(report: BenchReport, forced: bool) -> list[str]:
+    notes = []
+    if not report.emulated and report.workload.dtype != "float32":
+        notes.append(
+            f"sampled tokens may differ between policies in {report.workload.dtype} on CUDA: a different batch "
+            "composition changes low bits of the logits; teacher_forced_max_logit_diff compares them on the same tokens"
+        )
+    if not forced:
+        notes.append("in_device did not run, so no policy was teacher-forced against it")
+    return notes
 
 
 def _load(workload: Workload, plan_only: bool):
@@ -190,59 +271,3 @@ def _load(workload: Workload, plan_only: bool):
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return load_model(ModelSpec(workload.model, dtype=workload.dtype), device=device)
-
-
-def versus_generate(loaded, prompt_ids: Sequence[int], candidates: int = 8, tokens: int = 32, seed: int = 0) -> dict:
-    """Candidate-tokens/s of one engine step (1 prompt, `candidates` children) beside plain
-    `model.generate(num_return_sequences=candidates, do_sample=True)` on the same prompt, in one run.
-
-    Both include their prefill; EOS is not allowed to end either early, so both make
-    `candidates * tokens` tokens.
-    """
-    from engine.search import run
-
-    search = SearchConfig(
-        beams=1,
-        width=candidates,
-        step_tokens=tokens,
-        step_delimiter=None,
-        max_steps=1,
-        temperature=1.0,
-        top_p=1.0,
-        seed=seed,
-    )
-    eos = loaded.eos_token_ids
-    loaded.eos_token_ids = ()
-    try:
-        started = time.perf_counter()
-        for _ in run("", loaded, search, CacheConfig(policy="in_device"), prompt_ids=prompt_ids):
-            pass
-        engine_seconds = time.perf_counter() - started
-    finally:
-        loaded.eos_token_ids = eos
-    input_ids = torch.tensor([list(prompt_ids)], device=loaded.device)
-    torch.manual_seed(seed)
-    started = time.perf_counter()
-    with torch.inference_mode():
-        out = loaded.model.generate(
-            input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            do_sample=True,
-            num_return_sequences=candidates,
-            max_new_tokens=tokens,
-            min_new_tokens=tokens,
-            top_k=0,
-            top_p=1.0,
-            temperature=1.0,
-            pad_token_id=eos[0] if eos else 0,
-        )
-    generate_seconds = time.perf_counter() - started
-    made = (out.shape[1] - input_ids.shape[1]) * candidates
-    return {
-        "candidates": candidates,
-        "tokens": tokens,
-        "prompt_tokens": len(prompt_ids),
-        "engine_tokens_per_second": candidates * tokens / engine_seconds,
-        "generate_tokens_per_second": made / generate_seconds,
-        "engine_vs_generate": (candidates * tokens / engine_seconds) / (made / generate_seconds),
-    }

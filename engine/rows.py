@@ -38,3 +38,4 @@ class StepRules:
     decode: Callable[[Sequence[int]], str]
     context_length: int
     observe: Callable[[int, torch.Tensor, int], None] | None = None  # (candidate, logits [V], token) for tests
+    forced: dict[int, tuple[int, ...]] | None = None  # teacher forcing: candidate -> the tokens it must emit

@@ -17,6 +17,7 @@ from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import BeamwiseError, InvalidPrompt
 from engine.kv.cache import KVCache
+from engine.replay import Replay
 from engine.rows import RowResult, StepRules
 from engine.runner import decode_step, prefill
 from engine.sampling import candidate_generator
@@ -52,14 +53,16 @@ def run(
     should_stop: Callable[[], bool] = lambda: False,
     observe_logits: Callable | None = None,
     prompt_ids: Sequence[int] | None = None,
+    replay: Replay | None = None,
 ) -> Iterator[ev.Event]:
     """Answer `question` by step-wise beam search; never raises for user errors (yields RunFailed).
 
     `observe_logits(candidate, logits, token)` sees every decode position (tests compare policies with it);
-    `prompt_ids` replaces the chat prompt built from `question` (benchmarks use exact prompt lengths).
+    `prompt_ids` replaces the chat prompt built from `question` (benchmarks use exact prompt lengths);
+    `replay` forces another run's tokens and kept beams (teacher forcing, to compare policies' logits).
     """
     try:
-        yield from _Search(question, loaded, search, cache, should_stop, observe_logits, prompt_ids).events()
+        yield from _Search(question, loaded, search, cache, should_stop, observe_logits, prompt_ids, replay).events()
     except BeamwiseError as error:
         yield ev.RunFailed(type(error).__name__, error.user_message())
     except (RuntimeError, ValueError) as error:  # e.g. out of memory: report, keep the caller alive
@@ -67,7 +70,10 @@ def run(
 
 
 class _Search:
-    def __init__(self, question, loaded, search: SearchConfig, cache: CacheConfig, should_stop, observe, prompt_ids):
+    def __init__(
+        self, question, loaded, search: SearchConfig, cache: CacheConfig, should_stop, observe, prompt_ids, replay
+    ):
+        self.replay = replay
         self.question, self.loaded, self.cfg, self.cache_cfg = question, loaded, search, cache
         self.should_stop = should_stop
         self.prompt_ids = list(prompt_ids) if prompt_ids is not None else None
@@ -83,6 +89,7 @@ class _Search:
             decode=loaded.decode,
             context_length=loaded.context_length,
             observe=observe,
+            forced=replay.tokens if replay is not None else None,
         )
 
     def _prompt(self) -> list[int]:
@@ -133,7 +140,7 @@ class _Search:
             yield from self._score(children, step)
             yield from kv.step_events(step)
             pool = [c for c in kept if self.candidates[c].finished] + children  # finished beams compete on
-            kept = self._select(kv, pool)
+            kept = self._select(kv, pool, step)
             yield ev.StepSelected(step, tuple(kept), tuple(sorted(set(pool) - set(kept))))
             if all(self.candidates[c].finished for c in kept):
                 break
@@ -204,9 +211,12 @@ class _Search:
                 step, cid, c.parent, c.text, c.step_tokens, c.scores[-1], c.aggregate, c.finished, c.group
             )
 
-    def _select(self, kv: KVCache, pool: list[int]) -> list[int]:
+    def _select(self, kv: KVCache, pool: list[int], step: int) -> list[int]:
         """The best `beams` of the pool by aggregated score (ties: the older id); the rest are freed."""
         ranked = sorted(pool, key=lambda c: (-self.candidates[c].aggregate, c))
+        if self.replay is not None and step in self.replay.kept:  # teacher forcing: the reference's beams
+            forced = list(self.replay.kept[step])
+            ranked = forced + [c for c in ranked if c not in forced]
         for c in ranked[self.cfg.beams :]:
             kv.release(c)
         return ranked[: self.cfg.beams]

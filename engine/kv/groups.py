@@ -103,9 +103,7 @@ class GroupExecutor:
     def _run(self, batch: LoadedGroup, timing: StepTiming, should_stop) -> tuple[list[RowResult], float]:
         try:
             timing.waited_seconds += self.store.wait_loaded(batch.loaded)
-            rows = [
-                Row(m.id, m.pending, self.blocks.num_tokens(m.table), m.generator) for m in batch.members
-            ]
+            rows = [Row(m.id, m.pending, self.blocks.num_tokens(m.table), m.generator) for m in batch.members]
             cache = arena_cache(self.config, batch.arena, batch.width)
             forward = {"kv_prefix": batch.prefix} if batch.prefix is not None else {}
             results, compute = self.decode(cache, batch.mask, rows, should_stop, **forward)
@@ -117,48 +115,49 @@ class GroupExecutor:
 
     # -- loading ----------------------------------------------------------------------------
     def _load(self, group: Group, live: dict[int, Live]) -> LoadedGroup:
+        """One device run holds what the group needs beyond blocks already in place (one rounding to slots)."""
         members = [live[c] for c in group.candidates]
-        tables = [m.table for m in members]
-        prefix_ids = common_prefix(tables) if self.cascade else []
-        runs: list[Run] = []
-        before = self.store.counters.step["h2d"]
-        try:
-            with self.store.loading() as loaded:
-                prefix = self._load_prefix(prefix_ids, group.candidates, runs)
-                arena, width, mask = self._load_rows(members, len(prefix_ids), runs)
-        except BaseException:
-            for run in runs:
-                self.store.release(run)
-            raise
-        h2d = self.store.counters.step["h2d"] - before
-        return LoadedGroup(group, members, prefix_ids, prefix, width, arena, mask, runs, h2d, loaded)
-
-    def _load_prefix(self, prefix_ids: list[int], owners: Sequence[int], runs: list[Run]) -> SharedPrefix | None:
-        """The shared prefix `[L, 2, H, P, D]`: in place if it is one device run, else staged once."""
-        if not prefix_ids:
-            return None
-        kv = self.store.contiguous(prefix_ids, Tier.DEVICE)
-        if kv is None:
-            L, _, H, _, D = self.store.slot_shape
-            kv, run = self.store.working((L, 2, H, self.blocks.num_tokens(prefix_ids), D))
-            runs.append(run)
-            column = 0
-            for block_id in prefix_ids:
-                n = self.blocks.blocks[block_id].num_tokens
-                tier = self.store.tier_of(block_id)
-                src = self.store.view(block_id, tier, n)
-                self.store.copy(kv[:, :, :, column : column + n], src, self.store.direction(tier, Tier.DEVICE), owners)
-                column += n
-        return SharedPrefix(tuple((kv[i, 0], kv[i, 1]) for i in range(kv.shape[0])))
-
-    def _load_rows(self, members: list[Live], skip: int, runs: list[Run]):
-        """Each member's blocks after the prefix, left-padded into a fresh arena."""
-        own = [m.table[skip:] for m in members]
+        prefix_ids = common_prefix([m.table for m in members]) if self.cascade else []
+        in_place = self.store.contiguous(prefix_ids, Tier.DEVICE) if prefix_ids else None
+        own = [m.table[len(prefix_ids) :] for m in members]
         lengths = [self.blocks.num_tokens(t) for t in own]
         width = max(lengths, default=0)
         L, _, H, _, D = self.store.slot_shape
-        arena, run = self.store.working((L, 2, len(members), H, width + self.step_tokens, D))
-        runs.append(run)
+        shapes = [(L, 2, len(members), H, width + self.step_tokens, D)]  # the arena
+        if prefix_ids and in_place is None:
+            shapes.append((L, 2, H, self.blocks.num_tokens(prefix_ids), D))  # the prefix, staged once
+        tensors, run = self.store.working(shapes)
+        before = self.store.counters.step["h2d"]
+        try:
+            with self.store.loading() as loaded:
+                kv = (
+                    in_place
+                    if in_place is not None
+                    else (self._stage(prefix_ids, tensors[1], group) if prefix_ids else None)
+                )
+                arena, mask = self._load_rows(members, own, lengths, width, tensors[0])
+        except BaseException:
+            self.store.release(run)
+            raise
+        prefix = SharedPrefix(tuple((kv[i, 0], kv[i, 1]) for i in range(L))) if kv is not None else None
+        h2d = self.store.counters.step["h2d"] - before
+        return LoadedGroup(group, members, prefix_ids, prefix, width, arena, mask, [run], h2d, loaded)
+
+    def _stage(self, prefix_ids: list[int], kv: torch.Tensor, group: Group) -> torch.Tensor:
+        """Copy the shared prefix once into `kv` `[L, 2, H, P, D]`; its bytes are split among the members."""
+        column = 0
+        for block_id in prefix_ids:
+            n = self.blocks.blocks[block_id].num_tokens
+            tier = self.store.tier_of(block_id)
+            src = self.store.view(block_id, tier, n)
+            self.store.copy(
+                kv[:, :, :, column : column + n], src, self.store.direction(tier, Tier.DEVICE), group.candidates
+            )
+            column += n
+        return kv
+
+    def _load_rows(self, members: list[Live], own: list[list[int]], lengths: list[int], width: int, arena):
+        """Each member's blocks after the prefix, left-padded into the arena `[L, 2, B, H, W + k, D]`."""
         users: dict[int, list[int]] = {}
         for member, table in zip(members, own, strict=True):
             for block_id in table:
@@ -182,11 +181,11 @@ class GroupExecutor:
                     placed[block_id] = (row, column)
                 column += n
         if width == 0 or all(length == width for length in lengths):
-            return arena, width, None
+            return arena, None
         mask = torch.zeros((len(members), width), dtype=torch.long, device=self.store.device)
         for row, length in enumerate(lengths):
             mask[row, width - length :] = 1
-        return arena, width, mask
+        return arena, mask
 
     def _unload(self, batch: LoadedGroup | None) -> None:
         if batch is None:

@@ -17,7 +17,7 @@ from engine.kv.blocks import Tier
 from engine.kv.groups import GroupExecutor
 from engine.kv.policy import Group, PolicyContext, StepPlan, Work
 
-SLACK_BLOCKS = 2  # the arena and a staged prefix each round up to whole slots
+SLACK_BLOCKS = 1  # a group's working run (arena and staged prefix) rounds up to whole slots
 
 
 @dataclass(frozen=True)
@@ -44,10 +44,10 @@ def plan_lbs(
     """Groups that each fit the budget (less `slack` bytes of rounding), ordered so shared blocks travel together."""
     if not work:
         return StepPlan("lbs", ())
-    budget -= slack
     largest = max(footprint(w, step_tokens, token_bytes) for w in work)
-    if largest > budget:
-        raise KVBudgetTooSmall(budget, largest)
+    if largest + slack > budget:
+        raise KVBudgetTooSmall(budget, largest + slack)
+    budget -= slack
     if switches.balanced_prefetch:
         per_group = budget // largest
         rounds = math.ceil(len(work) / per_group)

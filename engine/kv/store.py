@@ -11,6 +11,7 @@ copies are real, the bytes exact, and PCIe time is modelled from the bytes.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -155,14 +156,16 @@ class KVStore:
     def resident_bytes(self, tier: Tier) -> int:
         return len(self._slots[tier]) * self.block_bytes
 
-    def working(self, shape: tuple[int, ...]) -> tuple[torch.Tensor, Run]:
-        """A device run holding a tensor of `shape` (a group's arena); free it with `release`."""
-        elements = 1
-        for n in shape:
-            elements *= n
+    def working(self, shapes: Sequence[tuple[int, ...]]) -> tuple[list[torch.Tensor], Run]:
+        """Tensors of `shapes` carved from one device run taken from the pool's end; free it with `release`."""
+        sizes = [math.prod(shape) for shape in shapes]
         pool = self.pools[Tier.DEVICE]
-        run = pool.allocate(max(1, -(-elements // pool.slot_elements)), from_end=True)
-        return pool.flat(run)[:elements].view(shape), run
+        run = pool.allocate(max(1, -(-sum(sizes) // pool.slot_elements)), from_end=True)
+        flat, tensors, offset = pool.flat(run), [], 0
+        for shape, size in zip(shapes, sizes, strict=True):
+            tensors.append(flat[offset : offset + size].view(shape))
+            offset += size
+        return tensors, run
 
     def release(self, run: Run) -> None:
         self.pools[Tier.DEVICE].free(run)

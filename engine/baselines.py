@@ -1,0 +1,112 @@
+"""Outside baselines for `bench`: what a user already has, run on the same rows as the search.
+
+`generate` is plain `model.generate` with every candidate as a row of the same prompt, in
+device memory; `generate:offloaded` is the same call with transformers' own layer-by-layer
+offloaded cache (`DynamicCache(offloading=True)`, CUDA only). Both make exactly
+`rows * gen_tokens` tokens (EOS cannot end a row early), so candidate-tokens/s compare
+directly with the policies' rows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+BASELINES = ("generate", "generate:offloaded")
+
+
+@dataclass(frozen=True)
+class BaselineRun:
+    name: str
+    ok: bool
+    message: str = ""
+    wall_seconds: float = 0.0
+    candidate_tokens: int = 0
+
+
+def why_not(name: str, device: torch.device) -> str | None:
+    """Why a baseline cannot run here, or None when it can."""
+    if device.type != "cuda":
+        return "outside baselines run only on CUDA (absolute times are compared on a GPU only)"
+    if name not in BASELINES:
+        return f"unknown baseline {name!r}; choose from {', '.join(BASELINES)}"
+    return None
+
+
+def run_baseline(loaded, name: str, prompt_ids: Sequence[int], rows: int, gen_tokens: int, seed: int) -> BaselineRun:
+    """Time one baseline; an out-of-memory error becomes a result that says so."""
+    reason = why_not(name, loaded.device)
+    if reason is not None:
+        return BaselineRun(name, False, reason)
+    try:
+        started = time.perf_counter()
+        made = _generate(loaded, name, prompt_ids, rows, gen_tokens, seed)
+        torch.cuda.synchronize(loaded.device)
+        return BaselineRun(name, True, wall_seconds=time.perf_counter() - started, candidate_tokens=made)
+    except torch.OutOfMemoryError as error:
+        return BaselineRun(name, False, f"out of device memory: {str(error).splitlines()[0]}")
+    finally:
+        torch.cuda.empty_cache()
+
+
+@torch.inference_mode()
+def _generate(loaded, name: str, prompt_ids: Sequence[int], rows: int, gen_tokens: int, seed: int) -> int:
+    model = loaded.model
+    input_ids = torch.tensor([list(prompt_ids)] * rows, device=loaded.device)  # [rows, P]
+    extra = {}
+    if name == "generate:offloaded":
+        extra["past_key_values"] = DynamicCache(config=model.config, offloading=True)
+    torch.manual_seed(seed)
+    out = model.generate(
+        input_ids,
+        attention_mask=torch.ones_like(input_ids),
+        do_sample=True,
+        max_new_tokens=gen_tokens,
+        min_new_tokens=gen_tokens,
+        top_k=0,
+        top_p=1.0,
+        temperature=1.0,
+        pad_token_id=0,
+        **extra,
+    )
+    return (out.shape[1] - input_ids.shape[1]) * rows
+
+
+def versus_generate(loaded, prompt_ids: Sequence[int], candidates: int = 8, tokens: int = 32, seed: int = 0) -> dict:
+    """Candidate-tokens/s of one engine step (1 prompt, `candidates` children) beside plain
+    `model.generate(num_return_sequences=candidates, do_sample=True)` on the same prompt, in one run.
+
+    Both include their prefill; EOS is not allowed to end either early, so both make
+    `candidates * tokens` tokens.
+    """
+    from engine.config import CacheConfig, SearchConfig
+    from engine.search import run
+
+    search = SearchConfig(
+        beams=1, width=candidates, step_tokens=tokens, step_delimiter=None, max_steps=1,
+        temperature=1.0, top_p=1.0, seed=seed,
+    )  # fmt: skip
+    eos = loaded.eos_token_ids
+    loaded.eos_token_ids = ()
+    try:
+        started = time.perf_counter()
+        for _ in run("", loaded, search, CacheConfig(policy="in_device"), prompt_ids=prompt_ids):
+            pass
+        engine_seconds = time.perf_counter() - started
+    finally:
+        loaded.eos_token_ids = eos
+    started = time.perf_counter()
+    made = _generate(loaded, "generate", prompt_ids, candidates, tokens, seed)
+    generate_seconds = time.perf_counter() - started
+    return {
+        "candidates": candidates,
+        "tokens": tokens,
+        "prompt_tokens": len(prompt_ids),
+        "engine_tokens_per_second": candidates * tokens / engine_seconds,
+        "generate_tokens_per_second": made / generate_seconds,
+        "engine_vs_generate": (candidates * tokens / engine_seconds) / (made / generate_seconds),
+    }
