@@ -18,7 +18,7 @@ from app.export import (
     render_session,
     session_dump,
 )
-from app.export_html import embed_json, layout
+from app.export.html_page import embed_json, layout
 from app.recorder import SessionRecorder
 from app.store import SessionStore
 from engine import events as ev
@@ -227,7 +227,7 @@ def test_a_folder_that_refuses_new_files_is_a_clear_error(store: SessionStore, s
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("app.export.tempfile.mkstemp", refuse)
+    monkeypatch.setattr("app.export.files.tempfile.mkstemp", refuse)
     with pytest.raises(ExportError, match="cannot write to the folder") as info:
         export_session(store, sid, "html", tmp_path / "s.html")
     assert str(tmp_path) in str(info.value) and "Permission denied" in str(info.value)

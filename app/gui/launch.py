@@ -12,11 +12,11 @@ from typing import Any
 from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app.cli import add_search_options, configs_from_args
 from app.gui import settings as saved
 from app.gui.bridge import SearchBridge
 from app.gui.loop_monitor import LoopGapMonitor
 from app.gui.main_window import MainWindow
+from app.options import add_search_options, configs_from_args
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import BeamwiseError
