@@ -21,9 +21,9 @@ from app.export import (
 from app.export.html_page import embed_json, layout
 from app.recorder import SessionRecorder
 from app.store import SessionStore
+from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import SearchConfig
-from tests.fake_search import fake_run
 
 EVIL = "</script><script>alert(1)</script>"
 

@@ -12,10 +12,10 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from app.gui.bridge import SearchBridge, describe_device, describe_error
+from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import ModelLoadError
-from tests.fake_search import fake_run
 
 SPEC = ModelSpec(source="synthetic:fake")
 SEARCH = SearchConfig(beams=2, width=2, max_steps=3)

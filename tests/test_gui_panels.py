@@ -15,10 +15,10 @@ from app.gui.details import PLACEHOLDER, NodeDetails
 from app.gui.transcript import TranscriptPanel
 from app.gui.tree_data import ROOT_ID
 from app.gui.tree_view import ReasoningTreeView
+from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import SearchConfig
 from engine.errors import format_bytes
-from tests.fake_search import fake_run
 
 SEARCH = SearchConfig(beams=2, width=2, max_steps=4)
 MARKUP = "<b>not bold</b> & done"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from app.gui.charts import ChartsPanel
 from app.gui.transcript import TranscriptPanel
 from app.gui.tree_data import SearchTree
+from benchmarks.fake_search import fake_run
 from engine.config import SearchConfig
-from tests.fake_search import fake_run
 
 STREAM = list(fake_run("replay?", SearchConfig(beams=5, width=3, max_steps=4, seed=4)))
 

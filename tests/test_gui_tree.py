@@ -19,9 +19,9 @@ from app.gui import palette as pal
 from app.gui.tree_data import ROOT_ID, SearchTree
 from app.gui.tree_items import edge_pen
 from app.gui.tree_view import COL_W, ReasoningTreeView
+from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import SearchConfig
-from tests.fake_search import fake_run
 
 SEARCH = SearchConfig(beams=2, width=3, max_steps=4)
 

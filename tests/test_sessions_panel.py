@@ -15,8 +15,8 @@ from PySide6.QtWidgets import QFileDialog, QLineEdit, QMessageBox
 from app.gui.sessions_panel import COLUMNS, SessionsPanel
 from app.recorder import SessionRecorder
 from app.store import SessionStore, StoreDamaged
+from benchmarks.fake_search import fake_run
 from engine.config import SearchConfig
-from tests.fake_search import fake_run
 
 QUESTIONS = ("How fast is the train?", "Why is the sky blue?", "What is 12 * 7?")
 

@@ -23,7 +23,7 @@ from app.store import (
     default_db_path,
     short_title,
 )
-from tests.fake_search import fake_run
+from benchmarks.fake_search import fake_run
 
 
 def record(store: SessionStore, question: str = "What is 2+2?", **kwargs) -> int:
