@@ -6,9 +6,12 @@ it opens the file, and records each by name in the `migrations` table.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 from sqlite_utils import Database
+
+from app import event_log
 
 
 def m001_initial(db: Database) -> None:
@@ -40,5 +43,17 @@ def m001_initial(db: Database) -> None:
     db["candidates"].create_index(["session_id", "step"])
 
 
-MIGRATIONS: tuple[Callable[[Database], None], ...] = (m001_initial,)
+def m002_scored_text_once(db: Database) -> None:
+    """Each step's text once: a stored candidate_scored keeps only what its candidate_text does not hold."""
+    conn = db.conn
+    for (session_id,) in conn.execute("SELECT id FROM sessions").fetchall():
+        rows = conn.execute("SELECT seq, data FROM events WHERE session_id = ? AND type IN (?, ?) ORDER BY seq",
+                            (session_id, event_log.TEXT, event_log.SCORED)).fetchall()
+        stored = [json.loads(data) for _, data in rows]
+        changed = [(json.dumps(new), session_id, seq)
+                   for (seq, _), old, new in zip(rows, stored, event_log.compact(stored), strict=True) if new != old]
+        conn.executemany("UPDATE events SET data = ? WHERE session_id = ? AND seq = ?", changed)
+
+
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (m001_initial, m002_scored_text_once)
 SCHEMA_VERSION = len(MIGRATIONS)

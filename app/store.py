@@ -23,6 +23,7 @@ from typing import Any
 import platformdirs
 from sqlite_utils import Database
 
+from app import event_log
 from app.migrations import MIGRATIONS, SCHEMA_VERSION
 from engine import events as ev
 from engine.errors import BeamwiseError
@@ -301,7 +302,7 @@ class SessionStore:
         with self._guard() as conn:
             cursor = conn.execute("SELECT data FROM events WHERE session_id = ? ORDER BY seq", (session_id,))
             rows = [data for (data,) in cursor]
-        return json.loads("[" + ",".join(rows) + "]")
+        return event_log.expand(json.loads("[" + ",".join(rows) + "]"))
 
     def events(self, session_id: int) -> list[Any]:
         """The run's engine events, in order, as event objects (lossless replay)."""

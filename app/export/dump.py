@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from app import event_log
 from app.store import SCHEMA_VERSION, SessionStore
 from engine import events as ev
 from engine.errors import BeamwiseError
@@ -59,8 +60,7 @@ def import_session(store: SessionStore, path: Path | str) -> int:
     candidates = _checked_rows(store, "candidates", dump["candidates"], path)
     timeline = _checked_rows(store, "steps", dump["timeline"], path)
     try:
-        event_rows = [{"seq": i, "type": data["type"], "data": json.dumps(ev.to_dict(ev.from_dict(data)))}
-                      for i, data in enumerate(dump["events"])]
+        events = [ev.to_dict(ev.from_dict(data)) for data in dump["events"]]
     except (KeyError, TypeError, ValueError) as error:
         raise SessionFileInvalid(f"{path} has an event this Beamwise cannot read ({error!r}).") from error
     with store.transaction() as conn:
@@ -68,7 +68,7 @@ def import_session(store: SessionStore, path: Path | str) -> int:
         store.insert_rows(conn, "candidates", [{**c, "session_id": sid} for c in candidates])
         store.insert_rows(conn, "steps", [{**t, "session_id": sid, **{k: json.dumps(t.get(k) or [])
                                           for k in ("beams", "kept", "pruned")}} for t in timeline])
-        store.insert_rows(conn, "events", [{**e, "session_id": sid} for e in event_rows])
+        store.insert_rows(conn, "events", event_log.rows(sid, enumerate(events)))
     return sid
 
 
