@@ -187,9 +187,9 @@ def test_events_are_recorded_in_the_worker_thread(qtbot, make_bridge, monkeypatc
         def close(self) -> None:
             pass
 
-    import app.store
+    import app.recorder
 
-    monkeypatch.setattr(app.store, "SessionRecorder", Recorder, raising=False)
+    monkeypatch.setattr(app.recorder, "SessionRecorder", Recorder)
     bridge = make_bridge(store_factory=lambda: store)
     sessions: list[int] = []
     bridge.session_recorded.connect(sessions.append)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from app.gui.charts import ChartsPanel
 from app.gui.transcript import TranscriptPanel
-from app.gui.tree_data import SearchTree
+from app.session import SearchTree, SessionModel
 from benchmarks.fake_search import fake_run
 from engine.config import SearchConfig
 
@@ -21,14 +21,14 @@ def snapshot(tree: SearchTree):
 
 
 def test_tree_data_batch_equals_event_by_event():
-    live, batch = SearchTree(), SearchTree()
+    live, batch = SearchTree(), SessionModel()
     for event in STREAM:
         live.apply(event)
     heard = []
-    batch.add_listener(heard.append)
-    changed = batch.apply_many(STREAM)
-    assert snapshot(batch) == snapshot(live)
-    assert len(heard) == 1 and changed >= set(live.nodes) - {min(live.nodes)}
+    batch.subscribe(heard.append)
+    change = batch.apply_many(STREAM)
+    assert snapshot(batch.tree) == snapshot(live)
+    assert heard == [change] and change.nodes >= set(live.nodes) - {min(live.nodes)}
 
 
 def test_transcript_and_charts_batch_equal_event_by_event(qtbot):

@@ -16,9 +16,9 @@ from PySide6.QtGui import QColor, QImage, QPainter, QPen
 from PySide6.QtWidgets import QAbstractSlider
 
 from app.gui import palette as pal
-from app.gui.tree_data import ROOT_ID, SearchTree
 from app.gui.tree_items import edge_pen
 from app.gui.tree_view import COL_W, ReasoningTreeView
+from app.session import ROOT_ID, Change, SearchTree, SessionModel
 from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import SearchConfig
@@ -150,14 +150,15 @@ def test_layout_is_tidy_and_earlier_columns_never_move():
         assert parent_ys == sorted(parent_ys)  # blocks follow their parents: edges never cross
 
 
-def test_tree_listeners_hear_changes_and_resets():
-    tree = SearchTree()
-    heard: list[set[int]] = []
-    tree.add_listener(heard.append)
-    tree.apply(ev.CandidateText(1, 5, None, "x", 1, False, 0))
-    tree.reset()
-    assert heard == [{5}, set()]
-    assert len(tree) == 1
+def test_session_subscribers_hear_changes_and_resets():
+    session = SessionModel()
+    heard: list[Change] = []
+    session.subscribe(heard.append)
+    session.apply(ev.CandidateText(1, 5, None, "x", 1, False, 0))
+    session.reset()
+    assert [(c.event_type, c.nodes) for c in heard] == [("candidate_text", {5}), ("reset", {ROOT_ID})]
+    assert heard[1].restarted and not heard[0].restarted
+    assert len(session.tree) == 1
 
 
 # -- ReasoningTreeView ------------------------------------------------------------------

@@ -10,7 +10,7 @@ import json
 from html import escape
 from typing import Any
 
-import app.export.formatting as fmt
+import app.formatting as fmt
 from app.export.dump import chosen_path
 from app.export.markdown import memory_summary
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import app.export.formatting as fmt
+import app.formatting as fmt
 from app.export.dump import chosen_path
 
 

@@ -100,11 +100,10 @@ class Screenshot:
     def save(self) -> None:
         self.app.processEvents()
         tree = self.window.panels.tree
-        best = getattr(getattr(tree, "data", None), "best_id", None)
-        if best is not None and hasattr(tree, "select_node"):
+        best = self.window.session.tree.best_id
+        if best is not None:
             tree.select_node(best)  # the details panel then shows the answer's last step
-        if hasattr(tree, "fit_to_view"):
-            tree.fit_to_view()  # the whole tree in the picture
+        tree.fit_to_view()  # the whole tree in the picture
         self.app.processEvents()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not self.window.grab().save(str(self.path), "PNG"):

@@ -17,7 +17,7 @@ from PySide6.QtGui import QBrush, QFontMetrics, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
 
 from app.gui import palette as pal
-from app.gui.tree_data import ROOT_ID, Node, first_line
+from app.session import ROOT_ID, Node, first_line
 from engine.errors import format_bytes
 
 NODE_W, NODE_H = 196.0, 74.0

@@ -1,4 +1,4 @@
-"""Formatting the exports share with the sessions CLI and the window: scores, sizes, cut text."""
+"""Formatting the exports, the sessions CLI and the window share: scores, sizes, cut text."""
 
 from __future__ import annotations
 
