@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from app import event_log
+from app.session.tree import path_to_root
 from app.store import SCHEMA_VERSION, SessionStore
 from engine import events as ev
 from engine.errors import BeamwiseError
@@ -42,10 +43,9 @@ def chosen_path(dump: dict[str, Any]) -> list[dict]:
     by_id = {c["id"]: c for c in dump["candidates"]}
     ids = list(dump["session"].get("path") or [])
     if not ids and dump["timeline"] and dump["timeline"][-1]["kept"]:
-        node = dump["timeline"][-1]["kept"][0]
-        while node is not None and node in by_id:
-            ids.insert(0, node)
-            node = by_id[node]["parent"]
+        best = dump["timeline"][-1]["kept"][0]
+        parent_of = lambda i: p if (p := by_id[i]["parent"]) in by_id else None  # noqa: E731
+        ids = path_to_root(best if best in by_id else None, parent_of)
     return [by_id[i] for i in ids if i in by_id]
 
 

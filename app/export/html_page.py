@@ -13,6 +13,7 @@ from typing import Any
 import app.formatting as fmt
 from app.export.dump import chosen_path
 from app.export.markdown import memory_summary
+from app.session.tree import ROOT_ID, SearchTree
 
 ROW, COL, MARGIN = 16, 150, 24
 STATE_COLOURS = {"final": "#d4a017", "kept": "#3573b9", "pruned": "#9aa0a6", "running": "#e07b39"}
@@ -91,38 +92,21 @@ def _legend() -> str:
     return f'<p class="legend small">{items}</p>'
 
 
-def layout(candidates: list[dict]) -> dict[int, tuple[float, float]]:
-    """Node positions: x by step, y so that every subtree occupies its own band of rows."""
-    children: dict[int | None, list[int]] = {}
-    for c in sorted(candidates, key=lambda c: (c["step"], c["id"])):
-        children.setdefault(c["parent"], []).append(c["id"])
-    step = {c["id"]: c["step"] for c in candidates}
-    ys: dict[int, float] = {}
-    next_row = 0.0
-    stack: list[tuple[int, bool]] = [(cid, False) for cid in reversed(children.get(None, []))]
-    while stack:  # iterative post-order: leaves take the next row, parents the middle of their children
-        cid, done = stack.pop()
-        kids = children.get(cid, [])
-        if done or not kids:
-            if kids:
-                ys[cid] = (ys[kids[0]] + ys[kids[-1]]) / 2
-            else:
-                ys[cid], next_row = next_row, next_row + 1
-            continue
-        stack.append((cid, True))
-        stack.extend((k, False) for k in reversed(kids))
-    return {cid: (MARGIN + step[cid] * COL, MARGIN + y * ROW) for cid, y in ys.items()}  # column 0: the prompt
+def layout(candidates: list[dict], search: dict[str, Any] | None = None) -> dict[int, tuple[float, float]]:
+    """Node positions in pixels, the prompt under ROOT_ID: the window's tree layout, from the margin down."""
+    tree = SearchTree.of_rows(candidates, search)
+    top = min(node.y for node in tree.nodes.values())
+    return {cid: (MARGIN + node.step * COL, MARGIN + (node.y - top) * ROW) for cid, node in tree.nodes.items()}
 
 
 def _tree_svg(dump: dict[str, Any], on_path: set[int]) -> str:
     candidates = dump["candidates"]
-    pos = layout(candidates)
-    if not pos:
+    if not candidates:
         return "<p>No candidates were recorded.</p>"
+    pos = layout(candidates, dump["session"].get("search"))
     width = max(x for x, _ in pos.values()) + 2 * MARGIN + 60
     height = max(y for _, y in pos.values()) + 2 * MARGIN
-    firsts = [pos[c["id"]][1] for c in candidates if c["parent"] is None and c["id"] in pos]
-    root = (MARGIN, (min(firsts) + max(firsts)) / 2 if firsts else MARGIN)
+    root = pos.pop(ROOT_ID)
     prompt = f'<circle cx="{root[0]}" cy="{root[1]}" r="6" fill="#3d4a5c"><title>the prompt</title></circle>'
     lines, nodes = [], [prompt]
     for c in candidates:

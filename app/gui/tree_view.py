@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+import app.formatting as fmt
 from app.gui import palette as pal
 from app.gui.panel import SessionView
 from app.gui.tree_items import COL_W, NODE_H, NODE_W, ROW_H, EdgeColumn, Ink, NodeItem
@@ -41,7 +42,7 @@ def _tooltip(node: Node) -> str:
     """Rich-text tooltip; every piece of model text is escaped so '<b>' shows literally."""
     if node.id == ROOT_ID:
         return f"<b>Prompt</b><br>{html.escape(node.text[:400])}"
-    score = "not scored yet" if node.score is None else f"{node.score:.3f}"
+    score = fmt.score(node.score, "not scored yet")
     share = "no KV reported" if node.device_share is None else f"{node.device_share:.0%} of KV on the GPU"
     return (
         f"<b>#{node.id}</b> · step {node.step} · {node.state} · score {score}<br>"
