@@ -29,7 +29,6 @@ from engine import events as ev
 from engine.errors import BeamwiseError
 
 DB_NAME = "sessions.db"
-STATUSES = ("running", "finished", "cancelled", "failed", "interrupted")
 JSON_COLUMNS = ("search", "cache")
 
 

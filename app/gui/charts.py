@@ -38,12 +38,6 @@ KEYS = {  # (label, colour, dashed) per curve, shown in the title
                ("budget", pal.BUDGET, True)],
     "copy": [("measured copy", pal.MEASURED, False), ("modelled PCIe", pal.MODELLED, True)],
 }
-PLOT_CURVES = {  # the curves each plot shows (keys of ChartsPanel.curves)
-    "traffic": ("step_h2d", "step_d2h"),
-    "cumulative": ("total_h2d", "total_d2h"),
-    "device": ("device", "peak", "host"),
-    "copy": ("copy", "modelled"),
-}
 LEFT_AXIS_PX = 42  # room for tick labels such as "-200" or "12.5" (values carry SI prefixes)
 PLOT_PREFERRED_PX = 300  # the same for every plot, whatever its title says
 REDRAW_GAP_MS = 16  # between two plots' redraws: the window paints and takes input in between

@@ -16,7 +16,6 @@ from engine import events as ev
 RESET = "reset"  # Change.event_type of a cleared model (no event)
 PLOTS_CHANGED_BY = {ev.MemorySnapshot.type: ("device",), ev.TransferStats.type: ("traffic", "cumulative", "copy")}
 ALL_PLOTS = ("traffic", "cumulative", "device", "copy")
-TRANSCRIPT_TYPES = frozenset({ev.RunStarted.type, ev.StepSelected.type, *ev.TERMINAL_TYPES})
 
 
 @dataclass(frozen=True)
