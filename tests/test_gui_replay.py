@@ -45,16 +45,25 @@ def test_transcript_and_charts_batch_equal_event_by_event(qtbot):
     assert vars(batch_charts.series) == vars(live_charts.series)
 
 
-def test_fit_to_view_shows_the_root(qtbot):
-    from app.gui.tree_view import ROOT_ID, ReasoningTreeView
+def test_fit_to_view_shows_the_whole_tree(qtbot):
+    from app.gui.tree_view import ReasoningTreeView
 
     view = ReasoningTreeView()
     qtbot.addWidget(view)
     view.resize(600, 400)
+    view.show()
     view.apply_many(STREAM)
+    view.zoom_by(3.0)  # close in on the newest step: most of the tree is out of view
+    view.set_follow(False)
+
+    def visible() -> list[int]:
+        shown = view.mapToScene(view.viewport().rect()).boundingRect()
+        return [i for i in view.data.nodes if shown.contains(view.item(i).sceneBoundingRect())]
+
+    assert len(visible()) < len(view.data.nodes)
     view.fit_to_view()
-    root = view._items[ROOT_ID].sceneBoundingRect()
-    assert view.scene().sceneRect().contains(root)
+    assert visible() == list(view.data.nodes)
+    assert view.transform().m11() <= 1.0 and view.follow
 
 
 def test_tree_view_batch_draws_what_event_by_event_draws(qtbot):

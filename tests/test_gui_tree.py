@@ -243,14 +243,25 @@ def test_markup_in_model_text_is_shown_literally(view):
     assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;i&gt;" in view.tooltip_for(node_id)
 
 
+def colours_in(image: QImage) -> set[str]:
+    return {QColor(image.pixel(x, y)).name() for x in range(0, image.width(), 2) for y in range(0, image.height(), 2)}
+
+
 def test_view_renders_to_an_image_after_every_event(view):
-    image = QImage(400, 300, QImage.Format.Format_ARGB32)
-    for event in events():
+    chosen = {pal.STATE_STYLES["final"].border, pal.STATE_STYLES["final"].fill}
+    seen, stream = [], events()
+    for event in stream:
         view.apply(event)
+        image = QImage(400, 300, QImage.Format.Format_RGB32)
+        image.fill(QColor("#000000"))
         painter = QPainter(image)
         view.scene().render(painter)
         painter.end()
-    assert not image.isNull()
+        seen.append(colours_in(image))
+    assert pal.ROOT_STYLE.fill in seen[0] and not chosen & seen[0]  # the prompt alone
+    generated = next(i for i, e in enumerate(stream) if isinstance(e, ev.CandidateText))
+    assert pal.STATE_STYLES["running"].fill in seen[generated]  # a candidate drawn as it arrives
+    assert chosen & seen[-1]  # the chosen path, once the run has finished
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="None is immortal from Python 3.12 on")
