@@ -42,7 +42,7 @@ def test_transcript_and_charts_batch_equal_event_by_event(qtbot):
     batch_text.apply_many(STREAM)
     batch_charts.apply_many(STREAM)
     assert batch_text.plain_text() == live_text.plain_text() and "The answer is" in batch_text.plain_text()
-    assert vars(batch_charts.series) == vars(live_charts.series)
+    assert vars(batch_charts.session.series) == vars(live_charts.session.series)
 
 
 def test_fit_to_view_shows_the_whole_tree(qtbot):

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 import pyqtgraph as pg  # isort: skip  (after Qt, so pyqtgraph binds to PySide6)
 from app.gui import palette as pal
 from app.gui.panel import SessionView
-from app.session import Change, ChartSeries, SessionModel
+from app.session import Change, SessionModel
 from app.session.model import RESET
 from engine.errors import format_bytes
 
@@ -74,10 +74,6 @@ class ChartsPanel(SessionView, QWidget):
         self.attach(session)
         self._schedule(TITLES)
         self.flush()
-
-    @property
-    def series(self) -> ChartSeries:
-        return self.session.series
 
     def refresh(self, change: Change) -> None:
         """Redraw the plots the change names: live, one per event-loop pass (`flush()` draws now);
@@ -156,7 +152,7 @@ class ChartsPanel(SessionView, QWidget):
 
     def _set_title(self, name: str) -> None:
         """Title, the emulated mark, then the curves' key in their colours (no legend box over data)."""
-        mark = " · emulated GPU" if self.series.emulated else ""
+        mark = " · emulated GPU" if self.session.series.emulated else ""
         key = "&nbsp;&nbsp;".join(
             f'<span style="color:{colour}">{"┅" if dashed else "━"}&nbsp;{html.escape(label)}</span>'
             for label, colour, dashed in KEYS[name]
@@ -167,7 +163,7 @@ class ChartsPanel(SessionView, QWidget):
 
     def _redraw_plot(self, name: str) -> None:
         self._set_title(name)
-        s, c = self.series, self.curves
+        s, c = self.session.series, self.curves
         steps = s.transfer_steps
         if name == "traffic":
             c["step_h2d"].setOpts(x=[x - 0.2 for x in steps], height=s.step_h2d)
@@ -185,7 +181,7 @@ class ChartsPanel(SessionView, QWidget):
             self._redraw_budget()
 
     def _redraw_budget(self) -> None:
-        budget = self.series.budget_bytes
+        budget = self.session.series.budget_bytes
         self.budget_line.setVisible(budget is not None)
         if budget is not None:
             self.budget_line.setValue(budget)
