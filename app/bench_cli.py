@@ -5,15 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
-from app.cli import size_type
+from app.options import DEFAULT_QUESTION, UsageError, size_type
 from engine.bench import LADDER, BenchReport, Workload, run_bench
 from engine.errors import format_bytes
 
 
-def add_parser(sub: argparse._SubParsersAction, add_search_options: Callable[[argparse.ArgumentParser], None]) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     d = Workload()
     p = sub.add_parser("bench", help="compare KV offloading policies on one workload")
     p.add_argument("--model", default=d.model, help="synthetic:NAME, bundled, a folder or a .gguf")
@@ -40,8 +39,6 @@ def add_parser(sub: argparse._SubParsersAction, add_search_options: Callable[[ar
 
 
 def bench_command(args: argparse.Namespace) -> int:
-    from app.cli import UsageError
-
     for name in ("beams", "width", "step_tokens", "prompt_tokens", "gen_tokens"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)}).")
@@ -71,7 +68,6 @@ def bench_command(args: argparse.Namespace) -> int:
 
 
 def _versus_generate(args: argparse.Namespace, dtype: str) -> int:
-    from app.cli import DEFAULT_QUESTION
     from engine.baselines import versus_generate
     from engine.config import ModelSpec
     from engine.models import load_model
@@ -92,8 +88,6 @@ def _versus_generate(args: argparse.Namespace, dtype: str) -> int:
 def _write_json(json_path: str | None, data: dict) -> None:
     if not json_path:
         return
-    from app.cli import UsageError
-
     path = Path(json_path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

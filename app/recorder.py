@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from app import event_log
 from app.store import SessionStore, now_iso, short_title
 from engine import events as ev
 
@@ -25,7 +26,7 @@ TERMINAL_STATUS = {"run_finished": "finished", "run_cancelled": "cancelled", "ru
 class _Rows:
     """What one flush writes: event rows, candidate rows, step rows and the session's new totals."""
 
-    events: list[dict] = field(default_factory=list)
+    events: list[tuple[int, dict]] = field(default_factory=list)  # (seq, event dict)
     candidates: list[dict] = field(default_factory=list)
     steps: list[dict] = field(default_factory=list)
     session: dict[str, Any] = field(default_factory=dict)
@@ -80,7 +81,7 @@ class SessionRecorder:
         rows, totals = self._rows(self._buffer[:cut])
         store = self.store
         with store.transaction() as conn:
-            store.insert_rows(conn, "events", rows.events)
+            store.insert_rows(conn, "events", event_log.rows(self.session_id, rows.events))
             store.insert_rows(conn, "candidates", rows.candidates)
             store.insert_rows(conn, "steps", rows.steps)
             sets = ", ".join(f"[{k}] = ?" for k in rows.session)
@@ -116,7 +117,7 @@ class SessionRecorder:
         }
         with self.store.transaction() as conn:
             session_id = self.store.insert_session(conn, row)
-            self.store.insert_rows(conn, "events", [self._event_row(session_id, 0, event)])
+            self.store.insert_rows(conn, "events", event_log.rows(session_id, [(0, ev.to_dict(event))]))
         self.session_id, self._seq, self._started = session_id, 1, time.monotonic()
 
     def _flushable(self) -> int:
@@ -127,9 +128,6 @@ class SessionRecorder:
                 cut = i + 1
         return cut
 
-    def _event_row(self, session_id: int, seq: int, event: Any) -> dict:
-        return {"session_id": session_id, "seq": seq, "type": event.type, "data": json.dumps(ev.to_dict(event))}
-
     def _rows(self, batch: list[tuple[int, Any]]) -> tuple[_Rows, dict[str, int]]:
         rows, totals = _Rows(), dict(self._totals)
         step: dict[str, Any] = {}
@@ -138,7 +136,7 @@ class SessionRecorder:
                 rows.candidates += self._open_candidates("running")
                 rows.session.update(status="interrupted", finished=now_iso())
                 continue
-            rows.events.append(self._event_row(self.session_id, seq, event))
+            rows.events.append((seq, ev.to_dict(event)))
             self._apply(event, step, rows, totals)
         rows.session.update(totals)
         rows.session.setdefault("seconds", round(time.monotonic() - self._started, 6))

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import TextIO
 
+from app.options import DEFAULT_QUESTION, UsageError, configs_from_args
 from engine import events as ev
 
 USER_ERRORS = {"InvalidPrompt", "KVBudgetTooSmall", "ModelLoadError"}
@@ -69,7 +70,6 @@ def _open_recorder(args: argparse.Namespace):
 
 def run_command(args: argparse.Namespace) -> int:
     """Exit 0 on an answer, 2 on the user's input (question, model, settings), 1 on other failures."""
-    from app.cli import DEFAULT_QUESTION, UsageError, configs_from_args
     from engine.models import load_model
     from engine.search import run
 

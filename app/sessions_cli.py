@@ -7,6 +7,7 @@ import sys
 import unicodedata
 from pathlib import Path
 
+import app.formatting as fmt
 from app.export import FORMATS, chosen_path, export_session, import_session, render_session, session_dump
 from app.store import SessionStore, StoreError, default_db_path
 
@@ -77,8 +78,7 @@ def cmd_show(args: argparse.Namespace) -> int:
           f"{s['seconds'] or 0:.2f} s, H2D {s['h2d_bytes']:,} B, D2H {s['d2h_bytes']:,} B")
     print(f"\nquestion:\n{_safe(s['question'])}\n\nchosen path:")
     for node in chosen_path(dump):
-        score = "-" if node["score"] is None else f"{node['score']:.3f}"
-        print(f"  step {node['step']} #{node['id']} score {score}: {_cut(node['text'], 100)}")
+        print(f"  step {node['step']} #{node['id']} score {fmt.score(node['score'])}: {_cut(node['text'], 100)}")
     print(f"\nanswer:\n{_safe(s['answer']) or '(none: the run did not finish)'}")
     return 0
 
@@ -143,5 +143,4 @@ def _safe(text: str | None) -> str:
 
 
 def _cut(text: str | None, width: int) -> str:
-    flat = " ".join(_safe(text).split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+    return fmt.brief(_safe(text), width)

@@ -14,7 +14,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -23,11 +23,12 @@ from typing import Any
 import platformdirs
 from sqlite_utils import Database
 
+from app import event_log
+from app.migrations import MIGRATIONS, SCHEMA_VERSION
 from engine import events as ev
 from engine.errors import BeamwiseError
 
 DB_NAME = "sessions.db"
-STATUSES = ("running", "finished", "cancelled", "failed", "interrupted")
 JSON_COLUMNS = ("search", "cache")
 
 
@@ -101,42 +102,6 @@ def _windows_pid_alive(pid: int) -> bool:
         return code.value == 259  # STILL_ACTIVE
     finally:
         kernel32.CloseHandle(handle)
-
-
-# ---------------------------------------------------------------- migrations (append only)
-
-
-def m001_initial(db: Database) -> None:
-    db["sessions"].create({
-        "id": int, "title": str, "question": str, "created": str, "finished": str, "model": str,
-        "verifier": str, "device": str, "emulated": int, "policy": str, "kv_budget_bytes": int,
-        "search": str, "cache": str, "status": str, "answer": str, "score": float, "path": str,
-        "error": str, "prompt_tokens": int, "steps": int, "candidates": int, "candidate_tokens": int,
-        "seconds": float, "h2d_bytes": int, "d2h_bytes": int, "pid": int, "host": str,
-    }, pk="id", not_null={"question", "created", "status"},
-        defaults={"status": "running", "steps": 0, "candidates": 0, "candidate_tokens": 0,
-                  "seconds": 0.0, "h2d_bytes": 0, "d2h_bytes": 0})
-    db["candidates"].create({
-        "session_id": int, "id": int, "parent": int, "step": int, "text": str, "tokens": int,
-        "score": float, "aggregate": float, "state": str, "finished": int, "group": int,
-        "device_bytes": int, "host_bytes": int, "h2d_bytes": int, "d2h_bytes": int,
-    }, pk=("session_id", "id"), foreign_keys=[("session_id", "sessions", "id")])
-    db["steps"].create({
-        "session_id": int, "step": int, "beams": str, "kept": str, "pruned": str, "groups": int,
-        "budget_bytes": int, "device_bytes": int, "host_bytes": int, "peak_device_bytes": int,
-        "h2d_bytes": int, "d2h_bytes": int, "d2d_bytes": int, "step_h2d_bytes": int,
-        "step_d2h_bytes": int, "step_d2d_bytes": int, "copy_seconds": float,
-        "modelled_pcie_seconds": float, "compute_seconds": float, "stall_share": float, "seconds": float,
-    }, pk=("session_id", "step"), foreign_keys=[("session_id", "sessions", "id")])
-    db["events"].create({"session_id": int, "seq": int, "type": str, "data": str},
-                        pk=("session_id", "seq"), foreign_keys=[("session_id", "sessions", "id")])
-    db["sessions"].create_index(["created"])
-    db["sessions"].create_index(["status"])
-    db["candidates"].create_index(["session_id", "step"])
-
-
-MIGRATIONS: tuple[Callable[[Database], None], ...] = (m001_initial,)
-SCHEMA_VERSION = len(MIGRATIONS)
 
 
 # ---------------------------------------------------------------- the store
@@ -336,7 +301,7 @@ class SessionStore:
         with self._guard() as conn:
             cursor = conn.execute("SELECT data FROM events WHERE session_id = ? ORDER BY seq", (session_id,))
             rows = [data for (data,) in cursor]
-        return json.loads("[" + ",".join(rows) + "]")
+        return event_log.expand(json.loads("[" + ",".join(rows) + "]"))
 
     def events(self, session_id: int) -> list[Any]:
         """The run's engine events, in order, as event objects (lossless replay)."""
@@ -405,11 +370,3 @@ def _decode_session(row: dict) -> dict:
     row["emulated"] = None if row["emulated"] is None else bool(row["emulated"])
     return row
 
-
-def __getattr__(name: str) -> Any:
-    """`from app.store import SessionRecorder` works too (the recorder lives in app/recorder.py)."""
-    if name == "SessionRecorder":
-        from app.recorder import SessionRecorder
-
-        return SessionRecorder
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,6 +10,7 @@ AGGREGATIONS = ("last", "min", "prod", "mean")
 POLICIES = ("auto", "in_device", "layerwise", "lbs")
 VERIFIERS = ("logprob", "self-judge")
 DTYPES = ("float32", "bfloat16", "float16")
+DEVICES = ("auto", "cpu", "cuda")
 
 
 def _require(ok: bool, message: str) -> None:
@@ -83,7 +84,7 @@ class CacheConfig:
         )
         _require(1 <= self.block_size <= 4096, f"block size must be 1..4096 tokens (got {self.block_size}).")
         _require(self.pcie_gbps > 0, f"PCIe bandwidth must be positive GB/s (got {self.pcie_gbps}).")
-        _require(self.device in ("auto", "cpu", "cuda"), "device must be auto, cpu or cuda.")
+        _require(self.device in DEVICES, "device must be auto, cpu or cuda.")
         _require(
             self.policy != "lbs" or self.inter_token,
             "lbs needs inter_token on (it is what makes a group decode a whole step on the device).",

@@ -44,10 +44,6 @@ class KVBudgetTooSmall(BeamwiseError):
         self.needed_bytes = needed_bytes
 
 
-class SearchCancelled(BeamwiseError):
-    """Raised inside the engine when a cancel was requested; never escapes `search.run`."""
-
-
 def format_bytes(n: float) -> str:
     """Human-readable binary size: 1536 -> '1.5 KiB'."""
     units = ["B", "KiB", "MiB", "GiB", "TiB"]

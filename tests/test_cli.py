@@ -86,3 +86,19 @@ def test_console_script_runs_as_a_process(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.splitlines()[-1])["type"] == "run_finished"
+
+
+@pytest.mark.parametrize("typed", ["→\\n", "\\n\\n", "none", "§\\t"])
+def test_the_command_line_and_the_window_read_a_delimiter_alike(typed):
+    from app.cli import build_parser
+    from app.options import parse_delimiter
+
+    args = build_parser().parse_args(["run", "q", "--step-delimiter", typed])
+    assert args.step_delimiter == parse_delimiter(typed)
+    assert build_parser().parse_args(["run", "q", "--step-delimiter", "→\\n"]).step_delimiter == "→\n"
+
+
+def test_a_broken_delimiter_escape_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["run", "q", "--step-delimiter", "\\x4"])
+    assert stop.value.code == 2 and "broken escape" in capsys.readouterr().err

@@ -18,12 +18,13 @@ from app.export import (
     render_session,
     session_dump,
 )
-from app.export_html import embed_json, layout
+from app.export.html_page import COL, MARGIN, ROW, embed_json, layout
 from app.recorder import SessionRecorder
+from app.session import ROOT_ID, SessionModel
 from app.store import SessionStore
+from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import SearchConfig
-from tests.fake_search import fake_run
 
 EVIL = "</script><script>alert(1)</script>"
 
@@ -172,10 +173,19 @@ def test_embed_json_never_contains_markup() -> None:
 def test_tree_layout_gives_each_subtree_its_own_rows() -> None:
     rows = [{"id": 1, "parent": None, "step": 1}, {"id": 2, "parent": None, "step": 1},
             {"id": 3, "parent": 1, "step": 2}, {"id": 4, "parent": 1, "step": 2}, {"id": 5, "parent": 2, "step": 2}]
-    pos = layout(rows)
+    pos = layout(rows, {"beams": 2, "width": 2})
     assert pos[3][1] < pos[4][1] < pos[5][1]  # leaves in order
-    assert pos[1][1] == (pos[3][1] + pos[4][1]) / 2 and pos[2][1] == pos[5][1]
-    assert pos[1][0] < pos[3][0]
+    assert pos[1][1] == (pos[3][1] + pos[4][1]) / 2  # a parent in the middle of its children
+    assert pos[1][0] < pos[3][0] and pos[ROOT_ID][0] < pos[1][0]
+    assert min(y for _, y in pos.values()) == MARGIN  # the page starts at its margin
+
+
+def test_the_page_lays_the_tree_out_as_the_window_does(store: SessionStore, sid: int) -> None:
+    tree = SessionModel()
+    tree.apply_many(store.events(sid))
+    pos = layout(store.candidates(sid), store.get_session(sid)["search"])
+    top = min(node.y for node in tree.tree.nodes.values())
+    assert pos == {cid: (MARGIN + n.step * COL, MARGIN + (n.y - top) * ROW) for cid, n in tree.tree.nodes.items()}
 
 
 def test_export_to_a_missing_folder_or_a_file_path_is_a_clear_error(store: SessionStore, sid: int,
@@ -227,7 +237,7 @@ def test_a_folder_that_refuses_new_files_is_a_clear_error(store: SessionStore, s
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("app.export.tempfile.mkstemp", refuse)
+    monkeypatch.setattr("app.export.files.tempfile.mkstemp", refuse)
     with pytest.raises(ExportError, match="cannot write to the folder") as info:
         export_session(store, sid, "html", tmp_path / "s.html")
     assert str(tmp_path) in str(info.value) and "Permission denied" in str(info.value)

@@ -12,10 +12,10 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from app.gui.bridge import SearchBridge, describe_device, describe_error
+from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import ModelLoadError
-from tests.fake_search import fake_run
 
 SPEC = ModelSpec(source="synthetic:fake")
 SEARCH = SearchConfig(beams=2, width=2, max_steps=3)
@@ -187,9 +187,9 @@ def test_events_are_recorded_in_the_worker_thread(qtbot, make_bridge, monkeypatc
         def close(self) -> None:
             pass
 
-    import app.store
+    import app.recorder
 
-    monkeypatch.setattr(app.store, "SessionRecorder", Recorder, raising=False)
+    monkeypatch.setattr(app.recorder, "SessionRecorder", Recorder)
     bridge = make_bridge(store_factory=lambda: store)
     sessions: list[int] = []
     bridge.session_recorded.connect(sessions.append)

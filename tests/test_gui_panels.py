@@ -13,12 +13,12 @@ from PySide6.QtCore import Qt
 from app.gui.charts import TITLES, ChartsPanel
 from app.gui.details import PLACEHOLDER, NodeDetails
 from app.gui.transcript import TranscriptPanel
-from app.gui.tree_data import ROOT_ID
 from app.gui.tree_view import ReasoningTreeView
+from app.session import ROOT_ID
+from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import SearchConfig
 from engine.errors import format_bytes
-from tests.fake_search import fake_run
 
 SEARCH = SearchConfig(beams=2, width=2, max_steps=4)
 MARKUP = "<b>not bold</b> & done"
@@ -40,7 +40,7 @@ def with_markup(stream: list[object]) -> list[object]:
 @pytest.fixture
 def tree_and_details(qtbot):
     view = ReasoningTreeView()
-    details = NodeDetails(view.data)
+    details = NodeDetails(view.session)
     view.node_selected.connect(details.show_node)
     for widget in (view, details):
         qtbot.addWidget(widget)
@@ -56,8 +56,7 @@ def test_clicked_node_shows_its_text_scores_memory_and_path(tree_and_details, qt
     view, details = tree_and_details
     stream = with_markup(events())
     for event in stream:
-        view.apply(event)
-        details.apply(event)
+        view.apply(event)  # folds into the shared session: the details panel hears it too
     target = view.data.chosen_path[2]
     view.centerOn(view.node_center(target))
     with qtbot.waitSignal(view.node_selected):

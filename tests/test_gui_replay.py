@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from app.gui.charts import ChartsPanel
 from app.gui.transcript import TranscriptPanel
-from app.gui.tree_data import SearchTree
+from app.session import SearchTree, SessionModel
+from benchmarks.fake_search import fake_run
 from engine.config import SearchConfig
-from tests.fake_search import fake_run
 
 STREAM = list(fake_run("replay?", SearchConfig(beams=5, width=3, max_steps=4, seed=4)))
 
@@ -21,14 +21,14 @@ def snapshot(tree: SearchTree):
 
 
 def test_tree_data_batch_equals_event_by_event():
-    live, batch = SearchTree(), SearchTree()
+    live, batch = SearchTree(), SessionModel()
     for event in STREAM:
         live.apply(event)
     heard = []
-    batch.add_listener(heard.append)
-    changed = batch.apply_many(STREAM)
-    assert snapshot(batch) == snapshot(live)
-    assert len(heard) == 1 and changed >= set(live.nodes) - {min(live.nodes)}
+    batch.subscribe(heard.append)
+    change = batch.apply_many(STREAM)
+    assert snapshot(batch.tree) == snapshot(live)
+    assert heard == [change] and change.nodes >= set(live.nodes) - {min(live.nodes)}
 
 
 def test_transcript_and_charts_batch_equal_event_by_event(qtbot):
@@ -42,19 +42,28 @@ def test_transcript_and_charts_batch_equal_event_by_event(qtbot):
     batch_text.apply_many(STREAM)
     batch_charts.apply_many(STREAM)
     assert batch_text.plain_text() == live_text.plain_text() and "The answer is" in batch_text.plain_text()
-    assert vars(batch_charts.series) == vars(live_charts.series)
+    assert vars(batch_charts.session.series) == vars(live_charts.session.series)
 
 
-def test_fit_to_view_shows_the_root(qtbot):
-    from app.gui.tree_view import ROOT_ID, ReasoningTreeView
+def test_fit_to_view_shows_the_whole_tree(qtbot):
+    from app.gui.tree_view import ReasoningTreeView
 
     view = ReasoningTreeView()
     qtbot.addWidget(view)
     view.resize(600, 400)
+    view.show()
     view.apply_many(STREAM)
+    view.zoom_by(3.0)  # close in on the newest step: most of the tree is out of view
+    view.set_follow(False)
+
+    def visible() -> list[int]:
+        shown = view.mapToScene(view.viewport().rect()).boundingRect()
+        return [i for i in view.data.nodes if shown.contains(view.item(i).sceneBoundingRect())]
+
+    assert len(visible()) < len(view.data.nodes)
     view.fit_to_view()
-    root = view._items[ROOT_ID].sceneBoundingRect()
-    assert view.scene().sceneRect().contains(root)
+    assert visible() == list(view.data.nodes)
+    assert view.transform().m11() <= 1.0 and view.follow
 
 
 def test_tree_view_batch_draws_what_event_by_event_draws(qtbot):

@@ -16,12 +16,12 @@ from PySide6.QtGui import QColor, QImage, QPainter, QPen
 from PySide6.QtWidgets import QAbstractSlider
 
 from app.gui import palette as pal
-from app.gui.tree_data import ROOT_ID, SearchTree
 from app.gui.tree_items import edge_pen
 from app.gui.tree_view import COL_W, ReasoningTreeView
+from app.session import ROOT_ID, Change, SearchTree, SessionModel
+from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import SearchConfig
-from tests.fake_search import fake_run
 
 SEARCH = SearchConfig(beams=2, width=3, max_steps=4)
 
@@ -150,14 +150,15 @@ def test_layout_is_tidy_and_earlier_columns_never_move():
         assert parent_ys == sorted(parent_ys)  # blocks follow their parents: edges never cross
 
 
-def test_tree_listeners_hear_changes_and_resets():
-    tree = SearchTree()
-    heard: list[set[int]] = []
-    tree.add_listener(heard.append)
-    tree.apply(ev.CandidateText(1, 5, None, "x", 1, False, 0))
-    tree.reset()
-    assert heard == [{5}, set()]
-    assert len(tree) == 1
+def test_session_subscribers_hear_changes_and_resets():
+    session = SessionModel()
+    heard: list[Change] = []
+    session.subscribe(heard.append)
+    session.apply(ev.CandidateText(1, 5, None, "x", 1, False, 0))
+    session.reset()
+    assert [(c.event_type, c.nodes) for c in heard] == [("candidate_text", {5}), ("reset", {ROOT_ID})]
+    assert heard[1].restarted and not heard[0].restarted
+    assert len(session.tree) == 1
 
 
 # -- ReasoningTreeView ------------------------------------------------------------------
@@ -242,14 +243,25 @@ def test_markup_in_model_text_is_shown_literally(view):
     assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;i&gt;" in view.tooltip_for(node_id)
 
 
+def colours_in(image: QImage) -> set[str]:
+    return {QColor(image.pixel(x, y)).name() for x in range(0, image.width(), 2) for y in range(0, image.height(), 2)}
+
+
 def test_view_renders_to_an_image_after_every_event(view):
-    image = QImage(400, 300, QImage.Format.Format_ARGB32)
-    for event in events():
+    chosen = {pal.STATE_STYLES["final"].border, pal.STATE_STYLES["final"].fill}
+    seen, stream = [], events()
+    for event in stream:
         view.apply(event)
+        image = QImage(400, 300, QImage.Format.Format_RGB32)
+        image.fill(QColor("#000000"))
         painter = QPainter(image)
         view.scene().render(painter)
         painter.end()
-    assert not image.isNull()
+        seen.append(colours_in(image))
+    assert pal.ROOT_STYLE.fill in seen[0] and not chosen & seen[0]  # the prompt alone
+    generated = next(i for i, e in enumerate(stream) if isinstance(e, ev.CandidateText))
+    assert pal.STATE_STYLES["running"].fill in seen[generated]  # a candidate drawn as it arrives
+    assert chosen & seen[-1]  # the chosen path, once the run has finished
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="None is immortal from Python 3.12 on")

@@ -14,9 +14,9 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.gui.bridge import SearchBridge
 from app.gui.main_window import MainWindow, source_for_model_name
+from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
-from tests.fake_search import fake_run
 from tests.test_gui_bridge import CountingLoader, gated, run_fake
 
 

@@ -14,9 +14,9 @@ import pytest
 
 from app.recorder import SessionRecorder
 from app.store import SessionStore, StoreLocked
+from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import SearchConfig
-from tests.fake_search import fake_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -193,7 +193,7 @@ from app.recorder import SessionRecorder
 from app.store import SessionStore
 from engine import events as ev
 from engine.config import SearchConfig
-from tests.fake_search import fake_run
+from benchmarks.fake_search import fake_run
 
 recorder = SessionRecorder(SessionStore(sys.argv[1]))
 for event in fake_run("killed mid-run", SearchConfig(beams=2, width=2, max_steps=5)):
@@ -262,9 +262,9 @@ def test_sigkill_of_beamwise_run_keeps_finished_steps(tmp_path: Path) -> None:
 
 def test_a_beam_pruned_in_a_later_step_is_stored_as_pruned(tmp_path) -> None:
     """A finished beam is carried in the kept set; when a later step drops it, its row says pruned."""
+    from benchmarks.fake_search import fake_run
     from engine import events as ev
     from engine.config import SearchConfig
-    from tests.fake_search import fake_run
 
     stream = list(fake_run("q", SearchConfig(beams=2, width=2, max_steps=2)))
     first = next(e for e in stream if e.type == "step_selected" and e.step == 1)

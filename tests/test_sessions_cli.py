@@ -12,7 +12,7 @@ import pytest
 from app.cli import main
 from app.recorder import SessionRecorder
 from app.store import SessionStore
-from tests.fake_search import fake_run
+from benchmarks.fake_search import fake_run
 
 
 @pytest.fixture

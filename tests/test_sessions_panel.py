@@ -15,8 +15,8 @@ from PySide6.QtWidgets import QFileDialog, QLineEdit, QMessageBox
 from app.gui.sessions_panel import COLUMNS, SessionsPanel
 from app.recorder import SessionRecorder
 from app.store import SessionStore, StoreDamaged
+from benchmarks.fake_search import fake_run
 from engine.config import SearchConfig
-from tests.fake_search import fake_run
 
 QUESTIONS = ("How fast is the train?", "Why is the sky blue?", "What is 12 * 7?")
 
@@ -178,3 +178,24 @@ def test_refresh_keeps_the_selection(panel: SessionsPanel, store: SessionStore) 
         recorder.write(event)
     panel.refresh()
     assert panel.model.rowCount() == 4 and panel.selected_id() == sid
+
+
+def test_the_sessions_table_model_keeps_qts_model_contract(qtbot, qtlog, store: SessionStore):
+    from PySide6.QtTest import QAbstractItemModelTester
+
+    from app.gui.sessions_panel import SessionsTableModel
+
+    renamed: list[tuple[int, str]] = []
+    model = SessionsTableModel(lambda sid, title: renamed.append((sid, title)) or True)
+    tester = QAbstractItemModelTester(model, QAbstractItemModelTester.FailureReportingMode.Warning)
+    model.set_rows(store.list_sessions())  # the tester checks every signal and answer on the way
+    assert model.rowCount() == len(QUESTIONS) and model.columnCount() == len(COLUMNS)
+    title = model.index(1, COLUMNS.index("title"))
+    assert model.setData(title, "  A   new title ")
+    assert renamed == [(model.session_id(1), "A new title")] and model.data(title) == "A new title"
+    assert not model.setData(model.index(1, COLUMNS.index("model")), "x")  # only the title is editable
+    model.set_rows(store.list_sessions("sky"))
+    assert model.rowCount() == 1
+    model.set_rows([])
+    assert model.rowCount() == 0 and tester is not None
+    assert [r.message for r in qtlog.records if "FAIL" in r.message or "model" in r.message.lower()] == []

@@ -133,7 +133,7 @@ class SearchWorker(QObject):
         if self._store_factory is None:
             return None
         try:
-            from app.store import SessionRecorder  # imported late: the store is optional for the window
+            from app.recorder import SessionRecorder  # imported late: the store is optional for the window
 
             if self._store is None:
                 self._store = self._store_factory()

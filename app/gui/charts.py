@@ -1,7 +1,7 @@
 """Live charts of one run: PCIe traffic, device KV against the budget, host KV, copy time.
 
-The numbers live in a plain `ChartSeries` (one point per step, filled from MemorySnapshot
-and TransferStats); `ChartsPanel` only hands them to pyqtgraph. Titles say "emulated GPU"
+The numbers live in the window's `SessionModel` (its `ChartSeries`: one point per step, filled
+from MemorySnapshot and TransferStats); `ChartsPanel` only hands them to pyqtgraph. Titles say "emulated GPU"
 when the run has no CUDA device, so nobody mistakes a modelled figure for a measured one.
 
 Drawing a plot (autorange, axes, grid) costs ~5-10 ms, so live updates redraw only the plots
@@ -13,14 +13,15 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
 import pyqtgraph as pg  # isort: skip  (after Qt, so pyqtgraph binds to PySide6)
 from app.gui import palette as pal
-from engine import events as ev
+from app.gui.panel import SessionView
+from app.session import Change, SessionModel
+from app.session.model import RESET
 from engine.errors import format_bytes
 
 TITLES = {
@@ -37,67 +38,19 @@ KEYS = {  # (label, colour, dashed) per curve, shown in the title
                ("budget", pal.BUDGET, True)],
     "copy": [("measured copy", pal.MEASURED, False), ("modelled PCIe", pal.MODELLED, True)],
 }
-PLOT_CURVES = {  # the curves each plot shows (keys of ChartsPanel.curves)
-    "traffic": ("step_h2d", "step_d2h"),
-    "cumulative": ("total_h2d", "total_d2h"),
-    "device": ("device", "peak", "host"),
-    "copy": ("copy", "modelled"),
-}
-CHANGED_BY = {"memory_snapshot": ("device",), "transfer_stats": ("traffic", "cumulative", "copy")}
 LEFT_AXIS_PX = 42  # room for tick labels such as "-200" or "12.5" (values carry SI prefixes)
 PLOT_PREFERRED_PX = 300  # the same for every plot, whatever its title says
 REDRAW_GAP_MS = 16  # between two plots' redraws: the window paints and takes input in between
 
 
-@dataclass
-class ChartSeries:
-    """Per-step figures of one run, appended as events arrive (x values are step numbers)."""
-
-    memory_steps: list[int] = field(default_factory=list)
-    device_bytes: list[int] = field(default_factory=list)
-    peak_device_bytes: list[int] = field(default_factory=list)
-    host_bytes: list[int] = field(default_factory=list)
-    transfer_steps: list[int] = field(default_factory=list)
-    step_h2d: list[int] = field(default_factory=list)
-    step_d2h: list[int] = field(default_factory=list)
-    total_h2d: list[int] = field(default_factory=list)
-    total_d2h: list[int] = field(default_factory=list)
-    copy_seconds: list[float] = field(default_factory=list)
-    modelled_seconds: list[float] = field(default_factory=list)
-    budget_bytes: int | None = None
-    emulated: bool = False
-
-    def apply(self, event: object) -> bool:
-        """Fold a MemorySnapshot or TransferStats in; True when the charts need redrawing."""
-        if isinstance(event, ev.MemorySnapshot):
-            self.budget_bytes, self.emulated = event.budget_bytes, event.emulated
-            self.memory_steps.append(event.step)
-            self.device_bytes.append(event.device_bytes)
-            self.peak_device_bytes.append(event.peak_device_bytes)
-            self.host_bytes.append(event.host_bytes)
-        elif isinstance(event, ev.TransferStats):
-            self.emulated = event.emulated
-            self.transfer_steps.append(event.step)
-            self.step_h2d.append(event.step_h2d_bytes)
-            self.step_d2h.append(event.step_d2h_bytes)
-            self.total_h2d.append(event.h2d_bytes)
-            self.total_d2h.append(event.d2h_bytes)
-            self.copy_seconds.append(event.copy_seconds)
-            self.modelled_seconds.append(event.modelled_pcie_seconds)
-        else:
-            return False
-        return True
-
-
-class ChartsPanel(QWidget):
+class ChartsPanel(SessionView, QWidget):
     """Four live plots in one pyqtgraph canvas; `apply(event)` appends a step's points."""
 
     plot_redrawn = Signal(str)  # a plot's curves now show the series (live updates, one plot per pass)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, session: SessionModel | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         pg.setConfigOptions(antialias=True)
-        self.series = ChartSeries()
         self.canvas = pg.GraphicsLayoutWidget()
         self.canvas.setBackground(pal.BACKGROUND)
         layout = QVBoxLayout(self)
@@ -118,22 +71,16 @@ class ChartsPanel(QWidget):
         self._timer.setSingleShot(True)
         self._timer.setInterval(REDRAW_GAP_MS)
         self._timer.timeout.connect(self._redraw_next)
-        self.reset()
+        self.attach(session)
+        self._schedule(TITLES)
+        self.flush()
 
-    def apply(self, event: object) -> None:
-        """Append the event's points (MemorySnapshot, TransferStats); other types are ignored.
-
-        The plots it changed are redrawn shortly after, one per event-loop pass (`flush()` draws now).
-        """
-        was_emulated = self.series.emulated
-        if isinstance(event, ev.RunStarted):
-            self.series = ChartSeries(budget_bytes=event.kv_budget_bytes, emulated=event.emulated)
-        elif not self.series.apply(event):
-            return
-        if isinstance(event, ev.RunStarted) or self.series.emulated != was_emulated:
-            self._schedule(TITLES)  # every title says whether the GPU is emulated
-        else:
-            self._schedule(CHANGED_BY[event.type])
+    def refresh(self, change: Change) -> None:
+        """Redraw the plots the change names: live, one per event-loop pass (`flush()` draws now);
+        a reset or a replay at once."""
+        self._schedule(change.plots)
+        if change.event_type == RESET or change.replay:
+            self.flush()
 
     @property
     def pending(self) -> tuple[str, ...]:
@@ -158,22 +105,6 @@ class ChartsPanel(QWidget):
             self.plot_redrawn.emit(name)
         if self._dirty:
             self._timer.start()
-
-    def apply_many(self, events: Iterable[object]) -> None:
-        """A recorded run in one go: every point folded in, then one redraw."""
-        for event in events:
-            if isinstance(event, ev.RunStarted):
-                self.series = ChartSeries(budget_bytes=event.kv_budget_bytes, emulated=event.emulated)
-            else:
-                self.series.apply(event)
-        self._schedule(TITLES)
-        self.flush()
-
-    def reset(self) -> None:
-        """No points, no budget, titles without the emulated mark (drawn at once)."""
-        self.series = ChartSeries()
-        self._schedule(TITLES)
-        self.flush()
 
     def title(self, name: str) -> str:
         """The shown title of plot `name` (one of TITLES) with its key, as plain text."""
@@ -221,7 +152,7 @@ class ChartsPanel(QWidget):
 
     def _set_title(self, name: str) -> None:
         """Title, the emulated mark, then the curves' key in their colours (no legend box over data)."""
-        mark = " · emulated GPU" if self.series.emulated else ""
+        mark = " · emulated GPU" if self.session.series.emulated else ""
         key = "&nbsp;&nbsp;".join(
             f'<span style="color:{colour}">{"┅" if dashed else "━"}&nbsp;{html.escape(label)}</span>'
             for label, colour, dashed in KEYS[name]
@@ -232,7 +163,7 @@ class ChartsPanel(QWidget):
 
     def _redraw_plot(self, name: str) -> None:
         self._set_title(name)
-        s, c = self.series, self.curves
+        s, c = self.session.series, self.curves
         steps = s.transfer_steps
         if name == "traffic":
             c["step_h2d"].setOpts(x=[x - 0.2 for x in steps], height=s.step_h2d)
@@ -250,7 +181,7 @@ class ChartsPanel(QWidget):
             self._redraw_budget()
 
     def _redraw_budget(self) -> None:
-        budget = self.series.budget_bytes
+        budget = self.session.series.budget_bytes
         self.budget_line.setVisible(budget is not None)
         if budget is not None:
             self.budget_line.setValue(budget)

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.options import format_delimiter, parse_delimiter
 from engine.config import AGGREGATIONS, CacheConfig, ModelSpec, SearchConfig
 
 POLICY_LABELS = {"auto": "auto", "in_device": "in-device", "layerwise": "layer-wise", "lbs": "locality-aware"}
@@ -30,26 +31,6 @@ SYNTHETIC_CHOICES = ("tiny-llama", "tiny-qwen2", "tiny-opt")
 FOLDER_CHOICE, GGUF_CHOICE = "<folder>", "<gguf>"
 MB = 1_000_000  # the CLI's 64MB means 64,000,000 bytes; the slider agrees with it
 ERROR_STYLE = "color: #c62828;"
-
-
-def parse_delimiter(text: str) -> str | None:
-    """'\\n\\n' (as typed, with backslashes) -> two newlines; '' or 'none' -> None (cut steps by length)."""
-    if text.strip().lower() in ("", "none", "off"):
-        return None
-    try:
-        return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
-    except UnicodeDecodeError as error:
-        raise ValueError(
-            f"the step delimiter {text!r} has a broken escape ({error.reason}); write it like \\n\\n, "
-            "or leave it empty to cut steps by length only."
-        ) from error
-
-
-def format_delimiter(delimiter: str | None) -> str:
-    """Inverse of parse_delimiter for display: control characters as escapes."""
-    if delimiter is None:
-        return ""
-    return delimiter.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
 
 
 class SliderSpin(QWidget):

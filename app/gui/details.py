@@ -1,7 +1,7 @@
 """The selected node in full: text, score per step along its path, tokens, KV place and PCIe bytes.
 
-`NodeDetails` reads the shared `SearchTree` and listens to it, so whatever view applies the
-events, the shown node refreshes when its score, state or memory changes. Every piece of
+`NodeDetails` reads the window's `SessionModel` and hears its changes, so the shown node
+refreshes when its score, state or memory changes. Every piece of
 model text goes into plain-text widgets: a step that says '<b>' shows '<b>'.
 """
 
@@ -21,8 +21,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+import app.formatting as fmt
 from app.gui import palette as pal
-from app.gui.tree_data import ROOT_ID, SearchTree
+from app.gui.panel import SessionView
+from app.session import ROOT_ID, Change, SearchTree, SessionModel
 from engine.errors import format_bytes
 
 FIELDS = ("state", "score", "aggregate", "tokens", "group", "kv_device", "kv_host", "h2d", "d2h")
@@ -35,12 +37,11 @@ PATH_COLUMNS = ("Step", "Id", "Score", "Path score", "First line")
 PLACEHOLDER = "Click a node in the tree to see its text, scores, memory and path."
 
 
-class NodeDetails(QWidget):
-    """Details of one node of `tree`; `show_node(id)` picks it, `reset()` clears the panel."""
+class NodeDetails(SessionView, QWidget):
+    """Details of one node of the session's tree; `show_node(id)` picks it, `clear()` empties the panel."""
 
-    def __init__(self, tree: SearchTree, parent: QWidget | None = None) -> None:
+    def __init__(self, session: SessionModel | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.tree = tree
         self.node_id: int | None = None
         self.heading = QLabel(PLACEHOLDER)
         self.heading.setTextFormat(Qt.TextFormat.PlainText)
@@ -62,15 +63,26 @@ class NodeDetails(QWidget):
         layout.addWidget(self.heading)
         layout.addLayout(form)
         layout.addWidget(split, 1)
-        tree.add_listener(self._on_tree_changed)
-        self.reset()
+        self.clear()
+        self.attach(session)
+
+    @property
+    def tree(self) -> SearchTree:
+        return self.session.tree
 
     # -- contract ------------------------------------------------------------------------
 
-    def apply(self, event: object) -> None:
-        """Nothing to do: the panel follows the tree it was given (the tree view applies events)."""
+    def refresh(self, change: Change) -> None:
+        """Show the node again when it, or a node on its path, changed; a node gone with its run clears the panel."""
+        if self.node_id is None:
+            return
+        if self.node_id not in self.tree:
+            self.clear()
+        elif change.restarted or change.replay or self.node_id in change.nodes or (
+                change.nodes & set(self.tree.path_to(self.node_id))):
+            self.show_node(self.node_id)
 
-    def reset(self) -> None:
+    def clear(self) -> None:
         """Show the placeholder; no node selected."""
         self.node_id = None
         self.heading.setText(PLACEHOLDER)
@@ -82,7 +94,7 @@ class NodeDetails(QWidget):
     def show_node(self, node_id: int) -> None:
         """Show `node_id`; an id not in the tree (a previous run's) clears the panel."""
         if node_id not in self.tree:
-            self.reset()
+            self.clear()
             return
         self.node_id = node_id
         node = self.tree.node(node_id)
@@ -93,8 +105,8 @@ class NodeDetails(QWidget):
             self.heading.setText(f"Candidate #{node.id} · step {node.step} · {node.state}{eos}")
         values = {
             "state": node.state,
-            "score": _score(node.score),
-            "aggregate": _score(node.aggregate),
+            "score": fmt.score(node.score, "–"),
+            "aggregate": fmt.score(node.aggregate, "–"),
             "tokens": str(node.tokens),
             "group": "–" if node.group is None else f"{node.group}" + (" (prefetched)" if node.prefetched else ""),
             "kv_device": _kv(node.device_bytes, node.device_share),
@@ -121,18 +133,10 @@ class NodeDetails(QWidget):
 
     # -- internals -----------------------------------------------------------------------
 
-    def _on_tree_changed(self, changed: set[int]) -> None:
-        if self.node_id is None:
-            return
-        if self.node_id not in self.tree:
-            self.reset()
-        elif not changed or self.node_id in changed or changed & set(self.tree.path_to(self.node_id)):
-            self.show_node(self.node_id)
-
     def _fill_path(self, node_id: int) -> None:
         rows = [["0", "prompt", "", "", self.tree.node(ROOT_ID).first_line]]
         rows += [
-            [str(p.step), f"#{p.id}", _score(p.score), _score(p.aggregate), p.first_line]
+            [str(p.step), f"#{p.id}", fmt.score(p.score, "–"), fmt.score(p.aggregate, "–"), p.first_line]
             for p in self.tree.path_steps(node_id)
         ]
         self.path.setRowCount(len(rows))
@@ -161,10 +165,6 @@ class NodeDetails(QWidget):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
         header.setStretchLastSection(True)
         return table
-
-
-def _score(value: float | None) -> str:
-    return "–" if value is None else f"{value:.3f}"
 
 
 def _kv(nbytes: int, share: float | None) -> str:

@@ -12,11 +12,12 @@ from typing import Any
 from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app.cli import add_search_options, configs_from_args
 from app.gui import settings as saved
 from app.gui.bridge import SearchBridge
 from app.gui.loop_monitor import LoopGapMonitor
 from app.gui.main_window import MainWindow
+from app.options import add_search_options, configs_from_args
+from app.store import SessionStore, StoreDamaged, default_db_path
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import BeamwiseError
@@ -39,10 +40,6 @@ def explicit_configs(args: argparse.Namespace, base: Configs) -> Configs:
 
 def open_store(path: str | None, *, ask: bool) -> Any:
     """The GUI thread's SessionStore, or None (the window then runs without saving) after saying why."""
-    try:
-        from app.store import SessionStore, StoreDamaged, default_db_path
-    except ImportError:
-        return None
     db = Path(path) if path else default_db_path()
     try:
         return SessionStore(db)
@@ -100,11 +97,10 @@ class Screenshot:
     def save(self) -> None:
         self.app.processEvents()
         tree = self.window.panels.tree
-        best = getattr(getattr(tree, "data", None), "best_id", None)
-        if best is not None and hasattr(tree, "select_node"):
+        best = self.window.session.tree.best_id
+        if best is not None:
             tree.select_node(best)  # the details panel then shows the answer's last step
-        if hasattr(tree, "fit_to_view"):
-            tree.fit_to_view()  # the whole tree in the picture
+        tree.fit_to_view()  # the whole tree in the picture
         self.app.processEvents()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not self.window.grab().save(str(self.path), "PNG"):
@@ -160,8 +156,6 @@ def _build_window(args: argparse.Namespace, settings: QSettings, *, interactive:
     store = open_store(db, ask=interactive)
     factory = None
     if store is not None:
-        from app.store import SessionStore
-
         path = store.path
         factory = lambda: SessionStore(path)  # noqa: E731 - the worker thread opens its own connection
     bridge = SearchBridge(store_factory=factory)

@@ -1,12 +1,13 @@
-"""The main window: question, Run/Stop, settings and panels in docks, status bar; events fan out to the panels.
+"""The main window: question, Run/Stop, settings and panels in docks, status bar; it owns the session model.
 
 Only this GUI thread touches widgets: the engine's events arrive through `SearchBridge`'s queued
-signals and go to every panel's `apply(event)`. A stored session replays through the same path.
+signals and are folded once into the window's `SessionModel`; every panel reads that model and
+redraws what each change names. A stored session replays through the same model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,9 +31,12 @@ from app.gui.charts import ChartsPanel
 from app.gui.controls import SYNTHETIC_CHOICES, SearchControls
 from app.gui.details import NodeDetails
 from app.gui.event_pump import EventPump
+from app.gui.panel import Panel
+from app.gui.sessions_panel import SessionsPanel
 from app.gui.status_line import StatusLine
 from app.gui.transcript import TranscriptPanel
 from app.gui.tree_view import ReasoningTreeView
+from app.session import SessionModel
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import BeamwiseError
@@ -49,20 +53,19 @@ RUN_OVER = object()  # queued after a run's events: the search request is over
 
 @dataclass
 class Panels:
-    """The views the window fans events out to; each has apply(event) and reset()."""
+    """The views of the window's session model."""
 
-    tree: Any
-    charts: Any
-    details: Any
-    transcript: Any
+    tree: ReasoningTreeView
+    charts: ChartsPanel
+    details: NodeDetails
+    transcript: TranscriptPanel
 
-    def all(self) -> tuple[Any, ...]:
+    @classmethod
+    def of(cls, session: SessionModel) -> Panels:
+        return cls(ReasoningTreeView(session), ChartsPanel(session), NodeDetails(session), TranscriptPanel(session))
+
+    def all(self) -> tuple[Panel, ...]:
         return (self.tree, self.charts, self.details, self.transcript)
-
-
-def default_panels() -> Panels:
-    tree = ReasoningTreeView()
-    return Panels(tree=tree, charts=ChartsPanel(), details=NodeDetails(tree.data), transcript=TranscriptPanel())
 
 
 def source_for_model_name(name: str, fallback: str) -> str:
@@ -80,12 +83,12 @@ class MainWindow(QMainWindow):
     error_reported = Signal(str, str)  # title, text (also shown as a dialog when dialogs are on)
 
     def __init__(self, bridge: SearchBridge, *, settings: QSettings | None = None, store: Any = None,
-                 panels: Panels | None = None, dialogs: bool = True,
-                 sessions_factory: Callable[[Any], QWidget] | None = None) -> None:
+                 dialogs: bool = True) -> None:
         super().__init__()
         self.bridge, self.store, self.dialogs = bridge, store, dialogs
         self.settings = settings if settings is not None else saved.default_settings()
-        self.panels = panels or default_panels()
+        self.session = SessionModel()
+        self.panels = Panels.of(self.session)
         self.running = False
         self.current_session: int | None = None
         self.last_terminal: Any = None
@@ -94,7 +97,7 @@ class MainWindow(QMainWindow):
         self._build_central()
         self.controls = SearchControls()
         self.status = StatusLine(self)
-        self.sessions = self._make_sessions(sessions_factory)
+        self.sessions = SessionsPanel(store) if store is not None else None
         self._build_docks()
         self._build_menus()
         self._connect()
@@ -130,17 +133,6 @@ class MainWindow(QMainWindow):
         layout.addLayout(top)
         layout.addWidget(self.panels.tree, 1)
         self.setCentralWidget(central)
-
-    def _make_sessions(self, factory: Callable[[Any], QWidget] | None) -> QWidget | None:
-        if self.store is None:
-            return None
-        if factory is None:
-            try:
-                from app.gui.sessions_panel import SessionsPanel
-            except ImportError:
-                return None
-            factory = SessionsPanel
-        return factory(self.store)
 
     def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
         dock = QDockWidget(title, self)
@@ -180,10 +172,9 @@ class MainWindow(QMainWindow):
         view_menu = self.menuBar().addMenu("&View")
         for dock in self.docks.values():
             view_menu.addAction(dock.toggleViewAction())
-        if hasattr(self.panels.tree, "fit_to_view"):
-            view_menu.addSeparator()
-            fit = view_menu.addAction("Fit tree to view", self.panels.tree.fit_to_view)
-            fit.setShortcut(QKeySequence("Ctrl+0"))
+        view_menu.addSeparator()
+        fit = view_menu.addAction("Fit tree to view", self.panels.tree.fit_to_view)
+        fit.setShortcut(QKeySequence("Ctrl+0"))
         help_menu = self.menuBar().addMenu("&Help")
         help_menu.addAction("&About Beamwise", lambda: QMessageBox.about(self, "About Beamwise", ABOUT))
 
@@ -202,8 +193,7 @@ class MainWindow(QMainWindow):
         b.recording_failed.connect(lambda text: self.statusBar().showMessage(text, 15000))
         b.session_recorded.connect(self._on_session_recorded)
         b.run_finished.connect(lambda: self._pump.push(RUN_OVER))  # behind the run's last event
-        if hasattr(self.panels.tree, "node_selected"):
-            self.panels.tree.node_selected.connect(self.panels.details.show_node)
+        self.panels.tree.node_selected.connect(self.panels.details.show_node)
         if self.sessions is not None:
             self.sessions.open_requested.connect(self.open_session)
             self.sessions.run_again_requested.connect(self.load_session_settings)
@@ -253,15 +243,13 @@ class MainWindow(QMainWindow):
 
     def _begin(self, search: SearchConfig) -> None:
         self.running, self.last_terminal, self.current_session = True, None, None
-        for panel in self.panels.all():
-            panel.reset()
+        self.session.reset()
         self.status.begin(search.max_steps)
         self._update_actions()
 
     def apply_event(self, event: Any) -> None:
-        """Fan one engine event out to every panel and the status bar (live and replayed alike)."""
-        for panel in self.panels.all():
-            panel.apply(event)
+        """Fold one engine event into the session model (the panels redraw from it) and the status bar."""
+        self.session.apply(event)
         self.status.apply(event, live=self.running)
         if event.type in ev.TERMINAL_TYPES:
             self.last_terminal = event
@@ -277,11 +265,10 @@ class MainWindow(QMainWindow):
     def _on_run_finished(self) -> None:
         self.running = False
         for panel in self.panels.all():  # panels that draw a little later show the final state now
-            if hasattr(panel, "flush"):
-                panel.flush()
+            panel.flush()
         self.status.progress.hide()
         self._update_actions()
-        if self.sessions is not None and hasattr(self.sessions, "refresh"):
+        if self.sessions is not None:
             self.sessions.refresh()
         self.run_ended.emit(self.last_terminal)
 
@@ -292,8 +279,7 @@ class MainWindow(QMainWindow):
 
     def _on_failed(self, message: str) -> None:
         failure = ev.RunFailed(error="InternalError", message=message)
-        for panel in self.panels.all():
-            panel.apply(failure)
+        self.session.apply(failure)
         self.last_terminal = failure
         self.report_error("The search stopped with an error",
                           f"{message}\n\nThe window keeps working: change the settings or try again. "
@@ -323,13 +309,8 @@ class MainWindow(QMainWindow):
     def replay(self, events: Iterable[Any]) -> None:
         """Show a recorded run exactly as it ended, through the same apply() path as a live one."""
         events = list(events)
-        for panel in self.panels.all():
-            panel.reset()
-            if hasattr(panel, "apply_many"):  # the same folding, drawn once instead of per event
-                panel.apply_many(events)
-            else:
-                for event in events:
-                    panel.apply(event)
+        self.session.reset()
+        self.session.apply_many(events)  # the same folding, drawn once instead of per event
         for event in events:
             self.status.apply(event, live=False)
             if event.type in ev.TERMINAL_TYPES:
@@ -376,12 +357,12 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(f"Settings of session {session_id} loaded; press Run to run it again.", 10000)
 
     def export_current(self) -> None:
-        if self.store is None or self.sessions is None or not hasattr(self.sessions, "export_with_dialog"):
+        if self.store is None or self.sessions is None:
             self.report_error("Nothing to export", "Sessions are not being saved in this window "
                               "(the session database could not be opened).")
             return
         session_id = self.current_session
-        if session_id is None and hasattr(self.sessions, "selected_id"):
+        if session_id is None:
             session_id = self.sessions.selected_id()
         if session_id is None:
             self.report_error("Nothing to export", "Run a search or open a session first.")

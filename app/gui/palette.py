@@ -65,14 +65,6 @@ def ui_font(point_size: float = 9.0, bold: bool = False) -> QFont:
     return font
 
 
-def mono_font(point_size: float = 9.0) -> QFont:
-    """A fixed-pitch font for byte counts and ids."""
-    font = QFont("monospace")
-    font.setStyleHint(QFont.StyleHint.Monospace)
-    font.setPointSizeF(point_size)
-    return font
-
-
 class TreeLegend(QLabel):
     """Explains state colours and the GPU/CPU fill; says 'emulated GPU' when the run is emulated."""
 

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+import app.formatting as fmt
 from app.export import FORMATS, export_session
 from app.store import SessionStore
 from engine.errors import BeamwiseError
@@ -108,8 +109,7 @@ def _display(row: dict, key: str) -> str:
     if key == "created":
         return (value or "")[:16].replace("T", " ")
     if key == "answer":
-        flat = " ".join((value or "").split())
-        return flat if len(flat) <= 80 else flat[:79] + "…"
+        return fmt.brief(value, 80)
     return "" if value is None else str(value)
 
 

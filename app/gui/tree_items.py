@@ -16,8 +16,9 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QBrush, QFontMetrics, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
 
+import app.formatting as fmt
 from app.gui import palette as pal
-from app.gui.tree_data import ROOT_ID, Node, first_line
+from app.session import ROOT_ID, Node, first_line
 from engine.errors import format_bytes
 
 NODE_W, NODE_H = 196.0, 74.0
@@ -125,7 +126,7 @@ class NodeItem(QGraphicsItem):
         if self.node_id == ROOT_ID:
             return Labels("Prompt", line, "", "")
         meta = f"{'' if group is None else f'g{group}'}  #{self.node_id}".strip()
-        return Labels("…" if score is None else f"{score:.3f}", line, meta,
+        return Labels(fmt.score(score, "…"), line, meta,
                       f"H2D {format_bytes(h2d)}  D2H {format_bytes(d2h)}")
 
     def style(self) -> pal.StateStyle:

@@ -1,4 +1,4 @@
-"""The live reasoning tree: a QGraphicsView adapting `SearchTree`, one cached item per candidate.
+"""The live reasoning tree: a QGraphicsView adapting the session's `SearchTree`, one cached item per candidate.
 
 Only the items of the node ids an event changed are created or updated, so one update costs
 O(changed), not O(tree). Items paint themselves (score, first line, GPU/CPU fill bar, group,
@@ -8,7 +8,6 @@ PCIe bytes) and are cached in device coordinates; when zoomed far out they draw 
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QKeySequence, QPainter
@@ -22,9 +21,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+import app.formatting as fmt
 from app.gui import palette as pal
-from app.gui.tree_data import ROOT_ID, Node, SearchTree
+from app.gui.panel import SessionView
 from app.gui.tree_items import COL_W, NODE_H, NODE_W, ROW_H, EdgeColumn, Ink, NodeItem
+from app.session import ROOT_ID, Change, Node, SearchTree, SessionModel
+from app.session.model import RESET
 from engine import events as ev
 from engine.errors import format_bytes
 
@@ -40,7 +42,7 @@ def _tooltip(node: Node) -> str:
     """Rich-text tooltip; every piece of model text is escaped so '<b>' shows literally."""
     if node.id == ROOT_ID:
         return f"<b>Prompt</b><br>{html.escape(node.text[:400])}"
-    score = "not scored yet" if node.score is None else f"{node.score:.3f}"
+    score = fmt.score(node.score, "not scored yet")
     share = "no KV reported" if node.device_share is None else f"{node.device_share:.0%} of KV on the GPU"
     return (
         f"<b>#{node.id}</b> · step {node.step} · {node.state} · score {score}<br>"
@@ -49,8 +51,8 @@ def _tooltip(node: Node) -> str:
     )
 
 
-class ReasoningTreeView(QGraphicsView):
-    """The live tree. `apply(event)` updates `.data` and only the items it changed.
+class ReasoningTreeView(SessionView, QGraphicsView):
+    """The live tree of the session's `SearchTree` (`.data`); each change redraws only the items it names.
 
     Follows the newest step until the user scrolls or drags; Fit / Follow resume it.
     Zoom: Ctrl+wheel, Ctrl+= / Ctrl+- / Ctrl+0 (fit). Click a node: `node_selected(id)`.
@@ -59,9 +61,8 @@ class ReasoningTreeView(QGraphicsView):
     node_selected = Signal(int)
     follow_changed = Signal(bool)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, session: SessionModel | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.data = SearchTree()
         self._ink = Ink()
         self._items: dict[int, NodeItem] = {}
         self._edges: dict[int, EdgeColumn] = {}  # step -> the edges into that column
@@ -84,48 +85,59 @@ class ReasoningTreeView(QGraphicsView):
         for bar in (self.horizontalScrollBar(), self.verticalScrollBar()):
             bar.actionTriggered.connect(lambda _action: self.set_follow(False))
         self._build_overlay()
-        self.reset()
+        self._last_column = 0
+        self.attach(session)
+        self._restart()
+
+    @property
+    def data(self) -> SearchTree:
+        return self.session.tree
 
     # -- contract ------------------------------------------------------------------------
 
-    def apply(self, event: object) -> None:
-        """Fold one engine event into the tree and redraw what changed; other types are ignored."""
-        if isinstance(event, ev.RunStarted):
+    def refresh(self, change: Change) -> None:
+        """Draw the nodes the change names; follow the newest step as it grows."""
+        if change.event_type == RESET:
+            self._restart()
+            return
+        if change.replay:
+            self._draw_replay()
+            return
+        if change.event_type == ev.RunStarted.type:
             self._clear_items()
-        last_column = max(self.data.columns)
-        for node_id in self.data.apply(event):
+        for node_id in sorted(change.nodes):  # parents (smaller ids) before children
             self._sync(node_id)
         self._fit_scene()
-        new_column = max(self.data.columns) > last_column
-        if isinstance(event, ev.RunStarted):
+        self._show_emulated()
+        new_column, self._last_column = max(self.data.columns) > self._last_column, max(self.data.columns)
+        if change.event_type == ev.RunStarted.type:
             self.set_follow(True)
-        if isinstance(event, ev.RunStarted | ev.MemorySnapshot) and event.emulated != self.legend.emulated:
-            self.legend.set_emulated(event.emulated)
-        if self.follow and (new_column or isinstance(event, ev.StepSelected | ev.RunFinished)):
+        if self.follow and (new_column or change.event_type in (ev.StepSelected.type, ev.RunFinished.type)):
             self._follow_newest()
 
-    def apply_many(self, events: Sequence[object]) -> None:
-        """A recorded run in one go: the data folds every event, then each changed node is drawn once."""
-        events = list(events)
-        if any(isinstance(e, ev.RunStarted) for e in events):
-            self._clear_items()
-        for node_id in sorted(self.data.apply_many(events)):  # parents (smaller ids) before children
+    def _draw_replay(self) -> None:
+        """A recorded run folded at once: every node drawn once, then the newest step in view."""
+        self._clear_items()
+        for node_id in sorted(self.data.nodes):
             self._sync(node_id)
         self._fit_scene()
-        flags = [e.emulated for e in events if isinstance(e, ev.RunStarted | ev.MemorySnapshot)]
-        if flags and flags[-1] != self.legend.emulated:
-            self.legend.set_emulated(flags[-1])
+        self._show_emulated()
+        self._last_column = max(self.data.columns)
         self.set_follow(True)
         self._follow_newest()
 
-    def reset(self) -> None:
+    def _restart(self) -> None:
         """Empty tree (just the prompt), follow on, selection cleared."""
         self._clear_items()
-        self.data.reset()
         self._sync(ROOT_ID)
+        self._last_column = 0
         self._fit_scene()
-        self.legend.set_emulated(False)
+        self._show_emulated()
         self.set_follow(True)
+
+    def _show_emulated(self) -> None:
+        if self.data.emulated != self.legend.emulated:
+            self.legend.set_emulated(self.data.emulated)
 
     def fit_to_view(self) -> None:
         """Show the whole tree (never magnified past 100 %) and resume following."""

@@ -1,6 +1,6 @@
 """Benchmark: open a recorded 10,000-candidate session in the window (read, replay, paint).
 
-Run offscreen from a checkout: `QT_QPA_PLATFORM=offscreen python -m app.gui.bench_open`.
+Run offscreen from a checkout: `QT_QPA_PLATFORM=offscreen python -m benchmarks.bench_open`.
 """
 
 from __future__ import annotations
@@ -16,20 +16,20 @@ from pathlib import Path
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
-from app.bench_store import BIG, _fake, timed_recording
 from app.gui.bridge import SearchBridge
 from app.gui.main_window import MainWindow
 from app.store import SessionStore
+from benchmarks.bench_store import BIG, fake_events, timed_recording
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.gui.bench_open", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_open", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     app = QApplication.instance() or QApplication(sys.argv[:1])
     with tempfile.TemporaryDirectory(prefix="beamwise-open-") as tmp:
         store = SessionStore(Path(tmp) / "big.db")
-        _, _, session_id = timed_recording(_fake(BIG), store)
+        _, _, session_id = timed_recording(fake_events(BIG), store)
         settings = QSettings(str(Path(tmp) / "beamwise.ini"), QSettings.Format.IniFormat)
         window = MainWindow(SearchBridge(), settings=settings, store=store, dialogs=False)
         window.resize(1400, 900)

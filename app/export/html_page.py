@@ -10,7 +10,10 @@ import json
 from html import escape
 from typing import Any
 
-from app.export import _bytes, _memory_summary, _score, chosen_path
+import app.formatting as fmt
+from app.export.dump import chosen_path
+from app.export.markdown import memory_summary
+from app.session.tree import ROOT_ID, SearchTree
 
 ROW, COL, MARGIN = 16, 150, 24
 STATE_COLOURS = {"final": "#d4a017", "kept": "#3573b9", "pruned": "#9aa0a6", "running": "#e07b39"}
@@ -74,7 +77,7 @@ def embed_json(data: Any) -> str:
 
 def _meta_table(s: dict[str, Any]) -> str:
     rows = [("Model", s["model"]), ("Verifier", s["verifier"]), ("Device", s["device"]), ("Policy", s["policy"]),
-            ("KV budget", _bytes(s["kv_budget_bytes"])), ("Status", s["status"] + (f": {s['error']}" if s.get("error")
+            ("KV budget", fmt.size(s["kv_budget_bytes"])), ("Status", s["status"] + (f": {s['error']}" if s.get("error")
                                                                                     else "")),
             ("Started", s["created"]), ("Steps", s["steps"]), ("Candidates", s["candidates"]),
             ("Seconds", f"{s['seconds'] or 0:.2f}"), ("Search", json.dumps(s["search"])),
@@ -89,38 +92,21 @@ def _legend() -> str:
     return f'<p class="legend small">{items}</p>'
 
 
-def layout(candidates: list[dict]) -> dict[int, tuple[float, float]]:
-    """Node positions: x by step, y so that every subtree occupies its own band of rows."""
-    children: dict[int | None, list[int]] = {}
-    for c in sorted(candidates, key=lambda c: (c["step"], c["id"])):
-        children.setdefault(c["parent"], []).append(c["id"])
-    step = {c["id"]: c["step"] for c in candidates}
-    ys: dict[int, float] = {}
-    next_row = 0.0
-    stack: list[tuple[int, bool]] = [(cid, False) for cid in reversed(children.get(None, []))]
-    while stack:  # iterative post-order: leaves take the next row, parents the middle of their children
-        cid, done = stack.pop()
-        kids = children.get(cid, [])
-        if done or not kids:
-            if kids:
-                ys[cid] = (ys[kids[0]] + ys[kids[-1]]) / 2
-            else:
-                ys[cid], next_row = next_row, next_row + 1
-            continue
-        stack.append((cid, True))
-        stack.extend((k, False) for k in reversed(kids))
-    return {cid: (MARGIN + step[cid] * COL, MARGIN + y * ROW) for cid, y in ys.items()}  # column 0: the prompt
+def layout(candidates: list[dict], search: dict[str, Any] | None = None) -> dict[int, tuple[float, float]]:
+    """Node positions in pixels, the prompt under ROOT_ID: the window's tree layout, from the margin down."""
+    tree = SearchTree.of_rows(candidates, search)
+    top = min(node.y for node in tree.nodes.values())
+    return {cid: (MARGIN + node.step * COL, MARGIN + (node.y - top) * ROW) for cid, node in tree.nodes.items()}
 
 
 def _tree_svg(dump: dict[str, Any], on_path: set[int]) -> str:
     candidates = dump["candidates"]
-    pos = layout(candidates)
-    if not pos:
+    if not candidates:
         return "<p>No candidates were recorded.</p>"
+    pos = layout(candidates, dump["session"].get("search"))
     width = max(x for x, _ in pos.values()) + 2 * MARGIN + 60
     height = max(y for _, y in pos.values()) + 2 * MARGIN
-    firsts = [pos[c["id"]][1] for c in candidates if c["parent"] is None and c["id"] in pos]
-    root = (MARGIN, (min(firsts) + max(firsts)) / 2 if firsts else MARGIN)
+    root = pos.pop(ROOT_ID)
     prompt = f'<circle cx="{root[0]}" cy="{root[1]}" r="6" fill="#3d4a5c"><title>the prompt</title></circle>'
     lines, nodes = [], [prompt]
     for c in candidates:
@@ -133,11 +119,11 @@ def _tree_svg(dump: dict[str, Any], on_path: set[int]) -> str:
             stroke = 'stroke="#d4a017" stroke-width="2.5"' if on else 'stroke="#c8ccd0" stroke-width="1"'
             lines.append(f'<line x1="{px}" y1="{py}" x2="{x}" y2="{y}" {stroke}/>')
         colour = STATE_COLOURS.get(c["state"], "#555")
-        tip = escape(f"#{c['id']} step {c['step']} {c['state']} score {_score(c['score'])}: {c['text'][:200]}")
+        tip = escape(f"#{c['id']} step {c['step']} {c['state']} score {fmt.score(c['score'])}: {c['text'][:200]}")
         nodes.append(f'<circle cx="{x}" cy="{y}" r="5" fill="{colour}" data-id="{int(c["id"])}">'
                      f"<title>{tip}</title></circle>")
         if len(candidates) <= 300:
-            nodes.append(f'<text x="{x + 8}" y="{y + 4}" font-size="10" fill="#444">{_score(c["score"])}</text>')
+            nodes.append(f'<text x="{x + 8}" y="{y + 4}" font-size="10" fill="#444">{fmt.score(c["score"])}</text>')
     return (f'<div class="tree"><svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}">'
             + "".join(lines) + "".join(nodes) + "</svg></div>")
 
@@ -151,12 +137,12 @@ def _transcript(dump: dict[str, Any], path: list[dict]) -> str:
     out = []
     for node in path:
         out.append(f"<h3>Step {node['step']} <span class='small'>candidate {node['id']}, score "
-                   f"{_score(node['score'])}, path {_score(node['aggregate'])}</span></h3>")
+                   f"{fmt.score(node['score'])}, path {fmt.score(node['aggregate'])}</span></h3>")
         out.append(f"<pre>{escape(node['text'])}</pre>")
         others = sorted((c for c in by_step.get(node["step"], []) if c["id"] != node["id"]),
                         key=lambda c: -(c["score"] if c["score"] is not None else -1))
         if others:
-            rows = "".join(f"<tr><td>{c['id']}</td><td>{escape(c['state'])}</td><td>{_score(c['score'])}</td>"
+            rows = "".join(f"<tr><td>{c['id']}</td><td>{escape(c['state'])}</td><td>{fmt.score(c['score'])}</td>"
                            f"<td>{escape(' '.join(c['text'].split())[:120])}</td></tr>" for c in others[:8])
             more = f"<p class='small'>… and {len(others) - 8} more</p>" if len(others) > 8 else ""
             out.append(f"<details><summary>{len(others)} alternatives</summary><table><tr><th>id</th><th>state"
@@ -165,13 +151,13 @@ def _transcript(dump: dict[str, Any], path: list[dict]) -> str:
 
 
 def _memory_table(dump: dict[str, Any]) -> str:
-    summary = _memory_summary(dump)
+    summary = memory_summary(dump)
     head = f"<p>{escape(summary[0])}</p>"
     if not dump["timeline"]:
         return head
     rows = "".join(
-        f"<tr><td>{t['step']}</td><td>{t['groups']}</td><td>{_bytes(t['step_h2d_bytes'])}</td>"
-        f"<td>{_bytes(t['step_d2h_bytes'])}</td><td>{_bytes(t['device_bytes'])}</td><td>{_bytes(t['host_bytes'])}"
+        f"<tr><td>{t['step']}</td><td>{t['groups']}</td><td>{fmt.size(t['step_h2d_bytes'])}</td>"
+        f"<td>{fmt.size(t['step_d2h_bytes'])}</td><td>{fmt.size(t['device_bytes'])}</td><td>{fmt.size(t['host_bytes'])}"
         f"</td><td>{(t['stall_share'] or 0) * 100:.0f}%</td></tr>" for t in dump["timeline"])
     return (head + "<table><tr><th>step</th><th>groups</th><th>H2D</th><th>D2H</th><th>KV on device</th>"
             f"<th>KV on host</th><th>stall</th></tr>{rows}</table>")

@@ -1,6 +1,6 @@
 """A model-free stand-in for `engine.search.run`: the same event order, deterministic content.
 
-Used by GUI and storage tests that need a realistic stream fast. The real engine yields the
+Used by the benchmarks and by GUI and storage tests that need a realistic stream fast. The real engine yields the
 same sequence per step: step_started, group_scheduled*, candidate_text*, candidate_scored*,
 memory_snapshot, transfer_stats, step_selected; then one terminal event.
 """

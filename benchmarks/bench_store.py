@@ -1,7 +1,7 @@
 """Storage figures for BENCHMARKS.md: recording overhead per run and the time to load a large session.
 
-    python -m app.bench_store                              # fake event streams only (no torch)
-    python -m app.bench_store --model synthetic:tiny-llama # also the share of a real synthetic run
+    python -m benchmarks.bench_store                              # fake event streams only (no torch)
+    python -m benchmarks.bench_store --model synthetic:tiny-llama # also the share of a real synthetic run
 
 Times are wall-clock on this machine; the recording share is measured inside one run (time spent
 in `SessionRecorder.write` over the run's total), so it does not depend on run-to-run noise.
@@ -21,15 +21,15 @@ from typing import Any
 
 from app.recorder import SessionRecorder
 from app.store import SessionStore
+from benchmarks.fake_search import fake_run
 from engine.config import CacheConfig, SearchConfig
 
 RUN = SearchConfig(beams=16, width=4, max_steps=20, step_tokens=16, step_delimiter=None, seed=1)  # 64 candidates
 BIG = SearchConfig(beams=50, width=4, max_steps=50, seed=2)  # 200 per step x 50 steps = 10,000 candidates
 
 
-def _fake(search: SearchConfig) -> list[Any]:
-    from tests.fake_search import fake_run
-
+def fake_events(search: SearchConfig) -> list[Any]:
+    """The fake engine's whole stream for `search` (no model)."""
     return list(fake_run("How many candidates can one session hold?", search))
 
 
@@ -48,7 +48,7 @@ def timed_recording(stream: Iterable[Any], store: SessionStore) -> tuple[float, 
 
 def recording_cost(folder: Path, repeats: int = 5) -> dict[str, float]:
     """Recording a 64-candidate, 20-step fake run into a WAL file: per run and per step."""
-    events = _fake(RUN)
+    events = fake_events(RUN)
     store = SessionStore(folder / "record.db")
     costs = [timed_recording(events, store)[1] for _ in range(repeats)]
     store.close()
@@ -89,7 +89,7 @@ def load_cost(folder: Path, repeats: int = 3) -> dict[str, float]:
     """Open the db and read back a 10,000-candidate session: events, candidates, timeline."""
     path = folder / "big.db"
     with SessionStore(path) as store:
-        _, _, sid = timed_recording(_fake(BIG), store)
+        _, _, sid = timed_recording(fake_events(BIG), store)
     result: dict[str, float] = {}
 
     def everything() -> None:
@@ -108,7 +108,7 @@ def load_cost(folder: Path, repeats: int = 3) -> dict[str, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.bench_store", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_store", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help="also time a real run on this model, e.g. synthetic:tiny-llama")
     parser.add_argument("--json", default=None, help="write the figures to this JSON file too")
     args = parser.parse_args(argv)

@@ -2,10 +2,10 @@
 
 `SearchTree.apply(event)` folds one engine event into the tree and returns the ids of the
 nodes whose drawing changed (new, re-scored, re-stated or moved), so a view can update
-just those. The tree also keeps a tidy layout: column = step, and a row position `y` (in
-row units) that places each parent's children as a block centred on the parent, blocks in
-the order of their parents so edges never cross. A column only moves while its own step is
-generated, so earlier columns stay put as the tree grows.
+just those; `SessionModel` (app/session/model.py) owns one. The tree also keeps a tidy layout:
+column = step, and a row position `y` (in row units) that places each parent's children as a
+block centred on the parent, blocks in the order of their parents so edges never cross. A
+column only moves while its own step is generated, so earlier columns stay put as the tree grows.
 """
 
 from __future__ import annotations
@@ -16,8 +16,17 @@ from dataclasses import dataclass, field
 from engine import events as ev
 
 ROOT_ID = -1  # the prompt; engine candidate ids are ints >= 0, so -1 never collides
-STATES = ("running", "kept", "pruned", "finished", "final")
 SIBLING_GAP = 0.35  # extra rows between the child blocks of different parents
+
+
+def path_to_root(node_id: int | None, parent_of: Callable[[int], int | None]) -> list[int]:
+    """Ids from the top of the tree down to `node_id`; `parent_of(id)` is None where the walk stops
+    (the prompt, or a parent nobody recorded). The one path walk the window and the exports share."""
+    path: list[int] = []
+    while node_id is not None:
+        path.append(node_id)
+        node_id = parent_of(node_id)
+    return path[::-1]
 
 
 def first_line(text: str) -> str:
@@ -81,7 +90,6 @@ class SearchTree:
     """All candidates of one run, keyed by id, with the run-level facts the views show."""
 
     def __init__(self) -> None:
-        self._listeners: list[Callable[[set[int]], None]] = []
         self._bulk = False  # apply_many: place nodes without layout, lay each column out once at the end
         self.clear()
 
@@ -104,7 +112,15 @@ class SearchTree:
         self.chosen_path: tuple[int, ...] = ()
         self.answer: str | None = None
         self.outcome: str | None = None  # "finished", "cancelled" or "failed" once terminal
-        self.revision = 0
+
+    @classmethod
+    def of_rows(cls, rows: Iterable[dict], search: dict[str, object] | None = None) -> SearchTree:
+        """The layout of recorded candidate rows (id, parent, step), as the window lays a live run out."""
+        tree = cls()
+        tree.search = dict(search or {})
+        ordered = sorted(rows, key=lambda r: (r["step"], r["id"]))
+        tree.apply_many(ev.CandidateText(r["step"], r["id"], r["parent"], "", 0, False, 0) for r in ordered)
+        return tree
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -127,12 +143,10 @@ class SearchTree:
 
     def path_to(self, node_id: int) -> list[int]:
         """Ids from the first step's candidate down to `node_id` (the root is not included)."""
-        path: list[int] = []
-        current: int | None = node_id
-        while current is not None and current != ROOT_ID:
-            path.append(current)
-            current = self.node(current).parent
-        return path[::-1]
+        if node_id == ROOT_ID:
+            self.node(node_id)
+            return []
+        return path_to_root(node_id, lambda i: None if self.node(i).parent == ROOT_ID else self.node(i).parent)
 
     def path_steps(self, node_id: int) -> list[PathStep]:
         """Score per step along the path from the root to `node_id`."""
@@ -145,40 +159,16 @@ class SearchTree:
     def terminal(self) -> bool:
         return self.outcome is not None
 
-    # -- listeners -------------------------------------------------------------------------
-
-    def add_listener(self, callback: Callable[[set[int]], None]) -> None:
-        """Call `callback(changed_ids)` after every applied event (an empty set on a reset)."""
-        self._listeners.append(callback)
-
-    def remove_listener(self, callback: Callable[[set[int]], None]) -> None:
-        if callback in self._listeners:
-            self._listeners.remove(callback)
-
-    def reset(self) -> None:
-        """Clear the tree and tell the listeners."""
-        self.clear()
-        self._notify(set())
-
-    def _notify(self, changed: set[int]) -> None:
-        for callback in list(self._listeners):
-            callback(changed)
-
     # -- events ----------------------------------------------------------------------------
 
     def apply(self, event: object) -> set[int]:
         """Fold one engine event in; return the ids of nodes to redraw. Unknown types are ignored."""
         handler = _HANDLERS.get(getattr(event, "type", ""))
-        if handler is None:
-            return set()
-        changed = handler(self, event)
-        self.revision += 1
-        self._notify(changed)
-        return changed
+        return set() if handler is None else handler(self, event)
 
     def apply_many(self, events: Iterable[object]) -> set[int]:
         """Fold a whole recorded run in (a replay): the same handlers, but each column is laid out
-        once at the end instead of after every arrival. Listeners hear once."""
+        once at the end instead of after every arrival."""
         changed: set[int] = set()
         self._bulk = True
         try:
@@ -186,12 +176,10 @@ class SearchTree:
                 handler = _HANDLERS.get(getattr(event, "type", ""))
                 if handler is not None:
                     changed |= handler(self, event)
-                    self.revision += 1
         finally:
             self._bulk = False
         for step in sorted(self._layout):  # parents' rows are final before their children's column
             changed |= self._layout_column(step)
-        self._notify(changed)
         return changed
 
     def _on_run_started(self, e: ev.RunStarted) -> set[int]:

@@ -1,6 +1,6 @@
 """Benchmark of the live tree: time to apply one step's events to a 2,000-node tree and repaint.
 
-Run offscreen: `QT_QPA_PLATFORM=offscreen python -m app.gui.bench_tree`. It feeds the fake
+Run offscreen: `QT_QPA_PLATFORM=offscreen python -m benchmarks.bench_tree`. It feeds the fake
 engine's stream (no model) into `ReasoningTreeView`, loads the first `--steps` steps
 (beams*width candidates each), then times `--updates` further steps: applying every event
 of the step, then painting the viewport (grabbed to an image so painting really happens).
@@ -37,7 +37,7 @@ def _timed(fn) -> float:
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m app.gui.bench_tree", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_tree", description=__doc__.splitlines()[0])
     parser.add_argument("--beams", type=int, default=20, help="kept beams N (default 20)")
     parser.add_argument("--width", type=int, default=5, help="children per beam M (default 5)")
     parser.add_argument("--steps", type=int, default=20, help="steps loaded before timing (default 20)")
@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     from app.gui.tree_view import ReasoningTreeView
-    from tests.fake_search import fake_run
+    from benchmarks.fake_search import fake_run
 
     app = QApplication.instance() or QApplication([])
     view = ReasoningTreeView()

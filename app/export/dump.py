@@ -1,0 +1,106 @@
+"""The lossless session dump (plain JSON data) and importing one back into a store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from app import event_log
+from app.session.tree import path_to_root
+from app.store import SCHEMA_VERSION, SessionStore
+from engine import events as ev
+from engine.errors import BeamwiseError
+
+FILE_FORMAT = "beamwise-session"
+FILE_VERSION = 1
+PRIVATE_SESSION_KEYS = ("id", "pid", "host")  # meaningless on another machine or in another db
+
+
+class SessionFileInvalid(BeamwiseError):
+    """A file given to import is not a Beamwise session export this version can read."""
+
+    hint = "Import a .json file written by `beamwise sessions export ID --format json`."
+
+
+def session_dump(store: SessionStore, session_id: int) -> dict[str, Any]:
+    """Everything recorded for one session as plain JSON data (ids local to the db left out)."""
+    session = {k: v for k, v in store.get_session(session_id).items() if k not in PRIVATE_SESSION_KEYS}
+    strip = ("session_id",)
+    return {
+        "format": FILE_FORMAT,
+        "version": FILE_VERSION,
+        "schema_version": SCHEMA_VERSION,
+        "session": session,
+        "candidates": [{k: v for k, v in row.items() if k not in strip} for row in store.candidates(session_id)],
+        "timeline": [{k: v for k, v in row.items() if k not in strip} for row in store.timeline(session_id)],
+        "events": store.event_dicts(session_id),
+    }
+
+
+def chosen_path(dump: dict[str, Any]) -> list[dict]:
+    """The answer's candidates, first step first: the recorded path, else the best beam of the last step."""
+    by_id = {c["id"]: c for c in dump["candidates"]}
+    ids = list(dump["session"].get("path") or [])
+    if not ids and dump["timeline"] and dump["timeline"][-1]["kept"]:
+        best = dump["timeline"][-1]["kept"][0]
+        parent_of = lambda i: p if (p := by_id[i]["parent"]) in by_id else None  # noqa: E731
+        ids = path_to_root(best if best in by_id else None, parent_of)
+    return [by_id[i] for i in ids if i in by_id]
+
+
+def import_session(store: SessionStore, path: Path | str) -> int:
+    """Add the session in a JSON export to the store, in one transaction; returns its new id."""
+    dump = _read_dump(Path(path))
+    session = dict(dump["session"])
+    if session.get("status") == "running":
+        session["status"] = "interrupted"  # nothing is recording it any more
+    session["emulated"] = None if session.get("emulated") is None else int(session["emulated"])
+    (session,) = _checked_rows(store, "sessions", [session], path)
+    candidates = _checked_rows(store, "candidates", dump["candidates"], path)
+    timeline = _checked_rows(store, "steps", dump["timeline"], path)
+    try:
+        events = [ev.to_dict(ev.from_dict(data)) for data in dump["events"]]
+    except (KeyError, TypeError, ValueError) as error:
+        raise SessionFileInvalid(f"{path} has an event this Beamwise cannot read ({error!r}).") from error
+    with store.transaction() as conn:
+        sid = store.insert_session(conn, session)
+        store.insert_rows(conn, "candidates", [{**c, "session_id": sid} for c in candidates])
+        store.insert_rows(conn, "steps", [{**t, "session_id": sid, **{k: json.dumps(t.get(k) or [])
+                                          for k in ("beams", "kept", "pruned")}} for t in timeline])
+        store.insert_rows(conn, "events", event_log.rows(sid, enumerate(events)))
+    return sid
+
+
+def _read_dump(path: Path) -> dict[str, Any]:
+    try:
+        dump = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise SessionFileInvalid(f"cannot read {path} ({error.strerror or error}).") from error
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise SessionFileInvalid(f"{path} is not a Beamwise session export (not valid JSON: {error}).") from error
+    if not isinstance(dump, dict) or dump.get("format") != FILE_FORMAT:
+        raise SessionFileInvalid(f"{path} is not a Beamwise session export (no \"format\": \"{FILE_FORMAT}\").")
+    if not isinstance(dump.get("version"), int) or dump["version"] > FILE_VERSION:
+        raise SessionFileInvalid(f"{path} was written by a newer Beamwise (export version {dump.get('version')}).",
+                                 hint="Update Beamwise to import it.")
+    for key, kind in (("session", dict), ("candidates", list), ("timeline", list), ("events", list)):
+        if not isinstance(dump.get(key), kind):
+            raise SessionFileInvalid(f"{path} is missing its {key!r} section.")
+    if not dump["session"].get("question") or not dump["session"].get("created"):
+        raise SessionFileInvalid(f"{path} has a session without a question or creation time.")
+    return dump
+
+
+def _checked_rows(store: SessionStore, table: str, rows: list[Any], path: Path | str) -> list[dict]:
+    """Rows with one shared set of known columns (keys become SQL column names); unknown fields are refused."""
+    known = set(store.db[table].columns_dict)
+    keys: set[str] = set()
+    for row in rows:
+        if not isinstance(row, dict):
+            raise SessionFileInvalid(f"{path} has a {table} entry that is not an object.")
+        keys |= set(row)
+    unknown = keys - known
+    if unknown:
+        raise SessionFileInvalid(f"{path} has unknown {table} fields: {', '.join(sorted(map(str, unknown)))}.")
+    return [{k: row.get(k) for k in sorted(keys)} for row in rows]

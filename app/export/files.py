@@ -1,0 +1,68 @@
+"""Writing exports: render a session in a format, and write files all or nothing.
+
+Files are written to a temporary file in the target folder and then moved into place, so a
+failed export never leaves a half-written file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from app.export.dump import session_dump
+from app.export.html_page import render_html
+from app.export.markdown import render_markdown
+from app.store import SessionStore
+from engine.errors import BeamwiseError
+
+FORMATS = ("md", "json", "html")
+
+
+class ExportError(BeamwiseError):
+    """The export file could not be written."""
+
+
+def render_session(store: SessionStore, session_id: int, fmt: str) -> str:
+    """The export text of one session in `fmt` (md, json or html)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"export format must be one of {', '.join(FORMATS)} (got {fmt!r}).")
+    dump = session_dump(store, session_id)
+    if fmt == "json":
+        return json.dumps(dump, indent=1, ensure_ascii=False) + "\n"
+    if fmt == "html":
+        return render_html(dump)
+    return render_markdown(dump)
+
+
+def export_session(store: SessionStore, session_id: int, fmt: str, path: Path | str) -> Path:
+    """Write one session to `path` in `fmt`; all or nothing. Returns the path written."""
+    return write_atomically(Path(path), render_session(store, session_id, fmt))
+
+
+def write_atomically(path: Path, text: str) -> Path:
+    """Write to a temporary file next to `path`, then replace: readers never see half a file."""
+    folder = path.parent
+    if path.is_dir():
+        raise ExportError(f"cannot export to {path}: it is a folder.", hint="Give a file name, e.g. session.md.")
+    if not folder.is_dir():
+        raise ExportError(f"cannot export to {path}: the folder {folder} does not exist.",
+                          hint="Create the folder first or choose another one.")
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=folder)
+    except OSError as error:
+        raise ExportError(f"cannot write to the folder {folder} ({error.strerror or error}).",
+                          hint="Choose a folder you can write to, such as your Documents folder.") from error
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+        if os.name != "nt":
+            tmp.chmod(0o644)
+        os.replace(tmp, path)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        raise ExportError(f"cannot write {path} ({error.strerror or error}); nothing was written.",
+                          hint="Check free disk space and that the file is not open in another program.") from error
+    return path

@@ -1,0 +1,59 @@
+"""The Markdown transcript of a session dump: settings, the chosen path with its alternatives, memory and PCIe."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import app.formatting as fmt
+from app.export.dump import chosen_path
+
+
+def render_markdown(dump: dict[str, Any]) -> str:
+    s = dump["session"]
+    lines = [f"# {fmt.md_line(s['title'])}", "", "## Question", "", *_quote(s["question"]), ""]
+    lines += ["## Run", "", f"- Model: {s['model']}", f"- Verifier: {s['verifier']}", f"- Device: {s['device']}",
+              f"- Policy: {s['policy']}, KV budget {fmt.size(s['kv_budget_bytes'])}",
+              f"- Status: {s['status']}" + (f" ({s['error']})" if s.get("error") else ""),
+              f"- Started: {s['created']}; {s['steps']} steps, {s['candidates']} candidates, "
+              f"{s['candidate_tokens']} candidate tokens, {s['seconds'] or 0:.2f} s",
+              f"- Search: {fmt.settings(s['search'])}", f"- Cache: {fmt.settings(s['cache'])}", ""]
+    lines += ["## Chosen path", ""]
+    path = chosen_path(dump)
+    by_step: dict[int, list[dict]] = {}
+    for c in dump["candidates"]:
+        by_step.setdefault(c["step"], []).append(c)
+    for node in path:
+        lines += [f"### Step {node['step']} (candidate {node['id']}, score {fmt.score(node['score'])}, "
+                  f"path {fmt.score(node['aggregate'])})", "", *_quote(node["text"]), ""]
+        others = sorted((c for c in by_step.get(node["step"], []) if c["id"] != node["id"]),
+                        key=lambda c: -(c["score"] if c["score"] is not None else -1))
+        if others:
+            lines.append("Alternatives:")
+            lines += [f"- {c['id']} ({c['state']}, {fmt.score(c['score'])}): {fmt.md_line(fmt.brief(c['text']))}"
+                      for c in others[:6]]
+            if len(others) > 6:
+                lines.append(f"- … and {len(others) - 6} more")
+            lines.append("")
+    if not path:
+        lines += ["No step finished.", ""]
+    lines += ["## Answer", "", *(_quote(s["answer"]) if s.get("answer") else ["(no answer: the run did not finish)"]),
+              "", "## Memory and PCIe", "", *memory_summary(dump)]
+    return "\n".join(lines) + "\n"
+
+
+def memory_summary(dump: dict[str, Any]) -> list[str]:
+    s, steps = dump["session"], dump["timeline"]
+    peak = max((t["peak_device_bytes"] or 0 for t in steps), default=0)
+    lines = [f"Host to device {fmt.size(s['h2d_bytes'])}, device to host {fmt.size(s['d2h_bytes'])}, "
+             f"peak KV on the device {fmt.size(peak)} of {fmt.size(s['kv_budget_bytes'])}"
+             + (" (emulated device)" if s.get("emulated") else "") + ".", ""]
+    if steps:
+        lines += ["| step | groups | H2D | D2H | KV on device | KV on host | stall |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {t['step']} | {t['groups']} | {fmt.size(t['step_h2d_bytes'])} | "
+                  f"{fmt.size(t['step_d2h_bytes'])} | {fmt.size(t['device_bytes'])} | {fmt.size(t['host_bytes'])} | "
+                  f"{(t['stall_share'] or 0) * 100:.0f}% |" for t in steps]
+    return lines
+
+
+def _quote(text: str) -> list[str]:
+    return [f"> {line}".rstrip() for line in text.strip("\n").split("\n")] if text.strip() else ["> (empty)"]

@@ -1,0 +1,59 @@
+"""The session database's schema as append-only migrations: `m001_initial`, `m002_...`; never edit a released one.
+
+`SessionStore` applies the ones a database has not seen, in order, inside one transaction when
+it opens the file, and records each by name in the `migrations` table.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from sqlite_utils import Database
+
+from app import event_log
+
+
+def m001_initial(db: Database) -> None:
+    db["sessions"].create({
+        "id": int, "title": str, "question": str, "created": str, "finished": str, "model": str,
+        "verifier": str, "device": str, "emulated": int, "policy": str, "kv_budget_bytes": int,
+        "search": str, "cache": str, "status": str, "answer": str, "score": float, "path": str,
+        "error": str, "prompt_tokens": int, "steps": int, "candidates": int, "candidate_tokens": int,
+        "seconds": float, "h2d_bytes": int, "d2h_bytes": int, "pid": int, "host": str,
+    }, pk="id", not_null={"question", "created", "status"},
+        defaults={"status": "running", "steps": 0, "candidates": 0, "candidate_tokens": 0,
+                  "seconds": 0.0, "h2d_bytes": 0, "d2h_bytes": 0})
+    db["candidates"].create({
+        "session_id": int, "id": int, "parent": int, "step": int, "text": str, "tokens": int,
+        "score": float, "aggregate": float, "state": str, "finished": int, "group": int,
+        "device_bytes": int, "host_bytes": int, "h2d_bytes": int, "d2h_bytes": int,
+    }, pk=("session_id", "id"), foreign_keys=[("session_id", "sessions", "id")])
+    db["steps"].create({
+        "session_id": int, "step": int, "beams": str, "kept": str, "pruned": str, "groups": int,
+        "budget_bytes": int, "device_bytes": int, "host_bytes": int, "peak_device_bytes": int,
+        "h2d_bytes": int, "d2h_bytes": int, "d2d_bytes": int, "step_h2d_bytes": int,
+        "step_d2h_bytes": int, "step_d2d_bytes": int, "copy_seconds": float,
+        "modelled_pcie_seconds": float, "compute_seconds": float, "stall_share": float, "seconds": float,
+    }, pk=("session_id", "step"), foreign_keys=[("session_id", "sessions", "id")])
+    db["events"].create({"session_id": int, "seq": int, "type": str, "data": str},
+                        pk=("session_id", "seq"), foreign_keys=[("session_id", "sessions", "id")])
+    db["sessions"].create_index(["created"])
+    db["sessions"].create_index(["status"])
+    db["candidates"].create_index(["session_id", "step"])
+
+
+def m002_scored_text_once(db: Database) -> None:
+    """Each step's text once: a stored candidate_scored keeps only what its candidate_text does not hold."""
+    conn = db.conn
+    for (session_id,) in conn.execute("SELECT id FROM sessions").fetchall():
+        rows = conn.execute("SELECT seq, data FROM events WHERE session_id = ? AND type IN (?, ?) ORDER BY seq",
+                            (session_id, event_log.TEXT, event_log.SCORED)).fetchall()
+        stored = [json.loads(data) for _, data in rows]
+        changed = [(json.dumps(new), session_id, seq)
+                   for (seq, _), old, new in zip(rows, stored, event_log.compact(stored), strict=True) if new != old]
+        conn.executemany("UPDATE events SET data = ? WHERE session_id = ? AND seq = ?", changed)
+
+
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (m001_initial, m002_scored_text_once)
+SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,107 @@
+"""Command-line options shared by `run`, `gui` and `bench`, and the text parsers the window shares with them."""
+
+from __future__ import annotations
+
+import argparse
+
+from engine.config import (
+    AGGREGATIONS,
+    DEVICES,
+    DTYPES,
+    POLICIES,
+    VERIFIERS,
+    CacheConfig,
+    ModelSpec,
+    SearchConfig,
+    parse_bytes,
+)
+
+DEFAULT_QUESTION = "A train travels 60 km in 45 minutes. What is its average speed in km/h?"
+
+
+class UsageError(ValueError):
+    """Bad command-line input: printed as one line, exit status 2."""
+
+
+def parse_delimiter(text: str) -> str | None:
+    """'\\n\\n' (as typed, with backslashes) -> two newlines; '' or 'none' -> None (cut steps by length).
+
+    Characters outside Latin-1 stay as typed ('→\\n' is an arrow and a newline), which a plain
+    `unicode_escape` decode would turn into mojibake.
+    """
+    if text.strip().lower() in ("", "none", "off"):
+        return None
+    try:
+        return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"the step delimiter {text!r} has a broken escape ({error.reason}); write it like \\n\\n, "
+            "or leave it empty to cut steps by length only."
+        ) from error
+
+
+def format_delimiter(delimiter: str | None) -> str:
+    """Inverse of parse_delimiter for display: control characters as escapes."""
+    if delimiter is None:
+        return ""
+    return delimiter.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+
+
+def _argument_type(parse):
+    """An argparse type from a parser that raises ValueError: its message is what the user reads."""
+
+    def convert(text: str):
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from error
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+size_type = _argument_type(parse_bytes)  # sizes such as 64MB or 7GB
+delimiter_type = _argument_type(parse_delimiter)
+
+
+def add_search_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared by run and gui: model, search and cache settings."""
+    d, c = SearchConfig(), CacheConfig()
+    g = parser.add_argument_group("model and search")
+    g.add_argument("--model", default="bundled", help="bundled, a transformers folder, a .gguf file or synthetic:NAME")
+    g.add_argument("--dtype", default=ModelSpec().dtype, choices=DTYPES)
+    g.add_argument("--verifier", default=d.verifier, choices=VERIFIERS)
+    g.add_argument("--beams", type=int, default=d.beams, help="kept beams N")
+    g.add_argument("--width", type=int, default=d.width, help="children per beam M")
+    g.add_argument("--step-tokens", type=int, default=d.step_tokens, help="most tokens in one step")
+    g.add_argument("--step-delimiter", type=delimiter_type, default=d.step_delimiter,
+                   help=r"text that ends a step, with escapes (default '\n\n'); 'none' for length only")
+    g.add_argument("--max-steps", type=int, default=d.max_steps)
+    g.add_argument("--temperature", type=float, default=d.temperature)
+    g.add_argument("--top-p", type=float, default=d.top_p)
+    g.add_argument("--seed", type=int, default=d.seed)
+    g.add_argument("--aggregation", default=d.aggregation, choices=AGGREGATIONS)
+    k = parser.add_argument_group("KV cache")
+    k.add_argument("--policy", default=c.policy, choices=POLICIES)
+    k.add_argument("--kv-budget", type=size_type, default=None, help="device KV budget, e.g. 64MB or 7GB")
+    k.add_argument("--block-size", type=int, default=c.block_size)
+    k.add_argument("--no-inter-beam", action="store_true", help="lbs: do not share prefix blocks in a group")
+    k.add_argument("--no-prefetch", action="store_true", help="lbs: no balanced groups, no prefetch")
+    k.add_argument("--pcie-gbps", type=float, default=c.pcie_gbps, help="bandwidth of the emulated PCIe link")
+    k.add_argument("--device", default=c.device, choices=DEVICES)
+
+
+def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig, CacheConfig]:
+    """Build the validated configs; a ValueError here is the user's to fix."""
+    model = ModelSpec(source=args.model, dtype=args.dtype)
+    search = SearchConfig(
+        beams=args.beams, width=args.width, step_tokens=args.step_tokens, step_delimiter=args.step_delimiter,
+        max_steps=args.max_steps, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
+        aggregation=args.aggregation, verifier=args.verifier,
+    )
+    cache = CacheConfig(
+        policy=args.policy, kv_budget_bytes=args.kv_budget, block_size=args.block_size,
+        inter_beam=not args.no_inter_beam, balanced_prefetch=not args.no_prefetch,
+        pcie_gbps=args.pcie_gbps, device=args.device,
+    )
+    return model, search, cache

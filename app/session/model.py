@@ -1,0 +1,116 @@
+"""One run as the window sees it, folded once from the engine's events: tree, chart series, best path, outcome.
+
+Plain Python and no Qt: the window owns one `SessionModel`, applies each event (live or
+replayed) to it once, and every panel reads the model and hears a `Change` saying what moved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from app.session.series import ChartSeries
+from app.session.tree import SearchTree
+from engine import events as ev
+
+RESET = "reset"  # Change.event_type of a cleared model (no event)
+PLOTS_CHANGED_BY = {ev.MemorySnapshot.type: ("device",), ev.TransferStats.type: ("traffic", "cumulative", "copy")}
+ALL_PLOTS = ("traffic", "cumulative", "device", "copy")
+
+
+@dataclass(frozen=True)
+class Change:
+    """What one `apply` (or a whole replay) changed, for the panels to redraw just that."""
+
+    event_type: str  # the event's type; RESET when cleared; the last type of a replay
+    nodes: frozenset[int] = frozenset()  # tree nodes to redraw
+    plots: tuple[str, ...] = ()  # charts to redraw
+    transcript: bool = False  # the best path, the status or the answer moved
+    replay: bool = False  # a whole recorded run folded at once
+
+    @property
+    def restarted(self) -> bool:
+        """The model was cleared (a reset or a new run): views drop what they drew."""
+        return self.event_type in (RESET, ev.RunStarted.type)
+
+
+@dataclass
+class Outline:
+    """What the transcript shows besides the texts: the best path so far, a status line, the answer."""
+
+    question: str = ""
+    best_path: list[int] = field(default_factory=list)
+    status: str = ""
+    answer: str | None = None
+
+
+class SessionModel:
+    """The fold of one run's events. `subscribe(callback)` hears a `Change` after every apply and reset."""
+
+    def __init__(self) -> None:
+        self.tree = SearchTree()
+        self.series = ChartSeries()
+        self.outline = Outline()
+        self._listeners: list[Callable[[Change], None]] = []
+
+    def subscribe(self, callback: Callable[[Change], None]) -> None:
+        self._listeners.append(callback)
+
+    def reset(self) -> None:
+        """Forget the run; subscribers hear a RESET change."""
+        self.tree.clear()
+        self.series, self.outline = ChartSeries(), Outline()
+        self._tell(Change(RESET, frozenset(self.tree.nodes), ALL_PLOTS, True))
+
+    def apply(self, event: object) -> Change:
+        """Fold one event in and tell the subscribers what changed; unknown types change nothing."""
+        kind = getattr(event, "type", "")
+        nodes = self.tree.apply(event)
+        plots = self._fold_series(event)
+        change = Change(kind, frozenset(nodes), plots, self._fold_outline(event))
+        self._tell(change)
+        return change
+
+    def apply_many(self, events: Iterable[object]) -> Change:
+        """A recorded run in one go: the same folding, one change for all of it."""
+        events = list(events)
+        nodes = self.tree.apply_many(events)
+        for event in events:
+            self._fold_series(event)
+            self._fold_outline(event)
+        last = getattr(events[-1], "type", RESET) if events else RESET
+        change = Change(last, frozenset(nodes), ALL_PLOTS, True, replay=True)
+        self._tell(change)
+        return change
+
+    def _tell(self, change: Change) -> None:
+        for callback in list(self._listeners):
+            callback(change)
+
+    def _fold_series(self, event: object) -> tuple[str, ...]:
+        if isinstance(event, ev.RunStarted):  # every title says whether the GPU is emulated
+            self.series = ChartSeries(budget_bytes=event.kv_budget_bytes, emulated=event.emulated)
+            return ALL_PLOTS
+        was = self.series.emulated
+        if not self.series.apply(event):
+            return ()
+        return ALL_PLOTS if self.series.emulated != was else PLOTS_CHANGED_BY[event.type]
+
+    def _fold_outline(self, event: object) -> bool:
+        """True when what the transcript shows has changed."""
+        o = self.outline
+        if isinstance(event, ev.RunStarted):
+            self.outline = Outline(question=event.question)
+        elif isinstance(event, ev.StepSelected) and event.kept:
+            o.best_path = self.tree.path_to(event.kept[0])
+            o.status = f"Best path after step {event.step}"
+        elif isinstance(event, ev.RunFinished):
+            o.answer, o.best_path = event.answer, list(self.tree.chosen_path)
+            o.status = f"Chosen path · score {event.score:.3f} · {event.steps} steps in {event.seconds:.1f} s"
+        elif isinstance(event, ev.RunCancelled):
+            o.status = f"Stopped after step {event.step}; the best path so far"
+        elif isinstance(event, ev.RunFailed):
+            o.status = f"The run failed ({event.error}): {event.message}"
+        else:
+            return False
+        return True

@@ -1,0 +1,47 @@
+"""Per-step figures of one run for the charts: device and host KV, PCIe traffic, copy time (plain data)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine import events as ev
+
+
+@dataclass
+class ChartSeries:
+    """Per-step figures of one run, appended as events arrive (x values are step numbers)."""
+
+    memory_steps: list[int] = field(default_factory=list)
+    device_bytes: list[int] = field(default_factory=list)
+    peak_device_bytes: list[int] = field(default_factory=list)
+    host_bytes: list[int] = field(default_factory=list)
+    transfer_steps: list[int] = field(default_factory=list)
+    step_h2d: list[int] = field(default_factory=list)
+    step_d2h: list[int] = field(default_factory=list)
+    total_h2d: list[int] = field(default_factory=list)
+    total_d2h: list[int] = field(default_factory=list)
+    copy_seconds: list[float] = field(default_factory=list)
+    modelled_seconds: list[float] = field(default_factory=list)
+    budget_bytes: int | None = None
+    emulated: bool = False
+
+    def apply(self, event: object) -> bool:
+        """Fold a MemorySnapshot or TransferStats in; True when the charts need redrawing."""
+        if isinstance(event, ev.MemorySnapshot):
+            self.budget_bytes, self.emulated = event.budget_bytes, event.emulated
+            self.memory_steps.append(event.step)
+            self.device_bytes.append(event.device_bytes)
+            self.peak_device_bytes.append(event.peak_device_bytes)
+            self.host_bytes.append(event.host_bytes)
+        elif isinstance(event, ev.TransferStats):
+            self.emulated = event.emulated
+            self.transfer_steps.append(event.step)
+            self.step_h2d.append(event.step_h2d_bytes)
+            self.step_d2h.append(event.step_d2h_bytes)
+            self.total_h2d.append(event.h2d_bytes)
+            self.total_d2h.append(event.d2h_bytes)
+            self.copy_seconds.append(event.copy_seconds)
+            self.modelled_seconds.append(event.modelled_pcie_seconds)
+        else:
+            return False
+        return True
