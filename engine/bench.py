@@ -228,7 +228,7 @@ def run_bench(
     report.same_tokens = plan_only or len(digests) <= 1
     if not plan_only:
         report.baselines = _baselines(loaded, workload, prompt, baselines, progress)
-    report.notes = _notes(report, reference is not None or not teacher_forcing)
+    report.notes = _notes(report, reference is not None or not teacher_forcing or plan_only)
     return report
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from engine.errors import KVBudgetTooSmall
 from engine.kv.blocks import Tier
 from engine.kv.groups import GroupExecutor
-from engine.kv.policy import Group, PolicyContext, StepPlan, Work
+from engine.kv.policy import Group, PolicyContext, StepPlan, Work, common_prefix
 
 SLACK_BLOCKS = 1  # a group's working run (arena and staged prefix) rounds up to whole slots
 
@@ -31,48 +31,67 @@ def footprint(work: Work, step_tokens: int, token_bytes: int) -> int:
     return (work.tokens + step_tokens) * token_bytes
 
 
-def group_bytes(members: Sequence[Work], step_tokens: int, token_bytes: int) -> int:
-    """Device bytes of a group's working KV: rows are left-padded to the longest member."""
+def group_bytes(members: Sequence[Work], step_tokens: int, token_bytes: int, block_size: int | None = None) -> int:
+    """Device bytes of a group's working KV: rows are left-padded to the longest member.
+
+    With `block_size` (the shared prefix is read in place), the blocks every member starts
+    with are counted once and each row holds only its own tokens.
+    """
     if not members:
         return 0
-    return len(members) * footprint(max(members, key=lambda w: w.tokens), step_tokens, token_bytes)
+    longest = max(m.tokens for m in members)
+    if block_size is None:
+        return len(members) * (longest + step_tokens) * token_bytes
+    shared = len(common_prefix([m.table for m in members]))
+    prefix = min(shared * block_size, min(m.tokens for m in members))
+    return (prefix + len(members) * (longest - prefix + step_tokens)) * token_bytes
 
 
 def plan_lbs(
-    work: Sequence[Work], budget: int, step_tokens: int, token_bytes: int, switches: Switches, slack: int = 0
+    work: Sequence[Work],
+    budget: int,
+    step_tokens: int,
+    token_bytes: int,
+    switches: Switches,
+    slack: int = 0,
+    block_size: int | None = None,
 ) -> StepPlan:
-    """Groups that each fit the budget (less `slack` bytes of rounding), ordered so shared blocks travel together."""
+    """Groups that each fit the budget (less `slack` bytes of rounding), ordered so shared blocks travel together.
+
+    `block_size` says the group's shared prefix is read in place (counted once); balanced
+    grouping makes as many groups as greedy packing needs, of even size, and marks the
+    next group's candidates that fit beside the largest group as prefetched.
+    """
     if not work:
         return StepPlan("lbs", ())
     largest = max(footprint(w, step_tokens, token_bytes) for w in work)
     if largest + slack > budget:
         raise KVBudgetTooSmall(budget, largest + slack)
     budget -= slack
-    if switches.balanced_prefetch:
-        per_group = budget // largest
-        rounds = math.ceil(len(work) / per_group)
-        size = math.ceil(len(work) / rounds)
-        groups = _greedy_groups(work, lambda members, _: len(members) < size, switches.inter_beam)
-        spare = (budget - size * largest) // largest  # whole candidates of the next group that fit beside
-        planned = [Group(groups[0])]
-        planned += [Group(g, g[: min(spare, len(g))]) for g in groups[1:]]
-        return StepPlan("lbs", tuple(planned))
+    shared = block_size if switches.inter_beam else None
 
     def fits(members: list[Work], candidate: Work) -> bool:
-        return group_bytes([*members, candidate], step_tokens, token_bytes) <= budget
+        return group_bytes([*members, candidate], step_tokens, token_bytes, shared) <= budget
 
     groups = _greedy_groups(work, fits, switches.inter_beam)
-    return StepPlan("lbs", tuple(Group(g) for g in groups))
+    if not switches.balanced_prefetch:
+        return StepPlan("lbs", tuple(Group(tuple(w.id for w in g)) for g in groups))
+    size = math.ceil(len(work) / len(groups))
+    groups = _greedy_groups(work, lambda members, c: len(members) < size and fits(members, c), switches.inter_beam)
+    biggest = max(group_bytes(g, step_tokens, token_bytes, shared) for g in groups)
+    spare = (budget - biggest) // largest  # whole candidates of the next group that fit beside
+    ids = [tuple(w.id for w in g) for g in groups]
+    return StepPlan("lbs", (Group(ids[0]), *(Group(g, g[: min(spare, len(g))]) for g in ids[1:])))
 
 
-def _greedy_groups(work: Sequence[Work], can_add, by_overlap: bool) -> list[tuple[int, ...]]:
+def _greedy_groups(work: Sequence[Work], can_add, by_overlap: bool) -> list[list[Work]]:
     """The paper's Algorithm 1: seed a group, then add the candidate sharing most blocks with it.
 
     Without `by_overlap` candidates are taken in their given order. Ties go to the earlier
     candidate, so the plan is deterministic.
     """
     remaining = list(work)
-    groups: list[tuple[int, ...]] = []
+    groups: list[list[Work]] = []
     while remaining:
         members = [remaining.pop(0)]
         blocks = set(members[0].table)
@@ -83,7 +102,7 @@ def _greedy_groups(work: Sequence[Work], can_add, by_overlap: bool) -> list[tupl
             chosen = remaining.pop(index)
             members.append(chosen)
             blocks.update(chosen.table)
-        groups.append(tuple(m.id for m in members))
+        groups.append(members)
     return groups
 
 
@@ -112,7 +131,9 @@ class LbsPolicy:
     def plan(self, work: Sequence[Work], budget: int) -> StepPlan:
         store = self.context.store
         slack = SLACK_BLOCKS * store.block_bytes
-        return plan_lbs(work, budget, self.context.step_tokens, store.token_bytes, self.switches, slack)
+        shared = store.blocks.block_size if self.executor.cascade else None  # the prefix is read in place
+        k = self.context.step_tokens
+        return plan_lbs(work, budget, k, store.token_bytes, self.switches, slack, shared)
 
     def run_step(self, plan, live, timing, should_stop):
         return self.executor.run_step(plan.groups, live, timing, should_stop)

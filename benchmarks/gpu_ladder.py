@@ -1,0 +1,58 @@
+"""The GPU ladder: one workload per invocation (each finishes within 10 minutes on an H100), JSON out.
+
+    python -m benchmarks.gpu_ladder w16 --json bench-results/w16.json
+    python -m benchmarks.gpu_ladder w64 --json bench-results/w64.json
+    python -m benchmarks.gpu_ladder w32x128 --json bench-results/w32x128.json
+    python -m benchmarks.gpu_ladder w64 --policies layerwise --baselines generate:offloaded  # split a long one
+
+Every workload is `synthetic:llama2-7b` in bf16 with a 512-token random prompt and EOS disabled
+(random weights rarely sample it; a fixed step length makes the rows comparable with
+`generate`). `bench` warms up first, runs each policy, teacher-forces it against `in_device`,
+then runs plain `generate` and transformers' offloaded cache on the same rows. Without CUDA the
+baseline rows say why they did not run (use `--plan-only` for the bytes alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from app.bench_cli import format_report
+from engine.baselines import BASELINES
+from engine.bench import LADDER, Workload, run_bench
+
+BASE = Workload(model="synthetic:llama2-7b", dtype="bfloat16", prompt_tokens=512, seed=0)
+WORKLOADS = {
+    "w16": replace(BASE, beams=4, width=4, step_tokens=32, gen_tokens=64, kv_budget_bytes=2 * 10**9),
+    "w64": replace(BASE, beams=16, width=4, step_tokens=32, gen_tokens=128, kv_budget_bytes=8 * 10**9),
+    "w32x128": replace(BASE, beams=8, width=4, step_tokens=128, gen_tokens=256, kv_budget_bytes=8 * 10**9),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workload", choices=sorted(WORKLOADS))
+    parser.add_argument("--policies", default=",".join(LADDER), help="comma-separated subset of the ladder")
+    parser.add_argument("--baselines", default=",".join(BASELINES), help="comma-separated; empty for none")
+    parser.add_argument("--plan-only", action="store_true", help="bytes and peaks only, no weights (any machine)")
+    parser.add_argument("--json", dest="json_path", default=None, help="write the report here")
+    args = parser.parse_args(argv)
+    workload = WORKLOADS[args.workload]
+    policies = [p for p in args.policies.split(",") if p]
+    baselines = [b for b in args.baselines.split(",") if b]
+    progress = lambda text: print(f"[ladder {args.workload}] {text}", file=sys.stderr, flush=True)  # noqa: E731
+    report = run_bench(workload, policies, plan_only=args.plan_only, baselines=baselines, progress=progress)
+    print(format_report(report))
+    if args.json_path:
+        path = Path(args.json_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"workload_name": args.workload, **report.to_dict()}, indent=2), encoding="utf-8")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
