@@ -1,11 +1,12 @@
 """Where every block's KV is (a slot of the device pool or the host pool) and every copy between them.
 
 Blocks live in slots of two `SlotPool`s: the device pool, allocated once and sized to the KV
-budget, and the host pool (pinned on CUDA), grown in chunks. Every copy goes through `_copy`,
-which counts its bytes per direction and per candidate. On CUDA, host-to-device copies may
-run on a copy stream (`loading()`), ordered against compute with CUDA events, and copy time
-is read from those events. Without CUDA the *emulated device* is a budgeted CPU pool: the
-copies are real, the bytes exact, and PCIe time is modelled from the bytes.
+budget, and the host pool (pinned on CUDA), grown in chunks. Every copy goes through `copy`,
+which counts its bytes per direction and per candidate. On CUDA, copies across PCIe are
+asynchronous: loads may run on a copy stream (`loading()`), ordered against compute with
+CUDA events, write-back does not block compute, and copy time is read from the events.
+Without CUDA the *emulated device* is a budgeted CPU pool: the copies are real, the bytes
+exact, and PCIe time is modelled from the bytes.
 """
 
 from __future__ import annotations
@@ -191,9 +192,10 @@ class KVStore:
 
     # -- copies -------------------------------------------------------------------------------
     def copy(self, dst: torch.Tensor, src: torch.Tensor, direction: str, owners: Sequence[int] = ()) -> None:
-        """Copy and count. Host-to-device copies may run ahead (they read pinned memory in stream
-        order); a copy to the host completes first, because the host reads host blocks directly."""
-        if self.emulated or direction != "h2d":
+        """Copy and count. On CUDA, copies across PCIe are asynchronous (pinned memory, stream
+        order) and timed by CUDA events; the host reads a host block only after `sync`, which the
+        KV cache calls at the end of every step (a block written back in a step is not read in it)."""
+        if self.emulated or direction not in ("h2d", "d2h"):
             start = time.perf_counter()
             dst.copy_(src)
             self.counters.step_copy_seconds += time.perf_counter() - start

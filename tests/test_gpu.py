@@ -1,0 +1,102 @@
+"""CUDA only: the device pool, the copy stream and its events, prefetch, out-of-memory splitting, and
+float32 equivalence on the GPU. Collected everywhere, skipped without CUDA."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.config import CacheConfig, ModelSpec, SearchConfig
+from engine.kv.blocks import BlockManager, Tier
+from engine.kv.store import KVStore
+from engine.models import load_model
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_cuda():
+    return load_model(ModelSpec("synthetic:tiny-llama"), device="cuda")
+
+
+def make_store(budget: int = 1 << 20) -> KVStore:
+    blocks = BlockManager(4)
+    return KVStore(
+        blocks, num_layers=2, num_kv_heads=2, head_dim=8, dtype=torch.float32, device=torch.device("cuda"),
+        budget_bytes=budget,
+    )  # fmt: skip
+
+
+def test_the_device_pool_is_one_allocation_and_host_slots_are_pinned():
+    store = make_store()
+    device_pool, host_pool = store.pools[Tier.DEVICE], store.pools[Tier.HOST]
+    assert len(device_pool._chunks) == 1 and device_pool._chunks[0].is_cuda
+    before = torch.cuda.memory_allocated()
+    plan = store.blocks.allocate(list(range(10)), Tier.DEVICE)
+    store.place(plan.new_blocks, Tier.DEVICE)
+    assert torch.cuda.memory_allocated() == before, "placing blocks must not allocate device memory"
+    host_plan = store.blocks.allocate(list(range(6)), Tier.HOST)
+    store.place(host_plan.new_blocks, Tier.HOST)
+    assert host_pool._chunks[0].is_pinned()
+
+
+def test_a_load_on_the_copy_stream_is_seen_by_compute_after_waiting():
+    store = make_store()
+    plan = store.blocks.allocate(list(range(8)), Tier.HOST)
+    store.place(plan.new_blocks, Tier.HOST)
+    source = torch.arange(store.pools[Tier.HOST].slot_elements, dtype=torch.float32).view(store.slot_shape)
+    store.view(plan.new_blocks[0], Tier.HOST).copy_(source)
+    (target,), run = store.working([store.slot_shape])
+    with store.loading() as done:
+        store.copy(target, store.view(plan.new_blocks[0], Tier.HOST), "h2d")
+    assert done is not None
+    store.wait_loaded(done)
+    assert torch.equal((target * 1).cpu(), source)  # a compute-stream kernel reads the loaded data
+    store.sync()
+    assert store.counters.step["h2d"] == source.numel() * 4 and store.counters.step_copy_seconds > 0
+    store.release(run)
+
+
+def run_search(loaded, cache: CacheConfig):
+    from engine.search import run
+
+    search = SearchConfig(beams=2, width=3, step_tokens=6, max_steps=3, step_delimiter=None, seed=7)
+    observed = {}
+    events = list(
+        run("What is 2+3?", loaded, search, cache,
+            observe_logits=lambda cid, logits, token: observed.setdefault(cid, []).append((logits.cpu(), token)))
+    )  # fmt: skip
+    assert events[-1].type == "run_finished", events[-1]
+    return events, observed
+
+
+@pytest.mark.parametrize(
+    "cache",
+    [
+        CacheConfig(policy="lbs", kv_budget_bytes=60_000),
+        CacheConfig(policy="lbs", kv_budget_bytes=60_000, inter_beam=False),
+        CacheConfig(policy="layerwise", kv_budget_bytes=150_000),
+    ],
+    ids=["lbs", "lbs-no-sharing", "layerwise"],
+)
+def test_policies_match_in_device_in_float32_on_cuda(tiny_cuda, cache):
+    _, reference = run_search(tiny_cuda, CacheConfig(policy="in_device"))
+    events, observed = run_search(tiny_cuda, cache)
+    assert set(observed) == set(reference)
+    for cid, positions in reference.items():
+        assert [t for _, t in observed[cid]] == [t for _, t in positions]
+        got = torch.stack([lg for lg, _ in observed[cid]])
+        want = torch.stack([lg for lg, _ in positions])
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+    if cache.policy == "lbs":
+        assert max(e.groups for e in events if e.type == "transfer_stats") >= 2, "pick a budget that splits groups"
+
+
+def test_lbs_prefetches_the_next_group_on_the_copy_stream(tiny_cuda):
+    events, _ = run_search(tiny_cuda, CacheConfig(policy="lbs", kv_budget_bytes=60_000))
+    stats = [e for e in events if e.type == "transfer_stats"]
+    assert all(s.copy_seconds > 0 for s in stats[1:]), "copy time is read from CUDA events"
+    assert all(0 <= s.stall_share < 1 for s in stats)
