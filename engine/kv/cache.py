@@ -176,7 +176,7 @@ class KVCache:
         )
         pcie = (counters.step["h2d"] + counters.step["d2h"]) / self.store.bandwidth
         compute = self.timing.compute_seconds
-        stall = self.timing.modelled_stall_seconds if self.emulated else self.timing.waited_seconds
+        stall = self.timing.modelled_stall_seconds if self.emulated else counters.step_stall_seconds
         yield ev.TransferStats(
             step,
             self.emulated,

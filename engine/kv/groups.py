@@ -61,20 +61,31 @@ class GroupExecutor:
         """
         queue, previous_compute, index, ahead = list(groups), 0.0, 0, None
         while queue:
-            group = queue.pop(0)
+            group, batch = queue.pop(0), None
             try:
                 batch = ahead if ahead is not None and ahead.group is group else self._load(group, live)
+                ahead = None
                 ahead = self._prefetch(queue[0], live) if queue else None
-                results, compute = self._run(batch, timing, should_stop)
-                h2d = batch.h2d_bytes
+                self.store.wait_loaded(batch.loaded)
+                results, compute = self._decode(batch, should_stop)
             except (torch.OutOfMemoryError, PoolExhausted) as error:
+                self._unload(batch)
                 ahead = self._unload(ahead)
                 if len(group.candidates) == 1:
                     raise
                 queue[:0] = _halves(group)
                 timing.retries.append((group.candidates, f"{type(error).__name__}: {error}"))
                 continue
-            self._account(group, h2d, compute, previous_compute, timing)
+            except BaseException:
+                self._unload(batch)
+                self._unload(ahead)
+                raise
+            try:
+                self._write_back(batch, results)  # never retried: it changes the candidates' tables
+            finally:
+                timing.peak_device_bytes = max(timing.peak_device_bytes, self.store.peak_device_bytes)
+                self._unload(batch)
+            self._account(group, batch.h2d_bytes, compute, previous_compute, timing)
             previous_compute = compute
             for c in group.candidates:
                 timing.group_of[c] = index
@@ -100,18 +111,11 @@ class GroupExecutor:
         except PoolExhausted:
             return None
 
-    def _run(self, batch: LoadedGroup, timing: StepTiming, should_stop) -> tuple[list[RowResult], float]:
-        try:
-            timing.waited_seconds += self.store.wait_loaded(batch.loaded)
-            rows = [Row(m.id, m.pending, self.blocks.num_tokens(m.table), m.generator) for m in batch.members]
-            cache = arena_cache(self.config, batch.arena, batch.width)
-            forward = {"kv_prefix": batch.prefix} if batch.prefix is not None else {}
-            results, compute = self.decode(cache, batch.mask, rows, should_stop, **forward)
-            self._write_back(batch, results)
-        finally:
-            timing.peak_device_bytes = max(timing.peak_device_bytes, self.store.peak_device_bytes)
-            self._unload(batch)
-        return results, compute
+    def _decode(self, batch: LoadedGroup, should_stop) -> tuple[list[RowResult], float]:
+        rows = [Row(m.id, m.pending, self.blocks.num_tokens(m.table), m.generator) for m in batch.members]
+        cache = arena_cache(self.config, batch.arena, batch.width)
+        forward = {"kv_prefix": batch.prefix} if batch.prefix is not None else {}
+        return self.decode(cache, batch.mask, rows, should_stop, **forward)
 
     # -- loading ----------------------------------------------------------------------------
     def _load(self, group: Group, live: dict[int, Live]) -> LoadedGroup:

@@ -53,7 +53,6 @@ class StepPlan:
 class StepTiming:
     compute_seconds: float = 0.0
     modelled_stall_seconds: float = 0.0
-    waited_seconds: float = 0.0  # host time blocked on copies (CUDA)
     peak_device_bytes: int = 0  # the device pool's high-water mark during the step
     group_of: dict[int, int] = field(default_factory=dict)
     retries: list[tuple[tuple[int, ...], str]] = field(default_factory=list)  # (group split, why)

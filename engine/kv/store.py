@@ -34,6 +34,7 @@ class Counters:
     total: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DIRECTIONS, 0))
     step: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DIRECTIONS, 0))
     step_copy_seconds: float = 0.0
+    step_stall_seconds: float = 0.0  # CUDA: compute waiting for loads, between CUDA events
     _owned: dict[tuple[str, tuple[int, ...]], int] = field(default_factory=lambda: defaultdict(int))
 
     def add(self, direction: str, nbytes: int, owners: Sequence[int] = ()) -> None:
@@ -56,6 +57,7 @@ class Counters:
         self.step = dict.fromkeys(DIRECTIONS, 0)
         self._owned.clear()
         self.step_copy_seconds = 0.0
+        self.step_stall_seconds = 0.0
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,8 @@ class KVStore:
         self._run_users: dict[tuple[Tier, int], int] = {}  # live blocks in each run (freed at zero)
         self.counters = Counters()
         self.copy_stream = None if self.emulated else torch.cuda.Stream(self.device)
-        self._timed: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        self._timed: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []  # copies across PCIe
+        self._stalls: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []  # compute waiting for a load
 
     # -- slots --------------------------------------------------------------------------------
     def place(self, block_ids: Sequence[int], tier: Tier) -> Run:
@@ -223,13 +226,16 @@ class KVStore:
             yield done
             done.record()
 
-    def wait_loaded(self, event: torch.cuda.Event | None) -> float:
-        """Make compute wait for a load; returns the seconds the host waited (CUDA only)."""
+    def wait_loaded(self, event: torch.cuda.Event | None) -> None:
+        """Make compute wait for a load; the time compute stood still is measured between two CUDA events."""
         if event is None:
-            return 0.0
-        start = time.perf_counter()
-        torch.cuda.current_stream(self.device).wait_event(event)
-        return time.perf_counter() - start
+            return
+        stream = torch.cuda.current_stream(self.device)
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record(stream)
+        stream.wait_event(event)
+        end.record(stream)
+        self._stalls.append((begin, end))
 
     @staticmethod
     def direction(src: Tier, dst: Tier) -> str:
@@ -270,7 +276,9 @@ class KVStore:
             return
         torch.cuda.synchronize(self.device)
         self.counters.step_copy_seconds += sum(b.elapsed_time(e) for b, e in self._timed) / 1000
+        self.counters.step_stall_seconds += sum(b.elapsed_time(e) for b, e in self._stalls) / 1000
         self._timed.clear()
+        self._stalls.clear()
 
 
 def _flag(tier: Tier) -> str:
