@@ -36,6 +36,7 @@ def load_prm(source: str, device: torch.device, dtype: torch.dtype) -> PRMParts:
 
 def detect_family(folder: Path) -> str:
     """The family key of the PRM in `folder`; NotAPRM says why a folder is none Beamwise knows."""
+    folder = _checked_folder(str(folder))
     config = _config(folder)
     names = set(weight_files(folder))
     architectures = [str(a) for a in config.get("architectures") or []]
