@@ -70,7 +70,10 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("model and search")
     g.add_argument("--model", default="bundled", help="bundled, a transformers folder, a .gguf file or synthetic:NAME")
     g.add_argument("--dtype", default=ModelSpec().dtype, choices=DTYPES)
-    g.add_argument("--verifier", default=d.verifier, choices=VERIFIERS)
+    g.add_argument("--verifier", default=d.verifier, choices=VERIFIERS,
+                   help="logprob, self-judge, or prm (a process reward model, see --verifier-model)")
+    g.add_argument("--verifier-model", default=None, metavar="PATH",
+                   help="the PRM for --verifier prm: a folder, FAMILY:FOLDER or synthetic:tiny-qwen-prm and the like")
     g.add_argument("--beams", type=int, default=d.beams, help="kept beams N")
     g.add_argument("--width", type=int, default=d.width, help="children per beam M")
     g.add_argument("--step-tokens", type=int, default=d.step_tokens, help="most tokens in one step")
@@ -97,7 +100,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig
     search = SearchConfig(
         beams=args.beams, width=args.width, step_tokens=args.step_tokens, step_delimiter=args.step_delimiter,
         max_steps=args.max_steps, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
-        aggregation=args.aggregation, verifier=args.verifier,
+        aggregation=args.aggregation, verifier=args.verifier, verifier_model=args.verifier_model,
     )
     cache = CacheConfig(
         policy=args.policy, kv_budget_bytes=args.kv_budget, block_size=args.block_size,

@@ -10,7 +10,7 @@ from typing import TextIO
 from app.options import DEFAULT_QUESTION, UsageError, configs_from_args
 from engine import events as ev
 
-USER_ERRORS = {"InvalidPrompt", "KVBudgetTooSmall", "ModelLoadError"}
+USER_ERRORS = {"InvalidPrompt", "KVBudgetTooSmall", "ModelLoadError", "NotAPRM", "PRMHeadMissing"}
 
 
 class Printer:
@@ -24,6 +24,7 @@ class Printer:
         p = self._print
         if event.type == "run_started":
             p(f"model {event.model} on {event.device}; policy {event.policy}, KV budget {event.kv_budget_bytes:,} B")
+            p(f"verifier {event.verifier}")
         elif event.type == "prefill_done":
             p(f"prompt: {event.prompt_tokens} tokens, prefill {event.seconds:.2f} s")
         elif event.type == "step_started":
@@ -41,6 +42,9 @@ class Printer:
             p(f"  KV traffic{where}: {traffic} in {event.groups} group(s)")
         elif event.type == "step_selected":
             p(f"  kept {list(event.kept)}; pruned {list(event.pruned)}")
+            if event.verifier_tokens_full:
+                full = f"{event.verifier_tokens_full:,} to rescore every path"
+                p(f"  verifier ran {event.verifier_tokens:,} tokens ({full})")
         elif event.type == "run_finished":
             p(f"\nchosen path: {' -> '.join(map(str, event.path))} (score {event.score:.3f})")
             p(f"{event.candidate_tokens} candidate tokens in {event.seconds:.1f} s ({event.tokens_per_second:.1f}/s)")

@@ -8,7 +8,7 @@ from typing import Any
 
 AGGREGATIONS = ("last", "min", "prod", "mean")
 POLICIES = ("auto", "in_device", "layerwise", "lbs")
-VERIFIERS = ("logprob", "self-judge")
+VERIFIERS = ("logprob", "self-judge", "prm")
 DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -36,6 +36,7 @@ class SearchConfig:
     seed: int = 0
     aggregation: str = "last"
     verifier: str = "logprob"
+    verifier_model: str | None = None  # the PRM (folder or synthetic:NAME) when verifier is "prm"
 
     def __post_init__(self) -> None:
         _require(self.beams >= 1, f"beams must be at least 1 (got {self.beams}).")
@@ -50,6 +51,10 @@ class SearchConfig:
         _require(0 < self.top_p <= 1, f"top-p must be in (0, 1] (got {self.top_p}).")
         _require(self.aggregation in AGGREGATIONS, f"aggregation must be one of {', '.join(AGGREGATIONS)}.")
         _require(self.verifier in VERIFIERS, f"verifier must be one of {', '.join(VERIFIERS)}.")
+        _require(
+            self.verifier != "prm" or bool((self.verifier_model or "").strip()),
+            "the prm verifier needs a PRM: choose its folder (--verifier-model PATH).",
+        )
 
     @property
     def candidates_per_step(self) -> int:

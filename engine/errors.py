@@ -68,3 +68,18 @@ def load_errors(path: Path | str, what: str, verb: str = "load", hint: str = "")
             f"could not {verb} {what} at {path}: {detail}",
             hint=hint or "Check that the files are complete (download them again if unsure), or pick another model.",
         ) from exc
+
+
+class NotAPRM(BeamwiseError):
+    """A verifier folder is not a process reward model of a family Beamwise knows."""
+
+    hint = (
+        "Point --verifier-model to a Qwen2.5-Math-PRM, Skywork-o1-Open-PRM, Math-Shepherd or RLHFlow PRM folder "
+        "(config.json, tokenizer and safetensors weights), or to synthetic:tiny-qwen-prm and the like."
+    )
+
+
+class PRMHeadMissing(NotAPRM):
+    """The folder has a PRM's body but not the weights of its reward head."""
+
+    hint = "The download may be incomplete: get the PRM's weight files (*.safetensors) again."

@@ -80,6 +80,8 @@ class StepSelected:
     step: int
     kept: tuple[int, ...]  # best first
     pruned: tuple[int, ...]
+    verifier_tokens: int = 0  # tokens the verifier ran this step, all candidates together
+    verifier_tokens_full: int = 0  # what rescoring every candidate's whole path would have run
 
 
 @dataclass(frozen=True)
@@ -220,7 +222,7 @@ _TUPLE_FIELDS = {  # fields whose JSON lists turn back into tuples (annotations 
 def from_dict(data: dict[str, Any]) -> Any:
     """Inverse of `to_dict`. A replay decodes ~20,000 of these, so it does no per-field type checks."""
     kind = data["type"]
-    kwargs = {name: data[name] for name in _FIELD_NAMES[kind]}
+    kwargs = {name: data[name] for name in _FIELD_NAMES[kind] if name in data}  # missing: an older session
     for name in _TUPLE_FIELDS[kind]:
         kwargs[name] = tuple(_from_item(item) for item in kwargs[name])
     return EVENT_TYPES[kind](**kwargs)

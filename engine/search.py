@@ -79,7 +79,7 @@ class _Search:
         self.prompt_ids = list(prompt_ids) if prompt_ids is not None else None
         self.candidates: dict[int, Candidate] = {}
         self.next_id = 1
-        self.verifier = make_verifier(search.verifier, loaded)
+        self.verifier = make_verifier(search.verifier, loaded, search.verifier_model)
         self.rules = StepRules(
             max_tokens=search.step_tokens,
             delimiter=search.step_delimiter,
@@ -114,7 +114,7 @@ class _Search:
         yield ev.RunStarted(
             self.question,
             self.loaded.name,
-            self.cfg.verifier,
+            self.verifier.name,
             kv.device_label,
             kv.emulated,
             kv.policy_name,
@@ -141,7 +141,10 @@ class _Search:
             yield from kv.step_events(step)
             pool = [c for c in kept if self.candidates[c].finished] + children  # finished beams compete on
             kept = self._select(kv, pool, step)
-            yield ev.StepSelected(step, tuple(kept), tuple(sorted(set(pool) - set(kept))))
+            cost = self.verifier.settle([self._key(c) for c in kept])
+            yield ev.StepSelected(
+                step, tuple(kept), tuple(sorted(set(pool) - set(kept))), cost.tokens, cost.tokens_full
+            )
             if all(self.candidates[c].finished for c in kept):
                 break
         yield self._finish(kept, step, started)
@@ -220,6 +223,10 @@ class _Search:
         for c in ranked[self.cfg.beams :]:
             kv.release(c)
         return ranked[: self.cfg.beams]
+
+    def _key(self, cid: int) -> tuple[str, ...]:
+        """The verifier's name for a path: the question and each step's text."""
+        return (self.question, *(self.candidates[p].text for p in self._path(cid)))
 
     def _path(self, cid: int | None) -> list[int]:
         path = []

@@ -21,11 +21,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui.verifier_picker import VerifierPicker
 from app.options import format_delimiter, parse_delimiter
 from engine.config import AGGREGATIONS, CacheConfig, ModelSpec, SearchConfig
 
 POLICY_LABELS = {"auto": "auto", "in_device": "in-device", "layerwise": "layer-wise", "lbs": "locality-aware"}
-VERIFIER_LABELS = {"logprob": "log-prob (fast)", "self-judge": "self-judge (asks the model)"}
 # Only the tiny synthetic models: the 7B-shaped ones are for benchmarks and need tens of GB.
 SYNTHETIC_CHOICES = ("tiny-llama", "tiny-qwen2", "tiny-opt")
 FOLDER_CHOICE, GGUF_CHOICE = "<folder>", "<gguf>"
@@ -149,11 +149,13 @@ class SearchControls(QWidget):
     def configs(self) -> tuple[ModelSpec, SearchConfig, CacheConfig]:
         """The settings as configs; raises ValueError with a message for the user when they are invalid."""
         model = dataclasses.replace(self._model, source=self.model_picker.source())
+        verifier, verifier_model = self.verifier.choice()
         search = dataclasses.replace(
             self._search, beams=int(self.beams.value()), width=int(self.width.value()),
             step_tokens=int(self.step_tokens.value()), step_delimiter=parse_delimiter(self.delimiter.text()),
             max_steps=int(self.max_steps.value()), temperature=self.temperature.value(), top_p=self.top_p.value(),
-            seed=self.seed.value(), aggregation=self.aggregation.currentData(), verifier=self.verifier.currentData(),
+            seed=self.seed.value(), aggregation=self.aggregation.currentData(), verifier=verifier,
+            verifier_model=verifier_model,
         )
         budget_mb = int(self.kv_budget.value())
         cache = dataclasses.replace(self._cache, policy=self.policy.currentData(),
@@ -172,8 +174,8 @@ class SearchControls(QWidget):
         self.seed.setValue(search.seed)
         self.delimiter.setText(format_delimiter(search.step_delimiter))
         self.kv_budget.set_value(round(cache.kv_budget_bytes / MB) if cache.kv_budget_bytes else 0)
-        for combo, value in ((self.policy, cache.policy), (self.verifier, search.verifier),
-                             (self.aggregation, search.aggregation)):
+        self.verifier.set_choice(search.verifier, search.verifier_model)
+        for combo, value in ((self.policy, cache.policy), (self.aggregation, search.aggregation)):
             combo.setCurrentIndex(max(0, combo.findData(value)))
         self.blockSignals(False)
         self._revalidate()
@@ -205,8 +207,9 @@ class SearchControls(QWidget):
         self.model_picker = ModelPicker()
         self.model_picker.source_changed.connect(self._revalidate)
         form.addRow("Generator", self.model_picker)
-        self.verifier = self._combo(VERIFIER_LABELS, "How each step is scored: the generator's own token "
-                                    "log-probabilities, or the same model asked whether the step is correct.")
+        self.verifier = VerifierPicker()
+        self.verifier.choice_changed.connect(self._revalidate)
+        self.verifier.refused.connect(self._show_refusal)
         form.addRow("Verifier", self.verifier)
         return box
 
@@ -273,6 +276,11 @@ class SearchControls(QWidget):
         return combo
 
     # ------------------------------------------------------------ validation
+
+    def _show_refusal(self, message: str) -> None:
+        """A folder picked as PRM is not one: say why here; the previous verifier stays."""
+        self.error_label.setText(message)
+        self.error_label.setVisible(True)
 
     def _revalidate(self, *_args: object) -> None:
         if self.signalsBlocked():

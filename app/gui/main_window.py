@@ -182,6 +182,7 @@ class MainWindow(QMainWindow):
         self.run_action.triggered.connect(self.start_run)
         self.stop_action.triggered.connect(self.stop_run)
         self.controls.changed.connect(self._update_actions)
+        self.controls.verifier.refused.connect(lambda message: self.report_error("Not a PRM Beamwise knows", message))
         self.question.textChanged.connect(self._update_actions)
         b = self.bridge
         b.load_progress.connect(self.status.loading)

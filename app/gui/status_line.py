@@ -17,13 +17,15 @@ class StatusLine:
         bar = self.bar = window.statusBar()
         self._tokens, self._max_steps, self._clock = 0, 0, QElapsedTimer()
         self.model, self.device, self.policy = QLabel("model: -"), QLabel("device: -"), QLabel("policy: -")
+        self.verifier = QLabel("verifier: -")
+        self.verifier.setToolTip("What scores each step; a PRM shows its family and where it was loaded from")
         self.step, self.speed = QLabel("step -"), QLabel("- cand-tok/s")
         self.progress = QProgressBar()
         self.progress.setRange(0, 100)
         self.progress.setMaximumWidth(220)
         self.progress.setTextVisible(True)
         self.progress.hide()
-        for widget in (self.progress, self.model, self.device, self.policy, self.step, self.speed):
+        for widget in (self.progress, self.model, self.verifier, self.device, self.policy, self.step, self.speed):
             bar.addPermanentWidget(widget)
         self.speed.setToolTip("Candidate tokens generated per second (all beams together)")
         self.device.setToolTip("Where the KV cache lives; without CUDA a budgeted CPU pool emulates the GPU")
@@ -59,6 +61,7 @@ class StatusLine:
             self._max_steps = int(event.search.get("max_steps", self._max_steps))
             self.loaded(event.model, event.device)
             self.policy.setText(f"policy: {event.policy}")
+            self.verifier.setText(f"verifier: {event.verifier}")
             self.step.setText(f"step 0/{self._max_steps}")
         elif isinstance(event, ev.StepStarted):
             self.step.setText(f"step {event.step}/{self._max_steps}")

@@ -1,0 +1,44 @@
+"""Verifiers (process reward models) that score each candidate's latest step, and score aggregation.
+
+One file per verifier: `simple` (log-prob, content hash), `self_judge`, and the PRM families
+`qwen_prm`, `skywork_prm`, `math_shepherd`, `rlhflow_prm`, all over `path_kv` (the verifier's own
+KV, reused step to step). `families` detects and loads a PRM folder; `synthetic_prm` builds tiny ones.
+"""
+
+from __future__ import annotations
+
+from engine.errors import NotAPRM
+from engine.verifiers import math_shepherd, qwen_prm, rlhflow_prm, skywork_prm
+from engine.verifiers.base import PathKey, StepToScore, Verifier, VerifierCost, aggregate
+from engine.verifiers.families import load_prm
+from engine.verifiers.parts import PRMParts
+from engine.verifiers.path_kv import PathVerifier
+from engine.verifiers.self_judge import self_judge
+from engine.verifiers.simple import ContentHashVerifier, LogProbVerifier
+
+__all__ = [
+    "PathKey", "StepToScore", "Verifier", "VerifierCost", "aggregate", "make_verifier", "prm_verifier",
+]
+
+_WIRING = {"qwen-prm": qwen_prm.verifier, "skywork-prm": skywork_prm.verifier,
+           "math-shepherd": math_shepherd.verifier, "rlhflow-prm": rlhflow_prm.verifier}
+
+
+def prm_verifier(parts: PRMParts) -> PathVerifier:
+    """The verifier of a loaded PRM, by its family."""
+    return _WIRING[parts.family](parts)
+
+
+def make_verifier(name: str, loaded, verifier_model: str | None = None) -> Verifier:
+    """`loaded` is the generator (self-judge reads it; a PRM goes on its device in its dtype)."""
+    if getattr(loaded, "plan_only", False):
+        return ContentHashVerifier()
+    if name == "logprob":
+        return LogProbVerifier()
+    if name == "self-judge":
+        return self_judge(loaded)
+    if name == "prm":
+        if not verifier_model:
+            raise NotAPRM("the prm verifier needs a PRM: none was given.", hint="Pass --verifier-model PATH.")
+        return prm_verifier(load_prm(verifier_model, loaded.device, loaded.dtype))
+    raise ValueError(f"unknown verifier {name!r}; use logprob, self-judge or prm.")

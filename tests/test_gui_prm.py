@@ -1,0 +1,98 @@
+"""A PRM in the window: picked from the verifier list or a folder, refused with a dialog when it is none,
+named in the status bar, and a real search with a synthetic PRM runs to the end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QFileDialog, QMessageBox
+
+from app.gui.bridge import SearchBridge, default_run
+from app.gui.main_window import MainWindow
+from engine.config import CacheConfig, ModelSpec, SearchConfig
+from engine.verifiers.synthetic_prm import save_synthetic_prm
+from tests.test_gui_bridge import CountingLoader, run_fake
+from tests.test_gui_window import run_to_end
+
+
+@pytest.fixture
+def make_window(qtbot, tmp_path):
+    made: list[MainWindow] = []
+
+    def make(loader: Any = None, run: Any = run_fake) -> MainWindow:
+        bridge = SearchBridge(loader=loader or CountingLoader(), run=run)
+        settings = QSettings(str(tmp_path / "beamwise.ini"), QSettings.Format.IniFormat)
+        window = MainWindow(bridge, settings=settings)
+        qtbot.addWidget(window)
+        made.append(window)
+        return window
+
+    yield make
+    for window in made:
+        window.bridge.shutdown()
+
+
+@pytest.fixture
+def warnings(monkeypatch) -> list[tuple[str, str]]:
+    shown: list[tuple[str, str]] = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, title, text, *a: shown.append((title, text)))
+    return shown
+
+
+def pick(window: MainWindow, data: str) -> None:
+    picker = window.controls.verifier
+    index = picker.findData(data)
+    picker.activated.emit(index)
+
+
+def test_the_picker_lists_logprob_self_judge_and_a_prm_folder(make_window):
+    picker = make_window().controls.verifier
+    items = [picker.itemText(i) for i in range(picker.count())]
+    assert items[:2] == ["log-prob (fast)", "self-judge (asks the model)"]
+    assert items[-1] == "PRM from a folder…"
+    assert any("synthetic:tiny-qwen-prm" in text for text in items)
+
+
+def test_a_synthetic_prm_becomes_the_search_config(make_window):
+    window = make_window()
+    pick(window, "prm:synthetic:tiny-skywork-prm")
+    _, search, _ = window.controls.configs()
+    assert (search.verifier, search.verifier_model) == ("prm", "synthetic:tiny-skywork-prm")
+
+
+def test_a_prm_folder_is_detected_and_kept(make_window, monkeypatch, tmp_path):
+    folder = save_synthetic_prm("tiny-qwen-prm", tmp_path / "my-prm")
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(folder))
+    window = make_window()
+    pick(window, "<prm-folder>")
+    _, search, _ = window.controls.configs()
+    assert (search.verifier, search.verifier_model) == ("prm", str(folder))
+    assert window.controls.verifier.currentText() == "PRM my-prm (Qwen2.5-Math-PRM)"
+    window.controls.set_configs(ModelSpec(), SearchConfig(), CacheConfig())  # and back from saved settings
+    window.controls.set_configs(ModelSpec(), SearchConfig(verifier="prm", verifier_model=str(folder)), CacheConfig())
+    assert window.controls.configs()[1].verifier_model == str(folder)
+
+
+def test_a_folder_that_is_not_a_prm_gets_a_dialog_and_changes_nothing(make_window, monkeypatch, tmp_path,
+                                                                     warnings):
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(tmp_path))
+    window = make_window()
+    window.dialogs = True
+    pick(window, "<prm-folder>")
+    assert window.controls.configs()[1].verifier == "logprob"
+    assert len(warnings) == 1
+    title, text = warnings[0]
+    assert title == "Not a PRM Beamwise knows" and "no config.json" in text
+
+
+def test_a_search_with_a_prm_runs_in_the_window(qtbot, make_window, tiny):
+    window = make_window(loader=lambda spec, device, progress: tiny, run=default_run)
+    search = SearchConfig(beams=2, width=2, step_tokens=4, max_steps=2, step_delimiter=None,
+                          verifier="prm", verifier_model="synthetic:tiny-rlhflow-prm")
+    window.controls.set_configs(ModelSpec(source="synthetic:tiny-llama"), search, CacheConfig())
+    window.question.setPlainText("What is 2+3?")
+    last: Any = run_to_end(qtbot, window, timeout=20000)
+    assert last.type == "run_finished"
+    assert window.status.verifier.text() == "verifier: RLHFlow PRM (synthetic:tiny-rlhflow-prm)"
