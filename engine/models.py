@@ -67,6 +67,7 @@ class LoadedModel:
     eos_token_ids: tuple[int, ...]
     context_length: int
     kv_shape: KVShape
+    plan_only: bool = False  # see engine.loaded.Generator
 
     def encode_chat(self, question: str, system: str | None = None) -> list[int]:
         """Prompt ids ending where the assistant's answer starts (chat template, else a plain layout)."""

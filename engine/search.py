@@ -17,6 +17,7 @@ from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import BeamwiseError, InvalidPrompt
 from engine.kv.cache import KVCache
+from engine.loaded import Generator
 from engine.replay import Replay
 from engine.rows import RowResult, StepRules
 from engine.runner import decode_step, prefill
@@ -46,7 +47,7 @@ class Candidate:
 
 def run(
     question: str,
-    loaded,
+    loaded: Generator,
     search: SearchConfig,
     cache: CacheConfig,
     *,

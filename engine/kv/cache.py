@@ -16,6 +16,7 @@ from engine.kv.layerwise import LayerwisePolicy
 from engine.kv.lbs import LbsPolicy, Switches
 from engine.kv.policy import Decode, GroupDone, Live, Policy, PolicyContext, StepTiming, Work
 from engine.kv.store import KVStore
+from engine.loaded import Generator
 
 PROMPT_ID = 0
 CUDA_MARGIN = 1 << 30  # leave this much device memory free for activations when the budget is automatic
@@ -37,7 +38,7 @@ class KVCache:
 
     def __init__(
         self,
-        loaded,
+        loaded: Generator,
         search: SearchConfig,
         cache: CacheConfig,
         prompt_tokens: int,

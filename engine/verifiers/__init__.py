@@ -8,6 +8,7 @@ KV, reused step to step). `families` detects and loads a PRM folder; `synthetic_
 from __future__ import annotations
 
 from engine.errors import NotAPRM
+from engine.loaded import Generator
 from engine.verifiers import math_shepherd, qwen_prm, rlhflow_prm, skywork_prm
 from engine.verifiers.base import PathKey, StepToScore, Verifier, VerifierCost, aggregate
 from engine.verifiers.families import load_prm
@@ -29,9 +30,9 @@ def prm_verifier(parts: PRMParts) -> PathVerifier:
     return _WIRING[parts.family](parts)
 
 
-def make_verifier(name: str, loaded, verifier_model: str | None = None) -> Verifier:
+def make_verifier(name: str, loaded: Generator, verifier_model: str | None = None) -> Verifier:
     """`loaded` is the generator (self-judge reads it; a PRM goes on its device in its dtype)."""
-    if getattr(loaded, "plan_only", False):
+    if loaded.plan_only:
         return ContentHashVerifier()
     if name == "logprob":
         return LogProbVerifier()
