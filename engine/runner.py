@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
 
+from engine.rng import uniforms
 from engine.rows import Row, RowResult, StepRules
-from engine.sampling import sample
+from engine.sampling import sample_tokens, token_logprobs
+
+SYNC_EVERY = 8  # forward calls between copies of sampled tokens to the host; 1 = every token
 
 
 @torch.inference_mode()
@@ -22,10 +26,120 @@ def prefill(
     return out.past_key_values, out.logits[0, -1].float()
 
 
+def delimiter_reached(sampled: Sequence[int], delimiter: str, decode: Callable[[Sequence[int]], str]) -> bool:
+    """`delimiter in decode(sampled)`, decoding only the newest tokens while the answer is no.
+
+    Checked after every token, a delimiter first appears in text that ends at the newest token, so a
+    window of `4 * len(delimiter) + 4` tokens sees it unless it spans that many tokens (e.g. runs of
+    tokens that decode to nothing). A hit in the window is confirmed on the whole text, so the window
+    never stops a row that the whole-text check would not.
+    """
+    window = 4 * len(delimiter) + 4
+    if delimiter not in decode(sampled[-window:]):
+        return False
+    return len(sampled) <= window or delimiter in decode(sampled)
+
+
 def _row_is_done(result: RowResult, rules: StepRules, position: int) -> bool:
     if result.finished or len(result.sampled) >= rules.max_tokens or position + 1 >= rules.context_length:
         return True
-    return rules.delimiter is not None and rules.delimiter in rules.decode(result.sampled)
+    return rules.delimiter is not None and delimiter_reached(result.sampled, rules.delimiter, rules.decode)
+
+
+def token_budget(position: int, rules: StepRules) -> int:
+    """The most tokens a row at `position` can sample this step (the stop rules allow at least one)."""
+    return min(rules.max_tokens, max(1, rules.context_length - position))
+
+
+@dataclass(frozen=True)
+class StepBuffers:
+    """One step's device state, allocated once at the step's final length (no per-token allocation)."""
+
+    tokens: torch.Tensor  # [B, 1 + n]: column 0 the pending tokens, column j + 1 the token sampled by forward j
+    logprobs: torch.Tensor  # [B, n] float32: log p of the token sampled by forward j, temperature 1
+    positions: torch.Tensor  # [B, n]: position id fed at forward j (held at the row's last one past its budget)
+    draws: torch.Tensor  # [B, n] float32 in (0, 1]: the rows' random draws for forward j
+    mask: torch.Tensor | None  # [B, T + n], or None when no row has padding (SDPA's fastest path)
+    width: int  # T: the mask's columns before this step
+
+
+def step_mask(mask: torch.Tensor | None, forwards: int) -> torch.Tensor | None:
+    """The attention mask at the step's final width, or None when no row is padded (one check per step)."""
+    # mask: [B, T] -> [B, T + forwards] or None
+    if mask is None or mask.is_meta or bool(mask.all()):
+        return None
+    full = torch.ones((mask.shape[0], mask.shape[1] + forwards), dtype=mask.dtype, device=mask.device)
+    full[:, : mask.shape[1]] = mask
+    return full
+
+
+def allocate_buffers(
+    mask: torch.Tensor | None, device: torch.device, rows: Sequence[Row], budgets: Sequence[int]
+) -> StepBuffers:
+    """Buffers for `max(budgets)` forward calls; sampling happens where the logits are (plan-only runs: the host)."""
+    n = max(budgets)
+    sampling = torch.device("cpu") if device.type == "meta" else device  # a MetaModel returns host logits
+    tokens = torch.empty((len(rows), 1 + n), dtype=torch.long, device=sampling)
+    tokens[:, 0] = torch.tensor([row.pending for row in rows], device=sampling)
+    positions = [
+        [row.position + min(j, budget - 1) for j in range(n)] for row, budget in zip(rows, budgets, strict=True)
+    ]
+    return StepBuffers(
+        tokens=tokens,
+        logprobs=torch.empty((len(rows), n), dtype=torch.float32, device=sampling),
+        positions=torch.tensor(positions, dtype=torch.long, device=device),
+        draws=uniforms([row.generator for row in rows], [row.position for row in rows], n).to(sampling),
+        mask=step_mask(mask, n),
+        width=0 if mask is None else mask.shape[1],
+    )
+
+
+def forward_and_sample(
+    model: torch.nn.Module, cache: DynamicCache, buffers: StepBuffers, j: int, rules: StepRules
+) -> torch.Tensor:
+    """Forward call j of the step, its tokens and log-probs written into the buffers; returns logits [B, V]."""
+    mask = None if buffers.mask is None else buffers.mask[:, : buffers.width + j + 1]  # [B, T + j + 1]
+    out = model(
+        input_ids=buffers.tokens[:, j : j + 1].to(buffers.positions.device),  # [B, 1]; no copy unless plan-only
+        attention_mask=mask,
+        position_ids=buffers.positions[:, j : j + 1],  # [B, 1]
+        past_key_values=cache,
+        use_cache=True,
+    )
+    logits = out.logits[:, -1].float()  # [B, V]
+    tokens = sample_tokens(logits, buffers.draws[:, j], rules.temperature, rules.top_p)  # [B]
+    buffers.tokens[:, j + 1] = tokens
+    buffers.logprobs[:, j] = token_logprobs(logits, tokens)
+    return logits
+
+
+def record(
+    results: list[RowResult], rows: Sequence[Row], rules: StepRules, buffers: StepBuffers, first: int, count: int
+) -> None:
+    """Host decisions for forwards `first .. first + count - 1`, from one copy of their tokens and log-probs."""
+    tokens = buffers.tokens[:, first : first + count + 1].tolist()  # [B][count + 1]: waits for the device
+    logprobs = buffers.logprobs[:, first : first + count].tolist()  # [B][count]
+    for i, (row, result) in enumerate(zip(rows, results, strict=True)):
+        for c in range(count):
+            if result.done:
+                break
+            token = tokens[i][c + 1]
+            result.fed.append(tokens[i][c])
+            result.sampled.append(token)
+            result.logprobs.append(logprobs[i][c])
+            result.finished = token in rules.eos_ids
+            result.done = _row_is_done(result, rules, row.position + first + c)
+
+
+def observe_rows(
+    results: list[RowResult], rows: Sequence[Row], rules: StepRules, logits: torch.Tensor, buffers: StepBuffers, j: int
+) -> None:
+    """Hands each unfinished row's float32 logits [V] and its token to `rules.observe` (copies them to the host)."""
+    host_logits = logits.cpu()  # [B, V]
+    tokens = buffers.tokens[:, j + 1].tolist()
+    for i, (row, result) in enumerate(zip(rows, results, strict=True)):
+        if not result.done:
+            rules.observe(row.candidate_id, host_logits[i], tokens[i])
 
 
 @torch.inference_mode()
@@ -37,47 +151,55 @@ def decode_step(
     rules: StepRules,
     should_stop: Callable[[], bool] = lambda: False,
     before_forward: Callable[[], None] | None = None,
+    sync_every: int = SYNC_EVERY,
 ) -> tuple[list[RowResult], float]:
     """Decode every row for one step in batched forward calls; rows that finish early idle.
 
-    `mask` `[B, T]` marks real (1) and padding (0) columns of the cache. Returns each row's
-    result and the seconds spent in forward calls. Row i's new KV is in cache columns
-    `T .. T + len(results[i].fed) - 1`. `before_forward` runs before each forward call (the
-    layer-wise policy re-places layers there).
+    `mask` `[B, T]` marks real (1) and padding (0) columns of the cache, or is None when no row is
+    padded; a mask of ones is dropped too, so SDPA can take its fastest path. Tokens are sampled
+    on the device and copied to the host every `sync_every` forward calls (every call when
+    `rules.observe` is set, which gets each row's logits on the host), where each row's
+    stop rules are applied token by token, so results do not depend on `sync_every`. A row may be
+    fed tokens after it is done (every row is in every forward call). Returns each row's result
+    and the seconds spent in forward calls and waiting for their tokens. Row i's new KV is in
+    cache columns `T .. T + len(results[i].fed) - 1`; later columns hold tokens fed after it was
+    done, to be ignored. `before_forward` runs before each forward call (the layer-wise policy
+    re-places layers there), and `should_stop` is asked before each one.
+
+    No CUDA graphs: a graph replays fixed shapes and addresses, but each forward attends over one
+    more cache column (and the layer-wise policy moves layers between forwards), so every token
+    would need its own capture. They pay once attention reads a fixed-size arena with per-row
+    lengths (paged or variable-length attention) instead of a growing view.
     """
-    device = mask.device if mask is not None else cache.layers[0].keys.device
+    if sync_every < 1:
+        raise ValueError(f"sync_every must be at least 1 forward call (got {sync_every}).")
     results = [RowResult() for _ in rows]
-    current = [row.pending for row in rows]
-    positions = [row.position for row in rows]
-    compute = 0.0
+    if not rows:
+        return results, 0.0
+    budgets = [token_budget(row.position, rules) for row in rows]
+    device = mask.device if mask is not None else cache.layers[0].keys.device
+    buffers = allocate_buffers(mask, device, rows, budgets)
+    sync_every = 1 if rules.observe is not None else sync_every
+    done_forwards, compute = 0, 0.0
     while not all(r.done for r in results):
-        if should_stop():
-            break
-        if mask is not None:
-            mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=device)], dim=1)
-        if before_forward is not None:
-            before_forward()
-        start = time.perf_counter()
-        out = model(
-            input_ids=torch.tensor([[t] for t in current], device=device),  # [B, 1]
-            attention_mask=mask,  # [B, T + t + 1]
-            position_ids=torch.tensor([[p] for p in positions], device=device),  # [B, 1]
-            past_key_values=cache,
-            use_cache=True,
-        )
-        logits = out.logits[:, -1].float().cpu()  # [B, V]
-        compute += time.perf_counter() - start
-        log_probs = torch.log_softmax(logits, dim=-1)
-        for i, (row, result) in enumerate(zip(rows, results, strict=True)):
-            if result.done:
-                continue
-            token = sample(logits[i], rules.temperature, rules.top_p, row.generator)
+        need = max(b - done_forwards for b, r in zip(budgets, results, strict=True) if not r.done)
+        count, stopped = 0, False
+        for j in range(done_forwards, done_forwards + min(sync_every, need)):
+            if should_stop():
+                stopped = True
+                break
+            if before_forward is not None:
+                before_forward()
+            start = time.perf_counter()
+            logits = forward_and_sample(model, cache, buffers, j, rules)
+            compute += time.perf_counter() - start
             if rules.observe is not None:
-                rules.observe(row.candidate_id, logits[i], token)
-            result.fed.append(current[i])
-            result.sampled.append(token)
-            result.logprobs.append(float(log_probs[i, token]))
-            result.finished = token in rules.eos_ids
-            result.done = _row_is_done(result, rules, positions[i])
-            current[i], positions[i] = token, positions[i] + 1
+                observe_rows(results, rows, rules, logits, buffers, j)
+            count += 1
+        start = time.perf_counter()
+        record(results, rows, rules, buffers, done_forwards, count)
+        compute += time.perf_counter() - start
+        done_forwards += count
+        if stopped:
+            break
     return results, compute

@@ -1,18 +1,19 @@
-"""Turning logits into tokens: temperature, top-p, and per-candidate seeded draws."""
+"""Turning logits into tokens: temperature, top-p, and per-candidate counter-based draws, batched on the device."""
 
 from __future__ import annotations
 
 import torch
 
+from engine.rng import CandidateStream
 
-def candidate_generator(seed: int, candidate_id: int) -> torch.Generator:
-    """A CPU generator owned by one candidate, so its tokens do not depend on batching or grouping."""
-    generator = torch.Generator()
-    generator.manual_seed((seed * 1_000_003 + candidate_id * 7_919) % (2**63))
-    return generator
+
+def candidate_generator(seed: int, candidate_id: int) -> CandidateStream:
+    """The random stream owned by one candidate, so its tokens do not depend on batching or grouping."""
+    return CandidateStream(seed, candidate_id)
 
 
 def logits_to_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """The reference semantics of sampling, for one row: what `sample_tokens` draws from."""
     # logits: [V] float32 -> probs: [V]
     probs = torch.softmax(logits / temperature, dim=-1)
     if top_p < 1.0:
@@ -24,9 +25,36 @@ def logits_to_probs(logits: torch.Tensor, temperature: float, top_p: float) -> t
     return probs
 
 
-def sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator) -> int:
-    """One token from `logits` ([V], on the CPU); greedy when temperature is 0."""
+def sorted_probs(logits: torch.Tensor, temperature: float, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Probabilities in descending order with the top-p tail zeroed (not renormalised), and their token ids."""
+    # logits: [B, V] float32 -> probs: [B, V], order: [B, V]
+    probs = torch.softmax(logits / temperature, dim=-1)
+    probs, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+    if top_p < 1.0:
+        probs = probs.masked_fill(probs.cumsum(-1) - probs > top_p, 0.0)
+    return probs, order
+
+
+def inverse_cdf(probs: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
+    """Index of the first column whose cumulative probability reaches `draw * total`; never a zero column."""
+    # probs: [B, V] (descending, unnormalised), draws: [B] in (0, 1] -> index: [B]
+    cdf = probs.cumsum(-1)  # [B, V]
+    target = draws[:, None].to(cdf.dtype) * cdf[:, -1:]  # [B, 1], 0 < target <= total
+    index = torch.searchsorted(cdf, target)  # [B, 1]
+    last_kept = ((probs > 0).sum(-1, keepdim=True) - 1).clamp_(min=0)  # guards rounding of a parallel cumsum
+    return torch.minimum(index, last_kept).squeeze(-1)
+
+
+def sample_tokens(logits: torch.Tensor, draws: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """One token per row, on the logits' device; greedy when temperature is 0."""
+    # logits: [B, V] float32, draws: [B] in (0, 1] -> tokens: [B] int64
     if temperature == 0:
-        return int(torch.argmax(logits))
-    probs = logits_to_probs(logits, temperature, top_p)
-    return int(torch.multinomial(probs, 1, generator=generator))
+        return logits.argmax(-1)
+    probs, order = sorted_probs(logits, temperature, top_p)
+    return order.gather(-1, inverse_cdf(probs, draws)[:, None]).squeeze(-1)
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """log p(token) at temperature 1."""
+    # logits: [B, V] float32, tokens: [B] -> [B]
+    return torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
