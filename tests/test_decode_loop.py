@@ -7,7 +7,9 @@ import dataclasses
 import pytest
 import torch
 
-from engine.runner import Row, RowResult, StepRules, cache_from_kv, decode_step, prefill
+from engine.kv.attention import arena_cache
+from engine.rows import Row, RowResult, StepRules
+from engine.runner import decode_step, prefill
 from engine.sampling import candidate_generator
 
 PROMPTS = {3: [5, 9, 14, 200, 31, 7], 5: [5, 9, 14, 200, 31, 7], 8: [40, 41, 42], 11: [300, 12, 9, 9, 100]}
@@ -15,7 +17,7 @@ PROMPTS |= {c: [7, 8, 9, c] for c in (13, 14, 15, 16)}
 
 
 def group(loaded, candidates: list[int], seed: int = 0):
-    """A left-padded group: (cache, mask [B, T], rows); each candidate continues PROMPTS[c] (its last token pending)."""
+    """A left-padded group in an arena with room for 32 more tokens: (cache, mask [B, T], rows)."""
     kvs = [prefill(loaded.model, PROMPTS[c][:-1], loaded.device)[0] for c in candidates]
     width = max(len(PROMPTS[c]) - 1 for c in candidates)
     layers = []
@@ -23,14 +25,14 @@ def group(loaded, candidates: list[int], seed: int = 0):
         pair = []
         for part in ("keys", "values"):
             rows = [getattr(kv.layers[layer], part)[0] for kv in kvs]  # [H, t, D]
-            pad = lambda x: torch.nn.functional.pad(x, (0, 0, width - x.shape[1], 0))  # noqa: E731
+            pad = lambda x: torch.nn.functional.pad(x, (0, 0, width - x.shape[1], 32))  # noqa: E731
             pair.append(torch.stack([pad(r) for r in rows]))  # [B, H, T, D]
         layers.append(torch.stack(pair))
     mask = torch.zeros((len(candidates), width), dtype=torch.long)
     for i, c in enumerate(candidates):
         mask[i, width - (len(PROMPTS[c]) - 1) :] = 1
     rows = [Row(c, PROMPTS[c][-1], len(PROMPTS[c]) - 1, candidate_generator(seed, c)) for c in candidates]
-    return cache_from_kv(loaded.model, torch.stack(layers)), mask, rows
+    return arena_cache(loaded.model.config, torch.stack(layers), width), mask, rows
 
 
 def rules_for(loaded, **changes) -> StepRules:
@@ -60,9 +62,10 @@ class ForwardSpy:
         return self.masks
 
 
-def decode_watched(loaded, candidates, rules, **kwargs) -> tuple[dict[int, RowResult], list]:
+def decode_watched(loaded, candidates, rules, drop_mask=False, **kwargs) -> tuple[dict[int, RowResult], list]:
     """`decode`, also returning each decode forward call's attention mask shape (None when no mask)."""
     cache, mask, rows = group(loaded, candidates)
+    mask = None if drop_mask else mask
     spy = ForwardSpy(loaded.model)
     try:
         results, _ = decode_step(loaded.model, cache, mask, rows, rules, **kwargs)
@@ -110,17 +113,18 @@ def test_sync_every_does_not_change_any_result(tiny):
     eos = frozenset(range(2, 40))  # ~1 in 13 tokens ends a row
     rules = rules_for(tiny, max_tokens=11, delimiter=" ", eos_ids=eos, temperature=1.0, top_p=1.0)
     candidates = [3, 5, 8, 11, 13, 14, 15, 16]
-    per_token = decode(tiny, candidates, dataclasses.replace(rules, sync_every=1))
+    per_token = decode(tiny, candidates, rules, sync_every=1)
     assert stop_reasons(per_token, rules) == {"eos", "delimiter", "max_tokens"}
     for sync_every in (3, 8, 64):
-        batched = decode(tiny, candidates, dataclasses.replace(rules, sync_every=sync_every))
+        batched = decode(tiny, candidates, rules, sync_every=sync_every)
         for c in candidates:
             assert_same_results(batched[c], per_token[c])
 
 
 def test_no_attention_mask_when_rows_have_no_padding(tiny):
-    _, masks = decode_watched(tiny, [3, 5], rules_for(tiny, max_tokens=5))  # equal prompts: no padding
-    assert masks == [None] * 5
+    for drop_mask in (False, True):  # a mask of ones, or none from the caller
+        _, masks = decode_watched(tiny, [3, 5], rules_for(tiny, max_tokens=5), drop_mask)  # equal prompts
+        assert masks == [None] * 5
 
 
 def test_padded_rows_get_a_mask_growing_by_one_column_per_forward(tiny):
@@ -129,7 +133,7 @@ def test_padded_rows_get_a_mask_growing_by_one_column_per_forward(tiny):
 
 
 def test_forwards_stop_at_the_longest_possible_row_and_at_should_stop(tiny):
-    results, masks = decode_watched(tiny, [3, 8], rules_for(tiny, max_tokens=5, sync_every=8))
+    results, masks = decode_watched(tiny, [3, 8], rules_for(tiny, max_tokens=5), sync_every=8)
     assert len(masks) == 5 and all(len(r.sampled) == 5 for r in results.values())
 
     calls = {"n": 0, "forwards": 0}
@@ -141,8 +145,8 @@ def test_forwards_stop_at_the_longest_possible_row_and_at_should_stop(tiny):
     def count_forward() -> None:
         calls["forwards"] += 1
 
-    rules = rules_for(tiny, max_tokens=10, sync_every=8)
-    results = decode(tiny, [3, 8], rules, should_stop=stop_after_three, before_forward=count_forward)
+    rules = rules_for(tiny, max_tokens=10)
+    results = decode(tiny, [3, 8], rules, should_stop=stop_after_three, before_forward=count_forward, sync_every=8)
     assert calls == {"n": 4, "forwards": 3}
     assert all(len(r.sampled) == 3 and not r.done for r in results.values())
     full = decode(tiny, [3, 8], rules)
@@ -159,4 +163,4 @@ def test_observe_sees_host_float32_logits_of_unfinished_rows(tiny):
 
 def test_sync_every_below_one_is_refused(tiny):
     with pytest.raises(ValueError, match="sync_every"):
-        rules_for(tiny, sync_every=0)
+        decode(tiny, [3], rules_for(tiny), sync_every=0)
