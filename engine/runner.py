@@ -60,6 +60,7 @@ class StepBuffers:
     positions: torch.Tensor  # [B, n]: position id fed at forward j (held at the row's last one past its budget)
     draws: torch.Tensor  # [B, n] float32 in (0, 1]: the rows' random draws for forward j
     mask: torch.Tensor | None  # [B, T + n], or None when no row has padding (SDPA's fastest path)
+    forced: tuple[torch.Tensor, torch.Tensor] | None  # teacher forcing: tokens [B, n] and where they apply [B, n]
     width: int  # T: the mask's columns before this step
 
 
@@ -73,8 +74,23 @@ def step_mask(mask: torch.Tensor | None, forwards: int) -> torch.Tensor | None:
     return full
 
 
+def forced_tokens(
+    rows: Sequence[Row], rules: StepRules, forwards: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """`rules.forced` as (tokens [B, n], applies [B, n]): forward j emits a forced candidate's j-th token."""
+    if rules.forced is None:
+        return None
+    tokens = torch.zeros((len(rows), forwards), dtype=torch.long)
+    applies = torch.zeros((len(rows), forwards), dtype=torch.bool)
+    for i, row in enumerate(rows):
+        forced = rules.forced.get(row.candidate_id, ())[:forwards]
+        tokens[i, : len(forced)] = torch.tensor(forced, dtype=torch.long)
+        applies[i, : len(forced)] = True
+    return tokens.to(device), applies.to(device)
+
+
 def allocate_buffers(
-    mask: torch.Tensor | None, device: torch.device, rows: Sequence[Row], budgets: Sequence[int]
+    mask: torch.Tensor | None, device: torch.device, rows: Sequence[Row], budgets: Sequence[int], rules: StepRules
 ) -> StepBuffers:
     """Buffers for `max(budgets)` forward calls; sampling happens where the logits are (plan-only runs: the host)."""
     n = max(budgets)
@@ -90,6 +106,7 @@ def allocate_buffers(
         positions=torch.tensor(positions, dtype=torch.long, device=device),
         draws=uniforms([row.generator for row in rows], [row.position for row in rows], n).to(sampling),
         mask=step_mask(mask, n),
+        forced=forced_tokens(rows, rules, n, sampling),
         width=0 if mask is None else mask.shape[1],
     )
 
@@ -108,6 +125,9 @@ def forward_and_sample(
     )
     logits = out.logits[:, -1].float()  # [B, V]
     tokens = sample_tokens(logits, buffers.draws[:, j], rules.temperature, rules.top_p)  # [B]
+    if buffers.forced is not None:
+        forced, applies = buffers.forced
+        tokens = torch.where(applies[:, j], forced[:, j], tokens)
     buffers.tokens[:, j + 1] = tokens
     buffers.logprobs[:, j] = token_logprobs(logits, tokens)
     return logits
@@ -178,7 +198,7 @@ def decode_step(
         return results, 0.0
     budgets = [token_budget(row.position, rules) for row in rows]
     device = mask.device if mask is not None else cache.layers[0].keys.device
-    buffers = allocate_buffers(mask, device, rows, budgets)
+    buffers = allocate_buffers(mask, device, rows, budgets, rules)
     sync_every = 1 if rules.observe is not None else sync_every
     done_forwards, compute = 0, 0.0
     while not all(r.done for r in results):

@@ -164,3 +164,14 @@ def test_observe_sees_host_float32_logits_of_unfinished_rows(tiny):
 def test_sync_every_below_one_is_refused(tiny):
     with pytest.raises(ValueError, match="sync_every"):
         decode(tiny, [3], rules_for(tiny), sync_every=0)
+
+
+def test_forced_tokens_are_emitted_and_scored_under_the_model(tiny):
+    """Teacher forcing (engine/replay.py): a forced candidate emits the given tokens whatever its draws."""
+    rules = rules_for(tiny, temperature=1.0, top_p=1.0, max_tokens=6)
+    reference = decode(tiny, [3, 8], rules, seed=1)
+    forced = decode(tiny, [3, 8], dataclasses.replace(rules, forced={3: tuple(reference[3].sampled)}), seed=2)
+    free = decode(tiny, [3, 8], rules, seed=2)
+    assert_same_results(forced[3], reference[3])  # same tokens, so the same log-probs
+    assert_same_results(forced[8], free[8])  # an unforced row samples from its own stream
+    assert free[3].sampled != reference[3].sampled
