@@ -90,6 +90,12 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
     k.add_argument("--block-size", type=int, default=c.block_size)
     k.add_argument("--no-inter-beam", action="store_true", help="lbs: do not share prefix blocks in a group")
     k.add_argument("--no-prefetch", action="store_true", help="lbs: no balanced groups, no prefetch")
+    k.add_argument(
+        "--prefix-order",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="lbs: order groups so consecutive ones share the most blocks, and keep a shared prefix on the device",
+    )
     k.add_argument("--pcie-gbps", type=float, default=c.pcie_gbps, help="bandwidth of the emulated PCIe link")
     k.add_argument("--device", default=c.device, choices=DEVICES)
 
@@ -104,7 +110,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig
     )
     cache = CacheConfig(
         policy=args.policy, kv_budget_bytes=args.kv_budget, block_size=args.block_size,
-        inter_beam=not args.no_inter_beam, balanced_prefetch=not args.no_prefetch,
+        inter_beam=not args.no_inter_beam, balanced_prefetch=not args.no_prefetch, prefix_order=args.prefix_order,
         pcie_gbps=args.pcie_gbps, device=args.device,
     )
     return model, search, cache

@@ -23,9 +23,10 @@ from engine.replay import Observed, Replay, max_logit_diff
 LADDER: dict[str, dict] = {
     "in_device": {"policy": "in_device"},
     "layerwise": {"policy": "layerwise"},
-    "lbs:inter_token": {"policy": "lbs", "inter_beam": False, "balanced_prefetch": False},
-    "lbs:+inter_beam": {"policy": "lbs", "inter_beam": True, "balanced_prefetch": False},
-    "lbs:+balanced_prefetch": {"policy": "lbs", "inter_beam": True, "balanced_prefetch": True},
+    "lbs:inter_token": {"policy": "lbs", "inter_beam": False, "balanced_prefetch": False, "prefix_order": False},
+    "lbs:+inter_beam": {"policy": "lbs", "inter_beam": True, "balanced_prefetch": False, "prefix_order": False},
+    "lbs:+balanced_prefetch": {"policy": "lbs", "inter_beam": True, "balanced_prefetch": True, "prefix_order": False},
+    "lbs:+prefix_order": {"policy": "lbs", "inter_beam": True, "balanced_prefetch": True, "prefix_order": True},
 }
 
 

@@ -78,6 +78,7 @@ class CacheConfig:
     inter_token: bool = True
     inter_beam: bool = True
     balanced_prefetch: bool = True
+    prefix_order: bool = True  # lbs: consecutive groups share the most blocks; a shared prefix stays
     pcie_gbps: float = 25.0
     device: str = "auto"
 

@@ -88,7 +88,7 @@ def test_in_device_matches_plain_transformers(tiny):
     [
         ("lbs", 100, True, True, "one"),
         ("lbs", 1.3, True, True, "two"),  # with inter-beam the shared prompt counts once: groups are larger
-        ("lbs", 1.1, True, True, "many"),
+        ("lbs", 1.2, True, True, "many"),
         ("lbs", 1.5, False, False, "many"),
         ("lbs", 3.2, False, True, "two"),
         ("lbs", 1.3, True, False, "two"),

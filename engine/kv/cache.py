@@ -78,7 +78,7 @@ class KVCache:
             return LayerwisePolicy(context, self.budget)
         if self.policy_name == "in_device":
             return InDevicePolicy(context)
-        switches = Switches(inter_beam=self.cfg.inter_beam, balanced_prefetch=self.cfg.balanced_prefetch)
+        switches = Switches(self.cfg.inter_beam, self.cfg.balanced_prefetch, self.cfg.prefix_order)
         return LbsPolicy(context, switches)
 
     def _cuda_free(self) -> int | None:

@@ -39,6 +39,24 @@ class LoadedGroup:
     runs: list[Run]  # device runs to release after the group
     h2d_bytes: int  # what loading it moved over PCIe
     loaded: object = None  # CUDA event recorded after the load's copies (None: already in order)
+    kept: KeptPrefix | None = None  # the executor's kept prefix, when this group reads it
+
+
+@dataclass
+class KeptPrefix:
+    """A staged prefix held on the device across a group boundary (prefix-aware order)."""
+
+    ids: tuple[int, ...]
+    full: torch.Tensor  # [L, 2, H, capacity, D]: the prefix in its first columns
+    run: Run
+    users: int = 0  # loaded groups reading it now
+
+    def shared_with(self, prefix_ids: Sequence[int]) -> int:
+        """How many leading blocks `prefix_ids` has in common with this prefix."""
+        n = 0
+        while n < min(len(self.ids), len(prefix_ids)) and self.ids[n] == prefix_ids[n]:
+            n += 1
+        return n
 
 
 class GroupExecutor:
@@ -50,6 +68,9 @@ class GroupExecutor:
         self.config, self.blocks, self.store, self.home = config, blocks, store, home
         self.decode, self.step_tokens, self.share = decode, step_tokens, share
         self.cascade = share and getattr(config, "_attn_implementation", None) == ATTENTION  # else rows hold all
+        self.keep_prefix = False  # prefix-aware order: a staged prefix stays for the next group that shares it
+        self.prefix_capacity = 0  # tokens of the step's longest shared prefix (a kept run is sized for it)
+        self.kept: KeptPrefix | None = None
 
     def run_step(
         self, groups: Sequence[Group], live: dict[int, Live], timing: StepTiming, should_stop: Callable[[], bool]
@@ -57,20 +78,32 @@ class GroupExecutor:
         """Yields after each group (a cancellation point); `live` tables are updated in place.
 
         A group that runs out of device memory (CUDA, or a pool the budget re-read shrank) is
-        split in two and retried; only a single candidate that cannot fit is an error.
+        split in two and retried; only a single candidate that cannot fit is an error. Whatever
+        way the step ends, every run it took from the pool is given back.
         """
-        queue, previous_compute, index, ahead = list(groups), 0.0, 0, None
+        self._ahead = None
+        tables = [[live[c].table for c in g.candidates] for g in groups]
+        self.prefix_capacity = max((self.blocks.num_tokens(common_prefix(t)) for t in tables), default=0)
+        try:
+            yield from self._run_groups(list(groups), live, timing, should_stop)
+        finally:
+            self._ahead = self._unload(self._ahead)
+            self.drop_kept()
+
+    def _run_groups(self, queue: list[Group], live, timing: StepTiming, should_stop) -> Iterator[GroupDone]:
+        previous_compute, index = 0.0, 0
         while queue:
             group, batch = queue.pop(0), None
             try:
+                ahead, self._ahead = self._ahead, None
                 batch = ahead if ahead is not None and ahead.group is group else self._load(group, live)
-                ahead = None
-                ahead = self._prefetch(queue[0], live) if queue else None
+                self._ahead = self._prefetch(queue[0], live) if queue else None
                 self.store.wait_loaded(batch.loaded)
                 results, compute = self._decode(batch, should_stop)
             except (torch.OutOfMemoryError, PoolExhausted) as error:
                 self._unload(batch)
-                ahead = self._unload(ahead)
+                self._ahead = self._unload(self._ahead)
+                self.drop_kept()
                 if len(group.candidates) == 1:
                     raise
                 queue[:0] = _halves(group)
@@ -78,7 +111,6 @@ class GroupExecutor:
                 continue
             except BaseException:
                 self._unload(batch)
-                self._unload(ahead)
                 raise
             try:
                 self._write_back(batch, results)  # never retried: it changes the candidates' tables
@@ -92,7 +124,6 @@ class GroupExecutor:
             yield GroupDone(index, group, dict(zip(group.candidates, results, strict=True)))
             index += 1
             if should_stop():
-                self._unload(ahead)
                 return
 
     def _account(self, group: Group, h2d: int, compute: float, previous_compute: float, timing: StepTiming) -> None:
@@ -119,46 +150,89 @@ class GroupExecutor:
 
     # -- loading ----------------------------------------------------------------------------
     def _load(self, group: Group, live: dict[int, Live]) -> LoadedGroup:
-        """One device run holds what the group needs beyond blocks already in place (one rounding to slots)."""
+        """The shared prefix (in place, kept from the previous group, or staged in a run of its own),
+        then the arena, a second run of the device pool."""
         members = [live[c] for c in group.candidates]
         prefix_ids = common_prefix([m.table for m in members]) if self.cascade else []
-        in_place = self.store.contiguous(prefix_ids, Tier.DEVICE) if prefix_ids else None
         own = [m.table[len(prefix_ids) :] for m in members]
         lengths = [self.blocks.num_tokens(t) for t in own]
         width = max(lengths, default=0)
         L, _, H, _, D = self.store.slot_shape
-        shapes = [(L, 2, len(members), H, width + self.step_tokens, D)]  # the arena
-        if prefix_ids and in_place is None:
-            shapes.append((L, 2, H, self.blocks.num_tokens(prefix_ids), D))  # the prefix, staged once
-        tensors, run = self.store.working(shapes)
-        before = self.store.counters.step["h2d"]
+        runs, kept, before = [], None, self.store.counters.step["h2d"]
         try:
             with self.store.loading() as loaded:
-                kv = (
-                    in_place
-                    if in_place is not None
-                    else (self._stage(prefix_ids, tensors[1], group) if prefix_ids else None)
-                )
-                arena, mask = self._load_rows(members, own, lengths, width, tensors[0])
+                kv, kept = self._prefix(prefix_ids, group, runs)
+                (arena,), run = self.store.working([(L, 2, len(members), H, width + self.step_tokens, D)])
+                runs.append(run)
+                arena, mask = self._load_rows(members, own, lengths, width, arena)
         except BaseException:
-            self.store.release(run)
+            for held in runs:
+                self.store.release(held)
+            if kept is not None:
+                kept.users -= 1
+                self._release_if_unused(kept)
             raise
         prefix = SharedPrefix(tuple((kv[i, 0], kv[i, 1]) for i in range(L))) if kv is not None else None
         h2d = self.store.counters.step["h2d"] - before
-        return LoadedGroup(group, members, prefix_ids, prefix, width, arena, mask, [run], h2d, loaded)
+        return LoadedGroup(group, members, prefix_ids, prefix, width, arena, mask, runs, h2d, loaded, kept)
 
-    def _stage(self, prefix_ids: list[int], kv: torch.Tensor, group: Group) -> torch.Tensor:
-        """Copy the shared prefix once into `kv` `[L, 2, H, P, D]`; its bytes are split among the members."""
-        column = 0
-        for block_id in prefix_ids:
+    def _prefix(self, prefix_ids: list[int], group: Group, runs: list[Run]):
+        """(`[L, 2, H, P, D]`, the kept prefix it reads or None) for the group's shared blocks."""
+        if not prefix_ids:
+            return None, None
+        in_place = self.store.contiguous(prefix_ids, Tier.DEVICE)
+        if in_place is not None:
+            return in_place, None
+        tokens = self.blocks.num_tokens(prefix_ids)
+        kept = self.kept
+        shared = kept.shared_with(prefix_ids) if kept is not None else 0
+        if kept is not None and shared == len(prefix_ids):
+            kept.users += 1  # a leading part of the kept prefix: read in place
+            return kept.full[:, :, :, :tokens], kept
+        if kept is not None and shared and kept.users == 0 and kept.full.shape[3] >= tokens:
+            self._fill(kept.full, prefix_ids, shared, group)  # the shared blocks stay; only the rest crosses
+            kept.ids, kept.users = tuple(prefix_ids), 1
+            return kept.full[:, :, :, :tokens], kept
+        self.drop_kept()
+        try:
+            return self._stage(prefix_ids, group, runs, max(tokens, self.prefix_capacity))
+        except PoolExhausted:
+            if self.prefix_capacity <= tokens:
+                raise
+            return self._stage(prefix_ids, group, runs, tokens)  # no room to keep it for the longest prefix
+
+    def drop_kept(self) -> None:
+        """At step end, on a retry, or for a group that shares nothing with it: the kept prefix goes
+        once no loaded group reads it."""
+        kept, self.kept = self.kept, None
+        self._release_if_unused(kept)
+
+    def _release_if_unused(self, kept: KeptPrefix | None) -> None:
+        if kept is not None and kept.users == 0 and kept is not self.kept:
+            self.store.release(kept.run)
+
+    def _stage(self, prefix_ids: list[int], group: Group, runs: list[Run], capacity: int):
+        """Copy the shared prefix once into a run of its own; with prefix order the run (sized for the
+        step's longest shared prefix) is kept for the next group instead of released."""
+        L, _, H, _, D = self.store.slot_shape
+        (full,), run = self.store.working([(L, 2, H, capacity, D)])
+        self._fill(full, prefix_ids, 0, group)
+        kv = full[:, :, :, : self.blocks.num_tokens(prefix_ids)]
+        if not self.keep_prefix:
+            runs.append(run)
+            return kv, None
+        self.kept = KeptPrefix(tuple(prefix_ids), full, run, users=1)
+        return kv, self.kept
+
+    def _fill(self, full: torch.Tensor, prefix_ids: list[int], start: int, group: Group) -> None:
+        """Copy blocks `prefix_ids[start:]` into their columns of `full`; bytes are split among the members."""
+        column = self.blocks.num_tokens(prefix_ids[:start])
+        for block_id in prefix_ids[start:]:
             n = self.blocks.blocks[block_id].num_tokens
             tier = self.store.tier_of(block_id)
-            src = self.store.view(block_id, tier, n)
-            self.store.copy(
-                kv[:, :, :, column : column + n], src, self.store.direction(tier, Tier.DEVICE), group.candidates
-            )
+            src, direction = self.store.view(block_id, tier, n), self.store.direction(tier, Tier.DEVICE)
+            self.store.copy(full[:, :, :, column : column + n], src, direction, group.candidates)
             column += n
-        return kv
 
     def _load_rows(self, members: list[Live], own: list[list[int]], lengths: list[int], width: int, arena):
         """Each member's blocks after the prefix, left-padded into the arena `[L, 2, B, H, W + k, D]`."""
@@ -197,6 +271,10 @@ class GroupExecutor:
         for run in batch.runs:
             self.store.release(run)
         batch.runs.clear()
+        if batch.kept is not None:
+            batch.kept.users -= 1
+            self._release_if_unused(batch.kept)
+            batch.kept = None
         return None
 
     # -- writing back -----------------------------------------------------------------------

@@ -17,13 +17,14 @@ from engine.kv.blocks import Tier
 from engine.kv.groups import GroupExecutor
 from engine.kv.policy import Group, PolicyContext, StepPlan, Work, common_prefix
 
-SLACK_BLOCKS = 1  # a group's working run (arena and staged prefix) rounds up to whole slots
+SLACK_BLOCKS = 2  # a group's arena and its staged prefix each round up to whole slots
 
 
 @dataclass(frozen=True)
 class Switches:
     inter_beam: bool = True
     balanced_prefetch: bool = True
+    prefix_order: bool = False  # order groups so consecutive ones share the most; keep the shared prefix
 
 
 def footprint(work: Work, step_tokens: int, token_bytes: int) -> int:
@@ -75,9 +76,11 @@ def plan_lbs(
 
     groups = _greedy_groups(work, fits, switches.inter_beam)
     if not switches.balanced_prefetch:
+        groups = _prefix_order(groups) if switches.prefix_order else groups
         return StepPlan("lbs", tuple(Group(tuple(w.id for w in g)) for g in groups))
     size = math.ceil(len(work) / len(groups))
     groups = _greedy_groups(work, lambda members, c: len(members) < size and fits(members, c), switches.inter_beam)
+    groups = _prefix_order(groups) if switches.prefix_order else groups
     biggest = max(group_bytes(g, step_tokens, token_bytes, shared) for g in groups)
     spare = (budget - biggest) // largest  # whole candidates of the next group that fit beside
     ids = [tuple(w.id for w in g) for g in groups]
@@ -106,6 +109,17 @@ def _greedy_groups(work: Sequence[Work], can_add, by_overlap: bool) -> list[list
     return groups
 
 
+def _prefix_order(groups: list[list[Work]]) -> list[list[Work]]:
+    """FlashTTS's prefix-aware order: after each group, the one sharing most of its blocks (ties: earlier)."""
+    remaining, ordered = list(groups), [groups[0]] if groups else []
+    remaining = remaining[1:]
+    while remaining:
+        blocks = {b for w in ordered[-1] for b in w.table}
+        shared = [len(blocks.intersection(b for w in g for b in w.table)) for g in remaining]
+        ordered.append(remaining.pop(shared.index(max(shared))))
+    return ordered
+
+
 def _best_overlap(remaining: Sequence[Work], blocks: set[int]) -> int:
     best, best_shared = 0, -1
     for index, w in enumerate(remaining):
@@ -127,6 +141,7 @@ class LbsPolicy:
             context.config, context.blocks, context.store, self.home, context.decode, context.step_tokens,
             share=switches.inter_beam,
         )
+        self.executor.keep_prefix = switches.prefix_order
 
     def plan(self, work: Sequence[Work], budget: int) -> StepPlan:
         store = self.context.store
