@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv or ["gui"])
     try:
         if args.command in ("run", "gui", "bench"):
-            limit_threads()  # torch's pool sized to the cores that are free, before any torch work
+            limit_threads(reserve=int(args.command == "gui"))  # torch's pool: the free cores, one kept for the window
         return args.handler(args)
     except (UsageError, ValueError, BeamwiseError) as error:
         message = error.user_message() if isinstance(error, BeamwiseError) else str(error)

@@ -1,10 +1,10 @@
 """How many CPU threads torch may use: set once by the entry points (`beamwise run|bench|gui`), never at import.
 
-torch starts one OpenMP thread per core and, between its parallel regions, keeps them spinning
-at a barrier. When another process (or the window's own thread) takes one of those cores, every
-small operation waits for the descheduled thread: the engine's many small per-step operations
-slow down far more than a plain `generate`. So the pool is sized to the cores that are free
-now, the spinning is turned off, and `BEAMWISE_THREADS=N` overrides the choice.
+torch starts one OpenMP thread per core, and each parallel region ends at a barrier that waits
+for all of them. When another process (or the window's own thread) takes one of those cores,
+every small operation waits for the descheduled thread: the engine's many small per-step
+operations slow down far more than a plain `generate` (BENCHMARKS.md, the busy machine). So
+the pool is sized to the cores that are free now; `BEAMWISE_THREADS=N` overrides the choice.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ def usable_cores() -> int:
 
 
 def choose_threads(env: dict[str, str] | None = None, cores: int | None = None,
-                   load: float | None = None) -> ThreadChoice:
-    """`BEAMWISE_THREADS`, else the usable cores less the ones other processes keep busy (at least 1)."""
+                   load: float | None = None, reserve: int = 0) -> ThreadChoice:
+    """`BEAMWISE_THREADS`, else the usable cores less the ones other processes keep busy and the
+    `reserve` this process needs for itself (the window's thread), at least 1."""
     env = dict(os.environ) if env is None else env
     cores = usable_cores() if cores is None else cores
     if env.get(ENV, "").strip():
@@ -41,21 +42,17 @@ def choose_threads(env: dict[str, str] | None = None, cores: int | None = None,
         return ThreadChoice(int(text), f"{ENV}={text}")
     if load is None:
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    busy = min(cores - 1, int(load + 0.5))  # runnable processes now (this one has not started working yet)
-    return ThreadChoice(max(1, cores - busy), f"{cores} cores, load {load:.1f}")
+    busy = min(cores - 1, int(load + 0.5) + reserve)  # runnable processes now (this one has not started yet)
+    return ThreadChoice(max(1, cores - busy), f"{cores} cores, load {load:.1f}, {reserve} kept for the window")
 
 
-def limit_threads(env: dict[str, str] | None = None) -> ThreadChoice:
-    """Apply `choose_threads` to torch (intra-op pool; inter-op pool 1) with passive OpenMP waiting."""
-    choice = choose_threads(env)
-    if "torch" not in sys.modules:  # OpenMP reads these when torch loads: waiting threads sleep, not spin
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        os.environ.setdefault("OMP_NUM_THREADS", str(choice.threads))
+def limit_threads(env: dict[str, str] | None = None, reserve: int = 0) -> ThreadChoice:
+    """Apply `choose_threads` to torch's intra-op pool (through OMP_NUM_THREADS if torch has not loaded yet)."""
+    choice = choose_threads(env, reserve=reserve)
+    if "torch" not in sys.modules:
+        os.environ["OMP_NUM_THREADS"] = str(choice.threads)
+        return choice
     import torch
 
     torch.set_num_threads(choice.threads)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:
-        pass  # already set by an earlier call in this process (tests run main() many times)
     return choice

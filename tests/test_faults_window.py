@@ -52,6 +52,11 @@ def test_torch_threads_leave_the_busy_cores_to_the_other_processes(env, load, th
     assert choose_threads(env, cores=2, load=load).threads == threads
 
 
+def test_the_window_keeps_a_core_for_its_own_thread():
+    assert choose_threads({}, cores=4, load=0.0, reserve=1).threads == 3
+    assert choose_threads({}, cores=2, load=0.0, reserve=1).threads == 1
+
+
 def test_a_bad_thread_setting_is_a_clear_error():
     with pytest.raises(ValueError, match="BEAMWISE_THREADS"):
         choose_threads({"BEAMWISE_THREADS": "many"}, cores=2, load=0.0)
