@@ -73,12 +73,16 @@ def _warn(text: str) -> None:
     print(f"beamwise: warning: {text}", file=sys.stderr, flush=True)
 
 
+def _note(text: str) -> None:
+    print(f"beamwise: {text}", file=sys.stderr, flush=True)
+
+
 def _open_recorder(args: argparse.Namespace):
     if args.no_save:
         return None
     from app.journal_import import open_session_store, recorder_for
 
-    return recorder_for(open_session_store(args.db, notify=_warn), notify=_warn)
+    return recorder_for(open_session_store(args.db, notify=_note), notify=_warn)
 
 
 @contextmanager
@@ -156,7 +160,7 @@ def _close(recorder) -> None:
 
     recorder.close()
     path = recorder.journal_path
-    if path is not None and not import_journals(recorder.store, only=path, notify=_warn):
+    if path is not None and not import_journals(recorder.store, only=path, notify=_note):
         _warn(f"the session database {recorder.store.path} is still busy; this run is kept whole in the journal "
               f"{path} and is saved into the database the next time Beamwise opens it (any command or the window).")
     recorder.store.close()

@@ -282,3 +282,24 @@ def test_a_store_that_cannot_be_written_is_opened_read_only_and_says_which_folde
     assert f"the folder {db.parent}" in err and "can only be read" in err and err.count("\n") == 1
     with SessionStore(db) as store:
         assert store.read_only and len(store.list_sessions()) == 1
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
+def test_the_first_ctrl_c_asks_the_run_to_stop_and_is_recorded_as_cancelled(db, capsys):
+    import signal
+    import threading
+
+    from app.run_cli import _ctrl_c_cancels, _open_recorder, _record
+    from engine import events as ev
+
+    stop = threading.Event()
+    with _ctrl_c_cancels(stop):
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.is_set()  # no KeyboardInterrupt: the search stops at its next step boundary
+    recorder = _open_recorder(type("Args", (), {"no_save": False, "db": str(db)})())
+    for event in fake(2):
+        _record(recorder, ev.RunCancelled(step=1) if event.type == "run_finished" else event)
+    recorder.close()
+    recorder.store.close()
+    with SessionStore(db) as store:
+        assert store.list_sessions()[0]["status"] == "cancelled"  # the window's name for the same thing

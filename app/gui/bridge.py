@@ -35,8 +35,10 @@ def default_loader(spec: ModelSpec, device: str, progress: ProgressFn) -> Any:
 
 def default_run(question: str, loaded: Any, search: SearchConfig, cache: CacheConfig,
                 *, should_stop: Callable[[], bool]) -> Iterator[Any]:
+    from app.preflight import check_memory
     from engine.search import run
 
+    check_memory(loaded, question, search, cache)  # a search too large for memory is refused before allocating
     return run(question, loaded, search, cache, should_stop=should_stop)
 
 
