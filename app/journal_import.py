@@ -14,8 +14,9 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from app.journal import Journal, JournalError, journal_folder, journals_of, read_journal
+from app.processes import pid_alive
 from app.recorder import SessionRecorder
-from app.store import SessionStore, StoreError, default_db_path, pid_alive
+from app.store import SessionStore, StoreError, default_db_path
 from engine import events as ev
 
 Notify = Callable[[str], None]

@@ -7,7 +7,6 @@ shared between a worker thread and the GUI thread: every operation holds the sto
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import socket
@@ -25,6 +24,7 @@ from sqlite_utils import Database
 
 from app import event_log
 from app.migrations import MIGRATIONS, SCHEMA_VERSION
+from app.processes import pid_alive
 from engine import events as ev
 from engine.errors import BeamwiseError
 
@@ -79,36 +79,6 @@ def short_title(question: str, limit: int = 60) -> str:
     """The first line of the question, whitespace collapsed, cut at `limit` characters."""
     line = " ".join(question.strip().split("\n", 1)[0].split())
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this id exists on this machine (POSIX signal 0; Windows OpenProcess)."""
-    if pid == os.getpid():
-        return True
-    if pid <= 0:
-        return False
-    if os.name == "nt":
-        return _windows_pid_alive(pid)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists but belongs to someone else
-    return True
-
-
-def _windows_pid_alive(pid: int) -> bool:
-    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
-    handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
-    if not handle:
-        return ctypes.get_last_error() == 5  # access denied: the process exists
-    try:
-        code = ctypes.c_ulong()
-        kernel32.GetExitCodeProcess(handle, ctypes.byref(code))
-        return code.value == 259  # STILL_ACTIVE
-    finally:
-        kernel32.CloseHandle(handle)
 
 
 # ---------------------------------------------------------------- the store
