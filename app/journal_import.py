@@ -71,7 +71,8 @@ def import_journals(store: SessionStore, *, only: Path | None = None, notify: No
         try:
             session_id = replay(store, journal)
         except StoreError as error:
-            say(f"the run journal {path} was not imported yet ({error}); it stays until the database is free.")
+            if only is None:  # with `only`, the caller says what happens to its own run's journal
+                say(f"the run journal {path} was not imported yet ({error}); it stays until the database is free.")
             break
         path.unlink(missing_ok=True)
         written.append(session_id)

@@ -40,7 +40,8 @@ class StoreError(BeamwiseError):
 class StoreLocked(StoreError):
     """Another Beamwise process holds the database's write lock for longer than the wait."""
 
-    hint = "Close the other Beamwise window or wait for its run to finish, then try again; nothing was lost."
+    hint = ("Close the other program or Beamwise window, or wait for its run to finish, then try again; "
+            "nothing was changed.")
 
 
 class StoreReadOnly(StoreError):
@@ -153,7 +154,7 @@ class SessionStore:
                 text = str(error).lower()
                 if "locked" in text or "busy" in text:
                     raise StoreLocked(
-                        f"the session database {self.path} is busy: another Beamwise process held it "
+                        f"the session database {self.path} is busy: another program or Beamwise process held its lock "
                         f"for more than {self.busy_timeout:g} s.") from error
                 if "malformed" in text:
                     raise self._damaged(error) from error
