@@ -8,16 +8,20 @@ import sys
 from collections.abc import Sequence
 
 from app import bench_cli, sessions_cli
-from app.options import UsageError, add_search_options
+from app.options import OneLineParser, UsageError, add_search_options
+from app.threads import limit_threads
 from engine.errors import BeamwiseError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="beamwise", description=__doc__)
+    parser = OneLineParser(prog="beamwise", description=__doc__)
     sub = parser.add_subparsers(dest="command")
 
     run = sub.add_parser("run", help="answer a question headless, printing the search as it goes")
-    run.add_argument("question", nargs="?", default=None, help="the question (default: a sample question)")
+    run.add_argument("question", nargs="?", default=None,
+                     help="the question (default: a sample question); - reads it from standard input")
+    run.add_argument("--question-file", default=None, metavar="PATH",
+                     help="read the question from this UTF-8 file (- for standard input), for long questions")
     add_search_options(run)
     run.add_argument("--json", action="store_true", help="print JSON Lines, one object per event")
     run.add_argument("--db", default=None, help="session database (default: in the user data folder)")
@@ -53,6 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv or ["gui"])
     try:
+        if args.command in ("run", "gui", "bench"):
+            limit_threads(reserve=int(args.command == "gui"))  # torch's pool: the free cores, one kept for the window
         return args.handler(args)
     except (UsageError, ValueError, BeamwiseError) as error:
         message = error.user_message() if isinstance(error, BeamwiseError) else str(error)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import NoReturn
 
 from engine.config import (
     AGGREGATIONS,
@@ -21,6 +22,13 @@ DEFAULT_QUESTION = "A train travels 60 km in 45 minutes. What is its average spe
 
 class UsageError(ValueError):
     """Bad command-line input: printed as one line, exit status 2."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that answers bad options with one line (what to change and where help is), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"beamwise: error: {message} (see `{self.prog} --help`)\n")
 
 
 def parse_delimiter(text: str) -> str | None:
@@ -76,6 +84,8 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
                    help="the PRM for --verifier prm: a folder, FAMILY:FOLDER or synthetic:tiny-qwen-prm and the like")
     g.add_argument("--beams", type=int, default=d.beams, help="kept beams N")
     g.add_argument("--width", type=int, default=d.width, help="children per beam M")
+    g.add_argument("--max-candidates", type=int, default=d.max_candidates,
+                   help=f"refuse more candidates (beams x width) per step than this (default {d.max_candidates:,})")
     g.add_argument("--step-tokens", type=int, default=d.step_tokens, help="most tokens in one step")
     g.add_argument("--step-delimiter", type=delimiter_type, default=d.step_delimiter,
                    help=r"text that ends a step, with escapes (default '\n\n'); 'none' for length only")
@@ -104,7 +114,8 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig
     """Build the validated configs; a ValueError here is the user's to fix."""
     model = ModelSpec(source=args.model, dtype=args.dtype)
     search = SearchConfig(
-        beams=args.beams, width=args.width, step_tokens=args.step_tokens, step_delimiter=args.step_delimiter,
+        beams=args.beams, width=args.width, max_candidates=args.max_candidates, step_tokens=args.step_tokens,
+        step_delimiter=args.step_delimiter,
         max_steps=args.max_steps, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
         aggregation=args.aggregation, verifier=args.verifier, verifier_model=args.verifier_model,
     )

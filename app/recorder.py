@@ -3,7 +3,9 @@
 The GUI worker and `beamwise run` both feed every event to `write`. A step's events are held
 until its `StepSelected` (the last event of a step) and then written together, so a run that is
 cancelled, fails or is killed keeps exactly the steps that finished. If the database is busy
-(`StoreLocked`), nothing is dropped: the events stay buffered and the next write retries them.
+(`StoreLocked`) or cannot be written (`StoreReadOnly`) and the recorder was given a journal
+folder, it stops writing the database for this run and keeps the whole run in a journal
+(`app.journal`), flushed per step, which the next open of the database imports.
 """
 
 from __future__ import annotations
@@ -12,12 +14,18 @@ import json
 import os
 import socket
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from app import event_log
-from app.store import SessionStore, now_iso, short_title
+from app.journal import RunJournal, header_for
+from app.store import SessionStore, StoreError, StoreLocked, StoreReadOnly, now_iso, short_title
 from engine import events as ev
+
+UNAVAILABLE = (StoreLocked, StoreReadOnly)  # the database is there but cannot take this run's rows now
 
 TERMINAL_STATUS = {"run_finished": "finished", "run_cancelled": "cancelled", "run_failed": "failed"}
 
@@ -35,16 +43,31 @@ class _Rows:
 
 
 class SessionRecorder:
-    """Records one run. `session_id` is set once `RunStarted` has been written."""
+    """Records one run. `session_id` is set once `RunStarted` has been written.
 
-    def __init__(self, store: SessionStore, *, title: str | None = None) -> None:
+    `journal_folder` (a folder, or a callable giving one) turns a busy database into a journal
+    instead of an error; `notify` receives the one line a user should read when that happens.
+    `clock`, `created`, `session_id` and `transaction` let `app.journal_import` replay a journal.
+    """
+
+    def __init__(self, store: SessionStore, *, title: str | None = None,
+                 journal_folder: Path | Callable[[], Path] | None = None,
+                 notify: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
+                 created: str | None = None, session_id: int | None = None,
+                 transaction: Callable[[], AbstractContextManager] | None = None) -> None:
         self.store = store
         self.title = title
         self.session_id: int | None = None
         self.finished = False
+        self.journal: RunJournal | None = None
+        self._journal_folder, self._notify, self._clock = journal_folder, notify or (lambda _text: None), clock
+        self._created, self._forced_id = created, session_id
+        self._transaction = transaction or store.transaction
+        self._log: list[tuple[float, dict]] = []  # every event of the run, for a journal started mid-run
+        self._start_event: Any = None
         self._buffer: list[tuple[int, Any]] = []  # (seq, event) not yet written
         self._seq = 0
-        self._started = time.monotonic()
+        self._started = clock()
         self._totals = {"steps": 0, "candidates": 0, "candidate_tokens": 0}
         self._step: dict[int, dict] = {}  # candidate id -> row, for the step in progress
 
@@ -60,16 +83,62 @@ class SessionRecorder:
             raise ValueError(f"this recorder already recorded the end of session {self.session_id}; "
                              "use a new SessionRecorder for the next run.")
         if event.type == "run_started":
-            if self.session_id is not None:
+            if self._log:
                 raise ValueError("one SessionRecorder records one run; RunStarted came twice.")
-            self._start(event)
-            return
-        if self.session_id is None:
+            self._started = self._clock()
+        elif not self._log:
             raise ValueError(f"the recorder got {event.type} before run_started; feed it the whole event stream.")
-        self._buffer.append((self._seq, event))
-        self._seq += 1
-        if event.type == "step_selected" or event.type in ev.TERMINAL_TYPES:
-            self.flush()
+        self._log.append((self._clock() - self._started, ev.to_dict(event)))
+        boundary = event.type == "step_selected" or event.type in ev.TERMINAL_TYPES
+        if event.type == "run_started":
+            self._start_event = event
+        if self.journal is not None:
+            self._journal_last(boundary)
+        else:
+            self._write_rows(event, boundary)
+        if event.type in ev.TERMINAL_TYPES and (self.journal is not None or not self._buffer):
+            self.finished = True
+
+    def _write_rows(self, event: Any, boundary: bool) -> None:
+        try:
+            if self.session_id is None:
+                self._start(self._start_event)  # a start that found the database busy is retried here
+            if event.type == "run_started":
+                return
+            self._buffer.append((self._seq, event))
+            self._seq += 1
+            if boundary:
+                self.flush()
+        except UNAVAILABLE as error:
+            if self._journal_folder is None:
+                raise
+            self._divert(error)
+
+    @property
+    def journal_path(self) -> Path | None:
+        return None if self.journal is None else self.journal.path
+
+    def _divert(self, error: StoreError) -> None:
+        """From now on this run goes to a journal: everything so far, then each event as it comes."""
+        folder = self._journal_folder() if callable(self._journal_folder) else self._journal_folder
+        assert folder is not None and self.store.path is not None
+        try:
+            self.journal = RunJournal(folder, header_for(self.store.path, self._created or now_iso(), self.session_id))
+            for seconds, data in self._log:
+                self.journal.append(seconds, data)
+            self.journal.sync()
+        except OSError as failure:
+            self.journal = None
+            raise StoreError(f"{error} The run journal could not be written either ({failure}); "
+                             "this run is NOT being saved.", hint="Free disk space or pass --db PATH.") from failure
+        self._notify(f"{error} This run is kept in the journal {self.journal.path} and is saved into the "
+                     "database the next time Beamwise opens it.")
+
+    def _journal_last(self, boundary: bool) -> None:
+        assert self.journal is not None
+        self.journal.append(*self._log[-1])
+        if boundary:
+            self.journal.sync()
 
     def flush(self) -> None:
         """Write every buffered complete step (and the end of the run, if it came) in one transaction."""
@@ -80,7 +149,7 @@ class SessionRecorder:
             return
         rows, totals = self._rows(self._buffer[:cut])
         store = self.store
-        with store.transaction() as conn:
+        with self._transaction() as conn:
             store.insert_rows(conn, "events", event_log.rows(self.session_id, rows.events))
             store.insert_rows(conn, "candidates", rows.candidates)
             store.insert_rows(conn, "steps", rows.steps)
@@ -99,26 +168,42 @@ class SessionRecorder:
         self.finished = rows.session.get("status", "running") != "running"
 
     def close(self) -> None:
-        """End of use: a run that never reached its terminal event is marked 'interrupted'."""
+        """End of use: a run that never reached its terminal event is marked 'interrupted'.
+
+        A journalled run only closes its journal: its importer marks it interrupted if it must.
+        """
+        if self.journal is not None:
+            self.journal.close()
+            return
         if self.session_id is None or self.finished:
             return
         self._buffer.append((self._seq, None))
         self._seq += 1
-        self.flush()
+        try:
+            self.flush()
+        except UNAVAILABLE as error:
+            if self._journal_folder is None:
+                raise
+            self._divert(error)
+            self.journal.close()  # type: ignore[union-attr]
 
     # ---------------------------------------------------------------- internals
 
     def _start(self, event: ev.RunStarted) -> None:
         row = {
-            "title": self.title or short_title(event.question), "question": event.question, "created": now_iso(),
+            "title": self.title or short_title(event.question), "question": event.question,
+            "created": self._created or now_iso(),
             "model": event.model, "verifier": event.verifier, "device": event.device, "emulated": int(event.emulated),
             "policy": event.policy, "kv_budget_bytes": event.kv_budget_bytes, "search": event.search,
             "cache": event.cache, "status": "running", "pid": os.getpid(), "host": socket.gethostname(),
         }
-        with self.store.transaction() as conn:
+        if self._forced_id is not None:
+            row["id"] = self._forced_id
+        self._created = row["created"]
+        with self._transaction() as conn:
             session_id = self.store.insert_session(conn, row)
             self.store.insert_rows(conn, "events", event_log.rows(session_id, [(0, ev.to_dict(event))]))
-        self.session_id, self._seq, self._started = session_id, 1, time.monotonic()
+        self.session_id, self._seq = session_id, 1
 
     def _flushable(self) -> int:
         """How many buffered events end on a step or run boundary (what may be written now)."""
@@ -139,7 +224,7 @@ class SessionRecorder:
             rows.events.append((seq, ev.to_dict(event)))
             self._apply(event, step, rows, totals)
         rows.session.update(totals)
-        rows.session.setdefault("seconds", round(time.monotonic() - self._started, 6))
+        rows.session.setdefault("seconds", round(self._clock() - self._started, 6))
         return rows, totals
 
     def _apply(self, event: Any, step: dict[str, Any], rows: _Rows, totals: dict[str, int]) -> None:
@@ -182,7 +267,7 @@ class SessionRecorder:
         new = list(self._step.values())
         rows.candidates += new
         rows.steps.append(_step_row(self.session_id, event, step.get("beams", ()), memory, transfer,
-                                    time.monotonic() - self._started))
+                                    self._clock() - self._started))
         totals["steps"] = event.step
         totals["candidates"] += len(new)
         totals["candidate_tokens"] += sum(r["tokens"] for r in new)

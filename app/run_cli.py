@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from threading import Event
 from typing import TextIO
 
-from app.options import DEFAULT_QUESTION, UsageError, configs_from_args
+from app.options import DEFAULT_QUESTION, configs_from_args
+from app.preflight import check_memory
+from app.question import read_question
 from engine import events as ev
 
-USER_ERRORS = {"InvalidPrompt", "KVBudgetTooSmall", "ModelLoadError", "NotAPRM", "PRMHeadMissing"}
+USER_ERRORS = {"InvalidPrompt", "KVBudgetTooSmall", "ModelLoadError", "NotAPRM", "PRMHeadMissing", "SearchTooLarge"}
 
 
 class Printer:
@@ -63,13 +69,40 @@ def _progress(stage: str, fraction: float | None) -> None:
     print(f"[model] {stage}{share}", file=sys.stderr, flush=True)
 
 
+def _warn(text: str) -> None:
+    print(f"beamwise: warning: {text}", file=sys.stderr, flush=True)
+
+
+def _note(text: str) -> None:
+    print(f"beamwise: {text}", file=sys.stderr, flush=True)
+
+
 def _open_recorder(args: argparse.Namespace):
     if args.no_save:
         return None
-    from app.recorder import SessionRecorder
-    from app.store import SessionStore
+    from app.journal_import import open_session_store, recorder_for
 
-    return SessionRecorder(SessionStore(args.db))
+    return recorder_for(open_session_store(args.db, notify=_note), notify=_warn)
+
+
+@contextmanager
+def _ctrl_c_cancels(stop: Event) -> Iterator[None]:
+    """The first Ctrl+C stops the search at its next step boundary (recorded as cancelled); a second one quits."""
+    def on_sigint(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        print("beamwise: cancelling after this step (Ctrl+C again to quit now)", file=sys.stderr, flush=True)
+
+    try:
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread: leave Ctrl+C as it is
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -77,37 +110,57 @@ def run_command(args: argparse.Namespace) -> int:
     from engine.models import load_model
     from engine.search import run
 
-    question = DEFAULT_QUESTION if args.question is None else args.question
-    if not question.strip():
-        raise UsageError('the question is empty; pass a question in quotes, e.g. beamwise run "What is 12*7?"')
+    question = read_question(args.question, args.question_file, DEFAULT_QUESTION)
     model_spec, search, cache = configs_from_args(args)
     loaded = load_model(model_spec, device=cache.device, progress=_progress)  # "auto": CUDA when there is one
+    check_memory(loaded, question, search, cache)  # before anything is allocated for the search
     recorder = _open_recorder(args)
     show = (lambda e: print(json.dumps(ev.to_dict(e)), flush=True)) if args.json else Printer(sys.stdout)
-    status = 1
+    status, stop, last_step = 1, Event(), 0
     try:
-        for event in run(question, loaded, search, cache):
-            if recorder is not None and (recorder.session_id is not None or event.type == "run_started"):
-                _record(recorder, event)  # a run that failed before it started has nothing to record
-            show(event)
-            if event.type == "run_finished":
-                status = 0
-            elif event.type == "run_failed":
-                if args.json:
-                    print(f"beamwise: error: {event.message}", file=sys.stderr)
-                status = 2 if event.error in USER_ERRORS else 1
+        with _ctrl_c_cancels(stop):
+            for event in run(question, loaded, search, cache, should_stop=stop.is_set):
+                last_step = event.step if event.type == "step_selected" else last_step
+                _record(recorder, event)
+                show(event)
+                status = _status(event, status, args.json)
+    except KeyboardInterrupt:
+        _record(recorder, ev.RunCancelled(step=last_step))  # the same name the window records
+        raise
     finally:
-        if recorder is not None:
-            recorder.close()
+        _close(recorder)
+    return status
+
+
+def _status(event, status: int, json_lines: bool) -> int:
+    if event.type == "run_finished":
+        return 0
+    if event.type == "run_cancelled":
+        return 130
+    if event.type == "run_failed":
+        if json_lines:
+            print(f"beamwise: error: {event.message}", file=sys.stderr)
+        return 2 if event.error in USER_ERRORS else 1
     return status
 
 
 def _record(recorder, event) -> None:
-    """A busy database does not stop the search: the recorder keeps the step and retries on its next write."""
-    from app.store import StoreLocked
+    """A busy database does not stop the search: the recorder moves the run to a journal and says so once."""
+    if recorder is None or recorder.finished or (recorder.session_id is None and not recorder.journal
+                                                  and event.type != "run_started"):
+        return  # not recording, or a run that failed before it started: nothing to record
+    recorder.write(event)
 
-    try:
-        recorder.write(event)
-    except StoreLocked as error:
-        print(f"beamwise: warning: {error.user_message()} (the step is kept and saved on the next write)",
-              file=sys.stderr)
+
+def _close(recorder) -> None:
+    """Close the recording; a journalled run is imported at once if the database is free again."""
+    if recorder is None:
+        return
+    from app.journal_import import import_journals
+
+    recorder.close()
+    path = recorder.journal_path
+    if path is not None and not import_journals(recorder.store, only=path, notify=_note):
+        _warn(f"the session database {recorder.store.path} is still busy; this run is kept whole in the journal "
+              f"{path} and is saved into the database the next time Beamwise opens it (any command or the window).")
+    recorder.store.close()

@@ -8,7 +8,8 @@ import unicodedata
 from pathlib import Path
 
 import app.formatting as fmt
-from app.export import FORMATS, chosen_path, export_session, import_session, render_session, session_dump
+from app.export import FORMATS, ExportError, chosen_path, export_session, import_session, render_session, session_dump
+from app.journal_import import open_session_store
 from app.store import SessionStore, StoreError, default_db_path
 
 
@@ -30,6 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("id", type=int)
     c.add_argument("--format", choices=FORMATS, default=None, help="default: from the -o suffix, else md")
     c.add_argument("-o", "--output", default=None, help="file to write (default: print to stdout)")
+    c.add_argument("--force", action="store_true", help="replace the output file if it exists")
     c.set_defaults(handler=cmd_export)
     c = cmds.add_parser("import", parents=[db], help="add a session from a JSON export")
     c.add_argument("path")
@@ -47,7 +49,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _open(args: argparse.Namespace) -> SessionStore:
-    return SessionStore(args.db)
+    """The store, with any run journals waiting for it imported first (each import is said on stderr)."""
+    return open_session_store(args.db, notify=lambda text: print(f"beamwise: {text}", file=sys.stderr))
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -85,6 +88,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     fmt = args.format or _format_from_suffix(args.output)
+    if args.output not in (None, "-") and Path(args.output).exists() and not args.force:
+        raise ExportError(f"{args.output} already exists; nothing was written.",
+                         hint="Add --force to replace it, or choose another file name.")
     with _open(args) as store:
         if args.output is None or args.output == "-":
             sys.stdout.write(render_session(store, args.id, fmt))

@@ -7,7 +7,6 @@ shared between a worker thread and the GUI thread: every operation holds the sto
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import socket
@@ -25,11 +24,13 @@ from sqlite_utils import Database
 
 from app import event_log
 from app.migrations import MIGRATIONS, SCHEMA_VERSION
+from app.processes import pid_alive
 from engine import events as ev
 from engine.errors import BeamwiseError
 
 DB_NAME = "sessions.db"
 JSON_COLUMNS = ("search", "cache")
+DEFAULT_BUSY_TIMEOUT = 5.0  # seconds a write waits for another program's lock
 
 
 class StoreError(BeamwiseError):
@@ -39,7 +40,14 @@ class StoreError(BeamwiseError):
 class StoreLocked(StoreError):
     """Another Beamwise process holds the database's write lock for longer than the wait."""
 
-    hint = "Close the other Beamwise window or wait for its run to finish, then try again; nothing was lost."
+    hint = ("Close the other program or Beamwise window, or wait for its run to finish, then try again; "
+            "nothing was changed.")
+
+
+class StoreReadOnly(StoreError):
+    """The database can be read but not written (its folder or the file is read-only)."""
+
+    hint = "Make the folder writable, or pass --db with a file in a folder you can write to."
 
 
 class StoreDamaged(StoreError):
@@ -74,36 +82,6 @@ def short_title(question: str, limit: int = 60) -> str:
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this id exists on this machine (POSIX signal 0; Windows OpenProcess)."""
-    if pid == os.getpid():
-        return True
-    if pid <= 0:
-        return False
-    if os.name == "nt":
-        return _windows_pid_alive(pid)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists but belongs to someone else
-    return True
-
-
-def _windows_pid_alive(pid: int) -> bool:
-    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
-    handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
-    if not handle:
-        return ctypes.get_last_error() == 5  # access denied: the process exists
-    try:
-        code = ctypes.c_ulong()
-        kernel32.GetExitCodeProcess(handle, ctypes.byref(code))
-        return code.value == 259  # STILL_ACTIVE
-    finally:
-        kernel32.CloseHandle(handle)
-
-
 # ---------------------------------------------------------------- the store
 
 
@@ -115,11 +93,14 @@ class SessionStore:
     seconds. Sessions left 'running' by a process that no longer exists are marked 'interrupted'.
     """
 
-    def __init__(self, path: Path | str | None = None, *, memory: bool = False, busy_timeout: float = 5.0) -> None:
+    def __init__(self, path: Path | str | None = None, *, memory: bool = False,
+                 busy_timeout: float | None = None) -> None:
+        busy_timeout = DEFAULT_BUSY_TIMEOUT if busy_timeout is None else busy_timeout
         if busy_timeout < 0:
             raise ValueError(f"busy_timeout must be 0 or more seconds (got {busy_timeout}).")
         self.path: Path | None = None if memory else Path(path) if path is not None else default_db_path()
         self.busy_timeout = busy_timeout
+        self.read_only = self.path is not None and self.path.is_file() and not _writable(self.path)
         self._lock = threading.RLock()
         self._conn = self._connect()
         try:
@@ -136,8 +117,13 @@ class SessionStore:
             return sqlite3.connect(":memory:", check_same_thread=False)
         if self.path.is_dir():
             raise StoreError(f"{self.path} is a folder; pass a session database file such as {self.path / DB_NAME}.")
+        if self.read_only:
+            return _connect_read_only(self.path, self.busy_timeout)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self.path.exists() and not os.access(self.path.parent, os.W_OK):
+                raise StoreReadOnly(f"cannot create the session database {self.path}: the folder "
+                                    f"{self.path.parent} is read-only.")
             return sqlite3.connect(str(self.path), timeout=self.busy_timeout, check_same_thread=False)
         except (OSError, sqlite3.Error) as error:
             raise StoreError(f"cannot open the session database {self.path}: {error}.",
@@ -168,10 +154,12 @@ class SessionStore:
                 text = str(error).lower()
                 if "locked" in text or "busy" in text:
                     raise StoreLocked(
-                        f"the session database {self.path} is busy: another Beamwise process held it "
+                        f"the session database {self.path} is busy: another program or Beamwise process held its lock "
                         f"for more than {self.busy_timeout:g} s.") from error
                 if "malformed" in text:
                     raise self._damaged(error) from error
+                if "readonly" in text or "read-only" in text:
+                    raise self._read_only() from error
                 raise StoreError(f"cannot use the session database {self.path}: {error}.",
                                  hint="Check free disk space and that the file is writable.") from error
             except sqlite3.DatabaseError as error:
@@ -183,9 +171,16 @@ class SessionStore:
             hint=f"Move it aside to start a fresh one (`beamwise sessions move-aside --db {self.path}`); "
                  "the old file is kept next to it for recovery.")
 
+    def _read_only(self) -> StoreReadOnly:
+        where = self.path.parent if self.path is not None else "memory"
+        return StoreReadOnly(f"the session database {self.path} can only be read: the folder {where} or the "
+                             "file is read-only; nothing was written.")
+
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """One atomic write: everything inside lands, or nothing does."""
+        if self.read_only:
+            raise self._read_only()
         with self._guard() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -210,11 +205,17 @@ class SessionStore:
         if tables and "migrations" not in tables:
             raise StoreError(f"{self.path} is a SQLite database of another program, not Beamwise sessions; "
                              "it was not changed.", hint="Pass --db with a new file name.")
+        pending = [m for m in MIGRATIONS if m.__name__ not in applied]
+        if self.read_only:
+            if pending:
+                folder = self.path.parent if self.path else ""
+                raise StoreReadOnly(f"the session database {self.path} needs a schema upgrade, but the folder "
+                                    f"{folder} or the file is read-only; it was not changed.")
+            return
         if self.path is not None and self.db.journal_mode != "wal":
             self.db.enable_wal()
         conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a killed process loses no commit
         conn.execute("PRAGMA foreign_keys=ON")
-        pending = [m for m in MIGRATIONS if m.__name__ not in applied]
         if not pending:
             return
         with self.transaction():  # another process may have migrated while we waited for the lock
@@ -233,6 +234,8 @@ class SessionStore:
 
     def mark_interrupted(self) -> list[int]:
         """Sessions still 'running' on this host whose process is gone become 'interrupted'."""
+        if self.read_only:
+            return []
         with self._guard() as conn:
             rows = conn.execute("SELECT id, pid, host FROM sessions WHERE status = 'running'").fetchall()
             host = socket.gethostname()
@@ -361,6 +364,22 @@ class SessionStore:
             for table in ("events", "steps", "candidates"):
                 conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
             conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+
+
+def _writable(path: Path) -> bool:
+    """SQLite writes beside the file (-wal, -shm): the file and its folder must both be writable."""
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+
+
+def _connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
+    """Read-only; a WAL database whose folder forbids the -shm file is read as immutable (no locks)."""
+    uri = path.resolve().as_uri()
+    try:
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=timeout, check_same_thread=False)
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        return sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=timeout, check_same_thread=False)
 
 
 def _decode_session(row: dict) -> dict:

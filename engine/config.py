@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -11,11 +12,25 @@ POLICIES = ("auto", "in_device", "layerwise", "lbs")
 VERIFIERS = ("logprob", "self-judge", "prm")
 DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
+MAX_CANDIDATES_PER_STEP = 1024  # beams x width; more is refused at once (raise it with max_candidates)
+SEED_RANGE = (0, 2**63 - 1)  # candidate seeds are taken mod 2**63: a seed outside would equal one inside
 
 
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ValueError(message)
+
+
+def _finite(value: float, name: str) -> None:
+    _require(isinstance(value, int | float) and math.isfinite(value), f"{name} must be a finite number (got {value}).")
+
+
+def _utf8(text: str | None, name: str) -> None:
+    try:
+        (text or "").encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"{name} has a character that is not valid text ({text[error.start]!r} at {error.start}, "
+                         "a lone surrogate); write a real character or its \\n-style escape.") from error
 
 
 @dataclass(frozen=True)
@@ -37,10 +52,23 @@ class SearchConfig:
     aggregation: str = "last"
     verifier: str = "logprob"
     verifier_model: str | None = None  # the PRM (folder or synthetic:NAME) when verifier is "prm"
+    max_candidates: int = MAX_CANDIDATES_PER_STEP
 
     def __post_init__(self) -> None:
         _require(self.beams >= 1, f"beams must be at least 1 (got {self.beams}).")
         _require(self.width >= 1, f"width (children per beam) must be at least 1 (got {self.width}).")
+        _require(self.max_candidates >= 1, f"the candidates cap must be at least 1 (got {self.max_candidates}).")
+        _require(
+            self.beams * self.width <= self.max_candidates,
+            f"beams x width = {self.beams:,} x {self.width:,} = {self.beams * self.width:,} candidates per step, "
+            f"more than the cap of {self.max_candidates:,}; lower beams or width, or raise the cap "
+            "(--max-candidates).",
+        )
+        _finite(self.temperature, "temperature")
+        _finite(self.top_p, "top-p")
+        _require(SEED_RANGE[0] <= self.seed <= SEED_RANGE[1],
+                 f"the seed must be a whole number from 0 to 2**63-1 = {SEED_RANGE[1]:,} (got {self.seed}).")
+        _utf8(self.step_delimiter, "the step delimiter")
         _require(self.step_tokens >= 1, f"step tokens must be at least 1 (got {self.step_tokens}).")
         _require(self.max_steps >= 1, f"max steps must be at least 1 (got {self.max_steps}).")
         _require(
@@ -89,6 +117,7 @@ class CacheConfig:
             "the KV budget must be a positive size such as 64MB, or unset for automatic.",
         )
         _require(1 <= self.block_size <= 4096, f"block size must be 1..4096 tokens (got {self.block_size}).")
+        _finite(self.pcie_gbps, "PCIe bandwidth")
         _require(self.pcie_gbps > 0, f"PCIe bandwidth must be positive GB/s (got {self.pcie_gbps}).")
         _require(self.device in DEVICES, "device must be auto, cpu or cuda.")
         _require(

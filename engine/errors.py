@@ -44,6 +44,19 @@ class KVBudgetTooSmall(BeamwiseError):
         self.needed_bytes = needed_bytes
 
 
+class SearchTooLarge(BeamwiseError):
+    """The search would need more memory than the machine has; refused before anything is allocated."""
+
+    def __init__(self, needed_bytes: int, available_bytes: int, largest: str) -> None:
+        super().__init__(
+            f"this search needs about {format_bytes(needed_bytes)} of KV cache, more than the "
+            f"{format_bytes(available_bytes)} of memory free; the largest setting that fits is {largest}.",
+            hint="Lower --beams, --width, --max-steps or --step-tokens.",
+        )
+        self.needed_bytes = needed_bytes
+        self.available_bytes = available_bytes
+
+
 def format_bytes(n: float) -> str:
     """Human-readable binary size: 1536 -> '1.5 KiB'."""
     units = ["B", "KiB", "MiB", "GiB", "TiB"]

@@ -71,6 +71,7 @@ class LoadedModel:
 
     def encode_chat(self, question: str, system: str | None = None) -> list[int]:
         """Prompt ids ending where the assistant's answer starts (chat template, else a plain layout)."""
+        question = question.encode("utf-8", "surrogatepass").decode("utf-8", "replace")  # undecodable bytes: U+FFFD
         if self.tokenizer.chat_template:
             messages = [{"role": "system", "content": system}] if system else []
             messages.append({"role": "user", "content": question})

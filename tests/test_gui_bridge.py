@@ -187,9 +187,9 @@ def test_events_are_recorded_in_the_worker_thread(qtbot, make_bridge, monkeypatc
         def close(self) -> None:
             pass
 
-    import app.recorder
+    import app.journal_import
 
-    monkeypatch.setattr(app.recorder, "SessionRecorder", Recorder)
+    monkeypatch.setattr(app.journal_import, "recorder_for", lambda s, notify: Recorder(s))  # the bridge's seam
     bridge = make_bridge(store_factory=lambda: store)
     sessions: list[int] = []
     bridge.session_recorded.connect(sessions.append)

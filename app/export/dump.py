@@ -7,20 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from app import event_log
+from app.export.checks import SessionFileInvalid, check_events, check_tree, check_values
 from app.session.tree import path_to_root
 from app.store import SCHEMA_VERSION, SessionStore
 from engine import events as ev
-from engine.errors import BeamwiseError
 
 FILE_FORMAT = "beamwise-session"
 FILE_VERSION = 1
 PRIVATE_SESSION_KEYS = ("id", "pid", "host")  # meaningless on another machine or in another db
-
-
-class SessionFileInvalid(BeamwiseError):
-    """A file given to import is not a Beamwise session export this version can read."""
-
-    hint = "Import a .json file written by `beamwise sessions export ID --format json`."
 
 
 def session_dump(store: SessionStore, session_id: int) -> dict[str, Any]:
@@ -59,10 +53,14 @@ def import_session(store: SessionStore, path: Path | str) -> int:
     (session,) = _checked_rows(store, "sessions", [session], path)
     candidates = _checked_rows(store, "candidates", dump["candidates"], path)
     timeline = _checked_rows(store, "steps", dump["timeline"], path)
+    for table, rows in (("sessions", [session]), ("candidates", candidates), ("steps", timeline)):
+        check_values(table, rows, store.db[table].columns_dict, path)
+    check_tree(session, candidates, timeline, path)
     try:
         events = [ev.to_dict(ev.from_dict(data)) for data in dump["events"]]
     except (KeyError, TypeError, ValueError) as error:
         raise SessionFileInvalid(f"{path} has an event this Beamwise cannot read ({error!r}).") from error
+    check_events(events, candidates, path)
     with store.transaction() as conn:
         sid = store.insert_session(conn, session)
         store.insert_rows(conn, "candidates", [{**c, "session_id": sid} for c in candidates])

@@ -11,9 +11,10 @@ from app.export.dump import chosen_path
 def render_markdown(dump: dict[str, Any]) -> str:
     s = dump["session"]
     lines = [f"# {fmt.md_line(s['title'])}", "", "## Question", "", *_quote(s["question"]), ""]
-    lines += ["## Run", "", f"- Model: {s['model']}", f"- Verifier: {s['verifier']}", f"- Device: {s['device']}",
+    lines += ["## Run", "", f"- Model: {fmt.md_line(s['model'])}", f"- Verifier: {s['verifier']}",
+              f"- Device: {fmt.md_line(s['device'])}",
               f"- Policy: {s['policy']}, KV budget {fmt.size(s['kv_budget_bytes'])}",
-              f"- Status: {s['status']}" + (f" ({s['error']})" if s.get("error") else ""),
+              f"- Status: {s['status']}" + (f" ({fmt.md_line(s['error'])})" if s.get("error") else ""),
               f"- Started: {s['created']}; {s['steps']} steps, {s['candidates']} candidates, "
               f"{s['candidate_tokens']} candidate tokens, {s['seconds'] or 0:.2f} s",
               f"- Search: {fmt.settings(s['search'])}", f"- Cache: {fmt.settings(s['cache'])}", ""]
@@ -56,4 +57,5 @@ def memory_summary(dump: dict[str, Any]) -> list[str]:
 
 
 def _quote(text: str) -> list[str]:
-    return [f"> {line}".rstrip() for line in text.strip("\n").split("\n")] if text.strip() else ["> (empty)"]
+    lines = fmt.md_text(text).strip("\n").split("\n")
+    return [f"> {line}".rstrip() for line in lines] if text.strip() else ["> (empty)"]

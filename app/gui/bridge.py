@@ -35,8 +35,10 @@ def default_loader(spec: ModelSpec, device: str, progress: ProgressFn) -> Any:
 
 def default_run(question: str, loaded: Any, search: SearchConfig, cache: CacheConfig,
                 *, should_stop: Callable[[], bool]) -> Iterator[Any]:
+    from app.preflight import check_memory
     from engine.search import run
 
+    check_memory(loaded, question, search, cache)  # a search too large for memory is refused before allocating
     return run(question, loaded, search, cache, should_stop=should_stop)
 
 
@@ -133,11 +135,11 @@ class SearchWorker(QObject):
         if self._store_factory is None:
             return None
         try:
-            from app.recorder import SessionRecorder  # imported late: the store is optional for the window
+            from app.journal_import import recorder_for  # imported late: the store is optional for the window
 
             if self._store is None:
                 self._store = self._store_factory()
-            return SessionRecorder(self._store)
+            return recorder_for(self._store, notify=self.recording_failed.emit)  # a busy database: a journal
         except Exception as error:
             self.recording_failed.emit(f"This run is not being saved: {describe_error(error)}")
             return None
@@ -153,8 +155,23 @@ class SearchWorker(QObject):
             return
         try:
             recorder.close()
+            path = getattr(recorder, "journal_path", None)
+            if path is not None:
+                self._import_journal(recorder.store, path)
         except Exception as error:
             self.recording_failed.emit(f"The end of this run was not saved: {describe_error(error)}")
+
+    def _import_journal(self, store: Any, path: Any) -> None:
+        """The database may be free again by the run's end: then the session appears whole at once."""
+        from app.journal_import import import_journals
+
+        written = import_journals(store, only=path)
+        if written:
+            self.session_recorded.emit(int(written[0]))
+            self.recording_failed.emit(f"The session database is free again: this run was saved whole from {path}.")
+        else:
+            self.recording_failed.emit(f"The session database is still busy: this run is kept whole in the journal "
+                                       f"{path} and is saved the next time Beamwise opens the database.")
 
     def _record(self, recorder: Any, event: Any) -> Any:
         """Write one event; on a storage fault say so once and stop recording this run."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -16,6 +17,7 @@ from app.gui import settings as saved
 from app.gui.bridge import SearchBridge
 from app.gui.loop_monitor import LoopGapMonitor
 from app.gui.main_window import MainWindow
+from app.journal_import import open_session_store
 from app.options import add_search_options, configs_from_args
 from app.store import SessionStore, StoreDamaged, default_db_path
 from engine import events as ev
@@ -41,15 +43,16 @@ def explicit_configs(args: argparse.Namespace, base: Configs) -> Configs:
 def open_store(path: str | None, *, ask: bool) -> Any:
     """The GUI thread's SessionStore, or None (the window then runs without saving) after saying why."""
     db = Path(path) if path else default_db_path()
+    notify = lambda text: print(f"beamwise: {text}", file=sys.stderr)  # noqa: E731 - journals imported on open
     try:
-        return SessionStore(db)
+        return open_session_store(db, notify=notify)
     except StoreDamaged as error:
         question = (f"{error.user_message()}\n\nMove it aside (it is kept as a .damaged file) "
                     "and start a fresh session database?")
         if ask and QMessageBox.question(None, "Session database damaged", question) == QMessageBox.StandardButton.Yes:
             try:
                 SessionStore.move_aside(db)
-                return SessionStore(db)
+                return open_session_store(db, notify=notify)
             except BeamwiseError as again:
                 error = again
         _warn(ask, "Sessions will not be saved", error.user_message())
@@ -102,8 +105,12 @@ class Screenshot:
             tree.select_node(best)  # the details panel then shows the answer's last step
         tree.fit_to_view()  # the whole tree in the picture
         self.app.processEvents()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if not self.window.grab().save(str(self.path), "PNG"):
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            saved_ok = self.window.grab().save(str(self.path), "PNG")
+        except OSError:
+            saved_ok = False
+        if not saved_ok:
             print(f"beamwise: error: could not write the screenshot {self.path}; "
                   "check that the folder is writable.", file=sys.stderr)
             self.app.exit(2)
@@ -117,6 +124,10 @@ def main(args: argparse.Namespace) -> int:
     screenshot = Path(args.screenshot) if getattr(args, "screenshot", None) else None
     if screenshot is not None and not args.question:
         print("beamwise: error: --screenshot needs --question (the run to take a picture of).", file=sys.stderr)
+        return 2
+    if screenshot is not None and (problem := unwritable(screenshot)):
+        print(f"beamwise: error: cannot save the screenshot to {screenshot}: {problem}; "
+              "choose a file in a folder you can write to.", file=sys.stderr)
         return 2
     configs_from_args(args)  # a ValueError here reaches the CLI as a one-line error, before any window
     app = QApplication.instance() or QApplication(sys.argv[:1])
@@ -143,6 +154,18 @@ def main(args: argparse.Namespace) -> int:
         window.deleteLater()
         if scratch is not None:
             scratch.cleanup()
+
+
+def unwritable(path: Path) -> str | None:
+    """Why a file cannot be written at `path` (checked before the run, so a long run is not wasted), or None."""
+    if path.is_dir():
+        return "it is a folder"
+    folder = next((p for p in (path.parent, *path.parent.parents) if p.exists()), None)
+    if folder is None or not folder.is_dir():
+        return f"{folder} is not a folder"
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return f"{folder if not path.exists() else path} is not writable"
+    return None
 
 
 def _start(window: MainWindow, app: QApplication, *, exit_on_refusal: bool) -> None:

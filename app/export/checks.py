@@ -1,0 +1,106 @@
+"""Checking a session file completely before import: every value's type, every id it refers to, every step.
+
+Importing writes nothing until the whole file has passed, so a hand-edited or damaged file
+never leaves a session that later views or exports cannot read.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from engine.errors import BeamwiseError
+
+STATES = ("running", "kept", "pruned", "final")
+REQUIRED = {"sessions": ("question", "created", "status"), "candidates": ("id", "step", "text", "state"),
+            "steps": ("step",)}
+ID_LISTS = ("beams", "kept", "pruned")
+
+
+class SessionFileInvalid(BeamwiseError):
+    """A file given to import is not a Beamwise session export this version can read."""
+
+    hint = "Import a .json file written by `beamwise sessions export ID --format json`."
+
+
+JSON_FIELDS = {"sessions": ("search", "cache", "path"), "steps": ID_LISTS}  # data, not column text
+
+
+def check_values(table: str, rows: list[dict], columns: dict[str, type], path: object) -> None:
+    """Every value has its column's type (None only where a column may be empty); text is valid UTF-8."""
+    plain = {k: v for k, v in columns.items() if k not in JSON_FIELDS.get(table, ())}
+    for number, row in enumerate(rows):
+        if table == "sessions" and any(not isinstance(row.get(k), dict | None) for k in ("search", "cache")):
+            raise SessionFileInvalid(f"{path}: the session's search and cache settings should be objects.")
+        for key, kind in plain.items():
+            value = row.get(key)
+            where = f"{path}: {table} entry {number + 1}, field {key!r}"
+            if value is None:
+                if key in REQUIRED.get(table, ()):
+                    raise SessionFileInvalid(f"{where} is missing.")
+                continue
+            if not _fits(value, kind):
+                got = f"{type(value).__name__} ({value!r:.40})"
+                raise SessionFileInvalid(f"{where} should be {kind.__name__}, not {got}.")
+
+
+def _fits(value: Any, kind: type) -> bool:
+    if kind is int:
+        return isinstance(value, int)  # bools too: `finished` and `emulated` are 0/1
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if kind is str:
+        return isinstance(value, str) and _utf8(value)
+    return True
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_tree(session: dict, candidates: list[dict], timeline: list[dict], path: object) -> None:
+    """Ids unique, parents and every listed id refer to candidates, states known, steps in order."""
+    ids = [c["id"] for c in candidates]
+    known = set(ids)
+    if len(known) != len(ids):
+        raise SessionFileInvalid(f"{path}: two candidates share an id.")
+    for c in candidates:
+        if c.get("parent") is not None and c["parent"] not in known:
+            raise SessionFileInvalid(f"{path}: candidate {c['id']} has parent {c['parent']}, which is not a candidate.")
+        if c["state"] not in STATES:
+            raise SessionFileInvalid(f"{path}: candidate {c['id']} has the unknown state {c['state']!r}.")
+        if c["step"] < 1:
+            raise SessionFileInvalid(f"{path}: candidate {c['id']} is in step {c['step']}; steps start at 1.")
+    steps = [t["step"] for t in timeline]
+    if len(set(steps)) != len(steps) or any(s < 1 for s in steps):
+        raise SessionFileInvalid(f"{path}: the timeline's steps repeat or do not start at 1.")
+    for t in timeline:
+        for key in ID_LISTS:
+            _check_ids(t.get(key) or [], known, f"{path}: step {t['step']}'s {key!r}")
+    _check_ids(session.get("path") or [], known, f"{path}: the session's chosen path")
+
+
+def _check_ids(values: Any, known: set[int], where: str) -> None:
+    if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise SessionFileInvalid(f"{where} should be a list of candidate ids.")
+    missing = [v for v in values if v not in known]
+    if missing:
+        raise SessionFileInvalid(f"{where} names {missing[0]}, which is not a candidate.")
+
+
+def check_events(events: list[dict], candidates: list[dict], path: object) -> None:
+    """Candidate events name candidates of the file; step and run events list only those ids."""
+    known = {c["id"] for c in candidates}
+    for number, data in enumerate(events):
+        where = f"{path}: event {number + 1} ({data.get('type')})"
+        if str(data.get("type", "")).startswith("candidate_"):
+            _check_ids([data.get("id")], known, f"{where}'s id")
+            if data.get("parent") is not None:
+                _check_ids([data["parent"]], known, f"{where}'s parent")
+        for key in (*ID_LISTS, "path"):
+            if key in data:
+                _check_ids(data[key], known, f"{where}'s {key!r}")

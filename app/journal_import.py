@@ -1,0 +1,113 @@
+"""Opening the session database: the store, then every finished run journal of it replayed in, one transaction each.
+
+Every command and the window open the database through `open_session_store`, so a run that
+was journalled while the database was busy appears whole the next time anything opens it.
+A journal is deleted only after its session committed; one that is still being written (its
+process is alive and has not closed it) is left alone.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+
+from app.journal import Journal, JournalError, journal_folder, journals_of, read_journal
+from app.processes import pid_alive
+from app.recorder import SessionRecorder
+from app.store import SessionStore, StoreError, default_db_path
+from engine import events as ev
+
+Notify = Callable[[str], None]
+
+
+def data_folder() -> Path:
+    """The user data folder (BEAMWISE_DATA_DIR in tests): the journals' fallback home."""
+    return default_db_path().parent
+
+
+def open_session_store(path: Path | str | None = None, *, notify: Notify | None = None) -> SessionStore:
+    """`SessionStore(path)`, then the journals waiting for it imported (a busy database leaves them for later)."""
+    store = SessionStore(path)
+    try:
+        import_journals(store, notify=notify)
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def journal_folder_of(store: SessionStore) -> Path:
+    """Where a run recorded into `store` keeps its journal if the database is busy."""
+    assert store.path is not None
+    return journal_folder(store.path, data_folder())
+
+
+def recorder_for(store: SessionStore, notify: Notify) -> SessionRecorder:
+    """A recorder that journals instead of failing when the database is busy (file databases only)."""
+    folder = None if store.path is None else (lambda: journal_folder_of(store))
+    return SessionRecorder(store, journal_folder=folder, notify=notify)
+
+
+def import_journals(store: SessionStore, *, only: Path | None = None, notify: Notify | None = None) -> list[int]:
+    """Replay the finished journals of this database; returns the session ids written."""
+    say = notify or (lambda _text: None)
+    if store.path is None or store.read_only:
+        return []
+    target = str(store.path.resolve())
+    written: list[int] = []
+    for path in [only] if only is not None else journals_of(store.path, data_folder()):
+        try:
+            journal = read_journal(path)
+        except JournalError as error:
+            say(error.user_message())
+            continue
+        if journal.header.db != target or (path != only and _still_written(journal)):
+            continue
+        if not journal.events:  # the writer died before its first event: nothing to keep
+            path.unlink(missing_ok=True)
+            continue
+        try:
+            session_id = replay(store, journal)
+        except StoreError as error:
+            if only is None:  # with `only`, the caller says what happens to its own run's journal
+                say(f"the run journal {path} was not imported yet ({error}); it stays until the database is free.")
+            break
+        path.unlink(missing_ok=True)
+        written.append(session_id)
+        say(f"saved the run journal {path.name} into {store.path} as session {session_id} "
+            f"({_steps(journal)} steps).")
+    return written
+
+
+def _still_written(journal: Journal) -> bool:
+    header = journal.header
+    return not journal.closed and (header.host != socket.gethostname() or pid_alive(header.pid))
+
+
+def _steps(journal: Journal) -> int:
+    return sum(1 for _, data in journal.events if data.get("type") == ev.StepSelected.type)
+
+
+def replay(store: SessionStore, journal: Journal) -> int:
+    """One transaction: the partial session the run wrote before the lock (if any) replaced by the whole run."""
+    header = journal.header
+    now = [0.0]
+    with store.transaction() as conn:
+        keep_id = None
+        if header.session_id is not None:
+            row = conn.execute("SELECT created FROM sessions WHERE id = ?", (header.session_id,)).fetchone()
+            if row is not None and row[0] == header.created:
+                keep_id = header.session_id
+                for table in ("events", "steps", "candidates", "sessions"):
+                    column = "id" if table == "sessions" else "session_id"
+                    conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (keep_id,))
+        recorder = SessionRecorder(store, created=header.created, session_id=keep_id, clock=lambda: now[0],
+                                   transaction=lambda: nullcontext(conn))
+        for seconds, data in journal.events:
+            now[0] = seconds
+            recorder.write(ev.from_dict(data))
+        recorder.close()
+        assert recorder.session_id is not None
+        return recorder.session_id

@@ -1,0 +1,55 @@
+"""Where `beamwise run` takes its question from: the argument, a UTF-8 file, or standard input (`-`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from app.options import UsageError
+
+EXAMPLE = 'beamwise run "What is 12*7?"'
+
+
+def read_question(argument: str | None, file: str | None, default: str) -> str:
+    """The question as text; every way it can be unusable is one UsageError (exit 2) saying what to do."""
+    if argument is not None and file is not None:
+        raise UsageError("give the question either as an argument or with --question-file, not both.")
+    if file is not None:
+        text = _decode(_read_bytes(file), "standard input" if file == "-" else file)
+    elif argument == "-":
+        text = _decode(_read_bytes("-"), "standard input")
+    elif argument is None:
+        text = default
+    else:
+        text = _checked_argument(argument)
+    if not text.strip():
+        raise UsageError(f"the question is empty; pass a question in quotes, e.g. {EXAMPLE}, or --question-file PATH.")
+    return text
+
+
+def _read_bytes(file: str) -> bytes:
+    try:
+        if file == "-":
+            return sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
+        return Path(file).read_bytes()
+    except OSError as error:
+        where = "standard input" if file == "-" else f"the question file {file}"
+        raise UsageError(f"cannot read {where} ({error.strerror or error}).") from error
+
+
+def _decode(data: bytes, where: str) -> str:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise UsageError(f"the question in {where} is not UTF-8 text (byte {error.start} is {data[error.start]:#04x}); "
+                         "save it as UTF-8 and try again.") from error
+
+
+def _checked_argument(text: str) -> str:
+    """Bytes that were not UTF-8 reach Python as lone surrogates (`\\udcXX`): refuse them by position."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise UsageError(f"the question has bytes that are not UTF-8 text (at character {error.start}); "
+                         "write it as UTF-8, or save it in a UTF-8 file and pass --question-file PATH.") from error
+    return text

@@ -1,0 +1,58 @@
+"""How many CPU threads torch may use: set once by the entry points (`beamwise run|bench|gui`), never at import.
+
+torch starts one OpenMP thread per core, and each parallel region ends at a barrier that waits
+for all of them. When another process (or the window's own thread) takes one of those cores,
+every small operation waits for the descheduled thread: the engine's many small per-step
+operations slow down far more than a plain `generate` (BENCHMARKS.md, the busy machine). So
+the pool is sized to the cores that are free now; `BEAMWISE_THREADS=N` overrides the choice.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+ENV = "BEAMWISE_THREADS"
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    threads: int
+    reason: str
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def choose_threads(env: dict[str, str] | None = None, cores: int | None = None,
+                   load: float | None = None, reserve: int = 0) -> ThreadChoice:
+    """`BEAMWISE_THREADS`, else the usable cores less the ones other processes keep busy and the
+    `reserve` this process needs for itself (the window's thread), at least 1."""
+    env = dict(os.environ) if env is None else env
+    cores = usable_cores() if cores is None else cores
+    if env.get(ENV, "").strip():
+        text = env[ENV].strip()
+        if not text.isdigit() or int(text) < 1:
+            raise ValueError(f"{ENV} must be a whole number of threads, 1 or more (got {text!r}).")
+        return ThreadChoice(int(text), f"{ENV}={text}")
+    if load is None:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    busy = min(cores - 1, int(load + 0.5) + reserve)  # runnable processes now (this one has not started yet)
+    return ThreadChoice(max(1, cores - busy), f"{cores} cores, load {load:.1f}, {reserve} kept for the window")
+
+
+def limit_threads(env: dict[str, str] | None = None, reserve: int = 0) -> ThreadChoice:
+    """Apply `choose_threads` to torch's intra-op pool (through OMP_NUM_THREADS if torch has not loaded yet)."""
+    choice = choose_threads(env, reserve=reserve)
+    if "torch" not in sys.modules:
+        os.environ["OMP_NUM_THREADS"] = str(choice.threads)
+        return choice
+    import torch
+
+    torch.set_num_threads(choice.threads)
+    return choice

@@ -1,0 +1,305 @@
+"""Faults a user or a hostile tester meets: a held lock, a read-only folder, hostile arguments, a corrupted
+import and an unwritable screenshot path. Each one: a clear line, the right exit status, nothing lost or
+falsely reported as saved."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import app.store
+from app.cli import main
+from app.journal import read_journal
+from app.store import SessionStore
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2", "--step-tokens", "4", "--max-steps", "2"]
+HOLDER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN EXCLUSIVE")
+print("held", flush=True)
+sys.stdin.readline()
+conn.execute("COMMIT")
+"""
+
+
+class HeldLock:
+    """Another process holding `BEGIN EXCLUSIVE` on the database until `release()`."""
+
+    def __init__(self, db: Path) -> None:
+        self.process = subprocess.Popen([sys.executable, "-c", HOLDER, str(db)], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout.readline().strip() == "held"
+
+    def release(self) -> None:
+        self.process.communicate("\n", timeout=10)  # the holder commits and exits; the pipes close
+
+
+@pytest.fixture
+def db(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setattr(app.store, "DEFAULT_BUSY_TIMEOUT", 0.2)  # a locked write gives up quickly here
+    path = tmp_path / "s.db"
+    SessionStore(path).close()  # an existing database in WAL mode, as after a first run
+    return path
+
+
+def fake(steps: int, question: str = "What is 2+3?"):
+    from benchmarks.fake_search import fake_run
+    from engine.config import SearchConfig
+
+    return fake_run(question, SearchConfig(beams=2, width=2, max_steps=steps))
+
+
+def exit_code(args: list[str]) -> int:
+    try:
+        return main(args)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+
+
+# ---------------------------------------------------------------- a held lock
+
+
+def test_a_run_under_a_lock_held_throughout_is_journalled_and_imported_on_the_next_open(db, capsys):
+    lock = HeldLock(db)
+    try:
+        assert main(["run", "What is 2+3?", *TINY, "--db", str(db)]) == 0
+    finally:
+        lock.release()
+    captured = capsys.readouterr()
+    assert "answer:" in captured.out
+    journals = list(db.parent.glob("*.journal.jsonl"))
+    assert len(journals) == 1, "one journal per run, beside the database (its folder is writable)"
+    assert "still busy" in captured.err and str(journals[0]) in captured.err
+    assert "nothing was lost" not in captured.err  # the old promise that was false
+    journal = read_journal(journals[0])
+    assert journal.closed and journal.events[-1][1]["type"] == "run_finished"
+
+    assert main(["sessions", "list", "--db", str(db)]) == 0
+    listed = capsys.readouterr()
+    assert "finished" in listed.out and f"saved the run journal {journals[0].name}" in listed.err
+    assert not journals[0].exists(), "the journal is deleted once its session committed"
+    with SessionStore(db) as store:
+        (session,) = store.list_sessions()
+        assert session["status"] == "finished" and session["steps"] == 2
+        assert len(store.timeline(session["id"])) == 2 and len(store.candidates(session["id"])) == 8
+
+
+def test_a_lock_taken_mid_run_keeps_the_steps_before_it_and_the_journal_replaces_them_whole(db, capsys):
+    from app.journal_import import recorder_for
+
+    notes: list[str] = []
+    store = SessionStore(db)
+    recorder = recorder_for(store, notes.append)
+    events = list(fake(3))
+    lock = None
+    for event in events:
+        if event.type == "step_started" and event.step == 2:
+            lock = HeldLock(db)
+        recorder.write(event)
+    recorder.close()
+    assert recorder.journal_path is not None and "journal" in notes[0]
+    with SessionStore(db) as reader:  # readers still see the first step (WAL), the session is 'running'
+        (partial,) = reader.list_sessions()
+        assert partial["steps"] == 1
+    lock.release()
+    store.close()
+    assert main(["sessions", "show", str(partial["id"]), "--db", str(db)]) == 0
+    with SessionStore(db) as store:
+        (whole,) = store.list_sessions()
+        assert whole["id"] == partial["id"] and whole["steps"] == 3 and whole["status"] == "finished"
+        assert len(store.events(whole["id"])) == len(events)
+
+
+def test_a_journal_still_being_written_by_a_live_process_is_left_alone(db, tmp_path):
+    from app.journal import RunJournal, header_for
+    from app.journal_import import import_journals
+
+    journal = RunJournal(db.parent, header_for(db, "2026-01-01T00:00:00+00:00", None))  # this process: alive
+    journal.append(0.0, {"type": "run_started"})
+    journal.sync()
+    with SessionStore(db) as store:
+        assert import_journals(store) == []
+    assert journal.path.exists()
+    journal.close()
+
+
+# ---------------------------------------------------------------- a read-only folder
+
+
+@pytest.mark.skipif(os.name == "nt" or os.geteuid() == 0, reason="POSIX permissions; root ignores them")
+def test_a_database_in_a_read_only_folder_is_read_and_a_write_names_the_folder(db, capsys):
+    with SessionStore(db) as store:
+        store.create_session({"question": "q", "status": "finished"})
+    folder = db.parent
+    folder.chmod(0o555)
+    try:
+        assert main(["sessions", "list", "--db", str(db)]) == 0
+        assert " q" in capsys.readouterr().out
+        assert main(["sessions", "rename", "1", "new", "--db", str(db)]) == 2
+        err = capsys.readouterr().err
+        assert f"the folder {folder}" in err and "Check free disk space" not in err and err.count("\n") == 1
+    finally:
+        folder.chmod(0o755)
+
+
+# ---------------------------------------------------------------- hostile arguments
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "caf\udce9?", *TINY], "not UTF-8"),
+        (["run", "hi", *TINY, "--beams", "10000", "--width", "8"], "80,000 candidates per step"),
+        (["run", "hi", *TINY, "--step-delimiter", "\\ud800"], "lone surrogate"),
+        (["run", "hi", *TINY, "--step-delimiter", "\\x"], "broken escape"),
+        (["run", "hi", *TINY, "--temperature", "inf"], "finite"),
+        (["run", "hi", *TINY, "--pcie-gbps", "inf"], "finite"),
+        (["run", "hi", *TINY, "--seed", str(2**64)], "seed"),
+        (["run", "hi", *TINY, "--kv-budget", "abc"], "is not a size"),
+        (["run", "--question-file", "/no/such/file", *TINY], "cannot read the question file"),
+        (["gui", "--question", "hi", "--screenshot", f"{__file__}/shot.png"], "cannot save the screenshot"),
+    ],
+)
+def test_hostile_arguments_get_one_line_and_exit_2(args, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path))
+    assert exit_code(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_question_from_standard_input_and_from_a_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"What is 2+3?\n")))
+    assert main(["run", "-", *TINY, "--no-save", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert first["question"] == "What is 2+3?\n"
+    bad = tmp_path / "q.txt"
+    bad.write_bytes(b"caf\xe9?")
+    assert main(["run", "--question-file", str(bad), *TINY]) == 2
+    assert "not UTF-8 text (byte 3 is 0xe9)" in capsys.readouterr().err
+
+
+def test_a_search_too_large_for_memory_is_refused_with_the_figure_and_the_largest_setting(tiny):
+    from app.preflight import check_memory
+    from engine.config import CacheConfig, SearchConfig
+    from engine.errors import SearchTooLarge
+
+    search = SearchConfig(beams=512, width=2, step_tokens=48, max_steps=6)
+    with pytest.raises(SearchTooLarge, match=r"largest setting that fits is --beams \d+ with --width 2"):
+        check_memory(tiny, "hi", search, CacheConfig(), free=lambda: 10_000_000)
+    check_memory(tiny, "hi", SearchConfig(beams=2), CacheConfig(), free=lambda: 10_000_000)
+
+
+ARGUMENT = st.one_of(st.text(max_size=12).filter(lambda a: not a.startswith(("-h", "--h"))), st.sampled_from(
+    ["--beams", "--width", "--seed", "--temperature", "--kv-budget", "--step-delimiter", "--max-candidates",
+     "-1", "0", "inf", "nan", "1e309", "\\", "\\u12", "99999999999999999999999", "--policy", "--question-file"]))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(ARGUMENT, max_size=6))
+def test_hostile_option_lists_never_raise_out_of_main(capsys, argv):
+    """Any argument list: exit 0 or 2, never a traceback. `--max-steps 0` stops before a model would load."""
+    code = exit_code(["run", "hi", *argv, "--max-steps", "0", "--no-save"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and err.count("error:") == 1
+
+
+# ---------------------------------------------------------------- export and import
+
+
+def test_export_refuses_to_overwrite_without_force(db, tmp_path, capsys):
+    from app.recorder import SessionRecorder
+
+    with SessionStore(db) as store, SessionRecorder(store) as recorder:
+        for event in fake(1):
+            recorder.write(event)
+    out = tmp_path / "s.md"
+    out.write_text("mine")
+    assert main(["sessions", "export", "1", "-o", str(out), "--db", str(db)]) == 2
+    assert "--force" in capsys.readouterr().err and out.read_text() == "mine"
+    assert main(["sessions", "export", "1", "-o", str(out), "--force", "--db", str(db)]) == 0
+    assert out.read_text() != "mine"
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d["candidates"][0].update(id=str(d["candidates"][0]["id"])), "should be int"),
+        (lambda d: d["candidates"][1].update(parent=999), "not a candidate"),
+        (lambda d: d["timeline"][0].update(kept=[999]), "not a candidate"),
+        (lambda d: d["candidates"][0].update(step=0), "steps start at 1"),
+        (lambda d: d["candidates"][0].update(score="high"), "should be float"),
+        (lambda d: next(e for e in d["events"] if e["type"] == "candidate_text").update(id="7"), "candidate ids"),
+    ],
+)
+def test_a_corrupted_import_is_refused_whole_before_anything_is_written(db, tmp_path, capsys, edit, message):
+    from app.recorder import SessionRecorder
+
+    with SessionStore(db) as store, SessionRecorder(store) as recorder:
+        for event in fake(2):
+            recorder.write(event)
+    exported = tmp_path / "s.json"
+    assert main(["sessions", "export", "1", "-o", str(exported), "--db", str(db)]) == 0
+    dump = json.loads(exported.read_text())
+    edit(dump)
+    exported.write_text(json.dumps(dump))
+    assert main(["sessions", "import", str(exported), "--db", str(db)]) == 2
+    assert message in capsys.readouterr().err
+    with SessionStore(db) as store:
+        assert len(store.list_sessions()) == 1
+
+
+def test_markdown_export_makes_model_html_inert(db, capsys):
+    from app.export import render_session
+    from app.recorder import SessionRecorder
+
+    with SessionStore(db) as store:
+        with SessionRecorder(store) as recorder:
+            for event in fake(1, "<script>alert(1)</script> <img src=x onerror=alert(2)>"):
+                recorder.write(event)
+        text = render_session(store, 1, "md")
+    assert "<script>" not in text and "<img" not in text and "&lt;script&gt;" in text
+
+
+def test_a_store_that_cannot_be_written_is_opened_read_only_and_says_which_folder(db, capsys, monkeypatch):
+    """The same path as a read-only folder, for machines where the tests run as root (permissions ignored)."""
+    with SessionStore(db) as store:
+        store.create_session({"question": "q", "status": "finished"})
+    monkeypatch.setattr(app.store, "_writable", lambda path: False)
+    assert main(["sessions", "list", "--db", str(db)]) == 0
+    assert main(["sessions", "delete", "1", "--yes", "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert f"the folder {db.parent}" in err and "can only be read" in err and err.count("\n") == 1
+    with SessionStore(db) as store:
+        assert store.read_only and len(store.list_sessions()) == 1
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
+def test_the_first_ctrl_c_asks_the_run_to_stop_and_is_recorded_as_cancelled(db, capsys):
+    import signal
+    import threading
+
+    from app.run_cli import _ctrl_c_cancels, _open_recorder, _record
+    from engine import events as ev
+
+    stop = threading.Event()
+    with _ctrl_c_cancels(stop):
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.is_set()  # no KeyboardInterrupt: the search stops at its next step boundary
+    recorder = _open_recorder(type("Args", (), {"no_save": False, "db": str(db)})())
+    for event in fake(2):
+        _record(recorder, ev.RunCancelled(step=1) if event.type == "run_finished" else event)
+    recorder.close()
+    recorder.store.close()
+    with SessionStore(db) as store:
+        assert store.list_sessions()[0]["status"] == "cancelled"  # the window's name for the same thing
