@@ -142,7 +142,7 @@ def format_report(report: BenchReport) -> str:
     header = f"{'policy':<24}{'H2D':>11}{'D2H':>11}{'D2D':>11}{'vs layerwise':>13}{'peak dev':>11}{'groups':>7}"
     if not report.plan_only:
         header += f"{'wall s':>9}{'copy s':>8}{'compute s':>10}{'pcie s':>8}{'stall s':>8}{'stall':>7}"
-        header += f"{'tok/s':>8}{'/in_dev':>8}{'/layerw':>8}{'TF logit diff':>14}"
+        header += f"{'tok/s':>8}{'goodput':>8}{'idle':>6}{'/in_dev':>8}{'/layerw':>8}{'TF logit diff':>14}"
     lines.append(header)
     for r in report.results:
         if not r.ok:
@@ -156,7 +156,7 @@ def format_report(report: BenchReport) -> str:
             row += (
                 f"{r.wall_seconds:>9.2f}{r.copy_seconds:>8.3f}{r.compute_seconds:>10.2f}"
                 f"{r.modelled_pcie_seconds:>8.3f}{r.stall_seconds:>8.3f}{r.stall_share:>7.1%}"
-                f"{r.tokens_per_second:>8.1f}"
+                f"{r.tokens_per_second:>8.1f}{r.goodput:>8.1f}{r.idle_row_slots:>6}"
                 f"{_ratio(r.wall_vs_in_device):>8}{_ratio(r.wall_vs_layerwise):>8}"
                 f"{_diff(r.teacher_forced_max_logit_diff):>14}"
             )

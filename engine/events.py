@@ -125,6 +125,7 @@ class TransferStats:
     compute_seconds: float
     stall_share: float  # share of the step spent waiting for copies (modelled when emulated)
     groups: int
+    idle_row_slots: int = 0  # decode slots of rows that had finished their step while others ran on
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,7 @@ class RunFinished:
     candidate_tokens: int
     seconds: float
     tokens_per_second: float
+    goodput: float = 0.0  # tokens of the answer's path per second of the run (FlashTTS's goodput)
 
 
 @dataclass(frozen=True)

@@ -250,4 +250,5 @@ class _Search:
             total,
             seconds,
             total / seconds if seconds > 0 else 0.0,
+            len(winner.generated) / seconds if seconds > 0 else 0.0,
         )

@@ -126,3 +126,25 @@ def test_a_finished_beam_that_falls_out_is_reported_pruned(tiny):
         carried_then_pruned += len(carried & set(sel.pruned))
         previous = set(sel.kept)
     assert carried_then_pruned > 0, "the run never carried a finished beam that later dropped out"
+
+
+def test_idle_row_slots_count_what_stragglers_waste(tiny):
+    """Rows that end their step at a delimiter ride on until the group's longest row ends: every step reports
+    exactly those slots, and the run reports its answer path's tokens per second (goodput)."""
+    from engine.kv.policy import idle_slots
+    from engine.rows import RowResult
+
+    assert idle_slots([RowResult(fed=[1, 2, 3]), RowResult(fed=[1]), RowResult(fed=[])]) == 5
+    search = SearchConfig(beams=2, width=3, step_tokens=8, max_steps=3, step_delimiter=" ", seed=3)
+    events = list(run("What is 2+3?", tiny, search, CacheConfig(policy="in_device")))
+    stats = [e for e in events if e.type == "transfer_stats"]
+    per_step = {}
+    for e in events:
+        if e.type == "candidate_text":
+            per_step.setdefault(e.step, []).append(e.tokens)
+    for s in stats:
+        lengths = per_step[s.step]
+        assert s.idle_row_slots == len(lengths) * max(lengths) - sum(lengths)
+    assert sum(s.idle_row_slots for s in stats) > 0, "pick a seed where some step ends early"
+    finished = events[-1]
+    assert finished.goodput > 0 and finished.goodput <= finished.tokens_per_second

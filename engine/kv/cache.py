@@ -192,6 +192,7 @@ class KVCache:
             compute,
             stall / (stall + compute) if stall + compute > 0 else 0.0,
             len(set(self.timing.group_of.values())),
+            self.timing.idle_row_slots,
         )
 
 

@@ -21,7 +21,7 @@ import torch
 
 from engine.kv.attention import ATTENTION, SharedPrefix, arena_cache
 from engine.kv.blocks import BlockManager, Tier
-from engine.kv.policy import Decode, Group, GroupDone, Live, StepTiming, common_prefix
+from engine.kv.policy import Decode, Group, GroupDone, Live, StepTiming, common_prefix, idle_slots
 from engine.kv.pool import PoolExhausted, Run
 from engine.kv.store import KVStore
 from engine.rows import Row, RowResult
@@ -118,6 +118,7 @@ class GroupExecutor:
                 timing.peak_device_bytes = max(timing.peak_device_bytes, self.store.peak_device_bytes)
                 self._unload(batch)
             self._account(group, batch.h2d_bytes, compute, previous_compute, timing)
+            timing.idle_row_slots += idle_slots(results)
             previous_compute = compute
             for c in group.candidates:
                 timing.group_of[c] = index

@@ -25,7 +25,7 @@ from transformers.cache_utils import DynamicLayer
 
 from engine.errors import KVBudgetTooSmall
 from engine.kv.blocks import Tier
-from engine.kv.policy import Group, GroupDone, Live, PolicyContext, StepPlan, StepTiming, Work
+from engine.kv.policy import Group, GroupDone, Live, PolicyContext, StepPlan, StepTiming, Work, idle_slots
 from engine.rows import Row
 
 STAGING_LAYERS = 2
@@ -128,6 +128,7 @@ class LayerwisePolicy:
         results, compute = self.context.decode(cache, mask, rows, should_stop, hook)
         self.store.sync()
         timing.compute_seconds += compute
+        timing.idle_row_slots += idle_slots(results)
         timing.modelled_stall_seconds += self.store.counters.step["h2d"] / self.store.bandwidth
         grown = self.length - width
         self.mask = torch.cat([mask, torch.zeros((len(rows), grown), dtype=mask.dtype, device=mask.device)], dim=1)

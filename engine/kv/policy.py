@@ -54,6 +54,7 @@ class StepTiming:
     compute_seconds: float = 0.0
     modelled_stall_seconds: float = 0.0
     peak_device_bytes: int = 0  # the device pool's high-water mark during the step
+    idle_row_slots: int = 0  # row x forward slots spent on rows whose step had ended (stragglers' waste)
     group_of: dict[int, int] = field(default_factory=dict)
     retries: list[tuple[tuple[int, ...], str]] = field(default_factory=list)  # (group split, why)
 
@@ -112,6 +113,12 @@ class Policy(Protocol):
     def tier_bytes(self) -> tuple[int, int]:
         """(device, host) bytes of KV at rest."""
         ...
+
+
+def idle_slots(results: Sequence[Any]) -> int:
+    """Row slots a batch spent on rows already done: every row rides every forward until the longest ends."""
+    forwards = max((len(r.fed) for r in results), default=0)
+    return len(results) * forwards - sum(len(r.fed) for r in results)
 
 
 def common_prefix(tables: Sequence[Sequence[int]]) -> list[int]:
