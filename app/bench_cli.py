@@ -7,9 +7,10 @@ import json
 import sys
 from pathlib import Path
 
+import app.formatting as fmt
+from app.formatting import size as format_bytes
 from app.options import DEFAULT_QUESTION, UsageError, size_type
 from engine.bench import LADDER, BenchReport, Workload, run_bench
-from engine.errors import format_bytes
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -98,7 +99,7 @@ def _write_json(json_path: str | None, data: dict) -> None:
 
 
 def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2%}" if value < 0.1 else f"{value:.2f}x"
+    return fmt.ratio(value)  # one format in a column: 0.0012x beside 0.98x, never a percentage
 
 
 def _diff(value: float | None) -> str:

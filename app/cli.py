@@ -19,12 +19,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="answer a question headless, printing the search as it goes")
     run.add_argument("question", nargs="?", default=None,
-                     help="the question (default: a sample question); - reads it from standard input")
+                     help="the question, in quotes; - reads it from standard input")
     run.add_argument("--question-file", default=None, metavar="PATH",
                      help="read the question from this UTF-8 file (- for standard input), for long questions")
     add_search_options(run)
     run.add_argument("--json", action="store_true", help="print JSON Lines, one object per event")
-    run.add_argument("--db", default=None, help="session database (default: in the user data folder)")
+    run.add_argument("--db", default=None, help=f"session database (default: {_default_db()})")
     run.add_argument("--no-save", action="store_true", help="do not record this run")
     run.set_defaults(handler=_run)
 
@@ -34,10 +34,16 @@ def build_parser() -> argparse.ArgumentParser:
     gui = sub.add_parser("gui", help="open the window (the default with no command)")
     gui.add_argument("--question", default=None, help="run this question at start")
     gui.add_argument("--screenshot", default=None, help="after the run, save a PNG of the window here and exit")
-    gui.add_argument("--db", default=None)
+    gui.add_argument("--db", default=None, help=f"session database (default: {_default_db()})")
     add_search_options(gui)
     gui.set_defaults(handler=_gui)
     return parser
+
+
+def _default_db() -> str:
+    from app.store import default_db_path
+
+    return str(default_db_path())
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -47,9 +53,20 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _gui(args: argparse.Namespace) -> int:
+    from app.display_check import display_problem
+
+    if problem := display_problem():  # before Qt: its xcb plugin would abort with a core dump
+        raise UsageError(problem)
     from app.gui.launch import main as gui_main  # Qt loads only for the window
 
     return gui_main(args)
+
+
+def _quiet_progress_bars() -> None:
+    """transformers' "Loading weights" bars would clutter every run's stderr; Beamwise reports loading itself."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -59,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in ("run", "gui", "bench"):
             limit_threads(reserve=int(args.command == "gui"))  # torch's pool: the free cores, one kept for the window
+            _quiet_progress_bars()
         return args.handler(args)
     except (UsageError, ValueError, BeamwiseError) as error:
         message = error.user_message() if isinstance(error, BeamwiseError) else str(error)

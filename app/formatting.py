@@ -1,4 +1,5 @@
-"""Formatting the exports, the sessions CLI and the window share: scores, sizes, cut text."""
+"""Formatting the exports, the CLI and the window share: scores, sizes (decimal units, as the options take
+them: 32MB is 32,000,000 B, shown as 32.0 MB everywhere), ratios, durations and cut text."""
 
 from __future__ import annotations
 
@@ -29,9 +30,31 @@ def score(value: float | None, missing: str = "-") -> str:
     return missing if value is None else f"{value:.3f}"
 
 
-def size(value: int | None) -> str:
-    """Bytes in binary units; '-' when not recorded."""
+def size(value: float | None) -> str:
+    """Bytes in decimal units (32.0 MB, the units of --kv-budget and the settings); '-' when not recorded."""
     return "-" if value is None else format_bytes(value)
+
+
+def axis_size(value: float) -> str:
+    """A chart tick: bytes in decimal units without a trailing '.0' (0 B, 500 kB, 1.5 MB)."""
+    text = format_bytes(value)
+    number, unit = text.split(" ")
+    return f"{number.removesuffix('.0')} {unit}"
+
+
+def ratio(value: float | None) -> str:
+    """One format for every ratio column: three significant figures and an x (0.0012x, 0.98x, 3.4x)."""
+    return "-" if value is None else f"{value:.3g}x"
+
+
+def seconds(value: float) -> str:
+    """A duration for people: 0.21 s, 4.7 s, 1 min 12 s."""
+    if value < 10:
+        return f"{value:.2g} s" if value < 1 else f"{value:.1f} s"
+    if value < 60:
+        return f"{value:.0f} s"
+    minutes, rest = divmod(round(value), 60)
+    return f"{minutes} min {rest} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
 
 
 def settings(data: dict[str, Any]) -> str:

@@ -24,8 +24,28 @@ class UsageError(ValueError):
     """Bad command-line input: printed as one line, exit status 2."""
 
 
+class DefaultsFormatter(argparse.HelpFormatter):
+    """`--help` names each option's default, unless the help already says it or there is none to name."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        shown = format_delimiter(default) if action.dest == "step_delimiter" else default
+        return f"{text} (default: {str(shown).replace('%', '%%')})".strip()
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse that answers bad options with one line (what to change and where help is), exit status 2."""
+    """argparse that answers bad options with one line (what to change and where help is), exit status 2.
+
+    Its subcommands are OneLineParsers too (argparse makes them of the parent's class), so every
+    `--help` shows the defaults.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"beamwise: error: {message} (see `{self.prog} --help`)\n")
@@ -77,7 +97,7 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
     d, c = SearchConfig(), CacheConfig()
     g = parser.add_argument_group("model and search")
     g.add_argument("--model", default="bundled", help="bundled, a transformers folder, a .gguf file or synthetic:NAME")
-    g.add_argument("--dtype", default=ModelSpec().dtype, choices=DTYPES)
+    g.add_argument("--dtype", default=ModelSpec().dtype, choices=DTYPES, help="weights' number format")
     g.add_argument("--verifier", default=d.verifier, choices=VERIFIERS,
                    help="logprob, self-judge, or prm (a process reward model, see --verifier-model)")
     g.add_argument("--verifier-model", default=None, metavar="PATH",
@@ -85,19 +105,21 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--beams", type=int, default=d.beams, help="kept beams N")
     g.add_argument("--width", type=int, default=d.width, help="children per beam M")
     g.add_argument("--max-candidates", type=int, default=d.max_candidates,
-                   help=f"refuse more candidates (beams x width) per step than this (default {d.max_candidates:,})")
+                   help="refuse more candidates (beams x width) per step than this")
     g.add_argument("--step-tokens", type=int, default=d.step_tokens, help="most tokens in one step")
     g.add_argument("--step-delimiter", type=delimiter_type, default=d.step_delimiter,
-                   help=r"text that ends a step, with escapes (default '\n\n'); 'none' for length only")
-    g.add_argument("--max-steps", type=int, default=d.max_steps)
-    g.add_argument("--temperature", type=float, default=d.temperature)
-    g.add_argument("--top-p", type=float, default=d.top_p)
-    g.add_argument("--seed", type=int, default=d.seed)
-    g.add_argument("--aggregation", default=d.aggregation, choices=AGGREGATIONS)
+                   help=r"text that ends a step, with escapes; 'none' for length only")
+    g.add_argument("--max-steps", type=int, default=d.max_steps, help="most reasoning steps")
+    g.add_argument("--temperature", type=float, default=d.temperature, help="sampling temperature")
+    g.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling mass")
+    g.add_argument("--seed", type=int, default=d.seed, help="same seed and settings: the same tree")
+    g.add_argument("--aggregation", default=d.aggregation, choices=AGGREGATIONS,
+                   help="how a path's step scores make its score")
     k = parser.add_argument_group("KV cache")
-    k.add_argument("--policy", default=c.policy, choices=POLICIES)
-    k.add_argument("--kv-budget", type=size_type, default=None, help="device KV budget, e.g. 64MB or 7GB")
-    k.add_argument("--block-size", type=int, default=c.block_size)
+    k.add_argument("--policy", default=c.policy, choices=POLICIES, help="how KV is placed and moved (see README)")
+    k.add_argument("--kv-budget", type=size_type, default=None,
+                   help="device KV budget, e.g. 64MB or 7GB (default: free GPU memory, or what fits when emulated)")
+    k.add_argument("--block-size", type=int, default=c.block_size, help="tokens per KV block")
     k.add_argument("--no-inter-beam", action="store_true", help="lbs: do not share prefix blocks in a group")
     k.add_argument("--no-prefetch", action="store_true", help="lbs: no balanced groups, no prefetch")
     k.add_argument(
@@ -107,7 +129,7 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
         help="lbs: order groups so consecutive ones share the most blocks, and keep a shared prefix on the device",
     )
     k.add_argument("--pcie-gbps", type=float, default=c.pcie_gbps, help="bandwidth of the emulated PCIe link")
-    k.add_argument("--device", default=c.device, choices=DEVICES)
+    k.add_argument("--device", default=c.device, choices=DEVICES, help="auto: CUDA when there is one")
 
 
 def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig, CacheConfig]:

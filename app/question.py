@@ -10,7 +10,7 @@ from app.options import UsageError
 EXAMPLE = 'beamwise run "What is 12*7?"'
 
 
-def read_question(argument: str | None, file: str | None, default: str) -> str:
+def read_question(argument: str | None, file: str | None, default: str | None = None) -> str:
     """The question as text; every way it can be unusable is one UsageError (exit 2) saying what to do."""
     if argument is not None and file is not None:
         raise UsageError("give the question either as an argument or with --question-file, not both.")
@@ -18,6 +18,9 @@ def read_question(argument: str | None, file: str | None, default: str) -> str:
         text = _decode(_read_bytes(file), "standard input" if file == "-" else file)
     elif argument == "-":
         text = _decode(_read_bytes("-"), "standard input")
+    elif argument is None and default is None:
+        raise UsageError(f"no question given; pass one in quotes, e.g. {EXAMPLE}, or --question-file PATH "
+                         "(- reads standard input).")
     elif argument is None:
         text = default
     else:

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from threading import Event
 from typing import TextIO
 
-from app.options import DEFAULT_QUESTION, configs_from_args
+from app.options import configs_from_args
 from app.preflight import check_memory
 from app.question import read_question
 from engine import events as ev
@@ -110,11 +110,15 @@ def run_command(args: argparse.Namespace) -> int:
     from engine.models import load_model
     from engine.search import run
 
-    question = read_question(args.question, args.question_file, DEFAULT_QUESTION)
+    question = read_question(args.question, args.question_file, None)
     model_spec, search, cache = configs_from_args(args)
-    loaded = load_model(model_spec, device=cache.device, progress=_progress)  # "auto": CUDA when there is one
-    check_memory(loaded, question, search, cache)  # before anything is allocated for the search
-    recorder = _open_recorder(args)
+    recorder = _open_recorder(args)  # a bad --db is said before the model spends seconds loading
+    try:
+        loaded = load_model(model_spec, device=cache.device, progress=_progress)  # "auto": CUDA when there is one
+        check_memory(loaded, question, search, cache)  # before anything is allocated for the search
+    except BaseException:
+        _close(recorder)
+        raise
     show = (lambda e: print(json.dumps(ev.to_dict(e)), flush=True)) if args.json else Printer(sys.stdout)
     status, stop, last_step = 1, Event(), 0
     try:

@@ -58,13 +58,14 @@ class SearchTooLarge(BeamwiseError):
 
 
 def format_bytes(n: float) -> str:
-    """Human-readable binary size: 1536 -> '1.5 KiB'."""
-    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    """Human-readable decimal size, the units every size option takes (`--kv-budget 64MB` is 64,000,000 B):
+    1500 -> '1.5 kB', 32_000_000 -> '32.0 MB'."""
+    units = ["B", "kB", "MB", "GB", "TB"]
     value = float(n)
     for unit in units:
-        if abs(value) < 1024 or unit == units[-1]:
+        if abs(value) < 1000 or unit == units[-1]:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
+        value /= 1000
     raise AssertionError("unreachable")
 
 

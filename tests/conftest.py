@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # GUI tests run headless unless told otherwise
+# Commands run without --db record into a scratch folder, never the developer's own sessions.
+os.environ.setdefault("BEAMWISE_DATA_DIR", tempfile.mkdtemp(prefix="beamwise-tests-"))
 
 from engine.config import ModelSpec
 from engine.models import load_model

@@ -67,7 +67,7 @@ def test_markdown_has_question_settings_path_alternatives_answer_and_memory(stor
         assert f"> Step {step} of candidate {cid}." in text
     assert text.count("Alternatives:") == 3 and "(pruned, " in text
     assert "## Answer\n\n> The answer is 80 km/h." in text
-    assert "Host to device 384.0 KiB" in text and "| 3 | 1 | 128.0 KiB |" in text
+    assert "Host to device 393.2 kB" in text and "| 3 | 1 | 131.1 kB |" in text
 
 
 def test_markdown_of_a_cancelled_run_follows_the_best_beam(store: SessionStore) -> None:

@@ -18,11 +18,11 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
 import pyqtgraph as pg  # isort: skip  (after Qt, so pyqtgraph binds to PySide6)
+from app.formatting import size as format_bytes
 from app.gui import palette as pal
 from app.gui.panel import SessionView
 from app.session import Change, SessionModel
 from app.session.model import RESET
-from engine.errors import format_bytes
 
 TITLES = {
     "traffic": "PCIe traffic per step",

@@ -22,10 +22,10 @@ from PySide6.QtWidgets import (
 )
 
 import app.formatting as fmt
+from app.formatting import size as format_bytes
 from app.gui import palette as pal
 from app.gui.panel import SessionView
 from app.session import ROOT_ID, Change, SearchTree, SessionModel
-from engine.errors import format_bytes
 
 FIELDS = ("state", "score", "aggregate", "tokens", "group", "kv_device", "kv_host", "h2d", "d2h")
 FIELD_LABELS = {

@@ -17,9 +17,9 @@ from PySide6.QtGui import QBrush, QFontMetrics, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
 
 import app.formatting as fmt
+from app.formatting import size as format_bytes
 from app.gui import palette as pal
 from app.session import ROOT_ID, Node, first_line
-from engine.errors import format_bytes
 
 NODE_W, NODE_H = 196.0, 74.0
 COL_W, ROW_H = NODE_W + 64.0, NODE_H + 14.0

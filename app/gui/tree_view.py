@@ -22,13 +22,13 @@ from PySide6.QtWidgets import (
 )
 
 import app.formatting as fmt
+from app.formatting import size as format_bytes
 from app.gui import palette as pal
 from app.gui.panel import SessionView
 from app.gui.tree_items import COL_W, NODE_H, NODE_W, ROW_H, EdgeColumn, Ink, NodeItem
 from app.session import ROOT_ID, Change, Node, SearchTree, SessionModel
 from app.session.model import RESET
 from engine import events as ev
-from engine.errors import format_bytes
 
 __all__ = ["COL_W", "NODE_H", "NODE_W", "ROOT_ID", "ROW_H", "NodeItem", "ReasoningTreeView"]  # re-exported
 
