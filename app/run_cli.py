@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from threading import Event
 from typing import TextIO
 
+from app.heartbeat import Heartbeat, StepProgress
 from app.options import configs_from_args
 from app.preflight import check_memory
 from app.question import read_question
@@ -121,9 +122,11 @@ def run_command(args: argparse.Namespace) -> int:
         raise
     show = (lambda e: print(json.dumps(ev.to_dict(e)), flush=True)) if args.json else Printer(sys.stdout)
     status, stop, last_step = 1, Event(), 0
+    beat = Heartbeat(StepProgress(), lambda line: print(f"  ... {line}", file=sys.stderr, flush=True))
     try:
-        with _ctrl_c_cancels(stop):
+        with _ctrl_c_cancels(stop), beat:  # a silent second inside a step says what the step is doing
             for event in run(question, loaded, search, cache, should_stop=stop.is_set):
+                beat.saw(event)
                 last_step = event.step if event.type == "step_selected" else last_step
                 _record(recorder, event)
                 show(event)

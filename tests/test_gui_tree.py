@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QAbstractSlider
 
 from app.gui import palette as pal
 from app.gui.tree_items import edge_pen
-from app.gui.tree_view import COL_W, ReasoningTreeView
+from app.gui.tree_view import COL_W, NODE_H, NODE_W, ReasoningTreeView
 from app.session import ROOT_ID, Change, SearchTree, SessionModel
 from benchmarks.fake_search import fake_run
 from engine import events as ev
@@ -281,7 +281,7 @@ def test_qt_void_calls_do_not_drain_the_refcount_of_none():
 def test_select_unknown_node_names_it(view):
     with pytest.raises(KeyError, match="no node 12345"):
         view.select_node(12345)
-    assert view.node_center(ROOT_ID) == view.item(ROOT_ID).pos() + QPointF(98, 37)
+    assert view.node_center(ROOT_ID) == view.item(ROOT_ID).pos() + QPointF(NODE_W / 2, NODE_H / 2)
 
 
 def test_layout_stays_tidy_when_candidates_arrive_out_of_parent_order():

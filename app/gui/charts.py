@@ -18,8 +18,9 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
 import pyqtgraph as pg  # isort: skip  (after Qt, so pyqtgraph binds to PySide6)
-from app.formatting import size as format_bytes
+import app.formatting as fmt
 from app.gui import palette as pal
+from app.gui.chart_axes import BytesAxis, SecondsAxis, StepAxis, fit_ranges
 from app.gui.panel import SessionView
 from app.session import Change, SessionModel
 from app.session.model import RESET
@@ -38,7 +39,8 @@ KEYS = {  # (label, colour, dashed) per curve, shown in the title
                ("budget", pal.BUDGET, True)],
     "copy": [("measured copy", pal.MEASURED, False), ("modelled PCIe", pal.MODELLED, True)],
 }
-LEFT_AXIS_PX = 42  # room for tick labels such as "-200" or "12.5" (values carry SI prefixes)
+LEFT_AXIS_PX = 58  # room for tick labels such as "500 kB" or "12.5 ms"
+PLOT_MIN_PX = 150  # every plot at least this tall: the four sit in one row under the tree
 PLOT_PREFERRED_PX = 300  # the same for every plot, whatever its title says
 REDRAW_GAP_MS = 16  # between two plots' redraws: the window paints and takes input in between
 
@@ -58,12 +60,12 @@ class ChartsPanel(SessionView, QWidget):
         layout.addWidget(self.canvas)
         self.plots: dict[str, pg.PlotItem] = {}
         for index, name in enumerate(TITLES):
-            self.plots[name] = self._make_plot(index // 2, index % 2)
-        for col in (0, 1):
+            self.plots[name] = self._make_plot(name, 0, index)
+        for col in range(len(TITLES)):
             self.canvas.ci.layout.setColumnStretchFactor(col, 1)
+        self.canvas.setMinimumHeight(PLOT_MIN_PX + 40)
         self.curves = self._make_curves()
-        self.budget_line = pg.InfiniteLine(angle=0, movable=False, label="budget", labelOpts=_label_opts(),
-
+        self.budget_line = pg.InfiniteLine(angle=0, movable=False,  # its size is in the title's key, off the lines
                                            pen=pg.mkPen(pal.BUDGET, width=1.5, style=Qt.PenStyle.DashLine))
         self.plots["device"].addItem(self.budget_line)
         self._dirty: list[str] = []  # plots whose curves lag the series, drawn one per pass
@@ -111,8 +113,10 @@ class ChartsPanel(SessionView, QWidget):
         text = re.sub(r"<[^>]+>", " ", self.plots[name].titleLabel.text)
         return " ".join(html.unescape(text).replace("\xa0", " ").split())
 
-    def _make_plot(self, row: int, col: int) -> pg.PlotItem:
-        plot = self.canvas.addPlot(row=row, col=col)
+    def _make_plot(self, name: str, row: int, col: int) -> pg.PlotItem:
+        left = SecondsAxis("left") if name == "copy" else BytesAxis("left")
+        plot = self.canvas.addPlot(row=row, col=col, axisItems={"bottom": StepAxis("bottom"), "left": left})
+        plot.setMinimumHeight(PLOT_MIN_PX)
         plot.showGrid(x=True, y=True, alpha=0.15)
         plot.setMenuEnabled(False)
         plot.setMouseEnabled(x=False, y=False)
@@ -130,9 +134,6 @@ class ChartsPanel(SessionView, QWidget):
 
     def _make_curves(self) -> dict[str, pg.GraphicsObject]:
         p = self.plots
-        for name in ("traffic", "cumulative", "device"):
-            p[name].setLabel("left", units="B", color=pal.MUTED_TEXT)
-        p["copy"].setLabel("left", units="s", color=pal.MUTED_TEXT)
         bars = {
             "step_h2d": pg.BarGraphItem(x=[], height=[], width=0.38, brush=pal.H2D, pen=None, name="H2D"),
             "step_d2h": pg.BarGraphItem(x=[], height=[], width=0.38, brush=pal.D2H, pen=None, name="D2H"),
@@ -153,8 +154,10 @@ class ChartsPanel(SessionView, QWidget):
     def _set_title(self, name: str) -> None:
         """Title, the emulated mark, then the curves' key in their colours (no legend box over data)."""
         mark = " · emulated GPU" if self.session.series.emulated else ""
+        budget = self.session.series.budget_bytes
         key = "&nbsp;&nbsp;".join(
-            f'<span style="color:{colour}">{"┅" if dashed else "━"}&nbsp;{html.escape(label)}</span>'
+            f'<span style="color:{colour}">{"┅" if dashed else "━"}&nbsp;{html.escape(label)}'
+            f'{f"&nbsp;{fmt.size(budget)}" if label == "budget" and budget is not None else ""}</span>'
             for label, colour, dashed in KEYS[name]
         )
         title = f"{html.escape(TITLES[name] + mark)}<br>{key}"
@@ -168,24 +171,29 @@ class ChartsPanel(SessionView, QWidget):
         if name == "traffic":
             c["step_h2d"].setOpts(x=[x - 0.2 for x in steps], height=s.step_h2d)
             c["step_d2h"].setOpts(x=[x + 0.2 for x in steps], height=s.step_d2h)
+            fit_ranges(self.plots[name], steps, [*s.step_h2d, *s.step_d2h])
         elif name == "cumulative":
             c["total_h2d"].setData(steps, s.total_h2d)
             c["total_d2h"].setData(steps, s.total_d2h)
+            fit_ranges(self.plots[name], steps, [*s.total_h2d, *s.total_d2h])
         elif name == "copy":
             c["copy"].setData(steps, s.copy_seconds)
             c["modelled"].setData(steps, s.modelled_seconds)
+            fit_ranges(self.plots[name], steps, [*s.copy_seconds, *s.modelled_seconds])
         else:
             c["device"].setData(s.memory_steps, s.device_bytes)
             c["peak"].setData(s.memory_steps, s.peak_device_bytes)
             c["host"].setData(s.memory_steps, s.host_bytes)
             self._redraw_budget()
+            budget = [] if s.budget_bytes is None else [s.budget_bytes]
+            shown = [*s.device_bytes, *s.peak_device_bytes, *s.host_bytes, *budget]
+            fit_ranges(self.plots[name], s.memory_steps, shown)
 
     def _redraw_budget(self) -> None:
         budget = self.session.series.budget_bytes
         self.budget_line.setVisible(budget is not None)
         if budget is not None:
             self.budget_line.setValue(budget)
-            self.budget_line.label.setFormat(f"budget {format_bytes(budget)}")
 
     def point_count(self, curve: str) -> int:
         """How many points curve `curve` shows (bars count their bars)."""
@@ -201,6 +209,3 @@ def _line(plot: pg.PlotItem, colour: str, name: str, dashed: bool = False) -> pg
     return plot.plot([], [], name=name, pen=pg.mkPen(colour, width=2, style=style),
                      symbol=None if dashed else "o", symbolSize=5, symbolBrush=colour, symbolPen=None)
 
-
-def _label_opts() -> dict[str, object]:
-    return {"position": 0.12, "color": pal.BUDGET, "fill": pg.mkBrush(255, 255, 255, 180)}

@@ -103,7 +103,7 @@ class Screenshot:
         best = self.window.session.tree.best_id
         if best is not None:
             tree.select_node(best)  # the details panel then shows the answer's last step
-        tree.fit_to_view()  # the whole tree in the picture
+        tree.show_readable()  # the whole tree when its text reads at that size, else the chosen path's end
         self.app.processEvents()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)

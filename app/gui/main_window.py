@@ -97,6 +97,7 @@ class MainWindow(QMainWindow):
         self._build_central()
         self.controls = SearchControls()
         self.status = StatusLine(self)
+        self._central_layout.insertWidget(1, self.status.banner)
         self.sessions = SessionsPanel(store) if store is not None else None
         self._build_docks()
         self._build_menus()
@@ -131,6 +132,7 @@ class MainWindow(QMainWindow):
         layout = QVBoxLayout(central)
         layout.setContentsMargins(6, 6, 6, 0)
         layout.addLayout(top)
+        self._central_layout = layout  # the status line's load banner goes above the tree
         layout.addWidget(self.panels.tree, 1)
         self.setCentralWidget(central)
 
@@ -268,6 +270,8 @@ class MainWindow(QMainWindow):
         for panel in self.panels.all():  # panels that draw a little later show the final state now
             panel.flush()
         self.status.progress.hide()
+        self.status.banner.hide()
+        self.status.stop_heartbeat()
         self._update_actions()
         if self.sessions is not None:
             self.sessions.refresh()
@@ -311,6 +315,7 @@ class MainWindow(QMainWindow):
         """Show a recorded run exactly as it ended, through the same apply() path as a live one."""
         events = list(events)
         self.session.reset()
+        self.status.reset()
         self.session.apply_many(events)  # the same folding, drawn once instead of per event
         for event in events:
             self.status.apply(event, live=False)

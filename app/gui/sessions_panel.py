@@ -35,6 +35,7 @@ from engine.errors import BeamwiseError
 
 COLUMNS = ("title", "created", "model", "status", "answer")
 HEADERS = ("Title", "Date", "Model", "Status", "Answer")
+COLUMN_WIDTHS = (220, 124, 150, 80, 240)  # px; the user can drag them, the last one stretches
 STATUS_COLOURS = {"failed": "#c0504d", "interrupted": "#b07a12", "cancelled": "#5f6b7a", "running": "#3b7dd8"}
 EXPORT_FILTERS = {"md": "Markdown (*.md)", "html": "Web page (*.html)", "json": "JSON, can be imported (*.json)"}
 AnyIndex = QModelIndex | QPersistentModelIndex
@@ -139,6 +140,16 @@ class SessionsPanel(QWidget):
 
     # ---------------------------------------------------------------- building
 
+    def _size_columns(self) -> None:
+        """Titles readable in a narrow dock: the title gets room first, the rest scrolls sideways if it must."""
+        header = self.view.horizontalHeader()
+        header.setMinimumSectionSize(64)  # a header such as "Answer" is never cut
+        for column, width in enumerate(COLUMN_WIDTHS):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
+            self.view.setColumnWidth(column, width)
+        header.setStretchLastSection(True)
+        self.view.setHorizontalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
+
     def _build(self) -> None:
         self.search = QLineEdit(self, placeholderText="Search titles, questions and answers", clearButtonEnabled=True)
         self.search.textChanged.connect(lambda _text: self.refresh())
@@ -149,9 +160,7 @@ class SessionsPanel(QWidget):
         self.view.setEditTriggers(QAbstractItemView.EditTrigger.EditKeyPressed)  # F2 renames
         self.view.verticalHeader().hide()
         self.view.setWordWrap(False)
-        header = self.view.horizontalHeader()
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        header.setSectionResizeMode(4, QHeaderView.ResizeMode.Stretch)
+        self._size_columns()
         self.view.doubleClicked.connect(lambda index: self.open_requested.emit(self.model.session_id(index.row())))
         self.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.view.customContextMenuRequested.connect(self._show_menu)

@@ -1,13 +1,43 @@
-"""The status bar's fields: model, device, policy, step i/S, candidate-tokens/s and model-load progress."""
+"""The status bar's fields: model, device, policy, step i/S, candidate-tokens/s; the model-load banner; and a
+once-a-second line saying what the current step is doing (so a long step never looks hung)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QElapsedTimer
-from PySide6.QtWidgets import QLabel, QMainWindow, QProgressBar
+from PySide6.QtCore import QElapsedTimer, QTimer
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMainWindow, QProgressBar
 
+from app.heartbeat import StepProgress
 from engine import events as ev
+
+HEARTBEAT_MS = 1000
+
+
+class LoadBanner(QFrame):
+    """Model loading (and the first start's one-time conversion) in full words above the tree, with its bar."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.label = QLabel()
+        self.label.setWordWrap(True)
+        self.bar = QProgressBar()
+        self.bar.setMinimumWidth(240)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(8, 4, 8, 4)
+        row.addWidget(self.label, 1)
+        row.addWidget(self.bar)
+        self.hide()
+
+    def show_stage(self, message: str, fraction: float) -> None:
+        self.label.setText(message)
+        if fraction < 0:
+            self.bar.setRange(0, 0)  # busy: a stage of unknown length
+        else:
+            self.bar.setRange(0, 100)
+            self.bar.setValue(round(fraction * 100))
+        self.show()
 
 
 class StatusLine:
@@ -25,6 +55,12 @@ class StatusLine:
         self.progress.setMaximumWidth(220)
         self.progress.setTextVisible(True)
         self.progress.hide()
+        self.banner = LoadBanner()  # the window places it above the tree: the status bar would clip its words
+        self.live = StepProgress()
+        self._beat = QTimer(window)
+        self._beat.setInterval(HEARTBEAT_MS)
+        self._beat.timeout.connect(self._heartbeat)
+        self._quiet = QElapsedTimer()
         for widget in (self.progress, self.model, self.verifier, self.device, self.policy, self.step, self.speed):
             bar.addPermanentWidget(widget)
         self.speed.setToolTip("Candidate tokens generated per second (all beams together)")
@@ -39,9 +75,11 @@ class StatusLine:
             self.progress.setValue(round(fraction * 100))
         self.progress.setFormat(f"{message[:40]} %p%")
         self.progress.setToolTip(message)
+        self.banner.show_stage(message, fraction)
 
     def loaded(self, name: str | None, device: str | None) -> None:
         self.progress.hide()
+        self.banner.hide()
         self.model.setText(f"model: {name or 'not loaded'}")
         if device:
             self.device.setText(f"device: {device}")
@@ -52,9 +90,33 @@ class StatusLine:
         self.step.setText(f"step 0/{max_steps}")
         self.speed.setText("- cand-tok/s")
         self.bar.showMessage("Running…")
+        self.live = StepProgress()
+        self._quiet.start()
+        self._beat.start()
+
+    def reset(self) -> None:
+        """Before a recorded session is shown: nothing of the previous run stays (a stale speed, a step)."""
+        self._beat.stop()
+        self._tokens, self._max_steps = 0, 0
+        self.step.setText("step -")
+        self.speed.setText("- cand-tok/s")
+        self.policy.setText("policy: -")
+        self.verifier.setText("verifier: -")
+        self.bar.clearMessage()
+
+    def stop_heartbeat(self) -> None:
+        self._beat.stop()
+
+    def _heartbeat(self) -> None:
+        """Once a second without an event: say what the step is doing (events themselves say the rest)."""
+        if self._quiet.isValid() and self._quiet.elapsed() >= HEARTBEAT_MS - 50 and self.live.phase != "done":
+            self.bar.showMessage(self.live.line())
 
     def apply(self, event: Any, live: bool) -> None:
         """Follow the run: policy, step i/S, candidate-tokens/s (measured live; recorded when replayed)."""
+        if live:
+            self.live.apply(event)
+            self._quiet.start()
         if isinstance(event, ev.RunStarted):
             self._clock.start()
             self._tokens = 0
@@ -74,3 +136,8 @@ class StatusLine:
             self.bar.showMessage(f"Done: {event.steps} steps, score {event.score:.2f}", 15000)
         elif isinstance(event, ev.RunCancelled):
             self.bar.showMessage(f"Stopped after step {event.step}.", 15000)
+        elif isinstance(event, ev.RunFailed):
+            self.speed.setText("- cand-tok/s")  # a failed run has no speed to show
+            self.bar.showMessage(f"Failed: {event.message[:120]}", 15000)
+        if event.type in ev.TERMINAL_TYPES:
+            self._beat.stop()

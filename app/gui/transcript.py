@@ -16,7 +16,7 @@ from app.gui.panel import SessionView
 from app.session import Change, SessionModel
 from app.session.model import RESET
 
-PLACEHOLDER = "The best reasoning path appears here as the search selects each step."
+PLACEHOLDER = "The best path so far shows here during a run."
 
 
 class TranscriptPanel(SessionView, QWidget):
@@ -27,7 +27,8 @@ class TranscriptPanel(SessionView, QWidget):
         self.view = QTextBrowser()
         self.view.setOpenLinks(False)
         self.view.setFont(pal.ui_font(10))
-        self.view.setPlaceholderText(PLACEHOLDER)
+        self.view.setPlaceholderText(PLACEHOLDER)  # short: a placeholder does not wrap in a narrow dock
+        self.view.setToolTip("The best reasoning path so far, step by step, then the answer")
         self.view.document().setDocumentMargin(10)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)

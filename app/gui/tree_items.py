@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QBrush, QFontMetrics, QPainter, QPainterPath, QPen
+from PySide6.QtGui import QBrush, QFont, QFontMetrics, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
 
 import app.formatting as fmt
@@ -21,10 +21,12 @@ from app.formatting import size as format_bytes
 from app.gui import palette as pal
 from app.session import ROOT_ID, Node, first_line
 
-NODE_W, NODE_H = 196.0, 74.0
+NODE_W, NODE_H = 220.0, 74.0
 COL_W, ROW_H = NODE_W + 64.0, NODE_H + 14.0
 PAD = 8.0
-SIMPLE_LOD = 0.45  # below this zoom a node is drawn as a plain box (text would be unreadable)
+SIMPLE_LOD = 0.6  # below this zoom a node shows its score and id in a screen-sized font instead of every line
+TINY_LOD = 0.12  # below this a node is a plain box (even a screen-sized score would not fit in it)
+COMPACT_PX = 12.0  # the compact label's height on screen, whatever the zoom
 EDGE_ORDER = ("pruned", "running", "kept", "finished", "final")  # painted in this order: chosen path on top
 _DEVICE_CACHE = QGraphicsItem.CacheMode.DeviceCoordinateCache  # enum lookups cost ~1 us; 10,000 items add up
 _NO_BUTTON = Qt.MouseButton.NoButton
@@ -37,9 +39,9 @@ class Ink:
     """Fonts, pens and brushes shared by every item (built once per view, after QApplication)."""
 
     def __init__(self) -> None:
-        self.score = pal.ui_font(10.5, bold=True)
-        self.text = pal.ui_font(9.0)
-        self.small = pal.ui_font(8.0)
+        self.score = pal.ui_font(11.5, bold=True)
+        self.text = pal.ui_font(10.0)
+        self.small = pal.ui_font(8.5)
         self.text_metrics = QFontMetrics(self.text)
         styles = {**pal.STATE_STYLES, "root": pal.ROOT_STYLE}
         self.border = {name: QPen(pal.color(s.border), s.width) for name, s in styles.items()}
@@ -126,8 +128,9 @@ class NodeItem(QGraphicsItem):
         if self.node_id == ROOT_ID:
             return Labels("Prompt", line, "", "")
         meta = f"{'' if group is None else f'g{group}'}  #{self.node_id}".strip()
+        where = "" if self._share is None else f"GPU {self._share:.0%} · "  # placement in words, not only colour
         return Labels(fmt.score(score, "…"), line, meta,
-                      f"H2D {format_bytes(h2d)}  D2H {format_bytes(d2h)}")
+                      f"{where}H2D {format_bytes(h2d)}  D2H {format_bytes(d2h)}")
 
     def style(self) -> pal.StateStyle:
         return pal.ROOT_STYLE if self._state == "root" else pal.STATE_STYLES[self._state]
@@ -144,8 +147,20 @@ class NodeItem(QGraphicsItem):
             painter.drawRoundedRect(box.adjusted(-3, -3, 3, 3), 9, 9)
         if self.node_id != ROOT_ID:
             self._paint_bar(painter, QRectF(PAD, 47, NODE_W - 2 * PAD, 7))
-        if QStyleOptionGraphicsItem.levelOfDetailFromTransform(painter.worldTransform()) >= SIMPLE_LOD:
+        lod = QStyleOptionGraphicsItem.levelOfDetailFromTransform(painter.worldTransform())
+        if lod >= SIMPLE_LOD:
             self._paint_text(painter)
+        elif lod >= TINY_LOD:
+            self._paint_compact(painter, lod)
+
+    def _paint_compact(self, painter: QPainter, lod: float) -> None:
+        """Zoomed out: score and id in a font that stays COMPACT_PX tall on screen (a fitted tree stays legible)."""
+        labels, font = self.labels(), QFont(self._ink.score)
+        font.setPixelSize(max(1, round(COMPACT_PX / lod)))
+        painter.setFont(font)
+        painter.setPen(self._ink.text_pen[self._state])
+        text = labels.score if self.node_id == ROOT_ID else f"{labels.score}  #{self.node_id}"
+        painter.drawText(QRectF(PAD / 2, 0, NODE_W - PAD, 46), Qt.AlignmentFlag.AlignCenter, text)
 
     def _paint_text(self, painter: QPainter) -> None:
         ink, labels, inner = self._ink, self.labels(), NODE_W - 2 * PAD

@@ -33,6 +33,7 @@ from engine import events as ev
 __all__ = ["COL_W", "NODE_H", "NODE_W", "ROOT_ID", "ROW_H", "NodeItem", "ReasoningTreeView"]  # re-exported
 
 MIN_SCALE, MAX_SCALE, ZOOM_STEP = 0.03, 3.0, 1.25
+READABLE_SCALE = 0.8  # at 1920x1080 a box's first line still reads at this zoom
 _SCROLL_KEYS = frozenset({Qt.Key.Key_Up, Qt.Key.Key_Down, Qt.Key.Key_Left, Qt.Key.Key_Right, Qt.Key.Key_PageUp,
                           Qt.Key.Key_PageDown, Qt.Key.Key_Home, Qt.Key.Key_End})
 SCENE_MARGIN = 60.0
@@ -145,6 +146,16 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         if self.transform().m11() > 1.0:
             self.resetTransform()
         self.set_follow(True)
+
+    def show_readable(self, min_scale: float = READABLE_SCALE) -> None:
+        """The whole tree when it fits at a zoom where every line reads; else that zoom, on the chosen path's end."""
+        self.fit_to_view()
+        if self.transform().m11() >= min_scale:
+            return
+        self.resetTransform()
+        self.scale(min_scale, min_scale)
+        target = self.data.best_id if self.data.best_id in self._items else ROOT_ID
+        self.centerOn(self.node_center(target) - QPointF(COL_W * 1.2, 0))  # its ancestors to the left
 
     # -- selection, follow, zoom ----------------------------------------------------------
 
@@ -280,9 +291,12 @@ class ReasoningTreeView(SessionView, QGraphicsView):
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
+        self.legend.setWordWrap(True)
+        self.legend.setMaximumWidth(max(200, self.width() - 16))
         self.legend.adjustSize()
+        self.setViewportMargins(0, 0, 0, self.legend.height() + 8)  # the legend sits below the nodes, not on them
         area = self.viewport().geometry()
-        self.legend.move(area.left() + 8, area.bottom() - self.legend.height() - 8)
+        self.legend.move(area.left() + 4, area.bottom() + 4)
         self._buttons.adjustSize()
         self._buttons.move(area.right() - self._buttons.width() - 8, area.top() + 8)
         self.legend.raise_()

@@ -1,0 +1,54 @@
+"""Chart axes that read at a glance: steps in whole numbers, bytes and seconds in the units the settings use."""
+
+from __future__ import annotations
+
+import math
+
+import pyqtgraph as pg
+
+import app.formatting as fmt
+
+
+class StepAxis(pg.AxisItem):
+    """Ticks only on whole steps (never 0.6 … 2.4), at most about eight of them."""
+
+    def tickValues(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, list[float]]]:
+        first, last = max(1, math.ceil(minVal)), math.floor(maxVal)
+        if last < first:
+            return [(1.0, [])]
+        spacing = max(1, math.ceil((last - first + 1) / 8))
+        return [(float(spacing), [float(v) for v in range(first, last + 1, spacing)])]
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
+        return [str(int(v)) for v in values]
+
+
+class BytesAxis(pg.AxisItem):
+    """Tick labels such as '0 B', '500 kB', '32 MB' (decimal, as --kv-budget and the settings)."""
+
+    def __init__(self, orientation: str = "left") -> None:
+        super().__init__(orientation)
+        self.enableAutoSIPrefix(False)  # no '(mB)' for a plot of zeros: the unit is in every tick
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
+        return [fmt.axis_size(max(0.0, v)) for v in values]
+
+
+class SecondsAxis(pg.AxisItem):
+    """Tick labels in ms below a second, else s."""
+
+    def __init__(self, orientation: str = "left") -> None:
+        super().__init__(orientation)
+        self.enableAutoSIPrefix(False)
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
+        return [f"{v * 1000:.3g} ms" if abs(v) < 1 else f"{v:.3g} s" for v in values]
+
+
+def fit_ranges(plot: pg.PlotItem, steps: list[int], values: list[float]) -> None:
+    """x: the steps recorded (1 … n, or 1 when empty); y: from 0 to a little above the largest value (0 … 1 when
+    nothing moved), so an empty or all-zero plot shows no negative ticks."""
+    last = max(steps, default=1)
+    plot.setXRange(0.5, max(1, last) + 0.5, padding=0)
+    top = max((v for v in values if v is not None and math.isfinite(v)), default=0.0)
+    plot.setYRange(0, top * 1.15 if top > 0 else 1.0, padding=0)

@@ -1,0 +1,96 @@
+"""Progress inside a step: what the run is doing now, said once a second so a long step never looks hung.
+
+`StepProgress` folds the engine's existing events (no new ones: step started, group scheduled,
+candidate text, candidate scored) into one line; `Heartbeat` prints that line from a daemon thread
+every second while the search is silent. The window reads the same `StepProgress` from a QTimer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import app.formatting as fmt
+
+
+class StepProgress:
+    """The current step's progress, from events; `line(now)` says it for a person."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.phase = "loading"
+        self.step = 0
+        self.candidates = 0  # expected this step (beams x width, from the kept beams)
+        self.generated = 0
+        self.scored = 0
+        self.groups = 0
+        self.tokens = 0
+        self.width = 1
+        self.first = 1
+        self.since = clock()
+
+    def apply(self, event: Any) -> None:
+        kind = event.type
+        if kind == "run_started":
+            self.width = int(event.search.get("width", 1))
+            self.first = int(event.search.get("beams", 1)) * self.width  # the prompt expands beams x width
+            self._begin("prefill")
+        elif kind == "step_started":
+            self.step, self.generated, self.scored, self.groups, self.tokens = event.step, 0, 0, 0, 0
+            self.candidates = len(event.beams) * self.width if event.beams else self.first
+            self._begin("decoding")
+        elif kind == "group_scheduled":
+            self.groups += 1
+        elif kind == "candidate_text":
+            self.generated += 1
+            self.tokens += event.tokens
+            if self.generated >= self.candidates:
+                self.phase = "scoring"
+        elif kind == "candidate_scored":
+            self.scored += 1
+            self.phase = "scoring"
+        elif kind in ("run_finished", "run_failed", "run_cancelled"):
+            self.phase = "done"
+
+    def _begin(self, phase: str) -> None:
+        self.phase, self.since = phase, self._clock()
+
+    def line(self) -> str:
+        """'step 3: decoding, 12 s, 2 group(s), 8/16 candidates written (120 tokens)'."""
+        took = fmt.seconds(self._clock() - self.since)
+        if self.phase in ("loading", "prefill"):
+            return f"{'loading the model' if self.phase == 'loading' else 'reading the question'}, {took}"
+        done = f"{self.generated}/{self.candidates} candidates written ({self.tokens} tokens)"
+        if self.phase == "scoring":
+            done = f"{self.scored}/{self.candidates} candidates scored"
+        return f"step {self.step}: {self.phase}, {took}, {self.groups} group(s) done, {done}"
+
+
+class Heartbeat:
+    """Calls `say(progress.line())` every `interval` seconds in which no event arrived, until stopped."""
+
+    def __init__(self, progress: StepProgress, say: Callable[[str], None], interval: float = 1.0) -> None:
+        self.progress, self._say, self.interval = progress, say, interval
+        self._stop = threading.Event()
+        self._quiet_since = time.monotonic()
+        self._thread = threading.Thread(target=self._beat, name="beamwise-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2 * self.interval)
+
+    def saw(self, event: Any) -> None:
+        """An event arrived: fold it in; the search spoke, so the next beat waits a whole interval."""
+        self.progress.apply(event)
+        self._quiet_since = time.monotonic()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval):
+            if time.monotonic() - self._quiet_since >= self.interval and self.progress.phase != "done":
+                self._say(self.progress.line())
