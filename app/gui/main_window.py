@@ -32,6 +32,7 @@ from app.gui.controls import SYNTHETIC_CHOICES, SearchControls
 from app.gui.details import NodeDetails
 from app.gui.event_pump import EventPump
 from app.gui.panel import Panel
+from app.gui.plan_bar import PlanBar
 from app.gui.sessions_panel import SessionsPanel
 from app.gui.status_line import StatusLine
 from app.gui.transcript import TranscriptPanel
@@ -98,11 +99,15 @@ class MainWindow(QMainWindow):
         self.controls = SearchControls()
         self.status = StatusLine(self)
         self._central_layout.insertWidget(1, self.status.banner)
+        self.plan_bar = PlanBar(self.controls.configs, self.question.toPlainText)  # "will it fit?" before a run
+        self._central_layout.insertWidget(1, self.plan_bar)
+        self.controls.changed.connect(self.plan_bar.schedule)
         self.sessions = SessionsPanel(store) if store is not None else None
         self._build_docks()
         self._build_menus()
         self._connect()
         self._restore()
+        self.plan_bar.schedule()
 
     # ------------------------------------------------------------ building
 

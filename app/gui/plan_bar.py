@@ -1,0 +1,88 @@
+"""The "will it fit?" bar above the tree: the memory plan of the current settings as a coloured state and one
+sentence, refreshed shortly after the settings change; the figures are in its tooltip (`beamwise plan` prints them)."""
+
+from __future__ import annotations
+
+import html
+import threading
+from collections.abc import Callable
+
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
+
+from app.planner import MemoryPlan, plan
+from engine.config import CacheConfig, ModelSpec, SearchConfig
+
+COLOURS = {"green": "#2f8a57", "amber": "#b07a12", "red": "#c0504d", "unknown": "#5f6b7a"}
+DEBOUNCE_MS = 400  # settings change in bursts (a slider drag): plan once they settle
+
+Configs = tuple[ModelSpec, SearchConfig, CacheConfig]
+
+
+class PlanBar(QWidget):
+    """Shows `plan(settings)`; `planned(plan or None)` fires on the GUI thread after each refresh."""
+
+    planned = Signal(object)
+    _finished = Signal(int, object, str)  # generation, plan or None, error text: from the worker thread
+
+    def __init__(self, configs: Callable[[], Configs], question: Callable[[], str],
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._configs, self._question = configs, question
+        self._generation = 0
+        self.plan: MemoryPlan | None = None
+        self.dot, self.sentence = QLabel("●"), QLabel("Planning memory…")
+        self.sentence.setWordWrap(True)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(4, 0, 4, 0)
+        row.addWidget(self.dot)
+        row.addWidget(self.sentence, 1)
+        self._timer = QTimer(self, singleShot=True, interval=DEBOUNCE_MS)
+        self._timer.timeout.connect(self.refresh_now)
+        self._finished.connect(self._show)
+        self._paint("unknown", "Planning memory…", "")
+
+    def schedule(self) -> None:
+        """Settings or the question changed: plan again once they settle."""
+        self._timer.start()
+
+    def refresh_now(self) -> None:
+        """Plan the current settings in a worker thread (a plan-only run can take a second)."""
+        self._timer.stop()
+        self._generation += 1
+        try:
+            configs = self._configs()
+        except ValueError as error:
+            self._show(self._generation, None, f"Fix the settings to see a plan: {error}")
+            return
+        args = (self._generation, configs, self._question())
+        threading.Thread(target=self._work, args=args, name="beamwise-plan", daemon=True).start()
+
+    def _work(self, generation: int, configs: Configs, question: str) -> None:
+        try:
+            result, error = plan(*configs, question=question or None), ""
+        except Exception as failure:  # a model folder that cannot be read, a PRM that is not one: said, not raised
+            message = failure.user_message() if hasattr(failure, "user_message") else str(failure)
+            result, error = None, f"No plan: {message}"
+        try:
+            self._finished.emit(generation, result, error)
+        except RuntimeError:  # the window closed while this plan ran
+            pass
+
+    def _show(self, generation: int, result: MemoryPlan | None, error: str) -> None:
+        if generation != self._generation:
+            return  # an older plan, overtaken by a newer request
+        self.plan = result
+        if result is None:
+            self._paint("unknown", error, "")
+        else:
+            rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in result.rows())
+            self._paint(result.state, result.sentence, f"<table>{rows}</table>")
+        self.planned.emit(result)
+
+    def _paint(self, state: str, sentence: str, details: str) -> None:
+        self.dot.setStyleSheet(f"color: {COLOURS[state]}; font-size: 16px;")
+        self.dot.setToolTip({"green": "fits", "amber": "runs, with a cost", "red": "will not run as set"}.get(
+            state, "no plan"))
+        self.sentence.setText(sentence)
+        self.setToolTip(details or sentence)

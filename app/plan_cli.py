@@ -1,0 +1,46 @@
+"""`beamwise plan [QUESTION] [search options]`: will these settings fit? Printed before any weights load."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from app.options import add_search_options, configs_from_args
+
+EXIT_BY_STATE = {"green": 0, "amber": 0, "red": 3}  # red: the run would fail; scripts can test for it
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="will it fit? weights, KV, activations and PCIe traffic, without loading weights")
+    p.add_argument("question", nargs="?", default=None,
+                   help="the question (only its length is used, to estimate the prompt)")
+    add_search_options(p)
+    p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    p.set_defaults(handler=plan_command)
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    from app.planner import plan
+
+    model, search, cache = configs_from_args(args)
+    result = plan(model, search, cache, question=args.question)
+    if args.json:
+        print(json.dumps(plan_dict(result)))
+    else:
+        print(f"plan for {model.source} ({model.dtype}), {result.candidates} candidates per step, "
+              f"about {result.prompt_tokens} prompt tokens")
+        print("\n".join(result.lines()))
+    return EXIT_BY_STATE[result.state]
+
+
+def plan_dict(result) -> dict:
+    """The plan's figures as plain JSON values."""
+    return {
+        "state": result.state, "sentence": result.sentence, "device": result.device, "emulated": result.emulated,
+        "memory_bytes": result.memory_bytes, "weights_bytes": result.weights_bytes,
+        "generator_kv_bytes": result.generator_kv_bytes, "verifier_kv_bytes": result.verifier_kv_bytes,
+        "activation_bytes": result.activation_bytes, "kv_budget_bytes": result.kv_budget_bytes,
+        "policy": result.policy, "candidates": result.candidates, "prompt_tokens": result.prompt_tokens,
+        "step_pcie_bytes": result.step_pcie_bytes, "step_pcie_seconds": result.step_pcie_seconds,
+        "traffic_source": result.traffic_source,
+    }
