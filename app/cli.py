@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from app import bench_cli, plan_cli, sessions_cli
+from app import bench_cli, models_cli, plan_cli, sessions_cli
 from app.options import OneLineParser, UsageError, add_search_options
 from app.threads import limit_threads
 from engine.errors import BeamwiseError
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench_cli.add_parser(sub)
     plan_cli.add_parser(sub)
+    models_cli.add_parser(sub)
     sessions_cli.add_parser(sub)
 
     gui = sub.add_parser("gui", help="open the window (the default with no command)")

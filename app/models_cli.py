@@ -1,0 +1,105 @@
+"""`beamwise models list|info|pull|remove|add`: the models on this machine, and downloads only when asked."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+
+import app.formatting as fmt
+from app import model_library as lib
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("models", help="list, inspect, download or remove models")
+    p.set_defaults(handler=lambda args: (p.print_help(), 0)[1])
+    cmds = p.add_subparsers(dest="models_command", metavar="COMMAND")
+    c = cmds.add_parser("list", help="every model here: bundled, the models folder, folders you added")
+    c.set_defaults(handler=cmd_list)
+    c = cmds.add_parser("info", help="one model: architecture, parameters, dtype, size, context, KV per token")
+    c.add_argument("name", help="a name from `models list`, or a path")
+    c.set_defaults(handler=cmd_info)
+    c = cmds.add_parser("pull", help="download a model from a Hugging Face hub into the models folder")
+    c.add_argument("repo", help="owner/name on the hub")
+    c.add_argument("--file", default=None, help="only this file (one .gguf of a GGUF repository)")
+    c.add_argument("--endpoint", default=None, help="the hub's address (default: https://huggingface.co)")
+    c.add_argument("--revision", default="main", help="branch, tag or commit")
+    c.set_defaults(handler=cmd_pull)
+    c = cmds.add_parser("remove", help="delete a model Beamwise downloaded (never anything else)")
+    c.add_argument("name")
+    c.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    c.set_defaults(handler=cmd_remove)
+    c = cmds.add_parser("add", help="list a model folder you keep elsewhere (Beamwise never deletes it)")
+    c.add_argument("path")
+    c.set_defaults(handler=cmd_add)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    print(f"{'name':<32}{'role':<24}{'params':>10}{'size':>11}{'KV/token':>11}  where")
+    for e in lib.list_models():
+        params = "-" if e.facts is None or e.facts.parameters is None else f"{e.facts.parameters / 1e6:,.0f}M"
+        kv = "-" if e.facts is None else fmt.size(e.facts.kv_token_bytes)
+        mark = " (downloaded)" if e.downloaded else ""
+        print(f"{fmt.brief(e.name, 31):<32}{e.role:<24}{params:>10}{fmt.size(e.size_bytes):>11}{kv:>11}  "
+              f"{e.where}{mark}")
+    print(f"\nmodels folder: {lib.models_dir()}")
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    entry = lib.entry_for(Path(args.name), "path") if Path(args.name).exists() else lib.find(args.name)
+    for label, value in lib.describe(entry):
+        print(f"{label:<24}{value}")
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    from app.model_pull import DEFAULT_ENDPOINT, PullCancelled, pull
+
+    cancel, last = threading.Event(), [0.0]
+
+    def report(progress) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 0.5 or progress.done >= progress.total:
+            last[0] = now
+            end = "\r" if sys.stderr.isatty() and progress.done < progress.total else "\n"
+            print(f"[pull] {progress.line(now)}", end=end, file=sys.stderr, flush=True)
+
+    try:
+        folder = pull(args.repo, filename=args.file, endpoint=args.endpoint or DEFAULT_ENDPOINT,
+                      revision=args.revision, report=report, cancel=cancel)
+    except (KeyboardInterrupt, PullCancelled):
+        print("\nbeamwise: the download stopped; the same `beamwise models pull` resumes it.", file=sys.stderr)
+        return 130
+    print(f"downloaded {args.repo} to {folder}; use it with --model {folder}")
+    return 0
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    entry = lib.find(args.name)
+    if not entry.downloaded:
+        lib.remove(entry)  # raises: it says why Beamwise will not delete it
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise ValueError(f"removing {entry.name} needs confirmation; add --yes to remove it.")
+        reply = input(f"Delete {entry.source} ({fmt.size(entry.size_bytes)})? [y/N] ")
+        if reply.strip().lower() not in ("y", "yes"):
+            print("kept it")
+            return 1
+    lib.remove(entry)
+    print(f"removed {entry.source}")
+    return 0
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    path = Path(args.path).expanduser()
+    if not path.exists():
+        raise ValueError(f"{path} does not exist; give a model folder (with config.json) or a .gguf file.")
+    lib.add_folder(path)
+    print(f"added {path.resolve()}")
+    return 0

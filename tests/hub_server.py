@@ -1,0 +1,74 @@
+"""A tiny Hugging Face hub on 127.0.0.1 for tests: the model-info API and `resolve` files with HTTP ranges."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+class Hub:
+    """Serves `repos` ({repo_id: {filename: bytes}}); `ranges` records every Range header it was sent."""
+
+    def __init__(self, repos: dict[str, dict[str, bytes]]) -> None:
+        self.repos, self.ranges = repos, []
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_HEAD(self) -> None:
+                hub.serve(self, body=False)
+
+            def do_GET(self) -> None:
+                hub.serve(self, body=True)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Hub:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def serve(self, request: BaseHTTPRequestHandler, body: bool) -> None:
+        path = request.path.split("?")[0]
+        if path.startswith("/api/models/"):
+            repo = path.removeprefix("/api/models/").split("/revision/")[0]
+            if repo not in self.repos:
+                return self._send(request, 404, b'{"error": "Repository not found"}', body)
+            siblings = [{"rfilename": n, "size": len(d), "blobId": hashlib.sha1(d).hexdigest()}
+                        for n, d in self.repos[repo].items()]
+            data = json.dumps({"id": repo, "modelId": repo, "sha": COMMIT, "siblings": siblings}).encode()
+            return self._send(request, 200, data, body, {"Content-Type": "application/json"})
+        repo, _, rest = path.lstrip("/").partition("/resolve/")
+        name = rest.partition("/")[2]
+        data = self.repos.get(repo, {}).get(name)
+        if data is None:
+            return self._send(request, 404, b"not found", body, {"X-Error-Code": "EntryNotFound"})
+        headers = {"X-Repo-Commit": COMMIT, "ETag": f'"{hashlib.sha1(data).hexdigest()}"', "Accept-Ranges": "bytes"}
+        wanted = request.headers.get("Range")
+        if wanted and body:
+            self.ranges.append(wanted)
+            start = int(wanted.removeprefix("bytes=").split("-")[0])
+            headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
+            return self._send(request, 206, data[start:], body, headers)
+        return self._send(request, 200, data, body, headers)
+
+    @staticmethod
+    def _send(request, status: int, data: bytes, body: bool, headers: dict | None = None) -> None:
+        request.send_response(status)
+        for key, value in (headers or {}).items():
+            request.send_header(key, value)
+        request.send_header("Content-Length", str(len(data)))
+        request.end_headers()
+        if body:
+            request.wfile.write(data)

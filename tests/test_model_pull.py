@@ -1,0 +1,111 @@
+"""Pulling a model with huggingface_hub's real client from a hub-layout server on 127.0.0.1: progress, the
+free-disk check, cancel and resume by HTTP range, and a clear message when the hub cannot be reached."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import namedtuple
+
+import pytest
+
+from app import model_library, model_pull
+from app.model_pull import PullCancelled, PullError, pull
+from tests.hub_server import Hub
+
+CONFIG = json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+                     "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                     "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 2048}).encode()
+WEIGHTS = bytes(range(256)) * 4096  # 1 MiB
+REPO = {"tiny/llama": {"config.json": CONFIG, "model.safetensors": WEIGHTS}}
+
+
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch, tmp_path):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 64 * 1024)  # several progress updates per file
+    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
+
+
+def test_pull_downloads_with_progress_and_lists_the_model():
+    seen = []
+    with Hub(REPO) as hub:
+        folder = pull("tiny/llama", endpoint=hub.endpoint, report=lambda p: seen.append((p.done, p.line())))
+    assert (folder / "model.safetensors").read_bytes() == WEIGHTS
+    assert seen[-1][0] == len(CONFIG) + len(WEIGHTS) and "/s" in seen[-1][1] and "left" in seen[-1][1]
+    entry = model_library.find("tiny--llama")
+    assert entry.downloaded and entry.facts is not None and entry.facts.kv.num_layers == 2
+
+
+def test_cancel_keeps_the_partial_file_and_the_next_pull_resumes_by_range():
+    cancel = threading.Event()
+
+    def stop_midway(progress) -> None:
+        if progress.done > 300_000:
+            cancel.set()
+
+    with Hub(REPO) as hub:
+        with pytest.raises(PullCancelled, match="resumes"):
+            pull("tiny/llama", endpoint=hub.endpoint, report=stop_midway, cancel=cancel)
+        folder = pull("tiny/llama", endpoint=hub.endpoint)
+        assert any(r.startswith("bytes=") and not r.startswith("bytes=0-") for r in hub.ranges)
+    assert (folder / "model.safetensors").read_bytes() == WEIGHTS
+
+
+def test_not_enough_disk_is_refused_before_downloading(monkeypatch):
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(model_pull.shutil, "disk_usage", lambda path: usage(10, 10, 1000))
+    with Hub(REPO) as hub, pytest.raises(PullError, match="free some space"):
+        pull("tiny/llama", endpoint=hub.endpoint)
+
+
+def test_unreachable_hub_says_offline():
+    with Hub(REPO) as hub:
+        endpoint = hub.endpoint
+    with pytest.raises(PullError, match="offline"):
+        pull("tiny/llama", endpoint=endpoint)
+
+
+def test_unknown_repo_is_named():
+    with Hub(REPO) as hub, pytest.raises(PullError, match="not found"):
+        pull("nobody/nothing", endpoint=hub.endpoint)
+
+
+def test_remove_only_touches_what_beamwise_downloaded(tmp_path):
+    with Hub(REPO) as hub:
+        pull("tiny/llama", endpoint=hub.endpoint)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_bytes(CONFIG)
+    model_library.add_folder(mine)
+    with pytest.raises(ValueError, match="not downloaded by Beamwise"):
+        model_library.remove(model_library.find("mine"))
+    model_library.remove(model_library.find("tiny--llama"))
+    assert not model_pull.destination("tiny/llama").exists() and mine.is_dir()
+
+
+def test_models_cli_pull_list_info_remove(capsys):
+    from app.cli import main
+
+    with Hub(REPO) as hub:
+        assert main(["models", "pull", "tiny/llama", "--endpoint", hub.endpoint]) == 0
+    assert "downloaded tiny/llama" in capsys.readouterr().out
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "SmolLM2-135M-Instruct" in out and "tiny--llama" in out and "(downloaded)" in out
+    assert main(["models", "info", "tiny--llama"]) == 0
+    info = capsys.readouterr().out
+    assert "KV per token" in info and "context length" in info and "2,048 tokens" in info
+    assert main(["models", "remove", "tiny--llama"]) == 2  # no terminal to ask: needs --yes
+    assert main(["models", "remove", "tiny--llama", "--yes"]) == 0
+
+
+def test_a_prm_folder_is_listed_as_a_prm_with_its_family():
+    from engine.verifiers.synthetic_prm import save_synthetic_prm
+
+    folder = model_library.models_dir() / "tiny-qwen-prm"
+    folder.mkdir(parents=True)
+    save_synthetic_prm("tiny-qwen-prm", folder)
+    entry = model_library.find("tiny-qwen-prm")
+    assert entry.role == "PRM (qwen-prm)" and not entry.downloaded
