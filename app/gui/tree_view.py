@@ -155,7 +155,7 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         self.resetTransform()
         self.scale(min_scale, min_scale)
         target = self.data.best_id if self.data.best_id in self._items else ROOT_ID
-        self.centerOn(self.node_center(target) - QPointF(COL_W * 1.2, 0))  # its ancestors to the left
+        self.centerOn(self.node_center(target) - QPointF(COL_W * 0.6, 0))  # its ancestors to the left
 
     # -- selection, follow, zoom ----------------------------------------------------------
 
@@ -291,9 +291,7 @@ class ReasoningTreeView(SessionView, QGraphicsView):
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
-        self.legend.setWordWrap(True)
-        self.legend.setMaximumWidth(max(200, self.width() - 16))
-        self.legend.adjustSize()
+        self._size_legend()
         self.setViewportMargins(0, 0, 0, self.legend.height() + 8)  # the legend sits below the nodes, not on them
         area = self.viewport().geometry()
         self.legend.move(area.left() + 4, area.bottom() + 4)
@@ -301,6 +299,18 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         self._buttons.move(area.right() - self._buttons.width() - 8, area.top() + 8)
         self.legend.raise_()
         self._buttons.raise_()
+
+    def _size_legend(self) -> None:
+        """One line per row when the view is wide enough; wrapped to the view's width when not."""
+        room = max(200, self.width() - 24)
+        self.legend.setWordWrap(False)
+        self.legend.setMinimumSize(0, 0)
+        self.legend.setMaximumSize(16_777_215, 16_777_215)
+        self.legend.adjustSize()
+        if self.legend.width() > room:
+            self.legend.setWordWrap(True)
+            self.legend.setFixedWidth(room)
+            self.legend.setFixedHeight(self.legend.heightForWidth(room))
 
     # -- input -----------------------------------------------------------------------------
 
