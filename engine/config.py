@@ -14,6 +14,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 MAX_CANDIDATES_PER_STEP = 1024  # beams x width; more is refused at once (raise it with max_candidates)
 SEED_RANGE = (0, 2**63 - 1)  # candidate seeds are taken mod 2**63: a seed outside would equal one inside
+METHODS = ("beam", "best-of-n", "dvts", "greedy")
+SELECTIONS = ("best", "majority", "weighted")
 
 
 def _require(ok: bool, message: str) -> None:
@@ -53,6 +55,13 @@ class SearchConfig:
     verifier: str = "logprob"
     verifier_model: str | None = None  # the PRM (folder or synthetic:NAME) when verifier is "prm"
     max_candidates: int = MAX_CANDIDATES_PER_STEP
+    method: str = "beam"  # how candidates expand and survive: engine/methods
+    lookahead: int = 0  # beam only: K greedy steps after each sampled step, scored at their end
+    select: str = "best"  # the final answer: the best path, a majority vote, or a score-weighted vote
+    verify_skip: bool = False  # RKSC: skip the verifier when the generator is decisive (tau_conf, r_gap)
+    tau_conf: float = 0.9
+    r_gap: float = 0.1
+    audit_early_exit: bool = False  # run the verifier on skipped steps too and count disagreements
 
     def __post_init__(self) -> None:
         _require(self.beams >= 1, f"beams must be at least 1 (got {self.beams}).")
@@ -83,6 +92,18 @@ class SearchConfig:
             self.verifier != "prm" or bool((self.verifier_model or "").strip()),
             "the prm verifier needs a PRM: choose its folder (--verifier-model PATH).",
         )
+        self._check_method()
+
+    def _check_method(self) -> None:
+        _require(self.method in METHODS, f"method must be one of {', '.join(METHODS)} (got {self.method!r}).")
+        _require(self.select in SELECTIONS, f"select must be one of {', '.join(SELECTIONS)} (got {self.select!r}).")
+        _require(0 <= self.lookahead <= 16, f"lookahead must be 0..16 greedy steps (got {self.lookahead}).")
+        _require(
+            self.lookahead == 0 or self.method == "beam",
+            f"lookahead works with the beam method only; set lookahead to 0 for {self.method}.",
+        )
+        _require(0 < self.tau_conf <= 1, f"tau_conf must be in (0, 1] (got {self.tau_conf}).")
+        _require(0 <= self.r_gap < 1, f"r_gap must be in [0, 1) (got {self.r_gap}).")
 
     @property
     def candidates_per_step(self) -> int:

@@ -82,6 +82,10 @@ class StepSelected:
     pruned: tuple[int, ...]
     verifier_tokens: int = 0  # tokens the verifier ran this step, all candidates together
     verifier_tokens_full: int = 0  # what rescoring every candidate's whole path would have run
+    verify_skipped: bool = False  # RKSC verify-skip: the generator was decisive, ranked by confidence
+    confidence: float | None = None  # the step's highest candidate confidence (engine/methods/confidence.py)
+    confidence_gap: float | None = None  # its lead over the next candidate
+    verifier_agrees: bool | None = None  # verifier and confidence rank the same child first (None: not run)
 
 
 @dataclass(frozen=True)

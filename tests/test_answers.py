@@ -1,0 +1,74 @@
+"""Answer extraction (engine/answers.py) and the final selection (best, majority, weighted vote)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.answers import extract_answer, normalize_number, same_answer
+from engine.candidate import Candidate
+from engine.methods.selection import choose, final_pool
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("12 + 30 = 42\n\nThe answer is: 42", "42"),
+        ("So the total is \\boxed{1,200} dollars. The answer is 7", "1200"),  # boxed wins
+        ("first 3, then \\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+        ("He pays $15.50 in all.\nThe answer is $15.50.", "15.5"),
+        ("Natalia sold 48/2 = 24 clips in May.\n#### 72", "72"),
+        ("She has 5 apples and eats 2, so 3 are left", "3"),
+        ("The answer is -4", "-4"),
+        ("The final answer is 18.0", "18"),
+        ("Answer: blue.", "blue"),
+        ("no numbers here", None),
+        ("", None),
+    ],
+)
+def test_extracts_the_stated_answer(text, answer):
+    assert extract_answer(text) == answer
+
+
+def test_numbers_normalise_and_compare_by_value():
+    assert normalize_number("1,000.00") == "1000"
+    assert normalize_number("+7") == "7"
+    assert normalize_number("-0.0") == "0"
+    assert same_answer("72", "72") and same_answer("72", "72.0") and same_answer("1200", "1,200")
+    assert not same_answer(None, "3") and not same_answer("4", "3")
+
+
+def _paths(*specs):
+    return [
+        Candidate(i + 1, None, 1, text=text, aggregate=score, finished=True) for i, (text, score) in enumerate(specs)
+    ]
+
+
+def _text(c):
+    return c.text
+
+
+def test_best_takes_the_highest_score():
+    pool = _paths(("The answer is 5", 0.9), ("The answer is 6", 0.4), ("The answer is 6", 0.3))
+    assert choose(pool, "best", _text).id == 1
+
+
+def test_majority_takes_the_commonest_answer_and_its_best_path():
+    pool = _paths(("The answer is 5", 0.9), ("The answer is 6", 0.3), ("The answer is 6.0", 0.4))
+    assert choose(pool, "majority", _text).id == 3
+
+
+def test_weighted_adds_scores_per_answer():
+    pool = _paths(("The answer is 5", 0.9), ("The answer is 6", 0.3), ("The answer is 6", 0.4))
+    assert choose(pool, "weighted", _text).id == 1  # 0.9 > 0.7
+    pool = _paths(("The answer is 5", 0.6), ("The answer is 6", 0.35), ("The answer is 6", 0.4))
+    assert choose(pool, "weighted", _text).id == 3  # 0.75 > 0.6
+
+
+def test_votes_fall_back_to_best_without_answers_and_finished_paths_come_first():
+    pool = _paths(("hmm", 0.2), ("no idea", 0.7))
+    assert choose(pool, "majority", _text).id == 2
+    unfinished = Candidate(9, None, 1, text="The answer is 1", aggregate=1.0)
+    assert [c.id for c in final_pool([unfinished, *pool])] == [1, 2]
+    assert [c.id for c in final_pool([unfinished])] == [9]
+    with pytest.raises(ValueError, match="use best, majority or weighted"):
+        choose(pool, "mode", _text)
