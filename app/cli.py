@@ -1,4 +1,4 @@
-"""The `beamwise` command: dispatches to run (headless search), bench, gui and sessions. No Qt is imported here."""
+"""The `beamwise` command: run (headless search), eval, bench, gui and sessions. No Qt is imported here."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from app import bench_cli, models_cli, plan_cli, sessions_cli
+from app import bench_cli, eval_cli, models_cli, plan_cli, sessions_cli
 from app.options import OneLineParser, UsageError, add_search_options
 from app.threads import limit_threads
 from engine.errors import BeamwiseError
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cli.add_parser(sub)
     plan_cli.add_parser(sub)
     models_cli.add_parser(sub)
+    eval_cli.add_parser(sub)
     sessions_cli.add_parser(sub)
 
     gui = sub.add_parser("gui", help="open the window (the default with no command)")

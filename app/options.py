@@ -9,7 +9,9 @@ from engine.config import (
     AGGREGATIONS,
     DEVICES,
     DTYPES,
+    METHODS,
     POLICIES,
+    SELECTIONS,
     VERIFIERS,
     CacheConfig,
     ModelSpec,
@@ -115,6 +117,7 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=d.seed, help="same seed and settings: the same tree")
     g.add_argument("--aggregation", default=d.aggregation, choices=AGGREGATIONS,
                    help="how a path's step scores make its score")
+    _add_method_options(parser)
     k = parser.add_argument_group("KV cache")
     k.add_argument("--policy", default=c.policy, choices=POLICIES, help="how KV is placed and moved (see README)")
     k.add_argument("--kv-budget", type=size_type, default=None,
@@ -132,6 +135,37 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
     k.add_argument("--device", default=c.device, choices=DEVICES, help="auto: CUDA when there is one")
 
 
+def _add_method_options(parser: argparse.ArgumentParser) -> None:
+    d = SearchConfig()
+    g = parser.add_argument_group("search method and early exit")
+    g.add_argument("--method", default=d.method, choices=METHODS,
+                   help="beam (N best of N x M each step), dvts (N subtrees, each keeps its best of M), "
+                   "best-of-n (N x M complete samples), greedy (one pass at temperature 0; ignores N, M)")
+    g.add_argument("--lookahead", type=int, default=d.lookahead, metavar="K",
+                   help="beam: roll each child out K greedy steps and score the end of the roll-out")
+    g.add_argument("--select", default=d.select, choices=SELECTIONS,
+                   help="final answer: the best path, a majority vote over answers, or a score-weighted vote")
+    g.add_argument("--verify-skip", action="store_true",
+                   help="RKSC: skip the verifier on steps where the generator is decisive (see --tau-conf)")
+    g.add_argument("--tau-conf", type=float, default=None,
+                   help="verify-skip: lowest top confidence (default: calibrated, else 0.9)")
+    g.add_argument("--r-gap", type=float, default=None,
+                   help="verify-skip: lowest lead over the next candidate (default: calibrated, else 0.1)")
+    g.add_argument("--audit-early-exit", action="store_true",
+                   help="verify-skip: run the verifier on skipped steps too and report how often it disagrees")
+
+
+def early_exit_thresholds(args: argparse.Namespace) -> tuple[float, float]:
+    """--tau-conf / --r-gap as given, else the calibrated ones (beamwise eval --calibrate), else defaults."""
+    from app.early_exit import load_thresholds
+
+    d = SearchConfig()
+    saved = load_thresholds() if args.tau_conf is None or args.r_gap is None else None
+    tau = args.tau_conf if args.tau_conf is not None else (saved.tau_conf if saved else d.tau_conf)
+    gap = args.r_gap if args.r_gap is not None else (saved.r_gap if saved else d.r_gap)
+    return tau, gap
+
+
 def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig, CacheConfig]:
     """Build the validated configs; a ValueError here is the user's to fix."""
     model = ModelSpec(source=args.model, dtype=args.dtype)
@@ -140,6 +174,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig
         step_delimiter=args.step_delimiter,
         max_steps=args.max_steps, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
         aggregation=args.aggregation, verifier=args.verifier, verifier_model=args.verifier_model,
+        **_method_fields(args),
     )
     cache = CacheConfig(
         policy=args.policy, kv_budget_bytes=args.kv_budget, block_size=args.block_size,
@@ -147,3 +182,10 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig
         pcie_gbps=args.pcie_gbps, device=args.device,
     )
     return model, search, cache
+
+
+def _method_fields(args: argparse.Namespace) -> dict:
+    tau, gap = early_exit_thresholds(args)
+    return {"method": args.method, "lookahead": args.lookahead, "select": args.select,
+            "verify_skip": args.verify_skip, "tau_conf": tau, "r_gap": gap,
+            "audit_early_exit": args.audit_early_exit}

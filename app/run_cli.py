@@ -31,7 +31,7 @@ class Printer:
         p = self._print
         if event.type == "run_started":
             p(f"model {event.model} on {event.device}; policy {event.policy}, KV budget {event.kv_budget_bytes:,} B")
-            p(f"verifier {event.verifier}")
+            p(f"verifier {event.verifier}; method {event.search.get('method', 'beam')}")
         elif event.type == "prefill_done":
             p(f"prompt: {event.prompt_tokens} tokens, prefill {event.seconds:.2f} s")
         elif event.type == "step_started":
@@ -49,6 +49,8 @@ class Printer:
             p(f"  KV traffic{where}: {traffic} in {event.groups} group(s)")
         elif event.type == "step_selected":
             p(f"  kept {list(event.kept)}; pruned {list(event.pruned)}")
+            if event.verify_skipped:
+                p(f"  verifier skipped: confidence {event.confidence:.3f}, lead {event.confidence_gap:.3f}")
             if event.verifier_tokens_full:
                 full = f"{event.verifier_tokens_full:,} to rescore every path"
                 p(f"  verifier ran {event.verifier_tokens:,} tokens ({full})")

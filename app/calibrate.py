@@ -1,0 +1,56 @@
+"""Calibrating RKSC's verify-skip thresholds by percentiles over a calibration run's steps.
+
+Each step of the run reports its highest candidate confidence, that candidate's lead over the
+next, and whether the verifier ranked the same candidate first. Candidate thresholds are the
+percentiles (50th..95th) of the observed confidences and gaps; the pair kept skips the most steps
+while the verifier agrees on at least `target` of the steps it would skip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from app.early_exit import Thresholds
+
+PERCENTILES = (50, 60, 70, 80, 90, 95)
+
+
+@dataclass(frozen=True)
+class StepStat:
+    confidence: float
+    gap: float
+    agrees: bool
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile `q` (0..100) of non-empty `values`."""
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def calibrate(stats: Sequence[StepStat], target: float = 0.9) -> Thresholds:
+    """The thresholds that skip the most calibration steps at `target` agreement or better.
+
+    With no pair reaching the target, the strictest pair (95th percentiles) is returned with its
+    measured agreement, so the user sees what it costs.
+    """
+    if not stats:
+        raise ValueError("the calibration run produced no scored steps; use more problems or more steps.")
+    best: Thresholds | None = None
+    strictest: Thresholds | None = None
+    for q_conf in PERCENTILES:
+        for q_gap in PERCENTILES:
+            tau = max(min(percentile([s.confidence for s in stats], q_conf), 1.0), 1e-6)
+            gap = min(percentile([s.gap for s in stats], q_gap), 0.999)
+            skipped = [s for s in stats if s.confidence >= tau and s.gap >= gap]
+            agreement = sum(s.agrees for s in skipped) / len(skipped) if skipped else 1.0
+            found = Thresholds(tau, gap, len(stats), len(skipped) / len(stats), agreement)
+            if q_conf == q_gap == PERCENTILES[-1]:
+                strictest = found
+            if agreement >= target and (best is None or found.skip_rate > best.skip_rate):
+                best = found
+    return best or strictest

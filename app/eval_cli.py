@@ -1,0 +1,100 @@
+"""`beamwise eval PROBLEMS.jsonl`: answer quality and cost of search methods on a problem set.
+
+Problems run one after another; with `--compare` every method runs each problem before the next
+problem starts, with the same seed, so an interrupted comparison stays side by side. Each run is
+recorded in the session database like `beamwise run`. Ctrl+C keeps the finished problems and prints
+the partial table (exit 130). `--calibrate` also fits RKSC's verify-skip thresholds (app/calibrate.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from app.options import UsageError, add_search_options, configs_from_args
+from app.problems import Problem, load_problems
+from engine.config import METHODS, SearchConfig
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="accuracy and cost of search methods on a JSON Lines problem set")
+    p.add_argument("problems", help='JSON Lines: {"question": ..., "answer": ...} per line (GSM8K "#### N" too)')
+    add_search_options(p)
+    p.add_argument("--compare", default=None, metavar="METHODS",
+                   help=f"comma-separated methods to run side by side, from: {','.join(METHODS)}")
+    p.add_argument("--limit", type=int, default=None, help="only the first N problems")
+    p.add_argument("--json", dest="json_path", default=None, metavar="PATH", help="also write the results here")
+    p.add_argument("--db", default=None, help="session database (default: in the user data folder)")
+    p.add_argument("--no-save", action="store_true", help="do not record the runs")
+    p.add_argument("--calibrate", action="store_true",
+                   help="run with the verifier on every step and save verify-skip thresholds to the user config")
+    p.add_argument("--target-agreement", type=float, default=0.9,
+                   help="--calibrate: least share of skipped steps where the verifier would pick the same child")
+    p.set_defaults(handler=eval_command)
+
+
+def methods_of(args: argparse.Namespace) -> list[str]:
+    if not args.compare:
+        return [args.method]
+    methods = [m.strip() for m in args.compare.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise UsageError(f"--compare takes methods from {', '.join(METHODS)} (got {args.compare!r}).")
+    return list(dict.fromkeys(methods))
+
+
+def config_for(search: SearchConfig, method: str, calibrate: bool) -> SearchConfig:
+    """The run's settings for `method`: lookahead only for beam, greedy is one path."""
+    changes: dict = {"method": method, "lookahead": search.lookahead if method == "beam" else 0}
+    if method == "greedy":
+        changes.update(beams=1, width=1)
+    if calibrate:
+        changes.update(verify_skip=False)
+    return dataclasses.replace(search, **changes)
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.limit is not None and args.limit < 1:
+        raise UsageError(f"--limit must be at least 1 (got {args.limit}).")
+    if not 0 < args.target_agreement <= 1:
+        raise UsageError(f"--target-agreement must be in (0, 1] (got {args.target_agreement}).")
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    """Exit 0 when every problem ran, 2 on bad input, 130 when interrupted (the partial table is printed)."""
+    from app.eval_runs import Evaluation
+
+    _check(args)
+    problems = load_problems(args.problems, args.limit)
+    _, search, cache = configs_from_args(args)
+    configs = {m: config_for(search, m, args.calibrate) for m in methods_of(args)}
+    evaluation = Evaluation(args, configs, cache)
+    interrupted = False
+    try:
+        evaluation.run(problems)
+    except KeyboardInterrupt:
+        interrupted = True
+        print(f"\nbeamwise: interrupted; results of {evaluation.done} finished problem(s) follow", file=sys.stderr)
+    finally:
+        evaluation.close()
+    _report(args, evaluation, problems, interrupted)
+    return 130 if interrupted else 0
+
+
+def _report(args: argparse.Namespace, evaluation, problems: list[Problem], interrupted: bool) -> None:
+    from app.eval_report import table
+
+    summaries = evaluation.summaries()
+    print(f"\n{evaluation.done} of {len(problems)} problems, {args.problems}")
+    print(table(summaries))
+    if args.json_path:
+        data = {"problems_file": str(args.problems), "complete": not interrupted,
+                "methods": [s.to_dict() for s in summaries],
+                "runs": [dataclasses.asdict(r) for rs in evaluation.results.values() for r in rs]}
+        Path(args.json_path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.json_path}")
+    if args.calibrate:
+        evaluation.save_calibration(args.target_agreement)

@@ -1,0 +1,120 @@
+"""`beamwise eval` results: one problem's outcome from its run's events, per-method summaries, the table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from engine.answers import extract_answer, same_answer
+
+
+@dataclass(frozen=True)
+class ProblemResult:
+    method: str
+    line: int
+    expected: str
+    predicted: str | None
+    correct: bool
+    any_correct: bool  # some final candidate states the expected answer (pass@N)
+    candidates: int  # final candidates the answer was chosen from (N of pass@N)
+    tokens: int  # generated tokens, every candidate (and lookahead roll-out) together
+    verifier_tokens: int
+    seconds: float
+    steps: int
+    skipped_steps: int  # steps whose verifier pass RKSC's verify-skip saved
+    audited: int  # skipped steps the verifier ran anyway (--audit-early-exit)
+    disagreed: int  # of those, steps where it would have ranked another child first
+    status: str  # finished, failed or cancelled
+
+
+def result_of(method: str, line: int, expected: str, events: Sequence) -> ProblemResult:
+    """What one run answered and cost, from its events (the last one terminal)."""
+    scored = {e.id: e for e in events if e.type == "candidate_scored"}
+    selected = [e for e in events if e.type == "step_selected"]
+    end = events[-1] if events else None
+    finished = end is not None and end.type == "run_finished"
+    predicted = extract_answer(end.answer) if finished else None
+    finals = _final_texts(scored, selected[-1].kept if selected else ())
+    audited = [e for e in selected if e.verify_skipped and e.verifier_agrees is not None]
+    return ProblemResult(
+        method, line, expected, predicted, same_answer(predicted, expected),
+        any(same_answer(extract_answer(text), expected) for text in finals), len(finals) if finished else 0,
+        end.candidate_tokens if finished else sum(e.tokens for e in scored.values()),
+        sum(e.verifier_tokens for e in selected), end.seconds if finished else 0.0, len(selected),
+        sum(e.verify_skipped for e in selected), len(audited), sum(not e.verifier_agrees for e in audited),
+        {"run_finished": "finished", "run_cancelled": "cancelled"}.get(end.type if end else "", "failed"),
+    )
+
+
+def _final_texts(scored: dict, kept: Sequence[int]) -> list[str]:
+    """Each final candidate's whole text (its path's steps joined); finished ones when any finished."""
+    finished = [c for c in kept if c in scored and scored[c].finished]
+    texts = []
+    for cid in finished or kept:
+        steps, node = [], cid
+        while node is not None and node in scored:
+            steps.append(scored[node].text)
+            node = scored[node].parent
+        texts.append("".join(reversed(steps)))
+    return texts
+
+
+@dataclass(frozen=True)
+class MethodSummary:
+    method: str
+    problems: int
+    accuracy: float  # fraction of problems answered correctly
+    pass_at_n: float  # fraction where some final candidate is correct
+    n: int  # the most final candidates a problem had
+    mean_tokens: float
+    mean_verifier_tokens: float
+    seconds: float  # wall seconds, all problems
+    skip_rate: float  # share of steps the verifier was skipped
+    audit_disagreement: float | None  # share of audited skipped steps where the verifier disagreed
+    failed: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def summarize(method: str, results: Sequence[ProblemResult], seconds: float) -> MethodSummary:
+    count = len(results)
+    steps = sum(r.steps for r in results)
+    audited = sum(r.audited for r in results)
+    return MethodSummary(
+        method, count, _mean([r.correct for r in results]), _mean([r.any_correct for r in results]),
+        max((r.candidates for r in results), default=0), _mean([r.tokens for r in results]),
+        _mean([r.verifier_tokens for r in results]), seconds,
+        sum(r.skipped_steps for r in results) / steps if steps else 0.0,
+        sum(r.disagreed for r in results) / audited if audited else None,
+        sum(r.status == "failed" for r in results),
+    )
+
+
+_ROWS = (
+    ("problems", lambda s: str(s.problems)),
+    ("accuracy", lambda s: f"{s.accuracy:.1%}"),
+    ("pass@N", lambda s: f"{s.pass_at_n:.1%} (N={s.n})"),
+    ("mean tokens", lambda s: f"{s.mean_tokens:,.0f}"),
+    ("mean verifier tokens", lambda s: f"{s.mean_verifier_tokens:,.0f}"),
+    ("wall seconds", lambda s: f"{s.seconds:,.1f}"),
+    ("verify-skip rate", lambda s: f"{s.skip_rate:.1%}"),
+    ("audit: verifier differs", lambda s: "-" if s.audit_disagreement is None else f"{s.audit_disagreement:.1%}"),
+    ("failed runs", lambda s: str(s.failed)),
+)
+
+
+def table(summaries: Sequence[MethodSummary]) -> str:
+    """Methods side by side, one row per measure."""
+    head = ["", *(s.method for s in summaries)]
+    rows = [head] + [[name, *(cell(s) for s in summaries)] for name, cell in _ROWS]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = []
+    for row in rows:
+        cells = [row[0].ljust(widths[0])] + [text.rjust(w) for text, w in zip(row[1:], widths[1:], strict=True)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)

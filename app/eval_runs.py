@@ -1,0 +1,98 @@
+"""The runs of one `beamwise eval`: the model loaded once, each problem searched, recorded and judged."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from app.calibrate import StepStat, calibrate
+from app.eval_report import MethodSummary, ProblemResult, result_of, summarize
+from app.problems import Problem
+from engine.config import CacheConfig, SearchConfig
+
+
+class Evaluation:
+    """Loads the model on creation; `run(problems)` may be interrupted and keeps what finished."""
+
+    def __init__(self, args: argparse.Namespace, configs: dict[str, SearchConfig], cache: CacheConfig) -> None:
+        from app.options import configs_from_args
+        from app.run_cli import _progress
+        from engine.models import load_model
+
+        self.args, self.configs, self.cache = args, configs, cache
+        model_spec, _, _ = configs_from_args(args)
+        self.loaded = load_model(model_spec, device=cache.device, progress=_progress)
+        self.store = None
+        if not args.no_save:
+            from app.store import SessionStore
+
+            self.store = SessionStore(args.db)
+        self.results: dict[str, list[ProblemResult]] = {m: [] for m in configs}
+        self.seconds: dict[str, float] = dict.fromkeys(configs, 0.0)
+        self.steps: list[StepStat] = []
+        self.done = 0
+
+    def run(self, problems: list[Problem]) -> None:
+        for index, problem in enumerate(problems, 1):
+            for method, search in self.configs.items():
+                started = time.perf_counter()
+                events = self._search(problem, method, search)
+                self.seconds[method] += time.perf_counter() - started
+                result = result_of(method, problem.line, problem.answer, events)
+                self.results[method].append(result)
+                self._collect_steps(events)
+                self._progress(index, len(problems), result)
+            self.done = index
+
+    def _search(self, problem: Problem, method: str, search: SearchConfig) -> list:
+        from app.run_cli import _record
+        from engine.search import run
+
+        recorder = self._recorder(problem, method)
+        events = []
+        try:
+            for event in run(problem.question, self.loaded, search, self.cache):
+                events.append(event)
+                if recorder is not None and (recorder.session_id is not None or event.type == "run_started"):
+                    _record(recorder, event)
+        finally:
+            if recorder is not None:
+                recorder.close()
+        return events
+
+    def _recorder(self, problem: Problem, method: str):
+        if self.store is None:
+            return None
+        from app.recorder import SessionRecorder
+
+        return SessionRecorder(self.store, title=f"eval {method} line {problem.line}: {problem.question[:40]}")
+
+    def _collect_steps(self, events: list) -> None:
+        for e in events:
+            if e.type == "step_selected" and e.verifier_agrees is not None and e.confidence is not None:
+                self.steps.append(StepStat(e.confidence, e.confidence_gap or 0.0, e.verifier_agrees))
+
+    def _progress(self, index: int, total: int, r: ProblemResult) -> None:
+        mark = "correct" if r.correct else "wrong" if r.status == "finished" else r.status
+        print(f"[eval] {index}/{total} {r.method}: {mark} (answered {r.predicted}, expected {r.expected}); "
+              f"{r.tokens} tokens, {r.seconds:.1f} s", file=sys.stderr, flush=True)
+
+    def summaries(self) -> list[MethodSummary]:
+        return [summarize(m, self.results[m][: self.done], self.seconds[m]) for m in self.configs]
+
+    def save_calibration(self, target: float) -> None:
+        from app.early_exit import save_thresholds
+
+        if not self.steps:
+            print("beamwise: no steps to calibrate from (did every run fail?)", file=sys.stderr)
+            return
+        found = calibrate(self.steps, target)
+        path = save_thresholds(found)
+        print(f"verify-skip thresholds: tau_conf {found.tau_conf:.4f}, r_gap {found.r_gap:.4f} "
+              f"(skip {found.skip_rate:.0%} of {found.steps} steps, verifier agrees on {found.agreement:.0%}); "
+              f"saved to {path}")
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()

@@ -1,0 +1,67 @@
+"""Problem sets for `beamwise eval`: JSON Lines of {"question": ..., "answer": ...}, checked line by line.
+
+The answer may be GSM8K's worked solution ending in "#### N"; the expected answer is then N.
+Every way a file can be wrong raises `ProblemsError` naming the file and line, which the CLI
+prints as one line with exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.options import UsageError
+
+
+class ProblemsError(UsageError):
+    """A problems file that cannot be used; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    line: int  # 1-based line in the file
+    question: str
+    answer: str  # the expected final answer (after "####" for GSM8K rows)
+
+
+def expected_answer(raw: object) -> str:
+    """The final answer of a row's "answer": GSM8K's text after '####', else the value as text."""
+    text = str(raw).strip()
+    if "####" in text:
+        text = text.rsplit("####", 1)[1].strip()
+    return text
+
+
+def load_problems(path: str | Path, limit: int | None = None) -> list[Problem]:
+    """The problems of `path` (the first `limit` when given); blank lines are skipped."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise ProblemsError(f"{path}: no such problems file.") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ProblemsError(f"{path}: cannot read it as UTF-8 text ({error}).") from None
+    problems = [_problem(path, number, line) for number, line in enumerate(lines, 1) if line.strip()]
+    if not problems:
+        raise ProblemsError(f"{path}: the file has no problems; write one JSON object per line "
+                            'with "question" and "answer".')
+    return problems[:limit] if limit else problems
+
+
+def _problem(path: Path, number: int, line: str) -> Problem:
+    where = f"{path}:{number}"
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise ProblemsError(f"{where}: not JSON ({error.msg}); the file must be JSON Lines, "
+                            "one object per line.") from None
+    if not isinstance(row, dict):
+        raise ProblemsError(f'{where}: expected an object with "question" and "answer", got {type(row).__name__}.')
+    missing = [k for k in ("question", "answer") if not str(row.get(k) or "").strip()]
+    if missing:
+        raise ProblemsError(f"{where}: the row has no {' and no '.join(missing)}.")
+    answer = expected_answer(row["answer"])
+    if not answer:
+        raise ProblemsError(f'{where}: the answer is empty after "####".')
+    return Problem(number, str(row["question"]).strip(), answer)

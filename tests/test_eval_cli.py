@@ -1,0 +1,113 @@
+"""`beamwise eval`: problem files checked line by line, the table and JSON, recording, Ctrl+C, calibration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app import eval_runs
+from app.cli import main
+from app.early_exit import load_thresholds
+from app.problems import ProblemsError, load_problems
+from app.store import SessionStore
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ROOT / "resources" / "problems" / "gsm-mini.jsonl"
+TINY = ["--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2", "--step-tokens", "3", "--max-steps", "2"]
+
+
+def write(tmp_path, *lines):
+    path = tmp_path / "p.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_the_shipped_set_has_sixty_integer_problems():
+    problems = load_problems(SHIPPED)
+    assert len(problems) >= 60
+    assert all(int(p.answer) == float(p.answer) for p in problems)
+    assert len({p.question for p in problems}) == len(problems)
+
+
+def test_gsm8k_answers_end_with_four_hashes(tmp_path):
+    path = write(tmp_path, '{"question": "Q?", "answer": "3 + 4 = 7\\n#### 7"}', "", '{"question": "R?", "answer": 9}')
+    assert [(p.line, p.answer) for p in load_problems(path)] == [(1, "7"), (3, "9")]
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        ((), "the file has no problems"),
+        (('{"question": "Q?", "answer": "1"}', "{oops"), "p.jsonl:2: not JSON"),
+        (('["Q?", "1"]',), "p.jsonl:1: expected an object"),
+        (('{"question": "Q?"}',), "p.jsonl:1: the row has no answer"),
+        (('{"question": " ", "answer": ""}',), "p.jsonl:1: the row has no question and no answer"),
+    ],
+)
+def test_bad_files_name_the_file_and_line(tmp_path, lines, message):
+    path = write(tmp_path, *lines) if lines else tmp_path / "p.jsonl"
+    if not lines:
+        path.write_text("\n\n", encoding="utf-8")
+    with pytest.raises(ProblemsError, match=message):
+        load_problems(path)
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    assert main(["eval", str(tmp_path / "missing.jsonl"), *TINY, "--no-save"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "missing.jsonl: no such problems file" in err[0]
+    assert main(["eval", str(SHIPPED), *TINY, "--compare", "beam,mcts", "--no-save"]) == 2
+    assert "--compare takes methods from" in capsys.readouterr().err
+
+
+def test_compare_prints_methods_side_by_side_writes_json_and_records(tmp_path, capsys):
+    problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}', '{"question": "1+1?", "answer": "2"}')
+    out_json, db = tmp_path / "r.json", tmp_path / "s.db"
+    argv = ["eval", str(problems), *TINY, "--compare", "beam,best-of-n,dvts,greedy", "--json", str(out_json)]
+    assert main([*argv, "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if "best-of-n" in line)
+    assert header.split() == ["beam", "best-of-n", "dvts", "greedy"]
+    assert "accuracy" in out and "pass@N" in out and "verify-skip rate" in out
+    data = json.loads(out_json.read_text())
+    assert [m["method"] for m in data["methods"]] == ["beam", "best-of-n", "dvts", "greedy"]
+    assert all(m["problems"] == 2 and 0 <= m["accuracy"] <= 1 for m in data["methods"])
+    assert {m["method"]: m["n"] for m in data["methods"]} == {"beam": 2, "best-of-n": 4, "dvts": 2, "greedy": 1}
+    with SessionStore(db) as store:
+        assert len(store.list_sessions()) == 8
+
+
+def test_ctrl_c_keeps_finished_problems_and_prints_the_partial_table(tmp_path, capsys, monkeypatch):
+    problems = write(tmp_path, *[f'{{"question": "What is {i}+1?", "answer": "{i + 1}"}}' for i in range(3)])
+    real = eval_runs.Evaluation._search
+    calls = []
+
+    def interrupt_third(self, problem, method, search):
+        calls.append(problem.line)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, problem, method, search)
+
+    monkeypatch.setattr(eval_runs.Evaluation, "_search", interrupt_third)
+    out_json = tmp_path / "r.json"
+    assert main(["eval", str(problems), *TINY, "--no-save", "--json", str(out_json)]) == 130
+    captured = capsys.readouterr()
+    assert "interrupted" in captured.err and "2 of 3 problems" in captured.out
+    data = json.loads(out_json.read_text())
+    assert data["complete"] is False and data["methods"][0]["problems"] == 2
+
+
+def test_calibrate_saves_thresholds_that_run_and_the_window_read(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path / "config"))
+    problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
+    assert main(["eval", str(problems), *TINY, "--verifier", "self-judge", "--calibrate", "--no-save"]) == 0
+    assert "verify-skip thresholds" in capsys.readouterr().out
+    saved = load_thresholds()
+    assert saved is not None and saved.steps == 2 and 0 < saved.tau_conf <= 1
+    from app.cli import build_parser
+    from app.options import configs_from_args
+
+    _, search, _ = configs_from_args(build_parser().parse_args(["run", "--verify-skip"]))
+    assert (search.tau_conf, search.r_gap) == (saved.tau_conf, saved.r_gap)
