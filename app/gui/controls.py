@@ -7,6 +7,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
@@ -21,10 +22,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.early_exit import load_thresholds
 from app.gui.verifier_picker import VerifierPicker
 from app.options import format_delimiter, parse_delimiter
 from engine.config import AGGREGATIONS, CacheConfig, ModelSpec, SearchConfig
 
+METHOD_LABELS = {"beam": "beam search", "dvts": "DVTS (N subtrees)", "best-of-n": "best-of-N (N×M samples)",
+                 "greedy": "greedy (one pass)"}
+SELECT_LABELS = {"best": "best path", "majority": "majority vote", "weighted": "score-weighted vote"}
 POLICY_LABELS = {"auto": "auto", "in_device": "in-device", "layerwise": "layer-wise", "lbs": "locality-aware"}
 # Only the tiny synthetic models: the 7B-shaped ones are for benchmarks and need tens of GB.
 SYNTHETIC_CHOICES = ("tiny-llama", "tiny-qwen2", "tiny-opt")
@@ -155,12 +160,22 @@ class SearchControls(QWidget):
             step_tokens=int(self.step_tokens.value()), step_delimiter=parse_delimiter(self.delimiter.text()),
             max_steps=int(self.max_steps.value()), temperature=self.temperature.value(), top_p=self.top_p.value(),
             seed=self.seed.value(), aggregation=self.aggregation.currentData(), verifier=verifier,
-            verifier_model=verifier_model,
+            verifier_model=verifier_model, **self._method_fields(),
         )
         budget_mb = int(self.kv_budget.value())
         cache = dataclasses.replace(self._cache, policy=self.policy.currentData(),
                                     kv_budget_bytes=budget_mb * MB if budget_mb else None)
         return model, search, cache
+
+    def _method_fields(self) -> dict:
+        """Method, lookahead, selection and verify-skip (calibrated thresholds when there are any)."""
+        method = self.method.currentData()
+        fields = {"method": method, "lookahead": self.lookahead.value() if method == "beam" else 0,
+                  "select": self.select.currentData(), "verify_skip": self.verify_skip.isChecked()}
+        saved = load_thresholds()
+        if saved is not None:
+            fields.update(tau_conf=saved.tau_conf, r_gap=saved.r_gap)
+        return fields
 
     def set_configs(self, model: ModelSpec, search: SearchConfig, cache: CacheConfig) -> None:
         """Show these settings (e.g. "Run again" of a stored session); fields without a control are kept."""
@@ -175,7 +190,10 @@ class SearchControls(QWidget):
         self.delimiter.setText(format_delimiter(search.step_delimiter))
         self.kv_budget.set_value(round(cache.kv_budget_bytes / MB) if cache.kv_budget_bytes else 0)
         self.verifier.set_choice(search.verifier, search.verifier_model)
-        for combo, value in ((self.policy, cache.policy), (self.aggregation, search.aggregation)):
+        self.lookahead.setValue(search.lookahead)
+        self.verify_skip.setChecked(search.verify_skip)
+        for combo, value in ((self.policy, cache.policy), (self.aggregation, search.aggregation),
+                             (self.method, search.method), (self.select, search.select)):
             combo.setCurrentIndex(max(0, combo.findData(value)))
         self.blockSignals(False)
         self._revalidate()
@@ -240,13 +258,45 @@ class SearchControls(QWidget):
         self.seed.valueChanged.connect(self._revalidate)
         self.aggregation = self._combo({a: a for a in AGGREGATIONS},
                                        "How a path's step scores combine into its ranking score.")
-        for label, widget in (("Kept beams N", self.beams), ("Children per beam M", self.width),
+        self._method_controls()
+        for label, widget in (("Method", self.method), ("Kept beams N", self.beams),
+                              ("Children per beam M", self.width),
                               ("", self.candidates_label), ("Step tokens", self.step_tokens),
                               ("Step delimiter", self.delimiter), ("Max steps", self.max_steps),
                               ("Temperature", self.temperature), ("Top-p", self.top_p), ("Seed", self.seed),
-                              ("Path score", self.aggregation)):
+                              ("Path score", self.aggregation), ("Lookahead", self.lookahead),
+                              ("Final answer", self.select), ("Verify-skip", self.verify_skip),
+                              ("", self.thresholds_label)):
             form.addRow(label, widget)
         return box
+
+    def _method_controls(self) -> None:
+        self.method = self._combo(METHOD_LABELS, "Beam keeps the best N of N×M each step; DVTS splits them into "
+                                  "N subtrees that each keep their best child; best-of-N samples N×M whole "
+                                  "answers and the verifier picks; greedy is one pass at temperature 0.")
+        self.lookahead = QSpinBox()
+        self.lookahead.setRange(0, 16)
+        self.lookahead.setToolTip("Beam search only: roll each child out this many greedy steps and score the "
+                                  "end of the roll-out (search-and-learn's lookahead).")
+        self.lookahead.valueChanged.connect(self._revalidate)
+        self.select = self._combo(SELECT_LABELS, "How the final answer is chosen among the finished paths.")
+        self.verify_skip = QCheckBox("skip the verifier when the generator is decisive")
+        self.verify_skip.setToolTip("RKSC: when one candidate's confidence is at least tau_conf and leads the "
+                                    "next by r_gap, rank by confidence and skip the verifier for the step.")
+        self.verify_skip.toggled.connect(self._revalidate)
+        self.thresholds_label = QLabel()
+        self.thresholds_label.setObjectName("earlyExitThresholds")
+        self.thresholds_label.setWordWrap(True)
+
+    def _show_thresholds(self) -> None:
+        saved = load_thresholds()
+        if saved is not None:
+            text = (f"τ_conf {saved.tau_conf:.3f}, r_gap {saved.r_gap:.3f} (calibrated on {saved.steps} steps: "
+                    f"skips {saved.skip_rate:.0%}, verifier agrees {saved.agreement:.0%})")
+        else:
+            text = (f"τ_conf {self._search.tau_conf:.3f}, r_gap {self._search.r_gap:.3f} "
+                    "(not calibrated: beamwise eval --calibrate)")
+        self.thresholds_label.setText(text)
 
     def _cache_box(self) -> QGroupBox:
         box = QGroupBox("KV cache")
@@ -287,6 +337,8 @@ class SearchControls(QWidget):
             return
         n, m = int(self.beams.value()), int(self.width.value())
         self.candidates_label.setText(f"{n * m} candidates per step (N {n} × M {m})")
+        self.lookahead.setEnabled(self.method.currentData() == "beam")
+        self._show_thresholds()
         try:
             self.configs()
             self._error = ""

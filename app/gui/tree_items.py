@@ -101,7 +101,7 @@ class NodeItem(QGraphicsItem):
         Work is skipped when nothing drawn changed: a node hears ~4 events per step.
         """
         content = (node.state, node.score, node.text, node.group, node.h2d_bytes, node.d2h_bytes,
-                   node.device_bytes, node.host_bytes)
+                   node.device_bytes, node.host_bytes, node.lane)
         restyled = content != self._content
         if restyled:
             self._content, self._labels = content, None
@@ -122,12 +122,12 @@ class NodeItem(QGraphicsItem):
         return self._labels
 
     def _format(self) -> Labels:
-        _, score, text, group, h2d, d2h, _, _ = self._content or ("", None, "", None, 0, 0, 0, 0)
+        _, score, text, group, h2d, d2h, _, _, lane = self._content or ("", None, "", None, 0, 0, 0, 0, "")
         line = first_line(text) or ("(empty step)" if self.node_id != ROOT_ID else "")
         line = self._ink.text_metrics.elidedText(line, Qt.TextElideMode.ElideRight, int(NODE_W - 2 * PAD))
         if self.node_id == ROOT_ID:
             return Labels("Prompt", line, "", "")
-        meta = f"{'' if group is None else f'g{group}'}  #{self.node_id}".strip()
+        meta = f"{lane}  {'' if group is None else f'g{group}'}  #{self.node_id}".strip()
         where = "" if self._share is None else f"GPU {self._share:.0%} · "  # placement in words, not only colour
         return Labels(fmt.score(score, "…"), line, meta,
                       f"{where}H2D {format_bytes(h2d)}  D2H {format_bytes(d2h)}")

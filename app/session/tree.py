@@ -62,6 +62,7 @@ class Node:
     d2h_bytes: int = 0
     y: float = 0.0
     children: list[int] = field(default_factory=list)
+    lane: str = ""  # "subtree 2" (DVTS) or "sample 5" (best-of-N); empty for beam and greedy
 
     @property
     def first_line(self) -> str:
@@ -221,10 +222,23 @@ class SearchTree:
         # stays connected rather than losing the candidate.
         parent_id = parent if parent is not None and parent in self.nodes else ROOT_ID
         group, prefetched = self._pending_group.pop(node_id, (None, False))
-        node = Node(node_id, parent_id, step, group=group, prefetched=prefetched)
+        node = Node(node_id, parent_id, step, group=group, prefetched=prefetched, lane=self._lane(parent_id))
         self.nodes[node_id] = node
         self.nodes[parent_id].children.append(node_id)
         return node, self._place(node)
+
+    def _lane(self, parent_id: int) -> str:
+        """What a new node belongs to: the prompt's children open the DVTS subtrees (M each) or the
+        best-of-N samples (one each) in order; every later node inherits its parent's."""
+        if parent_id != ROOT_ID:
+            return self.nodes[parent_id].lane
+        index = len(self.nodes[ROOT_ID].children)
+        method = self.search.get("method")
+        if method == "dvts":
+            return f"subtree {index // max(int(self.search.get('width', 1)), 1) + 1}"
+        if method == "best-of-n":
+            return f"sample {index + 1}"
+        return ""
 
     def _on_memory(self, e: ev.MemorySnapshot) -> set[int]:
         self.emulated, self.budget_bytes = e.emulated, e.budget_bytes

@@ -1,0 +1,44 @@
+"""The window and search methods: the picker builds the configs, the tree names DVTS subtrees and samples."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+pytest.importorskip("PySide6")
+
+from app.gui.controls import SearchControls
+from app.session.tree import SearchTree
+from engine.config import CacheConfig, ModelSpec, SearchConfig
+from engine.search import run
+
+SMALL = SearchConfig(beams=2, width=2, step_tokens=3, max_steps=2, step_delimiter=None)
+
+
+@pytest.mark.parametrize(("method", "lanes"), [("dvts", 2), ("best-of-n", 4), ("beam", 1)])
+def test_tree_names_subtrees_and_samples(tiny, method, lanes):
+    tree = SearchTree()
+    tree.apply_many(run("What is 2+3?", tiny, dataclasses.replace(SMALL, method=method), CacheConfig()))
+    nodes = [n for n in tree.candidates() if n.id >= 0]
+    assert len({n.lane for n in nodes}) == lanes
+    for node in nodes:
+        if node.step > 1:
+            assert node.lane == tree.node(node.parent).lane  # a subtree never mixes
+    if method == "dvts":
+        assert {n.lane for n in nodes} == {"subtree 1", "subtree 2"}
+
+
+def test_controls_round_trip_method_lookahead_select_and_verify_skip(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path))
+    controls = SearchControls()
+    qtbot.addWidget(controls)
+    search = SearchConfig(method="beam", lookahead=2, select="weighted", verify_skip=True)
+    controls.set_configs(ModelSpec(), search, CacheConfig())
+    _, built, _ = controls.configs()
+    assert (built.method, built.lookahead, built.select, built.verify_skip) == ("beam", 2, "weighted", True)
+    assert "not calibrated" in controls.thresholds_label.text()
+    controls.method.setCurrentIndex(controls.method.findData("dvts"))
+    _, built, _ = controls.configs()
+    assert built.method == "dvts" and built.lookahead == 0 and not controls.lookahead.isEnabled()
+    assert controls.is_valid()
