@@ -1,0 +1,43 @@
+"""Verify-skip calibration: percentile thresholds that skip the most steps at the target agreement."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.calibrate import StepStat, calibrate, percentile
+from app.early_exit import Thresholds, load_thresholds, save_thresholds
+from engine.methods.confidence import decisiveness, step_confidence
+
+
+def test_percentile_interpolates():
+    assert percentile([0.0, 1.0], 50) == 0.5
+    assert percentile([3.0, 1.0, 2.0], 100) == 3.0
+
+
+def test_calibration_keeps_the_verifier_in_agreement():
+    decisive = [StepStat(0.95, 0.5, True)] * 6
+    murky = [StepStat(0.5, 0.05, False)] * 6
+    found = calibrate(decisive + murky, target=0.9)
+    assert found.agreement >= 0.9 and found.skip_rate == pytest.approx(0.5)
+    assert found.tau_conf > 0.5
+
+
+def test_no_steps_is_a_clear_error():
+    with pytest.raises(ValueError, match="no scored steps"):
+        calibrate([])
+
+
+def test_thresholds_file_round_trip_and_a_broken_file_is_ignored(tmp_path):
+    path = tmp_path / "early_exit.json"
+    save_thresholds(Thresholds(0.8, 0.2, 10, 0.3, 0.95), path)
+    assert load_thresholds(path) == Thresholds(0.8, 0.2, 10, 0.3, 0.95)
+    path.write_text("{not json", encoding="utf-8")
+    assert load_thresholds(path) is None
+
+
+def test_gate_needs_both_confidence_and_gap():
+    assert step_confidence([0.0, 0.0]) == 1.0 and step_confidence([]) == 0.0
+    assert decisiveness([0.95, 0.5], 0.9, 0.1).skip
+    assert not decisiveness([0.95, 0.9], 0.9, 0.1).skip  # no clear lead
+    assert not decisiveness([0.85, 0.1], 0.9, 0.1).skip  # not confident enough
+    assert decisiveness([0.95], 0.9, 0.5).gap == 0.95
