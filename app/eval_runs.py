@@ -29,7 +29,7 @@ class Evaluation:
 
             self.store = SessionStore(args.db)
         self.results: dict[str, list[ProblemResult]] = {m: [] for m in configs}
-        self.seconds: dict[str, float] = dict.fromkeys(configs, 0.0)
+        self.walls: dict[str, list[float]] = {m: [] for m in configs}  # wall seconds per problem
         self.steps: list[StepStat] = []
         self.done = 0
 
@@ -38,7 +38,7 @@ class Evaluation:
             for method, search in self.configs.items():
                 started = time.perf_counter()
                 events = self._search(problem, method, search)
-                self.seconds[method] += time.perf_counter() - started
+                self.walls[method].append(time.perf_counter() - started)
                 result = result_of(method, problem.line, problem.answer, events)
                 self.results[method].append(result)
                 self._collect_steps(events)
@@ -79,7 +79,8 @@ class Evaluation:
               f"{r.tokens} tokens, {r.seconds:.1f} s", file=sys.stderr, flush=True)
 
     def summaries(self) -> list[MethodSummary]:
-        return [summarize(m, self.results[m][: self.done], self.seconds[m]) for m in self.configs]
+        """Per method, over the problems every method finished (an interrupted problem is left out)."""
+        return [summarize(m, self.results[m][: self.done], sum(self.walls[m][: self.done])) for m in self.configs]
 
     def save_calibration(self, target: float) -> None:
         from app.early_exit import save_thresholds
