@@ -100,3 +100,12 @@ def test_lbs_prefetches_the_next_group_on_the_copy_stream(tiny_cuda):
     stats = [e for e in events if e.type == "transfer_stats"]
     assert all(s.copy_seconds > 0 for s in stats[1:]), "copy time is read from CUDA events"
     assert all(0 <= s.stall_share < 1 for s in stats)
+
+
+def test_out_of_memory_on_cuda_splits_the_group_and_gives_the_same_tokens(tiny_cuda):
+    from tests.test_kv_faults import run_cache
+
+    reference, _, _ = run_cache(tiny_cuda, CacheConfig(policy="in_device"))
+    tokens, groups, events = run_cache(tiny_cuda, CacheConfig(policy="in_device"), fail_above=2)
+    assert tokens == reference and all(len(g) <= 2 for step in groups for g in step)
+    assert any(e.type == "group_retried" for e in events)
