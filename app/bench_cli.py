@@ -9,7 +9,7 @@ from pathlib import Path
 
 import app.formatting as fmt
 from app.formatting import size as format_bytes
-from app.options import DEFAULT_QUESTION, UsageError, size_type
+from app.options import DEFAULT_QUESTION, UsageError, parse_delimiter, size_type
 from engine.bench import LADDER, BenchReport, Workload, run_bench
 
 
@@ -22,6 +22,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--width", type=int, default=d.width)
     p.add_argument("--step-tokens", type=int, default=d.step_tokens)
     p.add_argument("--prompt-tokens", type=int, default=d.prompt_tokens, help="length of a random-token prompt")
+    p.add_argument(
+        "--step-delimiter",
+        default=None,
+        help="end steps at this text (escapes like \\n allowed); default: fixed-length steps",
+    )
     p.add_argument("--question", default=None, help="use this question (chat template) as the prompt instead")
     p.add_argument("--gen-tokens", type=int, default=d.gen_tokens)
     p.add_argument("--kv-budget", type=size_type, default=None, help="device KV budget, e.g. 64MB or 7GB")
@@ -57,6 +62,7 @@ def bench_command(args: argparse.Namespace) -> int:
         block_size=args.block_size,
         seed=args.seed,
         question=args.question,
+        step_delimiter=parse_delimiter(args.step_delimiter) if args.step_delimiter else None,
     )
     if args.versus_generate:
         return _versus_generate(args, dtype)

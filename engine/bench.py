@@ -44,6 +44,7 @@ class Workload:
     block_size: int = 16
     seed: int = 0
     question: str | None = None  # the workload's prompt: this question in the chat template, else random tokens
+    step_delimiter: str | None = None  # None: fixed-length steps (the paper's byte model); else steps end early
 
     def search(self) -> SearchConfig:
         steps = max(1, math.ceil(self.gen_tokens / self.step_tokens))
@@ -51,7 +52,7 @@ class Workload:
             beams=self.beams,
             width=self.width,
             step_tokens=self.step_tokens,
-            step_delimiter=None,
+            step_delimiter=self.step_delimiter,
             max_steps=steps,
             temperature=1.0,
             top_p=1.0,
