@@ -163,8 +163,10 @@ class SearchControls(QWidget):
             verifier_model=verifier_model, **self._method_fields(),
         )
         budget_mb = int(self.kv_budget.value())
+        switches = {name: box.isChecked() for name, box in self.switches.items()}
         cache = dataclasses.replace(self._cache, policy=self.policy.currentData(),
-                                    kv_budget_bytes=budget_mb * MB if budget_mb else None)
+                                    kv_budget_bytes=budget_mb * MB if budget_mb else None,
+                                    pcie_gbps=float(self.pcie_gbps.value()), **switches)
         return model, search, cache
 
     def _method_fields(self) -> dict:
@@ -189,6 +191,9 @@ class SearchControls(QWidget):
         self.seed.setValue(search.seed)
         self.delimiter.setText(format_delimiter(search.step_delimiter))
         self.kv_budget.set_value(round(cache.kv_budget_bytes / MB) if cache.kv_budget_bytes else 0)
+        self.pcie_gbps.set_value(cache.pcie_gbps)
+        for name, box in self.switches.items():
+            box.setChecked(getattr(cache, name))
         self.verifier.set_choice(search.verifier, search.verifier_model)
         self.lookahead.setValue(search.lookahead)
         self.verify_skip.setChecked(search.verify_skip)
@@ -310,6 +315,26 @@ class SearchControls(QWidget):
                                   "auto picks one from the budget.")
         form.addRow("KV budget", self.kv_budget)
         form.addRow("Policy", self.policy)
+        self.switches = {
+            "inter_beam": self._switch("inter-beam sharing", "LBS: group candidates that share blocks; a shared "
+                                       "prefix crosses PCIe once and is read in place by every member."),
+            "balanced_prefetch": self._switch("balanced groups + prefetch", "LBS: groups of even size, with room "
+                                              "to load the next group while this one computes."),
+            "prefix_order": self._switch("prefix-aware order", "LBS: run groups that share blocks back to back and "
+                                         "keep their shared prefix on the device (FlashTTS)."),
+        }
+        for switch in self.switches.values():
+            form.addRow("", switch)
+        self.pcie_gbps = self._slider(1, 128, step=1, suffix=" GB/s",
+                                      tooltip="PCIe bandwidth the emulated GPU models (no effect on CUDA, "
+                                      "where copies are real and timed).")
+        form.addRow("PCIe (emulated)", self.pcie_gbps)
+        return box
+
+    def _switch(self, label: str, tooltip: str) -> QCheckBox:
+        box = QCheckBox(label)
+        box.setToolTip(tooltip)
+        box.toggled.connect(self._revalidate)
         return box
 
     def _slider(self, low: float, high: float, **kwargs: object) -> SliderSpin:

@@ -1,0 +1,25 @@
+"""The window's KV settings carry the LBS switches and the emulated PCIe bandwidth both ways."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("PySide6")
+
+from app.gui.controls import SearchControls
+from engine.config import CacheConfig, ModelSpec, SearchConfig
+
+
+def test_kv_switches_and_bandwidth_round_trip(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path))
+    controls = SearchControls()
+    qtbot.addWidget(controls)
+    cache = CacheConfig(policy="lbs", inter_beam=True, balanced_prefetch=False, prefix_order=False, pcie_gbps=16.0)
+    controls.set_configs(ModelSpec(), SearchConfig(), cache)
+    _, _, built = controls.configs()
+    assert (built.inter_beam, built.balanced_prefetch, built.prefix_order, built.pcie_gbps) == (True, False, False, 16.0)
+    with qtbot.waitSignal(controls.changed):
+        controls.switches["prefix_order"].setChecked(True)
+    _, _, built = controls.configs()
+    assert built.prefix_order and not built.balanced_prefetch
+    assert all(box.toolTip() for box in controls.switches.values())
