@@ -133,7 +133,10 @@ class StatusLine:
                 self.speed.setText(f"{self._tokens / (self._clock.elapsed() / 1000):.1f} cand-tok/s")
         elif isinstance(event, ev.RunFinished):
             self.speed.setText(f"{event.tokens_per_second:.1f} cand-tok/s")
-            self.bar.showMessage(f"Done: {event.steps} steps, score {event.score:.2f}", 15000)
+            self.speed.setToolTip(f"goodput: {event.goodput:.1f} tokens/s of the answer's path (FlashTTS)")
+            self.bar.showMessage(
+                f"Done: {event.steps} steps, score {event.score:.2f}, goodput {event.goodput:.1f} tok/s", 15000
+            )
         elif isinstance(event, ev.RunCancelled):
             self.bar.showMessage(f"Stopped after step {event.step}.", 15000)
         elif isinstance(event, ev.RunFailed):
