@@ -146,8 +146,8 @@ class _RemoteSearch:
     def _take(self, cid: int, result: Completion) -> Candidate:
         c = self.candidates[cid]
         finished = result.ended_by_eos or not result.text.strip() or ANSWER_MARK in result.text.lower()
-        ended = len(result.logprobs) >= self.cfg.step_tokens or finished or not self.cfg.step_delimiter
-        c.text = result.text if ended else result.text + self.cfg.step_delimiter  # as a local step: delimiter kept
+        at_stop = result.at_stop and not finished
+        c.text = result.text + self.cfg.step_delimiter if at_stop else result.text  # as a local step: delimiter kept
         c.step_tokens = len(result.logprobs)
         c.finished = finished
         c.logprobs = result.logprobs

@@ -50,9 +50,12 @@ class FakeServer:
             text, stop_reason = f"The answer is: {80 + seed % 2} km/h", None
         else:
             text, stop_reason = f"Step {done + 1}: idea {seed % 5}.", "\n\n"
-        words = text.split()[: body["max_tokens"]]
+        words = text.split()
+        cut = len(words) > body["max_tokens"]
+        words, reason = words[: body["max_tokens"]], "length" if cut else "stop"
+        stop_reason = None if cut else stop_reason
         logprobs = [-((seed + i) % 7 + 1) / 10 for i in range(len(words))]
-        choice = {"index": 0, "text": " ".join(words), "finish_reason": "stop", "stop_reason": stop_reason}
+        choice = {"index": 0, "text": " ".join(words), "finish_reason": reason, "stop_reason": stop_reason}
         if self.mode != "no-logprobs":
             choice["logprobs"] = {"tokens": words, "token_logprobs": logprobs}
         else:

@@ -74,6 +74,20 @@ def test_every_method_runs_remotely(method: str) -> None:
     assert events[-1].type == "run_finished", events[-1]
 
 
+def test_cancel_stops_at_the_next_request() -> None:
+    asked = []
+    with FakeServer() as server:
+        events = list(run(QUESTION, config(server.url), SEARCH, should_stop=lambda: asked.append(1) or len(asked) > 3))
+    assert events[-1] == ev.RunCancelled(0) and not any(e.type == "run_finished" for e in events)
+
+
+def test_length_cut_steps_keep_no_delimiter() -> None:
+    with FakeServer() as server:
+        events = events_of(server.url, SearchConfig(beams=1, width=2, step_tokens=2, max_steps=2))
+    texts = [e.text for e in events if e.type == "candidate_text"]
+    assert texts and all(len(t.split()) <= 2 and not t.endswith("\n\n") for t in texts)
+
+
 def test_verify_skip_uses_the_servers_logprobs() -> None:
     search = SearchConfig(beams=2, width=2, step_tokens=16, max_steps=4, verify_skip=True, tau_conf=0.1, r_gap=0.0)
     with FakeServer() as server:

@@ -47,6 +47,7 @@ class Completion:
     text: str  # without the stop string
     logprobs: tuple[float, ...]  # one per generated token
     ended_by_eos: bool  # the model ended the answer (not a stop string, not max_tokens)
+    at_stop: bool  # the server stopped at a stop string (which it leaves out of `text`)
     prompt_tokens: int | None  # the server's count, when it reports usage
 
 
@@ -157,7 +158,9 @@ def _completion(choice: dict, usage: dict, stop: Sequence[str]) -> Completion:
         by_eos = reason == "stop" and choice["stop_reason"] not in stop
     else:  # plain OpenAI shape: "stop" is both EOS and a stop string; the text says which
         by_eos = reason == "stop" and not stop
-    return Completion(text, tuple(float(v) for v in values if v is not None), by_eos, usage.get("prompt_tokens"))
+    at_stop = reason == "stop" and not by_eos and bool(stop)
+    values = tuple(float(v) for v in values if v is not None)
+    return Completion(text, values, by_eos, at_stop, usage.get("prompt_tokens"))
 
 
 def _detail(error: urllib.error.HTTPError) -> str:
