@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from app import bench_cli, eval_cli, models_cli, plan_cli, sessions_cli
-from app.options import OneLineParser, UsageError, add_search_options
+from app.options import OneLineParser, UsageError, add_backend_options, add_search_options
 from app.threads import limit_threads
 from engine.errors import BeamwiseError
 
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--question-file", default=None, metavar="PATH",
                      help="read the question from this UTF-8 file (- for standard input), for long questions")
     add_search_options(run)
+    add_backend_options(run)
     run.add_argument("--json", action="store_true", help="print JSON Lines, one object per event")
     run.add_argument("--db", default=None, help=f"session database (default: {_default_db()})")
     run.add_argument("--no-save", action="store_true", help="do not record this run")

@@ -135,6 +135,37 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
     k.add_argument("--device", default=c.device, choices=DEVICES, help="auto: CUDA when there is one")
 
 
+BACKENDS = ("local", "openai")
+
+
+def add_backend_options(parser: argparse.ArgumentParser) -> None:
+    """Where the generator runs: this machine, or an OpenAI-compatible server (vLLM, SGLang, llama.cpp)."""
+    g = parser.add_argument_group("generator server (see README, Using a server)")
+    g.add_argument("--backend", default="local", choices=BACKENDS,
+                   help="local: load --model here; openai: a /v1/completions server at --endpoint")
+    g.add_argument("--endpoint", default=None, metavar="URL", help="openai: the server, e.g. http://gpu-box:8000")
+    g.add_argument("--served-model", default=None, metavar="NAME", help="openai: the model name the server serves")
+    g.add_argument("--api-key-env", default=None, metavar="NAME",
+                   help="openai: the environment variable holding the API key (the key is never recorded)")
+    g.add_argument("--request-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="openai: seconds to wait for one answer before retrying")
+
+
+def server_from_args(args: argparse.Namespace):
+    """The ServerConfig of `--backend openai`, or None for a local run; missing options are a UsageError."""
+    if getattr(args, "backend", "local") != "openai":
+        return None
+    from engine.backends.openai import ServerConfig
+
+    missing = [flag for flag, value in (("--endpoint", args.endpoint), ("--served-model", args.served_model))
+               if not value]
+    if missing:
+        raise UsageError(f"--backend openai needs {' and '.join(missing)}")
+    if args.request_timeout <= 0:
+        raise UsageError("--request-timeout must be more than 0 seconds")
+    return ServerConfig(args.endpoint, args.served_model, args.api_key_env, timeout_s=args.request_timeout)
+
+
 def _add_method_options(parser: argparse.ArgumentParser) -> None:
     d = SearchConfig()
     g = parser.add_argument_group("search method and early exit")

@@ -12,12 +12,13 @@ from threading import Event
 from typing import TextIO
 
 from app.heartbeat import Heartbeat, StepProgress
-from app.options import configs_from_args
+from app.options import configs_from_args, server_from_args
 from app.preflight import check_memory
 from app.question import read_question
 from engine import events as ev
 
-USER_ERRORS = {"InvalidPrompt", "KVBudgetTooSmall", "ModelLoadError", "NotAPRM", "PRMHeadMissing", "SearchTooLarge"}
+USER_ERRORS = {"InvalidPrompt", "KVBudgetTooSmall", "ModelLoadError", "NotAPRM", "PRMHeadMissing", "SearchTooLarge",
+               "RemoteError", "ServerUnreachable", "ServedModelNotFound", "LogprobsUnavailable", "ServerError"}
 
 
 class Printer:
@@ -26,10 +27,15 @@ class Printer:
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.texts: dict[int, str] = {}
+        self.remote = False
 
     def __call__(self, event) -> None:
         p = self._print
-        if event.type == "run_started":
+        if event.type == "run_started" and event.device.startswith("remote"):
+            self.remote = True
+            p(f"model {event.model} at {event.cache.get('endpoint')} ({event.device})")
+            p(f"verifier {event.verifier}; method {event.search.get('method', 'beam')}")
+        elif event.type == "run_started":
             p(f"model {event.model} on {event.device}; policy {event.policy}, KV budget {event.kv_budget_bytes:,} B")
             p(f"verifier {event.verifier}; method {event.search.get('method', 'beam')}")
         elif event.type == "prefill_done":
@@ -45,6 +51,8 @@ class Printer:
             p(f"  #{event.id:<4} parent {parent:<4} {scores}  {first!r}{done}")
         elif event.type == "transfer_stats":
             traffic = f"H2D {event.step_h2d_bytes:,} B, D2H {event.step_d2h_bytes:,} B"
+            if self.remote:
+                return  # the server holds the KV: no traffic to show
             where = " (emulated GPU)" if event.emulated else ""
             p(f"  KV traffic{where}: {traffic} in {event.groups} group(s)")
         elif event.type == "step_selected":
@@ -115,19 +123,29 @@ def run_command(args: argparse.Namespace) -> int:
 
     question = read_question(args.question, args.question_file, None)
     model_spec, search, cache = configs_from_args(args)
+    server = server_from_args(args)
     recorder = _open_recorder(args)  # a bad --db is said before the model spends seconds loading
+    if server is not None:
+        from engine import remote_search
+
+        return _drive(args, recorder, lambda stop: remote_search.run(question, server, search, should_stop=stop))
     try:
         loaded = load_model(model_spec, device=cache.device, progress=_progress)  # "auto": CUDA when there is one
         check_memory(loaded, question, search, cache)  # before anything is allocated for the search
     except BaseException:
         _close(recorder)
         raise
+    return _drive(args, recorder, lambda stop: run(question, loaded, search, cache, should_stop=stop))
+
+
+def _drive(args: argparse.Namespace, recorder, events) -> int:
+    """Show and record the events of `events(should_stop)`; the exit status of the run."""
     show = (lambda e: print(json.dumps(ev.to_dict(e)), flush=True)) if args.json else Printer(sys.stdout)
     status, stop, last_step = 1, Event(), 0
     beat = Heartbeat(StepProgress(), lambda line: print(f"  ... {line}", file=sys.stderr, flush=True))
     try:
         with _ctrl_c_cancels(stop), beat:  # a silent second inside a step says what the step is doing
-            for event in run(question, loaded, search, cache, should_stop=stop.is_set):
+            for event in events(stop.is_set):
                 beat.saw(event)
                 last_step = event.step if event.type == "step_selected" else last_step
                 _record(recorder, event)

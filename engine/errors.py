@@ -97,3 +97,33 @@ class PRMHeadMissing(NotAPRM):
     """The folder has a PRM's body but not the weights of its reward head."""
 
     hint = "The download may be incomplete: get the PRM's weight files (*.safetensors) again."
+
+
+class RemoteError(BeamwiseError):
+    """A generator server (OpenAI-compatible: vLLM, SGLang, llama.cpp) could not do what the search asked."""
+
+    hint = "Check --endpoint and --served-model, and that the server is running (see README, Using a server)."
+
+
+class ServerUnreachable(RemoteError):
+    """No connection to the server, or it did not answer within the timeout (after the retries)."""
+
+
+class ServedModelNotFound(RemoteError):
+    """The server answered 404 or 'model not found': it serves no model of that name."""
+
+    hint = "Pass --served-model as the server names it (GET /v1/models lists them)."
+
+
+class LogprobsUnavailable(RemoteError):
+    """The server returned no token log-probabilities; the logprob verifier and verify-skip need them."""
+
+    hint = "Use a server that honours `logprobs` on /v1/completions (vLLM, SGLang and llama.cpp's server do)."
+
+
+class ServerError(RemoteError):
+    """The server answered with an HTTP error (4xx or 5xx) that retrying did not fix."""
+
+    def __init__(self, status: int, detail: str, hint: str = "") -> None:
+        super().__init__(f"the server answered HTTP {status}: {detail}", hint=hint)
+        self.status = status

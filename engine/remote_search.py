@@ -1,0 +1,199 @@
+"""The step-wise search against a generator server: the same events as engine/search.py, no local KV.
+
+The method policies (engine/methods), the verify-skip gate and the final selection are the local
+search's own; what differs is the decode: each child is one /v1/completions request (n=1) whose prompt
+is the prompt text plus the path so far, stopped at the step delimiter. The server's prefix cache does
+the KV reuse, so the memory and traffic events carry zeros with `emulated=False`.
+
+Supported: --verifier logprob (the server's token log-probabilities), every method, verify-skip.
+Not yet: lookahead, self-judge and PRM verifiers (they need a local model or a served PRM).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from engine import events as ev
+from engine.backends.openai import Completion, OpenAICompletions, ServerConfig
+from engine.candidate import Candidate
+from engine.config import SearchConfig
+from engine.errors import BeamwiseError, InvalidPrompt, RemoteError
+from engine.methods import method_for
+from engine.methods.confidence import best_index, decisiveness, step_confidence
+from engine.methods.selection import choose, final_pool
+from engine.search import SYSTEM_PROMPT
+from engine.verifiers.base import StepToScore, aggregate
+from engine.verifiers.simple import LogProbVerifier
+
+REMOTE_DEVICE = "remote: KV is managed by the server"
+ANSWER_MARK = "the answer is"
+
+
+def prompt_text(question: str) -> str:
+    """The prompt the server continues. /v1/completions applies no chat template, so this is plain text."""
+    return f"{SYSTEM_PROMPT}\n\nProblem: {question.strip()}\n\nSolution:\n"
+
+
+def run(
+    question: str,
+    server: ServerConfig,
+    search: SearchConfig,
+    *,
+    should_stop: Callable[[], bool] = lambda: False,
+    backend: OpenAICompletions | None = None,
+) -> Iterator[ev.Event]:
+    """Answer `question` on the server; never raises for user errors (yields RunFailed), like search.run."""
+    try:
+        backend = backend or OpenAICompletions(server)
+        yield from _RemoteSearch(question, server, backend, search, should_stop).events()
+    except BeamwiseError as error:
+        yield ev.RunFailed(type(error).__name__, error.user_message())
+
+
+def check_supported(search: SearchConfig) -> None:
+    """Refuse the settings a remote run cannot do yet, before any request."""
+    if search.verifier != "logprob":
+        raise RemoteError(f"--verifier {search.verifier} needs a local model; a server run scores with logprob.",
+                          hint="Use --verifier logprob with --backend openai.")
+    if search.lookahead:
+        raise RemoteError("--lookahead is not supported with --backend openai yet.", hint="Leave out --lookahead.")
+
+
+class _RemoteSearch:
+    def __init__(self, question: str, server: ServerConfig, backend: OpenAICompletions, search: SearchConfig,
+                 should_stop: Callable[[], bool]) -> None:
+        self.question, self.server, self.backend, self.cfg = question, server, backend, search
+        self.should_stop = should_stop
+        self.method = method_for(search)
+        self.verifier = LogProbVerifier()
+        self.candidates: dict[int, Candidate] = {}
+        self.paths: dict[int, str] = {}  # id -> the path's text from the first step on
+        self.next_id = 1
+        self.gate: dict = {}
+
+    def events(self) -> Iterator[ev.Event]:
+        if not self.question.strip():
+            raise InvalidPrompt("The question is empty.", hint="Type a question.")
+        check_supported(self.cfg)
+        started = time.perf_counter()
+        self.backend.check_model()
+        yield ev.RunStarted(self.question, self.backend.name, self.verifier.name, REMOTE_DEVICE, False, "remote", 0,
+                            self.cfg.to_dict(), self.server.to_dict())
+        prompt = prompt_text(self.question)
+        kept: list[int] = []
+        step = 0
+        for step in range(1, self.cfg.max_steps + 1):
+            if self.should_stop():
+                yield ev.RunCancelled(step - 1)
+                return
+            parents = [c for c in kept if not self.candidates[c].finished]
+            children = self._expand(parents, step)
+            if step == 1:  # the first request prefills the prompt on the server: report it as the prefill
+                first = time.perf_counter()
+                done = self._complete(prompt, children[0])
+                yield ev.PrefillDone(done.prompt_tokens or 0, time.perf_counter() - first)
+            else:
+                done = None
+            yield ev.StepStarted(step, tuple(parents))
+            yield ev.GroupScheduled(step, 0, tuple(children), ())
+            for cid in children:
+                result = done if done is not None and cid == children[0] else self._complete(prompt, cid)
+                c = self._take(cid, result)
+                yield ev.CandidateText(step, cid, c.parent, c.text, c.step_tokens, c.finished, c.group)
+                if self.should_stop():
+                    yield ev.RunCancelled(step - 1)
+                    return
+            yield from self._score(children, step)
+            yield from _no_kv_events(step, children)
+            pool = [c for c in kept if self.candidates[c].finished] + children
+            keep = [c.id for c in self.method.keep([self.candidates[c] for c in pool])]
+            pruned = sorted(set(pool) - set(keep))
+            yield ev.StepSelected(step, tuple(keep), tuple(pruned), 0, 0, **self.gate)
+            kept = keep
+            if all(self.candidates[c].finished for c in kept):
+                break
+        yield self._finish(kept, step, started)
+
+    def _expand(self, parents: list[int], step: int) -> list[int]:
+        per_parent = self.method.children() if parents else self.method.roots()
+        children = []
+        for parent in parents or [None]:
+            for index in range(per_parent):
+                child = Candidate(self.next_id, parent, step, lane=self.method.lane(index))
+                self.next_id += 1
+                if parent is not None:
+                    before = self.candidates[parent]
+                    child.scores, child.lane = list(before.scores), before.lane
+                self.candidates[child.id] = child
+                self.paths[child.id] = self.paths[parent] if parent is not None else ""
+                children.append(child.id)
+        return children
+
+    def _complete(self, prompt: str, cid: int) -> Completion:
+        """One request: the child's own seed, so the same seed and settings give the same tree (where the
+        server honours seeds)."""
+        delimiter = self.cfg.step_delimiter
+        return self.backend.complete(
+            prompt + self.paths[cid],
+            max_tokens=self.cfg.step_tokens,
+            stop=[delimiter] if delimiter else [],
+            temperature=0.0 if self.method.greedy else self.cfg.temperature,
+            top_p=self.cfg.top_p,
+            seed=self.cfg.seed * 1_000_003 + cid,
+        )
+
+    def _take(self, cid: int, result: Completion) -> Candidate:
+        c = self.candidates[cid]
+        finished = result.ended_by_eos or not result.text.strip() or ANSWER_MARK in result.text.lower()
+        at_stop = result.at_stop and not finished
+        c.text = result.text + self.cfg.step_delimiter if at_stop else result.text  # as a local step: delimiter kept
+        c.step_tokens = len(result.logprobs)
+        c.finished = finished
+        c.logprobs = result.logprobs
+        self.paths[cid] += c.text
+        return c
+
+    def _score(self, children: list[int], step: int) -> Iterator[ev.Event]:
+        """The local search's scoring: logprob scores, or confidences where verify-skip finds the step decisive."""
+        confidences = [step_confidence(self.candidates[c].logprobs) for c in children]
+        gate = decisiveness(confidences, self.cfg.tau_conf, self.cfg.r_gap)
+        skip = self.cfg.verify_skip and gate.skip
+        items = [StepToScore(self.question, (), self.candidates[c].text, self.candidates[c].logprobs)
+                 for c in children]
+        scores = self.verifier.score(items) if not skip or self.cfg.audit_early_exit else None
+        agrees = None if scores is None else best_index(scores) == best_index(confidences)
+        self.gate = {"verify_skipped": skip, "confidence": gate.top, "confidence_gap": gate.gap,
+                     "verifier_agrees": agrees}
+        for cid, score in zip(children, confidences if skip else scores, strict=True):
+            c = self.candidates[cid]
+            c.scores.append(float(score))
+            c.aggregate = aggregate(c.scores, self.cfg.aggregation)
+            yield ev.CandidateScored(
+                step, cid, c.parent, c.text, c.step_tokens, c.scores[-1], c.aggregate, c.finished, c.group
+            )
+
+    def _path(self, cid: int | None) -> list[int]:
+        path = []
+        while cid is not None:
+            path.append(cid)
+            cid = self.candidates[cid].parent
+        return path[::-1]
+
+    def _finish(self, kept: list[int], steps: int, started: float) -> ev.RunFinished:
+        winner = choose(final_pool([self.candidates[c] for c in kept]), self.cfg.select, lambda c: self.paths[c.id])
+        seconds = time.perf_counter() - started
+        total = sum(c.step_tokens for c in self.candidates.values())
+        path = self._path(winner.id)
+        path_tokens = sum(self.candidates[p].step_tokens for p in path)
+        return ev.RunFinished(
+            self.paths[winner.id].strip(), tuple(path), winner.aggregate, steps, total, seconds,
+            total / seconds if seconds > 0 else 0.0, path_tokens / seconds if seconds > 0 else 0.0,
+        )
+
+
+def _no_kv_events(step: int, children: list[int]) -> Iterator[ev.Event]:
+    """Zeros where a local run reports its KV: the server holds it (emulated=False, one group)."""
+    memory = tuple(ev.CandidateMemory(c, 0, 0, 0, 0, 0, 0, 0) for c in children)
+    yield ev.MemorySnapshot(step, False, 0, 0, 0, 0, memory)
+    yield ev.TransferStats(step, False, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 1)

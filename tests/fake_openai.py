@@ -1,0 +1,105 @@
+"""An OpenAI-compatible /v1/completions server in a thread on 127.0.0.1, deterministic, that can be told to fail.
+
+Each answer is a function of the prompt and the seed: the third step of a path states the answer and
+ends (EOS), earlier steps stop at the delimiter. `mode` makes it fail: "404" (no such model), "500",
+"no-logprobs", "slow" (answers after `delay` seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+MODEL = "fake-model"
+
+
+class FakeServer:
+    def __init__(self, mode: str = "ok", delay: float = 1.0) -> None:
+        self.mode, self.delay = mode, delay
+        self.requests: list[dict] = []
+        self.headers: list[dict] = []
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self) -> FakeServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def answer(self, body: dict) -> tuple[int, dict]:
+        self.requests.append(body)
+        if self.mode == "slow":
+            time.sleep(self.delay)
+        if self.mode == "500":
+            return 500, {"error": {"message": "internal error"}}
+        if self.mode == "404" or body.get("model") != MODEL:
+            return 404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}}
+        prompt, seed = body["prompt"], body.get("seed", 0)
+        done = prompt.split("Solution:\n", 1)[-1].count("\n\n")
+        if done >= 2:
+            text, stop_reason = f"The answer is: {80 + seed % 2} km/h", None
+        else:
+            text, stop_reason = f"Step {done + 1}: idea {seed % 5}.", "\n\n"
+        words = text.split()
+        cut = len(words) > body["max_tokens"]
+        words, reason = words[: body["max_tokens"]], "length" if cut else "stop"
+        stop_reason = None if cut else stop_reason
+        logprobs = [-((seed + i) % 7 + 1) / 10 for i in range(len(words))]
+        choice = {"index": 0, "text": " ".join(words), "finish_reason": reason, "stop_reason": stop_reason}
+        if self.mode != "no-logprobs":
+            choice["logprobs"] = {"tokens": words, "token_logprobs": logprobs}
+        else:
+            choice["logprobs"] = None
+        return 200, {"choices": [choice], "usage": {"prompt_tokens": len(prompt.split()),
+                                                    "completion_tokens": len(words)}}
+
+
+def _handler(server: FakeServer):
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/v1/models" and server.mode != "404":
+                self._send(200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+            else:
+                self._send(404, {"error": {"message": "not found"}})
+
+        def do_POST(self) -> None:
+            server.headers.append(dict(self.headers))
+            length = int(self.headers.get("Content-Length", 0))
+            body = json.loads(self.rfile.read(length))
+            if self.path != "/v1/completions":
+                self._send(404, {"error": {"message": "not found"}})
+                return
+            self._send(*server.answer(body))
+
+        def _send(self, status: int, data: dict) -> None:
+            raw = json.dumps(data).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+            except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
+                pass
+
+        def log_message(self, *args) -> None:
+            pass
+
+    return Handler
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,221 @@
+"""`--backend openai`: a search through an OpenAI-compatible server (an in-process fake on 127.0.0.1).
+
+The fake is deterministic (tests/fake_openai.py), so these tests check the requests the search sends,
+the events, the tree, the recorded session and its exports, and each failure's one-line error.
+The real-server tests of issue 17 (llama.cpp, vLLM) need a separate environment and are not here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+from app.export import export_session, import_session
+from app.recorder import SessionRecorder
+from app.store import SessionStore
+from engine import events as ev
+from engine.backends.openai import OpenAICompletions, ServerConfig
+from engine.config import SearchConfig
+from engine.errors import LogprobsUnavailable, ServedModelNotFound, ServerError, ServerUnreachable
+from engine.remote_search import REMOTE_DEVICE, run
+from tests.fake_openai import MODEL, FakeServer, closed_port
+
+QUESTION = "A train travels 60 km in 45 minutes. What is its average speed in km/h?"
+SEARCH = SearchConfig(beams=2, width=2, step_tokens=16, max_steps=4)
+
+
+def config(url: str, **kw) -> ServerConfig:
+    return ServerConfig(url, kw.pop("model", MODEL), timeout_s=kw.pop("timeout_s", 5.0), backoff_s=0.0, **kw)
+
+
+def events_of(url: str, search: SearchConfig = SEARCH, **kw) -> list:
+    return list(run(QUESTION, config(url, **kw), search))
+
+
+def test_a_search_through_the_server_gives_a_well_formed_tree() -> None:
+    with FakeServer() as server:
+        events = events_of(server.url)
+    types = [e.type for e in events]
+    assert types[:3] == ["run_started", "prefill_done", "step_started"] and types[-1] == "run_finished"
+    started = events[0]
+    assert started.device == REMOTE_DEVICE and started.emulated is False and started.model == MODEL
+    scored = {e.id: e for e in events if e.type == "candidate_scored"}
+    selected = [e for e in events if e.type == "step_selected"]
+    assert [len(s.kept) for s in selected] == [2, 2, 2]
+    assert len(scored) == 4 + 4 + 4  # N*M children every step
+    for s in selected:
+        assert set(s.kept) | set(s.pruned) >= {e.id for e in scored.values() if e.step == s.step}
+    finished = events[-1]
+    assert len(finished.path) == 3 and finished.path[-1] in selected[-1].kept
+    assert finished.answer.startswith("Step 1:") and "The answer is:" in finished.answer
+    assert all(scored[c].parent == p for p, c in zip(finished.path, finished.path[1:], strict=False))
+    # every request: n=1, a stop at the delimiter, the step's tokens, its own seed, log-probabilities
+    assert len(server.requests) == 12
+    first = server.requests[0]
+    assert first["n"] == 1 and first["stop"] == ["\n\n"] and first["max_tokens"] == 16 and first["logprobs"] == 1
+    assert len({r["seed"] for r in server.requests}) == 12
+    assert any(r["prompt"].endswith("\n\n") and "Step 1:" in r["prompt"] for r in server.requests[4:])
+
+
+def test_same_seed_same_tree() -> None:
+    with FakeServer() as server:
+        one, two = events_of(server.url), events_of(server.url)
+    strip = [(e.type, getattr(e, "id", None), getattr(e, "text", None)) for e in one]
+    assert strip == [(e.type, getattr(e, "id", None), getattr(e, "text", None)) for e in two]
+
+
+@pytest.mark.parametrize("method", ["dvts", "best-of-n", "greedy"])
+def test_every_method_runs_remotely(method: str) -> None:
+    with FakeServer() as server:
+        events = events_of(server.url, SearchConfig(beams=2, width=2, step_tokens=16, max_steps=4, method=method))
+    assert events[-1].type == "run_finished", events[-1]
+
+
+def test_cancel_stops_at_the_next_request() -> None:
+    asked = []
+    with FakeServer() as server:
+        events = list(run(QUESTION, config(server.url), SEARCH, should_stop=lambda: asked.append(1) or len(asked) > 3))
+    assert events[-1] == ev.RunCancelled(0) and not any(e.type == "run_finished" for e in events)
+
+
+def test_length_cut_steps_keep_no_delimiter() -> None:
+    with FakeServer() as server:
+        events = events_of(server.url, SearchConfig(beams=1, width=2, step_tokens=2, max_steps=2))
+    texts = [e.text for e in events if e.type == "candidate_text"]
+    assert texts and all(len(t.split()) <= 2 and not t.endswith("\n\n") for t in texts)
+
+
+def test_verify_skip_uses_the_servers_logprobs() -> None:
+    search = SearchConfig(beams=2, width=2, step_tokens=16, max_steps=4, verify_skip=True, tau_conf=0.1, r_gap=0.0)
+    with FakeServer() as server:
+        events = events_of(server.url, search)
+    assert all(e.verify_skipped for e in events if e.type == "step_selected")
+
+
+def test_the_session_records_and_exports_like_a_local_run(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path / "s.db")
+    recorder = SessionRecorder(store)
+    with FakeServer() as server:
+        for event in run(QUESTION, config(server.url, api_key_env=None), SEARCH):
+            recorder.write(event)
+    sid = recorder.session_id
+    assert store.get_session(sid)["status"] == "finished"
+    for fmt in ("md", "html"):
+        assert "The answer is" in export_session(store, sid, fmt, tmp_path / f"s.{fmt}").read_text(encoding="utf-8")
+    dump = export_session(store, sid, "json", tmp_path / "s.json")
+    again = import_session(SessionStore(tmp_path / "other.db"), dump)
+    assert again >= 1
+
+
+def test_the_api_key_is_sent_but_never_recorded(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("BEAMWISE_TEST_KEY", "sk-secret-123")
+    db = tmp_path / "s.db"
+    with FakeServer() as server:
+        assert main(["run", QUESTION, "--backend", "openai", "--endpoint", server.url, "--served-model", MODEL,
+                     "--api-key-env", "BEAMWISE_TEST_KEY", "--max-steps", "3", "--db", str(db)]) == 0
+    assert server.headers[0]["Authorization"] == "Bearer sk-secret-123"
+    assert b"sk-secret-123" not in db.read_bytes()
+    assert main(["sessions", "export", "--db", str(db), "1", "--format", "json", "-o", str(tmp_path / "e.json")]) == 0
+    assert "sk-secret-123" not in (tmp_path / "e.json").read_text(encoding="utf-8")
+
+
+def test_cli_json_lines(capsys, tmp_path: Path) -> None:
+    with FakeServer() as server:
+        code = main(["run", QUESTION, "--backend", "openai", "--endpoint", server.url, "--served-model", MODEL,
+                     "--beams", "2", "--width", "2", "--json", "--no-save"])
+    assert code == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines[0]["device"] == REMOTE_DEVICE and lines[-1]["type"] == "run_finished"
+    assert lines[0]["cache"]["served_model"] == MODEL
+
+
+def failure(url: str, **kw) -> ev.RunFailed:
+    events = events_of(url, **kw)
+    assert [e.type for e in events][-1:] == ["run_failed"] and len(events) <= 2, events  # run_started at most
+    return events[-1]
+
+
+def test_unreachable_server_is_one_clear_error() -> None:
+    failed = failure(f"http://127.0.0.1:{closed_port()}")
+    assert failed.error == "ServerUnreachable" and "cannot reach the server" in failed.message
+
+
+def test_wrong_model_name() -> None:
+    with FakeServer() as server:
+        failed = failure(server.url, model="no-such-model")
+    assert failed.error == "ServedModelNotFound" and "serves fake-model, not 'no-such-model'" in failed.message
+
+
+def test_a_404_from_completions_is_a_wrong_model() -> None:
+    with FakeServer(mode="404") as server:
+        failed = failure(server.url)
+    assert failed.error == "ServedModelNotFound" and "has no model 'fake-model'" in failed.message
+    assert len(server.requests) == 1  # a 404 is not retried
+
+
+def test_a_500_is_retried_then_reported() -> None:
+    with FakeServer(mode="500") as server:
+        failed = failure(server.url, retries=2)
+    assert failed.error == "ServerError" and "HTTP 500: internal error" in failed.message
+    assert len(server.requests) == 3
+
+
+def test_a_server_without_logprobs() -> None:
+    with FakeServer(mode="no-logprobs") as server:
+        failed = failure(server.url)
+    assert failed.error == "LogprobsUnavailable"
+
+
+def test_a_slow_server_times_out() -> None:
+    with FakeServer(mode="slow", delay=1.0) as server:
+        failed = failure(server.url, timeout_s=0.2, retries=1)
+    assert failed.error == "ServerUnreachable" and "did not answer within 0.2 s (2 tries)" in failed.message
+
+
+def test_backoff_is_bounded() -> None:
+    waits: list[float] = []
+    backend = OpenAICompletions(ServerConfig(f"http://127.0.0.1:{closed_port()}", MODEL, retries=3, backoff_s=0.5),
+                                sleep=waits.append)
+    with pytest.raises(ServerUnreachable):
+        backend.complete("x", max_tokens=4, stop=[], temperature=1.0, top_p=1.0, seed=0)
+    assert waits == [0.5, 1.0, 2.0]
+
+
+def test_errors_are_remote_errors() -> None:
+    for error in (ServerUnreachable, ServedModelNotFound, LogprobsUnavailable):
+        assert error("x").user_message().startswith("x ")
+    assert ServerError(502, "bad gateway").status == 502
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--endpoint", "http://127.0.0.1:9"], "--backend openai needs --served-model"),
+        (["--served-model", MODEL], "--backend openai needs --endpoint"),
+    ],
+)
+def test_cli_usage_errors_exit_2(capsys, args: list[str], message: str) -> None:
+    assert main(["run", QUESTION, "--backend", "openai", *args, "--no-save"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--endpoint", "CLOSED"], "cannot reach the server"),
+        (["--verifier", "self-judge"], "needs a local model"),
+        (["--api-key-env", "BEAMWISE_UNSET_VARIABLE"], "BEAMWISE_UNSET_VARIABLE"),
+    ],
+)
+def test_cli_server_errors_are_one_line_exit_2(capsys, extra: list[str], needle: str) -> None:
+    with FakeServer() as server:
+        endpoint = ["--endpoint", server.url] if "--endpoint" not in extra else []
+        extra = [f"http://127.0.0.1:{closed_port()}" if a == "CLOSED" else a for a in extra]
+        code = main(["run", QUESTION, "--backend", "openai", *endpoint, "--served-model", MODEL, *extra, "--no-save",
+                     "--request-timeout", "2"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("beamwise: error:")]
+    assert code == 2 and len(errors) == 1 and needle in errors[0], errors
