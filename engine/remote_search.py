@@ -20,10 +20,10 @@ from engine.candidate import Candidate
 from engine.config import SearchConfig
 from engine.errors import BeamwiseError, InvalidPrompt, RemoteError
 from engine.methods import method_for
-from engine.methods.confidence import best_index, decisiveness, step_confidence
 from engine.methods.selection import choose, final_pool
+from engine.scoring import path_to, score_step
 from engine.search import SYSTEM_PROMPT
-from engine.verifiers.base import StepToScore, aggregate
+from engine.verifiers.base import StepToScore
 from engine.verifiers.simple import LogProbVerifier
 
 REMOTE_DEVICE = "remote: KV is managed by the server"
@@ -155,30 +155,14 @@ class _RemoteSearch:
         return c
 
     def _score(self, children: list[int], step: int) -> Iterator[ev.Event]:
-        """The local search's scoring: logprob scores, or confidences where verify-skip finds the step decisive."""
-        confidences = [step_confidence(self.candidates[c].logprobs) for c in children]
-        gate = decisiveness(confidences, self.cfg.tau_conf, self.cfg.r_gap)
-        skip = self.cfg.verify_skip and gate.skip
+        """The local search's scoring (engine.scoring), on the step's text alone."""
         items = [StepToScore(self.question, (), self.candidates[c].text, self.candidates[c].logprobs)
                  for c in children]
-        scores = self.verifier.score(items) if not skip or self.cfg.audit_early_exit else None
-        agrees = None if scores is None else best_index(scores) == best_index(confidences)
-        self.gate = {"verify_skipped": skip, "confidence": gate.top, "confidence_gap": gate.gap,
-                     "verifier_agrees": agrees}
-        for cid, score in zip(children, confidences if skip else scores, strict=True):
-            c = self.candidates[cid]
-            c.scores.append(float(score))
-            c.aggregate = aggregate(c.scores, self.cfg.aggregation)
-            yield ev.CandidateScored(
-                step, cid, c.parent, c.text, c.step_tokens, c.scores[-1], c.aggregate, c.finished, c.group
-            )
+        self.gate = {}
+        yield from score_step(self.candidates, children, step, self.cfg, lambda: self.verifier.score(items), self.gate)
 
     def _path(self, cid: int | None) -> list[int]:
-        path = []
-        while cid is not None:
-            path.append(cid)
-            cid = self.candidates[cid].parent
-        return path[::-1]
+        return path_to(self.candidates, cid)
 
     def _finish(self, kept: list[int], steps: int, started: float) -> ev.RunFinished:
         winner = choose(final_pool([self.candidates[c] for c in kept]), self.cfg.select, lambda c: self.paths[c.id])

@@ -22,14 +22,14 @@ from engine.errors import BeamwiseError, InvalidPrompt
 from engine.kv.cache import KVCache
 from engine.loaded import Generator
 from engine.methods import method_for
-from engine.methods.confidence import best_index, decisiveness, step_confidence
 from engine.methods.lookahead import RolledStep, roll_out
 from engine.methods.selection import choose, final_pool
 from engine.replay import Replay
 from engine.rows import RowResult, StepRules
 from engine.runner import decode_step, prefill
 from engine.sampling import candidate_generator
-from engine.verifiers import StepToScore, aggregate, make_verifier
+from engine.scoring import path_to, score_step
+from engine.verifiers import StepToScore, make_verifier
 
 SYSTEM_PROMPT = (
     "Solve the problem step by step. Write each step as a short paragraph and separate steps "
@@ -225,22 +225,9 @@ class _Search:
         return StepToScore(self.question, steps[:-1], steps[-1], extra[-1].logprobs if extra else c.logprobs)
 
     def _score(self, children: list[int], step: int, extra: dict[int, list[RolledStep]]) -> Iterator[ev.Event]:
-        confidences = [step_confidence(self.candidates[c].logprobs) for c in children]
-        gate = decisiveness(confidences, self.cfg.tau_conf, self.cfg.r_gap)
-        skip = self.cfg.verify_skip and gate.skip
-        scores = None
-        if not skip or self.cfg.audit_early_exit:
-            scores = self.verifier.score([self._item(cid, extra.get(cid, ())) for cid in children])
-        agrees = None if scores is None else best_index(scores) == best_index(confidences)
-        self.gate = {"verify_skipped": skip, "confidence": gate.top, "confidence_gap": gate.gap,
-                     "verifier_agrees": agrees}
-        for cid, score in zip(children, confidences if skip else scores, strict=True):
-            c = self.candidates[cid]
-            c.scores.append(float(score))
-            c.aggregate = aggregate(c.scores, self.cfg.aggregation)
-            yield ev.CandidateScored(
-                step, cid, c.parent, c.text, c.step_tokens, c.scores[-1], c.aggregate, c.finished, c.group
-            )
+        verify = lambda: self.verifier.score([self._item(cid, extra.get(cid, ())) for cid in children])  # noqa: E731
+        self.gate = {}
+        yield from score_step(self.candidates, children, step, self.cfg, verify, self.gate)
 
     def _select(self, kv: KVCache, pool: list[int], step: int) -> list[int]:
         """The method's survivors of the pool, best first (ties: the older id); the rest are freed."""
@@ -258,11 +245,7 @@ class _Search:
         return (self.question, *(self.candidates[p].text for p in self._path(cid)))
 
     def _path(self, cid: int | None) -> list[int]:
-        path = []
-        while cid is not None:
-            path.append(cid)
-            cid = self.candidates[cid].parent
-        return path[::-1]
+        return path_to(self.candidates, cid)
 
     def _finish(self, kept: list[int], steps: int, started: float) -> ev.RunFinished:
         pool = final_pool([self.candidates[c] for c in kept])
