@@ -170,7 +170,7 @@ def format_report(report: BenchReport) -> str:
         lines.append(row)
     lines += _baseline_rows(report)
     lines += _footnotes(report)
-    if not report.plan_only:
+    if not report.plan_only and sum(r.ok for r in report.results) > 1:
         lines.append("")
         lines.append(
             "every policy produced the same tokens"

@@ -7,6 +7,7 @@ tokens. It asserts nothing about speed: that is for the reader of the table.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import math
 import time
@@ -220,11 +221,13 @@ def run_bench(
         reference = observe_run(loaded, workload, "in_device", prompt)
     for name in policies:
         progress(f"running {name}")
+        _release_device_memory()
         result = run_policy(loaded, workload, name, prompt)
         if result.ok and name == "layerwise":
             result.h2d_bytes_eq1 = layerwise_eq1(workload, loaded, prompt)
         if result.ok and reference is not None:
             progress(f"teacher-forcing {name}")
+            _release_device_memory()
             forced = observe_run(loaded, workload, name, prompt, reference.replay())
             result.teacher_forced_max_logit_diff = max_logit_diff(reference, forced) if forced else None
         report.results.append(result)
@@ -235,6 +238,14 @@ def run_bench(
         report.baselines = _baselines(loaded, workload, prompt, baselines, progress)
     report.notes = _notes(report, reference is not None or not teacher_forcing or plan_only)
     return report
+
+
+def _release_device_memory() -> None:
+    """Let each run start with the device as the last one found it: a failed run's frames may hold
+    tensors in reference cycles, and torch's allocator keeps freed blocks cached."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _warm_up(loaded, workload: Workload, prompt: Sequence[int]) -> None:
@@ -250,6 +261,7 @@ def _baselines(loaded, workload: Workload, prompt, names: Sequence[str], progres
     runs = []
     for name in names:
         progress(f"running {name} ({rows} rows)")
+        _release_device_memory()
         runs.append(run_baseline(loaded, name, prompt, rows, tokens, workload.seed))
     return runs
 

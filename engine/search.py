@@ -119,6 +119,12 @@ class _Search:
             self.cfg.to_dict(),
             self.cache_cfg.to_dict(),
         )
+        try:
+            yield from self._steps(kv, prompt, started)
+        finally:
+            kv.close()  # the KV pools go back at once, also when the run fails or is cancelled
+
+    def _steps(self, kv: KVCache, prompt: list[int], started: float) -> Iterator[ev.Event]:
         seconds = kv.prefill(prompt)
         yield ev.PrefillDone(len(prompt), seconds)
         kept: list[int] = []
@@ -146,7 +152,6 @@ class _Search:
             if all(self.candidates[c].finished for c in kept):
                 break
         yield self._finish(kept, step, started)
-        kv.close()
 
     def _decode_rows(self, cache, mask, rows, should_stop, before_forward=None, **forward):
         """The decode callable the KV layer runs: the model and this run's step rules, bound."""

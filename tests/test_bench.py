@@ -63,11 +63,12 @@ TINY_BENCH = ["bench", "--model", "synthetic:tiny-llama", "--beams", "2", "--wid
 
 def test_bench_cli_prints_a_table_and_writes_json(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    assert main([*TINY_BENCH, "--prompt-tokens", "20", "--kv-budget", "40KB", "--json", str(out)]) == 0
+    assert main([*TINY_BENCH, "--prompt-tokens", "20", "--kv-budget", "60KB", "--json", str(out)]) == 0
     table = capsys.readouterr().out
     assert "layerwise" in table and "lbs:+balanced_prefetch" in table and "same tokens" in table
     data = json.loads(out.read_text())
     assert [r["name"] for r in data["results"]] == list(LADDER) and data["same_tokens"] is True
+    assert all(r["ok"] for r in data["results"]), [r["message"] for r in data["results"] if not r["ok"]]
 
 
 def test_bench_cli_rejects_unknown_policy_and_unwritable_json(tmp_path, capsys):
@@ -81,10 +82,11 @@ def test_bench_cli_rejects_unknown_policy_and_unwritable_json(tmp_path, capsys):
 
 
 def test_bench_runs_a_question_and_reports_stall_seconds(capsys):
-    question = ["--kv-budget", "300KB", "--question", "What is 2+3?", "--policies", "layerwise,lbs:inter_token"]
+    question = ["--kv-budget", "400KB", "--question", "What is 2+3?", "--policies", "layerwise,lbs:inter_token"]
     assert main([*TINY_BENCH, *question]) == 0
     table = capsys.readouterr().out
     assert "question 'What is 2+3?'" in table and "stall s" in table and "same tokens" in table
+    assert "failed" not in table
 
 
 def test_plan_only_refuses_a_question(capsys):

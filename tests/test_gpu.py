@@ -76,9 +76,9 @@ def run_search(loaded, cache: CacheConfig):
 @pytest.mark.parametrize(
     "cache",
     [
-        CacheConfig(policy="lbs", kv_budget_bytes=60_000),
-        CacheConfig(policy="lbs", kv_budget_bytes=60_000, inter_beam=False),
-        CacheConfig(policy="layerwise", kv_budget_bytes=150_000),
+        CacheConfig(policy="lbs", kv_budget_bytes=160_000),
+        CacheConfig(policy="lbs", kv_budget_bytes=160_000, inter_beam=False),
+        CacheConfig(policy="layerwise", kv_budget_bytes=700_000),
     ],
     ids=["lbs", "lbs-no-sharing", "layerwise"],
 )
@@ -96,7 +96,7 @@ def test_policies_match_in_device_in_float32_on_cuda(tiny_cuda, cache):
 
 
 def test_lbs_prefetches_the_next_group_on_the_copy_stream(tiny_cuda):
-    events, _ = run_search(tiny_cuda, CacheConfig(policy="lbs", kv_budget_bytes=60_000))
+    events, _ = run_search(tiny_cuda, CacheConfig(policy="lbs", kv_budget_bytes=160_000))
     stats = [e for e in events if e.type == "transfer_stats"]
     assert all(s.copy_seconds > 0 for s in stats[1:]), "copy time is read from CUDA events"
     assert all(0 <= s.stall_share < 1 for s in stats)

@@ -64,7 +64,8 @@ class KVCache:
             head_dim=shape.head_dim,
             dtype=loaded.dtype,
             device=self.device,
-            budget_bytes=0 if self.policy_name == "layerwise" else self.budget,  # layer buffers are its own
+            # layer-wise keeps its own layer buffers; the others never need more than the whole search
+            budget_bytes=0 if self.policy_name == "layerwise" else min(self.budget, whole),
             pcie_gbps=cache.pcie_gbps,
             host_device="meta" if self.device.type == "meta" else "cpu",  # plan-only runs hold no data
         )
@@ -85,7 +86,8 @@ class KVCache:
         if self.emulated:
             return None
         free, _ = torch.cuda.mem_get_info(self.device)
-        return free
+        # memory torch's caching allocator holds but no tensor uses is free to this process too
+        return free + torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
 
     def _automatic_budget(self, whole: int) -> int:
         free = self._free_bytes()
@@ -128,8 +130,10 @@ class KVCache:
             self.store.free(self.blocks.free(live.table))
 
     def close(self) -> None:
-        for candidate in list(self.live):
-            self.release(candidate)
+        """End of the run (finished, cancelled or failed): free every block and give the pools back."""
+        self.live.clear()
+        self.policy = None  # layer-wise holds its own layer buffers
+        self.store.close()
 
     # -- one step -------------------------------------------------------------------------------
     def plan(self, candidates: Sequence[int]):

@@ -126,6 +126,12 @@ class SlotPool:
     def free(self, run: Run) -> None:
         self.allocator.free(run)
 
+    def close(self) -> None:
+        """Give the pool's memory back now (the run is over; a view still held elsewhere keeps its chunk)."""
+        self._chunks.clear()
+        self._chunk_starts.clear()
+        self.allocator = RunAllocator(0)
+
     def flat(self, run: Run) -> torch.Tensor:
         """The run's memory as one flat tensor (a view)."""
         starts = self._chunk_starts

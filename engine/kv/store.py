@@ -132,6 +132,14 @@ class KVStore:
         for tier in Tier:
             self.evict(block_ids, tier)
 
+    def close(self) -> None:
+        """Wait for pending copies, then give both pools' memory back (the run is over)."""
+        self.sync()
+        for pool in self.pools.values():
+            pool.close()
+        self._slots = {Tier.DEVICE: {}, Tier.HOST: {}}
+        self._run_users.clear()
+
     def holds(self, block_id: int, tier: Tier) -> bool:
         return block_id in self._slots[tier]
 
