@@ -81,3 +81,46 @@ def test_host_pool_grows_by_chunks_and_no_run_spans_two():
         pool.free(run)
     with pytest.raises(PoolExhausted):
         pool.allocator.allocate(4)  # chunks are never merged into one run
+
+
+@pytest.mark.parametrize(
+    ("policy", "budget", "stop_after", "last"),
+    [
+        ("in_device", None, None, "run_finished"),
+        ("lbs", 160_000, None, "run_finished"),
+        ("layerwise", 700_000, None, "run_finished"),
+        ("layerwise", 500_000, None, "run_failed"),  # grows past its budget in a later step
+        ("lbs", 160_000, 1, "run_cancelled"),
+    ],
+)
+def test_a_run_gives_its_kv_pools_back_when_it_ends(tiny, monkeypatch, policy, budget, stop_after, last):
+    """Finished, failed or cancelled, the run's KV memory is freed at once: no reference cycle keeps
+    the cache alive until a garbage collection (on a GPU, the next run would find the memory taken)."""
+    import gc
+    import weakref
+
+    from engine.config import CacheConfig, SearchConfig
+    from engine.kv import cache as kv_cache
+    from engine.search import run
+
+    made, init = [], kv_cache.KVCache.__init__
+
+    def recording_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append((weakref.ref(self), weakref.ref(self.store.pools[kv_cache.Tier.DEVICE]._chunks[0])))
+
+    monkeypatch.setattr(kv_cache.KVCache, "__init__", recording_init)
+    steps = []
+    should_stop = (lambda: len(steps) >= stop_after) if stop_after else (lambda: False)
+    search = SearchConfig(beams=2, width=3, step_tokens=6, max_steps=3, step_delimiter=None, seed=7)
+    gc.disable()
+    try:
+        for event in run("What is 2+3?", tiny, search, CacheConfig(policy=policy, kv_budget_bytes=budget),
+                         should_stop=should_stop):  # fmt: skip
+            if event.type == "step_selected":
+                steps.append(event)
+        assert event.type == last
+        (cache, device_pool), = made
+        assert cache() is None and device_pool() is None
+    finally:
+        gc.enable()

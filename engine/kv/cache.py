@@ -54,7 +54,7 @@ class KVCache:
         token_bytes = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * _element_size(loaded.dtype)
         whole = whole_search_bytes(prompt_tokens, search, token_bytes, cache.block_size)
         self.emulated = self.device.type != "cuda"
-        self._free_bytes = free_bytes if free_bytes is not None else self._cuda_free
+        self._probe = free_bytes  # None: read CUDA (a bound method here would make a reference cycle)
         self.budget = cache.kv_budget_bytes or self._automatic_budget(whole)
         self.policy_name = cache.policy if cache.policy != "auto" else ("in_device" if whole <= self.budget else "lbs")
         self.store = KVStore(
@@ -82,7 +82,9 @@ class KVCache:
         switches = Switches(self.cfg.inter_beam, self.cfg.balanced_prefetch, self.cfg.prefix_order)
         return LbsPolicy(context, switches)
 
-    def _cuda_free(self) -> int | None:
+    def _free_bytes(self) -> int | None:
+        if self._probe is not None:
+            return self._probe()
         if self.emulated:
             return None
         free, _ = torch.cuda.mem_get_info(self.device)
