@@ -60,6 +60,7 @@ class Node:
     host_bytes: int = 0
     h2d_bytes: int = 0
     d2h_bytes: int = 0
+    own_kv: tuple[int, int] | None = None  # (device, host) KV bytes at the end of its own step; None: never reported
     y: float = 0.0
     children: list[int] = field(default_factory=list)
     lane: str = ""  # "subtree 2" (DVTS) or "sample 5" (best-of-N); empty for beam and greedy
@@ -90,7 +91,8 @@ class PathStep:
 class SearchTree:
     """All candidates of one run, keyed by id, with the run-level facts the views show."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, layout: bool = True) -> None:
+        self.laid_out = layout  # False: rows and columns only, no row positions (a reader that draws nothing)
         self._bulk = False  # apply_many: place nodes without layout, lay each column out once at the end
         self.clear()
 
@@ -250,6 +252,7 @@ class SearchTree:
             node.device_bytes, node.host_bytes = mem.device_bytes, mem.host_bytes
             if node.step == e.step:  # traffic is per step: keep the share of the node's own step
                 node.h2d_bytes, node.d2h_bytes = mem.h2d_bytes, mem.d2h_bytes
+                node.own_kv = (mem.device_bytes, mem.host_bytes)
             if mem.group is not None and node.group is None:
                 node.group = mem.group
             changed.add(mem.id)
@@ -302,6 +305,9 @@ class SearchTree:
         block of its column within the rows reserved for it, so nothing else moves.
         Otherwise the column is laid out again (O(column size)); earlier columns never move.
         """
+        if not self.laid_out:
+            self.columns.setdefault(node.step, []).append(node.id)
+            return {node.id}
         column = self._layout.setdefault(node.step, _Column())
         if self._bulk:
             column.blocks.setdefault(node.parent, []).append(node.id)
