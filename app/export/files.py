@@ -14,6 +14,7 @@ from pathlib import Path
 from app.export.dump import session_dump
 from app.export.html_page import render_html
 from app.export.markdown import render_markdown
+from app.export.report import dump_report
 from app.store import SessionStore
 from engine.errors import BeamwiseError
 
@@ -31,9 +32,8 @@ def render_session(store: SessionStore, session_id: int, fmt: str) -> str:
     dump = session_dump(store, session_id)
     if fmt == "json":
         return json.dumps(dump, indent=1, ensure_ascii=False) + "\n"
-    if fmt == "html":
-        return render_html(dump)
-    return render_markdown(dump)
+    report = dump_report(dump)
+    return render_html(report, dump) if fmt == "html" else render_markdown(report)
 
 
 def export_session(store: SessionStore, session_id: int, fmt: str, path: Path | str) -> Path:

@@ -116,15 +116,6 @@ class SearchTree:
         self.answer: str | None = None
         self.outcome: str | None = None  # "finished", "cancelled" or "failed" once terminal
 
-    @classmethod
-    def of_rows(cls, rows: Iterable[dict], search: dict[str, object] | None = None) -> SearchTree:
-        """The layout of recorded candidate rows (id, parent, step), as the window lays a live run out."""
-        tree = cls()
-        tree.search = dict(search or {})
-        ordered = sorted(rows, key=lambda r: (r["step"], r["id"]))
-        tree.apply_many(ev.CandidateText(r["step"], r["id"], r["parent"], "", 0, False, 0) for r in ordered)
-        return tree
-
     # -- queries ---------------------------------------------------------------------------
 
     def __len__(self) -> int:
