@@ -139,7 +139,7 @@ def _transcript(report: Report) -> str:
         others = report.alternatives(node)
         if others:
             rows = "".join(f"<tr><td>{c['id']}</td><td>{escape(c['state'])}</td><td>{fmt.score(c['score'])}</td>"
-                           f"<td>{escape(' '.join(c['text'].split())[:120])}</td></tr>" for c in others[:8])
+                           f"<td>{escape(fmt.brief(c['text'], 120))}</td></tr>" for c in others[:8])
             more = f"<p class='small'>… and {len(others) - 8} more</p>" if len(others) > 8 else ""
             out.append(f"<details><summary>{len(others)} alternatives</summary><table><tr><th>id</th><th>state"
                        f"</th><th>score</th><th>text</th></tr>{rows}</table>{more}</details>")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from app.session.model import Change, Outline, SessionModel
 from app.session.series import ChartSeries
-from app.session.tree import ROOT_ID, Node, PathStep, SearchTree, first_line, path_to_root
+from app.session.tree import ROOT_ID, Node, PathStep, SearchTree, first_line
 
 __all__ = [
     "ROOT_ID",
@@ -16,5 +16,4 @@ __all__ = [
     "SearchTree",
     "SessionModel",
     "first_line",
-    "path_to_root",
 ]

@@ -19,16 +19,6 @@ ROOT_ID = -1  # the prompt; engine candidate ids are ints >= 0, so -1 never coll
 SIBLING_GAP = 0.35  # extra rows between the child blocks of different parents
 
 
-def path_to_root(node_id: int | None, parent_of: Callable[[int], int | None]) -> list[int]:
-    """Ids from the top of the tree down to `node_id`; `parent_of(id)` is None where the walk stops
-    (the prompt, or a parent nobody recorded). The one path walk the window and the exports share."""
-    path: list[int] = []
-    while node_id is not None:
-        path.append(node_id)
-        node_id = parent_of(node_id)
-    return path[::-1]
-
-
 def first_line(text: str) -> str:
     """The first non-empty line of `text`, stripped ('' when there is none)."""
     for line in text.splitlines():
@@ -136,11 +126,13 @@ class SearchTree:
         return [n for n in self.nodes.values() if n.id != ROOT_ID]
 
     def path_to(self, node_id: int) -> list[int]:
-        """Ids from the first step's candidate down to `node_id` (the root is not included)."""
-        if node_id == ROOT_ID:
-            self.node(node_id)
-            return []
-        return path_to_root(node_id, lambda i: None if self.node(i).parent == ROOT_ID else self.node(i).parent)
+        """Ids from the first step's candidate down to `node_id` (the root is not included): the one path walk
+        the window, the exports and `beamwise eval` share. Every parent is in the tree (a lost one is the root)."""
+        node, path = self.node(node_id), []
+        while node.id != ROOT_ID:
+            path.append(node.id)
+            node = self.nodes[node.parent]  # type: ignore[index]
+        return path[::-1]
 
     def path_steps(self, node_id: int) -> list[PathStep]:
         """Score per step along the path from the root to `node_id`."""
