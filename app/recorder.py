@@ -24,7 +24,7 @@ from typing import Any
 
 from app import event_log
 from app.journal import RunJournal, header_for
-from app.session import SessionModel
+from app.session import ROOT_ID, SessionModel
 from app.session.rows import candidate_row, row_state, session_facts, session_settings, step_row
 from app.store import SessionStore, StoreError, StoreLocked, StoreReadOnly, now_iso, short_title
 from engine import events as ev
@@ -76,6 +76,7 @@ class SessionRecorder:
         self._open: list[tuple[int, dict]] = []  # (seq, event dict) of the step in progress
         self._pending: list[_Batch] = []  # closed steps not yet committed, oldest first
         self._stored: dict[int, str] = {}  # candidate id -> the state its row was given
+        self._touched: set[int] = set()  # nodes the events since the last batch changed (the model says which)
         self._seq = 0
         self._started = clock()
 
@@ -99,7 +100,7 @@ class SessionRecorder:
         elif not self._log:
             raise ValueError(f"the recorder got {event.type} before run_started; feed it the whole event stream.")
         self._log.append((self._clock() - self._started, ev.to_dict(event)))
-        self.model.apply(event)
+        self._touched |= self.model.apply(event).nodes
         boundary = event.type == "step_selected" or event.type in ev.TERMINAL_TYPES
         if self.journal is not None:
             self._journal_last(boundary)
@@ -220,7 +221,7 @@ class SessionRecorder:
         """Read what the open events changed from the model into a batch for the next flush."""
         model, sid = self.model, self.session_id
         batch = _Batch(events=self._open)
-        for node in model.tree.candidates():
+        for node in (model.tree.node(i) for i in sorted(self._touched - {ROOT_ID})):
             state = row_state(node, model)
             if node.id not in self._stored:
                 batch.candidates.append({"session_id": sid, **candidate_row(node, model)})
@@ -242,7 +243,7 @@ class SessionRecorder:
         if batch.session["status"] != "running":
             batch.session["finished"] = now_iso()
         self._pending.append(batch)
-        self._open = []
+        self._open, self._touched = [], set()
 
 
 def _encoded(row: dict[str, Any]) -> dict[str, Any]:

@@ -8,10 +8,10 @@ status) come from the session's row.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
-from app.export.dump import session_dump
 from app.session import SearchTree, SessionModel
 from app.session.rows import candidate_rows, session_facts, session_settings, step_rows
 from app.store import SessionStore
@@ -29,10 +29,14 @@ class Report:
     timeline: list[dict[str, Any]]  # one per finished step
     path: list[dict[str, Any]]  # the answer's candidates (or the best beam's so far), first step first
     tree: SearchTree  # laid out as the window lays it out
+    _by_step: dict[int, list[dict[str, Any]]] = field(default_factory=dict, init=False, repr=False)
 
     def alternatives(self, node: dict[str, Any]) -> list[dict[str, Any]]:
         """The other candidates of `node`'s step, best score first (unscored last)."""
-        others = [c for c in self.candidates if c["step"] == node["step"] and c["id"] != node["id"]]
+        if not self._by_step:
+            for c in self.candidates:
+                self._by_step.setdefault(c["step"], []).append(c)
+        others = [c for c in self._by_step.get(node["step"], []) if c["id"] != node["id"]]
         return sorted(others, key=lambda c: -(c["score"] if c["score"] is not None else -1))
 
 
@@ -48,12 +52,17 @@ def report_of(model: SessionModel, stored: dict[str, Any]) -> Report:
     return Report(session, candidates, step_rows(model), path, model.tree)
 
 
-def dump_report(dump: dict[str, Any]) -> Report:
-    """The report of a session dump (app/export/dump.py): its events replayed as the window opens a session."""
+def replayed(events: Iterable[object]) -> SessionModel:
+    """A recorded run folded in one go, as the window opens a session."""
     model = SessionModel()
-    model.apply_many(ev.from_dict(data) for data in dump["events"])
-    return report_of(model, dump["session"])
+    model.apply_many(events)
+    return model
 
 
 def session_report(store: SessionStore, session_id: int) -> Report:
-    return dump_report(session_dump(store, session_id))
+    return report_of(replayed(store.events(session_id)), store.get_session(session_id))
+
+
+def dump_report(dump: dict[str, Any]) -> Report:
+    """The report of a session dump (app/export/dump.py), from the events it carries."""
+    return report_of(replayed(ev.from_dict(data) for data in dump["events"]), dump["session"])

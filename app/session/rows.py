@@ -98,8 +98,9 @@ def session_facts(model: SessionModel) -> dict[str, Any]:
     wins when it is larger (it counts roll-outs the tree does not hold).
     """
     run = model.run
-    counted = [n for n in model.tree.candidates() if row_state(n, model) != "running"]
     selected = run.selected_steps
+    finished_steps = {record.step for record in selected}
+    counted = [n for n in model.tree.candidates() if n.step in finished_steps]  # the rows not `running`
     facts: dict[str, Any] = {
         "status": run.status,
         "prompt_tokens": run.prompt_tokens,
