@@ -344,3 +344,23 @@ def test_a_real_search_is_stored_as_the_windows_model_reads_it(tiny) -> None:
     assert without(rows) == candidate_rows(live) and len(rows) == 4 + 2 * 4
     assert all(r["host_bytes"] > 0 and r["h2d_bytes"] > 0 for r in rows) and store.get_session(sid)["h2d_bytes"] > 0
     assert without(store.timeline(sid), "seconds") == step_rows(live)
+
+
+def test_rows_an_earlier_release_stored_are_what_its_events_fold_into_today(tmp_path: Path) -> None:
+    """tests/data/sessions_m001.db holds real runs (finished and cancelled) recorded by the recorder that folded
+    events on its own; replayed into today's SessionModel, their events give back exactly those rows."""
+    import shutil
+
+    from app.export.report import replayed
+
+    path = tmp_path / "old.db"
+    shutil.copy(Path(__file__).parent / "data" / "sessions_m001.db", path)
+    with SessionStore(path) as store:
+        sessions = store.list_sessions()
+        assert {s["status"] for s in sessions} == {"finished", "cancelled"}
+        for session in sessions:
+            model = replayed(store.events(session["id"]))
+            assert without(store.candidates(session["id"])) == candidate_rows(model)
+            assert without(store.timeline(session["id"]), "seconds") == step_rows(model)
+            facts = session_facts(model)
+            assert {key: store.get_session(session["id"])[key] for key in facts} == facts
