@@ -165,6 +165,10 @@ def test_import_refuses_unknown_fields_and_bad_events(store: SessionStore, sid: 
     (tmp_path / "b.json").write_text(json.dumps(bad), encoding="utf-8")
     with pytest.raises(SessionFileInvalid, match="event"):
         import_session(store, tmp_path / "b.json")
+    bad = {**dump, "events": []}  # the exports and the window show a session from its events
+    (tmp_path / "c.json").write_text(json.dumps(bad), encoding="utf-8")
+    with pytest.raises(SessionFileInvalid, match="do not start with run_started"):
+        import_session(store, tmp_path / "c.json")
     assert [s["id"] for s in store.list_sessions()] == [sid]
 
 

@@ -9,7 +9,7 @@ status) come from the session's row.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from app.session import SearchTree, SessionModel
@@ -29,14 +29,11 @@ class Report:
     timeline: list[dict[str, Any]]  # one per finished step
     path: list[dict[str, Any]]  # the answer's candidates (or the best beam's so far), first step first
     tree: SearchTree  # laid out as the window lays it out
-    _by_step: dict[int, list[dict[str, Any]]] = field(default_factory=dict, init=False, repr=False)
+    by_step: dict[int, list[dict[str, Any]]]  # the candidates again, per step
 
     def alternatives(self, node: dict[str, Any]) -> list[dict[str, Any]]:
         """The other candidates of `node`'s step, best score first (unscored last)."""
-        if not self._by_step:
-            for c in self.candidates:
-                self._by_step.setdefault(c["step"], []).append(c)
-        others = [c for c in self._by_step.get(node["step"], []) if c["id"] != node["id"]]
+        others = [c for c in self.by_step.get(node["step"], []) if c["id"] != node["id"]]
         return sorted(others, key=lambda c: -(c["score"] if c["score"] is not None else -1))
 
 
@@ -47,9 +44,11 @@ def report_of(model: SessionModel, stored: dict[str, Any]) -> Report:
         session.update(session_settings(model), **session_facts(model))
         session.update({key: stored[key] for key in RECORDED_ONLY if key in stored})
     candidates = candidate_rows(model)
-    by_id = {c["id"]: c for c in candidates}
+    by_id, by_step = {c["id"]: c for c in candidates}, {}
+    for c in candidates:
+        by_step.setdefault(c["step"], []).append(c)
     path = [by_id[i] for i in model.outline.best_path if i in by_id]
-    return Report(session, candidates, step_rows(model), path, model.tree)
+    return Report(session, candidates, step_rows(model), path, model.tree, by_step)
 
 
 def replayed(events: Iterable[object]) -> SessionModel:
