@@ -48,7 +48,10 @@ class Outline:
 
 
 class SessionModel:
-    """The fold of one run's events. `subscribe(callback)` hears a `Change` after every apply and reset."""
+    """The fold of one run's events. `subscribe(callback)` hears a `Change` after every apply and reset.
+
+    `layout=False` skips the tree's row positions, for readers that draw nothing (the recorder, `eval`).
+    """
 
     def __init__(self, *, layout: bool = True) -> None:
         self.tree = SearchTree(layout=layout)
