@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from app.session.model import Change, Outline, SessionModel
 from app.session.series import ChartSeries
+from app.session.steps import RunRecord, StepRecord
 from app.session.tree import ROOT_ID, Node, PathStep, SearchTree, first_line
 
 __all__ = [
@@ -13,7 +14,9 @@ __all__ = [
     "Node",
     "Outline",
     "PathStep",
+    "RunRecord",
     "SearchTree",
     "SessionModel",
+    "StepRecord",
     "first_line",
 ]
