@@ -1,4 +1,4 @@
-"""The plain, Qt-free model of one run that the window's panels read: `SessionModel` and what it is made of."""
+"""The Qt-free model of one run (the one fold of its events) that the window, the recorder and the exports read."""
 
 from __future__ import annotations
 
