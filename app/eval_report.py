@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from app.session import SearchTree, SessionModel
+from engine import events as ev
 from engine.answers import extract_answer, same_answer
 
 
@@ -28,35 +30,31 @@ class ProblemResult:
 
 
 def result_of(method: str, line: int, expected: str, events: Sequence) -> ProblemResult:
-    """What one run answered and cost, from its events (the last one terminal)."""
-    scored = {e.id: e for e in events if e.type == "candidate_scored"}
-    selected = [e for e in events if e.type == "step_selected"]
-    end = events[-1] if events else None
-    finished = end is not None and end.type == "run_finished"
-    predicted = extract_answer(end.answer) if finished else None
-    finals = _final_texts(scored, selected[-1].kept if selected else ())
+    """What one run answered and cost, from its events (the last one terminal), folded as the window folds them."""
+    model = SessionModel(layout=False)
+    model.apply_many(events)
+    run, tree = model.run, model.tree
+    selected = [record.selected for record in run.selected_steps if record.selected is not None]
+    done = run.end if isinstance(run.end, ev.RunFinished) else None
+    predicted = extract_answer(done.answer) if done else None
+    finals = _final_texts(tree, selected[-1].kept if selected else ())
     audited = [e for e in selected if e.verify_skipped and e.verifier_agrees is not None]
+    scored_tokens = sum(n.tokens for n in tree.candidates() if n.score is not None)
+    status = run.status if run.status in ("finished", "cancelled") else "failed"  # no end at all counts as failed
     return ProblemResult(
         method, line, expected, predicted, same_answer(predicted, expected),
-        any(same_answer(extract_answer(text), expected) for text in finals), len(finals) if finished else 0,
-        end.candidate_tokens if finished else sum(e.tokens for e in scored.values()),
-        sum(e.verifier_tokens for e in selected), end.seconds if finished else 0.0, len(selected),
-        sum(e.verify_skipped for e in selected), len(audited), sum(not e.verifier_agrees for e in audited),
-        {"run_finished": "finished", "run_cancelled": "cancelled"}.get(end.type if end else "", "failed"),
+        any(same_answer(extract_answer(text), expected) for text in finals), len(finals) if done else 0,
+        done.candidate_tokens if done else scored_tokens, sum(e.verifier_tokens for e in selected),
+        done.seconds if done else 0.0, len(selected), sum(e.verify_skipped for e in selected), len(audited),
+        sum(not e.verifier_agrees for e in audited), status,
     )
 
 
-def _final_texts(scored: dict, kept: Sequence[int]) -> list[str]:
+def _final_texts(tree: SearchTree, kept: Sequence[int]) -> list[str]:
     """Each final candidate's whole text (its path's steps joined); finished ones when any finished."""
-    finished = [c for c in kept if c in scored and scored[c].finished]
-    texts = []
-    for cid in finished or kept:
-        steps, node = [], cid
-        while node is not None and node in scored:
-            steps.append(scored[node].text)
-            node = scored[node].parent
-        texts.append("".join(reversed(steps)))
-    return texts
+    kept = [c for c in kept if c in tree]
+    finished = [c for c in kept if tree.node(c).eos]
+    return ["".join(tree.node(i).text for i in tree.path_to(cid)) for cid in finished or kept]
 
 
 @dataclass(frozen=True)

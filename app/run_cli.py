@@ -26,7 +26,6 @@ class Printer:
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
-        self.texts: dict[int, str] = {}
         self.remote = False
 
     def __call__(self, event) -> None:
@@ -43,7 +42,6 @@ class Printer:
         elif event.type == "step_started":
             p(f"\n== step {event.step} (expanding {', '.join(map(str, event.beams)) or 'the prompt'})")
         elif event.type == "candidate_scored":
-            self.texts[event.id] = event.text
             parent = "-" if event.parent is None else event.parent
             first = next((line for line in event.text.splitlines() if line.strip()), "").strip()[:70]
             done = " [finished]" if event.finished else ""

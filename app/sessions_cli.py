@@ -8,7 +8,7 @@ import unicodedata
 from pathlib import Path
 
 import app.formatting as fmt
-from app.export import FORMATS, ExportError, chosen_path, export_session, import_session, render_session, session_dump
+from app.export import FORMATS, ExportError, export_session, import_session, render_session, session_report
 from app.journal_import import open_session_store
 from app.store import SessionStore, StoreError, default_db_path
 
@@ -72,15 +72,15 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     with _open(args) as store:
-        dump = session_dump(store, args.id)
-    s = dump["session"]
+        report = session_report(store, args.id)
+    s = report.session
     print(f"session {args.id}: {_safe(s['title'])}")
     print(f"  {s['created']}  {s['status']}" + (f" ({s['error']})" if s["error"] else ""))
     print(f"  model {s['model']}, verifier {s['verifier']}, {s['device']}, policy {s['policy']}")
     print(f"  {s['steps']} steps, {s['candidates']} candidates, {s['candidate_tokens']} tokens, "
           f"{s['seconds'] or 0:.2f} s, H2D {s['h2d_bytes']:,} B, D2H {s['d2h_bytes']:,} B")
     print(f"\nquestion:\n{_safe(s['question'])}\n\nchosen path:")
-    for node in chosen_path(dump):
+    for node in report.path:
         print(f"  step {node['step']} #{node['id']} score {fmt.score(node['score'])}: {_cut(node['text'], 100)}")
     print(f"\nanswer:\n{_safe(s['answer']) or '(none: the run did not finish)'}")
     return 0

@@ -1,4 +1,4 @@
-"""Storage figures for BENCHMARKS.md: recording overhead per run and the time to load a large session.
+"""Storage figures for BENCHMARKS.md: recording overhead per run, the time to load and to export a large session.
 
     python -m benchmarks.bench_store                              # fake event streams only (no torch)
     python -m benchmarks.bench_store --model synthetic:tiny-llama # also the share of a real synthetic run
@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from app.export import render_session
 from app.recorder import SessionRecorder
 from app.store import SessionStore
 from benchmarks.fake_search import fake_run
@@ -103,6 +104,8 @@ def load_cost(folder: Path, repeats: int = 3) -> dict[str, float]:
     with SessionStore(path) as store:
         result["events_s"] = _best_of(lambda: store.events(sid), repeats)
         result["candidates_s"] = _best_of(lambda: store.candidates(sid), repeats)
+        for fmt in ("md", "html"):  # replayed from the events into a SessionModel, then rendered
+            result[f"export_{fmt}_s"] = _best_of(lambda fmt=fmt: render_session(store, sid, fmt), repeats)
     result["db_bytes"] = path.stat().st_size + sum(p.stat().st_size for p in folder.glob("big.db-*"))
     return result
 
@@ -128,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"loading a {load['candidates']:,}-candidate session ({load['events']:,} events, "
               f"{load['db_bytes'] / 1e6:.1f} MB db): open+everything {load['load_all_s'] * 1000:.0f} ms, "
               f"events {load['events_s'] * 1000:.0f} ms, candidates {load['candidates_s'] * 1000:.0f} ms")
+        print(f"exporting it: Markdown {load['export_md_s'] * 1000:.0f} ms, HTML {load['export_html_s'] * 1000:.0f} ms")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1), encoding="utf-8")
     return 0

@@ -111,3 +111,25 @@ def test_calibrate_saves_thresholds_that_run_and_the_window_read(tmp_path, capsy
 
     _, search, _ = configs_from_args(build_parser().parse_args(["run", "--verify-skip"]))
     assert (search.tau_conf, search.r_gap) == (saved.tau_conf, saved.r_gap)
+
+
+def test_a_problems_result_reads_the_runs_events_as_the_window_does():
+    from app.eval_report import result_of
+    from benchmarks.fake_search import fake_run
+    from engine import events as ev
+    from engine.config import SearchConfig
+
+    stream = list(fake_run("q", SearchConfig(beams=2, width=2, max_steps=3, seed=1), finish_at_step=2))
+    done = result_of("beam", 4, "80", stream)
+    end = stream[-1]
+    texts = {e.id: e.text for e in stream if isinstance(e, ev.CandidateScored)}
+    assert (done.predicted, done.correct, done.any_correct, done.status) == ("80", True, False, "finished")
+    assert (done.steps, done.candidates, done.tokens) == (2, 2, end.candidate_tokens)
+    cancelled = result_of("beam", 4, "80", [*stream[:-1], ev.RunCancelled(step=2)])
+    assert (cancelled.predicted, cancelled.status, cancelled.candidates) == (None, "cancelled", 0)
+    assert cancelled.tokens == 8 * len(texts)  # every scored candidate's tokens when the run has no total
+    failed = result_of("beam", 4, "80", stream[:-3])  # no terminal event: counted as failed
+    assert (failed.status, failed.steps) == ("failed", 1)
+    second = [e for e in stream if isinstance(e, ev.StepSelected)][-1].kept[1]  # its text ends "candidate N."
+    other = result_of("beam", 4, str(second), stream)
+    assert (other.correct, other.any_correct) == (False, True)  # the second final candidate's answer is N

@@ -17,10 +17,13 @@ from app.export import (
     import_session,
     render_session,
     session_dump,
+    session_report,
 )
-from app.export.html_page import COL, MARGIN, ROW, embed_json, layout
+from app.export.html_page import COL, MARGIN, ROW, embed_json, layout, render_html
+from app.export.markdown import render_markdown
+from app.export.report import report_of
 from app.recorder import SessionRecorder
-from app.session import ROOT_ID, SessionModel
+from app.session import ROOT_ID, SearchTree, SessionModel
 from app.store import SessionStore
 from benchmarks.fake_search import fake_run
 from engine import events as ev
@@ -78,6 +81,41 @@ def test_markdown_of_a_cancelled_run_follows_the_best_beam(store: SessionStore) 
     assert "Status: cancelled" in text and "### Step 2" in text and "(no answer" in text
 
 
+def stopped_run():
+    stopped = []
+    stream = fake_run("q", SearchConfig(beams=3, width=2, max_steps=4, seed=8), should_stop=lambda: len(stopped) >= 2)
+    return [stopped.append(e) or e if isinstance(e, ev.StepSelected) else e for e in stream]
+
+
+def failed_run():
+    stream = list(fake_run("q", SearchConfig(beams=2, width=2, max_steps=3)))
+    first = next(i for i, e in enumerate(stream) if isinstance(e, ev.StepSelected))
+    return [*stream[: first + 5], ev.RunFailed(error="RuntimeError", message="out of memory")]
+
+
+STREAMS = {
+    "finished": lambda: fake_run("A train?", SearchConfig(beams=3, width=2, max_steps=3, seed=9)),
+    "cancelled": stopped_run,
+    "failed": failed_run,
+    "markup": evil_stream,
+}
+
+
+@pytest.mark.parametrize("fmt", ["md", "html"])
+@pytest.mark.parametrize("name", sorted(STREAMS))
+def test_the_export_of_a_stored_session_is_the_export_of_the_windows_model(store: SessionStore, name: str,
+                                                                          fmt: str) -> None:
+    """Recorded, stored, read back and replayed, a run exports exactly as the model the window folded live."""
+    stream, live = list(STREAMS[name]()), SessionModel()
+    for event in stream:
+        live.apply(event)
+    sid = record(store, stream)
+    report = report_of(live, store.get_session(sid))
+    expected = render_markdown(report) if fmt == "md" else render_html(report, session_dump(store, sid))
+    assert render_session(store, sid, fmt) == expected
+    assert report.path and all(node["state"] != "running" for node in report.path)
+
+
 def test_json_round_trip_gives_an_identical_session(store: SessionStore, sid: int, tmp_path: Path) -> None:
     first = export_session(store, sid, "json", tmp_path / "one.json")
     other = SessionStore(tmp_path / "other.db")
@@ -127,6 +165,10 @@ def test_import_refuses_unknown_fields_and_bad_events(store: SessionStore, sid: 
     (tmp_path / "b.json").write_text(json.dumps(bad), encoding="utf-8")
     with pytest.raises(SessionFileInvalid, match="event"):
         import_session(store, tmp_path / "b.json")
+    bad = {**dump, "events": []}  # the exports and the window show a session from its events
+    (tmp_path / "c.json").write_text(json.dumps(bad), encoding="utf-8")
+    with pytest.raises(SessionFileInvalid, match="do not start with run_started"):
+        import_session(store, tmp_path / "c.json")
     assert [s["id"] for s in store.list_sessions()] == [sid]
 
 
@@ -171,21 +213,28 @@ def test_embed_json_never_contains_markup() -> None:
 
 
 def test_tree_layout_gives_each_subtree_its_own_rows() -> None:
-    rows = [{"id": 1, "parent": None, "step": 1}, {"id": 2, "parent": None, "step": 1},
-            {"id": 3, "parent": 1, "step": 2}, {"id": 4, "parent": 1, "step": 2}, {"id": 5, "parent": 2, "step": 2}]
-    pos = layout(rows, {"beams": 2, "width": 2})
+    start = next(iter(fake_run("q", SearchConfig(beams=2, width=2))))
+    tree = SearchTree()
+    tree.apply_many([start, *(ev.CandidateText(step, cid, parent, "", 0, False, 0)
+                              for step, cid, parent in ((1, 1, None), (1, 2, None), (2, 3, 1), (2, 4, 1), (2, 5, 2)))])
+    pos = layout(tree)
     assert pos[3][1] < pos[4][1] < pos[5][1]  # leaves in order
     assert pos[1][1] == (pos[3][1] + pos[4][1]) / 2  # a parent in the middle of its children
     assert pos[1][0] < pos[3][0] and pos[ROOT_ID][0] < pos[1][0]
     assert min(y for _, y in pos.values()) == MARGIN  # the page starts at its margin
 
 
-def test_the_page_lays_the_tree_out_as_the_window_does(store: SessionStore, sid: int) -> None:
-    tree = SessionModel()
-    tree.apply_many(store.events(sid))
-    pos = layout(store.candidates(sid), store.get_session(sid)["search"])
-    top = min(node.y for node in tree.tree.nodes.values())
-    assert pos == {cid: (MARGIN + n.step * COL, MARGIN + (n.y - top) * ROW) for cid, n in tree.tree.nodes.items()}
+def test_the_page_lays_the_tree_out_as_the_window_does(store: SessionStore) -> None:
+    """The window lays a live run out event by event; the page lays the stored run out in one replay."""
+    stream = list(fake_run("q", SearchConfig(beams=3, width=3, max_steps=4, seed=6)))
+    live = SessionModel()
+    for event in stream:
+        live.apply(event)
+    report = session_report(store, record(store, stream))
+    assert layout(report.tree) == layout(live.tree)
+    top = min(node.y for node in live.tree.nodes.values())
+    assert layout(report.tree) == {cid: (MARGIN + n.step * COL, MARGIN + (n.y - top) * ROW)
+                                   for cid, n in live.tree.nodes.items()}
 
 
 def test_export_to_a_missing_folder_or_a_file_path_is_a_clear_error(store: SessionStore, sid: int,

@@ -244,6 +244,12 @@ def test_recorded_sessions_reopen_and_run_again(qtbot, make_window, tmp_path, wa
     session_id = window.current_session
     assert session_id is not None
     live = {n.id: (n.state, n.score) for n in window.panels.tree.data.nodes.values()}
+    from app.export import render_session
+    from app.export.markdown import render_markdown
+    from app.export.report import report_of
+
+    shown = render_markdown(report_of(window.session, store.get_session(session_id)))  # the window's own fold
+    assert render_session(store, session_id, "md") == shown and "### Step 3 (candidate" in shown
 
     for panel in window.panels.all():
         panel.reset()

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from app.recorder import SessionRecorder
+from app.session import SessionModel
+from app.session.rows import candidate_rows, session_facts, session_settings, step_rows
 from app.store import SessionStore, StoreLocked
 from benchmarks.fake_search import fake_run
 from engine import events as ev
@@ -190,6 +192,8 @@ def test_locked_database_keeps_the_step_buffered_and_writes_it_later(tmp_path: P
 DRIVER = """
 import sys, time
 from app.recorder import SessionRecorder
+from app.session import SessionModel
+from app.session.rows import candidate_rows, session_facts, session_settings, step_rows
 from app.store import SessionStore
 from engine import events as ev
 from engine.config import SearchConfig
@@ -280,3 +284,83 @@ def test_a_beam_pruned_in_a_later_step_is_stored_as_pruned(tmp_path) -> None:
             recorder.write(event)
         states = {row["id"]: row["state"] for row in store.candidates(recorder.session_id)}
     assert states[dropped] == "pruned"
+
+
+def scenario(name: str) -> list:
+    """Event streams that end every way a run ends (the last one is closed without an end: interrupted)."""
+    stream = list(fake_run("q", SearchConfig(beams=2, width=2, max_steps=3, seed=5)))
+    second = next(i for i, e in enumerate(stream) if isinstance(e, ev.StepStarted) and e.step == 2)
+    first = next(e for e in stream if isinstance(e, ev.StepSelected))
+    dropped = next(c for c in first.kept if c not in stream[-1].path)
+    return {
+        "finished": stream,
+        "finished early": list(fake_run("q", SearchConfig(beams=2, width=3, max_steps=5, seed=2), finish_at_step=2)),
+        "cancelled inside a step": [*stream[: second + 6], ev.RunCancelled(step=1)],
+        "failed": [*stream[:3], ev.RunFailed(error="KVBudgetTooSmall", message="Raise the KV budget.")],
+        "dropped later": [ev.StepSelected(2, e.kept[:1], (*e.pruned, *e.kept[1:], dropped))
+                          if isinstance(e, ev.StepSelected) and e.step == 2 else e for e in stream],
+        "interrupted": stream[: second + 8],
+    }[name]
+
+
+def without(rows: list[dict], *keys: str) -> list[dict]:
+    return [{k: v for k, v in row.items() if k not in ("session_id", *keys)} for row in rows]
+
+
+def stored_and_live(stream) -> tuple[SessionStore, int, SessionModel]:
+    """The run recorded, and the same events folded one by one as the window folds them."""
+    store, live = SessionStore(memory=True), SessionModel()
+    with SessionRecorder(store) as recorder:
+        for event in stream:
+            recorder.write(event)
+            live.apply(event)
+    return store, recorder.session_id, live
+
+
+@pytest.mark.parametrize("name", ["finished", "finished early", "cancelled inside a step", "failed",
+                                  "dropped later", "interrupted"])
+def test_the_stored_rows_are_what_the_windows_model_reads(name: str) -> None:
+    """The recorder writes step by step what the window's model holds at the end, row for row."""
+    store, sid, live = stored_and_live(scenario(name))
+    assert without(store.candidates(sid)) == candidate_rows(live)
+    assert without(store.timeline(sid), "seconds") == step_rows(live)
+    expected = {**session_settings(live), **session_facts(live)}
+    if name == "interrupted":
+        assert expected["status"] == "running"
+        expected["status"] = "interrupted"
+    session = store.get_session(sid)
+    assert {key: session[key] for key in expected} == expected
+
+
+def test_a_real_search_is_stored_as_the_windows_model_reads_it(tiny) -> None:
+    """The engine's own stream (KV placement, traffic, a budget that offloads) stored as the window reads it."""
+    from engine.config import CacheConfig
+    from engine.search import run
+
+    search = SearchConfig(beams=2, width=2, step_tokens=4, max_steps=3, step_delimiter=None, seed=3)
+    stream = list(run("What is 2+3?", tiny, search, CacheConfig(policy="lbs", kv_budget_bytes=300_000)))
+    store, sid, live = stored_and_live(stream)
+    rows = store.candidates(sid)
+    assert without(rows) == candidate_rows(live) and len(rows) == 4 + 2 * 4
+    assert all(r["host_bytes"] > 0 and r["h2d_bytes"] > 0 for r in rows) and store.get_session(sid)["h2d_bytes"] > 0
+    assert without(store.timeline(sid), "seconds") == step_rows(live)
+
+
+def test_rows_an_earlier_release_stored_are_what_its_events_fold_into_today(tmp_path: Path) -> None:
+    """tests/data/sessions_m001.db holds real runs (finished and cancelled) recorded by the recorder that folded
+    events on its own; replayed into today's SessionModel, their events give back exactly those rows."""
+    import shutil
+
+    from app.export.report import replayed
+
+    path = tmp_path / "old.db"
+    shutil.copy(Path(__file__).parent / "data" / "sessions_m001.db", path)
+    with SessionStore(path) as store:
+        sessions = store.list_sessions()
+        assert {s["status"] for s in sessions} == {"finished", "cancelled"}
+        for session in sessions:
+            model = replayed(store.events(session["id"]))
+            assert without(store.candidates(session["id"])) == candidate_rows(model)
+            assert without(store.timeline(session["id"]), "seconds") == step_rows(model)
+            facts = session_facts(model)
+            assert {key: store.get_session(session["id"])[key] for key in facts} == facts

@@ -1,18 +1,21 @@
-"""Session export and import: the lossless JSON dump, a Markdown transcript and a self-contained HTML page."""
+"""Session export and import: the lossless JSON dump, and a Markdown transcript and a self-contained HTML page
+rendered from the session's `SessionModel` (app/export/report.py)."""
 
 from __future__ import annotations
 
-from app.export.dump import SessionFileInvalid, chosen_path, import_session, session_dump
+from app.export.dump import SessionFileInvalid, import_session, session_dump
 from app.export.files import FORMATS, ExportError, export_session, render_session, write_atomically
+from app.export.report import Report, session_report
 
 __all__ = [
     "FORMATS",
     "ExportError",
+    "Report",
     "SessionFileInvalid",
-    "chosen_path",
     "export_session",
     "import_session",
     "render_session",
     "session_dump",
+    "session_report",
     "write_atomically",
 ]

@@ -93,8 +93,12 @@ def _check_ids(values: Any, known: set[int], where: str) -> None:
 
 
 def check_events(events: list[dict], candidates: list[dict], path: object) -> None:
-    """Candidate events name candidates of the file; step and run events list only those ids."""
+    """The events start the run; candidate events name candidates of the file; step and run events list only
+    those ids."""
     known = {c["id"] for c in candidates}
+    if (candidates or events) and not (events and events[0].get("type") == "run_started"):
+        raise SessionFileInvalid(f"{path}: its events do not start with run_started; the window and the exports "
+                                 "show a session from its events, so this one could not be shown.")
     for number, data in enumerate(events):
         where = f"{path}: event {number + 1} ({data.get('type')})"
         if str(data.get("type", "")).startswith("candidate_"):

@@ -8,7 +8,6 @@ from typing import Any
 
 from app import event_log
 from app.export.checks import SessionFileInvalid, check_events, check_tree, check_values
-from app.session.tree import path_to_root
 from app.store import SCHEMA_VERSION, SessionStore
 from engine import events as ev
 
@@ -30,17 +29,6 @@ def session_dump(store: SessionStore, session_id: int) -> dict[str, Any]:
         "timeline": [{k: v for k, v in row.items() if k not in strip} for row in store.timeline(session_id)],
         "events": store.event_dicts(session_id),
     }
-
-
-def chosen_path(dump: dict[str, Any]) -> list[dict]:
-    """The answer's candidates, first step first: the recorded path, else the best beam of the last step."""
-    by_id = {c["id"]: c for c in dump["candidates"]}
-    ids = list(dump["session"].get("path") or [])
-    if not ids and dump["timeline"] and dump["timeline"][-1]["kept"]:
-        best = dump["timeline"][-1]["kept"][0]
-        parent_of = lambda i: p if (p := by_id[i]["parent"]) in by_id else None  # noqa: E731
-        ids = path_to_root(best if best in by_id else None, parent_of)
-    return [by_id[i] for i in ids if i in by_id]
 
 
 def import_session(store: SessionStore, path: Path | str) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 from app.export.dump import session_dump
 from app.export.html_page import render_html
 from app.export.markdown import render_markdown
+from app.export.report import dump_report, session_report
 from app.store import SessionStore
 from engine.errors import BeamwiseError
 
@@ -28,12 +29,12 @@ def render_session(store: SessionStore, session_id: int, fmt: str) -> str:
     """The export text of one session in `fmt` (md, json or html)."""
     if fmt not in FORMATS:
         raise ValueError(f"export format must be one of {', '.join(FORMATS)} (got {fmt!r}).")
+    if fmt == "md":
+        return render_markdown(session_report(store, session_id))
     dump = session_dump(store, session_id)
     if fmt == "json":
         return json.dumps(dump, indent=1, ensure_ascii=False) + "\n"
-    if fmt == "html":
-        return render_html(dump)
-    return render_markdown(dump)
+    return render_html(dump_report(dump), dump)
 
 
 def export_session(store: SessionStore, session_id: int, fmt: str, path: Path | str) -> Path:

@@ -11,8 +11,8 @@ from html import escape
 from typing import Any
 
 import app.formatting as fmt
-from app.export.dump import chosen_path
 from app.export.markdown import memory_summary
+from app.export.report import Report
 from app.session.tree import ROOT_ID, SearchTree
 
 ROW, COL, MARGIN = 16, 150, 24
@@ -47,19 +47,20 @@ SCRIPT = """
 """
 
 
-def render_html(dump: dict[str, Any]) -> str:
-    s = dump["session"]
-    path = chosen_path(dump)
+def render_html(report: Report, dump: dict[str, Any]) -> str:
+    """The page of `report`; `dump` (the lossless session data) is embedded for the page's script and for reuse."""
+    s = report.session
+    path = report.path
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{escape(s['title'])} · Beamwise</title><style>{STYLE}</style></head><body>",
         f"<h1>{escape(s['title'])}</h1>", "<h2>Question</h2>", f"<pre>{escape(s['question'])}</pre>",
-        _meta_table(s), "<h2>Search tree</h2>", _legend(), _tree_svg(dump, {c["id"] for c in path}),
+        _meta_table(s), "<h2>Search tree</h2>", _legend(), _tree_svg(report, {c["id"] for c in path}),
         '<pre id="detail" class="small">Click a node to read its text.</pre>',
-        "<h2>Transcript</h2>", _transcript(dump, path),
+        "<h2>Transcript</h2>", _transcript(report),
         "<h2>Answer</h2>", f"<pre>{escape(s['answer'] or '(no answer: the run did not finish)')}</pre>",
-        "<h2>Memory and PCIe</h2>", _memory_table(dump),
+        "<h2>Memory and PCIe</h2>", _memory_table(report),
         f'<script type="application/json" id="beamwise-session">{embed_json(dump)}</script>',
         f"<script>{SCRIPT}</script>", "</body></html>",
     ]
@@ -92,18 +93,17 @@ def _legend() -> str:
     return f'<p class="legend small">{items}</p>'
 
 
-def layout(candidates: list[dict], search: dict[str, Any] | None = None) -> dict[int, tuple[float, float]]:
+def layout(tree: SearchTree) -> dict[int, tuple[float, float]]:
     """Node positions in pixels, the prompt under ROOT_ID: the window's tree layout, from the margin down."""
-    tree = SearchTree.of_rows(candidates, search)
     top = min(node.y for node in tree.nodes.values())
     return {cid: (MARGIN + node.step * COL, MARGIN + (node.y - top) * ROW) for cid, node in tree.nodes.items()}
 
 
-def _tree_svg(dump: dict[str, Any], on_path: set[int]) -> str:
-    candidates = dump["candidates"]
+def _tree_svg(report: Report, on_path: set[int]) -> str:
+    candidates = report.candidates
     if not candidates:
         return "<p>No candidates were recorded.</p>"
-    pos = layout(candidates, dump["session"].get("search"))
+    pos = layout(report.tree)
     width = max(x for x, _ in pos.values()) + 2 * MARGIN + 60
     height = max(y for _, y in pos.values()) + 2 * MARGIN
     root = pos.pop(ROOT_ID)
@@ -128,36 +128,32 @@ def _tree_svg(dump: dict[str, Any], on_path: set[int]) -> str:
             + "".join(lines) + "".join(nodes) + "</svg></div>")
 
 
-def _transcript(dump: dict[str, Any], path: list[dict]) -> str:
-    if not path:
+def _transcript(report: Report) -> str:
+    if not report.path:
         return "<p>No step finished.</p>"
-    by_step: dict[int, list[dict]] = {}
-    for c in dump["candidates"]:
-        by_step.setdefault(c["step"], []).append(c)
     out = []
-    for node in path:
+    for node in report.path:
         out.append(f"<h3>Step {node['step']} <span class='small'>candidate {node['id']}, score "
                    f"{fmt.score(node['score'])}, path {fmt.score(node['aggregate'])}</span></h3>")
         out.append(f"<pre>{escape(node['text'])}</pre>")
-        others = sorted((c for c in by_step.get(node["step"], []) if c["id"] != node["id"]),
-                        key=lambda c: -(c["score"] if c["score"] is not None else -1))
+        others = report.alternatives(node)
         if others:
             rows = "".join(f"<tr><td>{c['id']}</td><td>{escape(c['state'])}</td><td>{fmt.score(c['score'])}</td>"
-                           f"<td>{escape(' '.join(c['text'].split())[:120])}</td></tr>" for c in others[:8])
+                           f"<td>{escape(fmt.brief(c['text'], 120))}</td></tr>" for c in others[:8])
             more = f"<p class='small'>… and {len(others) - 8} more</p>" if len(others) > 8 else ""
             out.append(f"<details><summary>{len(others)} alternatives</summary><table><tr><th>id</th><th>state"
                        f"</th><th>score</th><th>text</th></tr>{rows}</table>{more}</details>")
     return "\n".join(out)
 
 
-def _memory_table(dump: dict[str, Any]) -> str:
-    summary = memory_summary(dump)
+def _memory_table(report: Report) -> str:
+    summary = memory_summary(report)
     head = f"<p>{escape(summary[0])}</p>"
-    if not dump["timeline"]:
+    if not report.timeline:
         return head
     rows = "".join(
         f"<tr><td>{t['step']}</td><td>{t['groups']}</td><td>{fmt.size(t['step_h2d_bytes'])}</td>"
         f"<td>{fmt.size(t['step_d2h_bytes'])}</td><td>{fmt.size(t['device_bytes'])}</td><td>{fmt.size(t['host_bytes'])}"
-        f"</td><td>{(t['stall_share'] or 0) * 100:.0f}%</td></tr>" for t in dump["timeline"])
+        f"</td><td>{(t['stall_share'] or 0) * 100:.0f}%</td></tr>" for t in report.timeline)
     return (head + "<table><tr><th>step</th><th>groups</th><th>H2D</th><th>D2H</th><th>KV on device</th>"
             f"<th>KV on host</th><th>stall</th></tr>{rows}</table>")

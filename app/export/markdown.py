@@ -1,15 +1,13 @@
-"""The Markdown transcript of a session dump: settings, the chosen path with its alternatives, memory and PCIe."""
+"""The Markdown transcript of a session report: settings, the chosen path with its alternatives, memory and PCIe."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import app.formatting as fmt
-from app.export.dump import chosen_path
+from app.export.report import Report
 
 
-def render_markdown(dump: dict[str, Any]) -> str:
-    s = dump["session"]
+def render_markdown(report: Report) -> str:
+    s = report.session
     lines = [f"# {fmt.md_line(s['title'])}", "", "## Question", "", *_quote(s["question"]), ""]
     lines += ["## Run", "", f"- Model: {fmt.md_line(s['model'])}", f"- Verifier: {s['verifier']}",
               f"- Device: {fmt.md_line(s['device'])}",
@@ -19,15 +17,11 @@ def render_markdown(dump: dict[str, Any]) -> str:
               f"{s['candidate_tokens']} candidate tokens, {s['seconds'] or 0:.2f} s",
               f"- Search: {fmt.settings(s['search'])}", f"- Cache: {fmt.settings(s['cache'])}", ""]
     lines += ["## Chosen path", ""]
-    path = chosen_path(dump)
-    by_step: dict[int, list[dict]] = {}
-    for c in dump["candidates"]:
-        by_step.setdefault(c["step"], []).append(c)
+    path = report.path
     for node in path:
         lines += [f"### Step {node['step']} (candidate {node['id']}, score {fmt.score(node['score'])}, "
                   f"path {fmt.score(node['aggregate'])})", "", *_quote(node["text"]), ""]
-        others = sorted((c for c in by_step.get(node["step"], []) if c["id"] != node["id"]),
-                        key=lambda c: -(c["score"] if c["score"] is not None else -1))
+        others = report.alternatives(node)
         if others:
             lines.append("Alternatives:")
             lines += [f"- {c['id']} ({c['state']}, {fmt.score(c['score'])}): {fmt.md_line(fmt.brief(c['text']))}"
@@ -38,12 +32,12 @@ def render_markdown(dump: dict[str, Any]) -> str:
     if not path:
         lines += ["No step finished.", ""]
     lines += ["## Answer", "", *(_quote(s["answer"]) if s.get("answer") else ["(no answer: the run did not finish)"]),
-              "", "## Memory and PCIe", "", *memory_summary(dump)]
+              "", "## Memory and PCIe", "", *memory_summary(report)]
     return "\n".join(lines) + "\n"
 
 
-def memory_summary(dump: dict[str, Any]) -> list[str]:
-    s, steps = dump["session"], dump["timeline"]
+def memory_summary(report: Report) -> list[str]:
+    s, steps = report.session, report.timeline
     peak = max((t["peak_device_bytes"] or 0 for t in steps), default=0)
     lines = [f"Host to device {fmt.size(s['h2d_bytes'])}, device to host {fmt.size(s['d2h_bytes'])}, "
              f"peak KV on the device {fmt.size(peak)} of {fmt.size(s['kv_budget_bytes'])}"

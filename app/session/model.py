@@ -1,7 +1,9 @@
-"""One run as the window sees it, folded once from the engine's events: tree, chart series, best path, outcome.
+"""One run folded once from the engine's events: tree, chart series, steps, best path, outcome.
 
 Plain Python and no Qt: the window owns one `SessionModel`, applies each event (live or
 replayed) to it once, and every panel reads the model and hears a `Change` saying what moved.
+The recorder folds its run into a `SessionModel` of its own and stores the rows it reads from
+it (app/session/rows.py); the exports replay a stored run into one and render from it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from app.session.series import ChartSeries
+from app.session.steps import RunRecord
 from app.session.tree import SearchTree
 from engine import events as ev
 
@@ -45,12 +48,16 @@ class Outline:
 
 
 class SessionModel:
-    """The fold of one run's events. `subscribe(callback)` hears a `Change` after every apply and reset."""
+    """The fold of one run's events. `subscribe(callback)` hears a `Change` after every apply and reset.
 
-    def __init__(self) -> None:
-        self.tree = SearchTree()
+    `layout=False` skips the tree's row positions, for readers that draw nothing (the recorder, `eval`).
+    """
+
+    def __init__(self, *, layout: bool = True) -> None:
+        self.tree = SearchTree(layout=layout)
         self.series = ChartSeries()
         self.outline = Outline()
+        self.run = RunRecord()
         self._listeners: list[Callable[[Change], None]] = []
 
     def subscribe(self, callback: Callable[[Change], None]) -> None:
@@ -59,13 +66,14 @@ class SessionModel:
     def reset(self) -> None:
         """Forget the run; subscribers hear a RESET change."""
         self.tree.clear()
-        self.series, self.outline = ChartSeries(), Outline()
+        self.series, self.outline, self.run = ChartSeries(), Outline(), RunRecord()
         self._tell(Change(RESET, frozenset(self.tree.nodes), ALL_PLOTS, True))
 
     def apply(self, event: object) -> Change:
         """Fold one event in and tell the subscribers what changed; unknown types change nothing."""
         kind = getattr(event, "type", "")
         nodes = self.tree.apply(event)
+        self._fold_run(event)
         plots = self._fold_series(event)
         change = Change(kind, frozenset(nodes), plots, self._fold_outline(event))
         self._tell(change)
@@ -76,6 +84,7 @@ class SessionModel:
         events = list(events)
         nodes = self.tree.apply_many(events)
         for event in events:
+            self._fold_run(event)
             self._fold_series(event)
             self._fold_outline(event)
         last = getattr(events[-1], "type", RESET) if events else RESET
@@ -86,6 +95,11 @@ class SessionModel:
     def _tell(self, change: Change) -> None:
         for callback in list(self._listeners):
             callback(change)
+
+    def _fold_run(self, event: object) -> None:
+        if isinstance(event, ev.RunStarted):
+            self.run = RunRecord()
+        self.run.apply(event)
 
     def _fold_series(self, event: object) -> tuple[str, ...]:
         if isinstance(event, ev.RunStarted):  # every title says whether the GPU is emulated

@@ -19,16 +19,6 @@ ROOT_ID = -1  # the prompt; engine candidate ids are ints >= 0, so -1 never coll
 SIBLING_GAP = 0.35  # extra rows between the child blocks of different parents
 
 
-def path_to_root(node_id: int | None, parent_of: Callable[[int], int | None]) -> list[int]:
-    """Ids from the top of the tree down to `node_id`; `parent_of(id)` is None where the walk stops
-    (the prompt, or a parent nobody recorded). The one path walk the window and the exports share."""
-    path: list[int] = []
-    while node_id is not None:
-        path.append(node_id)
-        node_id = parent_of(node_id)
-    return path[::-1]
-
-
 def first_line(text: str) -> str:
     """The first non-empty line of `text`, stripped ('' when there is none)."""
     for line in text.splitlines():
@@ -60,6 +50,7 @@ class Node:
     host_bytes: int = 0
     h2d_bytes: int = 0
     d2h_bytes: int = 0
+    own_kv: tuple[int, int] | None = None  # (device, host) KV bytes at the end of its own step; None: never reported
     y: float = 0.0
     children: list[int] = field(default_factory=list)
     lane: str = ""  # "subtree 2" (DVTS) or "sample 5" (best-of-N); empty for beam and greedy
@@ -90,7 +81,8 @@ class PathStep:
 class SearchTree:
     """All candidates of one run, keyed by id, with the run-level facts the views show."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, layout: bool = True) -> None:
+        self.laid_out = layout  # False: rows and columns only, no row positions (a reader that draws nothing)
         self._bulk = False  # apply_many: place nodes without layout, lay each column out once at the end
         self.clear()
 
@@ -114,15 +106,6 @@ class SearchTree:
         self.answer: str | None = None
         self.outcome: str | None = None  # "finished", "cancelled" or "failed" once terminal
 
-    @classmethod
-    def of_rows(cls, rows: Iterable[dict], search: dict[str, object] | None = None) -> SearchTree:
-        """The layout of recorded candidate rows (id, parent, step), as the window lays a live run out."""
-        tree = cls()
-        tree.search = dict(search or {})
-        ordered = sorted(rows, key=lambda r: (r["step"], r["id"]))
-        tree.apply_many(ev.CandidateText(r["step"], r["id"], r["parent"], "", 0, False, 0) for r in ordered)
-        return tree
-
     # -- queries ---------------------------------------------------------------------------
 
     def __len__(self) -> int:
@@ -143,11 +126,13 @@ class SearchTree:
         return [n for n in self.nodes.values() if n.id != ROOT_ID]
 
     def path_to(self, node_id: int) -> list[int]:
-        """Ids from the first step's candidate down to `node_id` (the root is not included)."""
-        if node_id == ROOT_ID:
-            self.node(node_id)
-            return []
-        return path_to_root(node_id, lambda i: None if self.node(i).parent == ROOT_ID else self.node(i).parent)
+        """Ids from the first step's candidate down to `node_id` (the root is not included): the one path walk
+        the window, the exports and `beamwise eval` share. Every parent is in the tree (a lost one is the root)."""
+        node, path = self.node(node_id), []
+        while node.id != ROOT_ID:
+            path.append(node.id)
+            node = self.nodes[node.parent]  # type: ignore[index]
+        return path[::-1]
 
     def path_steps(self, node_id: int) -> list[PathStep]:
         """Score per step along the path from the root to `node_id`."""
@@ -250,6 +235,7 @@ class SearchTree:
             node.device_bytes, node.host_bytes = mem.device_bytes, mem.host_bytes
             if node.step == e.step:  # traffic is per step: keep the share of the node's own step
                 node.h2d_bytes, node.d2h_bytes = mem.h2d_bytes, mem.d2h_bytes
+                node.own_kv = (mem.device_bytes, mem.host_bytes)
             if mem.group is not None and node.group is None:
                 node.group = mem.group
             changed.add(mem.id)
@@ -302,6 +288,9 @@ class SearchTree:
         block of its column within the rows reserved for it, so nothing else moves.
         Otherwise the column is laid out again (O(column size)); earlier columns never move.
         """
+        if not self.laid_out:
+            self.columns.setdefault(node.step, []).append(node.id)
+            return {node.id}
         column = self._layout.setdefault(node.step, _Column())
         if self._bulk:
             column.blocks.setdefault(node.parent, []).append(node.id)

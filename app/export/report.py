@@ -1,0 +1,67 @@
+"""What the Markdown and HTML exports (and `beamwise sessions show`) read of a session: its `SessionModel`.
+
+A stored session is replayed from its events into a `SessionModel`, the fold the window draws,
+and read through app/session/rows.py, the rows the recorder stores; so an export shows what
+the window shows. Only the columns the recorder sets itself (title, times, an interrupted
+status) come from the session's row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from app.session import SearchTree, SessionModel
+from app.session.rows import candidate_rows, session_facts, session_settings, step_rows
+from app.store import SessionStore
+from engine import events as ev
+
+RECORDED_ONLY = ("title", "created", "finished", "status", "seconds")  # columns no event holds
+
+
+@dataclass(frozen=True)
+class Report:
+    """One session as the exports show it: the session's columns, its candidates and steps, the chosen path."""
+
+    session: dict[str, Any]
+    candidates: list[dict[str, Any]]  # by step then id
+    timeline: list[dict[str, Any]]  # one per finished step
+    path: list[dict[str, Any]]  # the answer's candidates (or the best beam's so far), first step first
+    tree: SearchTree  # laid out as the window lays it out
+    by_step: dict[int, list[dict[str, Any]]]  # the candidates again, per step
+
+    def alternatives(self, node: dict[str, Any]) -> list[dict[str, Any]]:
+        """The other candidates of `node`'s step, best score first (unscored last)."""
+        others = [c for c in self.by_step.get(node["step"], []) if c["id"] != node["id"]]
+        return sorted(others, key=lambda c: -(c["score"] if c["score"] is not None else -1))
+
+
+def report_of(model: SessionModel, stored: dict[str, Any]) -> Report:
+    """The report of a folded run; `stored` is its session row (for the recorder's own columns)."""
+    session = dict(stored)
+    if model.run.started is not None:  # an imported session may carry no events: its row is all there is
+        session.update(session_settings(model), **session_facts(model))
+        session.update({key: stored[key] for key in RECORDED_ONLY if key in stored})
+    candidates = candidate_rows(model)
+    by_id, by_step = {c["id"]: c for c in candidates}, {}
+    for c in candidates:
+        by_step.setdefault(c["step"], []).append(c)
+    path = [by_id[i] for i in model.outline.best_path if i in by_id]
+    return Report(session, candidates, step_rows(model), path, model.tree, by_step)
+
+
+def replayed(events: Iterable[object]) -> SessionModel:
+    """A recorded run folded in one go, as the window opens a session."""
+    model = SessionModel()
+    model.apply_many(events)
+    return model
+
+
+def session_report(store: SessionStore, session_id: int) -> Report:
+    return report_of(replayed(store.events(session_id)), store.get_session(session_id))
+
+
+def dump_report(dump: dict[str, Any]) -> Report:
+    """The report of a session dump (app/export/dump.py), from the events it carries."""
+    return report_of(replayed(ev.from_dict(data) for data in dump["events"]), dump["session"])

@@ -1,0 +1,79 @@
+"""What a run did step by step and how it ended, folded from its events: the part of a run the tree does not draw.
+
+`RunRecord` keeps the run's start event, each step's own events (its start, memory snapshot, transfer stats and
+selection) and the run's prompt size and terminal event. `SessionModel` owns one; the
+recorder's step rows, the exports' memory tables and `beamwise eval` read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine import events as ev
+
+STATUS_OF_END = {ev.RunFinished.type: "finished", ev.RunCancelled.type: "cancelled", ev.RunFailed.type: "failed"}
+
+
+@dataclass
+class StepRecord:
+    """One step's events; a field stays None until its event arrives."""
+
+    step: int
+    started: ev.StepStarted | None = None
+    memory: ev.MemorySnapshot | None = None  # the step's last snapshot
+    transfer: ev.TransferStats | None = None
+    selected: ev.StepSelected | None = None  # None: the run ended inside this step
+
+    @property
+    def beams(self) -> tuple[int, ...]:
+        return self.started.beams if self.started else ()
+
+
+@dataclass
+class RunRecord:
+    """The run's start, steps in order and outcome."""
+
+    started: ev.RunStarted | None = None
+    prompt_tokens: int | None = None
+    steps: dict[int, StepRecord] = field(default_factory=dict)
+    end: ev.RunFinished | ev.RunCancelled | ev.RunFailed | None = None
+
+    def apply(self, event: object) -> None:
+        """Fold one event in; events that say nothing about steps or the outcome are ignored."""
+        if isinstance(event, ev.RunStarted):
+            self.started = event
+        elif isinstance(event, ev.PrefillDone):
+            self.prompt_tokens = event.prompt_tokens
+        elif isinstance(event, ev.StepStarted):
+            self._step(event.step).started = event
+        elif isinstance(event, ev.MemorySnapshot):
+            self._step(event.step).memory = event
+        elif isinstance(event, ev.TransferStats):
+            self._step(event.step).transfer = event
+        elif isinstance(event, ev.StepSelected):
+            self._step(event.step).selected = event
+        elif isinstance(event, ev.RunFinished | ev.RunCancelled | ev.RunFailed):
+            self.end = event
+
+    def _step(self, step: int) -> StepRecord:
+        return self.steps.setdefault(step, StepRecord(step))
+
+    @property
+    def selected_steps(self) -> list[StepRecord]:
+        """The steps that finished (were selected), first step first."""
+        return [record for _, record in sorted(self.steps.items()) if record.selected is not None]
+
+    @property
+    def status(self) -> str:
+        """running, finished, cancelled or failed."""
+        return "running" if self.end is None else STATUS_OF_END[self.end.type]
+
+    @property
+    def error(self) -> str | None:
+        """'KVBudgetTooSmall: what to do' for a failed run, else None."""
+        return f"{self.end.error}: {self.end.message}" if isinstance(self.end, ev.RunFailed) else None
+
+    @property
+    def traffic(self) -> ev.TransferStats | None:
+        """The run's cumulative transfers as of its last finished step."""
+        return next((r.transfer for r in reversed(self.selected_steps) if r.transfer is not None), None)
