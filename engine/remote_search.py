@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from engine import events as ev
-from engine.backends.openai import Completion, OpenAICompletions, ServerConfig
+from engine.backends.openai import Completion, OpenAICompletions, RequestCancelled, ServerConfig
 from engine.candidate import Candidate
 from engine.config import SearchConfig
 from engine.errors import BeamwiseError, InvalidPrompt, RemoteError
@@ -43,9 +43,12 @@ def run(
     should_stop: Callable[[], bool] = lambda: False,
     backend: OpenAICompletions | None = None,
 ) -> Iterator[ev.Event]:
-    """Answer `question` on the server; never raises for user errors (yields RunFailed), like search.run."""
+    """Answer `question` on the server; never raises for user errors (yields RunFailed), like search.run.
+
+    A Stop ends a request in flight too (`should_stop` is asked while the client waits for the server).
+    """
     try:
-        backend = backend or OpenAICompletions(server)
+        backend = backend or OpenAICompletions(server, should_stop=should_stop)
         yield from _RemoteSearch(question, server, backend, search, should_stop).events()
     except BeamwiseError as error:
         yield ev.RunFailed(type(error).__name__, error.user_message())
@@ -71,8 +74,15 @@ class _RemoteSearch:
         self.paths: dict[int, str] = {}  # id -> the path's text from the first step on
         self.next_id = 1
         self.gate: dict = {}
+        self.step = 0  # the step in progress
 
     def events(self) -> Iterator[ev.Event]:
+        try:
+            yield from self._steps()
+        except RequestCancelled:  # a Stop while the server computed: that request was abandoned
+            yield ev.RunCancelled(max(0, self.step - 1))
+
+    def _steps(self) -> Iterator[ev.Event]:
         if not self.question.strip():
             raise InvalidPrompt("The question is empty.", hint="Type a question.")
         check_supported(self.cfg)
@@ -84,6 +94,7 @@ class _RemoteSearch:
         kept: list[int] = []
         step = 0
         for step in range(1, self.cfg.max_steps + 1):
+            self.step = step
             if self.should_stop():
                 yield ev.RunCancelled(step - 1)
                 return

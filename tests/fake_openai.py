@@ -2,12 +2,15 @@
 
 Each answer is a function of the prompt and the seed: the third step of a path states the answer and
 ends (EOS), earlier steps stop at the delimiter. `mode` makes it fail: "404" (no such model), "500",
-"no-logprobs", "slow" (answers after `delay` seconds).
+"no-logprobs", "slow" (answers after `delay` seconds, or notes in `abandoned` a client that left first).
+`key` makes it answer 401 to a request without that bearer key; `fail_after` answers 500 from that
+many completions on (a server that dies in the middle of a run).
 """
 
 from __future__ import annotations
 
 import json
+import select
 import socket
 import threading
 import time
@@ -17,10 +20,12 @@ MODEL = "fake-model"
 
 
 class FakeServer:
-    def __init__(self, mode: str = "ok", delay: float = 1.0) -> None:
-        self.mode, self.delay = mode, delay
+    def __init__(self, mode: str = "ok", delay: float = 1.0, key: str | None = None,
+                 fail_after: int | None = None) -> None:
+        self.mode, self.delay, self.key, self.fail_after = mode, delay, key, fail_after
         self.requests: list[dict] = []
         self.headers: list[dict] = []
+        self.abandoned: list[float] = []  # "slow": when a client closed its connection before the answer
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -36,11 +41,12 @@ class FakeServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
+    def refuses(self, authorization: str | None) -> bool:
+        return self.key is not None and authorization != f"Bearer {self.key}"
+
     def answer(self, body: dict) -> tuple[int, dict]:
         self.requests.append(body)
-        if self.mode == "slow":
-            time.sleep(self.delay)
-        if self.mode == "500":
+        if self.mode == "500" or (self.fail_after is not None and len(self.requests) > self.fail_after):
             return 500, {"error": {"message": "internal error"}}
         if self.mode == "404" or body.get("model") != MODEL:
             return 404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}}
@@ -67,7 +73,9 @@ class FakeServer:
 def _handler(server: FakeServer):
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            if self.path == "/v1/models" and server.mode != "404":
+            if server.refuses(self.headers.get("Authorization")):
+                self._send(401, {"error": {"message": "Invalid API key", "type": "invalid_request_error"}})
+            elif self.path == "/v1/models" and server.mode != "404":
                 self._send(200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
             else:
                 self._send(404, {"error": {"message": "not found"}})
@@ -76,10 +84,31 @@ def _handler(server: FakeServer):
             server.headers.append(dict(self.headers))
             length = int(self.headers.get("Content-Length", 0))
             body = json.loads(self.rfile.read(length))
+            if server.refuses(self.headers.get("Authorization")):
+                self._send(401, {"error": {"message": "Invalid API key", "type": "invalid_request_error"}})
+                return
             if self.path != "/v1/completions":
                 self._send(404, {"error": {"message": "not found"}})
                 return
+            if server.mode == "slow" and self._client_left_within(server.delay):
+                server.requests.append(body)
+                server.abandoned.append(time.monotonic())
+                return
             self._send(*server.answer(body))
+
+        def _client_left_within(self, seconds: float) -> bool:
+            """Compute for `seconds`, noticing (as vLLM and llama.cpp's server do) a client that hangs up."""
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                if not select.select([self.connection], [], [], 0.01)[0]:
+                    continue
+                try:
+                    if self.connection.recv(1, socket.MSG_PEEK) == b"":
+                        return True
+                except ConnectionError:
+                    return True
+                time.sleep(0.01)  # bytes waiting (not a hang-up): keep computing
+            return False
 
         def _send(self, status: int, data: dict) -> None:
             raw = json.dumps(data).encode()

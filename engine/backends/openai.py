@@ -1,23 +1,38 @@
 """A generator on an OpenAI-compatible /v1/completions server (vLLM, SGLang, llama.cpp's server).
 
-Standard library only (urllib). One call of `complete` is one request with n=1: the server's prefix cache
-does the KV reuse between a parent's children. Every failure becomes one of the RemoteError types of
+Standard library only (http.client). One call of `complete` is one request with n=1: the server's prefix
+cache does the KV reuse between a parent's children. Every failure becomes one of the RemoteError types of
 engine/errors.py, whose message is what the user reads.
+
+A request in flight can be cancelled: while the server computes, the client waits on the socket in short
+slices and asks `should_stop` between them; on a stop it closes the connection (vLLM, SGLang and
+llama.cpp's server abort a request whose client left) and raises RequestCancelled.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import select
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from engine.errors import LogprobsUnavailable, RemoteError, ServedModelNotFound, ServerError, ServerUnreachable
 
 RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
+POLL_S = 0.05  # how often a waiting request asks `should_stop`: a Stop takes effect within this
+StopFn = Callable[[], bool]
+
+
+def never() -> bool:
+    return False
+
+
+class RequestCancelled(Exception):  # a cancellation, not an error: the search yields RunCancelled
+    """The user stopped the run while a request was in flight; the connection was closed."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +45,8 @@ class ServerConfig:
     timeout_s: float = 60.0
     retries: int = 2  # further tries after a connection error, a timeout, 429 or 5xx
     backoff_s: float = 0.5  # the wait before retry i is backoff_s * 2**i
+    api_key: str | None = field(default=None, repr=False, compare=False)  # given directly (the window's keyring)
+    key_source: str | None = None  # where `api_key` came from, for the record ("keyring"); never the key
 
     @property
     def base_url(self) -> str:
@@ -39,7 +56,7 @@ class ServerConfig:
     def to_dict(self) -> dict:
         """What a session records: never the key, only the variable's name."""
         return {"backend": "openai", "endpoint": self.endpoint, "served_model": self.served_model,
-                "api_key_env": self.api_key_env}
+                "api_key_env": self.api_key_env, "key_source": self.key_source}
 
 
 @dataclass(frozen=True)
@@ -54,27 +71,31 @@ class Completion:
 class OpenAICompletions:
     """One served model; `complete` asks for one continuation of a prompt text."""
 
-    def __init__(self, config: ServerConfig, *, sleep: Callable[[float], None] = time.sleep) -> None:
-        self.cfg, self.sleep = config, sleep
-        self.api_key = _read_key(config.api_key_env)
+    def __init__(self, config: ServerConfig, *, sleep: Callable[[float], None] | None = None,
+                 should_stop: StopFn = never) -> None:
+        self.cfg, self.should_stop = config, should_stop
+        self.sleep = sleep or self._sleep_unless_stopped
+        self.api_key = config.api_key or _read_key(config.api_key_env)
         self.requests = 0
 
     @property
     def name(self) -> str:
         return self.cfg.served_model
 
-    def check_model(self) -> None:
-        """Fail early and clearly when the server serves no model of that name (servers without /models pass)."""
+    def check_model(self) -> tuple[str, ...]:
+        """The served models' names; fails early and clearly when none is `served_model`.
+        Servers without /models pass with an empty list (the first completion will tell)."""
         try:
             listing = self._request("GET", "/models", None)
-        except ServedModelNotFound:  # no /models route: the first completion will tell
-            return
-        served = [m.get("id") for m in listing.get("data", []) if isinstance(m, dict)]
+        except ServedModelNotFound:
+            return ()
+        data = listing.get("data", []) if isinstance(listing, dict) else []
+        served = tuple(str(m.get("id")) for m in data if isinstance(m, dict))
         if served and self.cfg.served_model not in served:
             raise ServedModelNotFound(
-                f"the server at {self.cfg.endpoint} serves {', '.join(map(str, served))}, "
-                f"not {self.cfg.served_model!r}."
+                f"the server at {self.cfg.endpoint} serves {', '.join(served)}, not {self.cfg.served_model!r}."
             )
+        return served
 
     def complete(
         self, prompt: str, *, max_tokens: int, stop: Sequence[str], temperature: float, top_p: float, seed: int
@@ -105,29 +126,55 @@ class OpenAICompletions:
                 if last or (status is not None and status not in RETRYABLE):
                     raise
             self.sleep(self.cfg.backoff_s * 2**attempt)
+            if self.should_stop():
+                raise RequestCancelled
         raise AssertionError("unreachable")
 
+    def _sleep_unless_stopped(self, seconds: float) -> None:
+        """The backoff before a retry, in slices so that a Stop does not wait it out."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0 and not self.should_stop():
+            time.sleep(min(left, POLL_S))
+
     def _send(self, method: str, url: str, body: dict | None) -> dict:
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(url, data=data, headers=headers, method=method)
+        parts = urllib.parse.urlsplit(url)
+        kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         self.requests += 1
         try:
-            with urllib.request.urlopen(request, timeout=self.cfg.timeout_s) as response:
-                return json.loads(response.read().decode())
-        except urllib.error.HTTPError as error:
-            raise self._http_error(error.code, _detail(error)) from error
+            connection = kind(parts.hostname or "", parts.port, timeout=self.cfg.timeout_s)
+        except (http.client.InvalidURL, ValueError) as error:
+            raise ServerUnreachable(f"the endpoint {self.cfg.endpoint!r} is not a URL like http://host:8000 "
+                                    f"({error}).") from error
+        try:
+            connection.request(method, parts.path, body=data, headers=headers)
+            self._await_answer(connection)
+            response = connection.getresponse()
+            status, raw = response.status, response.read()
         except TimeoutError as error:
             raise self._timeout() from error
-        except (urllib.error.URLError, ConnectionError, OSError) as error:
-            reason = getattr(error, "reason", error)
-            if isinstance(reason, TimeoutError):
-                raise self._timeout() from error
-            raise ServerUnreachable(f"cannot reach the server at {self.cfg.endpoint}: {reason}.") from error
-        except json.JSONDecodeError as error:
-            raise ServerError(200, f"an answer that is not JSON ({error})") from error
+        except (OSError, http.client.HTTPException) as error:
+            raise ServerUnreachable(f"cannot reach the server at {self.cfg.endpoint}: {_reason(error)}.") from error
+        finally:
+            connection.close()  # on a Stop too: the server drops a request whose client left
+        if status >= 400:
+            raise self._http_error(status, _detail(raw))
+        try:
+            return json.loads(raw.decode())
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ServerError(status, f"an answer that is not JSON ({error})") from error
+
+    def _await_answer(self, connection: http.client.HTTPConnection) -> None:
+        """Wait until the answer starts, asking `should_stop` every POLL_S; the whole wait is the timeout."""
+        deadline = time.monotonic() + self.cfg.timeout_s
+        while not select.select([connection.sock], [], [], POLL_S)[0]:
+            if self.should_stop():
+                raise RequestCancelled
+            if time.monotonic() > deadline:
+                raise TimeoutError
 
     def _timeout(self) -> ServerUnreachable:
         return ServerUnreachable(
@@ -142,8 +189,34 @@ class OpenAICompletions:
                 f"the server at {self.cfg.endpoint} has no model {self.cfg.served_model!r} (HTTP {status}: {detail})."
             )
         if status in (401, 403):
-            return ServerError(status, detail, hint="Set the API key in the variable named by --api-key-env.")
+            return ServerError(status, f"the API key was refused ({detail or 'no details'})",
+                               hint="Check the API key: --api-key-env NAME names the variable that holds it "
+                               "(in the window: Server… > API key).")
         return ServerError(status, detail)
+
+
+@dataclass(frozen=True)
+class ConnectionCheck:
+    """What "Test connection" found: the served models and the time of a one-token completion."""
+
+    served: tuple[str, ...]
+    seconds: float
+
+    def sentence(self, config: ServerConfig) -> str:
+        others = [m for m in self.served if m != config.served_model]
+        listed = f"; it also serves {', '.join(others)}" if others else ""
+        return (f"Connected: {config.served_model} at {config.endpoint} answered with log-probabilities "
+                f"in {self.seconds:.2f} s{listed}.")
+
+
+def check_connection(config: ServerConfig, *, should_stop: StopFn = never) -> ConnectionCheck:
+    """The model list, then one token with log-probabilities: raises the RemoteError that a search would meet
+    first (unreachable, refused key, wrong model, no log-probabilities). No retries: an answer now or why not."""
+    backend = OpenAICompletions(replace(config, retries=0), should_stop=should_stop)
+    started = time.perf_counter()
+    served = backend.check_model()
+    backend.complete("Hello", max_tokens=1, stop=[], temperature=0.0, top_p=1.0, seed=0)
+    return ConnectionCheck(served, time.perf_counter() - started)
 
 
 def _completion(choice: dict, usage: dict, stop: Sequence[str]) -> Completion:
@@ -163,19 +236,23 @@ def _completion(choice: dict, usage: dict, stop: Sequence[str]) -> Completion:
     return Completion(text, values, by_eos, at_stop, usage.get("prompt_tokens"))
 
 
-def _detail(error: urllib.error.HTTPError) -> str:
+def _detail(raw: bytes) -> str:
+    """The server's own words from an error body: OpenAI's {"error": {"message"}}, {"message"} or plain text."""
+    text = raw.decode(errors="replace")
     try:
-        raw = error.read().decode(errors="replace")
-    except OSError:
-        return error.reason or ""
-    try:
-        data = json.loads(raw)
+        data = json.loads(text)
     except json.JSONDecodeError:
-        return raw.strip()[:200]
+        return text.strip()[:200]
+    if not isinstance(data, dict):
+        return text.strip()[:200]
     message = data.get("message") or (data.get("error") or {})
     if isinstance(message, dict):
         message = message.get("message", "")
-    return str(message or raw)[:200]
+    return str(message or text)[:200]
+
+
+def _reason(error: Exception) -> str:
+    return str(getattr(error, "strerror", None) or error or type(error).__name__)
 
 
 def _read_key(variable: str | None) -> str | None:
