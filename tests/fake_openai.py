@@ -45,7 +45,7 @@ class FakeServer:
         return self.key is not None and authorization != f"Bearer {self.key}"
 
     def answer(self, body: dict) -> tuple[int, dict]:
-        self.requests.append(body)
+        """The answer to a completion request already appended to `requests`."""
         if self.mode == "500" or (self.fail_after is not None and len(self.requests) > self.fail_after):
             return 500, {"error": {"message": "internal error"}}
         if self.mode == "404" or body.get("model") != MODEL:
@@ -90,8 +90,8 @@ def _handler(server: FakeServer):
             if self.path != "/v1/completions":
                 self._send(404, {"error": {"message": "not found"}})
                 return
+            server.requests.append(body)
             if server.mode == "slow" and self._client_left_within(server.delay):
-                server.requests.append(body)
                 server.abandoned.append(time.monotonic())
                 return
             self._send(*server.answer(body))
