@@ -290,3 +290,31 @@ def test_a_key_given_directly_is_sent_and_not_in_the_record() -> None:
     assert events[-1].type == "run_finished"
     assert "sk-from-keyring" not in repr(cfg) and "sk-from-keyring" not in json.dumps(ev.to_dict(events[0]))
     assert events[0].cache["key_source"] == "keyring"
+
+
+def test_bench_puts_the_server_beside_a_local_run(capsys, tmp_path: Path) -> None:
+    report = tmp_path / "remote.json"
+    with FakeServer() as server:
+        code = main(["bench", "--backend", "openai", "--server", server.url, "--served-model", MODEL,
+                     "--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2", "--step-tokens", "8",
+                     "--gen-tokens", "24", "--question", QUESTION, "--step-delimiter", "\\n\\n", "--json", str(report)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    remote, local = json.loads(report.read_text(encoding="utf-8"))["runs"]
+    assert (remote["backend"], remote["model"], remote["ok"]) == ("openai", MODEL, True)
+    assert [s["requests"] for s in remote["steps"]] == [4, 4, 4]  # N x M completions a step; the model check apart
+    assert [s["tokens"] for s in remote["steps"]] == [16, 16, 20]  # the fake's words: 4 a step, 5 in the answer
+    assert remote["requests"] == len(server.requests) - 1 == 12  # the connection check's one token apart
+    assert local["backend"] == "local" and local["ok"] and local["requests"] == 0 and local["tokens"] > 0
+    assert all(s["seconds"] > 0 for s in remote["steps"] + local["steps"])
+    lines = out.splitlines()
+    assert any(line.split()[:4] == ["1", "openai", MODEL, "4"] for line in lines)
+    assert any(line.split()[:2] == ["1", "local"] for line in lines)
+    assert any(line.split()[:5] == ["total", "openai", MODEL, "12", "52"] for line in lines)
+
+
+def test_bench_without_a_server_is_one_clear_line(capsys) -> None:
+    code = main(["bench", "--backend", "openai", "--server", f"http://127.0.0.1:{closed_port()}", "--served-model",
+                 MODEL, "--request-timeout", "2"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("beamwise: error:")]
+    assert code == 2 and len(err) == 1 and "cannot reach the server" in err[0]
