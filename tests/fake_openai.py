@@ -1,7 +1,8 @@
 """An OpenAI-compatible /v1/completions server in a thread on 127.0.0.1, deterministic, that can be told to fail.
 
 Each answer is a function of the prompt and the seed: the third step of a path states the answer and
-ends (EOS), earlier steps stop at the delimiter. `mode` makes it fail: "404" (no such model), "500",
+ends (EOS), earlier steps stop at the delimiter. "llama.cpp" answers in the shape llama.cpp's server uses
+(log-probabilities under "content", no "stop_reason"). Other modes fail: "404" (no such model), "500",
 "no-logprobs", "slow" (answers after `delay` seconds, or notes in `abandoned` a client that left first).
 `key` makes it answer 401 to a request without that bearer key; `fail_after` answers 500 from that
 many completions on (a server that dies in the middle of a run).
@@ -62,10 +63,13 @@ class FakeServer:
         stop_reason = None if cut else stop_reason
         logprobs = [-((seed + i) % 7 + 1) / 10 for i in range(len(words))]
         choice = {"index": 0, "text": " ".join(words), "finish_reason": reason, "stop_reason": stop_reason}
-        if self.mode != "no-logprobs":
-            choice["logprobs"] = {"tokens": words, "token_logprobs": logprobs}
-        else:
+        if self.mode == "no-logprobs":
             choice["logprobs"] = None
+        elif self.mode == "llama.cpp":
+            del choice["stop_reason"]
+            choice["logprobs"] = {"content": [{"token": w, "logprob": v} for w, v in zip(words, logprobs, strict=True)]}
+        else:
+            choice["logprobs"] = {"tokens": words, "token_logprobs": logprobs}
         return 200, {"choices": [choice], "usage": {"prompt_tokens": len(prompt.split()),
                                                     "completion_tokens": len(words)}}
 

@@ -318,3 +318,15 @@ def test_bench_without_a_server_is_one_clear_line(capsys) -> None:
                  MODEL, "--request-timeout", "2"])
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("beamwise: error:")]
     assert code == 2 and len(err) == 1 and "cannot reach the server" in err[0]
+
+
+def test_llama_cpp_answers_are_read_too() -> None:
+    """llama.cpp's server puts log-probabilities under "content" and sends no stop_reason: a stop is then the
+    delimiter (it cannot say EOS), so the run ends by the answer mark, with the same texts and scores."""
+    with FakeServer(mode="llama.cpp") as server:
+        llama = events_of(server.url)
+    with FakeServer() as server:
+        vllm = events_of(server.url)
+    assert llama[-1].type == "run_finished"
+    scores = [(e.id, e.text, e.score) for e in llama if e.type == "candidate_scored"]
+    assert scores and scores == [(e.id, e.text, e.score) for e in vllm if e.type == "candidate_scored"]

@@ -221,19 +221,30 @@ def check_connection(config: ServerConfig, *, should_stop: StopFn = never) -> Co
 
 def _completion(choice: dict, usage: dict, stop: Sequence[str]) -> Completion:
     """One choice -> text, token log-probabilities and whether the model ended the answer."""
-    logprobs = choice.get("logprobs") or {}
-    values = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
     text = choice.get("text") or ""
-    if values is None:
-        raise LogprobsUnavailable("the server returned no token log-probabilities for /v1/completions.")
+    values = _token_logprobs(choice.get("logprobs"), text, usage)
     reason = choice.get("finish_reason")
     if "stop_reason" in choice:  # vLLM and SGLang: the matched stop string, or None / a token id for EOS
         by_eos = reason == "stop" and choice["stop_reason"] not in stop
     else:  # plain OpenAI shape: "stop" is both EOS and a stop string; the text says which
         by_eos = reason == "stop" and not stop
     at_stop = reason == "stop" and not by_eos and bool(stop)
-    values = tuple(float(v) for v in values if v is not None)
     return Completion(text, values, by_eos, at_stop, usage.get("prompt_tokens"))
+
+
+def _token_logprobs(logprobs: object, text: str, usage: dict) -> tuple[float, ...]:
+    """The sampled tokens' log-probabilities, in either shape servers answer /v1/completions with:
+    {"token_logprobs": [...]} (OpenAI's legacy shape, vLLM, SGLang) or {"content": [{"logprob"}]} (llama.cpp)."""
+    values = None
+    if isinstance(logprobs, dict) and isinstance(logprobs.get("token_logprobs"), list):
+        values = logprobs["token_logprobs"]
+    elif isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
+        values = [item.get("logprob") for item in logprobs["content"] if isinstance(item, dict)]
+    elif logprobs is None and not text and not usage.get("completion_tokens"):
+        values = []  # nothing was generated (llama.cpp then sends null)
+    if values is None:
+        raise LogprobsUnavailable("the server returned no token log-probabilities for /v1/completions.")
+    return tuple(float(v) for v in values if v is not None)
 
 
 def _detail(raw: bytes) -> str:
