@@ -178,6 +178,8 @@ def test_a_run_through_the_server_from_the_window(
     assert isinstance(terminal, ev.RunFinished) and "The answer is" in terminal.answer
     assert server.headers and all(h["Authorization"] == f"Bearer {KEY}" for h in server.headers)
     assert window.status.device.text() == "device: remote: KV is managed by the server"
+    assert "KV: remote: KV is managed by the server" in window.panels.tree.legend.plain_text()
+    assert "remote: KV is managed by the server" in window.panels.charts.plots["device"].titleLabel.text
     qtbot.waitUntil(lambda: "Remote: the server holds the model" in window.plan_bar.sentence.text(), timeout=3000)
     qsettings.sync()
     assert KEY.encode() not in Path(qsettings.fileName()).read_bytes()
