@@ -100,18 +100,19 @@ class _RemoteSearch:
                 return
             parents = [c for c in kept if not self.candidates[c].finished]
             children = self._expand(parents, step)
+            batches = self._batches(children)
+            done = None
             if step == 1:  # the first request prefills the prompt on the server: report it as the prefill
                 first = time.perf_counter()
-                done = self._complete(prompt, children[0])
-                yield ev.PrefillDone(done.prompt_tokens or 0, time.perf_counter() - first)
-            else:
-                done = None
+                done = self._complete(prompt, batches[0])
+                yield ev.PrefillDone(done[0].prompt_tokens or 0, time.perf_counter() - first)
             yield ev.StepStarted(step, tuple(parents))
             yield ev.GroupScheduled(step, 0, tuple(children), ())
-            for cid in children:
-                result = done if done is not None and cid == children[0] else self._complete(prompt, cid)
-                c = self._take(cid, result)
-                yield ev.CandidateText(step, cid, c.parent, c.text, c.step_tokens, c.finished, c.group)
+            for index, batch in enumerate(batches):
+                results = done if done is not None and index == 0 else self._complete(prompt, batch)
+                for cid, result in zip(batch, results, strict=True):
+                    c = self._take(cid, result)
+                    yield ev.CandidateText(step, cid, c.parent, c.text, c.step_tokens, c.finished, c.group)
                 if self.should_stop():
                     yield ev.RunCancelled(step - 1)
                     return
@@ -141,17 +142,27 @@ class _RemoteSearch:
                 children.append(child.id)
         return children
 
-    def _complete(self, prompt: str, cid: int) -> Completion:
-        """One request: the child's own seed, so the same seed and settings give the same tree (where the
-        server honours seeds)."""
+    def _batches(self, children: list[int]) -> list[list[int]]:
+        """The children each request makes: one each (n=1), or all of a path's children (n=M) when asked."""
+        if not self.server.one_request_per_path:
+            return [[cid] for cid in children]
+        batches: dict[int | None, list[int]] = {}
+        for cid in children:
+            batches.setdefault(self.candidates[cid].parent, []).append(cid)
+        return list(batches.values())
+
+    def _complete(self, prompt: str, batch: list[int]) -> list[Completion]:
+        """One request for children of one path, seeded by its first child: the same seed and settings give
+        the same tree (where the server honours seeds)."""
         delimiter = self.cfg.step_delimiter
-        return self.backend.complete(
-            prompt + self.paths[cid],
+        return self.backend.complete_many(
+            prompt + self.paths[batch[0]],
+            len(batch),
             max_tokens=self.cfg.step_tokens,
             stop=[delimiter] if delimiter else [],
             temperature=0.0 if self.method.greedy else self.cfg.temperature,
             top_p=self.cfg.top_p,
-            seed=self.cfg.seed * 1_000_003 + cid,
+            seed=self.cfg.seed * 1_000_003 + batch[0],
         )
 
     def _take(self, cid: int, result: Completion) -> Candidate:

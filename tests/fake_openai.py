@@ -1,9 +1,10 @@
 """An OpenAI-compatible /v1/completions server in a thread on 127.0.0.1, deterministic, that can be told to fail.
 
-Each answer is a function of the prompt and the seed: the third step of a path states the answer and
-ends (EOS), earlier steps stop at the delimiter. "llama.cpp" answers in the shape llama.cpp's server uses
-(log-probabilities under "content", no "stop_reason"). Other modes fail: "404" (no such model), "500",
-"no-logprobs", "slow" (answers after `delay` seconds, or notes in `abandoned` a client that left first).
+Each answer is a function of the prompt and the seed (choice i of a request with n > 1 uses seed + i):
+the third step of a path states the answer and ends (EOS), earlier steps stop at the delimiter.
+Mode "llama.cpp" answers in the shape llama.cpp's server uses (log-probabilities under "content", no
+"stop_reason"). Other modes fail: "404" (no such model), "500", "no-logprobs", "n-ignored" (one choice
+whatever n asks), "slow" (answers after `delay` seconds, or notes in `abandoned` a client that left first).
 `key` makes it answer 401 to a request without that bearer key; `fail_after` answers 500 from that
 many completions on (a server that dies in the middle of a run).
 """
@@ -51,15 +52,23 @@ class FakeServer:
             return 500, {"error": {"message": "internal error"}}
         if self.mode == "404" or body.get("model") != MODEL:
             return 404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}}
-        prompt, seed = body["prompt"], body.get("seed", 0)
+        n = 1 if self.mode == "n-ignored" else body.get("n", 1)
+        choices = [self._choice(body["prompt"], body.get("seed", 0) + index, body["max_tokens"]) for index in range(n)]
+        for index, choice in enumerate(choices):
+            choice["index"] = index
+        words = sum(len(c["text"].split()) for c in choices)
+        return 200, {"choices": choices, "usage": {"prompt_tokens": len(body["prompt"].split()),
+                                                   "completion_tokens": words}}
+
+    def _choice(self, prompt: str, seed: int, max_tokens: int) -> dict:
         done = prompt.split("Solution:\n", 1)[-1].count("\n\n")
         if done >= 2:
             text, stop_reason = f"The answer is: {80 + seed % 2} km/h", None
         else:
             text, stop_reason = f"Step {done + 1}: idea {seed % 5}.", "\n\n"
         words = text.split()
-        cut = len(words) > body["max_tokens"]
-        words, reason = words[: body["max_tokens"]], "length" if cut else "stop"
+        cut = len(words) > max_tokens
+        words, reason = words[:max_tokens], "length" if cut else "stop"
         stop_reason = None if cut else stop_reason
         logprobs = [-((seed + i) % 7 + 1) / 10 for i in range(len(words))]
         choice = {"index": 0, "text": " ".join(words), "finish_reason": reason, "stop_reason": stop_reason}
@@ -70,8 +79,7 @@ class FakeServer:
             choice["logprobs"] = {"content": [{"token": w, "logprob": v} for w, v in zip(words, logprobs, strict=True)]}
         else:
             choice["logprobs"] = {"tokens": words, "token_logprobs": logprobs}
-        return 200, {"choices": [choice], "usage": {"prompt_tokens": len(prompt.split()),
-                                                    "completion_tokens": len(words)}}
+        return choice
 
 
 def _handler(server: FakeServer):

@@ -330,3 +330,25 @@ def test_llama_cpp_answers_are_read_too() -> None:
     assert llama[-1].type == "run_finished"
     scores = [(e.id, e.text, e.score) for e in llama if e.type == "candidate_scored"]
     assert scores and scores == [(e.id, e.text, e.score) for e in vllm if e.type == "candidate_scored"]
+
+
+def test_one_request_per_path_asks_n_children_at_once() -> None:
+    with FakeServer() as server:
+        events = events_of(server.url, one_request_per_path=True)
+    assert events[-1].type == "run_finished"
+    # step 1: the prompt's N x M children in one request; then one request per kept path with n=M
+    assert [r["n"] for r in server.requests] == [4, 2, 2, 2, 2]
+    texts = [e for e in events if e.type == "candidate_text"]
+    assert len(texts) == 12 and events[0].cache["one_request_per_path"] is True
+    by_parent: dict = {}
+    for t in texts:
+        by_parent.setdefault((t.step, t.parent), []).append(t.text)
+    assert all(len(v) == (4 if k[0] == 1 else 2) for k, v in by_parent.items())
+    assert any(len(set(v)) > 1 for v in by_parent.values())  # siblings differ (seed + choice index)
+
+
+def test_a_server_that_ignores_n_is_said() -> None:
+    with FakeServer(mode="n-ignored") as server:
+        failed = failure(server.url, one_request_per_path=True)
+    assert failed.error == "RemoteError" and "answered 1 continuation(s) to a request for n=4" in failed.message
+    assert "--one-request-per-path" in failed.message

@@ -45,6 +45,7 @@ class ServerConfig:
     timeout_s: float = 60.0
     retries: int = 2  # further tries after a connection error, a timeout, 429 or 5xx
     backoff_s: float = 0.5  # the wait before retry i is backoff_s * 2**i
+    one_request_per_path: bool = False  # one request with n=M per kept path (vLLM, SGLang), not M with n=1
     api_key: str | None = field(default=None, repr=False, compare=False)  # given directly (the window's keyring)
     key_source: str | None = None  # where `api_key` came from, for the record ("keyring"); never the key
 
@@ -56,7 +57,8 @@ class ServerConfig:
     def to_dict(self) -> dict:
         """What a session records: never the key, only the variable's name."""
         return {"backend": "openai", "endpoint": self.endpoint, "served_model": self.served_model,
-                "api_key_env": self.api_key_env, "key_source": self.key_source}
+                "api_key_env": self.api_key_env, "key_source": self.key_source,
+                "one_request_per_path": self.one_request_per_path}
 
 
 @dataclass(frozen=True)
@@ -100,18 +102,34 @@ class OpenAICompletions:
     def complete(
         self, prompt: str, *, max_tokens: int, stop: Sequence[str], temperature: float, top_p: float, seed: int
     ) -> Completion:
+        """One continuation of `prompt` (n=1)."""
+        return self.complete_many(
+            prompt, 1, max_tokens=max_tokens, stop=stop, temperature=temperature, top_p=top_p, seed=seed
+        )[0]
+
+    def complete_many(
+        self, prompt: str, n: int, *, max_tokens: int, stop: Sequence[str], temperature: float, top_p: float,
+        seed: int,
+    ) -> list[Completion]:
+        """`n` continuations of `prompt` in one request; a server that answers fewer does not honour n."""
         body = {
-            "model": self.cfg.served_model, "prompt": prompt, "n": 1, "max_tokens": max_tokens,
+            "model": self.cfg.served_model, "prompt": prompt, "n": n, "max_tokens": max_tokens,
             "temperature": temperature, "top_p": top_p, "seed": seed, "logprobs": 1,
         }
         if stop:
             body["stop"] = list(stop)
         answer = self._request("POST", "/completions", body)
-        try:
-            choice = answer["choices"][0]
-        except (KeyError, IndexError, TypeError) as error:
-            raise ServerError(200, f"an answer without choices: {str(answer)[:200]}") from error
-        return _completion(choice, answer.get("usage") or {}, stop)
+        choices = answer.get("choices") if isinstance(answer, dict) else None
+        if not isinstance(choices, list) or not choices:
+            raise ServerError(200, f"an answer without choices: {str(answer)[:200]}")
+        if len(choices) != n:
+            raise RemoteError(
+                f"the server answered {len(choices)} continuation(s) to a request for n={n}: it does not honour n.",
+                hint="Leave out --one-request-per-path (one request per child works with every server).",
+            )
+        usage = answer.get("usage") or {}
+        ordered = sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
+        return [_completion(choice, usage, stop) for choice in ordered]
 
     # -- HTTP ----------------------------------------------------------------------------------
     def _request(self, method: str, path: str, body: dict | None) -> dict:
