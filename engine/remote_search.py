@@ -5,8 +5,9 @@ search's own; what differs is the decode: each child is one /v1/completions requ
 is the prompt text plus the path so far, stopped at the step delimiter. The server's prefix cache does
 the KV reuse, so the memory and traffic events carry zeros with `emulated=False`.
 
-Supported: --verifier logprob (the server's token log-probabilities), every method, verify-skip.
-Not yet: lookahead, self-judge and PRM verifiers (they need a local model or a served PRM).
+Supported: --verifier logprob (the server's token log-probabilities) and self-judge (the served model asked
+about each step, engine/verifiers/remote_judge.py), every method, verify-skip.
+Not yet: lookahead and PRM verifiers (a PRM needs a local model or a served one).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from engine.methods.selection import choose, final_pool
 from engine.scoring import path_to, score_step
 from engine.search import SYSTEM_PROMPT
 from engine.verifiers.base import StepToScore
+from engine.verifiers.remote_judge import RemoteSelfJudge
 from engine.verifiers.simple import LogProbVerifier
 
 REMOTE_DEVICE = "remote: KV is managed by the server"
@@ -56,9 +58,9 @@ def run(
 
 def check_supported(search: SearchConfig) -> None:
     """Refuse the settings a remote run cannot do yet, before any request."""
-    if search.verifier != "logprob":
-        raise RemoteError(f"--verifier {search.verifier} needs a local model; a server run scores with logprob.",
-                          hint="Use --verifier logprob with --backend openai.")
+    if search.verifier not in ("logprob", "self-judge"):
+        raise RemoteError(f"--verifier {search.verifier} needs a local model; a server run scores with logprob "
+                          "or self-judge.", hint="Use --verifier logprob or self-judge with --backend openai.")
     if search.lookahead:
         raise RemoteError("--lookahead is not supported with --backend openai yet.", hint="Leave out --lookahead.")
 
@@ -69,7 +71,7 @@ class _RemoteSearch:
         self.question, self.server, self.backend, self.cfg = question, server, backend, search
         self.should_stop = should_stop
         self.method = method_for(search)
-        self.verifier = LogProbVerifier()
+        self.verifier = RemoteSelfJudge(backend) if search.verifier == "self-judge" else LogProbVerifier()
         self.candidates: dict[int, Candidate] = {}
         self.paths: dict[int, str] = {}  # id -> the path's text from the first step on
         self.next_id = 1
@@ -121,7 +123,8 @@ class _RemoteSearch:
             pool = [c for c in kept if self.candidates[c].finished] + children
             keep = [c.id for c in self.method.keep([self.candidates[c] for c in pool])]
             pruned = sorted(set(pool) - set(keep))
-            yield ev.StepSelected(step, tuple(keep), tuple(pruned), 0, 0, **self.gate)
+            cost = self.verifier.settle([])
+            yield ev.StepSelected(step, tuple(keep), tuple(pruned), cost.tokens, cost.tokens_full, **self.gate)
             kept = keep
             if all(self.candidates[c].finished for c in kept):
                 break
@@ -178,13 +181,16 @@ class _RemoteSearch:
 
     def _score(self, children: list[int], step: int) -> Iterator[ev.Event]:
         """The local search's scoring (engine.scoring), on the step's text alone."""
-        items = [StepToScore(self.question, (), self.candidates[c].text, self.candidates[c].logprobs)
+        items = [StepToScore(self.question, self._steps_before(c), self.candidates[c].text, self.candidates[c].logprobs)
                  for c in children]
         self.gate = {}
         yield from score_step(self.candidates, children, step, self.cfg, lambda: self.verifier.score(items), self.gate)
 
     def _path(self, cid: int | None) -> list[int]:
         return path_to(self.candidates, cid)
+
+    def _steps_before(self, cid: int) -> tuple[str, ...]:
+        return tuple(self.candidates[p].text for p in self._path(self.candidates[cid].parent))
 
     def _finish(self, kept: list[int], steps: int, started: float) -> ev.RunFinished:
         winner = choose(final_pool([self.candidates[c] for c in kept]), self.cfg.select, lambda c: self.paths[c.id])

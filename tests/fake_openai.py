@@ -2,9 +2,11 @@
 
 Each answer is a function of the prompt and the seed (choice i of a request with n > 1 uses seed + i):
 the third step of a path states the answer and ends (EOS), earlier steps stop at the delimiter.
+A prompt ending in "Answer:" with max_tokens 1 is a self-judge question, answered with top log-probabilities.
 Mode "llama.cpp" answers in the shape llama.cpp's server uses (log-probabilities under "content", no
-"stop_reason"). Other modes fail: "404" (no such model), "500", "no-logprobs", "n-ignored" (one choice
-whatever n asks), "slow" (answers after `delay` seconds, or notes in `abandoned` a client that left first).
+"stop_reason"). Other modes fail: "404" (no such model), "500", "no-logprobs", "no-top-logprobs" (none for
+the self-judge), "n-ignored" (one choice whatever n asks), "slow" (answers after `delay` seconds, or notes
+in `abandoned` a client that left first).
 `key` makes it answer 401 to a request without that bearer key; `fail_after` answers 500 from that
 many completions on (a server that dies in the middle of a run).
 """
@@ -12,6 +14,7 @@ many completions on (a server that dies in the middle of a run).
 from __future__ import annotations
 
 import json
+import math
 import select
 import socket
 import threading
@@ -52,6 +55,8 @@ class FakeServer:
             return 500, {"error": {"message": "internal error"}}
         if self.mode == "404" or body.get("model") != MODEL:
             return 404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}}
+        if body["prompt"].endswith("\nAnswer:") and body["max_tokens"] == 1 and body.get("logprobs", 0) > 1:
+            return 200, {"choices": [self._judgement(body["prompt"])], "usage": {"prompt_tokens": len(body["prompt"])}}
         n = 1 if self.mode == "n-ignored" else body.get("n", 1)
         choices = [self._choice(body["prompt"], body.get("seed", 0) + index, body["max_tokens"]) for index in range(n)]
         for index, choice in enumerate(choices):
@@ -59,6 +64,21 @@ class FakeServer:
         words = sum(len(c["text"].split()) for c in choices)
         return 200, {"choices": choices, "usage": {"prompt_tokens": len(body["prompt"].split()),
                                                    "completion_tokens": words}}
+
+    def _judgement(self, prompt: str) -> dict:
+        """The self-judge's one token: a last step with "idea 0" is judged wrong (P(yes) 0.2), others right (0.9)."""
+        last = prompt.rsplit("\n\nIs the last step", 1)[0].rsplit("\n\n", 1)[-1]
+        p_yes = 0.2 if "idea 0" in last else 0.9
+        top = {" Yes": math.log(p_yes * 0.9), " No": math.log((1 - p_yes) * 0.9), " Maybe": math.log(0.1)}
+        choice = {"index": 0, "text": " Yes" if p_yes > 0.5 else " No", "finish_reason": "length"}
+        if self.mode in ("no-logprobs", "no-top-logprobs"):
+            choice["logprobs"] = None
+        elif self.mode == "llama.cpp":
+            items = [{"token": t, "logprob": v} for t, v in top.items()]
+            choice["logprobs"] = {"content": [{"token": choice["text"], "logprob": 0.0, "top_logprobs": items}]}
+        else:
+            choice["logprobs"] = {"tokens": [choice["text"]], "token_logprobs": [0.0], "top_logprobs": [top]}
+        return choice
 
     def _choice(self, prompt: str, seed: int, max_tokens: int) -> dict:
         done = prompt.split("Solution:\n", 1)[-1].count("\n\n")

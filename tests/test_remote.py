@@ -208,7 +208,7 @@ def test_cli_usage_errors_exit_2(capsys, args: list[str], message: str) -> None:
     ("extra", "needle"),
     [
         (["--endpoint", "CLOSED"], "cannot reach the server"),
-        (["--verifier", "self-judge"], "needs a local model"),
+        (["--verifier", "prm", "--verifier-model", "synthetic:tiny-qwen-prm"], "needs a local model"),
         (["--api-key-env", "BEAMWISE_UNSET_VARIABLE"], "BEAMWISE_UNSET_VARIABLE"),
     ],
 )
@@ -352,3 +352,33 @@ def test_a_server_that_ignores_n_is_said() -> None:
         failed = failure(server.url, one_request_per_path=True)
     assert failed.error == "RemoteError" and "answered 1 continuation(s) to a request for n=4" in failed.message
     assert "--one-request-per-path" in failed.message
+
+
+@pytest.mark.parametrize("mode", ["ok", "llama.cpp"])
+def test_the_self_judge_asks_the_served_model(mode: str) -> None:
+    """Each candidate is judged by one greedy one-token request; the fake judges a step with "idea 0" wrong."""
+    search = SearchConfig(beams=2, width=2, step_tokens=16, max_steps=4, verifier="self-judge")
+    with FakeServer(mode=mode) as server:
+        events = events_of(server.url, search)
+    assert events[-1].type == "run_finished" and events[0].verifier == "self-judge"
+    judged = [r for r in server.requests if r["max_tokens"] == 1]
+    assert len(judged) == 12 and all(r["temperature"] == 0.0 and r["logprobs"] == 10 for r in judged)
+    assert all(r["prompt"].count("Steps so far:") == 1 for r in judged)
+    assert any("Step 1: idea" in r["prompt"] and "Step 2: idea" in r["prompt"] for r in judged)  # the whole path
+    scored = [e for e in events if e.type == "candidate_scored"]
+    for e in scored:  # P(yes) / (P(yes) + P(no)) of the fake's top log-probabilities
+        assert e.score == pytest.approx(0.2 if "idea 0" in e.text else 0.9)
+    selected = [e for e in events if e.type == "step_selected"]
+    assert all(s.verifier_tokens > 0 for s in selected)
+
+
+def test_a_judge_without_top_logprobs_is_said() -> None:
+    search = SearchConfig(beams=1, width=2, step_tokens=16, max_steps=2, verifier="self-judge")
+    with FakeServer(mode="no-top-logprobs") as server:
+        events = events_of(server.url, search)
+    assert events[-1].type == "run_failed" and events[-1].error == "LogprobsUnavailable"
+    assert "top log-probabilities" in events[-1].message
+    assert [e.type for e in events].count("candidate_text") == 2  # the step was made; its judging failed
+    with FakeServer() as server:
+        top, tokens = OpenAICompletions(config(server.url)).first_token_choices("Is it?\nAnswer:", 10)
+    assert set(top) == {" Yes", " No", " Maybe"} and tokens > 0

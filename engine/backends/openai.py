@@ -131,6 +131,22 @@ class OpenAICompletions:
         ordered = sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
         return [_completion(choice, usage, stop) for choice in ordered]
 
+    def first_token_choices(self, prompt: str, k: int) -> tuple[dict[str, float], int]:
+        """The `k` likeliest first tokens of a greedy reply to `prompt` with their log-probabilities, and the
+        prompt's tokens as the server counted them (0 when it does not say)."""
+        body = {"model": self.cfg.served_model, "prompt": prompt, "n": 1, "max_tokens": 1, "temperature": 0.0,
+                "logprobs": k}
+        answer = self._request("POST", "/completions", body)
+        try:
+            choice = answer["choices"][0]
+        except (KeyError, IndexError, TypeError) as error:
+            raise ServerError(200, f"an answer without choices: {str(answer)[:200]}") from error
+        top = _first_top_logprobs(choice.get("logprobs"))
+        if not top:
+            raise LogprobsUnavailable("the server returned no top log-probabilities (`logprobs` > 1), which the "
+                                      "self-judge reads.")
+        return top, int((answer.get("usage") or {}).get("prompt_tokens") or 0)
+
     # -- HTTP ----------------------------------------------------------------------------------
     def _request(self, method: str, path: str, body: dict | None) -> dict:
         """JSON in, JSON out; retries connection errors, timeouts, 429 and 5xx with bounded backoff."""
@@ -263,6 +279,21 @@ def _token_logprobs(logprobs: object, text: str, usage: dict) -> tuple[float, ..
     if values is None:
         raise LogprobsUnavailable("the server returned no token log-probabilities for /v1/completions.")
     return tuple(float(v) for v in values if v is not None)
+
+
+def _first_top_logprobs(logprobs: object) -> dict[str, float]:
+    """{token: log-probability} of the first generated position: {"top_logprobs": [{token: lp}, ...]} (OpenAI's
+    legacy shape, vLLM, SGLang) or {"content": [{"top_logprobs": [{"token", "logprob"}]}]} (llama.cpp)."""
+    if not isinstance(logprobs, dict):
+        return {}
+    legacy = logprobs.get("top_logprobs")
+    if isinstance(legacy, list) and legacy and isinstance(legacy[0], dict):
+        return {str(t): float(v) for t, v in legacy[0].items() if v is not None}
+    content = logprobs.get("content")
+    if isinstance(content, list) and content and isinstance(content[0], dict):
+        items = content[0].get("top_logprobs") or []
+        return {str(i.get("token")): float(i["logprob"]) for i in items if isinstance(i, dict) and "logprob" in i}
+    return {}
 
 
 def _detail(raw: bytes) -> str:
