@@ -215,3 +215,25 @@ def test_a_missing_keyring_key_is_said_before_the_run(
     window.error_reported.connect(lambda title, text: errors.append((title, text)))
     assert not window.start_run()
     assert errors and errors[0][0] == "Cannot use the server" and "no API key for http://127.0.0.1:8000" in errors[0][1]
+
+
+def test_run_again_of_a_server_session_picks_the_server_again(qtbot, window_for, memory_keyring, monkeypatch,
+                                                              tmp_path) -> None:
+    window = window_for()
+    with FakeServer(key=KEY) as server:
+        choose_server(window, server.url, monkeypatch)
+        window.controls.set_configs(ModelSpec(source=SERVER_SOURCE), SearchConfig(beams=3, width=2, max_steps=4),
+                                    CacheConfig())
+        with qtbot.waitSignal(window.run_ended, timeout=20000):
+            assert window.start_run()
+        window.controls.model_picker.set_source("bundled")
+        window.controls.set_configs(ModelSpec(), SearchConfig(), CacheConfig())
+        window.store = SessionStore(tmp_path / "sessions.db")
+        window.load_session_settings(1)
+        model, search, _ = window.controls.configs()
+        assert model.source == SERVER_SOURCE and (search.beams, search.width) == (3, 2)
+        assert window.server.run_config().api_key == KEY  # the key from the keyring, as recorded: keyring
+        with qtbot.waitSignal(window.run_ended, timeout=20000) as blocker:
+            assert window.start_run()
+    window.store.close()
+    assert isinstance(blocker.args[0], ev.RunFinished)

@@ -364,13 +364,15 @@ class MainWindow(QMainWindow):
             self.report_error("Could not read the session", error.user_message())
             return
         try:
-            current = self.controls.configs()[0]
+            current, _, current_cache = self.controls.configs()
         except ValueError:
-            current = ModelSpec()
+            current, current_cache = ModelSpec(), CacheConfig()
         try:
-            model = ModelSpec(source=source_for_model_name(row.get("model") or "", current.source),
-                              dtype=current.dtype)
-            search, cache = SearchConfig(**row["search"]), CacheConfig(**row["cache"])
+            remote = self.server.recorded(row.get("cache") or {})  # a server's run: that server again
+            source = SERVER_SOURCE if remote else source_for_model_name(row.get("model") or "", current.source)
+            model = ModelSpec(source=source, dtype=current.dtype)
+            search = SearchConfig(**row["search"])
+            cache = current_cache if remote else CacheConfig(**row["cache"])
         except (TypeError, ValueError, KeyError) as error:
             self.report_error("Could not reuse the session's settings",
                               f"They do not fit this version of Beamwise ({error}). Set them by hand.")

@@ -244,6 +244,16 @@ class ServerPicker(QObject):
         save_choice(self.settings, choice)
         self.picker.name_source(SERVER_SOURCE, choice.label(), select=True)
 
+    def recorded(self, cache: dict) -> bool:
+        """Make a session's recorded server (ServerConfig.to_dict, no key) the generator; False for a local run."""
+        if cache.get("backend") != "openai":
+            return False
+        env = cache.get("api_key_env") or ""
+        key_from = "keyring" if cache.get("key_source") == "keyring" else ("env" if env else "none")
+        timeout = self.choice.timeout_s if self.choice is not None else NEW_CHOICE["timeout_s"]
+        self.use(ServerChoice(cache["endpoint"], cache["served_model"], key_from, env, timeout))
+        return True
+
     def run_config(self) -> ServerConfig | None:
         """The server of the next run, or None when the generator is a local model."""
         if self.picker.source() != SERVER_SOURCE:
