@@ -8,6 +8,7 @@ The real-server tests (llama.cpp's server, vLLM) are in tests/test_real_server.p
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -382,3 +383,29 @@ def test_a_judge_without_top_logprobs_is_said() -> None:
     with FakeServer() as server:
         top, tokens = OpenAICompletions(config(server.url)).first_token_choices("Is it?\nAnswer:", 10)
     assert set(top) == {" Yes", " No", " Maybe"} and tokens > 0
+
+
+def test_lookahead_rolls_each_child_out_greedily() -> None:
+    """K=1: every unfinished child gets one greedy request continuing its path; the roll-out is scored, not kept."""
+    search = SearchConfig(beams=2, width=2, step_tokens=16, max_steps=4, lookahead=1)
+    with FakeServer() as server:
+        events = events_of(server.url, search)
+    assert events[-1].type == "run_finished"
+    texts = {e.id: e for e in events if e.type == "candidate_text"}
+    rolls = [r for r in server.requests if r["temperature"] == 0.0]
+    unfinished = [t for t in texts.values() if not t.finished]
+    assert len(texts) == 12 and len(rolls) == len(unfinished)  # no node for a roll-out
+    assert len(server.requests) == 12 + len(rolls)
+    for t in unfinished:  # each roll-out continues its child's own path
+        assert sum(r["prompt"].endswith(t.text) for r in rolls) >= 1
+    # the fake answers 4 words a step, 5 for the answer (its third step): roll-out tokens count as generated
+    roll_tokens = sum(5 if r["prompt"].split("Solution:\n")[-1].count("\n\n") >= 2 else 4 for r in rolls)
+    tree_tokens = sum(t.tokens for t in texts.values())
+    assert events[-1].candidate_tokens == tree_tokens + roll_tokens
+    # scored at the roll-out's end: a step-2 child's roll-out is the 5-word answer, with the fake's log-probabilities
+    # for its seed (the child's id); the child's own 4 words would give another score
+    scored = [e for e in events if e.type == "candidate_scored" and e.step == 2 and not e.finished]
+    assert scored
+    for e in scored:
+        rolled = [-((e.id + i) % 7 + 1) / 10 for i in range(5)]
+        assert e.score == pytest.approx(math.exp(sum(rolled) / 5))

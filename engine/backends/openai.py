@@ -56,9 +56,14 @@ class ServerConfig:
 
     def to_dict(self) -> dict:
         """What a session records: never the key, only the variable's name."""
-        return {"backend": "openai", "endpoint": self.endpoint, "served_model": self.served_model,
-                "api_key_env": self.api_key_env, "key_source": self.key_source,
-                "one_request_per_path": self.one_request_per_path}
+        return {
+            "backend": "openai",
+            "endpoint": self.endpoint,
+            "served_model": self.served_model,
+            "api_key_env": self.api_key_env,
+            "key_source": self.key_source,
+            "one_request_per_path": self.one_request_per_path,
+        }
 
 
 @dataclass(frozen=True)
@@ -73,8 +78,9 @@ class Completion:
 class OpenAICompletions:
     """One served model; `complete` asks for one continuation of a prompt text."""
 
-    def __init__(self, config: ServerConfig, *, sleep: Callable[[float], None] | None = None,
-                 should_stop: StopFn = never) -> None:
+    def __init__(
+        self, config: ServerConfig, *, sleep: Callable[[float], None] | None = None, should_stop: StopFn = never
+    ) -> None:
         self.cfg, self.should_stop = config, should_stop
         self.sleep = sleep or self._sleep_unless_stopped
         self.api_key = config.api_key or _read_key(config.api_key_env)
@@ -108,13 +114,26 @@ class OpenAICompletions:
         )[0]
 
     def complete_many(
-        self, prompt: str, n: int, *, max_tokens: int, stop: Sequence[str], temperature: float, top_p: float,
+        self,
+        prompt: str,
+        n: int,
+        *,
+        max_tokens: int,
+        stop: Sequence[str],
+        temperature: float,
+        top_p: float,
         seed: int,
     ) -> list[Completion]:
         """`n` continuations of `prompt` in one request; a server that answers fewer does not honour n."""
         body = {
-            "model": self.cfg.served_model, "prompt": prompt, "n": n, "max_tokens": max_tokens,
-            "temperature": temperature, "top_p": top_p, "seed": seed, "logprobs": 1,
+            "model": self.cfg.served_model,
+            "prompt": prompt,
+            "n": n,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+            "seed": seed,
+            "logprobs": 1,
         }
         if stop:
             body["stop"] = list(stop)
@@ -134,8 +153,14 @@ class OpenAICompletions:
     def first_token_choices(self, prompt: str, k: int) -> tuple[dict[str, float], int]:
         """The `k` likeliest first tokens of a greedy reply to `prompt` with their log-probabilities, and the
         prompt's tokens as the server counted them (0 when it does not say)."""
-        body = {"model": self.cfg.served_model, "prompt": prompt, "n": 1, "max_tokens": 1, "temperature": 0.0,
-                "logprobs": k}
+        body = {
+            "model": self.cfg.served_model,
+            "prompt": prompt,
+            "n": 1,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "logprobs": k,
+        }
         answer = self._request("POST", "/completions", body)
         try:
             choice = answer["choices"][0]
@@ -143,8 +168,9 @@ class OpenAICompletions:
             raise ServerError(200, f"an answer without choices: {str(answer)[:200]}") from error
         top = _first_top_logprobs(choice.get("logprobs"))
         if not top:
-            raise LogprobsUnavailable("the server returned no top log-probabilities (`logprobs` > 1), which the "
-                                      "self-judge reads.")
+            raise LogprobsUnavailable(
+                "the server returned no top log-probabilities (`logprobs` > 1), which the self-judge reads."
+            )
         return top, int((answer.get("usage") or {}).get("prompt_tokens") or 0)
 
     # -- HTTP ----------------------------------------------------------------------------------
@@ -181,8 +207,9 @@ class OpenAICompletions:
         try:
             connection = kind(parts.hostname or "", parts.port, timeout=self.cfg.timeout_s)
         except (http.client.InvalidURL, ValueError) as error:
-            raise ServerUnreachable(f"the endpoint {self.cfg.endpoint!r} is not a URL like http://host:8000 "
-                                    f"({error}).") from error
+            raise ServerUnreachable(
+                f"the endpoint {self.cfg.endpoint!r} is not a URL like http://host:8000 ({error})."
+            ) from error
         try:
             connection.request(method, parts.path, body=data, headers=headers)
             self._await_answer(connection)
@@ -223,9 +250,12 @@ class OpenAICompletions:
                 f"the server at {self.cfg.endpoint} has no model {self.cfg.served_model!r} (HTTP {status}: {detail})."
             )
         if status in (401, 403):
-            return ServerError(status, f"the API key was refused ({detail or 'no details'})",
-                               hint="Check the API key: --api-key-env NAME names the variable that holds it "
-                               "(in the window: Server… > API key).")
+            return ServerError(
+                status,
+                f"the API key was refused ({detail or 'no details'})",
+                hint="Check the API key: --api-key-env NAME names the variable that holds it "
+                "(in the window: Server… > API key).",
+            )
         return ServerError(status, detail)
 
 
@@ -239,8 +269,10 @@ class ConnectionCheck:
     def sentence(self, config: ServerConfig) -> str:
         others = [m for m in self.served if m != config.served_model]
         listed = f"; it also serves {', '.join(others)}" if others else ""
-        return (f"Connected: {config.served_model} at {config.endpoint} answered with log-probabilities "
-                f"in {self.seconds:.2f} s{listed}.")
+        return (
+            f"Connected: {config.served_model} at {config.endpoint} answered with log-probabilities "
+            f"in {self.seconds:.2f} s{listed}."
+        )
 
 
 def check_connection(config: ServerConfig, *, should_stop: StopFn = never) -> ConnectionCheck:
@@ -320,6 +352,8 @@ def _read_key(variable: str | None) -> str | None:
         return None
     key = os.environ.get(variable)
     if not key:
-        raise RemoteError(f"the environment variable {variable} (--api-key-env) is not set or is empty.",
-                          hint=f"Export {variable} with the server's API key, or leave out --api-key-env.")
+        raise RemoteError(
+            f"the environment variable {variable} (--api-key-env) is not set or is empty.",
+            hint=f"Export {variable} with the server's API key, or leave out --api-key-env.",
+        )
     return key
