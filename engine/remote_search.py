@@ -5,9 +5,9 @@ search's own; what differs is the decode: each child is one /v1/completions requ
 is the prompt text plus the path so far, stopped at the step delimiter. The server's prefix cache does
 the KV reuse, so the memory and traffic events carry zeros with `emulated=False`.
 
-Supported: --verifier logprob (the server's token log-probabilities) and self-judge (the served model asked
-about each step, engine/verifiers/remote_judge.py), every method, verify-skip, lookahead (each roll-out step
-one greedy request). Not yet: PRM verifiers (a PRM needs a local model or a served one).
+Verifiers: logprob (the server's token log-probabilities), self-judge (the served model asked about each
+step, engine/verifiers/remote_judge.py) and a PRM loaded here beside the server's generator. Every method,
+verify-skip and lookahead (each roll-out step one greedy request). Not yet: a PRM served by the server.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from engine import events as ev
 from engine.backends.openai import Completion, OpenAICompletions, RequestCancelled, ServerConfig
 from engine.candidate import Candidate
 from engine.config import SearchConfig
-from engine.errors import BeamwiseError, InvalidPrompt, RemoteError
+from engine.errors import BeamwiseError, InvalidPrompt
 from engine.methods import method_for
 from engine.methods.selection import choose, final_pool
 from engine.scoring import path_to, score_step
 from engine.search import SYSTEM_PROMPT
-from engine.verifiers.base import StepToScore
+from engine.verifiers.base import StepToScore, Verifier
 from engine.verifiers.remote_judge import RemoteSelfJudge
 from engine.verifiers.simple import LogProbVerifier
 
@@ -56,13 +56,21 @@ def run(
         yield ev.RunFailed(type(error).__name__, error.user_message())
 
 
-def check_supported(search: SearchConfig) -> None:
-    """Refuse the settings a remote run cannot do yet, before any request."""
-    if search.verifier not in ("logprob", "self-judge"):
-        raise RemoteError(
-            f"--verifier {search.verifier} needs a local model; a server run scores with logprob or self-judge.",
-            hint="Use --verifier logprob or self-judge with --backend openai.",
-        )
+def make_verifier(search: SearchConfig, backend: OpenAICompletions) -> Verifier:
+    """logprob reads the server's log-probabilities; self-judge asks the served model; prm loads the PRM here,
+    beside the server's generator (it reads the text, so its tokenizer need not be the generator's)."""
+    if search.verifier == "self-judge":
+        return RemoteSelfJudge(backend)
+    if search.verifier == "prm":
+        import torch
+
+        from engine.verifiers import prm_verifier
+        from engine.verifiers.families import load_prm
+
+        cuda = torch.cuda.is_available()
+        device, dtype = torch.device("cuda" if cuda else "cpu"), torch.bfloat16 if cuda else torch.float32
+        return prm_verifier(load_prm(search.verifier_model or "", device, dtype))
+    return LogProbVerifier()
 
 
 class _RemoteSearch:
@@ -77,7 +85,7 @@ class _RemoteSearch:
         self.question, self.server, self.backend, self.cfg = question, server, backend, search
         self.should_stop = should_stop
         self.method = method_for(search)
-        self.verifier = RemoteSelfJudge(backend) if search.verifier == "self-judge" else LogProbVerifier()
+        self.verifier = make_verifier(search, backend)
         self.candidates: dict[int, Candidate] = {}
         self.paths: dict[int, str] = {}  # id -> the path's text from the first step on
         self.next_id = 1
@@ -94,7 +102,6 @@ class _RemoteSearch:
     def _steps(self) -> Iterator[ev.Event]:
         if not self.question.strip():
             raise InvalidPrompt("The question is empty.", hint="Type a question.")
-        check_supported(self.cfg)
         started = time.perf_counter()
         self.backend.check_model()
         yield ev.RunStarted(
@@ -139,7 +146,7 @@ class _RemoteSearch:
             pool = [c for c in kept if self.candidates[c].finished] + children
             keep = [c.id for c in self.method.keep([self.candidates[c] for c in pool])]
             pruned = sorted(set(pool) - set(keep))
-            cost = self.verifier.settle([])
+            cost = self.verifier.settle([self._key(c) for c in keep])  # a PRM keeps the kept paths' KV
             yield ev.StepSelected(step, tuple(keep), tuple(pruned), cost.tokens, cost.tokens_full, **self.gate)
             kept = keep
             if all(self.candidates[c].finished for c in kept):
@@ -235,6 +242,10 @@ class _RemoteSearch:
 
     def _path(self, cid: int | None) -> list[int]:
         return path_to(self.candidates, cid)
+
+    def _key(self, cid: int) -> tuple[str, ...]:
+        """The verifier's name for a path: the question and each step's text (as the local search names it)."""
+        return (self.question, *(self.candidates[p].text for p in self._path(cid)))
 
     def _steps_before(self, cid: int) -> tuple[str, ...]:
         return tuple(self.candidates[p].text for p in self._path(self.candidates[cid].parent))

@@ -209,7 +209,7 @@ def test_cli_usage_errors_exit_2(capsys, args: list[str], message: str) -> None:
     ("extra", "needle"),
     [
         (["--endpoint", "CLOSED"], "cannot reach the server"),
-        (["--verifier", "prm", "--verifier-model", "synthetic:tiny-qwen-prm"], "needs a local model"),
+        (["--verifier", "prm", "--verifier-model", "/no/such/prm"], "/no/such/prm"),
         (["--api-key-env", "BEAMWISE_UNSET_VARIABLE"], "BEAMWISE_UNSET_VARIABLE"),
     ],
 )
@@ -409,3 +409,16 @@ def test_lookahead_rolls_each_child_out_greedily() -> None:
     for e in scored:
         rolled = [-((e.id + i) % 7 + 1) / 10 for i in range(5)]
         assert e.score == pytest.approx(math.exp(sum(rolled) / 5))
+
+
+def test_a_local_prm_scores_the_servers_steps_and_keeps_its_kv() -> None:
+    """The generator on the server, a PRM here: it reads the steps' text; its KV for kept paths is reused."""
+    search = SearchConfig(beams=2, width=2, step_tokens=16, max_steps=4, verifier="prm",
+                          verifier_model="synthetic:tiny-qwen-prm")
+    with FakeServer() as server:
+        events = events_of(server.url, search)
+    assert events[-1].type == "run_finished" and events[0].verifier != "logprob"
+    assert all(0.0 <= e.score <= 1.0 for e in events if e.type == "candidate_scored")
+    selected = [e for e in events if e.type == "step_selected"]
+    assert selected[0].verifier_tokens > 0
+    assert all(s.verifier_tokens < s.verifier_tokens_full for s in selected[1:])  # kept paths are not re-read
