@@ -148,7 +148,7 @@ def window_for(qtbot, qsettings, tmp_path):
         window.bridge.shutdown()
 
 
-def choose_server(window: MainWindow, url: str, monkeypatch, key_from: str = "keyring") -> None:
+def choose_server(window: MainWindow, url: str, monkeypatch, key_from: str = "keyring", batched: bool = False) -> None:
     """Pick "Server…" in the generator list and fill the dialog as a user would."""
 
     def fill_and_accept(dialog: ServerDialog) -> int:
@@ -156,6 +156,7 @@ def choose_server(window: MainWindow, url: str, monkeypatch, key_from: str = "ke
         dialog.model.setText(MODEL)
         dialog.key_from.setCurrentIndex(dialog.key_from.findData(key_from))
         dialog.key.setText(KEY if key_from == "keyring" else "")
+        dialog.batched.setChecked(batched)
         dialog.accept()
         return dialog.result()
 
@@ -217,13 +218,15 @@ def test_a_missing_keyring_key_is_said_before_the_run(
     assert errors and errors[0][0] == "Cannot use the server" and "no API key for http://127.0.0.1:8000" in errors[0][1]
 
 
-def test_run_again_of_a_server_session_picks_the_server_again(qtbot, window_for, memory_keyring, monkeypatch,
-                                                              tmp_path) -> None:
+def test_run_again_of_a_server_session_picks_the_server_again(
+    qtbot, window_for, memory_keyring, monkeypatch, tmp_path
+) -> None:
     window = window_for()
     with FakeServer(key=KEY) as server:
-        choose_server(window, server.url, monkeypatch)
-        window.controls.set_configs(ModelSpec(source=SERVER_SOURCE), SearchConfig(beams=3, width=2, max_steps=4),
-                                    CacheConfig())
+        choose_server(window, server.url, monkeypatch, batched=True)
+        window.controls.set_configs(
+            ModelSpec(source=SERVER_SOURCE), SearchConfig(beams=3, width=2, max_steps=4), CacheConfig()
+        )
         with qtbot.waitSignal(window.run_ended, timeout=20000):
             assert window.start_run()
         window.controls.model_picker.set_source("bundled")
@@ -233,7 +236,9 @@ def test_run_again_of_a_server_session_picks_the_server_again(qtbot, window_for,
         model, search, _ = window.controls.configs()
         assert model.source == SERVER_SOURCE and (search.beams, search.width) == (3, 2)
         assert window.server.run_config().api_key == KEY  # the key from the keyring, as recorded: keyring
+        assert window.server.run_config().one_request_per_path
         with qtbot.waitSignal(window.run_ended, timeout=20000) as blocker:
             assert window.start_run()
     window.store.close()
     assert isinstance(blocker.args[0], ev.RunFinished)
+    assert server.requests[0]["n"] == 6 and all(r["n"] in (2, 6) for r in server.requests)  # n=M per path

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 
 from PySide6.QtCore import QObject, QSettings, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -41,6 +42,7 @@ NEW_CHOICE = {
     "key_from": "none",
     "key_env": "",
     "timeout_s": 60.0,
+    "one_request_per_path": False,
 }  # the dialog's fields before any server was chosen
 
 
@@ -53,6 +55,7 @@ class ServerChoice:
     key_from: str = "none"  # one of KEY_SOURCES
     key_env: str = ""  # the variable's name when key_from == "env"
     timeout_s: float = 60.0
+    one_request_per_path: bool = False  # n=M in one request per kept path (vLLM, SGLang)
 
     def __post_init__(self) -> None:
         parts = urllib.parse.urlsplit(self.endpoint.strip())
@@ -80,6 +83,7 @@ class ServerChoice:
             timeout_s=self.timeout_s,
             api_key=key if self.key_from == "keyring" else None,
             key_source="keyring" if self.key_from == "keyring" else None,
+            one_request_per_path=self.one_request_per_path,
         )
 
 
@@ -129,6 +133,12 @@ class ServerDialog(QDialog):
         self.timeout.setSuffix(" s")
         self.timeout.setValue(values["timeout_s"])
         self.timeout.setToolTip("How long one request may take before it is retried (twice), then reported.")
+        self.batched = QCheckBox("one request with n = M per kept path")
+        self.batched.setChecked(bool(values["one_request_per_path"]))
+        self.batched.setToolTip(
+            "Ask for a path's M children in one request (vLLM and SGLang honour n); "
+            "otherwise M requests with n = 1, which every server answers."
+        )
         for label, widget in (
             ("Address", self.endpoint),
             ("Served model", self.model),
@@ -136,6 +146,7 @@ class ServerDialog(QDialog):
             ("Variable", self.key_env),
             ("Key", self.key),
             ("Timeout", self.timeout),
+            ("Requests", self.batched),
         ):
             form.addRow(label, widget)
         self.test_button = QPushButton("Test connection")
@@ -170,6 +181,7 @@ class ServerDialog(QDialog):
             self.key_from.currentData(),
             self.key_env.text().strip(),
             float(self.timeout.value()),
+            self.batched.isChecked(),
         )
 
     def test_connection(self) -> None:
@@ -251,7 +263,8 @@ class ServerPicker(QObject):
         env = cache.get("api_key_env") or ""
         key_from = "keyring" if cache.get("key_source") == "keyring" else ("env" if env else "none")
         timeout = self.choice.timeout_s if self.choice is not None else NEW_CHOICE["timeout_s"]
-        self.use(ServerChoice(cache["endpoint"], cache["served_model"], key_from, env, timeout))
+        batched = bool(cache.get("one_request_per_path"))
+        self.use(ServerChoice(cache["endpoint"], cache["served_model"], key_from, env, timeout, batched))
         return True
 
     def run_config(self) -> ServerConfig | None:
