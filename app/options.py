@@ -150,6 +150,8 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
                    help="openai: the environment variable holding the API key (the key is never recorded)")
     g.add_argument("--request-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="openai: seconds to wait for one answer before retrying")
+    g.add_argument("--verifier-endpoint", default=None, metavar="URL",
+                   help="openai, --verifier prm: a vLLM server of the PRM (--verifier-model is its served name)")
     g.add_argument("--one-request-per-path", action="store_true",
                    help="openai: one request with n=M for each kept path instead of M with n=1 (vLLM, SGLang)")
 
@@ -167,7 +169,7 @@ def server_from_args(args: argparse.Namespace):
     if args.request_timeout <= 0:
         raise UsageError("--request-timeout must be more than 0 seconds")
     return ServerConfig(args.endpoint, args.served_model, args.api_key_env, timeout_s=args.request_timeout,
-                        one_request_per_path=args.one_request_per_path)
+                        one_request_per_path=args.one_request_per_path, prm_endpoint=args.verifier_endpoint)
 
 
 def _add_method_options(parser: argparse.ArgumentParser) -> None:

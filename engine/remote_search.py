@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 from engine import events as ev
 from engine.backends.openai import Completion, OpenAICompletions, RequestCancelled, ServerConfig
@@ -26,6 +27,7 @@ from engine.scoring import path_to, score_step
 from engine.search import SYSTEM_PROMPT
 from engine.verifiers.base import StepToScore, Verifier
 from engine.verifiers.remote_judge import RemoteSelfJudge
+from engine.verifiers.served_prm import ServedPRM
 from engine.verifiers.simple import LogProbVerifier
 
 REMOTE_DEVICE = "remote: KV is managed by the server"
@@ -57,10 +59,14 @@ def run(
 
 
 def make_verifier(search: SearchConfig, backend: OpenAICompletions) -> Verifier:
-    """logprob reads the server's log-probabilities; self-judge asks the served model; prm loads the PRM here,
-    beside the server's generator (it reads the text, so its tokenizer need not be the generator's)."""
+    """logprob reads the server's log-probabilities; self-judge asks the served model; prm asks a PRM server
+    (--verifier-endpoint) or loads the PRM here beside the server's generator (it reads the text, so its
+    tokenizer need not be the generator's)."""
     if search.verifier == "self-judge":
         return RemoteSelfJudge(backend)
+    if search.verifier == "prm" and backend.cfg.prm_endpoint:
+        prm = replace(backend.cfg, endpoint=backend.cfg.prm_endpoint, served_model=search.verifier_model or "")
+        return ServedPRM(OpenAICompletions(prm, should_stop=backend.should_stop))
     if search.verifier == "prm":
         import torch
 

@@ -22,6 +22,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODEL = "fake-model"
+PRM = "fake-prm"  # served on /pooling (vLLM's route for reward models): [P(-), P(+)] at each <extra_0>
 
 
 class FakeServer:
@@ -31,6 +32,7 @@ class FakeServer:
         self.requests: list[dict] = []
         self.headers: list[dict] = []
         self.abandoned: list[float] = []  # "slow": when a client closed its connection before the answer
+        self.pooled: list[dict] = []  # /pooling requests
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -64,6 +66,15 @@ class FakeServer:
         words = sum(len(c["text"].split()) for c in choices)
         return 200, {"choices": choices, "usage": {"prompt_tokens": len(body["prompt"].split()),
                                                    "completion_tokens": words}}
+
+    def pool(self, body: dict) -> tuple[int, dict]:
+        """A step with "idea 0" is judged wrong (P(+) 0.2), others right (0.9)."""
+        self.pooled.append(body)
+        if body.get("model") != PRM:
+            return 404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}}
+        steps = body["messages"][-1]["content"].split("<extra_0>")[:-1]
+        data = [[0.8, 0.2] if "idea 0" in step else [0.1, 0.9] for step in steps]
+        return 200, {"object": "list", "data": [{"index": 0, "object": "pooling", "data": data}]}
 
     def _judgement(self, prompt: str) -> dict:
         """The self-judge's one token: a last step with "idea 0" is judged wrong (P(yes) 0.2), others right (0.9)."""
@@ -118,6 +129,9 @@ def _handler(server: FakeServer):
             body = json.loads(self.rfile.read(length))
             if server.refuses(self.headers.get("Authorization")):
                 self._send(401, {"error": {"message": "Invalid API key", "type": "invalid_request_error"}})
+                return
+            if self.path == "/pooling":
+                self._send(*server.pool(body))
                 return
             if self.path != "/v1/completions":
                 self._send(404, {"error": {"message": "not found"}})

@@ -23,7 +23,7 @@ from engine.backends.openai import OpenAICompletions, RequestCancelled, ServerCo
 from engine.config import SearchConfig
 from engine.errors import LogprobsUnavailable, ServedModelNotFound, ServerError, ServerUnreachable
 from engine.remote_search import REMOTE_DEVICE, run
-from tests.fake_openai import MODEL, FakeServer, closed_port
+from tests.fake_openai import MODEL, PRM, FakeServer, closed_port
 
 QUESTION = "A train travels 60 km in 45 minutes. What is its average speed in km/h?"
 SEARCH = SearchConfig(beams=2, width=2, step_tokens=16, max_steps=4)
@@ -422,3 +422,27 @@ def test_a_local_prm_scores_the_servers_steps_and_keeps_its_kv() -> None:
     selected = [e for e in events if e.type == "step_selected"]
     assert selected[0].verifier_tokens > 0
     assert all(s.verifier_tokens < s.verifier_tokens_full for s in selected[1:])  # kept paths are not re-read
+
+
+def test_a_prm_served_by_vllm_scores_each_path() -> None:
+    """--verifier-endpoint: each candidate's path goes to /pooling as a Qwen2.5-Math-PRM chat; the reward is
+    P(+) at its last <extra_0> (the fake pools 0.2 for a step with "idea 0", else 0.9)."""
+    search = SearchConfig(beams=2, width=2, step_tokens=16, max_steps=4, verifier="prm", verifier_model=PRM)
+    with FakeServer() as server:
+        events = events_of(server.url, search, prm_endpoint=server.url)
+    assert events[-1].type == "run_finished"
+    scored = [e for e in events if e.type == "candidate_scored"]
+    assert len(server.pooled) == len(scored) == 12
+    for e in scored:
+        assert e.score == pytest.approx(0.2 if "idea 0" in e.text else 0.9)
+    chat = server.pooled[-1]["messages"]
+    assert [m["role"] for m in chat] == ["system", "user", "assistant"] and chat[1]["content"] == QUESTION
+    assert chat[2]["content"].count("<extra_0>") == 3 and chat[2]["content"].endswith("<extra_0>")
+
+
+def test_a_wrong_prm_name_on_the_prm_server_is_said() -> None:
+    search = SearchConfig(beams=1, width=2, step_tokens=16, max_steps=2, verifier="prm", verifier_model="no-prm")
+    with FakeServer() as server:
+        events = events_of(server.url, search, prm_endpoint=server.url)
+    assert events[-1].type == "run_failed" and events[-1].error == "ServedModelNotFound"
+    assert "has no model 'no-prm'" in events[-1].message

@@ -46,6 +46,7 @@ class ServerConfig:
     retries: int = 2  # further tries after a connection error, a timeout, 429 or 5xx
     backoff_s: float = 0.5  # the wait before retry i is backoff_s * 2**i
     one_request_per_path: bool = False  # one request with n=M per kept path (vLLM, SGLang), not M with n=1
+    prm_endpoint: str | None = None  # --verifier prm: a vLLM server of the PRM (its /pooling route)
     api_key: str | None = field(default=None, repr=False, compare=False)  # given directly (the window's keyring)
     key_source: str | None = None  # where `api_key` came from, for the record ("keyring"); never the key
 
@@ -63,6 +64,7 @@ class ServerConfig:
             "api_key_env": self.api_key_env,
             "key_source": self.key_source,
             "one_request_per_path": self.one_request_per_path,
+            "prm_endpoint": self.prm_endpoint,
         }
 
 
@@ -174,9 +176,20 @@ class OpenAICompletions:
         return top, int((answer.get("usage") or {}).get("prompt_tokens") or 0)
 
     # -- HTTP ----------------------------------------------------------------------------------
-    def _request(self, method: str, path: str, body: dict | None) -> dict:
+    def pool(self, messages: list[dict]) -> list:
+        """vLLM's /pooling on a chat: the served model's pooled output (for a PRM, one [P(-), P(+)] per step tag)."""
+        answer = self._request("POST", "/pooling", {"model": self.cfg.served_model, "messages": messages}, v1=False)
+        try:
+            data = answer["data"][0]["data"]
+        except (KeyError, IndexError, TypeError) as error:
+            raise ServerError(200, f"a /pooling answer without data: {str(answer)[:200]}") from error
+        if not isinstance(data, list):
+            raise ServerError(200, f"a /pooling answer whose data is not a list: {str(data)[:200]}")
+        return data
+
+    def _request(self, method: str, path: str, body: dict | None, *, v1: bool = True) -> dict:
         """JSON in, JSON out; retries connection errors, timeouts, 429 and 5xx with bounded backoff."""
-        url = self.cfg.base_url + path
+        url = (self.cfg.base_url if v1 else self.cfg.base_url.removesuffix("/v1")) + path
         for attempt in range(self.cfg.retries + 1):
             last = attempt == self.cfg.retries
             try:
