@@ -175,3 +175,24 @@ def test_a_wrong_model_name_is_said(server: ServerConfig) -> None:
         run(QUESTION, ServerConfig(server.endpoint, "no-such-model", server.api_key_env, timeout_s=30), SEARCH)
     )
     assert events[-1].type == "run_failed" and events[-1].error == "ServedModelNotFound"  # /v1/models says
+
+
+def test_the_self_judge_reads_the_servers_top_logprobs(server: ServerConfig) -> None:
+    """The server's own shape of top log-probabilities (vLLM's top_logprobs, llama.cpp's content[])."""
+    judged = SearchConfig(beams=1, width=2, step_tokens=24, max_steps=2, verifier="self-judge")
+    events = list(run(QUESTION, server, judged))
+    assert events[-1].type == "run_finished", events[-1]
+    scores = [e.score for e in events if e.type == "candidate_scored"]
+    assert scores and all(0.0 <= s <= 1.0 for s in scores)
+    assert all(e.verifier_tokens > 0 for e in events if e.type == "step_selected")
+
+
+def test_one_request_per_path(server: ServerConfig) -> None:
+    batched = ServerConfig(
+        server.endpoint, server.served_model, server.api_key_env, timeout_s=120.0, one_request_per_path=True
+    )
+    events = list(run(QUESTION, batched, SEARCH))
+    if events[-1].type == "run_failed" and "does not honour n" in events[-1].message:
+        pytest.skip(f"this server does not honour n: {events[-1].message}")
+    assert events[-1].type == "run_finished", events[-1]
+    assert len([e for e in events if e.type == "candidate_scored" and e.step == 1]) == SEARCH.beams * SEARCH.width
