@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 from app.gui.controls import ERROR_STYLE, SERVER_SOURCE, ModelPicker
 from app.server_keys import has_key, load_key, save_key
 from engine.backends.openai import ServerConfig, check_connection
-from engine.errors import BeamwiseError
+from engine.errors import BeamwiseError, ServedModelNotFound, ServerError, ServerUnreachable
 
 KEY_SOURCES = {"none": "No key", "env": "Environment variable", "keyring": "System keyring"}
 SETTINGS_KEY = "server/choice"
@@ -203,7 +203,7 @@ class ServerDialog(QDialog):
         try:
             ok, text = True, check_connection(config).sentence(config)
         except BeamwiseError as error:
-            ok, text = False, error.user_message()
+            ok, text = False, _window_message(error)
         try:
             self._answered.emit(number, ok, text)
         except RuntimeError:  # the dialog closed while the server was asked
@@ -278,3 +278,16 @@ class ServerPicker(QObject):
 
 def _message(error: Exception) -> str:
     return error.user_message() if isinstance(error, BeamwiseError) else str(error)
+
+
+def _window_message(error: BeamwiseError) -> str:
+    """A server's error with advice in the dialog's words (the engine's hints name command-line options)."""
+    if isinstance(error, ServedModelNotFound):
+        hint = "Type the served model's name as the server lists it."
+    elif isinstance(error, ServerError) and error.status in (401, 403):
+        hint = "Check the API key and where it comes from."
+    elif isinstance(error, ServerUnreachable):
+        hint = "Check the address and that the server is running."
+    else:
+        return error.user_message()
+    return f"{error} {hint}"
