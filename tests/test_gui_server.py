@@ -48,8 +48,9 @@ class MemoryKeyring(KeyringBackend):
         self.saved.pop((service, username), None)
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def memory_keyring():
+    """Never the user's keyring: every test here gets an empty one of its own."""
     before = keyring.get_keyring()
     backend = MemoryKeyring()
     keyring.set_keyring(backend)
