@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import app.formatting as fmt
 from app.formatting import size as format_bytes
-from app.options import DEFAULT_QUESTION, UsageError, parse_delimiter, size_type
+from app.options import DEFAULT_QUESTION, UsageError, add_backend_options, parse_delimiter, size_type
 from engine.bench import LADDER, BenchReport, Workload, run_bench
 
 
@@ -41,6 +42,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="instead: candidate-tokens/s of one engine step beside model.generate(num_return_sequences)",
     )
+    add_backend_options(p)
+    p.add_argument("--no-local", action="store_true", help="--backend openai: do not run the same search here")
     p.set_defaults(handler=bench_command)
 
 
@@ -64,6 +67,8 @@ def bench_command(args: argparse.Namespace) -> int:
         question=args.question,
         step_delimiter=parse_delimiter(args.step_delimiter) if args.step_delimiter else None,
     )
+    if args.backend == "openai":
+        return _remote(args, workload)
     if args.versus_generate:
         return _versus_generate(args, dtype)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
@@ -72,6 +77,15 @@ def bench_command(args: argparse.Namespace) -> int:
     print(format_report(report))
     _write_json(args.json_path, report.to_dict())
     return 0
+
+
+def _remote(args: argparse.Namespace, workload: Workload) -> int:
+    from app.bench_remote import format_costs, remote_bench
+
+    costs, question = remote_bench(args, workload)
+    print(format_costs(costs, workload, question))
+    _write_json(args.json_path, {"workload": asdict(workload), "runs": [c.to_dict() for c in costs]})
+    return 0 if all(c.ok for c in costs) else 1
 
 
 def _versus_generate(args: argparse.Namespace, dtype: str) -> int:

@@ -143,12 +143,17 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("generator server (see README, Using a server)")
     g.add_argument("--backend", default="local", choices=BACKENDS,
                    help="local: load --model here; openai: a /v1/completions server at --endpoint")
-    g.add_argument("--endpoint", default=None, metavar="URL", help="openai: the server, e.g. http://gpu-box:8000")
+    g.add_argument("--endpoint", "--server", default=None, metavar="URL",
+                   help="openai: the server, e.g. http://gpu-box:8000")
     g.add_argument("--served-model", default=None, metavar="NAME", help="openai: the model name the server serves")
     g.add_argument("--api-key-env", default=None, metavar="NAME",
                    help="openai: the environment variable holding the API key (the key is never recorded)")
     g.add_argument("--request-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="openai: seconds to wait for one answer before retrying")
+    g.add_argument("--verifier-endpoint", default=None, metavar="URL",
+                   help="openai, --verifier prm: a vLLM server of the PRM (--verifier-model is its served name)")
+    g.add_argument("--one-request-per-path", action="store_true",
+                   help="openai: one request with n=M for each kept path instead of M with n=1 (vLLM, SGLang)")
 
 
 def server_from_args(args: argparse.Namespace):
@@ -163,7 +168,8 @@ def server_from_args(args: argparse.Namespace):
         raise UsageError(f"--backend openai needs {' and '.join(missing)}")
     if args.request_timeout <= 0:
         raise UsageError("--request-timeout must be more than 0 seconds")
-    return ServerConfig(args.endpoint, args.served_model, args.api_key_env, timeout_s=args.request_timeout)
+    return ServerConfig(args.endpoint, args.served_model, args.api_key_env, timeout_s=args.request_timeout,
+                        one_request_per_path=args.one_request_per_path, prm_endpoint=args.verifier_endpoint)
 
 
 def _add_method_options(parser: argparse.ArgumentParser) -> None:

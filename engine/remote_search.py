@@ -5,25 +5,29 @@ search's own; what differs is the decode: each child is one /v1/completions requ
 is the prompt text plus the path so far, stopped at the step delimiter. The server's prefix cache does
 the KV reuse, so the memory and traffic events carry zeros with `emulated=False`.
 
-Supported: --verifier logprob (the server's token log-probabilities), every method, verify-skip.
-Not yet: lookahead, self-judge and PRM verifiers (they need a local model or a served PRM).
+Verifiers: logprob (the server's token log-probabilities), self-judge (the served model asked about each
+step, engine/verifiers/remote_judge.py) and a PRM loaded here beside the server's generator. Every method,
+verify-skip and lookahead (each roll-out step one greedy request). Not yet: a PRM served by the server.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 from engine import events as ev
-from engine.backends.openai import Completion, OpenAICompletions, ServerConfig
+from engine.backends.openai import Completion, OpenAICompletions, RequestCancelled, ServerConfig
 from engine.candidate import Candidate
 from engine.config import SearchConfig
-from engine.errors import BeamwiseError, InvalidPrompt, RemoteError
+from engine.errors import BeamwiseError, InvalidPrompt
 from engine.methods import method_for
 from engine.methods.selection import choose, final_pool
 from engine.scoring import path_to, score_step
 from engine.search import SYSTEM_PROMPT
-from engine.verifiers.base import StepToScore
+from engine.verifiers.base import StepToScore, Verifier
+from engine.verifiers.remote_judge import RemoteSelfJudge
+from engine.verifiers.served_prm import ServedPRM
 from engine.verifiers.simple import LogProbVerifier
 
 REMOTE_DEVICE = "remote: KV is managed by the server"
@@ -43,73 +47,113 @@ def run(
     should_stop: Callable[[], bool] = lambda: False,
     backend: OpenAICompletions | None = None,
 ) -> Iterator[ev.Event]:
-    """Answer `question` on the server; never raises for user errors (yields RunFailed), like search.run."""
+    """Answer `question` on the server; never raises for user errors (yields RunFailed), like search.run.
+
+    A Stop ends a request in flight too (`should_stop` is asked while the client waits for the server).
+    """
     try:
-        backend = backend or OpenAICompletions(server)
+        backend = backend or OpenAICompletions(server, should_stop=should_stop)
         yield from _RemoteSearch(question, server, backend, search, should_stop).events()
     except BeamwiseError as error:
         yield ev.RunFailed(type(error).__name__, error.user_message())
 
 
-def check_supported(search: SearchConfig) -> None:
-    """Refuse the settings a remote run cannot do yet, before any request."""
-    if search.verifier != "logprob":
-        raise RemoteError(f"--verifier {search.verifier} needs a local model; a server run scores with logprob.",
-                          hint="Use --verifier logprob with --backend openai.")
-    if search.lookahead:
-        raise RemoteError("--lookahead is not supported with --backend openai yet.", hint="Leave out --lookahead.")
+def make_verifier(search: SearchConfig, backend: OpenAICompletions) -> Verifier:
+    """logprob reads the server's log-probabilities; self-judge asks the served model; prm asks a PRM server
+    (--verifier-endpoint) or loads the PRM here beside the server's generator (it reads the text, so its
+    tokenizer need not be the generator's)."""
+    if search.verifier == "self-judge":
+        return RemoteSelfJudge(backend)
+    if search.verifier == "prm" and backend.cfg.prm_endpoint:
+        prm = replace(backend.cfg, endpoint=backend.cfg.prm_endpoint, served_model=search.verifier_model or "")
+        return ServedPRM(OpenAICompletions(prm, should_stop=backend.should_stop))
+    if search.verifier == "prm":
+        import torch
+
+        from engine.verifiers import prm_verifier
+        from engine.verifiers.families import load_prm
+
+        cuda = torch.cuda.is_available()
+        device, dtype = torch.device("cuda" if cuda else "cpu"), torch.bfloat16 if cuda else torch.float32
+        return prm_verifier(load_prm(search.verifier_model or "", device, dtype))
+    return LogProbVerifier()
 
 
 class _RemoteSearch:
-    def __init__(self, question: str, server: ServerConfig, backend: OpenAICompletions, search: SearchConfig,
-                 should_stop: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        question: str,
+        server: ServerConfig,
+        backend: OpenAICompletions,
+        search: SearchConfig,
+        should_stop: Callable[[], bool],
+    ) -> None:
         self.question, self.server, self.backend, self.cfg = question, server, backend, search
         self.should_stop = should_stop
         self.method = method_for(search)
-        self.verifier = LogProbVerifier()
+        self.verifier = make_verifier(search, backend)
         self.candidates: dict[int, Candidate] = {}
         self.paths: dict[int, str] = {}  # id -> the path's text from the first step on
         self.next_id = 1
         self.gate: dict = {}
+        self.step = 0  # the step in progress
+        self.extra_tokens = 0  # generated by lookahead roll-outs (not tree nodes)
 
     def events(self) -> Iterator[ev.Event]:
+        try:
+            yield from self._steps()
+        except RequestCancelled:  # a Stop while the server computed: that request was abandoned
+            yield ev.RunCancelled(max(0, self.step - 1))
+
+    def _steps(self) -> Iterator[ev.Event]:
         if not self.question.strip():
             raise InvalidPrompt("The question is empty.", hint="Type a question.")
-        check_supported(self.cfg)
         started = time.perf_counter()
         self.backend.check_model()
-        yield ev.RunStarted(self.question, self.backend.name, self.verifier.name, REMOTE_DEVICE, False, "remote", 0,
-                            self.cfg.to_dict(), self.server.to_dict())
+        yield ev.RunStarted(
+            self.question,
+            self.backend.name,
+            self.verifier.name,
+            REMOTE_DEVICE,
+            False,
+            "remote",
+            0,
+            self.cfg.to_dict(),
+            self.server.to_dict(),
+        )
         prompt = prompt_text(self.question)
         kept: list[int] = []
         step = 0
         for step in range(1, self.cfg.max_steps + 1):
+            self.step = step
             if self.should_stop():
                 yield ev.RunCancelled(step - 1)
                 return
             parents = [c for c in kept if not self.candidates[c].finished]
             children = self._expand(parents, step)
+            batches = self._batches(children)
+            done = None
             if step == 1:  # the first request prefills the prompt on the server: report it as the prefill
                 first = time.perf_counter()
-                done = self._complete(prompt, children[0])
-                yield ev.PrefillDone(done.prompt_tokens or 0, time.perf_counter() - first)
-            else:
-                done = None
+                done = self._complete(prompt, batches[0])
+                yield ev.PrefillDone(done[0].prompt_tokens or 0, time.perf_counter() - first)
             yield ev.StepStarted(step, tuple(parents))
             yield ev.GroupScheduled(step, 0, tuple(children), ())
-            for cid in children:
-                result = done if done is not None and cid == children[0] else self._complete(prompt, cid)
-                c = self._take(cid, result)
-                yield ev.CandidateText(step, cid, c.parent, c.text, c.step_tokens, c.finished, c.group)
+            for index, batch in enumerate(batches):
+                results = done if done is not None and index == 0 else self._complete(prompt, batch)
+                for cid, result in zip(batch, results, strict=True):
+                    c = self._take(cid, result)
+                    yield ev.CandidateText(step, cid, c.parent, c.text, c.step_tokens, c.finished, c.group)
                 if self.should_stop():
                     yield ev.RunCancelled(step - 1)
                     return
-            yield from self._score(children, step)
+            yield from self._score(children, step, self._look_ahead(prompt, children))
             yield from _no_kv_events(step, children)
             pool = [c for c in kept if self.candidates[c].finished] + children
             keep = [c.id for c in self.method.keep([self.candidates[c] for c in pool])]
             pruned = sorted(set(pool) - set(keep))
-            yield ev.StepSelected(step, tuple(keep), tuple(pruned), 0, 0, **self.gate)
+            cost = self.verifier.settle([self._key(c) for c in keep])  # a PRM keeps the kept paths' KV
+            yield ev.StepSelected(step, tuple(keep), tuple(pruned), cost.tokens, cost.tokens_full, **self.gate)
             kept = keep
             if all(self.candidates[c].finished for c in kept):
                 break
@@ -130,49 +174,103 @@ class _RemoteSearch:
                 children.append(child.id)
         return children
 
-    def _complete(self, prompt: str, cid: int) -> Completion:
-        """One request: the child's own seed, so the same seed and settings give the same tree (where the
-        server honours seeds)."""
+    def _batches(self, children: list[int]) -> list[list[int]]:
+        """The children each request makes: one each (n=1), or all of a path's children (n=M) when asked."""
+        if not self.server.one_request_per_path:
+            return [[cid] for cid in children]
+        batches: dict[int | None, list[int]] = {}
+        for cid in children:
+            batches.setdefault(self.candidates[cid].parent, []).append(cid)
+        return list(batches.values())
+
+    def _complete(self, prompt: str, batch: list[int]) -> list[Completion]:
+        """One request for children of one path, seeded by its first child: the same seed and settings give
+        the same tree (where the server honours seeds)."""
+        return self._ask(
+            prompt + self.paths[batch[0]], len(batch), self.cfg.seed * 1_000_003 + batch[0], self.method.greedy
+        )
+
+    def _ask(self, text: str, n: int, seed: int, greedy: bool) -> list[Completion]:
         delimiter = self.cfg.step_delimiter
-        return self.backend.complete(
-            prompt + self.paths[cid],
+        return self.backend.complete_many(
+            text,
+            n,
             max_tokens=self.cfg.step_tokens,
             stop=[delimiter] if delimiter else [],
-            temperature=0.0 if self.method.greedy else self.cfg.temperature,
+            temperature=0.0 if greedy else self.cfg.temperature,
             top_p=self.cfg.top_p,
-            seed=self.cfg.seed * 1_000_003 + cid,
+            seed=seed,
         )
+
+    def _as_step(self, result: Completion) -> tuple[str, bool]:
+        """The step's text as a local step reads (the delimiter kept where the server stopped at it), and
+        whether it ends the answer."""
+        finished = result.ended_by_eos or not result.text.strip() or ANSWER_MARK in result.text.lower()
+        at_stop = result.at_stop and not finished
+        return (result.text + self.cfg.step_delimiter if at_stop else result.text), finished
 
     def _take(self, cid: int, result: Completion) -> Candidate:
         c = self.candidates[cid]
-        finished = result.ended_by_eos or not result.text.strip() or ANSWER_MARK in result.text.lower()
-        at_stop = result.at_stop and not finished
-        c.text = result.text + self.cfg.step_delimiter if at_stop else result.text  # as a local step: delimiter kept
+        c.text, c.finished = self._as_step(result)
         c.step_tokens = len(result.logprobs)
-        c.finished = finished
         c.logprobs = result.logprobs
         self.paths[cid] += c.text
         return c
 
-    def _score(self, children: list[int], step: int) -> Iterator[ev.Event]:
-        """The local search's scoring (engine.scoring), on the step's text alone."""
-        items = [StepToScore(self.question, (), self.candidates[c].text, self.candidates[c].logprobs)
-                 for c in children]
+    def _look_ahead(self, prompt: str, children: list[int]) -> dict[int, list[tuple[str, Completion]]]:
+        """Beam with lookahead: each unfinished child rolled out K greedy steps (a request each), for scoring.
+        The child keeps only its own step; the roll-out is not a tree node (search-and-learn)."""
+        rolled: dict[int, list[tuple[str, Completion]]] = {}
+        for cid in children if self.cfg.lookahead else []:
+            text, steps, finished = self.paths[cid], [], self.candidates[cid].finished
+            while not finished and len(steps) < self.cfg.lookahead:
+                result = self._ask(prompt + text, 1, self.cfg.seed * 1_000_003 + cid, True)[0]
+                step, finished = self._as_step(result)
+                steps.append((step, result))
+                text += step
+                self.extra_tokens += len(result.logprobs)
+            rolled[cid] = steps
+        return rolled
+
+    def _score(
+        self, children: list[int], step: int, rolled: dict[int, list[tuple[str, Completion]]]
+    ) -> Iterator[ev.Event]:
+        """The local search's scoring (engine.scoring): the path, the step and (lookahead) the roll-out, scored
+        at its end."""
+        items = [self._item(cid, rolled.get(cid, [])) for cid in children]
         self.gate = {}
         yield from score_step(self.candidates, children, step, self.cfg, lambda: self.verifier.score(items), self.gate)
+
+    def _item(self, cid: int, rolled: list[tuple[str, Completion]]) -> StepToScore:
+        c = self.candidates[cid]
+        steps = (*self._steps_before(cid), c.text, *(text for text, _ in rolled))
+        return StepToScore(self.question, steps[:-1], steps[-1], rolled[-1][1].logprobs if rolled else c.logprobs)
 
     def _path(self, cid: int | None) -> list[int]:
         return path_to(self.candidates, cid)
 
+    def _key(self, cid: int) -> tuple[str, ...]:
+        """The verifier's name for a path: the question and each step's text (as the local search names it)."""
+        return (self.question, *(self.candidates[p].text for p in self._path(cid)))
+
+    def _steps_before(self, cid: int) -> tuple[str, ...]:
+        return tuple(self.candidates[p].text for p in self._path(self.candidates[cid].parent))
+
     def _finish(self, kept: list[int], steps: int, started: float) -> ev.RunFinished:
         winner = choose(final_pool([self.candidates[c] for c in kept]), self.cfg.select, lambda c: self.paths[c.id])
         seconds = time.perf_counter() - started
-        total = sum(c.step_tokens for c in self.candidates.values())
+        total = sum(c.step_tokens for c in self.candidates.values()) + self.extra_tokens
         path = self._path(winner.id)
         path_tokens = sum(self.candidates[p].step_tokens for p in path)
         return ev.RunFinished(
-            self.paths[winner.id].strip(), tuple(path), winner.aggregate, steps, total, seconds,
-            total / seconds if seconds > 0 else 0.0, path_tokens / seconds if seconds > 0 else 0.0,
+            self.paths[winner.id].strip(),
+            tuple(path),
+            winner.aggregate,
+            steps,
+            total,
+            seconds,
+            total / seconds if seconds > 0 else 0.0,
+            path_tokens / seconds if seconds > 0 else 0.0,
         )
 
 

@@ -1,26 +1,38 @@
 """An OpenAI-compatible /v1/completions server in a thread on 127.0.0.1, deterministic, that can be told to fail.
 
-Each answer is a function of the prompt and the seed: the third step of a path states the answer and
-ends (EOS), earlier steps stop at the delimiter. `mode` makes it fail: "404" (no such model), "500",
-"no-logprobs", "slow" (answers after `delay` seconds).
+Each answer is a function of the prompt and the seed (choice i of a request with n > 1 uses seed + i):
+the third step of a path states the answer and ends (EOS), earlier steps stop at the delimiter.
+A prompt ending in "Answer:" with max_tokens 1 is a self-judge question, answered with top log-probabilities.
+Mode "llama.cpp" answers in the shape llama.cpp's server uses (log-probabilities under "content", no
+"stop_reason"). Other modes fail: "404" (no such model), "500", "no-logprobs", "no-top-logprobs" (none for
+the self-judge), "n-ignored" (one choice whatever n asks), "slow" (answers after `delay` seconds, or notes
+in `abandoned` a client that left first).
+`key` makes it answer 401 to a request without that bearer key; `fail_after` answers 500 from that
+many completions on (a server that dies in the middle of a run).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import select
 import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODEL = "fake-model"
+PRM = "fake-prm"  # served on /pooling (vLLM's route for reward models): [P(-), P(+)] at each <extra_0>
 
 
 class FakeServer:
-    def __init__(self, mode: str = "ok", delay: float = 1.0) -> None:
-        self.mode, self.delay = mode, delay
+    def __init__(self, mode: str = "ok", delay: float = 1.0, key: str | None = None,
+                 fail_after: int | None = None) -> None:
+        self.mode, self.delay, self.key, self.fail_after = mode, delay, key, fail_after
         self.requests: list[dict] = []
         self.headers: list[dict] = []
+        self.abandoned: list[float] = []  # "slow": when a client closed its connection before the answer
+        self.pooled: list[dict] = []  # /pooling requests
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -36,38 +48,77 @@ class FakeServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
+    def refuses(self, authorization: str | None) -> bool:
+        return self.key is not None and authorization != f"Bearer {self.key}"
+
     def answer(self, body: dict) -> tuple[int, dict]:
-        self.requests.append(body)
-        if self.mode == "slow":
-            time.sleep(self.delay)
-        if self.mode == "500":
+        """The answer to a completion request already appended to `requests`."""
+        if self.mode == "500" or (self.fail_after is not None and len(self.requests) > self.fail_after):
             return 500, {"error": {"message": "internal error"}}
         if self.mode == "404" or body.get("model") != MODEL:
             return 404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}}
-        prompt, seed = body["prompt"], body.get("seed", 0)
+        if body["prompt"].endswith("\nAnswer:") and body["max_tokens"] == 1 and body.get("logprobs", 0) > 1:
+            return 200, {"choices": [self._judgement(body["prompt"])], "usage": {"prompt_tokens": len(body["prompt"])}}
+        n = 1 if self.mode == "n-ignored" else body.get("n", 1)
+        choices = [self._choice(body["prompt"], body.get("seed", 0) + index, body["max_tokens"]) for index in range(n)]
+        for index, choice in enumerate(choices):
+            choice["index"] = index
+        words = sum(len(c["text"].split()) for c in choices)
+        return 200, {"choices": choices, "usage": {"prompt_tokens": len(body["prompt"].split()),
+                                                   "completion_tokens": words}}
+
+    def pool(self, body: dict) -> tuple[int, dict]:
+        """A step with "idea 0" is judged wrong (P(+) 0.2), others right (0.9)."""
+        self.pooled.append(body)
+        if body.get("model") != PRM:
+            return 404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}}
+        steps = body["messages"][-1]["content"].split("<extra_0>")[:-1]
+        data = [[0.8, 0.2] if "idea 0" in step else [0.1, 0.9] for step in steps]
+        return 200, {"object": "list", "data": [{"index": 0, "object": "pooling", "data": data}]}
+
+    def _judgement(self, prompt: str) -> dict:
+        """The self-judge's one token: a last step with "idea 0" is judged wrong (P(yes) 0.2), others right (0.9)."""
+        last = prompt.rsplit("\n\nIs the last step", 1)[0].rsplit("\n\n", 1)[-1]
+        p_yes = 0.2 if "idea 0" in last else 0.9
+        top = {" Yes": math.log(p_yes * 0.9), " No": math.log((1 - p_yes) * 0.9), " Maybe": math.log(0.1)}
+        choice = {"index": 0, "text": " Yes" if p_yes > 0.5 else " No", "finish_reason": "length"}
+        if self.mode in ("no-logprobs", "no-top-logprobs"):
+            choice["logprobs"] = None
+        elif self.mode == "llama.cpp":
+            items = [{"token": t, "logprob": v} for t, v in top.items()]
+            choice["logprobs"] = {"content": [{"token": choice["text"], "logprob": 0.0, "top_logprobs": items}]}
+        else:
+            choice["logprobs"] = {"tokens": [choice["text"]], "token_logprobs": [0.0], "top_logprobs": [top]}
+        return choice
+
+    def _choice(self, prompt: str, seed: int, max_tokens: int) -> dict:
         done = prompt.split("Solution:\n", 1)[-1].count("\n\n")
         if done >= 2:
             text, stop_reason = f"The answer is: {80 + seed % 2} km/h", None
         else:
             text, stop_reason = f"Step {done + 1}: idea {seed % 5}.", "\n\n"
         words = text.split()
-        cut = len(words) > body["max_tokens"]
-        words, reason = words[: body["max_tokens"]], "length" if cut else "stop"
+        cut = len(words) > max_tokens
+        words, reason = words[:max_tokens], "length" if cut else "stop"
         stop_reason = None if cut else stop_reason
         logprobs = [-((seed + i) % 7 + 1) / 10 for i in range(len(words))]
         choice = {"index": 0, "text": " ".join(words), "finish_reason": reason, "stop_reason": stop_reason}
-        if self.mode != "no-logprobs":
-            choice["logprobs"] = {"tokens": words, "token_logprobs": logprobs}
-        else:
+        if self.mode == "no-logprobs":
             choice["logprobs"] = None
-        return 200, {"choices": [choice], "usage": {"prompt_tokens": len(prompt.split()),
-                                                    "completion_tokens": len(words)}}
+        elif self.mode == "llama.cpp":
+            del choice["stop_reason"]
+            choice["logprobs"] = {"content": [{"token": w, "logprob": v} for w, v in zip(words, logprobs, strict=True)]}
+        else:
+            choice["logprobs"] = {"tokens": words, "token_logprobs": logprobs}
+        return choice
 
 
 def _handler(server: FakeServer):
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            if self.path == "/v1/models" and server.mode != "404":
+            if server.refuses(self.headers.get("Authorization")):
+                self._send(401, {"error": {"message": "Invalid API key", "type": "invalid_request_error"}})
+            elif self.path == "/v1/models" and server.mode != "404":
                 self._send(200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
             else:
                 self._send(404, {"error": {"message": "not found"}})
@@ -76,10 +127,34 @@ def _handler(server: FakeServer):
             server.headers.append(dict(self.headers))
             length = int(self.headers.get("Content-Length", 0))
             body = json.loads(self.rfile.read(length))
+            if server.refuses(self.headers.get("Authorization")):
+                self._send(401, {"error": {"message": "Invalid API key", "type": "invalid_request_error"}})
+                return
+            if self.path == "/pooling":
+                self._send(*server.pool(body))
+                return
             if self.path != "/v1/completions":
                 self._send(404, {"error": {"message": "not found"}})
                 return
+            server.requests.append(body)
+            if server.mode == "slow" and self._client_left_within(server.delay):
+                server.abandoned.append(time.monotonic())
+                return
             self._send(*server.answer(body))
+
+        def _client_left_within(self, seconds: float) -> bool:
+            """Compute for `seconds`, noticing (as vLLM and llama.cpp's server do) a client that hangs up."""
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                if not select.select([self.connection], [], [], 0.01)[0]:
+                    continue
+                try:
+                    if self.connection.recv(1, socket.MSG_PEEK) == b"":
+                        return True
+                except ConnectionError:
+                    return True
+                time.sleep(0.01)  # bytes waiting (not a hang-up): keep computing
+            return False
 
         def _send(self, status: int, data: dict) -> None:
             raw = json.dumps(data).encode()

@@ -2,12 +2,13 @@
 
 The fake is deterministic (tests/fake_openai.py), so these tests check the requests the search sends,
 the events, the tree, the recorded session and its exports, and each failure's one-line error.
-The real-server tests of issue 17 (llama.cpp, vLLM) need a separate environment and are not here.
+The real-server tests (llama.cpp's server, vLLM) are in tests/test_real_server.py, behind the `server` marker.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from app.export import export_session, import_session
 from app.recorder import SessionRecorder
 from app.store import SessionStore
 from engine import events as ev
-from engine.backends.openai import OpenAICompletions, ServerConfig
+from engine.backends.openai import OpenAICompletions, RequestCancelled, ServerConfig, check_connection
 from engine.config import SearchConfig
 from engine.errors import LogprobsUnavailable, ServedModelNotFound, ServerError, ServerUnreachable
 from engine.remote_search import REMOTE_DEVICE, run
@@ -207,7 +208,7 @@ def test_cli_usage_errors_exit_2(capsys, args: list[str], message: str) -> None:
     ("extra", "needle"),
     [
         (["--endpoint", "CLOSED"], "cannot reach the server"),
-        (["--verifier", "self-judge"], "needs a local model"),
+        (["--verifier", "prm", "--verifier-model", "/no/such/prm"], "/no/such/prm"),
         (["--api-key-env", "BEAMWISE_UNSET_VARIABLE"], "BEAMWISE_UNSET_VARIABLE"),
     ],
 )
@@ -219,3 +220,135 @@ def test_cli_server_errors_are_one_line_exit_2(capsys, extra: list[str], needle:
                      "--request-timeout", "2"])
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("beamwise: error:")]
     assert code == 2 and len(errors) == 1 and needle in errors[0], errors
+
+
+def test_stop_aborts_the_request_in_flight() -> None:
+    """The server takes 10 s per answer; a Stop 0.3 s into the first request closes its connection: the server
+    sees the client leave and the run ends cancelled, without waiting out the answer."""
+    with FakeServer(mode="slow", delay=10.0) as server:
+        began = time.monotonic()
+        events = list(run(QUESTION, config(server.url, timeout_s=30.0), SEARCH,
+                          should_stop=lambda: time.monotonic() - began > 0.3))
+        ended = time.monotonic()
+        for _ in range(200):  # the handler notices the hang-up within its next 10 ms slice
+            if server.abandoned:
+                break
+            time.sleep(0.01)
+    assert events[-1] == ev.RunCancelled(0) and [e.type for e in events] == ["run_started", "run_cancelled"]
+    assert ended - began < 5.0  # not the 10 s the answer would have taken
+    assert len(server.abandoned) == 1 and server.abandoned[0] < began + 5.0
+
+
+def test_stop_during_the_backoff_does_not_wait_it_out() -> None:
+    began = time.monotonic()
+    backend = OpenAICompletions(ServerConfig(f"http://127.0.0.1:{closed_port()}", MODEL, retries=3, backoff_s=20.0),
+                                should_stop=lambda: time.monotonic() - began > 0.2)
+    with pytest.raises(RequestCancelled):
+        backend.complete("x", max_tokens=4, stop=[], temperature=1.0, top_p=1.0, seed=0)
+    assert time.monotonic() - began < 5.0
+
+
+def test_a_refused_key_is_a_clear_401(monkeypatch) -> None:
+    monkeypatch.setenv("BEAMWISE_TEST_KEY", "sk-wrong")
+    with FakeServer(key="sk-right") as server:
+        failed = failure(server.url, api_key_env="BEAMWISE_TEST_KEY")
+    assert failed.error == "ServerError" and "HTTP 401: the API key was refused (Invalid API key)" in failed.message
+    assert "--api-key-env" in failed.message and len(server.headers) == 0  # GET /models only, not retried
+
+
+def test_a_server_that_dies_mid_run_keeps_the_steps_done(tmp_path: Path) -> None:
+    """Step 1 (4 requests) succeeds, then every answer is a 500: the session is stored as failed, with step 1."""
+    store = SessionStore(tmp_path / "s.db")
+    recorder = SessionRecorder(store)
+    with FakeServer(fail_after=4) as server:
+        for event in run(QUESTION, config(server.url, retries=1), SEARCH):
+            recorder.write(event)
+    recorder.close()
+    session = store.get_session(recorder.session_id)
+    assert session["status"] == "failed"
+    stored = store.events(recorder.session_id)
+    assert [e.step for e in stored if e.type == "step_selected"] == [1]
+    assert stored[-1].type == "run_failed" and "HTTP 500" in stored[-1].message
+
+
+def test_check_connection_says_what_it_found() -> None:
+    with FakeServer() as server:
+        check = check_connection(config(server.url))
+        assert check.served == (MODEL,) and "answered with log-probabilities" in check.sentence(config(server.url))
+        with pytest.raises(ServedModelNotFound, match="serves fake-model, not 'other'"):
+            check_connection(config(server.url, model="other"))
+    with FakeServer(mode="no-logprobs") as server, pytest.raises(LogprobsUnavailable):
+        check_connection(config(server.url))
+    with pytest.raises(ServerUnreachable, match="cannot reach the server"):
+        check_connection(config(f"http://127.0.0.1:{closed_port()}"))
+
+
+def test_a_key_given_directly_is_sent_and_not_in_the_record() -> None:
+    with FakeServer(key="sk-from-keyring") as server:
+        cfg = config(server.url, api_key="sk-from-keyring", key_source="keyring")
+        events = list(run(QUESTION, cfg, SEARCH))
+    assert events[-1].type == "run_finished"
+    assert "sk-from-keyring" not in repr(cfg) and "sk-from-keyring" not in json.dumps(ev.to_dict(events[0]))
+    assert events[0].cache["key_source"] == "keyring"
+
+
+def test_bench_puts_the_server_beside_a_local_run(capsys, tmp_path: Path) -> None:
+    report = tmp_path / "remote.json"
+    with FakeServer() as server:
+        code = main(["bench", "--backend", "openai", "--server", server.url, "--served-model", MODEL,
+                     "--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2", "--step-tokens", "8",
+                     "--gen-tokens", "24", "--question", QUESTION, "--step-delimiter", "\\n\\n", "--json", str(report)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    remote, local = json.loads(report.read_text(encoding="utf-8"))["runs"]
+    assert (remote["backend"], remote["model"], remote["ok"]) == ("openai", MODEL, True)
+    assert [s["requests"] for s in remote["steps"]] == [4, 4, 4]  # N x M completions a step; the model check apart
+    assert [s["tokens"] for s in remote["steps"]] == [16, 16, 20]  # the fake's words: 4 a step, 5 in the answer
+    assert remote["requests"] == len(server.requests) - 1 == 12  # the connection check's one token apart
+    assert local["backend"] == "local" and local["ok"] and local["requests"] == 0 and local["tokens"] > 0
+    assert all(s["seconds"] > 0 for s in remote["steps"] + local["steps"])
+    lines = out.splitlines()
+    assert any(line.split()[:4] == ["1", "openai", MODEL, "4"] for line in lines)
+    assert any(line.split()[:2] == ["1", "local"] for line in lines)
+    assert any(line.split()[:5] == ["total", "openai", MODEL, "12", "52"] for line in lines)
+
+
+def test_bench_without_a_server_is_one_clear_line(capsys) -> None:
+    code = main(["bench", "--backend", "openai", "--server", f"http://127.0.0.1:{closed_port()}", "--served-model",
+                 MODEL, "--request-timeout", "2"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("beamwise: error:")]
+    assert code == 2 and len(err) == 1 and "cannot reach the server" in err[0]
+
+
+def test_llama_cpp_answers_are_read_too() -> None:
+    """llama.cpp's server puts log-probabilities under "content" and sends no stop_reason: a stop is then the
+    delimiter (it cannot say EOS), so the run ends by the answer mark, with the same texts and scores."""
+    with FakeServer(mode="llama.cpp") as server:
+        llama = events_of(server.url)
+    with FakeServer() as server:
+        vllm = events_of(server.url)
+    assert llama[-1].type == "run_finished"
+    scores = [(e.id, e.text, e.score) for e in llama if e.type == "candidate_scored"]
+    assert scores and scores == [(e.id, e.text, e.score) for e in vllm if e.type == "candidate_scored"]
+
+
+def test_one_request_per_path_asks_n_children_at_once() -> None:
+    with FakeServer() as server:
+        events = events_of(server.url, one_request_per_path=True)
+    assert events[-1].type == "run_finished"
+    # step 1: the prompt's N x M children in one request; then one request per kept path with n=M
+    assert [r["n"] for r in server.requests] == [4, 2, 2, 2, 2]
+    texts = [e for e in events if e.type == "candidate_text"]
+    assert len(texts) == 12 and events[0].cache["one_request_per_path"] is True
+    by_parent: dict = {}
+    for t in texts:
+        by_parent.setdefault((t.step, t.parent), []).append(t.text)
+    assert all(len(v) == (4 if k[0] == 1 else 2) for k, v in by_parent.items())
+    assert any(len(set(v)) > 1 for v in by_parent.values())  # siblings differ (seed + choice index)
+
+
+def test_a_server_that_ignores_n_is_said() -> None:
+    with FakeServer(mode="n-ignored") as server:
+        failed = failure(server.url, one_request_per_path=True)
+    assert failed.error == "RemoteError" and "answered 1 continuation(s) to a request for n=4" in failed.message
+    assert "--one-request-per-path" in failed.message

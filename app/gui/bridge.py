@@ -23,6 +23,7 @@ from engine.errors import BeamwiseError
 ProgressFn = Callable[[str, float | None], None]
 LoaderFn = Callable[[ModelSpec, str, ProgressFn], Any]  # (spec, device, progress) -> LoadedModel
 RunFn = Callable[..., Iterator[Any]]  # run(question, loaded, search, cache, *, should_stop) -> events
+RemoteRunFn = Callable[..., Iterator[Any]]  # run(question, server, search, *, should_stop) -> events
 StoreFactory = Callable[[], Any]  # opens a SessionStore; called in the worker thread (SQLite is per thread)
 
 
@@ -40,6 +41,14 @@ def default_run(question: str, loaded: Any, search: SearchConfig, cache: CacheCo
 
     check_memory(loaded, question, search, cache)  # a search too large for memory is refused before allocating
     return run(question, loaded, search, cache, should_stop=should_stop)
+
+
+def default_remote_run(question: str, server: Any, search: SearchConfig,
+                       *, should_stop: Callable[[], bool]) -> Iterator[Any]:
+    """engine.remote_search.run: a Stop also ends the request the server is working on."""
+    from engine.remote_search import run
+
+    return run(question, server, search, should_stop=should_stop)
 
 
 def describe_error(error: BaseException) -> str:
@@ -69,11 +78,12 @@ class SearchWorker(QObject):
     run_finished = Signal()  # always the last signal of every run request, whatever happened
 
     def __init__(self, stop_flag: threading.Event, *, loader: LoaderFn | None = None, run: RunFn | None = None,
-                 store_factory: StoreFactory | None = None) -> None:
+                 store_factory: StoreFactory | None = None, remote_run: RemoteRunFn | None = None) -> None:
         super().__init__()
         self._stop = stop_flag
         self._loader = loader or default_loader
         self._run = run or default_run
+        self._remote_run = remote_run or default_remote_run
         self._store_factory = store_factory
         self._store: Any = None
         self._loaded: Any = None
@@ -104,15 +114,25 @@ class SearchWorker(QObject):
         """Load if needed, then drive one search to its end; `run_finished` always follows."""
         try:
             if self._ensure_loaded(spec, cache.device) and not self._stop.is_set():
-                self._drive(question, search, cache)
+                self._drive(lambda stop: self._run(question, self._loaded, search, cache, should_stop=stop))
         finally:
             self.run_finished.emit()
 
-    def _drive(self, question: str, search: SearchConfig, cache: CacheConfig) -> None:
+    @Slot(str, object, object)
+    def run_remote(self, question: str, server: Any, search: SearchConfig) -> None:
+        """One search on a generator server (nothing to load here); `run_finished` always follows."""
+        try:
+            if not self._stop.is_set():
+                self._drive(lambda stop: self._remote_run(question, server, search, should_stop=stop))
+        finally:
+            self.run_finished.emit()
+
+    def _drive(self, events: Callable[[Callable[[], bool]], Iterator[Any]]) -> None:
+        """Emit and record every event of `events(should_stop)`."""
         recorder = self._open_recorder()
         started = False
         try:
-            for event in self._run(question, self._loaded, search, cache, should_stop=self._stop.is_set):
+            for event in events(self._stop.is_set):
                 started = started or isinstance(event, ev.RunStarted)
                 recorder = self._record(recorder, event)
                 self.event_emitted.emit(event)
@@ -202,6 +222,7 @@ class SearchBridge(QObject):
 
     load_requested = Signal(object, str)
     run_requested = Signal(str, object, object, object)
+    remote_run_requested = Signal(str, object, object)
 
     load_progress = Signal(str, float)
     model_loaded = Signal(str, str)
@@ -213,15 +234,18 @@ class SearchBridge(QObject):
     run_finished = Signal()
 
     def __init__(self, *, loader: LoaderFn | None = None, run: RunFn | None = None,
-                 store_factory: StoreFactory | None = None, parent: QObject | None = None) -> None:
+                 store_factory: StoreFactory | None = None, remote_run: RemoteRunFn | None = None,
+                 parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.stop_flag = threading.Event()
-        self.worker = SearchWorker(self.stop_flag, loader=loader, run=run, store_factory=store_factory)
+        self.worker = SearchWorker(self.stop_flag, loader=loader, run=run, store_factory=store_factory,
+                                   remote_run=remote_run)
         self.thread = QThread()
         self.thread.setObjectName("beamwise-engine")
         self.worker.moveToThread(self.thread)
         self.load_requested.connect(self.worker.load)
         self.run_requested.connect(self.worker.run_search)
+        self.remote_run_requested.connect(self.worker.run_remote)
         for name in ("load_progress", "model_loaded", "load_failed", "event_emitted", "session_recorded",
                      "recording_failed", "failed", "run_finished"):
             getattr(self.worker, name).connect(getattr(self, name))
@@ -234,6 +258,11 @@ class SearchBridge(QObject):
         # Cleared here, in request order, so a Stop pressed after this call is never lost.
         self.stop_flag.clear()
         self.run_requested.emit(question, spec, search, cache)
+
+    def request_remote_run(self, question: str, server: Any, search: SearchConfig) -> None:
+        """A search on a generator server (engine.backends.openai.ServerConfig); recorded like a local one."""
+        self.stop_flag.clear()
+        self.remote_run_requested.emit(question, server, search)
 
     def stop(self) -> None:
         """Ask the running search to end at its next decode step (it yields RunCancelled)."""

@@ -153,7 +153,9 @@ class ChartsPanel(SessionView, QWidget):
 
     def _set_title(self, name: str) -> None:
         """Title, the emulated mark, then the curves' key in their colours (no legend box over data)."""
-        mark = " · emulated GPU" if self.session.series.emulated else ""
+        series = self.session.series
+        mark = " · emulated GPU" if series.emulated else ""
+        mark = " · remote: KV is managed by the server" if series.remote else mark
         budget = self.session.series.budget_bytes
         key = "&nbsp;&nbsp;".join(
             f'<span style="color:{colour}">{"┅" if dashed else "━"}&nbsp;{html.escape(label)}'

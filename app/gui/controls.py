@@ -33,7 +33,8 @@ SELECT_LABELS = {"best": "best path", "majority": "majority vote", "weighted": "
 POLICY_LABELS = {"auto": "auto", "in_device": "in-device", "layerwise": "layer-wise", "lbs": "locality-aware"}
 # Only the tiny synthetic models: the 7B-shaped ones are for benchmarks and need tens of GB.
 SYNTHETIC_CHOICES = ("tiny-llama", "tiny-qwen2", "tiny-opt")
-FOLDER_CHOICE, GGUF_CHOICE = "<folder>", "<gguf>"
+FOLDER_CHOICE, GGUF_CHOICE, SERVER_CHOICE = "<folder>", "<gguf>", "<server>"
+SERVER_SOURCE = "server:openai"  # the generator is the server chosen with "Server…" (app/gui/server_panel.py)
 MB = 1_000_000  # the CLI's 64MB means 64,000,000 bytes; the slider agrees with it
 ERROR_STYLE = "color: #c62828;"
 
@@ -83,9 +84,10 @@ class SliderSpin(QWidget):
 
 
 class ModelPicker(QComboBox):
-    """Bundled model, synthetic models, and local folders / GGUF files chosen with a file dialog."""
+    """Bundled model, synthetic models, local folders / GGUF files chosen with a file dialog, and a server."""
 
     source_changed = Signal(str)
+    server_requested = Signal()  # "Server…" was picked: the server panel asks where (then calls name_source)
 
     def __init__(self) -> None:
         super().__init__()
@@ -97,6 +99,7 @@ class ModelPicker(QComboBox):
         self.insertSeparator(self.count())
         self.addItem("Transformers folder…", FOLDER_CHOICE)
         self.addItem("GGUF file…", GGUF_CHOICE)
+        self.addItem("Server (vLLM, SGLang, llama.cpp)…", SERVER_CHOICE)
         self._last = 0
         self.activated.connect(self._on_activated)
 
@@ -111,8 +114,25 @@ class ModelPicker(QComboBox):
             self.setItemData(index, source, Qt.ItemDataRole.ToolTipRole)
         self._select(index)
 
+    def name_source(self, source: str, label: str, *, select: bool = False) -> None:
+        """Show `source` as `label` (a new entry goes just above the separator), selecting it when asked."""
+        index = self.findData(source)
+        if index < 0:
+            index = self.findData(FOLDER_CHOICE) - 1
+            self.insertItem(index, label, source)
+            self._last += int(self._last >= index)  # the selected entry moved down by one
+            self.setCurrentIndex(self._last)
+        self.setItemText(index, label)
+        self.setItemData(index, label, Qt.ItemDataRole.ToolTipRole)
+        if select:
+            self._select(index)
+
     def _on_activated(self, index: int) -> None:
         data = self.itemData(index)
+        if data == SERVER_CHOICE:
+            self.setCurrentIndex(self._last)  # until the server dialog is accepted
+            self.server_requested.emit()
+            return
         if data in (FOLDER_CHOICE, GGUF_CHOICE):
             path = self._ask_path(data)
             if not path:

@@ -28,11 +28,12 @@ from PySide6.QtWidgets import (
 from app.gui import settings as saved
 from app.gui.bridge import SearchBridge
 from app.gui.charts import ChartsPanel
-from app.gui.controls import SYNTHETIC_CHOICES, SearchControls
+from app.gui.controls import SERVER_SOURCE, SYNTHETIC_CHOICES, SearchControls
 from app.gui.details import NodeDetails
 from app.gui.event_pump import EventPump
 from app.gui.panel import Panel
 from app.gui.plan_bar import PlanBar
+from app.gui.server_panel import ServerPicker
 from app.gui.sessions_panel import SessionsPanel
 from app.gui.status_line import StatusLine
 from app.gui.transcript import TranscriptPanel
@@ -97,6 +98,7 @@ class MainWindow(QMainWindow):
         self.resize(1400, 900)
         self._build_central()
         self.controls = SearchControls()
+        self.server = ServerPicker(self.controls.model_picker, self.settings, self)  # "Server…" in the picker
         self.status = StatusLine(self)
         self._central_layout.insertWidget(1, self.status.banner)
         self.plan_bar = PlanBar(self.controls.configs, self.question.toPlainText)  # "will it fit?" before a run
@@ -222,6 +224,8 @@ class MainWindow(QMainWindow):
             model, _, cache = self.controls.configs()
         except ValueError:
             return  # the settings panel already says what to fix
+        if model.source == SERVER_SOURCE:
+            return  # the server has the model loaded
         self.status.loading(f"Loading {model.source}", -1)
         self.bridge.request_load(model, cache.device)
 
@@ -239,7 +243,16 @@ class MainWindow(QMainWindow):
         except ValueError as error:
             self.statusBar().showMessage(f"Fix the settings first: {error}", 8000)
             return False
+        try:
+            server = self.server.run_config()  # None for a local model; a keyring key is read here
+        except BeamwiseError as error:
+            self.report_error("Cannot use the server", error.user_message())
+            return False
         self._begin(search)
+        if server is not None:
+            self.status.loading(f"Asking {server.endpoint}", -1)
+            self.bridge.request_remote_run(question, server, search)
+            return True
         self.status.loading(f"Preparing {model.source}", -1)
         self.bridge.request_run(question, model, search, cache)
         return True
@@ -351,13 +364,15 @@ class MainWindow(QMainWindow):
             self.report_error("Could not read the session", error.user_message())
             return
         try:
-            current = self.controls.configs()[0]
+            current, _, current_cache = self.controls.configs()
         except ValueError:
-            current = ModelSpec()
+            current, current_cache = ModelSpec(), CacheConfig()
         try:
-            model = ModelSpec(source=source_for_model_name(row.get("model") or "", current.source),
-                              dtype=current.dtype)
-            search, cache = SearchConfig(**row["search"]), CacheConfig(**row["cache"])
+            remote = self.server.recorded(row.get("cache") or {})  # a server's run: that server again
+            source = SERVER_SOURCE if remote else source_for_model_name(row.get("model") or "", current.source)
+            model = ModelSpec(source=source, dtype=current.dtype)
+            search = SearchConfig(**row["search"])
+            cache = current_cache if remote else CacheConfig(**row["cache"])
         except (TypeError, ValueError, KeyError) as error:
             self.report_error("Could not reuse the session's settings",
                               f"They do not fit this version of Beamwise ({error}). Set them by hand.")

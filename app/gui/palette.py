@@ -77,8 +77,8 @@ class TreeLegend(QLabel):
         )
         self.set_emulated(False)
 
-    def set_emulated(self, emulated: bool) -> None:
-        self.emulated = emulated
+    def set_emulated(self, emulated: bool, *, remote: bool = False) -> None:
+        self.emulated, self.remote = emulated, remote
         states = "  ".join(
             f'<span style="color:{s.border}">■</span> {html.escape(s.label)}' for s in STATE_STYLES.values()
         )
@@ -87,6 +87,8 @@ class TreeLegend(QLabel):
             f'KV: <span style="color:{GPU}">■</span> on {gpu}  <span style="color:{CPU}">■</span> on CPU'
             "  ·  box: score, group g#, id, first line, PCIe bytes for its step"
         )
+        if remote:  # nothing to place: the server's prefix cache holds the KV
+            kv = "KV: remote: KV is managed by the server  ·  box: score, id, first line"
         self.setText(f"{states}<br>{kv}")
         self.adjustSize()
 

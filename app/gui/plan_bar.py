@@ -10,6 +10,7 @@ from collections.abc import Callable
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
+from app.gui.controls import SERVER_SOURCE
 from app.planner import MemoryPlan, plan
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 
@@ -54,6 +55,10 @@ class PlanBar(QWidget):
             configs = self._configs()
         except ValueError as error:
             self._show(self._generation, None, f"Fix the settings to see a plan: {error}")
+            return
+        if configs[0].source == SERVER_SOURCE:
+            self._show(self._generation, None, "Remote: the server holds the model and its KV cache; "
+                       "nothing is planned on this machine.")
             return
         args = (self._generation, configs, self._question())
         threading.Thread(target=self._work, args=args, name="beamwise-plan", daemon=True).start()

@@ -137,8 +137,9 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         self.set_follow(True)
 
     def _show_emulated(self) -> None:
-        if self.data.emulated != self.legend.emulated:
-            self.legend.set_emulated(self.data.emulated)
+        remote = self.data.device.startswith("remote")
+        if (self.data.emulated, remote) != (self.legend.emulated, self.legend.remote):
+            self.legend.set_emulated(self.data.emulated, remote=remote)
 
     def fit_to_view(self) -> None:
         """Show the whole tree (never magnified past 100 %) and resume following."""

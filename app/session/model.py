@@ -103,7 +103,8 @@ class SessionModel:
 
     def _fold_series(self, event: object) -> tuple[str, ...]:
         if isinstance(event, ev.RunStarted):  # every title says whether the GPU is emulated
-            self.series = ChartSeries(budget_bytes=event.kv_budget_bytes, emulated=event.emulated)
+            self.series = ChartSeries(budget_bytes=event.kv_budget_bytes, emulated=event.emulated,
+                                      remote=event.device.startswith("remote"))
             return ALL_PLOTS
         was = self.series.emulated
         if not self.series.apply(event):

@@ -24,6 +24,7 @@ class ChartSeries:
     modelled_seconds: list[float] = field(default_factory=list)
     budget_bytes: int | None = None
     emulated: bool = False
+    remote: bool = False  # a generator server's run: it holds the KV, the figures here are zeros
 
     def apply(self, event: object) -> bool:
         """Fold a MemorySnapshot or TransferStats in; True when the charts need redrawing."""

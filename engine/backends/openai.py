@@ -1,23 +1,38 @@
 """A generator on an OpenAI-compatible /v1/completions server (vLLM, SGLang, llama.cpp's server).
 
-Standard library only (urllib). One call of `complete` is one request with n=1: the server's prefix cache
-does the KV reuse between a parent's children. Every failure becomes one of the RemoteError types of
+Standard library only (http.client). One call of `complete` is one request with n=1: the server's prefix
+cache does the KV reuse between a parent's children. Every failure becomes one of the RemoteError types of
 engine/errors.py, whose message is what the user reads.
+
+A request in flight can be cancelled: while the server computes, the client waits on the socket in short
+slices and asks `should_stop` between them; on a stop it closes the connection (vLLM, SGLang and
+llama.cpp's server abort a request whose client left) and raises RequestCancelled.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import select
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from engine.errors import LogprobsUnavailable, RemoteError, ServedModelNotFound, ServerError, ServerUnreachable
 
 RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
+POLL_S = 0.05  # how often a waiting request asks `should_stop`: a Stop takes effect within this
+StopFn = Callable[[], bool]
+
+
+def never() -> bool:
+    return False
+
+
+class RequestCancelled(Exception):  # a cancellation, not an error: the search yields RunCancelled
+    """The user stopped the run while a request was in flight; the connection was closed."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +45,10 @@ class ServerConfig:
     timeout_s: float = 60.0
     retries: int = 2  # further tries after a connection error, a timeout, 429 or 5xx
     backoff_s: float = 0.5  # the wait before retry i is backoff_s * 2**i
+    one_request_per_path: bool = False  # one request with n=M per kept path (vLLM, SGLang), not M with n=1
+    prm_endpoint: str | None = None  # --verifier prm: a vLLM server of the PRM (its /pooling route)
+    api_key: str | None = field(default=None, repr=False, compare=False)  # given directly (the window's keyring)
+    key_source: str | None = None  # where `api_key` came from, for the record ("keyring"); never the key
 
     @property
     def base_url(self) -> str:
@@ -38,8 +57,15 @@ class ServerConfig:
 
     def to_dict(self) -> dict:
         """What a session records: never the key, only the variable's name."""
-        return {"backend": "openai", "endpoint": self.endpoint, "served_model": self.served_model,
-                "api_key_env": self.api_key_env}
+        return {
+            "backend": "openai",
+            "endpoint": self.endpoint,
+            "served_model": self.served_model,
+            "api_key_env": self.api_key_env,
+            "key_source": self.key_source,
+            "one_request_per_path": self.one_request_per_path,
+            "prm_endpoint": self.prm_endpoint,
+        }
 
 
 @dataclass(frozen=True)
@@ -54,48 +80,116 @@ class Completion:
 class OpenAICompletions:
     """One served model; `complete` asks for one continuation of a prompt text."""
 
-    def __init__(self, config: ServerConfig, *, sleep: Callable[[float], None] = time.sleep) -> None:
-        self.cfg, self.sleep = config, sleep
-        self.api_key = _read_key(config.api_key_env)
+    def __init__(
+        self, config: ServerConfig, *, sleep: Callable[[float], None] | None = None, should_stop: StopFn = never
+    ) -> None:
+        self.cfg, self.should_stop = config, should_stop
+        self.sleep = sleep or self._sleep_unless_stopped
+        self.api_key = config.api_key or _read_key(config.api_key_env)
         self.requests = 0
 
     @property
     def name(self) -> str:
         return self.cfg.served_model
 
-    def check_model(self) -> None:
-        """Fail early and clearly when the server serves no model of that name (servers without /models pass)."""
+    def check_model(self) -> tuple[str, ...]:
+        """The served models' names; fails early and clearly when none is `served_model`.
+        Servers without /models pass with an empty list (the first completion will tell)."""
         try:
             listing = self._request("GET", "/models", None)
-        except ServedModelNotFound:  # no /models route: the first completion will tell
-            return
-        served = [m.get("id") for m in listing.get("data", []) if isinstance(m, dict)]
+        except ServedModelNotFound:
+            return ()
+        data = listing.get("data", []) if isinstance(listing, dict) else []
+        served = tuple(str(m.get("id")) for m in data if isinstance(m, dict))
         if served and self.cfg.served_model not in served:
             raise ServedModelNotFound(
-                f"the server at {self.cfg.endpoint} serves {', '.join(map(str, served))}, "
-                f"not {self.cfg.served_model!r}."
+                f"the server at {self.cfg.endpoint} serves {', '.join(served)}, not {self.cfg.served_model!r}."
             )
+        return served
 
     def complete(
         self, prompt: str, *, max_tokens: int, stop: Sequence[str], temperature: float, top_p: float, seed: int
     ) -> Completion:
+        """One continuation of `prompt` (n=1)."""
+        return self.complete_many(
+            prompt, 1, max_tokens=max_tokens, stop=stop, temperature=temperature, top_p=top_p, seed=seed
+        )[0]
+
+    def complete_many(
+        self,
+        prompt: str,
+        n: int,
+        *,
+        max_tokens: int,
+        stop: Sequence[str],
+        temperature: float,
+        top_p: float,
+        seed: int,
+    ) -> list[Completion]:
+        """`n` continuations of `prompt` in one request; a server that answers fewer does not honour n."""
         body = {
-            "model": self.cfg.served_model, "prompt": prompt, "n": 1, "max_tokens": max_tokens,
-            "temperature": temperature, "top_p": top_p, "seed": seed, "logprobs": 1,
+            "model": self.cfg.served_model,
+            "prompt": prompt,
+            "n": n,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+            "seed": seed,
+            "logprobs": 1,
         }
         if stop:
             body["stop"] = list(stop)
+        answer = self._request("POST", "/completions", body)
+        choices = answer.get("choices") if isinstance(answer, dict) else None
+        if not isinstance(choices, list) or not choices:
+            raise ServerError(200, f"an answer without choices: {str(answer)[:200]}")
+        if len(choices) != n:
+            raise RemoteError(
+                f"the server answered {len(choices)} continuation(s) to a request for n={n}: it does not honour n.",
+                hint="Leave out --one-request-per-path (one request per child works with every server).",
+            )
+        usage = answer.get("usage") or {}
+        ordered = sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
+        return [_completion(choice, usage, stop) for choice in ordered]
+
+    def first_token_choices(self, prompt: str, k: int) -> tuple[dict[str, float], int]:
+        """The `k` likeliest first tokens of a greedy reply to `prompt` with their log-probabilities, and the
+        prompt's tokens as the server counted them (0 when it does not say)."""
+        body = {
+            "model": self.cfg.served_model,
+            "prompt": prompt,
+            "n": 1,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "logprobs": k,
+        }
         answer = self._request("POST", "/completions", body)
         try:
             choice = answer["choices"][0]
         except (KeyError, IndexError, TypeError) as error:
             raise ServerError(200, f"an answer without choices: {str(answer)[:200]}") from error
-        return _completion(choice, answer.get("usage") or {}, stop)
+        top = _first_top_logprobs(choice.get("logprobs"))
+        if not top:
+            raise LogprobsUnavailable(
+                "the server returned no top log-probabilities (`logprobs` > 1), which the self-judge reads."
+            )
+        return top, int((answer.get("usage") or {}).get("prompt_tokens") or 0)
 
     # -- HTTP ----------------------------------------------------------------------------------
-    def _request(self, method: str, path: str, body: dict | None) -> dict:
+    def pool(self, messages: list[dict]) -> list:
+        """vLLM's /pooling on a chat: the served model's pooled output (for a PRM, one [P(-), P(+)] per step tag)."""
+        answer = self._request("POST", "/pooling", {"model": self.cfg.served_model, "messages": messages}, v1=False)
+        try:
+            data = answer["data"][0]["data"]
+        except (KeyError, IndexError, TypeError) as error:
+            raise ServerError(200, f"a /pooling answer without data: {str(answer)[:200]}") from error
+        if not isinstance(data, list):
+            raise ServerError(200, f"a /pooling answer whose data is not a list: {str(data)[:200]}")
+        return data
+
+    def _request(self, method: str, path: str, body: dict | None, *, v1: bool = True) -> dict:
         """JSON in, JSON out; retries connection errors, timeouts, 429 and 5xx with bounded backoff."""
-        url = self.cfg.base_url + path
+        url = (self.cfg.base_url if v1 else self.cfg.base_url.removesuffix("/v1")) + path
         for attempt in range(self.cfg.retries + 1):
             last = attempt == self.cfg.retries
             try:
@@ -105,29 +199,56 @@ class OpenAICompletions:
                 if last or (status is not None and status not in RETRYABLE):
                     raise
             self.sleep(self.cfg.backoff_s * 2**attempt)
+            if self.should_stop():
+                raise RequestCancelled
         raise AssertionError("unreachable")
 
+    def _sleep_unless_stopped(self, seconds: float) -> None:
+        """The backoff before a retry, in slices so that a Stop does not wait it out."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0 and not self.should_stop():
+            time.sleep(min(left, POLL_S))
+
     def _send(self, method: str, url: str, body: dict | None) -> dict:
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(url, data=data, headers=headers, method=method)
+        parts = urllib.parse.urlsplit(url)
+        kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         self.requests += 1
         try:
-            with urllib.request.urlopen(request, timeout=self.cfg.timeout_s) as response:
-                return json.loads(response.read().decode())
-        except urllib.error.HTTPError as error:
-            raise self._http_error(error.code, _detail(error)) from error
+            connection = kind(parts.hostname or "", parts.port, timeout=self.cfg.timeout_s)
+        except (http.client.InvalidURL, ValueError) as error:
+            raise ServerUnreachable(
+                f"the endpoint {self.cfg.endpoint!r} is not a URL like http://host:8000 ({error})."
+            ) from error
+        try:
+            connection.request(method, parts.path, body=data, headers=headers)
+            self._await_answer(connection)
+            response = connection.getresponse()
+            status, raw = response.status, response.read()
         except TimeoutError as error:
             raise self._timeout() from error
-        except (urllib.error.URLError, ConnectionError, OSError) as error:
-            reason = getattr(error, "reason", error)
-            if isinstance(reason, TimeoutError):
-                raise self._timeout() from error
-            raise ServerUnreachable(f"cannot reach the server at {self.cfg.endpoint}: {reason}.") from error
-        except json.JSONDecodeError as error:
-            raise ServerError(200, f"an answer that is not JSON ({error})") from error
+        except (OSError, http.client.HTTPException) as error:
+            raise ServerUnreachable(f"cannot reach the server at {self.cfg.endpoint}: {_reason(error)}.") from error
+        finally:
+            connection.close()  # on a Stop too: the server drops a request whose client left
+        if status >= 400:
+            raise self._http_error(status, _detail(raw))
+        try:
+            return json.loads(raw.decode())
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ServerError(status, f"an answer that is not JSON ({error})") from error
+
+    def _await_answer(self, connection: http.client.HTTPConnection) -> None:
+        """Wait until the answer starts, asking `should_stop` every POLL_S; the whole wait is the timeout."""
+        deadline = time.monotonic() + self.cfg.timeout_s
+        while not select.select([connection.sock], [], [], POLL_S)[0]:
+            if self.should_stop():
+                raise RequestCancelled
+            if time.monotonic() > deadline:
+                raise TimeoutError
 
     def _timeout(self) -> ServerUnreachable:
         return ServerUnreachable(
@@ -142,40 +263,101 @@ class OpenAICompletions:
                 f"the server at {self.cfg.endpoint} has no model {self.cfg.served_model!r} (HTTP {status}: {detail})."
             )
         if status in (401, 403):
-            return ServerError(status, detail, hint="Set the API key in the variable named by --api-key-env.")
+            return ServerError(
+                status,
+                f"the API key was refused ({detail or 'no details'})",
+                hint="Check the API key: --api-key-env NAME names the variable that holds it "
+                "(in the window: Server… > API key).",
+            )
         return ServerError(status, detail)
+
+
+@dataclass(frozen=True)
+class ConnectionCheck:
+    """What "Test connection" found: the served models and the time of a one-token completion."""
+
+    served: tuple[str, ...]
+    seconds: float
+
+    def sentence(self, config: ServerConfig) -> str:
+        others = [m for m in self.served if m != config.served_model]
+        listed = f"; it also serves {', '.join(others)}" if others else ""
+        return (
+            f"Connected: {config.served_model} at {config.endpoint} answered with log-probabilities "
+            f"in {self.seconds:.2f} s{listed}."
+        )
+
+
+def check_connection(config: ServerConfig, *, should_stop: StopFn = never) -> ConnectionCheck:
+    """The model list, then one token with log-probabilities: raises the RemoteError that a search would meet
+    first (unreachable, refused key, wrong model, no log-probabilities). No retries: an answer now or why not."""
+    backend = OpenAICompletions(replace(config, retries=0), should_stop=should_stop)
+    started = time.perf_counter()
+    served = backend.check_model()
+    backend.complete("Hello", max_tokens=1, stop=[], temperature=0.0, top_p=1.0, seed=0)
+    return ConnectionCheck(served, time.perf_counter() - started)
 
 
 def _completion(choice: dict, usage: dict, stop: Sequence[str]) -> Completion:
     """One choice -> text, token log-probabilities and whether the model ended the answer."""
-    logprobs = choice.get("logprobs") or {}
-    values = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
     text = choice.get("text") or ""
-    if values is None:
-        raise LogprobsUnavailable("the server returned no token log-probabilities for /v1/completions.")
+    values = _token_logprobs(choice.get("logprobs"), text, usage)
     reason = choice.get("finish_reason")
     if "stop_reason" in choice:  # vLLM and SGLang: the matched stop string, or None / a token id for EOS
         by_eos = reason == "stop" and choice["stop_reason"] not in stop
     else:  # plain OpenAI shape: "stop" is both EOS and a stop string; the text says which
         by_eos = reason == "stop" and not stop
     at_stop = reason == "stop" and not by_eos and bool(stop)
-    values = tuple(float(v) for v in values if v is not None)
     return Completion(text, values, by_eos, at_stop, usage.get("prompt_tokens"))
 
 
-def _detail(error: urllib.error.HTTPError) -> str:
+def _token_logprobs(logprobs: object, text: str, usage: dict) -> tuple[float, ...]:
+    """The sampled tokens' log-probabilities, in either shape servers answer /v1/completions with:
+    {"token_logprobs": [...]} (OpenAI's legacy shape, vLLM, SGLang) or {"content": [{"logprob"}]} (llama.cpp)."""
+    values = None
+    if isinstance(logprobs, dict) and isinstance(logprobs.get("token_logprobs"), list):
+        values = logprobs["token_logprobs"]
+    elif isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
+        values = [item.get("logprob") for item in logprobs["content"] if isinstance(item, dict)]
+    elif logprobs is None and not text and not usage.get("completion_tokens"):
+        values = []  # nothing was generated (llama.cpp then sends null)
+    if values is None:
+        raise LogprobsUnavailable("the server returned no token log-probabilities for /v1/completions.")
+    return tuple(float(v) for v in values if v is not None)
+
+
+def _first_top_logprobs(logprobs: object) -> dict[str, float]:
+    """{token: log-probability} of the first generated position: {"top_logprobs": [{token: lp}, ...]} (OpenAI's
+    legacy shape, vLLM, SGLang) or {"content": [{"top_logprobs": [{"token", "logprob"}]}]} (llama.cpp)."""
+    if not isinstance(logprobs, dict):
+        return {}
+    legacy = logprobs.get("top_logprobs")
+    if isinstance(legacy, list) and legacy and isinstance(legacy[0], dict):
+        return {str(t): float(v) for t, v in legacy[0].items() if v is not None}
+    content = logprobs.get("content")
+    if isinstance(content, list) and content and isinstance(content[0], dict):
+        items = content[0].get("top_logprobs") or []
+        return {str(i.get("token")): float(i["logprob"]) for i in items if isinstance(i, dict) and "logprob" in i}
+    return {}
+
+
+def _detail(raw: bytes) -> str:
+    """The server's own words from an error body: OpenAI's {"error": {"message"}}, {"message"} or plain text."""
+    text = raw.decode(errors="replace")
     try:
-        raw = error.read().decode(errors="replace")
-    except OSError:
-        return error.reason or ""
-    try:
-        data = json.loads(raw)
+        data = json.loads(text)
     except json.JSONDecodeError:
-        return raw.strip()[:200]
+        return text.strip()[:200]
+    if not isinstance(data, dict):
+        return text.strip()[:200]
     message = data.get("message") or (data.get("error") or {})
     if isinstance(message, dict):
         message = message.get("message", "")
-    return str(message or raw)[:200]
+    return str(message or text)[:200]
+
+
+def _reason(error: Exception) -> str:
+    return str(getattr(error, "strerror", None) or error or type(error).__name__)
 
 
 def _read_key(variable: str | None) -> str | None:
@@ -183,6 +365,8 @@ def _read_key(variable: str | None) -> str | None:
         return None
     key = os.environ.get(variable)
     if not key:
-        raise RemoteError(f"the environment variable {variable} (--api-key-env) is not set or is empty.",
-                          hint=f"Export {variable} with the server's API key, or leave out --api-key-env.")
+        raise RemoteError(
+            f"the environment variable {variable} (--api-key-env) is not set or is empty.",
+            hint=f"Export {variable} with the server's API key, or leave out --api-key-env.",
+        )
     return key

@@ -1,0 +1,80 @@
+"""`beamwise bench --backend openai`: one search on a generator server beside the same search run here."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from app.options import DEFAULT_QUESTION, server_from_args
+from engine.bench import Workload
+from engine.remote_bench import SearchCost, measure
+
+
+def remote_bench(args: argparse.Namespace, workload: Workload) -> tuple[list[SearchCost], str]:
+    """The server's run (after a connection check that fails with the server's own error), then the local one."""
+    from engine import remote_search
+    from engine.backends.openai import OpenAICompletions, check_connection
+
+    server = server_from_args(args)
+    question = workload.question or DEFAULT_QUESTION
+    search = workload.search()
+    _progress(f"checking {server.endpoint}")
+    check_connection(server)
+    _progress(f"searching on {server.served_model} at {server.endpoint}")
+    backend = OpenAICompletions(server)
+    costs = [measure("openai", remote_search.run(question, server, search, backend=backend), lambda: backend.requests)]
+    if not args.no_local:
+        costs.append(_local(question, workload))
+    return costs, question
+
+
+def _local(question: str, workload: Workload) -> SearchCost:
+    from engine.config import CacheConfig, ModelSpec
+    from engine.errors import BeamwiseError
+    from engine.models import load_model
+    from engine.search import run
+
+    _progress(f"loading {workload.model} for the same search here")
+    try:
+        loaded = load_model(ModelSpec(workload.model, dtype=workload.dtype))
+    except BeamwiseError as error:
+        return SearchCost("local", workload.model, message=error.user_message())
+    _progress(f"searching on {loaded.name} here")
+    return measure("local", run(question, loaded, workload.search(), CacheConfig()))
+
+
+def format_costs(costs: list[SearchCost], workload: Workload, question: str) -> str:
+    w = workload
+    lines = [
+        f"{w.beams}x{w.width} candidates, steps of {w.step_tokens} tokens, at most {w.search().max_steps} steps; "
+        f"question {question[:50]!r}; seed {w.seed}",
+        "",
+        f"{'step':<7}{'backend':<9}{'model':<28}{'requests':>9}{'tokens':>8}{'seconds':>9}{'tok/s':>8}",
+    ]
+    for step in sorted({s.step for c in costs for s in c.steps}):
+        for cost in costs:
+            row = next((s for s in cost.steps if s.step == step), None)
+            if row is not None:
+                lines.append(_row(str(step), cost, row.requests, row.tokens, row.seconds))
+    for cost in costs:
+        if cost.steps:
+            lines.append(_row("total", cost, cost.requests, cost.tokens, sum(s.seconds for s in cost.steps)))
+    lines.append("")
+    for cost in costs:
+        state = f"answer {cost.answer[-60:]!r}" if cost.ok else f"did not finish: {cost.message}"
+        lines.append(f"{cost.backend} ({cost.model}): {state}; {cost.seconds:.2f} s in all")
+    lines.append(
+        "note: the server runs its own weights and precision (a GGUF quantisation, bf16 on a GPU), so the trees "
+        "differ; compare requests, tokens and seconds, not answers"
+    )
+    return "\n".join(lines)
+
+
+def _row(step: str, cost: SearchCost, requests: int, tokens: int, seconds: float) -> str:
+    shown = str(requests) if cost.backend == "openai" else "-"
+    rate = tokens / seconds if seconds > 0 else 0.0
+    return f"{step:<7}{cost.backend:<9}{cost.model[:27]:<28}{shown:>9}{tokens:>8}{seconds:>9.2f}{rate:>8.1f}"
+
+
+def _progress(text: str) -> None:
+    print(f"[bench] {text}", file=sys.stderr, flush=True)

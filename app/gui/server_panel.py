@@ -1,0 +1,293 @@
+"""The window's "Server…" generator: an OpenAI-compatible server (vLLM, SGLang, llama.cpp's server), its model,
+where its API key comes from, and a connection test.
+
+The choice is remembered in the window's settings without the key: a key typed here goes to the system
+keyring (app/server_keys.py), or the user names an environment variable that holds it. The key is read
+when a run starts and travels only inside the ServerConfig handed to the engine thread.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.parse
+from dataclasses import asdict, dataclass
+
+from PySide6.QtCore import QObject, QSettings, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.gui.controls import ERROR_STYLE, SERVER_SOURCE, ModelPicker
+from app.server_keys import has_key, load_key, save_key
+from engine.backends.openai import ServerConfig, check_connection
+from engine.errors import BeamwiseError, ServedModelNotFound, ServerError, ServerUnreachable
+
+KEY_SOURCES = {"none": "No key", "env": "Environment variable", "keyring": "System keyring"}
+SETTINGS_KEY = "server/choice"
+OK_STYLE = "color: #2f8a57;"
+NEW_CHOICE = {
+    "endpoint": "http://127.0.0.1:8000",
+    "served_model": "",
+    "key_from": "none",
+    "key_env": "",
+    "timeout_s": 60.0,
+    "one_request_per_path": False,
+}  # the dialog's fields before any server was chosen
+
+
+@dataclass(frozen=True)
+class ServerChoice:
+    """What the dialog edits and the settings keep: never the key itself."""
+
+    endpoint: str
+    served_model: str
+    key_from: str = "none"  # one of KEY_SOURCES
+    key_env: str = ""  # the variable's name when key_from == "env"
+    timeout_s: float = 60.0
+    one_request_per_path: bool = False  # n=M in one request per kept path (vLLM, SGLang)
+
+    def __post_init__(self) -> None:
+        parts = urllib.parse.urlsplit(self.endpoint.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"the server address {self.endpoint!r} is not a URL; write it like http://gpu-box:8000.")
+        if not self.served_model.strip():
+            raise ValueError("name the served model (as the server lists it at /v1/models).")
+        if self.key_from not in KEY_SOURCES:
+            raise ValueError(f"the key source must be one of {', '.join(KEY_SOURCES)}.")
+        if self.key_from == "env" and not self.key_env.strip():
+            raise ValueError("name the environment variable that holds the API key.")
+        if self.timeout_s <= 0:
+            raise ValueError("the timeout must be more than 0 seconds.")
+
+    def label(self) -> str:
+        return f"Server: {self.served_model} at {urllib.parse.urlsplit(self.endpoint).netloc}"
+
+    def config(self, typed_key: str = "") -> ServerConfig:
+        """The engine's config; a keyring key is read now (KeyringUnavailable / KeyMissing say why not)."""
+        key = typed_key or (load_key(self.endpoint) if self.key_from == "keyring" else None)
+        return ServerConfig(
+            self.endpoint.strip(),
+            self.served_model.strip(),
+            self.key_env.strip() if self.key_from == "env" else None,
+            timeout_s=self.timeout_s,
+            api_key=key if self.key_from == "keyring" else None,
+            key_source="keyring" if self.key_from == "keyring" else None,
+            one_request_per_path=self.one_request_per_path,
+        )
+
+
+def save_choice(settings: QSettings, choice: ServerChoice) -> None:
+    settings.setValue(SETTINGS_KEY, json.dumps(asdict(choice)))
+
+
+def load_choice(settings: QSettings) -> ServerChoice | None:
+    value = settings.value(SETTINGS_KEY)
+    try:
+        return ServerChoice(**json.loads(value)) if isinstance(value, str) else None
+    except (TypeError, ValueError):  # a renamed field, or a value this version refuses
+        return None
+
+
+class ServerDialog(QDialog):
+    """Edits a ServerChoice; "Test connection" asks the server in a thread. `tested(ok, text)` follows each test."""
+
+    tested = Signal(bool, str)
+    _answered = Signal(int, bool, str)  # test number, ok, text: from the test thread
+
+    def __init__(self, choice: ServerChoice | None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Generator server")
+        self.choice: ServerChoice | None = choice
+        self._tests = 0
+        self._build(asdict(choice) if choice is not None else NEW_CHOICE)
+        self._answered.connect(self._show_answer)
+
+    def _build(self, values: dict) -> None:
+        form = QFormLayout()
+        self.endpoint = QLineEdit(values["endpoint"])
+        self.endpoint.setToolTip("The server's address, e.g. http://gpu-box:8000 (with or without /v1).")
+        self.model = QLineEdit(values["served_model"])
+        self.model.setToolTip("The model name the server serves (GET /v1/models lists them).")
+        self.key_from = QComboBox()
+        for value, label in KEY_SOURCES.items():
+            self.key_from.addItem(label, value)
+        self.key_from.setCurrentIndex(max(0, self.key_from.findData(values["key_from"])))
+        self.key_env = QLineEdit(values["key_env"])
+        self.key_env.setPlaceholderText("e.g. VLLM_API_KEY")
+        self.key = QLineEdit()
+        self.key.setEchoMode(QLineEdit.EchoMode.Password)
+        self.key.setToolTip("Saved in the system keyring when you press OK; never in Beamwise's files.")
+        self.timeout = QDoubleSpinBox()
+        self.timeout.setRange(1, 3600)
+        self.timeout.setSuffix(" s")
+        self.timeout.setValue(values["timeout_s"])
+        self.timeout.setToolTip("How long one request may take before it is retried (twice), then reported.")
+        self.batched = QCheckBox("one request with n = M per kept path")
+        self.batched.setChecked(bool(values["one_request_per_path"]))
+        self.batched.setToolTip(
+            "Ask for a path's M children in one request (vLLM and SGLang honour n); "
+            "otherwise M requests with n = 1, which every server answers."
+        )
+        for label, widget in (
+            ("Address", self.endpoint),
+            ("Served model", self.model),
+            ("API key", self.key_from),
+            ("Variable", self.key_env),
+            ("Key", self.key),
+            ("Timeout", self.timeout),
+            ("Requests", self.batched),
+        ):
+            form.addRow(label, widget)
+        self.test_button = QPushButton("Test connection")
+        self.test_button.clicked.connect(self.test_connection)
+        self.answer = QLabel()
+        self.answer.setObjectName("serverTestResult")
+        self.answer.setWordWrap(True)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.test_button)
+        layout.addWidget(self.answer)
+        layout.addWidget(buttons)
+        self.key_from.currentIndexChanged.connect(self._show_key_fields)
+        self._show_key_fields()
+
+    def _show_key_fields(self) -> None:
+        source = self.key_from.currentData()
+        self.key_env.setEnabled(source == "env")
+        self.key.setEnabled(source == "keyring")
+        endpoint = self.endpoint.text().strip()
+        stored = source == "keyring" and endpoint and has_key(endpoint)
+        self.key.setPlaceholderText("a key is saved in the keyring (type to replace it)" if stored else "")
+
+    def edited(self) -> ServerChoice:
+        """The fields as a choice; ValueError says what to fix."""
+        return ServerChoice(
+            self.endpoint.text().strip(),
+            self.model.text().strip(),
+            self.key_from.currentData(),
+            self.key_env.text().strip(),
+            float(self.timeout.value()),
+            self.batched.isChecked(),
+        )
+
+    def test_connection(self) -> None:
+        """Ask the server for its models and one token, in a thread; the answer arrives as `tested`."""
+        self._tests += 1
+        try:
+            config = self.edited().config(self.key.text())
+        except (ValueError, BeamwiseError) as error:
+            self._show_answer(self._tests, False, _message(error))
+            return
+        self.answer.setStyleSheet("")
+        self.answer.setText(f"Asking {config.endpoint}…")
+        self.test_button.setEnabled(False)
+        threading.Thread(
+            target=self._test, args=(self._tests, config), name="beamwise-server-test", daemon=True
+        ).start()
+
+    def _test(self, number: int, config: ServerConfig) -> None:
+        try:
+            ok, text = True, check_connection(config).sentence(config)
+        except BeamwiseError as error:
+            ok, text = False, _window_message(error)
+        try:
+            self._answered.emit(number, ok, text)
+        except RuntimeError:  # the dialog closed while the server was asked
+            pass
+
+    def _show_answer(self, number: int, ok: bool, text: str) -> None:
+        if number != self._tests:
+            return  # an older test, overtaken by a newer one
+        self.test_button.setEnabled(True)
+        self.answer.setStyleSheet(OK_STYLE if ok else ERROR_STYLE)
+        self.answer.setText(text[:1].upper() + text[1:])
+        self.tested.emit(ok, text)
+
+    def accept(self) -> None:
+        """Keep the choice; a typed key goes to the keyring first (the dialog stays open if it cannot)."""
+        try:
+            choice = self.edited()
+            if choice.key_from == "keyring" and self.key.text():
+                save_key(choice.endpoint, self.key.text())
+                self.key.clear()
+            elif choice.key_from == "keyring":
+                load_key(choice.endpoint)  # says now, not at the first run, that there is no key
+        except (ValueError, BeamwiseError) as error:
+            self._show_answer(self._tests, False, _message(error))
+            return
+        self.choice = choice
+        super().accept()
+
+
+class ServerPicker(QObject):
+    """Adds the server to the window's model picker and answers "Server…" with the dialog."""
+
+    def __init__(self, picker: ModelPicker, settings: QSettings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.picker, self.settings, self.window = picker, settings, parent
+        self.choice = load_choice(settings)
+        if self.choice is not None:
+            picker.name_source(SERVER_SOURCE, self.choice.label())
+        picker.server_requested.connect(self.edit)
+
+    def edit(self) -> ServerDialog:
+        """Show the dialog (modal); on OK the server becomes the generator."""
+        dialog = ServerDialog(self.choice, self.window)
+        if dialog.exec() == QDialog.DialogCode.Accepted and dialog.choice is not None:
+            self.use(dialog.choice)
+        return dialog
+
+    def use(self, choice: ServerChoice) -> None:
+        self.choice = choice
+        save_choice(self.settings, choice)
+        self.picker.name_source(SERVER_SOURCE, choice.label(), select=True)
+
+    def recorded(self, cache: dict) -> bool:
+        """Make a session's recorded server (ServerConfig.to_dict, no key) the generator; False for a local run."""
+        if cache.get("backend") != "openai":
+            return False
+        env = cache.get("api_key_env") or ""
+        key_from = "keyring" if cache.get("key_source") == "keyring" else ("env" if env else "none")
+        timeout = self.choice.timeout_s if self.choice is not None else NEW_CHOICE["timeout_s"]
+        batched = bool(cache.get("one_request_per_path"))
+        self.use(ServerChoice(cache["endpoint"], cache["served_model"], key_from, env, timeout, batched))
+        return True
+
+    def run_config(self) -> ServerConfig | None:
+        """The server of the next run, or None when the generator is a local model."""
+        if self.picker.source() != SERVER_SOURCE:
+            return None
+        if self.choice is None:
+            raise BeamwiseError("no server is set.", hint="Choose Settings > Generator > Server… first.")
+        return self.choice.config()
+
+
+def _message(error: Exception) -> str:
+    return error.user_message() if isinstance(error, BeamwiseError) else str(error)
+
+
+def _window_message(error: BeamwiseError) -> str:
+    """A server's error with advice in the dialog's words (the engine's hints name command-line options)."""
+    if isinstance(error, ServedModelNotFound):
+        hint = "Type the served model's name as the server lists it."
+    elif isinstance(error, ServerError) and error.status in (401, 403):
+        hint = "Check the API key and where it comes from."
+    elif isinstance(error, ServerUnreachable):
+        hint = "Check the address and that the server is running."
+    else:
+        return error.user_message()
+    return f"{error} {hint}"

@@ -1,0 +1,51 @@
+"""A process reward model served by vLLM (`vllm serve Qwen/Qwen2.5-Math-PRM-7B --runner pooling`): each
+candidate's path is sent to the server's /pooling route as a chat in the Qwen2.5-Math-PRM layout (the
+steps joined and ended by `<extra_0>` in the assistant turn), and the step's reward is the positive-class
+probability the server pools at the last `<extra_0>`.
+
+Written against vLLM's documented /pooling request and response; not run against vLLM on these machines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engine.backends.openai import OpenAICompletions
+from engine.errors import RemoteError
+from engine.verifiers.base import PathKey, StepToScore, VerifierCost
+from engine.verifiers.pieces import step_text
+from engine.verifiers.qwen_prm import STEP_TAG, SYSTEM
+
+
+def prm_chat(item: StepToScore) -> list[dict]:
+    steps = [step_text(s) for s in (*item.previous_steps, item.step)]
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": item.question},
+        {"role": "assistant", "content": STEP_TAG.join(steps) + STEP_TAG},
+    ]
+
+
+class ServedPRM:
+    """One /pooling request per candidate (the server's prefix cache reuses the shared path)."""
+
+    name = "prm (served)"
+
+    def __init__(self, backend: OpenAICompletions) -> None:
+        self.backend = backend
+
+    def score(self, items: Sequence[StepToScore]) -> list[float]:
+        return [self._reward(item) for item in items]
+
+    def _reward(self, item: StepToScore) -> float:
+        pooled = self.backend.pool(prm_chat(item))
+        steps = 1 + len(item.previous_steps)
+        if len(pooled) != steps or not all(isinstance(p, list) and len(p) == 2 for p in pooled):
+            raise RemoteError(
+                f"the PRM server pooled {len(pooled)} value(s) for {steps} step(s), not one [P(-), P(+)] per step.",
+                hint="Serve a Qwen2.5-Math-PRM with vLLM's pooling runner (it pools at each <extra_0>).",
+            )
+        return float(pooled[-1][1])
+
+    def settle(self, kept: Sequence[PathKey]) -> VerifierCost:
+        return VerifierCost()
