@@ -42,7 +42,8 @@ def measure(loaded, args: argparse.Namespace, changes: dict) -> dict:
     exited = [e.exit_layer for e in steps if e.exit_layer is not None]
     audited = [e.exit_agrees for e in steps if e.exit_agrees is not None]
     return {
-        "seconds": seconds, "answer": events[-1].answer, "layers": max((e.verifier_layers or 0 for e in steps), default=0),
+        "seconds": seconds, "answer": events[-1].answer,
+        "layers": max((e.verifier_layers or 0 for e in steps), default=0),
         "exit_layer": sum(exited) / len(exited) if exited else None,
         "work": sum(e.verifier_layer_tokens for e in steps), "full": sum(e.verifier_layer_tokens_full for e in steps),
         "audited": len(audited), "disagreed": sum(not a for a in audited),
