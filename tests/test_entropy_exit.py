@@ -183,3 +183,14 @@ def test_a_verifier_that_cannot_exit_fails_the_run_with_what_to_do(tiny):
                                                     entropy_exit=True), CacheConfig()))
     assert events[-1].type == "run_failed"
     assert "no logit lens" in events[-1].message and "--entropy-exit" in events[-1].message
+
+
+def test_the_bench_prints_off_exit_and_audit_with_the_layer_and_work_saved(capsys):
+    from benchmarks.bench_entropy_exit import main
+
+    argv = ["--model", "synthetic:tiny-qwen2", "--theta", "1000", "--delta", "1000", "--steps", "2",
+            "--step-tokens", "3"]
+    assert main(argv) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[2:]}
+    assert rows["off"][1] == "-" and rows["exit"][1] == "2.0/6" and rows["exit+audit"][1] == "2.0/6"
+    assert 0 < float(rows["exit"][4].rstrip("%")) < 100 and rows["exit+audit"][4] == "0.0%"
