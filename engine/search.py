@@ -29,7 +29,8 @@ from engine.rows import RowResult, StepRules
 from engine.runner import decode_step, prefill
 from engine.sampling import candidate_generator
 from engine.scoring import path_to, score_step
-from engine.verifiers import ExitRule, StepToScore, make_verifier
+from engine.verifiers import StepToScore, make_verifier
+from engine.verifiers.entropy_exit import exit_fields, exit_rule
 
 SYSTEM_PROMPT = (
     "Solve the problem step by step. Write each step as a short paragraph and separate steps "
@@ -60,13 +61,6 @@ def run(
         yield ev.RunFailed(type(error).__name__, error.user_message())
     except (RuntimeError, ValueError) as error:  # e.g. out of memory: report, keep the caller alive
         yield ev.RunFailed(type(error).__name__, f"{error}. Try fewer beams, shorter steps or a smaller model.")
-
-
-def exit_rule(search: SearchConfig) -> ExitRule | None:
-    """The layer-entropy exit's rule of `search`, or None when it is off."""
-    if not search.entropy_exit:
-        return None
-    return ExitRule(search.entropy_theta, search.entropy_delta, audit=search.audit_early_exit)
 
 
 class _Search:
@@ -153,10 +147,9 @@ class _Search:
             pool = [c for c in kept if self.candidates[c].finished] + children  # finished beams compete on
             kept = self._select(kv, pool, step)
             cost = self.verifier.settle([self._key(c) for c in kept])
-            exited = cost.exit.event_fields() if cost.exit is not None else {}
             yield ev.StepSelected(
                 step, tuple(kept), tuple(sorted(set(pool) - set(kept))), cost.tokens, cost.tokens_full,
-                **self.gate, **exited,
+                **self.gate, **exit_fields(cost),
             )
             if all(self.candidates[c].finished for c in kept):
                 break

@@ -29,7 +29,8 @@ from engine.verifiers.layered import LayeredBody, LayersUnavailable
 
 REFERENCE_VOCAB = 150_000  # the vocabulary size the paper's thresholds are stated for
 
-__all__ = ["EntropyExit", "ExitCost", "ExitPass", "ExitRule", "LayersUnavailable", "lens_entropy"]
+__all__ = ["EntropyExit", "ExitCost", "ExitPass", "ExitRule", "LayersUnavailable", "exit_fields", "exit_rule",
+           "lens_entropy", "with_exit"]
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,18 @@ class EntropyExit:
             self.tally.early += scores
             self.tally.full += scores
         return passed
+
+
+def exit_rule(search) -> ExitRule | None:
+    """The exit's rule of a SearchConfig, or None when the exit is off."""
+    if not search.entropy_exit:
+        return None
+    return ExitRule(search.entropy_theta, search.entropy_delta, audit=search.audit_early_exit)
+
+
+def exit_fields(cost) -> dict:
+    """The StepSelected fields of a step's VerifierCost (none when the verifier has no exit)."""
+    return cost.exit.event_fields() if cost.exit is not None else {}
 
 
 def with_exit(verifier, lm_head: torch.nn.Module | None, rule: ExitRule | None):
