@@ -60,6 +60,10 @@ class Printer:
             if event.verifier_tokens_full:
                 full = f"{event.verifier_tokens_full:,} to rescore every path"
                 p(f"  verifier ran {event.verifier_tokens:,} tokens ({full})")
+            if event.exit_layer is not None:
+                saved = 1 - event.verifier_layer_tokens / max(event.verifier_layer_tokens_full, 1)
+                p(f"  entropy exit: mean layer {event.exit_layer:.1f} of {event.verifier_layers}, "
+                  f"{saved:.0%} of the verifier's layer work saved")
         elif event.type == "run_finished":
             p(f"\nchosen path: {' -> '.join(map(str, event.path))} (score {event.score:.3f})")
             p(f"{event.candidate_tokens} candidate tokens in {event.seconds:.1f} s ({event.tokens_per_second:.1f}/s)")

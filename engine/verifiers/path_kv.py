@@ -8,7 +8,8 @@ The score is read from the model's last hidden state at the last token of `body 
 A path's KV is a chain of `KVNode`s, each holding only its own segment; siblings point to the same
 parent node, so the question and the accepted steps are computed once and shared (Python's
 refcounts free a segment when no kept path uses it). Scoring a candidate runs only its new step
-and the probe on top of its parent's chain.
+and the probe on top of its parent's chain. With RKSC's layer-entropy exit (entropy_exit.py) a
+scoring pass may stop early; a kept candidate's skipped layers are completed in `settle`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 from transformers import DynamicCache
 
 from engine.verifiers.base import PathKey, StepToScore, VerifierCost
+from engine.verifiers.entropy_exit import EntropyExit
 
 Readout = Callable[[torch.Tensor], torch.Tensor]  # hidden [B, H] -> scores [B] in [0, 1]
 
@@ -42,6 +44,7 @@ class KVNode:
     parent: KVNode | None
     layers: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per layer (keys, values): [1, H_kv, T, D]
     length: int
+    pending: torch.Tensor | None = None  # [1, T, H] entropy exit: the last run layer's output, later layers missing
 
     def chain(self) -> list[KVNode]:
         """The nodes from the root down to this one."""
@@ -63,6 +66,7 @@ class PathVerifier:
         self.device, self.pad_id, self.batch_size = device, pad_id, batch_size
         self.nodes: dict[PathKey, KVNode] = {}
         self._tokens = self._tokens_full = 0
+        self.exit: EntropyExit | None = None  # RKSC's layer-entropy exit, attached by entropy_exit.with_exit
 
     def path_ids(self, item: StepToScore) -> list[int]:
         """The whole path as the model reads it (pieces concatenated); the score is read at its last token."""
@@ -88,15 +92,30 @@ class PathVerifier:
     def settle(self, kept: Sequence[PathKey]) -> VerifierCost:
         """Keep KV only for the kept paths (and, through them, their ancestors); report the tokens run."""
         self.nodes = {key: self.nodes[key] for key in kept if key in self.nodes}
-        cost = VerifierCost(self._tokens, self._tokens_full)
+        if self.exit is None:
+            cost = VerifierCost(self._tokens, self._tokens_full)
+        else:
+            self.nodes = {key: self._completed(node) for key, node in self.nodes.items()}
+            cost = VerifierCost(self._tokens, self._tokens_full, self.exit.settle())
         self._tokens = self._tokens_full = 0
         return cost
+
+    def _completed(self, node: KVNode) -> KVNode:
+        """`node` with the KV of the layers its exited pass skipped (run from its pending hidden states)."""
+        if node.pending is None:
+            return node
+        done, keep = len(node.layers), node.pending.shape[1]
+        cache = _batched_cache(node.parent, 1)
+        start = node.length - keep
+        self.exit.complete(node.pending, cache, start, done)
+        rest = _row_node(node.parent, cache.layers[done:], 0, start, keep)
+        return KVNode(node.parent, node.layers + rest.layers, node.length)
 
     def _score_siblings(self, parent: KVNode, items: list[StepToScore], rows: list[int], scores: list[float]) -> None:
         q = items[0].question
         bodies = [self.layout.body(q, i.previous_steps, i.step) for i in items]
         probe = self.layout.probe(q)
-        last, children = self._extend(parent, [b + probe for b in bodies], [len(b) for b in bodies])
+        last, children = self._extend(parent, [b + probe for b in bodies], [len(b) for b in bodies], scoring=True)
         values = self.readout(last).float().tolist()  # [B]
         for row, item, value, child in zip(rows, items, values, children, strict=True):
             scores[row] = value
@@ -115,12 +134,13 @@ class PathVerifier:
         self.nodes[key] = node
         return node
 
-    def _extend(self, parent: KVNode | None, sequences: list[list[int]],
-                keep: list[int]) -> tuple[torch.Tensor, list[KVNode]]:
+    def _extend(self, parent: KVNode | None, sequences: list[list[int]], keep: list[int],
+                scoring: bool = False) -> tuple[torch.Tensor, list[KVNode]]:
         """Run `sequences` (right-padded) after `parent`; each row keeps its first `keep[r]` new tokens' KV.
 
         Returns the hidden state at each row's last real token ([B, H]) and the rows' new nodes.
         Padding sits after every real token, so causal attention keeps it out of the real rows.
+        A `scoring` pass goes through the entropy exit when there is one (ancestors never do).
         """
         if any(not s for s in sequences):
             raise ValueError("a verifier segment is empty; every step needs at least its separator token.")
@@ -129,11 +149,16 @@ class PathVerifier:
         for row, seq in enumerate(sequences):
             ids[row, : len(seq)] = torch.tensor(seq)
         cache = _batched_cache(parent, batch)
-        out = self.body(input_ids=ids.to(self.device), past_key_values=cache, use_cache=True)
         lengths = torch.tensor([len(s) for s in sequences], device=self.device)
-        last = out.last_hidden_state[torch.arange(batch, device=self.device), lengths - 1]  # [B, H]
         start = parent.length if parent is not None else 0
-        nodes = [_row_node(parent, out.past_key_values, row, start, keep[row]) for row in range(batch)]
+        layers, pending = cache.layers, None
+        if scoring and self.exit is not None:
+            passed = self.exit.run(ids.to(self.device), cache, start, lengths)
+            last, layers, pending = passed.last, cache.layers[: passed.layers], passed.hidden
+        else:
+            out = self.body(input_ids=ids.to(self.device), past_key_values=cache, use_cache=True)
+            last = out.last_hidden_state[torch.arange(batch, device=self.device), lengths - 1]  # [B, H]
+        nodes = [_row_node(parent, layers, row, start, keep[row], pending) for row in range(batch)]
         self._tokens += int(lengths.sum())
         return last, nodes
 
@@ -151,10 +176,13 @@ def _batched_cache(parent: KVNode | None, batch: int) -> DynamicCache:
     return DynamicCache(layers)
 
 
-def _row_node(parent: KVNode | None, cache: DynamicCache, row: int, start: int, keep: int) -> KVNode:
+def _row_node(parent: KVNode | None, cache_layers, row: int, start: int, keep: int,
+              pending: torch.Tensor | None = None) -> KVNode:
+    """Row `row`'s own segment from a batched cache's layers (`pending`: [B, T, H] when layers were skipped)."""
     layers = tuple(
         (layer.keys[row : row + 1, :, start : start + keep].clone(),
          layer.values[row : row + 1, :, start : start + keep].clone())
-        for layer in cache.layers
+        for layer in cache_layers
     )
-    return KVNode(parent, layers, start + keep)
+    held = None if pending is None else pending[row : row + 1, :keep].clone()
+    return KVNode(parent, layers, start + keep, held)
