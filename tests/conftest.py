@@ -15,6 +15,16 @@ from engine.config import ModelSpec
 from engine.models import load_model
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`packaging` tests build the whole app (minutes): they run only when asked for with `-m packaging`."""
+    if "packaging" in (config.option.markexpr or ""):
+        return
+    skip = pytest.mark.skip(reason="builds the app with PyInstaller; run it with: pytest -m packaging")
+    for item in items:
+        if "packaging" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def tiny():
     return load_model(ModelSpec("synthetic:tiny-llama"))

@@ -31,6 +31,7 @@ from app.gui.charts import ChartsPanel
 from app.gui.controls import SERVER_SOURCE, SYNTHETIC_CHOICES, SearchControls
 from app.gui.details import NodeDetails
 from app.gui.event_pump import EventPump
+from app.gui.models_page import ModelsPage
 from app.gui.panel import Panel
 from app.gui.plan_bar import PlanBar
 from app.gui.server_panel import ServerPicker
@@ -105,6 +106,7 @@ class MainWindow(QMainWindow):
         self._central_layout.insertWidget(1, self.plan_bar)
         self.controls.changed.connect(self.plan_bar.schedule)
         self.sessions = SessionsPanel(store) if store is not None else None
+        self.models = ModelsPage(confirm=None if dialogs else lambda title, text: False)
         self._build_docks()
         self._build_menus()
         self._connect()
@@ -161,7 +163,9 @@ class MainWindow(QMainWindow):
         if self.sessions is not None:
             self.docks["sessions"] = self._dock("Sessions", "sessionsDock", self.sessions, left)
             self.tabifyDockWidget(self.docks["settings"], self.docks["sessions"])
-            self.docks["settings"].raise_()
+        self.docks["models"] = self._dock("Models", "modelsDock", self.models, left)
+        self.tabifyDockWidget(self.docks["settings"], self.docks["models"])
+        self.docks["settings"].raise_()
         self.docks["details"] = self._dock("Node details", "detailsDock", self.panels.details, right)
         self.docks["transcript"] = self._dock("Transcript", "transcriptDock", self.panels.transcript, right)
         self.docks["charts"] = self._dock("Memory and PCIe", "chartsDock", self.panels.charts, bottom)
@@ -204,6 +208,7 @@ class MainWindow(QMainWindow):
         b.session_recorded.connect(self._on_session_recorded)
         b.run_finished.connect(lambda: self._pump.push(RUN_OVER))  # behind the run's last event
         self.panels.tree.node_selected.connect(self.panels.details.show_node)
+        self.models.use_requested.connect(self.use_model)
         if self.sessions is not None:
             self.sessions.open_requested.connect(self.open_session)
             self.sessions.run_again_requested.connect(self.load_session_settings)
@@ -215,6 +220,16 @@ class MainWindow(QMainWindow):
         self.question.setPlainText(saved.load_question(self.settings))
         saved.restore_window(self.settings, self)
         self._update_actions()
+
+    def use_model(self, source: str, as_verifier: bool) -> None:
+        """The Models page's "Use": the model goes into the settings, which are shown."""
+        if as_verifier:
+            self.controls.verifier.set_choice("prm", source)
+        else:
+            self.controls.model_picker.set_source(source)
+        self.docks["settings"].raise_()
+        role = "verifier" if as_verifier else "generator"
+        self.statusBar().showMessage(f"{source} is the {role} now; press Run (Ctrl+Enter).", 8000)
 
     # ------------------------------------------------------------ running
 
@@ -406,5 +421,6 @@ class MainWindow(QMainWindow):
         saved.save_window(self.settings, self)
         self.settings.sync()
         self.bridge.shutdown()
+        self.models.shutdown()
         super().closeEvent(event)
 
