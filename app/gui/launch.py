@@ -10,9 +10,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
+from app.gui import palette as pal
 from app.gui import settings as saved
 from app.gui.bridge import SearchBridge
 from app.gui.loop_monitor import LoopGapMonitor
@@ -138,6 +139,7 @@ def main(args: argparse.Namespace) -> int:
     settings = (QSettings(str(Path(scratch.name) / "beamwise.ini"), QSettings.Format.IniFormat) if scratch
                 else saved.default_settings())
     window = _build_window(args, settings, interactive=screenshot is None)
+    follow_theme(app, window, getattr(args, "theme", "system"))
     try:
         window.show()
         shooter = Screenshot(app, window, screenshot) if screenshot is not None else None  # noqa: F841 - kept alive
@@ -154,6 +156,15 @@ def main(args: argparse.Namespace) -> int:
         window.deleteLater()
         if scratch is not None:
             scratch.cleanup()
+
+
+def follow_theme(app: QApplication, window: MainWindow, theme: str) -> None:
+    """Light or dark as asked; with "system", as the OS says now and whenever it switches."""
+    if theme != "system":
+        window.apply_theme(theme == "dark")
+        return
+    window.apply_theme(pal.system_prefers_dark())
+    app.styleHints().colorSchemeChanged.connect(lambda scheme: window.apply_theme(scheme == Qt.ColorScheme.Dark))
 
 
 def unwritable(path: Path) -> str | None:

@@ -7,6 +7,7 @@ redraws what each change names. A stored session replays through the same model.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui import palette as pal
 from app.gui import settings as saved
 from app.gui.bridge import SearchBridge
 from app.gui.charts import ChartsPanel
@@ -51,6 +53,10 @@ ABOUT = ("<b>Beamwise</b><p>Answers a question by step-wise beam search over a l
          "where its KV lives and the traffic it caused.</p>")
 
 
+TREE_KEYS = [("Ctrl+= / Ctrl+- / Ctrl+wheel", "Tree > zoom in / out"), ("arrows, Page Up/Down", "Tree > scroll"),
+             ("click a box", "Tree > its details; hover a box: its path from the prompt lights up"),
+             ("Enter in the question", "new line (Ctrl+Enter runs)"),
+             ("Enter in Models > Repository", "Models > Pull"), ("Delete in Models", "Models > Remove…")]
 RUN_OVER = object()  # queued after a run's events: the search request is over
 
 
@@ -183,13 +189,40 @@ class MainWindow(QMainWindow):
         search_menu.addAction(self.run_action)
         search_menu.addAction(self.stop_action)
         view_menu = self.menuBar().addMenu("&View")
-        for dock in self.docks.values():
-            view_menu.addAction(dock.toggleViewAction())
+        for number, dock in enumerate(self.docks.values(), start=1):  # Ctrl+1 … shows or hides each panel
+            toggle = dock.toggleViewAction()
+            toggle.setShortcut(QKeySequence(f"Ctrl+{number}"))
+            view_menu.addAction(toggle)
         view_menu.addSeparator()
         fit = view_menu.addAction("Fit tree to view", self.panels.tree.fit_to_view)
         fit.setShortcut(QKeySequence("Ctrl+0"))
+        collapse = view_menu.addAction("Collapse pruned branches", self.panels.tree.collapse_button.toggle)
+        collapse.setShortcut(QKeySequence("Ctrl+Shift+C"))
         help_menu = self.menuBar().addMenu("&Help")
-        help_menu.addAction("&About Beamwise", lambda: QMessageBox.about(self, "About Beamwise", ABOUT))
+        keys = help_menu.addAction("&Keyboard shortcuts", self.show_shortcuts)
+        keys.setShortcut(QKeySequence(QKeySequence.StandardKey.HelpContents))
+        about = help_menu.addAction("&About Beamwise", lambda: QMessageBox.about(self, "About Beamwise", ABOUT))
+        about.setShortcut(QKeySequence("Shift+F1"))
+
+    def shortcuts(self) -> list[tuple[str, str]]:
+        """(keys, what) for every menu action, then the tree's own keys: what Help > Keyboard shortcuts lists."""
+        rows = []
+        for menu_action in self.menuBar().actions():
+            for action in menu_action.menu().actions():
+                if not action.isSeparator():
+                    keys = " or ".join(k.toString(QKeySequence.SequenceFormat.NativeText) for k in action.shortcuts())
+                    rows.append((keys, f"{menu_action.text().replace('&', '')} > {action.text().replace('&', '')}"))
+        return rows + TREE_KEYS
+
+    def show_shortcuts(self) -> None:
+        rows = "".join(f"<tr><td><b>{html.escape(keys)}</b>&nbsp;&nbsp;</td><td>{html.escape(what)}</td></tr>"
+                       for keys, what in self.shortcuts())
+        box = QMessageBox(QMessageBox.Icon.NoIcon, "Keyboard shortcuts", f"<table>{rows}</table>",
+                          QMessageBox.StandardButton.Close, self)
+        box.setTextFormat(Qt.TextFormat.RichText)
+        if self.dialogs:
+            box.exec()
+        self.shortcuts_box = box  # kept for tests
 
     def _connect(self) -> None:
         self.run_action.triggered.connect(self.start_run)
@@ -220,6 +253,14 @@ class MainWindow(QMainWindow):
         self.question.setPlainText(saved.load_question(self.settings))
         saved.restore_window(self.settings, self)
         self._update_actions()
+
+    def apply_theme(self, dark: bool) -> None:
+        """Light or dark, as the OS says (or --theme): widgets, the tree and the charts."""
+        from PySide6.QtWidgets import QApplication
+
+        pal.apply_theme(QApplication.instance(), dark)
+        self.panels.tree.restyle()
+        self.panels.charts.restyle()
 
     def use_model(self, source: str, as_verifier: bool) -> None:
         """The Models page's "Use": the model goes into the settings, which are shown."""

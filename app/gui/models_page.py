@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt, QThread, Signal
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
@@ -134,6 +135,11 @@ class ModelsPage(QWidget):
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.selectionModel().selectionChanged.connect(self._update_buttons)
         self.table.doubleClicked.connect(lambda index: self.use_selected())
+        remove = QAction("Remove…", self.table)
+        remove.setShortcut(QKeySequence(QKeySequence.StandardKey.Delete))
+        remove.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
+        remove.triggered.connect(self.remove_selected)
+        self.table.addAction(remove)
         return self.table
 
     def _build_buttons(self) -> QHBoxLayout:
@@ -162,6 +168,7 @@ class ModelsPage(QWidget):
         form = QFormLayout(box)
         self.repo_edit = QLineEdit()
         self.repo_edit.setPlaceholderText("owner/name, e.g. HuggingFaceTB/SmolLM2-360M-Instruct")
+        self.repo_edit.returnPressed.connect(self.start_pull)
         self.file_edit = QLineEdit()
         self.file_edit.setPlaceholderText("optional: one file, e.g. model.Q4_K_M.gguf of a GGUF repository")
         self.endpoint_edit = QLineEdit(DEFAULT_ENDPOINT)

@@ -8,11 +8,13 @@ PCIe bytes) and are cached in device coordinates; when zoomed far out they draw 
 from __future__ import annotations
 
 import html
+import itertools
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QKeySequence, QPainter
+from PySide6.QtGui import QKeySequence, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import (
     QApplication,
+    QGraphicsPathItem,
     QGraphicsScene,
     QGraphicsView,
     QHBoxLayout,
@@ -71,6 +73,8 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         self._selected: int | None = None
         self._press_pos = None
         self.follow = True
+        self.collapse_pruned = False
+        self.hovered_path: list[int] = []  # the hovered node's path from the prompt, highlighted
         self.setScene(QGraphicsScene(self))
         # A BSP index finds the ~100 visible of thousands of items quickly; items only move while
         # their own step is generated, so the index stays cheap to keep.
@@ -108,6 +112,8 @@ class ReasoningTreeView(SessionView, QGraphicsView):
             self._clear_items()
         for node_id in sorted(change.nodes):  # parents (smaller ids) before children
             self._sync(node_id)
+        if self.collapse_pruned:
+            self._relayout()
         self._fit_scene()
         self._show_emulated()
         new_column, self._last_column = max(self.data.columns) > self._last_column, max(self.data.columns)
@@ -121,6 +127,8 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         self._clear_items()
         for node_id in sorted(self.data.nodes):
             self._sync(node_id)
+        if self.collapse_pruned:
+            self._relayout()
         self._fit_scene()
         self._show_emulated()
         self._last_column = max(self.data.columns)
@@ -157,6 +165,82 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         self.scale(min_scale, min_scale)
         target = self.data.best_id if self.data.best_id in self._items else ROOT_ID
         self.centerOn(self.node_center(target) - QPointF(COL_W * 0.6, 0))  # its ancestors to the left
+
+    # -- collapsing pruned branches, hovering a path ------------------------------------------
+
+    def set_collapse_pruned(self, on: bool) -> None:
+        """Hide pruned candidates and branches that led nowhere, and close the gaps they leave (or show all)."""
+        self.collapse_pruned = on
+        if self.collapse_button.isChecked() != on:
+            self.collapse_button.setChecked(on)
+        self._relayout()
+        self._fit_scene()
+
+    def _relayout(self) -> None:
+        """Place every item at its live row, or at its compact row when collapsed; hidden ones disappear.
+        O(nodes): done on each update only while collapsed."""
+        hidden = self.data.dead_ids() if self.collapse_pruned else set()
+        rows = self.data.compact_rows(hidden) if self.collapse_pruned else {}
+        self._bounds = None
+        for node_id, item in self._items.items():
+            node = self.data.nodes[node_id]
+            item.setVisible(node_id not in hidden)
+            xy = (node.step * COL_W, rows.get(node_id, node.y) * ROW_H)
+            if xy != item.xy:
+                item.xy = xy
+                item.setPos(*xy)
+            if node_id not in hidden:
+                self._grow_bounds(xy)
+        for node_id, item in self._items.items():
+            node = self.data.nodes[node_id]
+            if node.parent is not None and node.parent in self._items:
+                state = "hidden" if node_id in hidden else node.state  # an edge state no pen draws
+                self._edges[node.step].set_edge(node_id, self._items[node.parent].xy, item.xy, state)
+        self._hover(None)
+
+    def restyle(self) -> None:
+        """Take the palette's current colours (the OS switched between light and dark)."""
+        self._ink = Ink()
+        for item in self._items.values():
+            item.restyle(self._ink)
+        for column in self._edges.values():
+            column.restyle(self._ink)
+        self._hover_line.setPen(QPen(pal.color(pal.HOVER, 150), 6.0))
+        self.setBackgroundBrush(pal.color(pal.BACKGROUND))
+        self.legend.restyle()
+        self.legend.set_emulated(self.legend.emulated, remote=self.legend.remote)
+
+    def is_shown(self, node_id: int) -> bool:
+        return self._items[node_id].isVisible()
+
+    def _hover(self, node_id: int | None) -> None:
+        """Highlight the path from the prompt to `node_id` (None: no highlight)."""
+        path = [] if node_id is None else [ROOT_ID, *self.data.path_to(node_id)]
+        if path == self.hovered_path:
+            return
+        for old in self.hovered_path:
+            if old in self._items:
+                self._items[old].on_path = False
+                self._items[old].update()
+        self.hovered_path = path
+        line = QPainterPath()
+        for parent, child in itertools.pairwise(path):
+            (x0, y0), (x1, y1) = self._items[parent].xy, self._items[child].xy
+            y0, y1, mid = y0 + NODE_H / 2, y1 + NODE_H / 2, (x0 + NODE_W + x1) / 2
+            line.moveTo(x0 + NODE_W, y0)
+            line.cubicTo(mid, y0, mid, y1, x1, y1)
+        for node in path:
+            self._items[node].on_path = True
+            self._items[node].update()
+        self._hover_line.setPath(line)
+
+    def _hovered_node(self, pos) -> int | None:
+        hit = next((i for i in self.items(pos) if isinstance(i, NodeItem) and i.isVisible()), None)
+        return None if hit is None else hit.node_id
+
+    def leaveEvent(self, event) -> None:
+        self._hover(None)
+        super().leaveEvent(event)
 
     # -- selection, follow, zoom ----------------------------------------------------------
 
@@ -227,6 +311,11 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         self._edges.clear()
         self._bounds = None
         self._selected = None
+        self.hovered_path = []
+        self._hover_line = QGraphicsPathItem()
+        self._hover_line.setPen(QPen(pal.color(pal.HOVER, 150), 6.0))
+        self._hover_line.setZValue(0.5)  # over the edges, under the boxes
+        self.scene().addItem(self._hover_line)
 
     def _sync(self, node_id: int) -> None:
         node = self.data.nodes[node_id]
@@ -287,7 +376,10 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         fit = QToolButton(text="Fit")
         fit.setToolTip("Show the whole tree (Ctrl+0)")
         fit.clicked.connect(self.fit_to_view)
-        for button in (fit, self.follow_button):
+        self.collapse_button = QToolButton(text="Collapse pruned", checkable=True)
+        self.collapse_button.setToolTip("Hide pruned candidates and branches that led nowhere (Ctrl+Shift+C)")
+        self.collapse_button.toggled.connect(self.set_collapse_pruned)
+        for button in (self.collapse_button, fit, self.follow_button):
             row.addWidget(button)
 
     def resizeEvent(self, event) -> None:
@@ -342,6 +434,8 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         super().mousePressEvent(event)
 
     def mouseMoveEvent(self, event) -> None:
+        if not event.buttons():
+            self._hover(self._hovered_node(event.position().toPoint()))
         if self._press_pos is not None and (event.buttons() & Qt.MouseButton.LeftButton) and (
             (event.position().toPoint() - self._press_pos).manhattanLength() > QApplication.startDragDistance()
         ):
