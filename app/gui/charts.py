@@ -28,7 +28,7 @@ from app.session.model import RESET
 TITLES = {
     "traffic": "PCIe traffic per step",
     "cumulative": "PCIe traffic, cumulative",
-    "device": "KV on the device vs budget",
+    "device": "KV vs budget",
     "copy": "Time per step",
     "stall": "Stall share per step",
 }
@@ -36,15 +36,14 @@ TITLES = {
 KEYS = {  # (label, colour, dashed) per curve, shown in the title
     "traffic": [("H2D", pal.H2D, False), ("D2H", pal.D2H, False)],
     "cumulative": [("H2D", pal.H2D, False), ("D2H", pal.D2H, False)],
-    "device": [("device KV", pal.GPU, False), ("peak", pal.GPU, True), ("host KV", pal.CPU, False),
+    "device": [("device", pal.GPU, False), ("peak", pal.GPU, True), ("host", pal.CPU, False),
                ("budget", pal.BUDGET, True)],
-    "copy": [("step", pal.SELECTION, False), ("measured copy", pal.MEASURED, False),
-             ("modelled PCIe", pal.MODELLED, True)],
+    "copy": [("step", pal.STEP_TIME, False), ("copy", pal.MEASURED, False), ("PCIe model", pal.MODELLED, True)],
     "stall": [("waiting for copies", pal.D2H, False)],
 }
 LEFT_AXIS_PX = 58  # room for tick labels such as "500 kB" or "12.5 ms"
 PLOT_MIN_PX = 150  # every plot at least this tall: the five sit in one row under the tree
-PLOT_PREFERRED_PX = 300  # the same for every plot, whatever its title says
+PLOT_PREFERRED_PX = 200  # the same for every plot, whatever its title says
 REDRAW_GAP_MS = 16  # between two plots' redraws: the window paints and takes input in between
 
 
@@ -163,7 +162,7 @@ class ChartsPanel(SessionView, QWidget):
             "device": _line(p["device"], pal.GPU, "device KV"),
             "peak": _line(p["device"], pal.GPU, "peak in step", dashed=True),
             "host": _line(p["device"], pal.CPU, "host KV"),
-            "step": _line(p["copy"], pal.SELECTION, "step"),
+            "step": _line(p["copy"], pal.STEP_TIME, "step"),
             "copy": _line(p["copy"], pal.MEASURED, "measured copy"),
             "modelled": _line(p["copy"], pal.MODELLED, "modelled PCIe", dashed=True),
         }

@@ -72,8 +72,8 @@ def _warn(ask: bool, title: str, text: str) -> None:
 class Screenshot:
     """When the run ends: fit the tree, paint, save the window as PNG, quit with 0 (or 2 if it failed)."""
 
-    def __init__(self, app: QApplication, window: MainWindow, path: Path) -> None:
-        self.app, self.window, self.path = app, window, path
+    def __init__(self, app: QApplication, window: MainWindow, path: Path, panel: str | None = None) -> None:
+        self.app, self.window, self.path, self.panel = app, window, path, panel
         window.error_reported.connect(lambda title, text: print(f"beamwise: {title}: {text}", file=sys.stderr))
         window.run_ended.connect(self.on_run_ended)
         self.gaps = LoopGapMonitor(window)  # BENCHMARKS.md: the window must stay responsive during a run
@@ -105,6 +105,8 @@ class Screenshot:
         if best is not None:
             tree.select_node(best)  # the details panel then shows the answer's last step
         tree.show_readable()  # the whole tree when its text reads at that size, else the chosen path's end
+        if self.panel in self.window.docks:
+            self.window.docks[self.panel].raise_()
         self.app.processEvents()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -142,7 +144,10 @@ def main(args: argparse.Namespace) -> int:
     follow_theme(app, window, getattr(args, "theme", "system"))
     try:
         window.show()
-        shooter = Screenshot(app, window, screenshot) if screenshot is not None else None  # noqa: F841 - kept alive
+        shooter = (Screenshot(app, window, screenshot, getattr(args, "panel", None))  # noqa: F841 - kept alive
+                   if screenshot is not None else None)
+        if getattr(args, "collapse_pruned", False):
+            window.panels.tree.set_collapse_pruned(True)
         if args.question:
             window.question.setPlainText(args.question)
             QTimer.singleShot(0, lambda: _start(window, app, exit_on_refusal=screenshot is not None))

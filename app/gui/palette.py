@@ -50,6 +50,7 @@ D2H = "#c0504d"
 BUDGET = "#c0504d"
 MODELLED = "#7a5bb5"
 MEASURED = "#2f8a57"
+STEP_TIME = "#7a8794"  # reads on the light and the dark background alike
 LEGEND_STYLE = "background: rgba(255,255,255,235); border: 1px solid #d5d9de; color: #1f2933;"
 
 LIGHT = {name: value for name, value in globals().items() if name.isupper()}
