@@ -44,3 +44,12 @@ def tiny_opt():
 def bundled():
     """The real SmolLM2-135M-Instruct (converted once into the user cache, ~30 s the first time)."""
     return load_model(ModelSpec("bundled"))
+
+
+@pytest.fixture
+def scratch_models(monkeypatch, tmp_path):
+    """An empty models folder, and downloads in small chunks so that a 1 MiB pull reports progress often."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 64 * 1024)
+    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))

@@ -8,6 +8,12 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
+CONFIG = json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+                     "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                     "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 2048,
+                     "torch_dtype": "bfloat16"}).encode()
+WEIGHTS = bytes(range(256)) * 4096  # 1 MiB
+REPO = {"tiny/llama": {"config.json": CONFIG, "model.safetensors": WEIGHTS}}  # a tiny model the tests pull
 
 
 class Hub:
