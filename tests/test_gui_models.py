@@ -47,8 +47,8 @@ def test_lists_the_bundled_model_with_its_facts(qtbot):
     page, _ = page_with(qtbot)
     row = row_of(page, "SmolLM2-135M-Instruct")
     assert row["role"] == "generator" and row["architecture"] == "LlamaForCausalLM"
-    assert row["parameters"].endswith(" M") and row["context length"] == "8,192 tokens"
-    assert row["KV per token"].startswith("46")  # 2 x 30 layers x 3 heads x 64 x 4 bytes = 46,080
+    assert row["parameters"].endswith(" M") and row["context length"] == "8,192"
+    assert row["KV per token"] == "46.1 kB"  # 2 x 30 layers x 3 heads x 64 x 4 bytes = 46,080
 
 
 def test_pull_shows_progress_then_lists_the_model(qtbot):
@@ -59,9 +59,9 @@ def test_pull_shows_progress_then_lists_the_model(qtbot):
         assert pull_and_wait(qtbot, page, hub.endpoint) == "finished"
     assert any("/s" in line and "left" in line for line in seen), seen
     assert page.progress.value() == page.progress.maximum()
-    row = row_of(page, "tiny--llama")
+    row = row_of(page, "tiny--llama  (downloaded)")
     assert row["architecture"] == "LlamaForCausalLM" and row["dtype"] == "bfloat16"
-    assert row["KV per token"].startswith("512 B")  # K and V x 2 layers x 2 KV heads x 16 dims x 4 bytes
+    assert row["KV per token"] == "512 B"  # K and V x 2 layers x 2 KV heads x 16 dims x 4 bytes
     assert "Downloaded to" in page.pull_status.text() and page.pull_button.isEnabled()
 
 
@@ -103,7 +103,7 @@ def test_remove_asks_first_and_only_offers_downloaded_models(qtbot):
     page.select_name("tiny--llama")
     assert page.remove_button.isEnabled()
     page.remove_button.click()
-    assert "tiny--llama" in asked[0] and row_of(page, "tiny--llama")  # answered No: kept
+    assert "tiny--llama" in asked[0] and row_of(page, "tiny--llama  (downloaded)")  # answered No: kept
     page.select_name("tiny--llama")
     page.remove_button.click()
     assert len(asked) == 2 and "tiny--llama" not in [e.name for e in page.table_model.entries]

@@ -31,8 +31,8 @@ import app.formatting as fmt
 from app import model_library as lib
 from app.model_pull import DEFAULT_ENDPOINT, PullCancelled, PullError, PullProgress, pull
 
-COLUMNS = ("name", "role", "architecture", "parameters", "dtype", "size on disk", "context length", "KV per token",
-           "where")
+COLUMNS = ("name", "role", "architecture", "parameters", "dtype", "size on disk", "context length", "KV per token")
+HEADERS = ("Name", "Role", "Architecture", "Params", "Dtype", "Size", "Context", "KV/token")  # the rest: tooltips
 AnyIndex = QModelIndex | QPersistentModelIndex
 Confirm = Callable[[str, str], bool]
 
@@ -62,14 +62,17 @@ class ModelsTableModel(QAbstractTableModel):
             return None
         cells = self.cells[index.row()]
         if role == Qt.ItemDataRole.DisplayRole:
-            return cells.get(COLUMNS[index.column()], "-")
+            text = cells.get(COLUMNS[index.column()], "-")
+            if index.column() == 0 and self.entries[index.row()].downloaded:
+                text += "  (downloaded)"
+            return text.split(" (")[0].removesuffix(" tokens") if index.column() > 1 else text
         if role == Qt.ItemDataRole.ToolTipRole:
             return "\n".join(f"{label}: {value}" for label, value in cells.items())
         return None
 
     def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return COLUMNS[section].capitalize()
+            return HEADERS[section]
         return None
 
 

@@ -385,11 +385,12 @@ class ReasoningTreeView(SessionView, QGraphicsView):
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         self._size_legend()
-        self.setViewportMargins(0, 0, 0, self.legend.height() + 8)  # the legend sits below the nodes, not on them
+        self._buttons.adjustSize()
+        top = self._buttons.height() + 8
+        self.setViewportMargins(0, top, 0, self.legend.height() + 8)  # buttons above and legend below the nodes
         area = self.viewport().geometry()
         self.legend.move(area.left() + 4, area.bottom() + 4)
-        self._buttons.adjustSize()
-        self._buttons.move(area.right() - self._buttons.width() - 8, area.top() + 8)
+        self._buttons.move(area.right() - self._buttons.width() - 8, area.top() - top + 4)
         self.legend.raise_()
         self._buttons.raise_()
 
