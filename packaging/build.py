@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_installer:
         made = windows_installer(app, args.dist) if os.name == "nt" else linux_tarball(app, args.dist)
         if made is not None:
-            print(f"build: {made}")
+            print(f"build: {made} ({made.stat().st_size / 1e6:,.0f} MB)")
     print(f"build: try it: {app / 'beamwise'} gui   (headless check: beamwise gui --question \"What is 2+3?\" "
           "--max-steps 1 --screenshot shot.png with QT_QPA_PLATFORM=offscreen)")
     return 0
