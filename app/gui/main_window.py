@@ -7,7 +7,6 @@ redraws what each change names. A stored session replays through the same model.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +37,7 @@ from app.gui.panel import Panel
 from app.gui.plan_bar import PlanBar
 from app.gui.server_panel import ServerPicker
 from app.gui.sessions_panel import SessionsPanel
+from app.gui.shortcuts import menu_shortcuts, shortcuts_box
 from app.gui.status_line import StatusLine
 from app.gui.transcript import TranscriptPanel
 from app.gui.tree_view import ReasoningTreeView
@@ -53,10 +53,6 @@ ABOUT = ("<b>Beamwise</b><p>Answers a question by step-wise beam search over a l
          "where its KV lives and the traffic it caused.</p>")
 
 
-TREE_KEYS = [("Ctrl+= / Ctrl+- / Ctrl+wheel", "Tree > zoom in / out"), ("arrows, Page Up/Down", "Tree > scroll"),
-             ("click a box", "Tree > its details; hover a box: its path from the prompt lights up"),
-             ("Enter in the question", "new line (Ctrl+Enter runs)"),
-             ("Enter in Models > Repository", "Models > Pull"), ("Delete in Models", "Models > Remove…")]
 RUN_OVER = object()  # queued after a run's events: the search request is over
 
 
@@ -205,24 +201,13 @@ class MainWindow(QMainWindow):
         about.setShortcut(QKeySequence("Shift+F1"))
 
     def shortcuts(self) -> list[tuple[str, str]]:
-        """(keys, what) for every menu action, then the tree's own keys: what Help > Keyboard shortcuts lists."""
-        rows = []
-        for menu_action in self.menuBar().actions():
-            for action in menu_action.menu().actions():
-                if not action.isSeparator():
-                    keys = " or ".join(k.toString(QKeySequence.SequenceFormat.NativeText) for k in action.shortcuts())
-                    rows.append((keys, f"{menu_action.text().replace('&', '')} > {action.text().replace('&', '')}"))
-        return rows + TREE_KEYS
+        """(keys, what) for every menu action and the widgets' own keys: what Help > Keyboard shortcuts lists."""
+        return menu_shortcuts(self.menuBar())
 
     def show_shortcuts(self) -> None:
-        rows = "".join(f"<tr><td><b>{html.escape(keys)}</b>&nbsp;&nbsp;</td><td>{html.escape(what)}</td></tr>"
-                       for keys, what in self.shortcuts())
-        box = QMessageBox(QMessageBox.Icon.NoIcon, "Keyboard shortcuts", f"<table>{rows}</table>",
-                          QMessageBox.StandardButton.Close, self)
-        box.setTextFormat(Qt.TextFormat.RichText)
+        self.shortcuts_box = shortcuts_box(self, self.shortcuts())  # kept for tests
         if self.dialogs:
-            box.exec()
-        self.shortcuts_box = box  # kept for tests
+            self.shortcuts_box.exec()
 
     def _connect(self) -> None:
         self.run_action.triggered.connect(self.start_run)

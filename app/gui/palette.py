@@ -159,6 +159,17 @@ class TreeLegend(QLabel):
         self.setText(f"{states}<br>{kv}")
         self.adjustSize()
 
+    def fit_width(self, room: int) -> None:
+        """One line per row when `room` pixels allow it; wrapped to `room` when not."""
+        self.setWordWrap(False)
+        self.setMinimumSize(0, 0)
+        self.setMaximumSize(16_777_215, 16_777_215)
+        self.adjustSize()
+        if self.width() > room:
+            self.setWordWrap(True)
+            self.setFixedWidth(room)
+            self.setFixedHeight(self.heightForWidth(room))
+
     def plain_text(self) -> str:
         """The legend's words without markup (for tests and accessibility)."""
         return html.unescape(self.text().replace("<br>", "\n")).replace("■", "").strip()

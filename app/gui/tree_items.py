@@ -9,6 +9,7 @@ session and laying out a big step cheap, and paints only the edges in the expose
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -274,6 +275,16 @@ class EdgeColumn(QGraphicsItem):
             self._box = [min(box[0], x0), min(box[1], y0, y1), max(box[2], x1), max(box[3], y0, y1)]
         left, top, right, bottom = self._box
         self._rect = QRectF(left - 3, top - 3, right - left + 6, bottom - top + 6)
+
+
+def path_curve(boxes: list[tuple[float, float]]) -> QPainterPath:
+    """The edges through boxes at these top-left corners, one after the other (the hovered path's line)."""
+    line = QPainterPath()
+    for (x0, y0), (x1, y1) in itertools.pairwise(boxes):
+        y0, y1, mid = y0 + NODE_H / 2, y1 + NODE_H / 2, (x0 + NODE_W + x1) / 2
+        line.moveTo(x0 + NODE_W, y0)
+        line.cubicTo(mid, y0, mid, y1, x1, y1)
+    return line
 
 
 def _edge_rect(edge: tuple[float, float, float, float, str]) -> QRectF:

@@ -8,17 +8,14 @@ PCIe bytes) and are cached in device coordinates; when zoomed far out they draw 
 from __future__ import annotations
 
 import html
-import itertools
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QKeySequence, QPainter, QPainterPath, QPen
+from PySide6.QtGui import QKeySequence, QPainter, QPen
 from PySide6.QtWidgets import (
     QApplication,
     QGraphicsPathItem,
     QGraphicsScene,
     QGraphicsView,
-    QHBoxLayout,
-    QToolButton,
     QToolTip,
     QWidget,
 )
@@ -27,7 +24,9 @@ import app.formatting as fmt
 from app.formatting import size as format_bytes
 from app.gui import palette as pal
 from app.gui.panel import SessionView
-from app.gui.tree_items import COL_W, NODE_H, NODE_W, ROW_H, EdgeColumn, Ink, NodeItem
+from app.gui.tree_items import COL_W, NODE_H, NODE_W, ROW_H, EdgeColumn, Ink, NodeItem, path_curve
+from app.gui.tree_overlay import TreeControls
+from app.gui.tree_overlay import place as place_overlay
 from app.session import ROOT_ID, Change, Node, SearchTree, SessionModel
 from app.session.model import RESET
 from engine import events as ev
@@ -223,16 +222,10 @@ class ReasoningTreeView(SessionView, QGraphicsView):
                 self._items[old].on_path = False
                 self._items[old].update()
         self.hovered_path = path
-        line = QPainterPath()
-        for parent, child in itertools.pairwise(path):
-            (x0, y0), (x1, y1) = self._items[parent].xy, self._items[child].xy
-            y0, y1, mid = y0 + NODE_H / 2, y1 + NODE_H / 2, (x0 + NODE_W + x1) / 2
-            line.moveTo(x0 + NODE_W, y0)
-            line.cubicTo(mid, y0, mid, y1, x1, y1)
         for node in path:
             self._items[node].on_path = True
             self._items[node].update()
-        self._hover_line.setPath(line)
+        self._hover_line.setPath(path_curve([self._items[node].xy for node in path]))
 
     def _hovered_node(self, pos) -> int | None:
         hit = next((i for i in self.items(pos) if isinstance(i, NodeItem) and i.isVisible()), None)
@@ -367,44 +360,13 @@ class ReasoningTreeView(SessionView, QGraphicsView):
 
     def _build_overlay(self) -> None:
         self.legend = pal.TreeLegend(self)
-        self._buttons = QWidget(self)
-        row = QHBoxLayout(self._buttons)
-        row.setContentsMargins(0, 0, 0, 0)
-        self.follow_button = QToolButton(text="Follow", checkable=True, checked=True)
-        self.follow_button.setToolTip("Keep the newest step in view (turns off when you scroll or drag)")
-        self.follow_button.toggled.connect(self.set_follow)
-        fit = QToolButton(text="Fit")
-        fit.setToolTip("Show the whole tree (Ctrl+0)")
-        fit.clicked.connect(self.fit_to_view)
-        self.collapse_button = QToolButton(text="Collapse pruned", checkable=True)
-        self.collapse_button.setToolTip("Hide pruned candidates and branches that led nowhere (Ctrl+Shift+C)")
-        self.collapse_button.toggled.connect(self.set_collapse_pruned)
-        for button in (self.collapse_button, fit, self.follow_button):
-            row.addWidget(button)
+        self._buttons = TreeControls(self, follow=self.set_follow, fit=self.fit_to_view,
+                                     collapse=self.set_collapse_pruned)
+        self.follow_button, self.collapse_button = self._buttons.follow_button, self._buttons.collapse_button
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
-        self._size_legend()
-        self._buttons.adjustSize()
-        top = self._buttons.height() + 8
-        self.setViewportMargins(0, top, 0, self.legend.height() + 8)  # buttons above and legend below the nodes
-        area = self.viewport().geometry()
-        self.legend.move(area.left() + 4, area.bottom() + 4)
-        self._buttons.move(area.right() - self._buttons.width() - 8, area.top() - top + 4)
-        self.legend.raise_()
-        self._buttons.raise_()
-
-    def _size_legend(self) -> None:
-        """One line per row when the view is wide enough; wrapped to the view's width when not."""
-        room = max(200, self.width() - 24)
-        self.legend.setWordWrap(False)
-        self.legend.setMinimumSize(0, 0)
-        self.legend.setMaximumSize(16_777_215, 16_777_215)
-        self.legend.adjustSize()
-        if self.legend.width() > room:
-            self.legend.setWordWrap(True)
-            self.legend.setFixedWidth(room)
-            self.legend.setFixedHeight(self.legend.heightForWidth(room))
+        place_overlay(self, self._buttons, self.legend)
 
     # -- input -----------------------------------------------------------------------------
 
