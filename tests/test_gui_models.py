@@ -127,3 +127,24 @@ def test_use_puts_the_model_into_the_window_settings(qtbot, tmp_path):
     model, _, _ = window.controls.configs()
     assert model.source == str(model_library.models_dir() / "tiny--llama")
     window.close()
+
+
+def test_a_prm_is_listed_with_its_family_and_used_as_the_verifier(qtbot, tmp_path):
+    from PySide6.QtCore import QSettings
+
+    from app.gui.bridge import SearchBridge
+    from app.gui.main_window import MainWindow
+    from engine.verifiers.synthetic_prm import save_synthetic_prm
+
+    folder = save_synthetic_prm("tiny-qwen-prm", model_library.models_dir() / "tiny-qwen-prm")
+    window = MainWindow(SearchBridge(), settings=QSettings(str(tmp_path / "w.ini"), QSettings.Format.IniFormat),
+                        dialogs=False)
+    qtbot.addWidget(window)
+    window.models.refresh()
+    assert row_of(window.models, "tiny-qwen-prm")["role"] == "PRM (qwen-prm)"
+    window.models.select_name("tiny-qwen-prm")
+    assert window.models.use_button.text() == "Use as verifier"
+    window.models.use_button.click()
+    _, search, _ = window.controls.configs()
+    assert (search.verifier, search.verifier_model) == ("prm", str(folder))
+    window.close()
