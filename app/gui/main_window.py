@@ -32,12 +32,12 @@ from app.gui.charts import ChartsPanel
 from app.gui.controls import SERVER_SOURCE, SYNTHETIC_CHOICES, SearchControls
 from app.gui.details import NodeDetails
 from app.gui.event_pump import EventPump
+from app.gui.menus import build_menus, menu_shortcuts, shortcuts_box
 from app.gui.models_page import ModelsPage
 from app.gui.panel import Panel
 from app.gui.plan_bar import PlanBar
 from app.gui.server_panel import ServerPicker
 from app.gui.sessions_panel import SessionsPanel
-from app.gui.shortcuts import menu_shortcuts, shortcuts_box
 from app.gui.status_line import StatusLine
 from app.gui.transcript import TranscriptPanel
 from app.gui.tree_view import ReasoningTreeView
@@ -47,11 +47,6 @@ from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import BeamwiseError
 
 BUNDLED_NAMES = ("SmolLM2-135M-Instruct",)
-ABOUT = ("<b>Beamwise</b><p>Answers a question by step-wise beam search over a local language model, "
-         "checks each step with a verifier, and offloads the KV cache to CPU memory, scheduling beams so "
-         "that KV crosses PCIe as rarely as possible.</p><p>The tree shows every candidate step, its score, "
-         "where its KV lives and the traffic it caused.</p>")
-
 
 RUN_OVER = object()  # queued after a run's events: the search request is over
 
@@ -110,7 +105,7 @@ class MainWindow(QMainWindow):
         self.sessions = SessionsPanel(store) if store is not None else None
         self.models = ModelsPage(confirm=None if dialogs else lambda title, text: False)
         self._build_docks()
-        self._build_menus()
+        build_menus(self)
         self._connect()
         self._restore()
         self.plan_bar.schedule()
@@ -173,32 +168,6 @@ class MainWindow(QMainWindow):
         self.docks["charts"] = self._dock("Memory and PCIe", "chartsDock", self.panels.charts, bottom)
         self.resizeDocks([self.docks["charts"]], [260], Qt.Orientation.Vertical)
         self.resizeDocks([self.docks["details"]], [360], Qt.Orientation.Horizontal)
-
-    def _build_menus(self) -> None:
-        file_menu = self.menuBar().addMenu("&File")
-        self.export_action = file_menu.addAction("&Export session…", self.export_current)
-        self.export_action.setShortcut(QKeySequence("Ctrl+E"))
-        file_menu.addSeparator()
-        quit_action = file_menu.addAction("&Quit", self.close)
-        quit_action.setShortcut(QKeySequence("Ctrl+Q"))
-        search_menu = self.menuBar().addMenu("&Search")
-        search_menu.addAction(self.run_action)
-        search_menu.addAction(self.stop_action)
-        view_menu = self.menuBar().addMenu("&View")
-        for number, dock in enumerate(self.docks.values(), start=1):  # Ctrl+1 … shows or hides each panel
-            toggle = dock.toggleViewAction()
-            toggle.setShortcut(QKeySequence(f"Ctrl+{number}"))
-            view_menu.addAction(toggle)
-        view_menu.addSeparator()
-        fit = view_menu.addAction("Fit tree to view", self.panels.tree.fit_to_view)
-        fit.setShortcut(QKeySequence("Ctrl+0"))
-        collapse = view_menu.addAction("Collapse pruned branches", self.panels.tree.collapse_button.toggle)
-        collapse.setShortcut(QKeySequence("Ctrl+Shift+C"))
-        help_menu = self.menuBar().addMenu("&Help")
-        keys = help_menu.addAction("&Keyboard shortcuts", self.show_shortcuts)
-        keys.setShortcut(QKeySequence(QKeySequence.StandardKey.HelpContents))
-        about = help_menu.addAction("&About Beamwise", lambda: QMessageBox.about(self, "About Beamwise", ABOUT))
-        about.setShortcut(QKeySequence("Shift+F1"))
 
     def shortcuts(self) -> list[tuple[str, str]]:
         """(keys, what) for every menu action and the widgets' own keys: what Help > Keyboard shortcuts lists."""
