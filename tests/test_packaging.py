@@ -65,3 +65,13 @@ def test_linux_tarball_has_the_app_and_its_desktop_entry(built: Path) -> None:
     assert {"Beamwise/beamwise", "Beamwise/beamwise-gui", "Beamwise/beamwise.desktop.in",
             "Beamwise/install-desktop-entry.sh"} <= names
     assert any(n.endswith("SmolLM2-135M-Instruct.Q4_1.gguf") for n in names)
+
+
+@pytest.mark.skipif(os.name == "nt", reason="desktop entries are the Linux menu")
+def test_the_desktop_entry_starts_the_window_program(built: Path, tmp_path: Path) -> None:
+    app = built / "Beamwise"
+    subprocess.run(["sh", str(app / "install-desktop-entry.sh")], env=dict(os.environ, XDG_DATA_HOME=str(tmp_path)),
+                   check=True, capture_output=True, timeout=60)
+    entry = dict(line.split("=", 1) for line in (tmp_path / "applications" / "beamwise.desktop").read_text(
+        encoding="utf-8").splitlines() if "=" in line)
+    assert Path(entry["Exec"].strip('"')) == app.resolve() / "beamwise-gui" and Path(entry["Icon"]).is_file()
