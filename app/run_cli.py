@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from threading import Event
 from typing import TextIO
 
+from app.gpu_check import emulated_hint
 from app.heartbeat import Heartbeat, StepProgress
 from app.options import configs_from_args, server_from_args
 from app.preflight import check_memory
@@ -36,6 +37,8 @@ class Printer:
             p(f"verifier {event.verifier}; method {event.search.get('method', 'beam')}")
         elif event.type == "run_started":
             p(f"model {event.model} on {event.device}; policy {event.policy}, KV budget {event.kv_budget_bytes:,} B")
+            if event.emulated and (hint := emulated_hint()):
+                print(f"beamwise: note: running on the emulated GPU: {hint}", file=sys.stderr)
             p(f"verifier {event.verifier}; method {event.search.get('method', 'beam')}")
         elif event.type == "prefill_done":
             p(f"prompt: {event.prompt_tokens} tokens, prefill {event.seconds:.2f} s")
