@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 AGGREGATIONS = ("last", "min", "prod", "mean")
-POLICIES = ("auto", "in_device", "layerwise", "lbs")
+POLICIES = ("auto", "in_device", "layerwise", "lbs", "headwise")
 VERIFIERS = ("logprob", "self-judge", "prm")
 DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
