@@ -67,7 +67,8 @@ def first_step_cache(loaded, budget: int, search: SearchConfig = FIXED) -> tuple
     prompt = loaded.encode_chat(QUESTION, system=SYSTEM_PROMPT)
     kv = KVCache(
         loaded, search, CacheConfig(policy="headwise", kv_budget_bytes=budget), len(prompt),
-        decode=lambda *a, **k: None, prefill=lambda ids: prefill(loaded.model, ids, loaded.device)[0],
+        decode=lambda *a, **k: None,
+        prefill=lambda ids, **options: prefill(loaded.model, ids, loaded.device, **options)[0],
     )  # fmt: skip
     kv.prefill(prompt)
     children = list(range(1, search.candidates_per_step + 1))
@@ -105,9 +106,10 @@ def test_h2d_without_sharing_is_eq_3_with_no_layer_resident(tiny):
     assert events[-1].type == "run_finished" and max(groups_per_step(events)) >= 2
     token, n, p = tiny.kv_shape.token_bytes(), FIXED.candidates_per_step, prompt_kv_tokens(tiny)
     generated = FIXED.max_steps * FIXED.step_tokens
-    last = stats(events)[-1]
-    assert last.h2d_bytes == sum(n * (p + i) * token for i in range(generated))
-    assert last.d2h_bytes == (p + n * generated) * token  # the prompt once, then each row's new token
+    steps = stats(events)
+    assert sum(s.step_h2d_bytes for s in steps) == sum(n * (p + i) * token for i in range(generated))
+    assert sum(s.step_d2h_bytes for s in steps) == n * generated * token  # each row's new token
+    assert steps[-1].d2h_bytes - sum(s.step_d2h_bytes for s in steps) == p * token  # the prefill wrote the prompt once
 
 
 def test_first_step_reads_the_prompt_once_per_forward(tiny):

@@ -10,6 +10,7 @@ import torch
 
 from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
+from engine.context_plan import activation_token_bytes, default_chunk
 from engine.kv.blocks import BlockManager, Tier
 from engine.kv.headwise import HeadwisePolicy
 from engine.kv.in_device import InDevicePolicy
@@ -22,7 +23,7 @@ from engine.loaded import Generator
 PROMPT_ID = 0
 CUDA_MARGIN = 1 << 30  # leave this much device memory free for activations when the budget is automatic
 
-Prefill = Callable[[Sequence[int]], Any]  # token ids -> a transformers cache of batch 1 on the device
+Prefill = Callable[..., Any]  # token ids, chunk=, cache=, **forward -> the prompt's cache (engine.runner.prefill)
 BudgetProbe = Callable[[], int | None]  # free device bytes now, or None when it cannot change (emulated)
 
 
@@ -87,6 +88,8 @@ class KVCache:
         self.policy: Policy = self._make_policy(context)
         self.live: dict[int, Live] = {}
         self.timing = StepTiming()
+        act = activation_token_bytes(loaded.model.config, _element_size(loaded.dtype))
+        self.prefill_chunk = cache.prefill_chunk or default_chunk(self.budget, act)
 
     def _make_policy(self, context: PolicyContext) -> Policy:
         if self.policy_name == "layerwise":
@@ -126,7 +129,13 @@ class KVCache:
         """Compute the prompt's KV once, in one run of consecutive slots; every candidate shares it. Seconds."""
         start = time.perf_counter()
         self.store.counters.start_step()
-        cache = self._prefill(prompt[:-1])
+        if isinstance(self.policy, HeadwisePolicy):
+            plan = self.blocks.allocate(prompt[:-1], self.home)
+            self.policy.prefill(self._prefill, plan.new_blocks, self.prefill_chunk, self._current_budget())
+            self.live[PROMPT_ID] = Live(PROMPT_ID, plan.table, prompt[-1], None)
+            self.store.sync()
+            return time.perf_counter() - start
+        cache = self._prefill(prompt[:-1], chunk=self.prefill_chunk)
         plan = self.blocks.allocate(prompt[:-1], self.home)
         if isinstance(self.policy, LayerwisePolicy):
             self.policy.start(PROMPT_ID, cache)  # keeps the prompt's KV as its first row

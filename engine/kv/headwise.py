@@ -120,6 +120,23 @@ class HeadwisePolicy:
             self.heads[tuple(m.id for m in members)] = next(g for g in sizes if self.need(members, g) <= budget)
         return StepPlan("headwise", tuple(Group(tuple(w.id for w in g)) for g in groups))
 
+    # -- the prompt -------------------------------------------------------------------------------
+    def prefill(self, prefill, block_ids: Sequence[int], chunk: int, budget: int) -> None:
+        """Compute the prompt's KV `chunk` tokens at a time straight into its blocks' host run, head-wise:
+        the device holds two head groups of the prompt and one chunk's activations, never the whole KV."""
+        run = self.store.place(block_ids, Tier.HOST)
+        rows = self.store.pools[Tier.HOST].segment(run).unsqueeze(2)  # [L, 2, 1, H, T, D]
+        need = lambda g: buffer_bytes(g, 0, 1, rows.shape[4], self.head_token_bytes) + self.store.block_bytes  # noqa: E731
+        heads = next((g for g in head_group_sizes(self.num_kv_heads) if need(g) <= budget), None)
+        if heads is None:
+            raise KVBudgetTooSmall(budget, need(1), "one KV head of the prompt (headwise)")
+        stream = HeadStream(self.store, None, rows, 0, heads, [0])
+        try:
+            cache = stream.cache(self.context.config)
+            prefill(self.blocks.tokens_of(block_ids), chunk=chunk, cache=cache, kv_heads=stream)
+        finally:
+            stream.close()
+
     # -- one step -----------------------------------------------------------------------------
     def run_step(
         self, plan: StepPlan, live: dict[int, Live], timing: StepTiming, should_stop: Callable[[], bool]
