@@ -36,6 +36,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--policies", default=",".join(LADDER), help=f"comma-separated, from: {', '.join(LADDER)}")
     p.add_argument("--plan-only", action="store_true", help="bytes and peaks from the scheduler alone: no weights")
+    p.add_argument(
+        "--max-context",
+        action="store_true",
+        help="with --plan-only: the longest prompt per method (standard, layer-wise, head-wise) on --gpu-memory "
+        "and --host-ram",
+    )
+    p.add_argument("--gpu-memory", type=size_type, default=None, help="--max-context: device memory, e.g. 24GB")
+    p.add_argument("--host-ram", type=size_type, default=None, help="--max-context: host RAM for offloaded KV")
     p.add_argument("--json", dest="json_path", default=None, help="also write the report as JSON here")
     p.add_argument(
         "--versus-generate",
@@ -52,6 +60,8 @@ def bench_command(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)}).")
     dtype = args.dtype or ("bfloat16" if args.plan_only else "float32")
+    if args.max_context:
+        return _max_context(args, dtype)
     workload = Workload(
         model=args.model,
         dtype=dtype,
@@ -104,6 +114,36 @@ def _versus_generate(args: argparse.Namespace, dtype: str) -> int:
     print(f"engine / generate  {result['engine_vs_generate']:8.2f}x")
     _write_json(args.json_path, result)
     return 0
+
+
+def _max_context(args: argparse.Namespace, dtype: str) -> int:
+    """One line per method: the longest context that fits, computed analytically (engine/context_plan.py)."""
+    if not args.plan_only or args.gpu_memory is None or args.host_ram is None:
+        raise UsageError("--max-context goes with --plan-only, --gpu-memory SIZE and --host-ram SIZE.")
+    from engine.context_plan import max_context, model_facts
+    from engine.models import model_config
+    from engine.synthetic import parameter_count
+
+    config = model_config(args.model)
+    facts = model_facts(config, torch_bytes(dtype), parameter_count(config))
+    print(
+        f"{args.model} ({dtype}): weights {format_bytes(facts.weights)}, KV {format_bytes(facts.kv_token)} per token; "
+        f"GPU {format_bytes(args.gpu_memory)}, host RAM {format_bytes(args.host_ram)}"
+    )
+    results = max_context(facts, args.gpu_memory, args.host_ram)
+    for r in results:
+        chunk = f" (prefill chunks of {r.chunk})" if r.chunk else ""
+        print(f"{r.method}: {r.tokens:,} tokens{chunk}")
+    if facts.context_window and any(r.tokens > facts.context_window for r in results):
+        print(f"note: the model's context window is {facts.context_window:,} tokens; longer prompts are refused")
+    _write_json(args.json_path, {"model": args.model, "dtype": dtype, "results": [vars(r) for r in results]})
+    return 0
+
+
+def torch_bytes(dtype: str) -> int:
+    from engine.models import DTYPES
+
+    return DTYPES[dtype].itemsize
 
 
 def _write_json(json_path: str | None, data: dict) -> None:

@@ -123,6 +123,9 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
     k.add_argument("--kv-budget", type=size_type, default=None,
                    help="device KV budget, e.g. 64MB or 7GB (default: free GPU memory, or what fits when emulated)")
     k.add_argument("--block-size", type=int, default=c.block_size, help="tokens per KV block")
+    k.add_argument(
+        "--prefill-chunk", type=int, default=c.prefill_chunk, help="prompt tokens per prefill call (default: by budget)"
+    )
     k.add_argument("--no-inter-beam", action="store_true", help="lbs: do not share prefix blocks in a group")
     k.add_argument("--no-prefetch", action="store_true", help="lbs: no balanced groups, no prefetch")
     k.add_argument(
@@ -224,7 +227,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig
     cache = CacheConfig(
         policy=args.policy, kv_budget_bytes=args.kv_budget, block_size=args.block_size,
         inter_beam=not args.no_inter_beam, balanced_prefetch=not args.no_prefetch, prefix_order=args.prefix_order,
-        pcie_gbps=args.pcie_gbps, device=args.device,
+        pcie_gbps=args.pcie_gbps, device=args.device, prefill_chunk=args.prefill_chunk,
     )
     return model, search, cache
 

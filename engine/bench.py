@@ -24,6 +24,7 @@ from engine.replay import Observed, Replay, max_logit_diff
 LADDER: dict[str, dict] = {
     "in_device": {"policy": "in_device"},
     "layerwise": {"policy": "layerwise"},
+    "headwise": {"policy": "headwise"},
     "lbs:inter_token": {"policy": "lbs", "inter_beam": False, "balanced_prefetch": False, "prefix_order": False},
     "lbs:+inter_beam": {"policy": "lbs", "inter_beam": True, "balanced_prefetch": False, "prefix_order": False},
     "lbs:+balanced_prefetch": {"policy": "lbs", "inter_beam": True, "balanced_prefetch": True, "prefix_order": False},

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 AGGREGATIONS = ("last", "min", "prod", "mean")
-POLICIES = ("auto", "in_device", "layerwise", "lbs")
+POLICIES = ("auto", "in_device", "layerwise", "lbs", "headwise")
 VERIFIERS = ("logprob", "self-judge", "prm")
 DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -140,8 +140,14 @@ class CacheConfig:
     prefix_order: bool = True  # lbs: consecutive groups share the most blocks; a shared prefix stays
     pcie_gbps: float = 25.0
     device: str = "auto"
+    prefill_chunk: int | None = None  # prompt tokens per prefill call; None: sized to the budget
 
     def __post_init__(self) -> None:
+        _require(
+            self.prefill_chunk is None or self.prefill_chunk >= 1,
+            f"the prefill chunk must be at least 1 token, or unset to size it to the budget "
+            f"(got {self.prefill_chunk}).",
+        )
         _require(self.policy in POLICIES, f"policy must be one of {', '.join(POLICIES)} (got {self.policy!r}).")
         _require(
             self.kv_budget_bytes is None or self.kv_budget_bytes > 0,

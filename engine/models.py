@@ -168,6 +168,22 @@ def kv_shape_of(source: str, dtype: str = "float32") -> KVShape:
     return kv_shape_from_config(config, size)
 
 
+def model_config(source: str) -> PretrainedConfig:
+    """The config of a synthetic model or a transformers folder (the bundled one once converted); no weights."""
+    kind = _source_kind(source)
+    if kind == "synthetic":
+        return synthetic_config(source.removeprefix("synthetic:"))
+    if kind == "bundled" and cache_is_valid(bundled_cache_folder()):
+        source, kind = str(bundled_cache_folder()), "folder"
+    if kind != "folder":
+        raise ModelLoadError(
+            f"{source} has no transformers config to plan from.", hint="Use synthetic:NAME or a model folder."
+        )
+    folder = _checked_folder(source)
+    with load_errors(folder, "the model config"):
+        return AutoConfig.from_pretrained(folder, local_files_only=True)
+
+
 # --- loading -----------------------------------------------------------------------------------
 
 

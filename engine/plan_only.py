@@ -29,7 +29,7 @@ class ShapeOnlyModel(torch.nn.Module):
         self.config, self.shape, self.kv_dtype = config, shape, dtype
         config._attn_implementation = ATTENTION  # the KV layer plans shared prefixes exactly as for a real model
 
-    def forward(self, input_ids: torch.Tensor, past_key_values=None, **_: object) -> SimpleNamespace:
+    def forward(self, input_ids: torch.Tensor, past_key_values=None, kv_heads=None, **_: object) -> SimpleNamespace:
         batch, length = input_ids.shape
         cache = past_key_values if past_key_values is not None else DynamicCache(config=self.config)
         kv = torch.empty(
@@ -37,6 +37,8 @@ class ShapeOnlyModel(torch.nn.Module):
         )
         for index in range(len(cache.layers)):
             cache.update(kv, kv, index)  # layer-wise layers count their per-token copies as in a real run
+            if kv_heads is not None:  # head-wise attention loads each head group as in a real run
+                kv_heads.attend(index, kv, kv, kv, None, 1.0)
         return SimpleNamespace(logits=torch.zeros((batch, length, VOCAB)), past_key_values=cache)
 
 

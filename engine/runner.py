@@ -18,12 +18,37 @@ SYNC_EVERY = 8  # forward calls between copies of sampled tokens to the host; 1 
 
 @torch.inference_mode()
 def prefill(
-    model: torch.nn.Module, token_ids: Sequence[int], device: torch.device
+    model: torch.nn.Module,
+    token_ids: Sequence[int],
+    device: torch.device,
+    chunk: int | None = None,
+    cache: DynamicCache | None = None,
+    **forward,
 ) -> tuple[DynamicCache, torch.Tensor]:
-    """Run the prompt once; returns its cache (batch 1) and the last position's logits `[V]`."""
-    input_ids = torch.tensor([list(token_ids)], device=device)
-    out = model(input_ids=input_ids, use_cache=True)
-    return out.past_key_values, out.logits[0, -1].float()
+    """Run the prompt once, `chunk` tokens per forward call (None: all at once); returns its cache (batch 1)
+    and the last position's logits `[V]`.
+
+    Chunks keep activations small: each call holds `chunk` positions' hidden states and computes
+    logits for its last position only. Each chunk attends to the cache of the earlier ones, so
+    the KV and the logits equal one call's. `cache` (e.g. a head-wise cache on the host) and
+    `forward` are passed to every call.
+    """
+    ids = list(token_ids)
+    step = chunk or max(1, len(ids))
+    cache = cache if cache is not None else DynamicCache(config=model.config)
+    logits = None
+    for start in range(0, len(ids), step):
+        part = ids[start : start + step]
+        out = model(
+            input_ids=torch.tensor([part], device=device),
+            position_ids=torch.arange(start, start + len(part), device=device)[None],
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+            **forward,
+        )
+        logits = out.logits[0, -1].float()
+    return cache, logits
 
 
 def delimiter_reached(sampled: Sequence[int], delimiter: str, decode: Callable[[Sequence[int]], str]) -> bool:

@@ -175,8 +175,8 @@ class _Search:
         self.next_id += 1
         return self.next_id - 1
 
-    def _prefill(self, token_ids):
-        return prefill(self.loaded.model, token_ids, self.loaded.device)[0]
+    def _prefill(self, token_ids, **options):
+        return prefill(self.loaded.model, token_ids, self.loaded.device, **options)[0]
 
     def _expand(self, kv: KVCache, parents: list[int], step: int) -> list[int]:
         sources = parents or [None]

@@ -87,6 +87,16 @@ def _llama3_8b() -> PretrainedConfig:
     )
 
 
+def _llama3_1_8b() -> PretrainedConfig:
+    config = _llama3_8b()  # the same shapes; a 128K window with Llama 3.1's RoPE scaling
+    config.max_position_embeddings = 131072
+    config.rope_parameters = {
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
+    }
+    return config
+
+
 SYNTHETIC_MODELS: dict[str, SyntheticModel] = {
     "tiny-llama": SyntheticModel(_tiny_llama, "Llama, 3 layers, hidden 64, 4 heads / 2 KV heads (GQA)"),
     "tiny-qwen2": SyntheticModel(_tiny_qwen2, "Qwen2, 6 layers, hidden 64, 4 heads = 4 KV heads (MHA)"),
@@ -94,6 +104,7 @@ SYNTHETIC_MODELS: dict[str, SyntheticModel] = {
     "llama2-7b": SyntheticModel(_llama2_7b, "Llama-2-7B shapes: 32 layers, hidden 4096, 32 KV heads"),
     "opt-6.7b": SyntheticModel(_opt_6_7b, "OPT-6.7B shapes: 32 layers, hidden 4096, 32 heads"),
     "llama3-8b": SyntheticModel(_llama3_8b, "Llama-3-8B shapes: 32 layers, hidden 4096, 8 KV heads"),
+    "llama3.1-8b": SyntheticModel(_llama3_1_8b, "Llama-3.1-8B shapes: as llama3-8b, a 128K context window"),
 }
 
 

@@ -34,7 +34,8 @@ def run_cache(loaded, cache_config: CacheConfig, *, fail_above: int | None = Non
 
     kv = KVCache(
         loaded, SEARCH, cache_config, len(prompt), decode=decode,
-        prefill=lambda ids: prefill(loaded.model, ids, loaded.device)[0], free_bytes=free_bytes, margin=margin,
+        prefill=lambda ids, **options: prefill(loaded.model, ids, loaded.device, **options)[0],
+        free_bytes=free_bytes, margin=margin,
     )  # fmt: skip
     kv.prefill(prompt)
     groups, events, kept, next_id = [], [], [None], 1

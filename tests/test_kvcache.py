@@ -41,7 +41,7 @@ def test_pruning_frees_exactly_what_no_kept_beam_uses(tiny, policy):
         decode=lambda cache, mask, rows, stop, hook=None, **forward: decode_step(
             functools.partial(tiny.model, **forward), cache, mask, rows, rules, stop, hook
         ),
-        prefill=lambda ids: prefill(tiny.model, ids, tiny.device)[0],
+        prefill=lambda ids, **options: prefill(tiny.model, ids, tiny.device, **options)[0],
     )
     kv.prefill(prompt)
     check(kv)

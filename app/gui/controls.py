@@ -30,7 +30,13 @@ from engine.config import AGGREGATIONS, CacheConfig, ModelSpec, SearchConfig
 METHOD_LABELS = {"beam": "beam search", "dvts": "DVTS (N subtrees)", "best-of-n": "best-of-N (N×M samples)",
                  "greedy": "greedy (one pass)"}
 SELECT_LABELS = {"best": "best path", "majority": "majority vote", "weighted": "score-weighted vote"}
-POLICY_LABELS = {"auto": "auto", "in_device": "in-device", "layerwise": "layer-wise", "lbs": "locality-aware"}
+POLICY_LABELS = {
+    "auto": "auto",
+    "in_device": "in-device",
+    "layerwise": "layer-wise",
+    "lbs": "locality-aware",
+    "headwise": "head-wise",
+}
 # Only the tiny synthetic models: the 7B-shaped ones are for benchmarks and need tens of GB.
 SYNTHETIC_CHOICES = ("tiny-llama", "tiny-qwen2", "tiny-opt")
 FOLDER_CHOICE, GGUF_CHOICE, SERVER_CHOICE = "<folder>", "<gguf>", "<server>"

@@ -8,13 +8,15 @@ softmaxes are merged exactly by their log-sum-exp (cascade attention), so the re
 attention over the concatenated KV.
 
 The model runs through a registered attention function, `beamwise`, that does this when the
-forward call passes `kv_prefix=` and is plain SDPA otherwise (prefill, verifiers, reference).
+forward call passes `kv_prefix=`, hands the layer to the head-wise policy when it passes
+`kv_heads=`, and is plain SDPA otherwise (prefill, verifiers, reference).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from transformers import AttentionInterface, DynamicCache
@@ -36,6 +38,16 @@ class SharedPrefix:
         return self.layers[0][0].shape[-2] if self.layers else 0
 
 
+class HeadAttention(Protocol):
+    """Attention of one layer computed head group by head group (engine/kv/headwise.py)."""
+
+    def attend(
+        self, layer: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask, scale: float
+    ) -> torch.Tensor:
+        """`[B, Q, Hq, D]` for `query` `[B, Hq, Q, D]`; `key`, `value` `[B, H, Q, D]` are the new tokens only."""
+        ...
+
+
 def enable_cascade(model: torch.nn.Module) -> None:
     """Route the model's attention through `cascade_attention` (a plain SDPA call without a prefix)."""
     AttentionInterface.register(ATTENTION, cascade_attention)
@@ -53,9 +65,13 @@ def cascade_attention(
     dropout: float = 0.0,
     scaling: float | None = None,
     kv_prefix: SharedPrefix | None = None,
+    kv_heads: HeadAttention | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     # query: [B, Hq, Q, D]; key, value: [B, H, S, D] (the rows' own tokens, new ones included)
+    if kv_heads is not None:  # head-wise offloading: the past KV is on the host, head group by head group
+        scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
+        return kv_heads.attend(module.layer_idx, query, key, value, attention_mask, scale), None
     if kv_prefix is None or query.shape[2] != 1:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     k_prefix, v_prefix = kv_prefix.layers[module.layer_idx]

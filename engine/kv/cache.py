@@ -10,10 +10,12 @@ import torch
 
 from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
+from engine.context_plan import activation_token_bytes, default_chunk
 from engine.kv.blocks import BlockManager, Tier
+from engine.kv.headwise import HeadwisePolicy
 from engine.kv.in_device import InDevicePolicy
 from engine.kv.layerwise import LayerwisePolicy
-from engine.kv.lbs import LbsPolicy, Switches
+from engine.kv.lbs import SLACK_BLOCKS, LbsPolicy, Switches
 from engine.kv.policy import Decode, GroupDone, Live, Policy, PolicyContext, StepTiming, Work
 from engine.kv.store import KVStore
 from engine.loaded import Generator
@@ -21,7 +23,7 @@ from engine.loaded import Generator
 PROMPT_ID = 0
 CUDA_MARGIN = 1 << 30  # leave this much device memory free for activations when the budget is automatic
 
-Prefill = Callable[[Sequence[int]], Any]  # token ids -> a transformers cache of batch 1 on the device
+Prefill = Callable[..., Any]  # token ids, chunk=, cache=, **forward -> the prompt's cache (engine.runner.prefill)
 BudgetProbe = Callable[[], int | None]  # free device bytes now, or None when it cannot change (emulated)
 
 
@@ -31,6 +33,18 @@ def whole_search_bytes(prompt_tokens: int, search: SearchConfig, token_bytes: in
     longest = prompt_tokens + steps * search.step_tokens
     at_rest = prompt_tokens + 3 * block_size + n * steps * (search.step_tokens + block_size)
     return (at_rest + n * (longest + search.step_tokens)) * token_bytes
+
+
+def one_candidate_bytes(prompt_tokens: int, search: SearchConfig, token_bytes: int, block_size: int) -> int:
+    """Upper bound of what lbs needs for its largest group of one: a candidate's KV at the last step's end."""
+    return (prompt_tokens + search.max_steps * search.step_tokens + SLACK_BLOCKS * block_size) * token_bytes
+
+
+def auto_policy(whole: int, one: int, budget: int) -> str:
+    """in_device when the whole search fits, lbs when one candidate does, else headwise (HeadInfer)."""
+    if whole <= budget:
+        return "in_device"
+    return "lbs" if one <= budget else "headwise"
 
 
 class KVCache:
@@ -56,7 +70,8 @@ class KVCache:
         self.emulated = self.device.type != "cuda"
         self._probe = free_bytes  # None: read CUDA (a bound method here would make a reference cycle)
         self.budget = cache.kv_budget_bytes or self._automatic_budget(whole)
-        self.policy_name = cache.policy if cache.policy != "auto" else ("in_device" if whole <= self.budget else "lbs")
+        one = one_candidate_bytes(prompt_tokens, search, token_bytes, cache.block_size)
+        self.policy_name = cache.policy if cache.policy != "auto" else auto_policy(whole, one, self.budget)
         self.store = KVStore(
             self.blocks,
             num_layers=shape.num_layers,
@@ -73,12 +88,16 @@ class KVCache:
         self.policy: Policy = self._make_policy(context)
         self.live: dict[int, Live] = {}
         self.timing = StepTiming()
+        act = activation_token_bytes(loaded.model.config, _element_size(loaded.dtype))
+        self.prefill_chunk = cache.prefill_chunk or default_chunk(self.budget, act)
 
     def _make_policy(self, context: PolicyContext) -> Policy:
         if self.policy_name == "layerwise":
             return LayerwisePolicy(context, self.budget)
         if self.policy_name == "in_device":
             return InDevicePolicy(context)
+        if self.policy_name == "headwise":
+            return HeadwisePolicy(context, share=self.cfg.inter_beam)
         switches = Switches(self.cfg.inter_beam, self.cfg.balanced_prefetch, self.cfg.prefix_order)
         return LbsPolicy(context, switches)
 
@@ -110,7 +129,13 @@ class KVCache:
         """Compute the prompt's KV once, in one run of consecutive slots; every candidate shares it. Seconds."""
         start = time.perf_counter()
         self.store.counters.start_step()
-        cache = self._prefill(prompt[:-1])
+        if isinstance(self.policy, HeadwisePolicy):
+            plan = self.blocks.allocate(prompt[:-1], self.home)
+            self.policy.prefill(self._prefill, plan.new_blocks, self.prefill_chunk, self._current_budget())
+            self.live[PROMPT_ID] = Live(PROMPT_ID, plan.table, prompt[-1], None)
+            self.store.sync()
+            return time.perf_counter() - start
+        cache = self._prefill(prompt[:-1], chunk=self.prefill_chunk)
         plan = self.blocks.allocate(prompt[:-1], self.home)
         if isinstance(self.policy, LayerwisePolicy):
             self.policy.start(PROMPT_ID, cache)  # keeps the prompt's KV as its first row

@@ -254,8 +254,8 @@ class KVStore:
             (Tier.HOST, Tier.HOST): "h2h",
         }[(src, dst)]
 
-    def write(self, plan: AppendPlan, new_kv: torch.Tensor, home: Tier, owner: int) -> None:
-        """Apply an append plan in `home`: copy-on-write, then the new tokens `[L, 2, H, n, D]` (on the device)."""
+    def write(self, plan: AppendPlan, new_kv: torch.Tensor, home: Tier, owner: int, source: Tier = Tier.DEVICE) -> None:
+        """Apply an append plan in `home`: copy-on-write, then the new tokens `[L, 2, H, n, D]` (in `source`)."""
         for cow in plan.copies:
             self.place([cow.target], home)
             src_tier = self.tier_of(cow.source)
@@ -268,7 +268,7 @@ class KVStore:
         for block_id in plan.new_blocks:
             if not self.holds(block_id, home):
                 self.place([block_id], home)
-        direction = self.direction(Tier.DEVICE, home)
+        direction = self.direction(source, home)
         for w in plan.writes:
             dst = self.view(w.block, home)[:, :, :, w.offset : w.offset + w.count]
             self.copy(dst, new_kv[:, :, :, w.start : w.start + w.count], direction, [owner])

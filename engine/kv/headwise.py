@@ -1,0 +1,226 @@
+"""`headwise`: HeadInfer's head-wise offloading; one group of KV heads of one layer is on the device at a time.
+
+Blocks rest on the host. A step runs group by group of candidates (LBS grouping, only when a
+step's candidates do not fit together); within a group all candidates advance token by
+token, and each layer's attention runs head group by head group through two alternating
+device buffers (engine/kv/head_stream.py). A group's past KV is the shared prefix (the
+leading blocks every member's table has, in consecutive host slots, read in place) and each
+member's own blocks, gathered once per step into a host arena left-padded to `W` columns.
+The head-group size `g` adapts to the budget: the largest of 8, 4, 2, 1 heads that divides
+the model's KV heads and whose two buffers fit. At the step's end each member's new tokens go
+from the arena into its blocks.
+
+Bytes (exact; `KV_token` = K and V of one token over all layers, `H` KV heads). A group of `B`
+candidates with a shared prefix of `P` tokens and own parts padded to `W` tokens, decoding `k`
+forward calls:
+
+    H2D of forward j (j = 0 .. k-1) = (P + B * (W + j)) * KV_token
+    D2H of forward j                = B * KV_token                          (each row's new token)
+    device buffers                  = 2 * g * (P + B * (W + k)) * KV_token / (L * H)
+
+Without a shared prefix (inter-beam off) and with fixed-length steps, the whole request moves
+the paper's Eq. 3 with no layer resident, `DM_req = sum_{i=0}^{N_gen-1} N_beam * (S + i) * KV_token`
+(`S` the prompt's KV tokens), the same bytes as layer-wise with every layer streamed, in buffers
+`g / H` of one layer's size (layer-wise stages two whole layers): what lets a context far longer
+than the device run. Inter-beam
+reads the shared prompt once per group and forward instead of once per row.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+
+from engine.errors import KVBudgetTooSmall
+from engine.kv.attention import ATTENTION
+from engine.kv.blocks import Tier
+from engine.kv.head_stream import BUFFERS, HeadStream
+from engine.kv.lbs import block_placement
+from engine.kv.policy import (
+    Group,
+    GroupDone,
+    Live,
+    PolicyContext,
+    StepPlan,
+    StepTiming,
+    Work,
+    common_prefix,
+    idle_slots,
+)
+from engine.rows import Row
+
+HEAD_GROUPS = (8, 4, 2, 1)  # head-group sizes tried, largest first
+
+
+def head_group_sizes(num_kv_heads: int) -> list[int]:
+    """The sizes of HEAD_GROUPS that divide the model's KV heads, largest first (1 always does)."""
+    return [g for g in HEAD_GROUPS if g <= num_kv_heads and num_kv_heads % g == 0]
+
+
+def buffer_bytes(heads: int, prefix: int, rows: int, width: int, head_token_bytes: int) -> int:
+    """Device bytes of the two buffers: `heads` KV heads of a prefix and of `rows` rows of `width` columns."""
+    return BUFFERS * heads * (prefix + rows * width) * head_token_bytes
+
+
+class HeadwisePolicy:
+    """Blocks rest on the host; a step's groups decode token by token, each layer head group by head group."""
+
+    name = "headwise"
+    home = Tier.HOST
+
+    def __init__(self, context: PolicyContext, share: bool = True) -> None:
+        if getattr(context.config, "_attn_implementation", None) != ATTENTION:
+            raise ValueError(
+                "headwise needs Beamwise's attention function; this model runs "
+                f"{getattr(context.config, '_attn_implementation', None)!r}. Pick another policy (lbs or layerwise)."
+            )
+        self.context, self.store, self.blocks, self.share = context, context.store, context.blocks, share
+        L, _, H, _, _ = self.store.slot_shape
+        self.num_kv_heads = H
+        self.head_token_bytes = self.store.token_bytes // (L * H)  # K and V of one token, one head, one layer
+        self._arena: torch.Tensor | None = None  # host memory of the group's own tokens, reused step to step
+        self.heads: dict[tuple[int, ...], int] = {}  # the plan's head-group size of each group
+
+    # -- planning -----------------------------------------------------------------------------
+    def prefix_blocks(self, tables: Sequence[Sequence[int]]) -> list[int]:
+        """The leading blocks all `tables` share that sit in consecutive host slots (read in place)."""
+        shared = common_prefix(tables) if self.share else []
+        low, high = 0, len(shared)  # the longest contiguous leading part, by bisection (contiguity is monotone)
+        while low < high:
+            middle = (low + high + 1) // 2
+            if self.store.contiguous(shared[:middle], Tier.HOST) is not None:
+                low = middle
+            else:
+                high = middle - 1
+        return shared[:low]
+
+    def need(self, members: Sequence[Work], heads: int) -> int:
+        """Device bytes of a group's two buffers at `heads` heads; they are one run, rounded up to whole slots."""
+        prefix = self.blocks.num_tokens(self.prefix_blocks([m.table for m in members]))
+        width = max(m.tokens for m in members) - prefix + self.context.step_tokens
+        return buffer_bytes(heads, prefix, len(members), width, self.head_token_bytes) + self.store.block_bytes
+
+    def plan(self, work: Sequence[Work], budget: int) -> StepPlan:
+        """Groups in the given order (siblings stay together), each as large as one head fits; then
+        each group's head-group size, the largest whose buffers fit."""
+        groups: list[list[Work]] = []
+        for w in work:
+            need = self.need([w], 1)
+            if need > budget:
+                raise KVBudgetTooSmall(budget, need, "one KV head of one candidate (headwise)")
+            if groups and self.need([*groups[-1], w], 1) <= budget:
+                groups[-1].append(w)
+            else:
+                groups.append([w])
+        self.heads = {}
+        for members in groups:
+            sizes = head_group_sizes(self.num_kv_heads)
+            self.heads[tuple(m.id for m in members)] = next(g for g in sizes if self.need(members, g) <= budget)
+        return StepPlan("headwise", tuple(Group(tuple(w.id for w in g)) for g in groups))
+
+    # -- the prompt -------------------------------------------------------------------------------
+    def prefill(self, prefill, block_ids: Sequence[int], chunk: int, budget: int) -> None:
+        """Compute the prompt's KV `chunk` tokens at a time straight into its blocks' host run, head-wise:
+        the device holds two head groups of the prompt and one chunk's activations, never the whole KV."""
+        run = self.store.place(block_ids, Tier.HOST)
+        rows = self.store.pools[Tier.HOST].segment(run).unsqueeze(2)  # [L, 2, 1, H, T, D]
+        need = lambda g: buffer_bytes(g, 0, 1, rows.shape[4], self.head_token_bytes) + self.store.block_bytes  # noqa: E731
+        heads = next((g for g in head_group_sizes(self.num_kv_heads) if need(g) <= budget), None)
+        if heads is None:
+            raise KVBudgetTooSmall(budget, need(1), "one KV head of the prompt (headwise)")
+        stream = HeadStream(self.store, None, rows, 0, heads, [0])
+        try:
+            cache = stream.cache(self.context.config)
+            prefill(self.blocks.tokens_of(block_ids), chunk=chunk, cache=cache, kv_heads=stream)
+        finally:
+            stream.close()
+
+    # -- one step -----------------------------------------------------------------------------
+    def run_step(
+        self, plan: StepPlan, live: dict[int, Live], timing: StepTiming, should_stop: Callable[[], bool]
+    ) -> Iterator[GroupDone]:
+        for index, group in enumerate(plan.groups):
+            members = [live[c] for c in group.candidates]
+            stream, width, mask = self._load(members, self.heads[group.candidates])
+            before = self.store.counters.step["h2d"]
+            try:
+                rows = [Row(m.id, m.pending, self.blocks.num_tokens(m.table), m.generator) for m in members]
+                cache = stream.cache(self.context.config)
+                results, compute = self.context.decode(cache, mask, rows, should_stop, kv_heads=stream)
+                self.store.sync()
+                self._write_back(members, results, stream, width)
+            finally:
+                timing.peak_device_bytes = max(timing.peak_device_bytes, self.store.peak_device_bytes)
+                stream.close()
+            self._account(self.store.counters.step["h2d"] - before, stream.prefetched_bytes, compute, timing)
+            timing.idle_row_slots += idle_slots(results)
+            for c in group.candidates:
+                timing.group_of[c] = index
+            yield GroupDone(index, group, dict(zip(group.candidates, results, strict=True)))
+            if should_stop():
+                return
+
+    def _load(self, members: list[Live], heads: int):
+        """The group's stream: its prefix read in place and its own blocks gathered into a host arena."""
+        prefix_ids = self.prefix_blocks([m.table for m in members])
+        prefix = self.store.contiguous(prefix_ids, Tier.HOST)
+        own = [m.table[len(prefix_ids) :] for m in members]
+        lengths = [self.blocks.num_tokens(t) for t in own]
+        width = max(lengths)
+        L, _, H, _, D = self.store.slot_shape
+        arena = self._host_arena((L, 2, len(members), H, width + self.context.step_tokens, D))
+        for row, (member, table, length) in enumerate(zip(members, own, lengths, strict=True)):
+            column = width - length
+            arena[:, :, row, :, :column].zero_()  # padding is masked, but must not hold NaN
+            for block_id in table:
+                n = self.blocks.blocks[block_id].num_tokens
+                src = self.store.view(block_id, Tier.HOST, n)
+                self.store.copy(arena[:, :, row, :, column : column + n], src, "h2h", [member.id])
+                column += n
+        stream = HeadStream(self.store, prefix, arena, width, heads, [m.id for m in members])
+        return stream, width, _padding_mask(lengths, width, self.store.device)
+
+    def _host_arena(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """`shape` of host memory (pinned on CUDA), grown when a step needs more; nothing is allocated per token."""
+        size = math.prod(shape)
+        if self._arena is None or self._arena.numel() < size:
+            host = self.store.pools[Tier.HOST].device
+            self._arena = torch.empty(size, dtype=self.store.dtype, device=host, pin_memory=self.store.pin)
+        return self._arena[:size].view(shape)
+
+    def _write_back(self, members: list[Live], results, stream: HeadStream, width: int) -> None:
+        for row, (member, result) in enumerate(zip(members, results, strict=True)):
+            n = len(result.fed)
+            if n == 0:
+                continue
+            plan = self.blocks.append(member.table, result.fed, Tier.HOST)
+            new_kv = stream.rows[:, :, row, :, width : width + n]  # [L, 2, H, n, D] on the host
+            self.store.write(plan, new_kv, Tier.HOST, member.id, source=Tier.HOST)
+            member.table = plan.table
+            member.pending = result.sampled[-1]
+
+    def _account(self, h2d: int, prefetched: int, compute: float, timing: StepTiming) -> None:
+        """Emulated device: loads issued while an earlier head group computed hide behind it; the rest stall."""
+        timing.compute_seconds += compute
+        if self.store.emulated:
+            bandwidth = self.store.bandwidth
+            timing.modelled_stall_seconds += h2d / bandwidth - min(prefetched / bandwidth, compute)
+
+    # -- reporting ------------------------------------------------------------------------------
+    def placement(self, live: Live) -> tuple[int, int, int, int]:
+        return block_placement(self.blocks, self.store, live.table)
+
+    def tier_bytes(self) -> tuple[int, int]:
+        return self.store.resident_bytes(Tier.DEVICE), self.store.resident_bytes(Tier.HOST)
+
+
+def _padding_mask(lengths: Sequence[int], width: int, device):
+    """`[B, W]` with 1 on each row's own columns (right-aligned), or None when no row is padded."""
+    if width == 0 or all(length == width for length in lengths):
+        return None
+    mask = torch.zeros((len(lengths), width), dtype=torch.long, device=device)
+    for row, length in enumerate(lengths):
+        mask[row, width - length :] = 1
+    return mask
