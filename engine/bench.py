@@ -97,6 +97,8 @@ class PolicyResult:
     tokens_digest: str = ""
     goodput: float = 0.0  # tokens of the answer's path per second (FlashTTS)
     idle_row_slots: int = 0  # summed over steps: slots of rows that had finished their step
+    h2d_calls: int = 0  # copy operations host-to-device (bytes / calls is the average copy size)
+    d2h_calls: int = 0
     h2d_bytes_eq1: int | None = None  # layer-wise only: the paper's Eq. 1-3 for the same workload
     teacher_forced_max_logit_diff: float | None = None  # largest |logit - in_device's| on in_device's tokens
     h2d_vs_layerwise: float | None = None
@@ -152,6 +154,7 @@ def run_policy(loaded, workload: Workload, name: str, prompt_ids: Sequence[int])
         stall_share=stall / (stall + compute) if stall + compute else 0.0,
         candidate_tokens=finished.candidate_tokens, tokens_per_second=finished.candidate_tokens / wall,
         goodput=finished.goodput, idle_row_slots=sum(s.idle_row_slots for s in stats),
+        h2d_calls=last.h2d_calls, d2h_calls=last.d2h_calls,
         tokens_digest=hashlib.sha256(repr(sorted(texts.items())).encode()).hexdigest()[:16],
     )
 
