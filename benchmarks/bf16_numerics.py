@@ -8,6 +8,7 @@ differences between paths of the same size as each path's own error.
 
     python -m benchmarks.bf16_numerics                         # synthetic:tiny-llama
     python -m benchmarks.bf16_numerics --model numerics-llama  # head dim 128, vocab 32000 (slower)
+    python -m benchmarks.bf16_numerics --model numerics-llama --layers 16 --hidden 256  # deeper
     python -m benchmarks.bf16_numerics --json numerics.json
 
 (Windows: the same, with `py -m` if `python` is not on PATH.)
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from dataclasses import replace
 
 import torch
@@ -31,11 +33,11 @@ POLICIES = ("in_device", "lbs:inter_token", "lbs:+inter_beam", "layerwise")
 STREAMING_LAYERS = 2.5  # the budget, in layers' worth of KV: layer-wise streams, LBS splits groups
 
 
-def _numerics_llama() -> LlamaConfig:
-    """Llama-2-7B's head size and vocabulary on 4 layers, small enough for a CPU."""
-    return LlamaConfig(
-        vocab_size=32000, hidden_size=512, intermediate_size=1376, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=4096,
+def numerics_llama(layers: int, hidden: int) -> Callable[[], LlamaConfig]:
+    """Llama-2-7B's head size (128) and vocabulary on a shape small enough for a CPU."""
+    return lambda: LlamaConfig(
+        vocab_size=32000, hidden_size=hidden, intermediate_size=hidden * 11008 // 4096, num_hidden_layers=layers,
+        num_attention_heads=hidden // 128, num_key_value_heads=hidden // 128, max_position_embeddings=4096,
         rms_norm_eps=1e-5, tie_word_embeddings=False, **_SPECIAL_IDS,
     )  # fmt: skip
 
@@ -66,6 +68,7 @@ def measure(workload: Workload) -> dict:
     largest = max(float(t.abs().max()) for logits in truth.logits.values() for t in logits)
     return {
         "model": name,
+        "layers": bf16.kv_shape.num_layers,
         "kv_budget_bytes": workload.kv_budget_bytes,
         "largest_abs_logit_float32": largest,
         "bf16_spacing_at_largest_logit": float(torch.finfo(torch.bfloat16).eps) * largest,
@@ -77,11 +80,14 @@ def measure(workload: Workload) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="synthetic:tiny-llama", help="synthetic:NAME or numerics-llama")
+    parser.add_argument("--layers", type=int, default=4, help="numerics-llama only")
+    parser.add_argument("--hidden", type=int, default=512, help="numerics-llama only (a multiple of 128)")
     parser.add_argument("--json", dest="json_path")
     args = parser.parse_args()
     model = args.model
     if model == "numerics-llama":
-        SYNTHETIC_MODELS["numerics-llama"] = SyntheticModel(_numerics_llama, "Llama, head dim 128, vocab 32000")
+        recipe = numerics_llama(args.layers, args.hidden)
+        SYNTHETIC_MODELS["numerics-llama"] = SyntheticModel(recipe, "Llama, head dim 128, vocab 32000")
         model = "synthetic:numerics-llama"
     workload = replace(Workload(), model=model, beams=4, width=4, step_tokens=16, prompt_tokens=128,
                        gen_tokens=32, kv_budget_bytes=None, dtype="bfloat16")  # fmt: skip

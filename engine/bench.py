@@ -114,6 +114,7 @@ class BenchReport:
     plan_only: bool
     results: list[PolicyResult] = field(default_factory=list)
     same_tokens: bool = True
+    reference_max_abs_logit: float | None = None  # in_device's largest |logit|: the scale of the TF differences
     baselines: list[BaselineRun] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -223,6 +224,7 @@ def run_bench(
     if teacher_forcing and not plan_only:
         progress("recording in_device's tokens for teacher forcing")
         reference = observe_run(loaded, workload, "in_device", prompt)
+        report.reference_max_abs_logit = largest_abs_logit(reference) if reference else None
     for name in policies:
         progress(f"running {name}")
         _release_device_memory()
@@ -270,12 +272,27 @@ def _baselines(loaded, workload: Workload, prompt, names: Sequence[str], progres
     return runs
 
 
+def largest_abs_logit(observed: Observed) -> float:
+    return max((float(t.abs().max()) for logits in observed.logits.values() for t in logits), default=0.0)
+
+
 def _notes(report: BenchReport, forced: bool) -> list[str]:
     notes = []
-    if not report.emulated and report.workload.dtype != "float32":
+    dtype = report.workload.dtype
+    if not report.emulated and dtype != "float32":
         notes.append(
-            f"sampled tokens may differ between policies in {report.workload.dtype} on CUDA: a different batch "
+            f"sampled tokens may differ between policies in {dtype} on CUDA: a different batch "
             "composition changes low bits of the logits; teacher_forced_max_logit_diff compares them on the same tokens"
+        )
+    if dtype != "float32" and report.reference_max_abs_logit:
+        spacing = torch.finfo(getattr(torch, dtype)).eps * report.reference_max_abs_logit
+        notes.append(
+            f"teacher-forced logit differences in {dtype} are rounding, not a policy error: in_device and lbs with "
+            "inter_beam read the shared prefix through cascade attention (float32 scores, softmaxes merged by "
+            "log-sum-exp), lbs:inter_token and layerwise through SDPA over padded rows, so their sums are rounded "
+            f"differently, and each layer passes the difference on. The largest |logit| is "
+            f"{report.reference_max_abs_logit:.3g}, where one {dtype} step is {spacing:.3g}; on the CPU every path is "
+            "about equally far from a float32 run of the same weights (python -m benchmarks.bf16_numerics)"
         )
     if not forced:
         notes.append("in_device did not run, so no policy was teacher-forced against it")

@@ -13,9 +13,9 @@ from engine.search import run
 
 SEARCH = SearchConfig(beams=2, width=3, step_tokens=6, max_steps=3, step_delimiter=None, seed=3)
 SWITCHES = {
-    "inter_beam": dict(inter_beam=True, balanced_prefetch=False, prefix_order=False),
-    "balanced_prefetch": dict(inter_beam=True, balanced_prefetch=True, prefix_order=False),
-    "prefix_order": dict(inter_beam=True, balanced_prefetch=True, prefix_order=True),
+    "inter_beam": {"inter_beam": True, "balanced_prefetch": False, "prefix_order": False},
+    "balanced_prefetch": {"inter_beam": True, "balanced_prefetch": True, "prefix_order": False},
+    "prefix_order": {"inter_beam": True, "balanced_prefetch": True, "prefix_order": True},
 }
 
 
