@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -108,3 +109,20 @@ def test_bf16_teacher_forced_differences_are_a_few_rounding_steps_and_the_note_s
     for name in ("layerwise", "lbs:inter_token"):
         assert results[name].teacher_forced_max_logit_diff <= 4 * spacing, name
     assert any("rounding, not a policy error" in note for note in report.notes)
+
+
+def test_repeats_keep_the_fastest_of_identical_runs(monkeypatch):
+    import engine.bench as bench
+
+    walls = iter([3.0, 2.0, 2.5])
+    real = bench.run_policy
+
+    def timed(*args):
+        return replace(real(*args), wall_seconds=next(walls))
+
+    monkeypatch.setattr(bench, "run_policy", timed)
+    report = run_bench(SMALL, ["lbs:inter_token"], repeats=3, teacher_forcing=False, baselines=())
+    (result,) = report.results
+    assert result.ok and result.timed_runs == 3 and result.wall_seconds == 2.0
+    with pytest.raises(ValueError, match="repeats"):
+        run_bench(SMALL, ["lbs:inter_token"], repeats=0, teacher_forcing=False, baselines=())
