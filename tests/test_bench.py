@@ -108,7 +108,7 @@ def test_bf16_teacher_forced_differences_are_a_few_rounding_steps_and_the_note_s
     assert results["lbs:+inter_beam"].teacher_forced_max_logit_diff == 0.0  # the same cascade attention
     for name in ("layerwise", "lbs:inter_token"):
         assert results[name].teacher_forced_max_logit_diff <= 4 * spacing, name
-    assert any("rounding, not a policy error" in note for note in report.notes)
+    assert any("rounding steps are not a policy error" in note for note in report.notes)
 
 
 def test_repeats_keep_the_fastest_of_identical_runs(monkeypatch):
