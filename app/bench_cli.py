@@ -200,7 +200,8 @@ def format_report(report: BenchReport) -> str:
         + (" (modelled)" if report.emulated else ""),
         "",
     ]
-    header = f"{'policy':<24}{'H2D':>11}{'D2H':>11}{'D2D':>11}{'vs layerwise':>13}{'peak dev':>11}{'groups':>7}"
+    header = f"{'policy':<24}{'H2D':>11}{'D2H':>11}{'D2D':>11}{'H2D ops':>9}{'vs layerwise':>13}"
+    header += f"{'peak dev':>11}{'groups':>7}"
     if not report.plan_only:
         header += f"{'wall s':>9}{'copy s':>8}{'compute s':>10}{'pcie s':>8}{'stall s':>8}{'stall':>7}"
         header += f"{'tok/s':>8}{'goodput':>8}{'idle':>6}{'/in_dev':>8}{'/layerw':>8}{'TF logit diff':>14}"
@@ -211,7 +212,7 @@ def format_report(report: BenchReport) -> str:
             continue
         row = (
             f"{r.name:<24}{format_bytes(r.h2d_bytes):>11}{format_bytes(r.d2h_bytes):>11}{format_bytes(r.d2d_bytes):>11}"
-            f"{_ratio(r.h2d_vs_layerwise):>13}{format_bytes(r.peak_device_bytes):>11}{r.max_groups:>7}"
+            f"{r.h2d_calls:>9}{_ratio(r.h2d_vs_layerwise):>13}{format_bytes(r.peak_device_bytes):>11}{r.max_groups:>7}"
         )
         if not report.plan_only:
             row += (

@@ -4,6 +4,7 @@
     python -m benchmarks.gpu_ladder w64 --json bench-results/w64.json
     python -m benchmarks.gpu_ladder w32x128 --json bench-results/w32x128.json
     python -m benchmarks.gpu_ladder w64 --policies layerwise --baselines generate:offloaded  # split a long one
+    python -m benchmarks.gpu_ladder w16 --repeat 3  # time each policy 3 times, keep the fastest
 
 Every workload is `synthetic:llama2-7b` in bf16 with a 512-token random prompt and EOS disabled
 (random weights rarely sample it; a fixed step length makes the rows comparable with
@@ -38,13 +39,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", default=",".join(LADDER), help="comma-separated subset of the ladder")
     parser.add_argument("--baselines", default=",".join(BASELINES), help="comma-separated; empty for none")
     parser.add_argument("--plan-only", action="store_true", help="bytes and peaks only, no weights (any machine)")
+    parser.add_argument("--repeat", type=int, default=1, help="time each policy this many times, keep the fastest")
     parser.add_argument("--json", dest="json_path", default=None, help="write the report here")
     args = parser.parse_args(argv)
     workload = WORKLOADS[args.workload]
     policies = [p for p in args.policies.split(",") if p]
     baselines = [b for b in args.baselines.split(",") if b]
     progress = lambda text: print(f"[ladder {args.workload}] {text}", file=sys.stderr, flush=True)  # noqa: E731
-    report = run_bench(workload, policies, plan_only=args.plan_only, baselines=baselines, progress=progress)
+    report = run_bench(
+        workload, policies, plan_only=args.plan_only, baselines=baselines, progress=progress, repeats=args.repeat
+    )
     print(format_report(report))
     if args.json_path:
         path = Path(args.json_path)

@@ -135,6 +135,8 @@ class TransferStats:
     stall_share: float  # share of the step spent waiting for copies (modelled when emulated)
     groups: int
     idle_row_slots: int = 0  # decode slots of rows that had finished their step while others ran on
+    h2d_calls: int = 0  # cumulative copy operations across PCIe (fewer, larger copies run faster)
+    d2h_calls: int = 0
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
+import torch
 
 from app.cli import main
 from engine.bench import LADDER, Workload, run_bench
@@ -45,7 +47,7 @@ def test_plan_only_agrees_with_the_real_counters(real_report, policy):
     """Selection-independent policies must match to the byte; the plan runs the same scheduler code on meta tensors."""
     planned = by_name(run_bench(SMALL, [policy], plan_only=True))[policy]
     real = by_name(real_report)[policy]
-    counters = lambda r: (r.h2d_bytes, r.d2h_bytes, r.max_groups)  # noqa: E731
+    counters = lambda r: (r.h2d_bytes, r.d2h_bytes, r.h2d_calls, r.d2h_calls, r.max_groups)  # noqa: E731
     assert counters(planned) == counters(real)
     if policy != "in_device":  # in_device reads the candidates' common prefix in place: its depth follows selection
         assert planned.peak_device_bytes == real.peak_device_bytes
@@ -92,3 +94,35 @@ def test_bench_runs_a_question_and_reports_stall_seconds(capsys):
 def test_plan_only_refuses_a_question(capsys):
     assert main(["bench", "--plan-only", "--question", "What is 2+3?"]) == 2
     assert "--prompt-tokens" in capsys.readouterr().err
+
+
+def test_bf16_teacher_forced_differences_are_a_few_rounding_steps_and_the_note_says_why():
+    """In bf16 the SDPA paths (lbs:inter_token, layerwise) and the cascade paths round differently;
+    the difference must stay within a few bf16 steps of the largest logit (a wrong KV row would not)."""
+    workload = Workload(model="synthetic:tiny-llama", dtype="bfloat16", beams=2, width=3, step_tokens=8,
+                        prompt_tokens=40, gen_tokens=16, kv_budget_bytes=100_000, seed=1)  # fmt: skip
+    report = run_bench(workload, ["in_device", "layerwise", "lbs:inter_token", "lbs:+inter_beam"], baselines=())
+    results = by_name(report)
+    assert all(r.ok for r in results.values()), [r.message for r in results.values()]
+    spacing = torch.finfo(torch.bfloat16).eps * report.reference_max_abs_logit
+    assert results["lbs:+inter_beam"].teacher_forced_max_logit_diff == 0.0  # the same cascade attention
+    for name in ("layerwise", "lbs:inter_token"):
+        assert results[name].teacher_forced_max_logit_diff <= 4 * spacing, name
+    assert any("rounding steps are not a policy error" in note for note in report.notes)
+
+
+def test_repeats_keep_the_fastest_of_identical_runs(monkeypatch):
+    import engine.bench as bench
+
+    walls = iter([3.0, 2.0, 2.5])
+    real = bench.run_policy
+
+    def timed(*args):
+        return replace(real(*args), wall_seconds=next(walls))
+
+    monkeypatch.setattr(bench, "run_policy", timed)
+    report = run_bench(SMALL, ["lbs:inter_token"], repeats=3, teacher_forcing=False, baselines=())
+    (result,) = report.results
+    assert result.ok and result.timed_runs == 3 and result.wall_seconds == 2.0
+    with pytest.raises(ValueError, match="repeats"):
+        run_bench(SMALL, ["lbs:inter_token"], repeats=0, teacher_forcing=False, baselines=())

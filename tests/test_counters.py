@@ -16,6 +16,7 @@ def test_a_copy_counts_in_the_total_and_the_step():
     assert c.total == {"h2d": 1024, "d2h": 7, "d2d": 0, "h2h": 0}
     assert c.step == c.total
     assert set(c.total) == set(DIRECTIONS)
+    assert c.calls == c.step_calls == {"h2d": 2, "d2h": 1, "d2d": 0, "h2h": 0}  # one call per copy
 
 
 def test_a_new_step_keeps_the_totals_and_clears_the_step():
@@ -25,6 +26,7 @@ def test_a_new_step_keeps_the_totals_and_clears_the_step():
     c.start_step()
     c.add("h2d", 5, owners=(2,))
     assert c.total["h2d"] == 15 and c.step["h2d"] == 5
+    assert c.calls["h2d"] == 2 and c.step_calls["h2d"] == 1
     assert c.step_copy_seconds == 0.0
     assert dict(c.per_candidate()) == {2: {"h2d": 5, "d2h": 0, "d2d": 0, "h2h": 0}}  # candidate 1 was last step
 

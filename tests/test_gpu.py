@@ -109,3 +109,22 @@ def test_out_of_memory_on_cuda_splits_the_group_and_gives_the_same_tokens(tiny_c
     tokens, groups, events = run_cache(tiny_cuda, CacheConfig(policy="in_device"), fail_above=2)
     assert tokens == reference and all(len(g) <= 2 for step in groups for g in step)
     assert any(e.type == "group_retried" for e in events)
+
+
+def test_layerwise_streams_from_pinned_contiguous_host_buffers(tiny_cuda, monkeypatch):
+    """Each layer-wise copy across PCIe is one contiguous copy to or from pinned memory (a strided
+    or pageable one would be staged through a temporary and block the host)."""
+    copies = []
+    copy = KVStore.copy
+
+    def checked(store, dst, src, direction, owners=()):
+        if direction in ("h2d", "d2h"):
+            host = src if direction == "h2d" else dst
+            copies.append((host.is_pinned(), dst.is_contiguous() and src.is_contiguous()))
+        copy(store, dst, src, direction, owners)
+
+    monkeypatch.setattr(KVStore, "copy", checked)
+    events, _ = run_search(tiny_cuda, CacheConfig(policy="layerwise", kv_budget_bytes=700_000))
+    last = [e for e in events if e.type == "transfer_stats"][-1]
+    assert copies and all(pinned and contiguous for pinned, contiguous in copies)
+    assert last.h2d_calls + last.d2h_calls == len(copies)

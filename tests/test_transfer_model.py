@@ -6,6 +6,7 @@ import pytest
 
 from engine.config import CacheConfig, SearchConfig
 from engine.kv.layerwise import resident_layers
+from engine.kv.store import KVStore
 from engine.search import SYSTEM_PROMPT, run
 
 QUESTION = "What is 2+3?"
@@ -27,15 +28,20 @@ def prompt_kv_tokens(loaded) -> int:
     return len(loaded.encode_chat(QUESTION, system=SYSTEM_PROMPT)) - 1  # the last prompt token is fed at step 1
 
 
-def eq3_layerwise(loaded, budget: int, search: SearchConfig) -> int:
-    """Eq. 1-3: sum over generated tokens of (N_layer - L_inGPU(s)) * KV_layer(s)."""
+def streamed_layers(loaded, budget: int, search: SearchConfig) -> list[tuple[int, int]]:
+    """Per generated token: (N_layer - L_inGPU(s), KV_layer(s)), Eq. 1-2."""
     shape, beams = loaded.kv_shape, search.candidates_per_step
-    total = 0
+    result = []
     for i in range(search.max_steps * search.step_tokens):
         s = prompt_kv_tokens(loaded) + i
         kv_layer = beams * s * shape.layer_token_bytes()
-        total += (shape.num_layers - resident_layers(budget, kv_layer, shape.num_layers)) * kv_layer
-    return total
+        result.append((shape.num_layers - resident_layers(budget, kv_layer, shape.num_layers), kv_layer))
+    return result
+
+
+def eq3_layerwise(loaded, budget: int, search: SearchConfig) -> int:
+    """Eq. 1-3: sum over generated tokens of (N_layer - L_inGPU(s)) * KV_layer(s)."""
+    return sum(streamed * kv_layer for streamed, kv_layer in streamed_layers(loaded, budget, search))
 
 
 def eq5_lbs(loaded, search: SearchConfig) -> int:
@@ -57,6 +63,30 @@ def test_layerwise_h2d_follows_eq_1_to_3(tiny_qwen2, layers_worth):
     expected = eq3_layerwise(tiny_qwen2, budget, FIXED)
     assert expected > 0
     assert h2d_total(events) == expected
+
+
+@pytest.mark.parametrize("layers_worth", [2.5, 4.5])
+def test_layerwise_streams_each_layer_in_one_copy_per_token(tiny_qwen2, layers_worth, monkeypatch):
+    """A streamed layer crosses PCIe as one contiguous copy per token (keys and values of every row
+    together), and its new token goes back as one; the only other copies evict layers that no longer
+    fit. (A strided copy across PCIe goes through temporary, unpinned buffers and blocks.)"""
+    copy = KVStore.copy
+
+    def contiguous_copy(store, dst, src, direction, owners=()):
+        if direction in ("h2d", "d2h"):
+            assert dst.is_contiguous() and src.is_contiguous(), (direction, dst.shape, dst.stride())
+        copy(store, dst, src, direction, owners)
+
+    monkeypatch.setattr(KVStore, "copy", contiguous_copy)
+    shape = tiny_qwen2.kv_shape
+    longest = prompt_kv_tokens(tiny_qwen2) + FIXED.max_steps * FIXED.step_tokens
+    budget = int(layers_worth * FIXED.candidates_per_step * longest * shape.layer_token_bytes())
+    last = [e for e in run_events(tiny_qwen2, CacheConfig(policy="layerwise", kv_budget_bytes=budget))
+            if e.type == "transfer_stats"][-1]  # fmt: skip
+    streamed = [n for n, _ in streamed_layers(tiny_qwen2, budget, FIXED)]
+    assert sum(streamed) > 0
+    assert last.h2d_calls == sum(streamed)
+    assert last.d2h_calls == sum(streamed) + streamed[-1]  # write-backs, then each evicted layer once
 
 
 def test_lbs_inter_token_only_follows_eq_4_and_5(tiny):

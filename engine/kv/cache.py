@@ -225,6 +225,8 @@ class KVCache:
             stall / (stall + compute) if stall + compute > 0 else 0.0,
             len(set(self.timing.group_of.values())),
             self.timing.idle_row_slots,
+            counters.calls["h2d"],
+            counters.calls["d2h"],
         )
 
 

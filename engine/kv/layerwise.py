@@ -9,10 +9,14 @@ buffers, which are held back from the budget, so with `B = budget`:
             = max(0, floor(B / KV_layer(s)) - 2)  otherwise
 
 While one streamed layer computes, the next one is copied into the other staging buffer (on
-the copy stream on CUDA). Every buffer is allocated once per step at the step's final length,
-and a token's KV is written into its column in place: nothing is reallocated per token.
-Rows are candidates; between steps rows are re-selected by parent on the tier where each
-layer lives (device-to-device or host-to-host, never across PCIe).
+the copy stream on CUDA). A layer's KV is stored token-major, `[T, 2, B, H, D]`, so its first
+`n` tokens (keys and values of every row) are one contiguous block: streaming a layer is one
+copy from pinned memory, and writing a token back is another, whatever the rows and heads.
+Attention reads the buffers through strided views. Device buffers are allocated once per step
+at the step's final length; host buffers alternate between two sets that are reused from step
+to step (grown a few steps ahead); a token's KV is written into its column in place: nothing is
+reallocated per token. Rows are candidates; between steps rows are re-selected by parent on
+the tier where each layer lives (device-to-device or host-to-host, never across PCIe).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from engine.kv.policy import Group, GroupDone, Live, PolicyContext, StepPlan, St
 from engine.rows import Row
 
 STAGING_LAYERS = 2
+HOST_GROWTH_STEPS = 4  # a new host buffer has room for this many more steps
 
 
 def resident_layers(budget: int, layer_bytes: int, num_layers: int) -> int:
@@ -48,13 +53,12 @@ def paper_h2d_bytes(budget: int, rows: int, layer_token_bytes: int, num_layers: 
 
 
 class LayerKV(DynamicLayer):
-    """One layer's KV for every row: `[B, H, cap, D]` buffers on the device or the host, `length` filled."""
+    """One layer's KV for every row, `kv` `[cap, 2, B, H, D]` on the device or the host, `length` filled."""
 
-    def __init__(self, owner: LayerwisePolicy, index: int, keys: torch.Tensor, values: torch.Tensor, length: int):
+    def __init__(self, owner: LayerwisePolicy, index: int, kv: torch.Tensor, length: int):
         super().__init__()
-        self.owner, self.index, self.length = owner, index, length
-        self.buffers = (keys, values)
-        self.dtype, self.device = keys.dtype, owner.store.device
+        self.owner, self.index, self.length, self.kv = owner, index, length, kv
+        self.dtype, self.device = kv.dtype, owner.store.device
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
@@ -62,6 +66,11 @@ class LayerKV(DynamicLayer):
 
     def get_seq_length(self) -> int:
         return self.length
+
+
+def heads_view(kv: torch.Tensor, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values `[B, H, tokens, D]` of a token-major buffer `[cap, 2, B, H, D]` (views, no copy)."""
+    return kv[:tokens, 0].permute(1, 2, 0, 3), kv[:tokens, 1].permute(1, 2, 0, 3)
 
 
 class LayerwisePolicy:
@@ -77,18 +86,22 @@ class LayerwisePolicy:
         self.layers: list[LayerKV] = []
         self.resident = self.num_layers  # L_in(s): layers [0, resident) are on the device
         self.rows: list[int] = []  # the candidate id of each row
+        self.capacity = 0  # tokens a layer holds by the end of the current step
         self.mask = torch.ones((1, 0), dtype=torch.long, device=self.store.device)  # [B, T]: 1 marks real KV
-        self.staging: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.staging: list[torch.Tensor] = []
         self.staged: dict[int, object] = {}  # layer index -> load event (CUDA) or None, for the current token
+        self.spares: list[torch.Tensor] = []  # host buffers no layer uses, reused by the next step
 
     # -- the prompt and the plan ------------------------------------------------------------
     def start(self, prompt_id: int, prompt_cache: DynamicCache) -> None:
         """Take the prompt's KV (batch 1, computed on the device) as the single initial row."""
         self.rows = [prompt_id]
         length = prompt_cache.get_seq_length()
-        self.layers = [
-            LayerKV(self, i, layer.keys, layer.values, length) for i, layer in enumerate(prompt_cache.layers)
-        ]
+        self.layers = []
+        for i, layer in enumerate(prompt_cache.layers):
+            kv = torch.stack((layer.keys[0], layer.values[0])).permute(2, 0, 1, 3).unsqueeze(2)  # [P, 2, 1, H, D]
+            self.layers.append(LayerKV(self, i, kv.contiguous(), length))
+        self.capacity = length
         self.mask = torch.ones((1, length), dtype=torch.long, device=self.store.device)
 
     def plan(self, work: Sequence[Work], budget: int) -> StepPlan:
@@ -115,8 +128,11 @@ class LayerwisePolicy:
         self, plan: StepPlan, live: dict[int, Live], timing: StepTiming, should_stop: Callable[[], bool]
     ) -> Iterator[GroupDone]:
         candidates = [c for g in plan.groups for c in g.candidates]
-        self._place(rows=len(candidates))  # evict before the rows multiply, so fewer bytes cross
-        self._select_rows([live[c].source for c in candidates], self.length + self.context.step_tokens)
+        self.capacity = self.length + self.context.step_tokens
+        with torch.inference_mode():  # buffers made while decoding are reused here
+            self._place(rows=len(candidates))  # evict before the rows multiply, so fewer bytes cross
+            self.store.sync()  # the host reads what was just evicted
+            self._select_rows([live[c].source for c in candidates])
         self.rows = candidates
         width = self.length
         blocks = self.context.blocks
@@ -141,37 +157,44 @@ class LayerwisePolicy:
         self.staging = []
         yield GroupDone(0, Group(tuple(candidates)), dict(zip(candidates, results, strict=True)))
 
-    def _select_rows(self, sources: Sequence[int], capacity: int) -> None:
-        """Rows for this step's candidates, each a copy of its parent's row, in buffers sized for the step."""
+    def _select_rows(self, sources: Sequence[int]) -> None:
+        """Rows for this step's candidates, each a copy of its parent's row, in buffers sized for the step.
+        The host buffers given up become the spares of the next step's selection."""
         index = torch.tensor([self.rows.index(s) for s in sources])
+        spares, self.spares = self.spares, []
         for layer in self.layers:
-            tier = "d2d" if layer.index < self.resident else "h2h"
-            layer.buffers = tuple(self._select(buf, index, layer.length, capacity, tier) for buf in layer.buffers)
+            on_device = layer.index < self.resident
+            old, n = layer.kv, layer.length
+            layer.kv = self._buffer(len(index), on_device, like=old, spares=spares)
+            part = layer.kv[:n]
+            if not part.is_meta:
+                torch.index_select(old[:n], 2, index.to(old.device), out=part)
+            self.store.counters.add("d2d" if on_device else "h2h", part.numel() * part.element_size())
+            if not on_device:
+                self.spares.append(old)
         self.mask = self.mask[index.to(self.mask.device)]
         self.staging = []
 
-    def _select(self, buf: torch.Tensor, index: torch.Tensor, length: int, capacity: int, direction: str):
-        _, H, _, D = buf.shape
-        out = self._empty((len(index), H, capacity, D), on_device=direction == "d2d", like=buf)
-        part = out[:, :, :length]
-        if not part.is_meta:
-            torch.index_select(buf[:, :, :length], 0, index.to(buf.device), out=part)
-        self.store.counters.add(direction, part.numel() * part.element_size())
-        return out
+    def _buffer(self, rows: int, on_device: bool, like: torch.Tensor, spares: list[torch.Tensor]) -> torch.Tensor:
+        """A `[cap, 2, rows, H, D]` buffer holding `self.capacity` tokens: on the device exactly that
+        (the budget counts it), on the host a spare if one fits, else one with room for a few more steps."""
+        tail = (2, rows, *like.shape[3:])
+        if on_device:
+            return torch.empty((self.capacity, *tail), dtype=like.dtype, device=self.store.device)
+        for i, spare in enumerate(spares):
+            if spare.shape[1:] == tail and spare.shape[0] >= self.capacity:
+                return spares.pop(i)
+        capacity = self.capacity + HOST_GROWTH_STEPS * self.context.step_tokens
+        host = "meta" if like.is_meta else "cpu"
+        return torch.empty((capacity, *tail), dtype=like.dtype, device=host, pin_memory=self.store.pin)
 
     def _ensure_staging(self) -> None:
         """Two device buffers at the step's final length, made once per step when a layer first streams."""
         if self.staging or self.resident == self.num_layers:
             return
-        B, H, capacity, D = self.layers[0].buffers[0].shape
-        make = lambda: torch.empty((B, H, capacity, D), dtype=self.store.dtype, device=self.store.device)  # noqa: E731
-        self.staging = [(make(), make()) for _ in range(STAGING_LAYERS)]
-
-    def _empty(self, shape, *, on_device: bool, like: torch.Tensor) -> torch.Tensor:
-        if on_device:
-            return torch.empty(shape, dtype=like.dtype, device=self.store.device)
-        host = "meta" if like.is_meta else "cpu"
-        return torch.empty(shape, dtype=like.dtype, device=host, pin_memory=self.store.pin)
+        _, _, B, H, D = self.layers[0].kv.shape
+        shape = (self.capacity, 2, B, H, D)
+        self.staging = [torch.empty(shape, dtype=self.store.dtype, device=self.store.device) for _ in range(2)]
 
     def _before_forward(self, timing: StepTiming) -> None:
         self._place()
@@ -180,51 +203,55 @@ class LayerwisePolicy:
         self.staged = {}
         self._ensure_staging()
         if self.resident < self.num_layers:
-            self.staged[self.resident] = self._load(self.resident)
+            self.staged = self._transfer(load=self.resident)
 
     def _place(self, rows: int | None = None) -> None:
         """Re-apply Eq. 1 at the current length: exactly the first L_in(s) layers on the device."""
         wanted = resident_layers(self.budget, self.layer_bytes(rows), self.num_layers)
         for layer in self.layers:
             if wanted <= layer.index < self.resident:
-                layer.buffers = tuple(self._move(buf, layer.length, "d2h") for buf in layer.buffers)
+                self._move(layer, "d2h")
             elif self.resident <= layer.index < wanted:
-                layer.buffers = tuple(self._move(buf, layer.length, "h2d") for buf in layer.buffers)
+                self._move(layer, "h2d")
         self.resident = wanted
 
-    def _move(self, buf: torch.Tensor, length: int, direction: str) -> torch.Tensor:
-        out = self._empty(buf.shape, on_device=direction == "h2d", like=buf)
-        self.store.copy(out[:, :, :length], buf[:, :, :length], direction, self.rows)
-        return out
+    def _move(self, layer: LayerKV, direction: str) -> None:
+        """One layer to the other tier in one copy (a spare host buffer if one fits)."""
+        n = layer.length
+        out = self._buffer(layer.kv.shape[2], direction == "h2d", like=layer.kv, spares=self.spares)
+        self.store.copy(out[:n], layer.kv[:n], direction, self.rows)
+        layer.kv = out
 
     # -- one layer of one token ---------------------------------------------------------------
-    def _load(self, index: int):
-        """Copy streamed layer `index` into its staging buffer; returns the copy's event (CUDA)."""
-        layer = self.layers[index]
-        keys, values = self.staging[index % STAGING_LAYERS]
-        n = layer.length
+    def _transfer(self, written: tuple[LayerKV, int, int] | None = None, load: int | None = None) -> dict[int, object]:
+        """On the copy stream: write back the new tokens of a streamed layer (`(layer, first, count)`),
+        then load streamed layer `load` into its staging buffer. One contiguous copy each.
+        Returns `{load: event}` (the load's CUDA event, None without CUDA) to wait for before reading it."""
         with self.store.loading() as done:
-            self.store.copy(keys[:, :, :n], layer.buffers[0][:, :, :n], "h2d", self.rows)
-            self.store.copy(values[:, :, :n], layer.buffers[1][:, :, :n], "h2d", self.rows)
-        return done
+            if written is not None:
+                layer, first, count = written
+                staged = self.staging[layer.index % STAGING_LAYERS]
+                self.store.copy(layer.kv[first : first + count], staged[first : first + count], "d2h", self.rows)
+            if load is not None:
+                layer = self.layers[load]
+                n = layer.length
+                self.store.copy(self.staging[load % STAGING_LAYERS][:n], layer.kv[:n], "h2d", self.rows)
+        return {} if load is None else {load: done}
 
     def update(self, layer: LayerKV, key_states: torch.Tensor, value_states: torch.Tensor):
-        # key_states, value_states: [B, H, 1, D], the new token of every row
-        n = layer.length
-        if layer.index < self.resident:
-            keys, values = layer.buffers
-        else:
+        # key_states, value_states: [B, H, new, D], the new tokens of every row
+        n, new = layer.length, key_states.shape[-2]
+        streamed = layer.index >= self.resident
+        if streamed:
             self.store.wait_loaded(self.staged.pop(layer.index, None))
-            keys, values = self.staging[layer.index % STAGING_LAYERS]
-            self.store.copy(layer.buffers[0][:, :, n : n + 1], key_states, "d2h", self.rows)
-            self.store.copy(layer.buffers[1][:, :, n : n + 1], value_states, "d2h", self.rows)
-            following = layer.index + 1
-            if following < self.num_layers:
-                self.staged[following] = self._load(following)  # overlaps this layer's attention
-        keys[:, :, n : n + 1].copy_(key_states)
-        values[:, :, n : n + 1].copy_(value_states)
-        layer.length = n + 1
-        return keys[:, :, : n + 1], values[:, :, : n + 1]
+        kv = self.staging[layer.index % STAGING_LAYERS] if streamed else layer.kv
+        kv[n : n + new, 0].copy_(key_states.permute(2, 0, 1, 3))
+        kv[n : n + new, 1].copy_(value_states.permute(2, 0, 1, 3))
+        layer.length = n + new
+        if streamed:
+            following = layer.index + 1 if layer.index + 1 < self.num_layers else None
+            self.staged.update(self._transfer((layer, n, new), following))  # overlaps this layer's attention
+        return heads_view(kv, n + new)
 
     # -- reporting ------------------------------------------------------------------------------
     def placement(self, live: Live) -> tuple[int, int, int, int]:

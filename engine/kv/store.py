@@ -29,10 +29,14 @@ HOST_CHUNK_BYTES = 256 << 20  # the host pool grows by this much at a time
 
 @dataclass
 class Counters:
-    """Bytes per direction, cumulative and for the current step, and per candidate for the step."""
+    """Bytes and copy calls per direction, cumulative and for the current step, and bytes per candidate
+    for the step. A call is one copy operation (one `copy_` or gather): many small calls cost more
+    than one large one of the same bytes, most of all across PCIe."""
 
     total: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DIRECTIONS, 0))
     step: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DIRECTIONS, 0))
+    calls: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DIRECTIONS, 0))
+    step_calls: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DIRECTIONS, 0))
     step_copy_seconds: float = 0.0
     step_stall_seconds: float = 0.0  # CUDA: compute waiting for loads, between CUDA events
     _owned: dict[tuple[str, tuple[int, ...]], int] = field(default_factory=lambda: defaultdict(int))
@@ -40,6 +44,8 @@ class Counters:
     def add(self, direction: str, nbytes: int, owners: Sequence[int] = ()) -> None:
         self.total[direction] += nbytes
         self.step[direction] += nbytes
+        self.calls[direction] += 1
+        self.step_calls[direction] += 1
         if owners:
             self._owned[(direction, tuple(owners))] += nbytes
 
@@ -55,6 +61,7 @@ class Counters:
 
     def start_step(self) -> None:
         self.step = dict.fromkeys(DIRECTIONS, 0)
+        self.step_calls = dict.fromkeys(DIRECTIONS, 0)
         self._owned.clear()
         self.step_copy_seconds = 0.0
         self.step_stall_seconds = 0.0
