@@ -132,6 +132,9 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
         help="lbs: order groups so consecutive ones share the most blocks, and keep a shared prefix on the device",
     )
     k.add_argument("--pcie-gbps", type=float, default=c.pcie_gbps, help="bandwidth of the emulated PCIe link")
+    k.add_argument("--verifier-kv-share", type=float, default=None, metavar="FRACTION",
+                   help="the verifier's part of the device KV budget, e.g. 0.25 (default: what one verification "
+                   "batch needs; the generator gets the rest)")
     k.add_argument("--device", default=c.device, choices=DEVICES, help="auto: CUDA when there is one")
 
 
@@ -216,7 +219,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig
     cache = CacheConfig(
         policy=args.policy, kv_budget_bytes=args.kv_budget, block_size=args.block_size,
         inter_beam=not args.no_inter_beam, balanced_prefetch=not args.no_prefetch, prefix_order=args.prefix_order,
-        pcie_gbps=args.pcie_gbps, device=args.device,
+        pcie_gbps=args.pcie_gbps, device=args.device, verifier_kv_share=args.verifier_kv_share,
     )
     return model, search, cache
 

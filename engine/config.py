@@ -130,6 +130,7 @@ class CacheConfig:
     prefix_order: bool = True  # lbs: consecutive groups share the most blocks; a shared prefix stays
     pcie_gbps: float = 25.0
     device: str = "auto"
+    verifier_kv_share: float | None = None  # the verifier's part of the device KV budget; None: FlashTTS's rule
 
     def __post_init__(self) -> None:
         _require(self.policy in POLICIES, f"policy must be one of {', '.join(POLICIES)} (got {self.policy!r}).")
@@ -145,6 +146,11 @@ class CacheConfig:
             self.policy != "lbs" or self.inter_token,
             "lbs needs inter_token on (it is what makes a group decode a whole step on the device).",
         )
+        share = self.verifier_kv_share
+        if share is not None:
+            _finite(share, "the verifier's KV share")
+            _require(0 < share < 1, f"the verifier's KV share must be a fraction between 0 and 1, such as 0.25 "
+                                    f"(got {share}); leave it unset for one verification batch's worth.")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

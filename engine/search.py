@@ -105,9 +105,13 @@ class _Search:
         started = time.perf_counter()
         prompt = self._prompt()
         sized = dataclasses.replace(self.cfg, max_steps=self.cfg.max_steps + self.cfg.lookahead, lookahead=0)
+        rows = sized.candidates_per_step
+        need = self.verifier.batch_bytes(self.question, rows, sized.step_tokens, sized.max_steps)
         kv = KVCache(  # sized for the roll-outs too: they hold N*M more paths, K steps longer
-            self.loaded, sized, self.cache_cfg, len(prompt), decode=self._decode_rows, prefill=self._prefill
+            self.loaded, sized, self.cache_cfg, len(prompt), decode=self._decode_rows, prefill=self._prefill,
+            verifier_batch_bytes=need,
         )
+        self.verifier.use_budget(kv.verifier_budget, self.cache_cfg.block_size)
         yield ev.RunStarted(
             self.question,
             self.loaded.name,
@@ -118,11 +122,13 @@ class _Search:
             kv.budget,
             self.cfg.to_dict(),
             self.cache_cfg.to_dict(),
+            kv.verifier_budget,
         )
         try:
             yield from self._steps(kv, prompt, started)
         finally:
             kv.close()  # the KV pools go back at once, also when the run fails or is cancelled
+            self.verifier.close()
 
     def _steps(self, kv: KVCache, prompt: list[int], started: float) -> Iterator[ev.Event]:
         seconds = kv.prefill(prompt)
@@ -142,7 +148,7 @@ class _Search:
                 return
             extra = self._look_ahead(kv, children)
             yield from self._score(children, step, extra)
-            yield from kv.step_events(step)
+            yield from kv.step_events(step, self.verifier.memory())
             pool = [c for c in kept if self.candidates[c].finished] + children  # finished beams compete on
             kept = self._select(kv, pool, step)
             cost = self.verifier.settle([self._key(c) for c in kept])

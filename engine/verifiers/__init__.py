@@ -10,7 +10,7 @@ from __future__ import annotations
 from engine.errors import NotAPRM
 from engine.loaded import Generator
 from engine.verifiers import math_shepherd, qwen_prm, rlhflow_prm, skywork_prm
-from engine.verifiers.base import PathKey, StepToScore, Verifier, VerifierCost, aggregate
+from engine.verifiers.base import PathKey, StepToScore, Verifier, VerifierCost, VerifierMemory, aggregate
 from engine.verifiers.families import load_prm
 from engine.verifiers.parts import PRMParts
 from engine.verifiers.path_kv import PathVerifier
@@ -18,7 +18,8 @@ from engine.verifiers.self_judge import self_judge
 from engine.verifiers.simple import ContentHashVerifier, LogProbVerifier
 
 __all__ = [
-    "PathKey", "StepToScore", "Verifier", "VerifierCost", "aggregate", "make_verifier", "prm_verifier",
+    "PathKey", "StepToScore", "Verifier", "VerifierCost", "VerifierMemory", "aggregate", "make_verifier",
+    "prm_verifier",
 ]
 
 _WIRING = {"qwen-prm": qwen_prm.verifier, "skywork-prm": skywork_prm.verifier,

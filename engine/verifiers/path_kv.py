@@ -5,10 +5,10 @@ that never change once written: a `prefix` (the question in the model's format),
 (the step and its separator) and a `probe` (text asked after the latest step, dropped afterwards).
 The score is read from the model's last hidden state at the last token of `body + probe`.
 
-A path's KV is a chain of `KVNode`s, each holding only its own segment; siblings point to the same
-parent node, so the question and the accepted steps are computed once and shared (Python's
-refcounts free a segment when no kept path uses it). Scoring a candidate runs only its new step
-and the probe on top of its parent's chain.
+A path's KV is a chain of `KVNode`s, each naming only its own segment in the verifier's pools
+(`kv_pools`); siblings point to the same parent node, so the question and the accepted steps are
+computed once and shared, and `settle` frees the segments no kept path reaches. Scoring a candidate
+runs only its new step and the probe, in an arena that holds its parent's chain and the new tokens.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
-from transformers import DynamicCache
 
+from engine.kv.attention import arena_cache
+from engine.models import kv_shape_from_config
 from engine.verifiers.base import PathKey, StepToScore, VerifierCost
+from engine.verifiers.kv_pools import VerifierKV, VerifierMemory
 
 Readout = Callable[[torch.Tensor], torch.Tensor]  # hidden [B, H] -> scores [B] in [0, 1]
 
@@ -37,10 +39,10 @@ class Layout(Protocol):
 
 @dataclass(frozen=True)
 class KVNode:
-    """One segment of a path's KV: its own keys and values per layer, and the path's length through it."""
+    """One segment of a path's KV (a handle in the verifier's pools) and the path's length through it."""
 
     parent: KVNode | None
-    layers: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per layer (keys, values): [1, H_kv, T, D]
+    handle: int
     length: int
 
     def chain(self) -> list[KVNode]:
@@ -62,8 +64,41 @@ class PathVerifier:
         self.name, self.body, self.layout, self.readout = name, body, layout, readout
         self.device, self.pad_id, self.batch_size = device, pad_id, batch_size
         self.nodes: dict[PathKey, KVNode] = {}
+        self._stored: dict[int, KVNode] = {}  # every node whose segment is in the pools, by handle
         self._tokens = self._tokens_full = 0
+        self.kv = self._pools(None)
 
+    # -- memory -------------------------------------------------------------------------------
+    def _pools(self, budget_bytes: int | None, block_size: int = 16) -> VerifierKV:
+        shape = kv_shape_from_config(self.body.config, 1)
+        dtype = next(self.body.parameters()).dtype
+        return VerifierKV(shape.num_layers, shape.num_kv_heads, shape.head_dim, dtype, self.device,
+                          budget_bytes=budget_bytes, block_size=block_size)
+
+    def use_budget(self, device_bytes: int, block_size: int = 16) -> None:
+        """Hold the verifier's KV within `device_bytes` on the device from now on (before the first score)."""
+        if self._stored:
+            raise RuntimeError("the verifier's budget is set before it scores anything.")
+        self.kv.close()
+        self.kv = self._pools(device_bytes, block_size)
+
+    def batch_bytes(self, question: str, rows: int, step_tokens: int, steps: int) -> int:
+        """Device bytes of one verification batch of `rows` paths at the search's last step (an estimate:
+        each step counted as `step_tokens` plus the layout's own tokens around a step)."""
+        per_step = len(self.layout.body(question, (), "1"))
+        width = len(self.layout.prefix(question)) + steps * (step_tokens + per_step) + len(self.layout.probe(question))
+        return self.kv.arena_slots(min(rows, self.batch_size), width) * self.kv.block_bytes
+
+    def memory(self) -> VerifierMemory:
+        return self.kv.memory()
+
+    def close(self) -> None:
+        """The run is over: give the pools' memory back."""
+        self.nodes.clear()
+        self._stored.clear()
+        self.kv.close()
+
+    # -- scoring ------------------------------------------------------------------------------
     def path_ids(self, item: StepToScore) -> list[int]:
         """The whole path as the model reads it (pieces concatenated); the score is read at its last token."""
         q, prev = item.question, item.previous_steps
@@ -73,26 +108,46 @@ class PathVerifier:
 
     @torch.inference_mode()
     def score(self, items: Sequence[StepToScore]) -> list[float]:
-        """Run each item's new step (+ probe) over its parent's cached KV; siblings run as one batch."""
+        """Run each item's new step (+ probe) over its parent's cached KV; siblings run in batches."""
         scores = [0.0] * len(items)
         by_parent: dict[PathKey, list[int]] = {}
         for index, item in enumerate(items):
             by_parent.setdefault(item.parent_key, []).append(index)
         for parent_key, rows in by_parent.items():
             parent = self._node(parent_key)
-            for start in range(0, len(rows), self.batch_size):
-                chunk = rows[start : start + self.batch_size]
-                self._score_siblings(parent, [items[i] for i in chunk], chunk, scores)
+            while rows:
+                chunk = self._batch(parent, [items[i] for i in rows])
+                self._score_siblings(parent, [items[i] for i in rows[:chunk]], rows[:chunk], scores)
+                rows = rows[chunk:]
         return scores
 
     def settle(self, kept: Sequence[PathKey]) -> VerifierCost:
-        """Keep KV only for the kept paths (and, through them, their ancestors); report the tokens run."""
+        """Keep KV only for the kept paths and their ancestors (the rest is freed); report the tokens run."""
         self.nodes = {key: self.nodes[key] for key in kept if key in self.nodes}
+        reached = {n.handle for node in self.nodes.values() for n in node.chain()}
+        dropped = [handle for handle in self._stored if handle not in reached]
+        self.kv.free(dropped)
+        for handle in dropped:
+            del self._stored[handle]
+        self.kv.start_step()
         cost = VerifierCost(self._tokens, self._tokens_full)
         self._tokens = self._tokens_full = 0
         return cost
 
-    def _score_siblings(self, parent: KVNode, items: list[StepToScore], rows: list[int], scores: list[float]) -> None:
+    def _batch(self, parent: KVNode | None, items: list[StepToScore]) -> int:
+        """How many of `items` (siblings) run together: up to the batch size, fewer when the budget is tight."""
+        start = parent.length if parent is not None else 0
+        widths = [len(self._new_ids(i)) for i in items[: self.batch_size]]
+        count = len(widths)
+        while count > 1 and not self.kv.fits(count, start + max(widths[:count])):
+            count -= 1
+        return count  # one row that does not fit is refused, with the budget it needs, by the arena
+
+    def _new_ids(self, item: StepToScore) -> list[int]:
+        return self.layout.body(item.question, item.previous_steps, item.step) + self.layout.probe(item.question)
+
+    def _score_siblings(self, parent: KVNode | None, items: list[StepToScore], rows: list[int],
+                        scores: list[float]) -> None:
         q = items[0].question
         bodies = [self.layout.body(q, i.previous_steps, i.step) for i in items]
         probe = self.layout.probe(q)
@@ -128,33 +183,32 @@ class PathVerifier:
         ids = torch.full((batch, width), self.pad_id, dtype=torch.long)  # [B, T]
         for row, seq in enumerate(sequences):
             ids[row, : len(seq)] = torch.tensor(seq)
-        cache = _batched_cache(parent, batch)
-        out = self.body(input_ids=ids.to(self.device), past_key_values=cache, use_cache=True)
-        lengths = torch.tensor([len(s) for s in sequences], device=self.device)
-        last = out.last_hidden_state[torch.arange(batch, device=self.device), lengths - 1]  # [B, H]
+        chain = parent.chain() if parent is not None else []
         start = parent.length if parent is not None else 0
-        nodes = [_row_node(parent, out.past_key_values, row, start, keep[row]) for row in range(batch)]
+        arena, run = self.kv.arena(batch, start + width, keep=[n.handle for n in chain])  # [L, 2, B, H, W, D]
+        try:
+            self._fill(arena, chain)
+            cache = arena_cache(self.body.config, arena, start)
+            out = self.body(input_ids=ids.to(self.device), past_key_values=cache, use_cache=True)
+            lengths = torch.tensor([len(s) for s in sequences], device=self.device)
+            last = out.last_hidden_state[torch.arange(batch, device=self.device), lengths - 1]  # [B, H]
+            nodes = [self._store(parent, arena[:, :, row, :, start : start + keep[row]], start + keep[row])
+                     for row in range(batch)]
+        finally:
+            self.kv.release(run)
         self._tokens += int(lengths.sum())
         return last, nodes
 
+    def _fill(self, arena: torch.Tensor, chain: list[KVNode]) -> None:
+        """Row 0 of the arena gets the parent's chain from its segments; the other rows copy row 0's."""
+        offset = 0
+        for node in chain:
+            tokens = node.length - offset
+            self.kv.load(node.handle, arena[:, :, 0, :, offset : node.length])
+            offset += tokens
+        self.kv.repeat_row(arena, offset)
 
-def _batched_cache(parent: KVNode | None, batch: int) -> DynamicCache:
-    """The parent's whole path KV, the same for every row: [B, H_kv, S, D] per layer (views, no copy per row)."""
-    if parent is None:
-        return DynamicCache()
-    chain = parent.chain()
-    layers = []
-    for layer in range(len(parent.layers)):
-        keys = torch.cat([n.layers[layer][0] for n in chain], dim=2)  # [1, H_kv, S, D]
-        values = torch.cat([n.layers[layer][1] for n in chain], dim=2)
-        layers.append((keys.expand(batch, -1, -1, -1), values.expand(batch, -1, -1, -1)))
-    return DynamicCache(layers)
-
-
-def _row_node(parent: KVNode | None, cache: DynamicCache, row: int, start: int, keep: int) -> KVNode:
-    layers = tuple(
-        (layer.keys[row : row + 1, :, start : start + keep].clone(),
-         layer.values[row : row + 1, :, start : start + keep].clone())
-        for layer in cache.layers
-    )
-    return KVNode(parent, layers, start + keep)
+    def _store(self, parent: KVNode | None, kv: torch.Tensor, length: int) -> KVNode:
+        node = KVNode(parent, self.kv.put(kv), length)
+        self._stored[node.handle] = node
+        return node
