@@ -12,6 +12,7 @@ from engine.config import (
     METHODS,
     POLICIES,
     SELECTIONS,
+    VERIFIER_DEVICES,
     VERIFIERS,
     CacheConfig,
     ModelSpec,
@@ -104,6 +105,8 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
                    help="logprob, self-judge, or prm (a process reward model, see --verifier-model)")
     g.add_argument("--verifier-model", default=None, metavar="PATH",
                    help="the PRM for --verifier prm: a folder, FAMILY:FOLDER or synthetic:tiny-qwen-prm and the like")
+    g.add_argument("--verifier-device", default=d.verifier_device, choices=VERIFIER_DEVICES,
+                   help="auto: the PRM on the generator's device; cpu: on the CPU in float32 (when both do not fit)")
     g.add_argument("--beams", type=int, default=d.beams, help="kept beams N")
     g.add_argument("--width", type=int, default=d.width, help="children per beam M")
     g.add_argument("--max-candidates", type=int, default=d.max_candidates,
@@ -214,7 +217,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig
         step_delimiter=args.step_delimiter,
         max_steps=args.max_steps, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
         aggregation=args.aggregation, verifier=args.verifier, verifier_model=args.verifier_model,
-        **_method_fields(args),
+        verifier_device=args.verifier_device, **_method_fields(args),
     )
     cache = CacheConfig(
         policy=args.policy, kv_budget_bytes=args.kv_budget, block_size=args.block_size,

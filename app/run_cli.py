@@ -18,7 +18,8 @@ from app.question import read_question
 from engine import events as ev
 
 USER_ERRORS = {"InvalidPrompt", "KVBudgetTooSmall", "ModelLoadError", "NotAPRM", "PRMHeadMissing", "SearchTooLarge",
-               "RemoteError", "ServerUnreachable", "ServedModelNotFound", "LogprobsUnavailable", "ServerError"}
+               "WeightsDoNotFit", "RemoteError", "ServerUnreachable", "ServedModelNotFound", "LogprobsUnavailable",
+               "ServerError"}
 
 
 class Printer:

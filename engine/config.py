@@ -10,6 +10,7 @@ from typing import Any
 AGGREGATIONS = ("last", "min", "prod", "mean")
 POLICIES = ("auto", "in_device", "layerwise", "lbs")
 VERIFIERS = ("logprob", "self-judge", "prm")
+VERIFIER_DEVICES = ("auto", "cpu")  # auto: the generator's device
 DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 MAX_CANDIDATES_PER_STEP = 1024  # beams x width; more is refused at once (raise it with max_candidates)
@@ -54,6 +55,7 @@ class SearchConfig:
     aggregation: str = "last"
     verifier: str = "logprob"
     verifier_model: str | None = None  # the PRM (folder or synthetic:NAME) when verifier is "prm"
+    verifier_device: str = "auto"  # "cpu": the PRM on the CPU in float32, its KV outside the device budget
     max_candidates: int = MAX_CANDIDATES_PER_STEP
     method: str = "beam"  # how candidates expand and survive: engine/methods
     lookahead: int = 0  # beam only: K greedy steps after each sampled step, scored at their end
@@ -91,6 +93,11 @@ class SearchConfig:
         _require(
             self.verifier != "prm" or bool((self.verifier_model or "").strip()),
             "the prm verifier needs a PRM: choose its folder (--verifier-model PATH).",
+        )
+        _require(self.verifier_device in VERIFIER_DEVICES, "the verifier's device must be auto or cpu.")
+        _require(
+            self.verifier_device == "auto" or self.verifier == "prm",
+            "--verifier-device cpu moves a PRM; self-judge and logprob read the generator itself.",
         )
         self._check_method()
 

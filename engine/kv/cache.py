@@ -140,7 +140,8 @@ class KVCache:
 
     def close(self) -> None:
         """End of the run (finished, cancelled or failed): free every block and give the pools back."""
-        self.live.clear()
+        for candidate in list(self.live):
+            self.release(candidate)
         self.policy = None  # layer-wise holds its own layer buffers
         self.store.close()
 

@@ -7,11 +7,14 @@ KV, reused step to step). `families` detects and loads a PRM folder; `synthetic_
 
 from __future__ import annotations
 
+import torch
+
 from engine.errors import NotAPRM
 from engine.loaded import Generator
 from engine.verifiers import math_shepherd, qwen_prm, rlhflow_prm, skywork_prm
 from engine.verifiers.base import PathKey, StepToScore, Verifier, VerifierCost, VerifierMemory, aggregate
 from engine.verifiers.families import load_prm
+from engine.verifiers.fit import check_pair_fits
 from engine.verifiers.parts import PRMParts
 from engine.verifiers.path_kv import PathVerifier
 from engine.verifiers.self_judge import self_judge
@@ -31,8 +34,9 @@ def prm_verifier(parts: PRMParts) -> PathVerifier:
     return _WIRING[parts.family](parts)
 
 
-def make_verifier(name: str, loaded: Generator, verifier_model: str | None = None) -> Verifier:
-    """`loaded` is the generator (self-judge reads it; a PRM goes on its device in its dtype)."""
+def make_verifier(name: str, loaded: Generator, verifier_model: str | None = None, device: str = "auto") -> Verifier:
+    """`loaded` is the generator (self-judge reads it). A PRM goes on its device in its dtype, or with
+    `device="cpu"` on the CPU in float32, its KV then outside the device's KV budget."""
     if loaded.plan_only:
         return ContentHashVerifier()
     if name == "logprob":
@@ -42,5 +46,10 @@ def make_verifier(name: str, loaded: Generator, verifier_model: str | None = Non
     if name == "prm":
         if not verifier_model:
             raise NotAPRM("the prm verifier needs a PRM: none was given.", hint="Pass --verifier-model PATH.")
-        return prm_verifier(load_prm(verifier_model, loaded.device, loaded.dtype))
+        on_cpu = device == "cpu"
+        where, dtype = (torch.device("cpu"), torch.float32) if on_cpu else (loaded.device, loaded.dtype)
+        check_pair_fits(loaded.model, verifier_model, where, dtype)
+        verifier = prm_verifier(load_prm(verifier_model, where, dtype))
+        verifier.on_device_budget = not on_cpu
+        return verifier
     raise ValueError(f"unknown verifier {name!r}; use logprob, self-judge or prm.")

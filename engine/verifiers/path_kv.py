@@ -67,6 +67,7 @@ class PathVerifier:
         self._stored: dict[int, KVNode] = {}  # every node whose segment is in the pools, by handle
         self._tokens = self._tokens_full = 0
         self.kv = self._pools(None)
+        self.on_device_budget = True  # False: its KV is outside the device's KV budget (a PRM on the CPU)
 
     # -- memory -------------------------------------------------------------------------------
     def _pools(self, budget_bytes: int | None, block_size: int = 16) -> VerifierKV:
@@ -77,6 +78,8 @@ class PathVerifier:
 
     def use_budget(self, device_bytes: int, block_size: int = 16) -> None:
         """Hold the verifier's KV within `device_bytes` on the device from now on (before the first score)."""
+        if not self.on_device_budget:
+            return
         if self._stored:
             raise RuntimeError("the verifier's budget is set before it scores anything.")
         self.kv.close()
@@ -84,13 +87,18 @@ class PathVerifier:
 
     def batch_bytes(self, question: str, rows: int, step_tokens: int, steps: int) -> int:
         """Device bytes of one verification batch of `rows` paths at the search's last step (an estimate:
-        each step counted as `step_tokens` plus the layout's own tokens around a step)."""
+        each step counted as `step_tokens` plus the layout's own tokens around a step); 0 off the budget."""
+        if not self.on_device_budget:
+            return 0
         per_step = len(self.layout.body(question, (), "1"))
         width = len(self.layout.prefix(question)) + steps * (step_tokens + per_step) + len(self.layout.probe(question))
         return self.kv.arena_slots(min(rows, self.batch_size), width) * self.kv.block_bytes
 
     def memory(self) -> VerifierMemory:
-        return self.kv.memory()
+        held = self.kv.memory()
+        if self.on_device_budget:
+            return held
+        return VerifierMemory(host_bytes=held.device_bytes + held.host_bytes)  # a PRM on the CPU: all host memory
 
     def close(self) -> None:
         """The run is over: give the pools' memory back."""
