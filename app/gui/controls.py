@@ -180,8 +180,7 @@ class SearchControls(QWidget):
             step_tokens=int(self.step_tokens.value()), step_delimiter=parse_delimiter(self.delimiter.text()),
             max_steps=int(self.max_steps.value()), temperature=self.temperature.value(), top_p=self.top_p.value(),
             seed=self.seed.value(), aggregation=self.aggregation.currentData(), verifier=verifier,
-            verifier_model=verifier_model, verifier_device="cpu" if verifier == "prm" and self.verifier_on_cpu.isChecked() else "auto",
-            **self._method_fields(),
+            verifier_model=verifier_model, verifier_device=self._verifier_device(verifier), **self._method_fields(),
         )
         budget_mb, share = int(self.kv_budget.value()), int(self.verifier_share.value())
         switches = {name: box.isChecked() for name, box in self.switches.items()}
@@ -190,6 +189,9 @@ class SearchControls(QWidget):
                                     pcie_gbps=float(self.pcie_gbps.value()),
                                     verifier_kv_share=share / 100 if share else None, **switches)
         return model, search, cache
+
+    def _verifier_device(self, verifier: str) -> str:
+        return "cpu" if verifier == "prm" and self.verifier_on_cpu.isChecked() else "auto"
 
     def _method_fields(self) -> dict:
         """Method, lookahead, selection and verify-skip (calibrated thresholds when there are any)."""

@@ -48,6 +48,7 @@ D2H = "#c0504d"
 BUDGET = "#c0504d"
 MODELLED = "#7a5bb5"
 MEASURED = "#2f8a57"
+VERIFIER = "#1f9e89"  # the verifier's KV in the charts (solid: device, dashed: host)
 
 
 def color(hex_code: str, alpha: int = 255) -> QColor:
