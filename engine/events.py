@@ -100,6 +100,8 @@ class CandidateMemory:
     host_bytes: int
     h2d_bytes: int  # this candidate's share of the step's traffic (shared blocks split evenly)
     d2h_bytes: int
+    verifier_device_bytes: int = 0  # the verifier's KV of this candidate's own step, on the device
+    verifier_host_bytes: int = 0  # ... or on the host (the question and earlier steps are its ancestors')
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,7 @@ class _Search:
                 return
             extra = self._look_ahead(kv, children)
             yield from self._score(children, step, extra)
-            yield from kv.step_events(step, self.verifier.memory())
+            yield from kv.step_events(step, self.verifier.memory(), lambda c: self.verifier.placement(self._key(c)))
             pool = [c for c in kept if self.candidates[c].finished] + children  # finished beams compete on
             kept = self._select(kv, pool, step)
             cost = self.verifier.settle([self._key(c) for c in kept])

@@ -114,6 +114,11 @@ def test_the_charts_draw_the_verifiers_kv_apart_from_the_generators(qtbot, make_
     _, held = charts.curves["verifier_host"].getData()
     assert list(held) == series.verifier_host_bytes and sum(held) > 0  # the tight share put some on the host
     assert "verifier device KV 120.0 kB" in charts.title("device") and "verifier host KV" in charts.title("device")
+    tree = window.session.tree
+    last = [tree.node(i) for i in tree.nodes if i and tree.node(i).step == 2]
+    assert last and all(n.verifier_device_bytes + n.verifier_host_bytes > 0 for n in last)
+    window.panels.details.show_node(last[0].id)
+    assert window.panels.details.value("verifier_kv").endswith(("on GPU", "on CPU"))
 
 
 def test_a_run_whose_verifier_keeps_no_kv_draws_no_verifier_curve(qtbot, make_window, tiny):

@@ -173,8 +173,10 @@ class KVCache:
         self.store.sync()
 
     # -- reporting ------------------------------------------------------------------------------
-    def step_events(self, step: int, verifier: VerifierMemory | None = None) -> Iterator[ev.Event]:
-        """The step's retries, memory snapshot (the generator's KV and, apart, the verifier's) and traffic."""
+    def step_events(self, step: int, verifier: VerifierMemory | None = None,
+                    verifier_placement: Callable[[int], tuple[int, int]] = lambda cid: (0, 0)) -> Iterator[ev.Event]:
+        """The step's retries, memory snapshot (the generator's KV and, apart, the verifier's: in all and per
+        candidate, `verifier_placement(cid)` its step's device and host bytes) and traffic."""
         v = verifier or VerifierMemory()
         for candidates, reason in self.timing.retries:
             yield ev.GroupRetried(step, candidates, reason)
@@ -186,7 +188,8 @@ class KVCache:
             traffic = traffic_of.get(cid, {})
             group = self.timing.group_of.get(cid)
             placement = self.policy.placement(live)
-            memory.append(ev.CandidateMemory(cid, group, *placement, traffic.get("h2d", 0), traffic.get("d2h", 0)))
+            memory.append(ev.CandidateMemory(cid, group, *placement, traffic.get("h2d", 0), traffic.get("d2h", 0),
+                                             *verifier_placement(cid)))
         device_bytes, host_bytes = self.policy.tier_bytes()
         yield ev.MemorySnapshot(
             step, self.emulated, self.budget, device_bytes, host_bytes, self.timing.peak_device_bytes, tuple(memory),

@@ -72,6 +72,10 @@ class Verifier(Protocol):
 
     def memory(self) -> VerifierMemory: ...
 
+    def placement(self, key: PathKey) -> tuple[int, int]:
+        """(device bytes, host bytes) of the verifier's KV of the path's own last step; (0, 0) when it has none."""
+        ...
+
     def close(self) -> None:
         """The run is over: give the verifier's KV memory back."""
         ...
@@ -88,6 +92,9 @@ class KeepsNoKV:
 
     def memory(self) -> VerifierMemory:
         return VerifierMemory()
+
+    def placement(self, key: PathKey) -> tuple[int, int]:
+        return (0, 0)
 
     def close(self) -> None:
         return None

@@ -20,6 +20,7 @@ from typing import Protocol
 import torch
 
 from engine.kv.attention import arena_cache
+from engine.kv.blocks import Tier
 from engine.models import kv_shape_from_config
 from engine.verifiers.base import PathKey, StepToScore, VerifierCost
 from engine.verifiers.kv_pools import VerifierKV, VerifierMemory
@@ -99,6 +100,14 @@ class PathVerifier:
         if self.on_device_budget:
             return held
         return VerifierMemory(host_bytes=held.device_bytes + held.host_bytes)  # a PRM on the CPU: all host memory
+
+    def placement(self, key: PathKey) -> tuple[int, int]:
+        node = self.nodes.get(key)
+        if node is None:
+            return (0, 0)
+        size = self.kv.segment_bytes(node.handle)
+        on_device = self.on_device_budget and self.kv.tier(node.handle) is Tier.DEVICE
+        return (size, 0) if on_device else (0, size)
 
     def close(self) -> None:
         """The run is over: give the pools' memory back."""
