@@ -145,7 +145,8 @@ def test_the_budget_is_split_exactly_and_the_verifier_keeps_within_its_share(tin
     assert all(s.verifier_device_bytes <= 120_000 for s in snapshots)
     for s in snapshots:  # each candidate's own step, apart; the question and older steps are ancestors' bytes
         assert 0 < sum(c.verifier_device_bytes for c in s.candidates) <= s.verifier_device_bytes
-        assert 0 < sum(c.verifier_host_bytes for c in s.candidates) <= s.verifier_host_bytes
+        assert sum(c.verifier_host_bytes for c in s.candidates) <= s.verifier_host_bytes
+    assert any(c.verifier_host_bytes for s in snapshots for c in s.candidates)  # the tight share offloaded some
 
 
 def test_a_verifier_without_kv_leaves_the_whole_budget_to_the_generator(tiny):
