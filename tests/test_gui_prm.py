@@ -130,3 +130,23 @@ def test_a_run_whose_verifier_keeps_no_kv_draws_no_verifier_curve(qtbot, make_wi
     window.panels.charts.flush()
     charts = window.panels.charts
     assert charts.point_count("verifier_device") == 0 and "verifier" not in charts.title("device")
+
+
+def test_a_prm_that_does_not_fit_beside_the_generator_gets_a_dialog_saying_what_to_do(qtbot, make_window, tiny,
+                                                                                        warnings, monkeypatch):
+    import engine.verifiers as verifiers
+    from engine.verifiers.fit import WeightsDoNotFit, pair_does_not_fit
+
+    def too_big(generator, source, device, dtype):
+        raise WeightsDoNotFit(pair_does_not_fit(14 * 10**9, 15 * 10**9, 24 * 10**9, "cuda:0 (test)"))
+
+    monkeypatch.setattr(verifiers, "check_pair_fits", too_big)
+    window = make_window(loader=lambda spec, device, progress: tiny, run=default_run)
+    search = SearchConfig(beams=2, width=2, step_tokens=4, max_steps=1, step_delimiter=None,
+                          verifier="prm", verifier_model="synthetic:tiny-qwen-prm")
+    window.controls.set_configs(ModelSpec(source="synthetic:tiny-llama"), search, CacheConfig())
+    window.question.setPlainText("What is 2+3?")
+    assert run_to_end(qtbot, window, timeout=20000).type == "run_failed"
+    title, text = warnings[-1]
+    assert title == "The PRM does not fit beside the generator"
+    assert "do not both fit" in text and "run the PRM on the CPU" in text

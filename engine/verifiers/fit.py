@@ -19,8 +19,9 @@ class WeightsDoNotFit(BeamwiseError):
     """The generator's and the verifier's weights do not both fit in the device's memory."""
 
     hint = (
-        "Use a smaller PRM (a 1.5B one instead of 7B), run the verifier on the CPU (--verifier-device cpu), "
-        "load the models in bfloat16 (--dtype bfloat16), or pick a smaller generator."
+        "Use a smaller PRM (a 1.5B one instead of 7B), run the verifier on the CPU (--verifier-device cpu; "
+        "in the window: KV cache > run the PRM on the CPU), load the models in bfloat16 (--dtype bfloat16), "
+        "or pick a smaller generator."
     )
 
 
