@@ -82,6 +82,7 @@ class MemoryPlan:
         verifier = "-" if self.verifier is None else f"{fmt.size(self.verifier_kv_bytes)} (its share of the KV budget)"
         if self.verifier_on_cpu:
             verifier = "on the CPU, outside the KV budget"
+        part = f", {fmt.size(self.kv_budget_bytes - self.verifier_kv_bytes)} of it" if self.verifier_kv_bytes else ""
         weights = [("weights", fmt.size(self.weights_bytes))]
         if self.verifier is not None:
             on_cpu = " (on the CPU)" if self.verifier_on_cpu else ""
@@ -91,7 +92,7 @@ class MemoryPlan:
             ("device", self.device),
             *weights,
             ("generator KV", f"{fmt.size(self.generator_kv_bytes)} (whole search; KV budget "
-                             f"{fmt.size(self.kv_budget_bytes)})"),
+                             f"{fmt.size(self.kv_budget_bytes)}{part})"),
             ("verifier KV", verifier),
             ("activations", f"about {fmt.size(self.activation_bytes)}"),
             (where, memory),

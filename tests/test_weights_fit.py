@@ -88,3 +88,16 @@ def test_the_plan_is_red_when_the_pair_does_not_fit_and_shows_both_models_weight
     on_cpu = plan(model, SearchConfig(verifier="prm", verifier_model=search.verifier_model, verifier_device="cpu"),
                   CacheConfig(), device=card)
     assert on_cpu.state != "red" and on_cpu.weights_bytes == on_cpu.generator.weights_bytes
+
+
+def test_the_plan_gives_the_verifier_its_share_of_the_kv_budget():
+    search = SearchConfig(beams=2, width=2, max_steps=2, step_tokens=8, verifier="prm",
+                          verifier_model="synthetic:tiny-qwen-prm")
+    emulated = DeviceInfo("cpu (emulated GPU)", True, 16 * GB)
+    shared = plan(ModelSpec("synthetic:tiny-llama"), search, CacheConfig(kv_budget_bytes=4_000_000,
+                                                                          verifier_kv_share=0.1), device=emulated)
+    assert shared.verifier_kv_bytes == 400_000
+    assert dict(shared.rows())["generator KV"].endswith("KV budget 4.0 MB, 3.6 MB of it)")
+    logprob = plan(ModelSpec("synthetic:tiny-llama"), SearchConfig(beams=2, width=2, max_steps=2, step_tokens=8),
+                   CacheConfig(kv_budget_bytes=4_000_000, verifier_kv_share=0.1), device=emulated)
+    assert logprob.verifier_kv_bytes == 0  # a verifier with no KV leaves the budget to the generator
