@@ -119,6 +119,7 @@ def test_the_charts_draw_the_verifiers_kv_apart_from_the_generators(qtbot, make_
     assert last and all(n.verifier_device_bytes + n.verifier_host_bytes > 0 for n in last)
     window.panels.details.show_node(last[0].id)
     assert window.panels.details.value("verifier_kv").endswith(("on GPU", "on CPU"))
+    assert "verifier KV of this step: " in window.panels.tree.tooltip_for(last[0].id)
 
 
 def test_a_run_whose_verifier_keeps_no_kv_draws_no_verifier_curve(qtbot, make_window, tiny):

@@ -112,7 +112,7 @@ class NodeDetails(SessionView, QWidget):
             "group": "–" if node.group is None else f"{node.group}" + (" (prefetched)" if node.prefetched else ""),
             "kv_device": _kv(node.device_bytes, node.device_share),
             "kv_host": _kv(node.host_bytes, None if node.device_share is None else 1 - node.device_share),
-            "verifier_kv": _verifier_kv(node.verifier_device_bytes, node.verifier_host_bytes),
+            "verifier_kv": fmt.verifier_place(node.verifier_device_bytes, node.verifier_host_bytes, "–"),
             "h2d": format_bytes(node.h2d_bytes),
             "d2h": format_bytes(node.d2h_bytes),
         }
@@ -172,9 +172,3 @@ class NodeDetails(SessionView, QWidget):
 def _kv(nbytes: int, share: float | None) -> str:
     return "not reported" if share is None else f"{format_bytes(nbytes)} ({share:.0%})"
 
-
-def _verifier_kv(device: int, host: int) -> str:
-    """Where the verifier keeps this step's KV: 'on GPU' / 'on CPU' with its size, '–' when it keeps none."""
-    if device:
-        return f"{format_bytes(device)} on GPU"
-    return f"{format_bytes(host)} on CPU" if host else "–"
