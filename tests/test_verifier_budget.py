@@ -107,6 +107,7 @@ def test_a_tight_share_gives_the_same_scores_and_exact_bytes_at_rest(name):
     assert three_steps(tight) == pytest.approx(three_steps(free), abs=1e-6)
     memory = tight.memory()
     assert memory.h2d_bytes == 0  # settled: traffic counts from here
+    assert memory.host_bytes > 0  # the tight share did move segments to the host
     layout, size = tight.layout, tight.kv.block_bytes
     kept = [layout.prefix(QUESTION), layout.body(QUESTION, (), CHILDREN[2]),
             layout.body(QUESTION, (CHILDREN[2],), CHILDREN[1])]
@@ -161,7 +162,8 @@ def test_a_share_too_small_for_one_row_fails_the_run_saying_what_to_raise(capsys
             "--verifier-model", "synthetic:tiny-qwen-prm", "--kv-budget", "1MB", "--verifier-kv-share", "0.001"]
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert "too small for the verifier's batch" in err and "--verifier-kv-share" in err
+    assert "the verifier's KV share 1.0 kB is too small for the verifier's batch" in err
+    assert "--verifier-kv-share" in err
     assert err.count("error:") == 1
 
 
@@ -173,3 +175,16 @@ def test_the_cli_prints_the_verifier_share_and_its_kv_per_step(capsys):
     out = capsys.readouterr().out
     assert "verifier KV budget 1,000,000 B" in out
     assert out.count("verifier KV: ") == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_a_tight_share_offloads_to_pinned_host_memory_and_keeps_the_scores():
+    cuda = torch.device("cuda")
+    free = prm_verifier(synthetic_prm("tiny-qwen-prm", cuda, torch.float32))
+    tight = prm_verifier(synthetic_prm("tiny-qwen-prm", cuda, torch.float32))
+    path_tokens = len(tight.path_ids(StepToScore(QUESTION, (CHILDREN[2],), CHILDREN[1], ())))
+    tight.use_budget(tight.kv.arena_slots(3, path_tokens) * tight.kv.block_bytes, block_size=4)
+    assert three_steps(tight) == pytest.approx(three_steps(free), abs=1e-5)
+    assert tight.kv.pools[Tier.HOST].pin and tight.memory().host_bytes > 0
+    assert tight.kv.pools[Tier.DEVICE]._chunks[0].is_cuda
