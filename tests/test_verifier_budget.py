@@ -109,20 +109,36 @@ def test_a_tight_share_gives_the_same_scores_and_exact_bytes_at_rest(name):
     assert memory.h2d_bytes == 0  # settled: traffic counts from here
     assert memory.host_bytes > 0  # the tight share did move segments to the host
     layout, size = tight.layout, tight.kv.block_bytes
-    kept = [layout.prefix(QUESTION), layout.body(QUESTION, (), CHILDREN[2]),
-            layout.body(QUESTION, (CHILDREN[2],), CHILDREN[1])]
+    kept = [
+        layout.prefix(QUESTION),
+        layout.body(QUESTION, (), CHILDREN[2]),
+        layout.body(QUESTION, (CHILDREN[2],), CHILDREN[1]),
+    ]
     assert memory.device_bytes + memory.host_bytes == sum(math.ceil(len(ids) / 4) * size for ids in kept)
 
 
 def search(tiny, verifier: str, share: float | None, model: str | None = None):
-    config = SearchConfig(beams=2, width=2, step_tokens=8, step_delimiter=None, max_steps=3, seed=3,
-                          verifier=verifier, verifier_model=model)
+    config = SearchConfig(
+        beams=2,
+        width=2,
+        step_tokens=8,
+        step_delimiter=None,
+        max_steps=3,
+        seed=3,
+        verifier=verifier,
+        verifier_model=model,
+    )
     return list(run(QUESTION, tiny, config, CacheConfig(kv_budget_bytes=4_000_000, verifier_kv_share=share)))
 
 
-@pytest.mark.parametrize(("verifier", "model", "share"), [  # self-judge reads the generator: larger KV per token
-    ("prm", "synthetic:tiny-qwen-prm", 0.03), ("prm", "synthetic:tiny-rlhflow-prm", 0.03), ("self-judge", None, 0.06),
-])
+@pytest.mark.parametrize(
+    ("verifier", "model", "share"),
+    [  # self-judge reads the generator: larger KV per token
+        ("prm", "synthetic:tiny-qwen-prm", 0.03),
+        ("prm", "synthetic:tiny-rlhflow-prm", 0.03),
+        ("self-judge", None, 0.06),
+    ],
+)
 def test_scores_are_the_same_with_and_without_the_budget_split(tiny, verifier, model, share):
     roomy, tight = search(tiny, verifier, 0.5, model), search(tiny, verifier, share, model)
     for events in (roomy, tight):
@@ -157,9 +173,31 @@ def test_a_verifier_without_kv_leaves_the_whole_budget_to_the_generator(tiny):
 
 
 def test_a_share_too_small_for_one_row_fails_the_run_saying_what_to_raise(capsys):
-    args = ["run", QUESTION, "--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2", "--step-tokens", "8",
-            "--max-steps", "2", "--step-delimiter", "none", "--no-save", "--verifier", "prm",
-            "--verifier-model", "synthetic:tiny-qwen-prm", "--kv-budget", "1MB", "--verifier-kv-share", "0.001"]
+    args = [
+        "run",
+        QUESTION,
+        "--model",
+        "synthetic:tiny-llama",
+        "--beams",
+        "2",
+        "--width",
+        "2",
+        "--step-tokens",
+        "8",
+        "--max-steps",
+        "2",
+        "--step-delimiter",
+        "none",
+        "--no-save",
+        "--verifier",
+        "prm",
+        "--verifier-model",
+        "synthetic:tiny-qwen-prm",
+        "--kv-budget",
+        "1MB",
+        "--verifier-kv-share",
+        "0.001",
+    ]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "the verifier's KV share 1.0 kB is too small for the verifier's batch" in err
@@ -168,9 +206,31 @@ def test_a_share_too_small_for_one_row_fails_the_run_saying_what_to_raise(capsys
 
 
 def test_the_cli_prints_the_verifier_share_and_its_kv_per_step(capsys):
-    args = ["run", QUESTION, "--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2", "--step-tokens", "8",
-            "--max-steps", "2", "--step-delimiter", "none", "--no-save", "--verifier", "prm",
-            "--verifier-model", "synthetic:tiny-math-shepherd", "--kv-budget", "4MB", "--verifier-kv-share", "0.25"]
+    args = [
+        "run",
+        QUESTION,
+        "--model",
+        "synthetic:tiny-llama",
+        "--beams",
+        "2",
+        "--width",
+        "2",
+        "--step-tokens",
+        "8",
+        "--max-steps",
+        "2",
+        "--step-delimiter",
+        "none",
+        "--no-save",
+        "--verifier",
+        "prm",
+        "--verifier-model",
+        "synthetic:tiny-math-shepherd",
+        "--kv-budget",
+        "4MB",
+        "--verifier-kv-share",
+        "0.25",
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "verifier KV budget 1,000,000 B" in out

@@ -17,9 +17,27 @@ from engine.verifiers.fit import WORKING_ROOM, WeightsDoNotFit, pair_does_not_fi
 from engine.verifiers.synthetic_prm import save_synthetic_prm, synthetic_prm
 
 GB = 1_000_000_000
-RUN = ["run", "What is 2+3?", "--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2",
-       "--step-tokens", "6", "--max-steps", "1", "--step-delimiter", "none", "--no-save",
-       "--verifier", "prm", "--verifier-model", "synthetic:tiny-qwen-prm"]
+RUN = [
+    "run",
+    "What is 2+3?",
+    "--model",
+    "synthetic:tiny-llama",
+    "--beams",
+    "2",
+    "--width",
+    "2",
+    "--step-tokens",
+    "6",
+    "--max-steps",
+    "1",
+    "--step-delimiter",
+    "none",
+    "--no-save",
+    "--verifier",
+    "prm",
+    "--verifier-model",
+    "synthetic:tiny-qwen-prm",
+]
 
 
 def test_a_pair_that_fits_passes_and_one_that_does_not_names_both_sizes_and_the_memory_needed():
@@ -53,8 +71,16 @@ def test_a_run_refused_for_weights_exits_2_with_one_line(capsys, monkeypatch):
 
 
 def test_a_prm_on_the_cpu_takes_no_share_of_the_device_budget(tiny):
-    search = SearchConfig(beams=2, width=2, step_tokens=6, step_delimiter=None, max_steps=2, verifier="prm",
-                          verifier_model="synthetic:tiny-qwen-prm", verifier_device="cpu")
+    search = SearchConfig(
+        beams=2,
+        width=2,
+        step_tokens=6,
+        step_delimiter=None,
+        max_steps=2,
+        verifier="prm",
+        verifier_model="synthetic:tiny-qwen-prm",
+        verifier_device="cpu",
+    )
     events = list(run("What is 2+3?", tiny, search, CacheConfig(kv_budget_bytes=4_000_000, verifier_kv_share=0.5)))
     assert events[-1].type == "run_finished"
     assert (events[0].kv_budget_bytes, events[0].verifier_kv_budget_bytes) == (4_000_000, 0)
@@ -70,9 +96,17 @@ def big_prm_folder(tmp_path):
     """config.json of a 7B Qwen2.5-Math-PRM (the planner reads configs only)."""
     folder = tmp_path / "Qwen2.5-Math-PRM-7B"
     folder.mkdir()
-    config = {"architectures": ["Qwen2ForProcessRewardModel"], "model_type": "qwen2", "hidden_size": 3584,
-              "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
-              "num_key_value_heads": 4, "vocab_size": 152064, "max_position_embeddings": 4096}
+    config = {
+        "architectures": ["Qwen2ForProcessRewardModel"],
+        "model_type": "qwen2",
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "vocab_size": 152064,
+        "max_position_embeddings": 4096,
+    }
     (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
     return folder
 
@@ -85,19 +119,32 @@ def test_the_plan_is_red_when_the_pair_does_not_fit_and_shows_both_models_weight
     assert p.state == "red" and "do not both fit" in p.sentence and "--verifier-device cpu" in p.sentence
     rows = dict(p.rows())
     assert rows["  generator weights"] == "13.5 GB" and rows["  verifier weights"].startswith("15.")
-    on_cpu = plan(model, SearchConfig(verifier="prm", verifier_model=search.verifier_model, verifier_device="cpu"),
-                  CacheConfig(), device=card)
+    on_cpu = plan(
+        model,
+        SearchConfig(verifier="prm", verifier_model=search.verifier_model, verifier_device="cpu"),
+        CacheConfig(),
+        device=card,
+    )
     assert on_cpu.state != "red" and on_cpu.weights_bytes == on_cpu.generator.weights_bytes
 
 
 def test_the_plan_gives_the_verifier_its_share_of_the_kv_budget():
-    search = SearchConfig(beams=2, width=2, max_steps=2, step_tokens=8, verifier="prm",
-                          verifier_model="synthetic:tiny-qwen-prm")
+    search = SearchConfig(
+        beams=2, width=2, max_steps=2, step_tokens=8, verifier="prm", verifier_model="synthetic:tiny-qwen-prm"
+    )
     emulated = DeviceInfo("cpu (emulated GPU)", True, 16 * GB)
-    shared = plan(ModelSpec("synthetic:tiny-llama"), search, CacheConfig(kv_budget_bytes=4_000_000,
-                                                                          verifier_kv_share=0.1), device=emulated)
+    shared = plan(
+        ModelSpec("synthetic:tiny-llama"),
+        search,
+        CacheConfig(kv_budget_bytes=4_000_000, verifier_kv_share=0.1),
+        device=emulated,
+    )
     assert shared.verifier_kv_bytes == 400_000
     assert dict(shared.rows())["generator KV"].endswith("KV budget 4.0 MB, 3.6 MB of it)")
-    logprob = plan(ModelSpec("synthetic:tiny-llama"), SearchConfig(beams=2, width=2, max_steps=2, step_tokens=8),
-                   CacheConfig(kv_budget_bytes=4_000_000, verifier_kv_share=0.1), device=emulated)
+    logprob = plan(
+        ModelSpec("synthetic:tiny-llama"),
+        SearchConfig(beams=2, width=2, max_steps=2, step_tokens=8),
+        CacheConfig(kv_budget_bytes=4_000_000, verifier_kv_share=0.1),
+        device=emulated,
+    )
     assert logprob.verifier_kv_bytes == 0  # a verifier with no KV leaves the budget to the generator

@@ -30,10 +30,12 @@ def pair_does_not_fit(generator_bytes: int, verifier_bytes: int, memory_bytes: i
     need = generator_bytes + verifier_bytes + WORKING_ROOM
     if need <= memory_bytes:
         return None
-    return (f"the generator's weights ({format_bytes(generator_bytes)}) and the PRM's ({format_bytes(verifier_bytes)}) "
-            f"do not both fit on {where}, which has {format_bytes(memory_bytes)}: the pair needs about "
-            f"{format_bytes(need)} with {format_bytes(WORKING_ROOM)} to run a search, so a KV budget and weights "
-            f"fit in {format_bytes(need)} or more.")
+    return (
+        f"the generator's weights ({format_bytes(generator_bytes)}) and the PRM's ({format_bytes(verifier_bytes)}) "
+        f"do not both fit on {where}, which has {format_bytes(memory_bytes)}: the pair needs about "
+        f"{format_bytes(need)} with {format_bytes(WORKING_ROOM)} to run a search, so a KV budget and weights "
+        f"fit in {format_bytes(need)} or more."
+    )
 
 
 def check_pair_fits(generator: torch.nn.Module, source: str, device: torch.device, dtype: torch.dtype) -> None:
@@ -43,8 +45,12 @@ def check_pair_fits(generator: torch.nn.Module, source: str, device: torch.devic
     free, _ = torch.cuda.mem_get_info(device)
     free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     generator_bytes = sum(p.numel() * p.element_size() for p in generator.parameters())
-    message = pair_does_not_fit(generator_bytes, prm_weight_bytes(source, dtype), free + generator_bytes,
-                                f"{device} ({torch.cuda.get_device_name(device)})")
+    message = pair_does_not_fit(
+        generator_bytes,
+        prm_weight_bytes(source, dtype),
+        free + generator_bytes,
+        f"{device} ({torch.cuda.get_device_name(device)})",
+    )
     if message:
         raise WeightsDoNotFit(message)
 
@@ -65,4 +71,3 @@ def prm_weight_bytes(source: str, dtype: torch.dtype) -> int:
         with load_errors(file, "the weight shapes"), safe_open(str(file), framework="pt") as handle:
             elements += sum(math.prod(handle.get_slice(name).get_shape()) for name in names)
     return elements * size
-

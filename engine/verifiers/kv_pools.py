@@ -128,8 +128,12 @@ class VerifierKV:
         those in `keep` last. Release it with `release`. Raises KVBudgetTooSmall when it cannot fit."""
         if not self.fits(rows, width):
             need = self.arena_slots(rows, width) * self.block_bytes
-            error = KVBudgetTooSmall(self.budget_bytes or 0, need, f"the verifier's batch of {rows} x {width} tokens",
-                                     budget_name="the verifier's KV share")
+            error = KVBudgetTooSmall(
+                self.budget_bytes or 0,
+                need,
+                f"the verifier's batch of {rows} x {width} tokens",
+                budget_name="the verifier's KV share",
+            )
             error.hint = "Raise --verifier-kv-share or the KV budget, shorten the steps, or use a smaller PRM."
             raise error
         pool, slots = self.pools[Tier.DEVICE], self.arena_slots(rows, width)
