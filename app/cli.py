@@ -39,6 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     gui.add_argument("--question", default=None, help="run this question at start")
     gui.add_argument("--screenshot", default=None, help="after the run, save a PNG of the window here and exit")
     gui.add_argument("--db", default=None, help=f"session database (default: {_default_db()})")
+    gui.add_argument("--panel", default=None, choices=("settings", "sessions", "models"),
+                     help="with --screenshot: show this tab of the left panel in the picture")
+    gui.add_argument("--collapse-pruned", action="store_true", help="start with pruned branches collapsed")
+    gui.add_argument("--theme", default="system", choices=("system", "light", "dark"),
+                     help="colours: follow the OS (default), or always light or dark")
     add_search_options(gui)
     gui.set_defaults(handler=_gui)
     return parser

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
+from app.eval_exit import ExitTally
 from app.session import SearchTree, SessionModel
 from engine import events as ev
 from engine.answers import extract_answer, same_answer
@@ -27,6 +28,7 @@ class ProblemResult:
     audited: int  # skipped steps the verifier ran anyway (--audit-early-exit)
     disagreed: int  # of those, steps where it would have ranked another child first
     status: str  # finished, failed or cancelled
+    exit: ExitTally = field(default_factory=ExitTally)  # the layer-entropy exit (empty when it is off)
 
 
 def result_of(method: str, line: int, expected: str, events: Sequence) -> ProblemResult:
@@ -46,7 +48,7 @@ def result_of(method: str, line: int, expected: str, events: Sequence) -> Proble
         any(same_answer(extract_answer(text), expected) for text in finals), len(finals) if done else 0,
         done.candidate_tokens if done else scored_tokens, sum(e.verifier_tokens for e in selected),
         done.seconds if done else 0.0, len(selected), sum(e.verify_skipped for e in selected), len(audited),
-        sum(not e.verifier_agrees for e in audited), status,
+        sum(not e.verifier_agrees for e in audited), status, ExitTally.of_steps(selected),
     )
 
 
@@ -70,6 +72,10 @@ class MethodSummary:
     skip_rate: float  # share of steps the verifier was skipped
     audit_disagreement: float | None  # share of audited skipped steps where the verifier disagreed
     failed: int
+    mean_exit_layer: float | None = None  # layer-entropy exit: mean verifier layers run per step's candidates
+    verifier_layers: int = 0  # the verifier's decoder layers
+    verifier_compute_saved: float | None = None  # share of the verifier's layer work (tokens x layers) saved
+    exit_disagreement: float | None = None  # share of audited exits where the full pass picks another child
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -83,6 +89,7 @@ def summarize(method: str, results: Sequence[ProblemResult], seconds: float) -> 
     count = len(results)
     steps = sum(r.steps for r in results)
     audited = sum(r.audited for r in results)
+    exits = sum((r.exit for r in results), ExitTally())
     return MethodSummary(
         method, count, _mean([r.correct for r in results]), _mean([r.any_correct for r in results]),
         max((r.candidates for r in results), default=0), _mean([r.tokens for r in results]),
@@ -90,6 +97,7 @@ def summarize(method: str, results: Sequence[ProblemResult], seconds: float) -> 
         sum(r.skipped_steps for r in results) / steps if steps else 0.0,
         sum(r.disagreed for r in results) / audited if audited else None,
         sum(r.status == "failed" for r in results),
+        exits.mean_layer, exits.layers, exits.saved, exits.disagreement,
     )
 
 
@@ -104,12 +112,20 @@ _ROWS = (
     ("audit: verifier differs", lambda s: "-" if s.audit_disagreement is None else f"{s.audit_disagreement:.1%}"),
     ("failed runs", lambda s: str(s.failed)),
 )
+_EXIT_ROWS = (  # shown when some method ran with the layer-entropy exit
+    ("entropy exit: mean layer", lambda s: "-" if s.mean_exit_layer is None
+     else f"{s.mean_exit_layer:.1f} of {s.verifier_layers}"),
+    ("entropy exit: verifier work saved", lambda s: "-" if s.verifier_compute_saved is None
+     else f"{s.verifier_compute_saved:.1%}"),
+    ("audit: exit differs", lambda s: "-" if s.exit_disagreement is None else f"{s.exit_disagreement:.1%}"),
+)
 
 
 def table(summaries: Sequence[MethodSummary]) -> str:
     """Methods side by side, one row per measure."""
     head = ["", *(s.method for s in summaries)]
-    rows = [head] + [[name, *(cell(s) for s in summaries)] for name, cell in _ROWS]
+    measures = _ROWS + (_EXIT_ROWS if any(s.mean_exit_layer is not None for s in summaries) else ())
+    rows = [head] + [[name, *(cell(s) for s in summaries)] for name, cell in measures]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = []
     for row in rows:

@@ -62,9 +62,9 @@ def cmd_pull(args: argparse.Namespace) -> int:
     cancel, last = threading.Event(), [0.0]
 
     def report(progress) -> None:
-        now = time.monotonic()
-        if now - last[0] >= 0.5 or progress.done >= progress.total:
-            last[0] = now
+        now, done = time.monotonic(), progress.done >= progress.total
+        if (now - last[0] >= 0.5 and not done) or (done and last[0] != float("inf")):
+            last[0] = float("inf") if done else now  # the 100% line is printed once
             end = "\r" if sys.stderr.isatty() and progress.done < progress.total else "\n"
             print(f"[pull] {progress.line(now)}", end=end, file=sys.stderr, flush=True)
 

@@ -195,7 +195,15 @@ def _add_method_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--r-gap", type=float, default=None,
                    help="verify-skip: lowest lead over the next candidate (default: calibrated, else 0.1)")
     g.add_argument("--audit-early-exit", action="store_true",
-                   help="verify-skip: run the verifier on skipped steps too and report how often it disagrees")
+                   help="verify-skip, entropy exit: also run the full verifier pass; report how often it disagrees")
+    g.add_argument("--entropy-exit", action="store_true",
+                   help="RKSC: stop the verifier's pass at the layer where its judgement settled (self-judge, "
+                   "Math-Shepherd and RLHFlow PRMs)")
+    g.add_argument("--entropy-theta", type=float, default=d.entropy_theta,
+                   help="entropy exit: every candidate's logit-lens entropy under this (nats for a ~150k vocabulary, "
+                   "scaled to the verifier's)")
+    g.add_argument("--entropy-delta", type=float, default=d.entropy_delta,
+                   help="entropy exit: and changed by less than this since the previous layer (scaled the same way)")
 
 
 def early_exit_thresholds(args: argparse.Namespace) -> tuple[float, float]:
@@ -231,4 +239,5 @@ def _method_fields(args: argparse.Namespace) -> dict:
     tau, gap = early_exit_thresholds(args)
     return {"method": args.method, "lookahead": args.lookahead, "select": args.select,
             "verify_skip": args.verify_skip, "tau_conf": tau, "r_gap": gap,
-            "audit_early_exit": args.audit_early_exit}
+            "audit_early_exit": args.audit_early_exit, "entropy_exit": args.entropy_exit,
+            "entropy_theta": args.entropy_theta, "entropy_delta": args.entropy_delta}

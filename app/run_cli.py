@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from threading import Event
 from typing import TextIO
 
+from app.gpu_check import emulated_hint
 from app.heartbeat import Heartbeat, StepProgress
 from app.options import configs_from_args, server_from_args
 from app.preflight import check_memory
@@ -37,6 +38,8 @@ class Printer:
             p(f"verifier {event.verifier}; method {event.search.get('method', 'beam')}")
         elif event.type == "run_started":
             p(f"model {event.model} on {event.device}; policy {event.policy}, KV budget {event.kv_budget_bytes:,} B")
+            if event.emulated and (hint := emulated_hint()):
+                print(f"beamwise: note: running on the emulated GPU: {hint}", file=sys.stderr)
             p(f"verifier {event.verifier}; method {event.search.get('method', 'beam')}")
             if event.verifier_kv_budget_bytes:
                 p(f"verifier KV budget {event.verifier_kv_budget_bytes:,} B (its share of the device KV budget)")
@@ -66,6 +69,10 @@ class Printer:
             if event.verifier_tokens_full:
                 full = f"{event.verifier_tokens_full:,} to rescore every path"
                 p(f"  verifier ran {event.verifier_tokens:,} tokens ({full})")
+            if event.exit_layer is not None:
+                saved = 1 - event.verifier_layer_tokens / max(event.verifier_layer_tokens_full, 1)
+                p(f"  entropy exit: mean layer {event.exit_layer:.1f} of {event.verifier_layers}, "
+                  f"{saved:.0%} of the verifier's layer work saved")
         elif event.type == "run_finished":
             p(f"\nchosen path: {' -> '.join(map(str, event.path))} (score {event.score:.3f})")
             p(f"{event.candidate_tokens} candidate tokens in {event.seconds:.1f} s ({event.tokens_per_second:.1f}/s)")

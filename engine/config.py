@@ -63,7 +63,10 @@ class SearchConfig:
     verify_skip: bool = False  # RKSC: skip the verifier when the generator is decisive (tau_conf, r_gap)
     tau_conf: float = 0.9
     r_gap: float = 0.1
-    audit_early_exit: bool = False  # run the verifier on skipped steps too and count disagreements
+    audit_early_exit: bool = False  # run the verifier on skipped steps (and exited layers) too; count disagreements
+    entropy_exit: bool = False  # RKSC: stop the verify pass at the layer where the lens entropy settled
+    entropy_theta: float = 8.0  # nats for a ~150k vocabulary (scaled to the verifier's): every candidate under it
+    entropy_delta: float = 3.0  # ... and changed by less than this since the previous layer
 
     def __post_init__(self) -> None:
         _require(self.beams >= 1, f"beams must be at least 1 (got {self.beams}).")
@@ -111,6 +114,13 @@ class SearchConfig:
         )
         _require(0 < self.tau_conf <= 1, f"tau_conf must be in (0, 1] (got {self.tau_conf}).")
         _require(0 <= self.r_gap < 1, f"r_gap must be in [0, 1) (got {self.r_gap}).")
+        _finite(self.entropy_theta, "the entropy exit's theta")
+        _finite(self.entropy_delta, "the entropy exit's delta")
+        _require(self.entropy_theta > 0 and self.entropy_delta > 0,
+                 f"the entropy exit's theta and delta must be positive "
+                 f"(got {self.entropy_theta}, {self.entropy_delta}).")
+        _require(not self.entropy_exit or self.verifier != "logprob",
+                 "the layer-entropy exit needs a verifier that runs a model (self-judge or prm), not logprob.")
 
     @property
     def candidates_per_step(self) -> int:

@@ -87,6 +87,11 @@ class StepSelected:
     confidence: float | None = None  # the step's highest candidate confidence (engine/methods/confidence.py)
     confidence_gap: float | None = None  # its lead over the next candidate
     verifier_agrees: bool | None = None  # verifier and confidence rank the same child first (None: not run)
+    exit_layer: float | None = None  # layer-entropy exit: mean verifier layers the step's candidates ran
+    verifier_layers: int | None = None  # the verifier's decoder layers (with the entropy exit on)
+    verifier_layer_tokens: int = 0  # tokens x layers the verifier ran, completing kept candidates included
+    verifier_layer_tokens_full: int = 0  # tokens x layers had no pass exited early
+    exit_agrees: bool | None = None  # audit: the exit's and the full pass's scores put the same child first
 
 
 @dataclass(frozen=True)

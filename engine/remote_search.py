@@ -26,6 +26,7 @@ from engine.methods.selection import choose, final_pool
 from engine.scoring import path_to, score_step
 from engine.search import SYSTEM_PROMPT
 from engine.verifiers.base import StepToScore, Verifier
+from engine.verifiers.entropy_exit import LayersUnavailable, exit_fields, exit_rule, with_exit
 from engine.verifiers.remote_judge import RemoteSelfJudge
 from engine.verifiers.served_prm import ServedPRM
 from engine.verifiers.simple import LogProbVerifier
@@ -61,7 +62,11 @@ def run(
 def make_verifier(search: SearchConfig, backend: OpenAICompletions) -> Verifier:
     """logprob reads the server's log-probabilities; self-judge asks the served model; prm asks a PRM server
     (--verifier-endpoint) or loads the PRM here beside the server's generator (it reads the text, so its
-    tokenizer need not be the generator's)."""
+    tokenizer need not be the generator's). The layer-entropy exit runs only for a PRM loaded here."""
+    rule = exit_rule(search)
+    if rule is not None and (search.verifier == "self-judge" or backend.cfg.prm_endpoint):
+        raise LayersUnavailable("a verifier on a server returns scores, not its layers, so the entropy exit "
+                                "cannot run there; only a PRM loaded here (--verifier-model PATH) can exit early.")
     if search.verifier == "self-judge":
         return RemoteSelfJudge(backend)
     if search.verifier == "prm" and backend.cfg.prm_endpoint:
@@ -70,12 +75,13 @@ def make_verifier(search: SearchConfig, backend: OpenAICompletions) -> Verifier:
     if search.verifier == "prm":
         import torch
 
-        from engine.verifiers import prm_verifier
+        from engine.verifiers import LENS_FAMILIES, prm_verifier
         from engine.verifiers.families import load_prm
 
         cuda = torch.cuda.is_available()
         device, dtype = torch.device("cuda" if cuda else "cpu"), torch.bfloat16 if cuda else torch.float32
-        return prm_verifier(load_prm(search.verifier_model or "", device, dtype))
+        parts = load_prm(search.verifier_model or "", device, dtype)
+        return with_exit(prm_verifier(parts), parts.head if parts.family in LENS_FAMILIES else None, rule)
     return LogProbVerifier()
 
 
@@ -153,7 +159,9 @@ class _RemoteSearch:
             keep = [c.id for c in self.method.keep([self.candidates[c] for c in pool])]
             pruned = sorted(set(pool) - set(keep))
             cost = self.verifier.settle([self._key(c) for c in keep])  # a PRM keeps the kept paths' KV
-            yield ev.StepSelected(step, tuple(keep), tuple(pruned), cost.tokens, cost.tokens_full, **self.gate)
+            yield ev.StepSelected(
+                step, tuple(keep), tuple(pruned), cost.tokens, cost.tokens_full, **self.gate, **exit_fields(cost)
+            )
             kept = keep
             if all(self.candidates[c].finished for c in kept):
                 break

@@ -15,6 +15,16 @@ from engine.config import ModelSpec
 from engine.models import load_model
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`packaging` tests build the whole app (minutes): they run only when asked for with `-m packaging`."""
+    if "packaging" in (config.option.markexpr or ""):
+        return
+    skip = pytest.mark.skip(reason="builds the app with PyInstaller; run it with: pytest -m packaging")
+    for item in items:
+        if "packaging" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def tiny():
     return load_model(ModelSpec("synthetic:tiny-llama"))
@@ -34,3 +44,12 @@ def tiny_opt():
 def bundled():
     """The real SmolLM2-135M-Instruct (converted once into the user cache, ~30 s the first time)."""
     return load_model(ModelSpec("bundled"))
+
+
+@pytest.fixture
+def scratch_models(monkeypatch, tmp_path):
+    """An empty models folder, and downloads in small chunks so that a 1 MiB pull reports progress often."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 64 * 1024)
+    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))

@@ -8,13 +8,20 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
+CONFIG = json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+                     "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                     "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 2048,
+                     "torch_dtype": "bfloat16"}).encode()
+WEIGHTS = bytes(range(256)) * 4096  # 1 MiB
+REPO = {"tiny/llama": {"config.json": CONFIG, "model.safetensors": WEIGHTS}}  # a tiny model the tests pull
 
 
 class Hub:
-    """Serves `repos` ({repo_id: {filename: bytes}}); `ranges` records every Range header it was sent."""
+    """Serves `repos` ({repo_id: {filename: bytes}}); `ranges` records every Range header it was sent.
+    With `hold=(filename, event)`, that file's body stops halfway until the event is set (a test cancels there)."""
 
-    def __init__(self, repos: dict[str, dict[str, bytes]]) -> None:
-        self.repos, self.ranges = repos, []
+    def __init__(self, repos: dict[str, dict[str, bytes]], hold: tuple[str, threading.Event] | None = None) -> None:
+        self.repos, self.ranges, self.hold = repos, [], hold
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -61,14 +68,25 @@ class Hub:
             start = int(wanted.removeprefix("bytes=").split("-")[0])
             headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
             return self._send(request, 206, data[start:], body, headers)
-        return self._send(request, 200, data, body, headers)
+        hold = self.hold[1] if self.hold is not None and self.hold[0] == name else None
+        return self._send(request, 200, data, body, headers, hold)
 
     @staticmethod
-    def _send(request, status: int, data: bytes, body: bool, headers: dict | None = None) -> None:
+    def _send(request, status: int, data: bytes, body: bool, headers: dict | None = None,
+              hold: threading.Event | None = None) -> None:
         request.send_response(status)
         for key, value in (headers or {}).items():
             request.send_header(key, value)
         request.send_header("Content-Length", str(len(data)))
         request.end_headers()
-        if body:
-            request.wfile.write(data)
+        if not body:
+            return
+        half = len(data) // 2 if hold is not None else len(data)
+        request.wfile.write(data[:half])
+        if hold is not None:
+            request.wfile.flush()
+            hold.wait(30)
+        try:
+            request.wfile.write(data[half:])
+        except OSError:  # the client cancelled and closed the connection
+            pass

@@ -133,3 +133,22 @@ def test_a_problems_result_reads_the_runs_events_as_the_window_does():
     second = [e for e in stream if isinstance(e, ev.StepSelected)][-1].kept[1]  # its text ends "candidate N."
     other = result_of("beam", 4, str(second), stream)
     assert (other.correct, other.any_correct) == (False, True)  # the second final candidate's answer is N
+
+
+def test_the_entropy_exit_reports_its_mean_layer_and_the_verifier_work_saved(tmp_path, capsys):
+    problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
+    out_json = tmp_path / "r.json"
+    qwen = ["--model", "synthetic:tiny-qwen2", *TINY[2:], "--verifier", "self-judge", "--no-save"]
+    exiting = ["--entropy-exit", "--entropy-theta", "1000", "--entropy-delta", "1000"]  # fires at layer 2 of 6
+    assert main(["eval", str(problems), *qwen, *exiting, "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert "entropy exit: mean layer" in out and "2.0 of 6" in out
+    method = json.loads(out_json.read_text())["methods"][0]
+    assert method["mean_exit_layer"] == 2.0 and method["verifier_layers"] == 6
+    assert 0 < method["verifier_compute_saved"] < 1 and method["exit_disagreement"] is None
+    assert main(["eval", str(problems), *qwen, *exiting, "--audit-early-exit", "--json", str(out_json)]) == 0
+    method = json.loads(out_json.read_text())["methods"][0]
+    assert method["verifier_compute_saved"] == 0 and 0 <= method["exit_disagreement"] <= 1
+    assert "audit: exit differs" in capsys.readouterr().out
+    assert main(["eval", str(problems), *qwen]) == 0
+    assert "entropy exit" not in capsys.readouterr().out  # off: no exit rows

@@ -42,3 +42,16 @@ def test_controls_round_trip_method_lookahead_select_and_verify_skip(qtbot, tmp_
     _, built, _ = controls.configs()
     assert built.method == "dvts" and built.lookahead == 0 and not controls.lookahead.isEnabled()
     assert controls.is_valid()
+
+
+def test_controls_round_trip_the_entropy_exit_and_refuse_it_without_a_model_verifier(qtbot):
+    controls = SearchControls()
+    qtbot.addWidget(controls)
+    controls.set_configs(ModelSpec(), SearchConfig(verifier="self-judge", entropy_exit=True), CacheConfig())
+    _, built, _ = controls.configs()
+    assert (built.verifier, built.entropy_exit) == ("self-judge", True) and controls.is_valid()
+    controls.set_configs(ModelSpec(), SearchConfig(verifier="logprob"), CacheConfig())
+    controls.entropy_exit.setChecked(True)
+    assert not controls.is_valid() and "needs a verifier that runs a model" in controls.error_text()
+    controls.entropy_exit.setChecked(False)
+    assert controls.is_valid()

@@ -114,7 +114,8 @@ def test_charts_add_one_point_per_step_and_say_emulated(qtbot):
         if isinstance(event, ev.StepSelected):
             steps += 1
             qtbot.waitUntil(lambda: not charts.pending)  # drawn a plot per pass, soon after the events
-            for curve in ("step_h2d", "step_d2h", "total_h2d", "total_d2h", "device", "host", "copy", "modelled"):
+            for curve in ("step_h2d", "step_d2h", "total_h2d", "total_d2h", "device", "host", "copy", "modelled",
+                          "step", "stall"):
                 assert charts.point_count(curve) == steps
     assert all("emulated GPU" in charts.title(name) for name in TITLES)
     transfers = [e for e in events() if isinstance(e, ev.TransferStats)]
@@ -124,6 +125,21 @@ def test_charts_add_one_point_per_step_and_say_emulated(qtbot):
     assert charts.budget_line.isVisible() and charts.budget_line.value() == 1 << 20
     charts.reset()
     assert charts.point_count("total_h2d") == 0 and not charts.budget_line.isVisible()
+
+
+def test_stall_share_bars_and_the_step_time_line_follow_transfer_stats(qtbot):
+    charts = ChartsPanel()
+    qtbot.addWidget(charts)
+    stalls = [0.0, 0.25, 0.5, 0.75]  # one per step (SEARCH has four)
+    for event in events():
+        if isinstance(event, ev.TransferStats):
+            event = dataclasses.replace(event, compute_seconds=0.3, stall_share=stalls[event.step - 1])
+        charts.apply(event)
+    charts.flush()
+    assert list(charts.curves["stall"].opts["height"]) == stalls
+    _, seconds = charts.curves["step"].getData()
+    assert list(seconds) == pytest.approx([0.3, 0.4, 0.6, 1.2])  # compute / (1 - stall share)
+    assert charts.title("stall").startswith("Stall share per step")
 
 
 def test_charts_on_a_real_gpu_are_not_labelled_emulated(qtbot):
@@ -148,11 +164,12 @@ def test_charts_redraw_only_the_plots_an_event_changed_one_per_pass(qtbot):
     transfer = next(e for e in stream if isinstance(e, ev.TransferStats))
     charts.apply(memory)
     charts.apply(transfer)
-    assert charts.pending == ("device", "traffic", "cumulative", "copy")
+    assert charts.pending == ("device", "traffic", "cumulative", "copy", "stall")
     assert charts.point_count("device") == 0  # not drawn inside apply(): the window stays responsive
     with qtbot.waitSignal(charts.plot_redrawn) as drawn:
         pass
-    assert drawn.args == ["device"] and charts.pending == ("traffic", "cumulative", "copy")  # one plot per pass
+    assert drawn.args == ["device"]
+    assert charts.pending == ("traffic", "cumulative", "copy", "stall")  # one plot per pass
     assert charts.point_count("device") == 1 and charts.point_count("copy") == 0
     qtbot.waitUntil(lambda: not charts.pending)
     assert charts.point_count("copy") == 1 and charts.point_count("step_h2d") == 1

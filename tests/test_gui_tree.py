@@ -188,7 +188,8 @@ def test_a_second_run_replaces_the_first(view):
     generated = {e.id for e in second if isinstance(e, ev.CandidateText)}
     assert len(view.data) == len(generated) + 1
     steps = {e.step for e in second if isinstance(e, ev.CandidateText)}
-    assert len(view.scene().items()) == len(generated) + 1 + len(steps)  # nodes + one edge layer per column
+    # nodes, one edge layer per column, and the hover highlight
+    assert len(view.scene().items()) == len(generated) + 1 + len(steps) + 1
 
 
 def test_click_on_a_node_emits_node_selected(view, qtbot):

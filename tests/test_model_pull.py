@@ -3,7 +3,6 @@ free-disk check, cancel and resume by HTTP range, and a clear message when the h
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import namedtuple
 
@@ -11,21 +10,9 @@ import pytest
 
 from app import model_library, model_pull
 from app.model_pull import PullCancelled, PullError, pull
-from tests.hub_server import Hub
+from tests.hub_server import CONFIG, REPO, WEIGHTS, Hub
 
-CONFIG = json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
-                     "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-                     "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 2048}).encode()
-WEIGHTS = bytes(range(256)) * 4096  # 1 MiB
-REPO = {"tiny/llama": {"config.json": CONFIG, "model.safetensors": WEIGHTS}}
-
-
-@pytest.fixture(autouse=True)
-def small_chunks(monkeypatch, tmp_path):
-    from huggingface_hub import constants
-
-    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 64 * 1024)  # several progress updates per file
-    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
+pytestmark = pytest.mark.usefixtures("scratch_models")
 
 
 def test_pull_downloads_with_progress_and_lists_the_model():

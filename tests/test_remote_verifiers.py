@@ -105,3 +105,16 @@ def test_a_wrong_prm_name_on_the_prm_server_is_said() -> None:
         events = events_of(server.url, search, prm_endpoint=server.url)
     assert events[-1].type == "run_failed" and events[-1].error == "ServedModelNotFound"
     assert "has no model 'no-prm'" in events[-1].message
+
+
+def test_the_entropy_exit_runs_for_a_local_prm_and_is_refused_for_a_verifier_on_a_server() -> None:
+    exiting = {"entropy_exit": True, "entropy_theta": 1e3, "entropy_delta": 1e3}  # fires at the first chance
+    local = SearchConfig(beams=2, width=2, step_tokens=16, max_steps=2, verifier="prm",
+                         verifier_model="synthetic:tiny-rlhflow-prm", **exiting)
+    judge = SearchConfig(beams=1, width=2, step_tokens=16, max_steps=2, verifier="self-judge", **exiting)
+    with FakeServer() as server:
+        events, refused = events_of(server.url, local), events_of(server.url, judge)
+    assert events[-1].type == "run_finished"
+    selected = [e for e in events if e.type == "step_selected"]
+    assert all(s.exit_layer == s.verifier_layers == 2 for s in selected)  # 2 layers: nothing after layer 2
+    assert refused[-1].type == "run_failed" and "cannot run there" in refused[-1].message

@@ -30,6 +30,11 @@ class BytesAxis(pg.AxisItem):
         super().__init__(orientation)
         self.enableAutoSIPrefix(False)  # no '(mB)' for a plot of zeros: the unit is in every tick
 
+    def tickValues(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, list[float]]]:
+        """pyqtgraph's ticks less those between whole bytes: a plot of zeros shows '0 B' once, not '0 B 0 B 1 B'."""
+        levels = [(spacing, values) for spacing, values in super().tickValues(minVal, maxVal, size) if spacing >= 1]
+        return levels or [(1.0, [0.0] if minVal <= 0 <= maxVal else [])]
+
     def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
         return [fmt.axis_size(max(0.0, v)) for v in values]
 
@@ -43,6 +48,17 @@ class SecondsAxis(pg.AxisItem):
 
     def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
         return [f"{v * 1000:.3g} ms" if abs(v) < 1 else f"{v:.3g} s" for v in values]
+
+
+class ShareAxis(pg.AxisItem):
+    """Tick labels in percent of a share 0 … 1."""
+
+    def __init__(self, orientation: str = "left") -> None:
+        super().__init__(orientation)
+        self.enableAutoSIPrefix(False)
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
+        return [f"{v:.0%}" for v in values]
 
 
 def fit_ranges(plot: pg.PlotItem, steps: list[int], values: list[float]) -> None:

@@ -1,4 +1,4 @@
-"""Live charts of one run: PCIe traffic, device KV against the budget, host KV, copy time.
+"""Live charts of one run: PCIe traffic, device KV against the budget, host KV, step and copy time, stall share.
 
 The numbers live in the window's `SessionModel` (its `ChartSeries`: one point per step, filled
 from MemorySnapshot and TransferStats); `ChartsPanel` only hands them to pyqtgraph. Titles say "emulated GPU"
@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 import pyqtgraph as pg  # isort: skip  (after Qt, so pyqtgraph binds to PySide6)
 import app.formatting as fmt
 from app.gui import palette as pal
-from app.gui.chart_axes import BytesAxis, SecondsAxis, StepAxis, fit_ranges
+from app.gui.chart_axes import BytesAxis, SecondsAxis, ShareAxis, StepAxis, fit_ranges
 from app.gui.panel import SessionView
 from app.session import Change, SessionModel
 from app.session.model import RESET
@@ -28,26 +28,28 @@ from app.session.model import RESET
 TITLES = {
     "traffic": "PCIe traffic per step",
     "cumulative": "PCIe traffic, cumulative",
-    "device": "KV on the device vs budget",
-    "copy": "Copy time per step",
+    "device": "KV vs budget",
+    "copy": "Time per step",
+    "stall": "Stall share per step",
 }
 
 KEYS = {  # (label, colour, dashed) per curve, shown in the title
     "traffic": [("H2D", pal.H2D, False), ("D2H", pal.D2H, False)],
     "cumulative": [("H2D", pal.H2D, False), ("D2H", pal.D2H, False)],
-    "device": [("device KV", pal.GPU, False), ("peak", pal.GPU, True), ("host KV", pal.CPU, False),
+    "device": [("device", pal.GPU, False), ("peak", pal.GPU, True), ("host", pal.CPU, False),
                ("budget", pal.BUDGET, True), ("verifier device KV", pal.VERIFIER, False),
                ("verifier host KV", pal.VERIFIER, True)],
-    "copy": [("measured copy", pal.MEASURED, False), ("modelled PCIe", pal.MODELLED, True)],
+    "copy": [("step", pal.STEP_TIME, False), ("copy", pal.MEASURED, False), ("PCIe model", pal.MODELLED, True)],
+    "stall": [("waiting for copies", pal.D2H, False)],
 }
 LEFT_AXIS_PX = 58  # room for tick labels such as "500 kB" or "12.5 ms"
-PLOT_MIN_PX = 150  # every plot at least this tall: the four sit in one row under the tree
-PLOT_PREFERRED_PX = 300  # the same for every plot, whatever its title says
+PLOT_MIN_PX = 150  # every plot at least this tall: the five sit in one row under the tree
+PLOT_PREFERRED_PX = 200  # the same for every plot, whatever its title says
 REDRAW_GAP_MS = 16  # between two plots' redraws: the window paints and takes input in between
 
 
 class ChartsPanel(SessionView, QWidget):
-    """Four live plots in one pyqtgraph canvas; `apply(event)` appends a step's points."""
+    """Five live plots in one pyqtgraph canvas; `apply(event)` appends a step's points."""
 
     plot_redrawn = Signal(str)  # a plot's curves now show the series (live updates, one plot per pass)
 
@@ -109,13 +111,24 @@ class ChartsPanel(SessionView, QWidget):
         if self._dirty:
             self._timer.start()
 
+    def restyle(self) -> None:
+        """Take the palette's current background and text colours (the OS switched between light and dark)."""
+        self.canvas.setBackground(pal.BACKGROUND)
+        for name, plot in self.plots.items():
+            plot.titleLabel.text = ""  # so _set_title writes it again in the new colour
+            for side in ("left", "bottom"):
+                plot.getAxis(side).setTextPen(pg.mkPen(pal.MUTED_TEXT))
+            plot.setLabel("bottom", "step", color=pal.MUTED_TEXT)
+            self._schedule([name])
+        self.flush()
+
     def title(self, name: str) -> str:
         """The shown title of plot `name` (one of TITLES) with its key, as plain text."""
         text = re.sub(r"<[^>]+>", " ", self.plots[name].titleLabel.text)
         return " ".join(html.unescape(text).replace("\xa0", " ").split())
 
     def _make_plot(self, name: str, row: int, col: int) -> pg.PlotItem:
-        left = SecondsAxis("left") if name == "copy" else BytesAxis("left")
+        left = {"copy": SecondsAxis, "stall": ShareAxis}.get(name, BytesAxis)("left")
         plot = self.canvas.addPlot(row=row, col=col, axisItems={"bottom": StepAxis("bottom"), "left": left})
         plot.setMinimumHeight(PLOT_MIN_PX)
         plot.showGrid(x=True, y=True, alpha=0.15)
@@ -141,6 +154,8 @@ class ChartsPanel(SessionView, QWidget):
         }
         for bar in bars.values():
             p["traffic"].addItem(bar)
+        bars["stall"] = pg.BarGraphItem(x=[], height=[], width=0.6, brush=pal.color(pal.D2H, 170), pen=None)
+        p["stall"].addItem(bars["stall"])
         return {
             **bars,
             "total_h2d": _line(p["cumulative"], pal.H2D, "H2D"),
@@ -150,6 +165,7 @@ class ChartsPanel(SessionView, QWidget):
             "host": _line(p["device"], pal.CPU, "host KV"),
             "verifier_device": _line(p["device"], pal.VERIFIER, "verifier device KV"),
             "verifier_host": _line(p["device"], pal.VERIFIER, "verifier host KV", dashed=True),
+            "step": _line(p["copy"], pal.STEP_TIME, "step"),
             "copy": _line(p["copy"], pal.MEASURED, "measured copy"),
             "modelled": _line(p["copy"], pal.MODELLED, "modelled PCIe", dashed=True),
         }
@@ -180,9 +196,13 @@ class ChartsPanel(SessionView, QWidget):
             c["total_d2h"].setData(steps, s.total_d2h)
             fit_ranges(self.plots[name], steps, [*s.total_h2d, *s.total_d2h])
         elif name == "copy":
+            c["step"].setData(steps, s.step_seconds)
             c["copy"].setData(steps, s.copy_seconds)
             c["modelled"].setData(steps, s.modelled_seconds)
-            fit_ranges(self.plots[name], steps, [*s.copy_seconds, *s.modelled_seconds])
+            fit_ranges(self.plots[name], steps, [*s.step_seconds, *s.copy_seconds, *s.modelled_seconds])
+        elif name == "stall":
+            c["stall"].setOpts(x=steps, height=s.stall_share)
+            fit_ranges(self.plots[name], steps, [1.0])  # always 0 … 100 %
         else:
             c["device"].setData(s.memory_steps, s.device_bytes)
             c["peak"].setData(s.memory_steps, s.peak_device_bytes)

@@ -197,7 +197,8 @@ class SearchControls(QWidget):
         """Method, lookahead, selection and verify-skip (calibrated thresholds when there are any)."""
         method = self.method.currentData()
         fields = {"method": method, "lookahead": self.lookahead.value() if method == "beam" else 0,
-                  "select": self.select.currentData(), "verify_skip": self.verify_skip.isChecked()}
+                  "select": self.select.currentData(), "verify_skip": self.verify_skip.isChecked(),
+                  "entropy_exit": self.entropy_exit.isChecked()}
         saved = load_thresholds()
         if saved is not None:
             fields.update(tau_conf=saved.tau_conf, r_gap=saved.r_gap)
@@ -223,6 +224,7 @@ class SearchControls(QWidget):
         self.verifier.set_choice(search.verifier, search.verifier_model)
         self.lookahead.setValue(search.lookahead)
         self.verify_skip.setChecked(search.verify_skip)
+        self.entropy_exit.setChecked(search.entropy_exit)
         for combo, value in ((self.policy, cache.policy), (self.aggregation, search.aggregation),
                              (self.method, search.method), (self.select, search.select)):
             combo.setCurrentIndex(max(0, combo.findData(value)))
@@ -297,7 +299,7 @@ class SearchControls(QWidget):
                               ("Temperature", self.temperature), ("Top-p", self.top_p), ("Seed", self.seed),
                               ("Path score", self.aggregation), ("Lookahead", self.lookahead),
                               ("Final answer", self.select), ("Verify-skip", self.verify_skip),
-                              ("", self.thresholds_label)):
+                              ("", self.thresholds_label), ("Entropy exit", self.entropy_exit)):
             form.addRow(label, widget)
         return box
 
@@ -315,6 +317,10 @@ class SearchControls(QWidget):
         self.verify_skip.setToolTip("RKSC: when one candidate's confidence is at least tau_conf and leads the "
                                     "next by r_gap, rank by confidence and skip the verifier for the step.")
         self.verify_skip.toggled.connect(self._revalidate)
+        self.entropy_exit = QCheckBox("stop the verifier at the layer where its judgement settled")
+        self.entropy_exit.setToolTip("RKSC: the verify pass stops at the first layer where every candidate's "
+                                     "logit-lens entropy is low and steady (self-judge, Math-Shepherd, RLHFlow).")
+        self.entropy_exit.toggled.connect(self._revalidate)
         self.thresholds_label = QLabel()
         self.thresholds_label.setObjectName("earlyExitThresholds")
         self.thresholds_label.setWordWrap(True)

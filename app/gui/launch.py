@@ -10,9 +10,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
+from app.gui import palette as pal
 from app.gui import settings as saved
 from app.gui.bridge import SearchBridge
 from app.gui.loop_monitor import LoopGapMonitor
@@ -71,8 +72,8 @@ def _warn(ask: bool, title: str, text: str) -> None:
 class Screenshot:
     """When the run ends: fit the tree, paint, save the window as PNG, quit with 0 (or 2 if it failed)."""
 
-    def __init__(self, app: QApplication, window: MainWindow, path: Path) -> None:
-        self.app, self.window, self.path = app, window, path
+    def __init__(self, app: QApplication, window: MainWindow, path: Path, panel: str | None = None) -> None:
+        self.app, self.window, self.path, self.panel = app, window, path, panel
         window.error_reported.connect(lambda title, text: print(f"beamwise: {title}: {text}", file=sys.stderr))
         window.run_ended.connect(self.on_run_ended)
         self.gaps = LoopGapMonitor(window)  # BENCHMARKS.md: the window must stay responsive during a run
@@ -104,6 +105,8 @@ class Screenshot:
         if best is not None:
             tree.select_node(best)  # the details panel then shows the answer's last step
         tree.show_readable()  # the whole tree when its text reads at that size, else the chosen path's end
+        if self.panel in self.window.docks:
+            self.window.docks[self.panel].raise_()
         self.app.processEvents()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -138,9 +141,13 @@ def main(args: argparse.Namespace) -> int:
     settings = (QSettings(str(Path(scratch.name) / "beamwise.ini"), QSettings.Format.IniFormat) if scratch
                 else saved.default_settings())
     window = _build_window(args, settings, interactive=screenshot is None)
+    follow_theme(app, window, getattr(args, "theme", "system"))
     try:
         window.show()
-        shooter = Screenshot(app, window, screenshot) if screenshot is not None else None  # noqa: F841 - kept alive
+        shooter = (Screenshot(app, window, screenshot, getattr(args, "panel", None))  # noqa: F841 - kept alive
+                   if screenshot is not None else None)
+        if getattr(args, "collapse_pruned", False):
+            window.panels.tree.set_collapse_pruned(True)
         if args.question:
             window.question.setPlainText(args.question)
             QTimer.singleShot(0, lambda: _start(window, app, exit_on_refusal=screenshot is not None))
@@ -154,6 +161,15 @@ def main(args: argparse.Namespace) -> int:
         window.deleteLater()
         if scratch is not None:
             scratch.cleanup()
+
+
+def follow_theme(app: QApplication, window: MainWindow, theme: str) -> None:
+    """Light or dark as asked; with "system", as the OS says now and whenever it switches."""
+    if theme != "system":
+        window.apply_theme(theme == "dark")
+        return
+    window.apply_theme(pal.system_prefers_dark())
+    app.styleHints().colorSchemeChanged.connect(lambda scheme: window.apply_theme(scheme == Qt.ColorScheme.Dark))
 
 
 def unwritable(path: Path) -> str | None:

@@ -25,12 +25,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui import palette as pal
 from app.gui import settings as saved
 from app.gui.bridge import SearchBridge
 from app.gui.charts import ChartsPanel
 from app.gui.controls import SERVER_SOURCE, SYNTHETIC_CHOICES, SearchControls
 from app.gui.details import NodeDetails
 from app.gui.event_pump import EventPump
+from app.gui.menus import build_menus, menu_shortcuts, shortcuts_box
+from app.gui.models_page import ModelsPage
 from app.gui.panel import Panel
 from app.gui.plan_bar import PlanBar
 from app.gui.server_panel import ServerPicker
@@ -44,11 +47,6 @@ from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import BeamwiseError
 
 BUNDLED_NAMES = ("SmolLM2-135M-Instruct",)
-ABOUT = ("<b>Beamwise</b><p>Answers a question by step-wise beam search over a local language model, "
-         "checks each step with a verifier, and offloads the KV cache to CPU memory, scheduling beams so "
-         "that KV crosses PCIe as rarely as possible.</p><p>The tree shows every candidate step, its score, "
-         "where its KV lives and the traffic it caused.</p>")
-
 
 RUN_OVER = object()  # queued after a run's events: the search request is over
 
@@ -107,8 +105,9 @@ class MainWindow(QMainWindow):
         self._central_layout.insertWidget(1, self.plan_bar)
         self.controls.changed.connect(self.plan_bar.schedule)
         self.sessions = SessionsPanel(store) if store is not None else None
+        self.models = ModelsPage(confirm=None if dialogs else lambda title, text: False)
         self._build_docks()
-        self._build_menus()
+        build_menus(self)
         self._connect()
         self._restore()
         self.plan_bar.schedule()
@@ -163,31 +162,23 @@ class MainWindow(QMainWindow):
         if self.sessions is not None:
             self.docks["sessions"] = self._dock("Sessions", "sessionsDock", self.sessions, left)
             self.tabifyDockWidget(self.docks["settings"], self.docks["sessions"])
-            self.docks["settings"].raise_()
+        self.docks["models"] = self._dock("Models", "modelsDock", self.models, left)
+        self.tabifyDockWidget(self.docks["settings"], self.docks["models"])
+        self.docks["settings"].raise_()
         self.docks["details"] = self._dock("Node details", "detailsDock", self.panels.details, right)
         self.docks["transcript"] = self._dock("Transcript", "transcriptDock", self.panels.transcript, right)
         self.docks["charts"] = self._dock("Memory and PCIe", "chartsDock", self.panels.charts, bottom)
         self.resizeDocks([self.docks["charts"]], [260], Qt.Orientation.Vertical)
         self.resizeDocks([self.docks["details"]], [360], Qt.Orientation.Horizontal)
 
-    def _build_menus(self) -> None:
-        file_menu = self.menuBar().addMenu("&File")
-        self.export_action = file_menu.addAction("&Export session…", self.export_current)
-        self.export_action.setShortcut(QKeySequence("Ctrl+E"))
-        file_menu.addSeparator()
-        quit_action = file_menu.addAction("&Quit", self.close)
-        quit_action.setShortcut(QKeySequence("Ctrl+Q"))
-        search_menu = self.menuBar().addMenu("&Search")
-        search_menu.addAction(self.run_action)
-        search_menu.addAction(self.stop_action)
-        view_menu = self.menuBar().addMenu("&View")
-        for dock in self.docks.values():
-            view_menu.addAction(dock.toggleViewAction())
-        view_menu.addSeparator()
-        fit = view_menu.addAction("Fit tree to view", self.panels.tree.fit_to_view)
-        fit.setShortcut(QKeySequence("Ctrl+0"))
-        help_menu = self.menuBar().addMenu("&Help")
-        help_menu.addAction("&About Beamwise", lambda: QMessageBox.about(self, "About Beamwise", ABOUT))
+    def shortcuts(self) -> list[tuple[str, str]]:
+        """(keys, what) for every menu action and the widgets' own keys: what Help > Keyboard shortcuts lists."""
+        return menu_shortcuts(self.menuBar())
+
+    def show_shortcuts(self) -> None:
+        self.shortcuts_box = shortcuts_box(self, self.shortcuts())  # kept for tests
+        if self.dialogs:
+            self.shortcuts_box.exec()
 
     def _connect(self) -> None:
         self.run_action.triggered.connect(self.start_run)
@@ -206,6 +197,7 @@ class MainWindow(QMainWindow):
         b.session_recorded.connect(self._on_session_recorded)
         b.run_finished.connect(lambda: self._pump.push(RUN_OVER))  # behind the run's last event
         self.panels.tree.node_selected.connect(self.panels.details.show_node)
+        self.models.use_requested.connect(self.use_model)
         if self.sessions is not None:
             self.sessions.open_requested.connect(self.open_session)
             self.sessions.run_again_requested.connect(self.load_session_settings)
@@ -217,6 +209,24 @@ class MainWindow(QMainWindow):
         self.question.setPlainText(saved.load_question(self.settings))
         saved.restore_window(self.settings, self)
         self._update_actions()
+
+    def apply_theme(self, dark: bool) -> None:
+        """Light or dark, as the OS says (or --theme): widgets, the tree and the charts."""
+        from PySide6.QtWidgets import QApplication
+
+        pal.apply_theme(QApplication.instance(), dark)
+        self.panels.tree.restyle()
+        self.panels.charts.restyle()
+
+    def use_model(self, source: str, as_verifier: bool) -> None:
+        """The Models page's "Use": the model goes into the settings, which are shown."""
+        if as_verifier:
+            self.controls.verifier.set_choice("prm", source)
+        else:
+            self.controls.model_picker.set_source(source)
+        self.docks["settings"].raise_()
+        role = "verifier" if as_verifier else "generator"
+        self.statusBar().showMessage(f"{source} is the {role} now; press Run (Ctrl+Enter).", 8000)
 
     # ------------------------------------------------------------ running
 
@@ -408,5 +418,6 @@ class MainWindow(QMainWindow):
         saved.save_window(self.settings, self)
         self.settings.sync()
         self.bridge.shutdown()
+        self.models.shutdown()
         super().closeEvent(event)
 

@@ -1,7 +1,8 @@
 """Colours, fonts and legend entries shared by the tree, the charts and the panels.
 
-A calm dark-on-light palette: states differ by border colour and fill tint, memory place by
-two fixed hues (GPU blue, CPU amber) that the charts reuse, so one legend explains both.
+A calm palette in a light and a dark variant (the window follows the OS): states differ by border
+colour and fill tint, memory place by two fixed hues (GPU blue, CPU amber) that the charts reuse,
+so one legend explains both. `use_dark` switches the variant before views build their pens.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ import html
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor, QFont
-from PySide6.QtWidgets import QLabel, QWidget
+from PySide6.QtGui import QColor, QFont, QGuiApplication, QPalette
+from PySide6.QtWidgets import QApplication, QLabel, QWidget
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ EDGE = "#c3c8cf"
 EDGE_KEPT = "#7fae93"
 EDGE_FINAL = "#c77c0e"
 SELECTION = "#1f2933"
+HOVER = "#3b7dd8"  # the hovered node's path
 MUTED_TEXT = "#5f6b7a"
 GPU = "#3b7dd8"
 CPU = "#e0a43a"
@@ -49,6 +51,71 @@ BUDGET = "#c0504d"
 MODELLED = "#7a5bb5"
 MEASURED = "#2f8a57"
 VERIFIER = "#1f9e89"  # the verifier's KV in the charts (solid: device, dashed: host)
+STEP_TIME = "#7a8794"  # reads on the light and the dark background alike
+LEGEND_STYLE = "background: rgba(255,255,255,235); border: 1px solid #d5d9de; color: #1f2933;"
+
+LIGHT = {name: value for name, value in globals().items() if name.isupper()}
+LIGHT["STATE_STYLES"] = dict(STATE_STYLES)
+DARK = {
+    **LIGHT,
+    "STATE_STYLES": {
+        "running": StateStyle("#6f95d0", "#243041", "#e6e9ee", 1.6, "running"),
+        "kept": StateStyle("#4fb27a", "#1f3328", "#e6e9ee", 2.0, "kept"),
+        "pruned": StateStyle("#5c636d", "#25282d", "#8a929c", 1.0, "pruned"),
+        "finished": StateStyle("#9c7fd6", "#2d2740", "#e6e9ee", 2.0, "complete (EOS)"),
+        "final": StateStyle("#e39a2d", "#3d2f17", "#f5f5f5", 3.2, "chosen path"),
+    },
+    "ROOT_STYLE": StateStyle("#8fa0b5", "#2a313a", "#e6e9ee", 1.6, "prompt"),
+    "BACKGROUND": "#1e2227", "EDGE": "#4d545d", "EDGE_KEPT": "#5f9c78", "EDGE_FINAL": "#e39a2d",
+    "SELECTION": "#e6e9ee", "MUTED_TEXT": "#9aa5b1", "NO_KV": "#3a3f46", "HOVER": "#5b9bf0",
+    "LEGEND_STYLE": "background: rgba(30,34,39,235); border: 1px solid #3a3f46; color: #e6e9ee;",
+}
+
+
+def use_dark(dark: bool) -> None:
+    """Switch every colour above to the dark (or light) variant; views built afterwards, or restyled, use it."""
+    chosen = DARK if dark else LIGHT
+    for name, value in chosen.items():
+        if name == "STATE_STYLES":
+            STATE_STYLES.clear()
+            STATE_STYLES.update(value)
+        else:
+            globals()[name] = value
+
+
+def is_dark() -> bool:
+    return BACKGROUND == DARK["BACKGROUND"]
+
+
+def system_prefers_dark() -> bool:
+    """The OS's colour scheme (Qt 6.5+); False when the platform does not say (offscreen, older desktops)."""
+    return QGuiApplication.styleHints().colorScheme() == Qt.ColorScheme.Dark
+
+
+def apply_theme(app: QApplication, dark: bool) -> None:
+    """Use the variant; where the platform's own widget palette does not match it, Fusion with a matching one."""
+    use_dark(dark)
+    platform_dark = app.palette().color(QPalette.ColorRole.Window).lightness() < 128
+    if platform_dark == dark:
+        return
+    app.setStyle("Fusion")
+    if not dark:
+        app.setPalette(app.style().standardPalette())
+        return
+    colours = {QPalette.ColorRole.Window: "#2b2f35", QPalette.ColorRole.WindowText: "#e6e9ee",
+               QPalette.ColorRole.Base: "#1e2227", QPalette.ColorRole.AlternateBase: "#2b2f35",
+               QPalette.ColorRole.Text: "#e6e9ee", QPalette.ColorRole.Button: "#2f343b",
+               QPalette.ColorRole.ButtonText: "#e6e9ee", QPalette.ColorRole.Highlight: "#3b7dd8",
+               QPalette.ColorRole.HighlightedText: "#ffffff", QPalette.ColorRole.ToolTipBase: "#2b2f35",
+               QPalette.ColorRole.ToolTipText: "#e6e9ee", QPalette.ColorRole.PlaceholderText: "#8a929c",
+               QPalette.ColorRole.Link: "#6fa8ff"}
+    palette = QPalette()
+    for role, value in colours.items():
+        palette.setColor(role, QColor(value))
+    palette.setColor(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text, QColor("#6b727c"))
+    palette.setColor(QPalette.ColorGroup.Disabled, QPalette.ColorRole.ButtonText, QColor("#6b727c"))
+    palette.setColor(QPalette.ColorGroup.Disabled, QPalette.ColorRole.WindowText, QColor("#6b727c"))
+    app.setPalette(palette)
 
 
 def color(hex_code: str, alpha: int = 255) -> QColor:
@@ -72,11 +139,11 @@ class TreeLegend(QLabel):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setTextFormat(Qt.TextFormat.RichText)
-        self.setStyleSheet(
-            "QLabel { background: rgba(255,255,255,235); border: 1px solid #d5d9de; border-radius: 6px;"
-            " padding: 4px 8px; color: #1f2933; }"
-        )
+        self.restyle()
         self.set_emulated(False)
+
+    def restyle(self) -> None:
+        self.setStyleSheet(f"QLabel {{ {LEGEND_STYLE} border-radius: 6px; padding: 4px 8px; }}")
 
     def set_emulated(self, emulated: bool, *, remote: bool = False) -> None:
         self.emulated, self.remote = emulated, remote
@@ -92,6 +159,17 @@ class TreeLegend(QLabel):
             kv = "KV: remote: KV is managed by the server  ·  box: score, id, first line"
         self.setText(f"{states}<br>{kv}")
         self.adjustSize()
+
+    def fit_width(self, room: int) -> None:
+        """One line per row when `room` pixels allow it; wrapped to `room` when not."""
+        self.setWordWrap(False)
+        self.setMinimumSize(0, 0)
+        self.setMaximumSize(16_777_215, 16_777_215)
+        self.adjustSize()
+        if self.width() > room:
+            self.setWordWrap(True)
+            self.setFixedWidth(room)
+            self.setFixedHeight(self.heightForWidth(room))
 
     def plain_text(self) -> str:
         """The legend's words without markup (for tests and accessibility)."""

@@ -8,6 +8,7 @@ from typing import Any
 from PySide6.QtCore import QElapsedTimer, QTimer
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMainWindow, QProgressBar
 
+from app.gpu_check import emulated_hint
 from app.heartbeat import StepProgress
 from engine import events as ev
 
@@ -84,6 +85,14 @@ class StatusLine:
         if device:
             self.device.setText(f"device: {device}")
 
+    def show_device_hint(self, hint: str | None) -> None:
+        """On the emulated GPU although an NVIDIA GPU is present: a mark on the device field, the fix in its tooltip
+        (the status bar's own line is the step's heartbeat)."""
+        default = "Where the KV cache lives; without CUDA a budgeted CPU pool emulates the GPU"
+        self.device.setToolTip(default if hint is None else f"{default}.\n\nThis machine has an NVIDIA GPU: {hint}")
+        text = self.device.text().removesuffix(" ⚠")
+        self.device.setText(text if hint is None else f"{text} ⚠")
+
     def begin(self, max_steps: int) -> None:
         """A search request starts: step 0/S, no speed yet."""
         self._tokens, self._max_steps = 0, max_steps
@@ -125,6 +134,7 @@ class StatusLine:
             self.policy.setText(f"policy: {event.policy}")
             self.verifier.setText(f"verifier: {event.verifier}")
             self.step.setText(f"step 0/{self._max_steps}")
+            self.show_device_hint(emulated_hint() if event.emulated and live else None)
         elif isinstance(event, ev.StepStarted):
             self.step.setText(f"step {event.step}/{self._max_steps}")
         elif isinstance(event, ev.CandidateText):

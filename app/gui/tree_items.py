@@ -9,6 +9,7 @@ session and laying out a big step cheap, and paints only the edges in the expose
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -49,6 +50,7 @@ class Ink:
         self.text_pen = {name: QPen(pal.color(s.text)) for name, s in styles.items()}
         self.muted = QPen(pal.color(pal.MUTED_TEXT))
         self.selection = QPen(pal.color(pal.SELECTION), 1.4, Qt.PenStyle.DashLine)
+        self.hover = QPen(pal.color(pal.HOVER), 3.0)
         self.no_kv = QBrush(pal.color(pal.NO_KV))
         self.bar = {dim: (QBrush(pal.color(pal.CPU, dim)), QBrush(pal.color(pal.GPU, dim))) for dim in (110, 255)}
         self.edge = {state: edge_pen(state) for state in EDGE_ORDER}
@@ -88,12 +90,17 @@ class NodeItem(QGraphicsItem):
         self._state = "running"
         self._share: float | None = None
         self.selected = False
+        self.on_path = False  # on the hovered node's path
         self.setCacheMode(_DEVICE_CACHE)
         self.setAcceptedMouseButtons(_NO_BUTTON)  # the view handles clicks and drags
         self.setZValue(1)
 
     def boundingRect(self) -> QRectF:
         return _NODE_BOUNDS
+
+    def restyle(self, ink: Ink) -> None:
+        self._ink, self._labels = ink, None
+        self.update()
 
     def set_node(self, node: Node) -> tuple[bool, bool]:
         """Copy the node's drawn facts and move to its layout slot; return (moved, restyled).
@@ -141,6 +148,10 @@ class NodeItem(QGraphicsItem):
         painter.setPen(ink.border[self._state])
         painter.setBrush(ink.fill[self._state])
         painter.drawRoundedRect(box, 7, 7)
+        if self.on_path:
+            painter.setPen(ink.hover)
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.drawRoundedRect(box.adjusted(-1.5, -1.5, 1.5, 1.5), 8, 8)
         if self.selected:
             painter.setPen(ink.selection)
             painter.setBrush(Qt.BrushStyle.NoBrush)
@@ -210,6 +221,10 @@ class EdgeColumn(QGraphicsItem):
     def __len__(self) -> int:
         return len(self._edges)
 
+    def restyle(self, ink: Ink) -> None:
+        self._ink = ink
+        self.update()
+
     def state(self, child: int) -> str:
         """The state the edge into `child` is drawn in; KeyError when there is no such edge."""
         return self._edges[child][4]
@@ -260,6 +275,16 @@ class EdgeColumn(QGraphicsItem):
             self._box = [min(box[0], x0), min(box[1], y0, y1), max(box[2], x1), max(box[3], y0, y1)]
         left, top, right, bottom = self._box
         self._rect = QRectF(left - 3, top - 3, right - left + 6, bottom - top + 6)
+
+
+def path_curve(boxes: list[tuple[float, float]]) -> QPainterPath:
+    """The edges through boxes at these top-left corners, one after the other (the hovered path's line)."""
+    line = QPainterPath()
+    for (x0, y0), (x1, y1) in itertools.pairwise(boxes):
+        y0, y1, mid = y0 + NODE_H / 2, y1 + NODE_H / 2, (x0 + NODE_W + x1) / 2
+        line.moveTo(x0 + NODE_W, y0)
+        line.cubicTo(mid, y0, mid, y1, x1, y1)
+    return line
 
 
 def _edge_rect(edge: tuple[float, float, float, float, str]) -> QRectF:

@@ -10,13 +10,12 @@ from __future__ import annotations
 import html
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QKeySequence, QPainter
+from PySide6.QtGui import QKeySequence, QPainter, QPen
 from PySide6.QtWidgets import (
     QApplication,
+    QGraphicsPathItem,
     QGraphicsScene,
     QGraphicsView,
-    QHBoxLayout,
-    QToolButton,
     QToolTip,
     QWidget,
 )
@@ -25,7 +24,9 @@ import app.formatting as fmt
 from app.formatting import size as format_bytes
 from app.gui import palette as pal
 from app.gui.panel import SessionView
-from app.gui.tree_items import COL_W, NODE_H, NODE_W, ROW_H, EdgeColumn, Ink, NodeItem
+from app.gui.tree_items import COL_W, NODE_H, NODE_W, ROW_H, EdgeColumn, Ink, NodeItem, path_curve
+from app.gui.tree_overlay import TreeControls
+from app.gui.tree_overlay import place as place_overlay
 from app.session import ROOT_ID, Change, Node, SearchTree, SessionModel
 from app.session.model import RESET
 from engine import events as ev
@@ -72,6 +73,8 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         self._selected: int | None = None
         self._press_pos = None
         self.follow = True
+        self.collapse_pruned = False
+        self.hovered_path: list[int] = []  # the hovered node's path from the prompt, highlighted
         self.setScene(QGraphicsScene(self))
         # A BSP index finds the ~100 visible of thousands of items quickly; items only move while
         # their own step is generated, so the index stays cheap to keep.
@@ -109,6 +112,8 @@ class ReasoningTreeView(SessionView, QGraphicsView):
             self._clear_items()
         for node_id in sorted(change.nodes):  # parents (smaller ids) before children
             self._sync(node_id)
+        if self.collapse_pruned:
+            self._relayout()
         self._fit_scene()
         self._show_emulated()
         new_column, self._last_column = max(self.data.columns) > self._last_column, max(self.data.columns)
@@ -122,6 +127,8 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         self._clear_items()
         for node_id in sorted(self.data.nodes):
             self._sync(node_id)
+        if self.collapse_pruned:
+            self._relayout()
         self._fit_scene()
         self._show_emulated()
         self._last_column = max(self.data.columns)
@@ -158,6 +165,76 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         self.scale(min_scale, min_scale)
         target = self.data.best_id if self.data.best_id in self._items else ROOT_ID
         self.centerOn(self.node_center(target) - QPointF(COL_W * 0.6, 0))  # its ancestors to the left
+
+    # -- collapsing pruned branches, hovering a path ------------------------------------------
+
+    def set_collapse_pruned(self, on: bool) -> None:
+        """Hide pruned candidates and branches that led nowhere, and close the gaps they leave (or show all)."""
+        self.collapse_pruned = on
+        if self.collapse_button.isChecked() != on:
+            self.collapse_button.setChecked(on)
+        self._relayout()
+        self._fit_scene()
+
+    def _relayout(self) -> None:
+        """Place every item at its live row, or at its compact row when collapsed; hidden ones disappear.
+        O(nodes): done on each update only while collapsed."""
+        hidden = self.data.dead_ids() if self.collapse_pruned else set()
+        rows = self.data.compact_rows(hidden) if self.collapse_pruned else {}
+        self._bounds = None
+        for node_id, item in self._items.items():
+            node = self.data.nodes[node_id]
+            item.setVisible(node_id not in hidden)
+            xy = (node.step * COL_W, rows.get(node_id, node.y) * ROW_H)
+            if xy != item.xy:
+                item.xy = xy
+                item.setPos(*xy)
+            if node_id not in hidden:
+                self._grow_bounds(xy)
+        for node_id, item in self._items.items():
+            node = self.data.nodes[node_id]
+            if node.parent is not None and node.parent in self._items:
+                state = "hidden" if node_id in hidden else node.state  # an edge state no pen draws
+                self._edges[node.step].set_edge(node_id, self._items[node.parent].xy, item.xy, state)
+        self._hover(None)
+
+    def restyle(self) -> None:
+        """Take the palette's current colours (the OS switched between light and dark)."""
+        self._ink = Ink()
+        for item in self._items.values():
+            item.restyle(self._ink)
+        for column in self._edges.values():
+            column.restyle(self._ink)
+        self._hover_line.setPen(QPen(pal.color(pal.HOVER, 150), 6.0))
+        self.setBackgroundBrush(pal.color(pal.BACKGROUND))
+        self.legend.restyle()
+        self.legend.set_emulated(self.legend.emulated, remote=self.legend.remote)
+
+    def is_shown(self, node_id: int) -> bool:
+        return self._items[node_id].isVisible()
+
+    def _hover(self, node_id: int | None) -> None:
+        """Highlight the path from the prompt to `node_id` (None: no highlight)."""
+        path = [] if node_id is None else [ROOT_ID, *self.data.path_to(node_id)]
+        if path == self.hovered_path:
+            return
+        for old in self.hovered_path:
+            if old in self._items:
+                self._items[old].on_path = False
+                self._items[old].update()
+        self.hovered_path = path
+        for node in path:
+            self._items[node].on_path = True
+            self._items[node].update()
+        self._hover_line.setPath(path_curve([self._items[node].xy for node in path]))
+
+    def _hovered_node(self, pos) -> int | None:
+        hit = next((i for i in self.items(pos) if isinstance(i, NodeItem) and i.isVisible()), None)
+        return None if hit is None else hit.node_id
+
+    def leaveEvent(self, event) -> None:
+        self._hover(None)
+        super().leaveEvent(event)
 
     # -- selection, follow, zoom ----------------------------------------------------------
 
@@ -228,6 +305,11 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         self._edges.clear()
         self._bounds = None
         self._selected = None
+        self.hovered_path = []
+        self._hover_line = QGraphicsPathItem()
+        self._hover_line.setPen(QPen(pal.color(pal.HOVER, 150), 6.0))
+        self._hover_line.setZValue(0.5)  # over the edges, under the boxes
+        self.scene().addItem(self._hover_line)
 
     def _sync(self, node_id: int) -> None:
         node = self.data.nodes[node_id]
@@ -279,40 +361,13 @@ class ReasoningTreeView(SessionView, QGraphicsView):
 
     def _build_overlay(self) -> None:
         self.legend = pal.TreeLegend(self)
-        self._buttons = QWidget(self)
-        row = QHBoxLayout(self._buttons)
-        row.setContentsMargins(0, 0, 0, 0)
-        self.follow_button = QToolButton(text="Follow", checkable=True, checked=True)
-        self.follow_button.setToolTip("Keep the newest step in view (turns off when you scroll or drag)")
-        self.follow_button.toggled.connect(self.set_follow)
-        fit = QToolButton(text="Fit")
-        fit.setToolTip("Show the whole tree (Ctrl+0)")
-        fit.clicked.connect(self.fit_to_view)
-        for button in (fit, self.follow_button):
-            row.addWidget(button)
+        self._buttons = TreeControls(self, follow=self.set_follow, fit=self.fit_to_view,
+                                     collapse=self.set_collapse_pruned)
+        self.follow_button, self.collapse_button = self._buttons.follow_button, self._buttons.collapse_button
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
-        self._size_legend()
-        self.setViewportMargins(0, 0, 0, self.legend.height() + 8)  # the legend sits below the nodes, not on them
-        area = self.viewport().geometry()
-        self.legend.move(area.left() + 4, area.bottom() + 4)
-        self._buttons.adjustSize()
-        self._buttons.move(area.right() - self._buttons.width() - 8, area.top() + 8)
-        self.legend.raise_()
-        self._buttons.raise_()
-
-    def _size_legend(self) -> None:
-        """One line per row when the view is wide enough; wrapped to the view's width when not."""
-        room = max(200, self.width() - 24)
-        self.legend.setWordWrap(False)
-        self.legend.setMinimumSize(0, 0)
-        self.legend.setMaximumSize(16_777_215, 16_777_215)
-        self.legend.adjustSize()
-        if self.legend.width() > room:
-            self.legend.setWordWrap(True)
-            self.legend.setFixedWidth(room)
-            self.legend.setFixedHeight(self.legend.heightForWidth(room))
+        place_overlay(self, self._buttons, self.legend)
 
     # -- input -----------------------------------------------------------------------------
 
@@ -343,6 +398,8 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         super().mousePressEvent(event)
 
     def mouseMoveEvent(self, event) -> None:
+        if not event.buttons():
+            self._hover(self._hovered_node(event.position().toPoint()))
         if self._press_pos is not None and (event.buttons() & Qt.MouseButton.LeftButton) and (
             (event.position().toPoint() - self._press_pos).manhattanLength() > QApplication.startDragDistance()
         ):

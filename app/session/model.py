@@ -17,8 +17,9 @@ from app.session.tree import SearchTree
 from engine import events as ev
 
 RESET = "reset"  # Change.event_type of a cleared model (no event)
-PLOTS_CHANGED_BY = {ev.MemorySnapshot.type: ("device",), ev.TransferStats.type: ("traffic", "cumulative", "copy")}
-ALL_PLOTS = ("traffic", "cumulative", "device", "copy")
+PLOTS_CHANGED_BY = {ev.MemorySnapshot.type: ("device",),
+                    ev.TransferStats.type: ("traffic", "cumulative", "copy", "stall")}
+ALL_PLOTS = ("traffic", "cumulative", "device", "copy", "stall")
 
 
 @dataclass(frozen=True)

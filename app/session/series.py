@@ -24,6 +24,8 @@ class ChartSeries:
     total_d2h: list[int] = field(default_factory=list)
     copy_seconds: list[float] = field(default_factory=list)
     modelled_seconds: list[float] = field(default_factory=list)
+    stall_share: list[float] = field(default_factory=list)  # of the step's KV time spent waiting for copies
+    step_seconds: list[float] = field(default_factory=list)  # the step's compute plus its stall
     budget_bytes: int | None = None
     verifier_budget_bytes: int = 0  # its share of the device KV budget (0: it keeps no KV there)
     emulated: bool = False
@@ -49,6 +51,13 @@ class ChartSeries:
             self.total_d2h.append(event.d2h_bytes)
             self.copy_seconds.append(event.copy_seconds)
             self.modelled_seconds.append(event.modelled_pcie_seconds)
+            self.stall_share.append(event.stall_share)
+            self.step_seconds.append(step_seconds(event.compute_seconds, event.stall_share))
         else:
             return False
         return True
+
+
+def step_seconds(compute: float, stall_share: float) -> float:
+    """The step's time in the KV layer: compute plus the stall (stall = share x (compute + stall))."""
+    return compute / (1.0 - stall_share) if stall_share < 1.0 else compute

@@ -143,6 +143,37 @@ class SearchTree:
             for n in (self.nodes[i] for i in self.path_to(node_id))
         ]
 
+    def dead_ids(self) -> set[int]:
+        """What "collapse pruned" hides: pruned candidates, and every node all of whose children are hidden
+        (a branch that led nowhere). A node still generating is never hidden."""
+        dead: set[int] = set()
+        for step in sorted(self.columns, reverse=True):
+            for node_id in self.columns[step]:
+                node = self.nodes[node_id]
+                if node.state == "pruned" or (node.state != "running" and node.children
+                                              and all(c in dead for c in node.children)):
+                    dead.add(node_id)
+        dead.discard(ROOT_ID)
+        return dead
+
+    def compact_rows(self, hidden: set[int]) -> dict[int, float]:
+        """Rows of the visible nodes laid out again without the hidden ones: each leaf on the next free row,
+        a parent centred on its children, order kept from the live layout."""
+        rows: dict[int, float] = {}
+        free = 0.0
+        stack: list[tuple[int, bool]] = [(ROOT_ID, False)]
+        while stack:  # post-order without recursion: children first, then their parent
+            node_id, children_done = stack.pop()
+            kids = sorted((c for c in self.nodes[node_id].children if c not in hidden), key=lambda c: self.nodes[c].y)
+            if not children_done and kids:
+                stack.append((node_id, True))
+                stack.extend((c, False) for c in reversed(kids))
+            elif kids:
+                rows[node_id] = (rows[kids[0]] + rows[kids[-1]]) / 2
+            else:
+                rows[node_id], free = free, free + 1
+        return rows
+
     @property
     def terminal(self) -> bool:
         return self.outcome is not None

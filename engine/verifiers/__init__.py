@@ -3,6 +3,7 @@
 One file per verifier: `simple` (log-prob, content hash), `self_judge`, and the PRM families
 `qwen_prm`, `skywork_prm`, `math_shepherd`, `rlhflow_prm`, all over `path_kv` (the verifier's own
 KV, reused step to step). `families` detects and loads a PRM folder; `synthetic_prm` builds tiny ones.
+`entropy_exit` is RKSC's layer-entropy exit for the verifiers that read labels through an LM head.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from engine.errors import NotAPRM
 from engine.loaded import Generator
 from engine.verifiers import math_shepherd, qwen_prm, rlhflow_prm, skywork_prm
 from engine.verifiers.base import PathKey, StepToScore, Verifier, VerifierCost, VerifierMemory, aggregate
+from engine.verifiers.entropy_exit import ExitRule, LayersUnavailable, with_exit
 from engine.verifiers.families import load_prm
 from engine.verifiers.fit import check_pair_fits
 from engine.verifiers.parts import PRMParts
@@ -21,12 +23,13 @@ from engine.verifiers.self_judge import self_judge
 from engine.verifiers.simple import ContentHashVerifier, LogProbVerifier
 
 __all__ = [
-    "PathKey", "StepToScore", "Verifier", "VerifierCost", "VerifierMemory", "aggregate", "make_verifier",
-    "prm_verifier",
+    "ExitRule", "PathKey", "StepToScore", "Verifier", "VerifierCost", "VerifierMemory", "aggregate",
+    "make_verifier", "prm_verifier",
 ]
 
 _WIRING = {"qwen-prm": qwen_prm.verifier, "skywork-prm": skywork_prm.verifier,
            "math-shepherd": math_shepherd.verifier, "rlhflow-prm": rlhflow_prm.verifier}
+LENS_FAMILIES = ("math-shepherd", "rlhflow-prm")  # read labels through the LM head: the entropy exit applies
 
 
 def prm_verifier(parts: PRMParts) -> PathVerifier:
@@ -34,22 +37,27 @@ def prm_verifier(parts: PRMParts) -> PathVerifier:
     return _WIRING[parts.family](parts)
 
 
-def make_verifier(name: str, loaded: Generator, verifier_model: str | None = None, device: str = "auto") -> Verifier:
+def make_verifier(name: str, loaded: Generator, verifier_model: str | None = None, device: str = "auto",
+                  exit_rule: ExitRule | None = None) -> Verifier:
     """`loaded` is the generator (self-judge reads it). A PRM goes on its device in its dtype, or with
-    `device="cpu"` on the CPU in float32, its KV then outside the device's KV budget."""
+    `device="cpu"` on the CPU in float32, its KV then outside the device's KV budget; `exit_rule` turns
+    on the layer-entropy exit (LayersUnavailable where the verifier cannot exit)."""
     if loaded.plan_only:
         return ContentHashVerifier()
     if name == "logprob":
+        if exit_rule is not None:
+            raise LayersUnavailable("the logprob verifier runs no model, so it has no layers to exit from.")
         return LogProbVerifier()
     if name == "self-judge":
-        return self_judge(loaded)
+        return with_exit(self_judge(loaded), loaded.model.get_output_embeddings(), exit_rule)
     if name == "prm":
         if not verifier_model:
             raise NotAPRM("the prm verifier needs a PRM: none was given.", hint="Pass --verifier-model PATH.")
         on_cpu = device == "cpu"
         where, dtype = (torch.device("cpu"), torch.float32) if on_cpu else (loaded.device, loaded.dtype)
         check_pair_fits(loaded.model, verifier_model, where, dtype)
-        verifier = prm_verifier(load_prm(verifier_model, where, dtype))
+        parts = load_prm(verifier_model, where, dtype)
+        verifier = with_exit(prm_verifier(parts), parts.head if parts.family in LENS_FAMILIES else None, exit_rule)
         verifier.on_device_budget = not on_cpu
         return verifier
     raise ValueError(f"unknown verifier {name!r}; use logprob, self-judge or prm.")

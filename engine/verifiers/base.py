@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from engine.verifiers.entropy_exit import ExitCost
 
 PathKey = tuple[str, ...]  # the question, then each step's text: names a path in a verifier's KV tree
 
@@ -32,6 +35,7 @@ class VerifierCost:
 
     tokens: int = 0
     tokens_full: int = 0
+    exit: ExitCost | None = None  # RKSC's layer-entropy exit, when the verifier has one
 
     def __post_init__(self) -> None:
         if self.tokens < 0 or self.tokens_full < 0:

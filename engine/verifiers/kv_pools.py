@@ -80,20 +80,27 @@ class VerifierKV:
 
     # -- segments -----------------------------------------------------------------------------
     def put(self, kv: torch.Tensor) -> int:
-        """Keep `kv` `[L, 2, H, T, D]` (on the device) as a new segment: on the device while there is room."""
+        """Keep `kv` `[l, 2, H, T, D]` (on the device) as a new segment: on the device while there is room.
+        With `l` under the model's layers the slots still hold every layer; `write` fills the rest later."""
         tokens = kv.shape[3]
         slots = self._slots(tokens)
         try:
             segment = Segment(Tier.DEVICE, self.pools[Tier.DEVICE].allocate(slots), tokens)
         except PoolExhausted:
             segment = Segment(Tier.HOST, self.pools[Tier.HOST].allocate(slots), tokens)
-        self._copy(self._view(segment), kv, "d2d" if segment.tier is Tier.DEVICE else "d2h")
         handle, self._next = self._next, self._next + 1
         self.segments[handle] = segment
         if segment.tier is Tier.DEVICE:
             self._on_device[handle] = None
+        self.write(handle, kv)
         self._note_peak()
         return handle
+
+    def write(self, handle: int, kv: torch.Tensor, first_layer: int = 0) -> None:
+        """Copy `kv` `[l, 2, H, T, D]` (on the device) into the segment's layers `first_layer`.. `first_layer + l`."""
+        segment = self.segments[handle]
+        dst = self._view(segment)[first_layer : first_layer + kv.shape[0]]
+        self._copy(dst, kv, "d2d" if segment.tier is Tier.DEVICE else "d2h")
 
     def load(self, handle: int, dst: torch.Tensor) -> None:
         """Copy the segment into `dst` `[L, 2, H, T, D]` on the device (host segments cross PCIe)."""
@@ -204,8 +211,8 @@ class VerifierKV:
         return self.pools[segment.tier].segment(segment.run)[:, :, :, : segment.tokens]
 
     def _copy(self, dst: torch.Tensor, src: torch.Tensor, direction: str) -> None:
-        dst.copy_(src)
-        self.traffic[direction] += src.shape[3] * self.token_bytes
+        dst.copy_(src)  # [l, 2, H, T, D]: a segment's layers (all of them but while an exited pass is pending)
+        self.traffic[direction] += src.numel() * src.element_size()
 
     def _note_peak(self) -> None:
         self.peak_slots = max(self.peak_slots, self.pools[Tier.DEVICE].allocator.used)

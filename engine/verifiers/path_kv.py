@@ -9,6 +9,8 @@ A path's KV is a chain of `KVNode`s, each naming only its own segment in the ver
 (`kv_pools`); siblings point to the same parent node, so the question and the accepted steps are
 computed once and shared, and `settle` frees the segments no kept path reaches. Scoring a candidate
 runs only its new step and the probe, in an arena that holds its parent's chain and the new tokens.
+With RKSC's layer-entropy exit (entropy_exit.py) a scoring pass may stop early: its segments then
+hold only the layers it ran (the slots are whole), and `settle` completes a kept one's other layers.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from engine.kv.attention import arena_cache
 from engine.kv.blocks import Tier
 from engine.models import kv_shape_from_config
 from engine.verifiers.base import PathKey, StepToScore, VerifierCost
+from engine.verifiers.entropy_exit import EntropyExit
 from engine.verifiers.kv_pools import VerifierKV, VerifierMemory
 
 Readout = Callable[[torch.Tensor], torch.Tensor]  # hidden [B, H] -> scores [B] in [0, 1]
@@ -45,6 +48,8 @@ class KVNode:
     parent: KVNode | None
     handle: int
     length: int
+    pending: torch.Tensor | None = None  # [1, T, H] entropy exit: the last run layer's output, later layers missing
+    layers_run: int = 0  # with `pending`: the layers whose KV the segment holds
 
     def chain(self) -> list[KVNode]:
         """The nodes from the root down to this one."""
@@ -69,6 +74,7 @@ class PathVerifier:
         self._tokens = self._tokens_full = 0
         self.kv = self._pools(None)
         self.on_device_budget = True  # False: its KV is outside the device's KV budget (a PRM on the CPU)
+        self.exit: EntropyExit | None = None  # RKSC's layer-entropy exit, attached by entropy_exit.with_exit
 
     # -- memory -------------------------------------------------------------------------------
     def _pools(self, budget_bytes: int | None, block_size: int = 16) -> VerifierKV:
@@ -139,7 +145,8 @@ class PathVerifier:
         return scores
 
     def settle(self, kept: Sequence[PathKey]) -> VerifierCost:
-        """Keep KV only for the kept paths and their ancestors (the rest is freed); report the tokens run."""
+        """Keep KV only for the kept paths and their ancestors (the rest is freed), complete the layers an
+        exited pass skipped for the kept ones (their copies count in the next step); report the tokens run."""
         self.nodes = {key: self.nodes[key] for key in kept if key in self.nodes}
         reached = {n.handle for node in self.nodes.values() for n in node.chain()}
         dropped = [handle for handle in self._stored if handle not in reached]
@@ -147,9 +154,29 @@ class PathVerifier:
         for handle in dropped:
             del self._stored[handle]
         self.kv.start_step()
-        cost = VerifierCost(self._tokens, self._tokens_full)
+        if self.exit is None:
+            cost = VerifierCost(self._tokens, self._tokens_full)
+        else:
+            self.nodes = {key: self._completed(node) for key, node in self.nodes.items()}
+            cost = VerifierCost(self._tokens, self._tokens_full, self.exit.settle())
         self._tokens = self._tokens_full = 0
         return cost
+
+    @torch.inference_mode()
+    def _completed(self, node: KVNode) -> KVNode:
+        """`node` with the KV of the layers its exited pass skipped, run from its pending hidden states."""
+        if node.pending is None:
+            return node
+        chain = node.parent.chain() if node.parent is not None else []
+        start, done = node.length - node.pending.shape[1], node.layers_run
+        arena, run = self.kv.arena(1, node.length, keep=[n.handle for n in [*chain, node]])  # [L, 2, 1, H, W, D]
+        try:
+            self._fill(arena, chain)
+            self.exit.complete(node.pending, arena_cache(self.body.config, arena, start), start, done)
+            self.kv.write(node.handle, arena[done:, :, 0, :, start : node.length], first_layer=done)
+        finally:
+            self.kv.release(run)
+        return self._keep(KVNode(node.parent, node.handle, node.length))
 
     def _batch(self, parent: KVNode | None, items: list[StepToScore]) -> int:
         """How many of `items` (siblings) run together: up to the batch size, fewer when the budget is tight."""
@@ -168,7 +195,7 @@ class PathVerifier:
         q = items[0].question
         bodies = [self.layout.body(q, i.previous_steps, i.step) for i in items]
         probe = self.layout.probe(q)
-        last, children = self._extend(parent, [b + probe for b in bodies], [len(b) for b in bodies])
+        last, children = self._extend(parent, [b + probe for b in bodies], [len(b) for b in bodies], scoring=True)
         values = self.readout(last).float().tolist()  # [B]
         for row, item, value, child in zip(rows, items, values, children, strict=True):
             scores[row] = value
@@ -178,6 +205,7 @@ class PathVerifier:
     def _node(self, key: PathKey) -> KVNode:
         """The cached node of `key`, computing missing ancestors one segment at a time."""
         if key in self.nodes:
+            self.nodes[key] = self._completed(self.nodes[key])  # a parent is read at every layer
             return self.nodes[key]
         if len(key) == 1:
             parent, ids = None, self.layout.prefix(key[0])
@@ -187,12 +215,13 @@ class PathVerifier:
         self.nodes[key] = node
         return node
 
-    def _extend(self, parent: KVNode | None, sequences: list[list[int]],
-                keep: list[int]) -> tuple[torch.Tensor, list[KVNode]]:
+    def _extend(self, parent: KVNode | None, sequences: list[list[int]], keep: list[int],
+                scoring: bool = False) -> tuple[torch.Tensor, list[KVNode]]:
         """Run `sequences` (right-padded) after `parent`; each row keeps its first `keep[r]` new tokens' KV.
 
         Returns the hidden state at each row's last real token ([B, H]) and the rows' new nodes.
         Padding sits after every real token, so causal attention keeps it out of the real rows.
+        A `scoring` pass goes through the entropy exit when there is one (ancestors never do).
         """
         if any(not s for s in sequences):
             raise ValueError("a verifier segment is empty; every step needs at least its separator token.")
@@ -206,10 +235,16 @@ class PathVerifier:
         try:
             self._fill(arena, chain)
             cache = arena_cache(self.body.config, arena, start)
-            out = self.body(input_ids=ids.to(self.device), past_key_values=cache, use_cache=True)
             lengths = torch.tensor([len(s) for s in sequences], device=self.device)
-            last = out.last_hidden_state[torch.arange(batch, device=self.device), lengths - 1]  # [B, H]
-            nodes = [self._store(parent, arena[:, :, row, :, start : start + keep[row]], start + keep[row])
+            ran, pending = arena.shape[0], None
+            if scoring and self.exit is not None:
+                passed = self.exit.run(ids.to(self.device), cache, start, lengths)
+                last, ran, pending = passed.last, passed.layers, passed.hidden
+            else:
+                out = self.body(input_ids=ids.to(self.device), past_key_values=cache, use_cache=True)
+                last = out.last_hidden_state[torch.arange(batch, device=self.device), lengths - 1]  # [B, H]
+            nodes = [self._store(parent, arena[:ran, :, row, :, start : start + keep[row]], start + keep[row],
+                                 None if pending is None else pending[row : row + 1, : keep[row]].clone())
                      for row in range(batch)]
         finally:
             self.kv.release(run)
@@ -225,7 +260,10 @@ class PathVerifier:
             offset += tokens
         self.kv.repeat_row(arena, offset)
 
-    def _store(self, parent: KVNode | None, kv: torch.Tensor, length: int) -> KVNode:
-        node = KVNode(parent, self.kv.put(kv), length)
+    def _store(self, parent: KVNode | None, kv: torch.Tensor, length: int, pending: torch.Tensor | None) -> KVNode:
+        """A new segment of `kv` `[l, 2, H, T, D]`: every layer, or the first `l` with `pending` (an exited pass)."""
+        return self._keep(KVNode(parent, self.kv.put(kv), length, pending, kv.shape[0] if pending is not None else 0))
+
+    def _keep(self, node: KVNode) -> KVNode:
         self._stored[node.handle] = node
         return node

@@ -1,0 +1,68 @@
+"""The window's menus, each action with a keyboard shortcut, and Help > Keyboard shortcuts: every menu action's
+keys read from the menus themselves (so the list cannot go stale), then the keys of the tree and the Models tab."""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QKeySequence
+from PySide6.QtWidgets import QMainWindow, QMenuBar, QMessageBox, QWidget
+
+ABOUT = ("<b>Beamwise</b><p>Answers a question by step-wise beam search over a local language model, "
+         "checks each step with a verifier, and offloads the KV cache to CPU memory, scheduling beams so "
+         "that KV crosses PCIe as rarely as possible.</p><p>The tree shows every candidate step, its score, "
+         "where its KV lives and the traffic it caused.</p>")
+
+WIDGET_KEYS = [("Ctrl+= / Ctrl+- / Ctrl+wheel", "Tree > zoom in / out"), ("arrows, Page Up/Down", "Tree > scroll"),
+               ("click a box", "Tree > its details; hover a box: its path from the prompt lights up"),
+               ("Enter in the question", "new line (Ctrl+Enter runs)"),
+               ("Enter in Models > Repository", "Models > Pull"), ("Delete in Models", "Models > Remove…")]
+
+
+def build_menus(window: QMainWindow) -> None:
+    """File, Search, View and Help of `window` (a MainWindow: its actions, docks and tree)."""
+    bar = window.menuBar()
+    file_menu = bar.addMenu("&File")
+    window.export_action = file_menu.addAction("&Export session…", window.export_current)
+    window.export_action.setShortcut(QKeySequence("Ctrl+E"))
+    file_menu.addSeparator()
+    file_menu.addAction("&Quit", window.close).setShortcut(QKeySequence("Ctrl+Q"))
+    search_menu = bar.addMenu("&Search")
+    search_menu.addAction(window.run_action)
+    search_menu.addAction(window.stop_action)
+    view_menu = bar.addMenu("&View")
+    for number, dock in enumerate(window.docks.values(), start=1):  # Ctrl+1 … shows or hides each panel
+        toggle = dock.toggleViewAction()
+        toggle.setShortcut(QKeySequence(f"Ctrl+{number}"))
+        view_menu.addAction(toggle)
+    view_menu.addSeparator()
+    tree = window.panels.tree
+    view_menu.addAction("Fit tree to view", tree.fit_to_view).setShortcut(QKeySequence("Ctrl+0"))
+    collapse = view_menu.addAction("Collapse pruned branches", tree.collapse_button.toggle)
+    collapse.setShortcut(QKeySequence("Ctrl+Shift+C"))
+    help_menu = bar.addMenu("&Help")
+    keys = help_menu.addAction("&Keyboard shortcuts", window.show_shortcuts)
+    keys.setShortcut(QKeySequence(QKeySequence.StandardKey.HelpContents))
+    about = help_menu.addAction("&About Beamwise", lambda: QMessageBox.about(window, "About Beamwise", ABOUT))
+    about.setShortcut(QKeySequence("Shift+F1"))
+
+
+def menu_shortcuts(menus: QMenuBar) -> list[tuple[str, str]]:
+    """(keys, "Menu > Action") for every action of every menu, then WIDGET_KEYS."""
+    rows = []
+    for menu_action in menus.actions():
+        for action in menu_action.menu().actions():
+            if not action.isSeparator():
+                keys = " or ".join(k.toString(QKeySequence.SequenceFormat.NativeText) for k in action.shortcuts())
+                rows.append((keys, f"{menu_action.text().replace('&', '')} > {action.text().replace('&', '')}"))
+    return rows + WIDGET_KEYS
+
+
+def shortcuts_box(parent: QWidget, rows: list[tuple[str, str]]) -> QMessageBox:
+    table = "".join(f"<tr><td><b>{html.escape(keys)}</b>&nbsp;&nbsp;</td><td>{html.escape(what)}</td></tr>"
+                    for keys, what in rows)
+    box = QMessageBox(QMessageBox.Icon.NoIcon, "Keyboard shortcuts", f"<table>{table}</table>",
+                      QMessageBox.StandardButton.Close, parent)
+    box.setTextFormat(Qt.TextFormat.RichText)
+    return box

@@ -1,0 +1,323 @@
+"""The Models page: the models on this machine (what `beamwise models list` and `info` show), pulling one from a
+hub with progress and cancel, and removing one Beamwise downloaded after asking."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt, QThread, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+import app.formatting as fmt
+from app import model_library as lib
+from app.model_pull import DEFAULT_ENDPOINT, PullCancelled, PullError, PullProgress, pull
+
+COLUMNS = ("name", "role", "architecture", "parameters", "dtype", "size on disk", "context length", "KV per token")
+HEADERS = ("Name", "Role", "Architecture", "Params", "Dtype", "Size", "Context", "KV/token")  # the rest: tooltips
+AnyIndex = QModelIndex | QPersistentModelIndex
+Confirm = Callable[[str, str], bool]
+
+
+class ModelsTableModel(QAbstractTableModel):
+    """One row per `ModelEntry`; the cells are `model_library.describe`'s values, as `models info` prints them."""
+
+    def __init__(self, parent: Any = None) -> None:
+        super().__init__(parent)
+        self.entries: list[lib.ModelEntry] = []
+        self.cells: list[dict[str, str]] = []
+
+    def set_entries(self, entries: list[lib.ModelEntry]) -> None:
+        self.beginResetModel()
+        self.entries = entries
+        self.cells = [dict(lib.describe(e)) for e in entries]
+        self.endResetModel()
+
+    def rowCount(self, parent: AnyIndex = QModelIndex()) -> int:  # noqa: B008 - Qt's signature
+        return 0 if parent.isValid() else len(self.entries)
+
+    def columnCount(self, parent: AnyIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        cells = self.cells[index.row()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            text = cells.get(COLUMNS[index.column()], "-")
+            if index.column() == 0 and self.entries[index.row()].downloaded:
+                text += "  (downloaded)"
+            return text.split(" (")[0].removesuffix(" tokens") if index.column() > 1 else text
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return "\n".join(f"{label}: {value}" for label, value in cells.items())
+        return None
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return HEADERS[section]
+        return None
+
+
+class PullWorker(QObject):
+    """Runs one `model_pull.pull` in a QThread; every outcome arrives as a signal on the GUI thread."""
+
+    progressed = Signal(int, int, str)  # bytes done, bytes in all, "40% 1.2 MB of 3 MB, 2 MB/s, 1 s left"
+    finished = Signal(str)  # the folder
+    failed = Signal(str)  # what to do
+    cancelled = Signal(str)
+
+    def __init__(self, repo: str, filename: str | None, endpoint: str) -> None:
+        super().__init__()
+        self.repo, self.filename, self.endpoint = repo, filename, endpoint
+        self.cancel = threading.Event()
+
+    def run(self) -> None:
+        try:
+            folder = pull(self.repo, filename=self.filename, endpoint=self.endpoint, report=self._report,
+                          cancel=self.cancel)
+        except PullCancelled as stopped:
+            self.cancelled.emit(str(stopped))
+        except PullError as error:
+            self.failed.emit(str(error))
+        except Exception as error:  # a bug must not kill the thread silently
+            self.failed.emit(f"the download stopped with an error ({type(error).__name__}: {error}).")
+        else:
+            self.finished.emit(str(folder))
+
+    def _report(self, progress: PullProgress) -> None:
+        self.progressed.emit(progress.done, progress.total, progress.line())
+
+
+def ask(parent: QWidget) -> Confirm:
+    return lambda title, text: QMessageBox.question(parent, title, text) == QMessageBox.StandardButton.Yes
+
+
+class ModelsPage(QWidget):
+    """The list with Use / Remove / Add folder, and the pull box. `use_requested(source, as_verifier)`."""
+
+    use_requested = Signal(str, bool)
+    pull_ended = Signal(str)  # "finished", "failed" or "cancelled"
+
+    def __init__(self, confirm: Confirm | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.confirm = confirm or ask(self)
+        self.table_model = ModelsTableModel(self)
+        self._thread: QThread | None = None
+        self._worker: PullWorker | None = None
+        layout = QVBoxLayout(self)
+        layout.addWidget(self._build_table(), 1)
+        layout.addLayout(self._build_buttons())
+        layout.addWidget(self._build_pull())
+        self.refresh()
+
+    def _build_table(self) -> QTableView:
+        self.table = QTableView()
+        self.table.setModel(self.table_model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.verticalHeader().hide()
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.selectionModel().selectionChanged.connect(self._update_buttons)
+        self.table.doubleClicked.connect(lambda index: self.use_selected())
+        remove = QAction("Remove…", self.table)
+        remove.setShortcut(QKeySequence(QKeySequence.StandardKey.Delete))
+        remove.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
+        remove.triggered.connect(self.remove_selected)
+        self.table.addAction(remove)
+        return self.table
+
+    def _build_buttons(self) -> QHBoxLayout:
+        self.use_button = QPushButton("Use as generator")
+        self.use_button.setToolTip("Put this model into Settings > Model (double-click a row does the same)")
+        self.use_button.clicked.connect(self.use_selected)
+        self.remove_button = QPushButton("Remove…")
+        self.remove_button.setToolTip("Delete a model Beamwise downloaded (asks first; never touches other files)")
+        self.remove_button.clicked.connect(self.remove_selected)
+        add = QPushButton("Add folder…")
+        add.setToolTip("List a model folder you keep elsewhere (Beamwise never deletes it)")
+        add.clicked.connect(self._add_folder)
+        refresh = QPushButton("Refresh")
+        refresh.clicked.connect(self.refresh)
+        row = QHBoxLayout()
+        for button in (self.use_button, self.remove_button, add, refresh):
+            row.addWidget(button)
+        row.addStretch(1)
+        self.folder_label = QLabel()
+        self.folder_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        row.addWidget(self.folder_label)
+        return row
+
+    def _build_pull(self) -> QGroupBox:
+        box = QGroupBox("Download from a hub (only when you press Pull)")
+        form = QFormLayout(box)
+        self.repo_edit = QLineEdit()
+        self.repo_edit.setPlaceholderText("owner/name, e.g. HuggingFaceTB/SmolLM2-360M-Instruct")
+        self.repo_edit.returnPressed.connect(self.start_pull)
+        self.file_edit = QLineEdit()
+        self.file_edit.setPlaceholderText("optional: one file, e.g. model.Q4_K_M.gguf of a GGUF repository")
+        self.endpoint_edit = QLineEdit(DEFAULT_ENDPOINT)
+        self.endpoint_edit.setToolTip("The hub's address: huggingface.co, a mirror, or a hub on your network")
+        self.pull_button = QPushButton("Pull")
+        self.pull_button.clicked.connect(self.start_pull)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop the download; pulling the same repository again resumes it")
+        self.cancel_button.clicked.connect(self.cancel_pull)
+        self.cancel_button.setEnabled(False)
+        self.progress = QProgressBar()
+        self.progress.setTextVisible(True)
+        self.progress.setFormat("")
+        self.pull_status = QLabel("")
+        self.pull_status.setWordWrap(True)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.progress, 1)
+        buttons.addWidget(self.pull_button)
+        buttons.addWidget(self.cancel_button)
+        form.addRow("Repository", self.repo_edit)
+        form.addRow("File", self.file_edit)
+        form.addRow("Hub", self.endpoint_edit)
+        form.addRow(buttons)
+        form.addRow(self.pull_status)
+        return box
+
+    # ------------------------------------------------------------ the list
+
+    def refresh(self) -> None:
+        self.table_model.set_entries(lib.list_models())
+        self.folder_label.setText(f"Models folder: {lib.models_dir()}")
+        self._update_buttons()
+
+    def selected(self) -> lib.ModelEntry | None:
+        rows = self.table.selectionModel().selectedRows()
+        return self.table_model.entries[rows[0].row()] if rows else None
+
+    def select_name(self, name: str) -> None:
+        for row, entry in enumerate(self.table_model.entries):
+            if entry.name == name:
+                self.table.selectRow(row)
+                return
+
+    def _update_buttons(self) -> None:
+        entry = self.selected()
+        self.remove_button.setEnabled(entry is not None and entry.downloaded)
+        self.use_button.setEnabled(entry is not None and entry.facts is not None)
+        is_prm = entry is not None and entry.role.startswith("PRM")
+        self.use_button.setText("Use as verifier" if is_prm else "Use as generator")
+
+    def use_selected(self) -> None:
+        entry = self.selected()
+        if entry is not None and entry.facts is not None:
+            self.use_requested.emit(entry.source, entry.role.startswith("PRM"))
+
+    def remove_selected(self) -> None:
+        entry = self.selected()
+        if entry is None or not entry.downloaded:
+            return
+        question = f"Delete {entry.source} ({fmt.size(entry.size_bytes)})?\n\nThe files are deleted from the disk."
+        if not self.confirm("Remove model", question):
+            return
+        try:
+            lib.remove(entry)
+        except (OSError, ValueError) as error:
+            self.pull_status.setText(f"Could not remove {entry.name}: {error}")
+        self.refresh()
+
+    def _add_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Choose a model folder (with config.json)")
+        if folder:
+            lib.add_folder(Path(folder))
+            self.refresh()
+
+    # ------------------------------------------------------------ pulling
+
+    def start_pull(self) -> bool:
+        """Start downloading the repository typed in; False (with the reason shown) when it cannot start."""
+        repo = self.repo_edit.text().strip()
+        if self._thread is not None:
+            return False
+        if repo.count("/") != 1 or not all(repo.split("/")):
+            self.pull_status.setText("Type the repository as owner/name, e.g. HuggingFaceTB/SmolLM2-360M-Instruct.")
+            return False
+        worker = PullWorker(repo, self.file_edit.text().strip() or None,
+                            self.endpoint_edit.text().strip() or DEFAULT_ENDPOINT)
+        thread = QThread(self)
+        worker.moveToThread(thread)
+        thread.started.connect(worker.run)
+        # Bound methods of this page, not lambdas: they then run on the GUI thread (queued), not the worker's.
+        worker.progressed.connect(self._on_progress)
+        worker.finished.connect(self._on_finished)
+        worker.failed.connect(self._on_failed)
+        worker.cancelled.connect(self._on_cancelled)
+        self._thread, self._worker = thread, worker
+        self.progress.setRange(0, 0)  # busy until the sizes are known
+        self.pull_status.setText(f"Asking {worker.endpoint} for {repo}…")
+        self._set_pulling(True)
+        thread.start()
+        return True
+
+    def cancel_pull(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel.set()
+            self.pull_status.setText("Cancelling…")
+
+    def _on_progress(self, done: int, total: int, line: str) -> None:
+        scale = max(1, total // 1_000_000_000 + 1)  # QProgressBar holds an int
+        self.progress.setRange(0, max(1, total // scale))
+        self.progress.setValue(done // scale)
+        self.progress.setFormat(line)
+
+    def _on_finished(self, folder: str) -> None:
+        self._end("finished", f"Downloaded to {folder}; select it above and press Use.")
+
+    def _on_failed(self, message: str) -> None:
+        self._end("failed", message[:1].upper() + message[1:])
+
+    def _on_cancelled(self, message: str) -> None:
+        self._end("cancelled", message[:1].upper() + message[1:])
+
+    def _end(self, outcome: str, message: str) -> None:
+        self.pull_status.setText(message)
+        if outcome != "finished":
+            self.progress.setRange(0, 1)
+            self.progress.setValue(0)
+            self.progress.setFormat(outcome)
+        if self._thread is not None:
+            self._thread.quit()
+            self._thread.wait()
+            self._thread.deleteLater()
+            self._worker.deleteLater()
+        self._thread, self._worker = None, None
+        self._set_pulling(False)
+        self.refresh()
+        self.pull_ended.emit(outcome)
+
+    def _set_pulling(self, pulling: bool) -> None:
+        self.pull_button.setEnabled(not pulling)
+        self.cancel_button.setEnabled(pulling)
+        for edit in (self.repo_edit, self.file_edit, self.endpoint_edit):
+            edit.setEnabled(not pulling)
+
+    def shutdown(self) -> None:
+        """On closing the window: stop a download (it resumes next time) and wait for its thread."""
+        if self._thread is not None:
+            self._worker.cancel.set()
+            self._thread.quit()
+            self._thread.wait(5000)

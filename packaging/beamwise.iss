@@ -1,0 +1,42 @@
+; Inno Setup script for Beamwise on Windows: installs the one-folder app that packaging/build.py made and adds
+; a Start-menu entry (and an optional desktop icon). build.py runs:
+;   iscc /DAppVersion=0.1.0 /DSourceDir=dist\Beamwise /Odist packaging\beamwise.iss
+; Per-user install: no administrator rights needed.
+
+#ifndef AppVersion
+  #define AppVersion "0.1.0"
+#endif
+#ifndef SourceDir
+  #define SourceDir "..\dist\Beamwise"
+#endif
+
+[Setup]
+AppId={{5B7E3C1A-6F0D-4C57-9A0B-BE4A1D2C9E31}
+AppName=Beamwise
+AppVersion={#AppVersion}
+AppPublisher=Beamwise
+DefaultDirName={autopf}\Beamwise
+DefaultGroupName=Beamwise
+PrivilegesRequired=lowest
+OutputBaseFilename=Beamwise-{#AppVersion}-setup
+SetupIconFile=beamwise.ico
+UninstallDisplayIcon={app}\beamwise-gui.exe
+Compression=lzma2
+SolidCompression=yes
+ArchitecturesInstallIn64BitMode=x64compatible
+WizardStyle=modern
+
+[Tasks]
+Name: "desktopicon"; Description: "{cm:CreateDesktopIcon}"; GroupDescription: "{cm:AdditionalIcons}"; Flags: unchecked
+
+[Files]
+Source: "{#SourceDir}\*"; DestDir: "{app}"; Flags: ignoreversion recursesubdirs createallsubdirs
+
+[Icons]
+Name: "{group}\Beamwise"; Filename: "{app}\beamwise-gui.exe"
+Name: "{group}\Beamwise command prompt"; Filename: "{cmd}"; Parameters: "/k ""{app}\beamwise.exe"" --help"; WorkingDir: "{userdocs}"
+Name: "{group}\Uninstall Beamwise"; Filename: "{uninstallexe}"
+Name: "{autodesktop}\Beamwise"; Filename: "{app}\beamwise-gui.exe"; Tasks: desktopicon
+
+[Run]
+Filename: "{app}\beamwise-gui.exe"; Description: "{cm:LaunchProgram,Beamwise}"; Flags: nowait postinstall skipifsilent

