@@ -35,6 +35,13 @@ def size(value: float | None) -> str:
     return "-" if value is None else format_bytes(value)
 
 
+def verifier_place(device: int, host: int, missing: str = "-") -> str:
+    """Where the verifier keeps a step's KV: '12.3 kB on GPU' or '... on CPU'; `missing` when it keeps none."""
+    if device:
+        return f"{size(device)} on GPU"
+    return f"{size(host)} on CPU" if host else missing
+
+
 def axis_size(value: float) -> str:
     """A chart tick: bytes in decimal units without a trailing '.0' (0 B, 500 kB, 1.5 MB)."""
     text = format_bytes(value)

@@ -12,6 +12,7 @@ from engine.config import (
     METHODS,
     POLICIES,
     SELECTIONS,
+    VERIFIER_DEVICES,
     VERIFIERS,
     CacheConfig,
     ModelSpec,
@@ -104,6 +105,8 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
                    help="logprob, self-judge, or prm (a process reward model, see --verifier-model)")
     g.add_argument("--verifier-model", default=None, metavar="PATH",
                    help="the PRM for --verifier prm: a folder, FAMILY:FOLDER or synthetic:tiny-qwen-prm and the like")
+    g.add_argument("--verifier-device", default=d.verifier_device, choices=VERIFIER_DEVICES,
+                   help="auto: the PRM on the generator's device; cpu: on the CPU in float32 (when both do not fit)")
     g.add_argument("--beams", type=int, default=d.beams, help="kept beams N")
     g.add_argument("--width", type=int, default=d.width, help="children per beam M")
     g.add_argument("--max-candidates", type=int, default=d.max_candidates,
@@ -135,6 +138,9 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
         help="lbs: order groups so consecutive ones share the most blocks, and keep a shared prefix on the device",
     )
     k.add_argument("--pcie-gbps", type=float, default=c.pcie_gbps, help="bandwidth of the emulated PCIe link")
+    k.add_argument("--verifier-kv-share", type=float, default=None, metavar="FRACTION",
+                   help="the verifier's part of the device KV budget, e.g. 0.25 (default: what one verification "
+                   "batch needs; the generator gets the rest)")
     k.add_argument("--device", default=c.device, choices=DEVICES, help="auto: CUDA when there is one")
 
 
@@ -222,12 +228,13 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig
         step_delimiter=args.step_delimiter,
         max_steps=args.max_steps, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
         aggregation=args.aggregation, verifier=args.verifier, verifier_model=args.verifier_model,
-        **_method_fields(args),
+        verifier_device=args.verifier_device, **_method_fields(args),
     )
     cache = CacheConfig(
         policy=args.policy, kv_budget_bytes=args.kv_budget, block_size=args.block_size,
         inter_beam=not args.no_inter_beam, balanced_prefetch=not args.no_prefetch, prefix_order=args.prefix_order,
         pcie_gbps=args.pcie_gbps, device=args.device, prefill_chunk=args.prefill_chunk,
+        verifier_kv_share=args.verifier_kv_share,
     )
     return model, search, cache
 

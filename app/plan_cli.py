@@ -38,6 +38,8 @@ def plan_dict(result) -> dict:
     return {
         "state": result.state, "sentence": result.sentence, "device": result.device, "emulated": result.emulated,
         "memory_bytes": result.memory_bytes, "weights_bytes": result.weights_bytes,
+        "generator_weights_bytes": result.generator.weights_bytes,
+        "verifier_weights_bytes": result.verifier_weights_bytes,
         "generator_kv_bytes": result.generator_kv_bytes, "verifier_kv_bytes": result.verifier_kv_bytes,
         "activation_bytes": result.activation_bytes, "kv_budget_bytes": result.kv_budget_bytes,
         "policy": result.policy, "candidates": result.candidates, "prompt_tokens": result.prompt_tokens,

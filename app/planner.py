@@ -15,11 +15,15 @@ import app.formatting as fmt
 from app.model_facts import ModelFacts, facts_of
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.kv.cache import CUDA_MARGIN, whole_search_bytes
+from engine.kv.split import split_budget
+from engine.verifiers.fit import WeightsDoNotFit, pair_does_not_fit
 
 TEMPLATE_TOKENS = 60  # the chat template and system prompt around a question
 CHARS_PER_TOKEN = 3.5  # no tokenizer is loaded for a plan: a question's length in tokens is estimated
 DEFAULT_PROMPT_TOKENS = 128
 TIGHT = 0.8  # above this share of memory a plan is amber: other programs need room too
+VERIFIER_BATCH = 8  # paths a verifier scores together (engine.verifiers.path_kv's default batch size)
+STEP_TAG_TOKENS = 4  # a PRM's own tokens around one step (a tag, a separator)
 PLAN_OPS_LIMIT = 30_000  # above this a plan-only run takes seconds; the analytic bound is used instead
 LBS_KEYS = {(True, True, True): "lbs:+prefix_order", (True, True, False): "lbs:+balanced_prefetch",
             (True, False, False): "lbs:+inter_beam", (False, False, False): "lbs:inter_token"}
@@ -47,10 +51,16 @@ class MemoryPlan:
     sentence: str
     traffic_source: str = "the engine's plan-only run"
     policy_chosen_by: str = "auto picks it"
+    verifier_on_cpu: bool = False  # --verifier-device cpu: the PRM's weights and KV are not on the device
+
+    @property
+    def verifier_weights_bytes(self) -> int:
+        return self.verifier.weights_bytes if self.verifier and not self.verifier_on_cpu else 0
 
     @property
     def weights_bytes(self) -> int:
-        return self.generator.weights_bytes + (self.verifier.weights_bytes if self.verifier else 0)
+        """On the device: the generator's weights and the PRM's (unless it runs on the CPU)."""
+        return self.generator.weights_bytes + self.verifier_weights_bytes
 
     @property
     def step_pcie_seconds(self) -> float:
@@ -58,8 +68,8 @@ class MemoryPlan:
 
     @property
     def needed_bytes(self) -> int:
-        """On the device: weights, activations, the verifier's KV and the KV the budget gives the generator."""
-        kv = min(self.generator_kv_bytes, self.kv_budget_bytes)
+        """On the device: weights, activations, the verifier's KV share and the KV the budget gives the generator."""
+        kv = min(self.generator_kv_bytes, self.kv_budget_bytes - self.verifier_kv_bytes)
         return self.weights_bytes + self.activation_bytes + self.verifier_kv_bytes + kv
 
     def lines(self) -> list[str]:
@@ -69,12 +79,20 @@ class MemoryPlan:
     def rows(self) -> list[tuple[str, str]]:
         memory = "unknown" if self.memory_bytes is None else fmt.size(self.memory_bytes)
         where = "host memory free" if self.emulated else "GPU memory"
-        verifier = "-" if self.verifier is None else fmt.size(self.verifier_kv_bytes)
+        verifier = "-" if self.verifier is None else f"{fmt.size(self.verifier_kv_bytes)} (its share of the KV budget)"
+        if self.verifier_on_cpu:
+            verifier = "on the CPU, outside the KV budget"
+        part = f", {fmt.size(self.kv_budget_bytes - self.verifier_kv_bytes)} of it" if self.verifier_kv_bytes else ""
+        weights = [("weights", fmt.size(self.weights_bytes))]
+        if self.verifier is not None:
+            on_cpu = " (on the CPU)" if self.verifier_on_cpu else ""
+            weights += [("  generator weights", fmt.size(self.generator.weights_bytes)),
+                        ("  verifier weights", f"{fmt.size(self.verifier.weights_bytes)}{on_cpu}")]
         return [
             ("device", self.device),
-            ("weights", fmt.size(self.weights_bytes)),
+            *weights,
             ("generator KV", f"{fmt.size(self.generator_kv_bytes)} (whole search; KV budget "
-                             f"{fmt.size(self.kv_budget_bytes)})"),
+                             f"{fmt.size(self.kv_budget_bytes)}{part})"),
             ("verifier KV", verifier),
             ("activations", f"about {fmt.size(self.activation_bytes)}"),
             (where, memory),
@@ -99,19 +117,21 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
     info = device or DeviceInfo.probe(cache.device)
     prompt = prompt_tokens_of(question)
     whole = whole_search_bytes(prompt, search, gen.kv_token_bytes, cache.block_size)
-    verifier_kv = 0 if prm is None else _verifier_kv(prompt, search, prm)
+    on_cpu = search.verifier_device == "cpu"
+    batch = 0 if prm is None or on_cpu else _verifier_batch(prompt, search, prm)
     activations = _activations(gen, prompt, search.candidates_per_step)
-    fixed = gen.weights_bytes + (prm.weights_bytes if prm else 0) + activations + verifier_kv
-    budget = cache.kv_budget_bytes or _automatic_budget(info, whole, fixed)
-    policy = cache.policy if cache.policy != "auto" else ("in_device" if whole <= budget else "lbs")
+    fixed = gen.weights_bytes + (prm.weights_bytes if prm and not on_cpu else 0) + activations
+    budget = cache.kv_budget_bytes or _automatic_budget(info, whole + batch, fixed)
+    verifier_kv = split_budget(budget, cache.verifier_kv_share, batch).verifier_bytes
+    policy = cache.policy if cache.policy != "auto" else ("in_device" if whole <= budget - verifier_kv else "lbs")
     draft = MemoryPlan(gen, prm, info.label, info.emulated, info.memory_bytes, budget, policy,
                        search.candidates_per_step, prompt, whole, verifier_kv, activations, 0,
                        cache.pcie_gbps, "green", "", policy_chosen_by="auto picks it" if cache.policy == "auto"
-                       else "as set")
+                       else "as set", verifier_on_cpu=on_cpu)
     refused = _does_not_fit(draft)
     if refused is None and policy != "in_device":  # only a plan that can run is worth scheduling
         if _plan_ops(draft, search, gen) <= PLAN_OPS_LIMIT:
-            moved, failure = _planned_traffic(model, search, cache, prompt, budget, policy)
+            moved, failure = _planned_traffic(model, search, cache, prompt, budget - verifier_kv, policy)
             draft = dataclasses.replace(draft, step_pcie_bytes=moved)
         else:  # the plan-only run would take many seconds: the paper's Eq. 4-5 bound the traffic at once
             failure = None
@@ -149,9 +169,11 @@ def _automatic_budget(info: DeviceInfo, whole: int, fixed: int) -> int:
     return max(info.memory_bytes - fixed - CUDA_MARGIN, 1)
 
 
-def _verifier_kv(prompt: int, search: SearchConfig, prm: ModelFacts) -> int:
-    """The PRM's KV tree: the question once plus every candidate's step, kept for the search's length."""
-    return (prompt + search.candidates_per_step * search.max_steps * search.step_tokens) * prm.kv_token_bytes
+def _verifier_batch(prompt: int, search: SearchConfig, prm: ModelFacts) -> int:
+    """One verification batch at the last step (the engine's default share): up to 8 paths at full length,
+    each step counted with a few tokens of the PRM's own around it (its tokenizer is not loaded here)."""
+    rows = min(VERIFIER_BATCH, search.candidates_per_step)
+    return rows * (prompt + search.max_steps * (search.step_tokens + STEP_TAG_TOKENS)) * prm.kv_token_bytes
 
 
 def _activations(gen: ModelFacts, prompt: int, candidates: int) -> int:
@@ -194,13 +216,18 @@ def _planned_traffic(model: ModelSpec, search: SearchConfig, cache: CacheConfig,
 def _does_not_fit(p: MemoryPlan) -> str | None:
     """Why the plan cannot run at all (red), or None."""
     memory = p.memory_bytes
-    if memory is not None and not p.emulated and p.weights_bytes + p.activation_bytes > memory:
-        return (f"The weights alone ({fmt.size(p.weights_bytes)}) need more than the GPU's "
-                       f"{fmt.size(memory)}: pick a smaller model or a narrower dtype, or run on the CPU.")
+    on_gpu = memory is not None and not p.emulated
+    if on_gpu and p.generator.weights_bytes + p.activation_bytes > memory:
+        return (f"The weights alone ({fmt.size(p.generator.weights_bytes)}) need more than the GPU's "
+                f"{fmt.size(memory)}: pick a smaller model or a narrower dtype, or run on the CPU.")
+    pair = pair_does_not_fit(p.generator.weights_bytes, p.verifier_weights_bytes, memory, "the GPU") \
+        if on_gpu and p.verifier_weights_bytes else None
+    if pair:
+        return f"{pair[0].upper()}{pair[1:]} {WeightsDoNotFit.hint}"
     host_need = p.weights_bytes + p.generator_kv_bytes + p.verifier_kv_bytes + p.activation_bytes
     if memory is not None and p.emulated and host_need > memory:
         return (f"This search needs about {fmt.size(host_need)}, more than the {fmt.size(memory)} of "
-                       "memory free: lower the beams, the width or the steps.")
+                "memory free: lower the beams, the width or the steps.")
     return None
 
 

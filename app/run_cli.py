@@ -19,7 +19,8 @@ from app.question import read_question
 from engine import events as ev
 
 USER_ERRORS = {"InvalidPrompt", "KVBudgetTooSmall", "ModelLoadError", "NotAPRM", "PRMHeadMissing", "SearchTooLarge",
-               "RemoteError", "ServerUnreachable", "ServedModelNotFound", "LogprobsUnavailable", "ServerError"}
+               "WeightsDoNotFit", "RemoteError", "ServerUnreachable", "ServedModelNotFound", "LogprobsUnavailable",
+               "ServerError"}
 
 
 class Printer:
@@ -40,6 +41,8 @@ class Printer:
             if event.emulated and (hint := emulated_hint()):
                 print(f"beamwise: note: running on the emulated GPU: {hint}", file=sys.stderr)
             p(f"verifier {event.verifier}; method {event.search.get('method', 'beam')}")
+            if event.verifier_kv_budget_bytes:
+                p(f"verifier KV budget {event.verifier_kv_budget_bytes:,} B (its share of the device KV budget)")
         elif event.type == "prefill_done":
             p(f"prompt: {event.prompt_tokens} tokens, prefill {event.seconds:.2f} s")
         elif event.type == "step_started":
@@ -56,6 +59,9 @@ class Printer:
                 return  # the server holds the KV: no traffic to show
             where = " (emulated GPU)" if event.emulated else ""
             p(f"  KV traffic{where}: {traffic} in {event.groups} group(s)")
+        elif event.type == "memory_snapshot" and event.verifier_budget_bytes:
+            p(f"  verifier KV: {event.verifier_device_bytes:,} B on the device, {event.verifier_host_bytes:,} B on "
+              f"the host; H2D {event.verifier_h2d_bytes:,} B, D2H {event.verifier_d2h_bytes:,} B")
         elif event.type == "step_selected":
             p(f"  kept {list(event.kept)}; pruned {list(event.pruned)}")
             if event.verify_skipped:

@@ -2,6 +2,12 @@
 
     python -m benchmarks.bench_verifier                       # 4 x 4 search, 32-token steps, 8 steps
     python -m benchmarks.bench_verifier --verifiers synthetic:tiny-qwen-prm self-judge --steps 4
+    python -m benchmarks.bench_verifier --kv-budget 4MB --shares off auto 0.02 0.1   # the memory split
+
+With --kv-budget, each verifier runs once per share of that budget (`off`: the PRM off the budget,
+as --verifier-device cpu; `auto`: one verification batch, FlashTTS's rule) and the table gives the
+verifier's budget, tokens, peak and resting KV bytes, its PCIe bytes, the generator's H2D bytes,
+and the largest difference of a score from the first setting's (batches of another size change float32 sums).
 
 Runs a real search (the generator is synthetic:tiny-llama unless --model says otherwise) and sums
 each step's `step_selected` event: `verifier_tokens` (what the verifier ran) and
@@ -14,7 +20,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from engine.config import CacheConfig, ModelSpec, SearchConfig
+from engine.config import CacheConfig, ModelSpec, SearchConfig, parse_bytes
+from engine.errors import format_bytes
 from engine.models import load_model
 from engine.search import run
 
@@ -37,6 +44,63 @@ def step_counts(loaded, verifier: str, args: argparse.Namespace) -> list[tuple[i
     return rows
 
 
+def split_run(loaded, verifier: str, share: str, args: argparse.Namespace) -> dict:
+    """One search with the verifier's KV under `share` of `args.kv_budget`: its figures, summed over the steps."""
+    name, model = ("self-judge", None) if verifier == "self-judge" else ("prm", verifier)
+    if share == "off" and name == "self-judge":
+        return {"failed": "self-judge reads the generator itself; it cannot leave the budget"}
+    search = SearchConfig(beams=args.beams, width=args.width, step_tokens=args.step_tokens, step_delimiter=None,
+                          max_steps=args.steps, seed=args.seed, verifier=name, verifier_model=model,
+                          verifier_device="cpu" if share == "off" else "auto")
+    cache = CacheConfig(kv_budget_bytes=args.kv_budget,
+                        verifier_kv_share=None if share in ("off", "auto") else float(share))
+    row = {"share": share, "tokens": 0, "peak": 0, "device": 0, "host": 0, "v_h2d": 0, "v_d2h": 0, "g_h2d": 0,
+           "scores": []}
+    for event in run(QUESTION, loaded, search, cache):
+        if event.type == "run_failed":
+            return {**row, "failed": event.message}
+        if event.type == "run_started":
+            row.update(generator=event.kv_budget_bytes, verifier=event.verifier_kv_budget_bytes, policy=event.policy)
+        elif event.type == "memory_snapshot":
+            row["peak"] = max(row["peak"], event.verifier_peak_device_bytes)
+            row["device"] = max(row["device"], event.verifier_device_bytes)
+            row["host"] = max(row["host"], event.verifier_host_bytes)
+            row["v_h2d"] += event.verifier_h2d_bytes
+            row["v_d2h"] += event.verifier_d2h_bytes
+        elif event.type == "transfer_stats":
+            row["g_h2d"] = event.h2d_bytes
+        elif event.type == "step_selected":
+            row["tokens"] += event.verifier_tokens
+        elif event.type == "candidate_scored":
+            row["scores"].append(event.score)
+    return row
+
+
+def print_split(loaded, args: argparse.Namespace) -> None:
+    size = format_bytes
+    print(f"KV budget {size(args.kv_budget)}; verifier bytes: peak and most at rest (device, host), PCIe summed")
+    print(f"{'verifier':<30} {'share':>5} {'gen budget':>10} {'ver budget':>10} {'policy':>9} {'tokens':>7} "
+          f"{'peak':>9} {'device':>9} {'host':>9} {'ver H2D':>9} {'ver D2H':>9} {'gen H2D':>9} {'max |diff|':>10}")
+    for verifier in args.verifiers:
+        first = None
+        for share in args.shares:
+            r = split_run(loaded, verifier, share, args)
+            if "failed" in r:
+                print(f"{verifier:<30} {share:>5} failed: {r['failed']}")
+                continue
+            first = first or r["scores"]
+            same = _largest_difference(r["scores"], first)
+            print(f"{verifier:<30} {share:>5} {size(r['generator']):>10} {size(r['verifier']):>10} {r['policy']:>9} "
+                  f"{r['tokens']:>7,} {size(r['peak']):>9} {size(r['device']):>9} {size(r['host']):>9} "
+                  f"{size(r['v_h2d']):>9} {size(r['v_d2h']):>9} {size(r['g_h2d']):>9} {same:>10}")
+
+
+def _largest_difference(scores: list[float], reference: list[float]) -> str:
+    if len(scores) != len(reference):
+        return "other tree"
+    return f"{max(abs(a - b) for a, b in zip(scores, reference, strict=True)):.1e}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="synthetic:tiny-llama")
@@ -46,8 +110,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--step-tokens", type=int, default=32)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kv-budget", type=parse_bytes, default=None, help="compare shares of this budget")
+    parser.add_argument("--shares", nargs="+", default=["off", "auto", "0.02", "0.1"],
+                        help="off (PRM off the budget), auto (one verification batch) or fractions")
     args = parser.parse_args(argv)
     loaded = load_model(ModelSpec(args.model))
+    if args.kv_budget:
+        print(f"generator {loaded.name}; {args.beams} x {args.width} search, steps of {args.step_tokens} tokens")
+        print_split(loaded, args)
+        return 0
     print(f"generator {loaded.name}; {args.beams} x {args.width} search, steps of {args.step_tokens} tokens")
     print(f"{'verifier':<32} {'step':>4} {'ran':>8} {'full':>8} {'fewer':>7}")
     for verifier in args.verifiers:

@@ -10,6 +10,7 @@ from typing import Any
 AGGREGATIONS = ("last", "min", "prod", "mean")
 POLICIES = ("auto", "in_device", "layerwise", "lbs", "headwise")
 VERIFIERS = ("logprob", "self-judge", "prm")
+VERIFIER_DEVICES = ("auto", "cpu")  # auto: the generator's device
 DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 MAX_CANDIDATES_PER_STEP = 1024  # beams x width; more is refused at once (raise it with max_candidates)
@@ -54,6 +55,7 @@ class SearchConfig:
     aggregation: str = "last"
     verifier: str = "logprob"
     verifier_model: str | None = None  # the PRM (folder or synthetic:NAME) when verifier is "prm"
+    verifier_device: str = "auto"  # "cpu": the PRM on the CPU in float32, its KV outside the device budget
     max_candidates: int = MAX_CANDIDATES_PER_STEP
     method: str = "beam"  # how candidates expand and survive: engine/methods
     lookahead: int = 0  # beam only: K greedy steps after each sampled step, scored at their end
@@ -94,6 +96,11 @@ class SearchConfig:
         _require(
             self.verifier != "prm" or bool((self.verifier_model or "").strip()),
             "the prm verifier needs a PRM: choose its folder (--verifier-model PATH).",
+        )
+        _require(self.verifier_device in VERIFIER_DEVICES, "the verifier's device must be auto or cpu.")
+        _require(
+            self.verifier_device == "auto" or self.verifier == "prm",
+            "--verifier-device cpu moves a PRM; self-judge and logprob read the generator itself.",
         )
         self._check_method()
 
@@ -141,6 +148,7 @@ class CacheConfig:
     pcie_gbps: float = 25.0
     device: str = "auto"
     prefill_chunk: int | None = None  # prompt tokens per prefill call; None: sized to the budget
+    verifier_kv_share: float | None = None  # the verifier's part of the device KV budget; None: FlashTTS's rule
 
     def __post_init__(self) -> None:
         _require(
@@ -161,6 +169,11 @@ class CacheConfig:
             self.policy != "lbs" or self.inter_token,
             "lbs needs inter_token on (it is what makes a group decode a whole step on the device).",
         )
+        share = self.verifier_kv_share
+        if share is not None:
+            _finite(share, "the verifier's KV share")
+            _require(0 < share < 1, f"the verifier's KV share must be a fraction between 0 and 1, such as 0.25 "
+                                    f"(got {share}); leave it unset for one verification batch's worth.")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

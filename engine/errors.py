@@ -34,9 +34,10 @@ class InvalidPrompt(BeamwiseError):
 class KVBudgetTooSmall(BeamwiseError):
     """The KV budget cannot hold even one candidate for one step."""
 
-    def __init__(self, budget_bytes: int, needed_bytes: int, what: str = "one candidate") -> None:
+    def __init__(self, budget_bytes: int, needed_bytes: int, what: str = "one candidate",
+                 budget_name: str = "KV budget") -> None:
         super().__init__(
-            f"KV budget {format_bytes(budget_bytes)} is too small for {what}; "
+            f"{budget_name} {format_bytes(budget_bytes)} is too small for {what}; "
             f"the smallest budget that works is {format_bytes(needed_bytes)}.",
             hint="Raise the KV budget, shorten the step or the question, or use a smaller model.",
         )

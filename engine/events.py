@@ -20,9 +20,10 @@ class RunStarted:
     device: str  # "cuda:0 (NVIDIA ...)" or "cpu (emulated GPU)"
     emulated: bool
     policy: str  # the resolved policy, never "auto"
-    kv_budget_bytes: int
+    kv_budget_bytes: int  # the generator's part of the device KV budget
     search: dict[str, Any]
     cache: dict[str, Any]
+    verifier_kv_budget_bytes: int = 0  # the verifier's part (--verifier-kv-share); 0 when it keeps no KV
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,8 @@ class CandidateMemory:
     host_bytes: int
     h2d_bytes: int  # this candidate's share of the step's traffic (shared blocks split evenly)
     d2h_bytes: int
+    verifier_device_bytes: int = 0  # the verifier's KV of this candidate's own step, on the device
+    verifier_host_bytes: int = 0  # ... or on the host (the question and earlier steps are its ancestors')
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,12 @@ class MemorySnapshot:
     host_bytes: int
     peak_device_bytes: int  # high-water mark during the step
     candidates: tuple[CandidateMemory, ...]
+    verifier_budget_bytes: int = 0  # the verifier's share of the device KV budget (0: it keeps no KV)
+    verifier_device_bytes: int = 0  # the verifier's KV at rest on the device at the end of its scoring
+    verifier_host_bytes: int = 0
+    verifier_peak_device_bytes: int = 0  # its KV at rest and its batch's arena, high-water mark of the step
+    verifier_h2d_bytes: int = 0  # the verifier's traffic this step
+    verifier_d2h_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,16 @@ def build(name: str, loaded, rule: ExitRule | None):
     return with_exit(prm_verifier(parts), parts.head, rule)
 
 
+def segment_kv(verifier, key) -> torch.Tensor:
+    """The KV `[L, 2, H, T, D]` of `key`'s own segment, read back from the verifier's pools."""
+    node = verifier.nodes[key]
+    L, two, H, _, D = verifier.kv.slot_shape
+    tokens = node.length - (node.parent.length if node.parent is not None else 0)
+    out = torch.empty(L, two, H, tokens, D, dtype=next(verifier.body.parameters()).dtype)
+    verifier.kv.load(node.handle, out)
+    return out
+
+
 def first_step(verifier):
     items = [StepToScore(QUESTION, (), c, ()) for c in CHILDREN]
     return items, verifier.score(items)
@@ -83,14 +93,12 @@ def test_kept_candidates_get_the_skipped_layers_kv_of_the_full_pass(tiny_qwen2, 
     plain, exiting = build(name, tiny_qwen2, None), build(name, tiny_qwen2, ALWAYS)
     first_step(plain), first_step(exiting)
     kept = [(QUESTION, CHILDREN[0]), (QUESTION, CHILDREN[2])]
+    assert all(exiting.nodes[key].layers_run == 2 for key in kept)  # the exited pass held 2 layers' KV
     plain.settle(kept)
     exiting.settle(kept)
     for key in kept:
-        full, completed = plain.nodes[key], exiting.nodes[key]
-        assert completed.pending is None and len(completed.layers) == len(full.layers)
-        for (k, v), (k_full, v_full) in zip(completed.layers, full.layers, strict=True):
-            torch.testing.assert_close(k, k_full, atol=1e-5, rtol=1e-4)
-            torch.testing.assert_close(v, v_full, atol=1e-5, rtol=1e-4)
+        assert exiting.nodes[key].pending is None
+        torch.testing.assert_close(segment_kv(exiting, key), segment_kv(plain, key), atol=1e-5, rtol=1e-4)
     exiting.exit = plain.exit = None  # the next step through every layer reads the completed KV
     assert second_step(exiting)[1] == pytest.approx(second_step(plain)[1], abs=1e-4)
 
@@ -109,6 +117,24 @@ def test_pruned_candidates_save_their_skipped_layers_and_kept_ones_pay_them_back
     assert cost.exit.layer_tokens_full == ran * layers
     assert cost.exit.layer_tokens == ran * 2 + bodies[1] * (layers - 2)  # the kept body's later layers only
     assert verifier.nodes[items[1].key].pending is None
+
+
+@pytest.mark.parametrize("name", ["self-judge", *LENS_PRMS])
+def test_the_exit_within_a_tight_verifier_share_gives_the_scores_of_the_exit_without_one(tiny_qwen2, name):
+    free, tight = build(name, tiny_qwen2, ALWAYS), build(name, tiny_qwen2, ALWAYS)
+    path_tokens = len(tight.path_ids(StepToScore(QUESTION, (CHILDREN[2],), CHILDREN[1], ())))
+    tight.use_budget(tight.kv.arena_slots(3, path_tokens) * tight.kv.block_bytes, block_size=4)
+    kept = [(QUESTION, CHILDREN[0]), (QUESTION, CHILDREN[2])]
+    assert first_step(tight)[1] == pytest.approx(first_step(free)[1], abs=1e-6)
+    assert tight.settle(kept).exit == free.settle(kept).exit  # the same exits, the same completions
+    for key in kept:
+        torch.testing.assert_close(segment_kv(tight, key), segment_kv(free, key), atol=1e-6, rtol=1e-5)
+    items, scores = second_step(tight)
+    assert scores == pytest.approx(second_step(free)[1], abs=1e-6)
+    assert tight.memory().host_bytes > 0  # the share is tight: segments moved to the host
+    assert tight.memory().peak_device_bytes <= tight.kv.budget_bytes
+    assert tight.settle([items[1].key]).exit == free.settle([items[1].key]).exit
+    torch.testing.assert_close(segment_kv(tight, items[1].key), segment_kv(free, items[1].key), atol=1e-6, rtol=1e-5)
 
 
 def test_the_audit_runs_every_layer_and_compares_the_early_choice(tiny_qwen2):

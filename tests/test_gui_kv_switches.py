@@ -24,3 +24,22 @@ def test_kv_switches_and_bandwidth_round_trip(qtbot, tmp_path, monkeypatch):
     _, _, built = controls.configs()
     assert built.prefix_order and not built.balanced_prefetch
     assert all(box.toolTip() for box in controls.switches.values())
+
+
+def test_the_verifier_share_and_a_prm_on_the_cpu_round_trip(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path))
+    controls = SearchControls()
+    qtbot.addWidget(controls)
+    search = SearchConfig(verifier="prm", verifier_model="synthetic:tiny-qwen-prm", verifier_device="cpu")
+    controls.set_configs(ModelSpec(), search, CacheConfig(verifier_kv_share=0.25))
+    _, built_search, built = controls.configs()
+    assert built.verifier_kv_share == 0.25 and built_search.verifier_device == "cpu"
+    with qtbot.waitSignal(controls.changed):
+        controls.verifier_share.set_value(0)
+    _, _, built = controls.configs()
+    assert built.verifier_kv_share is None  # auto: one verification batch (FlashTTS)
+    assert controls.verifier_share.spin.specialValueText() == "auto"
+    assert "verification batch" in controls.verifier_share.toolTip() and controls.verifier_on_cpu.toolTip()
+    controls.set_configs(ModelSpec(), SearchConfig(verifier="logprob"), CacheConfig())
+    assert not controls.verifier_on_cpu.isEnabled()  # only a PRM can move to the CPU
+    assert controls.configs()[1].verifier_device == "auto"

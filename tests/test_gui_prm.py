@@ -96,3 +96,58 @@ def test_a_search_with_a_prm_runs_in_the_window(qtbot, make_window, tiny):
     last: Any = run_to_end(qtbot, window, timeout=20000)
     assert last.type == "run_finished"
     assert window.status.verifier.text() == "verifier: RLHFlow PRM (synthetic:tiny-rlhflow-prm)"
+
+
+def test_the_charts_draw_the_verifiers_kv_apart_from_the_generators(qtbot, make_window, tiny):
+    window = make_window(loader=lambda spec, device, progress: tiny, run=default_run)
+    search = SearchConfig(beams=2, width=2, step_tokens=4, max_steps=2, step_delimiter=None,
+                          verifier="prm", verifier_model="synthetic:tiny-qwen-prm")
+    cache = CacheConfig(kv_budget_bytes=4_000_000, verifier_kv_share=0.03)
+    window.controls.set_configs(ModelSpec(source="synthetic:tiny-llama"), search, cache)
+    window.question.setPlainText("What is 2+3?")
+    assert run_to_end(qtbot, window, timeout=20000).type == "run_finished"
+    charts = window.panels.charts
+    charts.flush()
+    series = window.session.series
+    assert series.verifier_budget_bytes == 120_000
+    assert charts.point_count("verifier_device") == charts.point_count("verifier_host") == 2
+    _, held = charts.curves["verifier_host"].getData()
+    assert list(held) == series.verifier_host_bytes and sum(held) > 0  # the tight share put some on the host
+    assert "verifier device KV 120.0 kB" in charts.title("device") and "verifier host KV" in charts.title("device")
+    tree = window.session.tree
+    last = [tree.node(i) for i in tree.nodes if i and tree.node(i).step == 2]
+    assert last and all(n.verifier_device_bytes + n.verifier_host_bytes > 0 for n in last)
+    window.panels.details.show_node(last[0].id)
+    assert window.panels.details.value("verifier_kv").endswith(("on GPU", "on CPU"))
+    assert "verifier KV of this step: " in window.panels.tree.tooltip_for(last[0].id)
+
+
+def test_a_run_whose_verifier_keeps_no_kv_draws_no_verifier_curve(qtbot, make_window, tiny):
+    window = make_window(loader=lambda spec, device, progress: tiny, run=default_run)
+    search = SearchConfig(beams=2, width=2, step_tokens=4, max_steps=2, step_delimiter=None)
+    window.controls.set_configs(ModelSpec(source="synthetic:tiny-llama"), search, CacheConfig())
+    window.question.setPlainText("What is 2+3?")
+    assert run_to_end(qtbot, window, timeout=20000).type == "run_finished"
+    window.panels.charts.flush()
+    charts = window.panels.charts
+    assert charts.point_count("verifier_device") == 0 and "verifier" not in charts.title("device")
+
+
+def test_a_prm_that_does_not_fit_beside_the_generator_gets_a_dialog_saying_what_to_do(qtbot, make_window, tiny,
+                                                                                        warnings, monkeypatch):
+    import engine.verifiers as verifiers
+    from engine.verifiers.fit import WeightsDoNotFit, pair_does_not_fit
+
+    def too_big(generator, source, device, dtype):
+        raise WeightsDoNotFit(pair_does_not_fit(14 * 10**9, 15 * 10**9, 24 * 10**9, "cuda:0 (test)"))
+
+    monkeypatch.setattr(verifiers, "check_pair_fits", too_big)
+    window = make_window(loader=lambda spec, device, progress: tiny, run=default_run)
+    search = SearchConfig(beams=2, width=2, step_tokens=4, max_steps=1, step_delimiter=None,
+                          verifier="prm", verifier_model="synthetic:tiny-qwen-prm")
+    window.controls.set_configs(ModelSpec(source="synthetic:tiny-llama"), search, CacheConfig())
+    window.question.setPlainText("What is 2+3?")
+    assert run_to_end(qtbot, window, timeout=20000).type == "run_failed"
+    title, text = warnings[-1]
+    assert title == "The PRM does not fit beside the generator"
+    assert "do not both fit" in text and "run the PRM on the CPU" in text

@@ -37,7 +37,8 @@ KEYS = {  # (label, colour, dashed) per curve, shown in the title
     "traffic": [("H2D", pal.H2D, False), ("D2H", pal.D2H, False)],
     "cumulative": [("H2D", pal.H2D, False), ("D2H", pal.D2H, False)],
     "device": [("device", pal.GPU, False), ("peak", pal.GPU, True), ("host", pal.CPU, False),
-               ("budget", pal.BUDGET, True)],
+               ("budget", pal.BUDGET, True), ("verifier device KV", pal.VERIFIER, False),
+               ("verifier host KV", pal.VERIFIER, True)],
     "copy": [("step", pal.STEP_TIME, False), ("copy", pal.MEASURED, False), ("PCIe model", pal.MODELLED, True)],
     "stall": [("waiting for copies", pal.D2H, False)],
 }
@@ -162,6 +163,8 @@ class ChartsPanel(SessionView, QWidget):
             "device": _line(p["device"], pal.GPU, "device KV"),
             "peak": _line(p["device"], pal.GPU, "peak in step", dashed=True),
             "host": _line(p["device"], pal.CPU, "host KV"),
+            "verifier_device": _line(p["device"], pal.VERIFIER, "verifier device KV"),
+            "verifier_host": _line(p["device"], pal.VERIFIER, "verifier host KV", dashed=True),
             "step": _line(p["copy"], pal.STEP_TIME, "step"),
             "copy": _line(p["copy"], pal.MEASURED, "measured copy"),
             "modelled": _line(p["copy"], pal.MODELLED, "modelled PCIe", dashed=True),
@@ -169,15 +172,13 @@ class ChartsPanel(SessionView, QWidget):
 
     def _set_title(self, name: str) -> None:
         """Title, the emulated mark, then the curves' key in their colours (no legend box over data)."""
-        series = self.session.series
-        mark = " · emulated GPU" if series.emulated else ""
-        mark = " · remote: KV is managed by the server" if series.remote else mark
-        budget = self.session.series.budget_bytes
-        key = "&nbsp;&nbsp;".join(
-            f'<span style="color:{colour}">{"┅" if dashed else "━"}&nbsp;{html.escape(label)}'
-            f'{f"&nbsp;{fmt.size(budget)}" if label == "budget" and budget is not None else ""}</span>'
-            for label, colour, dashed in KEYS[name]
-        )
+        s = self.session.series
+        mark = " · emulated GPU" if s.emulated else ""
+        mark = " · remote: KV is managed by the server" if s.remote else mark
+        sizes = {"budget": s.budget_bytes, "verifier device KV": s.verifier_budget_bytes or None}  # the share
+        entries = [k for k in KEYS[name] if s.verifier_budget_bytes or not k[0].startswith("verifier")]
+        key = "&nbsp;&nbsp;".join(_key_entry(label, colour, dashed, sizes.get(label))
+                                  for label, colour, dashed in entries)
         title = f"{html.escape(TITLES[name] + mark)}<br>{key}"
         if self.plots[name].titleLabel.text != title:  # setting a title lays the canvas out again
             self.plots[name].setTitle(title, color=pal.SELECTION, size="9pt")
@@ -206,9 +207,13 @@ class ChartsPanel(SessionView, QWidget):
             c["device"].setData(s.memory_steps, s.device_bytes)
             c["peak"].setData(s.memory_steps, s.peak_device_bytes)
             c["host"].setData(s.memory_steps, s.host_bytes)
+            steps = s.memory_steps if s.verifier_budget_bytes else []  # a verifier that keeps no KV draws no curve
+            c["verifier_device"].setData(steps, s.verifier_device_bytes[: len(steps)])
+            c["verifier_host"].setData(steps, s.verifier_host_bytes[: len(steps)])
             self._redraw_budget()
             budget = [] if s.budget_bytes is None else [s.budget_bytes]
-            shown = [*s.device_bytes, *s.peak_device_bytes, *s.host_bytes, *budget]
+            shown = [*s.device_bytes, *s.peak_device_bytes, *s.host_bytes, *budget, *s.verifier_device_bytes,
+                     *s.verifier_host_bytes]
             fit_ranges(self.plots[name], s.memory_steps, shown)
 
     def _redraw_budget(self) -> None:
@@ -224,6 +229,12 @@ class ChartsPanel(SessionView, QWidget):
             return len(item.opts["height"])
         x, _ = item.getData()
         return 0 if x is None else len(x)
+
+
+def _key_entry(label: str, colour: str, dashed: bool, size: int | None) -> str:
+    """One curve's key in the title: its stroke and label in its colour, and a size where it has one."""
+    sized = f"&nbsp;{fmt.size(size)}" if size is not None else ""
+    return f'<span style="color:{colour}">{"┅" if dashed else "━"}&nbsp;{html.escape(label)}{sized}</span>'
 
 
 def _line(plot: pg.PlotItem, colour: str, name: str, dashed: bool = False) -> pg.PlotDataItem:

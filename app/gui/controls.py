@@ -186,14 +186,18 @@ class SearchControls(QWidget):
             step_tokens=int(self.step_tokens.value()), step_delimiter=parse_delimiter(self.delimiter.text()),
             max_steps=int(self.max_steps.value()), temperature=self.temperature.value(), top_p=self.top_p.value(),
             seed=self.seed.value(), aggregation=self.aggregation.currentData(), verifier=verifier,
-            verifier_model=verifier_model, **self._method_fields(),
+            verifier_model=verifier_model, verifier_device=self._verifier_device(verifier), **self._method_fields(),
         )
-        budget_mb = int(self.kv_budget.value())
+        budget_mb, share = int(self.kv_budget.value()), int(self.verifier_share.value())
         switches = {name: box.isChecked() for name, box in self.switches.items()}
         cache = dataclasses.replace(self._cache, policy=self.policy.currentData(),
                                     kv_budget_bytes=budget_mb * MB if budget_mb else None,
-                                    pcie_gbps=float(self.pcie_gbps.value()), **switches)
+                                    pcie_gbps=float(self.pcie_gbps.value()),
+                                    verifier_kv_share=share / 100 if share else None, **switches)
         return model, search, cache
+
+    def _verifier_device(self, verifier: str) -> str:
+        return "cpu" if verifier == "prm" and self.verifier_on_cpu.isChecked() else "auto"
 
     def _method_fields(self) -> dict:
         """Method, lookahead, selection and verify-skip (calibrated thresholds when there are any)."""
@@ -219,6 +223,8 @@ class SearchControls(QWidget):
         self.delimiter.setText(format_delimiter(search.step_delimiter))
         self.kv_budget.set_value(round(cache.kv_budget_bytes / MB) if cache.kv_budget_bytes else 0)
         self.pcie_gbps.set_value(cache.pcie_gbps)
+        self.verifier_share.set_value(round(cache.verifier_kv_share * 100) if cache.verifier_kv_share else 0)
+        self.verifier_on_cpu.setChecked(search.verifier_device == "cpu")
         for name, box in self.switches.items():
             box.setChecked(getattr(cache, name))
         self.verifier.set_choice(search.verifier, search.verifier_model)
@@ -361,6 +367,16 @@ class SearchControls(QWidget):
                                       tooltip="PCIe bandwidth the emulated GPU models (no effect on CUDA, "
                                       "where copies are real and timed).")
         form.addRow("PCIe (emulated)", self.pcie_gbps)
+        self.verifier_share = self._slider(0, 90, step=1, suffix=" %", special="auto",
+                                           tooltip="The verifier's part of the device KV budget (the generator "
+                                           "gets the rest). auto: what one verification batch needs, since "
+                                           "verifying is compute-bound and decoding gains from every byte "
+                                           "(FlashTTS). Only a PRM or self-judge keeps KV.")
+        form.addRow("Verifier KV share", self.verifier_share)
+        self.verifier_on_cpu = self._switch("run the PRM on the CPU", "Load the PRM on the CPU in float32 and keep "
+                                            "its KV in CPU memory: for when its weights do not fit on the GPU "
+                                            "beside the generator's. Slower, but the generator keeps the GPU.")
+        form.addRow("", self.verifier_on_cpu)
         return box
 
     def _switch(self, label: str, tooltip: str) -> QCheckBox:
@@ -395,6 +411,7 @@ class SearchControls(QWidget):
         n, m = int(self.beams.value()), int(self.width.value())
         self.candidates_label.setText(f"{n * m} candidates per step (N {n} × M {m})")
         self.lookahead.setEnabled(self.method.currentData() == "beam")
+        self.verifier_on_cpu.setEnabled(self.verifier.choice()[0] == "prm")
         self._show_thresholds()
         try:
             self.configs()

@@ -27,10 +27,11 @@ from app.gui import palette as pal
 from app.gui.panel import SessionView
 from app.session import ROOT_ID, Change, SearchTree, SessionModel
 
-FIELDS = ("state", "score", "aggregate", "tokens", "group", "kv_device", "kv_host", "h2d", "d2h")
+FIELDS = ("state", "score", "aggregate", "tokens", "group", "kv_device", "kv_host", "verifier_kv", "h2d", "d2h")
 FIELD_LABELS = {
     "state": "State", "score": "Score (this step)", "aggregate": "Path score", "tokens": "Tokens",
-    "group": "Group", "kv_device": "KV on GPU", "kv_host": "KV on CPU", "h2d": "H2D (its step)",
+    "group": "Group", "kv_device": "KV on GPU", "kv_host": "KV on CPU", "verifier_kv": "Verifier KV (its step)",
+    "h2d": "H2D (its step)",
     "d2h": "D2H (its step)",
 }
 PATH_COLUMNS = ("Step", "Id", "Score", "Path score", "First line")
@@ -111,6 +112,7 @@ class NodeDetails(SessionView, QWidget):
             "group": "–" if node.group is None else f"{node.group}" + (" (prefetched)" if node.prefetched else ""),
             "kv_device": _kv(node.device_bytes, node.device_share),
             "kv_host": _kv(node.host_bytes, None if node.device_share is None else 1 - node.device_share),
+            "verifier_kv": fmt.verifier_place(node.verifier_device_bytes, node.verifier_host_bytes, "–"),
             "h2d": format_bytes(node.h2d_bytes),
             "d2h": format_bytes(node.d2h_bytes),
         }
@@ -169,3 +171,4 @@ class NodeDetails(SessionView, QWidget):
 
 def _kv(nbytes: int, share: float | None) -> str:
     return "not reported" if share is None else f"{format_bytes(nbytes)} ({share:.0%})"
+

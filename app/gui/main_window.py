@@ -50,6 +50,8 @@ BUNDLED_NAMES = ("SmolLM2-135M-Instruct",)
 
 RUN_OVER = object()  # queued after a run's events: the search request is over
 
+FAILURE_TITLES = {"WeightsDoNotFit": "The PRM does not fit beside the generator"}  # by RunFailed.error
+
 
 @dataclass
 class Panels:
@@ -285,7 +287,7 @@ class MainWindow(QMainWindow):
         if event.type in ev.TERMINAL_TYPES:
             self.last_terminal = event
             if isinstance(event, ev.RunFailed) and self.running:
-                self.report_error("The search could not run", event.message)
+                self.report_error(FAILURE_TITLES.get(event.error, "The search could not run"), event.message)
 
     def _take(self, item: Any) -> None:
         if item is RUN_OVER:

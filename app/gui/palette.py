@@ -50,6 +50,7 @@ D2H = "#c0504d"
 BUDGET = "#c0504d"
 MODELLED = "#7a5bb5"
 MEASURED = "#2f8a57"
+VERIFIER = "#1f9e89"  # the verifier's KV in the charts (solid: device, dashed: host)
 STEP_TIME = "#7a8794"  # reads on the light and the dark background alike
 LEGEND_STYLE = "background: rgba(255,255,255,235); border: 1px solid #d5d9de; color: #1f2933;"
 

@@ -46,10 +46,11 @@ def _tooltip(node: Node) -> str:
         return f"<b>Prompt</b><br>{html.escape(node.text[:400])}"
     score = fmt.score(node.score, "not scored yet")
     share = "no KV reported" if node.device_share is None else f"{node.device_share:.0%} of KV on the GPU"
+    verifier = fmt.verifier_place(node.verifier_device_bytes, node.verifier_host_bytes, "")
     return (
         f"<b>#{node.id}</b> · step {node.step} · {node.state} · score {score}<br>"
         f"{html.escape(node.first_line[:200])}<br>{share}; H2D {format_bytes(node.h2d_bytes)}, "
-        f"D2H {format_bytes(node.d2h_bytes)}"
+        f"D2H {format_bytes(node.d2h_bytes)}" + (f"<br>verifier KV of this step: {verifier}" if verifier else "")
     )
 
 

@@ -15,6 +15,8 @@ class ChartSeries:
     device_bytes: list[int] = field(default_factory=list)
     peak_device_bytes: list[int] = field(default_factory=list)
     host_bytes: list[int] = field(default_factory=list)
+    verifier_device_bytes: list[int] = field(default_factory=list)  # the verifier's KV, apart from the generator's
+    verifier_host_bytes: list[int] = field(default_factory=list)
     transfer_steps: list[int] = field(default_factory=list)
     step_h2d: list[int] = field(default_factory=list)
     step_d2h: list[int] = field(default_factory=list)
@@ -25,6 +27,7 @@ class ChartSeries:
     stall_share: list[float] = field(default_factory=list)  # of the step's KV time spent waiting for copies
     step_seconds: list[float] = field(default_factory=list)  # the step's compute plus its stall
     budget_bytes: int | None = None
+    verifier_budget_bytes: int = 0  # its share of the device KV budget (0: it keeps no KV there)
     emulated: bool = False
     remote: bool = False  # a generator server's run: it holds the KV, the figures here are zeros
 
@@ -36,6 +39,9 @@ class ChartSeries:
             self.device_bytes.append(event.device_bytes)
             self.peak_device_bytes.append(event.peak_device_bytes)
             self.host_bytes.append(event.host_bytes)
+            self.verifier_budget_bytes = event.verifier_budget_bytes
+            self.verifier_device_bytes.append(event.verifier_device_bytes)
+            self.verifier_host_bytes.append(event.verifier_host_bytes)
         elif isinstance(event, ev.TransferStats):
             self.emulated = event.emulated
             self.transfer_steps.append(event.step)

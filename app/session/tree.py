@@ -51,6 +51,8 @@ class Node:
     h2d_bytes: int = 0
     d2h_bytes: int = 0
     own_kv: tuple[int, int] | None = None  # (device, host) KV bytes at the end of its own step; None: never reported
+    verifier_device_bytes: int = 0  # the verifier's KV of this step (its own segment), apart from the generator's
+    verifier_host_bytes: int = 0
     y: float = 0.0
     children: list[int] = field(default_factory=list)
     lane: str = ""  # "subtree 2" (DVTS) or "sample 5" (best-of-N); empty for beam and greedy
@@ -264,6 +266,7 @@ class SearchTree:
             if node is None:
                 continue
             node.device_bytes, node.host_bytes = mem.device_bytes, mem.host_bytes
+            node.verifier_device_bytes, node.verifier_host_bytes = mem.verifier_device_bytes, mem.verifier_host_bytes
             if node.step == e.step:  # traffic is per step: keep the share of the node's own step
                 node.h2d_bytes, node.d2h_bytes = mem.h2d_bytes, mem.d2h_bytes
                 node.own_kv = (mem.device_bytes, mem.host_bytes)

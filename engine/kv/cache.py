@@ -17,8 +17,10 @@ from engine.kv.in_device import InDevicePolicy
 from engine.kv.layerwise import LayerwisePolicy
 from engine.kv.lbs import SLACK_BLOCKS, LbsPolicy, Switches
 from engine.kv.policy import Decode, GroupDone, Live, Policy, PolicyContext, StepTiming, Work
+from engine.kv.split import split_budget
 from engine.kv.store import KVStore
 from engine.loaded import Generator
+from engine.verifiers.base import VerifierMemory
 
 PROMPT_ID = 0
 CUDA_MARGIN = 1 << 30  # leave this much device memory free for activations when the budget is automatic
@@ -61,7 +63,10 @@ class KVCache:
         prefill: Prefill,
         free_bytes: BudgetProbe | None = None,
         margin: int = CUDA_MARGIN,
+        verifier_batch_bytes: int = 0,
     ) -> None:
+        """`verifier_batch_bytes`: device KV one verification batch needs (0: the verifier keeps no KV); the
+        budget is split between the generator (`budget`) and the verifier (`verifier_budget`)."""
         self.cfg, self.search, self._prefill, self.margin = cache, search, prefill, margin
         shape, self.device = loaded.kv_shape, loaded.device
         self.blocks = BlockManager(cache.block_size)
@@ -69,7 +74,9 @@ class KVCache:
         whole = whole_search_bytes(prompt_tokens, search, token_bytes, cache.block_size)
         self.emulated = self.device.type != "cuda"
         self._probe = free_bytes  # None: read CUDA (a bound method here would make a reference cycle)
-        self.budget = cache.kv_budget_bytes or self._automatic_budget(whole)
+        total = cache.kv_budget_bytes or self._automatic_budget(whole + verifier_batch_bytes)
+        split = split_budget(total, cache.verifier_kv_share, verifier_batch_bytes)
+        self.budget, self.verifier_budget = split.generator_bytes, split.verifier_bytes
         one = one_candidate_bytes(prompt_tokens, search, token_bytes, cache.block_size)
         self.policy_name = cache.policy if cache.policy != "auto" else auto_policy(whole, one, self.budget)
         self.store = KVStore(
@@ -191,7 +198,11 @@ class KVCache:
         self.store.sync()
 
     # -- reporting ------------------------------------------------------------------------------
-    def step_events(self, step: int) -> Iterator[ev.Event]:
+    def step_events(self, step: int, verifier: VerifierMemory | None = None,
+                    verifier_placement: Callable[[int], tuple[int, int]] = lambda cid: (0, 0)) -> Iterator[ev.Event]:
+        """The step's retries, memory snapshot (the generator's KV and, apart, the verifier's: in all and per
+        candidate, `verifier_placement(cid)` its step's device and host bytes) and traffic."""
+        v = verifier or VerifierMemory()
         for candidates, reason in self.timing.retries:
             yield ev.GroupRetried(step, candidates, reason)
         counters = self.store.counters
@@ -202,10 +213,12 @@ class KVCache:
             traffic = traffic_of.get(cid, {})
             group = self.timing.group_of.get(cid)
             placement = self.policy.placement(live)
-            memory.append(ev.CandidateMemory(cid, group, *placement, traffic.get("h2d", 0), traffic.get("d2h", 0)))
+            memory.append(ev.CandidateMemory(cid, group, *placement, traffic.get("h2d", 0), traffic.get("d2h", 0),
+                                             *verifier_placement(cid)))
         device_bytes, host_bytes = self.policy.tier_bytes()
         yield ev.MemorySnapshot(
-            step, self.emulated, self.budget, device_bytes, host_bytes, self.timing.peak_device_bytes, tuple(memory)
+            step, self.emulated, self.budget, device_bytes, host_bytes, self.timing.peak_device_bytes, tuple(memory),
+            v.budget_bytes, v.device_bytes, v.host_bytes, v.peak_device_bytes, v.h2d_bytes, v.d2h_bytes,
         )
         pcie = (counters.step["h2d"] + counters.step["d2h"]) / self.store.bandwidth
         compute = self.timing.compute_seconds

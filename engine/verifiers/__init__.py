@@ -8,19 +8,23 @@ KV, reused step to step). `families` detects and loads a PRM folder; `synthetic_
 
 from __future__ import annotations
 
+import torch
+
 from engine.errors import NotAPRM
 from engine.loaded import Generator
 from engine.verifiers import math_shepherd, qwen_prm, rlhflow_prm, skywork_prm
-from engine.verifiers.base import PathKey, StepToScore, Verifier, VerifierCost, aggregate
+from engine.verifiers.base import PathKey, StepToScore, Verifier, VerifierCost, VerifierMemory, aggregate
 from engine.verifiers.entropy_exit import ExitRule, LayersUnavailable, with_exit
 from engine.verifiers.families import load_prm
+from engine.verifiers.fit import check_pair_fits
 from engine.verifiers.parts import PRMParts
 from engine.verifiers.path_kv import PathVerifier
 from engine.verifiers.self_judge import self_judge
 from engine.verifiers.simple import ContentHashVerifier, LogProbVerifier
 
 __all__ = [
-    "ExitRule", "PathKey", "StepToScore", "Verifier", "VerifierCost", "aggregate", "make_verifier", "prm_verifier",
+    "ExitRule", "PathKey", "StepToScore", "Verifier", "VerifierCost", "VerifierMemory", "aggregate",
+    "make_verifier", "prm_verifier",
 ]
 
 _WIRING = {"qwen-prm": qwen_prm.verifier, "skywork-prm": skywork_prm.verifier,
@@ -33,10 +37,11 @@ def prm_verifier(parts: PRMParts) -> PathVerifier:
     return _WIRING[parts.family](parts)
 
 
-def make_verifier(name: str, loaded: Generator, verifier_model: str | None = None,
+def make_verifier(name: str, loaded: Generator, verifier_model: str | None = None, device: str = "auto",
                   exit_rule: ExitRule | None = None) -> Verifier:
-    """`loaded` is the generator (self-judge reads it; a PRM goes on its device in its dtype);
-    `exit_rule` turns on the layer-entropy exit (LayersUnavailable where the verifier cannot exit)."""
+    """`loaded` is the generator (self-judge reads it). A PRM goes on its device in its dtype, or with
+    `device="cpu"` on the CPU in float32, its KV then outside the device's KV budget; `exit_rule` turns
+    on the layer-entropy exit (LayersUnavailable where the verifier cannot exit)."""
     if loaded.plan_only:
         return ContentHashVerifier()
     if name == "logprob":
@@ -48,6 +53,11 @@ def make_verifier(name: str, loaded: Generator, verifier_model: str | None = Non
     if name == "prm":
         if not verifier_model:
             raise NotAPRM("the prm verifier needs a PRM: none was given.", hint="Pass --verifier-model PATH.")
-        parts = load_prm(verifier_model, loaded.device, loaded.dtype)
-        return with_exit(prm_verifier(parts), parts.head if parts.family in LENS_FAMILIES else None, exit_rule)
+        on_cpu = device == "cpu"
+        where, dtype = (torch.device("cpu"), torch.float32) if on_cpu else (loaded.device, loaded.dtype)
+        check_pair_fits(loaded.model, verifier_model, where, dtype)
+        parts = load_prm(verifier_model, where, dtype)
+        verifier = with_exit(prm_verifier(parts), parts.head if parts.family in LENS_FAMILIES else None, exit_rule)
+        verifier.on_device_budget = not on_cpu
+        return verifier
     raise ValueError(f"unknown verifier {name!r}; use logprob, self-judge or prm.")

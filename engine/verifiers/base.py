@@ -42,6 +42,19 @@ class VerifierCost:
             raise ValueError(f"token counts must be 0 or more (got {self.tokens}, {self.tokens_full}).")
 
 
+@dataclass(frozen=True)
+class VerifierMemory:
+    """The verifier's KV at one moment, and its traffic since the last step was settled (bytes)."""
+
+    budget_bytes: int = 0  # its device share; 0 when it keeps no KV or has no budget
+    device_bytes: int = 0  # segments at rest in the device pool (whole slots)
+    host_bytes: int = 0
+    peak_device_bytes: int = 0  # segments and arenas together, high-water mark of the step
+    h2d_bytes: int = 0
+    d2h_bytes: int = 0
+    d2d_bytes: int = 0
+
+
 class Verifier(Protocol):
     name: str
 
@@ -52,6 +65,43 @@ class Verifier(Protocol):
     def settle(self, kept: Sequence[PathKey]) -> VerifierCost:
         """The step is decided: keep state only for the `kept` paths; the tokens run since the last call."""
         ...
+
+    def batch_bytes(self, question: str, rows: int, step_tokens: int, steps: int) -> int:
+        """Device KV bytes one verification batch of `rows` paths needs at the last step (0: keeps no KV)."""
+        ...
+
+    def use_budget(self, device_bytes: int, block_size: int = 16) -> None:
+        """Hold the verifier's KV within `device_bytes` on the device (its share of the KV budget)."""
+        ...
+
+    def memory(self) -> VerifierMemory: ...
+
+    def placement(self, key: PathKey) -> tuple[int, int]:
+        """(device bytes, host bytes) of the verifier's KV of the path's own last step; (0, 0) when it has none."""
+        ...
+
+    def close(self) -> None:
+        """The run is over: give the verifier's KV memory back."""
+        ...
+
+
+class KeepsNoKV:
+    """The memory side of a verifier that runs no model: it needs, holds and moves no KV."""
+
+    def batch_bytes(self, question: str, rows: int, step_tokens: int, steps: int) -> int:
+        return 0
+
+    def use_budget(self, device_bytes: int, block_size: int = 16) -> None:
+        return None
+
+    def memory(self) -> VerifierMemory:
+        return VerifierMemory()
+
+    def placement(self, key: PathKey) -> tuple[int, int]:
+        return (0, 0)
+
+    def close(self) -> None:
+        return None
 
 
 def aggregate(scores: Sequence[float], how: str) -> float:

@@ -23,15 +23,20 @@ def load_prm(source: str, device: torch.device, dtype: torch.dtype) -> PRMParts:
     """`synthetic:NAME`, a PRM folder, or `FAMILY:FOLDER` to name the family of a folder detection misses."""
     if source.startswith("synthetic:"):
         return synthetic_prm(source.removeprefix("synthetic:"), device, dtype)
-    family, _, rest = source.partition(":")
-    forced = family if rest and family in FAMILY_LABELS else None
-    folder = _checked_folder(rest if forced else source)
-    family = forced or detect_family(folder)
+    folder, family = locate_prm(source)
     with load_errors(folder, f"the {FAMILY_LABELS[family]} tokenizer"):
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     body, head = _load_body_and_head(family, folder, dtype)
     return PRMParts(family, str(folder), body.to(device).eval().requires_grad_(False),
                     head.to(device=device, dtype=dtype).eval().requires_grad_(False), tokenizer, device)
+
+
+def locate_prm(source: str) -> tuple[Path, str]:
+    """The folder and family key of a PRM folder source (`FOLDER` or `FAMILY:FOLDER`)."""
+    family, _, rest = source.partition(":")
+    forced = family if rest and family in FAMILY_LABELS else None
+    folder = _checked_folder(rest if forced else source)
+    return folder, forced or detect_family(folder)
 
 
 def detect_family(folder: Path) -> str:

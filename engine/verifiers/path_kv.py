@@ -5,11 +5,12 @@ that never change once written: a `prefix` (the question in the model's format),
 (the step and its separator) and a `probe` (text asked after the latest step, dropped afterwards).
 The score is read from the model's last hidden state at the last token of `body + probe`.
 
-A path's KV is a chain of `KVNode`s, each holding only its own segment; siblings point to the same
-parent node, so the question and the accepted steps are computed once and shared (Python's
-refcounts free a segment when no kept path uses it). Scoring a candidate runs only its new step
-and the probe on top of its parent's chain. With RKSC's layer-entropy exit (entropy_exit.py) a
-scoring pass may stop early; a kept candidate's skipped layers are completed in `settle`.
+A path's KV is a chain of `KVNode`s, each naming only its own segment in the verifier's pools
+(`kv_pools`); siblings point to the same parent node, so the question and the accepted steps are
+computed once and shared, and `settle` frees the segments no kept path reaches. Scoring a candidate
+runs only its new step and the probe, in an arena that holds its parent's chain and the new tokens.
+With RKSC's layer-entropy exit (entropy_exit.py) a scoring pass may stop early: its segments then
+hold only the layers it ran (the slots are whole), and `settle` completes a kept one's other layers.
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
-from transformers import DynamicCache
 
+from engine.kv.attention import arena_cache
+from engine.kv.blocks import Tier
+from engine.models import kv_shape_from_config
 from engine.verifiers.base import PathKey, StepToScore, VerifierCost
 from engine.verifiers.entropy_exit import EntropyExit
+from engine.verifiers.kv_pools import VerifierKV, VerifierMemory
 
 Readout = Callable[[torch.Tensor], torch.Tensor]  # hidden [B, H] -> scores [B] in [0, 1]
 
@@ -39,12 +43,13 @@ class Layout(Protocol):
 
 @dataclass(frozen=True)
 class KVNode:
-    """One segment of a path's KV: its own keys and values per layer, and the path's length through it."""
+    """One segment of a path's KV (a handle in the verifier's pools) and the path's length through it."""
 
     parent: KVNode | None
-    layers: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per layer (keys, values): [1, H_kv, T, D]
+    handle: int
     length: int
     pending: torch.Tensor | None = None  # [1, T, H] entropy exit: the last run layer's output, later layers missing
+    layers_run: int = 0  # with `pending`: the layers whose KV the segment holds
 
     def chain(self) -> list[KVNode]:
         """The nodes from the root down to this one."""
@@ -65,9 +70,58 @@ class PathVerifier:
         self.name, self.body, self.layout, self.readout = name, body, layout, readout
         self.device, self.pad_id, self.batch_size = device, pad_id, batch_size
         self.nodes: dict[PathKey, KVNode] = {}
+        self._stored: dict[int, KVNode] = {}  # every node whose segment is in the pools, by handle
         self._tokens = self._tokens_full = 0
+        self.kv = self._pools(None)
+        self.on_device_budget = True  # False: its KV is outside the device's KV budget (a PRM on the CPU)
         self.exit: EntropyExit | None = None  # RKSC's layer-entropy exit, attached by entropy_exit.with_exit
 
+    # -- memory -------------------------------------------------------------------------------
+    def _pools(self, budget_bytes: int | None, block_size: int = 16) -> VerifierKV:
+        shape = kv_shape_from_config(self.body.config, 1)
+        dtype = next(self.body.parameters()).dtype
+        return VerifierKV(shape.num_layers, shape.num_kv_heads, shape.head_dim, dtype, self.device,
+                          budget_bytes=budget_bytes, block_size=block_size)
+
+    def use_budget(self, device_bytes: int, block_size: int = 16) -> None:
+        """Hold the verifier's KV within `device_bytes` on the device from now on (before the first score)."""
+        if not self.on_device_budget:
+            return
+        if self._stored:
+            raise RuntimeError("the verifier's budget is set before it scores anything.")
+        self.kv.close()
+        self.kv = self._pools(device_bytes, block_size)
+
+    def batch_bytes(self, question: str, rows: int, step_tokens: int, steps: int) -> int:
+        """Device bytes of one verification batch of `rows` paths at the search's last step (an estimate:
+        each step counted as `step_tokens` plus the layout's own tokens around a step); 0 off the budget."""
+        if not self.on_device_budget:
+            return 0
+        per_step = len(self.layout.body(question, (), "1"))
+        width = len(self.layout.prefix(question)) + steps * (step_tokens + per_step) + len(self.layout.probe(question))
+        return self.kv.arena_slots(min(rows, self.batch_size), width) * self.kv.block_bytes
+
+    def memory(self) -> VerifierMemory:
+        held = self.kv.memory()
+        if self.on_device_budget:
+            return held
+        return VerifierMemory(host_bytes=held.device_bytes + held.host_bytes)  # a PRM on the CPU: all host memory
+
+    def placement(self, key: PathKey) -> tuple[int, int]:
+        node = self.nodes.get(key)
+        if node is None:
+            return (0, 0)
+        size = self.kv.segment_bytes(node.handle)
+        on_device = self.on_device_budget and self.kv.tier(node.handle) is Tier.DEVICE
+        return (size, 0) if on_device else (0, size)
+
+    def close(self) -> None:
+        """The run is over: give the pools' memory back."""
+        self.nodes.clear()
+        self._stored.clear()
+        self.kv.close()
+
+    # -- scoring ------------------------------------------------------------------------------
     def path_ids(self, item: StepToScore) -> list[int]:
         """The whole path as the model reads it (pieces concatenated); the score is read at its last token."""
         q, prev = item.question, item.previous_steps
@@ -77,21 +131,29 @@ class PathVerifier:
 
     @torch.inference_mode()
     def score(self, items: Sequence[StepToScore]) -> list[float]:
-        """Run each item's new step (+ probe) over its parent's cached KV; siblings run as one batch."""
+        """Run each item's new step (+ probe) over its parent's cached KV; siblings run in batches."""
         scores = [0.0] * len(items)
         by_parent: dict[PathKey, list[int]] = {}
         for index, item in enumerate(items):
             by_parent.setdefault(item.parent_key, []).append(index)
         for parent_key, rows in by_parent.items():
             parent = self._node(parent_key)
-            for start in range(0, len(rows), self.batch_size):
-                chunk = rows[start : start + self.batch_size]
-                self._score_siblings(parent, [items[i] for i in chunk], chunk, scores)
+            while rows:
+                chunk = self._batch(parent, [items[i] for i in rows])
+                self._score_siblings(parent, [items[i] for i in rows[:chunk]], rows[:chunk], scores)
+                rows = rows[chunk:]
         return scores
 
     def settle(self, kept: Sequence[PathKey]) -> VerifierCost:
-        """Keep KV only for the kept paths (and, through them, their ancestors); report the tokens run."""
+        """Keep KV only for the kept paths and their ancestors (the rest is freed), complete the layers an
+        exited pass skipped for the kept ones (their copies count in the next step); report the tokens run."""
         self.nodes = {key: self.nodes[key] for key in kept if key in self.nodes}
+        reached = {n.handle for node in self.nodes.values() for n in node.chain()}
+        dropped = [handle for handle in self._stored if handle not in reached]
+        self.kv.free(dropped)
+        for handle in dropped:
+            del self._stored[handle]
+        self.kv.start_step()
         if self.exit is None:
             cost = VerifierCost(self._tokens, self._tokens_full)
         else:
@@ -100,18 +162,36 @@ class PathVerifier:
         self._tokens = self._tokens_full = 0
         return cost
 
+    @torch.inference_mode()
     def _completed(self, node: KVNode) -> KVNode:
-        """`node` with the KV of the layers its exited pass skipped (run from its pending hidden states)."""
+        """`node` with the KV of the layers its exited pass skipped, run from its pending hidden states."""
         if node.pending is None:
             return node
-        done, keep = len(node.layers), node.pending.shape[1]
-        cache = _batched_cache(node.parent, 1)
-        start = node.length - keep
-        self.exit.complete(node.pending, cache, start, done)
-        rest = _row_node(node.parent, cache.layers[done:], 0, start, keep)
-        return KVNode(node.parent, node.layers + rest.layers, node.length)
+        chain = node.parent.chain() if node.parent is not None else []
+        start, done = node.length - node.pending.shape[1], node.layers_run
+        arena, run = self.kv.arena(1, node.length, keep=[n.handle for n in [*chain, node]])  # [L, 2, 1, H, W, D]
+        try:
+            self._fill(arena, chain)
+            self.exit.complete(node.pending, arena_cache(self.body.config, arena, start), start, done)
+            self.kv.write(node.handle, arena[done:, :, 0, :, start : node.length], first_layer=done)
+        finally:
+            self.kv.release(run)
+        return self._keep(KVNode(node.parent, node.handle, node.length))
 
-    def _score_siblings(self, parent: KVNode, items: list[StepToScore], rows: list[int], scores: list[float]) -> None:
+    def _batch(self, parent: KVNode | None, items: list[StepToScore]) -> int:
+        """How many of `items` (siblings) run together: up to the batch size, fewer when the budget is tight."""
+        start = parent.length if parent is not None else 0
+        widths = [len(self._new_ids(i)) for i in items[: self.batch_size]]
+        count = len(widths)
+        while count > 1 and not self.kv.fits(count, start + max(widths[:count])):
+            count -= 1
+        return count  # one row that does not fit is refused, with the budget it needs, by the arena
+
+    def _new_ids(self, item: StepToScore) -> list[int]:
+        return self.layout.body(item.question, item.previous_steps, item.step) + self.layout.probe(item.question)
+
+    def _score_siblings(self, parent: KVNode | None, items: list[StepToScore], rows: list[int],
+                        scores: list[float]) -> None:
         q = items[0].question
         bodies = [self.layout.body(q, i.previous_steps, i.step) for i in items]
         probe = self.layout.probe(q)
@@ -125,6 +205,7 @@ class PathVerifier:
     def _node(self, key: PathKey) -> KVNode:
         """The cached node of `key`, computing missing ancestors one segment at a time."""
         if key in self.nodes:
+            self.nodes[key] = self._completed(self.nodes[key])  # a parent is read at every layer
             return self.nodes[key]
         if len(key) == 1:
             parent, ids = None, self.layout.prefix(key[0])
@@ -148,41 +229,41 @@ class PathVerifier:
         ids = torch.full((batch, width), self.pad_id, dtype=torch.long)  # [B, T]
         for row, seq in enumerate(sequences):
             ids[row, : len(seq)] = torch.tensor(seq)
-        cache = _batched_cache(parent, batch)
-        lengths = torch.tensor([len(s) for s in sequences], device=self.device)
+        chain = parent.chain() if parent is not None else []
         start = parent.length if parent is not None else 0
-        layers, pending = cache.layers, None
-        if scoring and self.exit is not None:
-            passed = self.exit.run(ids.to(self.device), cache, start, lengths)
-            last, layers, pending = passed.last, cache.layers[: passed.layers], passed.hidden
-        else:
-            out = self.body(input_ids=ids.to(self.device), past_key_values=cache, use_cache=True)
-            last = out.last_hidden_state[torch.arange(batch, device=self.device), lengths - 1]  # [B, H]
-        nodes = [_row_node(parent, layers, row, start, keep[row], pending) for row in range(batch)]
+        arena, run = self.kv.arena(batch, start + width, keep=[n.handle for n in chain])  # [L, 2, B, H, W, D]
+        try:
+            self._fill(arena, chain)
+            cache = arena_cache(self.body.config, arena, start)
+            lengths = torch.tensor([len(s) for s in sequences], device=self.device)
+            ran, pending = arena.shape[0], None
+            if scoring and self.exit is not None:
+                passed = self.exit.run(ids.to(self.device), cache, start, lengths)
+                last, ran, pending = passed.last, passed.layers, passed.hidden
+            else:
+                out = self.body(input_ids=ids.to(self.device), past_key_values=cache, use_cache=True)
+                last = out.last_hidden_state[torch.arange(batch, device=self.device), lengths - 1]  # [B, H]
+            nodes = [self._store(parent, arena[:ran, :, row, :, start : start + keep[row]], start + keep[row],
+                                 None if pending is None else pending[row : row + 1, : keep[row]].clone())
+                     for row in range(batch)]
+        finally:
+            self.kv.release(run)
         self._tokens += int(lengths.sum())
         return last, nodes
 
+    def _fill(self, arena: torch.Tensor, chain: list[KVNode]) -> None:
+        """Row 0 of the arena gets the parent's chain from its segments; the other rows copy row 0's."""
+        offset = 0
+        for node in chain:
+            tokens = node.length - offset
+            self.kv.load(node.handle, arena[:, :, 0, :, offset : node.length])
+            offset += tokens
+        self.kv.repeat_row(arena, offset)
 
-def _batched_cache(parent: KVNode | None, batch: int) -> DynamicCache:
-    """The parent's whole path KV, the same for every row: [B, H_kv, S, D] per layer (views, no copy per row)."""
-    if parent is None:
-        return DynamicCache()
-    chain = parent.chain()
-    layers = []
-    for layer in range(len(parent.layers)):
-        keys = torch.cat([n.layers[layer][0] for n in chain], dim=2)  # [1, H_kv, S, D]
-        values = torch.cat([n.layers[layer][1] for n in chain], dim=2)
-        layers.append((keys.expand(batch, -1, -1, -1), values.expand(batch, -1, -1, -1)))
-    return DynamicCache(layers)
+    def _store(self, parent: KVNode | None, kv: torch.Tensor, length: int, pending: torch.Tensor | None) -> KVNode:
+        """A new segment of `kv` `[l, 2, H, T, D]`: every layer, or the first `l` with `pending` (an exited pass)."""
+        return self._keep(KVNode(parent, self.kv.put(kv), length, pending, kv.shape[0] if pending is not None else 0))
 
-
-def _row_node(parent: KVNode | None, cache_layers, row: int, start: int, keep: int,
-              pending: torch.Tensor | None = None) -> KVNode:
-    """Row `row`'s own segment from a batched cache's layers (`pending`: [B, T, H] when layers were skipped)."""
-    layers = tuple(
-        (layer.keys[row : row + 1, :, start : start + keep].clone(),
-         layer.values[row : row + 1, :, start : start + keep].clone())
-        for layer in cache_layers
-    )
-    held = None if pending is None else pending[row : row + 1, :keep].clone()
-    return KVNode(parent, layers, start + keep, held)
+    def _keep(self, node: KVNode) -> KVNode:
+        self._stored[node.handle] = node
+        return node

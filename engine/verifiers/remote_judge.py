@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 
 from engine.backends.openai import OpenAICompletions
-from engine.verifiers.base import PathKey, StepToScore, VerifierCost
+from engine.verifiers.base import KeepsNoKV, PathKey, StepToScore, VerifierCost
 from engine.verifiers.pieces import step_text
 from engine.verifiers.self_judge import JUDGE_ASK, JUDGE_SYSTEM
 
@@ -35,7 +35,7 @@ def yes_share(top: dict[str, float]) -> float:
     return mass["yes"] / total if total > 0 else 0.5
 
 
-class RemoteSelfJudge:
+class RemoteSelfJudge(KeepsNoKV):  # the server holds its KV: none here
     """One greedy one-token request per candidate; `settle` reports the prompt tokens the server read."""
 
     name = "self-judge"

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from engine.backends.openai import OpenAICompletions
 from engine.errors import RemoteError
-from engine.verifiers.base import PathKey, StepToScore, VerifierCost
+from engine.verifiers.base import KeepsNoKV, PathKey, StepToScore, VerifierCost
 from engine.verifiers.pieces import step_text
 from engine.verifiers.qwen_prm import STEP_TAG, SYSTEM
 
@@ -26,7 +26,7 @@ def prm_chat(item: StepToScore) -> list[dict]:
     ]
 
 
-class ServedPRM:
+class ServedPRM(KeepsNoKV):  # the server holds its KV: none here
     """One /pooling request per candidate (the server's prefix cache reuses the shared path)."""
 
     name = "prm (served)"

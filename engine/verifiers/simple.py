@@ -6,10 +6,10 @@ import math
 import zlib
 from collections.abc import Sequence
 
-from engine.verifiers.base import PathKey, StepToScore, VerifierCost
+from engine.verifiers.base import KeepsNoKV, PathKey, StepToScore, VerifierCost
 
 
-class LogProbVerifier:
+class LogProbVerifier(KeepsNoKV):
     """Generation confidence: exp(mean token log-probability of the step), the geometric mean probability."""
 
     name = "logprob"
@@ -21,7 +21,7 @@ class LogProbVerifier:
         return VerifierCost()
 
 
-class ContentHashVerifier:
+class ContentHashVerifier(KeepsNoKV):
     """For plan-only runs: a fixed pseudo-random score per step text, so the kept beams spread over
     parents as in a real search instead of all tying (which would flatter prefix sharing)."""
 

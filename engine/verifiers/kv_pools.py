@@ -1,0 +1,218 @@
+"""The verifier's KV in pools of its own shape: a device pool held to its share of the KV budget, a host pool.
+
+The verifier's model is not the generator's, so its KV has its own geometry `[L, 2, H_kv, block, D]`
+and lives in its own `SlotPool`s. A path segment (the question, or one step) is a run of slots on
+the device or the host. A verification batch runs in an *arena* `[L, 2, B, H_kv, W, D]` carved from
+the device pool too, so segments at rest and the batch at work never pass the verifier's device
+budget together: to make room, the least recently used segments move to the host, and a batch
+whose arena cannot fit even in an empty pool is refused with the budget that would hold it.
+Every copy is counted in bytes (exactly its tokens x bytes per token) by direction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from engine.errors import KVBudgetTooSmall
+from engine.kv.blocks import Tier
+from engine.kv.pool import PoolExhausted, Run, SlotPool
+from engine.kv.store import DIRECTIONS, HOST_CHUNK_BYTES
+from engine.verifiers.base import VerifierMemory
+
+UNBUDGETED_CHUNK_BYTES = 64 << 20  # a verifier without a budget grows its device pool by this much
+
+
+@dataclass
+class Segment:
+    tier: Tier
+    run: Run
+    tokens: int
+
+
+class VerifierKV:
+    """Segments of the verifier's KV tree and the arenas its batches run in, within `budget_bytes` on the device.
+
+    `budget_bytes=None`: no budget (the device pool grows as needed; nothing moves to the host).
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        *,
+        budget_bytes: int | None = None,
+        block_size: int = 16,
+    ) -> None:
+        self.slot_shape = (num_layers, 2, num_kv_heads, block_size, head_dim)
+        self.block_size, self.budget_bytes = block_size, budget_bytes
+        self.token_bytes = 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+        self.block_bytes = self.token_bytes * block_size
+        pin = device.type == "cuda"
+        if budget_bytes is None:
+            device_pool = SlotPool(
+                self.slot_shape, dtype, device, capacity=0, chunk=max(1, UNBUDGETED_CHUNK_BYTES // self.block_bytes)
+            )
+        else:
+            device_pool = SlotPool(self.slot_shape, dtype, device, capacity=budget_bytes // self.block_bytes)
+        self.pools = {
+            Tier.DEVICE: device_pool,
+            Tier.HOST: SlotPool(
+                self.slot_shape,
+                dtype,
+                torch.device("cpu"),
+                capacity=0,
+                pin=pin,
+                chunk=max(1, HOST_CHUNK_BYTES // self.block_bytes),
+            ),
+        }
+        self.segments: dict[int, Segment] = {}
+        self._on_device: dict[int, None] = {}  # device segments, least recently used first
+        self._next = 0
+        self.traffic = dict.fromkeys(DIRECTIONS, 0)
+        self.peak_slots = 0
+
+    # -- segments -----------------------------------------------------------------------------
+    def put(self, kv: torch.Tensor) -> int:
+        """Keep `kv` `[l, 2, H, T, D]` (on the device) as a new segment: on the device while there is room.
+        With `l` under the model's layers the slots still hold every layer; `write` fills the rest later."""
+        tokens = kv.shape[3]
+        slots = self._slots(tokens)
+        try:
+            segment = Segment(Tier.DEVICE, self.pools[Tier.DEVICE].allocate(slots), tokens)
+        except PoolExhausted:
+            segment = Segment(Tier.HOST, self.pools[Tier.HOST].allocate(slots), tokens)
+        handle, self._next = self._next, self._next + 1
+        self.segments[handle] = segment
+        if segment.tier is Tier.DEVICE:
+            self._on_device[handle] = None
+        self.write(handle, kv)
+        self._note_peak()
+        return handle
+
+    def write(self, handle: int, kv: torch.Tensor, first_layer: int = 0) -> None:
+        """Copy `kv` `[l, 2, H, T, D]` (on the device) into the segment's layers `first_layer`.. `first_layer + l`."""
+        segment = self.segments[handle]
+        dst = self._view(segment)[first_layer : first_layer + kv.shape[0]]
+        self._copy(dst, kv, "d2d" if segment.tier is Tier.DEVICE else "d2h")
+
+    def load(self, handle: int, dst: torch.Tensor) -> None:
+        """Copy the segment into `dst` `[L, 2, H, T, D]` on the device (host segments cross PCIe)."""
+        segment = self.segments[handle]
+        if segment.tier is Tier.DEVICE:
+            self._on_device[handle] = self._on_device.pop(handle)  # most recently used now
+        self._copy(dst, self._view(segment), "d2d" if segment.tier is Tier.DEVICE else "h2d")
+
+    def free(self, handles: Sequence[int]) -> None:
+        for handle in handles:
+            segment = self.segments.pop(handle)
+            self._on_device.pop(handle, None)
+            self.pools[segment.tier].free(segment.run)
+
+    def tier(self, handle: int) -> Tier:
+        return self.segments[handle].tier
+
+    def segment_bytes(self, handle: int) -> int:
+        """Bytes the segment's slots take (whole blocks)."""
+        return self.segments[handle].run.length * self.block_bytes
+
+    # -- arenas -------------------------------------------------------------------------------
+    def fits(self, rows: int, width: int) -> bool:
+        """Whether an arena of `rows` x `width` tokens fits the device budget at all (with no segment at rest)."""
+        return self.budget_bytes is None or self.arena_slots(rows, width) <= self.pools[Tier.DEVICE].allocator.capacity
+
+    def arena_slots(self, rows: int, width: int) -> int:
+        return max(1, math.ceil(rows * width / self.block_size))
+
+    def arena(self, rows: int, width: int, keep: Sequence[int] = ()) -> tuple[torch.Tensor, Run]:
+        """An arena `[L, 2, B, H, W, D]` from the device pool's end; segments move to the host to make room,
+        those in `keep` last. Release it with `release`. Raises KVBudgetTooSmall when it cannot fit."""
+        if not self.fits(rows, width):
+            need = self.arena_slots(rows, width) * self.block_bytes
+            error = KVBudgetTooSmall(
+                self.budget_bytes or 0,
+                need,
+                f"the verifier's batch of {rows} x {width} tokens",
+                budget_name="the verifier's KV share",
+            )
+            error.hint = "Raise --verifier-kv-share or the KV budget, shorten the steps, or use a smaller PRM."
+            raise error
+        pool, slots = self.pools[Tier.DEVICE], self.arena_slots(rows, width)
+        while True:
+            try:
+                run = pool.allocate(slots, from_end=True)
+                break
+            except PoolExhausted:
+                self._offload_one(keep)
+        self._note_peak()
+        L, two, H, _, D = self.slot_shape
+        flat = pool.flat(run)[: L * two * rows * H * width * D]
+        return flat.view(L, two, rows, H, width, D), run
+
+    def repeat_row(self, arena: torch.Tensor, tokens: int) -> None:
+        """Copy row 0's first `tokens` columns into every other row of `arena` `[L, 2, B, H, W, D]`."""
+        rows = arena.shape[2]
+        if rows > 1 and tokens:
+            arena[:, :, 1:, :, :tokens].copy_(arena[:, :, :1, :, :tokens].expand(-1, -1, rows - 1, -1, -1, -1))
+            self.traffic["d2d"] += (rows - 1) * tokens * self.token_bytes
+
+    def release(self, run: Run) -> None:
+        self.pools[Tier.DEVICE].free(run)
+
+    def _offload_one(self, keep: Sequence[int]) -> None:
+        """Move the least recently used device segment (outside `keep` if any is) to the host."""
+        candidates = [h for h in self._on_device if h not in keep] or list(self._on_device)
+        if not candidates:
+            raise PoolExhausted("the verifier's device pool is fragmented with nothing left to move")
+        handle = candidates[0]
+        old = self.segments[handle]
+        new = Segment(Tier.HOST, self.pools[Tier.HOST].allocate(old.run.length), old.tokens)
+        self._copy(self._view(new), self._view(old), "d2h")
+        self.pools[Tier.DEVICE].free(old.run)
+        self.segments[handle] = new
+        del self._on_device[handle]
+
+    # -- reporting ----------------------------------------------------------------------------
+    def memory(self) -> VerifierMemory:
+        device = sum(s.run.length for s in self.segments.values() if s.tier is Tier.DEVICE) * self.block_bytes
+        host = sum(s.run.length for s in self.segments.values() if s.tier is Tier.HOST) * self.block_bytes
+        return VerifierMemory(
+            self.budget_bytes or 0,
+            device,
+            host,
+            self.peak_slots * self.block_bytes,
+            self.traffic["h2d"],
+            self.traffic["d2h"],
+            self.traffic["d2d"],
+        )
+
+    def start_step(self) -> None:
+        """Traffic and the peak count from here (the search settled a step)."""
+        self.traffic = dict.fromkeys(DIRECTIONS, 0)
+        self.peak_slots = self.pools[Tier.DEVICE].allocator.used
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            pool.close()
+        self.segments.clear()
+        self._on_device.clear()
+
+    # -- internals ----------------------------------------------------------------------------
+    def _slots(self, tokens: int) -> int:
+        return max(1, math.ceil(tokens / self.block_size))
+
+    def _view(self, segment: Segment) -> torch.Tensor:
+        return self.pools[segment.tier].segment(segment.run)[:, :, :, : segment.tokens]
+
+    def _copy(self, dst: torch.Tensor, src: torch.Tensor, direction: str) -> None:
+        dst.copy_(src)  # [l, 2, H, T, D]: a segment's layers (all of them but while an exited pass is pending)
+        self.traffic[direction] += src.numel() * src.element_size()
+
+    def _note_peak(self) -> None:
+        self.peak_slots = max(self.peak_slots, self.pools[Tier.DEVICE].allocator.used)
