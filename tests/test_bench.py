@@ -59,8 +59,8 @@ def test_plan_only_sharing_lowers_bytes_and_keeps_peak_under_budget():
 
 
 def test_speculative_rungs_make_the_same_tokens_in_fewer_forward_calls():
-    workload = Workload(model="synthetic:tiny-llama", beams=2, width=3, step_tokens=10, prompt_tokens=30,
-                        gen_tokens=30, step_delimiter="c", seed=0)  # fmt: skip
+    workload = Workload(model="synthetic:tiny-llama", beams=6, width=1, step_tokens=10, prompt_tokens=30,
+                        gen_tokens=30, step_delimiter="c", seed=0)  # fmt: skip  # one child a beam: all adopt
     names = ["in_device", "in_device:+speculative"]
     report = run_bench(workload, names, baselines=(), teacher_forcing=False)
     plain, speculative = (by_name(report)[name] for name in names)
