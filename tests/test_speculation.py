@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from app.session import SessionModel
 from engine.config import CacheConfig, SearchConfig
 from engine.runner import decode_step, prefill
 from engine.search import run
@@ -99,6 +100,14 @@ def test_speculation_fills_idle_slots_and_whole_steps_skip_decoding(tiny):
         grouped = {c for e in of_type(events, "group_scheduled") for c in e.candidates}
         assert not grouped & {e.id for e in of_type(events, "candidate_text") if e.group is None}
     assert saw_whole, "pick seeds where some child's step ends inside its parent's speculation"
+
+
+def test_the_session_model_shows_a_speculated_then_used_prefix(tiny):
+    events = events_of(tiny, SEARCH, CacheConfig(policy="in_device", speculative=True))
+    model = SessionModel(layout=False)
+    model.apply_many(events)
+    used = {e.id: e.speculated for e in of_type(events, "candidate_text") if e.speculated}
+    assert used and all(model.tree.node(cid).speculated == n for cid, n in used.items())
 
 
 def test_the_truncation_rule_caps_what_a_row_speculates(tiny):
