@@ -10,7 +10,7 @@ from pathlib import Path
 
 import app.formatting as fmt
 from app.formatting import size as format_bytes
-from app.options import DEFAULT_QUESTION, UsageError, add_backend_options, parse_delimiter, size_type
+from app.options import DEFAULT_QUESTION, SPECULATIVE_HELP, UsageError, add_backend_options, parse_delimiter, size_type
 from engine.bench import LADDER, BenchReport, Workload, run_bench
 
 
@@ -35,6 +35,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--block-size", type=int, default=d.block_size)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--policies", default=",".join(LADDER), help=f"comma-separated, from: {', '.join(LADDER)}")
+    p.add_argument("--speculative", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"force speculation on or off for every policy (default: as each policy's name says); "
+                   f"{SPECULATIVE_HELP}")
+    p.add_argument("--prefix-order", action=argparse.BooleanOptionalAction, default=None,
+                   help="force lbs's prefix-aware group order on or off for every policy (default: as its name says)")
     p.add_argument("--plan-only", action="store_true", help="bytes and peaks from the scheduler alone: no weights")
     p.add_argument(
         "--max-context",
@@ -76,6 +81,8 @@ def bench_command(args: argparse.Namespace) -> int:
         seed=args.seed,
         question=args.question,
         step_delimiter=parse_delimiter(args.step_delimiter) if args.step_delimiter else None,
+        prefix_order=args.prefix_order,
+        speculative=args.speculative,
     )
     if args.backend == "openai":
         return _remote(args, workload)
@@ -162,6 +169,11 @@ def _ratio(value: float | None) -> str:
     return fmt.ratio(value)  # one format in a column: 0.0012x beside 0.98x, never a percentage
 
 
+def _share(part: int, whole: int) -> str:
+    """Speculated tokens kept, as a share of those made ('-' when none were made)."""
+    return f"{part / whole:.0%}" if whole else "-"
+
+
 def _diff(value: float | None) -> str:
     return "-" if value is None else f"{value:.2e}"
 
@@ -204,7 +216,8 @@ def format_report(report: BenchReport) -> str:
     header += f"{'peak dev':>11}{'groups':>7}"
     if not report.plan_only:
         header += f"{'wall s':>9}{'copy s':>8}{'compute s':>10}{'pcie s':>8}{'stall s':>8}{'stall':>7}"
-        header += f"{'tok/s':>8}{'goodput':>8}{'idle':>6}{'/in_dev':>8}{'/layerw':>8}{'TF logit diff':>14}"
+        header += f"{'tok/s':>8}{'goodput':>8}{'fwd':>6}{'idle':>6}{'spec':>6}{'kept':>6}"
+        header += f"{'/in_dev':>8}{'/layerw':>8}{'TF logit diff':>14}"
     lines.append(header)
     for r in report.results:
         if not r.ok:
@@ -218,7 +231,8 @@ def format_report(report: BenchReport) -> str:
             row += (
                 f"{r.wall_seconds:>9.2f}{r.copy_seconds:>8.3f}{r.compute_seconds:>10.2f}"
                 f"{r.modelled_pcie_seconds:>8.3f}{r.stall_seconds:>8.3f}{r.stall_share:>7.1%}"
-                f"{r.tokens_per_second:>8.1f}{r.goodput:>8.1f}{r.idle_row_slots:>6}"
+                f"{r.tokens_per_second:>8.1f}{r.goodput:>8.1f}{r.forwards:>6}{r.idle_row_slots:>6}"
+                f"{r.speculative_tokens:>6}{_share(r.speculative_used, r.speculative_tokens):>6}"
                 f"{_ratio(r.wall_vs_in_device):>8}{_ratio(r.wall_vs_layerwise):>8}"
                 f"{_diff(r.teacher_forced_max_logit_diff):>14}"
             )

@@ -137,11 +137,25 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="lbs: order groups so consecutive ones share the most blocks, and keep a shared prefix on the device",
     )
+    add_speculation_options(k, c.speculative)
     k.add_argument("--pcie-gbps", type=float, default=c.pcie_gbps, help="bandwidth of the emulated PCIe link")
     k.add_argument("--verifier-kv-share", type=float, default=None, metavar="FRACTION",
                    help="the verifier's part of the device KV budget, e.g. 0.25 (default: what one verification "
                    "batch needs; the generator gets the rest)")
     k.add_argument("--device", default=c.device, choices=DEVICES, help="auto: CUDA when there is one")
+
+
+SPECULATIVE_HELP = (
+    "in_device, lbs: a candidate that ends its step before its group's longest keeps decoding its first "
+    "child's step in the idle slot; kept if the candidate is kept, freed if pruned (same answer either way)"
+)
+
+
+def add_speculation_options(group, default: bool | None) -> None:
+    """--speculative/--no-speculative and --speculative-ratio (run, gui and bench)."""
+    group.add_argument("--speculative", action=argparse.BooleanOptionalAction, default=default, help=SPECULATIVE_HELP)
+    group.add_argument("--speculative-ratio", type=float, default=CacheConfig().speculative_ratio, metavar="R",
+                       help="speculate at most R x the mean step length so far (FlashTTS's truncation rule)")
 
 
 BACKENDS = ("local", "openai")
@@ -234,7 +248,8 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig
         policy=args.policy, kv_budget_bytes=args.kv_budget, block_size=args.block_size,
         inter_beam=not args.no_inter_beam, balanced_prefetch=not args.no_prefetch, prefix_order=args.prefix_order,
         pcie_gbps=args.pcie_gbps, device=args.device, prefill_chunk=args.prefill_chunk,
-        verifier_kv_share=args.verifier_kv_share,
+        verifier_kv_share=args.verifier_kv_share, speculative=args.speculative,
+        speculative_ratio=args.speculative_ratio,
     )
     return model, search, cache
 

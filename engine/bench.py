@@ -29,7 +29,12 @@ LADDER: dict[str, dict] = {
     "lbs:+inter_beam": {"policy": "lbs", "inter_beam": True, "balanced_prefetch": False, "prefix_order": False},
     "lbs:+balanced_prefetch": {"policy": "lbs", "inter_beam": True, "balanced_prefetch": True, "prefix_order": False},
     "lbs:+prefix_order": {"policy": "lbs", "inter_beam": True, "balanced_prefetch": True, "prefix_order": True},
+    "in_device:+speculative": {"policy": "in_device", "speculative": True},
+    "lbs:+speculative": {
+        "policy": "lbs", "inter_beam": True, "balanced_prefetch": True, "prefix_order": True, "speculative": True
+    },
 }
+SWITCHES = ("prefix_order", "speculative")  # a workload may force these on or off for every policy of a run
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,8 @@ class Workload:
     seed: int = 0
     question: str | None = None  # the workload's prompt: this question in the chat template, else random tokens
     step_delimiter: str | None = None  # None: fixed-length steps (the paper's byte model); else steps end early
+    prefix_order: bool | None = None  # None: as each ladder rung says; else forced for every policy
+    speculative: bool | None = None
 
     def search(self) -> SearchConfig:
         steps = max(1, math.ceil(self.gen_tokens / self.step_tokens))
@@ -62,7 +69,8 @@ class Workload:
         )
 
     def cache(self, name: str) -> CacheConfig:
-        settings = LADDER[name]
+        settings = dict(LADDER[name])
+        settings.update({k: getattr(self, k) for k in SWITCHES if getattr(self, k) is not None})
         budget = None if settings["policy"] == "in_device" else self.kv_budget_bytes
         return CacheConfig(kv_budget_bytes=budget, pcie_gbps=self.pcie_gbps, block_size=self.block_size, **settings)
 
@@ -96,10 +104,13 @@ class PolicyResult:
     tokens_per_second: float = 0.0
     tokens_digest: str = ""
     goodput: float = 0.0  # tokens of the answer's path per second (FlashTTS)
-    idle_row_slots: int = 0  # summed over steps: slots of rows that had finished their step
+    idle_row_slots: int = 0  # summed over steps: slots of rows that had finished their step (and not speculated)
     h2d_calls: int = 0  # copy operations host-to-device (bytes / calls is the average copy size)
     d2h_calls: int = 0
     timed_runs: int = 1  # the wall and copy seconds are the fastest of this many runs
+    forwards: int = 0  # decode forward calls the run needed (each group's longest row): time on a GPU tracks it
+    speculative_tokens: int = 0  # made in idle slots for first children (speculative beam extension)
+    speculative_used: int = 0  # of them, taken by kept candidates' first children
     h2d_bytes_eq1: int | None = None  # layer-wise only: the paper's Eq. 1-3 for the same workload
     teacher_forced_max_logit_diff: float | None = None  # largest |logit - in_device's| on in_device's tokens
     h2d_vs_layerwise: float | None = None
@@ -157,6 +168,8 @@ def run_policy(loaded, workload: Workload, name: str, prompt_ids: Sequence[int])
         candidate_tokens=finished.candidate_tokens, tokens_per_second=finished.candidate_tokens / wall,
         goodput=finished.goodput, idle_row_slots=sum(s.idle_row_slots for s in stats),
         h2d_calls=last.h2d_calls, d2h_calls=last.d2h_calls,
+        forwards=sum(s.forwards for s in stats), speculative_tokens=finished.speculative_tokens,
+        speculative_used=finished.speculative_used,
         tokens_digest=hashlib.sha256(repr(sorted(texts.items())).encode()).hexdigest()[:16],
     )
 

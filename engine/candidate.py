@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -16,6 +17,10 @@ class Candidate:
     scores: list[float] = field(default_factory=list)
     aggregate: float = 0.0
     finished: bool = False
-    group: int = 0
+    group: int | None = 0  # None: its whole step was speculated in its parent's step
     logprobs: tuple[float, ...] = ()
     lane: int = 0  # the DVTS subtree or best-of-N sample it belongs to (0 for beam and greedy)
+    stream: Any = None  # its random stream (engine.rng), derived from its parent's
+    speculated: int = 0  # leading tokens of its step made speculatively in its parent's step
+    prefix: Any = None  # that speculation (a RowResult) until its step is recorded
+    ahead: Any = None  # what its own row speculated for its first child (a RowResult, engine/speculation.py)

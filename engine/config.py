@@ -145,6 +145,8 @@ class CacheConfig:
     inter_beam: bool = True
     balanced_prefetch: bool = True
     prefix_order: bool = True  # lbs: consecutive groups share the most blocks; a shared prefix stays
+    speculative: bool = False  # in_device, lbs: rows that end their step early decode their first child's
+    speculative_ratio: float = 0.85  # FlashTTS's R: speculate at most R x the mean step length so far
     pcie_gbps: float = 25.0
     device: str = "auto"
     prefill_chunk: int | None = None  # prompt tokens per prefill call; None: sized to the budget
@@ -165,6 +167,9 @@ class CacheConfig:
         _finite(self.pcie_gbps, "PCIe bandwidth")
         _require(self.pcie_gbps > 0, f"PCIe bandwidth must be positive GB/s (got {self.pcie_gbps}).")
         _require(self.device in DEVICES, "device must be auto, cpu or cuda.")
+        _finite(self.speculative_ratio, "the speculation ratio")
+        _require(0 < self.speculative_ratio <= 1,
+                 f"the speculation ratio R must be in (0, 1] of the mean step length (got {self.speculative_ratio}).")
         _require(
             self.policy != "lbs" or self.inter_token,
             "lbs needs inter_token on (it is what makes a group decode a whole step on the device).",

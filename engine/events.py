@@ -58,7 +58,8 @@ class CandidateText:
     text: str  # this step's text only
     tokens: int
     finished: bool  # emitted EOS: the answer is complete
-    group: int
+    group: int | None  # None: the whole step was made speculatively in its parent's step (no group ran it)
+    speculated: int = 0  # leading tokens of this step made speculatively in its parent's step, then used
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ class StepSelected:
     verifier_layer_tokens: int = 0  # tokens x layers the verifier ran, completing kept candidates included
     verifier_layer_tokens_full: int = 0  # tokens x layers had no pass exited early
     exit_agrees: bool | None = None  # audit: the exit's and the full pass's scores put the same child first
+    speculative_discarded: int = 0  # speculated tokens of the pruned candidates, freed with them
 
 
 @dataclass(frozen=True)
@@ -143,9 +145,11 @@ class TransferStats:
     compute_seconds: float
     stall_share: float  # share of the step spent waiting for copies (modelled when emulated)
     groups: int
-    idle_row_slots: int = 0  # decode slots of rows that had finished their step while others ran on
+    idle_row_slots: int = 0  # decode slots of rows that had finished their step while others ran on (unused)
     h2d_calls: int = 0  # cumulative copy operations across PCIe (fewer, larger copies run faster)
     d2h_calls: int = 0
+    speculative_tokens: int = 0  # tokens finished rows made for their first child in those slots (FlashTTS)
+    forwards: int = 0  # decode forward calls the step needed: each group's longest row, summed over groups
 
 
 @dataclass(frozen=True)
@@ -169,6 +173,8 @@ class RunFinished:
     seconds: float
     tokens_per_second: float
     goodput: float = 0.0  # tokens of the answer's path per second of the run (FlashTTS's goodput)
+    speculative_tokens: int = 0  # made in idle row slots for first children (speculative beam extension)
+    speculative_used: int = 0  # of them, the tokens a kept candidate's first child took as its step's start
 
 
 @dataclass(frozen=True)

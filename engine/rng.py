@@ -1,8 +1,14 @@
-"""Counter-based random draws: the uniform of (seed, candidate, position) is a pure hash, not generator state.
+"""Counter-based random draws: the uniform of (stream key, position) is a pure hash, not generator state.
 
 A candidate's tokens then depend only on its own logits and these numbers, never on which group,
 batch or order it was decoded in, and a whole batch's draws come from one vectorised host call
 (no per-row generator, no per-row device round trip).
+
+Streams are keyed by a candidate's place in the tree, not by the id the search gives it: the
+prompt's stream comes from the seed, child k of a candidate hashes (its parent's key, k), and child
+0 *continues* its parent's stream (its positions come after the parent's, so no draw is used twice).
+So the tokens a candidate's first child will sample are known before anyone is selected: a row
+that ended its step early keeps decoding with the same draws (speculative beam extension).
 """
 
 from __future__ import annotations
@@ -28,20 +34,33 @@ def _mix64(z: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class CandidateStream:
-    """One candidate's random stream: its draw for position `p` is a hash of (seed, candidate id, p)."""
+    """One candidate's random stream: its draw for position `p` is a hash of (key, p)."""
 
-    seed: int
-    candidate_id: int
+    key: int  # 64 bits
+
+
+def _hash_pair(a: int, b: int) -> int:
+    """A 64-bit key from two integers (splitmix64 of a, offset by b)."""
+    a_, b_ = (np.array([x & _MASK64], dtype=np.uint64) for x in (a, b))  # arrays wrap without warnings
+    return int(_mix64(_mix64(a_ + _GOLDEN) + b_ * _GOLDEN)[0])
+
+
+def root_stream(seed: int) -> CandidateStream:
+    """The prompt's stream: the first step's candidates are its children."""
+    return CandidateStream(_hash_pair(seed, 0))
+
+
+def child_stream(parent: CandidateStream, index: int) -> CandidateStream:
+    """The stream of the `index`-th child: the first child continues its parent's, the others hash (key, index)."""
+    return parent if index == 0 else CandidateStream(_hash_pair(parent.key, index))
 
 
 def stream_keys(streams: Sequence[CandidateStream]) -> np.ndarray:
     """uint64 key of each stream: [B]."""
     for stream in streams:
         if not isinstance(stream, CandidateStream):
-            raise TypeError(f"a decode row needs a CandidateStream from candidate_generator(), not {type(stream)!r}")
-    seeds = np.array([s.seed & _MASK64 for s in streams], dtype=np.uint64)
-    ids = np.array([s.candidate_id & _MASK64 for s in streams], dtype=np.uint64)
-    return _mix64(_mix64(seeds + _GOLDEN) + ids * _GOLDEN)
+            raise TypeError(f"a decode row needs a CandidateStream (engine.rng.child_stream), not {type(stream)!r}")
+    return np.array([s.key & _MASK64 for s in streams], dtype=np.uint64)
 
 
 def uniforms(streams: Sequence[CandidateStream], positions: Sequence[int], count: int) -> torch.Tensor:

@@ -16,7 +16,8 @@ class Row:
     candidate_id: int
     pending: int  # the token to feed first: its KV does not exist yet
     position: int  # position id of `pending` (= tokens already in the KV)
-    generator: Any  # the candidate's random stream (engine.sampling)
+    generator: Any  # the candidate's random stream (engine.rng)
+    prefix: tuple[int, ...] = ()  # tokens of this step sampled before, speculatively (they count to its stop rules)
 
 
 @dataclass
@@ -26,6 +27,7 @@ class RowResult:
     logprobs: list[float] = field(default_factory=list)  # log p(token) at temperature 1
     finished: bool = False  # sampled an EOS token
     done: bool = False  # this step is over for the row
+    ahead: RowResult | None = None  # speculative: the first child's step, decoded in this row's idle slots
 
 
 @dataclass(frozen=True)
@@ -39,3 +41,4 @@ class StepRules:
     context_length: int
     observe: Callable[[int, torch.Tensor, int], None] | None = None  # (candidate, logits [V], token) for tests
     forced: dict[int, tuple[int, ...]] | None = None  # teacher forcing: candidate -> the tokens it must emit
+    speculate: int = 0  # most speculative tokens a row that ended its step early makes (0: none)

@@ -65,15 +65,22 @@ def delimiter_reached(sampled: Sequence[int], delimiter: str, decode: Callable[[
     return len(sampled) <= window or delimiter in decode(sampled)
 
 
-def _row_is_done(result: RowResult, rules: StepRules, position: int) -> bool:
-    if result.finished or len(result.sampled) >= rules.max_tokens or position + 1 >= rules.context_length:
+def _row_is_done(result: RowResult, rules: StepRules, position: int, prefix: Sequence[int] = ()) -> bool:
+    """The step's stop rules on the row's step so far (`prefix`: its tokens sampled before this decode)."""
+    sampled = [*prefix, *result.sampled] if prefix else result.sampled
+    if result.finished or len(sampled) >= rules.max_tokens or position + 1 >= rules.context_length:
         return True
-    return rules.delimiter is not None and delimiter_reached(result.sampled, rules.delimiter, rules.decode)
+    return rules.delimiter is not None and delimiter_reached(sampled, rules.delimiter, rules.decode)
 
 
-def token_budget(position: int, rules: StepRules) -> int:
-    """The most tokens a row at `position` can sample this step (the stop rules allow at least one)."""
-    return min(rules.max_tokens, max(1, rules.context_length - position))
+def context_room(position: int, rules: StepRules) -> int:
+    """Positions left in the model's context from `position` on (at least one: the stop rules end it there)."""
+    return max(1, rules.context_length - position)
+
+
+def token_budget(row: Row, rules: StepRules) -> int:
+    """The most tokens the row can sample this step (the stop rules allow at least one)."""
+    return max(1, min(rules.max_tokens - len(row.prefix), context_room(row.position, rules)))
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,7 @@ class StepBuffers:
 
     tokens: torch.Tensor  # [B, 1 + n]: column 0 the pending tokens, column j + 1 the token sampled by forward j
     logprobs: torch.Tensor  # [B, n] float32: log p of the token sampled by forward j, temperature 1
-    positions: torch.Tensor  # [B, n]: position id fed at forward j (held at the row's last one past its budget)
+    positions: torch.Tensor  # [B, n]: position id fed at forward j (held at the context's last one)
     draws: torch.Tensor  # [B, n] float32 in (0, 1]: the rows' random draws for forward j
     mask: torch.Tensor | None  # [B, T + n], or None when no row has padding (SDPA's fastest path)
     forced: tuple[torch.Tensor, torch.Tensor] | None  # teacher forcing: tokens [B, n] and where they apply [B, n]
@@ -122,9 +129,8 @@ def allocate_buffers(
     sampling = torch.device("cpu") if device.type == "meta" else device  # a MetaModel returns host logits
     tokens = torch.empty((len(rows), 1 + n), dtype=torch.long, device=sampling)
     tokens[:, 0] = torch.tensor([row.pending for row in rows], device=sampling)
-    positions = [
-        [row.position + min(j, budget - 1) for j in range(n)] for row, budget in zip(rows, budgets, strict=True)
-    ]
+    rooms = [context_room(row.position, rules) for row in rows]  # past its step a row runs on (speculation)
+    positions = [[row.position + min(j, room - 1) for j in range(n)] for row, room in zip(rows, rooms, strict=True)]
     return StepBuffers(
         tokens=tokens,
         logprobs=torch.empty((len(rows), n), dtype=torch.float32, device=sampling),
@@ -166,14 +172,56 @@ def record(
     logprobs = buffers.logprobs[:, first : first + count].tolist()  # [B][count]
     for i, (row, result) in enumerate(zip(rows, results, strict=True)):
         for c in range(count):
-            if result.done:
+            position = row.position + first + c
+            if not result.done:
+                _take(result, tokens[i][c], tokens[i][c + 1], logprobs[i][c], rules)
+                result.done = _row_is_done(result, rules, position, row.prefix)
+            elif _speculates(result, rules, row.position):
+                ahead = result.ahead = result.ahead or RowResult()
+                _take(ahead, tokens[i][c], tokens[i][c + 1], logprobs[i][c], rules)
+                ahead.done = _row_is_done(ahead, rules, position)
+            else:
                 break
-            token = tokens[i][c + 1]
-            result.fed.append(tokens[i][c])
-            result.sampled.append(token)
-            result.logprobs.append(logprobs[i][c])
-            result.finished = token in rules.eos_ids
-            result.done = _row_is_done(result, rules, row.position + first + c)
+
+
+def _take(result: RowResult, fed: int, token: int, logprob: float, rules: StepRules) -> None:
+    result.fed.append(fed)
+    result.sampled.append(token)
+    result.logprobs.append(logprob)
+    result.finished = token in rules.eos_ids
+
+
+def _speculates(result: RowResult, rules: StepRules, position: int) -> bool:
+    """Whether a row whose step is over decodes its first child's step on: it did not end the answer (EOS)
+    or the context, and its speculative run has neither ended its step nor reached `rules.speculate` tokens.
+
+    Past its step a row is fed its own samples drawn from its own stream, which its first child
+    continues (engine/rng.py): so these are exactly the tokens that child would sample.
+    """
+    if rules.speculate <= 0 or result.finished or position + len(result.fed) >= rules.context_length:
+        return False
+    ahead = result.ahead
+    return ahead is None or (not ahead.done and len(ahead.sampled) < rules.speculate)
+
+
+def trim_speculation(results: Sequence[RowResult]) -> None:
+    """Keep only speculation made in slots the group spent anyway: forwards before its longest row's last.
+
+    The decode loop may run a few forwards past that (it checks the rows every `sync_every`);
+    trimming them keeps every count independent of `sync_every`. A trimmed run is no longer a
+    whole step, so neither done nor finished.
+    """
+    forwards = max((len(r.fed) for r in results), default=0)
+    for result in results:
+        ahead = result.ahead
+        if ahead is None:
+            continue
+        keep = forwards - len(result.fed)
+        if keep <= 0:
+            result.ahead = None
+        elif keep < len(ahead.fed):
+            del ahead.fed[keep:], ahead.sampled[keep:], ahead.logprobs[keep:]
+            ahead.done = ahead.finished = False
 
 
 def observe_rows(
@@ -198,7 +246,7 @@ def decode_step(
     before_forward: Callable[[], None] | None = None,
     sync_every: int = SYNC_EVERY,
 ) -> tuple[list[RowResult], float]:
-    """Decode every row for one step in batched forward calls; rows that finish early idle.
+    """Decode every row for one step in batched forward calls; rows that finish early idle, or speculate.
 
     `mask` `[B, T]` marks real (1) and padding (0) columns of the cache, or is None when no row is
     padded; a mask of ones is dropped too, so SDPA can take its fastest path. Tokens are sampled
@@ -209,7 +257,8 @@ def decode_step(
     and the seconds spent in forward calls and waiting for their tokens. Row i's new KV is in
     cache columns `T .. T + len(results[i].fed) - 1`; later columns hold tokens fed after it was
     done, to be ignored. `before_forward` runs before each forward call (the layer-wise policy
-    re-places layers there), and `should_stop` is asked before each one.
+    re-places layers there), and `should_stop` is asked before each one. With `rules.speculate`, a
+    row whose step ended early records what it samples on as its first child's step (`RowResult.ahead`).
 
     No CUDA graphs: a graph replays fixed shapes and addresses, but each forward attends over one
     more cache column (and the layer-wise policy moves layers between forwards), so every token
@@ -221,7 +270,7 @@ def decode_step(
     results = [RowResult() for _ in rows]
     if not rows:
         return results, 0.0
-    budgets = [token_budget(row.position, rules) for row in rows]
+    budgets = [token_budget(row, rules) for row in rows]
     device = mask.device if mask is not None else cache.layers[0].keys.device
     buffers = allocate_buffers(mask, device, rows, budgets, rules)
     sync_every = 1 if rules.observe is not None else sync_every
@@ -247,4 +296,5 @@ def decode_step(
         done_forwards += count
         if stopped:
             break
+    trim_speculation(results)
     return results, compute

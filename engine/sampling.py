@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from engine.rng import CandidateStream
+from engine.rng import CandidateStream, child_stream, root_stream
 
 
 def candidate_generator(seed: int, candidate_id: int) -> CandidateStream:
-    """The random stream owned by one candidate, so its tokens do not depend on batching or grouping."""
-    return CandidateStream(seed, candidate_id)
+    """A stream of its own for a candidate outside a search tree (tests, greedy roll-outs): the seed's
+    prompt stream's `candidate_id`-th child. A search derives its candidates' streams with `child_stream`."""
+    return child_stream(root_stream(seed), candidate_id)
 
 
 def logits_to_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:

@@ -54,9 +54,23 @@ def test_plan_only_agrees_with_the_real_counters(real_report, policy):
 
 
 def test_plan_only_sharing_lowers_bytes_and_keeps_peak_under_budget():
-    report = by_name(run_bench(SMALL, list(LADDER)[1:], plan_only=True))
+    offloading = [name for name in LADDER if not name.startswith("in_device")]  # in_device's budget: the whole search
+    report = by_name(run_bench(SMALL, offloading, plan_only=True))
     assert report["lbs:+inter_beam"].h2d_bytes < report["lbs:inter_token"].h2d_bytes
     assert all(r.peak_device_bytes <= SMALL.kv_budget_bytes for r in report.values())
+
+
+def test_speculative_rungs_make_the_same_tokens_with_fewer_idle_slots():
+    workload = Workload(model="synthetic:tiny-llama", beams=6, width=1, step_tokens=10, prompt_tokens=30,
+                        gen_tokens=30, step_delimiter="c", seed=0)  # fmt: skip  # one child a beam: all adopt
+    names = ["in_device", "in_device:+speculative"]
+    report = run_bench(workload, names, baselines=(), teacher_forcing=False)
+    plain, speculative = (by_name(report)[name] for name in names)
+    assert report.same_tokens and plain.tokens_digest == speculative.tokens_digest
+    assert plain.speculative_tokens == 0 < speculative.speculative_used < speculative.speculative_tokens
+    assert speculative.forwards <= plain.forwards and speculative.idle_row_slots < plain.idle_row_slots
+    forced = run_bench(replace(workload, speculative=False), names, baselines=(), teacher_forcing=False)
+    assert by_name(forced)["in_device:+speculative"].speculative_tokens == 0  # --no-speculative wins
 
 
 TINY_BENCH = ["bench", "--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2", "--step-tokens", "4",
@@ -68,6 +82,7 @@ def test_bench_cli_prints_a_table_and_writes_json(tmp_path, capsys):
     assert main([*TINY_BENCH, "--prompt-tokens", "20", "--kv-budget", "60KB", "--json", str(out)]) == 0
     table = capsys.readouterr().out
     assert "layerwise" in table and "lbs:+balanced_prefetch" in table and "same tokens" in table
+    assert "lbs:+speculative" in table and "kept" in table.splitlines()[2]
     data = json.loads(out.read_text())
     assert [r["name"] for r in data["results"]] == list(LADDER) and data["same_tokens"] is True
     assert all(r["ok"] for r in data["results"]), [r["message"] for r in data["results"] if not r["ok"]]

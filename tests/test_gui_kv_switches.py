@@ -22,7 +22,12 @@ def test_kv_switches_and_bandwidth_round_trip(qtbot, tmp_path, monkeypatch):
     with qtbot.waitSignal(controls.changed):
         controls.switches["prefix_order"].setChecked(True)
     _, _, built = controls.configs()
-    assert built.prefix_order and not built.balanced_prefetch
+    assert built.prefix_order and not built.balanced_prefetch and not built.speculative
+    controls.switches["speculative"].setChecked(True)
+    _, _, built = controls.configs()
+    assert built.speculative
+    controls.set_configs(ModelSpec(), SearchConfig(), CacheConfig(speculative=False))
+    assert not controls.switches["speculative"].isChecked()
     assert all(box.toolTip() for box in controls.switches.values())
 
 

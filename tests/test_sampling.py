@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.rng import CandidateStream, uniforms
+from engine.rng import CandidateStream, child_stream, root_stream, uniforms
 from engine.runner import delimiter_reached
 from engine.sampling import candidate_generator, logits_to_probs, sample_tokens, token_logprobs
 
@@ -16,7 +16,7 @@ CHI2_4_DOF_P001 = 18.47  # chi-square critical value, 4 degrees of freedom, p = 
 
 def many_draws(n: int, seed: int = 0) -> torch.Tensor:
     """n draws, one per candidate at position 0: [n]."""
-    return uniforms([CandidateStream(seed, c) for c in range(n)], [0] * n, 1)[:, 0]
+    return uniforms([candidate_generator(seed, c) for c in range(n)], [0] * n, 1)[:, 0]
 
 
 def counts(tokens: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -37,6 +37,20 @@ def test_draws_are_in_the_open_closed_unit_interval_and_keyed_by_position():
     for j in range(6):  # column j is the draw at position p + j, whatever the block it came in
         torch.testing.assert_close(block[:, j], uniforms(streams, [10 + j, j, 5 + j], 1)[:, 0], rtol=0, atol=0)
     assert not torch.equal(uniforms(streams, [10, 0, 5], 6), uniforms([candidate_generator(4, 1)] * 3, [10, 0, 5], 6))
+
+
+def test_streams_follow_the_tree_and_a_first_child_continues_its_parent():
+    """Keys come from (parent's key, child index), never from ids given at selection; child 0 shares its
+    parent's key, so the draws its parent's row makes past its step are the ones the child will use."""
+    root = root_stream(5)
+    assert root == root_stream(5) and root != root_stream(6)
+    first, second = child_stream(root, 0), child_stream(root, 1)
+    assert first == root and second == child_stream(root, 1) and second != root
+    keys = {child_stream(parent, k).key for parent in (root, second) for k in range(1, 50)}
+    assert len(keys) == 98  # no two siblings or cousins share a stream
+    past_step = uniforms([root], [10], 4)[0, 2:]  # the parent's draws for positions 12, 13
+    torch.testing.assert_close(uniforms([first], [12], 2)[0], past_step, rtol=0, atol=0)
+    assert isinstance(root, CandidateStream)
 
 
 def test_a_torch_generator_is_refused_with_a_clear_error():

@@ -108,8 +108,8 @@ class NodeDetails(SessionView, QWidget):
             "state": node.state,
             "score": fmt.score(node.score, "–"),
             "aggregate": fmt.score(node.aggregate, "–"),
-            "tokens": str(node.tokens),
-            "group": "–" if node.group is None else f"{node.group}" + (" (prefetched)" if node.prefetched else ""),
+            "tokens": _tokens(node.tokens, node.speculated),
+            "group": _group(node),
             "kv_device": _kv(node.device_bytes, node.device_share),
             "kv_host": _kv(node.host_bytes, None if node.device_share is None else 1 - node.device_share),
             "verifier_kv": fmt.verifier_place(node.verifier_device_bytes, node.verifier_host_bytes, "–"),
@@ -172,3 +172,16 @@ class NodeDetails(SessionView, QWidget):
 def _kv(nbytes: int, share: float | None) -> str:
     return "not reported" if share is None else f"{format_bytes(nbytes)} ({share:.0%})"
 
+
+def _tokens(tokens: int, speculated: int) -> str:
+    """'12', or '12 (first 5 speculated in its parent's step)'."""
+    if not speculated:
+        return str(tokens)
+    which = "all" if speculated == tokens else f"first {speculated}"
+    return f"{tokens} ({which} speculated in its parent's step)"
+
+
+def _group(node) -> str:
+    if node.group is None:
+        return "none: its whole step was speculated" if node.speculated and node.tokens == node.speculated else "–"
+    return f"{node.group}" + (" (prefetched)" if node.prefetched else "")

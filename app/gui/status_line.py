@@ -143,9 +143,11 @@ class StatusLine:
                 self.speed.setText(f"{self._tokens / (self._clock.elapsed() / 1000):.1f} cand-tok/s")
         elif isinstance(event, ev.RunFinished):
             self.speed.setText(f"{event.tokens_per_second:.1f} cand-tok/s")
-            self.speed.setToolTip(f"goodput: {event.goodput:.1f} tokens/s of the answer's path (FlashTTS)")
+            self.speed.setToolTip(f"goodput: {event.goodput:.1f} tokens/s of the answer's path (FlashTTS)"
+                                  + _speculation(event, "\n"))
             self.bar.showMessage(
-                f"Done: {event.steps} steps, score {event.score:.2f}, goodput {event.goodput:.1f} tok/s", 15000
+                f"Done: {event.steps} steps, score {event.score:.2f}, goodput {event.goodput:.1f} tok/s"
+                + _speculation(event, "; "), 15000
             )
         elif isinstance(event, ev.RunCancelled):
             self.bar.showMessage(f"Stopped after step {event.step}.", 15000)
@@ -154,3 +156,9 @@ class StatusLine:
             self.bar.showMessage(f"Failed: {event.message[:120]}", 15000)
         if event.type in ev.TERMINAL_TYPES:
             self._beat.stop()
+
+
+def _speculation(event: ev.RunFinished, separator: str) -> str:
+    """'; speculated 177 tokens, 29 kept (16%)', or nothing when the run speculated none."""
+    made, used = event.speculative_tokens, event.speculative_used
+    return f"{separator}speculated {made} tokens, {used} kept ({used / made:.0%})" if made else ""

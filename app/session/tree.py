@@ -46,6 +46,7 @@ class Node:
     eos: bool = False
     group: int | None = None
     prefetched: bool = False
+    speculated: int = 0  # leading tokens of its step made speculatively in its parent's step (FlashTTS)
     device_bytes: int = 0
     host_bytes: int = 0
     h2d_bytes: int = 0
@@ -231,6 +232,8 @@ class SearchTree:
             node, moved = self._add_node(e.id, e.parent, e.step)
             changed |= moved
         node.text, node.tokens, node.eos, node.group = e.text, e.tokens, e.finished, e.group
+        if isinstance(e, ev.CandidateText):
+            node.speculated = e.speculated
         if isinstance(e, ev.CandidateScored):
             node.score, node.aggregate = e.score, e.aggregate
         return changed

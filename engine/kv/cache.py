@@ -29,11 +29,18 @@ Prefill = Callable[..., Any]  # token ids, chunk=, cache=, **forward -> the prom
 BudgetProbe = Callable[[], int | None]  # free device bytes now, or None when it cannot change (emulated)
 
 
-def whole_search_bytes(prompt_tokens: int, search: SearchConfig, token_bytes: int, block_size: int) -> int:
-    """Upper bound of in_device's peak: every candidate's full-length KV at rest (block-rounded) and working."""
+def whole_search_bytes(
+    prompt_tokens: int, search: SearchConfig, token_bytes: int, block_size: int, speculative: bool = False
+) -> int:
+    """Upper bound of in_device's peak: every candidate's full-length KV at rest (block-rounded) and working.
+
+    A row's step and its speculation together hold at most a step's tokens; speculation adds a
+    copied-on-write tail block per candidate and step.
+    """
     n, steps = search.candidates_per_step, search.max_steps
     longest = prompt_tokens + steps * search.step_tokens
-    at_rest = prompt_tokens + 3 * block_size + n * steps * (search.step_tokens + block_size)
+    per_step = search.step_tokens + (2 if speculative else 1) * block_size
+    at_rest = prompt_tokens + 3 * block_size + n * steps * per_step
     return (at_rest + n * (longest + search.step_tokens)) * token_bytes
 
 
@@ -71,7 +78,7 @@ class KVCache:
         shape, self.device = loaded.kv_shape, loaded.device
         self.blocks = BlockManager(cache.block_size)
         token_bytes = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * _element_size(loaded.dtype)
-        whole = whole_search_bytes(prompt_tokens, search, token_bytes, cache.block_size)
+        whole = whole_search_bytes(prompt_tokens, search, token_bytes, cache.block_size, cache.speculative)
         self.emulated = self.device.type != "cuda"
         self._probe = free_bytes  # None: read CUDA (a bound method here would make a reference cycle)
         total = cache.kv_budget_bytes or self._automatic_budget(whole + verifier_batch_bytes)
@@ -79,6 +86,8 @@ class KVCache:
         self.budget, self.verifier_budget = split.generator_bytes, split.verifier_bytes
         one = one_candidate_bytes(prompt_tokens, search, token_bytes, cache.block_size)
         self.policy_name = cache.policy if cache.policy != "auto" else auto_policy(whole, one, self.budget)
+        # speculative beam extension keeps a row's speculated KV: the group executor's policies do
+        self.speculative = cache.speculative and self.policy_name in ("in_device", "lbs")
         self.store = KVStore(
             self.blocks,
             num_layers=shape.num_layers,
@@ -91,7 +100,9 @@ class KVCache:
             pcie_gbps=cache.pcie_gbps,
             host_device="meta" if self.device.type == "meta" else "cpu",  # plan-only runs hold no data
         )
-        context = PolicyContext(loaded.model.config, self.blocks, self.store, decode, search.step_tokens)
+        context = PolicyContext(
+            loaded.model.config, self.blocks, self.store, decode, search.step_tokens, self.speculative
+        )
         self.policy: Policy = self._make_policy(context)
         self.live: dict[int, Live] = {}
         self.timing = StepTiming()
@@ -154,14 +165,28 @@ class KVCache:
         self.store.sync()
         return time.perf_counter() - start
 
-    def fork(self, parent: int | None, child: int, generator) -> None:
+    def fork(self, parent: int | None, child: int, generator, adopt: bool = False) -> tuple[int, ...]:
+        """A child of `parent` (None: the prompt). With `adopt` (its first child) it takes over the parent's
+        speculative KV and starts its step with the speculated tokens, which it returns."""
         source = self.live[PROMPT_ID if parent is None else parent]
-        self.live[child] = Live(child, self.blocks.fork(source.table), source.pending, generator, source.id)
+        ahead = source.ahead if adopt else None
+        if ahead is None:
+            self.live[child] = Live(child, self.blocks.fork(source.table), source.pending, generator, source.id)
+            return ()
+        source.ahead = None
+        self.live[child] = Live(child, ahead.table, ahead.pending, generator, source.id, prefix=ahead.tokens)
+        return ahead.tokens
 
-    def release(self, candidate: int) -> None:
+    def release(self, candidate: int) -> int:
+        """Free a candidate's blocks, and its speculative KV at once; returns the speculated tokens discarded."""
         live = self.live.pop(candidate, None)
-        if live is not None:
-            self.store.free(self.blocks.free(live.table))
+        if live is None:
+            return 0
+        self.store.free(self.blocks.free(live.table))
+        if live.ahead is None:
+            return 0
+        self.store.free(self.blocks.free(live.ahead.table))
+        return len(live.ahead.tokens)
 
     def close(self) -> None:
         """End of the run (finished, cancelled or failed): free every block and give the pools back."""
@@ -190,11 +215,14 @@ class KVCache:
     def decode_step(self, candidates: Sequence[int], should_stop: Callable[[], bool]) -> Iterator[GroupDone]:
         if PROMPT_ID in self.live and all(c != PROMPT_ID for c in candidates):
             self.release(PROMPT_ID)  # the first step's children hold the prompt blocks now
-        plan = self.plan(candidates)
+        plan = self.plan(candidates) if candidates else None  # none: every child's step was speculated whole
         self.store.counters.start_step()
         self.store.start_peak()
         self.timing = StepTiming()
-        yield from self.policy.run_step(plan, self.live, self.timing, should_stop)
+        if plan is not None:
+            for done in self.policy.run_step(plan, self.live, self.timing, should_stop):
+                self.timing.forwards += max((len(r.fed) for r in done.results.values()), default=0)
+                yield done
         self.store.sync()
 
     # -- reporting ------------------------------------------------------------------------------
@@ -240,6 +268,8 @@ class KVCache:
             self.timing.idle_row_slots,
             counters.calls["h2d"],
             counters.calls["d2h"],
+            self.timing.speculative_tokens,
+            self.timing.forwards,
         )
 
 

@@ -21,7 +21,7 @@ import torch
 
 from engine.kv.attention import ATTENTION, SharedPrefix, arena_cache
 from engine.kv.blocks import BlockManager, Tier
-from engine.kv.policy import Decode, Group, GroupDone, Live, StepTiming, common_prefix, idle_slots
+from engine.kv.policy import Ahead, Decode, Group, GroupDone, Live, StepTiming, common_prefix, idle_slots, speculated
 from engine.kv.pool import PoolExhausted, Run
 from engine.kv.store import KVStore
 from engine.rows import Row, RowResult
@@ -119,6 +119,7 @@ class GroupExecutor:
                 self._unload(batch)
             self._account(group, batch.h2d_bytes, compute, previous_compute, timing)
             timing.idle_row_slots += idle_slots(results)
+            timing.speculative_tokens += sum(speculated(r) for r in results)
             previous_compute = compute
             for c in group.candidates:
                 timing.group_of[c] = index
@@ -144,7 +145,7 @@ class GroupExecutor:
             return None
 
     def _decode(self, batch: LoadedGroup, should_stop) -> tuple[list[RowResult], float]:
-        rows = [Row(m.id, m.pending, self.blocks.num_tokens(m.table), m.generator) for m in batch.members]
+        rows = [Row(m.id, m.pending, self.blocks.num_tokens(m.table), m.generator, m.prefix) for m in batch.members]
         cache = arena_cache(self.config, batch.arena, batch.width)
         forward = {"kv_prefix": batch.prefix} if batch.prefix is not None else {}
         return self.decode(cache, batch.mask, rows, should_stop, **forward)
@@ -288,6 +289,16 @@ class GroupExecutor:
             self.store.write(plan, batch.arena[:, :, row, :, batch.width : batch.width + n], self.home, member.id)
             member.table = plan.table
             member.pending = result.sampled[-1]
+            if result.ahead is not None:
+                self._write_ahead(batch, row, member, result.ahead, batch.width + n)
+
+    def _write_ahead(self, batch: LoadedGroup, row: int, member: Live, ahead: RowResult, start: int) -> None:
+        """Keep a row's speculative tokens' KV (arena columns from `start`, after its step's) as its first
+        child's table: a fork of the row's blocks with the speculated tokens appended (copy-on-write of a
+        shared tail)."""
+        plan = self.blocks.append(self.blocks.fork(member.table), ahead.fed, self.home)
+        self.store.write(plan, batch.arena[:, :, row, :, start : start + len(ahead.fed)], self.home, member.id)
+        member.ahead = Ahead(plan.table, ahead.sampled[-1], tuple(ahead.sampled))
 
 
 def _halves(group: Group) -> list[Group]:

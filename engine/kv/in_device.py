@@ -12,10 +12,20 @@ from engine.kv.policy import Group, PolicyContext, StepPlan, Work
 
 
 def plan_in_device(
-    work: Sequence[Work], resident_bytes: int, budget: int, step_tokens: int, token_bytes: int, block_size: int
+    work: Sequence[Work],
+    resident_bytes: int,
+    budget: int,
+    step_tokens: int,
+    token_bytes: int,
+    block_size: int,
+    speculative: bool = False,
 ) -> StepPlan:
-    """One group; the blocks at rest, their growth this step and the working KV must fit the budget."""
-    growth = len(work) * (step_tokens + block_size) * token_bytes  # new tokens, each row may open a block
+    """One group; the blocks at rest, their growth this step and the working KV must fit the budget.
+
+    A row's step and its speculation hold at most `step_tokens` together; speculation copies a tail block.
+    """
+    tails = 2 if speculative else 1  # each row may open a block (and copy one on write for its speculation)
+    growth = len(work) * (step_tokens + tails * block_size) * token_bytes
     slack = SLACK_BLOCKS * block_size * token_bytes
     need = resident_bytes + growth + group_bytes(work, step_tokens, token_bytes) + slack
     if need > budget:
@@ -37,7 +47,8 @@ class InDevicePolicy:
         store = self.context.store
         resident = store.resident_bytes(Tier.DEVICE)
         k = self.context.step_tokens
-        return plan_in_device(work, resident, budget, k, store.token_bytes, store.blocks.block_size)
+        block_size, speculative = store.blocks.block_size, self.context.speculative
+        return plan_in_device(work, resident, budget, k, store.token_bytes, block_size, speculative)
 
     def run_step(self, plan, live, timing, should_stop):
         return self.executor.run_step(plan.groups, live, timing, should_stop)

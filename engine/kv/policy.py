@@ -18,14 +18,25 @@ from engine.kv.blocks import Tier
 
 
 @dataclass
+class Ahead:
+    """Speculative KV kept for a candidate's first child: the candidate's blocks, then the speculated tokens."""
+
+    table: list[int]
+    pending: int  # the last speculated token (its KV does not exist yet)
+    tokens: tuple[int, ...]  # the speculated tokens: the start of the first child's step
+
+
+@dataclass
 class Live:
     """A candidate whose KV is in blocks: what a step needs to continue it."""
 
     id: int
     table: list[int]
     pending: int  # the token to feed first: its KV does not exist yet
-    generator: Any  # the candidate's random stream (engine.sampling), passed through to decoding
+    generator: Any  # the candidate's random stream (engine.rng), passed through to decoding
     source: int | None = None  # the candidate it was forked from (the prompt's id for the first step)
+    prefix: tuple[int, ...] = ()  # this step's tokens already made (speculatively, by its parent's row)
+    ahead: Ahead | None = None  # speculative KV for its first child, until that child adopts it or it is freed
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,8 @@ class StepTiming:
     modelled_stall_seconds: float = 0.0
     peak_device_bytes: int = 0  # the device pool's high-water mark during the step
     idle_row_slots: int = 0  # row x forward slots spent on rows whose step had ended (stragglers' waste)
+    speculative_tokens: int = 0  # tokens rows made for their first child in slots they would have idled
+    forwards: int = 0  # forward calls the step's groups needed (each group's longest row, summed)
     group_of: dict[int, int] = field(default_factory=dict)
     retries: list[tuple[tuple[int, ...], str]] = field(default_factory=list)  # (group split, why)
 
@@ -94,6 +107,7 @@ class PolicyContext:
     store: Any  # engine.kv.store.KVStore
     decode: Decode
     step_tokens: int
+    speculative: bool = False  # rows keep speculated KV for their first child (one more tail block each)
 
 
 class Policy(Protocol):
@@ -116,9 +130,18 @@ class Policy(Protocol):
 
 
 def idle_slots(results: Sequence[Any]) -> int:
-    """Row slots a batch spent on rows already done: every row rides every forward until the longest ends."""
+    """Row slots a batch spent on rows already done: every row rides every forward until the longest ends.
+
+    Slots a done row filled with speculation (`ahead`) are not idle.
+    """
     forwards = max((len(r.fed) for r in results), default=0)
-    return len(results) * forwards - sum(len(r.fed) for r in results)
+    return len(results) * forwards - sum(len(r.fed) + speculated(r) for r in results)
+
+
+def speculated(result: Any) -> int:
+    """Tokens a row made for its first child after its own step ended."""
+    ahead = getattr(result, "ahead", None)
+    return len(ahead.fed) if ahead is not None else 0
 
 
 def common_prefix(tables: Sequence[Sequence[int]]) -> list[int]:
