@@ -172,32 +172,15 @@ def test_a_verifier_without_kv_leaves_the_whole_budget_to_the_generator(tiny):
     assert make_verifier("logprob", tiny).memory().budget_bytes == 0
 
 
+def run_args(prm: str, budget: str, share: str) -> list[str]:
+    """`beamwise run` on the tiny model with `prm` as the verifier, `budget` split by `share`."""
+    search = ["--beams", "2", "--width", "2", "--step-tokens", "8", "--max-steps", "2", "--step-delimiter", "none"]
+    return ["run", QUESTION, "--model", "synthetic:tiny-llama", *search, "--no-save", "--verifier", "prm",
+            "--verifier-model", prm, "--kv-budget", budget, "--verifier-kv-share", share]  # fmt: skip
+
+
 def test_a_share_too_small_for_one_row_fails_the_run_saying_what_to_raise(capsys):
-    args = [
-        "run",
-        QUESTION,
-        "--model",
-        "synthetic:tiny-llama",
-        "--beams",
-        "2",
-        "--width",
-        "2",
-        "--step-tokens",
-        "8",
-        "--max-steps",
-        "2",
-        "--step-delimiter",
-        "none",
-        "--no-save",
-        "--verifier",
-        "prm",
-        "--verifier-model",
-        "synthetic:tiny-qwen-prm",
-        "--kv-budget",
-        "1MB",
-        "--verifier-kv-share",
-        "0.001",
-    ]
+    args = run_args("synthetic:tiny-qwen-prm", "1MB", "0.001")
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "the verifier's KV share 1.0 kB is too small for the verifier's batch" in err
@@ -206,31 +189,7 @@ def test_a_share_too_small_for_one_row_fails_the_run_saying_what_to_raise(capsys
 
 
 def test_the_cli_prints_the_verifier_share_and_its_kv_per_step(capsys):
-    args = [
-        "run",
-        QUESTION,
-        "--model",
-        "synthetic:tiny-llama",
-        "--beams",
-        "2",
-        "--width",
-        "2",
-        "--step-tokens",
-        "8",
-        "--max-steps",
-        "2",
-        "--step-delimiter",
-        "none",
-        "--no-save",
-        "--verifier",
-        "prm",
-        "--verifier-model",
-        "synthetic:tiny-math-shepherd",
-        "--kv-budget",
-        "4MB",
-        "--verifier-kv-share",
-        "0.25",
-    ]
+    args = run_args("synthetic:tiny-math-shepherd", "4MB", "0.25")
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "verifier KV budget 1,000,000 B" in out
