@@ -5,10 +5,12 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 
+import pytest
 import torch
 
 from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
+from engine.kv.blocks import Tier
 from engine.kv.cache import KVCache
 from engine.rows import StepRules
 from engine.runner import decode_step, prefill
@@ -18,13 +20,18 @@ from engine.search import SYSTEM_PROMPT
 SEARCH = SearchConfig(beams=2, width=3, step_tokens=5, max_steps=3, step_delimiter=None, seed=4)
 
 
-def run_cache(loaded, cache_config: CacheConfig, *, fail_above: int | None = None, free_bytes=None, margin=0):
-    """Drive a KV cache through a fixed tree (keep candidates 1 and 4 of each step); returns tokens, groups, events."""
+def run_cache(
+    loaded, cache_config: CacheConfig, *, fail_above: int | None = None, free_bytes=None, margin=0, device_used=None,
+    logits=None,
+):  # fmt: skip
+    """Drive a KV cache through a fixed tree (keep candidates 1 and 4 of each step); returns tokens, groups, events.
+    `device_used`, a list: gets the device pool's used slots after each step; `logits`, a list: each sampled
+    token's logits, in the order candidate by candidate."""
     prompt = loaded.encode_chat("What is 2+3?", system=SYSTEM_PROMPT)
-    tokens: dict[int, list[int]] = defaultdict(list)
+    seen: dict[int, list[tuple[int, torch.Tensor]]] = defaultdict(list)
     rules = StepRules(
         SEARCH.step_tokens, None, frozenset(), 1.0, 1.0, loaded.decode, loaded.context_length,
-        observe=lambda cid, _logits, token: tokens[cid].append(token),
+        observe=lambda cid, scores, token: seen[cid].append((token, scores.detach().clone())),
     )  # fmt: skip
 
     def decode(cache, mask, rows, stop, hook=None, **forward):
@@ -51,11 +58,15 @@ def run_cache(loaded, cache_config: CacheConfig, *, fail_above: int | None = Non
                 kv.release(parent)
         groups.append([done.group.candidates for done in kv.decode_step(children, lambda: False)])
         events += list(kv.step_events(step))
+        if device_used is not None:
+            device_used.append(kv.store.pools[Tier.DEVICE].allocator.used)
         kept = [children[0], children[3]]
         for c in set(children) - set(kept):
             kv.release(c)
     kv.close()
-    return dict(tokens), groups, events
+    if logits is not None:
+        logits += [scores for cid in sorted(seen) for _, scores in seen[cid]]
+    return {cid: [token for token, _ in pairs] for cid, pairs in seen.items()}, groups, events
 
 
 def budget_for(loaded, candidates: float) -> int:
@@ -63,10 +74,17 @@ def budget_for(loaded, candidates: float) -> int:
     return int(candidates * (prompt + (SEARCH.max_steps + 1) * SEARCH.step_tokens) * loaded.kv_shape.token_bytes())
 
 
-def test_out_of_memory_in_a_group_splits_it_and_gives_the_same_tokens(tiny):
-    reference, _, _ = run_cache(tiny, CacheConfig(policy="in_device"))
-    tokens, groups, events = run_cache(tiny, CacheConfig(policy="in_device"), fail_above=2)
+POLICIES = [CacheConfig(policy="in_device"), CacheConfig(policy="headwise", kv_budget_bytes=1 << 30)]
+
+
+@pytest.mark.parametrize("cache", POLICIES, ids=lambda c: c.policy)
+def test_out_of_memory_in_a_group_splits_it_and_gives_the_same_tokens(tiny, cache):
+    reference_used, used, reference_logits, logits = [], [], [], []
+    reference, _, _ = run_cache(tiny, cache, device_used=reference_used, logits=reference_logits)
+    tokens, groups, events = run_cache(tiny, cache, fail_above=2, device_used=used, logits=logits)
     assert tokens == reference
+    torch.testing.assert_close(logits, reference_logits, atol=1e-4, rtol=0)  # batch size changes the sums' order
+    assert used == reference_used, "a retried step must give back every device slot it took"
     assert all(len(g) <= 2 for step in groups for g in step) and len(groups[0]) >= 3
     retried = [e for e in events if isinstance(e, ev.GroupRetried)]
     assert retried and "injected" in retried[0].reason
@@ -85,9 +103,10 @@ def test_a_budget_that_shrinks_between_steps_gives_smaller_groups_and_the_same_t
     assert budgets[0] == budget
 
 
-def test_a_single_candidate_that_cannot_fit_is_an_error_not_a_loop(tiny):
+@pytest.mark.parametrize("cache", POLICIES, ids=lambda c: c.policy)
+def test_a_single_candidate_that_cannot_fit_is_an_error_not_a_loop(tiny, cache):
     try:
-        run_cache(tiny, CacheConfig(policy="in_device"), fail_above=0)
+        run_cache(tiny, cache, fail_above=0)
     except torch.OutOfMemoryError as error:
         assert "injected" in str(error)
     else:

@@ -21,7 +21,19 @@ import torch
 
 from engine.kv.attention import ATTENTION, SharedPrefix, arena_cache
 from engine.kv.blocks import BlockManager, Tier
-from engine.kv.policy import Ahead, Decode, Group, GroupDone, Live, StepTiming, common_prefix, idle_slots, speculated
+from engine.kv.policy import (
+    OUT_OF_MEMORY,
+    Ahead,
+    Decode,
+    Group,
+    GroupDone,
+    Live,
+    StepTiming,
+    common_prefix,
+    idle_slots,
+    speculated,
+    split_for_retry,
+)
 from engine.kv.pool import PoolExhausted, Run
 from engine.kv.store import KVStore
 from engine.rows import Row, RowResult
@@ -100,14 +112,11 @@ class GroupExecutor:
                 self._ahead = self._prefetch(queue[0], live) if queue else None
                 self.store.wait_loaded(batch.loaded)
                 results, compute = self._decode(batch, should_stop)
-            except (torch.OutOfMemoryError, PoolExhausted) as error:
+            except OUT_OF_MEMORY as error:
                 self._unload(batch)
                 self._ahead = self._unload(self._ahead)
                 self.drop_kept()
-                if len(group.candidates) == 1:
-                    raise
-                queue[:0] = _halves(group)
-                timing.retries.append((group.candidates, f"{type(error).__name__}: {error}"))
+                queue[:0] = split_for_retry(group, error, timing)
                 continue
             except BaseException:
                 self._unload(batch)
@@ -299,8 +308,3 @@ class GroupExecutor:
         plan = self.blocks.append(self.blocks.fork(member.table), ahead.fed, self.home)
         self.store.write(plan, batch.arena[:, :, row, :, start : start + len(ahead.fed)], self.home, member.id)
         member.ahead = Ahead(plan.table, ahead.sampled[-1], tuple(ahead.sampled))
-
-
-def _halves(group: Group) -> list[Group]:
-    middle = len(group.candidates) // 2
-    return [Group(group.candidates[:middle]), Group(group.candidates[middle:])]

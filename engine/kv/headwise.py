@@ -39,6 +39,7 @@ from engine.kv.blocks import Tier
 from engine.kv.head_stream import BUFFERS, HeadStream
 from engine.kv.lbs import block_placement
 from engine.kv.policy import (
+    OUT_OF_MEMORY,
     Group,
     GroupDone,
     Live,
@@ -48,6 +49,7 @@ from engine.kv.policy import (
     Work,
     common_prefix,
     idle_slots,
+    split_for_retry,
 )
 from engine.rows import Row
 
@@ -141,26 +143,46 @@ class HeadwisePolicy:
     def run_step(
         self, plan: StepPlan, live: dict[int, Live], timing: StepTiming, should_stop: Callable[[], bool]
     ) -> Iterator[GroupDone]:
-        for index, group in enumerate(plan.groups):
+        """Yields after each group. A group that runs out of device memory is split in two and retried
+        with the same head-group size (a smaller group needs less); only a single candidate is an error."""
+        queue, index = list(plan.groups), 0
+        while queue:
+            group, stream = queue.pop(0), None
             members = [live[c] for c in group.candidates]
-            stream, width, mask = self._load(members, self.heads[group.candidates])
-            before = self.store.counters.step["h2d"]
+            heads = self.heads[group.candidates]
             try:
+                stream, width, mask = self._load(members, heads)
+                before = self.store.counters.step["h2d"]
                 rows = [Row(m.id, m.pending, self.blocks.num_tokens(m.table), m.generator) for m in members]
                 cache = stream.cache(self.context.config)
                 results, compute = self.context.decode(cache, mask, rows, should_stop, kv_heads=stream)
                 self.store.sync()
-                self._write_back(members, results, stream, width)
+            except OUT_OF_MEMORY as error:
+                self._close(stream, timing)
+                queue[:0] = halves = split_for_retry(group, error, timing)
+                self.heads.update((half.candidates, heads) for half in halves)
+                continue
+            except BaseException:
+                self._close(stream, timing)
+                raise
+            try:
+                self._write_back(members, results, stream, width)  # never retried: it changes the tables
             finally:
-                timing.peak_device_bytes = max(timing.peak_device_bytes, self.store.peak_device_bytes)
-                stream.close()
+                self._close(stream, timing)
             self._account(self.store.counters.step["h2d"] - before, stream.prefetched_bytes, compute, timing)
             timing.idle_row_slots += idle_slots(results)
             for c in group.candidates:
                 timing.group_of[c] = index
             yield GroupDone(index, group, dict(zip(group.candidates, results, strict=True)))
+            index += 1
             if should_stop():
                 return
+
+    def _close(self, stream: HeadStream | None, timing: StepTiming) -> None:
+        """Give the group's device buffers back, after noting the pool's high-water mark."""
+        timing.peak_device_bytes = max(timing.peak_device_bytes, self.store.peak_device_bytes)
+        if stream is not None:
+            stream.close()
 
     def _load(self, members: list[Live], heads: int):
         """The group's stream: its prefix read in place and its own blocks gathered into a host arena."""

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import torch
 
 from engine.kv.blocks import Tier
+from engine.kv.pool import PoolExhausted
 
 
 @dataclass
@@ -70,6 +71,19 @@ class StepTiming:
     forwards: int = 0  # forward calls the step's groups needed (each group's longest row, summed)
     group_of: dict[int, int] = field(default_factory=dict)
     retries: list[tuple[tuple[int, ...], str]] = field(default_factory=list)  # (group split, why)
+
+
+OUT_OF_MEMORY = (torch.OutOfMemoryError, PoolExhausted)  # a group that does not fit: split it and retry
+
+
+def split_for_retry(group: Group, error: BaseException, timing: StepTiming) -> list[Group]:
+    """The two halves of a group that ran out of device memory (CUDA, or a pool the budget re-read
+    shrank), recorded in `timing.retries`; a single candidate that cannot fit re-raises `error`."""
+    if len(group.candidates) == 1:
+        raise error
+    timing.retries.append((group.candidates, f"{type(error).__name__}: {error}"))
+    middle = len(group.candidates) // 2
+    return [Group(group.candidates[:middle]), Group(group.candidates[middle:])]
 
 
 @dataclass(frozen=True)
