@@ -30,8 +30,7 @@ from engine.kv.policy import (
     Live,
     StepTiming,
     common_prefix,
-    idle_slots,
-    speculated,
+    group_done,
     split_for_retry,
 )
 from engine.kv.pool import PoolExhausted, Run
@@ -127,12 +126,8 @@ class GroupExecutor:
                 timing.peak_device_bytes = max(timing.peak_device_bytes, self.store.peak_device_bytes)
                 self._unload(batch)
             self._account(group, batch.h2d_bytes, compute, previous_compute, timing)
-            timing.idle_row_slots += idle_slots(results)
-            timing.speculative_tokens += sum(speculated(r) for r in results)
             previous_compute = compute
-            for c in group.candidates:
-                timing.group_of[c] = index
-            yield GroupDone(index, group, dict(zip(group.candidates, results, strict=True)))
+            yield group_done(index, group, results, timing)
             index += 1
             if should_stop():
                 return

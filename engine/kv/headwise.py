@@ -48,7 +48,7 @@ from engine.kv.policy import (
     StepTiming,
     Work,
     common_prefix,
-    idle_slots,
+    group_done,
     split_for_retry,
 )
 from engine.rows import Row
@@ -170,10 +170,7 @@ class HeadwisePolicy:
             finally:
                 self._close(stream, timing)
             self._account(self.store.counters.step["h2d"] - before, stream.prefetched_bytes, compute, timing)
-            timing.idle_row_slots += idle_slots(results)
-            for c in group.candidates:
-                timing.group_of[c] = index
-            yield GroupDone(index, group, dict(zip(group.candidates, results, strict=True)))
+            yield group_done(index, group, results, timing)
             index += 1
             if should_stop():
                 return

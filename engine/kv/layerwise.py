@@ -29,7 +29,7 @@ from transformers.cache_utils import DynamicLayer
 
 from engine.errors import KVBudgetTooSmall
 from engine.kv.blocks import Tier
-from engine.kv.policy import Group, GroupDone, Live, PolicyContext, StepPlan, StepTiming, Work, idle_slots
+from engine.kv.policy import Group, GroupDone, Live, PolicyContext, StepPlan, StepTiming, Work, group_done
 from engine.rows import Row
 
 STAGING_LAYERS = 2
@@ -144,7 +144,6 @@ class LayerwisePolicy:
         results, compute = self.context.decode(cache, mask, rows, should_stop, hook)
         self.store.sync()
         timing.compute_seconds += compute
-        timing.idle_row_slots += idle_slots(results)
         timing.modelled_stall_seconds += self.store.counters.step["h2d"] / self.store.bandwidth
         grown = self.length - width
         self.mask = torch.cat([mask, torch.zeros((len(rows), grown), dtype=mask.dtype, device=mask.device)], dim=1)
@@ -153,9 +152,8 @@ class LayerwisePolicy:
             live[c].table = self.context.blocks.append(live[c].table, result.fed, Tier.HOST).table
             if result.sampled:
                 live[c].pending = result.sampled[-1]
-            timing.group_of[c] = 0
         self.staging = []
-        yield GroupDone(0, Group(tuple(candidates)), dict(zip(candidates, results, strict=True)))
+        yield group_done(0, Group(tuple(candidates)), results, timing)
 
     def _select_rows(self, sources: Sequence[int]) -> None:
         """Rows for this step's candidates, each a copy of its parent's row, in buffers sized for the step.

@@ -152,6 +152,16 @@ def idle_slots(results: Sequence[Any]) -> int:
     return len(results) * forwards - sum(len(r.fed) + speculated(r) for r in results)
 
 
+def group_done(index: int, group: Group, results: Sequence[Any], timing: StepTiming) -> GroupDone:
+    """Note a decoded group in the step's timing (idle and speculated slots, each member's group) and
+    name its results by candidate."""
+    timing.idle_row_slots += idle_slots(results)
+    timing.speculative_tokens += sum(speculated(r) for r in results)
+    for c in group.candidates:
+        timing.group_of[c] = index
+    return GroupDone(index, group, dict(zip(group.candidates, results, strict=True)))
+
+
 def speculated(result: Any) -> int:
     """Tokens a row made for its first child after its own step ended."""
     ahead = getattr(result, "ahead", None)
