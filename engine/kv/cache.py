@@ -147,20 +147,18 @@ class KVCache:
         """Compute the prompt's KV once, in one run of consecutive slots; every candidate shares it. Seconds."""
         start = time.perf_counter()
         self.store.counters.start_step()
-        if isinstance(self.policy, HeadwisePolicy):
+        if isinstance(self.policy, HeadwisePolicy):  # chunk by chunk straight into the prompt's host blocks
             plan = self.blocks.allocate(prompt[:-1], self.home)
             self.policy.prefill(self._prefill, plan.new_blocks, self.prefill_chunk, self._current_budget())
-            self.live[PROMPT_ID] = Live(PROMPT_ID, plan.table, prompt[-1], None)
-            self.store.sync()
-            return time.perf_counter() - start
-        cache = self._prefill(prompt[:-1], chunk=self.prefill_chunk)
-        plan = self.blocks.allocate(prompt[:-1], self.home)
-        if isinstance(self.policy, LayerwisePolicy):
-            self.policy.start(PROMPT_ID, cache)  # keeps the prompt's KV as its first row
         else:
-            self.store.place(plan.new_blocks, self.home)
-            layers = [torch.stack((layer.keys[0], layer.values[0])) for layer in cache.layers]  # each [2, H, P, D]
-            self.store.write(plan, torch.stack(layers), self.home, PROMPT_ID)
+            cache = self._prefill(prompt[:-1], chunk=self.prefill_chunk)
+            plan = self.blocks.allocate(prompt[:-1], self.home)
+            if isinstance(self.policy, LayerwisePolicy):
+                self.policy.start(PROMPT_ID, cache)  # keeps the prompt's KV as its first row
+            else:
+                self.store.place(plan.new_blocks, self.home)
+                layers = [torch.stack((layer.keys[0], layer.values[0])) for layer in cache.layers]  # [2, H, P, D]
+                self.store.write(plan, torch.stack(layers), self.home, PROMPT_ID)
         self.live[PROMPT_ID] = Live(PROMPT_ID, plan.table, prompt[-1], None)
         self.store.sync()
         return time.perf_counter() - start
