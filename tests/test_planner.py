@@ -86,3 +86,15 @@ def test_the_plan_bar_says_what_to_fix(qtbot):
     with qtbot.waitSignal(bar.planned, timeout=5_000):
         bar.refresh_now()
     assert "beams must be at least 1" in bar.sentence.text()
+
+
+def test_the_plan_bar_says_why_a_plan_failed_in_its_thread(qtbot, tmp_path):
+    from app.gui.plan_bar import PlanBar
+    from engine.config import ModelSpec
+
+    configs = (ModelSpec(str(tmp_path / "no-such-model")), SearchConfig(beams=2, width=2), CacheConfig(device="cpu"))
+    bar = PlanBar(lambda: configs, lambda: "")
+    qtbot.addWidget(bar)
+    with qtbot.waitSignal(bar.planned, timeout=10_000) as blocker:
+        bar.refresh_now()
+    assert blocker.args[0] is None and bar.sentence.text().startswith("No plan: ")

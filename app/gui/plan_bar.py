@@ -4,12 +4,12 @@ sentence, refreshed shortly after the settings change; the figures are in its to
 from __future__ import annotations
 
 import html
-import threading
 from collections.abc import Callable
 
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
+from app.gui.background import run_in_background
 from app.gui.controls import SERVER_SOURCE
 from app.planner import MemoryPlan, plan
 from engine.config import CacheConfig, ModelSpec, SearchConfig
@@ -60,19 +60,9 @@ class PlanBar(QWidget):
             self._show(self._generation, None, "Remote: the server holds the model and its KV cache; "
                        "nothing is planned on this machine.")
             return
-        args = (self._generation, configs, self._question())
-        threading.Thread(target=self._work, args=args, name="beamwise-plan", daemon=True).start()
-
-    def _work(self, generation: int, configs: Configs, question: str) -> None:
-        try:
-            result, error = plan(*configs, question=question or None), ""
-        except Exception as failure:  # a model folder that cannot be read, a PRM that is not one: said, not raised
-            message = failure.user_message() if hasattr(failure, "user_message") else str(failure)
-            result, error = None, f"No plan: {message}"
-        try:
-            self._finished.emit(generation, result, error)
-        except RuntimeError:  # the window closed while this plan ran
-            pass
+        generation, question = self._generation, self._question()
+        work = lambda: (generation, *_plan(configs, question))  # noqa: E731
+        run_in_background("beamwise-plan", work, self._finished.emit)
 
     def _show(self, generation: int, result: MemoryPlan | None, error: str) -> None:
         if generation != self._generation:
@@ -91,3 +81,12 @@ class PlanBar(QWidget):
             state, "no plan"))
         self.sentence.setText(sentence)
         self.setToolTip(details or sentence)
+
+
+def _plan(configs: Configs, question: str) -> tuple[MemoryPlan | None, str]:
+    """The plan, or None and what went wrong (a model folder that cannot be read, a PRM that is not one)."""
+    try:
+        return plan(*configs, question=question or None), ""
+    except Exception as failure:  # said in the bar, not raised
+        message = failure.user_message() if hasattr(failure, "user_message") else str(failure)
+        return None, f"No plan: {message}"

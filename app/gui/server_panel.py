@@ -9,7 +9,6 @@ when a run starts and travels only inside the ServerConfig handed to the engine 
 from __future__ import annotations
 
 import json
-import threading
 import urllib.parse
 from dataclasses import asdict, dataclass
 
@@ -28,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui.background import run_in_background
 from app.gui.controls import ERROR_STYLE, SERVER_SOURCE, ModelPicker
 from app.server_keys import has_key, load_key, save_key
 from engine.backends.openai import ServerConfig, check_connection
@@ -195,19 +195,8 @@ class ServerDialog(QDialog):
         self.answer.setStyleSheet("")
         self.answer.setText(f"Asking {config.endpoint}…")
         self.test_button.setEnabled(False)
-        threading.Thread(
-            target=self._test, args=(self._tests, config), name="beamwise-server-test", daemon=True
-        ).start()
-
-    def _test(self, number: int, config: ServerConfig) -> None:
-        try:
-            ok, text = True, check_connection(config).sentence(config)
-        except BeamwiseError as error:
-            ok, text = False, _window_message(error)
-        try:
-            self._answered.emit(number, ok, text)
-        except RuntimeError:  # the dialog closed while the server was asked
-            pass
+        number = self._tests
+        run_in_background("beamwise-server-test", lambda: (number, *_test(config)), self._answered.emit)
 
     def _show_answer(self, number: int, ok: bool, text: str) -> None:
         if number != self._tests:
@@ -291,3 +280,11 @@ def _window_message(error: BeamwiseError) -> str:
     else:
         return error.user_message()
     return f"{error} {hint}"
+
+
+def _test(config: ServerConfig) -> tuple[bool, str]:
+    """Whether the server answered as the search needs, and the sentence that says so (or what to do)."""
+    try:
+        return True, check_connection(config).sentence(config)
+    except BeamwiseError as error:
+        return False, _window_message(error)
