@@ -48,3 +48,17 @@ def test_the_verifier_share_and_a_prm_on_the_cpu_round_trip(qtbot, tmp_path, mon
     controls.set_configs(ModelSpec(), SearchConfig(verifier="logprob"), CacheConfig())
     assert not controls.verifier_on_cpu.isEnabled()  # only a PRM can move to the CPU
     assert controls.configs()[1].verifier_device == "auto"
+
+
+def test_the_prefill_chunk_round_trips_and_zero_means_auto(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path))
+    controls = SearchControls()
+    qtbot.addWidget(controls)
+    controls.set_configs(ModelSpec(), SearchConfig(), CacheConfig(policy="headwise", prefill_chunk=512))
+    _, _, built = controls.configs()
+    assert built.prefill_chunk == 512 and built.policy == "headwise"
+    with qtbot.waitSignal(controls.changed):
+        controls.prefill_chunk.set_value(0)
+    _, _, built = controls.configs()
+    assert built.prefill_chunk is None  # auto: sized to the budget
+    assert controls.prefill_chunk.spin.specialValueText() == "auto" and "head-wise" in controls.prefill_chunk.toolTip()

@@ -193,6 +193,7 @@ class SearchControls(QWidget):
         cache = dataclasses.replace(self._cache, policy=self.policy.currentData(),
                                     kv_budget_bytes=budget_mb * MB if budget_mb else None,
                                     pcie_gbps=float(self.pcie_gbps.value()),
+                                    prefill_chunk=int(self.prefill_chunk.value()) or None,
                                     verifier_kv_share=share / 100 if share else None, **switches)
         return model, search, cache
 
@@ -223,6 +224,7 @@ class SearchControls(QWidget):
         self.delimiter.setText(format_delimiter(search.step_delimiter))
         self.kv_budget.set_value(round(cache.kv_budget_bytes / MB) if cache.kv_budget_bytes else 0)
         self.pcie_gbps.set_value(cache.pcie_gbps)
+        self.prefill_chunk.set_value(cache.prefill_chunk or 0)
         self.verifier_share.set_value(round(cache.verifier_kv_share * 100) if cache.verifier_kv_share else 0)
         self.verifier_on_cpu.setChecked(search.verifier_device == "cpu")
         for name, box in self.switches.items():
@@ -371,6 +373,11 @@ class SearchControls(QWidget):
                                       tooltip="PCIe bandwidth the emulated GPU models (no effect on CUDA, "
                                       "where copies are real and timed).")
         form.addRow("PCIe (emulated)", self.pcie_gbps)
+        self.prefill_chunk = self._slider(0, 32768, step=128, suffix=" tokens", special="auto",
+                                          tooltip="Prompt tokens per prefill pass. Smaller passes keep the "
+                                          "activations of a long prompt small (head-wise offloading runs a "
+                                          "context larger than the GPU); auto sizes them to the KV budget.")
+        form.addRow("Prefill chunk", self.prefill_chunk)
         self.verifier_share = self._slider(0, 90, step=1, suffix=" %", special="auto",
                                            tooltip="The verifier's part of the device KV budget (the generator "
                                            "gets the rest). auto: what one verification batch needs, since "
