@@ -131,3 +131,56 @@ def test_a_follow_up_under_a_held_lock_is_journalled_and_imported_as_the_next_tu
         follow = max(s["id"] for s in store.list_sessions())
         row = store.get_session(follow)
         assert (row["conversation_id"], row["turn"], row["previous_id"]) == (first, 2, first)
+
+
+# ---------------------------------------------------------------- exports and `sessions show`
+
+
+def test_a_conversation_exports_and_imports_whole(db: Path, capsys) -> None:
+    from app.export import render_session, session_dump
+
+    with SessionStore(db) as store:
+        first = record(store, "What is 2+3?")
+        second = record(store, "And times 4?", previous=first)
+    out = db.parent / "talk.json"
+    assert main(["sessions", "export", str(first), "-o", str(out), "--db", str(db)]) == 0  # any turn: all of it
+    dump = json.loads(out.read_text(encoding="utf-8"))
+    assert dump["version"] == 2 and [t["session"]["question"] for t in dump["turns"]] == ["What is 2+3?",
+                                                                                        "And times 4?"]
+    assert main(["sessions", "import", str(out), "--db", str(db)]) == 0
+    assert "(turn 2 of a conversation of 2 turns" in capsys.readouterr().out
+    with SessionStore(db) as store:
+        again = max(s["id"] for s in store.list_sessions())
+        assert [s["turn"] for s in line_of(store, again)] == [1, 2]
+        assert line_of(store, again)[0]["id"] not in (first, second)  # a conversation of its own
+        assert session_dump(store, again) == session_dump(store, second)  # lossless, every turn
+        assert store.events(again) == store.events(second)
+        md = render_session(store, second, "md")
+        assert md.startswith("# What is 2+3?\n\nA conversation of 2 turns.")
+        assert "## Turn 1: What is 2+3?" in md and "## Turn 2: And times 4?" in md and "### Chosen path" in md
+        page = render_session(store, first, "html")
+        assert "<h2>Conversation</h2>" in page and "Turn 1 (this page)" in page and 'data-turn="0"' in page
+        assert "And times 4?" in page
+        single = record(store, "Alone")
+        assert session_dump(store, single)["version"] == 1 and "turns" not in session_dump(store, single)
+    assert main(["sessions", "show", str(second), "--db", str(db)]) == 0
+    shown = capsys.readouterr().out
+    assert f"turn 2 of 2 of conversation {first}" in shown
+    assert "turn 1 (session" in shown and "<- this session" in shown
+    assert main(["sessions", "list", "--db", str(db)]) == 0
+    assert f"2 of #{first}" in capsys.readouterr().out
+
+
+def test_an_export_with_a_bad_turn_imports_nothing(db: Path) -> None:
+    from app.export import SessionFileInvalid, import_session, session_dump
+
+    with SessionStore(db) as store:
+        first = record(store, "What is 2+3?")
+        record(store, "And times 4?", previous=first)
+        dump = session_dump(store, first)
+        dump["turns"][1]["events"].append({"type": "no_such_event"})
+        bad = db.parent / "bad.json"
+        bad.write_text(json.dumps(dump), encoding="utf-8")
+        with pytest.raises(SessionFileInvalid, match="cannot read"):
+            import_session(store, bad)
+        assert len(store.list_sessions()) == 2
