@@ -38,6 +38,16 @@ def history(store: SessionStore, session_id: int) -> list[Turn]:
     return [(row["question"], row["answer"] or "") for row in chain[:-1]]
 
 
+def turns_through(store: SessionStore, session_id: int) -> list[Turn]:
+    """The turns of `session_id`'s chain up to and including it: the history of a follow-up to it.
+    Raises FollowUpRefused when that session has no answer."""
+    session = store.get_session(session_id)
+    if session["status"] != "finished" or not session["answer"]:
+        raise FollowUpRefused(f"session {session_id} ended {session['status']} without an answer, so there is "
+                              "nothing to follow up.", hint="Run it again, or start a new conversation (Ctrl+N).")
+    return [*history(store, session_id), (session["question"], session["answer"])]
+
+
 def follow_up_of(store: SessionStore, session_id: int) -> tuple[int, list[Turn]]:
     """Where a follow-up to `session_id`'s conversation goes: (the session it follows, the history its prompt
     holds). Raises SessionNotFound for a missing id and FollowUpRefused when the last turn has no answer."""
