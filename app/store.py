@@ -374,9 +374,16 @@ class SessionStore:
             conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, session_id))
 
     def delete(self, session_id: int) -> None:
-        """Remove a session and everything recorded for it, in one transaction."""
+        """Remove a session and everything recorded for it, in one transaction. A turn that later turns follow
+        is refused: their prompts held it, and a rerun or follow-up of them would silently lose it."""
         self.get_session(session_id)
         with self.transaction() as conn:
+            later = [row[0] for row in conn.execute("SELECT id FROM sessions WHERE previous_id = ? ORDER BY id",
+                                                    (session_id,))]
+            if later:
+                raise StoreError(f"session {session_id} is a turn that session(s) {', '.join(map(str, later))} "
+                                 "follow in their conversation; nothing was deleted.",
+                                 hint="Delete the later turns first (newest first).")
             for table in ("events", "steps", "candidates"):
                 conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
             conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))

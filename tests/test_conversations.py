@@ -184,3 +184,17 @@ def test_an_export_with_a_bad_turn_imports_nothing(db: Path) -> None:
         with pytest.raises(SessionFileInvalid, match="cannot read"):
             import_session(store, bad)
         assert len(store.list_sessions()) == 2
+
+
+def test_a_turn_that_later_turns_follow_is_not_deleted(db: Path) -> None:
+    from app.store import StoreError
+
+    with SessionStore(db) as store:
+        first = record(store, "What is 2+3?")
+        second = record(store, "And times 4?", previous=first)
+        with pytest.raises(StoreError, match=f"session\\(s\\) {second} follow"):
+            store.delete(first)
+        assert len(store.list_sessions()) == 2
+        store.delete(second)  # newest first works
+        store.delete(first)
+        assert store.list_sessions() == []
