@@ -137,3 +137,17 @@ def test_an_older_run_started_without_history_still_reads() -> None:
     data = ev.to_dict(ev.RunStarted("q", "m", "v", "cpu", True, "in_device", 1, {}, {}))
     del data["history"]
     assert ev.from_dict(data).history == ()
+
+
+def test_a_remote_follow_up_sends_the_conversation_to_the_server() -> None:
+    from engine.backends.openai import ServerConfig
+    from engine.remote_search import run as remote_run
+    from tests.fake_openai import MODEL, FakeServer
+
+    history = [TURNS[0]]
+    with FakeServer() as server:
+        events = list(remote_run(TURNS[1][0], ServerConfig(server.url, MODEL, timeout_s=5.0, backoff_s=0.0),
+                                 dataclasses.replace(SMALL, step_tokens=16), history=history))
+    assert events[0].history == (TURNS[0],) and isinstance(events[-1], ev.RunFinished)
+    assert server.requests and all(r["prompt"].startswith(prompt_text(TURNS[1][0], history))
+                                   for r in server.requests)
