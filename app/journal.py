@@ -38,6 +38,7 @@ class JournalHeader:
     session_id: int | None  # the session row written before the database became busy, if any
     pid: int
     host: str
+    previous_id: int | None = None  # a follow-up: the session (turn) this run follows
 
 
 def folders_for(db_path: Path, data_folder: Path) -> tuple[Path, ...]:
@@ -107,7 +108,7 @@ def read_journal(path: Path) -> Journal:
     head = records[0]
     try:
         header = JournalHeader(db=str(head["db"]), created=str(head["created"]), session_id=head.get("session_id"),
-                               pid=int(head["pid"]), host=str(head["host"]))
+                               pid=int(head["pid"]), host=str(head["host"]), previous_id=head.get("previous_id"))
     except (KeyError, TypeError, ValueError) as error:
         raise JournalError(f"the run journal {path} has a damaged first line ({error!r}).") from error
     events = tuple((float(r["t"]), r["event"]) for r in records[1:] if "event" in r)
@@ -126,9 +127,9 @@ def _records(lines: list[str]) -> Iterator[dict[str, Any]]:
             yield data
 
 
-def header_for(db_path: Path, created: str, session_id: int | None) -> JournalHeader:
+def header_for(db_path: Path, created: str, session_id: int | None, previous_id: int | None = None) -> JournalHeader:
     return JournalHeader(db=str(db_path.resolve()), created=created, session_id=session_id, pid=os.getpid(),
-                         host=socket.gethostname())
+                         host=socket.gethostname(), previous_id=previous_id)
 
 
 def journals_of(db_path: Path, data_folder: Path) -> list[Path]:

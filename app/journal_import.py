@@ -44,10 +44,11 @@ def journal_folder_of(store: SessionStore) -> Path:
     return journal_folder(store.path, data_folder())
 
 
-def recorder_for(store: SessionStore, notify: Notify) -> SessionRecorder:
-    """A recorder that journals instead of failing when the database is busy (file databases only)."""
+def recorder_for(store: SessionStore, notify: Notify, previous: int | None = None) -> SessionRecorder:
+    """A recorder that journals instead of failing when the database is busy (file databases only);
+    `previous` makes the run the next turn of that session's conversation."""
     folder = None if store.path is None else (lambda: journal_folder_of(store))
-    return SessionRecorder(store, journal_folder=folder, notify=notify)
+    return SessionRecorder(store, journal_folder=folder, notify=notify, previous=previous)
 
 
 def import_journals(store: SessionStore, *, only: Path | None = None, notify: Notify | None = None) -> list[int]:
@@ -103,8 +104,11 @@ def replay(store: SessionStore, journal: Journal) -> int:
                 for table in ("events", "steps", "candidates", "sessions"):
                     column = "id" if table == "sessions" else "session_id"
                     conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (keep_id,))
+        previous = header.previous_id  # a follow-up: linked again, also when its partial row was replaced
+        if previous is not None and conn.execute("SELECT 1 FROM sessions WHERE id = ?", (previous,)).fetchone() is None:
+            previous = None  # the turn it followed was deleted meanwhile: it starts a conversation of its own
         recorder = SessionRecorder(store, created=header.created, session_id=keep_id, clock=lambda: now[0],
-                                   transaction=lambda: nullcontext(conn))
+                                   transaction=lambda: nullcontext(conn), previous=previous)
         for seconds, data in journal.events:
             now[0] = seconds
             recorder.write(ev.from_dict(data))

@@ -55,5 +55,17 @@ def m002_scored_text_once(db: Database) -> None:
         conn.executemany("UPDATE events SET data = ? WHERE session_id = ? AND seq = ?", changed)
 
 
-MIGRATIONS: tuple[Callable[[Database], None], ...] = (m001_initial, m002_scored_text_once)
+def m003_conversations(db: Database) -> None:
+    """Sessions become turns of conversations: `conversation_id` (its first turn's session id), `turn` (1-based)
+    and `previous_id` (the turn it follows; a rerun of a turn follows the same one). Each existing session
+    becomes a one-turn conversation of its own."""
+    sessions = db["sessions"]
+    sessions.add_column("conversation_id", int)
+    sessions.add_column("turn", int)
+    sessions.add_column("previous_id", int)
+    db.conn.execute("UPDATE sessions SET conversation_id = id, turn = 1 WHERE conversation_id IS NULL")
+    sessions.create_index(["conversation_id", "turn"])
+
+
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (m001_initial, m002_scored_text_once, m003_conversations)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -21,12 +21,12 @@ def needed_bytes(loaded, prompt_tokens: int, search: SearchConfig, cache: CacheC
 
 
 def check_memory(loaded, question: str, search: SearchConfig, cache: CacheConfig,
-                 free: Callable[[], int | None] | None = None) -> None:
+                 free: Callable[[], int | None] | None = None, history: Sequence[tuple[str, str]] = ()) -> None:
     """Raise SearchTooLarge (with the figure and the most beams that fit) when the search cannot fit in memory."""
     available = (free or (lambda: free_memory_bytes(torch.device("cpu"))))()
     if available is None:
         return  # this platform cannot say; the engine's own budget checks still apply
-    prompt = len(loaded.encode_chat(question))
+    prompt = len(loaded.encode_chat(question, history=history))  # a conversation: all its turns
     need = needed_bytes(loaded, prompt, search, cache)
     limit = int(available * SHARE)
     if need <= limit:

@@ -49,6 +49,7 @@ class SessionRecorder:
     `journal_folder` (a folder, or a callable giving one) turns a busy database into a journal
     instead of an error; `notify` receives the one line a user should read when that happens.
     `clock`, `created`, `session_id` and `transaction` let `app.journal_import` replay a journal.
+    `previous` (a session id) records the run as the next turn of that session's conversation (app/conversations.py).
     """
 
     def __init__(
@@ -62,6 +63,7 @@ class SessionRecorder:
         created: str | None = None,
         session_id: int | None = None,
         transaction: Callable[[], AbstractContextManager] | None = None,
+        previous: int | None = None,
     ) -> None:
         self.store = store
         self.title = title
@@ -70,7 +72,7 @@ class SessionRecorder:
         self.journal: RunJournal | None = None
         self.model = SessionModel(layout=False)  # the recorder reads rows, never row positions
         self._journal_folder, self._notify, self._clock = journal_folder, notify or (lambda _text: None), clock
-        self._created, self._forced_id = created, session_id
+        self._created, self._forced_id, self.previous = created, session_id, previous
         self._transaction = transaction or store.transaction
         self._log: list[tuple[float, dict]] = []  # every event of the run, for a journal started mid-run
         self._open: list[tuple[int, dict]] = []  # (seq, event dict) of the step in progress
@@ -134,7 +136,8 @@ class SessionRecorder:
         folder = self._journal_folder() if callable(self._journal_folder) else self._journal_folder
         assert folder is not None and self.store.path is not None
         try:
-            self.journal = RunJournal(folder, header_for(self.store.path, self._created or now_iso(), self.session_id))
+            self.journal = RunJournal(folder, header_for(self.store.path, self._created or now_iso(), self.session_id,
+                                                             self.previous))
             for seconds, data in self._log:
                 self.journal.append(seconds, data)
             self.journal.sync()
@@ -213,7 +216,7 @@ class SessionRecorder:
             row["id"] = self._forced_id
         self._created = row["created"]
         with self._transaction() as conn:
-            session_id = self.store.insert_session(conn, row)
+            session_id = self.store.insert_session(conn, row, previous=self.previous)
             self.store.insert_rows(conn, "events", event_log.rows(session_id, [(0, self._log[0][1])]))
         self.session_id, self._seq = session_id, 1
 

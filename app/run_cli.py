@@ -99,12 +99,27 @@ def _note(text: str) -> None:
     print(f"beamwise: {text}", file=sys.stderr, flush=True)
 
 
-def _open_recorder(args: argparse.Namespace):
+def _open_recorder(args: argparse.Namespace, previous: int | None = None):
+    """The run's recorder (None with --no-save); `previous` makes it the next turn of that session's conversation."""
     if args.no_save:
         return None
     from app.journal_import import open_session_store, recorder_for
 
-    return recorder_for(open_session_store(args.db, notify=_note), notify=_warn)
+    return recorder_for(open_session_store(args.db, notify=_note), notify=_warn, previous=previous)
+
+
+def _conversation(args: argparse.Namespace) -> tuple[int | None, list[tuple[str, str]]]:
+    """With --session ID: the turn a follow-up follows and the conversation's turns so far; else (None, [])."""
+    session = getattr(args, "session", None)
+    if session is None:
+        return None, []
+    from app.conversations import follow_up_of
+    from app.journal_import import open_session_store
+
+    with open_session_store(args.db, notify=_note) as store:
+        previous, history = follow_up_of(store, session)
+    _note(f"follow-up: turn {len(history) + 1} of the conversation of session {session}")
+    return previous, history
 
 
 @contextmanager
@@ -135,18 +150,20 @@ def run_command(args: argparse.Namespace) -> int:
     question = read_question(args.question, args.question_file, None)
     model_spec, search, cache = configs_from_args(args)
     server = server_from_args(args)
-    recorder = _open_recorder(args)  # a bad --db is said before the model spends seconds loading
+    previous, history = _conversation(args)  # a bad --db or --session is said before the model loads
+    recorder = _open_recorder(args, previous)
     if server is not None:
         from engine import remote_search
 
-        return _drive(args, recorder, lambda stop: remote_search.run(question, server, search, should_stop=stop))
+        return _drive(args, recorder, lambda stop: remote_search.run(question, server, search, should_stop=stop,
+                                                                     history=history))
     try:
         loaded = load_model(model_spec, device=cache.device, progress=_progress)  # "auto": CUDA when there is one
-        check_memory(loaded, question, search, cache)  # before anything is allocated for the search
+        check_memory(loaded, question, search, cache, history=history)  # before anything is allocated
     except BaseException:
         _close(recorder)
         raise
-    return _drive(args, recorder, lambda stop: run(question, loaded, search, cache, should_stop=stop))
+    return _drive(args, recorder, lambda stop: run(question, loaded, search, cache, should_stop=stop, history=history))
 
 
 def _drive(args: argparse.Namespace, recorder, events) -> int:

@@ -8,7 +8,8 @@ import unicodedata
 from pathlib import Path
 
 import app.formatting as fmt
-from app.export import FORMATS, ExportError, export_session, import_session, render_session, session_report
+from app.export import FORMATS, ExportError, export_session, import_session, render_session
+from app.export.report import conversation_reports
 from app.journal_import import open_session_store
 from app.store import SessionStore, StoreError, default_db_path
 
@@ -61,20 +62,24 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not rows:
         print("no sessions" + (f" matching {args.search!r}" if args.search else ""))
         return 0
-    print(f"{'id':>5}  {'date':16}  {'status':11}  {'model':22}  title / answer")
+    print(f"{'id':>5}  {'date':16}  {'status':11}  {'model':22}  {'turn':>8}  title / answer")
     for s in rows:
         answer = " ".join(_safe(s["answer"]).split())
         answer = f"  -> {answer[:40]}" if answer else ""
+        turn = f"{s['turn']} of #{s['conversation_id']}" if s["turn"] > 1 else "1"
         print(f"{s['id']:>5}  {s['created'][:16].replace('T', ' '):16}  {s['status']:11}  {_cut(s['model'], 22):22}  "
-              f"{_cut(s['title'], 50)}{answer}")
+              f"{turn:>8}  {_cut(s['title'], 50)}{answer}")
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     with _open(args) as store:
-        report = session_report(store, args.id)
-    s = report.session
+        reports, index = conversation_reports(store, args.id)
+    report, s = reports[index], reports[index].session
     print(f"session {args.id}: {_safe(s['title'])}")
+    if len(reports) > 1:
+        print(f"  turn {index + 1} of {len(reports)} of conversation {s['conversation_id']} (sessions "
+              f"{', '.join(str(r.session['id']) for r in reports)})")
     print(f"  {s['created']}  {s['status']}" + (f" ({s['error']})" if s["error"] else ""))
     print(f"  model {s['model']}, verifier {s['verifier']}, {s['device']}, policy {s['policy']}")
     print(f"  {s['steps']} steps, {s['candidates']} candidates, {s['candidate_tokens']} tokens, "
@@ -83,6 +88,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     for node in report.path:
         print(f"  step {node['step']} #{node['id']} score {fmt.score(node['score'])}: {_cut(node['text'], 100)}")
     print(f"\nanswer:\n{_safe(s['answer']) or '(none: the run did not finish)'}")
+    for turn, other in enumerate(reports if len(reports) > 1 else [], 1):
+        if turn == 1:
+            print("\nconversation:")
+        mark = "  <- this session" if turn == index + 1 else ""
+        print(f"  turn {turn} (session {other.session['id']}, {other.session['status']}): "
+              f"{_cut(other.session['question'], 60)} -> {_cut(other.session['answer'] or '-', 40)}{mark}")
     return 0
 
 
@@ -108,7 +119,9 @@ def _format_from_suffix(output: str | None) -> str:
 def cmd_import(args: argparse.Namespace) -> int:
     with _open(args) as store:
         new_id = import_session(store, Path(args.path))
-    print(f"imported {args.path} as session {new_id}")
+        turns = store.get_session(new_id)["turn"]
+    more = f" (turn {turns} of a conversation of {turns} turns)" if turns > 1 else ""
+    print(f"imported {args.path} as session {new_id}{more}")
     return 0
 
 

@@ -13,7 +13,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -271,20 +271,23 @@ class SessionStore:
         """Newest first; `search` matches title, question or answer (case-insensitive substring)."""
         where, params = "", []
         if search and search.strip():
-            pattern = "%" + search.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-            where = "WHERE " + " OR ".join(f"{c} LIKE ? ESCAPE '\\'" for c in ("title", "question", "answer"))
-            params = [pattern] * 3
+            where, params = "WHERE " + text_match(""), [like_pattern(search)] * 3
         sql = f"SELECT * FROM sessions {where} ORDER BY created DESC, id DESC LIMIT ? OFFSET ?"
         with self._guard() as conn:
             rows = self._dicts(conn.execute(sql, [*params, -1 if limit is None else limit, offset]))
-        return [_decode_session(row) for row in rows]
+        return [decode_session(row) for row in rows]
 
     def get_session(self, session_id: int) -> dict:
         with self._guard() as conn:
             rows = self._dicts(conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)))
         if not rows:
             raise SessionNotFound(f"there is no session {session_id} in {self.path or 'this database'}.")
-        return _decode_session(rows[0])
+        return decode_session(rows[0])
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict]:
+        """Rows of one read-only SQL statement as dicts (sessions' JSON columns left as text)."""
+        with self._guard() as conn:
+            return self._dicts(conn.execute(sql, list(params)))
 
     def candidates(self, session_id: int) -> list[dict]:
         """The tree, one row per candidate, by step then id."""
@@ -327,15 +330,28 @@ class SessionStore:
         with self.transaction() as conn:
             return self.insert_session(conn, row)
 
-    def insert_session(self, conn: sqlite3.Connection, row: dict[str, Any]) -> int:
-        """Inside `transaction()`: insert one session row, filling title and created; returns its id."""
+    def insert_session(self, conn: sqlite3.Connection, row: dict[str, Any], previous: int | None = None) -> int:
+        """Inside `transaction()`: insert one session row, filling title and created; returns its id.
+
+        `previous` makes it the next turn of that session's conversation; without it the session
+        starts a conversation of its own (turn 1).
+        """
         data = {**row}
         for key in (*JSON_COLUMNS, "path"):
             if key in data and not isinstance(data[key], str | type(None)):
                 data[key] = json.dumps(data[key])
         data["title"] = data.get("title") or short_title(data.get("question", ""))
         data.setdefault("created", now_iso())
-        return self.insert_rows(conn, "sessions", [data])
+        if previous is not None:
+            found = conn.execute("SELECT conversation_id, turn FROM sessions WHERE id = ?", (previous,)).fetchone()
+            if found is None:
+                raise SessionNotFound(f"there is no session {previous} in {self.path or 'this database'} to follow.")
+            data.update(conversation_id=found[0], turn=found[1] + 1, previous_id=previous)
+        session_id = self.insert_rows(conn, "sessions", [data])
+        if previous is None:
+            conn.execute("UPDATE sessions SET conversation_id = id, turn = 1, previous_id = NULL WHERE id = ?",
+                         (session_id,))
+        return session_id
 
     @staticmethod
     def insert_rows(conn: sqlite3.Connection, table: str, rows: list[dict[str, Any]]) -> int:
@@ -358,12 +374,29 @@ class SessionStore:
             conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, session_id))
 
     def delete(self, session_id: int) -> None:
-        """Remove a session and everything recorded for it, in one transaction."""
+        """Remove a session and everything recorded for it, in one transaction. A turn that later turns follow
+        is refused: their prompts held it, and a rerun or follow-up of them would silently lose it."""
         self.get_session(session_id)
         with self.transaction() as conn:
+            later = [row[0] for row in conn.execute("SELECT id FROM sessions WHERE previous_id = ? ORDER BY id",
+                                                    (session_id,))]
+            if later:
+                raise StoreError(f"session {session_id} is a turn that session(s) {', '.join(map(str, later))} "
+                                 "follow in their conversation; nothing was deleted.",
+                                 hint="Delete the later turns first (newest first).")
             for table in ("events", "steps", "candidates"):
                 conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
             conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+
+
+def like_pattern(search: str) -> str:
+    """A LIKE pattern matching `search` anywhere, its %, _ and backslash taken literally (see `text_match`)."""
+    return "%" + search.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def text_match(alias: str) -> str:
+    """SQL true when the session's title, question or answer is LIKE the next three parameters."""
+    return " OR ".join(f"{alias}{c} LIKE ? ESCAPE '\\'" for c in ("title", "question", "answer"))
 
 
 def _writable(path: Path) -> bool:
@@ -382,7 +415,8 @@ def _connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
         return sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=timeout, check_same_thread=False)
 
 
-def _decode_session(row: dict) -> dict:
+def decode_session(row: dict) -> dict:
+    """A sessions row as read: its JSON columns decoded."""
     for key in JSON_COLUMNS:
         row[key] = json.loads(row[key]) if row[key] else {}
     row["path"] = json.loads(row["path"]) if row["path"] else []

@@ -24,6 +24,7 @@ class RunStarted:
     search: dict[str, Any]
     cache: dict[str, Any]
     verifier_kv_budget_bytes: int = 0  # the verifier's part (--verifier-kv-share); 0 when it keeps no KV
+    history: tuple[tuple[str, str], ...] = ()  # a conversation's earlier turns: (question, chosen path's text)
 
 
 @dataclass(frozen=True)
@@ -252,11 +253,12 @@ def from_dict(data: dict[str, Any]) -> Any:
     kind = data["type"]
     kwargs = {name: data[name] for name in _FIELD_NAMES[kind] if name in data}  # missing: an older session
     for name in _TUPLE_FIELDS[kind]:
-        kwargs[name] = tuple(_from_item(item) for item in kwargs[name])
+        if name in kwargs:
+            kwargs[name] = tuple(_from_item(item) for item in kwargs[name])
     return EVENT_TYPES[kind](**kwargs)
 
 
 def _from_item(item: Any) -> Any:
     if isinstance(item, dict):
         return CandidateMemory(**{k: v for k, v in item.items() if k != "type"})
-    return item
+    return tuple(item) if isinstance(item, list) else item  # a conversation turn

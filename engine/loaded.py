@@ -11,6 +11,7 @@ from typing import Protocol
 
 import torch
 
+from engine.chat import Turn
 from engine.models import KVShape
 
 
@@ -26,4 +27,4 @@ class Generator(Protocol):
 
     def decode(self, ids: Sequence[int]) -> str: ...
 
-    def encode_chat(self, question: str, system: str | None = None) -> list[int]: ...
+    def encode_chat(self, question: str, system: str | None = None, history: Sequence[Turn] = ()) -> list[int]: ...

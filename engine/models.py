@@ -25,6 +25,7 @@ from engine.bundled import (
     cache_is_valid,
     report,
 )
+from engine.chat import Turn, chat_ids
 from engine.config import ModelSpec
 from engine.errors import ModelLoadError, load_errors
 from engine.kv.attention import enable_cascade
@@ -69,16 +70,10 @@ class LoadedModel:
     kv_shape: KVShape
     plan_only: bool = False  # see engine.loaded.Generator
 
-    def encode_chat(self, question: str, system: str | None = None) -> list[int]:
-        """Prompt ids ending where the assistant's answer starts (chat template, else a plain layout)."""
-        question = question.encode("utf-8", "surrogatepass").decode("utf-8", "replace")  # undecodable bytes: U+FFFD
-        if self.tokenizer.chat_template:
-            messages = [{"role": "system", "content": system}] if system else []
-            messages.append({"role": "user", "content": question})
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            return list(self.tokenizer.encode(text, add_special_tokens=False))
-        prefix = f"{system}\n\n" if system else ""
-        return list(self.tokenizer.encode(f"{prefix}Question: {question}\nAnswer:", add_special_tokens=True))
+    def encode_chat(self, question: str, system: str | None = None, history: Sequence[Turn] = ()) -> list[int]:
+        """Prompt ids ending where the assistant's answer starts (chat template, else a plain layout), after the
+        earlier turns of a conversation in `history`; see engine/chat.py for why the ids only ever grow."""
+        return chat_ids(self.tokenizer, question, system, history)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)

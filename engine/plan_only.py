@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import torch
 from transformers import DynamicCache, LlamaConfig
 
+from engine.chat import Turn
 from engine.kv.attention import ATTENTION
 from engine.models import DTYPES, KVShape, kv_shape_of
 
@@ -58,7 +59,7 @@ class PlannedModel:
     def decode(self, ids: Sequence[int]) -> str:
         return " ".join(map(str, ids))
 
-    def encode_chat(self, question: str, system: str | None = None) -> list[int]:
+    def encode_chat(self, question: str, system: str | None = None, history: Sequence[Turn] = ()) -> list[int]:
         raise NotImplementedError("plan-only runs take prompt_ids")
 
 

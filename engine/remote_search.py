@@ -13,12 +13,13 @@ verify-skip and lookahead (each roll-out step one greedy request). Not yet: a PR
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from engine import events as ev
 from engine.backends.openai import Completion, OpenAICompletions, RequestCancelled, ServerConfig
 from engine.candidate import Candidate
+from engine.chat import Turn
 from engine.config import SearchConfig
 from engine.errors import BeamwiseError, InvalidPrompt
 from engine.methods import method_for
@@ -35,9 +36,12 @@ REMOTE_DEVICE = "remote: KV is managed by the server"
 ANSWER_MARK = "the answer is"
 
 
-def prompt_text(question: str) -> str:
-    """The prompt the server continues. /v1/completions applies no chat template, so this is plain text."""
-    return f"{SYSTEM_PROMPT}\n\nProblem: {question.strip()}\n\nSolution:\n"
+def prompt_text(question: str, history: Sequence[Turn] = ()) -> str:
+    """The prompt the server continues. /v1/completions applies no chat template, so this is plain text;
+    a conversation's earlier turns come first, each as its problem and its chosen solution, so the text
+    of turn k's prompt begins turn k+1's (the server's own prefix cache can keep it)."""
+    earlier = "".join(f"Problem: {q.strip()}\n\nSolution:\n{a.strip()}\n\n" for q, a in history)
+    return f"{SYSTEM_PROMPT}\n\n{earlier}Problem: {question.strip()}\n\nSolution:\n"
 
 
 def run(
@@ -47,14 +51,17 @@ def run(
     *,
     should_stop: Callable[[], bool] = lambda: False,
     backend: OpenAICompletions | None = None,
+    history: Sequence[Turn] = (),
 ) -> Iterator[ev.Event]:
     """Answer `question` on the server; never raises for user errors (yields RunFailed), like search.run.
 
-    A Stop ends a request in flight too (`should_stop` is asked while the client waits for the server).
+    A Stop ends a request in flight too (`should_stop` is asked while the client waits for the server);
+    `history` holds a conversation's earlier turns, (question, chosen path's text), as in search.run.
     """
     try:
         backend = backend or OpenAICompletions(server, should_stop=should_stop)
-        yield from _RemoteSearch(question, server, backend, search, should_stop).events()
+        turns = tuple((str(q), str(a)) for q, a in history)
+        yield from _RemoteSearch(question, server, backend, search, should_stop, turns).events()
     except BeamwiseError as error:
         yield ev.RunFailed(type(error).__name__, error.user_message())
 
@@ -93,8 +100,10 @@ class _RemoteSearch:
         backend: OpenAICompletions,
         search: SearchConfig,
         should_stop: Callable[[], bool],
+        history: tuple[Turn, ...] = (),
     ) -> None:
         self.question, self.server, self.backend, self.cfg = question, server, backend, search
+        self.history = history
         self.should_stop = should_stop
         self.method = method_for(search)
         self.verifier = make_verifier(search, backend)
@@ -126,8 +135,9 @@ class _RemoteSearch:
             0,
             self.cfg.to_dict(),
             self.server.to_dict(),
+            history=self.history,
         )
-        prompt = prompt_text(self.question)
+        prompt = prompt_text(self.question, self.history)
         kept: list[int] = []
         step = 0
         for step in range(1, self.cfg.max_steps + 1):

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from engine import events as ev
 from engine.candidate import Candidate
+from engine.chat import Turn
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import BeamwiseError, InvalidPrompt
 from engine.kv.cache import KVCache
@@ -49,15 +50,20 @@ def run(
     observe_logits: Callable | None = None,
     prompt_ids: Sequence[int] | None = None,
     replay: Replay | None = None,
+    history: Sequence[Turn] = (),
 ) -> Iterator[ev.Event]:
     """Answer `question` by step-wise beam search; never raises for user errors (yields RunFailed).
 
     `observe_logits(candidate, logits, token)` sees every decode position (tests compare policies with it);
     `prompt_ids` replaces the chat prompt built from `question` (benchmarks use exact prompt lengths);
-    `replay` forces another run's tokens and kept beams (teacher forcing, to compare policies' logits).
+    `replay` forces another run's tokens and kept beams (teacher forcing, to compare policies' logits);
+    `history` holds a conversation's earlier turns, (question, chosen path's text), oldest first: the prompt
+    is the whole conversation (engine/chat.py) and RunStarted carries it.
     """
     try:
-        yield from _Search(question, loaded, search, cache, should_stop, observe_logits, prompt_ids, replay).events()
+        turns = tuple((str(q), str(a)) for q, a in history)
+        yield from _Search(question, loaded, search, cache, should_stop, observe_logits, prompt_ids, replay,
+                           turns).events()
     except BeamwiseError as error:
         yield ev.RunFailed(type(error).__name__, error.user_message())
     except (RuntimeError, ValueError) as error:  # e.g. out of memory: report, keep the caller alive
@@ -66,9 +72,10 @@ def run(
 
 class _Search:
     def __init__(
-        self, question, loaded, search: SearchConfig, cache: CacheConfig, should_stop, observe, prompt_ids, replay
+        self, question, loaded, search: SearchConfig, cache: CacheConfig, should_stop, observe, prompt_ids, replay,
+        history: tuple[Turn, ...] = (),
     ):
-        self.replay = replay
+        self.replay, self.history = replay, history
         self.question, self.loaded, self.cfg, self.cache_cfg = question, loaded, search, cache
         self.should_stop = should_stop
         self.prompt_ids = list(prompt_ids) if prompt_ids is not None else None
@@ -96,8 +103,14 @@ class _Search:
     def _prompt(self) -> list[int]:
         if self.prompt_ids is None and not self.question.strip():
             raise InvalidPrompt("The question is empty.", hint="Type a question.")
-        prompt = self.prompt_ids or self.loaded.encode_chat(self.question.strip(), system=SYSTEM_PROMPT)
+        prompt = self.prompt_ids or self.loaded.encode_chat(self.question.strip(), SYSTEM_PROMPT, self.history)
         room = self.loaded.context_length - self.cfg.step_tokens
+        if len(prompt) > room and self.history:
+            raise InvalidPrompt(
+                f"The conversation is {len(prompt)} tokens over {len(self.history) + 1} turns; the model's context "
+                f"holds {self.loaded.context_length} and a step needs {self.cfg.step_tokens} more.",
+                hint="Start a new conversation (Ctrl+N in the window, or `beamwise run` without --session).",
+            )
         if len(prompt) > room:
             raise InvalidPrompt(
                 f"The question is {len(prompt)} tokens; the model's context holds {self.loaded.context_length} "
@@ -130,6 +143,7 @@ class _Search:
             self.cfg.to_dict(),
             self.cache_cfg.to_dict(),
             kv.verifier_budget,
+            self.history,
         )
         try:
             yield from self._steps(kv, prompt, started)

@@ -189,7 +189,8 @@ def test_events_are_recorded_in_the_worker_thread(qtbot, make_bridge, monkeypatc
 
     import app.journal_import
 
-    monkeypatch.setattr(app.journal_import, "recorder_for", lambda s, notify: Recorder(s))  # the bridge's seam
+    seam = lambda s, notify, previous=None: Recorder(s)  # noqa: E731 - the bridge's seam
+    monkeypatch.setattr(app.journal_import, "recorder_for", seam)
     bridge = make_bridge(store_factory=lambda: store)
     sessions: list[int] = []
     bridge.session_recorded.connect(sessions.append)

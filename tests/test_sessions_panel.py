@@ -49,8 +49,25 @@ def cell(panel: SessionsPanel, row: int, column: str) -> str:
     return panel.model.data(panel.model.index(row, COLUMNS.index(column)))
 
 
+def test_a_conversation_is_one_row_with_its_turn_count(qtbot, store: SessionStore) -> None:
+    first = store.list_sessions()[-1]["id"]
+    recorder = SessionRecorder(store, previous=first)
+    for event in fake_run("And in miles?", SearchConfig(beams=2, width=2, max_steps=3)):
+        recorder.write(event)
+    widget = SessionsPanel(store)
+    qtbot.addWidget(widget)
+    assert widget.model.rowCount() == 3  # the follow-up joined its conversation's row
+    row = widget.model.row_of(recorder.session_id)
+    assert row is not None and cell(widget, row, "turns") == "2" and cell(widget, row, "title") == "And in miles?"
+    widget.search.setText("miles")
+    assert widget.model.rowCount() == 1
+    widget.search.setText(QUESTIONS[0][:10])  # its first turn's question finds it too
+    assert widget.model.session_id(0) == recorder.session_id
+
+
 def test_lists_sessions_newest_first_with_their_columns(panel: SessionsPanel) -> None:
-    assert panel.model.rowCount() == 3 and panel.model.columnCount() == 5
+    assert panel.model.rowCount() == 3 and panel.model.columnCount() == 6
+    assert [cell(panel, r, "turns") for r in range(3)] == ["1", "1", "1"]  # one-turn conversations
     assert [cell(panel, r, "title") for r in range(3)] == list(reversed(QUESTIONS))
     assert cell(panel, 1, "status") == "cancelled" and cell(panel, 0, "status") == "finished"
     assert cell(panel, 0, "model") == "synthetic:fake" and cell(panel, 0, "answer") == "The answer is 80 km/h."

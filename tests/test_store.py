@@ -40,12 +40,13 @@ def db_path(tmp_path: Path) -> Path:
 
 def test_new_file_gets_wal_migrations_and_schema_version(db_path: Path) -> None:
     with SessionStore(db_path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 2
+        assert store.schema_version == SCHEMA_VERSION == 3
         assert store.db.journal_mode == "wal"
-        assert [r["name"] for r in store.db["migrations"].rows] == ["m001_initial", "m002_scored_text_once"]
+        names = ["m001_initial", "m002_scored_text_once", "m003_conversations"]
+        assert [r["name"] for r in store.db["migrations"].rows] == names
         assert {"sessions", "candidates", "steps", "events"} <= set(store.db.table_names())
     with SessionStore(db_path) as again:  # reopening applies nothing twice
-        assert [r["name"] for r in again.db["migrations"].rows] == ["m001_initial", "m002_scored_text_once"]
+        assert [r["name"] for r in again.db["migrations"].rows] == names
 
 
 def test_default_path_follows_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

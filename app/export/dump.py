@@ -1,4 +1,4 @@
-"""The lossless session dump (plain JSON data) and importing one back into a store."""
+"""The lossless session dump (plain JSON data; a conversation: each of its turns) and importing one back."""
 
 from __future__ import annotations
 
@@ -7,23 +7,35 @@ from pathlib import Path
 from typing import Any
 
 from app import event_log
+from app.conversations import line_of
 from app.export.checks import SessionFileInvalid, check_events, check_tree, check_values
 from app.store import SCHEMA_VERSION, SessionStore
 from engine import events as ev
 
 FILE_FORMAT = "beamwise-session"
-FILE_VERSION = 1
-PRIVATE_SESSION_KEYS = ("id", "pid", "host")  # meaningless on another machine or in another db
+FILE_VERSION = 2  # 2: a conversation's turns; a one-turn session is still written as version 1
+PRIVATE_SESSION_KEYS = ("id", "pid", "host", "conversation_id", "previous_id")  # meaningless in another db
 
 
 def session_dump(store: SessionStore, session_id: int) -> dict[str, Any]:
-    """Everything recorded for one session as plain JSON data (ids local to the db left out)."""
+    """Everything recorded for one session as plain JSON data (ids local to the db left out); a session that is
+    a turn of a longer conversation gives the whole conversation (version 2: its turns, first turn first)."""
+    line = line_of(store, session_id)
+    if len(line) == 1:
+        return {"format": FILE_FORMAT, "version": 1, "schema_version": SCHEMA_VERSION, **_turn_dump(store, session_id)}
+    return {"format": FILE_FORMAT, "version": FILE_VERSION, "schema_version": SCHEMA_VERSION,
+            "turns": [_turn_dump(store, row["id"]) for row in line]}
+
+
+def turns_of(dump: dict[str, Any]) -> list[dict[str, Any]]:
+    """The turns of a dump: one for a version 1 file, the listed ones for version 2."""
+    return dump["turns"] if "turns" in dump else [dump]
+
+
+def _turn_dump(store: SessionStore, session_id: int) -> dict[str, Any]:
     session = {k: v for k, v in store.get_session(session_id).items() if k not in PRIVATE_SESSION_KEYS}
     strip = ("session_id",)
     return {
-        "format": FILE_FORMAT,
-        "version": FILE_VERSION,
-        "schema_version": SCHEMA_VERSION,
         "session": session,
         "candidates": [{k: v for k, v in row.items() if k not in strip} for row in store.candidates(session_id)],
         "timeline": [{k: v for k, v in row.items() if k not in strip} for row in store.timeline(session_id)],
@@ -32,8 +44,23 @@ def session_dump(store: SessionStore, session_id: int) -> dict[str, Any]:
 
 
 def import_session(store: SessionStore, path: Path | str) -> int:
-    """Add the session in a JSON export to the store, in one transaction; returns its new id."""
-    dump = _read_dump(Path(path))
+    """Add the session (or conversation) in a JSON export to the store, in one transaction; returns the new id
+    of its last turn. Every turn is checked before anything is written."""
+    turns = [_checked_turn(store, turn, path) for turn in _read_dump(Path(path))]
+    previous = None
+    with store.transaction() as conn:
+        for session, candidates, timeline, events in turns:
+            sid = store.insert_session(conn, session, previous=previous)
+            store.insert_rows(conn, "candidates", [{**c, "session_id": sid} for c in candidates])
+            store.insert_rows(conn, "steps", [{**t, "session_id": sid, **{k: json.dumps(t.get(k) or [])
+                                              for k in ("beams", "kept", "pruned")}} for t in timeline])
+            store.insert_rows(conn, "events", event_log.rows(sid, enumerate(events)))
+            previous = sid
+    assert previous is not None
+    return previous
+
+
+def _checked_turn(store: SessionStore, dump: dict[str, Any], path: Path | str) -> tuple[dict, list, list, list]:
     session = dict(dump["session"])
     if session.get("status") == "running":
         session["status"] = "interrupted"  # nothing is recording it any more
@@ -49,16 +76,11 @@ def import_session(store: SessionStore, path: Path | str) -> int:
     except (KeyError, TypeError, ValueError) as error:
         raise SessionFileInvalid(f"{path} has an event this Beamwise cannot read ({error!r}).") from error
     check_events(events, candidates, path)
-    with store.transaction() as conn:
-        sid = store.insert_session(conn, session)
-        store.insert_rows(conn, "candidates", [{**c, "session_id": sid} for c in candidates])
-        store.insert_rows(conn, "steps", [{**t, "session_id": sid, **{k: json.dumps(t.get(k) or [])
-                                          for k in ("beams", "kept", "pruned")}} for t in timeline])
-        store.insert_rows(conn, "events", event_log.rows(sid, enumerate(events)))
-    return sid
+    return session, candidates, timeline, events
 
 
-def _read_dump(path: Path) -> dict[str, Any]:
+def _read_dump(path: Path) -> list[dict[str, Any]]:
+    """The turns of the export at `path` (one for a version 1 file), each with its sections checked."""
     try:
         dump = json.loads(path.read_text(encoding="utf-8"))
     except OSError as error:
@@ -70,12 +92,18 @@ def _read_dump(path: Path) -> dict[str, Any]:
     if not isinstance(dump.get("version"), int) or dump["version"] > FILE_VERSION:
         raise SessionFileInvalid(f"{path} was written by a newer Beamwise (export version {dump.get('version')}).",
                                  hint="Update Beamwise to import it.")
-    for key, kind in (("session", dict), ("candidates", list), ("timeline", list), ("events", list)):
-        if not isinstance(dump.get(key), kind):
-            raise SessionFileInvalid(f"{path} is missing its {key!r} section.")
-    if not dump["session"].get("question") or not dump["session"].get("created"):
-        raise SessionFileInvalid(f"{path} has a session without a question or creation time.")
-    return dump
+    if dump["version"] >= 2 and (not isinstance(dump.get("turns"), list) or not dump["turns"]):
+        raise SessionFileInvalid(f"{path} is missing its 'turns' section.")
+    turns = dump["turns"] if dump["version"] >= 2 else [dump]
+    for turn in turns:
+        if not isinstance(turn, dict):
+            raise SessionFileInvalid(f"{path} has a turn that is not an object.")
+        for key, kind in (("session", dict), ("candidates", list), ("timeline", list), ("events", list)):
+            if not isinstance(turn.get(key), kind):
+                raise SessionFileInvalid(f"{path} is missing its {key!r} section.")
+        if not turn["session"].get("question") or not turn["session"].get("created"):
+            raise SessionFileInvalid(f"{path} has a session without a question or creation time.")
+    return turns
 
 
 def _checked_rows(store: SessionStore, table: str, rows: list[Any], path: Path | str) -> list[dict]:

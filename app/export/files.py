@@ -11,10 +11,10 @@ import os
 import tempfile
 from pathlib import Path
 
-from app.export.dump import session_dump
+from app.export.dump import session_dump, turns_of
 from app.export.html_page import render_html
-from app.export.markdown import render_markdown
-from app.export.report import dump_report, session_report
+from app.export.markdown import render_conversation
+from app.export.report import conversation_reports, dump_report
 from app.store import SessionStore
 from engine.errors import BeamwiseError
 
@@ -29,12 +29,13 @@ def render_session(store: SessionStore, session_id: int, fmt: str) -> str:
     """The export text of one session in `fmt` (md, json or html)."""
     if fmt not in FORMATS:
         raise ValueError(f"export format must be one of {', '.join(FORMATS)} (got {fmt!r}).")
+    reports, index = conversation_reports(store, session_id)  # one turn, or each turn of its conversation
     if fmt == "md":
-        return render_markdown(session_report(store, session_id))
+        return render_conversation(reports)
     dump = session_dump(store, session_id)
     if fmt == "json":
         return json.dumps(dump, indent=1, ensure_ascii=False) + "\n"
-    return render_html(dump_report(dump), dump)
+    return render_html(dump_report(turns_of(dump)[index]), dump, reports, index)
 
 
 def export_session(store: SessionStore, session_id: int, fmt: str, path: Path | str) -> Path:

@@ -32,7 +32,9 @@ table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ddd;paddin
 
 SCRIPT = """
 (function(){
-  var data = JSON.parse(document.getElementById('beamwise-session').textContent);
+  var embedded = document.getElementById('beamwise-session');
+  var data = JSON.parse(embedded.textContent);
+  if (data.turns) { data = data.turns[+embedded.getAttribute('data-turn')]; }
   var byId = {};
   data.candidates.forEach(function(c){ byId[c.id] = c; });
   var detail = document.getElementById('detail');
@@ -47,21 +49,25 @@ SCRIPT = """
 """
 
 
-def render_html(report: Report, dump: dict[str, Any]) -> str:
-    """The page of `report`; `dump` (the lossless session data) is embedded for the page's script and for reuse."""
+def render_html(report: Report, dump: dict[str, Any], conversation: list[Report] | None = None,
+                index: int = 0) -> str:
+    """The page of `report`; `dump` (the lossless session data) is embedded for the page's script and for reuse.
+    `conversation` holds the report of every turn when `report` is turn `index` of a longer conversation."""
     s = report.session
     path = report.path
+    turns = conversation if conversation and len(conversation) > 1 else []
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{escape(s['title'])} · Beamwise</title><style>{STYLE}</style></head><body>",
-        f"<h1>{escape(s['title'])}</h1>", "<h2>Question</h2>", f"<pre>{escape(s['question'])}</pre>",
+        f"<h1>{escape(s['title'])}</h1>", *_conversation(turns, index),
+        "<h2>Question" + (f" (turn {index + 1})" if turns else "") + "</h2>", f"<pre>{escape(s['question'])}</pre>",
         _meta_table(s), "<h2>Search tree</h2>", _legend(), _tree_svg(report, {c["id"] for c in path}),
         '<pre id="detail" class="small">Click a node to read its text.</pre>',
         "<h2>Transcript</h2>", _transcript(report),
         "<h2>Answer</h2>", f"<pre>{escape(s['answer'] or '(no answer: the run did not finish)')}</pre>",
         "<h2>Memory and PCIe</h2>", _memory_table(report),
-        f'<script type="application/json" id="beamwise-session">{embed_json(dump)}</script>',
+        f'<script type="application/json" id="beamwise-session" data-turn="{index}">{embed_json(dump)}</script>',
         f"<script>{SCRIPT}</script>", "</body></html>",
     ]
     return "\n".join(parts) + "\n"
@@ -126,6 +132,20 @@ def _tree_svg(report: Report, on_path: set[int]) -> str:
             nodes.append(f'<text x="{x + 8}" y="{y + 4}" font-size="10" fill="#444">{fmt.score(c["score"])}</text>')
     return (f'<div class="tree"><svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}">'
             + "".join(lines) + "".join(nodes) + "</svg></div>")
+
+
+def _conversation(turns: list[Report], index: int) -> list[str]:
+    """Each turn of a conversation: its question, chosen path and answer; the page's own turn is drawn below."""
+    if not turns:
+        return []
+    out = ["<h2>Conversation</h2>", f"<p>{len(turns)} turns; the search tree below is turn {index + 1}'s.</p>"]
+    for turn, report in enumerate(turns, 1):
+        s = report.session
+        here = " (this page)" if turn == index + 1 else ""
+        out += [f"<h3>Turn {turn}{here}</h3>", f"<pre>{escape(s['question'])}</pre>",
+                f"<details><summary>Chosen path ({len(report.path)} steps)</summary>{_transcript(report)}</details>",
+                f"<pre>{escape(s['answer'] or '(no answer: the run did not finish)')}</pre>"]
+    return out
 
 
 def _transcript(report: Report) -> str:

@@ -6,6 +6,19 @@ import app.formatting as fmt
 from app.export.report import Report
 
 
+def render_conversation(reports: list[Report]) -> str:
+    """The Markdown of a conversation: each turn's transcript in turn, headings one level down under the first
+    question's title; one turn is `render_markdown` itself."""
+    if len(reports) == 1:
+        return render_markdown(reports[0])
+    lines = [f"# {fmt.md_line(reports[0].session['title'])}", "", f"A conversation of {len(reports)} turns.", ""]
+    for turn, report in enumerate(reports, 1):
+        body = render_markdown(report).split("\n")
+        lines.append(f"## Turn {turn}: {body[0].removeprefix('# ')}")
+        lines += [f"#{line}" if line.startswith("#") else line for line in body[1:]]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
 def render_markdown(report: Report) -> str:
     s = report.session
     lines = [f"# {fmt.md_line(s['title'])}", "", "## Question", "", *_quote(s["question"]), ""]

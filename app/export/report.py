@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from app.conversations import line_of
 from app.session import SearchTree, SessionModel
 from app.session.rows import candidate_rows, session_facts, session_settings, step_rows
 from app.store import SessionStore
@@ -62,6 +63,12 @@ def session_report(store: SessionStore, session_id: int) -> Report:
     return report_of(replayed(store.events(session_id)), store.get_session(session_id))
 
 
+def conversation_reports(store: SessionStore, session_id: int) -> tuple[list[Report], int]:
+    """The reports of every turn of `session_id`'s conversation (app/conversations.py), and which one it is."""
+    line = [row["id"] for row in line_of(store, session_id)]
+    return [session_report(store, sid) for sid in line], line.index(session_id)
+
+
 def dump_report(dump: dict[str, Any]) -> Report:
-    """The report of a session dump (app/export/dump.py), from the events it carries."""
+    """The report of one turn of a session dump (app/export/dump.py), from the events it carries."""
     return report_of(replayed(ev.from_dict(data) for data in dump["events"]), dump["session"])

@@ -11,7 +11,8 @@ Exceptions never kill the thread: they become `failed` / `load_failed` with a me
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
@@ -35,20 +36,32 @@ def default_loader(spec: ModelSpec, device: str, progress: ProgressFn) -> Any:
 
 
 def default_run(question: str, loaded: Any, search: SearchConfig, cache: CacheConfig,
-                *, should_stop: Callable[[], bool]) -> Iterator[Any]:
+                *, should_stop: Callable[[], bool], history: Sequence[tuple[str, str]] = ()) -> Iterator[Any]:
     from app.preflight import check_memory
     from engine.search import run
 
-    check_memory(loaded, question, search, cache)  # a search too large for memory is refused before allocating
-    return run(question, loaded, search, cache, should_stop=should_stop)
+    check_memory(loaded, question, search, cache, history=history)  # refused before anything is allocated
+    return run(question, loaded, search, cache, should_stop=should_stop, history=history)
 
 
-def default_remote_run(question: str, server: Any, search: SearchConfig,
-                       *, should_stop: Callable[[], bool]) -> Iterator[Any]:
+def default_remote_run(question: str, server: Any, search: SearchConfig, *, should_stop: Callable[[], bool],
+                       history: Sequence[tuple[str, str]] = ()) -> Iterator[Any]:
     """engine.remote_search.run: a Stop also ends the request the server is working on."""
     from engine.remote_search import run
 
-    return run(question, server, search, should_stop=should_stop)
+    return run(question, server, search, should_stop=should_stop, history=history)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """Where a run goes in a conversation: the session (turn) it follows and the turns its prompt holds."""
+
+    previous: int | None = None
+    history: tuple[tuple[str, str], ...] = ()
+
+    def extra(self) -> dict[str, Any]:
+        """The run function's extra arguments: none for a first turn (injected test runs take none)."""
+        return {"history": self.history} if self.history else {}
 
 
 def describe_error(error: BaseException) -> str:
@@ -109,27 +122,33 @@ class SearchWorker(QObject):
         self.model_loaded.emit(self._model_name(spec), describe_device(loaded))
         return True
 
-    @Slot(str, object, object, object)
-    def run_search(self, question: str, spec: ModelSpec, search: SearchConfig, cache: CacheConfig) -> None:
+    @Slot(str, object, object, object, object)
+    def run_search(self, question: str, spec: ModelSpec, search: SearchConfig, cache: CacheConfig,
+                   conversation: Conversation | None = None) -> None:
         """Load if needed, then drive one search to its end; `run_finished` always follows."""
+        talk = conversation or Conversation()
         try:
             if self._ensure_loaded(spec, cache.device) and not self._stop.is_set():
-                self._drive(lambda stop: self._run(question, self._loaded, search, cache, should_stop=stop))
+                self._drive(lambda stop: self._run(question, self._loaded, search, cache, should_stop=stop,
+                                                   **talk.extra()), talk.previous)
         finally:
             self.run_finished.emit()
 
-    @Slot(str, object, object)
-    def run_remote(self, question: str, server: Any, search: SearchConfig) -> None:
+    @Slot(str, object, object, object)
+    def run_remote(self, question: str, server: Any, search: SearchConfig,
+                   conversation: Conversation | None = None) -> None:
         """One search on a generator server (nothing to load here); `run_finished` always follows."""
+        talk = conversation or Conversation()
         try:
             if not self._stop.is_set():
-                self._drive(lambda stop: self._remote_run(question, server, search, should_stop=stop))
+                self._drive(lambda stop: self._remote_run(question, server, search, should_stop=stop,
+                                                          **talk.extra()), talk.previous)
         finally:
             self.run_finished.emit()
 
-    def _drive(self, events: Callable[[Callable[[], bool]], Iterator[Any]]) -> None:
-        """Emit and record every event of `events(should_stop)`."""
-        recorder = self._open_recorder()
+    def _drive(self, events: Callable[[Callable[[], bool]], Iterator[Any]], previous: int | None = None) -> None:
+        """Emit and record every event of `events(should_stop)` (the next turn after session `previous`)."""
+        recorder = self._open_recorder(previous)
         started = False
         try:
             for event in events(self._stop.is_set):
@@ -151,7 +170,7 @@ class SearchWorker(QObject):
     def _model_name(self, spec: ModelSpec) -> str:
         return str(getattr(self._loaded, "name", None) or spec.source)
 
-    def _open_recorder(self) -> Any:
+    def _open_recorder(self, previous: int | None = None) -> Any:
         if self._store_factory is None:
             return None
         try:
@@ -159,7 +178,7 @@ class SearchWorker(QObject):
 
             if self._store is None:
                 self._store = self._store_factory()
-            return recorder_for(self._store, notify=self.recording_failed.emit)  # a busy database: a journal
+            return recorder_for(self._store, notify=self.recording_failed.emit, previous=previous)  # busy: a journal
         except Exception as error:
             self.recording_failed.emit(f"This run is not being saved: {describe_error(error)}")
             return None
@@ -221,8 +240,8 @@ class SearchBridge(QObject):
     """
 
     load_requested = Signal(object, str)
-    run_requested = Signal(str, object, object, object)
-    remote_run_requested = Signal(str, object, object)
+    run_requested = Signal(str, object, object, object, object)
+    remote_run_requested = Signal(str, object, object, object)
 
     load_progress = Signal(str, float)
     model_loaded = Signal(str, str)
@@ -254,15 +273,18 @@ class SearchBridge(QObject):
     def request_load(self, spec: ModelSpec, device: str = "auto") -> None:
         self.load_requested.emit(spec, device)
 
-    def request_run(self, question: str, spec: ModelSpec, search: SearchConfig, cache: CacheConfig) -> None:
+    def request_run(self, question: str, spec: ModelSpec, search: SearchConfig, cache: CacheConfig,
+                    conversation: Conversation | None = None) -> None:
+        """A local search; `conversation` makes it a turn after earlier ones (its prompt holds them)."""
         # Cleared here, in request order, so a Stop pressed after this call is never lost.
         self.stop_flag.clear()
-        self.run_requested.emit(question, spec, search, cache)
+        self.run_requested.emit(question, spec, search, cache, conversation)
 
-    def request_remote_run(self, question: str, server: Any, search: SearchConfig) -> None:
+    def request_remote_run(self, question: str, server: Any, search: SearchConfig,
+                           conversation: Conversation | None = None) -> None:
         """A search on a generator server (engine.backends.openai.ServerConfig); recorded like a local one."""
         self.stop_flag.clear()
-        self.remote_run_requested.emit(question, server, search)
+        self.remote_run_requested.emit(question, server, search, conversation)
 
     def stop(self) -> None:
         """Ask the running search to end at its next decode step (it yields RunCancelled)."""

@@ -27,9 +27,10 @@ from PySide6.QtWidgets import (
 
 from app.gui import palette as pal
 from app.gui import settings as saved
-from app.gui.bridge import SearchBridge
+from app.gui.bridge import Conversation, SearchBridge
 from app.gui.charts import ChartsPanel
 from app.gui.controls import SERVER_SOURCE, SYNTHETIC_CHOICES, SearchControls
+from app.gui.conversation import ConversationControls, with_follow_up
 from app.gui.details import NodeDetails
 from app.gui.event_pump import EventPump
 from app.gui.menus import build_menus, menu_shortcuts, shortcuts_box
@@ -104,6 +105,8 @@ class MainWindow(QMainWindow):
         self.plan_bar = PlanBar(self.controls.configs, self.question.toPlainText)  # "will it fit?" before a run
         self._central_layout.insertWidget(1, self.plan_bar)
         self.controls.changed.connect(self.plan_bar.schedule)
+        self.talk = ConversationControls(self)  # follow-ups, turn tabs, New conversation
+        self._central_layout.insertWidget(self._central_layout.indexOf(self.panels.tree), self.talk.turns)
         self.sessions = SessionsPanel(store) if store is not None else None
         self.models = ModelsPage(confirm=None if dialogs else lambda title, text: False)
         self._build_docks()
@@ -166,7 +169,8 @@ class MainWindow(QMainWindow):
         self.tabifyDockWidget(self.docks["settings"], self.docks["models"])
         self.docks["settings"].raise_()
         self.docks["details"] = self._dock("Node details", "detailsDock", self.panels.details, right)
-        self.docks["transcript"] = self._dock("Transcript", "transcriptDock", self.panels.transcript, right)
+        self.docks["transcript"] = self._dock("Transcript", "transcriptDock",
+                                              with_follow_up(self.panels.transcript, self.talk.box), right)
         self.docks["charts"] = self._dock("Memory and PCIe", "chartsDock", self.panels.charts, bottom)
         self.resizeDocks([self.docks["charts"]], [260], Qt.Orientation.Vertical)
         self.resizeDocks([self.docks["details"]], [360], Qt.Orientation.Horizontal)
@@ -181,7 +185,7 @@ class MainWindow(QMainWindow):
             self.shortcuts_box.exec()
 
     def _connect(self) -> None:
-        self.run_action.triggered.connect(self.start_run)
+        self.run_action.triggered.connect(lambda: self.start_run())
         self.stop_action.triggered.connect(self.stop_run)
         self.controls.changed.connect(self._update_actions)
         self.controls.verifier.refused.connect(lambda message: self.report_error("Not a PRM Beamwise knows", message))
@@ -241,8 +245,10 @@ class MainWindow(QMainWindow):
         self.status.loading(f"Loading {model.source}", -1)
         self.bridge.request_load(model, cache.device)
 
-    def start_run(self) -> bool:
-        """Run the question with the current settings; False (with the reason shown) when it cannot start."""
+    def start_run(self, conversation: Conversation | None = None) -> bool:
+        """Run the question with the current settings; False (with the reason shown) when it cannot start.
+        `conversation` makes it a turn after earlier ones (the follow-up box); a Run of a turn loaded by
+        "Run again" reruns it after its own earlier turns; any other Run starts a new conversation."""
         if self.running:
             return False
         question = self.question.toPlainText().strip()
@@ -260,13 +266,15 @@ class MainWindow(QMainWindow):
         except BeamwiseError as error:
             self.report_error("Cannot use the server", error.user_message())
             return False
+        conversation = conversation or self.talk.conversation_for(question)
+        self.talk.rerun = None
         self._begin(search)
         if server is not None:
             self.status.loading(f"Asking {server.endpoint}", -1)
-            self.bridge.request_remote_run(question, server, search)
+            self.bridge.request_remote_run(question, server, search, conversation)
             return True
         self.status.loading(f"Preparing {model.source}", -1)
-        self.bridge.request_run(question, model, search, cache)
+        self.bridge.request_run(question, model, search, cache, conversation)
         return True
 
     def stop_run(self) -> None:
@@ -305,6 +313,7 @@ class MainWindow(QMainWindow):
         self._update_actions()
         if self.sessions is not None:
             self.sessions.refresh()
+        self.talk.show_turns()
         self.run_ended.emit(self.last_terminal)
 
     def _on_load_failed(self, message: str) -> None:
@@ -322,6 +331,7 @@ class MainWindow(QMainWindow):
 
     def _on_session_recorded(self, session_id: int) -> None:
         self.current_session = session_id
+        self.talk.show_turns()
 
     def _update_actions(self) -> None:
         valid = self.controls.is_valid()
@@ -331,6 +341,7 @@ class MainWindow(QMainWindow):
         self.run_action.setToolTip(tip if valid else f"Fix the settings: {self.controls.error_text()}")
         self.stop_action.setEnabled(self.running)
         self.controls.setEnabled(not self.running)
+        self.talk.update()
 
     def report_error(self, title: str, text: str) -> None:
         """Tell the user what happened and what to do; the window stays usable."""
@@ -366,6 +377,7 @@ class MainWindow(QMainWindow):
             self.question.setPlainText(started.question)
         self.replay(events)
         self.current_session = session_id
+        self.talk.show_turns()
         self.statusBar().showMessage(f"Session {session_id} opened.", 8000)
 
     def load_session_settings(self, session_id: int) -> None:
@@ -391,6 +403,7 @@ class MainWindow(QMainWindow):
             return
         self.controls.set_configs(model, search, cache)
         self.question.setPlainText(row.get("question") or "")
+        self.talk.load_rerun(session_id, row)  # a later turn reruns after its own earlier turns
         self.docks["settings"].raise_()
         self.statusBar().showMessage(f"Settings of session {session_id} loaded; press Run to run it again.", 10000)
 

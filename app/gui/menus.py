@@ -24,6 +24,7 @@ def build_menus(window: QMainWindow) -> None:
     """File, Search, View and Help of `window` (a MainWindow: its actions, docks and tree)."""
     bar = window.menuBar()
     file_menu = bar.addMenu("&File")
+    file_menu.addAction(window.talk.new_action)
     window.export_action = file_menu.addAction("&Export session…", window.export_current)
     window.export_action.setShortcut(QKeySequence("Ctrl+E"))
     file_menu.addSeparator()
@@ -31,6 +32,7 @@ def build_menus(window: QMainWindow) -> None:
     search_menu = bar.addMenu("&Search")
     search_menu.addAction(window.run_action)
     search_menu.addAction(window.stop_action)
+    search_menu.addAction(window.talk.box.action)
     view_menu = bar.addMenu("&View")
     for number, dock in enumerate(window.docks.values(), start=1):  # Ctrl+1 … shows or hides each panel
         toggle = dock.toggleViewAction()

@@ -1,6 +1,7 @@
 """The sessions panel: browse, search, rename, delete and export recorded sessions.
 
-The rows are plain dicts from `SessionStore.list_sessions`; `SessionsTableModel` only adapts
+One row per conversation (its newest turn, with its turn count; app/conversations.py), as plain
+dicts from the store; `SessionsTableModel` only adapts
 them for a QTableView. The panel asks for opening or re-running a session through signals and
 leaves that to the main window.
 """
@@ -29,13 +30,14 @@ from PySide6.QtWidgets import (
 )
 
 import app.formatting as fmt
+from app.conversations import list_conversations
 from app.export import FORMATS, export_session
 from app.store import SessionStore
 from engine.errors import BeamwiseError
 
-COLUMNS = ("title", "created", "model", "status", "answer")
-HEADERS = ("Title", "Date", "Model", "Status", "Answer")
-COLUMN_WIDTHS = (220, 124, 150, 80, 240)  # px; the user can drag them, the last one stretches
+COLUMNS = ("title", "turns", "created", "model", "status", "answer")
+HEADERS = ("Title", "Turns", "Date", "Model", "Status", "Answer")
+COLUMN_WIDTHS = (220, 56, 124, 150, 80, 240)  # px; the user can drag them, the last one stretches
 STATUS_COLOURS = {"failed": "#c0504d", "interrupted": "#b07a12", "cancelled": "#5f6b7a", "running": "#3b7dd8"}
 EXPORT_FILTERS = {"md": "Markdown (*.md)", "html": "Web page (*.html)", "json": "JSON, can be imported (*.json)"}
 AnyIndex = QModelIndex | QPersistentModelIndex
@@ -240,7 +242,7 @@ class SessionsPanel(QWidget):
         """Reload from the store with the current search text, keeping the selection when it still exists."""
         keep = self.selected_id()
         try:
-            rows = self.store().list_sessions(self.search.text() or None)
+            rows = list_conversations(self.store(), self.search.text() or None)  # each one's newest turn
         except BeamwiseError as error:
             self._show_message(error.user_message())
             self.model.set_rows([])

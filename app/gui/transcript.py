@@ -1,4 +1,4 @@
-"""The transcript: the current best path as readable text while the search runs, then the answer.
+"""The transcript: a conversation's earlier turns, then the current best path while the search runs, then the answer.
 
 It reads the window's `SessionModel`: the outline (best path, status, answer) and the tree's
 texts and scores. All model text is HTML-escaped.
@@ -57,8 +57,12 @@ class TranscriptPanel(SessionView, QWidget):
     def _render(self) -> None:
         outline, tree = self.session.outline, self.session.tree
         parts = []
+        for turn, (asked, answered) in enumerate(outline.history, 1):  # a conversation's earlier turns
+            parts.append(_heading(f"Turn {turn} · Question") + _para(asked))
+            parts.append(_heading(f"Turn {turn} · Answer") + _para(answered))
         if outline.question:
-            parts.append(_heading("Question") + _para(outline.question))
+            title = f"Turn {len(outline.history) + 1} · Question" if outline.history else "Question"
+            parts.append(_heading(title) + _para(outline.question))
         if outline.status:
             parts.append(_heading(outline.status))
         for node in (tree.node(cid) for cid in outline.best_path):

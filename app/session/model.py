@@ -43,6 +43,7 @@ class Outline:
     """What the transcript shows besides the texts: the best path so far, a status line, the answer."""
 
     question: str = ""
+    history: tuple[tuple[str, str], ...] = ()  # a conversation's earlier turns: (question, chosen path's text)
     best_path: list[int] = field(default_factory=list)
     status: str = ""
     answer: str | None = None
@@ -116,7 +117,7 @@ class SessionModel:
         """True when what the transcript shows has changed."""
         o = self.outline
         if isinstance(event, ev.RunStarted):
-            self.outline = Outline(question=event.question)
+            self.outline = Outline(question=event.question, history=tuple(event.history))
         elif isinstance(event, ev.StepSelected) and event.kept:
             o.best_path = self.tree.path_to(event.kept[0])
             o.status = f"Best path after step {event.step}"

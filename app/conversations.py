@@ -1,0 +1,83 @@
+"""Conversations: sessions linked as turns (migration m003), read from the store.
+
+A session is one turn. Its row names its conversation (`conversation_id`, the first turn's
+session id), its `turn` (1-based) and the turn it follows (`previous_id`). Running a turn again
+follows the same turn as the original did, so a conversation can branch; its line is the chain
+of turns that ends at its newest session, and that is the conversation a follow-up continues.
+"""
+
+from __future__ import annotations
+
+from app.store import SessionStore, StoreError, decode_session, like_pattern, text_match
+
+Turn = tuple[str, str]  # (question, the chosen path's full text), as engine.chat takes it
+
+
+class FollowUpRefused(StoreError):
+    """The conversation cannot take a follow-up now: its last turn has no answer."""
+
+
+def line_of(store: SessionStore, session_id: int) -> list[dict]:
+    """The turns of `session_id`'s conversation, first turn first: the line through `session_id` that ends at
+    the newest session it leads to."""
+    start = store.get_session(session_id)
+    rows = store.query("SELECT * FROM sessions WHERE conversation_id = ? ORDER BY id", (start["conversation_id"],))
+    by_id = {row["id"]: decode_session(row) for row in rows}
+    for newest in sorted(by_id, reverse=True):
+        line = _chain(by_id, newest)
+        if any(row["id"] == session_id for row in line):
+            return line
+    return [start]
+
+
+def history(store: SessionStore, session_id: int) -> list[Turn]:
+    """The turns before `session_id` on its own chain, oldest first: what its prompt was built from."""
+    rows = store.query("SELECT * FROM sessions WHERE conversation_id = ? ORDER BY id",
+                       (store.get_session(session_id)["conversation_id"],))
+    chain = _chain({row["id"]: decode_session(row) for row in rows}, session_id)
+    return [(row["question"], row["answer"] or "") for row in chain[:-1]]
+
+
+def turns_through(store: SessionStore, session_id: int) -> list[Turn]:
+    """The turns of `session_id`'s chain up to and including it: the history of a follow-up to it.
+    Raises FollowUpRefused when that session has no answer."""
+    session = store.get_session(session_id)
+    if session["status"] != "finished" or not session["answer"]:
+        raise FollowUpRefused(f"session {session_id} ended {session['status']} without an answer, so there is "
+                              "nothing to follow up.", hint="Run it again, or start a new conversation (Ctrl+N).")
+    return [*history(store, session_id), (session["question"], session["answer"])]
+
+
+def follow_up_of(store: SessionStore, session_id: int) -> tuple[int, list[Turn]]:
+    """Where a follow-up to `session_id`'s conversation goes: (the session it follows, the history its prompt
+    holds). Raises SessionNotFound for a missing id and FollowUpRefused when the last turn has no answer."""
+    last = line_of(store, session_id)[-1]
+    if last["status"] != "finished" or not last["answer"]:
+        state = {"running": "still running", "interrupted": "was interrupted"}.get(last["status"], last["status"])
+        raise FollowUpRefused(
+            f"the last turn of conversation {last['conversation_id']} (session {last['id']}, turn {last['turn']}) "
+            f"{state} without an answer, so there is nothing to follow up.",
+            hint="Run that turn again in the window, or start a new conversation (`beamwise run` without --session).")
+    return last["id"], [*history(store, last["id"]), (last["question"], last["answer"])]
+
+
+def list_conversations(store: SessionStore, search: str | None = None, limit: int | None = 200) -> list[dict]:
+    """Each conversation's newest session, newest first, with `turns` (its turn: the length of its line).
+    `search` matches the title, question or answer of any session of the conversation."""
+    where, params = "", []
+    if search and search.strip():
+        where = f"AND s.conversation_id IN (SELECT m.conversation_id FROM sessions m WHERE {text_match('m.')})"
+        params = [like_pattern(search)] * 3
+    sql = (f"SELECT s.* FROM sessions s WHERE s.id = (SELECT max(id) FROM sessions WHERE conversation_id = "
+           f"s.conversation_id) {where} ORDER BY s.created DESC, s.id DESC LIMIT ?")
+    rows = store.query(sql, [*params, -1 if limit is None else limit])
+    return [{**decode_session(row), "turns": row["turn"]} for row in rows]
+
+
+def _chain(by_id: dict[int, dict], last: int) -> list[dict]:
+    """The turns that end at session `last`, first turn first."""
+    chain, at = [], by_id.get(last)
+    while at is not None:
+        chain.append(at)
+        at = by_id.get(at["previous_id"]) if at["previous_id"] is not None else None
+    return chain[::-1]

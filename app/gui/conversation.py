@@ -1,0 +1,187 @@
+"""Conversations in the window: the follow-up box under the transcript, the turn tabs above the tree, and
+New conversation (Ctrl+N).
+
+A run in the window is one turn. After a finished turn the follow-up box asks the next question
+in the open conversation (Enter, or Ctrl+Shift+Enter from anywhere): its prompt holds every
+earlier question and chosen path, and it is recorded as the next turn. The turn tabs show the
+turns of the open conversation; choosing one opens (replays) that turn. "Run again" of a turn
+reruns it after the same earlier turns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QHBoxLayout, QLineEdit, QTabBar, QToolButton, QVBoxLayout, QWidget
+
+from app.conversations import history, line_of, turns_through
+from app.gui.bridge import Conversation
+from engine.errors import BeamwiseError
+
+FOLLOW_UP_HINT = "Ask a follow-up about this answer (Enter)"
+
+
+class TurnBar(QTabBar):
+    """One tab per turn of the open conversation (hidden for a single turn); `turn_chosen(session id)`."""
+
+    turn_chosen = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setDocumentMode(True)
+        self.setExpanding(False)
+        self.setToolTip("The turns of this conversation; choose one to open it")
+        self.session_ids: list[int] = []
+        self._quiet = False
+        self.currentChanged.connect(self._chosen)
+        self.hide()
+
+    def show_line(self, rows: list[dict[str, Any]], current: int | None) -> None:
+        """The turns of a conversation line (store rows, first turn first), `current` selected."""
+        self._quiet = True
+        try:
+            while self.count():
+                self.removeTab(0)
+            self.session_ids = [row["id"] for row in rows]
+            for turn, row in enumerate(rows, 1):
+                mark = "" if row["status"] == "finished" else f" ({row['status']})"
+                self.addTab(f"Turn {turn}{mark}")
+                self.setTabToolTip(turn - 1, f"Session {row['id']}: {row['question']}")
+            if current in self.session_ids:
+                self.setCurrentIndex(self.session_ids.index(current))
+        finally:
+            self._quiet = False
+        self.setVisible(len(rows) > 1)
+
+    def _chosen(self, index: int) -> None:
+        if not self._quiet and 0 <= index < len(self.session_ids):
+            self.turn_chosen.emit(self.session_ids[index])
+
+
+class FollowUpBox(QWidget):
+    """A line for the next question of the open conversation and its button; `asked(text)` on Enter."""
+
+    asked = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.field = QLineEdit(placeholderText=FOLLOW_UP_HINT, clearButtonEnabled=True)
+        self.field.returnPressed.connect(self.submit)
+        self.action = QAction("Follow up", self)
+        self.action.setShortcuts([QKeySequence("Ctrl+Shift+Return"), QKeySequence("Ctrl+Shift+Enter")])
+        self.action.setToolTip("Ask the follow-up in this conversation (Enter, or Ctrl+Shift+Enter)")
+        self.action.triggered.connect(self.submit)
+        button = QToolButton()
+        button.setDefaultAction(self.action)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 4, 0, 0)
+        row.addWidget(self.field, 1)
+        row.addWidget(button)
+
+    def submit(self) -> None:
+        text = self.field.text().strip()
+        if not text:
+            self.field.setFocus()
+            return
+        self.asked.emit(text)
+
+    def set_open(self, open_turn: bool) -> None:
+        """Usable only when a finished turn is open and nothing runs."""
+        self.field.setEnabled(open_turn)
+        self.action.setEnabled(open_turn)
+        self.field.setPlaceholderText(FOLLOW_UP_HINT if open_turn else "Follow-ups come after a finished answer")
+
+
+def with_follow_up(transcript: QWidget, box: FollowUpBox) -> QWidget:
+    """The transcript with the follow-up box under it, for the transcript's dock."""
+    holder = QWidget()
+    column = QVBoxLayout(holder)
+    column.setContentsMargins(0, 0, 0, 4)
+    column.addWidget(transcript, 1)
+    column.addWidget(box)
+    return holder
+
+
+class ConversationControls:
+    """The window's conversation state: which session a follow-up or a rerun continues, and its turn tabs."""
+
+    def __init__(self, window: Any) -> None:
+        self.window = window
+        self.turns = TurnBar()
+        self.box = FollowUpBox()
+        self.new_action = QAction("&New conversation", window)
+        self.new_action.setShortcut(QKeySequence("Ctrl+N"))
+        self.new_action.setToolTip("Clear the window for a new question (Ctrl+N)")
+        self.new_action.triggered.connect(self.new_conversation)
+        self.rerun: tuple[str, Conversation] | None = None  # "Run again" of a later turn: its question and history
+        self.box.asked.connect(self.ask)
+        self.turns.turn_chosen.connect(window.open_session)
+        window.addAction(self.box.action)
+        self.update()
+
+    def conversation_for(self, question: str) -> Conversation | None:
+        """The conversation a Run of `question` continues: a loaded rerun of a later turn, else none (a new one)."""
+        if self.rerun is not None and self.rerun[0] == question:
+            return self.rerun[1]
+        return None
+
+    def ask(self, text: str) -> None:
+        """Run `text` as the next turn after the open session."""
+        window = self.window
+        if window.running:
+            window.statusBar().showMessage("Wait for the search to end (or Stop it) before a follow-up.", 8000)
+            return
+        if window.store is None or window.current_session is None:
+            window.report_error("Nothing to follow up", "Run a question or open a session first.")
+            return
+        try:
+            turns = turns_through(window.store, window.current_session)
+        except BeamwiseError as error:
+            window.report_error("Cannot ask a follow-up", error.user_message())
+            return
+        window.question.setPlainText(text)
+        if window.start_run(Conversation(window.current_session, tuple(turns))):
+            self.box.field.clear()
+
+    def load_rerun(self, session_id: int, row: dict[str, Any]) -> None:
+        """"Run again" of `row`: a later turn reruns after its own earlier turns (it branches there)."""
+        self.rerun = None
+        if row.get("previous_id") is not None:
+            try:
+                self.rerun = (row.get("question") or "", Conversation(row["previous_id"],
+                                                                      tuple(history(self.window.store, session_id))))
+            except BeamwiseError:
+                self.rerun = None
+
+    def new_conversation(self) -> None:
+        window = self.window
+        if window.running:
+            window.statusBar().showMessage("Stop the running search before starting a new conversation.", 8000)
+            return
+        window.session.reset()
+        window.status.reset()
+        window.current_session, window.last_terminal, self.rerun = None, None, None
+        window.question.clear()
+        window.question.setFocus()
+        self.show_turns()
+        window.statusBar().showMessage("New conversation: type a question and press Run (Ctrl+Enter).", 8000)
+
+    def show_turns(self) -> None:
+        """The turn tabs of the open session's conversation, and whether a follow-up can be asked."""
+        window = self.window
+        rows: list[dict[str, Any]] = []
+        if window.store is not None and window.current_session is not None:
+            try:
+                rows = line_of(window.store, window.current_session)
+            except BeamwiseError:
+                rows = []
+        self.turns.show_line(rows, window.current_session)
+        self.update()
+
+    def update(self) -> None:
+        window = self.window
+        finished = getattr(window.last_terminal, "type", "") == "run_finished"
+        self.box.set_open(window.store is not None and window.current_session is not None and finished
+                          and not window.running)

@@ -1,0 +1,128 @@
+"""Conversations in the window: a follow-up asked in the follow-up box on the real engine (synthetic:tiny-llama),
+a stored two-turn conversation opened from the sessions panel with its turn tabs, Run again of a later turn,
+and New conversation (Ctrl+N)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import QSettings, Qt
+
+from app.conversations import line_of
+from app.gui.bridge import SearchBridge
+from app.gui.main_window import MainWindow
+from app.recorder import SessionRecorder
+from app.store import SessionStore
+from benchmarks.fake_search import fake_run
+from engine import events as ev
+from engine.config import CacheConfig, ModelSpec, SearchConfig
+from engine.models import load_model
+from engine.search import SYSTEM_PROMPT
+from tests.test_gui_bridge import CountingLoader
+
+FIRST, SECOND = "What is 2+3?", "And times 4?"
+SMALL = SearchConfig(beams=2, width=2, max_steps=2, step_tokens=4)
+
+
+@pytest.fixture
+def window_for(qtbot, tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
+    made: list[MainWindow] = []
+    db = tmp_path / "s.db"
+
+    def make(**bridge: Any) -> MainWindow:
+        store = SessionStore(db)
+        window = MainWindow(SearchBridge(store_factory=lambda: SessionStore(db), **bridge), store=store,
+                            settings=QSettings(str(tmp_path / "b.ini"), QSettings.Format.IniFormat), dialogs=False)
+        qtbot.addWidget(window)
+        made.append(window)
+        return window
+
+    yield make
+    for window in made:
+        window.bridge.shutdown()
+        window.store.close()
+
+
+def run_to_end(qtbot, window: MainWindow, start) -> Any:
+    with qtbot.waitSignal(window.run_ended, timeout=60000) as blocker:
+        start()
+    return blocker.args[0]
+
+
+def test_a_follow_up_asked_in_the_window_is_the_next_turn_of_the_conversation(qtbot, window_for) -> None:
+    window = window_for()  # the real engine and loader
+    window.controls.set_configs(ModelSpec("synthetic:tiny-llama"), SMALL, CacheConfig())
+    window.question.setPlainText(FIRST)
+    assert not window.talk.box.field.isEnabled()  # nothing to follow up yet
+    first = run_to_end(qtbot, window, window.start_run)
+    assert isinstance(first, ev.RunFinished) and window.current_session == 1
+    assert window.talk.box.field.isEnabled() and window.talk.turns.isHidden()
+    qtbot.keyClicks(window.talk.box.field, SECOND)
+    second = run_to_end(qtbot, window, lambda: qtbot.keyClick(window.talk.box.field, Qt.Key.Key_Return))
+    assert isinstance(second, ev.RunFinished) and window.current_session == 2
+    assert window.talk.box.field.text() == ""  # the asked follow-up left the box
+    row = window.store.get_session(2)
+    assert (row["conversation_id"], row["turn"], row["previous_id"]) == (1, 2, 1)
+    history = ((FIRST, first.answer),)
+    assert window.session.outline.history == history and window.session.outline.question == SECOND
+    stored = window.store.events(2)
+    assert stored[0].history == history
+    tiny = load_model(ModelSpec("synthetic:tiny-llama"))
+    assert stored[1].prompt_tokens == len(tiny.encode_chat(SECOND, SYSTEM_PROMPT, history))  # the whole conversation
+    text = window.panels.transcript.plain_text()
+    assert text.index("Turn 1 · Question") < text.index(FIRST) < text.index("Turn 2 · Question") < text.index(SECOND)
+    assert first.answer.strip().splitlines()[0] in text
+    assert window.talk.turns.isVisibleTo(window) and window.talk.turns.count() == 2
+    assert window.talk.turns.currentIndex() == 1 and window.talk.turns.tabText(0) == "Turn 1"
+
+
+def _record(store: SessionStore, question: str, previous: int | None = None) -> int:
+    history = tuple((r["question"], r["answer"]) for r in line_of(store, previous)) if previous else ()
+    recorder = SessionRecorder(store, previous=previous)
+    for event in fake_run(question, SMALL):
+        recorder.write(dataclasses.replace(event, history=history) if isinstance(event, ev.RunStarted) else event)
+    return recorder.session_id
+
+
+def test_a_stored_two_turn_conversation_opens_with_its_turns_and_reruns_a_turn_after_its_own(qtbot,
+                                                                                            window_for) -> None:
+    seen: list[tuple] = []
+
+    def run(question, loaded, search, cache, *, should_stop, history=()):
+        seen.append((question, tuple(history)))
+        return fake_run(question, search, cache, should_stop=should_stop)
+
+    window = window_for(loader=CountingLoader(), run=run)
+    first = _record(window.store, FIRST)
+    second = _record(window.store, SECOND, previous=first)
+    window.sessions.refresh()
+    assert window.sessions.model.rowCount() == 1  # one conversation...
+    assert window.sessions.model.data(window.sessions.model.index(0, 1)) == "2"  # ...of two turns
+    window.sessions.open_requested.emit(window.sessions.model.session_id(0))  # open it: its newest turn
+    assert window.current_session == second and window.question.toPlainText() == SECOND
+    assert window.talk.turns.count() == 2 and window.talk.turns.currentIndex() == 1
+    text = window.panels.transcript.plain_text()
+    assert "Turn 1 · Question" in text and FIRST in text and "Turn 2 · Question" in text
+    window.talk.turns.setCurrentIndex(0)  # the turn tab opens turn 1
+    assert window.current_session == first and window.session.outline.history == ()
+    assert "Turn 1" not in window.panels.transcript.plain_text()
+    answer = window.store.get_session(first)["answer"]
+
+    window.load_session_settings(second)  # Run again of turn 2: after turn 1, as before
+    run_to_end(qtbot, window, window.start_run)
+    assert seen[-1] == (SECOND, ((FIRST, answer),))
+    rerun = window.store.get_session(window.current_session)
+    assert (rerun["turn"], rerun["previous_id"]) == (2, first)
+
+    window.talk.new_action.trigger()  # Ctrl+N
+    assert window.current_session is None and window.question.toPlainText() == ""
+    assert window.talk.turns.isHidden() and not window.talk.box.field.isEnabled()
+    window.question.setPlainText("Something new")
+    run_to_end(qtbot, window, window.start_run)
+    assert seen[-1] == ("Something new", ())  # a new conversation
+    assert window.store.get_session(window.current_session)["turn"] == 1
+    assert window.talk.new_action.shortcut().toString() == "Ctrl+N"
