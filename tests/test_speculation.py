@@ -72,6 +72,8 @@ def test_the_same_search_with_speculation_off_one_and_ranked(tiny, seed, delimit
     for on in (one, ranked):
         assert_same_search(on, off)
         assert_tally_adds_up(on)
+        snapshots = of_type(on, "memory_snapshot")  # speculation fits the budget the plan checked
+        assert all(e.peak_device_bytes <= e.budget_bytes and e.device_bytes <= e.budget_bytes for e in snapshots)
         forwards = lambda events: [e.forwards for e in of_type(events, "transfer_stats")]  # noqa: E731
         if policy == "in_device":  # one group a step: a step never needs more forward calls with speculation
             assert all(a <= b for a, b in zip(forwards(on), forwards(off), strict=True))
