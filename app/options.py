@@ -146,8 +146,9 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
 
 
 SPECULATIVE_HELP = (
-    "in_device, lbs: a candidate that ends its step before its group's longest keeps decoding its first "
-    "child's step in the idle slot; kept if the candidate is kept, freed if pruned (same answer either way)"
+    "in_device, lbs: a candidate that ends its step before its group's longest keeps decoding its children's "
+    "steps in the idle slots (see --speculative-continuations); kept if the candidate is kept, freed if pruned "
+    "(same answer either way)"
 )
 
 
