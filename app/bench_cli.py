@@ -10,7 +10,15 @@ from pathlib import Path
 
 import app.formatting as fmt
 from app.formatting import size as format_bytes
-from app.options import DEFAULT_QUESTION, SPECULATIVE_HELP, UsageError, add_backend_options, parse_delimiter, size_type
+from app.options import (
+    DEFAULT_QUESTION,
+    SPECULATIVE_CONTINUATIONS_HELP,
+    SPECULATIVE_HELP,
+    UsageError,
+    add_backend_options,
+    parse_delimiter,
+    size_type,
+)
 from engine.bench import LADDER, BenchReport, Workload, run_bench
 
 
@@ -38,6 +46,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--speculative", action=argparse.BooleanOptionalAction, default=None,
                    help=f"force speculation on or off for every policy (default: as each policy's name says); "
                    f"{SPECULATIVE_HELP}")
+    p.add_argument("--speculative-continuations", type=int, default=d.speculative_continuations, metavar="N",
+                   help=SPECULATIVE_CONTINUATIONS_HELP)
     p.add_argument("--prefix-order", action=argparse.BooleanOptionalAction, default=None,
                    help="force lbs's prefix-aware group order on or off for every policy (default: as its name says)")
     p.add_argument("--plan-only", action="store_true", help="bytes and peaks from the scheduler alone: no weights")
@@ -64,6 +74,9 @@ def bench_command(args: argparse.Namespace) -> int:
     for name in ("beams", "width", "step_tokens", "prompt_tokens", "gen_tokens"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)}).")
+    if args.speculative_continuations < 0:
+        raise UsageError(f"--speculative-continuations must be 0 (FlashTTS's B - j + 1) or a count of 1 or more "
+                         f"(got {args.speculative_continuations}).")
     dtype = args.dtype or ("bfloat16" if args.plan_only else "float32")
     if args.max_context:
         return _max_context(args, dtype)
@@ -83,6 +96,7 @@ def bench_command(args: argparse.Namespace) -> int:
         step_delimiter=parse_delimiter(args.step_delimiter) if args.step_delimiter else None,
         prefix_order=args.prefix_order,
         speculative=args.speculative,
+        speculative_continuations=args.speculative_continuations,
     )
     if args.backend == "openai":
         return _remote(args, workload)
@@ -216,7 +230,7 @@ def format_report(report: BenchReport) -> str:
     header += f"{'peak dev':>11}{'groups':>7}"
     if not report.plan_only:
         header += f"{'wall s':>9}{'copy s':>8}{'compute s':>10}{'pcie s':>8}{'stall s':>8}{'stall':>7}"
-        header += f"{'tok/s':>8}{'goodput':>8}{'fwd':>6}{'idle':>6}{'spec':>6}{'kept':>6}"
+        header += f"{'tok/s':>8}{'goodput':>8}{'fwd':>6}{'idle':>6}{'spec':>6}{'runs':>6}{'kept':>6}{'drop':>6}"
         header += f"{'/in_dev':>8}{'/layerw':>8}{'TF logit diff':>14}"
     lines.append(header)
     for r in report.results:
@@ -232,7 +246,8 @@ def format_report(report: BenchReport) -> str:
                 f"{r.wall_seconds:>9.2f}{r.copy_seconds:>8.3f}{r.compute_seconds:>10.2f}"
                 f"{r.modelled_pcie_seconds:>8.3f}{r.stall_seconds:>8.3f}{r.stall_share:>7.1%}"
                 f"{r.tokens_per_second:>8.1f}{r.goodput:>8.1f}{r.forwards:>6}{r.idle_row_slots:>6}"
-                f"{r.speculative_tokens:>6}{_share(r.speculative_used, r.speculative_tokens):>6}"
+                f"{r.speculative_tokens:>6}{r.speculative_runs:>6}{_share(r.speculative_used, r.speculative_tokens):>6}"
+                f"{_share(r.speculative_discarded, r.speculative_tokens):>6}"
                 f"{_ratio(r.wall_vs_in_device):>8}{_ratio(r.wall_vs_layerwise):>8}"
                 f"{_diff(r.teacher_forced_max_logit_diff):>14}"
             )

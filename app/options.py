@@ -146,16 +146,25 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
 
 
 SPECULATIVE_HELP = (
-    "in_device, lbs: a candidate that ends its step before its group's longest keeps decoding its first "
-    "child's step in the idle slot; kept if the candidate is kept, freed if pruned (same answer either way)"
+    "in_device, lbs: a candidate that ends its step before its group's longest keeps decoding its children's "
+    "steps in the idle slots (see --speculative-continuations); kept if the candidate is kept, freed if pruned "
+    "(same answer either way)"
+)
+
+
+SPECULATIVE_CONTINUATIONS_HELP = (
+    "children's steps a row that ended its step early may speculate, one after another: 0 (default) FlashTTS's "
+    "B - j + 1 for a candidate whose parent ranks j-th of B beams by path score; N: at most N (1: the first child only)"
 )
 
 
 def add_speculation_options(group, default: bool | None) -> None:
-    """--speculative/--no-speculative and --speculative-ratio (run, gui and bench)."""
+    """--speculative/--no-speculative, --speculative-ratio and --speculative-continuations (run and gui)."""
     group.add_argument("--speculative", action=argparse.BooleanOptionalAction, default=default, help=SPECULATIVE_HELP)
     group.add_argument("--speculative-ratio", type=float, default=CacheConfig().speculative_ratio, metavar="R",
                        help="speculate at most R x the mean step length so far (FlashTTS's truncation rule)")
+    group.add_argument("--speculative-continuations", type=int, default=CacheConfig().speculative_continuations,
+                       metavar="N", help=SPECULATIVE_CONTINUATIONS_HELP)
 
 
 BACKENDS = ("local", "openai")
@@ -249,7 +258,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig
         inter_beam=not args.no_inter_beam, balanced_prefetch=not args.no_prefetch, prefix_order=args.prefix_order,
         pcie_gbps=args.pcie_gbps, device=args.device, prefill_chunk=args.prefill_chunk,
         verifier_kv_share=args.verifier_kv_share, speculative=args.speculative,
-        speculative_ratio=args.speculative_ratio,
+        speculative_ratio=args.speculative_ratio, speculative_continuations=args.speculative_continuations,
     )
     return model, search, cache
 

@@ -54,6 +54,7 @@ class Workload:
     step_delimiter: str | None = None  # None: fixed-length steps (the paper's byte model); else steps end early
     prefix_order: bool | None = None  # None: as each ladder rung says; else forced for every policy
     speculative: bool | None = None
+    speculative_continuations: int = 0  # children's steps a row may speculate: 0 FlashTTS's M_i, 1 one run
 
     def search(self) -> SearchConfig:
         steps = max(1, math.ceil(self.gen_tokens / self.step_tokens))
@@ -72,7 +73,8 @@ class Workload:
         settings = dict(LADDER[name])
         settings.update({k: getattr(self, k) for k in SWITCHES if getattr(self, k) is not None})
         budget = None if settings["policy"] == "in_device" else self.kv_budget_bytes
-        return CacheConfig(kv_budget_bytes=budget, pcie_gbps=self.pcie_gbps, block_size=self.block_size, **settings)
+        return CacheConfig(kv_budget_bytes=budget, pcie_gbps=self.pcie_gbps, block_size=self.block_size,
+                           speculative_continuations=self.speculative_continuations, **settings)
 
     def prompt_ids(self, loaded) -> list[int]:
         if self.question is not None:
@@ -109,8 +111,10 @@ class PolicyResult:
     d2h_calls: int = 0
     timed_runs: int = 1  # the wall and copy seconds are the fastest of this many runs
     forwards: int = 0  # decode forward calls the run needed (each group's longest row): time on a GPU tracks it
-    speculative_tokens: int = 0  # made in idle slots for first children (speculative beam extension)
-    speculative_used: int = 0  # of them, taken by kept candidates' first children
+    speculative_tokens: int = 0  # made in idle slots for children (speculative beam extension)
+    speculative_used: int = 0  # of them, taken by kept candidates' children
+    speculative_discarded: int = 0  # of them, freed with pruned candidates
+    speculative_runs: int = 0  # children's steps started speculatively (one per child)
     h2d_bytes_eq1: int | None = None  # layer-wise only: the paper's Eq. 1-3 for the same workload
     teacher_forced_max_logit_diff: float | None = None  # largest |logit - in_device's| on in_device's tokens
     h2d_vs_layerwise: float | None = None
@@ -169,7 +173,8 @@ def run_policy(loaded, workload: Workload, name: str, prompt_ids: Sequence[int])
         goodput=finished.goodput, idle_row_slots=sum(s.idle_row_slots for s in stats),
         h2d_calls=last.h2d_calls, d2h_calls=last.d2h_calls,
         forwards=sum(s.forwards for s in stats), speculative_tokens=finished.speculative_tokens,
-        speculative_used=finished.speculative_used,
+        speculative_used=finished.speculative_used, speculative_discarded=finished.speculative_discarded,
+        speculative_runs=finished.speculative_runs,
         tokens_digest=hashlib.sha256(repr(sorted(texts.items())).encode()).hexdigest()[:16],
     )
 

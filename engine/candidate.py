@@ -23,4 +23,4 @@ class Candidate:
     stream: Any = None  # its random stream (engine.rng), derived from its parent's
     speculated: int = 0  # leading tokens of its step made speculatively in its parent's step
     prefix: Any = None  # that speculation (a RowResult) until its step is recorded
-    ahead: Any = None  # what its own row speculated for its first child (a RowResult, engine/speculation.py)
+    ahead: Any = None  # what its own row speculated for its children: run k for child k (RowResults)

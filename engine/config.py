@@ -147,6 +147,7 @@ class CacheConfig:
     prefix_order: bool = True  # lbs: consecutive groups share the most blocks; a shared prefix stays
     speculative: bool = False  # in_device, lbs: rows that end their step early decode their first child's
     speculative_ratio: float = 0.85  # FlashTTS's R: speculate at most R x the mean step length so far
+    speculative_continuations: int = 0  # children's steps a row speculates: 0 FlashTTS's M_i = B - j + 1, n at most n
     pcie_gbps: float = 25.0
     device: str = "auto"
     prefill_chunk: int | None = None  # prompt tokens per prefill call; None: sized to the budget
@@ -170,6 +171,9 @@ class CacheConfig:
         _finite(self.speculative_ratio, "the speculation ratio")
         _require(0 < self.speculative_ratio <= 1,
                  f"the speculation ratio R must be in (0, 1] of the mean step length (got {self.speculative_ratio}).")
+        _require(self.speculative_continuations >= 0,
+                 f"speculative continuations must be 0 (FlashTTS's B - j + 1 for the j-th ranked beam) or a count "
+                 f"of 1 or more (got {self.speculative_continuations}).")
         _require(
             self.policy != "lbs" or self.inter_token,
             "lbs needs inter_token on (it is what makes a group decode a whole step on the device).",

@@ -149,8 +149,9 @@ class TransferStats:
     idle_row_slots: int = 0  # decode slots of rows that had finished their step while others ran on (unused)
     h2d_calls: int = 0  # cumulative copy operations across PCIe (fewer, larger copies run faster)
     d2h_calls: int = 0
-    speculative_tokens: int = 0  # tokens finished rows made for their first child in those slots (FlashTTS)
+    speculative_tokens: int = 0  # tokens finished rows made for their children in those slots (FlashTTS)
     forwards: int = 0  # decode forward calls the step needed: each group's longest row, summed over groups
+    speculative_runs: int = 0  # children's steps started in those slots (one run per child; several per row)
 
 
 @dataclass(frozen=True)
@@ -174,8 +175,11 @@ class RunFinished:
     seconds: float
     tokens_per_second: float
     goodput: float = 0.0  # tokens of the answer's path per second of the run (FlashTTS's goodput)
-    speculative_tokens: int = 0  # made in idle row slots for first children (speculative beam extension)
-    speculative_used: int = 0  # of them, the tokens a kept candidate's first child took as its step's start
+    speculative_tokens: int = 0  # made in idle row slots for children (speculative beam extension)
+    speculative_used: int = 0  # of them, the tokens kept candidates' children took as their steps' starts
+    speculative_discarded: int = 0  # of them, freed with pruned candidates (the rest: the last step's, unneeded)
+    speculative_runs: int = 0  # children's steps started speculatively (one run per child)
+    speculative_runs_used: int = 0  # of them, taken by a child (each child counted once)
 
 
 @dataclass(frozen=True)

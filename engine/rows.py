@@ -18,6 +18,7 @@ class Row:
     position: int  # position id of `pending` (= tokens already in the KV)
     generator: Any  # the candidate's random stream (engine.rng)
     prefix: tuple[int, ...] = ()  # tokens of this step sampled before, speculatively (they count to its stop rules)
+    continuations: int = 1  # most children whose steps the row speculates after its own ends (FlashTTS's M_i)
 
 
 @dataclass
@@ -27,7 +28,8 @@ class RowResult:
     logprobs: list[float] = field(default_factory=list)  # log p(token) at temperature 1
     finished: bool = False  # sampled an EOS token
     done: bool = False  # this step is over for the row
-    ahead: RowResult | None = None  # speculative: the first child's step, decoded in this row's idle slots
+    aheads: list[RowResult] = field(default_factory=list)  # speculative: child k's step, decoded in idle slots
+    start: int = 0  # a speculative run: the forward call that fed its first token (its KV's first new column)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -9,11 +10,12 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from engine.rng import uniforms
+from engine.rng import child_stream, uniforms
 from engine.rows import Row, RowResult, StepRules
 from engine.sampling import sample_tokens, token_logprobs
 
 SYNC_EVERY = 8  # forward calls between copies of sampled tokens to the host; 1 = every token
+RUN_SYNC_EVERY = 2  # the same while rows may speculate several children: a child's run starts at a sync
 
 
 @torch.inference_mode()
@@ -172,16 +174,18 @@ def record(
     logprobs = buffers.logprobs[:, first : first + count].tolist()  # [B][count]
     for i, (row, result) in enumerate(zip(rows, results, strict=True)):
         for c in range(count):
-            position = row.position + first + c
+            j = first + c
             if not result.done:
                 _take(result, tokens[i][c], tokens[i][c + 1], logprobs[i][c], rules)
-                result.done = _row_is_done(result, rules, position, row.prefix)
-            elif _speculates(result, rules, row.position):
-                ahead = result.ahead = result.ahead or RowResult()
-                _take(ahead, tokens[i][c], tokens[i][c + 1], logprobs[i][c], rules)
-                ahead.done = _row_is_done(ahead, rules, position)
-            else:
+                result.done = _row_is_done(result, rules, row.position + j, row.prefix)
+                continue
+            if not result.aheads and row.continuations > 0 and _may_speculate(result, rules, row):
+                result.aheads.append(RowResult(start=j))  # the first child continues right after the step
+            run = result.aheads[-1] if result.aheads else None
+            if run is None or j < run.start or not _running(run, rules):
                 break
+            _take(run, tokens[i][c], tokens[i][c + 1], logprobs[i][c], rules)
+            run.done = _row_is_done(run, rules, row.position + len(result.fed) + len(run.fed) - 1)
 
 
 def _take(result: RowResult, fed: int, token: int, logprob: float, rules: StepRules) -> None:
@@ -191,37 +195,78 @@ def _take(result: RowResult, fed: int, token: int, logprob: float, rules: StepRu
     result.finished = token in rules.eos_ids
 
 
-def _speculates(result: RowResult, rules: StepRules, position: int) -> bool:
-    """Whether a row whose step is over decodes its first child's step on: it did not end the answer (EOS)
-    or the context, and its speculative run has neither ended its step nor reached `rules.speculate` tokens.
+def _may_speculate(result: RowResult, rules: StepRules, row: Row) -> bool:
+    """Whether a row whose step is over may decode its children's steps: it did not end the answer (EOS)
+    and a child's first token still fits in the context.
 
     Past its step a row is fed its own samples drawn from its own stream, which its first child
-    continues (engine/rng.py): so these are exactly the tokens that child would sample.
+    continues (engine/rng.py): so these are exactly the tokens that child would sample. Child k > 0
+    draws from its own stream from the same position on (`start_runs`).
     """
-    if rules.speculate <= 0 or result.finished or position + len(result.fed) >= rules.context_length:
-        return False
-    ahead = result.ahead
-    return ahead is None or (not ahead.done and len(ahead.sampled) < rules.speculate)
+    return rules.speculate > 0 and not result.finished and row.position + len(result.fed) < rules.context_length
+
+
+def _running(run: RowResult, rules: StepRules) -> bool:
+    """A speculative run goes on until it ends its step or reaches `rules.speculate` tokens (the length rule)."""
+    return not run.done and len(run.sampled) < rules.speculate
+
+
+def start_runs(
+    results: Sequence[RowResult], rows: Sequence[Row], rules: StepRules, buffers: StepBuffers, forward: int,
+    columns: int,
+) -> StepBuffers:
+    """At a host sync before `forward`: each row whose step and last speculative run are over starts
+    its next child's step (child k = its k-th run), up to `row.continuations` runs.
+
+    The run feeds the row's last sampled token again, at the position after its step, with child k's
+    draws (engine/rng.py); the columns of the row's earlier runs are masked out for it (they stay
+    in the cache, to be written back). A group starts at most as many runs past the first child as
+    it has rows, the tail blocks the in_device plan reserves for them. `columns`: the cache's columns
+    before the step. Returns the buffers (with a mask of `columns + n` columns when the step had none).
+    """
+    started = sum(max(0, len(r.aheads) - 1) for r in results)
+    n = buffers.logprobs.shape[1]
+    for i, (row, result) in enumerate(zip(rows, results, strict=True)):
+        if started >= len(rows) or forward >= n:
+            break
+        k = len(result.aheads)
+        if not (result.done and 0 < k < row.continuations and _may_speculate(result, rules, row)):
+            continue
+        if _running(result.aheads[-1], rules):
+            continue
+        base = row.position + len(result.fed)  # the child's first position
+        room = context_room(base, rules)
+        buffers.tokens[i, forward] = result.sampled[-1]
+        buffers.positions[i, forward:] = torch.tensor([base + min(j, room - 1) for j in range(n - forward)])
+        buffers.draws[i, forward:] = uniforms([child_stream(row.generator, k)], [base], n - forward)[0]
+        if buffers.mask is None:
+            ones = torch.ones((len(rows), columns + n), dtype=torch.long, device=buffers.positions.device)
+            buffers = dataclasses.replace(buffers, mask=ones, width=columns)
+        buffers.mask[i, buffers.width + len(result.fed) : buffers.width + forward] = 0
+        result.aheads.append(RowResult(start=forward))
+        started += 1
+    return buffers
 
 
 def trim_speculation(results: Sequence[RowResult]) -> None:
     """Keep only speculation made in slots the group spent anyway: forwards before its longest row's last.
 
     The decode loop may run a few forwards past that (it checks the rows every `sync_every`);
-    trimming them keeps every count independent of `sync_every`. A trimmed run is no longer a
-    whole step, so neither done nor finished.
+    trimming them keeps the first child's run independent of `sync_every`. A trimmed run is no
+    longer a whole step, so neither done nor finished.
     """
     forwards = max((len(r.fed) for r in results), default=0)
     for result in results:
-        ahead = result.ahead
-        if ahead is None:
-            continue
-        keep = forwards - len(result.fed)
-        if keep <= 0:
-            result.ahead = None
-        elif keep < len(ahead.fed):
-            del ahead.fed[keep:], ahead.sampled[keep:], ahead.logprobs[keep:]
-            ahead.done = ahead.finished = False
+        kept = []
+        for run in result.aheads:
+            keep = forwards - run.start
+            if keep <= 0 or not run.fed:
+                break
+            if keep < len(run.fed):
+                del run.fed[keep:], run.sampled[keep:], run.logprobs[keep:]
+                run.done = run.finished = False
+            kept.append(run)
+        result.aheads = kept
 
 
 def observe_rows(
@@ -258,7 +303,8 @@ def decode_step(
     cache columns `T .. T + len(results[i].fed) - 1`; later columns hold tokens fed after it was
     done, to be ignored. `before_forward` runs before each forward call (the layer-wise policy
     re-places layers there), and `should_stop` is asked before each one. With `rules.speculate`, a
-    row whose step ended early records what it samples on as its first child's step (`RowResult.ahead`).
+    row whose step ended early records what it samples on as its first child's step, then (with
+    `row.continuations` > 1) its next children's, each a run in `RowResult.aheads`.
 
     No CUDA graphs: a graph replays fixed shapes and addresses, but each forward attends over one
     more cache column (and the layer-wise policy moves layers between forwards), so every token
@@ -274,6 +320,10 @@ def decode_step(
     device = mask.device if mask is not None else cache.layers[0].keys.device
     buffers = allocate_buffers(mask, device, rows, budgets, rules)
     sync_every = 1 if rules.observe is not None else sync_every
+    runs = rules.speculate > 0 and any(row.continuations > 1 for row in rows)
+    if runs:  # a child's run past the first starts at a sync: sync more often
+        sync_every = min(sync_every, RUN_SYNC_EVERY)
+        columns = mask.shape[1] if mask is not None else cache.get_seq_length()
     done_forwards, compute = 0, 0.0
     while not all(r.done for r in results):
         need = max(b - done_forwards for b, r in zip(budgets, results, strict=True) if not r.done)
@@ -292,8 +342,10 @@ def decode_step(
             count += 1
         start = time.perf_counter()
         record(results, rows, rules, buffers, done_forwards, count)
-        compute += time.perf_counter() - start
         done_forwards += count
+        if runs and not stopped and not all(r.done for r in results):
+            buffers = start_runs(results, rows, rules, buffers, done_forwards, columns)
+        compute += time.perf_counter() - start
         if stopped:
             break
     trim_speculation(results)

@@ -30,7 +30,7 @@ from engine.rng import child_stream, root_stream
 from engine.rows import RowResult, StepRules
 from engine.runner import decode_step, prefill
 from engine.scoring import path_to, score_step
-from engine.speculation import Tally, adopted_step, speculation_cap
+from engine.speculation import Tally, adopted_step, continuations, speculation_cap
 from engine.verifiers import StepToScore, make_verifier
 from engine.verifiers.entropy_exit import exit_fields, exit_rule
 
@@ -164,7 +164,7 @@ class _Search:
             children = self._expand(kv, parents, step)
             yield ev.StepStarted(step, tuple(parents))
             self._limit_speculation(step)
-            cancelled = yield from self._decode(kv, children, step)
+            cancelled = yield from self._decode(kv, children, step, self._continuations(parents, children))
             if cancelled:
                 yield ev.RunCancelled(step - 1)
                 return
@@ -206,6 +206,20 @@ class _Search:
         finally:
             self.rules = sampled
 
+    def _continuations(self, parents: list[int], children: list[int]) -> dict[int, int]:
+        """How many children's steps each candidate's row may speculate: M_i = B - j + 1 when its parent
+        ranks j-th by path score (the prompt's children: j = 1), at most the children it would have and
+        the `speculative_continuations` setting."""
+        if not self.speculating:
+            return {}
+        ranked = sorted(parents, key=lambda p: -self.candidates[p].aggregate)  # stable: ties keep kept order
+        rank = {p: j for j, p in enumerate(ranked, start=1)}
+        per_child = self.method.children()
+        cap = self.cache_cfg.speculative_continuations
+        return {
+            c: continuations(rank.get(self.candidates[c].parent, 1), self.cfg.beams, per_child, cap) for c in children
+        }
+
     def _new_id(self) -> int:
         self.next_id += 1
         return self.next_id - 1
@@ -215,7 +229,7 @@ class _Search:
 
     def _expand(self, kv: KVCache, parents: list[int], step: int) -> list[int]:
         """Each parent's children (the prompt's in the first step); a child's stream derives from its
-        parent's and its index, and the first child takes over its parent's speculation."""
+        parent's and its index, and child k takes over its parent's k-th speculative run, if any."""
         sources = parents or [None]
         per_parent = self.method.children() if parents else self.method.roots()
         children = []
@@ -228,26 +242,28 @@ class _Search:
                     child.generated, child.scores, child.lane = list(before.generated), list(before.scores), before.lane
                 child.stream = child_stream(stream, index)
                 self.candidates[child.id] = child
-                adopted = kv.fork(parent, child.id, child.stream, adopt=index == 0 and self.speculating)
+                adopted = kv.fork(parent, child.id, child.stream, adopt=index if self.speculating else None)
                 if adopted:
-                    child.speculated, child.prefix = len(adopted), before.ahead  # the parent's speculation
+                    child.speculated, child.prefix = len(adopted), before.ahead[index]  # the parent's run
                     self.speculation.used += len(adopted)
+                    self.speculation.runs_used += 1
                 children.append(child.id)
         for parent in parents:
             self.speculation.discarded += kv.release(parent)
         return children
 
-    def _decode(self, kv: KVCache, children: list[int], step: int):
+    def _decode(self, kv: KVCache, children: list[int], step: int, runs: dict[int, int]):
         whole = [c for c in children if self._speculated_whole(c)]
         for cid in whole:  # their step ended inside their parent's speculation: nothing to decode
             yield self._text(step, self._take(self.candidates[cid], None, None))
-        for done in kv.decode_step([c for c in children if c not in whole], self.should_stop):
+        for done in kv.decode_step([c for c in children if c not in whole], self.should_stop, runs):
             yield ev.GroupScheduled(step, done.index, done.group.candidates, done.group.prefetched)
             for cid, result in done.results.items():
                 yield self._text(step, self._take(self.candidates[cid], result, done.index))
             if self.should_stop():
                 return True
         self.speculation.made += kv.timing.speculative_tokens
+        self.speculation.runs += kv.timing.speculative_runs
         return False
 
     def _speculated_whole(self, cid: int) -> bool:
@@ -267,7 +283,7 @@ class _Search:
         c.finished = result.finished
         c.group = group
         c.logprobs = tuple(result.logprobs)
-        c.ahead = result.ahead  # what its own row speculated for its first child
+        c.ahead = result.aheads  # what its own row speculated for its children (run k: child k)
         return c
 
     def _look_ahead(self, kv: KVCache, children: list[int]) -> dict[int, list[RolledStep]]:
@@ -328,4 +344,7 @@ class _Search:
             len(winner.generated) / seconds if seconds > 0 else 0.0,
             self.speculation.made,
             self.speculation.used,
+            self.speculation.discarded,
+            self.speculation.runs,
+            self.speculation.runs_used,
         )

@@ -1,11 +1,15 @@
-"""Speculative beam extension (FlashTTS): rows that end their step early decode their first child's step.
+"""Speculative beam extension (FlashTTS): rows that end their step early decode their children's steps.
 
 Each candidate's first child continues its random stream (engine/rng.py), so what a row samples
-after its own step ends is exactly what that child would sample. The KV layer keeps those tokens'
-KV beside the row's (`Live.ahead`); when the candidate is kept, its first child takes them as the
-start of its step (a whole step when the speculation reached the step's end, and then the child is
-not decoded at all); when it is pruned they are freed with it. The tree, scores and answer are the
-same with speculation on or off; only when tokens are computed changes.
+after its own step ends is exactly what that child would sample; child k > 0 has a stream keyed by
+its place in the tree, so the row can decode its step too, from the same position (engine/runner.
+start_runs). A candidate whose parent ranks j-th of the B kept beams by path score gets up to
+M_i = B - j + 1 such runs (`continuations`), one after another in its row's idle slots, each
+truncated by the length rule (`speculation_cap`). The KV layer keeps each run's KV as a
+copy-on-write fork of the row's blocks (`Live.ahead[k]`); when the candidate is kept, child k takes
+run k as the start of its step (a whole step when the run reached the step's end, and then the child
+is not decoded at all); when it is pruned they are freed with it. The tree, scores and answer are
+the same with speculation on or off and with one or M_i runs; only when tokens are computed changes.
 """
 
 from __future__ import annotations
@@ -27,8 +31,15 @@ def speculation_cap(ratio: float, step_lengths: Iterable[int], step_tokens: int)
     return max(1, min(step_tokens, math.floor(ratio * expected)))
 
 
+def continuations(rank: int, beams: int, children: int, cap: int = 0) -> int:
+    """FlashTTS's M_i = B - j + 1 runs for a candidate whose parent ranks j-th (`rank`, from 1) of the
+    B kept beams (`beams`), at least one, at most the `children` it would have, and at most `cap` (0: no cap)."""
+    m = min(max(1, beams - rank + 1), children)
+    return min(m, cap) if cap else m
+
+
 def adopted_step(ahead: RowResult, decoded: RowResult | None) -> RowResult:
-    """A first child's step: the tokens speculated in its parent's step, then what its own decode added."""
+    """A child's step: the tokens speculated for it in its parent's step, then what its own decode added."""
     if decoded is None:
         return ahead
     return RowResult(
@@ -37,14 +48,17 @@ def adopted_step(ahead: RowResult, decoded: RowResult | None) -> RowResult:
         logprobs=[*ahead.logprobs, *decoded.logprobs],
         finished=decoded.finished,
         done=decoded.done,
-        ahead=decoded.ahead,
+        aheads=decoded.aheads,
     )
 
 
 @dataclass
 class Tally:
-    """Speculated tokens over a run: made in idle slots, used by kept candidates' first children, discarded."""
+    """Speculated tokens over a run: made in idle slots, used by kept candidates' children, discarded with
+    pruned ones; and the runs (one per child) made and used."""
 
     made: int = 0
     used: int = 0
     discarded: int = 0
+    runs: int = 0
+    runs_used: int = 0

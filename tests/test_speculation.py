@@ -1,16 +1,19 @@
-"""Speculative beam extension: the same tree, scores and answer with it on or off; counts that add up."""
+"""Speculative beam extension: the same tree, scores and answer with it off, with one continuation per
+candidate and with FlashTTS's M_i; counts that add up."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
+import torch
 
 from app.session import SessionModel
 from engine.config import CacheConfig, SearchConfig
+from engine.rng import child_stream
 from engine.runner import decode_step, prefill
 from engine.search import run
-from engine.speculation import speculation_cap
+from engine.speculation import continuations, speculation_cap
 from tests.test_decode_loop import PROMPTS, group, rules_for
 from tests.test_equivalence import QUESTION, footprint_budget
 
@@ -58,28 +61,57 @@ def of_type(events, kind: str) -> list:
         (4, None, "beam", "lbs", 100),  # fixed-length steps: nothing ends early, nothing is speculated
     ],
 )
-def test_the_same_search_with_speculation_on_and_off(tiny, seed, delimiter, method, policy, candidates):
+def test_the_same_search_with_speculation_off_one_and_ranked(tiny, seed, delimiter, method, policy, candidates):
     search = dataclasses.replace(SEARCH, seed=seed, step_delimiter=delimiter, method=method)
     budget = footprint_budget(tiny, search, candidates) if candidates else None
     off = events_of(tiny, search, CacheConfig(policy=policy, kv_budget_bytes=budget))
-    on = events_of(tiny, search, CacheConfig(policy=policy, kv_budget_bytes=budget, speculative=True))
-    assert_same_search(on, off)
-    done = on[-1]
-    made = sum(e.speculative_tokens for e in of_type(on, "transfer_stats"))
-    used = sum(e.speculated for e in of_type(on, "candidate_text"))
-    discarded = sum(e.speculative_discarded for e in of_type(on, "step_selected"))
-    assert (done.speculative_tokens, done.speculative_used) == (made, used)
-    assert used + discarded <= made  # the rest: speculation of the last step's kept beams, never needed
+    one = events_of(tiny, search, CacheConfig(policy=policy, kv_budget_bytes=budget, speculative=True,
+                                              speculative_continuations=1))
+    ranked = events_of(tiny, search, CacheConfig(policy=policy, kv_budget_bytes=budget, speculative=True))
     assert of_type(off, "run_finished")[0].speculative_tokens == 0
+    for on in (one, ranked):
+        assert_same_search(on, off)
+        assert_tally_adds_up(on)
+        snapshots = of_type(on, "memory_snapshot")  # speculation fits the budget the plan checked
+        assert all(e.peak_device_bytes <= e.budget_bytes and e.device_bytes <= e.budget_bytes for e in snapshots)
+        forwards = lambda events: [e.forwards for e in of_type(events, "transfer_stats")]  # noqa: E731
+        if policy == "in_device":  # one group a step: a step never needs more forward calls with speculation
+            assert all(a <= b for a, b in zip(forwards(on), forwards(off), strict=True))
+        if method == "best-of-n":  # only first children speculate: with one child a path, steps get shorter
+            assert sum(forwards(on)) < sum(forwards(off))
+    made = lambda events: events[-1].speculative_runs  # noqa: E731
     if delimiter is None:
-        assert made == 0
+        assert made(ranked) == made(one) == 0
     if delimiter == "c":
-        assert used > 0 and (discarded > 0 or method == "best-of-n")
-    forwards = lambda events: [e.forwards for e in of_type(events, "transfer_stats")]  # noqa: E731
-    if policy == "in_device":  # one group a step: a step never needs more forward calls with speculation
-        assert all(a <= b for a, b in zip(forwards(on), forwards(off), strict=True))
-    if method == "best-of-n":  # only first children speculate: with one child a path, steps get shorter
-        assert sum(forwards(on)) < sum(forwards(off))
+        used = one[-1].speculative_used
+        assert used > 0 and (one[-1].speculative_discarded > 0 or method == "best-of-n")
+    if method == "best-of-n":  # one child a path: M_i is one, nothing changes
+        assert tally(ranked) == tally(one)
+    elif delimiter is not None:  # the best-ranked beams' rows go on to their second and third children
+        assert made(ranked) > made(one)
+
+
+def tally(events) -> tuple[int, ...]:
+    done = events[-1]
+    return (done.speculative_tokens, done.speculative_used, done.speculative_discarded, done.speculative_runs,
+            done.speculative_runs_used)
+
+
+def assert_tally_adds_up(events) -> None:
+    """The events' per-step and per-child counts add up to the run's tally."""
+    made = sum(e.speculative_tokens for e in of_type(events, "transfer_stats"))
+    runs = sum(e.speculative_runs for e in of_type(events, "transfer_stats"))
+    used = [e.speculated for e in of_type(events, "candidate_text") if e.speculated]
+    discarded = sum(e.speculative_discarded for e in of_type(events, "step_selected"))
+    assert tally(events) == (made, sum(used), discarded, runs, len(used))
+    assert sum(used) + discarded <= made  # the rest: speculation of the last step's kept beams, never needed
+    assert len(used) <= runs
+
+
+def test_continuations_follow_the_parents_rank():
+    assert [continuations(j, 4, 8) for j in range(1, 6)] == [4, 3, 2, 1, 1]  # B - j + 1, at least one
+    assert continuations(1, 4, 2) == 2  # no more than the children a kept candidate gets
+    assert continuations(1, 4, 8, cap=1) == 1  # --speculative-continuations 1: FlashTTS's one run
 
 
 def test_speculation_fills_idle_slots_and_whole_steps_skip_decoding(tiny):
@@ -145,9 +177,9 @@ def test_a_rows_speculation_is_what_its_first_child_decodes(tiny):
     results, _ = decode_step(tiny.model, cache, mask, rows, rules)
     speculated = 0
     for row, result in zip(rows, results, strict=True):
-        ahead = result.ahead
-        if ahead is None:
+        if not result.aheads:
             continue
+        ahead = result.aheads[0]
         speculated += 1
         context = PROMPTS[row.candidate_id][:-1] + result.fed
         child_cache = prefill(tiny.model, context, tiny.device)[0]
@@ -159,4 +191,58 @@ def test_a_rows_speculation_is_what_its_first_child_decodes(tiny):
             assert (want.sampled, want.finished) == (ahead.sampled, ahead.finished)
     assert speculated >= 2, "pick a seed where several rows end early"
     longest = max(len(r.fed) for r in results)
-    assert all(len(r.fed) + len(r.ahead.fed if r.ahead else []) <= longest for r in results)
+    assert all(len(r.fed) + sum(len(a.fed) for a in r.aheads) <= longest for r in results)
+
+
+def test_a_rows_later_runs_are_what_its_other_children_decode(tiny):
+    """Run k of a row is child k's step: decoding child k from the row's KV with its own stream gives the
+    run's tokens first, with the same log-probs (all of them when the run ended the step); no group
+    starts more runs past the first than it has rows."""
+    candidates = [3, 8, 11, 13, 14, 15, 16]
+    rules = rules_for(tiny, delimiter="c", max_tokens=10, speculate=3, temperature=1.0, top_p=1.0)
+    cache, mask, rows = group(tiny, candidates, seed=2)
+    rows = [dataclasses.replace(row, continuations=3) for row in rows]
+    results, _ = decode_step(tiny.model, cache, mask, rows, rules)
+    later = 0
+    for row, result in zip(rows, results, strict=True):
+        context = PROMPTS[row.candidate_id][:-1] + result.fed
+        for k, spec in enumerate(result.aheads):
+            assert len(spec.sampled) <= rules.speculate
+            if k == 0:
+                assert spec.start == len(result.fed)
+                continue
+            later += 1
+            assert spec.start >= result.aheads[k - 1].start + len(result.aheads[k - 1].fed)
+            child_cache = prefill(tiny.model, context, tiny.device)[0]
+            child = dataclasses.replace(row, pending=result.sampled[-1], position=len(context),
+                                        generator=child_stream(row.generator, k), continuations=1)
+            (want,), _ = decode_step(tiny.model, child_cache, None, [child], dataclasses.replace(rules, speculate=0))
+            assert want.sampled[: len(spec.sampled)] == spec.sampled
+            assert want.logprobs[: len(spec.logprobs)] == pytest.approx(spec.logprobs, abs=1e-4)
+            if spec.done:
+                assert (want.sampled, want.finished) == (spec.sampled, spec.finished)
+    assert later >= 2, "pick a seed where rows go on to a second child"
+    assert later <= len(rows)
+    longest = max(len(r.fed) for r in results)
+    assert all(spec.start + len(spec.fed) <= longest for r in results for spec in r.aheads)
+
+
+def test_logits_are_the_same_with_ranked_speculation(tiny):
+    """Every position a candidate decodes itself has the logits it has without speculation (float32 allclose)."""
+    search = dataclasses.replace(SEARCH, seed=0, max_steps=2)
+
+    def logits_of(cache: CacheConfig) -> tuple[dict, list]:
+        seen: dict[int, list] = {}
+        observe = lambda c, logits, token: seen.setdefault(c, []).append(logits)  # noqa: E731
+        events = list(run(QUESTION, tiny, search, cache, observe_logits=observe))
+        return seen, events
+
+    off, _ = logits_of(CacheConfig(policy="in_device"))
+    on, events = logits_of(CacheConfig(policy="in_device", speculative=True))
+    skipped = {e.id: e.speculated for e in of_type(events, "candidate_text")}
+    assert any(skipped.values())
+    for cid, rows in off.items():
+        mine = on.get(cid, [])
+        assert len(mine) == len(rows) - skipped[cid]
+        for a, b in zip(rows[skipped[cid] :], mine, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)

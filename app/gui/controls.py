@@ -363,9 +363,10 @@ class SearchControls(QWidget):
             "prefix_order": self._switch("prefix-aware order", "LBS: run groups that share blocks back to back and "
                                          "keep their shared prefix on the device (FlashTTS)."),
             "speculative": self._switch("speculative extension", "In-device and LBS: a candidate that ends its "
-                                        "step before the slowest of its group keeps decoding its first child's "
-                                        "step in the idle slot (FlashTTS). Kept candidates start their next step "
-                                        "with those tokens, pruned ones drop them. Same answer either way."),
+                                        "step before the slowest of its group keeps decoding its children's "
+                                        "steps in the idle slots, more for better-ranked beams (FlashTTS's "
+                                        "B - j + 1). Kept candidates' children start their step with those "
+                                        "tokens, pruned ones drop them. Same answer either way."),
         }
         for switch in self.switches.values():
             form.addRow("", switch)

@@ -16,7 +16,7 @@ from engine.kv.headwise import HeadwisePolicy
 from engine.kv.in_device import InDevicePolicy
 from engine.kv.layerwise import LayerwisePolicy
 from engine.kv.lbs import SLACK_BLOCKS, LbsPolicy, Switches
-from engine.kv.policy import Decode, GroupDone, Live, Policy, PolicyContext, StepTiming, Work
+from engine.kv.policy import Decode, GroupDone, Live, Policy, PolicyContext, StepTiming, Work, tail_blocks
 from engine.kv.split import split_budget
 from engine.kv.store import KVStore
 from engine.loaded import Generator
@@ -30,16 +30,16 @@ BudgetProbe = Callable[[], int | None]  # free device bytes now, or None when it
 
 
 def whole_search_bytes(
-    prompt_tokens: int, search: SearchConfig, token_bytes: int, block_size: int, speculative: bool = False
+    prompt_tokens: int, search: SearchConfig, token_bytes: int, block_size: int, tails: int = 1
 ) -> int:
     """Upper bound of in_device's peak: every candidate's full-length KV at rest (block-rounded) and working.
 
-    A row's step and its speculation together hold at most a step's tokens; speculation adds a
-    copied-on-write tail block per candidate and step.
+    A row's step and its speculation together hold at most a step's tokens; besides, each
+    candidate and step opens or copies on write up to `tails` blocks (engine.kv.policy.tail_blocks).
     """
     n, steps = search.candidates_per_step, search.max_steps
     longest = prompt_tokens + steps * search.step_tokens
-    per_step = search.step_tokens + (2 if speculative else 1) * block_size
+    per_step = search.step_tokens + tails * block_size
     at_rest = prompt_tokens + 3 * block_size + n * steps * per_step
     return (at_rest + n * (longest + search.step_tokens)) * token_bytes
 
@@ -78,7 +78,8 @@ class KVCache:
         shape, self.device = loaded.kv_shape, loaded.device
         self.blocks = BlockManager(cache.block_size)
         token_bytes = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * _element_size(loaded.dtype)
-        whole = whole_search_bytes(prompt_tokens, search, token_bytes, cache.block_size, cache.speculative)
+        tails = tail_blocks(cache.speculative, cache.speculative_continuations != 1)
+        whole = whole_search_bytes(prompt_tokens, search, token_bytes, cache.block_size, tails)
         self.emulated = self.device.type != "cuda"
         self._probe = free_bytes  # None: read CUDA (a bound method here would make a reference cycle)
         total = cache.kv_budget_bytes or self._automatic_budget(whole + verifier_batch_bytes)
@@ -101,7 +102,8 @@ class KVCache:
             host_device="meta" if self.device.type == "meta" else "cpu",  # plan-only runs hold no data
         )
         context = PolicyContext(
-            loaded.model.config, self.blocks, self.store, decode, search.step_tokens, self.speculative
+            loaded.model.config, self.blocks, self.store, decode, search.step_tokens, self.speculative,
+            self.speculative and cache.speculative_continuations != 1,
         )
         self.policy: Policy = self._make_policy(context)
         self.live: dict[int, Live] = {}
@@ -163,15 +165,15 @@ class KVCache:
         self.store.sync()
         return time.perf_counter() - start
 
-    def fork(self, parent: int | None, child: int, generator, adopt: bool = False) -> tuple[int, ...]:
-        """A child of `parent` (None: the prompt). With `adopt` (its first child) it takes over the parent's
-        speculative KV and starts its step with the speculated tokens, which it returns."""
+    def fork(self, parent: int | None, child: int, generator, adopt: int | None = None) -> tuple[int, ...]:
+        """A child of `parent` (None: the prompt). With `adopt` (the child's index) it takes over the
+        speculative KV its parent's row made for that child, if any, and starts its step with the
+        speculated tokens, which it returns."""
         source = self.live[PROMPT_ID if parent is None else parent]
-        ahead = source.ahead if adopt else None
+        ahead = source.ahead.pop(adopt, None) if adopt is not None else None
         if ahead is None:
             self.live[child] = Live(child, self.blocks.fork(source.table), source.pending, generator, source.id)
             return ()
-        source.ahead = None
         self.live[child] = Live(child, ahead.table, ahead.pending, generator, source.id, prefix=ahead.tokens)
         return ahead.tokens
 
@@ -181,10 +183,12 @@ class KVCache:
         if live is None:
             return 0
         self.store.free(self.blocks.free(live.table))
-        if live.ahead is None:
-            return 0
-        self.store.free(self.blocks.free(live.ahead.table))
-        return len(live.ahead.tokens)
+        discarded = 0
+        for ahead in live.ahead.values():
+            self.store.free(self.blocks.free(ahead.table))
+            discarded += len(ahead.tokens)
+        live.ahead.clear()
+        return discarded
 
     def close(self) -> None:
         """End of the run (finished, cancelled or failed): free every block and give the pools back."""
@@ -210,7 +214,13 @@ class KVCache:
             limit = min(limit, self.store.device_capacity_bytes - max(self.margin - free, 0))
         return self.store.limit_device(limit)
 
-    def decode_step(self, candidates: Sequence[int], should_stop: Callable[[], bool]) -> Iterator[GroupDone]:
+    def decode_step(
+        self, candidates: Sequence[int], should_stop: Callable[[], bool], continuations: dict[int, int] | None = None
+    ) -> Iterator[GroupDone]:
+        """Decode the candidates' step, group by group; `continuations`: how many children's steps each
+        candidate's row may speculate once its own step is over (FlashTTS's M_i; default one)."""
+        for c in candidates:
+            self.live[c].continuations = (continuations or {}).get(c, 1)
         if PROMPT_ID in self.live and all(c != PROMPT_ID for c in candidates):
             self.release(PROMPT_ID)  # the first step's children hold the prompt blocks now
         plan = self.plan(candidates) if candidates else None  # none: every child's step was speculated whole
@@ -268,6 +278,7 @@ class KVCache:
             counters.calls["d2h"],
             self.timing.speculative_tokens,
             self.timing.forwards,
+            self.timing.speculative_runs,
         )
 
 

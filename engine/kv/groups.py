@@ -149,7 +149,10 @@ class GroupExecutor:
             return None
 
     def _decode(self, batch: LoadedGroup, should_stop) -> tuple[list[RowResult], float]:
-        rows = [Row(m.id, m.pending, self.blocks.num_tokens(m.table), m.generator, m.prefix) for m in batch.members]
+        rows = [
+            Row(m.id, m.pending, self.blocks.num_tokens(m.table), m.generator, m.prefix, m.continuations)
+            for m in batch.members
+        ]
         cache = arena_cache(self.config, batch.arena, batch.width)
         forward = {"kv_prefix": batch.prefix} if batch.prefix is not None else {}
         return self.decode(cache, batch.mask, rows, should_stop, **forward)
@@ -293,13 +296,14 @@ class GroupExecutor:
             self.store.write(plan, batch.arena[:, :, row, :, batch.width : batch.width + n], self.home, member.id)
             member.table = plan.table
             member.pending = result.sampled[-1]
-            if result.ahead is not None:
-                self._write_ahead(batch, row, member, result.ahead, batch.width + n)
+            for child, ahead in enumerate(result.aheads):
+                self._write_ahead(batch, row, member, child, ahead)
 
-    def _write_ahead(self, batch: LoadedGroup, row: int, member: Live, ahead: RowResult, start: int) -> None:
-        """Keep a row's speculative tokens' KV (arena columns from `start`, after its step's) as its first
-        child's table: a fork of the row's blocks with the speculated tokens appended (copy-on-write of a
+    def _write_ahead(self, batch: LoadedGroup, row: int, member: Live, child: int, ahead: RowResult) -> None:
+        """Keep a speculative run's KV (arena columns from its `start`, after the row's step) as child
+        `child`'s table: a fork of the row's blocks with the run's tokens appended (copy-on-write of a
         shared tail)."""
         plan = self.blocks.append(self.blocks.fork(member.table), ahead.fed, self.home)
+        start = batch.width + ahead.start
         self.store.write(plan, batch.arena[:, :, row, :, start : start + len(ahead.fed)], self.home, member.id)
-        member.ahead = Ahead(plan.table, ahead.sampled[-1], tuple(ahead.sampled))
+        member.ahead[child] = Ahead(plan.table, ahead.sampled[-1], tuple(ahead.sampled))

@@ -8,7 +8,7 @@ from engine.errors import KVBudgetTooSmall
 from engine.kv.blocks import Tier
 from engine.kv.groups import GroupExecutor
 from engine.kv.lbs import SLACK_BLOCKS, block_placement, group_bytes
-from engine.kv.policy import Group, PolicyContext, StepPlan, Work
+from engine.kv.policy import Group, PolicyContext, StepPlan, Work, tail_blocks
 
 
 def plan_in_device(
@@ -18,13 +18,13 @@ def plan_in_device(
     step_tokens: int,
     token_bytes: int,
     block_size: int,
-    speculative: bool = False,
+    tails: int = 1,
 ) -> StepPlan:
     """One group; the blocks at rest, their growth this step and the working KV must fit the budget.
 
-    A row's step and its speculation hold at most `step_tokens` together; speculation copies a tail block.
+    A row's step and its speculation hold at most `step_tokens` together; each row may open or copy
+    on write `tails` blocks besides (engine.kv.policy.tail_blocks).
     """
-    tails = 2 if speculative else 1  # each row may open a block (and copy one on write for its speculation)
     growth = len(work) * (step_tokens + tails * block_size) * token_bytes
     slack = SLACK_BLOCKS * block_size * token_bytes
     need = resident_bytes + growth + group_bytes(work, step_tokens, token_bytes) + slack
@@ -47,8 +47,8 @@ class InDevicePolicy:
         store = self.context.store
         resident = store.resident_bytes(Tier.DEVICE)
         k = self.context.step_tokens
-        block_size, speculative = store.blocks.block_size, self.context.speculative
-        return plan_in_device(work, resident, budget, k, store.token_bytes, block_size, speculative)
+        tails = tail_blocks(self.context.speculative, self.context.continuations)
+        return plan_in_device(work, resident, budget, k, store.token_bytes, store.blocks.block_size, tails)
 
     def run_step(self, plan, live, timing, should_stop):
         return self.executor.run_step(plan.groups, live, timing, should_stop)

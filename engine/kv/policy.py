@@ -20,11 +20,11 @@ from engine.kv.pool import PoolExhausted
 
 @dataclass
 class Ahead:
-    """Speculative KV kept for a candidate's first child: the candidate's blocks, then the speculated tokens."""
+    """Speculative KV kept for one of a candidate's children: the candidate's blocks, then the speculated tokens."""
 
     table: list[int]
     pending: int  # the last speculated token (its KV does not exist yet)
-    tokens: tuple[int, ...]  # the speculated tokens: the start of the first child's step
+    tokens: tuple[int, ...]  # the speculated tokens: the start of the child's step
 
 
 @dataclass
@@ -37,7 +37,8 @@ class Live:
     generator: Any  # the candidate's random stream (engine.rng), passed through to decoding
     source: int | None = None  # the candidate it was forked from (the prompt's id for the first step)
     prefix: tuple[int, ...] = ()  # this step's tokens already made (speculatively, by its parent's row)
-    ahead: Ahead | None = None  # speculative KV for its first child, until that child adopts it or it is freed
+    ahead: dict[int, Ahead] = field(default_factory=dict)  # child index -> speculative KV, until adopted or freed
+    continuations: int = 1  # most children whose steps its row speculates (FlashTTS's M_i; the search sets it)
 
 
 @dataclass(frozen=True)
@@ -67,10 +68,19 @@ class StepTiming:
     modelled_stall_seconds: float = 0.0
     peak_device_bytes: int = 0  # the device pool's high-water mark during the step
     idle_row_slots: int = 0  # row x forward slots spent on rows whose step had ended (stragglers' waste)
-    speculative_tokens: int = 0  # tokens rows made for their first child in slots they would have idled
+    speculative_tokens: int = 0  # tokens rows made for their children in slots they would have idled
+    speculative_runs: int = 0  # children's steps started speculatively (one run per child)
     forwards: int = 0  # forward calls the step's groups needed (each group's longest row, summed)
     group_of: dict[int, int] = field(default_factory=dict)
     retries: list[tuple[tuple[int, ...], str]] = field(default_factory=list)  # (group split, why)
+
+
+def tail_blocks(speculative: bool, continuations: bool) -> int:
+    """Blocks a row may open or copy on write in a step, beyond its tokens: its step's tail; with
+    speculation one for its first child's run (which continues the row's own tail); with more
+    continuations two for each extra run a group may start (one per row: engine/runner.start_runs),
+    each a fork of the row's tail."""
+    return 1 + (1 if speculative else 0) + (2 if speculative and continuations else 0)
 
 
 OUT_OF_MEMORY = (torch.OutOfMemoryError, PoolExhausted)  # a group that does not fit: split it and retry
@@ -122,6 +132,7 @@ class PolicyContext:
     decode: Decode
     step_tokens: int
     speculative: bool = False  # rows keep speculated KV for their first child (one more tail block each)
+    continuations: bool = False  # rows may speculate more children: a group's extra runs (one per row) copy tails
 
 
 class Policy(Protocol):
@@ -146,7 +157,7 @@ class Policy(Protocol):
 def idle_slots(results: Sequence[Any]) -> int:
     """Row slots a batch spent on rows already done: every row rides every forward until the longest ends.
 
-    Slots a done row filled with speculation (`ahead`) are not idle.
+    Slots a done row filled with speculation (`aheads`) are not idle.
     """
     forwards = max((len(r.fed) for r in results), default=0)
     return len(results) * forwards - sum(len(r.fed) + speculated(r) for r in results)
@@ -157,15 +168,15 @@ def group_done(index: int, group: Group, results: Sequence[Any], timing: StepTim
     name its results by candidate."""
     timing.idle_row_slots += idle_slots(results)
     timing.speculative_tokens += sum(speculated(r) for r in results)
+    timing.speculative_runs += sum(len(getattr(r, "aheads", ())) for r in results)
     for c in group.candidates:
         timing.group_of[c] = index
     return GroupDone(index, group, dict(zip(group.candidates, results, strict=True)))
 
 
 def speculated(result: Any) -> int:
-    """Tokens a row made for its first child after its own step ended."""
-    ahead = getattr(result, "ahead", None)
-    return len(ahead.fed) if ahead is not None else 0
+    """Tokens a row made for its children after its own step ended."""
+    return sum(len(run.fed) for run in getattr(result, "aheads", ()))
 
 
 def common_prefix(tables: Sequence[Sequence[int]]) -> list[int]:
