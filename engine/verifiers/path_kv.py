@@ -9,6 +9,9 @@ A path's KV is a chain of `KVNode`s, each naming only its own segment in the ver
 (`kv_pools`); siblings point to the same parent node, so the question and the accepted steps are
 computed once and shared, and `settle` frees the segments no kept path reaches. Scoring a candidate
 runs only its new step and the probe, in an arena that holds its parent's chain and the new tokens.
+A step's candidates run in groups of siblings scheduled like the generator's LBS (schedule.py: prefix
+order, the shared chain kept on the device across groups, the next group prefetched); `grouped=False`
+runs them the earlier way, one parent at a time, each batch loading its whole chain from the segments.
 With RKSC's layer-entropy exit (entropy_exit.py) a scoring pass may stop early: its segments then
 hold only the layers it ran (the slots are whole), and `settle` completes a kept one's other layers.
 """
@@ -27,6 +30,7 @@ from engine.models import kv_shape_from_config
 from engine.verifiers.base import PathKey, StepToScore, VerifierCost
 from engine.verifiers.entropy_exit import EntropyExit
 from engine.verifiers.kv_pools import VerifierKV, VerifierMemory
+from engine.verifiers.schedule import GroupScheduler, VerifyGroup, prefix_order
 
 Readout = Callable[[torch.Tensor], torch.Tensor]  # hidden [B, H] -> scores [B] in [0, 1]
 
@@ -75,6 +79,7 @@ class PathVerifier:
         self.kv = self._pools(None)
         self.on_device_budget = True  # False: its KV is outside the device's KV budget (a PRM on the CPU)
         self.exit: EntropyExit | None = None  # RKSC's layer-entropy exit, attached by entropy_exit.with_exit
+        self.grouped = True  # False: the earlier schedule (benchmarks and tests compare the two)
 
     # -- memory -------------------------------------------------------------------------------
     def _pools(self, budget_bytes: int | None, block_size: int = 16) -> VerifierKV:
@@ -131,17 +136,25 @@ class PathVerifier:
 
     @torch.inference_mode()
     def score(self, items: Sequence[StepToScore]) -> list[float]:
-        """Run each item's new step (+ probe) over its parent's cached KV; siblings run in batches."""
+        """Run each item's new step (+ probe) over its parent's cached KV; siblings run in batches, the
+        batches as groups scheduled over the verifier's pools (schedule.py)."""
         scores = [0.0] * len(items)
         by_parent: dict[PathKey, list[int]] = {}
         for index, item in enumerate(items):
             by_parent.setdefault(item.parent_key, []).append(index)
+        groups = []
         for parent_key, rows in by_parent.items():
             parent = self._node(parent_key)
             while rows:
                 chunk = self._batch(parent, [items[i] for i in rows])
-                self._score_siblings(parent, [items[i] for i in rows[:chunk]], rows[:chunk], scores)
+                if self.grouped:
+                    groups.append(self._group(parent, items, rows[:chunk]))
+                else:
+                    self._score_siblings(parent, [items[i] for i in rows[:chunk]], rows[:chunk], scores)
                 rows = rows[chunk:]
+        if groups:
+            run = lambda group, arena: self._score_group(group, arena, items, scores)  # noqa: E731
+            GroupScheduler(self.kv).run(prefix_order(groups), run)
         return scores
 
     def settle(self, kept: Sequence[PathKey]) -> VerifierCost:
@@ -190,6 +203,23 @@ class PathVerifier:
     def _new_ids(self, item: StepToScore) -> list[int]:
         return self.layout.body(item.question, item.previous_steps, item.step) + self.layout.probe(item.question)
 
+    def _group(self, parent: KVNode | None, items: Sequence[StepToScore], rows: list[int]) -> VerifyGroup:
+        q = items[rows[0]].question
+        bodies = [self.layout.body(q, items[r].previous_steps, items[r].step) for r in rows]
+        probe = self.layout.probe(q)
+        return VerifyGroup(parent, tuple(rows), tuple(tuple(b + probe) for b in bodies), tuple(len(b) for b in bodies))
+
+    def _score_group(self, group: VerifyGroup, arena: torch.Tensor, items: Sequence[StepToScore],
+                     scores: list[float]) -> None:
+        """Run a loaded group (its arena holds the parent's chain in every row) and keep its rows' new KV."""
+        sequences = [list(s) for s in group.sequences]
+        last, children = self._run(arena, group.parent, sequences, list(group.keep), scoring=True)
+        probe = len(group.sequences[0]) - group.keep[0]
+        for row, value, child in zip(group.rows, self.readout(last).float().tolist(), children, strict=True):
+            scores[row] = value
+            self.nodes[items[row].key] = child
+            self._tokens_full += child.length + probe
+
     def _score_siblings(self, parent: KVNode | None, items: list[StepToScore], rows: list[int],
                         scores: list[float]) -> None:
         q = items[0].question
@@ -225,29 +255,36 @@ class PathVerifier:
         """
         if any(not s for s in sequences):
             raise ValueError("a verifier segment is empty; every step needs at least its separator token.")
+        chain = parent.chain() if parent is not None else []
+        start = parent.length if parent is not None else 0
+        width = start + max(len(s) for s in sequences)
+        arena, run = self.kv.arena(len(sequences), width, keep=[n.handle for n in chain])  # [L, 2, B, H, W, D]
+        try:
+            self._fill(arena, chain)
+            return self._run(arena, parent, sequences, keep, scoring)
+        finally:
+            self.kv.release(run)
+
+    def _run(self, arena: torch.Tensor, parent: KVNode | None, sequences: list[list[int]], keep: list[int],
+             scoring: bool) -> tuple[torch.Tensor, list[KVNode]]:
+        """`_extend` over an arena whose rows already hold the parent's chain."""
         batch, width = len(sequences), max(len(s) for s in sequences)
         ids = torch.full((batch, width), self.pad_id, dtype=torch.long)  # [B, T]
         for row, seq in enumerate(sequences):
             ids[row, : len(seq)] = torch.tensor(seq)
-        chain = parent.chain() if parent is not None else []
         start = parent.length if parent is not None else 0
-        arena, run = self.kv.arena(batch, start + width, keep=[n.handle for n in chain])  # [L, 2, B, H, W, D]
-        try:
-            self._fill(arena, chain)
-            cache = arena_cache(self.body.config, arena, start)
-            lengths = torch.tensor([len(s) for s in sequences], device=self.device)
-            ran, pending = arena.shape[0], None
-            if scoring and self.exit is not None:
-                passed = self.exit.run(ids.to(self.device), cache, start, lengths)
-                last, ran, pending = passed.last, passed.layers, passed.hidden
-            else:
-                out = self.body(input_ids=ids.to(self.device), past_key_values=cache, use_cache=True)
-                last = out.last_hidden_state[torch.arange(batch, device=self.device), lengths - 1]  # [B, H]
-            nodes = [self._store(parent, arena[:ran, :, row, :, start : start + keep[row]], start + keep[row],
-                                 None if pending is None else pending[row : row + 1, : keep[row]].clone())
-                     for row in range(batch)]
-        finally:
-            self.kv.release(run)
+        cache = arena_cache(self.body.config, arena, start)
+        lengths = torch.tensor([len(s) for s in sequences], device=self.device)
+        ran, pending = arena.shape[0], None
+        if scoring and self.exit is not None:
+            passed = self.exit.run(ids.to(self.device), cache, start, lengths)
+            last, ran, pending = passed.last, passed.layers, passed.hidden
+        else:
+            out = self.body(input_ids=ids.to(self.device), past_key_values=cache, use_cache=True)
+            last = out.last_hidden_state[torch.arange(batch, device=self.device), lengths - 1]  # [B, H]
+        nodes = [self._store(parent, arena[:ran, :, row, :, start : start + keep[row]], start + keep[row],
+                             None if pending is None else pending[row : row + 1, : keep[row]].clone())
+                 for row in range(batch)]
         self._tokens += int(lengths.sum())
         return last, nodes
 
