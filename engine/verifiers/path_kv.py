@@ -26,6 +26,7 @@ import torch
 
 from engine.kv.attention import arena_cache
 from engine.kv.blocks import Tier
+from engine.kv.split import verifier_group_bytes
 from engine.models import kv_shape_from_config
 from engine.verifiers.base import PathKey, StepToScore, VerifierCost
 from engine.verifiers.entropy_exit import EntropyExit
@@ -67,6 +68,8 @@ class KVNode:
 class PathVerifier:
     """Scores steps with `body` (a transformers base model returning `last_hidden_state`) and `readout`."""
 
+    grouped = True  # False: the earlier schedule, one parent at a time (benchmarks and tests compare the two)
+
     def __init__(self, name: str, body: torch.nn.Module, layout: Layout, readout: Readout,
                  device: torch.device, *, pad_id: int = 0, batch_size: int = 8) -> None:
         if batch_size < 1:
@@ -79,7 +82,6 @@ class PathVerifier:
         self.kv = self._pools(None)
         self.on_device_budget = True  # False: its KV is outside the device's KV budget (a PRM on the CPU)
         self.exit: EntropyExit | None = None  # RKSC's layer-entropy exit, attached by entropy_exit.with_exit
-        self.grouped = True  # False: the earlier schedule (benchmarks and tests compare the two)
 
     # -- memory -------------------------------------------------------------------------------
     def _pools(self, budget_bytes: int | None, block_size: int = 16) -> VerifierKV:
@@ -98,13 +100,15 @@ class PathVerifier:
         self.kv = self._pools(device_bytes, block_size)
 
     def batch_bytes(self, question: str, rows: int, step_tokens: int, steps: int) -> int:
-        """Device bytes of one verification batch of `rows` paths at the search's last step (an estimate:
-        each step counted as `step_tokens` plus the layout's own tokens around a step); 0 off the budget."""
+        """Device bytes of one verification group of up to `rows` siblings at the search's last step (the
+        formula in engine/kv/split.py, from this model's KV shape and its format's tokens); 0 off the budget."""
         if not self.on_device_budget:
             return 0
-        per_step = len(self.layout.body(question, (), "1"))
-        width = len(self.layout.prefix(question)) + steps * (step_tokens + per_step) + len(self.layout.probe(question))
-        return self.kv.arena_slots(min(rows, self.batch_size), width) * self.kv.block_bytes
+        return verifier_group_bytes(
+            block_size=self.kv.block_size, token_bytes=self.kv.token_bytes, rows=rows, batch_size=self.batch_size,
+            prefix=len(self.layout.prefix(question)), per_step=len(self.layout.body(question, (), "1")),
+            probe=len(self.layout.probe(question)), step_tokens=step_tokens, steps=steps,
+        )
 
     def memory(self) -> VerifierMemory:
         held = self.kv.memory()
@@ -289,13 +293,15 @@ class PathVerifier:
         return last, nodes
 
     def _fill(self, arena: torch.Tensor, chain: list[KVNode]) -> None:
-        """Row 0 of the arena gets the parent's chain from its segments; the other rows copy row 0's."""
-        offset = 0
+        """Row 0 of the arena gets the parent's chain from its segments; the other rows copy row 0's.
+        Nothing overlaps these loads: on the CPU their modelled PCIe time is all stall."""
+        offset, before = 0, self.kv.traffic["h2d"]
         for node in chain:
             tokens = node.length - offset
             self.kv.load(node.handle, arena[:, :, 0, :, offset : node.length])
             offset += tokens
         self.kv.repeat_row(arena, offset)
+        self.kv.model_stall(self.kv.traffic["h2d"] - before, 0.0)
 
     def _store(self, parent: KVNode | None, kv: torch.Tensor, length: int, pending: torch.Tensor | None) -> KVNode:
         """A new segment of `kv` `[l, 2, H, T, D]`: every layer, or the first `l` with `pending` (an exited pass)."""
