@@ -5,7 +5,7 @@ that never change once written: a `prefix` (the question in the model's format),
 (the step and its separator) and a `probe` (text asked after the latest step, dropped afterwards).
 The score is read from the model's last hidden state at the last token of `body + probe`.
 
-A path's KV is a chain of `KVNode`s, each naming only its own segment in the verifier's pools
+A path's KV is a chain of `KVNode`s (schedule.py), each naming only its own segment in the verifier's pools
 (`kv_pools`); siblings point to the same parent node, so the question and the accepted steps are
 computed once and shared, and `settle` frees the segments no kept path reaches. Scoring a candidate
 runs only its new step and the probe, in an arena that holds its parent's chain and the new tokens.
@@ -19,7 +19,6 @@ hold only the layers it ran (the slots are whole), and `settle` completes a kept
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -31,7 +30,7 @@ from engine.models import kv_shape_from_config
 from engine.verifiers.base import PathKey, StepToScore, VerifierCost
 from engine.verifiers.entropy_exit import EntropyExit
 from engine.verifiers.kv_pools import VerifierKV, VerifierMemory
-from engine.verifiers.schedule import GroupScheduler, VerifyGroup, prefix_order
+from engine.verifiers.schedule import GroupScheduler, KVNode, VerifyGroup, prefix_order
 
 Readout = Callable[[torch.Tensor], torch.Tensor]  # hidden [B, H] -> scores [B] in [0, 1]
 
@@ -44,25 +43,6 @@ class Layout(Protocol):
     def body(self, question: str, previous: tuple[str, ...], step: str) -> list[int]: ...
 
     def probe(self, question: str) -> list[int]: ...
-
-
-@dataclass(frozen=True)
-class KVNode:
-    """One segment of a path's KV (a handle in the verifier's pools) and the path's length through it."""
-
-    parent: KVNode | None
-    handle: int
-    length: int
-    pending: torch.Tensor | None = None  # [1, T, H] entropy exit: the last run layer's output, later layers missing
-    layers_run: int = 0  # with `pending`: the layers whose KV the segment holds
-
-    def chain(self) -> list[KVNode]:
-        """The nodes from the root down to this one."""
-        nodes, node = [], self
-        while node is not None:
-            nodes.append(node)
-            node = node.parent
-        return nodes[::-1]
 
 
 class PathVerifier:

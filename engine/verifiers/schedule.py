@@ -27,15 +27,30 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from engine.kv.pool import Run
 from engine.verifiers.kv_pools import VerifierKV
 
-if TYPE_CHECKING:
-    from engine.verifiers.path_kv import KVNode
+
+@dataclass(frozen=True)
+class KVNode:
+    """One segment of a path's KV (a handle in the verifier's pools) and the path's length through it."""
+
+    parent: KVNode | None
+    handle: int
+    length: int
+    pending: torch.Tensor | None = None  # [1, T, H] entropy exit: the last run layer's output, later layers missing
+    layers_run: int = 0  # with `pending`: the layers whose KV the segment holds
+
+    def chain(self) -> list[KVNode]:
+        """The nodes from the root down to this one."""
+        nodes, node = [], self
+        while node is not None:
+            nodes.append(node)
+            node = node.parent
+        return nodes[::-1]
 
 
 @dataclass(frozen=True)
