@@ -1,7 +1,26 @@
-"""The device KV budget split between the generator and the verifier (FlashTTS's memory split)."""
+"""The device KV budget split between the generator and the verifier (FlashTTS's memory split).
+
+The verifier's part by default is what one verification group needs, computed from the verifier's
+KV shape and the search's shape (no estimate from the generator's sizes):
+
+    need = block_bytes x ( ceil(r x W / b)  +  r x ceil((k + s) / b) )
+    r = min(N x M, batch size)        rows of one group (siblings verified together)
+    W = P + S x (k + s) + q           arena columns at the last step: the path and the probe
+    block_bytes = b x 2 x L x H_kv x D x element size
+
+with N x M the candidates per step, S the steps (lookahead included), k the tokens of a step,
+P the question's tokens in the verifier's format (`layout.prefix`), s the tokens its format adds
+around a step (`layout.body` of a one-token step, that token included), q the probe's tokens,
+b the verifier's block size and L, H_kv, D its layers, KV heads and head dimension. The first
+term is the group's arena (every row holds the path, whole slots), the second the group's new
+segments (each row's step and separator in whole blocks), which are written while the arena is in
+use. A step counts as k verifier tokens: a PRM on another tokenizer that reads it in more
+tokens gets its group split into batches that fit (or refused with the budget that would work).
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -11,14 +30,23 @@ class BudgetSplit:
     verifier_bytes: int
 
 
+def verifier_group_bytes(*, block_size: int, token_bytes: int, rows: int, batch_size: int, prefix: int,
+                         per_step: int, probe: int, step_tokens: int, steps: int) -> int:
+    """`need` of the module docstring: device bytes of one verification group at the last step."""
+    r = min(rows, batch_size)
+    width = prefix + steps * (step_tokens + per_step) + probe
+    slots = max(1, math.ceil(r * width / block_size)) + r * max(1, math.ceil((step_tokens + per_step) / block_size))
+    return slots * block_size * token_bytes
+
+
 def split_budget(total_bytes: int, share: float | None, verifier_batch_bytes: int) -> BudgetSplit:
     """Divide `total_bytes` of device KV between the two models.
 
     Decoding (the generator) is memory-bound: every extra byte of device KV saves PCIe traffic.
     Verifying (prefill of a step over a cached path) is compute-bound: it needs room for one
-    batch, and more buys little. So by default the verifier gets what one verification batch
-    needs (`verifier_batch_bytes`, at most half the budget) and the generator the rest; `share`
-    sets the verifier's part instead. A verifier that keeps no KV (batch bytes 0) gets nothing.
+    group, and more buys little. So by default the verifier gets what one verification group
+    needs (`verifier_batch_bytes`, the formula above, at most half the budget) and the generator
+    the rest; `share` sets the verifier's part instead. A verifier that keeps no KV (0) gets nothing.
     """
     if verifier_batch_bytes <= 0:
         return BudgetSplit(total_bytes, 0)

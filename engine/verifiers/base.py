@@ -53,6 +53,9 @@ class VerifierMemory:
     h2d_bytes: int = 0
     d2h_bytes: int = 0
     d2d_bytes: int = 0
+    h2d_calls: int = 0  # copy calls since the step was settled (one `copy_` each)
+    d2h_calls: int = 0
+    d2d_calls: int = 0
 
 
 class Verifier(Protocol):

@@ -6,13 +6,16 @@ the device or the host. A verification batch runs in an *arena* `[L, 2, B, H_kv,
 the device pool too, so segments at rest and the batch at work never pass the verifier's device
 budget together: to make room, the least recently used segments move to the host, and a batch
 whose arena cannot fit even in an empty pool is refused with the budget that would hold it.
-Every copy is counted in bytes (exactly its tokens x bytes per token) by direction.
+Every copy is counted in bytes (exactly its tokens x bytes per token) and in calls, by direction,
+for the step and for the run. Loads into an arena may run on a copy stream (`loading()`, CUDA), as
+the generator's store does; on the CPU they run at once and their PCIe time is modelled from the bytes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -49,6 +52,7 @@ class VerifierKV:
         *,
         budget_bytes: int | None = None,
         block_size: int = 16,
+        pcie_gbps: float = 25.0,
     ) -> None:
         self.slot_shape = (num_layers, 2, num_kv_heads, block_size, head_dim)
         self.block_size, self.budget_bytes = block_size, budget_bytes
@@ -75,7 +79,13 @@ class VerifierKV:
         self.segments: dict[int, Segment] = {}
         self._on_device: dict[int, None] = {}  # device segments, least recently used first
         self._next = 0
-        self.traffic = dict.fromkeys(DIRECTIONS, 0)
+        self.traffic = dict.fromkeys(DIRECTIONS, 0)  # bytes this step
+        self.calls = dict.fromkeys(DIRECTIONS, 0)  # copy calls this step
+        self.total = dict.fromkeys(DIRECTIONS, 0)  # bytes over the run
+        self.total_calls = dict.fromkeys(DIRECTIONS, 0)
+        self.bandwidth = pcie_gbps * 1e9  # modelled PCIe bytes per second (the CPU)
+        self.stall_seconds = 0.0  # modelled (CPU): loads compute waited for, over the run
+        self.copy_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.peak_slots = 0
 
     # -- segments -----------------------------------------------------------------------------
@@ -105,9 +115,17 @@ class VerifierKV:
     def load(self, handle: int, dst: torch.Tensor) -> None:
         """Copy the segment into `dst` `[L, 2, H, T, D]` on the device (host segments cross PCIe)."""
         segment = self.segments[handle]
-        if segment.tier is Tier.DEVICE:
-            self._on_device[handle] = self._on_device.pop(handle)  # most recently used now
+        self.touch(handle)
         self._copy(dst, self._view(segment), "d2d" if segment.tier is Tier.DEVICE else "h2d")
+
+    def touch(self, handle: int) -> None:
+        """The segment was read: on the device, it is the most recently used now."""
+        if handle in self._on_device:
+            self._on_device[handle] = self._on_device.pop(handle)
+
+    def copy_columns(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """A device-to-device copy of KV already on the device (a kept prefix handed to the next arena)."""
+        self._copy(dst, src, "d2d")
 
     def free(self, handles: Sequence[int]) -> None:
         for handle in handles:
@@ -151,16 +169,62 @@ class VerifierKV:
             except PoolExhausted:
                 self._offload_one(keep)
         self._note_peak()
+        return self._arena_view(run, rows, width), run
+
+    def _arena_view(self, run: Run, rows: int, width: int) -> torch.Tensor:
         L, two, H, _, D = self.slot_shape
-        flat = pool.flat(run)[: L * two * rows * H * width * D]
-        return flat.view(L, two, rows, H, width, D), run
+        return self.pools[Tier.DEVICE].flat(run)[: L * two * rows * H * width * D].view(L, two, rows, H, width, D)
+
+    def try_arena(self, rows: int, width: int, reserve: int = 0) -> tuple[torch.Tensor, Run] | None:
+        """An arena as `arena` gives, if it fits now beside `reserve` more free slots without moving any
+        segment (a prefetch never pushes KV to the host); None otherwise."""
+        free, slots = self.free_slots(), self.arena_slots(rows, width)
+        if free is not None and free < slots + reserve:
+            return None
+        try:
+            run = self.pools[Tier.DEVICE].allocate(slots, from_end=True)
+        except PoolExhausted:
+            return None
+        self._note_peak()
+        return self._arena_view(run, rows, width), run
+
+    def free_slots(self) -> int | None:
+        """Device slots free now within the budget (None: no budget)."""
+        allocator = self.pools[Tier.DEVICE].allocator
+        return None if self.budget_bytes is None else allocator.limit - allocator.used
 
     def repeat_row(self, arena: torch.Tensor, tokens: int) -> None:
         """Copy row 0's first `tokens` columns into every other row of `arena` `[L, 2, B, H, W, D]`."""
-        rows = arena.shape[2]
-        if rows > 1 and tokens:
-            arena[:, :, 1:, :, :tokens].copy_(arena[:, :, :1, :, :tokens].expand(-1, -1, rows - 1, -1, -1, -1))
-            self.traffic["d2d"] += (rows - 1) * tokens * self.token_bytes
+        self.repeat_columns(arena, 0, tokens, 1, arena.shape[2])
+
+    def repeat_columns(self, arena: torch.Tensor, begin: int, end: int, first_row: int, last_row: int) -> None:
+        """Copy row 0's columns `begin`..`end` into rows `first_row`..`last_row` of `arena` (one call)."""
+        rows = last_row - first_row
+        if rows > 0 and end > begin:
+            src = arena[:, :, :1, :, begin:end].expand(-1, -1, rows, -1, -1, -1)
+            self._copy(arena[:, :, first_row:last_row, :, begin:end], src, "d2d")
+
+    @contextlib.contextmanager
+    def loading(self) -> Iterator[torch.cuda.Event | None]:
+        """Issue the copies inside on the copy stream (CUDA); the yielded event is recorded after them.
+        Compute must `wait_loaded(event)` before it reads them. On the CPU the copies simply run now."""
+        if self.copy_stream is None:
+            yield None
+            return
+        self.copy_stream.wait_stream(torch.cuda.current_stream(self.copy_stream.device))  # slots may be reused
+        done = torch.cuda.Event()
+        with torch.cuda.stream(self.copy_stream):
+            yield done
+            done.record()
+
+    def wait_loaded(self, event: torch.cuda.Event | None) -> None:
+        if event is not None:
+            torch.cuda.current_stream(self.copy_stream.device).wait_event(event)
+
+    def model_stall(self, h2d_bytes: int, hidden_seconds: float) -> None:
+        """The CPU's model of a load: its PCIe time stalls compute, less what ran while earlier compute did."""
+        if self.copy_stream is None:
+            self.stall_seconds += max(0.0, h2d_bytes / self.bandwidth - hidden_seconds)
 
     def release(self, run: Run) -> None:
         self.pools[Tier.DEVICE].free(run)
@@ -190,11 +254,15 @@ class VerifierKV:
             self.traffic["h2d"],
             self.traffic["d2h"],
             self.traffic["d2d"],
+            self.calls["h2d"],
+            self.calls["d2h"],
+            self.calls["d2d"],
         )
 
     def start_step(self) -> None:
         """Traffic and the peak count from here (the search settled a step)."""
         self.traffic = dict.fromkeys(DIRECTIONS, 0)
+        self.calls = dict.fromkeys(DIRECTIONS, 0)
         self.peak_slots = self.pools[Tier.DEVICE].allocator.used
 
     def close(self) -> None:
@@ -211,8 +279,11 @@ class VerifierKV:
         return self.pools[segment.tier].segment(segment.run)[:, :, :, : segment.tokens]
 
     def _copy(self, dst: torch.Tensor, src: torch.Tensor, direction: str) -> None:
-        dst.copy_(src)  # [l, 2, H, T, D]: a segment's layers (all of them but while an exited pass is pending)
-        self.traffic[direction] += src.numel() * src.element_size()
+        """Copy and count (one call). Host to device goes asynchronously from pinned memory on CUDA."""
+        dst.copy_(src, non_blocking=direction == "h2d" and self.copy_stream is not None)
+        nbytes = src.numel() * src.element_size()
+        for counts, value in ((self.traffic, nbytes), (self.total, nbytes), (self.calls, 1), (self.total_calls, 1)):
+            counts[direction] += value
 
     def _note_peak(self) -> None:
         self.peak_slots = max(self.peak_slots, self.pools[Tier.DEVICE].allocator.used)

@@ -5,10 +5,13 @@ that never change once written: a `prefix` (the question in the model's format),
 (the step and its separator) and a `probe` (text asked after the latest step, dropped afterwards).
 The score is read from the model's last hidden state at the last token of `body + probe`.
 
-A path's KV is a chain of `KVNode`s, each naming only its own segment in the verifier's pools
+A path's KV is a chain of `KVNode`s (schedule.py), each naming only its own segment in the verifier's pools
 (`kv_pools`); siblings point to the same parent node, so the question and the accepted steps are
 computed once and shared, and `settle` frees the segments no kept path reaches. Scoring a candidate
 runs only its new step and the probe, in an arena that holds its parent's chain and the new tokens.
+A step's candidates run in groups of siblings scheduled like the generator's LBS (schedule.py: prefix
+order, the shared chain kept on the device across groups, the next group prefetched); `grouped=False`
+runs them the earlier way, one parent at a time, each batch loading its whole chain from the segments.
 With RKSC's layer-entropy exit (entropy_exit.py) a scoring pass may stop early: its segments then
 hold only the layers it ran (the slots are whole), and `settle` completes a kept one's other layers.
 """
@@ -16,17 +19,18 @@ hold only the layers it ran (the slots are whole), and `settle` completes a kept
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
 from engine.kv.attention import arena_cache
 from engine.kv.blocks import Tier
+from engine.kv.split import verifier_group_bytes
 from engine.models import kv_shape_from_config
 from engine.verifiers.base import PathKey, StepToScore, VerifierCost
 from engine.verifiers.entropy_exit import EntropyExit
 from engine.verifiers.kv_pools import VerifierKV, VerifierMemory
+from engine.verifiers.schedule import GroupScheduler, KVNode, VerifyGroup, prefix_order
 
 Readout = Callable[[torch.Tensor], torch.Tensor]  # hidden [B, H] -> scores [B] in [0, 1]
 
@@ -41,27 +45,10 @@ class Layout(Protocol):
     def probe(self, question: str) -> list[int]: ...
 
 
-@dataclass(frozen=True)
-class KVNode:
-    """One segment of a path's KV (a handle in the verifier's pools) and the path's length through it."""
-
-    parent: KVNode | None
-    handle: int
-    length: int
-    pending: torch.Tensor | None = None  # [1, T, H] entropy exit: the last run layer's output, later layers missing
-    layers_run: int = 0  # with `pending`: the layers whose KV the segment holds
-
-    def chain(self) -> list[KVNode]:
-        """The nodes from the root down to this one."""
-        nodes, node = [], self
-        while node is not None:
-            nodes.append(node)
-            node = node.parent
-        return nodes[::-1]
-
-
 class PathVerifier:
     """Scores steps with `body` (a transformers base model returning `last_hidden_state`) and `readout`."""
+
+    grouped = True  # False: the earlier schedule, one parent at a time (benchmarks and tests compare the two)
 
     def __init__(self, name: str, body: torch.nn.Module, layout: Layout, readout: Readout,
                  device: torch.device, *, pad_id: int = 0, batch_size: int = 8) -> None:
@@ -93,13 +80,15 @@ class PathVerifier:
         self.kv = self._pools(device_bytes, block_size)
 
     def batch_bytes(self, question: str, rows: int, step_tokens: int, steps: int) -> int:
-        """Device bytes of one verification batch of `rows` paths at the search's last step (an estimate:
-        each step counted as `step_tokens` plus the layout's own tokens around a step); 0 off the budget."""
+        """Device bytes of one verification group of up to `rows` siblings at the search's last step (the
+        formula in engine/kv/split.py, from this model's KV shape and its format's tokens); 0 off the budget."""
         if not self.on_device_budget:
             return 0
-        per_step = len(self.layout.body(question, (), "1"))
-        width = len(self.layout.prefix(question)) + steps * (step_tokens + per_step) + len(self.layout.probe(question))
-        return self.kv.arena_slots(min(rows, self.batch_size), width) * self.kv.block_bytes
+        return verifier_group_bytes(
+            block_size=self.kv.block_size, token_bytes=self.kv.token_bytes, rows=rows, batch_size=self.batch_size,
+            prefix=len(self.layout.prefix(question)), per_step=len(self.layout.body(question, (), "1")),
+            probe=len(self.layout.probe(question)), step_tokens=step_tokens, steps=steps,
+        )
 
     def memory(self) -> VerifierMemory:
         held = self.kv.memory()
@@ -131,17 +120,25 @@ class PathVerifier:
 
     @torch.inference_mode()
     def score(self, items: Sequence[StepToScore]) -> list[float]:
-        """Run each item's new step (+ probe) over its parent's cached KV; siblings run in batches."""
+        """Run each item's new step (+ probe) over its parent's cached KV; siblings run in batches, the
+        batches as groups scheduled over the verifier's pools (schedule.py)."""
         scores = [0.0] * len(items)
         by_parent: dict[PathKey, list[int]] = {}
         for index, item in enumerate(items):
             by_parent.setdefault(item.parent_key, []).append(index)
+        groups = []
         for parent_key, rows in by_parent.items():
             parent = self._node(parent_key)
             while rows:
                 chunk = self._batch(parent, [items[i] for i in rows])
-                self._score_siblings(parent, [items[i] for i in rows[:chunk]], rows[:chunk], scores)
+                if self.grouped:
+                    groups.append(self._group(parent, items, rows[:chunk]))
+                else:
+                    self._score_siblings(parent, [items[i] for i in rows[:chunk]], rows[:chunk], scores)
                 rows = rows[chunk:]
+        if groups:
+            run = lambda group, arena: self._score_group(group, arena, items, scores)  # noqa: E731
+            GroupScheduler(self.kv).run(prefix_order(groups), run)
         return scores
 
     def settle(self, kept: Sequence[PathKey]) -> VerifierCost:
@@ -190,6 +187,23 @@ class PathVerifier:
     def _new_ids(self, item: StepToScore) -> list[int]:
         return self.layout.body(item.question, item.previous_steps, item.step) + self.layout.probe(item.question)
 
+    def _group(self, parent: KVNode | None, items: Sequence[StepToScore], rows: list[int]) -> VerifyGroup:
+        q = items[rows[0]].question
+        bodies = [self.layout.body(q, items[r].previous_steps, items[r].step) for r in rows]
+        probe = self.layout.probe(q)
+        return VerifyGroup(parent, tuple(rows), tuple(tuple(b + probe) for b in bodies), tuple(len(b) for b in bodies))
+
+    def _score_group(self, group: VerifyGroup, arena: torch.Tensor, items: Sequence[StepToScore],
+                     scores: list[float]) -> None:
+        """Run a loaded group (its arena holds the parent's chain in every row) and keep its rows' new KV."""
+        sequences = [list(s) for s in group.sequences]
+        last, children = self._run(arena, group.parent, sequences, list(group.keep), scoring=True)
+        probe = len(group.sequences[0]) - group.keep[0]
+        for row, value, child in zip(group.rows, self.readout(last).float().tolist(), children, strict=True):
+            scores[row] = value
+            self.nodes[items[row].key] = child
+            self._tokens_full += child.length + probe
+
     def _score_siblings(self, parent: KVNode | None, items: list[StepToScore], rows: list[int],
                         scores: list[float]) -> None:
         q = items[0].question
@@ -225,40 +239,49 @@ class PathVerifier:
         """
         if any(not s for s in sequences):
             raise ValueError("a verifier segment is empty; every step needs at least its separator token.")
+        chain = parent.chain() if parent is not None else []
+        start = parent.length if parent is not None else 0
+        width = start + max(len(s) for s in sequences)
+        arena, run = self.kv.arena(len(sequences), width, keep=[n.handle for n in chain])  # [L, 2, B, H, W, D]
+        try:
+            self._fill(arena, chain)
+            return self._run(arena, parent, sequences, keep, scoring)
+        finally:
+            self.kv.release(run)
+
+    def _run(self, arena: torch.Tensor, parent: KVNode | None, sequences: list[list[int]], keep: list[int],
+             scoring: bool) -> tuple[torch.Tensor, list[KVNode]]:
+        """`_extend` over an arena whose rows already hold the parent's chain."""
         batch, width = len(sequences), max(len(s) for s in sequences)
         ids = torch.full((batch, width), self.pad_id, dtype=torch.long)  # [B, T]
         for row, seq in enumerate(sequences):
             ids[row, : len(seq)] = torch.tensor(seq)
-        chain = parent.chain() if parent is not None else []
         start = parent.length if parent is not None else 0
-        arena, run = self.kv.arena(batch, start + width, keep=[n.handle for n in chain])  # [L, 2, B, H, W, D]
-        try:
-            self._fill(arena, chain)
-            cache = arena_cache(self.body.config, arena, start)
-            lengths = torch.tensor([len(s) for s in sequences], device=self.device)
-            ran, pending = arena.shape[0], None
-            if scoring and self.exit is not None:
-                passed = self.exit.run(ids.to(self.device), cache, start, lengths)
-                last, ran, pending = passed.last, passed.layers, passed.hidden
-            else:
-                out = self.body(input_ids=ids.to(self.device), past_key_values=cache, use_cache=True)
-                last = out.last_hidden_state[torch.arange(batch, device=self.device), lengths - 1]  # [B, H]
-            nodes = [self._store(parent, arena[:ran, :, row, :, start : start + keep[row]], start + keep[row],
-                                 None if pending is None else pending[row : row + 1, : keep[row]].clone())
-                     for row in range(batch)]
-        finally:
-            self.kv.release(run)
+        cache = arena_cache(self.body.config, arena, start)
+        lengths = torch.tensor([len(s) for s in sequences], device=self.device)
+        ran, pending = arena.shape[0], None
+        if scoring and self.exit is not None:
+            passed = self.exit.run(ids.to(self.device), cache, start, lengths)
+            last, ran, pending = passed.last, passed.layers, passed.hidden
+        else:
+            out = self.body(input_ids=ids.to(self.device), past_key_values=cache, use_cache=True)
+            last = out.last_hidden_state[torch.arange(batch, device=self.device), lengths - 1]  # [B, H]
+        nodes = [self._store(parent, arena[:ran, :, row, :, start : start + keep[row]], start + keep[row],
+                             None if pending is None else pending[row : row + 1, : keep[row]].clone())
+                 for row in range(batch)]
         self._tokens += int(lengths.sum())
         return last, nodes
 
     def _fill(self, arena: torch.Tensor, chain: list[KVNode]) -> None:
-        """Row 0 of the arena gets the parent's chain from its segments; the other rows copy row 0's."""
-        offset = 0
+        """Row 0 of the arena gets the parent's chain from its segments; the other rows copy row 0's.
+        Nothing overlaps these loads: on the CPU their modelled PCIe time is all stall."""
+        offset, before = 0, self.kv.traffic["h2d"]
         for node in chain:
             tokens = node.length - offset
             self.kv.load(node.handle, arena[:, :, 0, :, offset : node.length])
             offset += tokens
         self.kv.repeat_row(arena, offset)
+        self.kv.model_stall(self.kv.traffic["h2d"] - before, 0.0)
 
     def _store(self, parent: KVNode | None, kv: torch.Tensor, length: int, pending: torch.Tensor | None) -> KVNode:
         """A new segment of `kv` `[l, 2, H, T, D]`: every layer, or the first `l` with `pending` (an exited pass)."""
