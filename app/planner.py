@@ -15,7 +15,7 @@ import app.formatting as fmt
 from app.model_facts import ModelFacts, facts_of
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.kv.cache import CUDA_MARGIN, whole_search_bytes
-from engine.kv.split import split_budget
+from engine.kv.split import split_budget, verifier_group_bytes
 from engine.verifiers.fit import WeightsDoNotFit, pair_does_not_fit
 
 TEMPLATE_TOKENS = 60  # the chat template and system prompt around a question
@@ -24,6 +24,7 @@ DEFAULT_PROMPT_TOKENS = 128
 TIGHT = 0.8  # above this share of memory a plan is amber: other programs need room too
 VERIFIER_BATCH = 8  # paths a verifier scores together (engine.verifiers.path_kv's default batch size)
 STEP_TAG_TOKENS = 4  # a PRM's own tokens around one step (a tag, a separator)
+VERIFIER_BLOCK = 16  # tokens per verifier KV block (engine.verifiers.kv_pools' default)
 PLAN_OPS_LIMIT = 30_000  # above this a plan-only run takes seconds; the analytic bound is used instead
 LBS_KEYS = {(True, True, True): "lbs:+prefix_order", (True, True, False): "lbs:+balanced_prefetch",
             (True, False, False): "lbs:+inter_beam", (False, False, False): "lbs:inter_token"}
@@ -170,10 +171,12 @@ def _automatic_budget(info: DeviceInfo, whole: int, fixed: int) -> int:
 
 
 def _verifier_batch(prompt: int, search: SearchConfig, prm: ModelFacts) -> int:
-    """One verification batch at the last step (the engine's default share): up to 8 paths at full length,
-    each step counted with a few tokens of the PRM's own around it (its tokenizer is not loaded here)."""
-    rows = min(VERIFIER_BATCH, search.candidates_per_step)
-    return rows * (prompt + search.max_steps * (search.step_tokens + STEP_TAG_TOKENS)) * prm.kv_token_bytes
+    """One verification group at the last step: the engine's formula (engine/kv/split.py) with its default batch
+    and block size, each step counted with a few tokens of the PRM's own around it (its tokenizer is not loaded)."""
+    return verifier_group_bytes(block_size=VERIFIER_BLOCK, token_bytes=prm.kv_token_bytes,
+                                rows=search.candidates_per_step, batch_size=VERIFIER_BATCH, prefix=prompt,
+                                per_step=STEP_TAG_TOKENS, probe=STEP_TAG_TOKENS, step_tokens=search.step_tokens,
+                                steps=search.max_steps)
 
 
 def _activations(gen: ModelFacts, prompt: int, candidates: int) -> int:
