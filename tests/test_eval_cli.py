@@ -99,6 +99,19 @@ def test_ctrl_c_keeps_finished_problems_and_prints_the_partial_table(tmp_path, c
     assert data["complete"] is False and data["methods"][0]["problems"] == 2
 
 
+@pytest.mark.parametrize("command", ["eval", "run"])
+def test_eval_sizes_torchs_thread_pool_as_run_does(tmp_path, monkeypatch, command):
+    """Without it eval ran one OpenMP thread per core: on a busy machine every small operation waited at a
+    barrier for a descheduled thread (a DVTS problem took 502 s where 34 s do)."""
+    import app.cli
+
+    calls = []
+    monkeypatch.setattr(app.cli, "limit_threads", lambda reserve=0: calls.append(reserve))
+    args = [str(tmp_path / "missing.jsonl")] if command == "eval" else ["", "--no-save"]
+    assert main([command, *args, "--model", "synthetic:tiny-llama"]) == 2  # bad input, after the pool is sized
+    assert calls == [0]
+
+
 def test_calibrate_saves_thresholds_that_run_and_the_window_read(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path / "config"))
     problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
