@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv or ["gui"])
     try:
-        if args.command in ("run", "gui", "bench"):
+        if args.command in ("run", "eval", "gui", "bench"):  # every command that runs a model
             limit_threads(reserve=int(args.command == "gui"))  # torch's pool: the free cores, one kept for the window
             _quiet_progress_bars()
         return args.handler(args)

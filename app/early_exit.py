@@ -1,14 +1,16 @@
-"""RKSC verify-skip thresholds saved by `beamwise eval --calibrate`, shared by the CLI and the window.
+"""RKSC thresholds saved by `beamwise eval --calibrate`, shared by the CLI and the window.
 
 The file is `early_exit.json` in the user config folder (platformdirs; `BEAMWISE_CONFIG_DIR`
-overrides it): {"tau_conf": 0.93, "r_gap": 0.12, "steps": 180, "agreement": 0.95, ...}.
+overrides it): verify-skip's {"tau_conf": 0.93, "r_gap": 0.12, "steps": 180, "agreement": 0.95, ...}
+and, when the calibration's verifier has a logit lens, the layer-entropy exit's {"entropy_theta": 3.1,
+"entropy_delta": 0.4, ...} (on the paper's ~150k-vocabulary scale, as --entropy-theta takes them).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import platformdirs
@@ -23,11 +25,22 @@ class Thresholds:
     steps: int = 0  # calibration steps the thresholds come from
     skip_rate: float = 0.0  # share of those steps they skip
     agreement: float = 1.0  # share of skipped steps where the verifier would have ranked the same child first
+    entropy_theta: float | None = None  # the entropy exit's, on the paper's scale (None: not calibrated)
+    entropy_delta: float | None = None
+    entropy_vocab: int = 0  # the vocabulary of the verifier they were measured on
+    entropy_layers: int = 0  # its decoder layers
+    entropy_steps: int = 0  # calibration steps with a recorded verifier pass
+    entropy_mean_layer: float | None = None  # mean exit layer they give on those steps
+    entropy_agreement: float | None = None  # share of exiting steps where the early choice is the full pass's
 
     def __post_init__(self) -> None:
         if not 0 < self.tau_conf <= 1 or not 0 <= self.r_gap < 1:
             raise ValueError(f"thresholds out of range: tau_conf {self.tau_conf} must be in (0, 1], "
                              f"r_gap {self.r_gap} in [0, 1); run beamwise eval --calibrate again.")
+        if (self.entropy_theta is None) != (self.entropy_delta is None) or (
+                self.entropy_theta is not None and not (self.entropy_theta > 0 and self.entropy_delta > 0)):
+            raise ValueError(f"entropy exit thresholds out of range: theta {self.entropy_theta} and delta "
+                             f"{self.entropy_delta} must both be positive; run beamwise eval --calibrate again.")
 
 
 def thresholds_path() -> Path:
@@ -40,7 +53,7 @@ def load_thresholds(path: Path | None = None) -> Thresholds | None:
     path = path or thresholds_path()
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return Thresholds(**{k: data[k] for k in ("tau_conf", "r_gap", "steps", "skip_rate", "agreement") if k in data})
+        return Thresholds(**{f.name: data[f.name] for f in fields(Thresholds) if f.name in data})
     except (OSError, ValueError, TypeError, KeyError):
         return None
 
@@ -50,3 +63,20 @@ def save_thresholds(thresholds: Thresholds, path: Path | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(asdict(thresholds), indent=2) + "\n", encoding="utf-8")
     return path
+
+
+def thresholds_text(saved: Thresholds | None, search) -> str:
+    """What the window shows of the thresholds a run will use: the calibrated ones, else `search`'s (a SearchConfig)."""
+    if saved is not None:
+        text = (f"τ_conf {saved.tau_conf:.3f}, r_gap {saved.r_gap:.3f} (calibrated on {saved.steps} steps: "
+                f"skips {saved.skip_rate:.0%}, verifier agrees {saved.agreement:.0%})")
+    else:
+        text = f"τ_conf {search.tau_conf:.3f}, r_gap {search.r_gap:.3f} (not calibrated: beamwise eval --calibrate)"
+    if saved is not None and saved.entropy_theta is not None:
+        layer = "-" if saved.entropy_mean_layer is None else f"{saved.entropy_mean_layer:.1f}"
+        agrees = "-" if saved.entropy_agreement is None else f"{saved.entropy_agreement:.0%}"
+        return text + (f"\nentropy exit θ {saved.entropy_theta:.3f}, δ {saved.entropy_delta:.3f} (calibrated on "
+                       f"{saved.entropy_steps} steps of a {saved.entropy_layers}-layer verifier: exits at layer "
+                       f"{layer} on average, full pass agrees {agrees})")
+    return text + (f"\nentropy exit θ {search.entropy_theta:.3f}, δ {search.entropy_delta:.3f} "
+                   "(the paper's; not calibrated)")

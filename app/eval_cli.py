@@ -3,7 +3,8 @@
 Problems run one after another; with `--compare` every method runs each problem before the next
 problem starts, with the same seed, so an interrupted comparison stays side by side. Each run is
 recorded in the session database like `beamwise run`. Ctrl+C keeps the finished problems and prints
-the partial table (exit 130). `--calibrate` also fits RKSC's verify-skip thresholds (app/calibrate.py).
+the partial table (exit 130). `--calibrate` also fits RKSC's verify-skip thresholds (app/calibrate.py) and,
+for a verifier with a logit lens, the layer-entropy exit's (app/calibrate_exit.py).
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", default=None, help="session database (default: in the user data folder)")
     p.add_argument("--no-save", action="store_true", help="do not record the runs")
     p.add_argument("--calibrate", action="store_true",
-                   help="run with the verifier on every step and save verify-skip thresholds to the user config")
+                   help="run the verifier on every step and at every layer; save verify-skip and entropy exit "
+                   "thresholds to the user config")
     p.add_argument("--target-agreement", type=float, default=0.9,
-                   help="--calibrate: least share of skipped steps where the verifier would pick the same child")
+                   help="--calibrate: least share of skipped (or exited) steps where the verifier (or the full "
+                   "pass) would pick the same child")
     p.set_defaults(handler=eval_command)
 
 
@@ -51,8 +54,8 @@ def config_for(search: SearchConfig, method: str, calibrate: bool) -> SearchConf
     changes: dict = {"method": method, "lookahead": search.lookahead if method == "beam" else 0}
     if method == "greedy":
         changes.update(beams=1, width=1)
-    if calibrate:
-        changes.update(verify_skip=False)
+    if calibrate:  # the verifier on every step, at every layer, recording its lens where it has one
+        changes.update(verify_skip=False, entropy_exit=False, calibrate_exit=search.verifier != "logprob")
     return dataclasses.replace(search, **changes)
 
 

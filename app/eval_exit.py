@@ -1,4 +1,4 @@
-"""The layer-entropy exit's figures in `beamwise eval`: exit layers, verifier layer work saved, audits."""
+"""The layer-entropy exit's figures in `beamwise eval` and the window: exit layers, layer work saved, audits."""
 
 from __future__ import annotations
 
@@ -45,3 +45,10 @@ class ExitTally:
     def disagreement(self) -> float | None:
         return self.disagreed / self.audited if self.audited else None
 
+
+    def text(self) -> str:
+        """'layer 2.0 of 30, 73% of the verifier's layer work saved' (the window's words), '' before any step."""
+        if self.mean_layer is None:
+            return ""
+        saved = "" if self.saved is None else f", {self.saved:.0%} of the verifier's layer work saved"
+        return f"layer {self.mean_layer:.1f} of {self.layers}{saved}"

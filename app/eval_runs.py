@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 
@@ -31,6 +32,7 @@ class Evaluation:
         self.results: dict[str, list[ProblemResult]] = {m: [] for m in configs}
         self.walls: dict[str, list[float]] = {m: [] for m in configs}  # wall seconds per problem
         self.steps: list[StepStat] = []
+        self.lens_steps: list = []  # --calibrate: each step's recorded verifier passes (StepSelected.lens_trace)
         self.done = 0
 
     def run(self, problems: list[Problem]) -> None:
@@ -72,6 +74,8 @@ class Evaluation:
         for e in events:
             if e.type == "step_selected" and e.verifier_agrees is not None and e.confidence is not None:
                 self.steps.append(StepStat(e.confidence, e.confidence_gap or 0.0, e.verifier_agrees))
+            if e.type == "step_selected" and e.lens_trace:
+                self.lens_steps.append(e.lens_trace)
 
     def _progress(self, index: int, total: int, r: ProblemResult) -> None:
         mark = "correct" if r.correct else "wrong" if r.status == "finished" else r.status
@@ -83,16 +87,30 @@ class Evaluation:
         return [summarize(m, self.results[m][: self.done], sum(self.walls[m][: self.done])) for m in self.configs]
 
     def save_calibration(self, target: float) -> None:
+        """Fit verify-skip's thresholds and, when the verifier's lens was recorded, the entropy exit's; save both."""
+        from app.calibrate_exit import calibrate_exit
         from app.early_exit import save_thresholds
 
         if not self.steps:
             print("beamwise: no steps to calibrate from (did every run fail?)", file=sys.stderr)
             return
         found = calibrate(self.steps, target)
-        path = save_thresholds(found)
         print(f"verify-skip thresholds: tau_conf {found.tau_conf:.4f}, r_gap {found.r_gap:.4f} "
-              f"(skip {found.skip_rate:.0%} of {found.steps} steps, verifier agrees on {found.agreement:.0%}); "
-              f"saved to {path}")
+              f"(skip {found.skip_rate:.0%} of {found.steps} steps, verifier agrees on {found.agreement:.0%})")
+        if self.lens_steps:
+            fit = calibrate_exit(self.lens_steps, target)
+            found = dataclasses.replace(
+                found, entropy_theta=fit.theta, entropy_delta=fit.delta, entropy_vocab=fit.vocab,
+                entropy_layers=fit.layers, entropy_steps=fit.steps, entropy_mean_layer=fit.mean_layer,
+                entropy_agreement=fit.agreement)
+            print(f"entropy exit thresholds: theta {fit.theta:.4f}, delta {fit.delta:.4f} on the ~150k-vocabulary "
+                  f"scale ({fit.theta_nats:.4f} and {fit.delta_nats:.4f} nats for this verifier's {fit.vocab:,} "
+                  f"tokens): exit at layer {fit.mean_layer:.1f} of {fit.layers} on average, on {fit.exit_rate:.0%} "
+                  f"of {fit.steps} steps, full pass agrees on {fit.agreement:.0%}")
+        else:
+            print("entropy exit: not calibrated (the verifier has no logit lens: use --verifier self-judge or a "
+                  "Math-Shepherd or RLHFlow PRM)")
+        print(f"saved to {save_thresholds(found)}")
 
     def close(self) -> None:
         if self.store is not None:

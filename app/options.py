@@ -225,22 +225,28 @@ def _add_method_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--entropy-exit", action="store_true",
                    help="RKSC: stop the verifier's pass at the layer where its judgement settled (self-judge, "
                    "Math-Shepherd and RLHFlow PRMs)")
-    g.add_argument("--entropy-theta", type=float, default=d.entropy_theta,
+    g.add_argument("--entropy-theta", type=float, default=None,
                    help="entropy exit: every candidate's logit-lens entropy under this (nats for a ~150k vocabulary, "
-                   "scaled to the verifier's)")
-    g.add_argument("--entropy-delta", type=float, default=d.entropy_delta,
-                   help="entropy exit: and changed by less than this since the previous layer (scaled the same way)")
+                   f"scaled to the verifier's; default: calibrated, else {d.entropy_theta})")
+    g.add_argument("--entropy-delta", type=float, default=None,
+                   help="entropy exit: and changed by less than this since the previous layer (scaled the same way; "
+                   f"default: calibrated, else {d.entropy_delta})")
 
 
-def early_exit_thresholds(args: argparse.Namespace) -> tuple[float, float]:
-    """--tau-conf / --r-gap as given, else the calibrated ones (beamwise eval --calibrate), else defaults."""
+def early_exit_thresholds(args: argparse.Namespace) -> dict[str, float]:
+    """--tau-conf, --r-gap, --entropy-theta and --entropy-delta as given, else the calibrated ones
+    (beamwise eval --calibrate), else the defaults: as SearchConfig fields."""
     from app.early_exit import load_thresholds
 
     d = SearchConfig()
-    saved = load_thresholds() if args.tau_conf is None or args.r_gap is None else None
-    tau = args.tau_conf if args.tau_conf is not None else (saved.tau_conf if saved else d.tau_conf)
-    gap = args.r_gap if args.r_gap is not None else (saved.r_gap if saved else d.r_gap)
-    return tau, gap
+    given = {"tau_conf": args.tau_conf, "r_gap": args.r_gap,
+             "entropy_theta": args.entropy_theta, "entropy_delta": args.entropy_delta}
+    saved = load_thresholds() if None in given.values() else None
+    chosen = {}
+    for name, value in given.items():
+        calibrated = getattr(saved, name) if saved is not None else None
+        chosen[name] = value if value is not None else calibrated if calibrated is not None else getattr(d, name)
+    return chosen
 
 
 def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig, CacheConfig]:
@@ -264,8 +270,6 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig
 
 
 def _method_fields(args: argparse.Namespace) -> dict:
-    tau, gap = early_exit_thresholds(args)
     return {"method": args.method, "lookahead": args.lookahead, "select": args.select,
-            "verify_skip": args.verify_skip, "tau_conf": tau, "r_gap": gap,
-            "audit_early_exit": args.audit_early_exit, "entropy_exit": args.entropy_exit,
-            "entropy_theta": args.entropy_theta, "entropy_delta": args.entropy_delta}
+            "verify_skip": args.verify_skip, "audit_early_exit": args.audit_early_exit,
+            "entropy_exit": args.entropy_exit, **early_exit_thresholds(args)}

@@ -19,6 +19,7 @@ class Candidate:
     finished: bool = False
     group: int | None = 0  # None: its whole step was speculated in its parent's step
     logprobs: tuple[float, ...] = ()
+    top1: tuple[float, ...] = ()  # each step token's top-1 probability (RKSC's confidence); () when not known
     lane: int = 0  # the DVTS subtree or best-of-N sample it belongs to (0 for beam and greedy)
     stream: Any = None  # its random stream (engine.rng), derived from its parent's
     speculated: int = 0  # leading tokens of its step made speculatively in its parent's step

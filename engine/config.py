@@ -67,6 +67,7 @@ class SearchConfig:
     entropy_exit: bool = False  # RKSC: stop the verify pass at the layer where the lens entropy settled
     entropy_theta: float = 8.0  # nats for a ~150k vocabulary (scaled to the verifier's): every candidate under it
     entropy_delta: float = 3.0  # ... and changed by less than this since the previous layer
+    calibrate_exit: bool = False  # beamwise eval --calibrate: record the verifier's lens layer by layer, no exit
 
     def __post_init__(self) -> None:
         _require(self.beams >= 1, f"beams must be at least 1 (got {self.beams}).")
@@ -121,6 +122,8 @@ class SearchConfig:
                  f"(got {self.entropy_theta}, {self.entropy_delta}).")
         _require(not self.entropy_exit or self.verifier != "logprob",
                  "the layer-entropy exit needs a verifier that runs a model (self-judge or prm), not logprob.")
+        _require(not (self.calibrate_exit and self.entropy_exit),
+                 "calibrating the entropy exit runs every layer; turn the exit off while calibrating.")
 
     @property
     def candidates_per_step(self) -> int:

@@ -94,6 +94,7 @@ class StepSelected:
     verifier_layer_tokens: int = 0  # tokens x layers the verifier ran, completing kept candidates included
     verifier_layer_tokens_full: int = 0  # tokens x layers had no pass exited early
     exit_agrees: bool | None = None  # audit: the exit's and the full pass's scores put the same child first
+    lens_trace: tuple = ()  # calibration: each verify pass's (vocabulary, entropies, scores) layer by layer
     speculative_discarded: int = 0  # speculated tokens of the pruned candidates, freed with them
 
 

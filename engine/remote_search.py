@@ -232,6 +232,7 @@ class _RemoteSearch:
         c.text, c.finished = self._as_step(result)
         c.step_tokens = len(result.logprobs)
         c.logprobs = result.logprobs
+        c.top1 = result.top1
         self.paths[cid] += c.text
         return c
 

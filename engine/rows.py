@@ -26,6 +26,7 @@ class RowResult:
     fed: list[int] = field(default_factory=list)  # tokens whose KV this step created
     sampled: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)  # log p(token) at temperature 1
+    top1: list[float] = field(default_factory=list)  # max p over the vocabulary at temperature 1 (RKSC confidence)
     finished: bool = False  # sampled an EOS token
     done: bool = False  # this step is over for the row
     aheads: list[RowResult] = field(default_factory=list)  # speculative: child k's step, decoded in idle slots

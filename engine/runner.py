@@ -12,7 +12,7 @@ from transformers import DynamicCache
 
 from engine.rng import child_stream, uniforms
 from engine.rows import Row, RowResult, StepRules
-from engine.sampling import sample_tokens, token_logprobs
+from engine.sampling import sample_tokens, token_stats
 
 SYNC_EVERY = 8  # forward calls between copies of sampled tokens to the host; 1 = every token
 RUN_SYNC_EVERY = 2  # the same while rows may speculate several children: a child's run starts at a sync
@@ -91,6 +91,7 @@ class StepBuffers:
 
     tokens: torch.Tensor  # [B, 1 + n]: column 0 the pending tokens, column j + 1 the token sampled by forward j
     logprobs: torch.Tensor  # [B, n] float32: log p of the token sampled by forward j, temperature 1
+    top1: torch.Tensor  # [B, n] float32: the top-1 probability of forward j's distribution, temperature 1
     positions: torch.Tensor  # [B, n]: position id fed at forward j (held at the context's last one)
     draws: torch.Tensor  # [B, n] float32 in (0, 1]: the rows' random draws for forward j
     mask: torch.Tensor | None  # [B, T + n], or None when no row has padding (SDPA's fastest path)
@@ -136,6 +137,7 @@ def allocate_buffers(
     return StepBuffers(
         tokens=tokens,
         logprobs=torch.empty((len(rows), n), dtype=torch.float32, device=sampling),
+        top1=torch.empty((len(rows), n), dtype=torch.float32, device=sampling),
         positions=torch.tensor(positions, dtype=torch.long, device=device),
         draws=uniforms([row.generator for row in rows], [row.position for row in rows], n).to(sampling),
         mask=step_mask(mask, n),
@@ -147,7 +149,8 @@ def allocate_buffers(
 def forward_and_sample(
     model: torch.nn.Module, cache: DynamicCache, buffers: StepBuffers, j: int, rules: StepRules
 ) -> torch.Tensor:
-    """Forward call j of the step, its tokens and log-probs written into the buffers; returns logits [B, V]."""
+    """Forward call j of the step, its tokens, log-probs and top-1 probabilities written into the buffers;
+    returns logits [B, V]."""
     mask = None if buffers.mask is None else buffers.mask[:, : buffers.width + j + 1]  # [B, T + j + 1]
     out = model(
         input_ids=buffers.tokens[:, j : j + 1].to(buffers.positions.device),  # [B, 1]; no copy unless plan-only
@@ -162,21 +165,23 @@ def forward_and_sample(
         forced, applies = buffers.forced
         tokens = torch.where(applies[:, j], forced[:, j], tokens)
     buffers.tokens[:, j + 1] = tokens
-    buffers.logprobs[:, j] = token_logprobs(logits, tokens)
+    buffers.logprobs[:, j], buffers.top1[:, j] = token_stats(logits, tokens)
     return logits
 
 
 def record(
     results: list[RowResult], rows: Sequence[Row], rules: StepRules, buffers: StepBuffers, first: int, count: int
 ) -> None:
-    """Host decisions for forwards `first .. first + count - 1`, from one copy of their tokens and log-probs."""
+    """Host decisions for forwards `first .. first + count - 1`, from one copy of their tokens, log-probs
+    and top-1 probabilities."""
     tokens = buffers.tokens[:, first : first + count + 1].tolist()  # [B][count + 1]: waits for the device
     logprobs = buffers.logprobs[:, first : first + count].tolist()  # [B][count]
+    top1 = buffers.top1[:, first : first + count].tolist()  # [B][count]
     for i, (row, result) in enumerate(zip(rows, results, strict=True)):
         for c in range(count):
             j = first + c
             if not result.done:
-                _take(result, tokens[i][c], tokens[i][c + 1], logprobs[i][c], rules)
+                _take(result, tokens[i][c], tokens[i][c + 1], (logprobs[i][c], top1[i][c]), rules)
                 result.done = _row_is_done(result, rules, row.position + j, row.prefix)
                 continue
             if not result.aheads and row.continuations > 0 and _may_speculate(result, rules, row):
@@ -184,14 +189,16 @@ def record(
             run = result.aheads[-1] if result.aheads else None
             if run is None or j < run.start or not _running(run, rules):
                 break
-            _take(run, tokens[i][c], tokens[i][c + 1], logprobs[i][c], rules)
+            _take(run, tokens[i][c], tokens[i][c + 1], (logprobs[i][c], top1[i][c]), rules)
             run.done = _row_is_done(run, rules, row.position + len(result.fed) + len(run.fed) - 1)
 
 
-def _take(result: RowResult, fed: int, token: int, logprob: float, rules: StepRules) -> None:
+def _take(result: RowResult, fed: int, token: int, probs: tuple[float, float], rules: StepRules) -> None:
+    """Append one token; `probs`: its log-probability and the top-1 probability of its distribution."""
     result.fed.append(fed)
     result.sampled.append(token)
-    result.logprobs.append(logprob)
+    result.logprobs.append(probs[0])
+    result.top1.append(probs[1])
     result.finished = token in rules.eos_ids
 
 
@@ -263,7 +270,7 @@ def trim_speculation(results: Sequence[RowResult]) -> None:
             if keep <= 0 or not run.fed:
                 break
             if keep < len(run.fed):
-                del run.fed[keep:], run.sampled[keep:], run.logprobs[keep:]
+                del run.fed[keep:], run.sampled[keep:], run.logprobs[keep:], run.top1[keep:]
                 run.done = run.finished = False
             kept.append(run)
         result.aheads = kept

@@ -59,3 +59,13 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """log p(token) at temperature 1."""
     # logits: [B, V] float32, tokens: [B] -> [B]
     return torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def token_stats(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p(token) and the top-1 probability max p at temperature 1, from one log-softmax on the logits' device.
+
+    The top-1 probability is RKSC's confidence signal: it does not depend on which token was sampled.
+    """
+    # logits: [B, V] float32, tokens: [B] -> logprobs [B], top1 [B]
+    logp = torch.log_softmax(logits, dim=-1)  # [B, V]
+    return logp.gather(-1, tokens[:, None]).squeeze(-1), logp.amax(-1).exp()

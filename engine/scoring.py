@@ -30,7 +30,7 @@ def score_step(
 ) -> Iterator[ev.Event]:
     """Score the step's children: by confidence when verify-skip finds the generator decisive, else by
     `verify()` (also run when auditing); fills `gate` with the step's verify-skip facts."""
-    confidences = [step_confidence(candidates[c].logprobs) for c in children]
+    confidences = [step_confidence(candidates[c].logprobs, candidates[c].top1) for c in children]
     decision = decisiveness(confidences, cfg.tau_conf, cfg.r_gap)
     skip = cfg.verify_skip and decision.skip
     scores = verify() if not skip or cfg.audit_early_exit else None

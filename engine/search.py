@@ -283,6 +283,7 @@ class _Search:
         c.finished = result.finished
         c.group = group
         c.logprobs = tuple(result.logprobs)
+        c.top1 = tuple(result.top1)
         c.ahead = result.aheads  # what its own row speculated for its children (run k: child k)
         return c
 

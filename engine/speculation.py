@@ -46,6 +46,7 @@ def adopted_step(ahead: RowResult, decoded: RowResult | None) -> RowResult:
         fed=[*ahead.fed, *decoded.fed],
         sampled=[*ahead.sampled, *decoded.sampled],
         logprobs=[*ahead.logprobs, *decoded.logprobs],
+        top1=[*ahead.top1, *decoded.top1],
         finished=decoded.finished,
         done=decoded.done,
         aheads=decoded.aheads,

@@ -37,6 +37,7 @@ def test_thresholds_file_round_trip_and_a_broken_file_is_ignored(tmp_path):
 
 def test_gate_needs_both_confidence_and_gap():
     assert step_confidence([0.0, 0.0]) == 1.0 and step_confidence([]) == 0.0
+    assert step_confidence([-5.0, -5.0], top1=[0.9, 0.7]) == pytest.approx(0.8)  # top-1 wins over the sampled
     assert decisiveness([0.95, 0.5], 0.9, 0.1).skip
     assert not decisiveness([0.95, 0.9], 0.9, 0.1).skip  # no clear lead
     assert not decisiveness([0.85, 0.1], 0.9, 0.1).skip  # not confident enough

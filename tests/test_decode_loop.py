@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -77,6 +78,7 @@ def decode_watched(loaded, candidates, rules, drop_mask=False, **kwargs) -> tupl
 def assert_same_results(got: RowResult, want: RowResult) -> None:
     assert (got.fed, got.sampled, got.finished, got.done) == (want.fed, want.sampled, want.finished, want.done)
     torch.testing.assert_close(torch.tensor(got.logprobs), torch.tensor(want.logprobs), atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.tensor(got.top1), torch.tensor(want.top1), atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("batch", [[3, 8, 11], [11, 3], [8, 11, 3, 5]])
@@ -159,6 +161,28 @@ def test_observe_sees_host_float32_logits_of_unfinished_rows(tiny):
     results = decode(tiny, [3, 8], rules)
     assert [(c, t) for c, _, t in seen] == [(c, results[c].sampled[j]) for j in range(4) for c in (3, 8)]
     assert all(lg.device.type == "cpu" and lg.dtype == torch.float32 and lg.shape == (512,) for _, lg, _ in seen)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_top1_is_the_largest_probability_of_a_plain_softmax_of_the_observed_logits(tiny, temperature):
+    """RKSC's confidence signal: each token's top-1 probability at temperature 1, whichever token was sampled."""
+    seen: dict[int, list[torch.Tensor]] = {3: [], 8: []}
+    rules = rules_for(tiny, max_tokens=6, temperature=temperature,
+                      observe=lambda c, logits, token: seen[c].append(logits.clone()))
+    results = decode(tiny, [3, 8], rules)
+    for c in (3, 8):
+        want = torch.stack([torch.softmax(lg, -1).max() for lg in seen[c]])
+        torch.testing.assert_close(torch.tensor(results[c].top1), want, atol=1e-6, rtol=0)
+        sampled = torch.tensor(results[c].logprobs).exp()
+        assert (torch.tensor(results[c].top1) >= sampled - 1e-6).all()
+        if temperature == 0:  # greedy samples the top token: its probability is the top-1 probability
+            torch.testing.assert_close(sampled, want, atol=1e-6, rtol=0)
+    if temperature > 0:  # sampling picked a token other than the top one somewhere
+        assert any(t > math.exp(lp) + 1e-4 for c in (3, 8) for t, lp in zip(results[c].top1, results[c].logprobs,
+                                                                                strict=True))
+    unobserved = decode(tiny, [3, 8], dataclasses.replace(rules, observe=None))  # synced every 8 forwards
+    for c in (3, 8):
+        assert_same_results(results[c], unobserved[c])
 
 
 def test_sync_every_below_one_is_refused(tiny):

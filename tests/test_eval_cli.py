@@ -99,11 +99,25 @@ def test_ctrl_c_keeps_finished_problems_and_prints_the_partial_table(tmp_path, c
     assert data["complete"] is False and data["methods"][0]["problems"] == 2
 
 
+@pytest.mark.parametrize("command", ["eval", "run"])
+def test_eval_sizes_torchs_thread_pool_as_run_does(tmp_path, monkeypatch, command):
+    """Without it eval ran one OpenMP thread per core: on a busy machine every small operation waited at a
+    barrier for a descheduled thread (a DVTS problem took 502 s where 34 s do)."""
+    import app.cli
+
+    calls = []
+    monkeypatch.setattr(app.cli, "limit_threads", lambda reserve=0: calls.append(reserve))
+    args = [str(tmp_path / "missing.jsonl")] if command == "eval" else ["", "--no-save"]
+    assert main([command, *args, "--model", "synthetic:tiny-llama"]) == 2  # bad input, after the pool is sized
+    assert calls == [0]
+
+
 def test_calibrate_saves_thresholds_that_run_and_the_window_read(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path / "config"))
     problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
     assert main(["eval", str(problems), *TINY, "--verifier", "self-judge", "--calibrate", "--no-save"]) == 0
-    assert "verify-skip thresholds" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "verify-skip thresholds" in out and "entropy exit thresholds: theta" in out
     saved = load_thresholds()
     assert saved is not None and saved.steps == 2 and 0 < saved.tau_conf <= 1
     from app.cli import build_parser
@@ -111,6 +125,12 @@ def test_calibrate_saves_thresholds_that_run_and_the_window_read(tmp_path, capsy
 
     _, search, _ = configs_from_args(build_parser().parse_args(["run", "--verify-skip"]))
     assert (search.tau_conf, search.r_gap) == (saved.tau_conf, saved.r_gap)
+    assert saved.entropy_theta is not None and saved.entropy_steps == 2 and saved.entropy_layers > 2
+    assert (search.entropy_theta, search.entropy_delta) == (saved.entropy_theta, saved.entropy_delta)
+    _, given, _ = configs_from_args(build_parser().parse_args(["run", "--entropy-theta", "4", "--tau-conf", "0.5"]))
+    assert (given.entropy_theta, given.entropy_delta, given.tau_conf) == (4.0, saved.entropy_delta, 0.5)
+    assert main(["eval", str(problems), *TINY, "--calibrate", "--no-save"]) == 0  # logprob: no lens to record
+    assert "entropy exit: not calibrated" in capsys.readouterr().out and load_thresholds().entropy_theta is None
 
 
 def test_a_problems_result_reads_the_runs_events_as_the_window_does():

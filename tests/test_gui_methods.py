@@ -55,3 +55,17 @@ def test_controls_round_trip_the_entropy_exit_and_refuse_it_without_a_model_veri
     assert not controls.is_valid() and "needs a verifier that runs a model" in controls.error_text()
     controls.entropy_exit.setChecked(False)
     assert controls.is_valid()
+
+
+def test_the_window_shows_and_uses_the_calibrated_entropy_exit(qtbot, tmp_path, monkeypatch):
+    from app.early_exit import Thresholds, save_thresholds
+
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path))
+    save_thresholds(Thresholds(0.8, 0.2, 10, 0.3, 0.95, entropy_theta=3.25, entropy_delta=0.5, entropy_layers=30,
+                               entropy_steps=12, entropy_mean_layer=20.0, entropy_agreement=0.9))
+    controls = SearchControls()
+    qtbot.addWidget(controls)
+    controls.set_configs(ModelSpec(), SearchConfig(verifier="self-judge", entropy_exit=True), CacheConfig())
+    assert "entropy exit θ 3.250, δ 0.500 (calibrated on 12 steps" in controls.thresholds_label.text()
+    _, built, _ = controls.configs()
+    assert (built.entropy_theta, built.entropy_delta, built.tau_conf) == (3.25, 0.5, 0.8)

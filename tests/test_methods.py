@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import defaultdict
 
 import pytest
+import torch
 
 from engine.config import CacheConfig, SearchConfig
 from engine.search import run
@@ -96,6 +98,20 @@ def test_verify_skip_ranks_by_confidence_when_decisive(tiny):
     never = events_of(tiny, verifier="self-judge", verify_skip=True, tau_conf=1.0, r_gap=0.5)
     assert not any(s.verify_skipped for s in of(never, "step_selected"))
     assert all(s.verifier_tokens > 0 and s.verifier_agrees is not None for s in of(never, "step_selected"))
+
+
+@pytest.mark.parametrize("method", ["beam", "dvts"])
+def test_the_gate_reads_each_childs_mean_top1_probability(tiny, method):
+    """RKSC's confidence: a child's mean over its step's tokens of max softmax(logits), not of p(sampled token)."""
+    observed = defaultdict(list)
+    search = dataclasses.replace(BASE, method=method, temperature=1.0, verify_skip=True, tau_conf=0.99, r_gap=0.5)
+    evs = list(run("What is 2+3?", tiny, search, CacheConfig(),
+                   observe_logits=lambda cid, logits, token: observed[cid].append(torch.softmax(logits, -1).max())))
+    for sel in of(evs, "step_selected"):
+        children = [e.id for e in of(evs, "candidate_scored") if e.step == sel.step and e.id in observed]
+        mean = sorted((sum(observed[c]) / len(observed[c])).item() for c in children)
+        assert sel.confidence == pytest.approx(mean[-1], abs=1e-5)
+        assert sel.confidence_gap == pytest.approx(mean[-1] - mean[-2], abs=1e-5)
 
 
 def test_audit_runs_the_verifier_on_skipped_steps_too(tiny):

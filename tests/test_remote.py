@@ -8,6 +8,7 @@ The real-server tests (llama.cpp's server, vLLM) are in tests/test_real_server.p
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -318,6 +319,21 @@ def test_bench_without_a_server_is_one_clear_line(capsys) -> None:
                  MODEL, "--request-timeout", "2"])
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("beamwise: error:")]
     assert code == 2 and len(err) == 1 and "cannot reach the server" in err[0]
+
+
+def test_top_log_probabilities_give_each_tokens_top1_probability() -> None:
+    """RKSC's confidence from a server: the largest of each position's top log-probabilities (vLLM may add the
+    sampled token beside the top one); none when the server sent no top log-probabilities."""
+    from engine.backends.openai import _completion
+
+    legacy = {"text": " 7", "finish_reason": "length", "logprobs": {
+        "token_logprobs": [-0.5, -2.0], "top_logprobs": [{" 7": -0.5}, {"x": -0.2, "y": -2.0}]}}
+    assert _completion(legacy, {}, []).top1 == pytest.approx((math.exp(-0.5), math.exp(-0.2)))
+    llama = {"text": " 7", "finish_reason": "length", "logprobs": {"content": [
+        {"logprob": -1.0, "top_logprobs": [{"token": "a", "logprob": -0.1}]}, {"logprob": -0.3, "top_logprobs": []}]}}
+    assert _completion(llama, {}, []).top1 == pytest.approx((math.exp(-0.1), math.exp(-0.3)))
+    bare = {"text": " 7", "finish_reason": "length", "logprobs": {"token_logprobs": [-0.5, -2.0]}}
+    assert _completion(bare, {}, []).top1 == ()
 
 
 def test_llama_cpp_answers_are_read_too() -> None:

@@ -186,6 +186,7 @@ def test_a_rows_speculation_is_what_its_first_child_decodes(tiny):
         child = dataclasses.replace(row, pending=result.sampled[-1], position=len(context))
         (want,), _ = decode_step(tiny.model, child_cache, None, [child], dataclasses.replace(rules, speculate=0))
         assert want.sampled[: len(ahead.sampled)] == ahead.sampled
+        assert want.top1[: len(ahead.top1)] == pytest.approx(ahead.top1, abs=1e-5)  # the child's confidence too
         assert ahead.fed[0] == result.sampled[-1]
         if ahead.done:
             assert (want.sampled, want.finished) == (ahead.sampled, ahead.finished)

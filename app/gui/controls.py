@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.early_exit import load_thresholds
+from app.early_exit import load_thresholds, thresholds_text
 from app.gui.verifier_picker import VerifierPicker
 from app.options import format_delimiter, parse_delimiter
 from engine.config import AGGREGATIONS, CacheConfig, ModelSpec, SearchConfig
@@ -209,6 +209,8 @@ class SearchControls(QWidget):
         saved = load_thresholds()
         if saved is not None:
             fields.update(tau_conf=saved.tau_conf, r_gap=saved.r_gap)
+            if saved.entropy_theta is not None:
+                fields.update(entropy_theta=saved.entropy_theta, entropy_delta=saved.entropy_delta)
         return fields
 
     def set_configs(self, model: ModelSpec, search: SearchConfig, cache: CacheConfig) -> None:
@@ -334,14 +336,7 @@ class SearchControls(QWidget):
         self.thresholds_label.setWordWrap(True)
 
     def _show_thresholds(self) -> None:
-        saved = load_thresholds()
-        if saved is not None:
-            text = (f"τ_conf {saved.tau_conf:.3f}, r_gap {saved.r_gap:.3f} (calibrated on {saved.steps} steps: "
-                    f"skips {saved.skip_rate:.0%}, verifier agrees {saved.agreement:.0%})")
-        else:
-            text = (f"τ_conf {self._search.tau_conf:.3f}, r_gap {self._search.r_gap:.3f} "
-                    "(not calibrated: beamwise eval --calibrate)")
-        self.thresholds_label.setText(text)
+        self.thresholds_label.setText(thresholds_text(load_thresholds(), self._search))
 
     def _cache_box(self) -> QGroupBox:
         box = QGroupBox("KV cache")

@@ -22,15 +22,18 @@ from PySide6.QtWidgets import (
 )
 
 import app.formatting as fmt
+from app.eval_exit import ExitTally
 from app.formatting import size as format_bytes
 from app.gui import palette as pal
 from app.gui.panel import SessionView
 from app.session import ROOT_ID, Change, SearchTree, SessionModel
 
-FIELDS = ("state", "score", "aggregate", "tokens", "group", "kv_device", "kv_host", "verifier_kv", "h2d", "d2h")
+FIELDS = ("state", "score", "aggregate", "tokens", "group", "kv_device", "kv_host", "verifier_kv", "verifier_exit",
+          "h2d", "d2h")
 FIELD_LABELS = {
     "state": "State", "score": "Score (this step)", "aggregate": "Path score", "tokens": "Tokens",
     "group": "Group", "kv_device": "KV on GPU", "kv_host": "KV on CPU", "verifier_kv": "Verifier KV (its step)",
+    "verifier_exit": "Verifier exit (its step)",
     "h2d": "H2D (its step)",
     "d2h": "D2H (its step)",
 }
@@ -113,6 +116,7 @@ class NodeDetails(SessionView, QWidget):
             "kv_device": _kv(node.device_bytes, node.device_share),
             "kv_host": _kv(node.host_bytes, None if node.device_share is None else 1 - node.device_share),
             "verifier_kv": fmt.verifier_place(node.verifier_device_bytes, node.verifier_host_bytes, "–"),
+            "verifier_exit": self._exit_of(node.step) if node_id != ROOT_ID else "–",
             "h2d": format_bytes(node.h2d_bytes),
             "d2h": format_bytes(node.d2h_bytes),
         }
@@ -121,6 +125,14 @@ class NodeDetails(SessionView, QWidget):
         if self.text.toPlainText() != node.text:
             self.text.setPlainText(node.text)
         self._fill_path(node_id)
+
+    def _exit_of(self, step: int) -> str:
+        """The layer-entropy exit of the node's step (all its candidates), '–' when the step had none."""
+        record = self.session.run.steps.get(step)
+        selected = record.selected if record is not None else None
+        if selected is None or selected.exit_layer is None:
+            return "–"
+        return ExitTally.of_steps([selected]).text()
 
     def value(self, name: str) -> str:
         """The shown value of field `name` (one of FIELDS)."""

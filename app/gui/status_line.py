@@ -8,6 +8,7 @@ from typing import Any
 from PySide6.QtCore import QElapsedTimer, QTimer
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMainWindow, QProgressBar
 
+from app.eval_exit import ExitTally
 from app.gpu_check import emulated_hint
 from app.heartbeat import StepProgress
 from engine import events as ev
@@ -51,6 +52,11 @@ class StatusLine:
         self.verifier = QLabel("verifier: -")
         self.verifier.setToolTip("What scores each step; a PRM shows its family and where it was loaded from")
         self.step, self.speed = QLabel("step -"), QLabel("- cand-tok/s")
+        self.exit, self._exit = QLabel(), ExitTally()  # the layer-entropy exit, shown while a run has it on
+        self.exit.setToolTip("RKSC's layer-entropy exit: the mean verifier layer the steps' candidates stopped at, "
+                             "and the share of the verifier's layer work (tokens x layers) saved, kept candidates' "
+                             "completed layers paid back")
+        self.exit.hide()
         self.progress = QProgressBar()
         self.progress.setRange(0, 100)
         self.progress.setMaximumWidth(220)
@@ -62,7 +68,8 @@ class StatusLine:
         self._beat.setInterval(HEARTBEAT_MS)
         self._beat.timeout.connect(self._heartbeat)
         self._quiet = QElapsedTimer()
-        for widget in (self.progress, self.model, self.verifier, self.device, self.policy, self.step, self.speed):
+        for widget in (self.progress, self.model, self.verifier, self.device, self.policy, self.step, self.exit,
+                       self.speed):
             bar.addPermanentWidget(widget)
         self.speed.setToolTip("Candidate tokens generated per second (all beams together)")
         self.device.setToolTip("Where the KV cache lives; without CUDA a budgeted CPU pool emulates the GPU")
@@ -111,6 +118,7 @@ class StatusLine:
         self.speed.setText("- cand-tok/s")
         self.policy.setText("policy: -")
         self.verifier.setText("verifier: -")
+        self._show_exit(None)
         self.bar.clearMessage()
 
     def stop_heartbeat(self) -> None:
@@ -134,9 +142,12 @@ class StatusLine:
             self.policy.setText(f"policy: {event.policy}")
             self.verifier.setText(f"verifier: {event.verifier}")
             self.step.setText(f"step 0/{self._max_steps}")
+            self._show_exit(None)
             self.show_device_hint(emulated_hint() if event.emulated and live else None)
         elif isinstance(event, ev.StepStarted):
             self.step.setText(f"step {event.step}/{self._max_steps}")
+        elif isinstance(event, ev.StepSelected) and event.exit_layer is not None:
+            self._show_exit(self._exit + ExitTally.of_steps([event]))
         elif isinstance(event, ev.CandidateText):
             self._tokens += event.tokens
             if live and self._clock.isValid() and self._clock.elapsed() > 0:
@@ -156,6 +167,12 @@ class StatusLine:
             self.bar.showMessage(f"Failed: {event.message[:120]}", 15000)
         if event.type in ev.TERMINAL_TYPES:
             self._beat.stop()
+
+    def _show_exit(self, tally: ExitTally | None) -> None:
+        """The exit's figures over the run's steps so far; None: a new run, hidden until a step exits."""
+        self._exit = tally or ExitTally()
+        self.exit.setText(f"exit: {self._exit.text()}")
+        self.exit.setVisible(tally is not None)
 
 
 def _speculation(event: ev.RunFinished, separator: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import os
 import select
 import time
@@ -75,6 +76,7 @@ class Completion:
     ended_by_eos: bool  # the model ended the answer (not a stop string, not max_tokens)
     at_stop: bool  # the server stopped at a stop string (which it leaves out of `text`)
     prompt_tokens: int | None  # the server's count, when it reports usage
+    top1: tuple[float, ...] = ()  # each token's top-1 probability, where the server sent top log-probabilities
 
 
 class OpenAICompletions:
@@ -308,7 +310,8 @@ def _completion(choice: dict, usage: dict, stop: Sequence[str]) -> Completion:
     else:  # plain OpenAI shape: "stop" is both EOS and a stop string; the text says which
         by_eos = reason == "stop" and not stop
     at_stop = reason == "stop" and not by_eos and bool(stop)
-    return Completion(text, values, by_eos, at_stop, usage.get("prompt_tokens"))
+    top1 = _token_top1(choice.get("logprobs"), values)
+    return Completion(text, values, by_eos, at_stop, usage.get("prompt_tokens"), top1)
 
 
 def _token_logprobs(logprobs: object, text: str, usage: dict) -> tuple[float, ...]:
@@ -324,6 +327,23 @@ def _token_logprobs(logprobs: object, text: str, usage: dict) -> tuple[float, ..
     if values is None:
         raise LogprobsUnavailable("the server returned no token log-probabilities for /v1/completions.")
     return tuple(float(v) for v in values if v is not None)
+
+
+def _token_top1(logprobs: object, values: tuple[float, ...]) -> tuple[float, ...]:
+    """Each generated token's top-1 probability, from the per-position top log-probabilities (`logprobs`: 1 asks
+    for the most likely token; a server may add the sampled one): the largest of each position, at least the
+    sampled token's. () when the server sent none, or not one per token."""
+    positions = None
+    if isinstance(logprobs, dict) and isinstance(logprobs.get("top_logprobs"), list):
+        positions = [list(top.values()) if isinstance(top, dict) else [] for top in logprobs["top_logprobs"]]
+    elif isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
+        positions = [[i.get("logprob") for i in (item.get("top_logprobs") or []) if isinstance(i, dict)]
+                     for item in logprobs["content"] if isinstance(item, dict)]
+    if positions is None or len(positions) != len(values):
+        return ()
+    best = [max([float(v) for v in top if v is not None] + [sampled])
+            for top, sampled in zip(positions, values, strict=True)]
+    return tuple(math.exp(lp) for lp in best)
 
 
 def _first_top_logprobs(logprobs: object) -> dict[str, float]:

@@ -1,9 +1,10 @@
 """RKSC verify-skip: when the generator is decisive about a step, the verifier's pass is skipped.
 
-RKSC gates on each candidate's mean top-1 probability over the step's tokens. The runner records
-the log-probability of the *sampled* token only (engine/rows.py), so the confidence here is the
-mean probability of the sampled tokens: equal to RKSC's where sampling picked the top token (always
-at temperature 0) and a lower bound otherwise, which makes the gate skip less often, never more.
+RKSC gates on each candidate's mean top-1 probability over the step's tokens: the largest
+probability of each position's distribution (temperature 1), whichever token was sampled. The
+runner keeps it per token (engine/runner.py, `RowResult.top1`). A remote server that returns no
+top log-probabilities gives only the sampled tokens' log-probabilities; there the confidence is the
+mean probability of the sampled tokens, a lower bound that makes the gate skip less often, never more.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
-def step_confidence(logprobs: Sequence[float]) -> float:
-    """Mean token probability of one candidate's step (0 for an empty step)."""
+def step_confidence(logprobs: Sequence[float], top1: Sequence[float] = ()) -> float:
+    """Mean top-1 probability of one candidate's step (0 for an empty step); without `top1`, the mean
+    probability of its sampled tokens (`logprobs`)."""
+    if top1:
+        return sum(top1) / len(top1)
     if not logprobs:
         return 0.0
     return sum(math.exp(lp) for lp in logprobs) / len(logprobs)

@@ -13,6 +13,10 @@ early has its skipped layers completed in `settle`, before the next step reads t
 exit layer's hidden states (kept with the node), not from scratch. Pruned candidates save their
 skipped layers; kept ones pay them back. Where the exit does not fire, every layer runs and the
 scores and KV are those of the plain pass.
+
+Calibration (`ExitRule.record`, `beamwise eval --calibrate`): every layer runs and each pass keeps
+each layer's lens entropy and lens score per candidate (`LensPass`), reported with the step, so
+app/calibrate_exit.py can pick theta and delta by percentiles of what the verifier really shows.
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ from engine.verifiers.layered import LayeredBody, LayersUnavailable
 
 REFERENCE_VOCAB = 150_000  # the vocabulary size the paper's thresholds are stated for
 
-__all__ = ["EntropyExit", "ExitCost", "ExitPass", "ExitRule", "LayersUnavailable", "exit_fields", "exit_rule",
-           "lens_entropy", "with_exit"]
+__all__ = ["EntropyExit", "ExitCost", "ExitPass", "ExitRule", "LayersUnavailable", "LensPass", "exit_fields",
+           "exit_rule", "lens_entropy", "with_exit"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,7 @@ class ExitRule:
     delta: float = 3.0
     first_layer: int = 2  # layers counted from 1: the exit is checked after this many layers at the earliest
     audit: bool = False  # run every layer anyway and compare the early scores with the full ones
+    record: bool = False  # calibration: never exit; keep every layer's lens entropy and score (LensPass)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.theta) and self.theta > 0 and math.isfinite(self.delta) and self.delta > 0):
@@ -70,6 +75,17 @@ class ExitPass:
     hidden: torch.Tensor | None  # [B, T, H] the last layer run's output when later layers were skipped
 
 
+class LensPass(tuple):
+    """One recorded pass (calibration), JSON-ready: (vocabulary, entropies, scores), where entropies[l][b] is
+    candidate b's lens entropy in nats after layer l + 1 (every layer but the last) and scores[l][b] its lens
+    score after layer l + 1 (every layer)."""
+
+    __slots__ = ()
+
+    def __new__(cls, vocab: int, entropies: list[list[float]], scores: list[list[float]]) -> LensPass:
+        return super().__new__(cls, (vocab, entropies, scores))
+
+
 @dataclass(frozen=True)
 class ExitCost:
     """The exit's account for one step (all candidates): layers run against the whole depth."""
@@ -79,12 +95,14 @@ class ExitCost:
     layer_tokens: int  # tokens x layers run, completions of kept candidates included
     layer_tokens_full: int  # tokens x layers had every pass run every layer
     agrees: bool | None = None  # audit: early and full scores put the same candidate first (None: not audited)
+    trace: tuple[LensPass, ...] = ()  # calibration: the step's passes, layer by layer
 
     def event_fields(self) -> dict:
         """The StepSelected fields of this cost."""
         mean = sum(self.exit_layers) / len(self.exit_layers) if self.exit_layers else None
         return {"exit_layer": mean, "verifier_layers": self.layers, "verifier_layer_tokens": self.layer_tokens,
-                "verifier_layer_tokens_full": self.layer_tokens_full, "exit_agrees": self.agrees}
+                "verifier_layer_tokens_full": self.layer_tokens_full, "exit_agrees": self.agrees,
+                "lens_trace": self.trace}
 
 
 @dataclass
@@ -95,6 +113,7 @@ class _Tally:
     early: list[float] = field(default_factory=list)  # audit: scores the exit decided on
     full: list[float] = field(default_factory=list)  # audit: the same candidates' full-depth scores
     fired: bool = False
+    trace: list[LensPass] = field(default_factory=list)  # calibration
 
 
 class EntropyExit:
@@ -111,18 +130,24 @@ class EntropyExit:
         body, rows, last = self.body, torch.arange(ids.shape[0], device=ids.device), lengths - 1
         hidden = body.embed(ids)  # [B, T, H]
         at = body.positions(hidden, cache, start)
-        previous, early = None, None
+        previous, early, entropies, scores = None, None, [], []
         for index in range(body.count - 1):  # after the last layer there is nothing left to skip
             hidden = body.layer(index, hidden, at, cache)
             lens = body.norm(hidden[rows, last])  # [B, H]
             entropy = lens_entropy(self.lm_head(lens))  # [B]
-            if early is None and index + 1 >= self.rule.first_layer and self._settled(entropy, previous):
+            if self.rule.record:
+                entropies.append(entropy.tolist())
+                scores.append(self.readout(lens).float().tolist())
+            elif early is None and index + 1 >= self.rule.first_layer and self._settled(entropy, previous):
                 early = ExitPass(lens, index + 1, hidden)
                 if not self.rule.audit:
                     return self._count(early, lengths)
             previous = entropy
         hidden = body.layer(body.count - 1, hidden, at, cache)
         full = ExitPass(body.norm(hidden[rows, last]), body.count, None)
+        if self.rule.record:
+            scores.append(self.readout(full.last).float().tolist())
+            self.tally.trace.append(LensPass(int(self.lm_head.weight.shape[0]), entropies, scores))
         if early is None:
             return self._count(full, lengths)
         self._audit(early.last, full.last)
@@ -141,7 +166,8 @@ class EntropyExit:
         """The step's account, and a fresh one for the next step."""
         t, self.tally = self.tally, _Tally()
         agrees = best_index(t.early) == best_index(t.full) if t.fired else None
-        return ExitCost(self.body.count, tuple(t.exit_layers), t.layer_tokens, t.layer_tokens_full, agrees)
+        return ExitCost(self.body.count, tuple(t.exit_layers), t.layer_tokens, t.layer_tokens_full, agrees,
+                        tuple(t.trace))
 
     def _settled(self, entropy: torch.Tensor, previous: torch.Tensor | None) -> bool:
         if previous is None:
@@ -167,7 +193,9 @@ class EntropyExit:
 
 
 def exit_rule(search) -> ExitRule | None:
-    """The exit's rule of a SearchConfig, or None when the exit is off."""
+    """The exit's rule of a SearchConfig, or None when the exit is off (a recording rule when calibrating)."""
+    if search.calibrate_exit:
+        return ExitRule(search.entropy_theta, search.entropy_delta, record=True)
     if not search.entropy_exit:
         return None
     return ExitRule(search.entropy_theta, search.entropy_delta, audit=search.audit_early_exit)
@@ -179,13 +207,25 @@ def exit_fields(cost) -> dict:
 
 
 def with_exit(verifier, lm_head: torch.nn.Module | None, rule: ExitRule | None):
-    """`verifier` (a PathVerifier) with the exit `rule` attached, or as it is when `rule` is None."""
+    """`verifier` (a PathVerifier) with the exit `rule` attached, or as it is when `rule` is None.
+
+    A recording rule (calibration) on a verifier without a lens leaves it as it is: the run goes on and
+    records nothing to calibrate from.
+    """
     if rule is None:
         return verifier
     if lm_head is None:
+        if rule.record:
+            return verifier
         raise LayersUnavailable(
             f"the {verifier.name} verifier reads a reward head on its last layer, not label tokens through its "
             "LM head, so there is no logit lens to exit on."
         )
-    verifier.exit = EntropyExit(LayeredBody.of(verifier.body, verifier.name), lm_head, verifier.readout, rule)
+    try:
+        body = LayeredBody.of(verifier.body, verifier.name)
+    except LayersUnavailable:
+        if rule.record:
+            return verifier
+        raise
+    verifier.exit = EntropyExit(body, lm_head, verifier.readout, rule)
     return verifier

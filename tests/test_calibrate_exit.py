@@ -1,0 +1,92 @@
+"""Calibrating the layer-entropy exit: percentile thresholds replayed on recorded verifier passes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from app.calibrate_exit import calibrate_exit, exit_layer
+from app.early_exit import Thresholds, load_thresholds, save_thresholds, thresholds_text
+from engine.config import CacheConfig, SearchConfig
+from engine.search import run
+from engine.verifiers.entropy_exit import REFERENCE_VOCAB, ExitRule
+
+QUESTION = "Tom has 3 apples and buys 4 more. How many?"
+
+
+def synthetic_pass(settles_at: int, layers: int = 8, early_agrees: bool = True):
+    """A synthetic verifier's recorded pass over two candidates: the lens is unsure (entropy 10) and ranks them
+    the wrong way round before layer `settles_at`, then sure (0.5) and, if `early_agrees`, as the last layer."""
+    entropies = [[10.0, 10.0] if layer < settles_at else [0.5, 0.5] for layer in range(1, layers)]
+    final = [0.9, 0.2]
+    scores = [[0.1, 0.8] if layer < settles_at or not early_agrees else [0.8, 0.3] for layer in range(1, layers)]
+    return (50_000, entropies, [*scores, final])
+
+
+def test_the_replayed_rule_is_the_exits_own():
+    entropies = [[9.0, 9.0], [1.0, 1.0], [1.2, 0.9], [1.1, 1.0]]
+    assert exit_layer(entropies, theta=2.0, delta=0.5) == 3  # layer 2 moved by 8
+    assert exit_layer(entropies, theta=2.0, delta=8.5) == 2
+    assert exit_layer(entropies, theta=0.5, delta=8.5) is None
+    assert exit_layer(entropies, theta=2.0, delta=0.5, first_layer=4) == 4
+
+
+def test_calibration_exits_where_the_lens_settled_and_agrees():
+    steps = [[synthetic_pass(4)], [synthetic_pass(4), synthetic_pass(4)]]
+    fit = calibrate_exit(steps, target=0.9)
+    assert fit.mean_layer == 5  # layer 4 still moved by 9.5; layer 5 is settled
+    assert (fit.exit_rate, fit.agreement, fit.layers, fit.steps) == (1.0, 1.0, 8, 2)
+    assert fit.theta_nats == 10.0  # the 75th percentile of the entropies: the lowest that lets 0.5 through
+    scale = math.log(50_000) / math.log(REFERENCE_VOCAB)
+    assert fit.theta == pytest.approx(fit.theta_nats / scale) and fit.delta == pytest.approx(fit.delta_nats / scale)
+    assert ExitRule(fit.theta, fit.delta).for_vocab(50_000) == pytest.approx((fit.theta_nats, fit.delta_nats))
+
+
+def test_a_lens_that_settles_on_the_wrong_choice_keeps_every_layer():
+    fit = calibrate_exit([[synthetic_pass(3, early_agrees=False)]] * 3, target=0.9)
+    assert (fit.exit_rate, fit.mean_layer) == (0.0, 8)  # no pair that exits keeps the full pass's choice
+    loose = calibrate_exit([[synthetic_pass(3, early_agrees=False)]] * 3, target=0.0)
+    assert loose.exit_rate == 1.0 and loose.agreement == 0.0 and loose.mean_layer == 4
+
+
+def test_nothing_recorded_is_a_clear_error():
+    with pytest.raises(ValueError, match="recorded no verifier layers"):
+        calibrate_exit([(), ()])
+
+
+def _steps(loaded, **changes) -> list:
+    config = SearchConfig(beams=2, width=2, step_tokens=4, step_delimiter=None, max_steps=2, verifier="self-judge",
+                          **changes)
+    events = list(run(QUESTION, loaded, config, CacheConfig()))
+    assert events[-1].type == "run_finished", events[-1]
+    return [e for e in events if e.type == "step_selected"]
+
+
+def test_recording_changes_nothing_and_the_exit_fires_where_the_replay_says(tiny_qwen2):
+    """The recorded passes of a real verifier (self-judge on the 6-layer tiny Qwen2), replayed with calibrated
+    thresholds, give the exit layers the exit itself then takes (step 1: the same candidates in both runs)."""
+    plain, recorded = _steps(tiny_qwen2), _steps(tiny_qwen2, calibrate_exit=True)
+    assert [(s.kept, s.pruned) for s in recorded] == [(s.kept, s.pruned) for s in plain]
+    assert all(s.exit_layer == 6 and s.lens_trace for s in recorded)
+    passes = recorded[0].lens_trace
+    assert all(len(entropies) == 5 and len(scores) == 6 for _, entropies, scores in passes)
+    fit = calibrate_exit([s.lens_trace for s in recorded], target=0.0)  # the earliest exit the grid has
+    assert fit.mean_layer < 6
+    exiting = _steps(tiny_qwen2, entropy_exit=True, entropy_theta=fit.theta, entropy_delta=fit.delta)
+    theta, delta = ExitRule(fit.theta, fit.delta).for_vocab(fit.vocab)
+    layers = [exit_layer(e, theta, delta) or 6 for _, e, s in passes for _ in s[-1]]
+    assert exiting[0].exit_layer == pytest.approx(sum(layers) / len(layers))
+
+
+def test_the_file_keeps_the_entropy_thresholds_and_the_window_shows_them(tmp_path):
+    path = tmp_path / "early_exit.json"
+    saved = Thresholds(0.8, 0.2, 10, 0.3, 0.95, entropy_theta=3.5, entropy_delta=0.7, entropy_vocab=49152,
+                       entropy_layers=30, entropy_steps=12, entropy_mean_layer=21.5, entropy_agreement=0.92)
+    save_thresholds(saved, path)
+    assert load_thresholds(path) == saved
+    text = thresholds_text(saved, SearchConfig())
+    assert "entropy exit θ 3.500, δ 0.700" in text and "layer 21.5" in text and "30-layer" in text
+    assert "the paper's; not calibrated" in thresholds_text(None, SearchConfig())
+    with pytest.raises(ValueError, match="must both be positive"):
+        Thresholds(0.8, 0.2, entropy_theta=3.5)
