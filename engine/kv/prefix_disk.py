@@ -71,7 +71,7 @@ def read_block(
         data = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         return None
-    except Exception:  # truncated, corrupt or from another torch: recompute it  # noqa: BLE001
+    except Exception:  # truncated, corrupt or from another torch: recompute it
         remove(path)
         return None
     kv = data.get("kv") if isinstance(data, dict) else None
