@@ -57,6 +57,8 @@ def measure(loaded, prompt: Sequence[int], search: SearchConfig, cached: bool, f
     if events[-1].type != "run_finished":
         raise SystemExit(f"the search failed: {events[-1]}")
     done = next(e for e in events if e.type == "prefill_done")
+    print(f"  ran: {len(prompt)} tokens, cache {'on' if cached else 'off'}, prefill {done.seconds:.3f} s",
+          file=sys.stderr, flush=True)
     path = [t for cid in events[-1].path for t in observed[cid]]
     return {"seconds": done.seconds, "cached": done.cached_tokens, "computed": done.computed_tokens,
             "answer": events[-1].answer, "path": path}

@@ -79,7 +79,7 @@ class KVCache:
         budget is split between the generator (`budget`) and the verifier (`verifier_budget`). `prefix`: the
         prefix cache the prompt's cached blocks come from and this run's blocks go to (None: none)."""
         self.cfg, self.search, self._prefill, self.margin = cache, search, prefill, margin
-        self.prefix, self._pinned, self.chosen = prefix, [], None
+        self.prefix, self._pinned, self.chosen, self._body = prefix, [], None, []
         self.cached_tokens = self.computed_tokens = 0
         self._config = loaded.model.config
         shape, self.device = loaded.kv_shape, loaded.device
@@ -161,6 +161,7 @@ class KVCache:
         start = time.perf_counter()
         self.store.counters.start_step()
         body, cached = list(prompt[:-1]), None
+        self._body = body
         if self.prefix is not None:
             self._pinned, cached = load_prefix(self.prefix, body)
         done = 0 if cached is None else cached.shape[3]
@@ -231,11 +232,12 @@ class KVCache:
         owner = chosen if chosen is not None else PROMPT_ID if PROMPT_ID in self.live else next(iter(self.live))
         table = self.live[owner].table if chosen is not None else self.live[owner].table[:prompt_blocks]
         if isinstance(self.policy, LayerwisePolicy):
-            rows = self.policy.row_kv(owner)
-            if rows is None:
-                return
-            tokens = self.blocks.tokens_of(table)
-            keep_layers(self.prefix, self.store, tokens, rows, owner)
+            tokens, rows = self.blocks.tokens_of(table), self.policy.row_kv(owner)
+            if rows is None and self.policy.rows:  # a path that finished steps ago has no row now: keep the prompt
+                owner, rows = self.policy.rows[0], self.policy.row_kv(self.policy.rows[0])
+                tokens = self._body[: prompt_blocks * self.cfg.block_size]
+            if rows is not None:
+                keep_layers(self.prefix, self.store, tokens, rows, owner)
         else:
             keep_table(self.prefix, self.blocks, self.store, table, owner)
 
