@@ -143,6 +143,20 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
                    help="the verifier's part of the device KV budget, e.g. 0.25 (default: what one verification "
                    "batch needs; the generator gets the rest)")
     k.add_argument("--device", default=c.device, choices=DEVICES, help="auto: CUDA when there is one")
+    add_prefix_cache_options(k)
+
+
+def add_prefix_cache_options(group) -> None:
+    """--prefix-cache/--no-prefix-cache and its RAM and disk caps (run, gui, bench, eval)."""
+    group.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction, default=True,
+                       help="keep the KV of prompts and chosen answers (RAM and the user cache folder), so a run "
+                       "whose prompt starts the same prefills only the rest")
+    group.add_argument("--prefix-cache-ram", type=size_type, default=None, metavar="SIZE",
+                       help="most host RAM for cached prefix blocks, e.g. 2GB (default: a quarter of the free "
+                       "RAM, at most 4 GiB)")
+    group.add_argument("--prefix-cache-disk", type=size_type, default=None, metavar="SIZE",
+                       help="most disk for cached prefix blocks, e.g. 5GB (default: a tenth of the free disk, "
+                       "at most 8 GiB)")
 
 
 SPECULATIVE_HELP = (
@@ -265,6 +279,8 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig
         pcie_gbps=args.pcie_gbps, device=args.device, prefill_chunk=args.prefill_chunk,
         verifier_kv_share=args.verifier_kv_share, speculative=args.speculative,
         speculative_ratio=args.speculative_ratio, speculative_continuations=args.speculative_continuations,
+        prefix_cache=args.prefix_cache, prefix_cache_ram_bytes=args.prefix_cache_ram,
+        prefix_cache_disk_bytes=args.prefix_cache_disk,
     )
     return model, search, cache
 

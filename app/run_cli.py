@@ -44,7 +44,8 @@ class Printer:
             if event.verifier_kv_budget_bytes:
                 p(f"verifier KV budget {event.verifier_kv_budget_bytes:,} B (its share of the device KV budget)")
         elif event.type == "prefill_done":
-            p(f"prompt: {event.prompt_tokens} tokens, prefill {event.seconds:.2f} s")
+            p(f"prompt: {event.prompt_tokens} tokens ({event.cached_tokens} cached, {event.computed_tokens} computed), "
+              f"prefill {event.seconds:.2f} s")
         elif event.type == "step_started":
             p(f"\n== step {event.step} (expanding {', '.join(map(str, event.beams)) or 'the prompt'})")
         elif event.type == "candidate_scored":

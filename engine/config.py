@@ -155,6 +155,9 @@ class CacheConfig:
     device: str = "auto"
     prefill_chunk: int | None = None  # prompt tokens per prefill call; None: sized to the budget
     verifier_kv_share: float | None = None  # the verifier's part of the device KV budget; None: FlashTTS's rule
+    prefix_cache: bool = False  # keep prompts' and chosen paths' blocks for later runs (engine/kv/prefix_cache.py)
+    prefix_cache_ram_bytes: int | None = None  # host-RAM cap of the prefix cache; None: from free RAM
+    prefix_cache_disk_bytes: int | None = None  # disk cap of the prefix cache; None: from free disk
 
     def __post_init__(self) -> None:
         _require(
@@ -181,6 +184,9 @@ class CacheConfig:
             self.policy != "lbs" or self.inter_token,
             "lbs needs inter_token on (it is what makes a group decode a whole step on the device).",
         )
+        for cap, name in ((self.prefix_cache_ram_bytes, "RAM"), (self.prefix_cache_disk_bytes, "disk")):
+            _require(cap is None or cap > 0,
+                     f"the prefix cache's {name} cap must be a positive size such as 512MB, or unset for automatic.")
         share = self.verifier_kv_share
         if share is not None:
             _finite(share, "the verifier's KV share")

@@ -45,6 +45,19 @@ class KVBudgetTooSmall(BeamwiseError):
         self.needed_bytes = needed_bytes
 
 
+class PrefixCacheTooSmall(BeamwiseError):
+    """The prefix cache's RAM cap cannot hold the blocks a running search pins."""
+
+    def __init__(self, cap_bytes: int, needed_bytes: int, what: str) -> None:
+        super().__init__(
+            f"the prefix cache's RAM cap {format_bytes(cap_bytes)} is too small for {what}; the smallest cap "
+            f"that works is {needed_bytes:,} bytes ({format_bytes(needed_bytes)}).",
+            hint=f"Use --prefix-cache-ram {needed_bytes} or more, or run with --no-prefix-cache.",
+        )
+        self.cap_bytes = cap_bytes
+        self.needed_bytes = needed_bytes
+
+
 class SearchTooLarge(BeamwiseError):
     """The search would need more memory than the machine has; refused before anything is allocated."""
 

@@ -32,6 +32,12 @@ class PrefillDone:
     type: ClassVar[str] = "prefill_done"
     prompt_tokens: int
     seconds: float
+    cached_tokens: int = 0  # loaded from the prefix cache instead of computed
+    computed_tokens: int | None = None  # computed by this run (None, in events stored before: all of them)
+
+    def __post_init__(self) -> None:
+        if self.computed_tokens is None:
+            object.__setattr__(self, "computed_tokens", self.prompt_tokens - self.cached_tokens)
 
 
 @dataclass(frozen=True)

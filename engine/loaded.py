@@ -16,6 +16,7 @@ from engine.models import KVShape
 
 
 class Generator(Protocol):
+    source: str  # what was loaded: 'bundled', a folder, a .gguf file or synthetic:NAME (keys the prefix cache)
     name: str
     model: torch.nn.Module  # called with input_ids, position_ids, attention_mask, past_key_values
     kv_shape: KVShape

@@ -55,6 +55,7 @@ class PlannedModel:
     device: torch.device = field(default_factory=lambda: torch.device("meta"))
     eos_token_ids: tuple[int, ...] = ()
     plan_only: bool = True  # search scores steps with ContentHashVerifier
+    source: str = ""
 
     def decode(self, ids: Sequence[int]) -> str:
         return " ".join(map(str, ids))
@@ -74,4 +75,5 @@ def planned_model(source: str, dtype: str = "bfloat16") -> PlannedModel:
         hidden_size=heads * dim,
         head_dim=dim,
     )
-    return PlannedModel(f"{source} (plan only)", ShapeOnlyModel(config, shape, DTYPES[dtype]), shape, DTYPES[dtype])
+    return PlannedModel(f"{source} (plan only)", ShapeOnlyModel(config, shape, DTYPES[dtype]), shape, DTYPES[dtype],
+                        source=source)

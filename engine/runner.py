@@ -33,17 +33,19 @@ def prefill(
     Chunks keep activations small: each call holds `chunk` positions' hidden states and computes
     logits for its last position only. Each chunk attends to the cache of the earlier ones, so
     the KV and the logits equal one call's. `cache` (e.g. a head-wise cache on the host) and
-    `forward` are passed to every call.
+    `forward` are passed to every call. A `cache` that already holds tokens (a cached prefix) is
+    continued: `token_ids` are the tokens after them, at the positions after them.
     """
     ids = list(token_ids)
     step = chunk or max(1, len(ids))
     cache = cache if cache is not None else DynamicCache(config=model.config)
+    past = cache.get_seq_length()
     logits = None
     for start in range(0, len(ids), step):
         part = ids[start : start + step]
         out = model(
             input_ids=torch.tensor([part], device=device),
-            position_ids=torch.arange(start, start + len(part), device=device)[None],
+            position_ids=torch.arange(past + start, past + start + len(part), device=device)[None],
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,

@@ -21,6 +21,7 @@ from engine.chat import Turn
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import BeamwiseError, InvalidPrompt
 from engine.kv.cache import KVCache
+from engine.kv.prefix_cache import PrefixCache, shared_prefix_cache
 from engine.loaded import Generator
 from engine.methods import method_for
 from engine.methods.lookahead import RolledStep, roll_out
@@ -127,7 +128,7 @@ class _Search:
         need = self.verifier.batch_bytes(self.question, rows, sized.step_tokens, sized.max_steps)
         kv = KVCache(  # sized for the roll-outs too: they hold N*M more paths, K steps longer
             self.loaded, sized, self.cache_cfg, len(prompt), decode=self._decode_rows, prefill=self._prefill,
-            verifier_batch_bytes=need,
+            verifier_batch_bytes=need, prefix=self._prefix_cache(),
         )
         self.verifier.use_budget(kv.verifier_budget, self.cache_cfg.block_size)
         # teacher forcing names each candidate's tokens, and roll-outs fork children of their own: no speculation
@@ -151,9 +152,16 @@ class _Search:
             kv.close()  # the KV pools go back at once, also when the run fails or is cancelled
             self.verifier.close()
 
+    def _prefix_cache(self) -> PrefixCache | None:
+        """The process's prefix cache for this model, when the settings keep one (never for plan-only runs)."""
+        c = self.cache_cfg
+        if not c.prefix_cache or self.loaded.plan_only:
+            return None
+        return shared_prefix_cache(self.loaded, c.block_size, c.prefix_cache_ram_bytes, c.prefix_cache_disk_bytes)
+
     def _steps(self, kv: KVCache, prompt: list[int], started: float) -> Iterator[ev.Event]:
         seconds = kv.prefill(prompt)
-        yield ev.PrefillDone(len(prompt), seconds)
+        yield ev.PrefillDone(len(prompt), seconds, kv.cached_tokens, kv.computed_tokens)
         kept: list[int] = []
         step = 0
         for step in range(1, self.cfg.max_steps + 1):
@@ -180,7 +188,7 @@ class _Search:
             )
             if all(self.candidates[c].finished for c in kept):
                 break
-        yield self._finish(kept, step, started)
+        yield self._finish(kept, step, started, kv)
 
     def _decode_rows(self, cache, mask, rows, should_stop, before_forward=None, **forward):
         """The decode callable the KV layer runs: the model and this run's step rules, bound."""
@@ -328,10 +336,10 @@ class _Search:
     def _path(self, cid: int | None) -> list[int]:
         return path_to(self.candidates, cid)
 
-    def _finish(self, kept: list[int], steps: int, started: float) -> ev.RunFinished:
+    def _finish(self, kept: list[int], steps: int, started: float, kv: KVCache) -> ev.RunFinished:
         pool = final_pool([self.candidates[c] for c in kept])
         winner = choose(pool, self.cfg.select, lambda c: self.loaded.decode(c.generated))
-        best = winner.id
+        best = kv.chosen = winner.id  # its path's blocks go to the prefix cache
         seconds = time.perf_counter() - started
         total = sum(c.step_tokens for c in self.candidates.values()) + self.extra_tokens
         return ev.RunFinished(

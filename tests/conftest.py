@@ -10,6 +10,8 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # GUI tests run headless unless told otherwise
 # Commands run without --db record into a scratch folder, never the developer's own sessions.
 os.environ.setdefault("BEAMWISE_DATA_DIR", tempfile.mkdtemp(prefix="beamwise-tests-"))
+# ... and keep their prefix KV cache (on by default in the CLI) out of the developer's cache folder.
+os.environ.setdefault("BEAMWISE_PREFIX_CACHE_DIR", tempfile.mkdtemp(prefix="beamwise-prefix-kv-"))
 
 from engine.config import ModelSpec
 from engine.models import load_model

@@ -62,3 +62,28 @@ def test_the_prefill_chunk_round_trips_and_zero_means_auto(qtbot, tmp_path, monk
     _, _, built = controls.configs()
     assert built.prefill_chunk is None  # auto: sized to the budget
     assert controls.prefill_chunk.spin.specialValueText() == "auto" and "head-wise" in controls.prefill_chunk.toolTip()
+
+
+def test_the_prefix_cache_switch_and_caps_round_trip(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path))
+    controls = SearchControls()
+    qtbot.addWidget(controls)
+    _, _, built = controls.configs()
+    assert built.prefix_cache and built.prefix_cache_ram_bytes is None and built.prefix_cache_disk_bytes is None
+    cache = CacheConfig(prefix_cache=True, prefix_cache_ram_bytes=512_000_000, prefix_cache_disk_bytes=5_000_000_000)
+    controls.set_configs(ModelSpec(), SearchConfig(), cache)
+    _, _, built = controls.configs()
+    assert (built.prefix_cache_ram_bytes, built.prefix_cache_disk_bytes) == (512_000_000, 5_000_000_000)
+    controls.switches["prefix_cache"].setChecked(False)
+    controls.prefix_ram.set_value(0)
+    _, _, built = controls.configs()
+    assert not built.prefix_cache and built.prefix_cache_ram_bytes is None
+    assert controls.prefix_ram.spin.specialValueText() == "auto" and "free" in controls.prefix_disk.toolTip()
+
+
+def test_the_status_line_shows_cached_prompt_tokens():
+    from app.gui.status_line import prompt_text
+    from engine import events as ev
+
+    assert prompt_text(ev.PrefillDone(120, 0.1)) == "prompt: 120 tok"
+    assert prompt_text(ev.PrefillDone(120, 0.1, 96, 24)) == "prompt: 120 tok (96 cached, 24 computed)"

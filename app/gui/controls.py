@@ -42,6 +42,7 @@ SYNTHETIC_CHOICES = ("tiny-llama", "tiny-qwen2", "tiny-opt")
 FOLDER_CHOICE, GGUF_CHOICE, SERVER_CHOICE = "<folder>", "<gguf>", "<server>"
 SERVER_SOURCE = "server:openai"  # the generator is the server chosen with "Server…" (app/gui/server_panel.py)
 MB = 1_000_000  # the CLI's 64MB means 64,000,000 bytes; the slider agrees with it
+GB = 1_000_000_000
 ERROR_STYLE = "color: #c62828;"
 
 
@@ -170,7 +171,7 @@ class SearchControls(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._model, self._search, self._cache = ModelSpec(), SearchConfig(), CacheConfig()
+        self._model, self._search, self._cache = ModelSpec(), SearchConfig(), CacheConfig(prefix_cache=True)
         self._error = ""
         self._build()
         self.set_configs(self._model, self._search, self._cache)
@@ -194,7 +195,9 @@ class SearchControls(QWidget):
                                     kv_budget_bytes=budget_mb * MB if budget_mb else None,
                                     pcie_gbps=float(self.pcie_gbps.value()),
                                     prefill_chunk=int(self.prefill_chunk.value()) or None,
-                                    verifier_kv_share=share / 100 if share else None, **switches)
+                                    verifier_kv_share=share / 100 if share else None, **switches,
+                                    prefix_cache_ram_bytes=_size(self.prefix_ram.value(), MB),
+                                    prefix_cache_disk_bytes=_size(self.prefix_disk.value(), GB))
         return model, search, cache
 
     def _verifier_device(self, verifier: str) -> str:
@@ -228,6 +231,8 @@ class SearchControls(QWidget):
         self.pcie_gbps.set_value(cache.pcie_gbps)
         self.prefill_chunk.set_value(cache.prefill_chunk or 0)
         self.verifier_share.set_value(round(cache.verifier_kv_share * 100) if cache.verifier_kv_share else 0)
+        self.prefix_ram.set_value(round(cache.prefix_cache_ram_bytes / MB) if cache.prefix_cache_ram_bytes else 0)
+        self.prefix_disk.set_value(round(cache.prefix_cache_disk_bytes / GB) if cache.prefix_cache_disk_bytes else 0)
         self.verifier_on_cpu.setChecked(search.verifier_device == "cpu")
         for name, box in self.switches.items():
             box.setChecked(getattr(cache, name))
@@ -362,6 +367,9 @@ class SearchControls(QWidget):
                                         "steps in the idle slots, more for better-ranked beams (FlashTTS's "
                                         "B - j + 1). Kept candidates' children start their step with those "
                                         "tokens, pruned ones drop them. Same answer either way."),
+            "prefix_cache": self._switch("prefix cache", "Keep the KV of prompts and chosen answers in RAM and in "
+                                         "the user cache folder: Run again, a follow-up or a longer question that "
+                                         "starts the same computes only its new tokens (same answer)."),
         }
         for switch in self.switches.values():
             form.addRow("", switch)
@@ -380,6 +388,14 @@ class SearchControls(QWidget):
                                            "verifying is compute-bound and decoding gains from every byte "
                                            "(FlashTTS). Only a PRM or self-judge keeps KV.")
         form.addRow("Verifier KV share", self.verifier_share)
+        self.prefix_ram = self._slider(0, 65536, step=64, suffix=" MB", special="auto",
+                                       tooltip="Most host RAM for the prefix cache. auto: a quarter of the free "
+                                       "RAM, at most 4 GiB. Past it, the blocks least worth keeping go first.")
+        form.addRow("Prefix cache RAM", self.prefix_ram)
+        self.prefix_disk = self._slider(0, 1000, step=1, suffix=" GB", special="auto",
+                                        tooltip="Most disk for the prefix cache (in the user cache folder). auto: "
+                                        "a tenth of the free disk, at most 8 GiB.")
+        form.addRow("Prefix cache disk", self.prefix_disk)
         self.verifier_on_cpu = self._switch("run the PRM on the CPU", "Load the PRM on the CPU in float32 and keep "
                                             "its KV in CPU memory: for when its weights do not fit on the GPU "
                                             "beside the generator's. Slower, but the generator keeps the GPU.")
@@ -429,3 +445,8 @@ class SearchControls(QWidget):
         self.error_label.setText(self._error)
         self.error_label.setVisible(bool(self._error))
         self.changed.emit()
+
+
+def _size(value: float, unit: int) -> int | None:
+    """A slider's value in bytes; 0 is "auto" (None)."""
+    return int(value) * unit if int(value) else None

@@ -199,7 +199,7 @@ def _build_window(args: argparse.Namespace, settings: QSettings, *, interactive:
         factory = lambda: SessionStore(path)  # noqa: E731 - the worker thread opens its own connection
     bridge = SearchBridge(store_factory=factory)
     window = MainWindow(bridge, settings=settings, store=store, dialogs=interactive)
-    base = saved.load_configs(settings) or (ModelSpec(), SearchConfig(), CacheConfig())
+    base = saved.load_configs(settings) or (ModelSpec(), SearchConfig(), CacheConfig(prefix_cache=True))
     window.controls.set_configs(*explicit_configs(args, base))
     if not interactive:
         window.resize(1400, 900)

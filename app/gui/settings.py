@@ -34,7 +34,7 @@ def load_configs(settings: QSettings) -> tuple[ModelSpec, SearchConfig, CacheCon
     try:
         model = ModelSpec(**_json(settings, "model"))
         search = SearchConfig(**_json(settings, "search"))
-        cache = CacheConfig(**_json(settings, "cache"))
+        cache = CacheConfig(**{"prefix_cache": True, **_json(settings, "cache")})  # on unless turned off
     except (TypeError, ValueError):  # a renamed field or a value a newer version allowed
         return None
     return model, search, cache

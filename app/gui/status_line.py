@@ -57,6 +57,8 @@ class StatusLine:
                              "and the share of the verifier's layer work (tokens x layers) saved, kept candidates' "
                              "completed layers paid back")
         self.exit.hide()
+        self.prompt = QLabel("prompt: -")
+        self.prompt.setToolTip("Prompt tokens: loaded from the prefix cache (cached) and computed by this run")
         self.progress = QProgressBar()
         self.progress.setRange(0, 100)
         self.progress.setMaximumWidth(220)
@@ -68,8 +70,8 @@ class StatusLine:
         self._beat.setInterval(HEARTBEAT_MS)
         self._beat.timeout.connect(self._heartbeat)
         self._quiet = QElapsedTimer()
-        for widget in (self.progress, self.model, self.verifier, self.device, self.policy, self.step, self.exit,
-                       self.speed):
+        for widget in (self.progress, self.model, self.verifier, self.device, self.policy, self.prompt, self.step,
+                       self.exit, self.speed):
             bar.addPermanentWidget(widget)
         self.speed.setToolTip("Candidate tokens generated per second (all beams together)")
         self.device.setToolTip("Where the KV cache lives; without CUDA a budgeted CPU pool emulates the GPU")
@@ -119,6 +121,7 @@ class StatusLine:
         self.policy.setText("policy: -")
         self.verifier.setText("verifier: -")
         self._show_exit(None)
+        self.prompt.setText("prompt: -")
         self.bar.clearMessage()
 
     def stop_heartbeat(self) -> None:
@@ -144,6 +147,8 @@ class StatusLine:
             self.step.setText(f"step 0/{self._max_steps}")
             self._show_exit(None)
             self.show_device_hint(emulated_hint() if event.emulated and live else None)
+        elif isinstance(event, ev.PrefillDone):
+            self.prompt.setText(prompt_text(event))
         elif isinstance(event, ev.StepStarted):
             self.step.setText(f"step {event.step}/{self._max_steps}")
         elif isinstance(event, ev.StepSelected) and event.exit_layer is not None:
@@ -179,3 +184,10 @@ def _speculation(event: ev.RunFinished, separator: str) -> str:
     """'; speculated 177 tokens, 29 kept (16%)', or nothing when the run speculated none."""
     made, used = event.speculative_tokens, event.speculative_used
     return f"{separator}speculated {made} tokens, {used} kept ({used / made:.0%})" if made else ""
+
+
+def prompt_text(event: ev.PrefillDone) -> str:
+    """The status field of a prefill: its tokens, and how many came from the prefix cache."""
+    if not event.cached_tokens:
+        return f"prompt: {event.prompt_tokens} tok"
+    return f"prompt: {event.prompt_tokens} tok ({event.cached_tokens} cached, {event.computed_tokens} computed)"

@@ -17,6 +17,8 @@ from engine.kv.in_device import InDevicePolicy
 from engine.kv.layerwise import LayerwisePolicy
 from engine.kv.lbs import SLACK_BLOCKS, LbsPolicy, Switches
 from engine.kv.policy import Decode, GroupDone, Live, Policy, PolicyContext, StepTiming, Work, tail_blocks
+from engine.kv.prefix_cache import PrefixCache
+from engine.kv.prefix_io import device_cache, keep_layers, keep_table, load_prefix
 from engine.kv.split import split_budget
 from engine.kv.store import KVStore
 from engine.loaded import Generator
@@ -71,10 +73,15 @@ class KVCache:
         free_bytes: BudgetProbe | None = None,
         margin: int = CUDA_MARGIN,
         verifier_batch_bytes: int = 0,
+        prefix: PrefixCache | None = None,
     ) -> None:
         """`verifier_batch_bytes`: device KV one verification batch needs (0: the verifier keeps no KV); the
-        budget is split between the generator (`budget`) and the verifier (`verifier_budget`)."""
+        budget is split between the generator (`budget`) and the verifier (`verifier_budget`). `prefix`: the
+        prefix cache the prompt's cached blocks come from and this run's blocks go to (None: none)."""
         self.cfg, self.search, self._prefill, self.margin = cache, search, prefill, margin
+        self.prefix, self._pinned, self.chosen, self._body = prefix, [], None, []
+        self.cached_tokens = self.computed_tokens = 0
+        self._config = loaded.model.config
         shape, self.device = loaded.kv_shape, loaded.device
         self.blocks = BlockManager(cache.block_size)
         token_bytes = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * _element_size(loaded.dtype)
@@ -146,15 +153,26 @@ class KVCache:
 
     # -- lifecycle of candidates ----------------------------------------------------------------
     def prefill(self, prompt: Sequence[int]) -> float:
-        """Compute the prompt's KV once, in one run of consecutive slots; every candidate shares it. Seconds."""
+        """Compute the prompt's KV once, in one run of consecutive slots; every candidate shares it. Seconds.
+
+        The leading full blocks found in the prefix cache are loaded instead of computed; the rest is
+        computed on top of them (`cached_tokens`, `computed_tokens`: the last prompt token is always
+        computed, by the first step)."""
         start = time.perf_counter()
         self.store.counters.start_step()
+        body, cached = list(prompt[:-1]), None
+        self._body = body
+        if self.prefix is not None:
+            self._pinned, cached = load_prefix(self.prefix, body)
+        done = 0 if cached is None else cached.shape[3]
         if isinstance(self.policy, HeadwisePolicy):  # chunk by chunk straight into the prompt's host blocks
-            plan = self.blocks.allocate(prompt[:-1], self.home)
-            self.policy.prefill(self._prefill, plan.new_blocks, self.prefill_chunk, self._current_budget())
+            plan = self.blocks.allocate(body, self.home)
+            self.policy.prefill(self._prefill, plan.new_blocks, self.prefill_chunk, self._current_budget(), cached)
         else:
-            cache = self._prefill(prompt[:-1], chunk=self.prefill_chunk)
-            plan = self.blocks.allocate(prompt[:-1], self.home)
+            cache = None if cached is None else device_cache(self.store, self._config, cached, PROMPT_ID)
+            if cache is None or done < len(body):
+                cache = self._prefill(body[done:], chunk=self.prefill_chunk, cache=cache)
+            plan = self.blocks.allocate(body, self.home)
             if isinstance(self.policy, LayerwisePolicy):
                 self.policy.start(PROMPT_ID, cache)  # keeps the prompt's KV as its first row
             else:
@@ -163,6 +181,7 @@ class KVCache:
                 self.store.write(plan, torch.stack(layers), self.home, PROMPT_ID)
         self.live[PROMPT_ID] = Live(PROMPT_ID, plan.table, prompt[-1], None)
         self.store.sync()
+        self.cached_tokens, self.computed_tokens = done, len(prompt) - done
         return time.perf_counter() - start
 
     def fork(self, parent: int | None, child: int, generator, adopt: int | None = None) -> tuple[int, ...]:
@@ -191,11 +210,36 @@ class KVCache:
         return discarded
 
     def close(self) -> None:
-        """End of the run (finished, cancelled or failed): free every block and give the pools back."""
-        for candidate in list(self.live):
-            self.release(candidate)
-        self.policy = None  # layer-wise holds its own layer buffers
-        self.store.close()
+        """End of the run (finished, cancelled or failed): keep its blocks in the prefix cache, free every
+        block and give the pools back."""
+        try:
+            self._keep()
+        finally:
+            if self.prefix is not None:
+                self.prefix.unpin(self._pinned)
+            self._pinned = []
+            for candidate in list(self.live):
+                self.release(candidate)
+            self.policy = None  # layer-wise holds its own layer buffers
+            self.store.close()
+
+    def _keep(self) -> None:
+        """The chosen path's full blocks (`chosen`, set by the search), else the prompt's, to the prefix cache."""
+        if self.prefix is None or not self.live or self.policy is None:
+            return
+        prompt_blocks = len(self._pinned)
+        chosen = self.chosen if self.chosen in self.live else None
+        owner = chosen if chosen is not None else PROMPT_ID if PROMPT_ID in self.live else next(iter(self.live))
+        table = self.live[owner].table if chosen is not None else self.live[owner].table[:prompt_blocks]
+        if isinstance(self.policy, LayerwisePolicy):
+            tokens, rows = self.blocks.tokens_of(table), self.policy.row_kv(owner)
+            if rows is None and self.policy.rows:  # a path that finished steps ago has no row now: keep the prompt
+                owner, rows = self.policy.rows[0], self.policy.row_kv(self.policy.rows[0])
+                tokens = self._body[: prompt_blocks * self.cfg.block_size]
+            if rows is not None:
+                keep_layers(self.prefix, self.store, tokens, rows, owner)
+        else:
+            keep_table(self.prefix, self.blocks, self.store, table, owner)
 
     # -- one step -------------------------------------------------------------------------------
     def plan(self, candidates: Sequence[int]):

@@ -123,19 +123,27 @@ class HeadwisePolicy:
         return StepPlan("headwise", tuple(Group(tuple(w.id for w in g)) for g in groups))
 
     # -- the prompt -------------------------------------------------------------------------------
-    def prefill(self, prefill, block_ids: Sequence[int], chunk: int, budget: int) -> None:
+    def prefill(self, prefill, block_ids: Sequence[int], chunk: int, budget: int,
+                cached: torch.Tensor | None = None) -> None:
         """Compute the prompt's KV `chunk` tokens at a time straight into its blocks' host run, head-wise:
-        the device holds two head groups of the prompt and one chunk's activations, never the whole KV."""
+        the device holds two head groups of the prompt and one chunk's activations, never the whole KV.
+        `cached` `[L, 2, H, c, D]` (the prefix cache's) fills the first `c` tokens instead (host to host)."""
         run = self.store.place(block_ids, Tier.HOST)
         rows = self.store.pools[Tier.HOST].segment(run).unsqueeze(2)  # [L, 2, 1, H, T, D]
+        done = 0 if cached is None else cached.shape[3]
+        if done:
+            self.store.copy(rows[:, :, 0, :, :done], cached, "h2h", [0])
+        tokens = self.blocks.tokens_of(block_ids)
+        if done >= len(tokens):
+            return
         need = lambda g: buffer_bytes(g, 0, 1, rows.shape[4], self.head_token_bytes) + self.store.block_bytes  # noqa: E731
         heads = next((g for g in head_group_sizes(self.num_kv_heads) if need(g) <= budget), None)
         if heads is None:
             raise KVBudgetTooSmall(budget, need(1), "one KV head of the prompt (headwise)")
-        stream = HeadStream(self.store, None, rows, 0, heads, [0])
+        stream = HeadStream(self.store, None, rows, done, heads, [0])
         try:
             cache = stream.cache(self.context.config)
-            prefill(self.blocks.tokens_of(block_ids), chunk=chunk, cache=cache, kv_heads=stream)
+            prefill(tokens[done:], chunk=chunk, cache=cache, kv_heads=stream)
         finally:
             stream.close()
 

@@ -251,6 +251,19 @@ class LayerwisePolicy:
             self.staged.update(self._transfer((layer, n, new), following))  # overlaps this layer's attention
         return heads_view(kv, n + new)
 
+    def row_kv(self, candidate: int) -> list[tuple[torch.Tensor, bool]] | None:
+        """The candidate's KV per layer, `[2, H, T, D]` in token order (its row's real columns), and whether
+        the layer is on the device; None when it has no row (it was not decoded in the last step)."""
+        if candidate not in self.rows:
+            return None
+        row = self.rows.index(candidate)
+        columns = self.mask[row].nonzero().flatten()
+        out = []
+        for layer in self.layers:
+            kv = layer.kv[: layer.length].index_select(0, columns.to(layer.kv.device))[:, :, row]  # [T, 2, H, D]
+            out.append((kv.permute(1, 2, 0, 3), layer.index < self.resident))
+        return out
+
     # -- reporting ------------------------------------------------------------------------------
     def placement(self, live: Live) -> tuple[int, int, int, int]:
         share = self.resident / self.num_layers
