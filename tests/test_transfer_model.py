@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from engine.config import CacheConfig, SearchConfig
@@ -193,3 +195,22 @@ def test_in_device_gathers_each_parents_history_once_per_step(tiny):
         tokens = len(parents) * (length - shared) + len(rows) * k + sum(m - 1 for m in children) * (length % block)
         assert stat.step_d2d_bytes == tokens * tiny.kv_shape.token_bytes(), stat.step
     assert len(stats) == FIXED.max_steps and max(len({e.parent for e in texts if e.step == s}) for s in (2, 3)) > 1
+
+
+def test_lbs_inter_token_copies_each_run_of_blocks_in_one_call(tiny, monkeypatch):
+    """A row's blocks that sit in consecutive slots of one run (the prompt, a step's new blocks) cross
+    PCIe in one copy: the same bytes as block by block, in fewer calls. Step 1 loads every row's prompt:
+    one call per row instead of one per block."""
+    budget = 3 * (prompt_kv_tokens(tiny) + (FIXED.max_steps + 1) * FIXED.step_tokens) * tiny.kv_shape.token_bytes()
+    cache = CacheConfig(policy="lbs", kv_budget_bytes=budget, inter_beam=False, balanced_prefetch=False)
+    stats = lambda events: [e for e in events if e.type == "transfer_stats"]  # noqa: E731
+    runs = stats(run_events(tiny, cache))
+    monkeypatch.setattr(KVStore, "follows", lambda store, block_id, previous, tier: False)  # block by block
+    blocks = stats(run_events(tiny, cache))
+    fields = ("step_h2d_bytes", "step_d2h_bytes", "step_d2d_bytes", "d2h_calls")
+    assert [[getattr(s, f) for f in fields] for s in runs] == [[getattr(s, f) for f in fields] for s in blocks]
+    rows, size = FIXED.candidates_per_step, CacheConfig().block_size
+    assert blocks[0].h2d_calls == rows * -(-prompt_kv_tokens(tiny) // size) > rows == runs[0].h2d_calls
+    calls = lambda stats: [b.h2d_calls - a.h2d_calls for a, b in pairwise(stats)]  # noqa: E731
+    for step, (coalesced, per_block) in enumerate(zip(calls(runs), calls(blocks), strict=True), start=2):
+        assert coalesced <= rows * step < per_block  # a run for the prompt and one per earlier step, at most
