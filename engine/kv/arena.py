@@ -117,7 +117,7 @@ class BlockCopier:
         if not named and self.users[previous] != self.users[block_id]:
             return False
         before, placed = self.placed.get(previous), self.placed.get(block_id)
-        if before is None or placed is None:  # both on the device already, side by side, or neither
+        if before is None or placed is None:  # both copied to the device before (side by side there), or neither
             return before is None and placed is None and self._adjacent(previous, block_id)
         return placed[0] is before[0] and placed[1] == before[1] + size
 

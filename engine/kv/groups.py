@@ -1,10 +1,12 @@
 """Runs a step group by group (in_device, lbs): load a group's KV, decode it, write the new KV back.
 
 A loaded group is a shared prefix (the blocks every member's table starts with) read in place
-when it already sits in consecutive device slots, else staged once; and an *arena*
-`[L, 2, B, H, W + k, D]` holding each member's own blocks left-padded to `W` columns, with
-room for the step's `k` new tokens. Both are runs of the one device pool, so nothing is
-allocated per step and a shared block is never duplicated per row.
+when it already sits in consecutive device slots, else staged once; with cascade attention, a
+parent level `[L, 2, G, H, Wp, D]` holding once the history each parent's children share
+(engine/kv/arena.py); and an *arena* `[L, 2, B, H, W + k, D]` holding each member's own
+remaining blocks left-padded to `W` columns, with room for the step's `k` new tokens. All are
+runs of the one device pool, so nothing is allocated per step and a shared block is never
+duplicated per row.
 
 Timing model for the emulated device: a group's copies to the device stall compute unless
 they were prefetched while the previous group computed; write-back is not counted as a stall.
