@@ -78,8 +78,33 @@ def assert_matches_plain_transformers(loaded, trace) -> None:
         torch.testing.assert_close(logits, ref[len(prompt) - 1 : len(prompt) - 1 + len(tokens)], atol=1e-4, rtol=0)
 
 
-def test_in_device_matches_plain_transformers(tiny):
-    assert_matches_plain_transformers(tiny, search_trace(tiny, SEARCH, CacheConfig(policy="in_device")))
+@pytest.mark.parametrize("search", [SEARCH, UNEVEN], ids=["fixed-steps", "delimiter-steps"])
+@pytest.mark.parametrize("model", ["tiny", "tiny_qwen2", "tiny_opt"])
+def test_in_device_matches_plain_transformers(request, model, search):
+    """Rows read the prompt in place and their parent's history from one copy per parent (cascade
+    attention, three levels): each candidate's logits equal one uncached forward (GQA, MHA, OPT)."""
+    loaded = request.getfixturevalue(model)
+    assert_matches_plain_transformers(loaded, search_trace(loaded, search, CacheConfig(policy="in_device")))
+
+
+SPECULATING = SearchConfig(beams=2, width=3, step_tokens=10, max_steps=3, step_delimiter="c", seed=0)
+
+
+@pytest.mark.parametrize(("policy", "candidates"), [("in_device", None), ("lbs", 1.3)])
+def test_speculation_keeps_tokens_and_logits(tiny, policy, candidates):
+    """With speculation a first child starts from its parent's speculated tokens: its table is its
+    siblings' plus blocks of its own, read from its own row after the parent level. Every token and
+    every logit observed (tokens not speculated) is the one the run without speculation observed."""
+    budget = footprint_budget(tiny, SPECULATING, candidates) if candidates else None
+    off = search_trace(tiny, SPECULATING, CacheConfig(policy=policy, kv_budget_bytes=budget))
+    on = search_trace(tiny, SPECULATING, CacheConfig(policy=policy, kv_budget_bytes=budget, speculative=True))
+    assert on[2] == off[2] and set(on[1]) <= set(off[1])
+    assert sum(e.speculated for e in on[0] if e.type == "candidate_text") > 0
+    for cid, observed in on[1].items():
+        suffix = off[1][cid][len(off[1][cid]) - len(observed) :]  # a speculated start is not observed
+        assert [t for _, t in observed] == [t for _, t in suffix]
+        torch.testing.assert_close(torch.stack([lg for lg, _ in observed]), torch.stack([lg for lg, _ in suffix]),
+                                   atol=1e-4, rtol=0)  # fmt: skip
 
 
 @pytest.mark.parametrize("search", [SEARCH, UNEVEN], ids=["fixed-steps", "delimiter-steps"])

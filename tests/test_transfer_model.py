@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from engine.config import CacheConfig, SearchConfig
@@ -150,3 +152,65 @@ def test_prefix_order_keeps_the_shared_prompt_across_groups(tiny):
     saved = sum(p.step_h2d_bytes - o.step_h2d_bytes for p, o in zip(plain, ordered, strict=True))
     multi_group_steps = sum(e.groups - 1 for e in plain)
     assert saved >= multi_group_steps * full_prompt_blocks > 0
+
+
+def common_ancestor_tokens(loaded, parents: set[int], parent_of: dict, step_of: dict, search: SearchConfig) -> int:
+    """KV tokens every one of `parents` shares by block: the full blocks of their lowest common ancestor's
+    KV when it was forked (the prompt: step 0). A partial tail is copied on write by all but one child."""
+    paths = [[*path_to(parent_of, p)] for p in parents]
+    common = None
+    for nodes in zip(*paths, strict=False):
+        if len(set(nodes)) > 1:
+            break
+        common = nodes[0]
+    tokens = prompt_kv_tokens(loaded) + (step_of[common] if common is not None else 0) * search.step_tokens
+    return tokens // CacheConfig().block_size * CacheConfig().block_size
+
+
+def path_to(parent_of: dict, cid) -> list[int]:
+    path = []
+    while cid is not None:
+        path.append(cid)
+        cid = parent_of[cid]
+    return path[::-1]
+
+
+def test_in_device_gathers_each_parents_history_once_per_step(tiny):
+    """The per-parent cascade level: siblings read their parent's history after the shared prefix
+    from one copy per parent, so a step's device copies are, in tokens,
+    sum over parents (T - P) + new tokens + copy-on-write of each parent's partial tail by all but
+    one child, where T is a parent's KV length and P what every parent shares."""
+    events = run_events(tiny, CacheConfig(policy="in_device"))
+    texts = [e for e in events if e.type == "candidate_text"]
+    parent_of = {e.id: e.parent for e in texts}
+    step_of = {e.id: e.step for e in texts}
+    stats = [e for e in events if e.type == "transfer_stats"]
+    block, k = CacheConfig().block_size, FIXED.step_tokens
+    for stat in stats:
+        rows = [e for e in texts if e.step == stat.step]
+        parents = {e.parent for e in rows}
+        length = prompt_kv_tokens(tiny) + (stat.step - 1) * k  # every parent's KV at the step's start
+        shared = length if len(parents) == 1 else common_ancestor_tokens(tiny, parents, parent_of, step_of, FIXED)
+        children = [sum(1 for e in rows if e.parent == p) for p in parents]
+        tokens = len(parents) * (length - shared) + len(rows) * k + sum(m - 1 for m in children) * (length % block)
+        assert stat.step_d2d_bytes == tokens * tiny.kv_shape.token_bytes(), stat.step
+    assert len(stats) == FIXED.max_steps and max(len({e.parent for e in texts if e.step == s}) for s in (2, 3)) > 1
+
+
+def test_lbs_inter_token_copies_each_run_of_blocks_in_one_call(tiny, monkeypatch):
+    """A row's blocks that sit in consecutive slots of one run (the prompt, a step's new blocks) cross
+    PCIe in one copy: the same bytes as block by block, in fewer calls. Step 1 loads every row's prompt:
+    one call per row instead of one per block."""
+    budget = 3 * (prompt_kv_tokens(tiny) + (FIXED.max_steps + 1) * FIXED.step_tokens) * tiny.kv_shape.token_bytes()
+    cache = CacheConfig(policy="lbs", kv_budget_bytes=budget, inter_beam=False, balanced_prefetch=False)
+    stats = lambda events: [e for e in events if e.type == "transfer_stats"]  # noqa: E731
+    runs = stats(run_events(tiny, cache))
+    monkeypatch.setattr(KVStore, "follows", lambda store, block_id, previous, tier: False)  # block by block
+    blocks = stats(run_events(tiny, cache))
+    fields = ("step_h2d_bytes", "step_d2h_bytes", "step_d2d_bytes", "d2h_calls")
+    assert [[getattr(s, f) for f in fields] for s in runs] == [[getattr(s, f) for f in fields] for s in blocks]
+    rows, size = FIXED.candidates_per_step, CacheConfig().block_size
+    assert blocks[0].h2d_calls == rows * -(-prompt_kv_tokens(tiny) // size) > rows == runs[0].h2d_calls
+    calls = lambda stats: [b.h2d_calls - a.h2d_calls for a, b in pairwise(stats)]  # noqa: E731
+    for step, (coalesced, per_block) in enumerate(zip(calls(runs), calls(blocks), strict=True), start=2):
+        assert coalesced <= rows * step < per_block  # a run for the prompt and one per earlier step, at most

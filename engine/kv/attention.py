@@ -1,11 +1,15 @@
-"""Attention over a group's KV in two parts: a shared prefix read in place, and each row's own suffix.
+"""Attention over a group's KV in up to three parts: a shared prefix and each parent's history, both
+read once, and each row's own suffix.
 
 Candidates of a group share their leading blocks (at least the prompt). Duplicating that
 prefix into every row costs device copies and memory reads; instead the prefix is kept once,
-as `[H, P, D]` per layer, and every row's query attends to it in one matrix product, while
-its own tokens sit in a preallocated *arena* `[B, H, W, D]` (left-padded). The two partial
-softmaxes are merged exactly by their log-sum-exp (cascade attention), so the result equals
-attention over the concatenated KV.
+as `[H, P, D]` per layer, and every row's query attends to it in one matrix product. Siblings
+(the children of one parent, forked at the step's start) also share their parent's history
+after that prefix: it is gathered once per parent into `[G, H, Wp, D]` (masked where a parent
+is shorter), and the sibling queries of parent `g` read `K[g]` together. Each row's own tokens
+(its new ones, and any it does not share with its siblings) sit in a preallocated *arena*
+`[B, H, W, D]` (left-padded). The partial softmaxes are merged exactly by their log-sum-exp in
+float32 (cascade attention), so the result equals attention over the concatenated KV.
 
 The model runs through a registered attention function, `beamwise`, that does this when the
 forward call passes `kv_prefix=`, hands the layer to the head-wise policy when it passes
@@ -28,10 +32,34 @@ ATTENTION = "beamwise"
 
 
 @dataclass(frozen=True)
-class SharedPrefix:
-    """Per layer (K, V) `[H, P, D]` shared by every row of the decode batch (views of the device pool)."""
+class ParentHistory:
+    """Each parent's history after the shared prefix, read once by all of its rows (the children).
+
+    `layers` holds per layer (K, V) `[G, H, Wp, D]`, parent `g`'s tokens in its first columns;
+    `mask` `[G, Wp]` (True: a real column) is None when no parent is shorter than `Wp`. Parent `g`
+    has up to `width` query rows: row `r` of the batch is query slot `slots[r]` of the `G * width`
+    slots (parent `slots[r] // width`), or slot `r` when `slots` is None (rows ordered by parent,
+    `width` each). Unused slots are padding and cost only their share of one matrix product.
+    """
 
     layers: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+    mask: torch.Tensor | None  # [G, Wp] bool
+    slots: torch.Tensor | None  # [B] long
+    width: int  # M: query rows per parent
+
+    @property
+    def parents(self) -> int:
+        return self.layers[0][0].shape[0] if self.layers else 0
+
+
+@dataclass(frozen=True)
+class SharedPrefix:
+    """Per layer (K, V) `[H, P, D]` shared by every row of the decode batch (views of the device pool),
+    and optionally each parent's history after it (`parents`). `layers` is empty when the rows
+    share no prefix."""
+
+    layers: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+    parents: ParentHistory | None = None
 
     @property
     def tokens(self) -> int:
@@ -74,16 +102,28 @@ def cascade_attention(
         return kv_heads.attend(module.layer_idx, query, key, value, attention_mask, scale), None
     if kv_prefix is None or query.shape[2] != 1:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
-    k_prefix, v_prefix = kv_prefix.layers[module.layer_idx]
     scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
     batch, heads_q, _, dim = query.shape
     heads = key.shape[1]
     q = query.view(batch, heads, heads_q // heads, dim)  # [B, H, G, D]: query heads grouped by KV head
-    out_p, lse_p = _prefix_part(q, k_prefix, v_prefix, scale)
-    out_s, lse_s = _suffix_part(q, key, value, attention_mask, scale)
-    lse = torch.logaddexp(lse_p, lse_s)
-    out = out_p * torch.exp(lse_p - lse).unsqueeze(-1) + out_s * torch.exp(lse_s - lse).unsqueeze(-1)
-    return out.to(query.dtype).reshape(batch, 1, heads_q, dim), None  # [B, Q=1, Hq, D]
+    parts = [_suffix_part(q, key, value, attention_mask, scale)]
+    if kv_prefix.layers:
+        parts.append(_prefix_part(q, *kv_prefix.layers[module.layer_idx], scale))
+    if kv_prefix.parents is not None:
+        parts.append(_parent_part(q, kv_prefix.parents, module.layer_idx, scale))
+    return merge(parts).to(query.dtype).reshape(batch, 1, heads_q, dim), None  # [B, Q=1, Hq, D]
+
+
+def merge(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """Attention over the union of the parts' keys, from each part's (output `[..., D]`, log-sum-exp `[...]`)
+    in float32; a part whose keys are all masked has log-sum-exp -inf and weight 0."""
+    lse = parts[0][1]
+    for _, part_lse in parts[1:]:
+        lse = torch.logaddexp(lse, part_lse)
+    out = torch.zeros_like(parts[0][0])
+    for part_out, part_lse in parts:
+        out = out + part_out * torch.exp(part_lse - lse).unsqueeze(-1)
+    return out
 
 
 def _prefix_part(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
@@ -95,6 +135,29 @@ def _prefix_part(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
     out = torch.matmul(torch.softmax(scores, dim=-1).to(v.dtype), v).float()  # [H, B*G, D]
     out = out.view(heads, batch, group, dim).permute(1, 0, 2, 3)  # [B, H, G, D]
     return out, lse.view(heads, batch, group).permute(1, 0, 2)
+
+
+def _parent_part(q: torch.Tensor, parents: ParentHistory, layer: int, scale: float):
+    """Each parent's sibling queries against its history `[G, H, Wp, D]` in one batched product."""
+    k, v = parents.layers[layer]
+    _, heads, group, dim = q.shape
+    count, width = k.shape[0], parents.width
+    if parents.slots is None:
+        slots = q
+    else:  # rows to their parent's query slots; unused slots stay zero
+        slots = q.new_zeros((count * width, heads, group, dim)).index_copy_(0, parents.slots, q)
+    rows = slots.reshape(count, width, heads, group, dim).transpose(1, 2).reshape(count, heads, width * group, dim)
+    scores = torch.matmul(rows, k.transpose(-1, -2)).float() * scale  # [G, H, M*Gq, Wp]
+    if parents.mask is not None:
+        scores = scores.masked_fill(~parents.mask[:, None, None, :], float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)  # [G, H, M*Gq]; -inf for a parent with no history
+    weights = torch.exp(scores - torch.where(torch.isinf(lse), 0.0, lse).unsqueeze(-1))
+    out = torch.matmul(weights.to(v.dtype), v).float()  # [G, H, M*Gq, D]
+    out = out.view(count, heads, width, group, dim).transpose(1, 2).reshape(count * width, heads, group, dim)
+    lse = lse.view(count, heads, width, group).transpose(1, 2).reshape(count * width, heads, group)
+    if parents.slots is not None:
+        out, lse = out.index_select(0, parents.slots), lse.index_select(0, parents.slots)
+    return out, lse  # [B, H, Gq, D], [B, H, Gq]
 
 
 def _suffix_part(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float):

@@ -1,10 +1,12 @@
 """Runs a step group by group (in_device, lbs): load a group's KV, decode it, write the new KV back.
 
 A loaded group is a shared prefix (the blocks every member's table starts with) read in place
-when it already sits in consecutive device slots, else staged once; and an *arena*
-`[L, 2, B, H, W + k, D]` holding each member's own blocks left-padded to `W` columns, with
-room for the step's `k` new tokens. Both are runs of the one device pool, so nothing is
-allocated per step and a shared block is never duplicated per row.
+when it already sits in consecutive device slots, else staged once; with cascade attention, a
+parent level `[L, 2, G, H, Wp, D]` holding once the history each parent's children share
+(engine/kv/arena.py); and an *arena* `[L, 2, B, H, W + k, D]` holding each member's own
+remaining blocks left-padded to `W` columns, with room for the step's `k` new tokens. All are
+runs of the one device pool, so nothing is allocated per step and a shared block is never
+duplicated per row.
 
 Timing model for the emulated device: a group's copies to the device stall compute unless
 they were prefetched while the previous group computed; write-back is not counted as a stall.
@@ -19,7 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.kv.attention import ATTENTION, SharedPrefix, arena_cache
+from engine.kv.arena import BlockCopier, Family, block_users, families, query_slots
+from engine.kv.attention import ATTENTION, ParentHistory, SharedPrefix, arena_cache
 from engine.kv.blocks import BlockManager, Tier
 from engine.kv.policy import (
     OUT_OF_MEMORY,
@@ -160,20 +163,29 @@ class GroupExecutor:
     # -- loading ----------------------------------------------------------------------------
     def _load(self, group: Group, live: dict[int, Live]) -> LoadedGroup:
         """The shared prefix (in place, kept from the previous group, or staged in a run of its own),
-        then the arena, a second run of the device pool."""
+        then one run of the device pool for the arena and, with cascade attention, the parent level."""
         members = [live[c] for c in group.candidates]
         prefix_ids = common_prefix([m.table for m in members]) if self.cascade else []
-        own = [m.table[len(prefix_ids) :] for m in members]
+        skip = len(prefix_ids)
+        kin = families(members, skip) if self.cascade else []
+        kin = kin if any(f.blocks for f in kin) else []  # no parent history after the prefix: no such level
+        shared = {row: len(f.blocks) for f in kin for row in f.rows}
+        own = [m.table[skip + shared.get(row, 0) :] for row, m in enumerate(members)]
         lengths = [self.blocks.num_tokens(t) for t in own]
         width = max(lengths, default=0)
+        heights = [self.blocks.num_tokens(f.blocks) for f in kin]
         L, _, H, _, D = self.store.slot_shape
+        shapes = [(L, 2, len(members), H, width + self.step_tokens, D)]
+        shapes += [(L, 2, len(kin), H, max(heights), D)] if kin else []
         runs, kept, before = [], None, self.store.counters.step["h2d"]
         try:
             with self.store.loading() as loaded:
                 kv, kept = self._prefix(prefix_ids, group, runs)
-                (arena,), run = self.store.working([(L, 2, len(members), H, width + self.step_tokens, D)])
+                tensors, run = self.store.working(shapes)
                 runs.append(run)
-                arena, mask = self._load_rows(members, own, lengths, width, arena)
+                copier = BlockCopier(self.store, self.blocks, self.share, block_users(members, skip))
+                parents = self._load_parents(kin, heights, tensors[1], copier, len(members)) if kin else None
+                arena, mask = self._load_rows(members, own, lengths, width, tensors[0], copier)
         except BaseException:
             for held in runs:
                 self.store.release(held)
@@ -181,7 +193,8 @@ class GroupExecutor:
                 kept.users -= 1
                 self._release_if_unused(kept)
             raise
-        prefix = SharedPrefix(tuple((kv[i, 0], kv[i, 1]) for i in range(L))) if kv is not None else None
+        layers = tuple((kv[i, 0], kv[i, 1]) for i in range(L)) if kv is not None else ()
+        prefix = SharedPrefix(layers, parents) if layers or parents is not None else None
         h2d = self.store.counters.step["h2d"] - before
         return LoadedGroup(group, members, prefix_ids, prefix, width, arena, mask, runs, h2d, loaded, kept)
 
@@ -236,37 +249,31 @@ class GroupExecutor:
     def _fill(self, full: torch.Tensor, prefix_ids: list[int], start: int, group: Group) -> None:
         """Copy blocks `prefix_ids[start:]` into their columns of `full`; bytes are split among the members."""
         column = self.blocks.num_tokens(prefix_ids[:start])
-        for block_id in prefix_ids[start:]:
-            n = self.blocks.blocks[block_id].num_tokens
-            tier = self.store.tier_of(block_id)
-            src, direction = self.store.view(block_id, tier, n), self.store.direction(tier, Tier.DEVICE)
-            self.store.copy(full[:, :, :, column : column + n], src, direction, group.candidates)
-            column += n
+        BlockCopier(self.store, self.blocks, False, {}).copy(full, column, prefix_ids[start:], group.candidates)
 
-    def _load_rows(self, members: list[Live], own: list[list[int]], lengths: list[int], width: int, arena):
-        """Each member's blocks after the prefix, left-padded into the arena `[L, 2, B, H, W + k, D]`."""
-        users: dict[int, list[int]] = {}
-        for member, table in zip(members, own, strict=True):
-            for block_id in table:
-                users.setdefault(block_id, []).append(member.id)
-        placed: dict[int, tuple[int, int]] = {}
+    def _load_parents(self, kin: list[Family], heights: list[int], parents, copier: BlockCopier, rows: int):
+        """Each family's shared blocks once, into its row `g` of `[L, 2, G, H, Wp, D]` (padding zeroed:
+        it is masked, but must not hold NaN)."""
+        for g, (family, height) in enumerate(zip(kin, heights, strict=True)):
+            copier.copy(parents[:, :, g], 0, family.blocks)
+            if height < parents.shape[4]:
+                parents[:, :, g, :, height:].zero_()
+        mask = None
+        if min(heights) < parents.shape[4]:
+            columns = torch.arange(parents.shape[4], device=self.store.device)
+            mask = columns[None, :] < torch.tensor(heights, device=self.store.device)[:, None]  # [G, Wp]
+        slots, width = query_slots(kin, rows, self.store.device)
+        layers = tuple((parents[i, 0], parents[i, 1]) for i in range(parents.shape[0]))
+        return ParentHistory(layers, mask, slots, width)
+
+    def _load_rows(self, members: list[Live], own: list[list[int]], lengths: list[int], width: int, arena,
+                   copier: BlockCopier):  # fmt: skip
+        """Each member's own blocks, left-padded into the arena `[L, 2, B, H, W + k, D]`."""
         for row, (member, table, length) in enumerate(zip(members, own, lengths, strict=True)):
             column = width - length
             if column:
                 arena[:, :, row, :, :column].zero_()  # padding is masked, but must not hold NaN
-            for block_id in table:
-                n = self.blocks.blocks[block_id].num_tokens
-                target = arena[:, :, row, :, column : column + n]
-                if self.share and block_id in placed:  # loaded for an earlier row: a device copy
-                    src_row, src_column = placed[block_id]
-                    self.store.copy(target, arena[:, :, src_row, :, src_column : src_column + n], "d2d", [member.id])
-                else:
-                    tier = self.store.tier_of(block_id)
-                    owners = users[block_id] if self.share else [member.id]
-                    src = self.store.view(block_id, tier, n)
-                    self.store.copy(target, src, self.store.direction(tier, Tier.DEVICE), owners)
-                    placed[block_id] = (row, column)
-                column += n
+            copier.copy(arena[:, :, row], column, table, () if self.share else [member.id])
         if width == 0 or all(length == width for length in lengths):
             return arena, None
         mask = torch.zeros((len(members), width), dtype=torch.long, device=self.store.device)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.kv.blocks import AppendPlan, BlockManager, Tier
-from engine.kv.pool import Run, SlotPool
+from engine.kv.pool import PoolExhausted, Run, SlotPool
 
 DIRECTIONS = ("h2d", "d2h", "d2d", "h2h")
 HOST_CHUNK_BYTES = 256 << 20  # the host pool grows by this much at a time
@@ -160,6 +160,20 @@ class KVStore:
         start = slot.index * size
         return self.pools[tier].segment(slot.run)[:, :, :, start : start + (size if tokens is None else tokens)]
 
+    def follows(self, block_id: int, previous: int, tier: Tier) -> bool:
+        """Whether `block_id` sits in the slot right after `previous`'s, in the same run of `tier`
+        (their tokens are then contiguous there, and `span` reads both at once)."""
+        slots = self._slots[tier]
+        before, slot = slots.get(previous), slots.get(block_id)
+        return before is not None and slot == Slot(before.run, before.index + 1)
+
+    def span(self, block_id: int, tier: Tier, tokens: int) -> torch.Tensor:
+        """`[L, 2, H, tokens, D]` from the start of `block_id`'s slot on, across the slots after it in its
+        run (a view; the caller checks with `follows` that the blocks it names are there)."""
+        slot = self._slots[tier][block_id]
+        start = slot.index * self.blocks.block_size
+        return self.pools[tier].segment(slot.run)[:, :, :, start : start + tokens]
+
     def contiguous(self, block_ids: Sequence[int], tier: Tier) -> torch.Tensor | None:
         """`[L, 2, H, T, D]` over `block_ids` read in place, if they are consecutive slots of one run."""
         if not block_ids or not all(self.holds(b, tier) for b in block_ids):
@@ -262,9 +276,18 @@ class KVStore:
         }[(src, dst)]
 
     def write(self, plan: AppendPlan, new_kv: torch.Tensor, home: Tier, owner: int, source: Tier = Tier.DEVICE) -> None:
-        """Apply an append plan in `home`: copy-on-write, then the new tokens `[L, 2, H, n, D]` (in `source`)."""
+        """Apply an append plan in `home`: copy-on-write, then the new tokens `[L, 2, H, n, D]` (in `source`).
+
+        The plan's new blocks take consecutive slots of one run when the pool has one free (else a
+        slot each), so a later load reads them in one copy."""
+        fresh = [b for b in plan.new_blocks if not self.holds(b, home)]
+        try:
+            if fresh:
+                self.place(fresh, home)
+        except PoolExhausted:  # no run that long: the device pool is fragmented
+            for block_id in fresh:
+                self.place([block_id], home)
         for cow in plan.copies:
-            self.place([cow.target], home)
             src_tier = self.tier_of(cow.source)
             self.copy(
                 self.view(cow.target, home, cow.tokens),
@@ -272,9 +295,6 @@ class KVStore:
                 self.direction(src_tier, home),
                 [owner],
             )
-        for block_id in plan.new_blocks:
-            if not self.holds(block_id, home):
-                self.place([block_id], home)
         direction = self.direction(source, home)
         for w in plan.writes:
             dst = self.view(w.block, home)[:, :, :, w.offset : w.offset + w.count]

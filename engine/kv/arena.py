@@ -1,0 +1,127 @@
+"""Gathering a group's KV from its blocks into working tensors: the parent level and the rows' arena.
+
+At a step's start every child's block table is its parent's (forked), so the `M` children of
+a parent share all of its history. After the prefix every member shares (read in place), a
+group is split into *families* (the rows forked from one parent); the blocks a family's rows
+all start with are gathered once per family into the parent level `[L, 2, G, H, Wp, D]`, and
+only what a row does not share with its siblings (e.g. the tokens its parent speculated for
+it) goes into its own row of the arena. Without that level each child gathered the whole
+history of its parent, `M` times per parent per step.
+
+Copies go block run by block run: blocks in consecutive slots of one run of the store (a
+prompt, a step's new blocks) cross in one copy. With sharing, a block on the host crosses
+once per group; a second use copies it on the device from where it was first placed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from engine.kv.blocks import BlockManager, Tier
+from engine.kv.policy import Live, common_prefix
+from engine.kv.store import KVStore
+
+
+@dataclass(frozen=True)
+class Family:
+    """The rows of a group forked from one parent and the blocks (after the group's prefix) they all start with."""
+
+    rows: tuple[int, ...]  # indices into the group's members
+    blocks: tuple[int, ...]
+
+
+def families(members: Sequence[Live], skip: int) -> list[Family]:
+    """Members by the candidate they were forked from (`Live.source`; none: a family of its own), in the
+    order of their first row; each family's blocks are the common start of its rows' tables after `skip`
+    blocks. Grouping only decides what is shared: any grouping reads exactly each row's own KV."""
+    rows: dict[object, list[int]] = {}
+    for index, member in enumerate(members):
+        key = ("row", member.id) if member.source is None else member.source
+        rows.setdefault(key, []).append(index)
+    return [
+        Family(tuple(r), tuple(common_prefix([members[i].table[skip:] for i in r]))) for r in rows.values()
+    ]
+
+
+def block_users(members: Sequence[Live], skip: int) -> dict[int, list[int]]:
+    """Each block after the first `skip` of the members' tables: the members whose tables hold it."""
+    users: dict[int, list[int]] = {}
+    for member in members:
+        for block_id in member.table[skip:]:
+            users.setdefault(block_id, []).append(member.id)
+    return users
+
+
+def query_slots(groups: Sequence[Family], count: int, device) -> tuple[torch.Tensor | None, int]:
+    """(slot of each row among `len(groups) * M` query slots, `M`): family `g`'s rows take slots
+    `g * M ...`; None when that is every row in order (rows ordered by parent, `M` each)."""
+    width = max(len(f.rows) for f in groups)
+    slots = [0] * count
+    for g, family in enumerate(groups):
+        for i, row in enumerate(family.rows):
+            slots[row] = g * width + i
+    if slots == list(range(count)) and len(groups) * width == count:
+        return None, width
+    return torch.tensor(slots, dtype=torch.long, device=device), width
+
+
+class BlockCopier:
+    """Copies block tables into columns of working tensors `[L, 2, H, T, D]`, counting every copy."""
+
+    def __init__(self, store: KVStore, blocks: BlockManager, share: bool, users: dict[int, list[int]]) -> None:
+        self.store, self.blocks, self.share, self.users = store, blocks, share, users
+        self.placed: dict[int, tuple[torch.Tensor, int]] = {}  # block -> (tensor, column) it was first copied to
+
+    def copy(self, dst: torch.Tensor, column: int, block_ids: Sequence[int], owners: Sequence[int] = ()) -> None:
+        """Copy `block_ids` into `dst` from `column` on; the bytes go to `owners`, or to each block's users
+        in the group when none are named."""
+        for run in self._runs(block_ids, bool(owners)):
+            n = self.blocks.num_tokens(run)
+            target = dst[:, :, :, column : column + n]
+            placed = self.placed.get(run[0]) if self.share else None
+            if placed is not None:  # on the device already: from there
+                source, at = placed
+                self.store.copy(target, source[:, :, :, at : at + n], "d2d", owners or self.users[run[0]])
+            else:
+                tier = self.store.tier_of(run[0])
+                source = self.store.span(run[0], tier, n)
+                self.store.copy(target, source, self.store.direction(tier, Tier.DEVICE), owners or self.users[run[0]])
+                if self.share and tier is Tier.HOST:
+                    self._remember(run, dst, column)
+            column += n
+
+    def _remember(self, run: list[int], dst: torch.Tensor, column: int) -> None:
+        for block_id in run:
+            self.placed[block_id] = (dst, column)
+            column += self.blocks.blocks[block_id].num_tokens
+
+    def _runs(self, block_ids: Sequence[int], named: bool) -> list[list[int]]:
+        """`block_ids` cut into runs that one copy can move: full blocks followed by the next block at the
+        next position of the same source (a run of the store, or where an earlier copy placed them), with
+        the same users."""
+        runs: list[list[int]] = []
+        for block_id in block_ids:
+            if runs and self._continues(runs[-1][-1], block_id, named):
+                runs[-1].append(block_id)
+            else:
+                runs.append([block_id])
+        return runs
+
+    def _continues(self, previous: int, block_id: int, named: bool) -> bool:
+        size = self.blocks.block_size
+        if self.blocks.blocks[previous].num_tokens != size:
+            return False
+        if not named and self.users[previous] != self.users[block_id]:
+            return False
+        before, placed = self.placed.get(previous), self.placed.get(block_id)
+        if before is None or placed is None:  # both copied to the device before (side by side there), or neither
+            return before is None and placed is None and self._adjacent(previous, block_id)
+        return placed[0] is before[0] and placed[1] == before[1] + size
+
+    def _adjacent(self, previous: int, block_id: int) -> bool:
+        """Whether `block_id` follows `previous` in one run of the store, in the same tier."""
+        tier = self.store.tier_of(previous)
+        return self.store.tier_of(block_id) is tier and self.store.follows(block_id, previous, tier)
