@@ -87,3 +87,18 @@ def test_the_status_line_shows_cached_prompt_tokens():
 
     assert prompt_text(ev.PrefillDone(120, 0.1)) == "prompt: 120 tok"
     assert prompt_text(ev.PrefillDone(120, 0.1, 96, 24)) == "prompt: 120 tok (96 cached, 24 computed)"
+
+
+def test_speculated_children_round_trip_and_follow_the_speculative_switch(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path))
+    controls = SearchControls()
+    qtbot.addWidget(controls)
+    controls.set_configs(ModelSpec(), SearchConfig(), CacheConfig(speculative=True, speculative_continuations=1))
+    _, _, built = controls.configs()
+    assert built.speculative and built.speculative_continuations == 1 and controls.continuations.isEnabled()
+    with qtbot.waitSignal(controls.changed):
+        controls.continuations.setValue(0)
+    assert controls.configs()[2].speculative_continuations == 0  # FlashTTS's M_i = B - j + 1
+    assert controls.continuations.text() == "B - j + 1"
+    controls.switches["speculative"].setChecked(False)
+    assert not controls.continuations.isEnabled()

@@ -17,8 +17,8 @@ from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QDialog
 
 from app.gui.bridge import SearchBridge
-from app.gui.controls import SERVER_CHOICE, SERVER_SOURCE
 from app.gui.main_window import MainWindow
+from app.gui.model_picker import SERVER_CHOICE, SERVER_SOURCE
 from app.gui.server_panel import ServerChoice, ServerDialog, load_choice
 from app.store import SessionStore
 from engine import events as ev

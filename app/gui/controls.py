@@ -3,26 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
-    QDoubleSpinBox,
-    QFileDialog,
     QFormLayout,
     QGroupBox,
-    QHBoxLayout,
     QLabel,
     QLineEdit,
-    QSlider,
     QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
 from app.early_exit import load_thresholds, thresholds_text
+from app.gui.model_picker import ModelPicker
+from app.gui.slider_spin import SliderSpin
 from app.gui.verifier_picker import VerifierPicker
 from app.options import format_delimiter, parse_delimiter
 from engine.config import AGGREGATIONS, CacheConfig, ModelSpec, SearchConfig
@@ -37,131 +34,9 @@ POLICY_LABELS = {
     "lbs": "locality-aware",
     "headwise": "head-wise",
 }
-# Only the tiny synthetic models: the 7B-shaped ones are for benchmarks and need tens of GB.
-SYNTHETIC_CHOICES = ("tiny-llama", "tiny-qwen2", "tiny-opt")
-FOLDER_CHOICE, GGUF_CHOICE, SERVER_CHOICE = "<folder>", "<gguf>", "<server>"
-SERVER_SOURCE = "server:openai"  # the generator is the server chosen with "Server…" (app/gui/server_panel.py)
 MB = 1_000_000  # the CLI's 64MB means 64,000,000 bytes; the slider agrees with it
 GB = 1_000_000_000
 ERROR_STYLE = "color: #c62828;"
-
-
-class SliderSpin(QWidget):
-    """A slider and a spin box kept in step; floats use a slider scaled by 10**decimals."""
-
-    value_changed = Signal(float)
-
-    def __init__(self, low: float, high: float, *, decimals: int = 0, step: float = 1, tooltip: str = "",
-                 suffix: str = "", special: str = "") -> None:
-        super().__init__()
-        self._scale = 10**decimals
-        self.spin = QDoubleSpinBox() if decimals else QSpinBox()
-        if decimals:
-            self.spin.setDecimals(decimals)
-        self.spin.setRange(low, high)
-        self.spin.setSingleStep(step)
-        self.spin.setSuffix(suffix)
-        self.spin.setSpecialValueText(special)
-        self.spin.setKeyboardTracking(False)
-        self.slider = QSlider(Qt.Orientation.Horizontal)
-        self.slider.setRange(round(low * self._scale), round(high * self._scale))
-        self.slider.setSingleStep(round(step * self._scale))
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.slider, 3)
-        layout.addWidget(self.spin, 1)
-        self.setToolTip(tooltip)
-        self.slider.valueChanged.connect(self._from_slider)
-        self.spin.valueChanged.connect(self._from_spin)
-
-    def value(self) -> float:
-        return self.spin.value()
-
-    def set_value(self, value: float) -> None:
-        self.spin.setValue(value)
-
-    def _from_slider(self, raw: int) -> None:
-        self.spin.setValue(raw / self._scale if self._scale > 1 else raw)
-
-    def _from_spin(self, value: float) -> None:
-        self.slider.blockSignals(True)
-        self.slider.setValue(round(value * self._scale))
-        self.slider.blockSignals(False)
-        self.value_changed.emit(float(value))
-
-
-class ModelPicker(QComboBox):
-    """Bundled model, synthetic models, local folders / GGUF files chosen with a file dialog, and a server."""
-
-    source_changed = Signal(str)
-    server_requested = Signal()  # "Server…" was picked: the server panel asks where (then calls name_source)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.setToolTip("The generator: the bundled SmolLM2-135M, a local transformers folder, "
-                        "a .gguf file, or a tiny random-weight synthetic model for a quick look.")
-        self.addItem("Bundled (SmolLM2-135M-Instruct)", "bundled")
-        for name in SYNTHETIC_CHOICES:
-            self.addItem(f"synthetic:{name}", f"synthetic:{name}")
-        self.insertSeparator(self.count())
-        self.addItem("Transformers folder…", FOLDER_CHOICE)
-        self.addItem("GGUF file…", GGUF_CHOICE)
-        self.addItem("Server (vLLM, SGLang, llama.cpp)…", SERVER_CHOICE)
-        self._last = 0
-        self.activated.connect(self._on_activated)
-
-    def source(self) -> str:
-        return str(self.itemData(self._last))
-
-    def set_source(self, source: str) -> None:
-        index = self.findData(source)
-        if index < 0:
-            index = self.findData(FOLDER_CHOICE) - 1  # custom paths go just above the separator
-            self.insertItem(index, Path(source).name or source, source)
-            self.setItemData(index, source, Qt.ItemDataRole.ToolTipRole)
-        self._select(index)
-
-    def name_source(self, source: str, label: str, *, select: bool = False) -> None:
-        """Show `source` as `label` (a new entry goes just above the separator), selecting it when asked."""
-        index = self.findData(source)
-        if index < 0:
-            index = self.findData(FOLDER_CHOICE) - 1
-            self.insertItem(index, label, source)
-            self._last += int(self._last >= index)  # the selected entry moved down by one
-            self.setCurrentIndex(self._last)
-        self.setItemText(index, label)
-        self.setItemData(index, label, Qt.ItemDataRole.ToolTipRole)
-        if select:
-            self._select(index)
-
-    def _on_activated(self, index: int) -> None:
-        data = self.itemData(index)
-        if data == SERVER_CHOICE:
-            self.setCurrentIndex(self._last)  # until the server dialog is accepted
-            self.server_requested.emit()
-            return
-        if data in (FOLDER_CHOICE, GGUF_CHOICE):
-            path = self._ask_path(data)
-            if not path:
-                self.setCurrentIndex(self._last)  # cancelled: keep the previous model
-                return
-            self.set_source(path)
-            return
-        self._select(index)
-
-    def _ask_path(self, kind: str) -> str:
-        if kind == FOLDER_CHOICE:
-            return QFileDialog.getExistingDirectory(self, "Choose a transformers model folder (with config.json)")
-        path, _ = QFileDialog.getOpenFileName(self, "Choose a GGUF model file", str(Path.home()),
-                                              "GGUF models (*.gguf);;All files (*)")
-        return path
-
-    def _select(self, index: int) -> None:
-        changed = index != self._last
-        self._last = index
-        self.setCurrentIndex(index)
-        if changed:
-            self.source_changed.emit(self.source())
 
 
 class SearchControls(QWidget):
@@ -195,6 +70,7 @@ class SearchControls(QWidget):
                                     kv_budget_bytes=budget_mb * MB if budget_mb else None,
                                     pcie_gbps=float(self.pcie_gbps.value()),
                                     prefill_chunk=int(self.prefill_chunk.value()) or None,
+                                    speculative_continuations=self.continuations.value(),
                                     verifier_kv_share=share / 100 if share else None, **switches,
                                     prefix_cache_ram_bytes=_size(self.prefix_ram.value(), MB),
                                     prefix_cache_disk_bytes=_size(self.prefix_disk.value(), GB))
@@ -230,6 +106,7 @@ class SearchControls(QWidget):
         self.kv_budget.set_value(round(cache.kv_budget_bytes / MB) if cache.kv_budget_bytes else 0)
         self.pcie_gbps.set_value(cache.pcie_gbps)
         self.prefill_chunk.set_value(cache.prefill_chunk or 0)
+        self.continuations.setValue(cache.speculative_continuations)
         self.verifier_share.set_value(round(cache.verifier_kv_share * 100) if cache.verifier_kv_share else 0)
         self.prefix_ram.set_value(round(cache.prefix_cache_ram_bytes / MB) if cache.prefix_cache_ram_bytes else 0)
         self.prefix_disk.set_value(round(cache.prefix_cache_disk_bytes / GB) if cache.prefix_cache_disk_bytes else 0)
@@ -373,6 +250,14 @@ class SearchControls(QWidget):
         }
         for switch in self.switches.values():
             form.addRow("", switch)
+        self.continuations = QSpinBox()
+        self.continuations.setRange(0, 64)
+        self.continuations.setSpecialValueText("B - j + 1")
+        self.continuations.setToolTip("Speculative extension: how many children's steps a row may speculate. "
+                                      "B - j + 1 (0): FlashTTS's rule, more for better-ranked beams; 1: only "
+                                      "the first child's. Same answer either way.")
+        self.continuations.valueChanged.connect(self._revalidate)
+        form.addRow("Speculated children", self.continuations)
         self.pcie_gbps = self._slider(1, 128, step=1, suffix=" GB/s",
                                       tooltip="PCIe bandwidth the emulated GPU models (no effect on CUDA, "
                                       "where copies are real and timed).")
@@ -435,6 +320,7 @@ class SearchControls(QWidget):
         self.candidates_label.setText(f"{n * m} candidates per step (N {n} × M {m})")
         self.lookahead.setEnabled(self.method.currentData() == "beam")
         self.verifier_on_cpu.setEnabled(self.verifier.choice()[0] == "prm")
+        self.continuations.setEnabled(self.switches["speculative"].isChecked())
         self._show_thresholds()
         try:
             self.configs()

@@ -29,11 +29,12 @@ from app.gui import palette as pal
 from app.gui import settings as saved
 from app.gui.bridge import Conversation, SearchBridge
 from app.gui.charts import ChartsPanel
-from app.gui.controls import SERVER_SOURCE, SYNTHETIC_CHOICES, SearchControls
+from app.gui.controls import SearchControls
 from app.gui.conversation import ConversationControls, with_follow_up
 from app.gui.details import NodeDetails
 from app.gui.event_pump import EventPump
 from app.gui.menus import build_menus, menu_shortcuts, shortcuts_box
+from app.gui.model_picker import SERVER_SOURCE, SYNTHETIC_CHOICES
 from app.gui.models_page import ModelsPage
 from app.gui.panel import Panel
 from app.gui.plan_bar import PlanBar

@@ -10,7 +10,7 @@ from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
 from app.gui.background import run_in_background
-from app.gui.controls import SERVER_SOURCE
+from app.gui.model_picker import SERVER_SOURCE
 from app.planner import MemoryPlan, plan
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 

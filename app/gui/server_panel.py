@@ -28,7 +28,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.background import run_in_background
-from app.gui.controls import ERROR_STYLE, SERVER_SOURCE, ModelPicker
+from app.gui.controls import ERROR_STYLE
+from app.gui.model_picker import SERVER_SOURCE, ModelPicker
 from app.server_keys import has_key, load_key, save_key
 from engine.backends.openai import ServerConfig, check_connection
 from engine.errors import BeamwiseError, ServedModelNotFound, ServerError, ServerUnreachable

@@ -1,0 +1,50 @@
+"""A slider and a spin box that show one value: the settings panel's numeric control."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QSlider, QSpinBox, QWidget
+
+
+class SliderSpin(QWidget):
+    """A slider and a spin box kept in step; floats use a slider scaled by 10**decimals."""
+
+    value_changed = Signal(float)
+
+    def __init__(self, low: float, high: float, *, decimals: int = 0, step: float = 1, tooltip: str = "",
+                 suffix: str = "", special: str = "") -> None:
+        super().__init__()
+        self._scale = 10**decimals
+        self.spin = QDoubleSpinBox() if decimals else QSpinBox()
+        if decimals:
+            self.spin.setDecimals(decimals)
+        self.spin.setRange(low, high)
+        self.spin.setSingleStep(step)
+        self.spin.setSuffix(suffix)
+        self.spin.setSpecialValueText(special)
+        self.spin.setKeyboardTracking(False)
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setRange(round(low * self._scale), round(high * self._scale))
+        self.slider.setSingleStep(round(step * self._scale))
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.slider, 3)
+        layout.addWidget(self.spin, 1)
+        self.setToolTip(tooltip)
+        self.slider.valueChanged.connect(self._from_slider)
+        self.spin.valueChanged.connect(self._from_spin)
+
+    def value(self) -> float:
+        return self.spin.value()
+
+    def set_value(self, value: float) -> None:
+        self.spin.setValue(value)
+
+    def _from_slider(self, raw: int) -> None:
+        self.spin.setValue(raw / self._scale if self._scale > 1 else raw)
+
+    def _from_spin(self, value: float) -> None:
+        self.slider.blockSignals(True)
+        self.slider.setValue(round(value * self._scale))
+        self.slider.blockSignals(False)
+        self.value_changed.emit(float(value))
