@@ -55,3 +55,18 @@ def scratch_models(monkeypatch, tmp_path):
 
     monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 64 * 1024)
     monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
+
+
+@pytest.fixture
+def keep_window(qtbot):
+    """`keep(window)`: qtbot owns the window and its search thread is shut down when the test ends."""
+    made = []
+
+    def keep(window):
+        qtbot.addWidget(window)
+        made.append(window)
+        return window
+
+    yield keep
+    for window in made:
+        window.bridge.shutdown()

@@ -28,23 +28,20 @@ SMALL = SearchConfig(beams=2, width=2, max_steps=2, step_tokens=4)
 
 
 @pytest.fixture
-def window_for(qtbot, tmp_path: Path, monkeypatch):
+def window_for(keep_window, tmp_path: Path, monkeypatch):
     monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
-    made: list[MainWindow] = []
+    stores: list[SessionStore] = []
     db = tmp_path / "s.db"
 
     def make(**bridge: Any) -> MainWindow:
-        store = SessionStore(db)
-        window = MainWindow(SearchBridge(store_factory=lambda: SessionStore(db), **bridge), store=store,
-                            settings=QSettings(str(tmp_path / "b.ini"), QSettings.Format.IniFormat), dialogs=False)
-        qtbot.addWidget(window)
-        made.append(window)
-        return window
+        stores.append(SessionStore(db))
+        return keep_window(MainWindow(SearchBridge(store_factory=lambda: SessionStore(db), **bridge),
+                                      store=stores[-1], dialogs=False,
+                                      settings=QSettings(str(tmp_path / "b.ini"), QSettings.Format.IniFormat)))
 
     yield make
-    for window in made:
-        window.bridge.shutdown()
-        window.store.close()
+    for store in stores:
+        store.close()
 
 
 def run_to_end(qtbot, window: MainWindow, start) -> Any:

@@ -18,20 +18,13 @@ from tests.test_gui_window import run_to_end
 
 
 @pytest.fixture
-def make_window(qtbot, tmp_path):
-    made: list[MainWindow] = []
-
+def make_window(keep_window, tmp_path):
     def make(loader: Any = None, run: Any = run_fake) -> MainWindow:
         bridge = SearchBridge(loader=loader or CountingLoader(), run=run)
-        settings = QSettings(str(tmp_path / "beamwise.ini"), QSettings.Format.IniFormat)
-        window = MainWindow(bridge, settings=settings)
-        qtbot.addWidget(window)
-        made.append(window)
-        return window
+        return keep_window(MainWindow(bridge, settings=QSettings(str(tmp_path / "beamwise.ini"),
+                                                                 QSettings.Format.IniFormat)))
 
-    yield make
-    for window in made:
-        window.bridge.shutdown()
+    return make
 
 
 @pytest.fixture

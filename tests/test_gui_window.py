@@ -34,20 +34,13 @@ def warnings(monkeypatch) -> list[tuple[str, str]]:
 
 
 @pytest.fixture
-def make_window(qtbot, qsettings):
-    made: list[MainWindow] = []
-
+def make_window(keep_window, qsettings):
     def make(run: Any = run_fake, loader: Any = None, store: Any = None, settings: QSettings | None = None,
              store_factory: Any = None) -> MainWindow:
         bridge = SearchBridge(loader=loader or CountingLoader(), run=run, store_factory=store_factory)
-        window = MainWindow(bridge, settings=settings or qsettings, store=store)
-        qtbot.addWidget(window)
-        made.append(window)
-        return window
+        return keep_window(MainWindow(bridge, settings=settings or qsettings, store=store))
 
-    yield make
-    for window in made:
-        window.bridge.shutdown()
+    return make
 
 
 def small(window: MainWindow, source: str = "synthetic:fake", **search: Any) -> None:
