@@ -55,12 +55,6 @@ def sample_tokens(logits: torch.Tensor, draws: torch.Tensor, temperature: float,
     return order.gather(-1, inverse_cdf(probs, draws)[:, None]).squeeze(-1)
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """log p(token) at temperature 1."""
-    # logits: [B, V] float32, tokens: [B] -> [B]
-    return torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
-
-
 def token_stats(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """log p(token) and the top-1 probability max p at temperature 1, from one log-softmax on the logits' device.
 

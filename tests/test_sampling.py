@@ -7,7 +7,7 @@ import torch
 
 from engine.rng import CandidateStream, child_stream, root_stream, uniforms
 from engine.runner import delimiter_reached
-from engine.sampling import candidate_generator, logits_to_probs, sample_tokens, token_logprobs, token_stats
+from engine.sampling import candidate_generator, logits_to_probs, sample_tokens, token_stats
 
 PROBS = torch.tensor([0.5, 0.3, 0.1, 0.06, 0.04])
 DRAWS = 20_000
@@ -88,7 +88,7 @@ def test_greedy_at_temperature_zero_and_log_probs_at_temperature_one():
     logits = torch.tensor([[0.1, 2.0, -1.0], [3.0, 0.0, 2.9]])
     tokens = sample_tokens(logits, torch.tensor([0.99, 0.01]), 0.0, 0.9)
     assert tokens.tolist() == [1, 0]
-    torch.testing.assert_close(token_logprobs(logits, tokens), torch.log_softmax(logits, -1)[[0, 1], [1, 0]])
+    torch.testing.assert_close(token_stats(logits, tokens)[0], torch.log_softmax(logits, -1)[[0, 1], [1, 0]])
     sampled, top1 = token_stats(logits, torch.tensor([0, 2]))  # not the top tokens
     torch.testing.assert_close(sampled, torch.log_softmax(logits, -1)[[0, 1], [0, 2]])
     torch.testing.assert_close(top1, torch.softmax(logits, -1).max(-1).values)
