@@ -9,8 +9,7 @@ of turns that ends at its newest session, and that is the conversation a follow-
 from __future__ import annotations
 
 from app.store import SessionStore, StoreError, decode_session, like_pattern, text_match
-
-Turn = tuple[str, str]  # (question, the chosen path's full text), as engine.chat takes it
+from engine.chat import Turn
 
 
 class FollowUpRefused(StoreError):
@@ -21,8 +20,7 @@ def line_of(store: SessionStore, session_id: int) -> list[dict]:
     """The turns of `session_id`'s conversation, first turn first: the line through `session_id` that ends at
     the newest session it leads to."""
     start = store.get_session(session_id)
-    rows = store.query("SELECT * FROM sessions WHERE conversation_id = ? ORDER BY id", (start["conversation_id"],))
-    by_id = {row["id"]: decode_session(row) for row in rows}
+    by_id = _sessions_of(store, start["conversation_id"])
     for newest in sorted(by_id, reverse=True):
         line = _chain(by_id, newest)
         if any(row["id"] == session_id for row in line):
@@ -32,9 +30,7 @@ def line_of(store: SessionStore, session_id: int) -> list[dict]:
 
 def history(store: SessionStore, session_id: int) -> list[Turn]:
     """The turns before `session_id` on its own chain, oldest first: what its prompt was built from."""
-    rows = store.query("SELECT * FROM sessions WHERE conversation_id = ? ORDER BY id",
-                       (store.get_session(session_id)["conversation_id"],))
-    chain = _chain({row["id"]: decode_session(row) for row in rows}, session_id)
+    chain = _chain(_sessions_of(store, store.get_session(session_id)["conversation_id"]), session_id)
     return [(row["question"], row["answer"] or "") for row in chain[:-1]]
 
 
@@ -45,7 +41,7 @@ def turns_through(store: SessionStore, session_id: int) -> list[Turn]:
     if session["status"] != "finished" or not session["answer"]:
         raise FollowUpRefused(f"session {session_id} ended {session['status']} without an answer, so there is "
                               "nothing to follow up.", hint="Run it again, or start a new conversation (Ctrl+N).")
-    return [*history(store, session_id), (session["question"], session["answer"])]
+    return _through(store, session)
 
 
 def follow_up_of(store: SessionStore, session_id: int) -> tuple[int, list[Turn]]:
@@ -58,7 +54,7 @@ def follow_up_of(store: SessionStore, session_id: int) -> tuple[int, list[Turn]]
             f"the last turn of conversation {last['conversation_id']} (session {last['id']}, turn {last['turn']}) "
             f"{state} without an answer, so there is nothing to follow up.",
             hint="Run that turn again in the window, or start a new conversation (`beamwise run` without --session).")
-    return last["id"], [*history(store, last["id"]), (last["question"], last["answer"])]
+    return last["id"], _through(store, last)
 
 
 def list_conversations(store: SessionStore, search: str | None = None, limit: int | None = 200) -> list[dict]:
@@ -72,6 +68,17 @@ def list_conversations(store: SessionStore, search: str | None = None, limit: in
            f"s.conversation_id) {where} ORDER BY s.created DESC, s.id DESC LIMIT ?")
     rows = store.query(sql, [*params, -1 if limit is None else limit])
     return [{**decode_session(row), "turns": row["turn"]} for row in rows]
+
+
+def _sessions_of(store: SessionStore, conversation_id: int) -> dict[int, dict]:
+    """Every session of a conversation, by id."""
+    rows = store.query("SELECT * FROM sessions WHERE conversation_id = ? ORDER BY id", (conversation_id,))
+    return {row["id"]: decode_session(row) for row in rows}
+
+
+def _through(store: SessionStore, session: dict) -> list[Turn]:
+    """The turns before `session` on its chain, then its own question and answer."""
+    return [*history(store, session["id"]), (session["question"], session["answer"])]
 
 
 def _chain(by_id: dict[int, dict], last: int) -> list[dict]:
