@@ -230,12 +230,15 @@ def start_runs(
     The run feeds the row's last sampled token again, at the position after its step, with child k's
     draws (engine/rng.py); the columns of the row's earlier runs are masked out for it (they stay
     in the cache, to be written back). A group starts at most as many runs past the first child as
-    it has rows, the tail blocks the in_device plan reserves for them. `columns`: the cache's columns
-    before the step. Returns the buffers (with a mask of `columns + n` columns when the step had none).
+    it has rows, the tail blocks the in_device plan reserves for them; when that limit binds, the
+    rows allowed the most runs (their parents rank best: M_i = B - j + 1) start theirs first.
+    `columns`: the cache's columns before the step. Returns the buffers (with a mask of `columns + n`
+    columns when the step had none).
     """
     started = sum(max(0, len(r.aheads) - 1) for r in results)
     n = buffers.logprobs.shape[1]
-    for i, (row, result) in enumerate(zip(rows, results, strict=True)):
+    for i in sorted(range(len(rows)), key=lambda i: -rows[i].continuations):  # best-ranked parents first
+        row, result = rows[i], results[i]
         if started >= len(rows) or forward >= n:
             break
         k = len(result.aheads)

@@ -247,3 +247,22 @@ def test_logits_are_the_same_with_ranked_speculation(tiny):
         assert len(mine) == len(rows) - skipped[cid]
         for a, b in zip(rows[skipped[cid] :], mine, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_rows_whose_parents_rank_best_start_their_runs_first(tiny):
+    """When a group may start no more runs past the first child than it has rows, the rows allowed the most
+    runs (their parents rank best) take them first, wherever they sit in the group: each candidate makes
+    the same runs with its rows in either order."""
+    candidates = [3, 8, 11, 13, 14, 15, 16]
+    rules = rules_for(tiny, delimiter="c", max_tokens=10, speculate=2, temperature=1.0, top_p=1.0)
+
+    def runs(order: list[int]) -> dict[int, list[tuple[int, ...]]]:
+        cache, mask, rows = group(tiny, order, seed=2)
+        rows = [dataclasses.replace(r, continuations=1 + candidates.index(r.candidate_id)) for r in rows]
+        results, _ = decode_step(tiny.model, cache, mask, rows, rules)
+        started = sum(max(0, len(r.aheads) - 1) for r in results)
+        assert started == len(rows), "pick a seed and lengths where the group's limit on runs binds"
+        return {r.candidate_id: [tuple(a.sampled) for a in res.aheads] for r, res in zip(rows, results, strict=True)}
+
+    given, reversed_ = runs(candidates), runs(candidates[::-1])
+    assert given == reversed_  # in the given order the second-worst row (8) took a run the best ones needed
