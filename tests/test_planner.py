@@ -116,7 +116,7 @@ def test_the_window_plan_bar_shows_state_and_sentence(qtbot):
 
     configs = (TINY, SearchConfig(beams=4, width=2, max_steps=2, step_tokens=8),
                CacheConfig(kv_budget_bytes=400_000, device="cpu"))
-    bar = PlanBar(lambda: configs, lambda: "")
+    bar = PlanBar(lambda: configs, lambda: ("", ()))
     qtbot.addWidget(bar)
     with qtbot.waitSignal(bar.planned, timeout=10_000) as blocker:
         bar.refresh_now()
@@ -130,7 +130,7 @@ def test_the_plan_bar_says_what_to_fix(qtbot):
     def broken():
         raise ValueError("beams must be at least 1")
 
-    bar = PlanBar(broken, lambda: "")
+    bar = PlanBar(broken, lambda: ("", ()))
     qtbot.addWidget(bar)
     with qtbot.waitSignal(bar.planned, timeout=5_000):
         bar.refresh_now()
@@ -142,7 +142,7 @@ def test_the_plan_bar_says_why_a_plan_failed_in_its_thread(qtbot, tmp_path):
     from engine.config import ModelSpec
 
     configs = (ModelSpec(str(tmp_path / "no-such-model")), SearchConfig(beams=2, width=2), CacheConfig(device="cpu"))
-    bar = PlanBar(lambda: configs, lambda: "")
+    bar = PlanBar(lambda: configs, lambda: ("", ()))
     qtbot.addWidget(bar)
     with qtbot.waitSignal(bar.planned, timeout=10_000) as blocker:
         bar.refresh_now()
