@@ -4,6 +4,10 @@ The file is `early_exit.json` in the user config folder (platformdirs; `BEAMWISE
 overrides it): verify-skip's {"tau_conf": 0.93, "r_gap": 0.12, "steps": 180, "agreement": 0.95, ...}
 and, when the calibration's verifier has a logit lens, the layer-entropy exit's {"entropy_theta": 3.1,
 "entropy_delta": 0.4, ...} (on the paper's ~150k-vocabulary scale, as --entropy-theta takes them).
+It names the generator and the verifier the calibration ran on ({"generator": "synthetic:tiny-llama",
+"verifier": "self-judge on synthetic:tiny-llama"}): an entropy threshold is a property of one verifier's
+layers and vocabulary, so the exit refuses (command line) or sets aside (window) thresholds calibrated on
+another. Files written before these fields load as "verifier not recorded" and are used as they are.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import platformdirs
+
+from engine.config import SearchConfig
 
 FILE_NAME = "early_exit.json"
 
@@ -32,6 +38,8 @@ class Thresholds:
     entropy_steps: int = 0  # calibration steps with a recorded verifier pass
     entropy_mean_layer: float | None = None  # mean exit layer they give on those steps
     entropy_agreement: float | None = None  # share of exiting steps where the early choice is the full pass's
+    generator: str | None = None  # the calibration's generator (`model_key`), None in files written before it
+    verifier: str | None = None  # its verifier (`verifier_key`), None in files written before it
 
     def __post_init__(self) -> None:
         if not 0 < self.tau_conf <= 1 or not 0 <= self.r_gap < 1:
@@ -65,13 +73,55 @@ def save_thresholds(thresholds: Thresholds, path: Path | None = None) -> Path:
     return path
 
 
-def thresholds_text(saved: Thresholds | None, search) -> str:
-    """What the window shows of the thresholds a run will use: the calibrated ones, else `search`'s (a SearchConfig)."""
+def model_key(source: str) -> str:
+    """A model source as a calibration records it: a folder or file as its absolute path (FAMILY:FOLDER keeps its
+    family), so the same model named two ways is the same; bundled, synthetic:NAME and the like as given."""
+    family, _, rest = source.partition(":")
+    if rest and not Path(source).expanduser().exists() and Path(rest).expanduser().exists():
+        return f"{family}:{Path(rest).expanduser().resolve()}"
+    path = Path(source).expanduser()
+    if path.exists():
+        return str(path.resolve())
+    return "bundled" if source == "default" else source
+
+
+def verifier_key(model: str, verifier: str, verifier_model: str | None = None) -> str:
+    """The verifier a search's step scores come from: the PRM's model, or the generator for self-judge and
+    logprob (the same LM judges its own steps)."""
+    if verifier == "prm":
+        return f"prm {model_key(verifier_model or '')}"
+    return f"{verifier} on {model_key(model)}"
+
+
+def calibrated_on(saved: Thresholds) -> str:
+    """Which verifier (and generator) the saved thresholds were calibrated on, as the window and the CLI say it."""
+    if saved.verifier is None:
+        return "verifier not recorded"
+    return f"verifier {saved.verifier}, generator {saved.generator or 'not recorded'}"
+
+
+def entropy_mismatch(saved: Thresholds | None, verifier: str) -> str | None:
+    """Why the saved entropy thresholds do not fit `verifier` (a `verifier_key`); None when they fit, when none
+    are saved, or when the file does not say which verifier they came from."""
+    if saved is None or saved.entropy_theta is None or saved.verifier is None or saved.verifier == verifier:
+        return None
+    return (f"the calibrated entropy exit thresholds (θ {saved.entropy_theta:.3f}, δ {saved.entropy_delta:.3f} in "
+            f"{thresholds_path()}) were measured on {saved.verifier}, not on this search's {verifier}")
+
+
+def thresholds_text(saved: Thresholds | None, search, verifier: str | None = None) -> str:
+    """What the window shows of the thresholds a run will use: the calibrated ones, else `search`'s (a SearchConfig).
+    `verifier` (a `verifier_key`) is the search's: entropy thresholds calibrated on another are set aside."""
     if saved is not None:
         text = (f"τ_conf {saved.tau_conf:.3f}, r_gap {saved.r_gap:.3f} (calibrated on {saved.steps} steps: "
-                f"skips {saved.skip_rate:.0%}, verifier agrees {saved.agreement:.0%})")
+                f"skips {saved.skip_rate:.0%}, verifier agrees {saved.agreement:.0%}; {calibrated_on(saved)})")
     else:
         text = f"τ_conf {search.tau_conf:.3f}, r_gap {search.r_gap:.3f} (not calibrated: beamwise eval --calibrate)"
+    mismatch = entropy_mismatch(saved, verifier) if verifier is not None else None
+    if mismatch is not None:
+        paper = SearchConfig()
+        return text + (f"\nentropy exit θ {paper.entropy_theta:.3f}, δ {paper.entropy_delta:.3f} (the paper's: "
+                       f"{mismatch}; run beamwise eval --calibrate with this verifier)")
     if saved is not None and saved.entropy_theta is not None:
         layer = "-" if saved.entropy_mean_layer is None else f"{saved.entropy_mean_layer:.1f}"
         agrees = "-" if saved.entropy_agreement is None else f"{saved.entropy_agreement:.0%}"

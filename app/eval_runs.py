@@ -23,6 +23,7 @@ class Evaluation:
 
         self.args, self.configs, self.cache = args, configs, cache
         model_spec, _, _ = configs_from_args(args)
+        self.model_source = model_spec.source  # a calibration records what it ran on
         self.loaded = load_model(model_spec, device=cache.device, progress=_progress)
         self.store = None
         if not args.no_save:
@@ -89,12 +90,14 @@ class Evaluation:
     def save_calibration(self, target: float) -> None:
         """Fit verify-skip's thresholds and, when the verifier's lens was recorded, the entropy exit's; save both."""
         from app.calibrate_exit import calibrate_exit
-        from app.early_exit import save_thresholds
+        from app.early_exit import calibrated_on, model_key, save_thresholds, verifier_key
 
         if not self.steps:
             print("beamwise: no steps to calibrate from (did every run fail?)", file=sys.stderr)
             return
-        found = calibrate(self.steps, target)
+        search = next(iter(self.configs.values()))  # every method runs the same generator and verifier
+        found = dataclasses.replace(calibrate(self.steps, target), generator=model_key(self.model_source),
+                                    verifier=verifier_key(self.model_source, search.verifier, search.verifier_model))
         print(f"verify-skip thresholds: tau_conf {found.tau_conf:.4f}, r_gap {found.r_gap:.4f} "
               f"(skip {found.skip_rate:.0%} of {found.steps} steps, verifier agrees on {found.agreement:.0%})")
         if self.lens_steps:
@@ -110,7 +113,7 @@ class Evaluation:
         else:
             print("entropy exit: not calibrated (the verifier has no logit lens: use --verifier self-judge or a "
                   "Math-Shepherd or RLHFlow PRM)")
-        print(f"saved to {save_thresholds(found)}")
+        print(f"calibrated on {calibrated_on(found)}; saved to {save_thresholds(found)}")
 
     def close(self) -> None:
         if self.store is not None:

@@ -13,22 +13,28 @@ EXIT_BY_STATE = {"green": 0, "amber": 0, "red": 3}  # red: the run would fail; s
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="will it fit? weights, KV, activations and PCIe traffic, without loading weights")
     p.add_argument("question", nargs="?", default=None,
-                   help="the question (only its length is used, to estimate the prompt)")
+                   help="the question (its tokens are counted with the model's tokenizer, else estimated)")
     add_search_options(p)
+    p.add_argument("--session", type=int, default=None, metavar="ID",
+                   help="plan a follow-up in the conversation of session ID: the prompt holds its earlier turns, "
+                        "as `beamwise run --session ID` sends them")
+    p.add_argument("--db", default=None, help="session database for --session (default: in the user data folder)")
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     p.set_defaults(handler=plan_command)
 
 
 def plan_command(args: argparse.Namespace) -> int:
     from app.planner import plan
+    from app.run_cli import conversation_of
 
     model, search, cache = configs_from_args(args)
-    result = plan(model, search, cache, question=args.question)
+    _, history = conversation_of(args)
+    result = plan(model, search, cache, question=args.question, history=history)
     if args.json:
         print(json.dumps(plan_dict(result)))
     else:
         print(f"plan for {model.source} ({model.dtype}), {result.candidates} candidates per step, "
-              f"about {result.prompt_tokens} prompt tokens")
+              f"{result.prompt_tokens} prompt tokens")
         print("\n".join(result.lines()))
     return EXIT_BY_STATE[result.state]
 
@@ -43,6 +49,8 @@ def plan_dict(result) -> dict:
         "generator_kv_bytes": result.generator_kv_bytes, "verifier_kv_bytes": result.verifier_kv_bytes,
         "activation_bytes": result.activation_bytes, "kv_budget_bytes": result.kv_budget_bytes,
         "policy": result.policy, "candidates": result.candidates, "prompt_tokens": result.prompt_tokens,
+        "prompt_counted": result.prompt.how if result.prompt else None,
+        "prompt_turns": result.prompt.turns if result.prompt else 0,
         "step_pcie_bytes": result.step_pcie_bytes, "step_pcie_seconds": result.step_pcie_seconds,
         "traffic_source": result.traffic_source,
     }

@@ -9,18 +9,18 @@ with a real run's counters. The result is a red/amber/green state and one senten
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import app.formatting as fmt
 from app.model_facts import ModelFacts, facts_of
+from app.prompt_size import PromptSize, prompt_size
+from engine.chat import Turn
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.kv.cache import CUDA_MARGIN, whole_search_bytes
 from engine.kv.split import split_budget, verifier_group_bytes
 from engine.verifiers.fit import WeightsDoNotFit, pair_does_not_fit
 
-TEMPLATE_TOKENS = 60  # the chat template and system prompt around a question
-CHARS_PER_TOKEN = 3.5  # no tokenizer is loaded for a plan: a question's length in tokens is estimated
-DEFAULT_PROMPT_TOKENS = 128
 TIGHT = 0.8  # above this share of memory a plan is amber: other programs need room too
 VERIFIER_BATCH = 8  # paths a verifier scores together (engine.verifiers.path_kv's default batch size)
 STEP_TAG_TOKENS = 4  # a PRM's own tokens around one step (a tag, a separator)
@@ -53,6 +53,7 @@ class MemoryPlan:
     traffic_source: str = "the engine's plan-only run"
     policy_chosen_by: str = "auto picks it"
     verifier_on_cpu: bool = False  # --verifier-device cpu: the PRM's weights and KV are not on the device
+    prompt: PromptSize | None = None  # how `prompt_tokens` was found, and the conversation turns it holds
 
     @property
     def verifier_weights_bytes(self) -> int:
@@ -77,6 +78,13 @@ class MemoryPlan:
         """The plan as aligned lines for the terminal (the window shows the same rows)."""
         return [f"{label:<24}{value}" for label, value in self.rows()] + ["", f"[{self.state}] {self.sentence}"]
 
+    def _prompt_row(self) -> str:
+        if self.prompt is None:
+            return f"{self.prompt_tokens:,} tokens"
+        turns = f", {self.prompt.turns} earlier turn{'s' * (self.prompt.turns != 1)} of the conversation" \
+            if self.prompt.turns else ""
+        return f"{self.prompt_tokens:,} tokens ({self.prompt.how}{turns})"
+
     def rows(self) -> list[tuple[str, str]]:
         memory = "unknown" if self.memory_bytes is None else fmt.size(self.memory_bytes)
         where = "host memory free" if self.emulated else "GPU memory"
@@ -91,6 +99,7 @@ class MemoryPlan:
                         ("  verifier weights", f"{fmt.size(self.verifier.weights_bytes)}{on_cpu}")]
         return [
             ("device", self.device),
+            ("prompt", self._prompt_row()),
             *weights,
             ("generator KV", f"{fmt.size(self.generator_kv_bytes)} (whole search; KV budget "
                              f"{fmt.size(self.kv_budget_bytes)}{part})"),
@@ -103,20 +112,15 @@ class MemoryPlan:
         ]
 
 
-def prompt_tokens_of(question: str | None) -> int:
-    """A question's prompt length without a tokenizer: its characters / 3.5 plus the template."""
-    if not question:
-        return DEFAULT_PROMPT_TOKENS
-    return TEMPLATE_TOKENS + round(len(question) / CHARS_PER_TOKEN)
-
-
 def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question: str | None = None,
-         device: DeviceInfo | None = None) -> MemoryPlan:
-    """The plan for these settings; reads configs only, runs the policy on meta tensors, loads no weights."""
+         history: Sequence[Turn] = (), device: DeviceInfo | None = None) -> MemoryPlan:
+    """The plan for these settings; reads configs (and the tokenizer) only, runs the policy on meta tensors,
+    loads no weights. `history` holds a follow-up's earlier turns: its prompt is the whole conversation."""
     gen = facts_of(model.source, model.dtype)
     prm = facts_of(search.verifier_model, model.dtype) if search.verifier == "prm" and search.verifier_model else None
     info = device or DeviceInfo.probe(cache.device)
-    prompt = prompt_tokens_of(question)
+    counted = prompt_size(model.source, question, history)
+    prompt = counted.tokens
     whole = whole_search_bytes(prompt, search, gen.kv_token_bytes, cache.block_size)
     on_cpu = search.verifier_device == "cpu"
     batch = 0 if prm is None or on_cpu else _verifier_batch(prompt, search, prm)
@@ -128,7 +132,7 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
     draft = MemoryPlan(gen, prm, info.label, info.emulated, info.memory_bytes, budget, policy,
                        search.candidates_per_step, prompt, whole, verifier_kv, activations, 0,
                        cache.pcie_gbps, "green", "", policy_chosen_by="auto picks it" if cache.policy == "auto"
-                       else "as set", verifier_on_cpu=on_cpu)
+                       else "as set", verifier_on_cpu=on_cpu, prompt=counted)
     refused = _does_not_fit(draft)
     if refused is None and policy != "in_device":  # only a plan that can run is worth scheduling
         if _plan_ops(draft, search, gen) <= PLAN_OPS_LIMIT:

@@ -10,6 +10,7 @@ import torch
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import SearchTooLarge
 from engine.kv.cache import whole_search_bytes
+from engine.search import prompt_ids
 from engine.synthetic import free_memory_bytes
 
 SHARE = 0.8  # of the free memory a search may plan to take (the model, Python and the window need the rest)
@@ -26,7 +27,7 @@ def check_memory(loaded, question: str, search: SearchConfig, cache: CacheConfig
     available = (free or (lambda: free_memory_bytes(torch.device("cpu"))))()
     if available is None:
         return  # this platform cannot say; the engine's own budget checks still apply
-    prompt = len(loaded.encode_chat(question, history=history))  # a conversation: all its turns
+    prompt = len(prompt_ids(loaded.encode_chat, question, history))  # the run's own prompt: every turn
     need = needed_bytes(loaded, prompt, search, cache)
     limit = int(available * SHARE)
     if need <= limit:

@@ -109,7 +109,7 @@ def _open_recorder(args: argparse.Namespace, previous: int | None = None):
     return recorder_for(open_session_store(args.db, notify=_note), notify=_warn, previous=previous)
 
 
-def _conversation(args: argparse.Namespace) -> tuple[int | None, list[tuple[str, str]]]:
+def conversation_of(args: argparse.Namespace) -> tuple[int | None, list[tuple[str, str]]]:
     """With --session ID: the turn a follow-up follows and the conversation's turns so far; else (None, [])."""
     session = getattr(args, "session", None)
     if session is None:
@@ -151,7 +151,7 @@ def run_command(args: argparse.Namespace) -> int:
     question = read_question(args.question, args.question_file, None)
     model_spec, search, cache = configs_from_args(args)
     server = server_from_args(args)
-    previous, history = _conversation(args)  # a bad --db or --session is said before the model loads
+    previous, history = conversation_of(args)  # a bad --db or --session is said before the model loads
     recorder = _open_recorder(args, previous)
     if server is not None:
         from engine import remote_search

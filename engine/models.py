@@ -225,12 +225,17 @@ def _finish(source: str, name: str, model: PreTrainedModel, tokenizer: PreTraine
     )
 
 
+def _tokenizer(folder: Path, what: str, gguf_file: str | None = None) -> PreTrainedTokenizerBase:
+    extra = {"gguf_file": gguf_file} if gguf_file else {}
+    with load_errors(folder / gguf_file if gguf_file else folder, f"the {what} tokenizer"):
+        return AutoTokenizer.from_pretrained(folder, local_files_only=True, **extra)
+
+
 def _from_pretrained(folder: Path, dtype: torch.dtype, what: str,
                      gguf_file: str | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     extra = {"gguf_file": gguf_file} if gguf_file else {}
     where = folder / gguf_file if gguf_file else folder
-    with load_errors(where, f"the {what} tokenizer"):
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **extra)
+    tokenizer = _tokenizer(folder, what, gguf_file)
     with load_errors(where, f"the {what} weights"):
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True, **extra)
     return model, tokenizer
@@ -277,3 +282,23 @@ def load_model(spec: ModelSpec, device: str | torch.device = "cpu", progress: Pr
         loaded = _finish(spec.source, folder.name, model, tokenizer, target, dtype)
     report(progress, f"{loaded.name} ready in {time.perf_counter() - started:.1f} s", 1.0)
     return loaded
+
+
+def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
+    """The tokenizer `load_model` would give `source`, without its weights: plans count a prompt's tokens with it.
+
+    Raises ModelLoadError where it cannot be read, and for the bundled model before its first conversion
+    (converting takes half a minute; a plan does not start it).
+    """
+    kind = _source_kind(source)
+    if kind == "synthetic":
+        return synthetic_tokenizer(synthetic_config(source.removeprefix("synthetic:")).vocab_size)
+    if kind == "bundled":
+        folder = bundled_cache_folder()
+        if not cache_is_valid(folder):
+            raise ModelLoadError(f"the bundled {BUNDLED_NAME} is not converted yet, so its tokenizer cannot be read.")
+        return _tokenizer(folder, "cached bundled")
+    if kind == "gguf":
+        path = _checked_gguf(source)
+        return _tokenizer(path.parent, "GGUF", gguf_file=path.name)
+    return _tokenizer(_checked_folder(source), "model")

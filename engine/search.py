@@ -41,6 +41,13 @@ SYSTEM_PROMPT = (
 )
 
 
+def prompt_ids(encode_chat: Callable[..., list[int]], question: str, history: Sequence[Turn] = ()) -> list[int]:
+    """The prompt a search sends for `question` after a conversation's `history`: the system prompt, the chat
+    template over every earlier turn and the question. `encode_chat` is a loaded model's, or `chat_ids` bound to
+    a tokenizer alone; the preflight and the memory plan count this, so their figure is PrefillDone's."""
+    return encode_chat(question.strip(), SYSTEM_PROMPT, history)
+
+
 def run(
     question: str,
     loaded: Generator,
@@ -104,7 +111,7 @@ class _Search:
     def _prompt(self) -> list[int]:
         if self.prompt_ids is None and not self.question.strip():
             raise InvalidPrompt("The question is empty.", hint="Type a question.")
-        prompt = self.prompt_ids or self.loaded.encode_chat(self.question.strip(), SYSTEM_PROMPT, self.history)
+        prompt = self.prompt_ids or prompt_ids(self.loaded.encode_chat, self.question, self.history)
         room = self.loaded.context_length - self.cfg.step_tokens
         if len(prompt) > room and self.history:
             raise InvalidPrompt(

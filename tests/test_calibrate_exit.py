@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -90,3 +91,92 @@ def test_the_file_keeps_the_entropy_thresholds_and_the_window_shows_them(tmp_pat
     assert "the paper's; not calibrated" in thresholds_text(None, SearchConfig())
     with pytest.raises(ValueError, match="must both be positive"):
         Thresholds(0.8, 0.2, entropy_theta=3.5)
+
+
+PRM_FIT = Thresholds(0.8, 0.2, 10, 0.3, 0.95, entropy_theta=3.5, entropy_delta=0.7, entropy_vocab=32_000,
+                     entropy_layers=4, entropy_steps=12, entropy_mean_layer=3.0, entropy_agreement=0.9,
+                     generator="synthetic:tiny-llama", verifier="prm synthetic:tiny-qwen-prm")
+TINY_RUN = ["run", "What is 2+3?", "--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2",
+            "--step-tokens", "4", "--max-steps", "1", "--no-save"]
+
+
+def _configs(*argv: str) -> SearchConfig:
+    from app.cli import build_parser
+    from app.options import configs_from_args
+
+    return configs_from_args(build_parser().parse_args(list(argv)))[1]
+
+
+def test_calibration_records_its_verifier_and_generator(tmp_path, monkeypatch, capsys):
+    from app.cli import main
+
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path / "config"))
+    problems = tmp_path / "p.jsonl"
+    problems.write_text('{"question": "What is 2+3?", "answer": "5"}\n', encoding="utf-8")
+    assert main(["eval", str(problems), "--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2",
+                 "--step-tokens", "3", "--max-steps", "2", "--verifier", "self-judge", "--calibrate",
+                 "--no-save"]) == 0
+    saved = load_thresholds()
+    assert (saved.generator, saved.verifier) == ("synthetic:tiny-llama", "self-judge on synthetic:tiny-llama")
+    assert "calibrated on verifier self-judge on synthetic:tiny-llama, generator synthetic:tiny-llama" in \
+        capsys.readouterr().out
+    search = _configs("run", "--model", "synthetic:tiny-llama", "--verifier", "self-judge", "--entropy-exit")
+    assert (search.entropy_theta, search.entropy_delta) == (saved.entropy_theta, saved.entropy_delta)
+    assert "entropy exit: calibrated θ" in capsys.readouterr().err  # the run says which thresholds it took
+
+
+def test_a_run_refuses_entropy_thresholds_calibrated_on_another_verifier(tmp_path, monkeypatch, capsys):
+    from app.cli import main
+
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path))
+    save_thresholds(PRM_FIT)
+    assert main([*TINY_RUN, "--verifier", "self-judge", "--entropy-exit"]) == 2
+    err = capsys.readouterr().err
+    assert "were measured on prm synthetic:tiny-qwen-prm, not on this search's self-judge on synthetic:tiny-llama" \
+        in err and "beamwise eval PROBLEMS --calibrate" in err and "--entropy-theta" in err
+    given = _configs(*TINY_RUN, "--verifier", "self-judge", "--entropy-exit", "--entropy-theta", "9",
+                     "--entropy-delta", "1")
+    assert (given.entropy_theta, given.entropy_delta) == (9.0, 1.0)  # the user's own thresholds: no question
+    same = _configs(*TINY_RUN, "--verifier", "prm", "--verifier-model", "synthetic:tiny-qwen-prm", "--entropy-exit")
+    assert (same.entropy_theta, same.entropy_delta) == (3.5, 0.7)
+    assert "(verifier prm synthetic:tiny-qwen-prm, generator synthetic:tiny-llama)" in capsys.readouterr().err
+    _configs(*TINY_RUN, "--verifier", "self-judge")  # the exit is off: nothing to refuse
+
+
+def test_a_file_from_before_the_verifier_was_recorded_still_loads_and_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path))
+    old = {"tau_conf": 0.8, "r_gap": 0.2, "steps": 10, "skip_rate": 0.3, "agreement": 0.95, "entropy_theta": 3.5,
+           "entropy_delta": 0.7, "entropy_vocab": 49152, "entropy_layers": 30, "entropy_steps": 12}
+    (tmp_path / "early_exit.json").write_text(json.dumps(old), encoding="utf-8")
+    saved = load_thresholds()
+    assert saved is not None and (saved.verifier, saved.generator) == (None, None)
+    assert "verifier not recorded" in thresholds_text(saved, SearchConfig(), "self-judge on synthetic:tiny-llama")
+    search = _configs(*TINY_RUN, "--verifier", "self-judge", "--entropy-exit")
+    assert (search.entropy_theta, search.entropy_delta) == (3.5, 0.7)
+    assert "(verifier not recorded: calibrate again to record it)" in capsys.readouterr().err
+
+
+def test_the_window_names_the_calibrations_verifier_and_sets_aside_another_ones(qtbot, tmp_path, monkeypatch):
+    pytest.importorskip("PySide6")
+    from app.gui.controls import SearchControls
+    from engine.config import ModelSpec
+
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path))
+    save_thresholds(PRM_FIT)
+    controls = SearchControls()
+    qtbot.addWidget(controls)
+    tiny = ModelSpec("synthetic:tiny-llama")
+    controls.set_configs(tiny, SearchConfig(verifier="prm", verifier_model="synthetic:tiny-qwen-prm",
+                                            entropy_exit=True), CacheConfig())
+    text = controls.thresholds_label.text()
+    assert "verifier prm synthetic:tiny-qwen-prm, generator synthetic:tiny-llama" in text
+    assert "entropy exit θ 3.500, δ 0.700 (calibrated on 12 steps" in text
+    assert (controls.configs()[1].entropy_theta, controls.configs()[1].entropy_delta) == (3.5, 0.7)
+    controls.set_configs(tiny, SearchConfig(verifier="self-judge", entropy_exit=True), CacheConfig())
+    paper = SearchConfig()
+    assert f"entropy exit θ {paper.entropy_theta:.3f}, δ {paper.entropy_delta:.3f} (the paper's: the calibrated " \
+           "entropy exit thresholds" in controls.thresholds_label.text()
+    assert "not on this search's self-judge on synthetic:tiny-llama" in controls.thresholds_label.text()
+    built = controls.configs()[1]
+    assert (built.entropy_theta, built.entropy_delta, built.tau_conf) == (paper.entropy_theta, paper.entropy_delta,
+                                                                          0.8)

@@ -5,6 +5,7 @@ and New conversation (Ctrl+N)."""
 from __future__ import annotations
 
 import dataclasses
+import html
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,30 @@ def test_a_follow_up_asked_in_the_window_is_the_next_turn_of_the_conversation(qt
     assert first.answer.strip().splitlines()[0] in text
     assert window.talk.turns.isVisibleTo(window) and window.talk.turns.count() == 2
     assert window.talk.turns.currentIndex() == 1 and window.talk.turns.tabText(0) == "Turn 1"
+
+
+def plan_now(qtbot, window: MainWindow) -> Any:
+    """The plan bar's plan of what a Run or a follow-up would send now."""
+    with qtbot.waitSignal(window.plan_bar.planned, timeout=30000) as blocker:
+        window.plan_bar.refresh_now()
+    return blocker.args[0]
+
+
+def test_the_plan_bar_counts_a_follow_up_with_its_conversation(qtbot, window_for) -> None:
+    window = window_for()  # the real engine and loader
+    window.controls.set_configs(ModelSpec("synthetic:tiny-llama"), SMALL, CacheConfig())
+    window.question.setPlainText(FIRST)
+    run_to_end(qtbot, window, window.start_run)
+    qtbot.keyClicks(window.talk.box.field, SECOND)
+    follow_up = plan_now(qtbot, window)
+    shown = html.unescape(window.plan_bar.toolTip())
+    run_to_end(qtbot, window, lambda: qtbot.keyClick(window.talk.box.field, Qt.Key.Key_Return))
+    assert follow_up.prompt_tokens == window.store.events(2)[1].prompt_tokens  # the run's PrefillDone
+    assert f"{follow_up.prompt_tokens:,} tokens (counted by the model's tokenizer, 1 earlier turn" in shown
+    bare = plan_now(qtbot, window)  # the box is empty again: Run would ask the question box's text afresh
+    assert window.question.toPlainText() == SECOND and bare.prompt_tokens < follow_up.prompt_tokens
+    shown = html.unescape(window.plan_bar.toolTip())
+    assert f"{bare.prompt_tokens:,} tokens (counted by the model's tokenizer)" in shown
 
 
 def _record(store: SessionStore, question: str, previous: int | None = None) -> int:

@@ -17,7 +17,7 @@ from engine import bundled as bundle
 from engine import synthetic
 from engine.config import ModelSpec
 from engine.errors import ModelLoadError
-from engine.models import KVShape, LoadedModel, bundled_model_folder, kv_shape_of, load_model
+from engine.models import KVShape, LoadedModel, bundled_model_folder, kv_shape_of, load_model, load_tokenizer
 from engine.synthetic import SYNTHETIC_MODELS, synthetic_config, synthetic_tokenizer
 
 ASSISTANT_PROMPT = "<|im_start|>assistant\n"
@@ -243,6 +243,20 @@ def test_truncated_safetensors_folder(tmp_path: Path, tiny: LoadedModel) -> None
     error = _load_error(str(tmp_path))
     assert "weights" in str(error) and str(tmp_path) in str(error)
     assert "download them again" in error.user_message()
+
+
+def test_a_tokenizer_alone_encodes_as_the_loaded_model(tmp_path: Path, tiny: LoadedModel,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    tiny.tokenizer.save_pretrained(tmp_path)
+    synthetic_config("tiny-llama").save_pretrained(tmp_path)  # a folder with no weights: only its tokenizer is read
+    text = "What is 2+3?\n\nNext step"
+    for source in ("synthetic:tiny-llama", str(tmp_path)):
+        assert load_tokenizer(source).encode(text) == tiny.tokenizer.encode(text)
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        load_tokenizer(str(tmp_path / "gone"))
+    monkeypatch.setenv(bundle.CACHE_ENV, str(tmp_path / "empty-cache"))
+    with pytest.raises(ModelLoadError, match="not converted yet"):  # a plan does not start the conversion
+        load_tokenizer("bundled")
 
 
 def test_unknown_synthetic_name_lists_the_known_ones() -> None:

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from app.cli import main
-from app.planner import DeviceInfo, plan, prompt_tokens_of
+from app.planner import DeviceInfo, plan
+from app.prompt_size import estimated_tokens, prompt_size
+from engine import events as ev
 from engine.bench import Workload, run_bench
 from engine.config import CacheConfig, ModelSpec, SearchConfig
+from engine.errors import SearchTooLarge
 from engine.kv.cache import whole_search_bytes
+from engine.models import load_model
+from engine.search import run
 
 TINY = ModelSpec("synthetic:tiny-llama")
 EMULATED = DeviceInfo("cpu (emulated GPU)", True, 16_000_000_000)
@@ -48,9 +55,51 @@ def test_a_prm_adds_its_weights_and_kv():
     assert with_prm.verifier_kv_bytes > 0 and with_prm.weights_bytes > without.weights_bytes
 
 
-def test_prompt_length_is_estimated_without_a_tokenizer():
-    assert prompt_tokens_of(None) == 128
-    assert prompt_tokens_of("x" * 350) == 160
+def test_prompt_length_is_estimated_without_a_tokenizer(tmp_path):
+    assert estimated_tokens(None) == 128
+    assert estimated_tokens("x" * 350) == 160
+    assert estimated_tokens("x" * 350, [("y" * 35, "z" * 70)]) == 160 + 10 + 30  # a turn's text and its markers
+    unreadable = prompt_size(str(tmp_path / "no-such-model"), "x" * 350, [("y" * 35, "z" * 70)])
+    assert (unreadable.tokens, unreadable.how, unreadable.turns) == (200, "estimated from its length", 1)
+
+
+FIRST, SECOND = "What is 2+3?", "And times 4?"
+CONVERSATION_SEARCH = SearchConfig(beams=2, width=2, max_steps=2, step_tokens=4)
+
+
+@pytest.fixture(scope="module")
+def tiny_conversation():
+    """synthetic:tiny-llama, and a first turn's (question, chosen path) from a real run."""
+    loaded = load_model(TINY)
+    finished = [e for e in run(FIRST, loaded, CONVERSATION_SEARCH, CacheConfig()) if e.type == "run_finished"]
+    return loaded, ((FIRST, finished[0].answer),)
+
+
+def _prefill_tokens(loaded, question, history) -> int:
+    events = run(question, loaded, CONVERSATION_SEARCH, CacheConfig(), history=history)
+    return next(e for e in events if isinstance(e, ev.PrefillDone)).prompt_tokens
+
+
+def test_a_follow_ups_plan_counts_the_whole_conversation_as_the_run_sends_it(tiny_conversation):
+    loaded, history = tiny_conversation
+    bare = plan(TINY, CONVERSATION_SEARCH, CacheConfig(), question=SECOND, device=EMULATED)
+    follow_up = plan(TINY, CONVERSATION_SEARCH, CacheConfig(), question=SECOND, history=history, device=EMULATED)
+    assert bare.prompt_tokens == _prefill_tokens(loaded, SECOND, ())  # the system prompt and template counted
+    assert follow_up.prompt_tokens == _prefill_tokens(loaded, SECOND, history) > bare.prompt_tokens
+    assert follow_up.generator_kv_bytes > bare.generator_kv_bytes
+    assert dict(follow_up.rows())["prompt"] == (f"{follow_up.prompt_tokens:,} tokens (counted by the model's "
+                                                "tokenizer, 1 earlier turn of the conversation)")
+
+
+def test_the_preflight_counts_a_follow_ups_whole_prompt(tiny_conversation):
+    from app.preflight import check_memory, needed_bytes
+
+    loaded, history = tiny_conversation
+    prompt = _prefill_tokens(loaded, SECOND, history)
+    search = SearchConfig(beams=512, width=2, step_tokens=4, max_steps=2)
+    with pytest.raises(SearchTooLarge) as refused:
+        check_memory(loaded, SECOND, search, CacheConfig(), free=lambda: 1_000_000, history=history)
+    assert refused.value.needed_bytes == needed_bytes(loaded, prompt, search, CacheConfig())
 
 
 def test_plan_command_prints_the_sentence_and_json(capsys):
@@ -67,7 +116,7 @@ def test_the_window_plan_bar_shows_state_and_sentence(qtbot):
 
     configs = (TINY, SearchConfig(beams=4, width=2, max_steps=2, step_tokens=8),
                CacheConfig(kv_budget_bytes=400_000, device="cpu"))
-    bar = PlanBar(lambda: configs, lambda: "")
+    bar = PlanBar(lambda: configs, lambda: ("", ()))
     qtbot.addWidget(bar)
     with qtbot.waitSignal(bar.planned, timeout=10_000) as blocker:
         bar.refresh_now()
@@ -81,7 +130,7 @@ def test_the_plan_bar_says_what_to_fix(qtbot):
     def broken():
         raise ValueError("beams must be at least 1")
 
-    bar = PlanBar(broken, lambda: "")
+    bar = PlanBar(broken, lambda: ("", ()))
     qtbot.addWidget(bar)
     with qtbot.waitSignal(bar.planned, timeout=5_000):
         bar.refresh_now()
@@ -93,8 +142,24 @@ def test_the_plan_bar_says_why_a_plan_failed_in_its_thread(qtbot, tmp_path):
     from engine.config import ModelSpec
 
     configs = (ModelSpec(str(tmp_path / "no-such-model")), SearchConfig(beams=2, width=2), CacheConfig(device="cpu"))
-    bar = PlanBar(lambda: configs, lambda: "")
+    bar = PlanBar(lambda: configs, lambda: ("", ()))
     qtbot.addWidget(bar)
     with qtbot.waitSignal(bar.planned, timeout=10_000) as blocker:
         bar.refresh_now()
     assert blocker.args[0] is None and bar.sentence.text().startswith("No plan: ")
+
+
+def test_plan_session_counts_the_follow_up_that_run_session_sends(tmp_path, capsys):
+    tiny = ["--model", "synthetic:tiny-llama", "--device", "cpu", "--beams", "2", "--width", "2", "--step-tokens",
+            "4", "--max-steps", "2", "--db", str(tmp_path / "s.db")]
+    assert main(["run", FIRST, *tiny]) == 0
+    capsys.readouterr()
+    assert main(["plan", SECOND, *tiny, "--json"]) == 0
+    bare = json.loads(capsys.readouterr().out)
+    assert main(["plan", SECOND, "--session", "1", *tiny, "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert main(["run", SECOND, "--session", "1", *tiny, "--json"]) == 0
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    prefill = next(e for e in events if e["type"] == "prefill_done")
+    assert planned["prompt_tokens"] == prefill["prompt_tokens"] > bare["prompt_tokens"]
+    assert (planned["prompt_counted"], planned["prompt_turns"]) == ("counted by the model's tokenizer", 1)

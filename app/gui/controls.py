@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.early_exit import load_thresholds, thresholds_text
+from app.early_exit import entropy_mismatch, load_thresholds, thresholds_text, verifier_key
 from app.gui.model_picker import ModelPicker
 from app.gui.slider_spin import SliderSpin
 from app.gui.verifier_picker import VerifierPicker
@@ -88,9 +88,16 @@ class SearchControls(QWidget):
         saved = load_thresholds()
         if saved is not None:
             fields.update(tau_conf=saved.tau_conf, r_gap=saved.r_gap)
-            if saved.entropy_theta is not None:
+            if entropy_mismatch(saved, self._verifier_key()) is not None:  # another verifier's: the paper's instead
+                paper = SearchConfig()
+                fields.update(entropy_theta=paper.entropy_theta, entropy_delta=paper.entropy_delta)
+            elif saved.entropy_theta is not None:
                 fields.update(entropy_theta=saved.entropy_theta, entropy_delta=saved.entropy_delta)
         return fields
+
+    def _verifier_key(self) -> str:
+        """The chosen verifier as a calibration names it (the PRM, or the generator judging itself)."""
+        return verifier_key(self.model_picker.source(), *self.verifier.choice())
 
     def set_configs(self, model: ModelSpec, search: SearchConfig, cache: CacheConfig) -> None:
         """Show these settings (e.g. "Run again" of a stored session); fields without a control are kept."""
@@ -218,7 +225,7 @@ class SearchControls(QWidget):
         self.thresholds_label.setWordWrap(True)
 
     def _show_thresholds(self) -> None:
-        self.thresholds_label.setText(thresholds_text(load_thresholds(), self._search))
+        self.thresholds_label.setText(thresholds_text(load_thresholds(), self._search, self._verifier_key()))
 
     def _cache_box(self) -> QGroupBox:
         box = QGroupBox("KV cache")

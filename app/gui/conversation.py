@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLineEdit, QTabBar, QToolButton, QVBo
 
 from app.conversations import history, line_of, turns_through
 from app.gui.bridge import Conversation
+from engine.chat import Turn
 from engine.errors import BeamwiseError
 
 FOLLOW_UP_HINT = "Ask a follow-up about this answer (Enter)"
@@ -127,6 +128,20 @@ class ConversationControls:
             return self.rerun[1]
         return None
 
+    def planned_prompt(self) -> tuple[str, tuple[Turn, ...]]:
+        """What the next run would send, for the plan bar: a follow-up typed in the box after the open turn's
+        conversation (as `ask` builds it); else the question box's text, a new conversation or a loaded rerun's."""
+        window = self.window
+        follow_up = self.box.field.text().strip()
+        if follow_up and self.box.field.isEnabled():
+            try:
+                return follow_up, tuple(turns_through(window.store, window.current_session))
+            except BeamwiseError:
+                pass  # the open turn cannot be followed up: Run would start a new conversation
+        question = window.question.toPlainText()
+        conversation = self.conversation_for(question.strip())
+        return question, conversation.history if conversation is not None else ()
+
     def ask(self, text: str) -> None:
         """Run `text` as the next turn after the open session."""
         window = self.window
@@ -154,6 +169,7 @@ class ConversationControls:
                                                                       tuple(history(self.window.store, session_id))))
             except BeamwiseError:
                 self.rerun = None
+        self.window.plan_bar.schedule()  # a rerun of a later turn sends its earlier turns too
 
     def new_conversation(self) -> None:
         window = self.window
@@ -179,6 +195,7 @@ class ConversationControls:
                 rows = []
         self.turns.show_line(rows, window.current_session)
         self.update()
+        window.plan_bar.schedule()  # the open turn changed: so did a follow-up's conversation
 
     def update(self) -> None:
         window = self.window

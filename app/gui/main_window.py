@@ -103,10 +103,10 @@ class MainWindow(QMainWindow):
         self.server = ServerPicker(self.controls.model_picker, self.settings, self)  # "Server…" in the picker
         self.status = StatusLine(self)
         self._central_layout.insertWidget(1, self.status.banner)
-        self.plan_bar = PlanBar(self.controls.configs, self.question.toPlainText)  # "will it fit?" before a run
+        self.talk = ConversationControls(self)  # follow-ups, turn tabs, New conversation
+        self.plan_bar = PlanBar(self.controls.configs, self.talk.planned_prompt)  # "will it fit?" before a run
         self._central_layout.insertWidget(1, self.plan_bar)
         self.controls.changed.connect(self.plan_bar.schedule)
-        self.talk = ConversationControls(self)  # follow-ups, turn tabs, New conversation
         self._central_layout.insertWidget(self._central_layout.indexOf(self.panels.tree), self.talk.turns)
         self.sessions = SessionsPanel(store) if store is not None else None
         self.models = ModelsPage(confirm=None if dialogs else lambda title, text: False)
@@ -191,6 +191,8 @@ class MainWindow(QMainWindow):
         self.controls.changed.connect(self._update_actions)
         self.controls.verifier.refused.connect(lambda message: self.report_error("Not a PRM Beamwise knows", message))
         self.question.textChanged.connect(self._update_actions)
+        self.question.textChanged.connect(self.plan_bar.schedule)  # the prompt's length is in the plan
+        self.talk.box.field.textChanged.connect(self.plan_bar.schedule)  # a follow-up: the whole conversation
         b = self.bridge
         b.load_progress.connect(self.status.loading)
         b.model_loaded.connect(self.status.loaded)

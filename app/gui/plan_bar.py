@@ -4,7 +4,7 @@ sentence, refreshed shortly after the settings change; the figures are in its to
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
@@ -12,24 +12,27 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 from app.gui.background import run_in_background
 from app.gui.model_picker import SERVER_SOURCE
 from app.planner import MemoryPlan, plan
+from engine.chat import Turn
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 
 COLOURS = {"green": "#2f8a57", "amber": "#b07a12", "red": "#c0504d", "unknown": "#5f6b7a"}
 DEBOUNCE_MS = 400  # settings change in bursts (a slider drag): plan once they settle
 
 Configs = tuple[ModelSpec, SearchConfig, CacheConfig]
+Prompt = tuple[str, Sequence[Turn]]  # the question a Run would ask and the conversation turns before it
 
 
 class PlanBar(QWidget):
-    """Shows `plan(settings)`; `planned(plan or None)` fires on the GUI thread after each refresh."""
+    """Shows `plan(settings)` for the prompt a Run would send (`prompt()`: a follow-up's holds its conversation);
+    `planned(plan or None)` fires on the GUI thread after each refresh."""
 
     planned = Signal(object)
     _finished = Signal(int, object, str)  # generation, plan or None, error text: from the worker thread
 
-    def __init__(self, configs: Callable[[], Configs], question: Callable[[], str],
+    def __init__(self, configs: Callable[[], Configs], prompt: Callable[[], Prompt],
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._configs, self._question = configs, question
+        self._configs, self._prompt = configs, prompt
         self._generation = 0
         self.plan: MemoryPlan | None = None
         self.dot, self.sentence = QLabel("●"), QLabel("Planning memory…")
@@ -60,8 +63,8 @@ class PlanBar(QWidget):
             self._show(self._generation, None, "Remote: the server holds the model and its KV cache; "
                        "nothing is planned on this machine.")
             return
-        generation, question = self._generation, self._question()
-        work = lambda: (generation, *_plan(configs, question))  # noqa: E731
+        generation, (question, history) = self._generation, self._prompt()  # read here: the store is this thread's
+        work = lambda: (generation, *_plan(configs, question, history))  # noqa: E731
         run_in_background("beamwise-plan", work, self._finished.emit)
 
     def _show(self, generation: int, result: MemoryPlan | None, error: str) -> None:
@@ -83,10 +86,10 @@ class PlanBar(QWidget):
         self.setToolTip(details or sentence)
 
 
-def _plan(configs: Configs, question: str) -> tuple[MemoryPlan | None, str]:
+def _plan(configs: Configs, question: str, history: Sequence[Turn]) -> tuple[MemoryPlan | None, str]:
     """The plan, or None and what went wrong (a model folder that cannot be read, a PRM that is not one)."""
     try:
-        return plan(*configs, question=question or None), ""
+        return plan(*configs, question=question.strip() or None, history=tuple(history)), ""
     except Exception as failure:  # said in the bar, not raised
         message = failure.user_message() if hasattr(failure, "user_message") else str(failure)
         return None, f"No plan: {message}"
