@@ -133,3 +133,14 @@ def test_remembered_settings_from_before_lookahead_verification_load_with_it_on(
     del older["lookahead_verify"]  # what a window stored before the switch existed
     settings.setValue("cache", json.dumps(older))
     assert load_configs(settings)[2].lookahead_verify
+
+
+def test_the_status_line_says_how_many_look_aheads_were_used():
+    from app.gui.status_line import speculation_text
+    from engine import events as ev
+
+    done = ev.RunFinished("5", (3,), 0.5, 2, 10, 1.0, 10.0, speculative_tokens=20, speculative_used=5)
+    assert speculation_text(done, "; ") == "; speculated 20 tokens, 5 kept (25%)"
+    looked = ev.RunFinished("5", (3,), 0.5, 2, 10, 1.0, 10.0, speculative_tokens=20, speculative_used=5,
+                            lookahead_verified=4, lookahead_used=1, lookahead_discarded=3)
+    assert speculation_text(looked, "; ").endswith("; 1 of 4 steps verified ahead used")

@@ -178,3 +178,19 @@ def test_bench_shows_the_verifier_columns_with_a_prm(capsys):
     assert main([*args, "--no-lookahead-verify"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("in_device"))
     assert row.split()[-2:] == ["0", "-"]  # none verified ahead, so no share used
+
+
+def test_a_recorded_run_keeps_the_look_ahead_counts(tiny):
+    """Events are stored as JSON (no new column, no migration): the counts replay as they were made."""
+    from app.recorder import SessionRecorder
+    from app.store import SessionStore
+
+    store = SessionStore(memory=True)
+    recorder = SessionRecorder(store)
+    stream = events_of(tiny, SEARCH, CacheConfig(policy="in_device", speculative=True))
+    for event in stream:
+        recorder.write(event)
+    replayed = store.events(recorder.session_id)
+    assert replayed == stream and replayed[-1].lookahead_verified > 0
+    assert sum(e.lookahead_used for e in of_type(replayed, "step_selected")) == replayed[-1].lookahead_used
+    assert store.get_session(recorder.session_id)["cache"]["lookahead_verify"] is True
