@@ -12,21 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from engine.verifiers.base import PathKey, StepToScore
 from engine.verifiers.schedule import KVNode
 
-if TYPE_CHECKING:
-    from engine.verifiers.path_kv import Layout
+Body = Callable[[str, tuple[str, ...], str], list[int]]  # a layout's `body(question, previous, step)` (path_kv.py)
 
 
-def ahead_body(layout: Layout, item: StepToScore, fits: Callable[[int], bool]) -> list[int]:
+def ahead_body(body: Body, item: StepToScore, fits: Callable[[int], bool]) -> list[int]:
     """The body of `item.ahead` (the next step, after `item.step`) as it follows the item's own body in its
     row; none when the row of both bodies (`fits(tokens)`) would not fit the verifier's budget alone."""
     q = item.question
-    ids = layout.body(q, (*item.previous_steps, item.step), item.ahead)
-    own = layout.body(q, item.previous_steps, item.step)
+    ids = body(q, (*item.previous_steps, item.step), item.ahead)
+    own = body(q, item.previous_steps, item.step)
     return ids if fits(len(own) + len(ids)) else []
 
 

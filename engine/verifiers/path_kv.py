@@ -212,7 +212,7 @@ class PathVerifier:
         unless the verifier looks ahead."""
         if item.ahead is None or not self.looks_ahead:
             return []
-        return ahead_body(self.layout, item, lambda width: self.kv.fits(1, start + width))
+        return ahead_body(self.layout.body, item, lambda width: self.kv.fits(1, start + width))
 
     def _group(self, parent: KVNode | None, items: Sequence[StepToScore], rows: list[int]) -> VerifyGroup:
         q, start = items[rows[0]].question, parent.length if parent is not None else 0
