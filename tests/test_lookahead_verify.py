@@ -194,3 +194,17 @@ def test_a_recorded_run_keeps_the_look_ahead_counts(tiny):
     assert replayed == stream and replayed[-1].lookahead_verified > 0
     assert sum(e.lookahead_used for e in of_type(replayed, "step_selected")) == replayed[-1].lookahead_used
     assert store.get_session(recorder.session_id)["cache"]["lookahead_verify"] is True
+
+
+def test_look_aheads_wait_for_a_kept_parent_and_every_one_is_counted_once():
+    from engine.verifiers.look_ahead import LookAheads
+    from engine.verifiers.schedule import KVNode
+
+    looked, parent = LookAheads(), KVNode(None, 1, 4)
+    looked.remember(("q", "a", "b"), KVNode(parent, 2, 8), 0.5)
+    looked.remember(("q", "a", "b"), KVNode(parent, 3, 8), 0.5)  # a second candidate whose path reads the same
+    looked.remember(("q", "c", "d"), KVNode(parent, 4, 8), 0.25)
+    assert looked.settle([("q", "a")]) == {}  # a's child waits; c was pruned
+    assert [n.handle for n in looked.nodes()] == [3] and looked.counts() == (3, 0, 2)
+    assert looked.take(("q", "a", "x")) is None and looked.take(("q", "a", "b")).score == 0.5
+    assert looked.counts() == (0, 1, 0) and not looked.waiting

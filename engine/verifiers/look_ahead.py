@@ -44,6 +44,9 @@ class LookAheads:
         self.verified = self.used = self.discarded = 0
 
     def remember(self, key: PathKey, node: KVNode, score: float) -> None:
+        """Keep the look-ahead for `key`'s child; one already there for the same path (two candidates whose
+        paths read the same) is replaced and counts as discarded (its segment is freed at `settle`)."""
+        self.discarded += key in self.waiting
         self.waiting[key] = Ahead(node, score)
         self.verified += 1
 
