@@ -107,6 +107,8 @@ def bench_command(args: argparse.Namespace) -> int:
         verifier_model=args.verifier_model,
     )
     if args.backend == "openai":
+        if args.verifier_model:
+            raise UsageError("--prm scores a local search; leave it out with --backend openai.")
         return _remote(args, workload)
     if args.versus_generate:
         return _versus_generate(args, dtype)

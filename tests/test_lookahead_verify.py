@@ -178,6 +178,8 @@ def test_bench_shows_the_verifier_columns_with_a_prm(capsys):
     assert main([*args, "--no-lookahead-verify"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("in_device"))
     assert row.split()[-2:] == ["0", "-"]  # none verified ahead, so no share used
+    assert main([*args, "--backend", "openai", "--endpoint", "http://127.0.0.1:9"]) == 2
+    assert "--prm" in capsys.readouterr().err
 
 
 def test_a_recorded_run_keeps_the_look_ahead_counts(tiny):
