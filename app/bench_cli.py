@@ -12,6 +12,7 @@ import app.formatting as fmt
 from app.formatting import size as format_bytes
 from app.options import (
     DEFAULT_QUESTION,
+    LOOKAHEAD_VERIFY_HELP,
     SPECULATIVE_CONTINUATIONS_HELP,
     SPECULATIVE_HELP,
     UsageError,
@@ -48,6 +49,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    f"{SPECULATIVE_HELP}")
     p.add_argument("--speculative-continuations", type=int, default=d.speculative_continuations, metavar="N",
                    help=SPECULATIVE_CONTINUATIONS_HELP)
+    p.add_argument("--lookahead-verify", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"force LookAhead verification on or off (default: on); {LOOKAHEAD_VERIFY_HELP}")
+    p.add_argument("--prm", dest="verifier_model", default=None, metavar="PATH",
+                   help="score steps with this PRM (a folder or synthetic:tiny-qwen-prm and the like) instead of "
+                   "the generator's log-probabilities; adds the verifier's columns")
     p.add_argument("--prefix-order", action=argparse.BooleanOptionalAction, default=None,
                    help="force lbs's prefix-aware group order on or off for every policy (default: as its name says)")
     p.add_argument("--plan-only", action="store_true", help="bytes and peaks from the scheduler alone: no weights")
@@ -97,8 +103,12 @@ def bench_command(args: argparse.Namespace) -> int:
         prefix_order=args.prefix_order,
         speculative=args.speculative,
         speculative_continuations=args.speculative_continuations,
+        lookahead_verify=args.lookahead_verify,
+        verifier_model=args.verifier_model,
     )
     if args.backend == "openai":
+        if args.verifier_model:
+            raise UsageError("--prm scores a local search; leave it out with --backend openai.")
         return _remote(args, workload)
     if args.versus_generate:
         return _versus_generate(args, dtype)
@@ -184,7 +194,7 @@ def _ratio(value: float | None) -> str:
 
 
 def _share(part: int, whole: int) -> str:
-    """Speculated tokens kept, as a share of those made ('-' when none were made)."""
+    """Speculated tokens (or look-aheads) kept, as a share of those made ('-' when none were made)."""
     return f"{part / whole:.0%}" if whole else "-"
 
 
@@ -223,7 +233,7 @@ def format_report(report: BenchReport) -> str:
     lines = [
         f"model {w.model} ({w.dtype}) on {report.device}; {w.beams}x{w.width} candidates, steps of {w.step_tokens}, "
         f"{prompt}, {w.gen_tokens} generated; KV budget {budget}; PCIe {w.pcie_gbps} GB/s"
-        + (" (modelled)" if report.emulated else ""),
+        + (" (modelled)" if report.emulated else "") + (f"; verifier {w.verifier_model}" if w.verifier_model else ""),
         "",
     ]
     header = f"{'policy':<24}{'H2D':>11}{'D2H':>11}{'D2D':>11}{'H2D ops':>9}{'vs layerwise':>13}"
@@ -232,6 +242,7 @@ def format_report(report: BenchReport) -> str:
         header += f"{'wall s':>9}{'copy s':>8}{'compute s':>10}{'pcie s':>8}{'stall s':>8}{'stall':>7}"
         header += f"{'tok/s':>8}{'goodput':>8}{'fwd':>6}{'idle':>6}{'spec':>6}{'runs':>6}{'kept':>6}{'drop':>6}"
         header += f"{'/in_dev':>8}{'/layerw':>8}{'TF logit diff':>14}"
+        header += f"{'v.tok':>7}{'v.fwd':>6}{'v.rows':>7}{'ahead':>6}{'used':>6}" if w.verifier_model else ""
     lines.append(header)
     for r in report.results:
         if not r.ok:
@@ -251,6 +262,9 @@ def format_report(report: BenchReport) -> str:
                 f"{_ratio(r.wall_vs_in_device):>8}{_ratio(r.wall_vs_layerwise):>8}"
                 f"{_diff(r.teacher_forced_max_logit_diff):>14}"
             )
+            if w.verifier_model:
+                row += (f"{r.verifier_tokens:>7}{r.verifier_forwards:>6}{r.verifier_rows:>7}{r.lookahead_verified:>6}"
+                        f"{_share(r.lookahead_used, r.lookahead_verified):>6}")
         lines.append(row)
     lines += _baseline_rows(report)
     lines += _footnotes(report)

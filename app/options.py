@@ -172,13 +172,23 @@ SPECULATIVE_CONTINUATIONS_HELP = (
 )
 
 
+LOOKAHEAD_VERIFY_HELP = (
+    "with --speculative and a PRM (--verifier prm): a candidate whose row speculated its first child's whole next "
+    "step has that step verified in the same pass as its own, and the child's score is not computed again "
+    "(FlashTTS's LookAhead verification; the same scores either way)"
+)
+
+
 def add_speculation_options(group, default: bool | None) -> None:
-    """--speculative/--no-speculative, --speculative-ratio and --speculative-continuations (run and gui)."""
+    """--speculative/--no-speculative, --speculative-ratio, --speculative-continuations and
+    --lookahead-verify/--no-lookahead-verify (run and gui)."""
     group.add_argument("--speculative", action=argparse.BooleanOptionalAction, default=default, help=SPECULATIVE_HELP)
     group.add_argument("--speculative-ratio", type=float, default=CacheConfig().speculative_ratio, metavar="R",
                        help="speculate at most R x the mean step length so far (FlashTTS's truncation rule)")
     group.add_argument("--speculative-continuations", type=int, default=CacheConfig().speculative_continuations,
                        metavar="N", help=SPECULATIVE_CONTINUATIONS_HELP)
+    group.add_argument("--lookahead-verify", action=argparse.BooleanOptionalAction,
+                       default=CacheConfig().lookahead_verify, help=LOOKAHEAD_VERIFY_HELP)
 
 
 BACKENDS = ("local", "openai")
@@ -298,8 +308,8 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig
         pcie_gbps=args.pcie_gbps, device=args.device, prefill_chunk=args.prefill_chunk,
         verifier_kv_share=args.verifier_kv_share, speculative=args.speculative,
         speculative_ratio=args.speculative_ratio, speculative_continuations=args.speculative_continuations,
-        prefix_cache=args.prefix_cache, prefix_cache_ram_bytes=args.prefix_cache_ram,
-        prefix_cache_disk_bytes=args.prefix_cache_disk,
+        lookahead_verify=args.lookahead_verify, prefix_cache=args.prefix_cache,
+        prefix_cache_ram_bytes=args.prefix_cache_ram, prefix_cache_disk_bytes=args.prefix_cache_disk,
     )
     return model, search, cache
 

@@ -34,7 +34,7 @@ LADDER: dict[str, dict] = {
         "policy": "lbs", "inter_beam": True, "balanced_prefetch": True, "prefix_order": True, "speculative": True
     },
 }
-SWITCHES = ("prefix_order", "speculative")  # a workload may force these on or off for every policy of a run
+SWITCHES = ("prefix_order", "speculative", "lookahead_verify")  # a workload may force these for every policy of a run
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,8 @@ class Workload:
     prefix_order: bool | None = None  # None: as each ladder rung says; else forced for every policy
     speculative: bool | None = None
     speculative_continuations: int = 0  # children's steps a row may speculate: 0 FlashTTS's M_i, 1 one run
+    lookahead_verify: bool | None = None  # None: CacheConfig's default (on); only with speculation and a PRM
+    verifier_model: str | None = None  # a PRM (folder or synthetic:NAME) scores the steps; None: logprob
 
     def search(self) -> SearchConfig:
         steps = max(1, math.ceil(self.gen_tokens / self.step_tokens))
@@ -67,6 +69,8 @@ class Workload:
             temperature=1.0,
             top_p=1.0,
             seed=self.seed,
+            verifier="prm" if self.verifier_model else SearchConfig.verifier,
+            verifier_model=self.verifier_model,
         )
 
     def cache(self, name: str) -> CacheConfig:
@@ -115,6 +119,11 @@ class PolicyResult:
     speculative_used: int = 0  # of them, taken by kept candidates' children
     speculative_discarded: int = 0  # of them, freed with pruned candidates
     speculative_runs: int = 0  # children's steps started speculatively (one per child)
+    verifier_tokens: int = 0  # tokens the verifier ran, all steps
+    verifier_forwards: int = 0  # its forward calls
+    verifier_rows: int = 0  # rows in them (LookAhead verification rides a child's next step in its parent's row)
+    lookahead_verified: int = 0  # next steps verified with their parent's step
+    lookahead_used: int = 0  # of them, taken by their child
     h2d_bytes_eq1: int | None = None  # layer-wise only: the paper's Eq. 1-3 for the same workload
     teacher_forced_max_logit_diff: float | None = None  # largest |logit - in_device's| on in_device's tokens
     h2d_vs_layerwise: float | None = None
@@ -147,10 +156,13 @@ def run_policy(loaded, workload: Workload, name: str, prompt_ids: Sequence[int])
     from engine.search import run
 
     texts: dict[int, str] = {}
-    stats, peak, started = [], 0, time.perf_counter()
-    for event in run("", loaded, workload.search(), workload.cache(name), prompt_ids=prompt_ids):
+    stats, selected, peak, started = [], [], 0, time.perf_counter()
+    question = workload.question or ""  # what a PRM reads as the question (the prompt is `prompt_ids`)
+    for event in run(question, loaded, workload.search(), workload.cache(name), prompt_ids=prompt_ids):
         if event.type == "transfer_stats":
             stats.append(event)
+        elif event.type == "step_selected":
+            selected.append(event)
         elif event.type == "candidate_text":
             texts[event.id] = event.text
         elif event.type == "memory_snapshot":
@@ -174,7 +186,10 @@ def run_policy(loaded, workload: Workload, name: str, prompt_ids: Sequence[int])
         h2d_calls=last.h2d_calls, d2h_calls=last.d2h_calls,
         forwards=sum(s.forwards for s in stats), speculative_tokens=finished.speculative_tokens,
         speculative_used=finished.speculative_used, speculative_discarded=finished.speculative_discarded,
-        speculative_runs=finished.speculative_runs,
+        speculative_runs=finished.speculative_runs, verifier_tokens=sum(s.verifier_tokens for s in selected),
+        verifier_forwards=sum(s.verifier_forwards for s in selected),
+        verifier_rows=sum(s.verifier_rows for s in selected),
+        lookahead_verified=finished.lookahead_verified, lookahead_used=finished.lookahead_used,
         tokens_digest=hashlib.sha256(repr(sorted(texts.items())).encode()).hexdigest()[:16],
     )
 

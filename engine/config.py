@@ -151,6 +151,7 @@ class CacheConfig:
     speculative: bool = False  # in_device, lbs: rows that end their step early decode their first child's
     speculative_ratio: float = 0.85  # FlashTTS's R: speculate at most R x the mean step length so far
     speculative_continuations: int = 0  # children's steps a row speculates: 0 FlashTTS's M_i = B - j + 1, n at most n
+    lookahead_verify: bool = True  # with speculation and a PRM: a whole speculated next step is verified with its step
     pcie_gbps: float = 25.0
     device: str = "auto"
     prefill_chunk: int | None = None  # prompt tokens per prefill call; None: sized to the budget

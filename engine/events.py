@@ -102,6 +102,11 @@ class StepSelected:
     exit_agrees: bool | None = None  # audit: the exit's and the full pass's scores put the same child first
     lens_trace: tuple = ()  # calibration: each verify pass's (vocabulary, entropies, scores) layer by layer
     speculative_discarded: int = 0  # speculated tokens of the pruned candidates, freed with them
+    verifier_forwards: int = 0  # forward calls the verifier made this step
+    verifier_rows: int = 0  # rows in them (a look-ahead rides in its parent step's row)
+    lookahead_verified: int = 0  # speculated next steps the verifier checked with their parent's step
+    lookahead_used: int = 0  # of those checked a step before, taken by their child (its score, or its KV)
+    lookahead_discarded: int = 0  # ... and freed unused with their pruned parent
 
 
 @dataclass(frozen=True)
@@ -187,6 +192,9 @@ class RunFinished:
     speculative_discarded: int = 0  # of them, freed with pruned candidates (the rest: the last step's, unneeded)
     speculative_runs: int = 0  # children's steps started speculatively (one run per child)
     speculative_runs_used: int = 0  # of them, taken by a child (each child counted once)
+    lookahead_verified: int = 0  # speculated next steps the verifier checked with their parent's step
+    lookahead_used: int = 0  # of them, taken by their child instead of running it again
+    lookahead_discarded: int = 0  # of them, freed with their pruned parent
 
 
 @dataclass(frozen=True)

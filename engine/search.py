@@ -32,7 +32,7 @@ from engine.rows import RowResult, StepRules
 from engine.runner import decode_step, prefill
 from engine.scoring import path_to, score_step
 from engine.speculation import Tally, adopted_step, continuations, speculation_cap
-from engine.verifiers import StepToScore, make_verifier
+from engine.verifiers import StepToScore, VerifierCost, make_verifier
 from engine.verifiers.entropy_exit import exit_fields, exit_rule
 
 SYSTEM_PROMPT = (
@@ -189,9 +189,12 @@ class _Search:
             pool = [c for c in kept if self.candidates[c].finished] + children  # finished beams compete on
             kept, discarded = self._select(kv, pool, step)
             cost = self.verifier.settle([self._key(c) for c in kept])
+            self._count_look_ahead(cost)
             yield ev.StepSelected(
                 step, tuple(kept), tuple(sorted(set(pool) - set(kept))), cost.tokens, cost.tokens_full,
-                **self.gate, **exit_fields(cost), speculative_discarded=discarded,
+                **self.gate, **exit_fields(cost), speculative_discarded=discarded, verifier_forwards=cost.forwards,
+                verifier_rows=cost.rows, lookahead_verified=cost.ahead_verified, lookahead_used=cost.ahead_used,
+                lookahead_discarded=cost.ahead_discarded,
             )
             if all(self.candidates[c].finished for c in kept):
                 break
@@ -313,14 +316,31 @@ class _Search:
         self.extra_tokens += rolled.tokens
         return rolled.steps
 
-    def _item(self, cid: int, extra: Sequence[RolledStep]) -> StepToScore:
-        """What the verifier reads: the path, the new step and (lookahead) the roll-out, scored at its end."""
+    def _item(self, cid: int, extra: Sequence[RolledStep], step: int) -> StepToScore:
+        """What the verifier reads: the path, the new step and (lookahead) the roll-out, scored at its end;
+        and the first child's next step when it can be verified ahead."""
         c = self.candidates[cid]
         steps = (*(self.candidates[p].text for p in self._path(cid)[:-1]), c.text, *(r.text for r in extra))
-        return StepToScore(self.question, steps[:-1], steps[-1], extra[-1].logprobs if extra else c.logprobs)
+        logprobs = extra[-1].logprobs if extra else c.logprobs
+        return StepToScore(self.question, steps[:-1], steps[-1], logprobs, self._ahead_text(c, step))
+
+    def _ahead_text(self, c: Candidate, step: int) -> str | None:
+        """LookAhead verification: the text the first child's step will have when the candidate's row
+        speculated it whole (the child adopts it as it is: `_speculated_whole`), with a step still to come,
+        the switch on and a verifier that can. Speculation is off for the lookahead method's roll-outs."""
+        run = c.ahead[0] if c.ahead else None
+        if run is None or not run.done or step >= self.cfg.max_steps or not self.cache_cfg.lookahead_verify:
+            return None
+        return self.loaded.decode(run.sampled) if self.speculating and self.verifier.looks_ahead else None
+
+    def _count_look_ahead(self, cost: VerifierCost) -> None:
+        self.speculation.verified_ahead += cost.ahead_verified
+        self.speculation.verified_used += cost.ahead_used
+        self.speculation.verified_discarded += cost.ahead_discarded
 
     def _score(self, children: list[int], step: int, extra: dict[int, list[RolledStep]]) -> Iterator[ev.Event]:
-        verify = lambda: self.verifier.score([self._item(cid, extra.get(cid, ())) for cid in children])  # noqa: E731
+        items = lambda: [self._item(cid, extra.get(cid, ()), step) for cid in children]  # noqa: E731
+        verify = lambda: self.verifier.score(items())  # noqa: E731
         self.gate = {}
         yield from score_step(self.candidates, children, step, self.cfg, verify, self.gate)
 
@@ -363,4 +383,7 @@ class _Search:
             self.speculation.discarded,
             self.speculation.runs,
             self.speculation.runs_used,
+            self.speculation.verified_ahead,
+            self.speculation.verified_used,
+            self.speculation.verified_discarded,
         )

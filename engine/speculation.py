@@ -56,10 +56,14 @@ def adopted_step(ahead: RowResult, decoded: RowResult | None) -> RowResult:
 @dataclass
 class Tally:
     """Speculated tokens over a run: made in idle slots, used by kept candidates' children, discarded with
-    pruned ones; and the runs (one per child) made and used."""
+    pruned ones; the runs (one per child) made and used; and the whole next steps the verifier checked
+    ahead in their parent's pass (LookAhead verification), used by their child or discarded."""
 
     made: int = 0
     used: int = 0
     discarded: int = 0
     runs: int = 0
     runs_used: int = 0
+    verified_ahead: int = 0
+    verified_used: int = 0
+    verified_discarded: int = 0

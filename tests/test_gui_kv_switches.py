@@ -102,3 +102,45 @@ def test_speculated_children_round_trip_and_follow_the_speculative_switch(qtbot,
     assert controls.continuations.text() == "B - j + 1"
     controls.switches["speculative"].setChecked(False)
     assert not controls.continuations.isEnabled()
+
+
+def test_lookahead_verification_round_trips_and_follows_the_speculative_switch(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path))
+    controls = SearchControls()
+    qtbot.addWidget(controls)
+    box = controls.switches["lookahead_verify"]
+    assert controls.configs()[2].lookahead_verify and "PRM" in box.toolTip()  # on by default
+    controls.set_configs(ModelSpec(), SearchConfig(), CacheConfig(speculative=True, lookahead_verify=False))
+    assert not box.isChecked() and box.isEnabled()
+    with qtbot.waitSignal(controls.changed):
+        box.setChecked(True)
+    assert controls.configs()[2].lookahead_verify
+    controls.switches["speculative"].setChecked(False)
+    assert not box.isEnabled()  # it verifies speculated steps: nothing to do without speculation
+
+
+def test_remembered_settings_from_before_lookahead_verification_load_with_it_on(tmp_path):
+    import json
+
+    from PySide6.QtCore import QSettings
+
+    from app.gui.settings import load_configs, save_configs
+
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    save_configs(settings, ModelSpec(), SearchConfig(), CacheConfig(speculative=True, lookahead_verify=False))
+    assert not load_configs(settings)[2].lookahead_verify
+    older = CacheConfig(speculative=True).to_dict()
+    del older["lookahead_verify"]  # what a window stored before the switch existed
+    settings.setValue("cache", json.dumps(older))
+    assert load_configs(settings)[2].lookahead_verify
+
+
+def test_the_status_line_says_how_many_look_aheads_were_used():
+    from app.gui.status_line import speculation_text
+    from engine import events as ev
+
+    done = ev.RunFinished("5", (3,), 0.5, 2, 10, 1.0, 10.0, speculative_tokens=20, speculative_used=5)
+    assert speculation_text(done, "; ") == "; speculated 20 tokens, 5 kept (25%)"
+    looked = ev.RunFinished("5", (3,), 0.5, 2, 10, 1.0, 10.0, speculative_tokens=20, speculative_used=5,
+                            lookahead_verified=4, lookahead_used=1, lookahead_discarded=3)
+    assert speculation_text(looked, "; ").endswith("; 1 of 4 steps verified ahead used")

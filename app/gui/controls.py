@@ -251,6 +251,10 @@ class SearchControls(QWidget):
                                         "steps in the idle slots, more for better-ranked beams (FlashTTS's "
                                         "B - j + 1). Kept candidates' children start their step with those "
                                         "tokens, pruned ones drop them. Same answer either way."),
+            "lookahead_verify": self._switch("look-ahead verification", "Speculative extension with a PRM: when a "
+                                             "row speculated its first child's whole next step, the PRM scores it "
+                                             "in the same pass as the candidate's own step, and the child's score "
+                                             "is not computed again (FlashTTS). Same scores either way."),
             "prefix_cache": self._switch("prefix cache", "Keep the KV of prompts and chosen answers in RAM and in "
                                          "the user cache folder: Run again, a follow-up or a longer question that "
                                          "starts the same computes only its new tokens (same answer)."),
@@ -328,6 +332,7 @@ class SearchControls(QWidget):
         self.lookahead.setEnabled(self.method.currentData() == "beam")
         self.verifier_on_cpu.setEnabled(self.verifier.choice()[0] == "prm")
         self.continuations.setEnabled(self.switches["speculative"].isChecked())
+        self.switches["lookahead_verify"].setEnabled(self.switches["speculative"].isChecked())
         self._show_thresholds()
         try:
             self.configs()

@@ -160,10 +160,10 @@ class StatusLine:
         elif isinstance(event, ev.RunFinished):
             self.speed.setText(f"{event.tokens_per_second:.1f} cand-tok/s")
             self.speed.setToolTip(f"goodput: {event.goodput:.1f} tokens/s of the answer's path (FlashTTS)"
-                                  + _speculation(event, "\n"))
+                                  + speculation_text(event, "\n"))
             self.bar.showMessage(
                 f"Done: {event.steps} steps, score {event.score:.2f}, goodput {event.goodput:.1f} tok/s"
-                + _speculation(event, "; "), 15000
+                + speculation_text(event, "; "), 15000
             )
         elif isinstance(event, ev.RunCancelled):
             self.bar.showMessage(f"Stopped after step {event.step}.", 15000)
@@ -180,10 +180,15 @@ class StatusLine:
         self.exit.setVisible(tally is not None)
 
 
-def _speculation(event: ev.RunFinished, separator: str) -> str:
-    """'; speculated 177 tokens, 29 kept (16%)', or nothing when the run speculated none."""
+def speculation_text(event: ev.RunFinished, separator: str) -> str:
+    """'; speculated 177 tokens, 29 kept (16%); 3 of 12 steps verified ahead used', or nothing when the
+    run speculated none (the look-ahead part only when the verifier looked ahead)."""
     made, used = event.speculative_tokens, event.speculative_used
-    return f"{separator}speculated {made} tokens, {used} kept ({used / made:.0%})" if made else ""
+    if not made:
+        return ""
+    ahead = event.lookahead_verified
+    looked = f"{separator}{event.lookahead_used} of {ahead} steps verified ahead used" if ahead else ""
+    return f"{separator}speculated {made} tokens, {used} kept ({used / made:.0%}){looked}"
 
 
 def prompt_text(event: ev.PrefillDone) -> str:

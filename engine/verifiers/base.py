@@ -19,6 +19,7 @@ class StepToScore:
     previous_steps: tuple[str, ...]
     step: str
     logprobs: tuple[float, ...]  # the step's sampled tokens under the generator, temperature 1
+    ahead: str | None = None  # the first child's next step, speculated whole: verified in the same pass when it can
 
     @property
     def parent_key(self) -> PathKey:
@@ -36,10 +37,17 @@ class VerifierCost:
     tokens: int = 0
     tokens_full: int = 0
     exit: ExitCost | None = None  # RKSC's layer-entropy exit, when the verifier has one
+    forwards: int = 0  # forward calls the verifier made (batches of rows)
+    rows: int = 0  # rows in those calls: one per path segment run (a look-ahead rides in its step's row)
+    ahead_verified: int = 0  # next steps verified with their parent's step (LookAhead verification)
+    ahead_used: int = 0  # of the look-aheads made before, those a child took (its score, or its KV)
+    ahead_discarded: int = 0  # ... and those freed unused (their candidate was pruned)
 
     def __post_init__(self) -> None:
-        if self.tokens < 0 or self.tokens_full < 0:
-            raise ValueError(f"token counts must be 0 or more (got {self.tokens}, {self.tokens_full}).")
+        counts = (self.tokens, self.tokens_full, self.forwards, self.rows, self.ahead_verified, self.ahead_used,
+                  self.ahead_discarded)
+        if min(counts) < 0:
+            raise ValueError(f"verifier counts must be 0 or more (got {counts}).")
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,7 @@ class VerifierMemory:
 
 class Verifier(Protocol):
     name: str
+    looks_ahead: bool  # scores `StepToScore.ahead` with its step and remembers it for the child (path_kv.py)
 
     def score(self, items: Sequence[StepToScore]) -> list[float]:
         """One score in [0, 1] per item: how likely the latest step is correct."""
@@ -89,7 +98,9 @@ class Verifier(Protocol):
 
 
 class KeepsNoKV:
-    """The memory side of a verifier that runs no model: it needs, holds and moves no KV."""
+    """The memory side of a verifier that runs no model: it needs, holds and moves no KV (nor looks ahead)."""
+
+    looks_ahead = False
 
     def batch_bytes(self, question: str, rows: int, step_tokens: int, steps: int) -> int:
         return 0

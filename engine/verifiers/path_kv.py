@@ -14,6 +14,8 @@ order, the shared chain kept on the device across groups, the next group prefetc
 runs them the earlier way, one parent at a time, each batch loading its whole chain from the segments.
 With RKSC's layer-entropy exit (entropy_exit.py) a scoring pass may stop early: its segments then
 hold only the layers it ran (the slots are whole), and `settle` completes a kept one's other layers.
+Without it, and with an empty probe (the PRM families), an item's speculated next step rides in its
+row and is remembered for the child (look_ahead.py: FlashTTS's LookAhead verification).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from engine.models import kv_shape_from_config
 from engine.verifiers.base import PathKey, StepToScore, VerifierCost
 from engine.verifiers.entropy_exit import EntropyExit
 from engine.verifiers.kv_pools import VerifierKV, VerifierMemory
+from engine.verifiers.look_ahead import LookAheads, ahead_body
 from engine.verifiers.schedule import GroupScheduler, KVNode, VerifyGroup, prefix_order
 
 Readout = Callable[[torch.Tensor], torch.Tensor]  # hidden [B, H] -> scores [B] in [0, 1]
@@ -58,10 +61,17 @@ class PathVerifier:
         self.device, self.pad_id, self.batch_size = device, pad_id, batch_size
         self.nodes: dict[PathKey, KVNode] = {}
         self._stored: dict[int, KVNode] = {}  # every node whose segment is in the pools, by handle
-        self._tokens = self._tokens_full = 0
+        self._tokens = self._tokens_full = self._forwards = self._rows = 0
+        self.looked = LookAheads()  # next steps verified in their parent's pass, until the child asks
         self.kv = self._pools(None)
         self.on_device_budget = True  # False: its KV is outside the device's KV budget (a PRM on the CPU)
         self.exit: EntropyExit | None = None  # RKSC's layer-entropy exit, attached by entropy_exit.with_exit
+
+    @property
+    def looks_ahead(self) -> bool:
+        """Whether a step's speculated next step can share its row: the score is read at the end of each
+        step's body (an empty probe, as the PRM families have) and every pass runs all layers (no exit)."""
+        return self.grouped and self.exit is None and not self.layout.probe("")
 
     # -- memory -------------------------------------------------------------------------------
     def _pools(self, budget_bytes: int | None, block_size: int = 16) -> VerifierKV:
@@ -108,6 +118,7 @@ class PathVerifier:
         """The run is over: give the pools' memory back."""
         self.nodes.clear()
         self._stored.clear()
+        self.looked = LookAheads()
         self.kv.close()
 
     # -- scoring ------------------------------------------------------------------------------
@@ -121,11 +132,17 @@ class PathVerifier:
     @torch.inference_mode()
     def score(self, items: Sequence[StepToScore]) -> list[float]:
         """Run each item's new step (+ probe) over its parent's cached KV; siblings run in batches, the
-        batches as groups scheduled over the verifier's pools (schedule.py)."""
+        batches as groups scheduled over the verifier's pools (schedule.py). A step verified ahead in its
+        parent's pass is not run again: its remembered score and node are taken."""
         scores = [0.0] * len(items)
         by_parent: dict[PathKey, list[int]] = {}
         for index, item in enumerate(items):
-            by_parent.setdefault(item.parent_key, []).append(index)
+            ahead = self.looked.take(item.key)
+            if ahead is not None:
+                scores[index], self.nodes[item.key] = ahead.score, ahead.node
+                self._tokens_full += ahead.node.length
+            else:
+                by_parent.setdefault(item.parent_key, []).append(index)
         groups = []
         for parent_key, rows in by_parent.items():
             parent = self._node(parent_key)
@@ -145,18 +162,20 @@ class PathVerifier:
         """Keep KV only for the kept paths and their ancestors (the rest is freed), complete the layers an
         exited pass skipped for the kept ones (their copies count in the next step); report the tokens run."""
         self.nodes = {key: self.nodes[key] for key in kept if key in self.nodes}
-        reached = {n.handle for node in self.nodes.values() for n in node.chain()}
+        for key, node in self.looked.settle(kept).items():
+            self.nodes.setdefault(key, node)
+        reached = {n.handle for node in [*self.nodes.values(), *self.looked.nodes()] for n in node.chain()}
         dropped = [handle for handle in self._stored if handle not in reached]
         self.kv.free(dropped)
         for handle in dropped:
             del self._stored[handle]
         self.kv.start_step()
-        if self.exit is None:
-            cost = VerifierCost(self._tokens, self._tokens_full)
-        else:
+        exited = None
+        if self.exit is not None:
             self.nodes = {key: self._completed(node) for key, node in self.nodes.items()}
-            cost = VerifierCost(self._tokens, self._tokens_full, self.exit.settle())
-        self._tokens = self._tokens_full = 0
+            exited = self.exit.settle()
+        cost = VerifierCost(self._tokens, self._tokens_full, exited, self._forwards, self._rows, *self.looked.counts())
+        self._tokens = self._tokens_full = self._forwards = self._rows = 0
         return cost
 
     @torch.inference_mode()
@@ -178,31 +197,46 @@ class PathVerifier:
     def _batch(self, parent: KVNode | None, items: list[StepToScore]) -> int:
         """How many of `items` (siblings) run together: up to the batch size, fewer when the budget is tight."""
         start = parent.length if parent is not None else 0
-        widths = [len(self._new_ids(i)) for i in items[: self.batch_size]]
+        widths = [len(self._new_ids(i, start)) for i in items[: self.batch_size]]
         count = len(widths)
         while count > 1 and not self.kv.fits(count, start + max(widths[:count])):
             count -= 1
         return count  # one row that does not fit is refused, with the budget it needs, by the arena
 
-    def _new_ids(self, item: StepToScore) -> list[int]:
-        return self.layout.body(item.question, item.previous_steps, item.step) + self.layout.probe(item.question)
+    def _new_ids(self, item: StepToScore, start: int) -> list[int]:
+        q = item.question
+        return self.layout.body(q, item.previous_steps, item.step) + self.layout.probe(q) + self._ahead_ids(item, start)
+
+    def _ahead_ids(self, item: StepToScore, start: int) -> list[int]:
+        """What of `item.ahead` rides in the item's row (`start` columns after its parent's chain): none
+        unless the verifier looks ahead."""
+        if item.ahead is None or not self.looks_ahead:
+            return []
+        return ahead_body(self.layout.body, item, lambda width: self.kv.fits(1, start + width))
 
     def _group(self, parent: KVNode | None, items: Sequence[StepToScore], rows: list[int]) -> VerifyGroup:
-        q = items[rows[0]].question
+        q, start = items[rows[0]].question, parent.length if parent is not None else 0
         bodies = [self.layout.body(q, items[r].previous_steps, items[r].step) for r in rows]
         probe = self.layout.probe(q)
-        return VerifyGroup(parent, tuple(rows), tuple(tuple(b + probe) for b in bodies), tuple(len(b) for b in bodies))
+        aheads = [self._ahead_ids(items[r], start) for r in rows]
+        sequences = tuple(tuple(b + probe + a) for b, a in zip(bodies, aheads, strict=True))
+        return VerifyGroup(parent, tuple(rows), sequences, tuple(len(b) for b in bodies), tuple(len(a) for a in aheads))
 
     def _score_group(self, group: VerifyGroup, arena: torch.Tensor, items: Sequence[StepToScore],
                      scores: list[float]) -> None:
         """Run a loaded group (its arena holds the parent's chain in every row) and keep its rows' new KV."""
         sequences = [list(s) for s in group.sequences]
-        last, children = self._run(arena, group.parent, sequences, list(group.keep), scoring=True)
-        probe = len(group.sequences[0]) - group.keep[0]
+        last, children, looked = self._run(arena, group.parent, sequences, list(group.keep), True, group.ahead)
+        probe = len(group.sequences[0]) - group.keep[0] - group.ahead[0]
         for row, value, child in zip(group.rows, self.readout(last).float().tolist(), children, strict=True):
             scores[row] = value
             self.nodes[items[row].key] = child
             self._tokens_full += child.length + probe
+        if looked:
+            ahead_scores = self.readout(torch.stack([hidden for hidden, _ in looked.values()])).float().tolist()
+            for (index, (_, node)), value in zip(looked.items(), ahead_scores, strict=True):
+                item = items[group.rows[index]]
+                self.looked.remember((*item.key, item.ahead), node, value)
 
     def _score_siblings(self, parent: KVNode | None, items: list[StepToScore], rows: list[int],
                         scores: list[float]) -> None:
@@ -245,14 +279,17 @@ class PathVerifier:
         arena, run = self.kv.arena(len(sequences), width, keep=[n.handle for n in chain])  # [L, 2, B, H, W, D]
         try:
             self._fill(arena, chain)
-            return self._run(arena, parent, sequences, keep, scoring)
+            return self._run(arena, parent, sequences, keep, scoring)[:2]
         finally:
             self.kv.release(run)
 
     def _run(self, arena: torch.Tensor, parent: KVNode | None, sequences: list[list[int]], keep: list[int],
-             scoring: bool) -> tuple[torch.Tensor, list[KVNode]]:
-        """`_extend` over an arena whose rows already hold the parent's chain."""
+             scoring: bool, ahead: Sequence[int] = ()) -> tuple[torch.Tensor, list[KVNode], dict[int, tuple]]:
+        """`_extend` over an arena whose rows already hold the parent's chain. A row whose last `ahead[r]`
+        tokens are a look-ahead step (no probe, no exit) is read at the end of its own step, and its
+        look-ahead's hidden state `[H]` and node (a child of the row's) come back by row in the third value."""
         batch, width = len(sequences), max(len(s) for s in sequences)
+        ahead = list(ahead) or [0] * batch
         ids = torch.full((batch, width), self.pad_id, dtype=torch.long)  # [B, T]
         for row, seq in enumerate(sequences):
             ids[row, : len(seq)] = torch.tensor(seq)
@@ -264,13 +301,20 @@ class PathVerifier:
             passed = self.exit.run(ids.to(self.device), cache, start, lengths)
             last, ran, pending = passed.last, passed.layers, passed.hidden
         else:
-            out = self.body(input_ids=ids.to(self.device), past_key_values=cache, use_cache=True)
-            last = out.last_hidden_state[torch.arange(batch, device=self.device), lengths - 1]  # [B, H]
+            hidden = self.body(input_ids=ids.to(self.device), past_key_values=cache, use_cache=True).last_hidden_state
+            rows = torch.arange(batch, device=self.device)
+            own = lengths - 1 - torch.tensor(ahead, device=self.device)  # [B]: each row's own step ends there
+            last, ends = hidden[rows, own], hidden[rows, lengths - 1]  # [B, H] each
         nodes = [self._store(parent, arena[:ran, :, row, :, start : start + keep[row]], start + keep[row],
                              None if pending is None else pending[row : row + 1, : keep[row]].clone())
                  for row in range(batch)]
+        looked = {}
+        for row in (r for r in range(batch) if ahead[r]):
+            end = start + keep[row] + ahead[row]
+            looked[row] = (ends[row], self._store(nodes[row], arena[:, :, row, :, start + keep[row] : end], end, None))
         self._tokens += int(lengths.sum())
-        return last, nodes
+        self._forwards, self._rows = self._forwards + 1, self._rows + batch
+        return last, nodes, looked
 
     def _fill(self, arena: torch.Tensor, chain: list[KVNode]) -> None:
         """Row 0 of the arena gets the parent's chain from its segments; the other rows copy row 0's.

@@ -59,8 +59,9 @@ class VerifyGroup:
 
     parent: KVNode | None
     rows: tuple[int, ...]
-    sequences: tuple[tuple[int, ...], ...]  # each row's step body and the probe
+    sequences: tuple[tuple[int, ...], ...]  # each row's step body and the probe, or its body and a look-ahead's
     keep: tuple[int, ...]  # each row's body length: its new segment
+    ahead: tuple[int, ...] = ()  # each row's look-ahead body length (0: none), a second new segment (look_ahead.py)
 
     @property
     def chain(self) -> list[KVNode]:
@@ -76,8 +77,9 @@ class VerifyGroup:
         return self.start + max(len(s) for s in self.sequences)
 
     def new_slots(self, block_size: int) -> int:
-        """Device slots the group's new segments take (whole blocks per row)."""
-        return sum(max(1, math.ceil(k / block_size)) for k in self.keep)
+        """Device slots the group's new segments take (whole blocks per segment)."""
+        return sum(max(1, math.ceil(k / block_size)) for k in self.keep) + sum(
+            math.ceil(a / block_size) for a in self.ahead)
 
 
 @dataclass
