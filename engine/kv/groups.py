@@ -216,10 +216,11 @@ class GroupExecutor:
             kept.ids, kept.users = tuple(prefix_ids), 1
             return kept.full[:, :, :, :tokens], kept
         self.drop_kept()
+        capacity = max(tokens, self.prefix_capacity) if self.keep_prefix else tokens  # a run not kept holds its own
         try:
-            return self._stage(prefix_ids, group, runs, max(tokens, self.prefix_capacity))
+            return self._stage(prefix_ids, group, runs, capacity)
         except PoolExhausted:
-            if self.prefix_capacity <= tokens:
+            if capacity <= tokens:
                 raise
             return self._stage(prefix_ids, group, runs, tokens)  # no room to keep it for the longest prefix
 
