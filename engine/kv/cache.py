@@ -243,8 +243,11 @@ class KVCache:
 
     # -- one step -------------------------------------------------------------------------------
     def plan(self, candidates: Sequence[int]):
-        work = [Work(c, tuple(self.live[c].table), self.blocks.num_tokens(self.live[c].table)) for c in candidates]
+        work = [self._work(self.live[c]) for c in candidates]
         return self.policy.plan(work, self._current_budget())
+
+    def _work(self, live: Live) -> Work:
+        return Work(live.id, tuple(live.table), self.blocks.num_tokens(live.table), live.source)
 
     def _current_budget(self) -> int:
         """The budget, re-read each step. The pool is allocated once: when other programs leave less
