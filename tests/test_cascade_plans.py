@@ -158,6 +158,22 @@ def test_the_same_work_makes_fewer_groups_by_family_than_by_longest_row():
         assert shape.width == 0 and shape.height == 40  # children read their parent's history from one copy
 
 
+def test_a_groups_parts_follow_the_executors_family_rule():
+    """Blocks are full but for a table's last: a prefix of two blocks (32 tokens), family 10 sharing a partial
+    block (8 tokens), family 11 sharing one full block, one of its rows with a copied tail of its own."""
+    a1, a2 = Work(1, (0, 1, 5), 40, source=10), Work(2, (0, 1, 5), 40, source=10)
+    b1, b2 = Work(3, (0, 1, 8, 9), 60, source=11), Work(4, (0, 1, 8, 12), 58, source=11)
+    shape = group_shape([a1, a2, b1, b2], 16, cascade=True)
+    assert (shape.prefix, shape.families, shape.height, shape.rows, shape.width) == (32, 2, 16, 4, 12)
+    assert shape.slots(4, 16) == 2 + 6  # the prefix's run, then 4 x (12 + 4) + 2 x 16 = 96 tokens
+    assert group_shape([a1, a2, b1, b2], 16, cascade=True, prefix_in_place=True).slots(4, 16) == 6
+    assert group_shape([a1, a2, b1, b2], 16, cascade=False).slots(4, 16) == 4 * (60 + 4) // 16
+    split = group_shape([a1, Work(5, (0, 1, 6), 36, source=10)], 16, cascade=True)  # siblings part at the prefix
+    assert (split.families, split.height, split.width) == (0, 0, 8)  # no parent level: each row holds its own
+    alone = group_shape([b2], 16, cascade=True)  # one row: its whole table is the prefix it stages
+    assert (alone.prefix, alone.width, alone.slots(4, 16)) == (58, 0, 4 + 1)
+
+
 def test_in_device_accepts_a_budget_the_previous_estimate_refused_and_runs_within_it(tiny, monkeypatch):
     search = SEARCHES[0]
     needs: list[tuple[int, int]] = []  # per step: (need now, need by the previous estimate)
