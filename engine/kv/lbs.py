@@ -19,7 +19,7 @@ from engine.kv.groups import GroupExecutor
 from engine.kv.policy import Group, PolicyContext, StepPlan, Work
 from engine.kv.working import group_shape, group_working_bytes
 
-SLACK_BLOCKS = 2  # without cascade, bytes a group's runs may round up to whole slots
+SLACK_BLOCKS = 2  # rounding to whole slots a figure in tokens leaves out (lbs without cascade, in_device's growth)
 
 
 @dataclass(frozen=True)
