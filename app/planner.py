@@ -1,7 +1,7 @@
 """Will it fit? A memory plan for a generator, a verifier and search settings, before any weights load.
 
 Weights and KV bytes per token come from the models' configs (`app.model_facts`); the whole search's KV
-from `engine.kv.cache.whole_search_bytes`; the policy `auto` would pick by the engine's own rule; and the
+from `engine.kv.cache.search_kv_bytes`; the policy `auto` would pick by the engine's own rule; and the
 bytes over PCIe from the engine's plan-only run (the real policies on `meta` tensors), so the plan agrees
 with a real run's counters. The result is a red/amber/green state and one sentence a person can act on.
 """
@@ -17,7 +17,7 @@ from app.model_facts import ModelFacts, facts_of
 from app.prompt_size import PromptSize, prompt_size
 from engine.chat import Turn
 from engine.config import CacheConfig, ModelSpec, SearchConfig
-from engine.kv.cache import CUDA_MARGIN, whole_search_bytes
+from engine.kv.cache import CUDA_MARGIN, search_kv_bytes
 from engine.kv.split import split_budget, verifier_group_bytes
 from engine.verifiers.fit import WeightsDoNotFit, pair_does_not_fit
 
@@ -121,7 +121,7 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
     info = device or DeviceInfo.probe(cache.device)
     counted = prompt_size(model.source, question, history)
     prompt = counted.tokens
-    whole = whole_search_bytes(prompt, search, gen.kv_token_bytes, cache.block_size)
+    whole = search_kv_bytes(prompt, search, cache, gen.kv_token_bytes, cascade=True)  # engine.models routes to it
     on_cpu = search.verifier_device == "cpu"
     batch = 0 if prm is None or on_cpu else _verifier_batch(prompt, search, prm)
     activations = _activations(gen, prompt, search.candidates_per_step)

@@ -9,7 +9,8 @@ import torch
 
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import SearchTooLarge
-from engine.kv.cache import whole_search_bytes
+from engine.kv.attention import uses_cascade
+from engine.kv.cache import search_kv_bytes
 from engine.search import prompt_ids
 from engine.synthetic import free_memory_bytes
 
@@ -17,8 +18,10 @@ SHARE = 0.8  # of the free memory a search may plan to take (the model, Python a
 
 
 def needed_bytes(loaded, prompt_tokens: int, search: SearchConfig, cache: CacheConfig) -> int:
-    """The whole search's KV at rest and working (every candidate, full length): what the host must hold."""
-    return whole_search_bytes(prompt_tokens, search, loaded.kv_shape.token_bytes(), cache.block_size)
+    """The whole search's KV at rest and working (every candidate, full length; with cascade attention a
+    kept path's history once for its children): what the host must hold."""
+    cascade = uses_cascade(loaded.model.config)
+    return search_kv_bytes(prompt_tokens, search, cache, loaded.kv_shape.token_bytes(), cascade=cascade)
 
 
 def check_memory(loaded, question: str, search: SearchConfig, cache: CacheConfig,

@@ -112,11 +112,11 @@ def test_speculation_keeps_tokens_and_logits(tiny, policy, candidates):
     ("policy", "candidates", "inter_beam", "prefetch", "expect_groups"),
     [
         ("lbs", 100, True, True, "one"),
-        ("lbs", 1.3, True, True, "two"),  # with inter-beam the shared prompt counts once: groups are larger
-        ("lbs", 1.2, True, True, "many"),
+        ("lbs", 1.2, True, True, "two"),  # with inter-beam the prompt and each parent's history count once
+        ("lbs", 1.1, True, True, "many"),
         ("lbs", 1.5, False, False, "many"),
         ("lbs", 3.2, False, True, "two"),
-        ("lbs", 1.3, True, False, "two"),
+        ("lbs", 1.2, True, False, "two"),
         ("layerwise", 100, True, True, "one"),
         ("layerwise", 4.2, True, True, "one"),  # 3 layers: two staging layers fit, every layer streams
     ],

@@ -13,7 +13,7 @@ from engine import events as ev
 from engine.bench import Workload, run_bench
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import SearchTooLarge
-from engine.kv.cache import whole_search_bytes
+from engine.kv.cache import search_kv_bytes
 from engine.models import load_model
 from engine.search import run
 
@@ -26,7 +26,8 @@ def test_a_search_that_fits_is_green_and_moves_nothing():
     search = SearchConfig(beams=2, width=2, max_steps=2, step_tokens=8)
     p = plan(TINY, search, CacheConfig(), question="What is 2+3?", device=EMULATED)
     assert p.state == "green" and p.policy == "in_device" and p.step_pcie_bytes == 0
-    assert p.generator_kv_bytes == whole_search_bytes(p.prompt_tokens, search, p.generator.kv_token_bytes, 16)
+    kv = search_kv_bytes(p.prompt_tokens, search, CacheConfig(), p.generator.kv_token_bytes, cascade=True)
+    assert p.generator_kv_bytes == kv  # a loaded model attends through cascade attention (engine.models)
     assert "no KV crosses PCIe" in p.sentence
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.kv.blocks import BlockManager, Tier
-from engine.kv.policy import Live, common_prefix
+from engine.kv.policy import Live, Work, common_prefix
 from engine.kv.store import KVStore
 
 
@@ -33,10 +33,11 @@ class Family:
     blocks: tuple[int, ...]
 
 
-def families(members: Sequence[Live], skip: int) -> list[Family]:
-    """Members by the candidate they were forked from (`Live.source`; none: a family of its own), in the
+def families(members: Sequence[Live | Work], skip: int) -> list[Family]:
+    """Members by the candidate they were forked from (`source`; none: a family of its own), in the
     order of their first row; each family's blocks are the common start of its rows' tables after `skip`
-    blocks. Grouping only decides what is shared: any grouping reads exactly each row's own KV."""
+    blocks. Grouping only decides what is shared: any grouping reads exactly each row's own KV. The
+    planners apply the same rule to `Work` (engine/kv/working.py)."""
     rows: dict[object, list[int]] = {}
     for index, member in enumerate(members):
         key = ("row", member.id) if member.source is None else member.source

@@ -31,6 +31,12 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 ATTENTION = "beamwise"
 
 
+def uses_cascade(config) -> bool:
+    """Whether a model with this config attends through `cascade_attention` (engine.models routes SDPA and
+    eager models there): only then can groups read a shared prefix and a parent's history once."""
+    return getattr(config, "_attn_implementation", None) == ATTENTION
+
+
 @dataclass(frozen=True)
 class ParentHistory:
     """Each parent's history after the shared prefix, read once by all of its rows (the children).

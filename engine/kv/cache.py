@@ -11,6 +11,7 @@ import torch
 from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
 from engine.context_plan import activation_token_bytes, default_chunk
+from engine.kv.attention import uses_cascade
 from engine.kv.blocks import BlockManager, Tier
 from engine.kv.headwise import HeadwisePolicy
 from engine.kv.in_device import InDevicePolicy
@@ -32,18 +33,59 @@ BudgetProbe = Callable[[], int | None]  # free device bytes now, or None when it
 
 
 def whole_search_bytes(
-    prompt_tokens: int, search: SearchConfig, token_bytes: int, block_size: int, tails: int = 1
+    prompt_tokens: int,
+    search: SearchConfig,
+    token_bytes: int,
+    block_size: int,
+    tails: int = 1,
+    *,
+    cascade: bool = False,
+    speculative: bool = False,
 ) -> int:
     """Upper bound of in_device's peak: every candidate's full-length KV at rest (block-rounded) and working.
 
     A row's step and its speculation together hold at most a step's tokens; besides, each
     candidate and step opens or copies on write up to `tails` blocks (engine.kv.policy.tail_blocks).
+    The working KV is `working_tokens`'s: without `cascade` every candidate's whole history.
     """
     n, steps = search.candidates_per_step, search.max_steps
     longest = prompt_tokens + steps * search.step_tokens
     per_step = search.step_tokens + tails * block_size
     at_rest = prompt_tokens + 3 * block_size + n * steps * per_step
-    return (at_rest + n * (longest + search.step_tokens)) * token_bytes
+    return (at_rest + working_tokens(longest, search, block_size, cascade, speculative)) * token_bytes
+
+
+def working_tokens(longest: int, search: SearchConfig, block_size: int, cascade: bool, speculative: bool) -> int:
+    """Tokens of in_device's working KV in any step (engine/kv/working.py), rows at most `longest` long.
+
+    Without cascade attention each of the `n` candidates holds its whole history plus the step.
+    With it, the rows forked from one kept path (a family) read its history once from the parent
+    level, the prompt is read in place, and a row holds only what it no longer shares with its
+    siblings: nothing, or with speculation a copied partial block and its speculated start (under
+    a block and a step). So at most `families x longest + n x (own + step)`, plus a slot of
+    rounding for each of the load's two runs. A method whose paths have one child each (best-of-N,
+    greedy) makes every row a family of its own: `n x (longest + step)`, as without; so do
+    lookahead's roll-outs, in steps of their own.
+    """
+    n, k = search.candidates_per_step, search.step_tokens
+    whole = n * (longest + k)
+    if not cascade:
+        return whole
+    width = search.width if search.method in ("beam", "dvts") else 1  # children of one kept path
+    if width == 1:
+        return whole + 2 * block_size
+    own = min(longest, block_size + k) if speculative else 0
+    families = search.beams * longest + n * (own + k)
+    return (max(families, whole) if search.lookahead else families) + 2 * block_size
+
+
+def search_kv_bytes(prompt_tokens: int, search: SearchConfig, cache: CacheConfig, token_bytes: int, *,
+                    cascade: bool) -> int:  # fmt: skip
+    """`whole_search_bytes` under these cache settings (speculation's blocks and tokens counted); `cascade`:
+    the model attends through Beamwise's cascade attention (engine.kv.attention.uses_cascade)."""
+    tails = tail_blocks(cache.speculative, cache.speculative_continuations != 1)
+    return whole_search_bytes(prompt_tokens, search, token_bytes, cache.block_size, tails, cascade=cascade,
+                              speculative=cache.speculative)  # fmt: skip
 
 
 def one_candidate_bytes(prompt_tokens: int, search: SearchConfig, token_bytes: int, block_size: int) -> int:
@@ -85,8 +127,8 @@ class KVCache:
         shape, self.device = loaded.kv_shape, loaded.device
         self.blocks = BlockManager(cache.block_size)
         token_bytes = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * _element_size(loaded.dtype)
-        tails = tail_blocks(cache.speculative, cache.speculative_continuations != 1)
-        whole = whole_search_bytes(prompt_tokens, search, token_bytes, cache.block_size, tails)
+        attention = uses_cascade(loaded.model.config)  # in_device's groups read a parent's history once
+        whole = search_kv_bytes(prompt_tokens, search, cache, token_bytes, cascade=attention)
         self.emulated = self.device.type != "cuda"
         self._probe = free_bytes  # None: read CUDA (a bound method here would make a reference cycle)
         total = cache.kv_budget_bytes or self._automatic_budget(whole + verifier_batch_bytes)
@@ -96,6 +138,9 @@ class KVCache:
         self.policy_name = cache.policy if cache.policy != "auto" else auto_policy(whole, one, self.budget)
         # speculative beam extension keeps a row's speculated KV: the group executor's policies do
         self.speculative = cache.speculative and self.policy_name in ("in_device", "lbs")
+        grouped = self.policy_name == "in_device" or (self.policy_name == "lbs" and cache.inter_beam)
+        if not (attention and grouped):  # its rows hold their whole history: the pool may need that much
+            whole = search_kv_bytes(prompt_tokens, search, cache, token_bytes, cascade=False)
         self.store = KVStore(
             self.blocks,
             num_layers=shape.num_layers,
@@ -243,8 +288,11 @@ class KVCache:
 
     # -- one step -------------------------------------------------------------------------------
     def plan(self, candidates: Sequence[int]):
-        work = [Work(c, tuple(self.live[c].table), self.blocks.num_tokens(self.live[c].table)) for c in candidates]
+        work = [self._work(self.live[c]) for c in candidates]
         return self.policy.plan(work, self._current_budget())
+
+    def _work(self, live: Live) -> Work:
+        return Work(live.id, tuple(live.table), self.blocks.num_tokens(live.table), live.source)
 
     def _current_budget(self) -> int:
         """The budget, re-read each step. The pool is allocated once: when other programs leave less

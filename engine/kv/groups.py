@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.kv.arena import BlockCopier, Family, block_users, families, query_slots
-from engine.kv.attention import ATTENTION, ParentHistory, SharedPrefix, arena_cache
+from engine.kv.attention import ParentHistory, SharedPrefix, arena_cache, uses_cascade
 from engine.kv.blocks import BlockManager, Tier
 from engine.kv.policy import (
     OUT_OF_MEMORY,
@@ -81,7 +81,7 @@ class GroupExecutor:
     ) -> None:
         self.config, self.blocks, self.store, self.home = config, blocks, store, home
         self.decode, self.step_tokens, self.share = decode, step_tokens, share
-        self.cascade = share and getattr(config, "_attn_implementation", None) == ATTENTION  # else rows hold all
+        self.cascade = share and uses_cascade(config)  # else rows hold all
         self.keep_prefix = False  # prefix-aware order: a staged prefix stays for the next group that shares it
         self.prefix_capacity = 0  # tokens of the step's longest shared prefix (a kept run is sized for it)
         self.kept: KeptPrefix | None = None
@@ -216,10 +216,11 @@ class GroupExecutor:
             kept.ids, kept.users = tuple(prefix_ids), 1
             return kept.full[:, :, :, :tokens], kept
         self.drop_kept()
+        capacity = max(tokens, self.prefix_capacity) if self.keep_prefix else tokens  # a run not kept holds its own
         try:
-            return self._stage(prefix_ids, group, runs, max(tokens, self.prefix_capacity))
+            return self._stage(prefix_ids, group, runs, capacity)
         except PoolExhausted:
-            if self.prefix_capacity <= tokens:
+            if capacity <= tokens:
                 raise
             return self._stage(prefix_ids, group, runs, tokens)  # no room to keep it for the longest prefix
 

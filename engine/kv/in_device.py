@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from engine.errors import KVBudgetTooSmall
 from engine.kv.blocks import Tier
 from engine.kv.groups import GroupExecutor
-from engine.kv.lbs import SLACK_BLOCKS, block_placement, group_bytes
-from engine.kv.policy import Group, PolicyContext, StepPlan, Work, tail_blocks
+from engine.kv.lbs import SLACK_BLOCKS, block_placement
+from engine.kv.policy import Group, PolicyContext, StepPlan, Work, common_prefix, tail_blocks
+from engine.kv.working import group_working_bytes
 
 
 def plan_in_device(
@@ -19,15 +20,23 @@ def plan_in_device(
     token_bytes: int,
     block_size: int,
     tails: int = 1,
+    *,
+    cascade: bool = False,
+    prefix_in_place: bool = False,
 ) -> StepPlan:
     """One group; the blocks at rest, their growth this step and the working KV must fit the budget.
 
     A row's step and its speculation hold at most `step_tokens` together; each row may open or copy
-    on write `tails` blocks besides (engine.kv.policy.tail_blocks).
+    on write `tails` blocks besides (engine.kv.policy.tail_blocks). With `cascade` the working KV is
+    what the executor's load takes (engine/kv/working.py): nothing for a prefix read in place
+    (`prefix_in_place`), each parent's history once, each row's own tokens; without it every row
+    holds its whole history.
     """
     growth = len(work) * (step_tokens + tails * block_size) * token_bytes
     slack = SLACK_BLOCKS * block_size * token_bytes
-    need = resident_bytes + growth + group_bytes(work, step_tokens, token_bytes) + slack
+    working = group_working_bytes(work, step_tokens, token_bytes, block_size, cascade=cascade,
+                                  prefix_in_place=prefix_in_place)  # fmt: skip
+    need = resident_bytes + growth + working + slack
     if need > budget:
         raise KVBudgetTooSmall(budget, need, "keeping the whole search on the device (in_device)")
     return StepPlan("in_device", (Group(tuple(w.id for w in work)),))
@@ -48,7 +57,10 @@ class InDevicePolicy:
         resident = store.resident_bytes(Tier.DEVICE)
         k = self.context.step_tokens
         tails = tail_blocks(self.context.speculative, self.context.continuations)
-        return plan_in_device(work, resident, budget, k, store.token_bytes, store.blocks.block_size, tails)
+        prefix = common_prefix([w.table for w in work])
+        in_place = store.contiguous(prefix, Tier.DEVICE) is not None  # the prompt's run: read where it rests
+        return plan_in_device(work, resident, budget, k, store.token_bytes, store.blocks.block_size, tails,
+                              cascade=self.executor.cascade, prefix_in_place=in_place)  # fmt: skip
 
     def run_step(self, plan, live, timing, should_stop):
         return self.executor.run_step(plan.groups, live, timing, should_stop)

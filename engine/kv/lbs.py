@@ -11,13 +11,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from engine.errors import KVBudgetTooSmall
 from engine.kv.blocks import Tier
 from engine.kv.groups import GroupExecutor
-from engine.kv.policy import Group, PolicyContext, StepPlan, Work, common_prefix
+from engine.kv.policy import Group, PolicyContext, StepPlan, Work
+from engine.kv.working import group_shape, group_working_bytes
 
-SLACK_BLOCKS = 2  # a group's arena and its staged prefix each round up to whole slots
+SLACK_BLOCKS = 2  # rounding to whole slots a figure in tokens leaves out (lbs without cascade, in_device's growth)
 
 
 @dataclass(frozen=True)
@@ -32,20 +34,21 @@ def footprint(work: Work, step_tokens: int, token_bytes: int) -> int:
     return (work.tokens + step_tokens) * token_bytes
 
 
-def group_bytes(members: Sequence[Work], step_tokens: int, token_bytes: int, block_size: int | None = None) -> int:
-    """Device bytes of a group's working KV: rows are left-padded to the longest member.
+def group_bytes(
+    members: Sequence[Work], step_tokens: int, token_bytes: int, block_size: int | None = None, prefix_floor: int = 0
+) -> int:
+    """Device bytes of a group's working KV.
 
-    With `block_size` (the shared prefix is read in place), the blocks every member starts
-    with are counted once and each row holds only its own tokens.
+    Without `block_size` (no cascade attention) each row holds its whole history, left-padded to the
+    longest member. With it, exactly the slots the executor's cascade load takes (engine/kv/working.py):
+    the shared prefix staged once (at least `prefix_floor` tokens), each family's history once, and
+    each row's own tokens.
     """
     if not members:
         return 0
-    longest = max(m.tokens for m in members)
     if block_size is None:
-        return len(members) * (longest + step_tokens) * token_bytes
-    shared = len(common_prefix([m.table for m in members]))
-    prefix = min(shared * block_size, min(m.tokens for m in members))
-    return (prefix + len(members) * (longest - prefix + step_tokens)) * token_bytes
+        return len(members) * (max(m.tokens for m in members) + step_tokens) * token_bytes
+    return group_working_bytes(members, step_tokens, token_bytes, block_size, cascade=True, prefix_floor=prefix_floor)
 
 
 def plan_lbs(
@@ -59,32 +62,56 @@ def plan_lbs(
 ) -> StepPlan:
     """Groups that each fit the budget (less `slack` bytes of rounding), ordered so shared blocks travel together.
 
-    `block_size` says the group's shared prefix is read in place (counted once); balanced
-    grouping makes as many groups as greedy packing needs, of even size, and marks the
+    `block_size` says the executor loads groups with cascade attention: with inter-beam sharing a
+    group is counted as the slots that load takes (its prefix staged once, a family's history once).
+    With prefix order a staged prefix is kept across groups, sized for the step's longest shared
+    prefix, so every group counts its prefix at least that long (planned again until it holds).
+    Balanced grouping makes as many groups as greedy packing needs, of even size, and marks the
     next group's candidates that fit beside the largest group as prefetched.
     """
     if not work:
         return StepPlan("lbs", ())
-    largest = max(footprint(w, step_tokens, token_bytes) for w in work)
-    if largest + slack > budget:
-        raise KVBudgetTooSmall(budget, largest + slack)
-    budget -= slack
     shared = block_size if switches.inter_beam else None
+    largest = max(footprint(w, step_tokens, token_bytes) for w in work)
+    alone = max(group_bytes([w], step_tokens, token_bytes, shared) for w in work) if shared else largest
+    if alone + slack > budget:
+        raise KVBudgetTooSmall(budget, alone + slack)
+    budget -= slack
+    floor = 0
+    while True:
+        need = partial(group_bytes, step_tokens=step_tokens, token_bytes=token_bytes, block_size=shared,
+                       prefix_floor=floor)  # fmt: skip
+        groups = _fitting_groups(work, budget, need, switches)
+        kept = _kept_prefix(groups, shared, switches)
+        if kept <= floor:  # floor only grows, up to the longest candidate: this ends
+            break
+        floor = kept
+    ids = [tuple(w.id for w in g) for g in groups]
+    if not switches.balanced_prefetch:
+        return StepPlan("lbs", tuple(Group(g) for g in ids))
+    spare = (budget - max(need(g) for g in groups)) // largest  # whole candidates of the next group that fit beside
+    return StepPlan("lbs", (Group(ids[0]), *(Group(g, g[: min(spare, len(g))]) for g in ids[1:])))
+
+
+def _fitting_groups(work: Sequence[Work], budget: int, need, switches: Switches) -> list[list[Work]]:
+    """Greedy groups of at most `budget` bytes by `need`; balanced, as many of even size; then in prefix order."""
 
     def fits(members: list[Work], candidate: Work) -> bool:
-        return group_bytes([*members, candidate], step_tokens, token_bytes, shared) <= budget
+        return need([*members, candidate]) <= budget
 
     groups = _greedy_groups(work, fits, switches.inter_beam)
-    if not switches.balanced_prefetch:
-        groups = _prefix_order(groups) if switches.prefix_order else groups
-        return StepPlan("lbs", tuple(Group(tuple(w.id for w in g)) for g in groups))
-    size = math.ceil(len(work) / len(groups))
-    groups = _greedy_groups(work, lambda members, c: len(members) < size and fits(members, c), switches.inter_beam)
-    groups = _prefix_order(groups) if switches.prefix_order else groups
-    biggest = max(group_bytes(g, step_tokens, token_bytes, shared) for g in groups)
-    spare = (budget - biggest) // largest  # whole candidates of the next group that fit beside
-    ids = [tuple(w.id for w in g) for g in groups]
-    return StepPlan("lbs", (Group(ids[0]), *(Group(g, g[: min(spare, len(g))]) for g in ids[1:])))
+    if switches.balanced_prefetch:
+        size = math.ceil(len(work) / len(groups))
+        groups = _greedy_groups(work, lambda members, c: len(members) < size and fits(members, c), switches.inter_beam)
+    return _prefix_order(groups) if switches.prefix_order else groups
+
+
+def _kept_prefix(groups: list[list[Work]], block_size: int | None, switches: Switches) -> int:
+    """Tokens of the staged prefix that prefix order keeps across groups (engine/kv/groups.py `_prefix`):
+    sized for the longest shared prefix of the step's groups; 0 when none is kept."""
+    if block_size is None or not switches.prefix_order:
+        return 0
+    return max(group_shape(g, block_size, cascade=True).prefix for g in groups)
 
 
 def _greedy_groups(work: Sequence[Work], can_add, by_overlap: bool) -> list[list[Work]]:
@@ -145,8 +172,9 @@ class LbsPolicy:
 
     def plan(self, work: Sequence[Work], budget: int) -> StepPlan:
         store = self.context.store
-        slack = SLACK_BLOCKS * store.block_bytes
-        shared = store.blocks.block_size if self.executor.cascade else None  # the prefix is read in place
+        cascade = self.executor.cascade  # groups are counted in the whole slots their load takes: no slack
+        slack = 0 if cascade else SLACK_BLOCKS * store.block_bytes
+        shared = store.blocks.block_size if cascade else None
         k = self.context.step_tokens
         return plan_lbs(work, budget, k, store.token_bytes, self.switches, slack, shared)
 

@@ -43,11 +43,12 @@ class Live:
 
 @dataclass(frozen=True)
 class Work:
-    """What a planner needs to know of one candidate: its blocks and KV length at step start."""
+    """What a planner needs to know of one candidate: its blocks, KV length at step start, and its family."""
 
     id: int
     table: tuple[int, ...]
     tokens: int
+    source: int | None = None  # the candidate it was forked from (`Live.source`): its siblings share that history
 
 
 @dataclass(frozen=True)
