@@ -103,3 +103,20 @@ def test_random_beam_trees_keep_refcounts_consistent(ops, block_size):
         check_consistent(m, tables)
         for k, t in tables.items():
             assert m.tokens_of(t) == contents[k]  # no sibling ever sees another's tokens
+
+
+@settings(max_examples=60, deadline=None)
+@given(block_size=st.sampled_from([4, 16]), prompt=st.integers(1, 40), step=st.integers(1, 40))
+def test_a_forked_rows_step_takes_no_more_blocks_than_the_plans_count(block_size, prompt, step):
+    """A child forked from its parent and given a step's tokens opens at most `growth_tokens` worth of
+    blocks (its fresh blocks and the copied-on-write shared tail), whatever the step's length against the
+    block size: the in_device plan and the whole-search bound count that growth."""
+    from engine.kv.policy import growth_tokens
+
+    m = BlockManager(block_size=block_size)
+    parent = m.allocate(list(range(prompt)), Tier.DEVICE).table
+    before = len(m.blocks)
+    child = m.append(m.fork(parent), list(range(100, 100 + step)), Tier.DEVICE).table
+    opened = len(m.blocks) - before
+    assert opened * block_size <= growth_tokens(step, block_size, tails=1)
+    assert len(child) >= len(parent)

@@ -17,7 +17,17 @@ from engine.kv.headwise import HeadwisePolicy
 from engine.kv.in_device import InDevicePolicy
 from engine.kv.layerwise import LayerwisePolicy
 from engine.kv.lbs import SLACK_BLOCKS, LbsPolicy, Switches
-from engine.kv.policy import Decode, GroupDone, Live, Policy, PolicyContext, StepTiming, Work, tail_blocks
+from engine.kv.policy import (
+    Decode,
+    GroupDone,
+    Live,
+    Policy,
+    PolicyContext,
+    StepTiming,
+    Work,
+    growth_tokens,
+    tail_blocks,
+)
 from engine.kv.prefix_cache import PrefixCache
 from engine.kv.prefix_io import device_cache, keep_layers, keep_table, load_prefix
 from engine.kv.split import split_budget
@@ -44,13 +54,13 @@ def whole_search_bytes(
 ) -> int:
     """Upper bound of in_device's peak: every candidate's full-length KV at rest (block-rounded) and working.
 
-    A row's step and its speculation together hold at most a step's tokens; besides, each
-    candidate and step opens or copies on write up to `tails` blocks (engine.kv.policy.tail_blocks).
+    A row's step and its speculation together hold at most a step's tokens, in whole blocks; besides,
+    each candidate and step opens or copies on write up to `tails` blocks (engine.kv.policy.growth_tokens).
     The working KV is `working_tokens`'s: without `cascade` every candidate's whole history.
     """
     n, steps = search.candidates_per_step, search.max_steps
     longest = prompt_tokens + steps * search.step_tokens
-    per_step = search.step_tokens + tails * block_size
+    per_step = growth_tokens(search.step_tokens, block_size, tails)
     at_rest = prompt_tokens + 3 * block_size + n * steps * per_step
     return (at_rest + working_tokens(longest, search, block_size, cascade, speculative)) * token_bytes
 

@@ -8,7 +8,7 @@ from engine.errors import KVBudgetTooSmall
 from engine.kv.blocks import Tier
 from engine.kv.groups import GroupExecutor
 from engine.kv.lbs import SLACK_BLOCKS, block_placement
-from engine.kv.policy import Group, PolicyContext, StepPlan, Work, common_prefix, tail_blocks
+from engine.kv.policy import Group, PolicyContext, StepPlan, Work, common_prefix, growth_tokens, tail_blocks
 from engine.kv.working import group_working_bytes
 
 
@@ -26,13 +26,13 @@ def plan_in_device(
 ) -> StepPlan:
     """One group; the blocks at rest, their growth this step and the working KV must fit the budget.
 
-    A row's step and its speculation hold at most `step_tokens` together; each row may open or copy
-    on write `tails` blocks besides (engine.kv.policy.tail_blocks). With `cascade` the working KV is
+    A row's step and its speculation hold at most `step_tokens` together, in whole blocks, and each row
+    may open or copy on write `tails` blocks besides (engine.kv.policy.growth_tokens). With `cascade` the working KV is
     what the executor's load takes (engine/kv/working.py): nothing for a prefix read in place
     (`prefix_in_place`), each parent's history once, each row's own tokens; without it every row
     holds its whole history.
     """
-    growth = len(work) * (step_tokens + tails * block_size) * token_bytes
+    growth = len(work) * growth_tokens(step_tokens, block_size, tails) * token_bytes
     slack = SLACK_BLOCKS * block_size * token_bytes
     working = group_working_bytes(work, step_tokens, token_bytes, block_size, cascade=cascade,
                                   prefix_in_place=prefix_in_place)  # fmt: skip

@@ -84,6 +84,13 @@ def tail_blocks(speculative: bool, continuations: bool) -> int:
     return 1 + (1 if speculative else 0) + (2 if speculative and continuations else 0)
 
 
+def growth_tokens(step_tokens: int, block_size: int, tails: int) -> int:
+    """Tokens of whole blocks one row may take in a step: its `step_tokens` new tokens (step and speculation
+    together) fill at most `ceil(step_tokens / block_size)` fresh blocks, besides the `tails` it opens or
+    copies on write (`tail_blocks`)."""
+    return (-(-step_tokens // block_size) + tails) * block_size
+
+
 OUT_OF_MEMORY = (torch.OutOfMemoryError, PoolExhausted)  # a group that does not fit: split it and retry
 
 
