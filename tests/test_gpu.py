@@ -60,6 +60,18 @@ def test_a_load_on_the_copy_stream_is_seen_by_compute_after_waiting():
     store.release(run)
 
 
+
+def test_a_copy_on_the_device_is_timed_by_cuda_events_not_by_its_launch():
+    """A device-to-device copy is queued, not done, when `copy_` returns: its time is the CUDA events'
+    (added at `sync`), so the step's copy seconds hold it only after the sync."""
+    store = make_store()
+    (source, target), run = store.working([store.slot_shape, store.slot_shape])
+    store.copy(target, source, "d2d")
+    assert store.counters.step_copy_seconds == 0 and len(store._timed) == 1
+    store.sync()
+    assert store.counters.step["d2d"] == source.numel() * 4 and store.counters.step_copy_seconds > 0
+    store.release(run)
+
 def run_search(loaded, cache: CacheConfig):
     from engine.search import run
 

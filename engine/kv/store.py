@@ -107,7 +107,7 @@ class KVStore:
         self._run_users: dict[tuple[Tier, int], int] = {}  # live blocks in each run (freed at zero)
         self.counters = Counters()
         self.copy_stream = None if self.emulated else torch.cuda.Stream(self.device)
-        self._timed: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []  # copies across PCIe
+        self._timed: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []  # copies on CUDA (PCIe and on the device)
         self._stalls: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []  # compute waiting for a load
 
     # -- slots --------------------------------------------------------------------------------
@@ -225,9 +225,10 @@ class KVStore:
     # -- copies -------------------------------------------------------------------------------
     def copy(self, dst: torch.Tensor, src: torch.Tensor, direction: str, owners: Sequence[int] = ()) -> None:
         """Copy and count. On CUDA, copies across PCIe are asynchronous (pinned memory, stream
-        order) and timed by CUDA events; the host reads a host block only after `sync`, which the
-        KV cache calls at the end of every step (a block written back in a step is not read in it)."""
-        if self.emulated or direction not in ("h2d", "d2h"):
+        order) and, like copies on the device, timed by CUDA events on the stream that runs them (a
+        host timer would see only the launch); the host reads a host block only after `sync`, which
+        the KV cache calls at the end of every step (a block written back in a step is not read in it)."""
+        if self.emulated or direction == "h2h":
             start = time.perf_counter()
             dst.copy_(src)
             self.counters.step_copy_seconds += time.perf_counter() - start
