@@ -9,7 +9,11 @@ import pytest
 import torch
 
 from app.cli import main
-from engine.bench import LADDER, Workload, run_bench
+from engine.baselines import BASELINES
+from engine.bench import LADDER, BenchReport, Workload, _notes, run_bench
+from engine.config import ModelSpec
+from engine.kv.layerwise import STAGING_LAYERS, paper_h2d_bytes
+from engine.models import load_model
 
 SMALL = Workload(
     model="synthetic:tiny-qwen2",
@@ -40,6 +44,46 @@ def test_every_policy_runs_with_the_same_tokens(real_report):
     assert results["lbs:inter_token"].h2d_bytes < results["layerwise"].h2d_bytes
     assert results["lbs:+inter_beam"].h2d_bytes < results["lbs:inter_token"].h2d_bytes
     assert results["in_device"].h2d_bytes == 0
+
+
+def eq_1_to_3(workload: Workload, held_back: int) -> int:
+    """The paper's Eq. 1-3 for the workload, with `held_back` layers of the budget kept for staging
+    when not every layer fits (0: the paper's figure; 2: what the real baseline does)."""
+    shape = load_model(ModelSpec(workload.model)).kv_shape
+    rows, total = workload.beams * workload.width, 0
+    for s in range(workload.prompt_tokens - 1, workload.prompt_tokens - 1 + workload.gen_tokens):
+        kv_layer = rows * s * shape.layer_token_bytes()
+        fit = min(shape.num_layers, workload.kv_budget_bytes // kv_layer)
+        fit = fit if fit == shape.num_layers else max(0, fit - held_back)
+        total += (shape.num_layers - fit) * kv_layer
+    return total
+
+
+def test_layerwise_row_reports_the_papers_bytes_beside_the_real_ones(real_report):
+    """h2d_bytes_eq1 is Eq. 1-3 as the paper writes them; the real baseline holds two staging layers back
+    from the budget (README), so it streams two more layers per token and copies more."""
+    layerwise = by_name(real_report)["layerwise"]
+    shape = load_model(ModelSpec(SMALL.model)).kv_shape
+    rows, first = SMALL.beams * SMALL.width, SMALL.prompt_tokens - 1  # the last prompt token is fed by step 1
+    layer_bytes, tokens = shape.layer_token_bytes(), SMALL.gen_tokens
+    paper = paper_h2d_bytes(SMALL.kv_budget_bytes, rows, layer_bytes, shape.num_layers, first, tokens)
+    assert layerwise.h2d_bytes_eq1 == paper == eq_1_to_3(SMALL, 0)
+    assert layerwise.h2d_bytes == eq_1_to_3(SMALL, STAGING_LAYERS) > layerwise.h2d_bytes_eq1
+    assert all(r.h2d_bytes_eq1 is None for r in real_report.results if r.name != "layerwise")
+
+
+def test_on_the_cpu_the_outside_baselines_say_why_they_did_not_run(real_report):
+    assert [b.name for b in real_report.baselines] == list(BASELINES)
+    assert all(not b.ok and "only on CUDA" in b.message for b in real_report.baselines)
+
+
+def test_the_bf16_note_on_cuda_says_sampled_tokens_may_differ():
+    bf16 = Workload(dtype="bfloat16")
+    on_cuda = _notes(BenchReport(bf16, "cuda:0", emulated=False, plan_only=False), forced=True)
+    assert any("sampled tokens may differ" in note and "bfloat16" in note for note in on_cuda)
+    for report in (BenchReport(bf16, "cpu", emulated=True, plan_only=False),
+                   BenchReport(Workload(), "cuda:0", emulated=False, plan_only=False)):  # fmt: skip
+        assert not any("sampled tokens may differ" in note for note in _notes(report, forced=True))
 
 
 @pytest.mark.parametrize("policy", ["in_device", "layerwise", "lbs:inter_token"])
@@ -88,6 +132,11 @@ def test_bench_cli_prints_a_table_and_writes_json(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert [r["name"] for r in data["results"]] == list(LADDER) and data["same_tokens"] is True
     assert all(r["ok"] for r in data["results"]), [r["message"] for r in data["results"] if not r["ok"]]
+    for name in BASELINES:  # the CPU cannot run them: the table and the JSON say why
+        assert any(line.startswith(name + " ") and "not run: outside baselines run only on CUDA" in line
+                   for line in table.splitlines()), name  # fmt: skip
+    assert [(b["name"], b["ok"]) for b in data["baselines"]] == [(name, False) for name in BASELINES]
+    assert all("only on CUDA" in b["message"] for b in data["baselines"])
 
 
 def test_bench_cli_rejects_unknown_policy_and_unwritable_json(tmp_path, capsys):
