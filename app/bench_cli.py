@@ -208,10 +208,9 @@ def _baseline_rows(report: BenchReport) -> list[str]:
         if not b.ok:
             rows.append(f"{b.name:<24}not run: {b.message}")
             continue
-        rate = b.candidate_tokens / b.wall_seconds if b.wall_seconds else 0.0
         in_device = next((r for r in report.results if r.name == "in_device" and r.ok), None)
         versus = f"; in_device is {b.wall_seconds / in_device.wall_seconds:.2f}x faster" if in_device else ""
-        rows.append(f"{b.name:<24}wall {b.wall_seconds:.2f} s, {rate:.1f} candidate-tokens/s{versus}")
+        rows.append(f"{b.name:<24}wall {b.wall_seconds:.2f} s, {b.tokens_per_second:.1f} candidate-tokens/s{versus}")
     return rows
 
 

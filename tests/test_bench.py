@@ -192,3 +192,19 @@ def test_repeats_keep_the_fastest_of_identical_runs(monkeypatch):
     assert result.ok and result.timed_runs == 3 and result.wall_seconds == 2.0
     with pytest.raises(ValueError, match="repeats"):
         run_bench(SMALL, ["lbs:inter_token"], repeats=0, teacher_forcing=False, baselines=())
+
+
+def test_a_baseline_reports_candidate_tokens_per_second_in_its_json(monkeypatch, tiny):
+    """Timed here on the CPU (the check that it runs only on CUDA set aside): the rate is tokens over wall."""
+    import engine.baselines as baselines
+    from app.bench_cli import format_report
+    from engine.baselines import run_baseline
+
+    monkeypatch.setattr(baselines, "why_not", lambda name, device: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    run = run_baseline(tiny, "generate", [5, 6, 7, 8], rows=2, gen_tokens=4, seed=0)
+    assert run.ok and run.candidate_tokens == 8 and run.wall_seconds > 0
+    assert run.tokens_per_second == pytest.approx(8 / run.wall_seconds)
+    report = BenchReport(Workload(), "cpu", emulated=True, plan_only=False, baselines=[run])
+    assert report.to_dict()["baselines"][0]["tokens_per_second"] == run.tokens_per_second
+    assert f"{run.tokens_per_second:.1f} candidate-tokens/s" in format_report(report)
