@@ -109,7 +109,7 @@ class PolicyResult:
     candidate_tokens: int = 0
     tokens_per_second: float = 0.0
     tokens_digest: str = ""
-    goodput: float = 0.0  # tokens of the answer's path per second (FlashTTS)
+    goodput: float = 0.0  # FlashTTS: mean over the final kept beams of path tokens per second of its completion time
     idle_row_slots: int = 0  # summed over steps: slots of rows that had finished their step (and not speculated)
     h2d_calls: int = 0  # copy operations host-to-device (bytes / calls is the average copy size)
     d2h_calls: int = 0

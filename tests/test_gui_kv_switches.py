@@ -144,3 +144,15 @@ def test_the_status_line_says_how_many_look_aheads_were_used():
     looked = ev.RunFinished("5", (3,), 0.5, 2, 10, 1.0, 10.0, speculative_tokens=20, speculative_used=5,
                             lookahead_verified=4, lookahead_used=1, lookahead_discarded=3)
     assert speculation_text(looked, "; ").endswith("; 1 of 4 steps verified ahead used")
+
+
+def test_the_status_tooltip_says_what_goodput_counts_and_keeps_the_answer_paths_rate():
+    from app.gui.status_line import goodput_text
+    from engine import events as ev
+
+    done = ev.RunFinished("5", (3,), 0.5, 2, 10, 1.0, 10.0, 6.25, answer_tokens_per_second=3.0)
+    text = goodput_text(done)
+    assert text.startswith("goodput: 6.2 tokens/s") and "completion time" in text
+    assert text.endswith("the answer's path: 3.0 tokens/s of the whole run")
+    recorded_before = ev.RunFinished("5", (3,), 0.5, 2, 10, 1.0, 10.0, 6.25)  # an older journal: no answer rate
+    assert "answer's path" not in goodput_text(recorded_before)

@@ -159,8 +159,7 @@ class StatusLine:
                 self.speed.setText(f"{self._tokens / (self._clock.elapsed() / 1000):.1f} cand-tok/s")
         elif isinstance(event, ev.RunFinished):
             self.speed.setText(f"{event.tokens_per_second:.1f} cand-tok/s")
-            self.speed.setToolTip(f"goodput: {event.goodput:.1f} tokens/s of the answer's path (FlashTTS)"
-                                  + speculation_text(event, "\n"))
+            self.speed.setToolTip(goodput_text(event) + speculation_text(event, "\n"))
             self.bar.showMessage(
                 f"Done: {event.steps} steps, score {event.score:.2f}, goodput {event.goodput:.1f} tok/s"
                 + speculation_text(event, "; "), 15000
@@ -178,6 +177,14 @@ class StatusLine:
         self._exit = tally or ExitTally()
         self.exit.setText(f"exit: {self._exit.text()}")
         self.exit.setVisible(tally is not None)
+
+
+def goodput_text(event: ev.RunFinished) -> str:
+    """FlashTTS's goodput and, when the run recorded it, the answer path's tokens per second of the whole run."""
+    text = (f"goodput: {event.goodput:.1f} tokens/s (FlashTTS: each kept beam's path tokens per second of "
+            "its completion time, averaged)")
+    answer = event.answer_tokens_per_second
+    return text + (f"\nthe answer's path: {answer:.1f} tokens/s of the whole run" if answer else "")
 
 
 def speculation_text(event: ev.RunFinished, separator: str) -> str:
