@@ -208,3 +208,51 @@ def test_a_baseline_reports_candidate_tokens_per_second_in_its_json(monkeypatch,
     report = BenchReport(Workload(), "cpu", emulated=True, plan_only=False, baselines=[run])
     assert report.to_dict()["baselines"][0]["tokens_per_second"] == run.tokens_per_second
     assert f"{run.tokens_per_second:.1f} candidate-tokens/s" in format_report(report)
+
+
+def test_the_auto_delimiter_is_the_most_sampled_token_that_can_end_a_step():
+    from engine.auto_delimiter import most_sampled_text
+
+    texts = {2: "", 5: "x", 7: "c", 8: "\ufffd", 9: "E"}
+    decode = lambda ids: "".join(texts[i] for i in ids)  # noqa: E731
+    assert most_sampled_text([5, 7, 7, 9, 9, 9, 2, 2, 2, 2, 8, 8, 8, 8, 8], decode, eos_ids=[9]) == "c"
+    assert most_sampled_text([5, 7, 5, 7], decode) == "x"  # a tie: the one sampled first
+    assert most_sampled_text([2, 8], decode) is None and most_sampled_text([], decode) is None
+
+
+def test_bench_picks_the_step_delimiter_the_tiny_model_samples_most_and_its_steps_end_on_it(tiny):
+    from collections import Counter
+
+    from engine.bench import observe_run
+    from engine.search import run
+
+    workload = Workload(model="synthetic:tiny-llama", beams=3, width=2, step_tokens=10, prompt_tokens=30,
+                        gen_tokens=30, step_delimiter="auto", seed=1)  # fmt: skip
+    report = run_bench(workload, ["in_device", "in_device:+speculative"], baselines=(), teacher_forcing=False)
+    chosen = report.step_delimiter_auto
+    assert chosen and report.workload.step_delimiter == chosen and report.to_dict()["step_delimiter_auto"] == chosen
+    prompt = workload.prompt_ids(tiny)
+    first_step = observe_run(tiny, replace(workload, gen_tokens=10, step_delimiter=None), "in_device", prompt)
+    counts = Counter(t for tokens in first_step.tokens.values() for t in tokens)
+    (token,) = [t for t in counts if tiny.decode([t]) == chosen]  # one token the model did sample
+    can_end = lambda t: tiny.decode([t]) and "\ufffd" not in tiny.decode([t]) and t not in tiny.eos_token_ids  # noqa: E731
+    assert all(n <= counts[token] for t, n in counts.items() if can_end(t))
+    texts = [e for e in run("", tiny, report.workload.search(), report.workload.cache("in_device"),
+                            prompt_ids=prompt) if e.type == "candidate_text"]  # fmt: skip
+    assert all(e.text.endswith(chosen) or e.tokens == workload.step_tokens or e.finished for e in texts)
+    assert any(e.text.endswith(chosen) and e.tokens < workload.step_tokens for e in texts), "steps end on it"
+    results = by_name(report)
+    assert report.same_tokens and results["in_device"].idle_row_slots > 0
+    assert results["in_device:+speculative"].speculative_tokens > 0
+
+
+def test_bench_cli_prints_and_stores_the_auto_delimiter_and_a_plan_refuses_it(tmp_path, capsys):
+    out = tmp_path / "auto.json"
+    args = [*TINY_BENCH, "--prompt-tokens", "20", "--policies", "in_device", "--step-delimiter", "auto"]
+    assert main([*args, "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    chosen = data["step_delimiter_auto"]
+    assert chosen and data["workload"]["step_delimiter"] == chosen
+    assert f"ending at {chosen!r} (auto: the warm-up's most sampled token)" in capsys.readouterr().out
+    assert main(["bench", "--plan-only", "--step-delimiter", "auto"]) == 2
+    assert "--step-delimiter TEXT" in capsys.readouterr().err
