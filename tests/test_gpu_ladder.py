@@ -21,3 +21,18 @@ def test_the_ladder_plans_a_workload_and_writes_its_json(tmp_path, capsys):
     assert results["lbs:inter_token"]["h2d_bytes"] < results["layerwise"]["h2d_bytes"]
     assert results["layerwise"]["h2d_bytes_eq1"] < results["layerwise"]["h2d_bytes"]
     assert all(r["peak_device_bytes"] <= WORKLOADS["w16"].kv_budget_bytes for r in results.values())
+
+
+def test_the_speculation_workload_picks_its_delimiter_and_runs_its_four_policies(tmp_path, capsys):
+    """`spec` (issue 14) asks for an automatic delimiter, which a plan cannot sample: a plan names one."""
+    assert WORKLOADS["spec"].step_delimiter == "auto" and WORKLOADS["spec"].model == "synthetic:llama2-7b"
+    assert main(["spec", "--plan-only"]) == 2
+    assert "--step-delimiter TEXT" in capsys.readouterr().err
+    out = tmp_path / "spec.json"
+    assert main(["spec", "--plan-only", "--step-delimiter", "c", "--json", str(out)]) == 0
+    assert "steps of 64 ending at 'c'" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["workload"]["step_delimiter"] == "c" and data["baselines"] == [] and data["step_delimiter_auto"] is None
+    names = [r["name"] for r in data["results"]]
+    assert names == ["in_device", "in_device:+speculative", "lbs:+prefix_order", "lbs:+speculative"]
+    assert all(r["ok"] for r in data["results"])
