@@ -35,7 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--step-delimiter",
         default=None,
-        help="end steps at this text (escapes like \\n allowed); default: fixed-length steps",
+        help="end steps at this text (escapes like \\n allowed), or 'auto': the token the model samples most "
+        "in an untimed warm-up run (printed and in the JSON as step_delimiter_auto); default: fixed-length steps",
     )
     p.add_argument("--question", default=None, help="use this question (chat template) as the prompt instead")
     p.add_argument("--gen-tokens", type=int, default=d.gen_tokens)
@@ -208,10 +209,9 @@ def _baseline_rows(report: BenchReport) -> list[str]:
         if not b.ok:
             rows.append(f"{b.name:<24}not run: {b.message}")
             continue
-        rate = b.candidate_tokens / b.wall_seconds if b.wall_seconds else 0.0
         in_device = next((r for r in report.results if r.name == "in_device" and r.ok), None)
         versus = f"; in_device is {b.wall_seconds / in_device.wall_seconds:.2f}x faster" if in_device else ""
-        rows.append(f"{b.name:<24}wall {b.wall_seconds:.2f} s, {rate:.1f} candidate-tokens/s{versus}")
+        rows.append(f"{b.name:<24}wall {b.wall_seconds:.2f} s, {b.tokens_per_second:.1f} candidate-tokens/s{versus}")
     return rows
 
 
@@ -229,9 +229,11 @@ def _footnotes(report: BenchReport) -> list[str]:
 def format_report(report: BenchReport) -> str:
     w = report.workload
     budget = format_bytes(w.kv_budget_bytes) if w.kv_budget_bytes else "auto"
+    steps = f"steps of {w.step_tokens}" + (f" ending at {w.step_delimiter!r}" if w.step_delimiter else "")
+    steps += " (auto: the warm-up's most sampled token)" if report.step_delimiter_auto is not None else ""
     prompt = f"question {w.question[:40]!r}" if w.question else f"prompt {w.prompt_tokens} random tokens"
     lines = [
-        f"model {w.model} ({w.dtype}) on {report.device}; {w.beams}x{w.width} candidates, steps of {w.step_tokens}, "
+        f"model {w.model} ({w.dtype}) on {report.device}; {w.beams}x{w.width} candidates, {steps}, "
         f"{prompt}, {w.gen_tokens} generated; KV budget {budget}; PCIe {w.pcie_gbps} GB/s"
         + (" (modelled)" if report.emulated else "") + (f"; verifier {w.verifier_model}" if w.verifier_model else ""),
         "",

@@ -5,12 +5,20 @@
     python -m benchmarks.gpu_ladder w32x128 --json bench-results/w32x128.json
     python -m benchmarks.gpu_ladder w64 --policies layerwise --baselines generate:offloaded  # split a long one
     python -m benchmarks.gpu_ladder w16 --repeat 3  # time each policy 3 times, keep the fastest
+    python -m benchmarks.gpu_ladder spec --json bench-results/spec.json  # goodput with and without speculation
 
 Every workload is `synthetic:llama2-7b` in bf16 with a 512-token random prompt and EOS disabled
 (random weights rarely sample it; a fixed step length makes the rows comparable with
 `generate`). `bench` warms up first, runs each policy, teacher-forces it against `in_device`,
 then runs plain `generate` and transformers' offloaded cache on the same rows. Without CUDA the
 baseline rows say why they did not run (use `--plan-only` for the bytes alone).
+
+`spec` (issue 14) compares speculative beam extension and prefix-aware order on delimiter-ended
+steps: a random-weight model rarely samples "\n\n", so its step delimiter is picked automatically,
+the token the model samples most in the untimed warm-up (`bench --step-delimiter auto`), printed and
+stored in the JSON as `step_delimiter_auto`. Steps of 64 give a rarely sampled token room to end
+some of them early; the step lengths are a random model's, not a trained one's. It runs its four
+policies and no outside baselines unless told otherwise.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from app.bench_cli import format_report
+from app.options import parse_delimiter
+from engine.auto_delimiter import AUTO_DELIMITER
 from engine.baselines import BASELINES
 from engine.bench import LADDER, Workload, run_bench
 
@@ -30,25 +40,40 @@ WORKLOADS = {
     "w16": replace(BASE, beams=4, width=4, step_tokens=32, gen_tokens=64, kv_budget_bytes=2 * 10**9),
     "w64": replace(BASE, beams=16, width=4, step_tokens=32, gen_tokens=128, kv_budget_bytes=8 * 10**9),
     "w32x128": replace(BASE, beams=8, width=4, step_tokens=128, gen_tokens=256, kv_budget_bytes=8 * 10**9),
+    "spec": replace(BASE, beams=16, width=4, step_tokens=64, gen_tokens=256, kv_budget_bytes=8 * 10**9,
+                    step_delimiter=AUTO_DELIMITER),
 }
+POLICIES = {"spec": ("in_device", "in_device:+speculative", "lbs:+prefix_order", "lbs:+speculative")}  # else LADDER
+OUTSIDE = {"spec": ()}  # outside baselines a workload runs by default (else every one)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workload", choices=sorted(WORKLOADS))
-    parser.add_argument("--policies", default=",".join(LADDER), help="comma-separated subset of the ladder")
-    parser.add_argument("--baselines", default=",".join(BASELINES), help="comma-separated; empty for none")
+    parser.add_argument("--policies", default=None, help="comma-separated subset of the ladder (default: the "
+                        "workload's; spec: its four)")
+    parser.add_argument("--baselines", default=None, help="comma-separated; empty for none (default: all; spec: none)")
+    parser.add_argument("--step-delimiter", default=None, metavar="TEXT",
+                        help="replace the workload's step delimiter (spec: auto); e.g. a fixed one for --plan-only")
     parser.add_argument("--plan-only", action="store_true", help="bytes and peaks only, no weights (any machine)")
     parser.add_argument("--repeat", type=int, default=1, help="time each policy this many times, keep the fastest")
     parser.add_argument("--json", dest="json_path", default=None, help="write the report here")
     args = parser.parse_args(argv)
     workload = WORKLOADS[args.workload]
-    policies = [p for p in args.policies.split(",") if p]
-    baselines = [b for b in args.baselines.split(",") if b]
+    if args.step_delimiter is not None:
+        workload = replace(workload, step_delimiter=parse_delimiter(args.step_delimiter))
+    policies_given = args.policies if args.policies is not None else ",".join(POLICIES.get(args.workload, LADDER))
+    baselines_given = args.baselines if args.baselines is not None else ",".join(OUTSIDE.get(args.workload, BASELINES))
+    policies = [p for p in policies_given.split(",") if p]
+    baselines = [b for b in baselines_given.split(",") if b]
     progress = lambda text: print(f"[ladder {args.workload}] {text}", file=sys.stderr, flush=True)  # noqa: E731
-    report = run_bench(
-        workload, policies, plan_only=args.plan_only, baselines=baselines, progress=progress, repeats=args.repeat
-    )
+    try:
+        report = run_bench(
+            workload, policies, plan_only=args.plan_only, baselines=baselines, progress=progress, repeats=args.repeat
+        )
+    except ValueError as error:  # what to change, in the user's words (an unknown policy, a plan asked for auto)
+        print(f"gpu_ladder: error: {error}", file=sys.stderr)
+        return 2
     print(format_report(report))
     if args.json_path:
         path = Path(args.json_path)

@@ -26,6 +26,7 @@ class BaselineRun:
     message: str = ""
     wall_seconds: float = 0.0
     candidate_tokens: int = 0
+    tokens_per_second: float = 0.0  # candidate-tokens/s, as the policies' rows report it
 
 
 def why_not(name: str, device: torch.device) -> str | None:
@@ -46,7 +47,9 @@ def run_baseline(loaded, name: str, prompt_ids: Sequence[int], rows: int, gen_to
         started = time.perf_counter()
         made = _generate(loaded, name, prompt_ids, rows, gen_tokens, seed)
         torch.cuda.synchronize(loaded.device)
-        return BaselineRun(name, True, wall_seconds=time.perf_counter() - started, candidate_tokens=made)
+        wall = time.perf_counter() - started
+        return BaselineRun(name, True, wall_seconds=wall, candidate_tokens=made,
+                           tokens_per_second=made / wall if wall > 0 else 0.0)
     except torch.OutOfMemoryError as error:
         return BaselineRun(name, False, f"out of device memory: {str(error).splitlines()[0]}")
     finally:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
+from engine.auto_delimiter import AUTO_DELIMITER, most_sampled_text
 from engine.baselines import BASELINES, BaselineRun, run_baseline
 from engine.config import CacheConfig, SearchConfig
 from engine.kv.layerwise import paper_h2d_bytes
@@ -51,7 +52,8 @@ class Workload:
     block_size: int = 16
     seed: int = 0
     question: str | None = None  # the workload's prompt: this question in the chat template, else random tokens
-    step_delimiter: str | None = None  # None: fixed-length steps (the paper's byte model); else steps end early
+    step_delimiter: str | None = None  # None: fixed-length steps (the paper's byte model); else steps end early;
+    # "auto": the token the warm-up samples most (run_bench resolves it; engine/auto_delimiter.py)
     prefix_order: bool | None = None  # None: as each ladder rung says; else forced for every policy
     speculative: bool | None = None
     speculative_continuations: int = 0  # children's steps a row may speculate: 0 FlashTTS's M_i, 1 one run
@@ -109,7 +111,7 @@ class PolicyResult:
     candidate_tokens: int = 0
     tokens_per_second: float = 0.0
     tokens_digest: str = ""
-    goodput: float = 0.0  # tokens of the answer's path per second (FlashTTS)
+    goodput: float = 0.0  # FlashTTS: mean over the final kept beams of path tokens per second of its completion time
     idle_row_slots: int = 0  # summed over steps: slots of rows that had finished their step (and not speculated)
     h2d_calls: int = 0  # copy operations host-to-device (bytes / calls is the average copy size)
     d2h_calls: int = 0
@@ -142,6 +144,7 @@ class BenchReport:
     reference_max_abs_logit: float | None = None  # in_device's largest |logit|: the scale of the TF differences
     baselines: list[BaselineRun] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    step_delimiter_auto: str | None = None  # with --step-delimiter auto: the text picked (also the workload's now)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -267,10 +270,17 @@ def run_bench(
     loaded = _load(workload, plan_only)
     if plan_only and workload.question is not None:
         raise ValueError("a plan has no tokenizer to read a question; give --prompt-tokens instead of --question.")
+    if plan_only and workload.step_delimiter == AUTO_DELIMITER:
+        raise ValueError("a plan samples no tokens to pick a step delimiter from; give --step-delimiter TEXT.")
     prompt = workload.prompt_ids(loaded)
     emulated = loaded.device.type != "cuda"
     device = "meta (plan only)" if plan_only else ("cpu (emulated GPU)" if emulated else str(loaded.device))
     report = BenchReport(workload, device, emulated, plan_only)
+    if workload.step_delimiter == AUTO_DELIMITER:
+        progress("picking the step delimiter: the token a short untimed run samples most")
+        report.step_delimiter_auto = pick_delimiter(loaded, workload, prompt)
+        workload = report.workload = replace(workload, step_delimiter=report.step_delimiter_auto)
+        progress(f"step delimiter {report.step_delimiter_auto!r}")
     if not emulated and not plan_only:
         progress("warming up (not timed)")
         _warm_up(loaded, workload, prompt)
@@ -305,6 +315,18 @@ def _release_device_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def pick_delimiter(loaded, workload: Workload, prompt: Sequence[int]) -> str:
+    """The text of the token the workload's first step samples most (an untimed, observed run of it with
+    fixed-length steps: the timed runs sample the same tokens until their first delimiter)."""
+    short = replace(workload, gen_tokens=workload.step_tokens, step_delimiter=None)
+    observed = observe_run(loaded, short, "in_device", prompt)
+    sampled = [t for tokens in (observed.tokens.values() if observed else ()) for t in tokens]
+    text = most_sampled_text(sampled, loaded.decode, loaded.eos_token_ids)
+    if text is None:
+        raise ValueError("the warm-up sampled no token that can end a step; give --step-delimiter TEXT.")
+    return text
 
 
 def _warm_up(loaded, workload: Workload, prompt: Sequence[int]) -> None:

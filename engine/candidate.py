@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,3 +26,16 @@ class Candidate:
     speculated: int = 0  # leading tokens of its step made speculatively in its parent's step
     prefix: Any = None  # that speculation (a RowResult) until its step is recorded
     ahead: Any = None  # what its own row speculated for its children: run k for child k (RowResults)
+    completed_at: float | None = None  # seconds from the run's start when its path finished (EOS or the search's end)
+
+
+def completion(c: Candidate, path_tokens: int, end: float) -> tuple[int, int, float]:
+    """A final kept beam's (id, path tokens, completion seconds): when EOS ended its path, else the search's end."""
+    return c.id, path_tokens, end if c.completed_at is None else c.completed_at
+
+
+def goodput(beams: Sequence[tuple[int, float]]) -> float:
+    """FlashTTS's goodput: the mean over the final kept beams of the tokens a beam keeps (its path's) per
+    second of its completion time. `beams`: (path tokens, completion seconds) of each kept beam."""
+    rates = [tokens / seconds for tokens, seconds in beams if seconds > 0]
+    return sum(rates) / len(rates) if rates else 0.0

@@ -186,7 +186,7 @@ class RunFinished:
     candidate_tokens: int
     seconds: float
     tokens_per_second: float
-    goodput: float = 0.0  # tokens of the answer's path per second of the run (FlashTTS's goodput)
+    goodput: float = 0.0  # FlashTTS: the mean over the final kept beams of path tokens / its completion seconds
     speculative_tokens: int = 0  # made in idle row slots for children (speculative beam extension)
     speculative_used: int = 0  # of them, the tokens kept candidates' children took as their steps' starts
     speculative_discarded: int = 0  # of them, freed with pruned candidates (the rest: the last step's, unneeded)
@@ -195,6 +195,8 @@ class RunFinished:
     lookahead_verified: int = 0  # speculated next steps the verifier checked with their parent's step
     lookahead_used: int = 0  # of them, taken by their child instead of running it again
     lookahead_discarded: int = 0  # of them, freed with their pruned parent
+    answer_tokens_per_second: float = 0.0  # the answer path's tokens per second of the whole run
+    completions: tuple[tuple[int, int, float], ...] = ()  # each final kept beam: (id, path tokens, completion s)
 
 
 @dataclass(frozen=True)

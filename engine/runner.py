@@ -131,7 +131,7 @@ def allocate_buffers(
 ) -> StepBuffers:
     """Buffers for `max(budgets)` forward calls; sampling happens where the logits are (plan-only runs: the host)."""
     n = max(budgets)
-    sampling = torch.device("cpu") if device.type == "meta" else device  # a MetaModel returns host logits
+    sampling = torch.device("cpu") if device.type == "meta" else device  # plan_only.ShapeOnlyModel: host logits
     tokens = torch.empty((len(rows), 1 + n), dtype=torch.long, device=sampling)
     tokens[:, 0] = torch.tensor([row.pending for row in rows], device=sampling)
     rooms = [context_room(row.position, rules) for row in rows]  # past its step a row runs on (speculation)

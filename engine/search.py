@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from engine import events as ev
-from engine.candidate import Candidate
+from engine.candidate import Candidate, completion, goodput
 from engine.chat import Turn
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import BeamwiseError, InvalidPrompt
@@ -89,6 +89,7 @@ class _Search:
         self.prompt_ids = list(prompt_ids) if prompt_ids is not None else None
         self.candidates: dict[int, Candidate] = {}
         self.next_id = 1
+        self.started = time.perf_counter()  # the run's start: candidates' completion times count from it
         self.verifier = make_verifier(search.verifier, loaded, search.verifier_model, search.verifier_device,
                                       exit_rule(search))
         self.method = method_for(search)
@@ -128,7 +129,7 @@ class _Search:
         return prompt
 
     def events(self) -> Iterator[ev.Event]:
-        started = time.perf_counter()
+        started = self.started = time.perf_counter()
         prompt = self._prompt()
         sized = dataclasses.replace(self.cfg, max_steps=self.cfg.max_steps + self.cfg.lookahead, lookahead=0)
         rows = sized.candidates_per_step
@@ -299,6 +300,8 @@ class _Search:
         c.step_tokens = len(result.sampled)
         c.text = self.loaded.decode(result.sampled)
         c.finished = result.finished
+        if c.finished:  # its path ends here (EOS): FlashTTS's completion time
+            c.completed_at = time.perf_counter() - self.started
         c.group = group
         c.logprobs = tuple(result.logprobs)
         c.top1 = tuple(result.top1)
@@ -369,6 +372,7 @@ class _Search:
         best = kv.chosen = winner.id  # its path's blocks go to the prefix cache
         seconds = time.perf_counter() - started
         total = sum(c.step_tokens for c in self.candidates.values()) + self.extra_tokens
+        completions = tuple(completion(self.candidates[c], len(self.candidates[c].generated), seconds) for c in kept)
         return ev.RunFinished(
             self.loaded.decode(winner.generated).strip(),
             tuple(self._path(best)),
@@ -377,7 +381,7 @@ class _Search:
             total,
             seconds,
             total / seconds if seconds > 0 else 0.0,
-            len(winner.generated) / seconds if seconds > 0 else 0.0,
+            goodput([(tokens, at) for _, tokens, at in completions]),
             self.speculation.made,
             self.speculation.used,
             self.speculation.discarded,
@@ -386,4 +390,6 @@ class _Search:
             self.speculation.verified_ahead,
             self.speculation.verified_used,
             self.speculation.verified_discarded,
+            answer_tokens_per_second=len(winner.generated) / seconds if seconds > 0 else 0.0,
+            completions=completions,
         )

@@ -9,7 +9,11 @@ import pytest
 import torch
 
 from app.cli import main
-from engine.bench import LADDER, Workload, run_bench
+from engine.baselines import BASELINES
+from engine.bench import LADDER, BenchReport, Workload, _notes, run_bench
+from engine.config import ModelSpec
+from engine.kv.layerwise import STAGING_LAYERS, paper_h2d_bytes
+from engine.models import load_model
 
 SMALL = Workload(
     model="synthetic:tiny-qwen2",
@@ -40,6 +44,46 @@ def test_every_policy_runs_with_the_same_tokens(real_report):
     assert results["lbs:inter_token"].h2d_bytes < results["layerwise"].h2d_bytes
     assert results["lbs:+inter_beam"].h2d_bytes < results["lbs:inter_token"].h2d_bytes
     assert results["in_device"].h2d_bytes == 0
+
+
+def eq_1_to_3(workload: Workload, held_back: int) -> int:
+    """The paper's Eq. 1-3 for the workload, with `held_back` layers of the budget kept for staging
+    when not every layer fits (0: the paper's figure; 2: what the real baseline does)."""
+    shape = load_model(ModelSpec(workload.model)).kv_shape
+    rows, total = workload.beams * workload.width, 0
+    for s in range(workload.prompt_tokens - 1, workload.prompt_tokens - 1 + workload.gen_tokens):
+        kv_layer = rows * s * shape.layer_token_bytes()
+        fit = min(shape.num_layers, workload.kv_budget_bytes // kv_layer)
+        fit = fit if fit == shape.num_layers else max(0, fit - held_back)
+        total += (shape.num_layers - fit) * kv_layer
+    return total
+
+
+def test_layerwise_row_reports_the_papers_bytes_beside_the_real_ones(real_report):
+    """h2d_bytes_eq1 is Eq. 1-3 as the paper writes them; the real baseline holds two staging layers back
+    from the budget (README), so it streams two more layers per token and copies more."""
+    layerwise = by_name(real_report)["layerwise"]
+    shape = load_model(ModelSpec(SMALL.model)).kv_shape
+    rows, first = SMALL.beams * SMALL.width, SMALL.prompt_tokens - 1  # the last prompt token is fed by step 1
+    layer_bytes, tokens = shape.layer_token_bytes(), SMALL.gen_tokens
+    paper = paper_h2d_bytes(SMALL.kv_budget_bytes, rows, layer_bytes, shape.num_layers, first, tokens)
+    assert layerwise.h2d_bytes_eq1 == paper == eq_1_to_3(SMALL, 0)
+    assert layerwise.h2d_bytes == eq_1_to_3(SMALL, STAGING_LAYERS) > layerwise.h2d_bytes_eq1
+    assert all(r.h2d_bytes_eq1 is None for r in real_report.results if r.name != "layerwise")
+
+
+def test_on_the_cpu_the_outside_baselines_say_why_they_did_not_run(real_report):
+    assert [b.name for b in real_report.baselines] == list(BASELINES)
+    assert all(not b.ok and "only on CUDA" in b.message for b in real_report.baselines)
+
+
+def test_the_bf16_note_on_cuda_says_sampled_tokens_may_differ():
+    bf16 = Workload(dtype="bfloat16")
+    on_cuda = _notes(BenchReport(bf16, "cuda:0", emulated=False, plan_only=False), forced=True)
+    assert any("sampled tokens may differ" in note and "bfloat16" in note for note in on_cuda)
+    for report in (BenchReport(bf16, "cpu", emulated=True, plan_only=False),
+                   BenchReport(Workload(), "cuda:0", emulated=False, plan_only=False)):  # fmt: skip
+        assert not any("sampled tokens may differ" in note for note in _notes(report, forced=True))
 
 
 @pytest.mark.parametrize("policy", ["in_device", "layerwise", "lbs:inter_token"])
@@ -88,6 +132,11 @@ def test_bench_cli_prints_a_table_and_writes_json(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert [r["name"] for r in data["results"]] == list(LADDER) and data["same_tokens"] is True
     assert all(r["ok"] for r in data["results"]), [r["message"] for r in data["results"] if not r["ok"]]
+    for name in BASELINES:  # the CPU cannot run them: the table and the JSON say why
+        assert any(line.startswith(name + " ") and "not run: outside baselines run only on CUDA" in line
+                   for line in table.splitlines()), name  # fmt: skip
+    assert [(b["name"], b["ok"]) for b in data["baselines"]] == [(name, False) for name in BASELINES]
+    assert all("only on CUDA" in b["message"] for b in data["baselines"])
 
 
 def test_bench_cli_rejects_unknown_policy_and_unwritable_json(tmp_path, capsys):
@@ -143,3 +192,67 @@ def test_repeats_keep_the_fastest_of_identical_runs(monkeypatch):
     assert result.ok and result.timed_runs == 3 and result.wall_seconds == 2.0
     with pytest.raises(ValueError, match="repeats"):
         run_bench(SMALL, ["lbs:inter_token"], repeats=0, teacher_forcing=False, baselines=())
+
+
+def test_a_baseline_reports_candidate_tokens_per_second_in_its_json(monkeypatch, tiny):
+    """Timed here on the CPU (the check that it runs only on CUDA set aside): the rate is tokens over wall."""
+    import engine.baselines as baselines
+    from app.bench_cli import format_report
+    from engine.baselines import run_baseline
+
+    monkeypatch.setattr(baselines, "why_not", lambda name, device: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    run = run_baseline(tiny, "generate", [5, 6, 7, 8], rows=2, gen_tokens=4, seed=0)
+    assert run.ok and run.candidate_tokens == 8 and run.wall_seconds > 0
+    assert run.tokens_per_second == pytest.approx(8 / run.wall_seconds)
+    report = BenchReport(Workload(), "cpu", emulated=True, plan_only=False, baselines=[run])
+    assert report.to_dict()["baselines"][0]["tokens_per_second"] == run.tokens_per_second
+    assert f"{run.tokens_per_second:.1f} candidate-tokens/s" in format_report(report)
+
+
+def test_the_auto_delimiter_is_the_most_sampled_token_that_can_end_a_step():
+    from engine.auto_delimiter import most_sampled_text
+
+    texts = {2: "", 5: "x", 7: "c", 8: "\ufffd", 9: "E"}
+    decode = lambda ids: "".join(texts[i] for i in ids)  # noqa: E731
+    assert most_sampled_text([5, 7, 7, 9, 9, 9, 2, 2, 2, 2, 8, 8, 8, 8, 8], decode, eos_ids=[9]) == "c"
+    assert most_sampled_text([5, 7, 5, 7], decode) == "x"  # a tie: the one sampled first
+    assert most_sampled_text([2, 8], decode) is None and most_sampled_text([], decode) is None
+
+
+def test_bench_picks_the_step_delimiter_the_tiny_model_samples_most_and_its_steps_end_on_it(tiny):
+    from collections import Counter
+
+    from engine.bench import observe_run
+    from engine.search import run
+
+    workload = Workload(model="synthetic:tiny-llama", beams=3, width=2, step_tokens=10, prompt_tokens=30,
+                        gen_tokens=30, step_delimiter="auto", seed=1)  # fmt: skip
+    report = run_bench(workload, ["in_device", "in_device:+speculative"], baselines=(), teacher_forcing=False)
+    chosen = report.step_delimiter_auto
+    assert chosen and report.workload.step_delimiter == chosen and report.to_dict()["step_delimiter_auto"] == chosen
+    prompt = workload.prompt_ids(tiny)
+    first_step = observe_run(tiny, replace(workload, gen_tokens=10, step_delimiter=None), "in_device", prompt)
+    counts = Counter(t for tokens in first_step.tokens.values() for t in tokens)
+    (token,) = [t for t in counts if tiny.decode([t]) == chosen]  # one token the model did sample
+    can_end = lambda t: tiny.decode([t]) and "\ufffd" not in tiny.decode([t]) and t not in tiny.eos_token_ids  # noqa: E731
+    assert all(n <= counts[token] for t, n in counts.items() if can_end(t))
+    texts = [e for e in run("", tiny, report.workload.search(), report.workload.cache("in_device"),
+                            prompt_ids=prompt) if e.type == "candidate_text"]  # fmt: skip
+    assert all(e.text.endswith(chosen) or e.tokens == workload.step_tokens or e.finished for e in texts)
+    assert any(e.text.endswith(chosen) and e.tokens < workload.step_tokens for e in texts), "steps end on it"
+    results = by_name(report)
+    assert report.same_tokens and results["in_device"].idle_row_slots > 0
+    assert results["in_device:+speculative"].speculative_tokens > 0
+
+
+def test_bench_cli_prints_and_stores_the_auto_delimiter_and_a_plan_refuses_it(tmp_path, capsys):
+    out = tmp_path / "auto.json"
+    args = [*TINY_BENCH, "--prompt-tokens", "20", "--policies", "in_device", "--step-delimiter", "auto"]
+    assert main([*args, "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    chosen = data["step_delimiter_auto"]
+    assert chosen and data["workload"]["step_delimiter"] == chosen
+    assert f"ending at {chosen!r} (auto: the warm-up's most sampled token)" in capsys.readouterr().out
+    assert main(["bench", "--plan-only", "--step-delimiter", "auto"]) == 2
+    assert "--step-delimiter TEXT" in capsys.readouterr().err

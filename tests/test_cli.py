@@ -102,3 +102,49 @@ def test_a_broken_delimiter_escape_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["run", "q", "--step-delimiter", "\\x4"])
     assert stop.value.code == 2 and "broken escape" in capsys.readouterr().err
+
+
+SWITCH_ARGS = [
+    ([], None, None),
+    (["--prefix-order", "--speculative"], True, True),
+    (["--no-prefix-order", "--no-speculative"], False, False),
+    (["--no-prefix-order", "--speculative"], False, True),
+]
+
+
+@pytest.mark.parametrize(("flags", "prefix_order", "speculative"), SWITCH_ARGS)
+def test_run_switches_reach_the_cache_config(flags, prefix_order, speculative):
+    from app.cli import build_parser
+    from app.options import configs_from_args
+    from engine.config import CacheConfig
+
+    cache = configs_from_args(build_parser().parse_args(["run", "q", *flags]))[2]
+    default = CacheConfig()
+    assert cache.prefix_order == (default.prefix_order if prefix_order is None else prefix_order)
+    assert cache.speculative == (default.speculative if speculative is None else speculative)
+
+
+@pytest.mark.parametrize(("flags", "prefix_order", "speculative"), SWITCH_ARGS)
+def test_bench_switches_reach_every_policys_cache_config(flags, prefix_order, speculative, monkeypatch):
+    """bench forces a switch for every policy of the ladder; without the flag each rung's name decides."""
+    import app.bench_cli as bench_cli
+    from engine.bench import LADDER, BenchReport
+    from engine.config import CacheConfig
+
+    seen = []
+
+    def fake_bench(workload, policies, **options):
+        seen.append(workload)
+        return BenchReport(workload, "cpu", emulated=True, plan_only=True)
+
+    monkeypatch.setattr(bench_cli, "run_bench", fake_bench)
+    monkeypatch.setattr(bench_cli, "format_report", lambda report: "")
+    assert main(["bench", "--plan-only", *flags]) == 0
+    (workload,) = seen
+    assert (workload.prefix_order, workload.speculative) == (prefix_order, speculative)
+    default = CacheConfig()
+    for name, rung in LADDER.items():
+        cache = workload.cache(name)
+        named = rung.get("prefix_order", default.prefix_order), rung.get("speculative", default.speculative)
+        assert cache.prefix_order == (named[0] if prefix_order is None else prefix_order), name
+        assert cache.speculative == (named[1] if speculative is None else speculative), name

@@ -144,3 +144,41 @@ def test_the_status_line_says_how_many_look_aheads_were_used():
     looked = ev.RunFinished("5", (3,), 0.5, 2, 10, 1.0, 10.0, speculative_tokens=20, speculative_used=5,
                             lookahead_verified=4, lookahead_used=1, lookahead_discarded=3)
     assert speculation_text(looked, "; ").endswith("; 1 of 4 steps verified ahead used")
+
+
+def test_the_status_tooltip_says_what_goodput_counts_and_keeps_the_answer_paths_rate():
+    from app.gui.status_line import goodput_text
+    from engine import events as ev
+
+    done = ev.RunFinished("5", (3,), 0.5, 2, 10, 1.0, 10.0, 6.25, answer_tokens_per_second=3.0)
+    text = goodput_text(done)
+    assert text.startswith("goodput: 6.2 tokens/s") and "completion time" in text
+    assert text.endswith("the answer's path: 3.0 tokens/s of the whole run")
+    recorded_before = ev.RunFinished("5", (3,), 0.5, 2, 10, 1.0, 10.0, 6.25)  # an older journal: no answer rate
+    assert "answer's path" not in goodput_text(recorded_before)
+
+
+def test_the_status_line_shows_the_steps_idle_row_slots_before_and_after_speculation(qtbot, tiny):
+    from PySide6.QtWidgets import QMainWindow
+
+    from app.gui.status_line import StatusLine
+    from engine import events as ev
+    from engine.search import run
+
+    window = QMainWindow()
+    qtbot.addWidget(window)
+    status = StatusLine(window)
+    assert status.idle.isHidden()
+    search = SearchConfig(beams=4, width=1, step_tokens=10, max_steps=3, step_delimiter="c", seed=0)
+    events = list(run("What is 2+3?", tiny, search, CacheConfig(policy="in_device", speculative=True)))
+    stats = [e for e in events if isinstance(e, ev.TransferStats)]
+    assert any(s.speculative_tokens for s in stats), "the case must speculate"
+    for event in events:
+        status.apply(event, live=True)
+        if isinstance(event, ev.TransferStats):
+            after, made = event.idle_row_slots, event.speculative_tokens
+            shown = f"idle {after} of {after + made} slots ({made} tok speculated)" if made else f"idle {after} slots"
+            assert status.idle.text() == shown and not status.idle.isHidden()
+    assert "before" in status.idle.toolTip() and "after" in status.idle.toolTip()
+    status.reset()
+    assert status.idle.isHidden()

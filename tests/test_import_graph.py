@@ -91,3 +91,12 @@ def test_no_shipped_module_imports_tests():
     for path in (p for package in PACKAGES for p in (ROOT / package).rglob("*.py")):
         bad = {m for m in imported_names(path) if m == "tests" or m.startswith("tests.")}
         assert not bad, f"{module_name(path)} imports {sorted(bad)}"
+
+
+def test_the_kv_layer_imports_neither_the_runner_nor_the_search():
+    """Policies receive a decode callable (engine/kv/policy.py): the KV layer sits below the decode loop."""
+    upward = ("engine.runner", "engine.search")
+    for name, imported in import_graph(("engine",)).items():
+        if name == "engine.kv" or name.startswith("engine.kv."):
+            bad = {m for m in imported if m in upward}
+            assert not bad, f"{name} imports {sorted(bad)}"

@@ -11,7 +11,7 @@ import pytest
 
 from engine.errors import KVBudgetTooSmall
 from engine.kv.in_device import plan_in_device
-from engine.kv.lbs import Switches, footprint, group_bytes, plan_lbs
+from engine.kv.lbs import Switches, _prefix_order, footprint, group_bytes, plan_lbs
 from engine.kv.policy import Work
 
 K, TOKEN_BYTES, BLOCK = 4, 100, 4  # step tokens, bytes of one token's KV (all layers), block size
@@ -126,3 +126,17 @@ def test_a_group_is_padded_to_its_longest_member():
     short, long = Work(0, (1,), 4), Work(1, (2,), 20)
     assert group_bytes([short, long], K, TOKEN_BYTES) == 2 * footprint(long, K, TOKEN_BYTES)
     assert group_bytes([], K, TOKEN_BYTES) == 0
+
+
+def test_prefix_order_takes_the_group_sharing_most_with_the_last_next_and_ties_to_the_earlier():
+    """FlashTTS's T(k+1) = argmax shared blocks with T(k), on the groups themselves (no budget involved)."""
+    a = [Work(1, (0, 1, 2), 24)]
+    b = [Work(2, (7, 8), 16)]  # shares nothing with a
+    c = [Work(3, (0, 1, 5), 24), Work(4, (0, 6), 16)]  # shares blocks 0 and 1 with a
+    d = [Work(5, (0, 1, 2, 9), 32)]  # shares 0, 1 and 2 with a; 0 and 1 with c
+    e = [Work(6, (7, 8, 10), 24)]  # shares 7 and 8 with b
+    order = lambda groups: [[w.id for w in g] for g in _prefix_order(groups)]  # noqa: E731
+    assert order([a, b, c, d, e]) == [[1], [5], [3, 4], [2], [6]]
+    assert order([a, b, e]) == [[1], [2], [6]]  # b and e share nothing with a: the earlier (b), then e
+    assert order([a, e, b]) == [[1], [6], [2]]
+    assert order([b, a]) == [[2], [1]] and order([]) == []  # the first group stays first

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
 from engine.search import run
 from engine.verifiers import aggregate
@@ -148,3 +149,35 @@ def test_idle_row_slots_count_what_stragglers_waste(tiny):
     assert sum(s.idle_row_slots for s in stats) > 0, "pick a seed where some step ends early"
     finished = events[-1]
     assert finished.goodput > 0 and finished.goodput <= finished.tokens_per_second
+
+
+def test_goodput_is_the_kept_beams_path_tokens_per_second_of_their_completion(tiny):
+    """FlashTTS's goodput: each final kept beam's path tokens over its completion time (EOS: when its path
+    ended; else the search's end), averaged; the answer path's tokens over the run's seconds stay beside it."""
+    import dataclasses
+
+    from engine.candidate import Candidate, completion, goodput
+
+    assert goodput([(10, 2.0), (30, 3.0)]) == 7.5 and goodput([]) == 0.0
+    assert completion(Candidate(4, None, 1, completed_at=1.5), 12, 9.0) == (4, 12, 1.5)
+    assert completion(Candidate(5, None, 1), 12, 9.0) == (5, 12, 9.0)
+    often_done = dataclasses.replace(tiny, eos_token_ids=tuple(range(2, 90)))  # ~1 in 6 tokens ends a beam
+    search = SearchConfig(beams=3, width=2, step_tokens=4, max_steps=6, step_delimiter=None, seed=6)
+    evs = events_of(often_done, search)
+    finished, last = evs[-1], [e for e in evs if e.type == "step_selected"][-1]
+    texts = {e.id: e for e in evs if e.type == "candidate_text"}
+    assert [cid for cid, _, _ in finished.completions] == list(last.kept)
+    ended = {cid for cid, _, _ in finished.completions if texts[cid].finished}
+    assert ended and ended != set(last.kept), "pick a seed where some kept beams end early and some do not"
+    for cid, tokens, at in finished.completions:
+        path = [cid]
+        while texts[path[-1]].parent is not None:
+            path.append(texts[path[-1]].parent)
+        assert tokens == sum(texts[p].tokens for p in path)
+        assert (at < finished.seconds) if cid in ended else (at == finished.seconds)
+    rates = [tokens / at for _, tokens, at in finished.completions]
+    assert finished.goodput == pytest.approx(sum(rates) / len(rates))
+    answer_tokens = sum(texts[p].tokens for p in finished.path)
+    assert finished.answer_tokens_per_second == pytest.approx(answer_tokens / finished.seconds)
+    old = {k: v for k, v in ev.to_dict(finished).items() if k not in ("completions", "answer_tokens_per_second")}
+    assert ev.from_dict(old).completions == () and ev.from_dict(ev.to_dict(finished)) == finished  # journals replay

@@ -1,5 +1,5 @@
-"""The status bar's fields: model, device, policy, step i/S, candidate-tokens/s; the model-load banner; and a
-once-a-second line saying what the current step is doing (so a long step never looks hung)."""
+"""The status bar's fields: model, device, policy, step i/S, the step's idle row-slots, candidate-tokens/s; the
+model-load banner; and a once-a-second line saying what the current step is doing (so a long step never looks hung)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,10 @@ from app.heartbeat import StepProgress
 from engine import events as ev
 
 HEARTBEAT_MS = 1000
+IDLE_TIP = ("The last step's idle row-slots: decode slots of rows whose step had ended while the group's longest "
+            "row ran on (stragglers' waste). With speculative extension (FlashTTS) such rows decode their "
+            "children's next steps instead: 'idle A of B' is after speculation (A) and before it (B = A + the tokens "
+            "speculated).")
 
 
 class LoadBanner(QFrame):
@@ -52,6 +56,9 @@ class StatusLine:
         self.verifier = QLabel("verifier: -")
         self.verifier.setToolTip("What scores each step; a PRM shows its family and where it was loaded from")
         self.step, self.speed = QLabel("step -"), QLabel("- cand-tok/s")
+        self.idle = QLabel()  # the last step's idle row-slots and speculated tokens, shown once a step reports them
+        self.idle.setToolTip(IDLE_TIP)
+        self.idle.hide()
         self.exit, self._exit = QLabel(), ExitTally()  # the layer-entropy exit, shown while a run has it on
         self.exit.setToolTip("RKSC's layer-entropy exit: the mean verifier layer the steps' candidates stopped at, "
                              "and the share of the verifier's layer work (tokens x layers) saved, kept candidates' "
@@ -71,7 +78,7 @@ class StatusLine:
         self._beat.timeout.connect(self._heartbeat)
         self._quiet = QElapsedTimer()
         for widget in (self.progress, self.model, self.verifier, self.device, self.policy, self.prompt, self.step,
-                       self.exit, self.speed):
+                       self.idle, self.exit, self.speed):
             bar.addPermanentWidget(widget)
         self.speed.setToolTip("Candidate tokens generated per second (all beams together)")
         self.device.setToolTip("Where the KV cache lives; without CUDA a budgeted CPU pool emulates the GPU")
@@ -121,6 +128,7 @@ class StatusLine:
         self.policy.setText("policy: -")
         self.verifier.setText("verifier: -")
         self._show_exit(None)
+        self.idle.hide()
         self.prompt.setText("prompt: -")
         self.bar.clearMessage()
 
@@ -146,11 +154,15 @@ class StatusLine:
             self.verifier.setText(f"verifier: {event.verifier}")
             self.step.setText(f"step 0/{self._max_steps}")
             self._show_exit(None)
+            self.idle.hide()
             self.show_device_hint(emulated_hint() if event.emulated and live else None)
         elif isinstance(event, ev.PrefillDone):
             self.prompt.setText(prompt_text(event))
         elif isinstance(event, ev.StepStarted):
             self.step.setText(f"step {event.step}/{self._max_steps}")
+        elif isinstance(event, ev.TransferStats):
+            self.idle.setText(idle_text(event))
+            self.idle.show()
         elif isinstance(event, ev.StepSelected) and event.exit_layer is not None:
             self._show_exit(self._exit + ExitTally.of_steps([event]))
         elif isinstance(event, ev.CandidateText):
@@ -159,8 +171,7 @@ class StatusLine:
                 self.speed.setText(f"{self._tokens / (self._clock.elapsed() / 1000):.1f} cand-tok/s")
         elif isinstance(event, ev.RunFinished):
             self.speed.setText(f"{event.tokens_per_second:.1f} cand-tok/s")
-            self.speed.setToolTip(f"goodput: {event.goodput:.1f} tokens/s of the answer's path (FlashTTS)"
-                                  + speculation_text(event, "\n"))
+            self.speed.setToolTip(goodput_text(event) + speculation_text(event, "\n"))
             self.bar.showMessage(
                 f"Done: {event.steps} steps, score {event.score:.2f}, goodput {event.goodput:.1f} tok/s"
                 + speculation_text(event, "; "), 15000
@@ -178,6 +189,23 @@ class StatusLine:
         self._exit = tally or ExitTally()
         self.exit.setText(f"exit: {self._exit.text()}")
         self.exit.setVisible(tally is not None)
+
+
+def idle_text(event: ev.TransferStats) -> str:
+    """'idle 12 of 42 slots' (the step's idle row-slots after speculation, of those before it), or 'idle 12 slots'
+    when the step speculated nothing: each speculated token filled a slot that would have idled."""
+    before = event.idle_row_slots + event.speculative_tokens
+    if not event.speculative_tokens:
+        return f"idle {event.idle_row_slots} slots"
+    return f"idle {event.idle_row_slots} of {before} slots ({event.speculative_tokens} tok speculated)"
+
+
+def goodput_text(event: ev.RunFinished) -> str:
+    """FlashTTS's goodput and, when the run recorded it, the answer path's tokens per second of the whole run."""
+    text = (f"goodput: {event.goodput:.1f} tokens/s (FlashTTS: each kept beam's path tokens per second of "
+            "its completion time, averaged)")
+    answer = event.answer_tokens_per_second
+    return text + (f"\nthe answer's path: {answer:.1f} tokens/s of the whole run" if answer else "")
 
 
 def speculation_text(event: ev.RunFinished, separator: str) -> str:

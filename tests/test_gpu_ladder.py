@@ -1,0 +1,38 @@
+"""The GPU ladder script runs on any machine with --plan-only: the 7B workload's bytes and peaks, no weights."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks.gpu_ladder import WORKLOADS, main
+
+
+def test_the_ladder_plans_a_workload_and_writes_its_json(tmp_path, capsys):
+    out = tmp_path / "w16.json"
+    policies = ["in_device", "layerwise", "lbs:inter_token"]
+    assert main(["w16", "--plan-only", "--policies", ",".join(policies), "--baselines", "", "--json", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "synthetic:llama2-7b (bfloat16) on meta (plan only)" in table and f"wrote {out}" in table
+    data = json.loads(out.read_text())
+    assert data["workload_name"] == "w16" and data["plan_only"] is True and data["baselines"] == []
+    assert data["workload"]["beams"] == WORKLOADS["w16"].beams
+    results = {r["name"]: r for r in data["results"]}
+    assert list(results) == policies and all(r["ok"] for r in results.values())
+    assert results["lbs:inter_token"]["h2d_bytes"] < results["layerwise"]["h2d_bytes"]
+    assert results["layerwise"]["h2d_bytes_eq1"] < results["layerwise"]["h2d_bytes"]
+    assert all(r["peak_device_bytes"] <= WORKLOADS["w16"].kv_budget_bytes for r in results.values())
+
+
+def test_the_speculation_workload_picks_its_delimiter_and_runs_its_four_policies(tmp_path, capsys):
+    """`spec` (issue 14) asks for an automatic delimiter, which a plan cannot sample: a plan names one."""
+    assert WORKLOADS["spec"].step_delimiter == "auto" and WORKLOADS["spec"].model == "synthetic:llama2-7b"
+    assert main(["spec", "--plan-only"]) == 2
+    assert "--step-delimiter TEXT" in capsys.readouterr().err
+    out = tmp_path / "spec.json"
+    assert main(["spec", "--plan-only", "--step-delimiter", "c", "--json", str(out)]) == 0
+    assert "steps of 64 ending at 'c'" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["workload"]["step_delimiter"] == "c" and data["baselines"] == [] and data["step_delimiter_auto"] is None
+    names = [r["name"] for r in data["results"]]
+    assert names == ["in_device", "in_device:+speculative", "lbs:+prefix_order", "lbs:+speculative"]
+    assert all(r["ok"] for r in data["results"])
