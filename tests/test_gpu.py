@@ -114,6 +114,37 @@ def test_lbs_prefetches_the_next_group_on_the_copy_stream(tiny_cuda):
     assert all(0 <= s.stall_share < 1 for s in stats)
 
 
+def test_lbs_loads_and_writes_back_on_the_copy_stream(tiny_cuda, monkeypatch):
+    """Every copy across PCIe a step's groups make in lbs (a group's load, its write-back) runs on the copy
+    stream: loads before compute, write-backs while the next group computes."""
+    from engine.kv.groups import GroupExecutor
+    from engine.kv.store import KVStore
+
+    streams: dict[str, set[bool]] = {"h2d": set(), "d2h": set()}
+    inside = []  # set while a group loads or writes back (the prompt's prefill copies on the compute stream)
+    copy = KVStore.copy
+
+    def spy(self, dst, src, direction, owners=()):
+        if inside and direction in streams:
+            streams[direction].add(torch.cuda.current_stream(self.device) == self.copy_stream)
+        return copy(self, dst, src, direction, owners)
+
+    def flagged(method):
+        def wrapper(*args, **kwargs):
+            inside.append(True)
+            try:
+                return method(*args, **kwargs)
+            finally:
+                inside.pop()
+        return wrapper
+
+    monkeypatch.setattr(KVStore, "copy", spy)
+    monkeypatch.setattr(GroupExecutor, "_load", flagged(GroupExecutor._load))
+    monkeypatch.setattr(GroupExecutor, "_write_back", flagged(GroupExecutor._write_back))
+    events, _ = run_search(tiny_cuda, CacheConfig(policy="lbs", kv_budget_bytes=160_000))
+    assert max(e.groups for e in events if e.type == "transfer_stats") >= 2
+    assert streams == {"h2d": {True}, "d2h": {True}}
+
 def test_out_of_memory_on_cuda_splits_the_group_and_gives_the_same_tokens(tiny_cuda):
     from tests.test_kv_faults import run_cache
 

@@ -11,7 +11,8 @@ duplicated per row.
 Timing model for the emulated device: a group's copies to the device stall compute unless
 they were prefetched while the previous group computed; write-back is not counted as a stall.
 On CUDA the next group is loaded on the copy stream while this one computes, when the pool
-has room for both.
+has room for both, and a group's new KV is written back on the copy stream while the next one
+computes (engine/kv/store.py `writing`).
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ class GroupExecutor:
                 self._unload(batch)
                 raise
             try:
-                self._write_back(batch, results)  # never retried: it changes the candidates' tables
+                with self.store.writing():  # on CUDA: on the copy stream, while the next group computes
+                    self._write_back(batch, results)  # never retried: it changes the candidates' tables
             finally:
                 timing.peak_device_bytes = max(timing.peak_device_bytes, self.store.peak_device_bytes)
                 self._unload(batch)

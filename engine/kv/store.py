@@ -256,6 +256,15 @@ class KVStore:
             yield done
             done.record()
 
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Issue a write-back's copies on the copy stream, after the compute that made the KV, so compute
+        goes on to the next group meanwhile. Nothing reads the written blocks or reuses the group's freed
+        runs before waiting for the copy stream: a later load's copies queue behind these on that stream,
+        compute waits for a load's event before it reads (`wait_loaded`), and the step ends with `sync`."""
+        with self.loading():
+            yield
+
     def wait_loaded(self, event: torch.cuda.Event | None) -> None:
         """Make compute wait for a load; the time compute stood still is measured between two CUDA events."""
         if event is None:
