@@ -1,0 +1,49 @@
+"""Eq. 1 of the layer-wise policy and the device memory it needs: resident layers, the paper's bytes,
+the residency a step retries with after running out of memory, and the size of its device pool."""
+
+from __future__ import annotations
+
+STAGING_LAYERS = 2
+
+
+def resident_layers(budget: int, layer_bytes: int, num_layers: int) -> int:
+    """Eq. 1, with the staging layers held back when not every layer fits."""
+    fit = budget // layer_bytes if layer_bytes else num_layers
+    return num_layers if fit >= num_layers else max(0, fit - STAGING_LAYERS)
+
+
+def paper_h2d_bytes(budget: int, rows: int, layer_token_bytes: int, num_layers: int, first: int, tokens: int) -> int:
+    """Eq. 1-3 as the paper writes them (no staging held back), for KV lengths `first .. first + tokens - 1`."""
+    total = 0
+    for s in range(first, first + tokens):
+        kv_layer = rows * s * layer_token_bytes
+        fit = min(num_layers, budget // kv_layer) if kv_layer else num_layers
+        total += (num_layers - fit) * kv_layer
+    return total
+
+
+def lowered_residency(resident: int, num_layers: int) -> int | None:
+    """The resident layers a step retries with after running out of device memory: half as many, and
+    fewer device bytes than now (streaming adds two staging layers, so from every layer resident at
+    most L - 3); None when no residency holds less."""
+    half = resident // 2
+    target = half if resident < num_layers else min(half, num_layers - 1 - STAGING_LAYERS)
+    return target if 0 <= target < resident else None
+
+
+def pool_overhead(rows: int, longest: int, step_tokens: int, num_layers: int, layer_token_bytes: int,
+                  slot_bytes: int) -> int:  # fmt: skip
+    """Device bytes layer-wise holds beyond its Eq. 1 budget, for steps of at most `rows` rows and KV
+    of at most `longest` tokens: Eq. 1 counts layers at the current length, but their buffers hold
+    the step's last token (`step_tokens` more for each of at most L + 1 resident and staging
+    layers); while rows are re-selected one old layer sits beside the new ones; and each of these
+    runs is rounded up to whole slots of the pool."""
+    layers = num_layers + 1
+    tokens = layers * rows * step_tokens + rows * longest
+    return tokens * layer_token_bytes + (layers + STAGING_LAYERS) * slot_bytes
+
+
+def pool_bytes(budget: int, rows: int, longest: int, num_layers: int, layer_token_bytes: int, overhead: int) -> int:
+    """The device pool of a layer-wise run: its budget (no more than every layer of every row at the
+    longest length needs) and the overhead beyond it (`pool_overhead`)."""
+    return min(budget, num_layers * rows * longest * layer_token_bytes) + overhead
