@@ -24,10 +24,10 @@ def paper_h2d_bytes(budget: int, rows: int, layer_token_bytes: int, num_layers: 
 
 def lowered_residency(resident: int, num_layers: int) -> int | None:
     """The resident layers a step retries with after running out of device memory: half as many, and
-    fewer device bytes than now (streaming adds two staging layers, so from every layer resident at
-    most L - 3); None when no residency holds less."""
-    half = resident // 2
-    target = half if resident < num_layers else min(half, num_layers - 1 - STAGING_LAYERS)
+    at most L - 3 (a budget that does not hold every layer holds two staging layers beside the
+    resident ones, so fewer than L - 2 resident is the first residency below all); None when no
+    residency holds less than now."""
+    target = min(resident // 2, num_layers - 1 - STAGING_LAYERS)
     return target if 0 <= target < resident else None
 
 

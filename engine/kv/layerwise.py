@@ -210,8 +210,9 @@ class LayerwisePolicy:
         timing.retries.append((tuple(self.rows), reason))
 
     def _limit_pool(self) -> None:
-        """The part of the device pool in use follows the budget (never below what is held now)."""
-        self.store.limit_device(self.budget + self.overhead)
+        """The part of the device pool in use follows the budget (in whole slots, as the pool was sized;
+        never below what is held now)."""
+        self.store.limit_device(self.budget + self.overhead + self.store.block_bytes - 1)
 
     def _select_rows(self, candidates: Sequence[int], sources: Sequence[int], timing: StepTiming) -> None:
         """Rows for this step's candidates, each a copy of its parent's row, in buffers sized for the step.
@@ -219,7 +220,8 @@ class LayerwisePolicy:
         New device runs come from the other end of the pool than the old ones, layer after layer in
         the order that frees the old run nearest them first, so the pool needs room for one old layer
         beside the new ones. A layer that still finds no room goes to the host with every layer after
-        it (a retry in `timing`). The host buffers given up become the spares of the next step's selection."""
+        it (a retry in `timing`); Eq. 1 brings them back at the first forward call that finds room.
+        The host buffers given up become the spares of the next step's selection."""
         index = torch.tensor([self.rows.index(s) for s in sources])
         spares, self.spares = self.spares, []
         from_end, failed, reason = not self.high, self.num_layers, None
