@@ -12,7 +12,7 @@ import torch
 
 from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
-from engine.kv import layerwise
+from engine.kv import layer_budget, layerwise
 from engine.kv.blocks import Tier
 from engine.kv.cache import KVCache
 from engine.kv.pool import PoolExhausted, SlotPool
@@ -123,6 +123,15 @@ def fail_once(at_step: int, at_forward: int):
 
 def retries(events) -> list[ev.GroupRetried]:
     return [e for e in events if isinstance(e, ev.GroupRetried)]
+
+
+@pytest.mark.parametrize(
+    ("resident", "layers", "lowered"),
+    [(6, 6, 3), (3, 6, 1), (1, 6, 0), (0, 6, None), (5, 6, 2), (32, 32, 16), (3, 3, 0), (2, 2, None), (1, 1, None)],
+)
+def test_a_retry_keeps_half_the_resident_layers_and_fewer_device_bytes(resident, layers, lowered):
+    """From every layer resident, streaming adds two staging layers: 3 layers of 3 can only go to none."""
+    assert layer_budget.lowered_residency(resident, layers) == lowered
 
 
 @pytest.fixture(scope="module")
