@@ -15,7 +15,7 @@ from engine.kv.attention import uses_cascade
 from engine.kv.blocks import BlockManager, Tier
 from engine.kv.headwise import HeadwisePolicy
 from engine.kv.in_device import InDevicePolicy
-from engine.kv.layer_budget import pool_bytes, pool_overhead
+from engine.kv.layer_budget import every_layer_bytes, pool_overhead
 from engine.kv.layerwise import LayerwisePolicy
 from engine.kv.lbs import SLACK_BLOCKS, LbsPolicy, Switches
 from engine.kv.policy import (
@@ -195,12 +195,14 @@ class KVCache:
         rows, layer_token_bytes = self.search.candidates_per_step, token_bytes // shape.num_layers
         longest = prompt_tokens + self.search.max_steps * self.search.step_tokens
         block_bytes = token_bytes * self.cfg.block_size
+        budget = min(self.budget, every_layer_bytes(rows, longest, shape.num_layers, layer_token_bytes))
         self.layer_overhead = pool_overhead(
-            rows, longest, self.search.step_tokens, shape.num_layers, layer_token_bytes, block_bytes
-        )
-        budget = max(0, self.budget - self.layer_overhead) if from_free_memory else self.budget
-        pool = pool_bytes(budget, rows, longest, shape.num_layers, layer_token_bytes, self.layer_overhead)
-        return -(-pool // block_bytes) * block_bytes  # whole slots: the budget left beside the overhead is all there
+            budget, rows, prompt_tokens - 1, longest, self.search.step_tokens, shape.num_layers, layer_token_bytes,
+            block_bytes,
+        )  # fmt: skip
+        if from_free_memory:  # the smaller budget left needs less overhead than this: it fits
+            budget = max(0, budget - self.layer_overhead)
+        return -(-(budget + self.layer_overhead) // block_bytes) * block_bytes  # whole slots: all of it is there
 
     def _free_bytes(self) -> int | None:
         if self._probe is not None:

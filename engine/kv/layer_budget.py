@@ -31,19 +31,25 @@ def lowered_residency(resident: int, num_layers: int) -> int | None:
     return target if 0 <= target < resident else None
 
 
-def pool_overhead(rows: int, longest: int, step_tokens: int, num_layers: int, layer_token_bytes: int,
-                  slot_bytes: int) -> int:  # fmt: skip
-    """Device bytes layer-wise holds beyond its Eq. 1 budget, for steps of at most `rows` rows and KV
-    of at most `longest` tokens: Eq. 1 counts layers at the current length, but their buffers hold
-    the step's last token (`step_tokens` more for each of at most L + 1 resident and staging
-    layers); while rows are re-selected one old layer sits beside the new ones; and each of these
-    runs is rounded up to whole slots of the pool."""
+def every_layer_bytes(rows: int, longest: int, num_layers: int, layer_token_bytes: int) -> int:
+    """Every layer of every row at the longest length: no layer-wise budget needs more."""
+    return num_layers * rows * longest * layer_token_bytes
+
+
+def pool_overhead(budget: int, rows: int, first: int, longest: int, step_tokens: int, num_layers: int,
+                  layer_token_bytes: int, slot_bytes: int) -> int:  # fmt: skip
+    """Device bytes layer-wise holds beyond its Eq. 1 `budget` (at most `every_layer_bytes`), for steps
+    of at most `rows` rows, KV of `first` tokens at the first step's start and at most `longest`:
+
+    - Eq. 1 counts layers at the current length `s`, but their buffers hold the step's last token:
+      at most `budget * step_tokens / s` more (s >= first), and `step_tokens` more tokens for each
+      of at most L + 1 resident and staging layers;
+    - while rows are re-selected one old layer sits beside the new ones: when every layer is
+      resident at most `budget / L`, a layer of every row at the longest length at the most (with
+      fewer resident it takes the staging layers' room, not yet taken);
+    - each of these runs is rounded up to whole slots of the pool.
+    """
     layers = num_layers + 1
-    tokens = layers * rows * step_tokens + rows * longest
-    return tokens * layer_token_bytes + (layers + STAGING_LAYERS) * slot_bytes
-
-
-def pool_bytes(budget: int, rows: int, longest: int, num_layers: int, layer_token_bytes: int, overhead: int) -> int:
-    """The device pool of a layer-wise run: its budget (no more than every layer of every row at the
-    longest length needs) and the overhead beyond it (`pool_overhead`)."""
-    return min(budget, num_layers * rows * longest * layer_token_bytes) + overhead
+    growth = min(layers * rows * step_tokens * layer_token_bytes, -(-budget * step_tokens // max(1, first)))
+    selection = min(rows * longest * layer_token_bytes, -(-budget // num_layers))
+    return growth + selection + (layers + STAGING_LAYERS) * slot_bytes
