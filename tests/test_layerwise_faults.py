@@ -161,7 +161,7 @@ def test_a_retried_step_moves_what_the_lowered_budget_moves(tiny_qwen2):
     step's start streams (the same evictions, the same per-token loads and write-backs), and the next step
     brings the layers back as that run does."""
     _, _, faulted = drive(tiny_qwen2, LAYERWISE, fault=fail_once(2, 0))
-    lowered = {2: lambda kv: (3 + layerwise.STAGING_LAYERS) * kv.policy.layer_bytes(ROWS)}
+    lowered = {2: lambda kv: (3 + layer_budget.STAGING_LAYERS) * kv.policy.layer_bytes(ROWS)}
     _, _, shrunk = drive(tiny_qwen2, LAYERWISE, budget_at=lowered)
     assert len(retries(faulted)) == 1 and not retries(shrunk)
     traffic = lambda events: [(e.step_h2d_bytes, e.step_d2h_bytes) for e in events if isinstance(e, ev.TransferStats)]  # noqa: E731
@@ -183,7 +183,7 @@ def test_a_step_that_fails_with_no_layer_resident_raises_after_lowering_to_none(
 
 def test_a_budget_that_shrinks_between_steps_moves_layers_to_the_host_and_back(tiny_qwen2, reference):
     resident = {}
-    two_layers = {2: lambda kv: (2 + layerwise.STAGING_LAYERS) * kv.policy.layer_bytes(ROWS)}
+    two_layers = {2: lambda kv: (2 + layer_budget.STAGING_LAYERS) * kv.policy.layer_bytes(ROWS)}
     tokens, logits, events = drive(
         tiny_qwen2, LAYERWISE, budget_at=two_layers, after_step=lambda s, kv: resident.update({s: layers_of(kv)})
     )
@@ -224,7 +224,7 @@ def test_no_step_after_the_first_allocates_device_kv(tiny_qwen2, monkeypatch):
     monkeypatch.setattr(torch, "empty", lambda *a, **k: made.append(tuple(empty(*a, **k).shape)) or empty(*a, **k))
     add_chunk = SlotPool._add_chunk
     monkeypatch.setattr(SlotPool, "_add_chunk", lambda pool, slots: chunks.append(slots) or add_chunk(pool, slots))
-    streamed = {2: lambda kv: (1 + layerwise.STAGING_LAYERS) * kv.policy.layer_bytes(ROWS)}
+    streamed = {2: lambda kv: (1 + layer_budget.STAGING_LAYERS) * kv.policy.layer_bytes(ROWS)}
     shapes, inside = [], []
 
     def look(step, kv):
@@ -255,7 +255,7 @@ def test_out_of_memory_inside_a_layer_while_streaming_leaves_no_trace(tiny_qwen2
         return update(policy, layer, key_states, value_states)
 
     monkeypatch.setattr(layerwise.LayerwisePolicy, "update", failing)
-    five = {2: lambda kv: (4 + layerwise.STAGING_LAYERS) * kv.policy.layer_bytes(ROWS)}
+    five = {2: lambda kv: (4 + layer_budget.STAGING_LAYERS) * kv.policy.layer_bytes(ROWS)}
     resident = {}
 
     def after(step, kv):
