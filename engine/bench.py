@@ -19,7 +19,7 @@ import torch
 from engine.auto_delimiter import AUTO_DELIMITER, most_sampled_text
 from engine.baselines import BASELINES, BaselineRun, run_baseline
 from engine.config import CacheConfig, SearchConfig
-from engine.kv.layerwise import paper_h2d_bytes
+from engine.kv.layer_budget import paper_h2d_bytes
 from engine.replay import Observed, Replay, max_logit_diff
 
 LADDER: dict[str, dict] = {

@@ -168,7 +168,8 @@ class TransferStats:
 
 @dataclass(frozen=True)
 class GroupRetried:
-    """A group ran out of device memory; it was split in two and run again (nothing was lost)."""
+    """A group ran out of device memory and was run again (nothing was lost): split in two, or, in
+    layer-wise, with fewer resident layers ("resident layers A -> B"); `reason` says which and why."""
 
     type: ClassVar[str] = "group_retried"
     step: int

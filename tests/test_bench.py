@@ -12,7 +12,7 @@ from app.cli import main
 from engine.baselines import BASELINES
 from engine.bench import LADDER, BenchReport, Workload, _notes, run_bench
 from engine.config import ModelSpec
-from engine.kv.layerwise import STAGING_LAYERS, paper_h2d_bytes
+from engine.kv.layer_budget import STAGING_LAYERS, paper_h2d_bytes
 from engine.models import load_model
 
 SMALL = Workload(

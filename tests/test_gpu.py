@@ -171,3 +171,17 @@ def test_layerwise_streams_from_pinned_contiguous_host_buffers(tiny_cuda, monkey
     last = [e for e in events if e.type == "transfer_stats"][-1]
     assert copies and all(pinned and contiguous for pinned, contiguous in copies)
     assert last.h2d_calls + last.d2h_calls == len(copies)
+
+
+def test_layerwise_out_of_memory_on_cuda_retries_with_fewer_resident_layers():
+    """An out-of-memory error mid-step on CUDA (injected while layers stream, a load on the copy stream in
+    flight): the step is rewound and run again with half the resident layers, and gives in_device's tokens."""
+    from tests.test_layerwise_faults import LAYERWISE, ROWS, drive, fail_once, retries
+
+    model = load_model(ModelSpec("synthetic:tiny-qwen2"), device="cuda")
+    reference, _, _ = drive(model, CacheConfig(policy="in_device"))
+    streaming = {2: lambda kv: 6 * kv.policy.layer_bytes(ROWS)}  # 4 layers resident at the step's start
+    tokens, _, events = drive(model, LAYERWISE, fault=fail_once(2, 3), budget_at=streaming)
+    assert tokens == reference
+    (retried,) = retries(events)
+    assert retried.reason.startswith("resident layers 3 -> 1")  # 4 at the start, 3 by forward 3

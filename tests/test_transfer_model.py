@@ -7,7 +7,7 @@ from itertools import pairwise
 import pytest
 
 from engine.config import CacheConfig, SearchConfig
-from engine.kv.layerwise import resident_layers
+from engine.kv.layer_budget import resident_layers
 from engine.kv.store import KVStore
 from engine.search import SYSTEM_PROMPT, run
 

@@ -15,6 +15,7 @@ from engine.kv.attention import uses_cascade
 from engine.kv.blocks import BlockManager, Tier
 from engine.kv.headwise import HeadwisePolicy
 from engine.kv.in_device import InDevicePolicy
+from engine.kv.layer_budget import every_layer_bytes, pool_overhead
 from engine.kv.layerwise import LayerwisePolicy
 from engine.kv.lbs import SLACK_BLOCKS, LbsPolicy, Switches
 from engine.kv.policy import (
@@ -141,6 +142,7 @@ class KVCache:
         whole = search_kv_bytes(prompt_tokens, search, cache, token_bytes, cascade=attention)
         self.emulated = self.device.type != "cuda"
         self._probe = free_bytes  # None: read CUDA (a bound method here would make a reference cycle)
+        self._read_free = False  # the budget was read from free device memory (no --kv-budget)
         total = cache.kv_budget_bytes or self._automatic_budget(whole + verifier_batch_bytes)
         split = split_budget(total, cache.verifier_kv_share, verifier_batch_bytes)
         self.budget, self.verifier_budget = split.generator_bytes, split.verifier_bytes
@@ -151,6 +153,10 @@ class KVCache:
         grouped = self.policy_name == "in_device" or (self.policy_name == "lbs" and cache.inter_beam)
         if not (attention and grouped):  # its rows hold their whole history: the pool may need that much
             whole = search_kv_bytes(prompt_tokens, search, cache, token_bytes, cascade=False)
+        self.layer_overhead = 0  # layer-wise: device bytes its buffers hold beyond its Eq. 1 budget
+        pool = min(self.budget, whole)  # the others never need more than the whole search
+        if self.policy_name == "layerwise":
+            pool = self._layerwise_pool(prompt_tokens, shape, token_bytes, from_free_memory=self._read_free)
         self.store = KVStore(
             self.blocks,
             num_layers=shape.num_layers,
@@ -158,8 +164,7 @@ class KVCache:
             head_dim=shape.head_dim,
             dtype=loaded.dtype,
             device=self.device,
-            # layer-wise keeps its own layer buffers; the others never need more than the whole search
-            budget_bytes=0 if self.policy_name == "layerwise" else min(self.budget, whole),
+            budget_bytes=pool,
             pcie_gbps=cache.pcie_gbps,
             host_device="meta" if self.device.type == "meta" else "cpu",  # plan-only runs hold no data
         )
@@ -175,13 +180,29 @@ class KVCache:
 
     def _make_policy(self, context: PolicyContext) -> Policy:
         if self.policy_name == "layerwise":
-            return LayerwisePolicy(context, self.budget)
+            return LayerwisePolicy(context, self.budget, self.layer_overhead)
         if self.policy_name == "in_device":
             return InDevicePolicy(context)
         if self.policy_name == "headwise":
             return HeadwisePolicy(context, share=self.cfg.inter_beam)
         switches = Switches(self.cfg.inter_beam, self.cfg.balanced_prefetch, self.cfg.prefix_order)
         return LbsPolicy(context, switches)
+
+    def _layerwise_pool(self, prompt_tokens: int, shape, token_bytes: int, from_free_memory: bool) -> int:
+        """Layer-wise's device pool: its budget's layers (at most every layer of every row at the longest
+        length) and the overhead of buffers sized for a step's end (`pool_overhead`). A budget read from
+        free memory (less the margin) holds the overhead too, so the pool fits beside the margin."""
+        rows, layer_token_bytes = self.search.candidates_per_step, token_bytes // shape.num_layers
+        longest = prompt_tokens + self.search.max_steps * self.search.step_tokens
+        block_bytes = token_bytes * self.cfg.block_size
+        budget = min(self.budget, every_layer_bytes(rows, longest, shape.num_layers, layer_token_bytes))
+        self.layer_overhead = pool_overhead(
+            budget, rows, prompt_tokens - 1, longest, self.search.step_tokens, shape.num_layers, layer_token_bytes,
+            block_bytes,
+        )  # fmt: skip
+        if from_free_memory:  # the smaller budget left needs less overhead than this: it fits
+            budget = max(0, budget - self.layer_overhead)
+        return -(-(budget + self.layer_overhead) // block_bytes) * block_bytes  # whole slots: all of it is there
 
     def _free_bytes(self) -> int | None:
         if self._probe is not None:
@@ -194,6 +215,7 @@ class KVCache:
 
     def _automatic_budget(self, whole: int) -> int:
         free = self._free_bytes()
+        self._read_free = free is not None
         return whole if free is None else max(free - self.margin, 1)
 
     @property
@@ -307,13 +329,15 @@ class KVCache:
     def _current_budget(self) -> int:
         """The budget, re-read each step. The pool is allocated once: when other programs leave less
         than the activation margin free, the part of the pool in use shrinks by the shortfall, and
-        it grows back (up to the pool's size) when memory is freed again."""
-        if isinstance(self.policy, LayerwisePolicy):
-            return self.budget
-        limit = self.budget
+        it grows back (up to the pool's size) when memory is freed again. Layer-wise's pool holds its
+        buffers' overhead beside the budget, so its budget is what is left of the pool without it: a
+        shrink moves layers to the host, a grow brings them back."""
         free = self._free_bytes()
-        if free is not None:
-            limit = min(limit, self.store.device_capacity_bytes - max(self.margin - free, 0))
+        shortfall = 0 if free is None else max(self.margin - free, 0)
+        if isinstance(self.policy, LayerwisePolicy):
+            usable = self.store.device_capacity_bytes - self.layer_overhead - shortfall
+            return max(0, min(self.budget, usable))
+        limit = self.budget if free is None else min(self.budget, self.store.device_capacity_bytes - shortfall)
         return self.store.limit_device(limit)
 
     def decode_step(

@@ -12,15 +12,26 @@ While one streamed layer computes, the next one is copied into the other staging
 the copy stream on CUDA). A layer's KV is stored token-major, `[T, 2, B, H, D]`, so its first
 `n` tokens (keys and values of every row) are one contiguous block: streaming a layer is one
 copy from pinned memory, and writing a token back is another, whatever the rows and heads.
-Attention reads the buffers through strided views. Device buffers are allocated once per step
-at the step's final length; host buffers alternate between two sets that are reused from step
-to step (grown a few steps ahead); a token's KV is written into its column in place: nothing is
-reallocated per token. Rows are candidates; between steps rows are re-selected by parent on
-the tier where each layer lives (device-to-device or host-to-host, never across PCIe).
+Attention reads the buffers through strided views. Device layer and staging buffers are runs
+of the one device pool (engine/kv/pool.py), taken at the step's final length and given back
+when replaced, so no step allocates device memory; host buffers alternate between two sets that
+are reused from step to step (grown a few steps ahead); a token's KV is written into its column
+in place: nothing is reallocated per token. Rows are candidates; between steps rows are
+re-selected by parent on the tier where each layer lives (device-to-device or host-to-host,
+never across PCIe).
+
+Faults. The budget is re-read every step (engine/kv/cache.py): a shrink moves layers to the
+host, a grow brings them back. A step that runs out of device memory (CUDA, or the pool)
+is rewound to its start (every layer's length back to the step's first column, the staging
+runs given back; tables and the mask change only after a step succeeds) and run again with a
+working budget that keeps half as many layers resident; the layers that no longer fit move to
+the host, and `timing.retries` says "resident layers A -> B". Only when no layer is resident
+any more does the error go on. Bytes a failed attempt moved stay counted: they crossed PCIe.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -29,35 +40,32 @@ from transformers.cache_utils import DynamicLayer
 
 from engine.errors import KVBudgetTooSmall
 from engine.kv.blocks import Tier
-from engine.kv.policy import Group, GroupDone, Live, PolicyContext, StepPlan, StepTiming, Work, group_done
-from engine.rows import Row
+from engine.kv.layer_budget import STAGING_LAYERS, lowered_residency, resident_layers
+from engine.kv.policy import (
+    OUT_OF_MEMORY,
+    Group,
+    GroupDone,
+    Live,
+    PolicyContext,
+    StepPlan,
+    StepTiming,
+    Work,
+    group_done,
+)
+from engine.kv.pool import PoolExhausted, Run
+from engine.rows import Row, RowResult
 
-STAGING_LAYERS = 2
 HOST_GROWTH_STEPS = 4  # a new host buffer has room for this many more steps
 
 
-def resident_layers(budget: int, layer_bytes: int, num_layers: int) -> int:
-    """Eq. 1, with the staging layers held back when not every layer fits."""
-    fit = budget // layer_bytes if layer_bytes else num_layers
-    return num_layers if fit >= num_layers else max(0, fit - STAGING_LAYERS)
-
-
-def paper_h2d_bytes(budget: int, rows: int, layer_token_bytes: int, num_layers: int, first: int, tokens: int) -> int:
-    """Eq. 1-3 as the paper writes them (no staging held back), for KV lengths `first .. first + tokens - 1`."""
-    total = 0
-    for s in range(first, first + tokens):
-        kv_layer = rows * s * layer_token_bytes
-        fit = min(num_layers, budget // kv_layer) if kv_layer else num_layers
-        total += (num_layers - fit) * kv_layer
-    return total
-
-
 class LayerKV(DynamicLayer):
-    """One layer's KV for every row, `kv` `[cap, 2, B, H, D]` on the device or the host, `length` filled."""
+    """One layer's KV for every row, `kv` `[cap, 2, B, H, D]` on the device or the host, `length` filled.
+    `run`: the device pool's run that holds `kv` (None on the host, or for the prompt's first row)."""
 
     def __init__(self, owner: LayerwisePolicy, index: int, kv: torch.Tensor, length: int):
         super().__init__()
         self.owner, self.index, self.length, self.kv = owner, index, length, kv
+        self.run: Run | None = None
         self.dtype, self.device = kv.dtype, owner.store.device
         self.is_initialized = True
 
@@ -79,8 +87,10 @@ class LayerwisePolicy:
     name = "layerwise"
     home = Tier.HOST
 
-    def __init__(self, context: PolicyContext, budget: int) -> None:
-        self.context, self.store, self.budget = context, context.store, budget
+    def __init__(self, context: PolicyContext, budget: int, overhead: int = 0) -> None:
+        """`budget`: Eq. 1's device bytes (re-read every step by `plan`); `overhead`: what the device
+        pool holds beyond it (`pool_overhead`)."""
+        self.context, self.store, self.budget, self.overhead = context, context.store, budget, overhead
         self.num_layers = self.store.slot_shape[0]
         self.layer_token_bytes = self.store.token_bytes // self.num_layers
         self.layers: list[LayerKV] = []
@@ -89,8 +99,10 @@ class LayerwisePolicy:
         self.capacity = 0  # tokens a layer holds by the end of the current step
         self.mask = torch.ones((1, 0), dtype=torch.long, device=self.store.device)  # [B, T]: 1 marks real KV
         self.staging: list[torch.Tensor] = []
+        self.staging_run: Run | None = None  # the device run both staging buffers are carved from
         self.staged: dict[int, object] = {}  # layer index -> load event (CUDA) or None, for the current token
         self.spares: list[torch.Tensor] = []  # host buffers no layer uses, reused by the next step
+        self.high = False  # the device layers' runs sit at the pool's high end (the next selection takes the low)
 
     # -- the prompt and the plan ------------------------------------------------------------
     def start(self, prompt_id: int, prompt_cache: DynamicCache) -> None:
@@ -130,69 +142,162 @@ class LayerwisePolicy:
         candidates = [c for g in plan.groups for c in g.candidates]
         self.capacity = self.length + self.context.step_tokens
         with torch.inference_mode():  # buffers made while decoding are reused here
+            self._limit_pool()  # a budget grown back lets layers return
             self._place(rows=len(candidates))  # evict before the rows multiply, so fewer bytes cross
+            self._limit_pool()  # a budget shrunk: the pool's part in use follows once layers left
             self.store.sync()  # the host reads what was just evicted
-            self._select_rows([live[c].source for c in candidates])
-        self.rows = candidates
+            self._select_rows(candidates, [live[c].source for c in candidates], timing)
         width = self.length
-        blocks = self.context.blocks
-        rows = [Row(c, live[c].pending, blocks.num_tokens(live[c].table), live[c].generator) for c in candidates]
-        mask = self.mask
-        cache = DynamicCache(config=self.context.config)
-        cache.layers = list(self.layers)
-        hook = lambda: self._before_forward(timing)  # noqa: E731
-        results, compute = self.context.decode(cache, mask, rows, should_stop, hook)
-        self.store.sync()
-        timing.compute_seconds += compute
+        try:
+            results = self._decode(live, timing, should_stop)
+        finally:
+            self.store.sync()
+            self._release_staging()
         timing.modelled_stall_seconds += self.store.counters.step["h2d"] / self.store.bandwidth
         grown = self.length - width
-        self.mask = torch.cat([mask, torch.zeros((len(rows), grown), dtype=mask.dtype, device=mask.device)], dim=1)
+        mask = self.mask
+        self.mask = torch.cat([mask, torch.zeros((len(results), grown), dtype=mask.dtype, device=mask.device)], dim=1)
         for row, (c, result) in enumerate(zip(candidates, results, strict=True)):
             self.mask[row, width : width + len(result.fed)] = 1
             live[c].table = self.context.blocks.append(live[c].table, result.fed, Tier.HOST).table
             if result.sampled:
                 live[c].pending = result.sampled[-1]
-        self.staging = []
         yield group_done(0, Group(tuple(candidates)), results, timing)
 
-    def _select_rows(self, sources: Sequence[int]) -> None:
+    def _decode(self, live: dict[int, Live], timing: StepTiming, should_stop: Callable[[], bool]) -> list[RowResult]:
+        """Decode every row's step. An attempt that runs out of device memory is rewound to the step's
+        start and run again with fewer resident layers (`_lower`): a row's draws depend only on its
+        stream and position (engine/rng.py), so the retry samples the same tokens."""
+        width, blocks = self.length, self.context.blocks
+        rows = [Row(c, live[c].pending, blocks.num_tokens(live[c].table), live[c].generator) for c in self.rows]
+        hook = functools.partial(self._before_forward, timing)
+        while True:
+            cache = DynamicCache(config=self.context.config)
+            cache.layers = list(self.layers)
+            try:
+                results, compute = self.context.decode(cache, self.mask, rows, should_stop, hook)
+            except OUT_OF_MEMORY as error:
+                self._rewind(width)
+                self._lower(error, timing)
+                continue
+            timing.compute_seconds += compute
+            return results
+
+    def _rewind(self, width: int) -> None:
+        """Undo a failed attempt: wait for its copies, give the staging run back, and every layer back to
+        the step's first `width` columns (the ones after are written again; the mask and the tables
+        change only after a step succeeds)."""
+        self.store.sync()
+        self._release_staging()
+        self.staged = {}
+        for layer in self.layers:
+            layer.length = width
+
+    def _lower(self, error: BaseException, timing: StepTiming) -> None:
+        """Lower the working budget so that half as many layers stay resident (Eq. 1), move the others to
+        the host and say so in `timing.retries`; `error` goes on when no residency holds less."""
+        before = self.resident
+        target = lowered_residency(before, self.num_layers)
+        if target is None:
+            raise error
+        self.budget = (target + STAGING_LAYERS) * self.layer_bytes()
+        with torch.inference_mode():
+            self._place()
+        self.store.sync()
+        if self.resident >= before:  # nothing left to lower (a step at length 0)
+            raise error
+        reason = f"resident layers {before} -> {self.resident} ({type(error).__name__}: {error})"
+        timing.retries.append((tuple(self.rows), reason))
+
+    def _limit_pool(self) -> None:
+        """The part of the device pool in use follows the budget (in whole slots, as the pool was sized;
+        never below what is held now)."""
+        self.store.limit_device(self.budget + self.overhead + self.store.block_bytes - 1)
+
+    def _select_rows(self, candidates: Sequence[int], sources: Sequence[int], timing: StepTiming) -> None:
         """Rows for this step's candidates, each a copy of its parent's row, in buffers sized for the step.
+
+        New device runs come from the other end of the pool than the old ones, layer after layer in
+        the order that frees the old run nearest them first, so the pool needs room for one old layer
+        beside the new ones. A layer that still finds no room goes to the host with every layer after
+        it (a retry in `timing`); Eq. 1 brings them back at the first forward call that finds room.
         The host buffers given up become the spares of the next step's selection."""
         index = torch.tensor([self.rows.index(s) for s in sources])
         spares, self.spares = self.spares, []
-        for layer in self.layers:
+        from_end, failed, reason = not self.high, self.num_layers, None
+        for layer in reversed(self.layers) if from_end else self.layers:
             on_device = layer.index < self.resident
-            old, n = layer.kv, layer.length
-            layer.kv = self._buffer(len(index), on_device, like=old, spares=spares)
+            old, n, run = layer.kv, layer.length, None
+            try:
+                if on_device and layer.index < failed:
+                    layer.kv, run = self._buffer(len(index), True, like=old, spares=spares, from_end=from_end)
+            except PoolExhausted as error:
+                failed, reason = layer.index, error
+            if on_device and run is None:  # its old rows leave first, then are selected on the host
+                self._move(layer, "d2h")
+                old, on_device = layer.kv, False
+            if not on_device:
+                layer.kv = self._buffer(len(index), False, like=old, spares=spares)[0]
             part = layer.kv[:n]
             if not part.is_meta:
                 torch.index_select(old[:n], 2, index.to(old.device), out=part)
             self.store.counters.add("d2d" if on_device else "h2h", part.numel() * part.element_size())
-            if not on_device:
+            if on_device:
+                self._release(layer)
+                layer.run = run
+            else:
                 self.spares.append(old)
+        self.high = from_end
         self.mask = self.mask[index.to(self.mask.device)]
-        self.staging = []
+        self.rows = list(candidates)
+        if reason is not None:
+            self._keep_below(failed, timing, f"no room to select rows on the device ({reason})")
 
-    def _buffer(self, rows: int, on_device: bool, like: torch.Tensor, spares: list[torch.Tensor]) -> torch.Tensor:
-        """A `[cap, 2, rows, H, D]` buffer holding `self.capacity` tokens: on the device exactly that
-        (the budget counts it), on the host a spare if one fits, else one with room for a few more steps."""
+    def _keep_below(self, first: int, timing: StepTiming, why: str) -> None:
+        """Layers from `first` on move to the host: the device holds a prefix of the layers."""
+        before = self.resident
+        for layer in self.layers[first:before]:
+            if layer.run is not None:
+                self._move(layer, "d2h")
+        self.resident = min(before, first)
+        timing.retries.append((tuple(self.rows), f"resident layers {before} -> {self.resident} ({why})"))
+
+    def _buffer(self, rows: int, on_device: bool, like: torch.Tensor, spares: list[torch.Tensor],
+                from_end: bool = False) -> tuple[torch.Tensor, Run | None]:  # fmt: skip
+        """A `[cap, 2, rows, H, D]` buffer holding `self.capacity` tokens: on the device a run of the pool
+        of exactly that (returned with it), on the host a spare if one fits, else one with room for a few
+        more steps."""
         tail = (2, rows, *like.shape[3:])
         if on_device:
-            return torch.empty((self.capacity, *tail), dtype=like.dtype, device=self.store.device)
+            (kv,), run = self.store.working([(self.capacity, *tail)], from_end=from_end)
+            return kv, run
         for i, spare in enumerate(spares):
             if spare.shape[1:] == tail and spare.shape[0] >= self.capacity:
-                return spares.pop(i)
+                return spares.pop(i), None
         capacity = self.capacity + HOST_GROWTH_STEPS * self.context.step_tokens
         host = "meta" if like.is_meta else "cpu"
-        return torch.empty((capacity, *tail), dtype=like.dtype, device=host, pin_memory=self.store.pin)
+        return torch.empty((capacity, *tail), dtype=like.dtype, device=host, pin_memory=self.store.pin), None
+
+    def _release(self, layer: LayerKV) -> None:
+        """Give a layer's device run back to the pool (copies from it are ordered before any reuse)."""
+        if layer.run is not None:
+            self.store.release(layer.run)
+            layer.run = None
 
     def _ensure_staging(self) -> None:
-        """Two device buffers at the step's final length, made once per step when a layer first streams."""
+        """Two device buffers at the step's final length, one run of the pool at the end away from the
+        layers, taken once per step when a layer first streams."""
         if self.staging or self.resident == self.num_layers:
             return
         _, _, B, H, D = self.layers[0].kv.shape
         shape = (self.capacity, 2, B, H, D)
-        self.staging = [torch.empty(shape, dtype=self.store.dtype, device=self.store.device) for _ in range(2)]
+        self.staging, self.staging_run = self.store.working([shape] * STAGING_LAYERS, from_end=not self.high)
+
+    def _release_staging(self) -> None:
+        self.staging = []
+        if self.staging_run is not None:
+            self.store.release(self.staging_run)
+            self.staging_run = None
 
     def _before_forward(self, timing: StepTiming) -> None:
         self._place()
@@ -204,21 +309,28 @@ class LayerwisePolicy:
             self.staged = self._transfer(load=self.resident)
 
     def _place(self, rows: int | None = None) -> None:
-        """Re-apply Eq. 1 at the current length: exactly the first L_in(s) layers on the device."""
+        """Re-apply Eq. 1 at the current length: exactly the first L_in(s) layers on the device. A layer
+        that finds no room in the pool stays on the host, and so do the ones after it."""
         wanted = resident_layers(self.budget, self.layer_bytes(rows), self.num_layers)
-        for layer in self.layers:
-            if wanted <= layer.index < self.resident:
-                self._move(layer, "d2h")
-            elif self.resident <= layer.index < wanted:
+        for layer in self.layers[wanted : self.resident]:
+            self._move(layer, "d2h")
+        self.resident = min(self.resident, wanted)
+        for layer in self.layers[self.resident : wanted]:
+            try:
                 self._move(layer, "h2d")
-        self.resident = wanted
+            except PoolExhausted:
+                break
+            self.resident = layer.index + 1
 
     def _move(self, layer: LayerKV, direction: str) -> None:
-        """One layer to the other tier in one copy (a spare host buffer if one fits)."""
+        """One layer to the other tier in one copy (a spare host buffer if one fits; a device run at the
+        end of the pool where the layers are); a device run it leaves goes back to the pool."""
         n = layer.length
-        out = self._buffer(layer.kv.shape[2], direction == "h2d", like=layer.kv, spares=self.spares)
+        out, run = self._buffer(layer.kv.shape[2], direction == "h2d", like=layer.kv, spares=self.spares,
+                                from_end=self.high)  # fmt: skip
         self.store.copy(out[:n], layer.kv[:n], direction, self.rows)
-        layer.kv = out
+        self._release(layer)
+        layer.kv, layer.run = out, run
 
     # -- one layer of one token ---------------------------------------------------------------
     def _transfer(self, written: tuple[LayerKV, int, int] | None = None, load: int | None = None) -> dict[int, object]:

@@ -189,11 +189,12 @@ class KVStore:
     def resident_bytes(self, tier: Tier) -> int:
         return len(self._slots[tier]) * self.block_bytes
 
-    def working(self, shapes: Sequence[tuple[int, ...]]) -> tuple[list[torch.Tensor], Run]:
-        """Tensors of `shapes` carved from one device run taken from the pool's end; free it with `release`."""
+    def working(self, shapes: Sequence[tuple[int, ...]], *, from_end: bool = True) -> tuple[list[torch.Tensor], Run]:
+        """Tensors of `shapes` carved from one device run taken from the pool's end (or its start, for a
+        caller that keeps its runs at the low end); free it with `release`."""
         sizes = [math.prod(shape) for shape in shapes]
         pool = self.pools[Tier.DEVICE]
-        run = pool.allocate(max(1, -(-sum(sizes) // pool.slot_elements)), from_end=True)
+        run = pool.allocate(max(1, -(-sum(sizes) // pool.slot_elements)), from_end=from_end)
         flat, tensors, offset = pool.flat(run), [], 0
         for shape, size in zip(shapes, sizes, strict=True):
             tensors.append(flat[offset : offset + size].view(shape))
