@@ -20,6 +20,17 @@ from engine.search import SYSTEM_PROMPT
 SEARCH = SearchConfig(beams=2, width=3, step_tokens=5, max_steps=3, step_delimiter=None, seed=4)
 
 
+def observed_rules(loaded, step_tokens: int):
+    """(the prompt, what each candidate sampled with its logits, step rules that record them): fixed-length
+    steps, no EOS, temperature 1."""
+    prompt = loaded.encode_chat("What is 2+3?", system=SYSTEM_PROMPT)
+    seen: dict[int, list[tuple[int, torch.Tensor]]] = defaultdict(list)
+    rules = StepRules(
+        step_tokens, None, frozenset(), 1.0, 1.0, loaded.decode, loaded.context_length,
+        observe=lambda cid, scores, token: seen[cid].append((token, scores.detach().clone())),
+    )  # fmt: skip
+    return prompt, seen, rules
+
 def run_cache(
     loaded, cache_config: CacheConfig, *, fail_above: int | None = None, free_bytes=None, margin=0, device_used=None,
     logits=None,
@@ -27,12 +38,7 @@ def run_cache(
     """Drive a KV cache through a fixed tree (keep candidates 1 and 4 of each step); returns tokens, groups, events.
     `device_used`, a list: gets the device pool's used slots after each step; `logits`, a list: each sampled
     token's logits, in the order candidate by candidate."""
-    prompt = loaded.encode_chat("What is 2+3?", system=SYSTEM_PROMPT)
-    seen: dict[int, list[tuple[int, torch.Tensor]]] = defaultdict(list)
-    rules = StepRules(
-        SEARCH.step_tokens, None, frozenset(), 1.0, 1.0, loaded.decode, loaded.context_length,
-        observe=lambda cid, scores, token: seen[cid].append((token, scores.detach().clone())),
-    )  # fmt: skip
+    prompt, seen, rules = observed_rules(loaded, SEARCH.step_tokens)
 
     def decode(cache, mask, rows, stop, hook=None, **forward):
         if fail_above is not None and len(rows) > fail_above:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections import defaultdict
 
 import pytest
 import torch
@@ -16,10 +15,9 @@ from engine.kv import layer_budget, layerwise
 from engine.kv.blocks import Tier
 from engine.kv.cache import KVCache
 from engine.kv.pool import PoolExhausted, SlotPool
-from engine.rows import StepRules
 from engine.runner import decode_step, prefill
 from engine.sampling import candidate_generator
-from engine.search import SYSTEM_PROMPT
+from tests.test_kv_faults import observed_rules
 
 SEARCH = SearchConfig(beams=2, width=3, step_tokens=5, max_steps=3, step_delimiter=None, seed=4)
 ROWS = SEARCH.candidates_per_step
@@ -33,12 +31,7 @@ def drive(loaded, cache_config: CacheConfig, *, fault=None, budget_at=None, afte
     may raise; what a failed attempt observed is dropped. `budget_at[step](kv)`: the working budget other
     programs leave at that step (through the free-memory probe). `after_step(step, kv)` looks at the cache.
     Returns tokens and logits by candidate, and the events."""
-    prompt = loaded.encode_chat("What is 2+3?", system=SYSTEM_PROMPT)
-    seen: dict[int, list[tuple[int, torch.Tensor]]] = defaultdict(list)
-    rules = StepRules(
-        SEARCH.step_tokens, None, frozenset(), 1.0, 1.0, loaded.decode, loaded.context_length,
-        observe=lambda cid, scores, token: seen[cid].append((token, scores.detach().clone())),
-    )  # fmt: skip
+    prompt, seen, rules = observed_rules(loaded, SEARCH.step_tokens)
     now = {"step": 0}
 
     def decode(cache, mask, rows, stop, hook=None, **forward):
