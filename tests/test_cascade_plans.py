@@ -48,7 +48,7 @@ class LoadSpy:
             spy.estimates.append({tuple(w.id for w in g): spy.estimate(kv, g, groups) for g in groups})
             return step
 
-        def loading(executor, group, live):
+        def loading(executor, group, live, *carry, **strict):
             taken, working = [], executor.store.working
 
             def counting(shapes):
@@ -58,7 +58,7 @@ class LoadSpy:
 
             executor.store.working = counting
             try:
-                batch = load(executor, group, live)
+                batch = load(executor, group, live, *carry, **strict)
             finally:
                 del executor.store.working
             spy.loads.append((group.candidates, sum(taken) * executor.store.block_bytes))

@@ -145,6 +145,23 @@ def test_lbs_loads_and_writes_back_on_the_copy_stream(tiny_cuda, monkeypatch):
     assert max(e.groups for e in events if e.type == "transfer_stats") >= 2
     assert streams == {"h2d": {True}, "d2h": {True}}
 
+def test_the_carry_on_cuda_gives_in_devices_tokens_and_never_more_h2d(tiny_cuda, monkeypatch):
+    """Prefix order's carry on the copy stream (the prefetch reads the current group's parent level and arena
+    while it computes): in_device's tokens and logits, and H2D falls by exactly what D2D rises."""
+    from engine.kv.groups import GroupExecutor
+    from tests.test_equivalence import assert_same_run, footprint_budget, search_trace
+    from tests.test_kv_carry import SHARING
+
+    cache = CacheConfig(policy="lbs", kv_budget_bytes=footprint_budget(tiny_cuda, SHARING, 1.6), prefix_order=True)
+    carried = search_trace(tiny_cuda, SHARING, cache)
+    assert_same_run(search_trace(tiny_cuda, SHARING, CacheConfig(policy="in_device")), carried)
+    monkeypatch.setattr(GroupExecutor, "_carry", lambda self, batch: None)
+    plain = search_trace(tiny_cuda, SHARING, cache)
+    last = lambda run: [e for e in run[0] if e.type == "transfer_stats"][-1]  # noqa: E731
+    fell, rose = last(plain).h2d_bytes - last(carried).h2d_bytes, last(carried).d2d_bytes - last(plain).d2d_bytes
+    assert fell == rose >= 0
+
+
 def test_out_of_memory_on_cuda_splits_the_group_and_gives_the_same_tokens(tiny_cuda):
     from tests.test_kv_faults import run_cache
 

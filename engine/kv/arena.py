@@ -10,7 +10,9 @@ history of its parent, `M` times per parent per step.
 
 Copies go block run by block run: blocks in consecutive slots of one run of the store (a
 prompt, a step's new blocks) cross in one copy. With sharing, a block on the host crosses
-once per group; a second use copies it on the device from where it was first placed.
+once per group; a second use copies it on the device from where it was first placed. A load may
+also take the previous group's placements (`carry`, prefix-aware order): a block that group
+placed crosses PCIe no more, it is copied on the device from there.
 """
 
 from __future__ import annotations
@@ -69,12 +71,21 @@ def query_slots(groups: Sequence[Family], count: int, device) -> tuple[torch.Ten
     return torch.tensor(slots, dtype=torch.long, device=device), width
 
 
-class BlockCopier:
-    """Copies block tables into columns of working tensors `[L, 2, H, T, D]`, counting every copy."""
+Placed = dict[int, tuple[torch.Tensor, int]]  # block -> (working tensor, column) its KV was first copied to
 
-    def __init__(self, store: KVStore, blocks: BlockManager, share: bool, users: dict[int, list[int]]) -> None:
+
+class BlockCopier:
+    """Copies block tables into columns of working tensors `[L, 2, H, T, D]`, counting every copy.
+
+    `carry`: where the previous group placed blocks, in tensors still alive; a block found there is
+    copied d2d instead of crossing PCIe, and then counts as placed by this copier (so the next group
+    may take it on from here)."""
+
+    def __init__(self, store: KVStore, blocks: BlockManager, share: bool, users: dict[int, list[int]],
+                 carry: Placed | None = None) -> None:  # fmt: skip
         self.store, self.blocks, self.share, self.users = store, blocks, share, users
-        self.placed: dict[int, tuple[torch.Tensor, int]] = {}  # block -> (tensor, column) it was first copied to
+        self.placed: Placed = {}
+        self.carry: Placed = carry or {}
 
     def copy(self, dst: torch.Tensor, column: int, block_ids: Sequence[int], owners: Sequence[int] = ()) -> None:
         """Copy `block_ids` into `dst` from `column` on; the bytes go to `owners`, or to each block's users
@@ -82,10 +93,12 @@ class BlockCopier:
         for run in self._runs(block_ids, bool(owners)):
             n = self.blocks.num_tokens(run)
             target = dst[:, :, :, column : column + n]
-            placed = self.placed.get(run[0]) if self.share else None
+            placed = self._on_device(run[0])
             if placed is not None:  # on the device already: from there
                 source, at = placed
                 self.store.copy(target, source[:, :, :, at : at + n], "d2d", owners or self.users[run[0]])
+                if self.share and run[0] not in self.placed:  # carried: placed here now
+                    self._remember(run, dst, column)
             else:
                 tier = self.store.tier_of(run[0])
                 source = self.store.span(run[0], tier, n)
@@ -93,6 +106,11 @@ class BlockCopier:
                 if self.share and tier is Tier.HOST:
                     self._remember(run, dst, column)
             column += n
+
+    def _on_device(self, block_id: int) -> tuple[torch.Tensor, int] | None:
+        """Where this group placed the block, else where the previous group did (None: neither)."""
+        placed = self.placed.get(block_id) if self.share else None
+        return placed if placed is not None else self.carry.get(block_id)
 
     def _remember(self, run: list[int], dst: torch.Tensor, column: int) -> None:
         for block_id in run:
@@ -117,7 +135,7 @@ class BlockCopier:
             return False
         if not named and self.users[previous] != self.users[block_id]:
             return False
-        before, placed = self.placed.get(previous), self.placed.get(block_id)
+        before, placed = self._on_device(previous), self._on_device(block_id)
         if before is None or placed is None:  # both copied to the device before (side by side there), or neither
             return before is None and placed is None and self._adjacent(previous, block_id)
         return placed[0] is before[0] and placed[1] == before[1] + size

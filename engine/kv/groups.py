@@ -13,16 +13,32 @@ they were prefetched while the previous group computed; write-back is not counte
 On CUDA the next group is loaded on the copy stream while this one computes, when the pool
 has room for both, and a group's new KV is written back on the copy stream while the next one
 computes (engine/kv/store.py `writing`).
+
+With prefix-aware order the next group also takes on what this one placed on the device
+(`LoadedGroup.placed`, the *carry*): a block both need is copied d2d from this group's parent
+level or arena instead of crossing PCIe again. That needs this group's runs alive while the next
+one loads: on CUDA the prefetch does it; else (the emulated device, or no room during compute)
+the next group is loaded right after this one's write-back and before its unload, when the pool
+has room for both (`_load_beside`); without room it loads after the unload, with no carry.
+
+Why a carried copy is safe on CUDA: loads run on the copy stream (`KVStore.loading`, which first
+waits for compute), and so do write-backs (`KVStore.writing`). A prefetch's d2d copies read this
+group's parent level and the arena's columns before `W`, which hold loaded blocks; decode writes
+only the arena's new columns (`W .. W + k`), so the reads may overlap compute. When this group's
+runs are released, a later load that reuses them writes there on the copy stream, after the
+carried reads in stream order. What a carried column holds stays right: blocks are freed only
+between steps, and a block that the next group's tables hold too has a refcount above one, so the
+write-back copies it on write instead of appending to it in place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from engine.kv.arena import BlockCopier, Family, block_users, families, query_slots
+from engine.kv.arena import BlockCopier, Family, Placed, block_users, families, query_slots
 from engine.kv.attention import ParentHistory, SharedPrefix, arena_cache, uses_cascade
 from engine.kv.blocks import BlockManager, Tier
 from engine.kv.policy import (
@@ -55,6 +71,7 @@ class LoadedGroup:
     h2d_bytes: int  # what loading it moved over PCIe
     loaded: object = None  # CUDA event recorded after the load's copies (None: already in order)
     kept: KeptPrefix | None = None  # the executor's kept prefix, when this group reads it
+    placed: Placed = field(default_factory=dict)  # where its load first copied each host block (the carry)
 
 
 @dataclass
@@ -86,6 +103,7 @@ class GroupExecutor:
         self.keep_prefix = False  # prefix-aware order: a staged prefix stays for the next group that shares it
         self.prefix_capacity = 0  # tokens of the step's longest shared prefix (a kept run is sized for it)
         self.kept: KeptPrefix | None = None
+        self._moved_ahead = 0  # H2D bytes of a load beside the group before that did not fit (the next load's)
 
     def run_step(
         self, groups: Sequence[Group], live: dict[int, Live], timing: StepTiming, should_stop: Callable[[], bool]
@@ -96,7 +114,7 @@ class GroupExecutor:
         split in two and retried; only a single candidate that cannot fit is an error. Whatever
         way the step ends, every run it took from the pool is given back.
         """
-        self._ahead = None
+        self._ahead, self._moved_ahead = None, 0
         tables = [[live[c].table for c in g.candidates] for g in groups]
         self.prefix_capacity = max((self.blocks.num_tokens(common_prefix(t)) for t in tables), default=0)
         try:
@@ -112,7 +130,8 @@ class GroupExecutor:
             try:
                 ahead, self._ahead = self._ahead, None
                 batch = ahead if ahead is not None and ahead.group is group else self._load(group, live)
-                self._ahead = self._prefetch(queue[0], live) if queue else None
+                batch.h2d_bytes, self._moved_ahead = batch.h2d_bytes + self._moved_ahead, 0
+                self._ahead = self._prefetch(queue[0], live, self._carry(batch)) if queue else None
                 self.store.wait_loaded(batch.loaded)
                 results, compute = self._decode(batch, should_stop)
             except OUT_OF_MEMORY as error:
@@ -127,6 +146,8 @@ class GroupExecutor:
             try:
                 with self.store.writing():  # on CUDA: on the copy stream, while the next group computes
                     self._write_back(batch, results)  # never retried: it changes the candidates' tables
+                if queue and self._ahead is None and self._carry(batch) is not None and not should_stop():
+                    self._ahead = self._load_beside(queue[0], live, batch)
             finally:
                 timing.peak_device_bytes = max(timing.peak_device_bytes, self.store.peak_device_bytes)
                 self._unload(batch)
@@ -144,13 +165,31 @@ class GroupExecutor:
             hidden = copied * len(group.prefetched) / len(group.candidates)  # the prefetched share overlaps
             timing.modelled_stall_seconds += copied - min(hidden, previous_compute)
 
-    def _prefetch(self, group: Group, live: dict[int, Live]) -> LoadedGroup | None:
+    def _carry(self, batch: LoadedGroup) -> Placed | None:
+        """What the next group may take on from `batch` (prefix-aware order with sharing only, so every
+        other switch moves exactly what it did without the carry)."""
+        return batch.placed if self.keep_prefix and self.share else None
+
+    def _prefetch(self, group: Group, live: dict[int, Live], carry: Placed | None) -> LoadedGroup | None:
         """Load the next group now on the copy stream (CUDA), if the pool has room beside this one."""
         if self.store.emulated or self.home is Tier.DEVICE:
             return None
         try:
-            return self._load(group, live)
+            return self._load(group, live, carry)
         except PoolExhausted:
+            return None
+
+    def _load_beside(self, group: Group, live: dict[int, Live], batch: LoadedGroup) -> LoadedGroup | None:
+        """Load the next group after `batch`'s write-back and before its unload, taking on its placements;
+        None when the pool has no room for both (the next group then loads after the unload, as without
+        the carry). `batch` has computed, so it lets go of the kept prefix first: a next group sharing
+        part of it refills it in place, as after the unload."""
+        self._stop_reading_kept(batch)
+        before = self.store.counters.step["h2d"]
+        try:
+            return self._load(group, live, batch.placed, strict=True)
+        except OUT_OF_MEMORY:
+            self._moved_ahead = self.store.counters.step["h2d"] - before  # a kept prefix refilled before it failed
             return None
 
     def _decode(self, batch: LoadedGroup, should_stop) -> tuple[list[RowResult], float]:
@@ -163,9 +202,12 @@ class GroupExecutor:
         return self.decode(cache, batch.mask, rows, should_stop, **forward)
 
     # -- loading ----------------------------------------------------------------------------
-    def _load(self, group: Group, live: dict[int, Live]) -> LoadedGroup:
+    def _load(self, group: Group, live: dict[int, Live], carry: Placed | None = None, strict: bool = False
+              ) -> LoadedGroup:  # fmt: skip
         """The shared prefix (in place, kept from the previous group, or staged in a run of its own),
-        then one run of the device pool for the arena and, with cascade attention, the parent level."""
+        then one run of the device pool for the arena and, with cascade attention, the parent level.
+        `carry`: the previous group's placements, still on the device; `strict`: a prefix that cannot be
+        kept at the step's longest is an error (PoolExhausted) instead of staged at its own length."""
         members = [live[c] for c in group.candidates]
         prefix_ids = common_prefix([m.table for m in members]) if self.cascade else []
         skip = len(prefix_ids)
@@ -182,10 +224,10 @@ class GroupExecutor:
         runs, kept, before = [], None, self.store.counters.step["h2d"]
         try:
             with self.store.loading() as loaded:
-                kv, kept = self._prefix(prefix_ids, group, runs)
+                kv, kept = self._prefix(prefix_ids, group, runs, carry or {}, strict)
                 tensors, run = self.store.working(shapes)
                 runs.append(run)
-                copier = BlockCopier(self.store, self.blocks, self.share, block_users(members, skip))
+                copier = BlockCopier(self.store, self.blocks, self.share, block_users(members, skip), carry)
                 parents = self._load_parents(kin, heights, tensors[1], copier, len(members)) if kin else None
                 arena, mask = self._load_rows(members, own, lengths, width, tensors[0], copier)
         except BaseException:
@@ -198,9 +240,11 @@ class GroupExecutor:
         layers = tuple((kv[i, 0], kv[i, 1]) for i in range(L)) if kv is not None else ()
         prefix = SharedPrefix(layers, parents) if layers or parents is not None else None
         h2d = self.store.counters.step["h2d"] - before
-        return LoadedGroup(group, members, prefix_ids, prefix, width, arena, mask, runs, h2d, loaded, kept)
+        return LoadedGroup(
+            group, members, prefix_ids, prefix, width, arena, mask, runs, h2d, loaded, kept, copier.placed
+        )
 
-    def _prefix(self, prefix_ids: list[int], group: Group, runs: list[Run]):
+    def _prefix(self, prefix_ids: list[int], group: Group, runs: list[Run], carry: Placed, strict: bool):
         """(`[L, 2, H, P, D]`, the kept prefix it reads or None) for the group's shared blocks."""
         if not prefix_ids:
             return None, None
@@ -214,17 +258,17 @@ class GroupExecutor:
             kept.users += 1  # a leading part of the kept prefix: read in place
             return kept.full[:, :, :, :tokens], kept
         if kept is not None and shared and kept.users == 0 and kept.full.shape[3] >= tokens:
-            self._fill(kept.full, prefix_ids, shared, group)  # the shared blocks stay; only the rest crosses
+            self._fill(kept.full, prefix_ids, shared, group, carry)  # the shared blocks stay; only the rest crosses
             kept.ids, kept.users = tuple(prefix_ids), 1
             return kept.full[:, :, :, :tokens], kept
         self.drop_kept()
         capacity = max(tokens, self.prefix_capacity) if self.keep_prefix else tokens  # a run not kept holds its own
         try:
-            return self._stage(prefix_ids, group, runs, capacity)
+            return self._stage(prefix_ids, group, runs, capacity, carry)
         except PoolExhausted:
-            if capacity <= tokens:
+            if capacity <= tokens or strict:
                 raise
-            return self._stage(prefix_ids, group, runs, tokens)  # no room to keep it for the longest prefix
+            return self._stage(prefix_ids, group, runs, tokens, carry)  # no room to keep it for the longest prefix
 
     def drop_kept(self) -> None:
         """At step end, on a retry, or for a group that shares nothing with it: the kept prefix goes
@@ -236,12 +280,12 @@ class GroupExecutor:
         if kept is not None and kept.users == 0 and kept is not self.kept:
             self.store.release(kept.run)
 
-    def _stage(self, prefix_ids: list[int], group: Group, runs: list[Run], capacity: int):
+    def _stage(self, prefix_ids: list[int], group: Group, runs: list[Run], capacity: int, carry: Placed):
         """Copy the shared prefix once into a run of its own; with prefix order the run (sized for the
         step's longest shared prefix) is kept for the next group instead of released."""
         L, _, H, _, D = self.store.slot_shape
         (full,), run = self.store.working([(L, 2, H, capacity, D)])
-        self._fill(full, prefix_ids, 0, group)
+        self._fill(full, prefix_ids, 0, group, carry)
         kv = full[:, :, :, : self.blocks.num_tokens(prefix_ids)]
         if not self.keep_prefix:
             runs.append(run)
@@ -249,10 +293,12 @@ class GroupExecutor:
         self.kept = KeptPrefix(tuple(prefix_ids), full, run, users=1)
         return kv, self.kept
 
-    def _fill(self, full: torch.Tensor, prefix_ids: list[int], start: int, group: Group) -> None:
-        """Copy blocks `prefix_ids[start:]` into their columns of `full`; bytes are split among the members."""
+    def _fill(self, full: torch.Tensor, prefix_ids: list[int], start: int, group: Group, carry: Placed) -> None:
+        """Copy blocks `prefix_ids[start:]` into their columns of `full` (d2d those the previous group
+        placed); bytes are split among the members."""
         column = self.blocks.num_tokens(prefix_ids[:start])
-        BlockCopier(self.store, self.blocks, False, {}).copy(full, column, prefix_ids[start:], group.candidates)
+        copier = BlockCopier(self.store, self.blocks, False, {}, carry)
+        copier.copy(full, column, prefix_ids[start:], group.candidates)
 
     def _load_parents(self, kin: list[Family], heights: list[int], parents, copier: BlockCopier, rows: int):
         """Each family's shared blocks once, into its row `g` of `[L, 2, G, H, Wp, D]` (padding zeroed:
@@ -290,11 +336,14 @@ class GroupExecutor:
         for run in batch.runs:
             self.store.release(run)
         batch.runs.clear()
+        self._stop_reading_kept(batch)
+        return None
+
+    def _stop_reading_kept(self, batch: LoadedGroup) -> None:
         if batch.kept is not None:
             batch.kept.users -= 1
             self._release_if_unused(batch.kept)
             batch.kept = None
-        return None
 
     # -- writing back -----------------------------------------------------------------------
     def _write_back(self, batch: LoadedGroup, results: list[RowResult]) -> None:
