@@ -26,24 +26,33 @@ def logits_to_probs(logits: torch.Tensor, temperature: float, top_p: float) -> t
     return probs
 
 
-def sorted_probs(logits: torch.Tensor, temperature: float, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Probabilities in descending order with the top-p tail zeroed (not renormalised), and their token ids."""
-    # logits: [B, V] float32 -> probs: [B, V], order: [B, V]
-    probs = torch.softmax(logits / temperature, dim=-1)
-    probs, order = torch.sort(probs, dim=-1, descending=True, stable=True)
-    if top_p < 1.0:
-        probs = probs.masked_fill(probs.cumsum(-1) - probs > top_p, 0.0)
-    return probs, order
+def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """`probs` with the top-p tail zeroed (not renormalised), in vocabulary order."""
+    # probs: [B, V] -> [B, V]
+    if top_p >= 1.0:
+        return probs
+    ranked, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+    outside = ranked.cumsum(-1) - ranked > top_p  # keep the smallest set reaching top_p
+    return probs.masked_fill(torch.zeros_like(outside).scatter_(-1, order, outside), 0.0)
 
 
 def inverse_cdf(probs: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
-    """Index of the first column whose cumulative probability reaches `draw * total`; never a zero column."""
-    # probs: [B, V] (descending, unnormalised), draws: [B] in (0, 1] -> index: [B]
+    """Index of the first column whose cumulative probability reaches `draw * total`; never a zero column.
+
+    The columns stay in vocabulary order, so logits that differ by rounding (another batch shape, another
+    policy) move each token's interval by as little: the token changes only for a draw within that
+    rounding of a boundary. Over probabilities sorted by size two near-equal tokens could swap places,
+    and every draw landing in either of them would then pick the other."""
+    # probs: [B, V] (unnormalised), draws: [B] in (0, 1] -> index: [B]
     cdf = probs.cumsum(-1)  # [B, V]
     target = draws[:, None].to(cdf.dtype) * cdf[:, -1:]  # [B, 1], 0 < target <= total
-    index = torch.searchsorted(cdf, target)  # [B, 1]
-    last_kept = ((probs > 0).sum(-1, keepdim=True) - 1).clamp_(min=0)  # guards rounding of a parallel cumsum
-    return torch.minimum(index, last_kept).squeeze(-1)
+    index = torch.searchsorted(cdf, target).clamp_(max=probs.shape[-1] - 1)  # [B, 1]
+    # rounding of a parallel cumsum can land on a zero column: take the nearest kept one before it
+    kept = probs > 0
+    last = torch.where(kept, torch.arange(probs.shape[-1], device=probs.device), -1).cummax(-1).values  # [B, V]
+    before = last.gather(-1, index)
+    first = kept.float().argmax(-1, keepdim=True)  # a row's first kept column
+    return torch.where(before >= 0, before, first).squeeze(-1)
 
 
 def sample_tokens(logits: torch.Tensor, draws: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -51,8 +60,7 @@ def sample_tokens(logits: torch.Tensor, draws: torch.Tensor, temperature: float,
     # logits: [B, V] float32, draws: [B] in (0, 1] -> tokens: [B] int64
     if temperature == 0:
         return logits.argmax(-1)
-    probs, order = sorted_probs(logits, temperature, top_p)
-    return order.gather(-1, inverse_cdf(probs, draws)[:, None]).squeeze(-1)
+    return inverse_cdf(nucleus(torch.softmax(logits / temperature, dim=-1), top_p), draws)
 
 
 def token_stats(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

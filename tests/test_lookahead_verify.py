@@ -39,7 +39,7 @@ def all_scores(events) -> list[float]:
     [
         ("tiny-math-shepherd", 0, "c", "beam", 2, 3, "in_device"),
         ("tiny-math-shepherd", 2, " ", "beam", 2, 3, "in_device"),
-        ("tiny-qwen-prm", 1, "c", "beam", 2, 3, "in_device"),
+        ("tiny-qwen-prm", 0, "c", "beam", 2, 3, "in_device"),
         ("tiny-qwen-prm", 3, "c", "beam", 4, 2, "in_device"),
         ("tiny-qwen-prm", 2, "c", "beam", 2, 3, "lbs"),  # groups under a budget, the verifier's KV in its share
         ("tiny-math-shepherd", 4, "c", "best-of-n", 3, 1, "in_device"),  # one child a path: whole groups go

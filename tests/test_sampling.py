@@ -150,3 +150,20 @@ def test_tail_check_sees_a_delimiter_built_from_single_bytes(tiny):
     decode, encode = tiny.decode, tiny.tokenizer.encode
     tokens = encode("é", add_special_tokens=False) + [0, 1] + encode("\n", add_special_tokens=False) * 2
     assert first_stop(tokens, lambda ids: delimiter_reached(ids, "\n\n", decode)) == len(tokens) - 1
+
+
+def test_a_rounding_difference_in_the_logits_changes_a_token_only_for_draws_at_a_boundary():
+    """Two policies' logits differ by float32 rounding (other batch shapes). Over probabilities sorted by size
+    two near-equal tokens could swap places and every draw landing in either would pick the other; in
+    vocabulary order each token's interval moves by the rounding alone, so almost no draw changes token."""
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(1, 64, generator=generator)
+    logits[0, 40] = logits[0, 7] = 0.5  # a tie, broken either way by rounding
+    above, below = logits.clone(), logits.clone()
+    above[0, 40] += 1e-6
+    below[0, 7] += 1e-6
+    draws = torch.linspace(1e-4, 1.0, 2001)
+    for top_p in (1.0, 0.9):
+        first = sample_tokens(above.expand(len(draws), -1), draws, 1.0, top_p)
+        second = sample_tokens(below.expand(len(draws), -1), draws, 1.0, top_p)
+        assert (first != second).sum() <= 1  # at most the draw that sits on the moved boundary

@@ -54,7 +54,7 @@ def of_type(events, kind: str) -> list:
     ("seed", "delimiter", "method", "policy", "candidates"),
     [
         (0, "c", "beam", "in_device", None),
-        (1, "c", "beam", "lbs", 1.3),  # two groups a step
+        (2, "c", "beam", "lbs", 1.3),  # two groups a step
         (2, "c", "dvts", "lbs", 1.2),  # many groups a step
         (3, "c", "best-of-n", "in_device", None),  # one child a path: every kept path's speculation is used
         (5, " ", "beam", "in_device", None),

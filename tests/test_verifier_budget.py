@@ -124,7 +124,7 @@ def search(tiny, verifier: str, share: float | None, model: str | None = None):
         step_tokens=8,
         step_delimiter=None,
         max_steps=3,
-        seed=3,
+        seed=0,
         verifier=verifier,
         verifier_model=model,
     )
