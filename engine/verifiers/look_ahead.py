@@ -19,13 +19,11 @@ from engine.verifiers.schedule import KVNode
 Body = Callable[[str, tuple[str, ...], str], list[int]]  # a layout's `body(question, previous, step)` (path_kv.py)
 
 
-def ahead_body(body: Body, item: StepToScore, fits: Callable[[int], bool]) -> list[int]:
-    """The body of `item.ahead` (the next step, after `item.step`) as it follows the item's own body in its
-    row; none when the row of both bodies (`fits(tokens)`) would not fit the verifier's budget alone."""
-    q = item.question
-    ids = body(q, (*item.previous_steps, item.step), item.ahead)
-    own = body(q, item.previous_steps, item.step)
-    return ids if fits(len(own) + len(ids)) else []
+def ahead_body(body: Body, item: StepToScore, own: int, fits: Callable[[int], bool]) -> list[int]:
+    """The body of `item.ahead` (the next step, after `item.step`) as it follows the item's own `own` tokens
+    in its row; none when the row of both (`fits(tokens)`) would not fit the verifier's budget alone."""
+    ids = body(item.question, (*item.previous_steps, item.step), item.ahead)
+    return ids if fits(own + len(ids)) else []
 
 
 @dataclass(frozen=True)

@@ -205,20 +205,21 @@ class PathVerifier:
 
     def _new_ids(self, item: StepToScore, start: int) -> list[int]:
         q = item.question
-        return self.layout.body(q, item.previous_steps, item.step) + self.layout.probe(q) + self._ahead_ids(item, start)
+        own = self.layout.body(q, item.previous_steps, item.step) + self.layout.probe(q)
+        return own + self._ahead_ids(item, start, len(own))
 
-    def _ahead_ids(self, item: StepToScore, start: int) -> list[int]:
-        """What of `item.ahead` rides in the item's row (`start` columns after its parent's chain): none
-        unless the verifier looks ahead."""
+    def _ahead_ids(self, item: StepToScore, start: int, own: int) -> list[int]:
+        """What of `item.ahead` rides in the item's row after its `own` tokens (`start` columns after its
+        parent's chain): none unless the verifier looks ahead."""
         if item.ahead is None or not self.looks_ahead:
             return []
-        return ahead_body(self.layout.body, item, lambda width: self.kv.fits(1, start + width))
+        return ahead_body(self.layout.body, item, own, lambda width: self.kv.fits(1, start + width))
 
     def _group(self, parent: KVNode | None, items: Sequence[StepToScore], rows: list[int]) -> VerifyGroup:
         q, start = items[rows[0]].question, parent.length if parent is not None else 0
         bodies = [self.layout.body(q, items[r].previous_steps, items[r].step) for r in rows]
         probe = self.layout.probe(q)
-        aheads = [self._ahead_ids(items[r], start) for r in rows]
+        aheads = [self._ahead_ids(items[r], start, len(b) + len(probe)) for r, b in zip(rows, bodies, strict=True)]
         sequences = tuple(tuple(b + probe + a) for b, a in zip(bodies, aheads, strict=True))
         return VerifyGroup(parent, tuple(rows), sequences, tuple(len(b) for b in bodies), tuple(len(a) for a in aheads))
 
