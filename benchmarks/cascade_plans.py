@@ -5,7 +5,7 @@ remaining length plus the step, as if no family shared its parent's history; now
 `GroupExecutor._load` takes (engine/kv/working.py). Both run here as plan-only runs of the same
 workload (the real policies on `meta` tensors: no weights, deterministic on any machine), the
 previous estimate put back in `lbs.group_bytes` for the "before" rows. The whole-search bound that
-sizes in_device's pool is printed before and after too:
+sizes in_device's pool is printed without and with cascade attention too:
 
     python -m benchmarks.cascade_plans w16
     python -m benchmarks.cascade_plans w64 --budget 4000000000
@@ -84,7 +84,7 @@ def planned(workload: Workload, policy: str) -> Planned:
 
 
 def whole_bounds(workload: Workload) -> tuple[int, int]:
-    """(before, after) of the bound that sizes in_device's pool: every row its whole history, or per family."""
+    """The bound that sizes in_device's pool with every row holding its whole history, and per family."""
     token_bytes = facts_of(workload.model, workload.dtype).kv_token_bytes
     args = (workload.prompt_tokens, workload.search(), token_bytes, workload.block_size)
     return whole_search_bytes(*args), whole_search_bytes(*args, cascade=True)
@@ -109,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{policy:<24}{label:<10}{row.groups:>8}{row.max_groups:>5}{formatting.size(row.h2d_bytes):>12}"
                   f"{row.h2d_calls:>9}{formatting.size(row.peak_device_bytes):>11}")  # fmt: skip
     old, new = whole_bounds(workload)
-    print(f"in_device's whole-search bound: {formatting.size(old)} before, {formatting.size(new)} with cascade plans")
+    print(f"in_device's whole-search bound: {formatting.size(old)} with every row holding its whole history, "
+          f"{formatting.size(new)} with cascade attention (python -m benchmarks.whole_bound: against the peak)")
     return 0
 
 

@@ -43,6 +43,24 @@ Prefill = Callable[..., Any]  # token ids, chunk=, cache=, **forward -> the prom
 BudgetProbe = Callable[[], int | None]  # free device bytes now, or None when it cannot change (emulated)
 
 
+def longest_tokens(prompt_tokens: int, search: SearchConfig) -> int:
+    """The most tokens one row's KV reaches: the prompt, every step and a lookahead roll-out's steps."""
+    return prompt_tokens + (search.max_steps + search.lookahead) * search.step_tokens
+
+
+def rows_per_step(search: SearchConfig) -> int:
+    """Candidates a step decodes at most: N x M, one for greedy (one path whatever N and M)."""
+    return 1 if search.method == "greedy" else search.candidates_per_step
+
+
+def kept_paths(search: SearchConfig) -> int:
+    """Paths a step's selection keeps at most (their blocks rest until the next step's children fork them):
+    beam and DVTS keep N, best-of-N keeps every sample, greedy one."""
+    if search.method == "best-of-n":
+        return search.candidates_per_step
+    return 1 if search.method == "greedy" else search.beams
+
+
 def whole_search_bytes(
     prompt_tokens: int,
     search: SearchConfig,
@@ -53,41 +71,51 @@ def whole_search_bytes(
     cascade: bool = False,
     speculative: bool = False,
 ) -> int:
-    """Upper bound of in_device's peak: every candidate's full-length KV at rest (block-rounded) and working.
+    """Upper bound of in_device's peak: the KV at rest at any moment of the search, and a step's working KV.
 
-    A row's step and its speculation together hold at most a step's tokens, in whole blocks; besides,
-    each candidate and step opens or copies on write up to `tails` blocks (engine.kv.policy.growth_tokens).
-    The working KV is `working_tokens`'s: without `cascade` every candidate's whole history.
+    At rest during step `t`: the prompt's blocks; the paths step `t - 1` kept (pruned candidates are
+    freed at selection), each with at most `t - 1` steps' blocks of its own; and the growth of step `t`
+    of every candidate and of each roll-out (lookahead). A row's step and its speculation together hold
+    at most a step's tokens, in whole blocks; besides, each candidate and step opens or copies on write
+    up to `tails` blocks (engine.kv.policy.growth_tokens). `3 x block_size` covers the prompt's partial
+    block, a run kept for one block still in use, and the plan's slack. The working KV is
+    `working_tokens`'s.
     """
-    n, steps = search.candidates_per_step, search.max_steps
-    longest = prompt_tokens + steps * search.step_tokens
-    per_step = growth_tokens(search.step_tokens, block_size, tails)
-    at_rest = prompt_tokens + 3 * block_size + n * steps * per_step
-    return (at_rest + working_tokens(longest, search, block_size, cascade, speculative)) * token_bytes
+    n, steps, k = rows_per_step(search), search.max_steps, search.step_tokens
+    per_step = growth_tokens(k, block_size, tails)
+    kept = kept_paths(search) * (steps - 1) * per_step
+    at_rest = prompt_tokens + 3 * block_size + kept + n * (1 + search.lookahead) * per_step
+    return (at_rest + working_tokens(prompt_tokens, search, block_size, cascade, speculative)) * token_bytes
 
 
-def working_tokens(longest: int, search: SearchConfig, block_size: int, cascade: bool, speculative: bool) -> int:
-    """Tokens of in_device's working KV in any step (engine/kv/working.py), rows at most `longest` long.
+def working_tokens(prompt_tokens: int, search: SearchConfig, block_size: int, cascade: bool, speculative: bool
+                   ) -> int:  # fmt: skip
+    """Tokens of in_device's working KV in any step (engine/kv/working.py), the largest step first.
 
-    Without cascade attention each of the `n` candidates holds its whole history plus the step.
-    With it, the rows forked from one kept path (a family) read its history once from the parent
-    level, the prompt is read in place, and a row holds only what it no longer shares with its
-    siblings: nothing, or with speculation a copied partial block and its speculated start (under
-    a block and a step). So at most `families x longest + n x (own + step)`, plus a slot of
-    rounding for each of the load's two runs. A method whose paths have one child each (best-of-N,
-    greedy) makes every row a family of its own: `n x (longest + step)`, as without; so do
-    lookahead's roll-outs, in steps of their own.
+    A row's history at a step's start is under `prompt + steps x k` tokens (its speculated start
+    included); a lookahead roll-out's, `(lookahead - 1) x k` longer. Without cascade attention each of
+    the `n` rows holds its whole history plus the step. With it the prefix every row shares is read
+    in place or staged once (at most a row's history), the rows forked from one kept path (a family)
+    read the history after the prompt's full blocks once from the parent level, and a row holds only
+    what it no longer shares with its siblings: nothing, or with speculation a copied partial block and
+    its speculated start (under a block and a step). A method whose paths have one child each
+    (best-of-N, greedy) makes every row a family of its own, and so do lookahead's roll-outs: each a
+    family's history and no own tokens. With `G` families the prefix `p` (at least the prompt's full
+    blocks, `s`) and the families' histories after it take at most `p + G x (h - p) <= h + (G - 1) x
+    (h - s)` for histories of at most `h`, staged or not. One slot of rounding for each of the load's
+    two runs.
     """
-    n, k = search.candidates_per_step, search.step_tokens
-    whole = n * (longest + k)
+    n, k = rows_per_step(search), search.step_tokens
+    decoded = prompt_tokens + search.max_steps * k  # a sampled step's rows
+    longest = decoded + max(search.lookahead - 1, 0) * k  # a roll-out's rows
     if not cascade:
-        return whole
-    width = search.width if search.method in ("beam", "dvts") else 1  # children of one kept path
-    if width == 1:
-        return whole + 2 * block_size
-    own = min(longest, block_size + k) if speculative else 0
-    families = search.beams * longest + n * (own + k)
-    return (max(families, whole) if search.lookahead else families) + 2 * block_size
+        return n * (longest + k)
+    shared = prompt_tokens // block_size * block_size  # every row's table starts with these blocks
+    children = search.width if search.method in ("beam", "dvts") else 1
+    own = min(decoded, block_size + k) if speculative and children > 1 else 0
+    sampled = decoded + (min(kept_paths(search), n) - 1) * (decoded - shared) + n * (own + k)
+    rolled = longest + (n - 1) * (longest - shared) + n * k if search.lookahead else 0
+    return max(sampled, rolled) + 2 * block_size
 
 
 def search_kv_bytes(prompt_tokens: int, search: SearchConfig, cache: CacheConfig, token_bytes: int, *,
@@ -101,7 +129,7 @@ def search_kv_bytes(prompt_tokens: int, search: SearchConfig, cache: CacheConfig
 
 def one_candidate_bytes(prompt_tokens: int, search: SearchConfig, token_bytes: int, block_size: int) -> int:
     """Upper bound of what lbs needs for its largest group of one: a candidate's KV at the last step's end."""
-    return (prompt_tokens + search.max_steps * search.step_tokens + SLACK_BLOCKS * block_size) * token_bytes
+    return (longest_tokens(prompt_tokens, search) + SLACK_BLOCKS * block_size) * token_bytes
 
 
 def auto_policy(whole: int, one: int, budget: int) -> str:
@@ -193,7 +221,7 @@ class KVCache:
         length) and the overhead of buffers sized for a step's end (`pool_overhead`). A budget read from
         free memory (less the margin) holds the overhead too, so the pool fits beside the margin."""
         rows, layer_token_bytes = self.search.candidates_per_step, token_bytes // shape.num_layers
-        longest = prompt_tokens + self.search.max_steps * self.search.step_tokens
+        longest = longest_tokens(prompt_tokens, self.search)
         block_bytes = token_bytes * self.cfg.block_size
         budget = min(self.budget, every_layer_bytes(rows, longest, shape.num_layers, layer_token_bytes))
         self.layer_overhead = pool_overhead(
