@@ -1,0 +1,80 @@
+"""benchmarks/gpu_targets.py: the GPU ladder's JSON read against issue 9's and 14's targets (the stored H100 run,
+workloads split over files, CPU reports that cannot say, and files that are not reports)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.gpu_targets import load_runs, main, verdicts
+from engine.bench import Workload, run_bench
+
+H100 = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "h100-2026-11-23"
+
+
+def by_target(found) -> dict[str, tuple[str, float | None]]:
+    return {v.target.what: (v.status, v.figure) for v in found}
+
+
+def test_the_stored_h100_run_reads_as_benchmarks_md_says():
+    """BENCHMARKS.md, "Measured on an H100": lbs 4.35x the offloaded cache (6x not met), 1.10x in_device, in_device
+    1.25x faster than generate, layer-wise 3.3x slower than the offloaded cache, no stalls."""
+    found = by_target(verdicts(load_runs([H100 / "w16.json"])))
+    status, figure = found["lbs (every switch) faster than transformers' offloaded cache: at least 6x"]
+    assert status == "NOT MET" and figure == pytest.approx(15.2759 / 3.5126, rel=1e-3)
+    assert found["lbs (every switch) within 1.2x of in_device"][0] == "met"
+    assert found["lbs (every switch) within 1.2x of in_device"][1] == pytest.approx(3.5126 / 3.1968, rel=1e-3)
+    assert found["in_device at least as fast as plain generate (1.0x)"] == ("met", pytest.approx(1.2468, rel=1e-3))
+    assert found["layerwise no slower than transformers' offloaded cache"][0] == "NOT MET"
+    assert found["lbs (every switch) stalls under 10% of its run"][0] == "met"
+
+
+def test_a_workload_split_over_files_is_read_as_one_run(tmp_path):
+    report = json.loads((H100 / "w16.json").read_text(encoding="utf-8"))
+    layerwise = [r for r in report["results"] if r["name"] == "layerwise"]
+    first = {**report, "results": [r for r in report["results"] if r["name"] != "layerwise"], "baselines": []}
+    second = {**report, "results": layerwise}  # and the baselines
+    (tmp_path / "a.json").write_text(json.dumps(first), encoding="utf-8")
+    (tmp_path / "b.json").write_text(json.dumps(second), encoding="utf-8")
+    split = verdicts(load_runs([tmp_path / "a.json", tmp_path / "b.json"]))
+    assert by_target(split) == by_target(verdicts(load_runs([H100 / "w16.json"])))
+    alone = by_target(verdicts(load_runs([tmp_path / "a.json"])))
+    assert alone["in_device at least as fast as plain generate (1.0x)"] == ("unmeasured", None)
+
+
+def test_a_cpu_report_says_why_each_target_is_unmeasured(tmp_path, capsys):
+    workload = Workload(beams=2, width=2, step_tokens=4, prompt_tokens=16, gen_tokens=8)
+    report = run_bench(workload, ["in_device", "lbs:inter_token", "lbs:+prefix_order"], teacher_forcing=False)
+    path = tmp_path / "w-cpu.json"
+    path.write_text(json.dumps({"workload_name": "w64", **report.to_dict()}), encoding="utf-8")
+    found = verdicts(load_runs([path]))
+    assert found and all(v.status == "unmeasured" for v in found)
+    reasons = {v.target.what: v.reason for v in found}
+    assert reasons["lbs (every switch) within 1.2x of in_device"] == "lbs:+prefix_order was not timed on CUDA"
+    assert "outside baselines run only on CUDA" in reasons["in_device at least as fast as plain generate (1.0x)"]
+    assert reasons["layerwise no slower than transformers' offloaded cache"] == "no layerwise row"
+    assert main([str(path), "--markdown"]) == 0
+    row = "| 9 | lbs (every switch) within 1.2x of in_device | w64 | lbs:+prefix_order was not timed on CUDA |"
+    assert row in capsys.readouterr().out
+
+
+def test_goodput_gain_is_read_from_the_spec_workload_only(tmp_path):
+    rows = [{"name": n, "ok": True, "wall_seconds": 1.0, "goodput": g} for n, g in
+            (("lbs:+prefix_order", 100.0), ("lbs:+speculative", 130.0), ("in_device", 120.0),
+             ("in_device:+speculative", 114.0))]  # fmt: skip
+    for name in ("spec", "w16"):
+        report = {"workload_name": name, "device": "cuda", "plan_only": False, "results": rows, "baselines": []}
+        (tmp_path / f"{name}.json").write_text(json.dumps(report), encoding="utf-8")
+    found = [v for v in verdicts(load_runs([tmp_path / "spec.json", tmp_path / "w16.json"])) if v.target.issue == 14]
+    figures = [(v.workload, v.status, round(v.figure, 6)) for v in found]
+    assert figures == [("spec", "met", 1.3), ("spec", "NOT MET", 0.95)]
+
+
+@pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"workload_name": "w16"}'])
+def test_a_file_that_is_not_a_bench_report_is_a_clear_error(tmp_path, content):
+    path = tmp_path / "x.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"x\.json"):
+        load_runs([path])
