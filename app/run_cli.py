@@ -54,6 +54,11 @@ class Printer:
             done = " [finished]" if event.finished else ""
             scores = f"score {event.score:.3f} path {event.aggregate:.3f}"
             p(f"  #{event.id:<4} parent {parent:<4} {scores}  {first!r}{done}")
+        elif event.type == "policy_changed":
+            p(f"  free device memory fell below what {event.previous} needs: {event.moved_bytes:,} B of KV moved to "
+              f"the host, going on with {event.policy}")
+        elif event.type == "group_retried":
+            p(f"  out of device memory: candidates {list(event.candidates)} run again ({event.reason})")
         elif event.type == "transfer_stats":
             traffic = f"H2D {event.step_h2d_bytes:,} B, D2H {event.step_d2h_bytes:,} B"
             if self.remote:

@@ -178,6 +178,20 @@ class GroupRetried:
 
 
 @dataclass(frozen=True)
+class PolicyChanged:
+    """`auto` went on with another KV policy (nothing was lost): in_device's step no longer fit the budget
+    re-read from free device memory, so the KV at rest crossed to the host (`moved_bytes`) and the run goes
+    on with lbs; `reason` says what no longer fit."""
+
+    type: ClassVar[str] = "policy_changed"
+    step: int
+    previous: str
+    policy: str
+    reason: str
+    moved_bytes: int
+
+
+@dataclass(frozen=True)
 class RunFinished:
     type: ClassVar[str] = "run_finished"
     answer: str
@@ -224,6 +238,7 @@ Event = (
     | StepSelected
     | MemorySnapshot
     | TransferStats
+    | PolicyChanged
     | RunFinished
     | RunFailed
     | RunCancelled
@@ -236,6 +251,7 @@ EVENT_TYPES: dict[str, type] = {
         PrefillDone,
         StepStarted,
         GroupRetried,
+        PolicyChanged,
         GroupScheduled,
         CandidateText,
         CandidateScored,

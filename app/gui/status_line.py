@@ -8,6 +8,7 @@ from typing import Any
 from PySide6.QtCore import QElapsedTimer, QTimer
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMainWindow, QProgressBar
 
+from app import formatting
 from app.eval_exit import ExitTally
 from app.gpu_check import emulated_hint
 from app.heartbeat import StepProgress
@@ -151,6 +152,7 @@ class StatusLine:
             self._max_steps = int(event.search.get("max_steps", self._max_steps))
             self.loaded(event.model, event.device)
             self.policy.setText(f"policy: {event.policy}")
+            self.policy.setToolTip("")
             self.verifier.setText(f"verifier: {event.verifier}")
             self.step.setText(f"step 0/{self._max_steps}")
             self._show_exit(None)
@@ -158,6 +160,10 @@ class StatusLine:
             self.show_device_hint(emulated_hint() if event.emulated and live else None)
         elif isinstance(event, ev.PrefillDone):
             self.prompt.setText(prompt_text(event))
+        elif isinstance(event, ev.PolicyChanged):
+            self.policy.setText(f"policy: {event.policy} (was {event.previous})")
+            self.policy.setToolTip(policy_change_text(event))
+            self.bar.showMessage(policy_change_text(event), 15000)
         elif isinstance(event, ev.StepStarted):
             self.step.setText(f"step {event.step}/{self._max_steps}")
         elif isinstance(event, ev.TransferStats):
@@ -189,6 +195,12 @@ class StatusLine:
         self._exit = tally or ExitTally()
         self.exit.setText(f"exit: {self._exit.text()}")
         self.exit.setVisible(tally is not None)
+
+
+def policy_change_text(event: ev.PolicyChanged) -> str:
+    """What `auto` did when free GPU memory fell mid-run, in one line."""
+    return (f"Step {event.step}: free GPU memory fell below what {event.previous} needs; "
+            f"{formatting.size(event.moved_bytes)} of KV moved to the CPU, going on with {event.policy}.")  # fmt: skip
 
 
 def idle_text(event: ev.TransferStats) -> str:

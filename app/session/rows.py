@@ -111,6 +111,8 @@ def session_facts(model: SessionModel) -> dict[str, Any]:
     }
     if run.traffic is not None:
         facts.update(h2d_bytes=run.traffic.h2d_bytes, d2h_bytes=run.traffic.d2h_bytes)
+    if run.policy_changes and run.started is not None:
+        facts["policy"] = policy_label(run.started.policy, run.policy_changes)
     end = run.end
     if isinstance(end, ev.RunFinished):
         facts.update(
@@ -121,6 +123,11 @@ def session_facts(model: SessionModel) -> dict[str, Any]:
             candidate_tokens=max(facts["candidate_tokens"], end.candidate_tokens),
         )
     return facts
+
+
+def policy_label(started: str, changes: list[ev.PolicyChanged]) -> str:
+    """The policy a run started with, and each one `auto` went on with: 'in_device, then lbs from step 3'."""
+    return ", ".join([started, *(f"then {c.policy} from step {c.step} (GPU memory fell)" for c in changes)])
 
 
 def session_settings(model: SessionModel) -> dict[str, Any]:

@@ -37,6 +37,7 @@ class RunRecord:
     prompt_tokens: int | None = None
     steps: dict[int, StepRecord] = field(default_factory=dict)
     end: ev.RunFinished | ev.RunCancelled | ev.RunFailed | None = None
+    policy_changes: list[ev.PolicyChanged] = field(default_factory=list)  # auto went on with another policy
 
     def apply(self, event: object) -> None:
         """Fold one event in; events that say nothing about steps or the outcome are ignored."""
@@ -52,6 +53,8 @@ class RunRecord:
             self._step(event.step).transfer = event
         elif isinstance(event, ev.StepSelected):
             self._step(event.step).selected = event
+        elif isinstance(event, ev.PolicyChanged):
+            self.policy_changes.append(event)
         elif isinstance(event, ev.RunFinished | ev.RunCancelled | ev.RunFailed):
             self.end = event
 

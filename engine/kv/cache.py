@@ -11,6 +11,7 @@ import torch
 from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
 from engine.context_plan import activation_token_bytes, default_chunk
+from engine.errors import KVBudgetTooSmall
 from engine.kv.attention import uses_cascade
 from engine.kv.blocks import BlockManager, Tier
 from engine.kv.headwise import HeadwisePolicy
@@ -18,6 +19,7 @@ from engine.kv.in_device import InDevicePolicy
 from engine.kv.layer_budget import every_layer_bytes, pool_overhead
 from engine.kv.layerwise import LayerwisePolicy
 from engine.kv.lbs import SLACK_BLOCKS, LbsPolicy, Switches
+from engine.kv.offload import move_to_host
 from engine.kv.policy import (
     Decode,
     GroupDone,
@@ -200,7 +202,9 @@ class KVCache:
             loaded.model.config, self.blocks, self.store, decode, search.step_tokens, self.speculative,
             self.speculative and cache.speculative_continuations != 1,
         )
+        self.context = context
         self.policy: Policy = self._make_policy(context)
+        self.changes: list[tuple[str, str, str, int]] = []  # auto's policy changes not yet reported
         self.live: dict[int, Live] = {}
         self.timing = StepTiming()
         act = activation_token_bytes(loaded.model.config, _element_size(loaded.dtype))
@@ -348,8 +352,24 @@ class KVCache:
 
     # -- one step -------------------------------------------------------------------------------
     def plan(self, candidates: Sequence[int]):
+        """The step's plan under the budget re-read now; with `auto`, an in_device step that no longer fits
+        moves the KV at rest to the host and is planned by lbs (`PolicyChanged` in the step's events)."""
         work = [self._work(self.live[c]) for c in candidates]
+        try:
+            return self.policy.plan(work, self._current_budget())
+        except KVBudgetTooSmall as error:
+            if self.cfg.policy != "auto" or self.policy_name != "in_device":
+                raise
+            self._go_on_with_lbs(error)
         return self.policy.plan(work, self._current_budget())
+
+    def _go_on_with_lbs(self, error: KVBudgetTooSmall) -> None:
+        tables = [(c, live.table) for c, live in self.live.items()]
+        tables += [(c, ahead.table) for c, live in self.live.items() for ahead in live.ahead.values()]
+        moved = move_to_host(self.store, self.blocks, tables)
+        previous, self.policy_name = self.policy_name, "lbs"
+        self.policy = self._make_policy(self.context)
+        self.changes.append((previous, self.policy_name, str(error), moved))
 
     def _work(self, live: Live) -> Work:
         return Work(live.id, tuple(live.table), self.blocks.num_tokens(live.table), live.source)
@@ -377,10 +397,10 @@ class KVCache:
             self.live[c].continuations = (continuations or {}).get(c, 1)
         if PROMPT_ID in self.live and all(c != PROMPT_ID for c in candidates):
             self.release(PROMPT_ID)  # the first step's children hold the prompt blocks now
-        plan = self.plan(candidates) if candidates else None  # none: every child's step was speculated whole
         self.store.counters.start_step()
         self.store.start_peak()
         self.timing = StepTiming()
+        plan = self.plan(candidates) if candidates else None  # none: every child's step was speculated whole
         if plan is not None:
             for done in self.policy.run_step(plan, self.live, self.timing, should_stop):
                 self.timing.forwards += max((len(r.fed) for r in done.results.values()), default=0)
@@ -393,6 +413,9 @@ class KVCache:
         """The step's retries, memory snapshot (the generator's KV and, apart, the verifier's: in all and per
         candidate, `verifier_placement(cid)` its step's device and host bytes) and traffic."""
         v = verifier or VerifierMemory()
+        for change in self.changes:
+            yield ev.PolicyChanged(step, *change)
+        self.changes.clear()
         for candidates, reason in self.timing.retries:
             yield ev.GroupRetried(step, candidates, reason)
         counters = self.store.counters

@@ -1,0 +1,58 @@
+"""Moving every block that rests on the device to the host: how `auto` goes on from in_device to lbs.
+
+`auto` keeps the search on the device when the whole of it fits the budget. On CUDA the budget is
+re-read every step from free device memory, and another program (a game) may take memory mid-run;
+when in_device's next step no longer fits, the blocks at rest cross to the host once and the run
+goes on with lbs (engine/kv/cache.py) instead of failing. Copies go run by run: full blocks in
+consecutive device slots, held by the same candidates, cross in one copy into consecutive host
+slots, and their bytes go to those candidates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from engine.kv.blocks import BlockManager, Tier
+from engine.kv.store import KVStore
+
+
+def move_to_host(store: KVStore, blocks: BlockManager, tables: Iterable[tuple[int, Sequence[int]]]) -> int:
+    """Copy the device-resident blocks of `tables` ((owner, block table) pairs) to the host and free their
+    device slots; returns the bytes moved (each block's tokens, exactly)."""
+    users: dict[int, list[int]] = {}
+    for owner, table in tables:
+        for block_id in table:
+            if store.holds(block_id, Tier.DEVICE) and owner not in users.setdefault(block_id, []):
+                users[block_id].append(owner)
+    moved = 0
+    for run in _runs(store, blocks, list(users), users):
+        tokens = blocks.num_tokens(run)
+        if not store.holds(run[0], Tier.HOST):
+            store.place(run, Tier.HOST)
+            store.copy(store.span(run[0], Tier.HOST, tokens), store.span(run[0], Tier.DEVICE, tokens), "d2h",
+                       users[run[0]])  # fmt: skip
+            moved += tokens * store.token_bytes
+        store.evict(run, Tier.DEVICE)
+    return moved
+
+
+def _runs(store: KVStore, blocks: BlockManager, block_ids: list[int], users: dict[int, list[int]]) -> list[list[int]]:
+    """`block_ids` cut where one copy cannot go on: after a partly filled block, at a slot that does not follow
+    in the same device run, at a change of users, or at a block already on the host too (which only drops its
+    device copy)."""
+    runs: list[list[int]] = []
+    for block_id in block_ids:
+        if runs and _continues(store, blocks, runs[-1][-1], block_id, users):
+            runs[-1].append(block_id)
+        else:
+            runs.append([block_id])
+    return runs
+
+
+def _continues(store: KVStore, blocks: BlockManager, previous: int, block_id: int, users) -> bool:
+    return (
+        blocks.blocks[previous].num_tokens == blocks.block_size
+        and store.follows(block_id, previous, Tier.DEVICE)
+        and users[previous] == users[block_id]
+        and store.holds(previous, Tier.HOST) == store.holds(block_id, Tier.HOST)
+    )
