@@ -113,6 +113,7 @@ class KVStore:
         self.copy_stream = None if self.streams is None else self.streams.copy_stream
         self._timed: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []  # copies on CUDA (PCIe and on the device)
         self._stalls: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []  # compute waiting for a load
+        self._written: set[int] = set()  # host blocks asynchronous copies write, until `sync` (CUDA)
 
     def host_empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """Host memory for KV that crosses PCIe: pinned on CUDA, so that copies from and to it are asynchronous."""
@@ -238,7 +239,8 @@ class KVStore:
         """Copy and count. On CUDA, copies across PCIe are asynchronous (pinned memory, stream
         order) and, like copies on the device, timed by CUDA events on the stream that runs them (a
         host timer would see only the launch); the host reads a host block only after `sync`, which
-        the KV cache calls at the end of every step (a block written back in a step is not read in it)."""
+        the KV cache calls at the end of every step (a block written back in a step is read in it only by
+        a speculative fork's copy-on-write, and `write` syncs first)."""
         if self.emulated or direction == "h2h":
             start = time.perf_counter()
             if self.emulated:
@@ -313,16 +315,22 @@ class KVStore:
                 self.place([block_id], home)
         for cow in plan.copies:
             src_tier = self.tier_of(cow.source)
-            self.copy(
-                self.view(cow.target, home, cow.tokens),
-                self.view(cow.source, src_tier, cow.tokens),
-                self.direction(src_tier, home),
-                [owner],
-            )
+            direction = self.direction(src_tier, home)
+            if direction == "h2h" and cow.source in self._written:
+                self.sync()  # the host copies it now: wait for its asynchronous write (a fork of a row just written)
+            self.copy(self.view(cow.target, home, cow.tokens), self.view(cow.source, src_tier, cow.tokens), direction,
+                      [owner])  # fmt: skip
+            self._note_written(cow.target, home, direction)
         direction = self.direction(source, home)
         for w in plan.writes:
             dst = self.view(w.block, home)[:, :, :, w.offset : w.offset + w.count]
             self.copy(dst, new_kv[:, :, :, w.start : w.start + w.count], direction, [owner])
+            self._note_written(w.block, home, direction)
+
+    def _note_written(self, block_id: int, tier: Tier, direction: str) -> None:
+        """Remember a host block that an asynchronous copy (CUDA) writes, until `sync`."""
+        if tier is Tier.HOST and direction != "h2h" and not self.emulated:
+            self._written.add(block_id)
 
     @property
     def bandwidth(self) -> float:
@@ -338,6 +346,7 @@ class KVStore:
         self.counters.step_stall_seconds += sum(b.elapsed_time(e) for b, e in self._stalls) / 1000
         self._timed.clear()
         self._stalls.clear()
+        self._written.clear()
 
 
 def _flag(tier: Tier) -> str:
