@@ -235,6 +235,7 @@ class LayerwisePolicy:
                 failed, reason = layer.index, error
             if on_device and run is None:  # its old rows leave first, then are selected on the host
                 self._move(layer, "d2h")
+                self.store.sync()  # the host reads them below: the copy to the host must be done (CUDA)
                 old, on_device = layer.kv, False
             if not on_device:
                 layer.kv = self._buffer(len(index), False, like=old, spares=spares)[0]
