@@ -174,9 +174,13 @@ class GroupExecutor:
         """Load the next group now on the copy stream (CUDA), if the pool has room beside this one."""
         if self.store.emulated or self.home is Tier.DEVICE:
             return None
+        previous = self.kept
         try:
             return self._load(group, live, carry)
-        except PoolExhausted:
+        except PoolExhausted:  # the kept prefix stays for the load after this group (it was dropped to stage anew)
+            if self.kept is not previous:
+                failed, self.kept = self.kept, previous
+                self._release_if_unused(failed)
             return None
 
     def _load_beside(self, group: Group, live: dict[int, Live], batch: LoadedGroup) -> LoadedGroup | None:
