@@ -265,6 +265,8 @@ class GroupExecutor:
             self._fill(kept.full, prefix_ids, shared, group, carry)  # the shared blocks stay; only the rest crosses
             kept.ids, kept.users = tuple(prefix_ids), 1
             return kept.full[:, :, :, :tokens], kept
+        if kept is not None and shared and kept.users:  # a prefetch while a group reads it: its part is copied d2d
+            carry = {**carry, **self._kept_placements(kept, shared)}
         self.drop_kept()
         capacity = max(tokens, self.prefix_capacity) if self.keep_prefix else tokens  # a run not kept holds its own
         try:
@@ -273,6 +275,14 @@ class GroupExecutor:
             if capacity <= tokens or strict:
                 raise
             return self._stage(prefix_ids, group, runs, tokens, carry)  # no room to keep it for the longest prefix
+
+    def _kept_placements(self, kept: KeptPrefix, shared: int) -> Placed:
+        """Where the kept prefix holds its first `shared` blocks (a carry: the next stage copies them on the device)."""
+        placed, column = {}, 0
+        for block_id in kept.ids[:shared]:
+            placed[block_id] = (kept.full, column)
+            column += self.blocks.blocks[block_id].num_tokens
+        return placed
 
     def drop_kept(self) -> None:
         """At step end, on a retry, or for a group that shares nothing with it: the kept prefix goes
