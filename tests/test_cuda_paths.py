@@ -105,8 +105,8 @@ def spy_groups(monkeypatch, fakes: Fakes) -> list[tuple]:
     log, prefetching = [], []
     load, decode, prefetch = GroupExecutor._load, GroupExecutor._decode, GroupExecutor._prefetch
 
-    def loading(executor, group, live, carry=None, strict=False):
-        batch = load(executor, group, live, carry, strict)
+    def loading(executor, group, live, carry=None, strict=False, early=False):
+        batch = load(executor, group, live, carry, strict, early)
         log.append(("load", group.candidates, bool(prefetching)))
         return batch
 
@@ -243,3 +243,33 @@ def test_the_fake_catches_a_load_read_before_waiting():
         fake.current_stream().wait_event(fake.event())
     fake.current_stream().wait_event(done)
     assert dst.sum() == 4 and begin.elapsed_time(end) > 0
+
+
+def test_a_prefetch_that_finds_no_room_copies_nothing(tiny, fakes, monkeypatch):
+    """A prefetch whose arena finds no room in the pool (injected here) must fail before its prefix
+    crosses PCIe: the group loads again later, so staged bytes would cross twice. On llama2-7b shapes
+    (plan-only, prefetch forced on) w64 at a 2 GB budget staged 260 MB that way, w32x128 528 MB."""
+    one_candidate_groups(monkeypatch)
+    working, prefetch, wasted, prefetching = store_module.KVStore.working, GroupExecutor._prefetch, [], []
+
+    def no_room_for_an_arena(store, shapes, *, from_end=True):
+        if prefetching and len(shapes[0]) == 6:  # [L, 2, B, H, W + k, D]
+            raise PoolExhausted("injected: no room for the arena")
+        return working(store, shapes, from_end=from_end)
+
+    def failing(executor, group, live, carry):
+        before = executor.store.counters.step["h2d"]
+        prefetching.append(True)
+        try:
+            assert prefetch(executor, group, live, carry) is None
+        finally:
+            prefetching.pop()
+        wasted.append(executor.store.counters.step["h2d"] - before)
+
+    monkeypatch.setattr(store_module.KVStore, "working", no_room_for_an_arena)
+    monkeypatch.setattr(GroupExecutor, "_prefetch", failing)
+    cache = CacheConfig(policy="lbs", kv_budget_bytes=footprint_budget(tiny, SEARCH, 3.0), prefix_order=False)
+    emulated, cuda = emulated_and_cuda(fakes, tiny, SEARCH, cache)
+    assert wasted and wasted == [0] * len(wasted)
+    assert_same_run(emulated, cuda)
+    assert step_bytes(cuda) == step_bytes(emulated)

@@ -176,7 +176,7 @@ class GroupExecutor:
             return None
         previous = self.kept
         try:
-            return self._load(group, live, carry)
+            return self._load(group, live, carry, early=True)
         except PoolExhausted:  # the kept prefix stays for the load after this group (it was dropped to stage anew)
             if self.kept is not previous:
                 failed, self.kept = self.kept, previous
@@ -206,12 +206,13 @@ class GroupExecutor:
         return self.decode(cache, batch.mask, rows, should_stop, **forward)
 
     # -- loading ----------------------------------------------------------------------------
-    def _load(self, group: Group, live: dict[int, Live], carry: Placed | None = None, strict: bool = False
-              ) -> LoadedGroup:  # fmt: skip
+    def _load(self, group: Group, live: dict[int, Live], carry: Placed | None = None, strict: bool = False,
+              early: bool = False) -> LoadedGroup:  # fmt: skip
         """The shared prefix (in place, kept from the previous group, or staged in a run of its own),
         then one run of the device pool for the arena and, with cascade attention, the parent level.
         `carry`: the previous group's placements, still on the device; `strict`: a prefix that cannot be
-        kept at the step's longest is an error (PoolExhausted) instead of staged at its own length."""
+        kept at the step's longest is an error (PoolExhausted) instead of staged at its own length;
+        `early` (a prefetch): the arena's run is taken first, so a load that finds no room copies nothing."""
         members = [live[c] for c in group.candidates]
         prefix_ids = common_prefix([m.table for m in members]) if self.cascade else []
         skip = len(prefix_ids)
@@ -228,9 +229,13 @@ class GroupExecutor:
         runs, kept, before = [], None, self.store.counters.step["h2d"]
         try:
             with self.store.loading() as loaded:
+                if early:
+                    tensors, run = self.store.working(shapes)
+                    runs.append(run)
                 kv, kept = self._prefix(prefix_ids, group, runs, carry or {}, strict)
-                tensors, run = self.store.working(shapes)
-                runs.append(run)
+                if not early:
+                    tensors, run = self.store.working(shapes)
+                    runs.append(run)
                 copier = BlockCopier(self.store, self.blocks, self.share, block_users(members, skip), carry)
                 parents = self._load_parents(kin, heights, tensors[1], copier, len(members)) if kin else None
                 arena, mask = self._load_rows(members, own, lengths, width, tensors[0], copier)
