@@ -151,7 +151,8 @@ def test_lbs_loads_the_next_group_while_one_computes_and_decodes_only_what_it_wa
                                                                                          prefix_order):  # fmt: skip
     """With room for two groups the next group's load is issued before this group decodes and is still
     queued on the copy stream while it does; every group's KV is ready when it decodes; the tokens, logits
-    and PCIe bytes are the emulated run's (which loads each group after the one before)."""
+    and PCIe bytes are the emulated run's (which loads each group after the one before); the events name
+    as prefetched exactly the groups a prefetch loaded."""
     one_candidate_groups(monkeypatch)
     cache = CacheConfig(policy="lbs", kv_budget_bytes=footprint_budget(tiny, SEARCH, 3.0), prefix_order=prefix_order)
     emulated = search_trace(tiny, SEARCH, cache)
@@ -169,6 +170,8 @@ def test_lbs_loads_the_next_group_while_one_computes_and_decodes_only_what_it_wa
         previous = log[at + 1]  # the group computing while this one loads
         assert previous[0] == "decode" and previous[1] != group and previous[3], "its copies were still queued"
         assert ("decode", group) in [entry[:2] for entry in log[at + 2 :]]
+    scheduled = {e.candidates: e.prefetched for e in cuda[0] if isinstance(e, ev.GroupScheduled)}
+    assert {g: g for g in prefetched} == {g: p for g, p in scheduled.items() if p}, "events name what was prefetched"
 
 
 def test_a_speculative_fork_copies_its_rows_block_only_after_the_write_back_is_done(tiny, fakes):
@@ -199,6 +202,8 @@ def test_a_failed_prefetch_keeps_the_kept_prefix_for_the_next_load(tiny, fakes, 
     emulated, cuda = emulated_and_cuda(fakes, tiny, SEARCH, cache)
     assert any(failed), "a prefetch found no room"
     assert step_bytes(cuda) == step_bytes(emulated)
+    if all(failed):
+        assert all(e.prefetched == () for e in cuda[0] if isinstance(e, ev.GroupScheduled))
 
 
 def test_layerwise_rows_selected_on_the_host_are_read_after_their_copy_there(tiny_qwen2, fakes, monkeypatch):

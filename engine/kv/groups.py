@@ -34,7 +34,7 @@ write-back copies it on write instead of appending to it in place.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -72,6 +72,7 @@ class LoadedGroup:
     loaded: object = None  # CUDA event recorded after the load's copies (None: already in order)
     kept: KeptPrefix | None = None  # the executor's kept prefix, when this group reads it
     placed: Placed = field(default_factory=dict)  # where its load first copied each host block (the carry)
+    early: bool = False  # loaded by a prefetch, while the group before it computed (CUDA)
 
 
 @dataclass
@@ -153,7 +154,7 @@ class GroupExecutor:
                 self._unload(batch)
             self._account(group, batch.h2d_bytes, compute, previous_compute, timing)
             previous_compute = compute
-            yield group_done(index, group, results, timing)
+            yield group_done(index, self._as_loaded(group, batch), results, timing)
             index += 1
             if should_stop():
                 return
@@ -164,6 +165,13 @@ class GroupExecutor:
             copied = h2d / self.store.bandwidth
             hidden = copied * len(group.prefetched) / len(group.candidates)  # the prefetched share overlaps
             timing.modelled_stall_seconds += copied - min(hidden, previous_compute)
+
+    def _as_loaded(self, group: Group, batch: LoadedGroup) -> Group:
+        """The group as it ran: on CUDA its members count as prefetched when a prefetch loaded them all, and
+        else none (the plan's `prefetched` is what the emulated device's timing model hides)."""
+        if self.store.emulated:
+            return group
+        return replace(group, prefetched=group.candidates if batch.early else ())
 
     def _carry(self, batch: LoadedGroup) -> Placed | None:
         """What the next group may take on from `batch` (prefix-aware order with sharing only, so every
@@ -176,12 +184,14 @@ class GroupExecutor:
             return None
         previous = self.kept
         try:
-            return self._load(group, live, carry, early=True)
+            batch = self._load(group, live, carry, early=True)
         except PoolExhausted:  # the kept prefix stays for the load after this group (it was dropped to stage anew)
             if self.kept is not previous:
                 failed, self.kept = self.kept, previous
                 self._release_if_unused(failed)
             return None
+        batch.early = True
+        return batch
 
     def _load_beside(self, group: Group, live: dict[int, Live], batch: LoadedGroup) -> LoadedGroup | None:
         """Load the next group after `batch`'s write-back and before its unload, taking on its placements;
