@@ -77,9 +77,9 @@ def test_other_switches_never_carry(tiny, monkeypatch):
     carries = []
     load = GroupExecutor._load
 
-    def spying(executor, group, live, carry=None, strict=False):
+    def spying(executor, group, live, carry=None, strict=False, early=False):
         carries.append(bool(carry))
-        return load(executor, group, live, carry, strict)
+        return load(executor, group, live, carry, strict, early)
 
     monkeypatch.setattr(GroupExecutor, "_load", spying)
     for switches in ({"prefix_order": False}, {"prefix_order": True, "inter_beam": False}):

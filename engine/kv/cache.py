@@ -170,7 +170,7 @@ class KVCache:
         token_bytes = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * _element_size(loaded.dtype)
         attention = uses_cascade(loaded.model.config)  # in_device's groups read a parent's history once
         whole = search_kv_bytes(prompt_tokens, search, cache, token_bytes, cascade=attention)
-        self.emulated = self.device.type != "cuda"
+        self.emulated = self.device.type != "cuda"  # until the store says (a CPU fake of CUDA in tests)
         self._probe = free_bytes  # None: read CUDA (a bound method here would make a reference cycle)
         self._read_free = False  # the budget was read from free device memory (no --kv-budget)
         total = cache.kv_budget_bytes or self._automatic_budget(whole + verifier_batch_bytes)
@@ -198,6 +198,7 @@ class KVCache:
             pcie_gbps=cache.pcie_gbps,
             host_device="meta" if self.device.type == "meta" else "cpu",  # plan-only runs hold no data
         )
+        self.emulated = self.store.emulated
         context = PolicyContext(
             loaded.model.config, self.blocks, self.store, decode, search.step_tokens, self.speculative,
             self.speculative and cache.speculative_continuations != 1,
@@ -239,7 +240,7 @@ class KVCache:
     def _free_bytes(self) -> int | None:
         if self._probe is not None:
             return self._probe()
-        if self.emulated:
+        if self.device.type != "cuda":
             return None
         free, _ = torch.cuda.mem_get_info(self.device)
         # memory torch's caching allocator holds but no tensor uses is free to this process too
@@ -256,7 +257,7 @@ class KVCache:
 
     @property
     def device_label(self) -> str:
-        if self.emulated:
+        if self.device.type != "cuda":
             return "cpu (emulated GPU)"
         return f"{self.device} ({torch.cuda.get_device_name(self.device)})"
 

@@ -34,7 +34,7 @@ write-back copies it on write instead of appending to it in place.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -72,6 +72,7 @@ class LoadedGroup:
     loaded: object = None  # CUDA event recorded after the load's copies (None: already in order)
     kept: KeptPrefix | None = None  # the executor's kept prefix, when this group reads it
     placed: Placed = field(default_factory=dict)  # where its load first copied each host block (the carry)
+    early: bool = False  # loaded by a prefetch, while the group before it computed (CUDA)
 
 
 @dataclass
@@ -153,7 +154,7 @@ class GroupExecutor:
                 self._unload(batch)
             self._account(group, batch.h2d_bytes, compute, previous_compute, timing)
             previous_compute = compute
-            yield group_done(index, group, results, timing)
+            yield group_done(index, self._as_loaded(group, batch), results, timing)
             index += 1
             if should_stop():
                 return
@@ -165,6 +166,13 @@ class GroupExecutor:
             hidden = copied * len(group.prefetched) / len(group.candidates)  # the prefetched share overlaps
             timing.modelled_stall_seconds += copied - min(hidden, previous_compute)
 
+    def _as_loaded(self, group: Group, batch: LoadedGroup) -> Group:
+        """The group as it ran: on CUDA its members count as prefetched when a prefetch loaded them all, and
+        else none (the plan's `prefetched` is what the emulated device's timing model hides)."""
+        if self.store.emulated:
+            return group
+        return replace(group, prefetched=group.candidates if batch.early else ())
+
     def _carry(self, batch: LoadedGroup) -> Placed | None:
         """What the next group may take on from `batch` (prefix-aware order with sharing only, so every
         other switch moves exactly what it did without the carry)."""
@@ -174,10 +182,16 @@ class GroupExecutor:
         """Load the next group now on the copy stream (CUDA), if the pool has room beside this one."""
         if self.store.emulated or self.home is Tier.DEVICE:
             return None
+        previous = self.kept
         try:
-            return self._load(group, live, carry)
-        except PoolExhausted:
+            batch = self._load(group, live, carry, early=True)
+        except PoolExhausted:  # the kept prefix stays for the load after this group (it was dropped to stage anew)
+            if self.kept is not previous:
+                failed, self.kept = self.kept, previous
+                self._release_if_unused(failed)
             return None
+        batch.early = True
+        return batch
 
     def _load_beside(self, group: Group, live: dict[int, Live], batch: LoadedGroup) -> LoadedGroup | None:
         """Load the next group after `batch`'s write-back and before its unload, taking on its placements;
@@ -202,12 +216,13 @@ class GroupExecutor:
         return self.decode(cache, batch.mask, rows, should_stop, **forward)
 
     # -- loading ----------------------------------------------------------------------------
-    def _load(self, group: Group, live: dict[int, Live], carry: Placed | None = None, strict: bool = False
-              ) -> LoadedGroup:  # fmt: skip
+    def _load(self, group: Group, live: dict[int, Live], carry: Placed | None = None, strict: bool = False,
+              early: bool = False) -> LoadedGroup:  # fmt: skip
         """The shared prefix (in place, kept from the previous group, or staged in a run of its own),
         then one run of the device pool for the arena and, with cascade attention, the parent level.
         `carry`: the previous group's placements, still on the device; `strict`: a prefix that cannot be
-        kept at the step's longest is an error (PoolExhausted) instead of staged at its own length."""
+        kept at the step's longest is an error (PoolExhausted) instead of staged at its own length;
+        `early` (a prefetch): the arena's run is taken first, so a load that finds no room copies nothing."""
         members = [live[c] for c in group.candidates]
         prefix_ids = common_prefix([m.table for m in members]) if self.cascade else []
         skip = len(prefix_ids)
@@ -224,9 +239,13 @@ class GroupExecutor:
         runs, kept, before = [], None, self.store.counters.step["h2d"]
         try:
             with self.store.loading() as loaded:
+                if early:
+                    tensors, run = self.store.working(shapes)
+                    runs.append(run)
                 kv, kept = self._prefix(prefix_ids, group, runs, carry or {}, strict)
-                tensors, run = self.store.working(shapes)
-                runs.append(run)
+                if not early:
+                    tensors, run = self.store.working(shapes)
+                    runs.append(run)
                 copier = BlockCopier(self.store, self.blocks, self.share, block_users(members, skip), carry)
                 parents = self._load_parents(kin, heights, tensors[1], copier, len(members)) if kin else None
                 arena, mask = self._load_rows(members, own, lengths, width, tensors[0], copier)
@@ -261,6 +280,8 @@ class GroupExecutor:
             self._fill(kept.full, prefix_ids, shared, group, carry)  # the shared blocks stay; only the rest crosses
             kept.ids, kept.users = tuple(prefix_ids), 1
             return kept.full[:, :, :, :tokens], kept
+        if kept is not None and shared and kept.users:  # a prefetch while a group reads it: its part is copied d2d
+            carry = {**carry, **self._kept_placements(kept, shared)}
         self.drop_kept()
         capacity = max(tokens, self.prefix_capacity) if self.keep_prefix else tokens  # a run not kept holds its own
         try:
@@ -269,6 +290,14 @@ class GroupExecutor:
             if capacity <= tokens or strict:
                 raise
             return self._stage(prefix_ids, group, runs, tokens, carry)  # no room to keep it for the longest prefix
+
+    def _kept_placements(self, kept: KeptPrefix, shared: int) -> Placed:
+        """Where the kept prefix holds its first `shared` blocks (a carry: the next stage copies them on the device)."""
+        placed, column = {}, 0
+        for block_id in kept.ids[:shared]:
+            placed[block_id] = (kept.full, column)
+            column += self.blocks.blocks[block_id].num_tokens
+        return placed
 
     def drop_kept(self) -> None:
         """At step end, on a retry, or for a group that shares nothing with it: the kept prefix goes

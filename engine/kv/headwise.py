@@ -213,8 +213,7 @@ class HeadwisePolicy:
         """`shape` of host memory (pinned on CUDA), grown when a step needs more; nothing is allocated per token."""
         size = math.prod(shape)
         if self._arena is None or self._arena.numel() < size:
-            host = self.store.pools[Tier.HOST].device
-            self._arena = torch.empty(size, dtype=self.store.dtype, device=host, pin_memory=self.store.pin)
+            self._arena = self.store.host_empty((size,), self.store.dtype)
         return self._arena[:size].view(shape)
 
     def _write_back(self, members: list[Live], results, stream: HeadStream, width: int) -> None:

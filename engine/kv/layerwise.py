@@ -235,6 +235,7 @@ class LayerwisePolicy:
                 failed, reason = layer.index, error
             if on_device and run is None:  # its old rows leave first, then are selected on the host
                 self._move(layer, "d2h")
+                self.store.sync()  # the host reads them below: the copy to the host must be done (CUDA)
                 old, on_device = layer.kv, False
             if not on_device:
                 layer.kv = self._buffer(len(index), False, like=old, spares=spares)[0]
@@ -275,8 +276,7 @@ class LayerwisePolicy:
             if spare.shape[1:] == tail and spare.shape[0] >= self.capacity:
                 return spares.pop(i), None
         capacity = self.capacity + HOST_GROWTH_STEPS * self.context.step_tokens
-        host = "meta" if like.is_meta else "cpu"
-        return torch.empty((capacity, *tail), dtype=like.dtype, device=host, pin_memory=self.store.pin), None
+        return self.store.host_empty((capacity, *tail), like.dtype), None
 
     def _release(self, layer: LayerKV) -> None:
         """Give a layer's device run back to the pool (copies from it are ordered before any reuse)."""

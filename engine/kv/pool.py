@@ -9,6 +9,7 @@ allocates per step; a run is a view of the pool's one tensor.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -92,9 +93,11 @@ class SlotPool:
         capacity: int,
         pin: bool = False,
         chunk: int | None = None,
+        empty: Callable[[int], torch.Tensor] | None = None,
     ) -> None:
+        """`empty(n)`: a flat tensor of `n` elements for a chunk (default `torch.empty`, pinned with `pin`)."""
         self.slot_shape = slot_shape  # (L, 2, H, block_size, D)
-        self.dtype, self.device, self.pin = dtype, device, pin
+        self.dtype, self.device, self.pin, self.empty = dtype, device, pin, empty
         self.slot_elements = 1
         for n in slot_shape:
             self.slot_elements *= n
@@ -106,6 +109,8 @@ class SlotPool:
             self._add_chunk(capacity)
 
     def _tensor(self, slots: int) -> torch.Tensor:
+        if self.empty is not None:
+            return self.empty(slots * self.slot_elements)
         return torch.empty(slots * self.slot_elements, dtype=self.dtype, device=self.device, pin_memory=self.pin)
 
     def allocate(self, length: int, *, from_end: bool = False) -> Run:

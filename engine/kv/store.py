@@ -4,9 +4,10 @@ Blocks live in slots of two `SlotPool`s: the device pool, allocated once and siz
 budget, and the host pool (pinned on CUDA), grown in chunks. Every copy goes through `copy`,
 which counts its bytes per direction and per candidate. On CUDA, copies across PCIe are
 asynchronous: loads may run on a copy stream (`loading()`), ordered against compute with
-CUDA events, write-back does not block compute, and copy time is read from the events.
-Without CUDA the *emulated device* is a budgeted CPU pool: the copies are real, the bytes
-exact, and PCIe time is modelled from the bytes.
+CUDA events, write-back does not block compute, and copy time is read from the events. The
+streams, events and pinned memory come from one object (engine/kv/streams.py), which tests
+replace with a CPU fake that checks the ordering. Without CUDA the *emulated device* is a
+budgeted CPU pool: the copies are real, the bytes exact, and PCIe time is modelled from the bytes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 
 from engine.kv.blocks import AppendPlan, BlockManager, Tier
 from engine.kv.pool import PoolExhausted, Run, SlotPool
+from engine.kv.streams import streams_for
 
 DIRECTIONS = ("h2d", "d2h", "d2d", "h2h")
 HOST_CHUNK_BYTES = 256 << 20  # the host pool grows by this much at a time
@@ -93,22 +95,31 @@ class KVStore:
         self.slot_shape = (num_layers, 2, num_kv_heads, blocks.block_size, head_dim)
         self.dtype, self.device = dtype, torch.device(device)
         self.pcie_gbps = pcie_gbps
-        self.emulated = self.device.type != "cuda"
-        host = torch.device(host_device)  # "meta" for plan-only runs that move no data
-        self.pin = not self.emulated and host.type == "cpu"
+        self.streams = streams_for(self.device)  # None: no CUDA
+        self.emulated = self.streams is None
+        self.host = torch.device(host_device)  # "meta" for plan-only runs that move no data
+        self.pin = not self.emulated and self.host.type == "cpu"
         self.token_bytes = 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
         self.block_bytes = self.token_bytes * blocks.block_size
         chunk = max(1, HOST_CHUNK_BYTES // self.block_bytes)
         self.pools = {
             Tier.DEVICE: SlotPool(self.slot_shape, dtype, self.device, capacity=budget_bytes // self.block_bytes),
-            Tier.HOST: SlotPool(self.slot_shape, dtype, host, capacity=0, pin=self.pin, chunk=chunk),
+            Tier.HOST: SlotPool(self.slot_shape, dtype, self.host, capacity=0, pin=self.pin, chunk=chunk,
+                                empty=lambda n: self.host_empty((n,), dtype)),
         }
         self._slots: dict[Tier, dict[int, Slot]] = {Tier.DEVICE: {}, Tier.HOST: {}}
         self._run_users: dict[tuple[Tier, int], int] = {}  # live blocks in each run (freed at zero)
         self.counters = Counters()
-        self.copy_stream = None if self.emulated else torch.cuda.Stream(self.device)
+        self.copy_stream = None if self.streams is None else self.streams.copy_stream
         self._timed: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []  # copies on CUDA (PCIe and on the device)
         self._stalls: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []  # compute waiting for a load
+        self._written: set[int] = set()  # host blocks asynchronous copies write, until `sync` (CUDA)
+
+    def host_empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """Host memory for KV that crosses PCIe: pinned on CUDA, so that copies from and to it are asynchronous."""
+        if self.pin:
+            return self.streams.empty_host(shape, dtype)
+        return torch.empty(shape, dtype=dtype, device=self.host)
 
     # -- slots --------------------------------------------------------------------------------
     def place(self, block_ids: Sequence[int], tier: Tier) -> Run:
@@ -228,15 +239,19 @@ class KVStore:
         """Copy and count. On CUDA, copies across PCIe are asynchronous (pinned memory, stream
         order) and, like copies on the device, timed by CUDA events on the stream that runs them (a
         host timer would see only the launch); the host reads a host block only after `sync`, which
-        the KV cache calls at the end of every step (a block written back in a step is not read in it)."""
+        the KV cache calls at the end of every step (a block written back in a step is read in it only by
+        a speculative fork's copy-on-write, and `write` syncs first)."""
         if self.emulated or direction == "h2h":
             start = time.perf_counter()
-            dst.copy_(src)
+            if self.emulated:
+                dst.copy_(src)
+            else:
+                self.streams.host_copy(dst, src)
             self.counters.step_copy_seconds += time.perf_counter() - start
         else:
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin, end = self.streams.event(timing=True), self.streams.event(timing=True)
             begin.record()
-            dst.copy_(src, non_blocking=True)
+            self.streams.copy(dst, src, direction)
             end.record()
             self._timed.append((begin, end))
         self.counters.add(direction, src.numel() * src.element_size(), owners)
@@ -248,12 +263,12 @@ class KVStore:
         Compute must `wait_loaded(event)` before it reads what was loaded. Without CUDA the copies
         simply run now (the emulated device models the overlap instead).
         """
-        if self.copy_stream is None:
+        if self.streams is None:
             yield None
             return
-        self.copy_stream.wait_stream(torch.cuda.current_stream(self.device))  # slots may be reused
-        done = torch.cuda.Event()
-        with torch.cuda.stream(self.copy_stream):
+        self.copy_stream.wait_stream(self.streams.current_stream())  # slots may be reused
+        done = self.streams.event()
+        with self.streams.stream(self.copy_stream):
             yield done
             done.record()
 
@@ -270,8 +285,8 @@ class KVStore:
         """Make compute wait for a load; the time compute stood still is measured between two CUDA events."""
         if event is None:
             return
-        stream = torch.cuda.current_stream(self.device)
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        stream = self.streams.current_stream()
+        begin, end = self.streams.event(timing=True), self.streams.event(timing=True)
         begin.record(stream)
         stream.wait_event(event)
         end.record(stream)
@@ -300,16 +315,22 @@ class KVStore:
                 self.place([block_id], home)
         for cow in plan.copies:
             src_tier = self.tier_of(cow.source)
-            self.copy(
-                self.view(cow.target, home, cow.tokens),
-                self.view(cow.source, src_tier, cow.tokens),
-                self.direction(src_tier, home),
-                [owner],
-            )
+            direction = self.direction(src_tier, home)
+            if direction == "h2h" and cow.source in self._written:
+                self.sync()  # the host copies it now: wait for its asynchronous write (a fork of a row just written)
+            self.copy(self.view(cow.target, home, cow.tokens), self.view(cow.source, src_tier, cow.tokens), direction,
+                      [owner])  # fmt: skip
+            self._note_written(cow.target, home, direction)
         direction = self.direction(source, home)
         for w in plan.writes:
             dst = self.view(w.block, home)[:, :, :, w.offset : w.offset + w.count]
             self.copy(dst, new_kv[:, :, :, w.start : w.start + w.count], direction, [owner])
+            self._note_written(w.block, home, direction)
+
+    def _note_written(self, block_id: int, tier: Tier, direction: str) -> None:
+        """Remember a host block that an asynchronous copy (CUDA) writes, until `sync`."""
+        if tier is Tier.HOST and direction != "h2h" and not self.emulated:
+            self._written.add(block_id)
 
     @property
     def bandwidth(self) -> float:
@@ -320,11 +341,12 @@ class KVStore:
         """Wait for every copy; add the measured copy time of asynchronous copies (CUDA events)."""
         if self.emulated:
             return
-        torch.cuda.synchronize(self.device)
+        self.streams.synchronize()
         self.counters.step_copy_seconds += sum(b.elapsed_time(e) for b, e in self._timed) / 1000
         self.counters.step_stall_seconds += sum(b.elapsed_time(e) for b, e in self._stalls) / 1000
         self._timed.clear()
         self._stalls.clear()
+        self._written.clear()
 
 
 def _flag(tier: Tier) -> str:

@@ -1,0 +1,54 @@
+"""The CUDA operations the KV store orders its copies with: a copy stream, events, pinned host memory.
+
+`KVStore` takes them from one `CudaStreams` object instead of calling `torch.cuda` itself, so the
+branches that run only on CUDA (loads on the copy stream, write-back beside compute, events that
+time copies and stalls, pinned host buffers) can run on the CPU in tests through a fake with the
+same methods (tests/fake_cuda.py), which runs copy-stream copies late and checks the ordering
+rules. Without CUDA there is no such object (None): the store is the *emulated device*.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+
+class CudaStreams:
+    """Real CUDA streams and events on one device."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.copy_stream = torch.cuda.Stream(device)
+
+    def current_stream(self):
+        return torch.cuda.current_stream(self.device)
+
+    def stream(self, stream) -> contextlib.AbstractContextManager:
+        """Make `stream` the current one inside the block (kernels and copies issued there run on it)."""
+        return torch.cuda.stream(stream)
+
+    def event(self, timing: bool = False):
+        return torch.cuda.Event(enable_timing=timing)
+
+    def copy(self, dst: torch.Tensor, src: torch.Tensor, direction: str) -> None:
+        """`dst.copy_(src)` on the current stream, asynchronous to the host (pinned host memory);
+        `direction` ("h2d", "d2h", "d2d") says which side is the host."""
+        dst.copy_(src, non_blocking=True)
+
+    def host_copy(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """A copy between host tensors, by the CPU now: ordered with no stream, so it may touch host memory
+        that a stream reads or writes only after `synchronize`."""
+        dst.copy_(src)
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+    def empty_host(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """Pinned host memory: copies from and to it can be asynchronous."""
+        return torch.empty(shape, dtype=dtype, device="cpu", pin_memory=True)
+
+
+def streams_for(device: torch.device) -> CudaStreams | None:
+    """The device's streams, or None on a device without CUDA (the emulated device, or meta)."""
+    return CudaStreams(device) if device.type == "cuda" else None
