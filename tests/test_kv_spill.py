@@ -10,12 +10,14 @@ import pytest
 
 from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
+from engine.kv import store as store_module
 from engine.kv.blocks import Tier
 from engine.kv.cache import CUDA_MARGIN, KVCache
 from engine.kv.offload import move_to_host
 from engine.runner import decode_step, prefill
 from engine.sampling import candidate_generator
 from engine.search import run
+from tests.fake_cuda import FakeCuda
 from tests.test_equivalence import QUESTION, assert_same_run, search_trace
 from tests.test_kv_faults import observed_rules
 
@@ -66,9 +68,13 @@ def test_an_explicit_in_device_still_says_its_budget_is_too_small(tiny, monkeypa
     assert not [e for e in events if isinstance(e, ev.PolicyChanged)]
 
 
-def test_moving_to_the_host_copies_each_block_once_exactly_and_frees_the_device(tiny):
+@pytest.mark.parametrize("cuda", [False, True], ids=["emulated", "cuda-fake"])
+def test_moving_to_the_host_copies_each_block_once_exactly_and_frees_the_device(tiny, monkeypatch, cuda):
     """After a step of 2 x 3 children (shared prompt, copied tails): every block crosses once, its bytes are its
-    tokens' and go to its holders in parts that sum to the whole, and the host holds the device's values."""
+    tokens' and go to its holders in parts that sum to the whole, and the host holds the device's values (on
+    CUDA once the move returns: its copies are asynchronous)."""
+    if cuda:
+        monkeypatch.setattr(store_module, "streams_for", lambda device: FakeCuda())
     prompt, _, rules = observed_rules(tiny, 5)
     kv = KVCache(tiny, SEARCH, CacheConfig(policy="in_device"), len(prompt),
                  decode=lambda cache, mask, rows, stop, hook=None, **forward: _decode(tiny, rules, cache, mask, rows,
@@ -102,3 +108,15 @@ def _decode(loaded, rules, cache, mask, rows, stop, hook=None, **forward):
 
 def _prefill(loaded, ids, **options):
     return prefill(loaded.model, ids, loaded.device, **options)[0]
+
+
+def test_the_move_is_ordered_before_lbs_reads_the_host_blocks_on_cuda(tiny, monkeypatch):
+    """Through the CUDA branches (tests/fake_cuda.py: copies run as late as CUDA may, a race raises): the move's
+    asynchronous copies to the host are done before anything reads those blocks, with in_device's tokens."""
+    reference = search_trace(tiny, SEARCH, CacheConfig(policy="in_device"))
+    fakes: list[FakeCuda] = []
+    monkeypatch.setattr(store_module, "streams_for", lambda device: fakes.append(FakeCuda()) or fakes[-1])
+    falling_free_memory(monkeypatch, after_calls=3, left=0.35)
+    run = search_trace(tiny, SEARCH, CacheConfig(policy="auto"))
+    assert fakes and [e.policy for e in run[0] if isinstance(e, ev.PolicyChanged)] == ["lbs"]
+    assert_same_run(reference, run)

@@ -33,6 +33,7 @@ def move_to_host(store: KVStore, blocks: BlockManager, tables: Iterable[tuple[in
                        users[run[0]])  # fmt: skip
             moved += tokens * store.token_bytes
         store.evict(run, Tier.DEVICE)
+    store.sync()  # on CUDA the copies are asynchronous: the host blocks hold their KV from here on
     return moved
 
 
