@@ -4,7 +4,9 @@ On CUDA the group executor loads the whole next group beside the one computing w
 has room for both (engine/kv/groups.py `_prefetch`); elsewhere it never tries. This runs that
 branch on `meta` tensors (no weights, any machine) and counts, per policy, the groups the plan marks
 as partly prefetched (`Group.prefetched`, what the emulated device's stall model hides) and the
-prefetches that found room or not:
+prefetches that found room or not. When a whole group finds no room, CUDA copies what fits of it into
+the room left (engine/kv/staging.py): the last columns are the PCIe bytes copied that way while the
+group before computed, against all PCIe bytes of the groups after each step's first:
 
     python -m benchmarks.prefetch_room w64 --kv-budget 2e9
     python -m benchmarks.prefetch_room w16 --kv-budget 0.4e9 --policies lbs:inter_token,lbs:+balanced_prefetch
@@ -24,8 +26,9 @@ from engine.kv.pool import PoolExhausted
 
 def count(workload, policy: str) -> dict[str, int]:
     """Groups planned, groups the plan marks as prefetched, and prefetches tried that found room or not."""
-    seen = dict.fromkeys(("groups", "marked", "room", "no room"), 0)
-    run_step, prefetch = GroupExecutor.run_step, GroupExecutor._prefetch
+    seen = dict.fromkeys(("groups", "marked", "room", "no room", "ahead", "later"), 0)
+    run_step, prefetch, stage, load = (GroupExecutor.run_step, GroupExecutor._prefetch, GroupExecutor._stage_next,
+                                       GroupExecutor._load)  # fmt: skip
 
     def planned(executor, groups, live, timing, should_stop):
         seen["groups"] += len(groups)
@@ -45,13 +48,37 @@ def count(workload, policy: str) -> dict[str, int]:
                 executor._release_if_unused(failed)
             return None
         seen["room"] += 1
+        seen["ahead"] += batch.h2d_bytes
         return batch
 
-    GroupExecutor.run_step, GroupExecutor._prefetch = planned, tried
+    def staging(executor, group, live, batch):  # the CUDA branch of GroupExecutor._stage_next
+        if executor.home is Tier.DEVICE or not executor.share or not executor.prefetch:
+            return None
+        before = executor.store.counters.step["h2d"]
+        staged = executor._copy_ahead(group, live, batch)
+        seen["ahead"] += executor.store.counters.step["h2d"] - before
+        return staged
+
+    def loading(executor, group, live, *args, **kwargs):
+        batch = load(executor, group, live, *args, **kwargs)
+        if group is not executor_first.get(id(executor)):
+            seen["later"] += batch.h2d_bytes
+        return batch
+
+    executor_first: dict[int, object] = {}
+
+    def planned_first(executor, groups, live, timing, should_stop):
+        executor_first[id(executor)] = groups[0] if groups else None
+        return planned(executor, groups, live, timing, should_stop)
+
+    GroupExecutor.run_step, GroupExecutor._prefetch = planned_first, tried
+    GroupExecutor._stage_next, GroupExecutor._load = staging, loading
     try:
         report = run_bench(workload, [policy], plan_only=True)
     finally:
         GroupExecutor.run_step, GroupExecutor._prefetch = run_step, prefetch
+        GroupExecutor._stage_next, GroupExecutor._load = stage, load
+    seen["later"] += seen["ahead"]  # a group's bytes copied ahead are its own, not its load's
     if not report.results[0].ok:
         raise SystemExit(f"{policy}: {report.results[0].message}")
     return seen
@@ -67,10 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.kv_budget is not None:
         workload = replace(workload, kv_budget_bytes=int(args.kv_budget))
     print(f"{args.workload} at {workload.kv_budget_bytes / 1e9:.2f} GB")
-    print(f"{'policy':<24} {'groups':>6} {'marked':>6} {'room':>5} {'no room':>7}")
+    print(f"{'policy':<24} {'groups':>6} {'marked':>6} {'room':>5} {'no room':>7} {'ahead':>10} {'of later':>10}")
     for policy in args.policies.split(","):
         seen = count(workload, policy)
-        print(f"{policy:<24} {seen['groups']:>6} {seen['marked']:>6} {seen['room']:>5} {seen['no room']:>7}")
+        print(f"{policy:<24} {seen['groups']:>6} {seen['marked']:>6} {seen['room']:>5} {seen['no room']:>7} "
+              f"{seen['ahead'] / 1e6:>8.1f}MB {seen['later'] / 1e6:>8.1f}MB")  # fmt: skip
     return 0
 
 

@@ -54,6 +54,14 @@ def step_bytes(run) -> list[tuple[int, int, int]]:
     return [(e.step_h2d_bytes, e.step_d2h_bytes, e.step_d2d_bytes) for e in run[0] if isinstance(e, ev.TransferStats)]
 
 
+def assert_bytes_as_emulated(cuda, emulated) -> None:
+    """Each step's bytes are the emulated run's, but for blocks CUDA copied ahead into the room a group left
+    (engine/kv/staging.py): they cross PCIe as before (or not at all, taken on from the group before) and are
+    then copied on the device once more."""
+    for (h2d, d2h, d2d), (h2d_e, d2h_e, d2d_e) in zip(step_bytes(cuda), step_bytes(emulated), strict=True):
+        assert d2h == d2h_e and h2d <= h2d_e and d2d >= d2d_e + (h2d_e - h2d)
+
+
 def budget(loaded, search: SearchConfig, candidates: float | None) -> int | None:
     return None if candidates is None else footprint_budget(loaded, search, candidates)
 
@@ -89,7 +97,7 @@ def test_cuda_branches_give_the_emulated_tokens_logits_and_bytes(request, fakes,
     cache = CacheConfig(policy=policy, kv_budget_bytes=budget(loaded, search, candidates), **switches)
     emulated, cuda = emulated_and_cuda(fakes, loaded, search, cache)
     assert_same_run(emulated, cuda)
-    assert step_bytes(cuda) == step_bytes(emulated)
+    assert_bytes_as_emulated(cuda, emulated)
     fake = fakes.made[-1]
     assert fake.copies["copy"] > 0 and fake.unpinned == []
     assert not fake.copy_stream.queue and not fake.compute.queue, "the run ends with every copy done"
@@ -277,4 +285,44 @@ def test_a_prefetch_that_finds_no_room_copies_nothing(tiny, fakes, monkeypatch):
     emulated, cuda = emulated_and_cuda(fakes, tiny, SEARCH, cache)
     assert wasted and wasted == [0] * len(wasted)
     assert_same_run(emulated, cuda)
-    assert step_bytes(cuda) == step_bytes(emulated)
+    assert [b[:2] for b in step_bytes(cuda)] == [b[:2] for b in step_bytes(emulated)], "H2D and D2H"
+
+
+@pytest.mark.parametrize("prefix_order", [False, True])
+def test_what_fits_of_the_next_group_crosses_pcie_while_the_group_before_computes(tiny, fakes, monkeypatch,
+                                                                                  prefix_order):  # fmt: skip
+    """Balanced groups leave no room for a whole next group, so CUDA copies what fits of it ahead
+    (engine/kv/staging.py): those copies are still queued while the group before decodes, the next load copies
+    the blocks on the device from there, and the events name the members copied whole as prefetched. Without
+    prefix order every PCIe byte is the emulated run's and the device copies are more by exactly the bytes
+    copied ahead; with it, blocks the group before placed are taken on instead of crossing again."""
+    staged: list[tuple[int, int]] = []  # (bytes copied ahead over PCIe, on the device), per staging
+    whole: list[tuple[int, ...]] = []  # members each staging copied whole
+    stage = GroupExecutor._copy_ahead
+
+    def noting(executor, group, live, batch):
+        before = dict(executor.store.counters.step)
+        result = stage(executor, group, live, batch)
+        staged.append((executor.store.counters.step["h2d"] - before["h2d"],
+                       executor.store.counters.step["d2d"] - before["d2d"]))  # fmt: skip
+        whole.append(result.members if result is not None else ())
+        return result
+
+    monkeypatch.setattr(GroupExecutor, "_copy_ahead", noting)
+    cache = CacheConfig(policy="lbs", kv_budget_bytes=footprint_budget(tiny, SPECULATING, 1.3), speculative=True,
+                        prefix_order=prefix_order)  # fmt: skip
+    emulated = search_trace(tiny, SPECULATING, cache)
+    log = spy_groups(monkeypatch, fakes)
+    fakes.on = True
+    cuda = search_trace(tiny, SPECULATING, cache)
+    assert_same_run(emulated, cuda)
+    assert sum(h2d for h2d, _ in staged) > 0, "blocks were copied ahead"
+    decodes = [entry for entry in log if entry[0] == "decode"]
+    assert all(ready for _, _, ready, _ in decodes) and any(queued for *_, queued in decodes)
+    assert_bytes_as_emulated(cuda, emulated)
+    cuda_total, emulated_total = ([sum(col) for col in zip(*step_bytes(run), strict=True)] for run in (cuda, emulated))
+    if not prefix_order:
+        assert cuda_total[0] == emulated_total[0], "the same PCIe bytes, earlier"
+        assert cuda_total[2] == emulated_total[2] + sum(h2d for h2d, _ in staged)
+    named = [e.prefetched for e in cuda[0] if isinstance(e, ev.GroupScheduled) and e.prefetched]
+    assert named == [m for m in whole if m], "the events name the members copied whole, and only them"

@@ -11,8 +11,10 @@ duplicated per row.
 Timing model for the emulated device: a group's copies to the device stall compute unless
 they were prefetched while the previous group computed; write-back is not counted as a stall.
 On CUDA the next group is loaded on the copy stream while this one computes, when the pool
-has room for both, and a group's new KV is written back on the copy stream while the next one
-computes (engine/kv/store.py `writing`).
+has room for both; when it has not (balanced groups each take most of the budget), what fits of
+the next group's blocks is copied ahead into the room left (engine/kv/staging.py) and its load
+takes them from there on the device. A group's new KV is written back on the copy stream while
+the next one computes (engine/kv/store.py `writing`).
 
 With prefix-aware order the next group also takes on what this one placed on the device
 (`LoadedGroup.placed`, the *carry*): a block both need is copied d2d from this group's parent
@@ -49,12 +51,15 @@ from engine.kv.policy import (
     GroupDone,
     Live,
     StepTiming,
+    Work,
     common_prefix,
     group_done,
     split_for_retry,
 )
 from engine.kv.pool import PoolExhausted, Run
+from engine.kv.staging import Staged, stage_ahead, stage_room
 from engine.kv.store import KVStore
+from engine.kv.working import group_shape
 from engine.rows import Row, RowResult
 
 
@@ -73,6 +78,7 @@ class LoadedGroup:
     kept: KeptPrefix | None = None  # the executor's kept prefix, when this group reads it
     placed: Placed = field(default_factory=dict)  # where its load first copied each host block (the carry)
     early: bool = False  # loaded by a prefetch, while the group before it computed (CUDA)
+    staged: tuple[int, ...] = ()  # members whose blocks were copied ahead into the room left (CUDA, staging.py)
 
 
 @dataclass
@@ -105,6 +111,8 @@ class GroupExecutor:
         self.prefix_capacity = 0  # tokens of the step's longest shared prefix (a kept run is sized for it)
         self.kept: KeptPrefix | None = None
         self._moved_ahead = 0  # H2D bytes of a load beside the group before that did not fit (the next load's)
+        self._staged: Staged | None = None  # the next group's blocks copied ahead into the room left (CUDA)
+        self.prefetch = False  # balanced prefetch: copy the next group's blocks into the room this one leaves
 
     def run_step(
         self, groups: Sequence[Group], live: dict[int, Live], timing: StepTiming, should_stop: Callable[[], bool]
@@ -122,6 +130,7 @@ class GroupExecutor:
             yield from self._run_groups(list(groups), live, timing, should_stop)
         finally:
             self._ahead = self._unload(self._ahead)
+            self._drop_staged()
             self.drop_kept()
 
     def _run_groups(self, queue: list[Group], live, timing: StepTiming, should_stop) -> Iterator[GroupDone]:
@@ -130,14 +139,22 @@ class GroupExecutor:
             group, batch = queue.pop(0), None
             try:
                 ahead, self._ahead = self._ahead, None
-                batch = ahead if ahead is not None and ahead.group is group else self._load(group, live)
+                if ahead is not None and ahead.group is group:
+                    batch = ahead
+                else:
+                    batch = self._load(group, live, self._staged_carry(group))
+                    batch.staged = self._staged.members if self._staged_carry(group) is not None else ()
+                self._drop_staged()  # its copies are issued: stream order keeps them before the run's reuse
                 batch.h2d_bytes, self._moved_ahead = batch.h2d_bytes + self._moved_ahead, 0
                 self._ahead = self._prefetch(queue[0], live, self._carry(batch)) if queue else None
+                if queue and self._ahead is None:
+                    self._staged = self._stage_next(queue[0], live, batch)
                 self.store.wait_loaded(batch.loaded)
                 results, compute = self._decode(batch, should_stop)
             except OUT_OF_MEMORY as error:
                 self._unload(batch)
                 self._ahead = self._unload(self._ahead)
+                self._drop_staged()
                 self.drop_kept()
                 queue[:0] = split_for_retry(group, error, timing)
                 continue
@@ -171,7 +188,7 @@ class GroupExecutor:
         else none (the plan's `prefetched` is what the emulated device's timing model hides)."""
         if self.store.emulated:
             return group
-        return replace(group, prefetched=group.candidates if batch.early else ())
+        return replace(group, prefetched=group.candidates if batch.early else batch.staged)
 
     def _carry(self, batch: LoadedGroup) -> Placed | None:
         """What the next group may take on from `batch` (prefix-aware order with sharing only, so every
@@ -193,6 +210,44 @@ class GroupExecutor:
         batch.early = True
         return batch
 
+    def _stage_next(self, group: Group, live: dict[int, Live], batch: LoadedGroup) -> Staged | None:
+        """CUDA, with sharing and balanced prefetch: copy the next group's blocks into the room this group leaves
+        (engine/kv/staging.py), while it computes; None when there is nothing to do or no room."""
+        if self.store.emulated or self.home is Tier.DEVICE or not self.share or not self.prefetch:
+            return None
+        return self._copy_ahead(group, live, batch)
+
+    def _copy_ahead(self, group: Group, live: dict[int, Live], batch: LoadedGroup) -> Staged | None:
+        members = [live[c] for c in group.candidates]
+        work = [Work(m.id, tuple(m.table), self.blocks.num_tokens(m.table), m.source) for m in members]
+        floor = self.prefix_capacity if self.keep_prefix else 0
+        shape = group_shape(work, self.blocks.block_size, cascade=self.cascade, prefix_floor=floor,
+                            prefix_in_place=self._kept_serves(work))  # fmt: skip
+        need = shape.slots(self.step_tokens, self.blocks.block_size)
+        room = lambda wanted: stage_room(self.store, batch.runs, need, wanted)  # noqa: E731
+        kept = self.kept.ids if self.kept is not None else ()
+        return stage_ahead(self.store, self.blocks, group, members, room, self._carry(batch) or {}, kept)
+
+    def _kept_serves(self, work: Sequence[Work]) -> bool:
+        """Whether the kept prefix will hold `work`'s shared prefix when it loads (read in place, or refilled in
+        place once the group computing lets go of it): then that load stages no prefix of its own."""
+        kept = self.kept
+        if kept is None or not self.cascade:
+            return False
+        prefix_ids = common_prefix([w.table for w in work])
+        shared = kept.shared_with(prefix_ids)
+        return shared == len(prefix_ids) or (shared > 0 and kept.full.shape[3] >= self.blocks.num_tokens(prefix_ids))
+
+    def _staged_carry(self, group: Group) -> Placed | None:
+        """Where the blocks copied ahead for `group` are (a carry for its load), if any were."""
+        staged = self._staged
+        return staged.placed if staged is not None and staged.group is group else None
+
+    def _drop_staged(self) -> None:
+        staged, self._staged = self._staged, None
+        if staged is not None:
+            self.store.release(staged.run)
+
     def _load_beside(self, group: Group, live: dict[int, Live], batch: LoadedGroup) -> LoadedGroup | None:
         """Load the next group after `batch`'s write-back and before its unload, taking on its placements;
         None when the pool has no room for both (the next group then loads after the unload, as without
@@ -201,7 +256,7 @@ class GroupExecutor:
         self._stop_reading_kept(batch)
         before = self.store.counters.step["h2d"]
         try:
-            return self._load(group, live, batch.placed, strict=True)
+            return self._load(group, live, {**(self._staged_carry(group) or {}), **batch.placed}, strict=True)
         except OUT_OF_MEMORY:
             self._moved_ahead = self.store.counters.step["h2d"] - before  # a kept prefix refilled before it failed
             return None

@@ -169,6 +169,7 @@ class LbsPolicy:
             share=switches.inter_beam,
         )
         self.executor.keep_prefix = switches.prefix_order
+        self.executor.prefetch = switches.balanced_prefetch
 
     def plan(self, work: Sequence[Work], budget: int) -> StepPlan:
         store = self.context.store

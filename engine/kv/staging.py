@@ -1,0 +1,90 @@
+"""Prefetch into the room a group leaves (CUDA): the next group's first members' blocks cross PCIe early.
+
+Balanced groups each take most of the budget, so the next group's whole load rarely fits beside the
+group computing (`python -m benchmarks.prefetch_room`: never, on the ladder's workloads). The paper's
+balanced grouping prefetches into the room that is left instead: the next group's blocks resting on
+the host, member by member in its order, are copied on the copy stream while this group computes
+into a run of their own, no larger than the pool can spare without leaving the next group's load
+short. The next group's load then finds them placed there
+and copies them on the device (a carry, engine/kv/arena.py) instead of over PCIe. With prefix-aware
+order the blocks this group placed that the next one needs are copied there too, on the device: they
+would otherwise leave with this group and cross PCIe again.
+
+The emulated device does not stage: its timing model credits the members the plan marks as
+prefetched with the overlap (engine/kv/groups.py `_account`), and its bytes stay the paper's.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from engine.kv.arena import BlockCopier, Placed, block_users
+from engine.kv.blocks import BlockManager, Tier
+from engine.kv.policy import Group, Live
+from engine.kv.pool import PoolExhausted, Run
+from engine.kv.store import KVStore
+
+
+@dataclass
+class Staged:
+    """Blocks of `group` copied ahead into `run`: where each is (`placed`, a carry for its load), and the
+    members whose every block that had to cross was among them (`members`)."""
+
+    group: Group
+    placed: Placed
+    run: Run
+    members: tuple[int, ...]
+
+
+def stage_room(store: KVStore, current: Sequence[Run], next_slots: int, wanted: int) -> int:
+    """The most slots, up to `wanted`, a staging run may take now so that once this group's runs (`current`)
+    are freed the next group's load still finds one run of `next_slots`: tried on a copy of the pool's
+    allocator, halving until it fits (a run taken from the start, the load's from the end)."""
+    allocator = store.pools[Tier.DEVICE].allocator
+    size = min(wanted, allocator.limit - allocator.used)
+    while size > 0:
+        trial = copy.deepcopy(allocator)
+        try:
+            trial.allocate(size)
+            for run in current:
+                trial.free(run)
+            trial.allocate(max(1, next_slots), from_end=True)
+            return size
+        except PoolExhausted:
+            size //= 2
+    return 0
+
+
+def stage_ahead(store: KVStore, blocks: BlockManager, group: Group, members: Sequence[Live],
+                room: Callable[[int], int], carry: Placed, kept: Sequence[int] = ()) -> Staged | None:  # fmt: skip
+    """Copy the blocks of the group's `members` that are not already on the device for good (resting there, or
+    in the kept prefix `kept`), member by member, into one run of at most `room(slots wanted)` slots; None
+    when none fit."""
+    skip = set(kept) | {b for m in members for b in m.table if store.holds(b, Tier.DEVICE)}
+    order: list[int] = []
+    for member in members:
+        order += [b for b in member.table if b not in skip and b not in order]
+    wanted = -(-blocks.num_tokens(order) // blocks.block_size)
+    slots = room(wanted) if order else 0
+    chosen, tokens = [], 0
+    for block_id in order:
+        size = blocks.blocks[block_id].num_tokens
+        if -(-(tokens + size) // blocks.block_size) > slots:
+            break
+        chosen.append(block_id)
+        tokens += size
+    if not chosen:
+        return None
+    L, _, H, _, D = store.slot_shape
+    try:
+        with store.loading():
+            (stage,), run = store.working([(L, 2, H, tokens, D)], from_end=False)
+            copier = BlockCopier(store, blocks, True, block_users(members, 0), carry)
+            copier.copy(stage, 0, chosen)
+    except PoolExhausted:  # fragmented: no run that long
+        return None
+    done = set(chosen)
+    whole = tuple(m.id for m in members if all(b in done or b in skip for b in m.table))
+    return Staged(group, copier.placed, run, whole)
