@@ -114,6 +114,28 @@ def test_lbs_prefetches_the_next_group_on_the_copy_stream(tiny_cuda):
     assert all(0 <= s.stall_share < 1 for s in stats)
 
 
+def test_lbs_copies_ahead_what_fits_of_the_next_group(tiny_cuda):
+    """The settings of tests/test_cuda_paths.py::test_what_fits_of_the_next_group_crosses_pcie_while_the_group_
+    before_computes, where the fake streams show members of a next group copied ahead into the room the group
+    before leaves (the same pool and plan here): on the GPU the events name them, and the tree, tokens and
+    logits are in_device's (a candidate's speculated start, not observed, may differ in length between
+    policies: its observed tokens are compared from the end)."""
+    from tests.test_equivalence import SPECULATING, footprint_budget, search_trace
+
+    cache = CacheConfig(policy="lbs", kv_budget_bytes=footprint_budget(tiny_cuda, SPECULATING, 1.3),
+                        speculative=True)  # fmt: skip
+    staged = search_trace(tiny_cuda, SPECULATING, cache)
+    assert any(e.prefetched for e in staged[0] if e.type == "group_scheduled"), "members were copied ahead"
+    reference = search_trace(tiny_cuda, SPECULATING, CacheConfig(policy="in_device", speculative=True))
+    assert staged[2] == reference[2] and set(staged[1]) == set(reference[1])
+    for cid, observed in reference[1].items():
+        n = min(len(observed), len(staged[1][cid]))
+        ours, theirs = staged[1][cid][len(staged[1][cid]) - n :], observed[len(observed) - n :]
+        assert [t for _, t in ours] == [t for _, t in theirs]
+        torch.testing.assert_close(torch.stack([lg for lg, _ in ours]), torch.stack([lg for lg, _ in theirs]),
+                                   atol=1e-4, rtol=0)  # fmt: skip
+
+
 def test_lbs_loads_and_writes_back_on_the_copy_stream(tiny_cuda, monkeypatch):
     """Every copy across PCIe a step's groups make in lbs (a group's load, its write-back) runs on the copy
     stream: loads before compute, write-backs while the next group computes."""
