@@ -326,3 +326,5 @@ def test_what_fits_of_the_next_group_crosses_pcie_while_the_group_before_compute
         assert cuda_total[2] == emulated_total[2] + sum(h2d for h2d, _ in staged)
     named = [e.prefetched for e in cuda[0] if isinstance(e, ev.GroupScheduled) and e.prefetched]
     assert named == [m for m in whole if m], "the events name the members copied whole, and only them"
+    modelled = [e.prefetched for e in emulated[0] if isinstance(e, ev.GroupScheduled) and e.prefetched]
+    assert modelled == named, "the emulated device's timing model hides what CUDA copies ahead"

@@ -57,7 +57,7 @@ from engine.kv.policy import (
     split_for_retry,
 )
 from engine.kv.pool import PoolExhausted, Run
-from engine.kv.staging import Staged, stage_ahead, stage_room
+from engine.kv.staging import CopyAhead, Staged, blocks_ahead, stage_ahead, stage_room
 from engine.kv.store import KVStore
 from engine.kv.working import group_shape
 from engine.rows import Row, RowResult
@@ -78,7 +78,8 @@ class LoadedGroup:
     kept: KeptPrefix | None = None  # the executor's kept prefix, when this group reads it
     placed: Placed = field(default_factory=dict)  # where its load first copied each host block (the carry)
     early: bool = False  # loaded by a prefetch, while the group before it computed (CUDA)
-    staged: tuple[int, ...] = ()  # members whose blocks were copied ahead into the room left (CUDA, staging.py)
+    staged: tuple[int, ...] = ()  # members whose blocks were copied ahead into the room left (staging.py)
+    ahead_bytes: int = 0  # emulated device: PCIe bytes copy-ahead would have moved for it (its timing model)
 
 
 @dataclass
@@ -112,6 +113,7 @@ class GroupExecutor:
         self.kept: KeptPrefix | None = None
         self._moved_ahead = 0  # H2D bytes of a load beside the group before that did not fit (the next load's)
         self._staged: Staged | None = None  # the next group's blocks copied ahead into the room left (CUDA)
+        self._modelled: tuple[Group, CopyAhead, int] | None = None  # emulated: what copy-ahead would take, PCIe bytes
         self.prefetch = False  # balanced prefetch: copy the next group's blocks into the room this one leaves
 
     def run_step(
@@ -123,7 +125,7 @@ class GroupExecutor:
         split in two and retried; only a single candidate that cannot fit is an error. Whatever
         way the step ends, every run it took from the pool is given back.
         """
-        self._ahead, self._moved_ahead = None, 0
+        self._ahead, self._moved_ahead, self._modelled = None, 0, None
         tables = [[live[c].table for c in g.candidates] for g in groups]
         self.prefix_capacity = max((self.blocks.num_tokens(common_prefix(t)) for t in tables), default=0)
         try:
@@ -144,6 +146,7 @@ class GroupExecutor:
                 else:
                     batch = self._load(group, live, self._staged_carry(group))
                     batch.staged = self._staged.members if self._staged_carry(group) is not None else ()
+                self._take_modelled(batch)
                 self._drop_staged()  # its copies are issued: stream order keeps them before the run's reuse
                 batch.h2d_bytes, self._moved_ahead = batch.h2d_bytes + self._moved_ahead, 0
                 self._ahead = self._prefetch(queue[0], live, self._carry(batch)) if queue else None
@@ -155,6 +158,7 @@ class GroupExecutor:
                 self._unload(batch)
                 self._ahead = self._unload(self._ahead)
                 self._drop_staged()
+                self._modelled = None
                 self.drop_kept()
                 queue[:0] = split_for_retry(group, error, timing)
                 continue
@@ -169,25 +173,25 @@ class GroupExecutor:
             finally:
                 timing.peak_device_bytes = max(timing.peak_device_bytes, self.store.peak_device_bytes)
                 self._unload(batch)
-            self._account(group, batch.h2d_bytes, compute, previous_compute, timing)
+            self._account(batch, compute, previous_compute, timing)
             previous_compute = compute
             yield group_done(index, self._as_loaded(group, batch), results, timing)
             index += 1
             if should_stop():
                 return
 
-    def _account(self, group: Group, h2d: int, compute: float, previous_compute: float, timing: StepTiming) -> None:
+    def _account(self, batch: LoadedGroup, compute: float, previous_compute: float, timing: StepTiming) -> None:
+        """The emulated device's stall: the group's PCIe bytes at the modelled bandwidth, less what copy-ahead
+        would have moved while the group before computed (at most that compute)."""
         timing.compute_seconds += compute
         if self.store.emulated:
-            copied = h2d / self.store.bandwidth
-            hidden = copied * len(group.prefetched) / len(group.candidates)  # the prefetched share overlaps
+            copied = batch.h2d_bytes / self.store.bandwidth
+            hidden = min(batch.ahead_bytes, batch.h2d_bytes) / self.store.bandwidth
             timing.modelled_stall_seconds += copied - min(hidden, previous_compute)
 
     def _as_loaded(self, group: Group, batch: LoadedGroup) -> Group:
-        """The group as it ran: on CUDA its members count as prefetched when a prefetch loaded them all, and
-        else none (the plan's `prefetched` is what the emulated device's timing model hides)."""
-        if self.store.emulated:
-            return group
+        """The group as it ran: its members count as prefetched when a prefetch loaded them all (CUDA), else
+        those copy-ahead took whole (modelled on the emulated device)."""
         return replace(group, prefetched=group.candidates if batch.early else batch.staged)
 
     def _carry(self, batch: LoadedGroup) -> Placed | None:
@@ -213,11 +217,29 @@ class GroupExecutor:
     def _stage_next(self, group: Group, live: dict[int, Live], batch: LoadedGroup) -> Staged | None:
         """CUDA, with sharing and balanced prefetch: copy the next group's blocks into the room this group leaves
         (engine/kv/staging.py), while it computes; None when there is nothing to do or no room."""
-        if self.store.emulated or self.home is Tier.DEVICE or not self.share or not self.prefetch:
+        if self.home is Tier.DEVICE or not self.share or not self.prefetch:
+            return None
+        if self.store.emulated:  # no copies: what they would move, for the timing model
+            members, room, kept = self._room(group, live, batch)
+            ahead, carry = blocks_ahead(self.store, self.blocks, members, room, kept), self._carry(batch) or {}
+            crossing = self.blocks.num_tokens([b for b in ahead.blocks if b not in carry]) * self.store.token_bytes
+            self._modelled = (group, ahead, crossing)
             return None
         return self._copy_ahead(group, live, batch)
 
+    def _take_modelled(self, batch: LoadedGroup) -> None:
+        """Emulated: the group's share of copy-ahead, for its timing and its event (also when it loaded beside
+        the group before, which on CUDA would have copied it ahead while that group computed)."""
+        modelled, self._modelled = self._modelled, None
+        if modelled is not None and modelled[0] is batch.group and not batch.early:
+            batch.staged, batch.ahead_bytes = modelled[1].members, modelled[2]
+
     def _copy_ahead(self, group: Group, live: dict[int, Live], batch: LoadedGroup) -> Staged | None:
+        members, room, kept = self._room(group, live, batch)
+        return stage_ahead(self.store, self.blocks, group, members, room, self._carry(batch) or {}, kept)
+
+    def _room(self, group: Group, live: dict[int, Live], batch: LoadedGroup):
+        """(the next group's members, the slots copy-ahead may take for a number wanted, the kept prefix's blocks)."""
         members = [live[c] for c in group.candidates]
         work = [Work(m.id, tuple(m.table), self.blocks.num_tokens(m.table), m.source) for m in members]
         floor = self.prefix_capacity if self.keep_prefix else 0
@@ -225,8 +247,7 @@ class GroupExecutor:
                             prefix_in_place=self._kept_serves(work))  # fmt: skip
         need = shape.slots(self.step_tokens, self.blocks.block_size)
         room = lambda wanted: stage_room(self.store, batch.runs, need, wanted)  # noqa: E731
-        kept = self.kept.ids if self.kept is not None else ()
-        return stage_ahead(self.store, self.blocks, group, members, room, self._carry(batch) or {}, kept)
+        return members, room, self.kept.ids if self.kept is not None else ()
 
     def _kept_serves(self, work: Sequence[Work]) -> bool:
         """Whether the kept prefix will hold `work`'s shared prefix when it loads (read in place, or refilled in

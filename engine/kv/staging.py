@@ -10,8 +10,9 @@ and copies them on the device (a carry, engine/kv/arena.py) instead of over PCIe
 order the blocks this group placed that the next one needs are copied there too, on the device: they
 would otherwise leave with this group and cross PCIe again.
 
-The emulated device does not stage: its timing model credits the members the plan marks as
-prefetched with the overlap (engine/kv/groups.py `_account`), and its bytes stay the paper's.
+The emulated device does not stage, so its bytes stay the paper's; its timing model hides the PCIe
+bytes copy-ahead would move for a group behind the compute of the group before
+(engine/kv/groups.py `_account`), from the same choice of blocks (`blocks_ahead`).
 """
 
 from __future__ import annotations
@@ -57,16 +58,24 @@ def stage_room(store: KVStore, current: Sequence[Run], next_slots: int, wanted: 
     return 0
 
 
-def stage_ahead(store: KVStore, blocks: BlockManager, group: Group, members: Sequence[Live],
-                room: Callable[[int], int], carry: Placed, kept: Sequence[int] = ()) -> Staged | None:  # fmt: skip
-    """Copy the blocks of the group's `members` that are not already on the device for good (resting there, or
-    in the kept prefix `kept`), member by member, into one run of at most `room(slots wanted)` slots; None
-    when none fit."""
+@dataclass(frozen=True)
+class CopyAhead:
+    """What copy-ahead takes of a group: its blocks in order, their tokens, the members it takes whole."""
+
+    blocks: tuple[int, ...]
+    tokens: int
+    members: tuple[int, ...]
+
+
+def blocks_ahead(store: KVStore, blocks: BlockManager, members: Sequence[Live], room: Callable[[int], int],
+                 kept: Sequence[int] = ()) -> CopyAhead:  # fmt: skip
+    """The blocks of `members` not already on the device for good (resting there, or in the kept prefix `kept`),
+    member by member, as many as `room(slots wanted)` slots hold."""
     skip = set(kept) | {b for m in members for b in m.table if store.holds(b, Tier.DEVICE)}
-    order: list[int] = []
+    order: dict[int, None] = {}
     for member in members:
-        order += [b for b in member.table if b not in skip and b not in order]
-    wanted = -(-blocks.num_tokens(order) // blocks.block_size)
+        order.update((b, None) for b in member.table if b not in skip)
+    wanted = -(-blocks.num_tokens(list(order)) // blocks.block_size)
     slots = room(wanted) if order else 0
     chosen, tokens = [], 0
     for block_id in order:
@@ -75,6 +84,16 @@ def stage_ahead(store: KVStore, blocks: BlockManager, group: Group, members: Seq
             break
         chosen.append(block_id)
         tokens += size
+    done = skip | set(chosen)
+    whole = tuple(m.id for m in members if all(b in done for b in m.table)) if chosen else ()
+    return CopyAhead(tuple(chosen), tokens, whole)
+
+
+def stage_ahead(store: KVStore, blocks: BlockManager, group: Group, members: Sequence[Live],
+                room: Callable[[int], int], carry: Placed, kept: Sequence[int] = ()) -> Staged | None:  # fmt: skip
+    """Copy `blocks_ahead` into one run (PCIe, or on the device for a block in `carry`); None when none fit."""
+    ahead = blocks_ahead(store, blocks, members, room, kept)
+    chosen, tokens = list(ahead.blocks), ahead.tokens
     if not chosen:
         return None
     L, _, H, _, D = store.slot_shape
@@ -85,6 +104,4 @@ def stage_ahead(store: KVStore, blocks: BlockManager, group: Group, members: Seq
             copier.copy(stage, 0, chosen)
     except PoolExhausted:  # fragmented: no run that long
         return None
-    done = set(chosen)
-    whole = tuple(m.id for m in members if all(b in done or b in skip for b in m.table))
-    return Staged(group, copier.placed, run, whole)
+    return Staged(group, copier.placed, run, ahead.members)
