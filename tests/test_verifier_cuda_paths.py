@@ -12,7 +12,7 @@ import torch
 from transformers import MistralConfig
 
 from engine.kv.blocks import Tier
-from engine.verifiers import ExitRule, StepToScore, prm_verifier
+from engine.verifiers import ExitRule, StepToScore, make_verifier, prm_verifier
 from engine.verifiers import kv_pools as pools_module
 from engine.verifiers.entropy_exit import with_exit
 from engine.verifiers.path_kv import PathVerifier
@@ -82,6 +82,20 @@ def test_a_prm_gives_the_emulated_scores_and_bytes_through_the_cuda_branches(fak
         assert cuda.kv.total["h2d"] > 0 and cuda.kv.total["d2h"] > 0, "the tight share moved KV both ways"
     if grouped:
         assert cuda.kv.streams.copies["copy"] > 0, "the scheduled loads ran on the copy stream"
+
+
+def test_self_judge_gives_the_emulated_scores_and_bytes_through_the_cuda_branches(fakes, tiny):
+    """Self-judge (the generator's model asked a probe after each step, no look-ahead) at a share that offloads."""
+
+    def build():
+        verifier = make_verifier("self-judge", tiny)
+        verifier.use_budget(200_000, block_size=4)
+        return verifier
+
+    (emulated, (_, want)), (cuda, (_, got)) = emulated_and_cuda(fakes, build, lambda v: beam_tree(v, steps=3))
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-5, atol=1e-6)
+    assert_same_kv_work(emulated, cuda)
+    assert cuda.kv.total["h2d"] > 0 and cuda.kv.streams.copies["copy"] > 0
 
 
 @pytest.fixture
