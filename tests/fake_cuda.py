@@ -17,6 +17,11 @@ it checks the ordering rules that a real GPU would break silently:
   event not recorded, not timed, or not completed, is an error.
 - Host memory that an asynchronous copy reads or writes should be pinned (`empty_host`); other host
   memory makes that copy synchronous on CUDA: such copies are listed in `unpinned`.
+- With `staged=True`, a copy across PCIe whose sides are not both contiguous goes as PyTorch sends it
+  (aten/src/ATen/native/cuda/Copy.cu, `copy_requires_temporaries`): through a contiguous temporary in
+  pageable host memory, so its host side is read (host to device) by the host when the copy is issued, or
+  written (device to host) once the host has waited for the stream up to it. Such copies are listed in
+  `staged`; reading host memory that a queued copy still writes is a race.
 
 Elapsed times are fake milliseconds: each copy adds its megabytes plus one microsecond to its
 stream's clock, and a stream that waits takes the clock of what it waited for.
@@ -113,7 +118,9 @@ class FakeEvent:
 class FakeCuda:
     """Has the methods of engine.kv.streams.CudaStreams; see the module's docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, staged: bool = False) -> None:
+        self.staged_model = staged  # model PyTorch's temporaries for non-contiguous PCIe copies
+        self.staged: list[str] = []  # PCIe copies that went through a pageable temporary
         self.compute = FakeStream(self, "compute")
         self.copy_stream = FakeStream(self, "copy")
         self.current = self.compute
@@ -153,6 +160,17 @@ class FakeCuda:
         stream.clock += src.numel() * src.element_size() / 1e6 + 1e-3
         index = stream.next_index()
         label = f"{direction} {tuple(src.shape)} (op {index} of the {stream.name} stream)"
+        if host is not None and self.staged_model and not (dst.is_contiguous() and src.is_contiguous()):
+            self.staged.append(label)
+            if direction == "d2h":  # the host waits for the stream up to this copy, then writes `dst` itself
+                stream.run_until(index)
+                for other in (self.compute, self.copy_stream):
+                    self._check(other, src, dst, f"{label}, its host side written by the host")
+                dst.copy_(src)
+                return
+            for other in (self.compute, self.copy_stream):  # the host reads `src` now, into a temporary
+                self._check(other, src, src.new_empty(0), f"{label}, its host side read by the host")
+            src = src.clone()
         if stream is self.copy_stream:  # runs when something waits for it, reading its source then
             accesses = [Access(src, False), Access(dst, True)]
             stream.push(Op(index, lambda: dst.copy_(src), accesses, label))

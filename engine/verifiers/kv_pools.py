@@ -9,6 +9,8 @@ whose arena cannot fit even in an empty pool is refused with the budget that wou
 Every copy is counted in bytes (exactly its tokens x bytes per token) and in calls, by direction,
 for the step and for the run. Loads into an arena may run on a copy stream (`loading()`, CUDA), as
 the generator's store does; on the CPU they run at once and their PCIe time is modelled from the bytes.
+The CUDA operations (copy stream, events, pinned host memory, asynchronous copies) come from the same
+seam as the store's (engine/kv/streams.py), so tests run the CUDA branches on the CPU through a fake.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from engine.errors import KVBudgetTooSmall
 from engine.kv.blocks import Tier
 from engine.kv.pool import PoolExhausted, Run, SlotPool
 from engine.kv.store import DIRECTIONS, HOST_CHUNK_BYTES
+from engine.kv.streams import streams_for
 from engine.verifiers.base import VerifierMemory
 
 UNBUDGETED_CHUNK_BYTES = 64 << 20  # a verifier without a budget grows its device pool by this much
@@ -58,7 +61,7 @@ class VerifierKV:
         self.block_size, self.budget_bytes = block_size, budget_bytes
         self.token_bytes = 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
         self.block_bytes = self.token_bytes * block_size
-        pin = device.type == "cuda"
+        self.streams = streams_for(device)  # None: no CUDA, copies run at once
         if budget_bytes is None:
             device_pool = SlotPool(
                 self.slot_shape, dtype, device, capacity=0, chunk=max(1, UNBUDGETED_CHUNK_BYTES // self.block_bytes)
@@ -72,11 +75,13 @@ class VerifierKV:
                 dtype,
                 torch.device("cpu"),
                 capacity=0,
-                pin=pin,
+                pin=self.streams is not None,
                 chunk=max(1, HOST_CHUNK_BYTES // self.block_bytes),
+                empty=None if self.streams is None else lambda n: self.streams.empty_host((n,), dtype),
             ),
         }
         self.segments: dict[int, Segment] = {}
+        self._written: set[int] = set()  # host segments an asynchronous copy may still be writing (CUDA)
         self._on_device: dict[int, None] = {}  # device segments, least recently used first
         self._next = 0
         self.traffic = dict.fromkeys(DIRECTIONS, 0)  # bytes this step
@@ -85,7 +90,7 @@ class VerifierKV:
         self.total_calls = dict.fromkeys(DIRECTIONS, 0)
         self.bandwidth = pcie_gbps * 1e9  # modelled PCIe bytes per second (the CPU)
         self.stall_seconds = 0.0  # modelled (CPU): loads compute waited for, over the run
-        self.copy_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.copy_stream = None if self.streams is None else self.streams.copy_stream
         self.peak_slots = 0
 
     # -- segments -----------------------------------------------------------------------------
@@ -111,11 +116,19 @@ class VerifierKV:
         segment = self.segments[handle]
         dst = self._view(segment)[first_layer : first_layer + kv.shape[0]]
         self._copy(dst, kv, "d2d" if segment.tier is Tier.DEVICE else "d2h")
+        self._note_written(handle)
 
     def load(self, handle: int, dst: torch.Tensor) -> None:
-        """Copy the segment into `dst` `[L, 2, H, T, D]` on the device (host segments cross PCIe)."""
+        """Copy the segment into `dst` `[L, 2, H, T, D]` on the device (host segments cross PCIe).
+
+        On CUDA a host segment still being written waits for every stream first: `dst` (a slice of an
+        arena) is not contiguous, so PyTorch has the host read the host side when the copy is issued,
+        into a temporary (aten/src/ATen/native/cuda/Copy.cu), not in stream order after the write."""
         segment = self.segments[handle]
         self.touch(handle)
+        if handle in self._written:
+            self.streams.synchronize()
+            self._written.clear()
         self._copy(dst, self._view(segment), "d2d" if segment.tier is Tier.DEVICE else "h2d")
 
     def touch(self, handle: int) -> None:
@@ -131,6 +144,7 @@ class VerifierKV:
         for handle in handles:
             segment = self.segments.pop(handle)
             self._on_device.pop(handle, None)
+            self._written.discard(handle)
             self.pools[segment.tier].free(segment.run)
 
     def tier(self, handle: int) -> Tier:
@@ -211,15 +225,15 @@ class VerifierKV:
         if self.copy_stream is None:
             yield None
             return
-        self.copy_stream.wait_stream(torch.cuda.current_stream(self.copy_stream.device))  # slots may be reused
-        done = torch.cuda.Event()
-        with torch.cuda.stream(self.copy_stream):
+        self.copy_stream.wait_stream(self.streams.current_stream())  # slots may be reused
+        done = self.streams.event()
+        with self.streams.stream(self.copy_stream):
             yield done
             done.record()
 
     def wait_loaded(self, event: torch.cuda.Event | None) -> None:
         if event is not None:
-            torch.cuda.current_stream(self.copy_stream.device).wait_event(event)
+            self.streams.current_stream().wait_event(event)
 
     def model_stall(self, h2d_bytes: int, hidden_seconds: float) -> None:
         """The CPU's model of a load: its PCIe time stalls compute, less what ran while earlier compute did."""
@@ -241,6 +255,7 @@ class VerifierKV:
         self.pools[Tier.DEVICE].free(old.run)
         self.segments[handle] = new
         del self._on_device[handle]
+        self._note_written(handle)
 
     # -- reporting ----------------------------------------------------------------------------
     def memory(self) -> VerifierMemory:
@@ -270,6 +285,7 @@ class VerifierKV:
             pool.close()
         self.segments.clear()
         self._on_device.clear()
+        self._written.clear()
 
     # -- internals ----------------------------------------------------------------------------
     def _slots(self, tokens: int) -> int:
@@ -279,11 +295,20 @@ class VerifierKV:
         return self.pools[segment.tier].segment(segment.run)[:, :, :, : segment.tokens]
 
     def _copy(self, dst: torch.Tensor, src: torch.Tensor, direction: str) -> None:
-        """Copy and count (one call). Host to device goes asynchronously from pinned memory on CUDA."""
-        dst.copy_(src, non_blocking=direction == "h2d" and self.copy_stream is not None)
+        """Copy and count (one call). On CUDA the copy is issued on the current stream, asynchronous to the
+        host (pinned host memory); a host segment it writes is read again only by `load`, which waits for it."""
+        if self.streams is None:
+            dst.copy_(src)
+        else:
+            self.streams.copy(dst, src, direction)
         nbytes = src.numel() * src.element_size()
         for counts, value in ((self.traffic, nbytes), (self.total, nbytes), (self.calls, 1), (self.total_calls, 1)):
             counts[direction] += value
+
+    def _note_written(self, handle: int) -> None:
+        """On CUDA, a copy to a host segment is asynchronous (pinned memory): note it until a synchronize."""
+        if self.streams is not None and self.segments[handle].tier is Tier.HOST:
+            self._written.add(handle)
 
     def _note_peak(self) -> None:
         self.peak_slots = max(self.peak_slots, self.pools[Tier.DEVICE].allocator.used)
