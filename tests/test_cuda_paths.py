@@ -21,7 +21,9 @@ from tests.test_equivalence import SEARCH, SPECULATING, assert_same_run, footpri
 
 
 class Fakes:
-    """While `on`, every KV store made runs its CUDA branches through a new FakeCuda (kept in `made`)."""
+    """While `on`, every KV store made runs its CUDA branches through a new FakeCuda (kept in `made`), which also
+    copies PyTorch's pageable temporaries for PCIe copies whose sides are not both contiguous (the host reads or
+    writes its side when the copy is issued, not in stream order)."""
 
     def __init__(self) -> None:
         self.on, self.made = False, []
@@ -29,7 +31,7 @@ class Fakes:
     def streams_for(self, device: torch.device):
         if not self.on or device.type == "meta":
             return None
-        self.made.append(FakeCuda())
+        self.made.append(FakeCuda(staged=True))
         return self.made[-1]
 
 

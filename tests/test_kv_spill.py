@@ -74,7 +74,7 @@ def test_moving_to_the_host_copies_each_block_once_exactly_and_frees_the_device(
     tokens' and go to its holders in parts that sum to the whole, and the host holds the device's values (on
     CUDA once the move returns: its copies are asynchronous)."""
     if cuda:
-        monkeypatch.setattr(store_module, "streams_for", lambda device: FakeCuda())
+        monkeypatch.setattr(store_module, "streams_for", lambda device: FakeCuda(staged=True))
     prompt, _, rules = observed_rules(tiny, 5)
     kv = KVCache(tiny, SEARCH, CacheConfig(policy="in_device"), len(prompt),
                  decode=lambda cache, mask, rows, stop, hook=None, **forward: _decode(tiny, rules, cache, mask, rows,
@@ -115,7 +115,7 @@ def test_the_move_is_ordered_before_lbs_reads_the_host_blocks_on_cuda(tiny, monk
     asynchronous copies to the host are done before anything reads those blocks, with in_device's tokens."""
     reference = search_trace(tiny, SEARCH, CacheConfig(policy="in_device"))
     fakes: list[FakeCuda] = []
-    monkeypatch.setattr(store_module, "streams_for", lambda device: fakes.append(FakeCuda()) or fakes[-1])
+    monkeypatch.setattr(store_module, "streams_for", lambda device: fakes.append(FakeCuda(staged=True)) or fakes[-1])
     falling_free_memory(monkeypatch, after_calls=3, left=0.35)
     run = search_trace(tiny, SEARCH, CacheConfig(policy="auto"))
     assert fakes and [e.policy for e in run[0] if isinstance(e, ev.PolicyChanged)] == ["lbs"]
