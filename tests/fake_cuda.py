@@ -257,3 +257,18 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
     """First and one past the last element of the storage that `t` reaches (in elements)."""
     start = t.storage_offset()
     return start, start + 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True) if n > 0)
+
+
+class Fakes:
+    """While `on`, every KV store (or verifier pool) made runs its CUDA branches through a new FakeCuda (kept in
+    `made`), which also copies PyTorch's pageable temporaries for PCIe copies whose sides are not both
+    contiguous. Tests put `streams_for` where the module under test looks it up."""
+
+    def __init__(self) -> None:
+        self.on, self.made = False, []
+
+    def streams_for(self, device: torch.device):
+        if not self.on or device.type == "meta":
+            return None
+        self.made.append(FakeCuda(staged=True))
+        return self.made[-1]

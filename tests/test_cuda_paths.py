@@ -16,23 +16,8 @@ from engine.kv.groups import GroupExecutor
 from engine.kv.lbs import LbsPolicy
 from engine.kv.policy import Group, StepPlan
 from engine.kv.pool import PoolExhausted
-from tests.fake_cuda import FakeCuda, HazardError
+from tests.fake_cuda import FakeCuda, Fakes, HazardError
 from tests.test_equivalence import SEARCH, SPECULATING, assert_same_run, footprint_budget, search_trace
-
-
-class Fakes:
-    """While `on`, every KV store made runs its CUDA branches through a new FakeCuda (kept in `made`), which also
-    copies PyTorch's pageable temporaries for PCIe copies whose sides are not both contiguous (the host reads or
-    writes its side when the copy is issued, not in stream order)."""
-
-    def __init__(self) -> None:
-        self.on, self.made = False, []
-
-    def streams_for(self, device: torch.device):
-        if not self.on or device.type == "meta":
-            return None
-        self.made.append(FakeCuda(staged=True))
-        return self.made[-1]
 
 
 @pytest.fixture

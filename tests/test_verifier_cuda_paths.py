@@ -18,22 +18,8 @@ from engine.verifiers.entropy_exit import with_exit
 from engine.verifiers.path_kv import PathVerifier
 from engine.verifiers.schedule import GroupScheduler
 from engine.verifiers.synthetic_prm import _TINY, SYNTHETIC_PRMS, synthetic_prm
-from tests.fake_cuda import FakeCuda
+from tests.fake_cuda import FakeCuda, Fakes
 from tests.test_verifier_schedule import CPU, PRMS, QUESTION, TOKEN, beam_tree, chain_of, checking, group, pools, tight
-
-
-class Fakes:
-    """While `on`, every verifier KV made runs its CUDA branches through a new FakeCuda (kept in `made`), which
-    models PyTorch's pageable temporaries for PCIe copies that are not contiguous (most of the verifier's are)."""
-
-    def __init__(self) -> None:
-        self.on, self.made = False, []
-
-    def streams_for(self, device: torch.device):
-        if not self.on or device.type == "meta":
-            return None
-        self.made.append(FakeCuda(staged=True))
-        return self.made[-1]
 
 
 @pytest.fixture
