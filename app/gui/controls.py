@@ -236,7 +236,8 @@ class SearchControls(QWidget):
         self.policy = self._combo(POLICY_LABELS, "How beams share the device budget: in-device keeps all KV "
                                   "on the GPU; layer-wise reloads offloaded layers for every token; "
                                   "locality-aware (LBS) runs groups of beams through a whole step at once; "
-                                  "auto picks one from the budget.")
+                                  "auto picks one from the budget, and moves the KV to the CPU and goes on "
+                                  "with locality-aware if free GPU memory falls mid-run.")
         form.addRow("KV budget", self.kv_budget)
         form.addRow("Policy", self.policy)
         self.switches = {
