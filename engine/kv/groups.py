@@ -215,8 +215,9 @@ class GroupExecutor:
         return batch
 
     def _stage_next(self, group: Group, live: dict[int, Live], batch: LoadedGroup) -> Staged | None:
-        """CUDA, with sharing and balanced prefetch: copy the next group's blocks into the room this group leaves
-        (engine/kv/staging.py), while it computes; None when there is nothing to do or no room."""
+        """With sharing and balanced prefetch: on CUDA copy the next group's blocks into the room this group leaves
+        (engine/kv/staging.py), while it computes; on the emulated device only note what that would move (its
+        timing model). None when nothing was copied."""
         if self.home is Tier.DEVICE or not self.share or not self.prefetch:
             return None
         if self.store.emulated:  # no copies: what they would move, for the timing model
