@@ -17,11 +17,12 @@ it checks the ordering rules that a real GPU would break silently:
   event not recorded, not timed, or not completed, is an error.
 - Host memory that an asynchronous copy reads or writes should be pinned (`empty_host`); other host
   memory makes that copy synchronous on CUDA: such copies are listed in `unpinned`.
-- With `staged=True`, a copy across PCIe whose sides are not both contiguous goes as PyTorch sends it
+- With `staged=True`, a copy across PCIe whose host side is not contiguous goes as PyTorch sends it
   (aten/src/ATen/native/cuda/Copy.cu, `copy_requires_temporaries`): through a contiguous temporary in
   pageable host memory, so its host side is read (host to device) by the host when the copy is issued, or
   written (device to host) once the host has waited for the stream up to it. Such copies are listed in
-  `staged`; reading host memory that a queued copy still writes is a race.
+  `staged`; reading host memory that a queued copy still writes is a race. (A strided *device* side only
+  costs a contiguous temporary on the device: the pinned host side still crosses asynchronously.)
 
 Elapsed times are fake milliseconds: each copy adds its megabytes plus one microsecond to its
 stream's clock, and a stream that waits takes the clock of what it waited for.
@@ -160,7 +161,7 @@ class FakeCuda:
         stream.clock += src.numel() * src.element_size() / 1e6 + 1e-3
         index = stream.next_index()
         label = f"{direction} {tuple(src.shape)} (op {index} of the {stream.name} stream)"
-        if host is not None and self.staged_model and not (dst.is_contiguous() and src.is_contiguous()):
+        if host is not None and self.staged_model and not host.is_contiguous():
             self.staged.append(label)
             if direction == "d2h":  # the host waits for the stream up to this copy, then writes `dst` itself
                 stream.run_until(index)

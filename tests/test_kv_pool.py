@@ -124,3 +124,18 @@ def test_a_run_gives_its_kv_pools_back_when_it_ends(tiny, monkeypatch, policy, b
         assert cache() is None and device_pool() is None
     finally:
         gc.enable()
+
+
+def test_a_token_major_pool_gives_every_range_of_a_runs_tokens_as_contiguous_rows():
+    """The host pool keeps a run's tokens one after another, each `[L, 2, H, D]`: its segment reads as
+    `[L, 2, H, T, D]` like the device pool's, and any range of tokens is one contiguous piece of memory (so it
+    crosses PCIe in one asynchronous copy)."""
+    pool = SlotPool((2, 2, 3, 4, 5), torch.float32, torch.device("cpu"), capacity=0, chunk=8, token_major=True)
+    run = pool.allocate(3)
+    segment = pool.segment(run)
+    assert segment.shape == (2, 2, 3, 12, 5) and not segment.is_contiguous()
+    segment.copy_(torch.arange(segment.numel(), dtype=torch.float32).view(segment.shape))
+    for start, stop in ((0, 12), (4, 9), (11, 12)):
+        rows = segment[:, :, :, start:stop].permute(3, 0, 1, 2, 4)
+        assert rows.is_contiguous() and rows.data_ptr() == pool.flat(run)[start * 60 :].data_ptr()
+    assert torch.equal(pool.segment(run)[1, 0, 2, 7], segment[1, 0, 2, 7])

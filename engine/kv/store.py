@@ -105,7 +105,7 @@ class KVStore:
         self.pools = {
             Tier.DEVICE: SlotPool(self.slot_shape, dtype, self.device, capacity=budget_bytes // self.block_bytes),
             Tier.HOST: SlotPool(self.slot_shape, dtype, self.host, capacity=0, pin=self.pin, chunk=chunk,
-                                empty=lambda n: self.host_empty((n,), dtype)),
+                                empty=lambda n: self.host_empty((n,), dtype), token_major=True),
         }
         self._slots: dict[Tier, dict[int, Slot]] = {Tier.DEVICE: {}, Tier.HOST: {}}
         self._run_users: dict[tuple[Tier, int], int] = {}  # live blocks in each run (freed at zero)
@@ -251,10 +251,27 @@ class KVStore:
         else:
             begin, end = self.streams.event(timing=True), self.streams.event(timing=True)
             begin.record()
-            self.streams.copy(dst, src, direction)
+            if _rows(src if direction == "h2d" else dst if direction == "d2h" else None) is None:
+                self.streams.copy(dst, src, direction)
+            else:
+                self._copy_rows(dst, src, direction)
             end.record()
             self._timed.append((begin, end))
         self.counters.add(direction, src.numel() * src.element_size(), owners)
+
+    def _copy_rows(self, dst: torch.Tensor, src: torch.Tensor, direction: str) -> None:
+        """A PCIe copy whose host side is a range of a token-major host run: its tokens cross as one contiguous
+        copy to or from a device buffer of the same layout, rearranged on the device. Copied as it is, with a
+        strided side, PyTorch would gather or scatter the host side on the CPU through pageable memory
+        (aten Copy.cu, `copy_requires_temporaries`): blocking the host, not overlapping compute."""
+        device = dst if direction == "h2d" else src
+        rows = torch.empty(_rows_shape(device), dtype=device.dtype, device=device.device)
+        if direction == "h2d":
+            self.streams.copy(rows, _rows(src), "h2d")
+            self.streams.copy(dst, rows.permute(1, 2, 3, 0, 4), "d2d")
+        else:
+            self.streams.copy(rows, src.permute(3, 0, 1, 2, 4), "d2d")
+            self.streams.copy(_rows(dst), rows, "d2h")
 
     @contextlib.contextmanager
     def loading(self) -> Iterator[torch.cuda.Event | None]:
@@ -347,6 +364,19 @@ class KVStore:
         self._timed.clear()
         self._stalls.clear()
         self._written.clear()
+
+
+def _rows(host: torch.Tensor | None) -> torch.Tensor | None:
+    """`host` `[L, 2, H, T, D]` as the contiguous token rows `[T, L, 2, H, D]` it is a view of, if it is one."""
+    if host is None or host.dim() != 5:
+        return None
+    rows = host.permute(3, 0, 1, 2, 4)
+    return rows if rows.is_contiguous() and not host.is_contiguous() else None
+
+
+def _rows_shape(tensor: torch.Tensor) -> tuple[int, ...]:
+    L, two, H, T, D = tensor.shape
+    return (T, L, two, H, D)
 
 
 def _flag(tier: Tier) -> str:
