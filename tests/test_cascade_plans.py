@@ -14,7 +14,7 @@ from engine.kv import in_device
 from engine.kv.blocks import Tier
 from engine.kv.cache import KVCache, search_kv_bytes
 from engine.kv.groups import GroupExecutor
-from engine.kv.policy import Work, common_prefix
+from engine.kv.policy import Work, common_prefix, work_of
 from engine.kv.working import group_shape, group_working_bytes
 from engine.search import SYSTEM_PROMPT
 from tests.test_equivalence import QUESTION, assert_same_run, footprint_budget, search_trace
@@ -41,7 +41,7 @@ class LoadSpy:
 
         def planning(kv, candidates):
             step = plan(kv, candidates)
-            works = {c: kv._work(kv.live[c]) for c in candidates}
+            works = {c: work_of(kv.live[c], kv.blocks) for c in candidates}
             groups = [[works[c] for c in g.candidates] for g in step.groups]
             spy.estimates.append({tuple(w.id for w in g): spy.estimate(kv, g, groups) for g in groups})
             return step

@@ -17,7 +17,7 @@ placed crosses PCIe no more, it is copied on the device from there.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -71,6 +71,17 @@ def query_slots(groups: Sequence[Family], count: int, device) -> tuple[torch.Ten
     return torch.tensor(slots, dtype=torch.long, device=device), width
 
 
+def split_runs(block_ids: Sequence[int], continues: Callable[[int, int], bool]) -> list[list[int]]:
+    """`block_ids` in order, cut into runs wherever `continues(previous, block_id)` says one copy cannot go on."""
+    runs: list[list[int]] = []
+    for block_id in block_ids:
+        if runs and continues(runs[-1][-1], block_id):
+            runs[-1].append(block_id)
+        else:
+            runs.append([block_id])
+    return runs
+
+
 Placed = dict[int, tuple[torch.Tensor, int]]  # block -> (working tensor, column) its KV was first copied to
 
 
@@ -121,13 +132,7 @@ class BlockCopier:
         """`block_ids` cut into runs that one copy can move: full blocks followed by the next block at the
         next position of the same source (a run of the store, or where an earlier copy placed them), with
         the same users."""
-        runs: list[list[int]] = []
-        for block_id in block_ids:
-            if runs and self._continues(runs[-1][-1], block_id, named):
-                runs[-1].append(block_id)
-            else:
-                runs.append([block_id])
-        return runs
+        return split_runs(block_ids, lambda previous, block_id: self._continues(previous, block_id, named))
 
     def _continues(self, previous: int, block_id: int, named: bool) -> bool:
         size = self.blocks.block_size

@@ -27,9 +27,9 @@ from engine.kv.policy import (
     Policy,
     PolicyContext,
     StepTiming,
-    Work,
     growth_tokens,
     tail_blocks,
+    work_of,
 )
 from engine.kv.prefix_cache import PrefixCache
 from engine.kv.prefix_io import device_cache, keep_layers, keep_table, load_prefix
@@ -355,7 +355,7 @@ class KVCache:
     def plan(self, candidates: Sequence[int]):
         """The step's plan under the budget re-read now; with `auto`, an in_device step that no longer fits
         moves the KV at rest to the host and is planned by lbs (`PolicyChanged` in the step's events)."""
-        work = [self._work(self.live[c]) for c in candidates]
+        work = [work_of(self.live[c], self.blocks) for c in candidates]
         try:
             return self.policy.plan(work, self._current_budget())
         except KVBudgetTooSmall as error:
@@ -371,9 +371,6 @@ class KVCache:
         previous, self.policy_name = self.policy_name, "lbs"
         self.policy = self._make_policy(self.context)
         self.changes.append((previous, self.policy_name, str(error), moved))
-
-    def _work(self, live: Live) -> Work:
-        return Work(live.id, tuple(live.table), self.blocks.num_tokens(live.table), live.source)
 
     def _current_budget(self) -> int:
         """The budget, re-read each step. The pool is allocated once: when other programs leave less

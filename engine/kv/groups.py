@@ -55,6 +55,7 @@ from engine.kv.policy import (
     common_prefix,
     group_done,
     split_for_retry,
+    work_of,
 )
 from engine.kv.pool import PoolExhausted, Run
 from engine.kv.staging import CopyAhead, Staged, blocks_ahead, stage_ahead, stage_room
@@ -242,7 +243,7 @@ class GroupExecutor:
     def _room(self, group: Group, live: dict[int, Live], batch: LoadedGroup):
         """(the next group's members, the slots copy-ahead may take for a number wanted, the kept prefix's blocks)."""
         members = [live[c] for c in group.candidates]
-        work = [Work(m.id, tuple(m.table), self.blocks.num_tokens(m.table), m.source) for m in members]
+        work = [work_of(m, self.blocks) for m in members]
         floor = self.prefix_capacity if self.keep_prefix else 0
         shape = group_shape(work, self.blocks.block_size, cascade=self.cascade, prefix_floor=floor,
                             prefix_in_place=self._kept_serves(work))  # fmt: skip

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from engine.kv.arena import split_runs
 from engine.kv.blocks import BlockManager, Tier
 from engine.kv.store import KVStore
 
@@ -25,7 +26,7 @@ def move_to_host(store: KVStore, blocks: BlockManager, tables: Iterable[tuple[in
             if store.holds(block_id, Tier.DEVICE) and owner not in users.setdefault(block_id, []):
                 users[block_id].append(owner)
     moved = 0
-    for run in _runs(store, blocks, list(users), users):
+    for run in split_runs(list(users), lambda previous, block_id: _continues(store, blocks, previous, block_id, users)):
         tokens = blocks.num_tokens(run)
         if not store.holds(run[0], Tier.HOST):
             store.place(run, Tier.HOST)
@@ -37,20 +38,10 @@ def move_to_host(store: KVStore, blocks: BlockManager, tables: Iterable[tuple[in
     return moved
 
 
-def _runs(store: KVStore, blocks: BlockManager, block_ids: list[int], users: dict[int, list[int]]) -> list[list[int]]:
-    """`block_ids` cut where one copy cannot go on: after a partly filled block, at a slot that does not follow
-    in the same device run, at a change of users, or at a block already on the host too (which only drops its
-    device copy)."""
-    runs: list[list[int]] = []
-    for block_id in block_ids:
-        if runs and _continues(store, blocks, runs[-1][-1], block_id, users):
-            runs[-1].append(block_id)
-        else:
-            runs.append([block_id])
-    return runs
-
-
 def _continues(store: KVStore, blocks: BlockManager, previous: int, block_id: int, users) -> bool:
+    """Whether one copy goes on from `previous` to `block_id`: not after a partly filled block, nor to a slot that
+    does not follow in the same device run, nor at a change of users or of whether the block is on the host
+    too (then it only drops its device copy)."""
     return (
         blocks.blocks[previous].num_tokens == blocks.block_size
         and store.follows(block_id, previous, Tier.DEVICE)

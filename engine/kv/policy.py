@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import torch
 
-from engine.kv.blocks import Tier
+from engine.kv.blocks import BlockManager, Tier
 from engine.kv.pool import PoolExhausted
 
 
@@ -49,6 +49,11 @@ class Work:
     table: tuple[int, ...]
     tokens: int
     source: int | None = None  # the candidate it was forked from (`Live.source`): its siblings share that history
+
+
+def work_of(live: Live, blocks: BlockManager) -> Work:
+    """What the planners read of a live candidate: its table, its KV length and its source."""
+    return Work(live.id, tuple(live.table), blocks.num_tokens(live.table), live.source)
 
 
 @dataclass(frozen=True)
