@@ -21,66 +21,50 @@ from benchmarks.gpu_ladder import WORKLOADS
 from engine.bench import run_bench
 from engine.kv.blocks import Tier
 from engine.kv.groups import GroupExecutor
-from engine.kv.pool import PoolExhausted
 
 
 def count(workload, policy: str) -> dict[str, int]:
-    """Groups planned, groups the plan marks as prefetched, and prefetches tried that found room or not."""
+    """Groups planned, groups the plan marks as prefetched, whole-group prefetches that found room or not, and the
+    PCIe bytes loaded ahead (by a prefetch or copy-ahead) and in all of the groups after each step's first."""
     seen = dict.fromkeys(("groups", "marked", "room", "no room", "ahead", "later"), 0)
     run_step, prefetch, stage, load = (GroupExecutor.run_step, GroupExecutor._prefetch, GroupExecutor._stage_next,
                                        GroupExecutor._load)  # fmt: skip
+    first: dict[int, object] = {}  # executor -> its step's first group
 
     def planned(executor, groups, live, timing, should_stop):
+        executor.overlap = True  # the CUDA branches, on `meta` tensors
+        first[id(executor)] = groups[0] if groups else None
         seen["groups"] += len(groups)
         seen["marked"] += sum(1 for g in groups if g.prefetched)
         return run_step(executor, groups, live, timing, should_stop)
 
-    def tried(executor, group, live, carry):  # the CUDA branch of GroupExecutor._prefetch
-        if executor.home is Tier.DEVICE:
-            return None
-        previous = executor.kept
-        try:
-            batch = executor._load(group, live, carry, early=True)
-        except PoolExhausted:
-            seen["no room"] += 1
-            if executor.kept is not previous:
-                failed, executor.kept = executor.kept, previous
-                executor._release_if_unused(failed)
-            return None
-        seen["room"] += 1
-        seen["ahead"] += batch.h2d_bytes
-        return batch
+    def ahead(method, counted: bool):
+        def wrapper(executor, group, *args):
+            before = executor.store.counters.step["h2d"]
+            result = method(executor, group, *args)
+            seen["ahead"] += executor.store.counters.step["h2d"] - before
+            if counted and executor.home is not Tier.DEVICE:
+                seen["room" if result is not None else "no room"] += 1
+            return result
 
-    def staging(executor, group, live, batch):  # the CUDA branch of GroupExecutor._stage_next
-        if executor.home is Tier.DEVICE or not executor.share or not executor.prefetch:
-            return None
-        before = executor.store.counters.step["h2d"]
-        staged = executor._copy_ahead(group, live, batch)
-        seen["ahead"] += executor.store.counters.step["h2d"] - before
-        return staged
+        return wrapper
 
-    def loading(executor, group, live, *args, **kwargs):
-        batch = load(executor, group, live, *args, **kwargs)
-        if group is not executor_first.get(id(executor)):
+    def loading(executor, group, live, *args, early=False, **kwargs):
+        batch = load(executor, group, live, *args, early=early, **kwargs)
+        if group is not first.get(id(executor)) and not early:
             seen["later"] += batch.h2d_bytes
         return batch
 
-    executor_first: dict[int, object] = {}
-
-    def planned_first(executor, groups, live, timing, should_stop):
-        executor_first[id(executor)] = groups[0] if groups else None
-        return planned(executor, groups, live, timing, should_stop)
-
-    GroupExecutor.run_step, GroupExecutor._prefetch = planned_first, tried
-    GroupExecutor._stage_next, GroupExecutor._load = staging, loading
+    GroupExecutor.run_step, GroupExecutor._load = planned, loading
+    GroupExecutor._prefetch, GroupExecutor._stage_next = ahead(prefetch, True), ahead(stage, False)
     try:
         report = run_bench(workload, [policy], plan_only=True)
     finally:
         GroupExecutor.run_step, GroupExecutor._prefetch = run_step, prefetch
         GroupExecutor._stage_next, GroupExecutor._load = stage, load
-    seen["later"] += seen["ahead"]  # a group's bytes copied ahead are its own, not its load's
     if not report.results[0].ok:
         raise SystemExit(f"{policy}: {report.results[0].message}")
+    seen["later"] += seen["ahead"]  # a group's bytes loaded ahead are its own, not its load's
     return seen
 
 

@@ -116,6 +116,7 @@ class GroupExecutor:
         self._staged: Staged | None = None  # the next group's blocks copied ahead into the room left (CUDA)
         self._modelled: tuple[Group, CopyAhead, int] | None = None  # emulated: what copy-ahead would take, PCIe bytes
         self.prefetch = False  # balanced prefetch: copy the next group's blocks into the room this one leaves
+        self.overlap = not store.emulated  # loads may run beside compute (CUDA): prefetch and copy-ahead really copy
 
     def run_step(
         self, groups: Sequence[Group], live: dict[int, Live], timing: StepTiming, should_stop: Callable[[], bool]
@@ -202,7 +203,7 @@ class GroupExecutor:
 
     def _prefetch(self, group: Group, live: dict[int, Live], carry: Placed | None) -> LoadedGroup | None:
         """Load the next group now on the copy stream (CUDA), if the pool has room beside this one."""
-        if self.store.emulated or self.home is Tier.DEVICE:
+        if not self.overlap or self.home is Tier.DEVICE:
             return None
         previous = self.kept
         try:
@@ -221,7 +222,7 @@ class GroupExecutor:
         timing model). None when nothing was copied."""
         if self.home is Tier.DEVICE or not self.share or not self.prefetch:
             return None
-        if self.store.emulated:  # no copies: what they would move, for the timing model
+        if not self.overlap:  # no copies: what they would move, for the timing model
             members, room, kept = self._room(group, live, batch)
             ahead, carry = blocks_ahead(self.store, self.blocks, members, room, kept), self._carry(batch) or {}
             crossing = self.blocks.num_tokens([b for b in ahead.blocks if b not in carry]) * self.store.token_bytes
