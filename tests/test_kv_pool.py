@@ -130,7 +130,7 @@ def test_a_token_major_pool_gives_every_range_of_a_runs_tokens_as_contiguous_row
     """The host pool keeps a run's tokens one after another, each `[L, 2, H, D]`: its segment reads as
     `[L, 2, H, T, D]` like the device pool's, and any range of tokens is one contiguous piece of memory (so it
     crosses PCIe in one asynchronous copy)."""
-    pool = SlotPool((2, 2, 3, 4, 5), torch.float32, torch.device("cpu"), capacity=0, chunk=8, token_major=True)
+    pool = SlotPool((2, 2, 3, 4, 5), torch.float32, torch.device("cpu"), capacity=0, chunk=8, layout="token")
     run = pool.allocate(3)
     segment = pool.segment(run)
     assert segment.shape == (2, 2, 3, 12, 5) and not segment.is_contiguous()
@@ -139,3 +139,20 @@ def test_a_token_major_pool_gives_every_range_of_a_runs_tokens_as_contiguous_row
         rows = segment[:, :, :, start:stop].permute(3, 0, 1, 2, 4)
         assert rows.is_contiguous() and rows.data_ptr() == pool.flat(run)[start * 60 :].data_ptr()
     assert torch.equal(pool.segment(run)[1, 0, 2, 7], segment[1, 0, 2, 7])
+
+
+def test_a_head_major_pool_gives_one_layers_head_group_as_one_contiguous_piece_per_head():
+    """Head-wise's host pool keeps a run head by head within each layer, each head's tokens one after another
+    with K and V side by side: the segment reads as `[L, 2, H, T, D]`, one layer's head is one contiguous piece
+    over any range of tokens, and a head group of the whole run is one piece."""
+    pool = SlotPool((2, 2, 4, 4, 5), torch.float32, torch.device("cpu"), capacity=0, chunk=8, layout="head")
+    run = pool.allocate(3)
+    segment = pool.segment(run)
+    assert segment.shape == (2, 2, 4, 12, 5) and not segment.is_contiguous()
+    segment.copy_(torch.arange(segment.numel(), dtype=torch.float32).view(segment.shape))
+    head = segment[1, :, 2, 3:9].permute(1, 0, 2)  # layer 1, head 2, tokens 3..8: [T, 2, D]
+    assert head.is_contiguous() and head.data_ptr() == pool.flat(run)[((1 * 4 + 2) * 12 + 3) * 10 :].data_ptr()
+    group = segment[0, :, 2:4].permute(1, 2, 0, 3)  # layer 0, heads 2 and 3, every token: [2 heads, T, 2, D]
+    assert group.is_contiguous()
+    with pytest.raises(ValueError, match="unknown pool layout 'rows'"):
+        SlotPool((2, 2, 4, 4, 5), torch.float32, torch.device("cpu"), capacity=1, layout="rows")

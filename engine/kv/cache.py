@@ -197,6 +197,7 @@ class KVCache:
             budget_bytes=pool,
             pcie_gbps=cache.pcie_gbps,
             host_device="meta" if self.device.type == "meta" else "cpu",  # plan-only runs hold no data
+            host_layout="head" if self.policy_name == "headwise" else "token",  # how its copies read the host
         )
         self.emulated = self.store.emulated
         context = PolicyContext(

@@ -2,7 +2,11 @@
 
 The past KV lives on the host in two parts: a shared prefix `[L, 2, H, P, D]` (read in place,
 e.g. the prompt's run in the host pool) and the rows' own tokens `[L, 2, B, H, C, D]` (a host
-arena, left-padded). For every forward call and every layer, `attend` walks the layer's head
+arena, left-padded). Both are head-major in memory (engine/kv/pool.py), and so are the device
+buffers, so a head group crosses PCIe as one contiguous, asynchronous copy per head (or one in
+all), never through PyTorch's pageable temporaries (engine/kv/pieces.py).
+
+For every forward call and every layer, `attend` walks the layer's head
 groups of `g` KV heads: the group's prefix and rows are copied into one of two device buffers
 (the next group is loaded into the other one while this one computes, on the copy stream on
 CUDA), the forward's new K and V join them on the device, and attention runs for the query
@@ -60,8 +64,10 @@ class HeadStream:
         L, _, B, H, C, D = rows.shape
         self.num_layers, self.num_groups = L, H // heads
         P = 0 if prefix is None else prefix.shape[3]
-        shapes = [(BUFFERS, 2, heads, P, D), (BUFFERS, 2, B, heads, C, D)]
-        (self.device_prefix, self.device_rows), self.run = store.working(shapes)
+        shapes = [(BUFFERS, heads, P, 2, D), (BUFFERS, heads, C, 2, B, D)]  # head-major, like the host side
+        (prefix_buffers, row_buffers), self.run = store.working(shapes)
+        self.device_prefix = prefix_buffers.permute(0, 3, 1, 2, 4)  # [BUFFERS, 2, g, P, D]
+        self.device_rows = row_buffers.permute(0, 3, 4, 1, 2, 5)  # [BUFFERS, 2, B, g, C, D]
         self.filled = filled
         self.past = filled  # columns of the rows part before the current forward's tokens
         self.staged: dict[int, object] = {}  # item (layer * groups + group) -> its load's event
@@ -78,12 +84,15 @@ class HeadStream:
 
     # -- host side --------------------------------------------------------------------------
     def write(self, layer: int, column: int, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """The new tokens' K and V `[B, H, Q, D]` go to the host arena's columns from `column`."""
+        """The new tokens' K and V `[B, H, Q, D]` go to the host arena's columns from `column`, laid out on the
+        device in the host's head-major order first, so that each head's part crosses as one contiguous copy."""
         if layer == 0:
             self.past = column
-        n = keys.shape[-2]
-        self.store.copy(self.rows[layer, 0, :, :, column : column + n], keys, "d2h", self.owners)
-        self.store.copy(self.rows[layer, 1, :, :, column : column + n], values, "d2h", self.owners)
+        B, H, Q, D = keys.shape
+        new = torch.empty((H, Q, 2, B, D), dtype=keys.dtype, device=keys.device)
+        new[:, :, 0] = keys.permute(1, 2, 0, 3)
+        new[:, :, 1] = values.permute(1, 2, 0, 3)
+        self.store.copy(self.rows[layer, :, :, :, column : column + Q], new.permute(2, 3, 0, 1, 4), "d2h", self.owners)
 
     def _load(self, item: int):
         """Copy head group `item` (its prefix and its rows' past columns) into buffer `item % 2`."""

@@ -210,11 +210,13 @@ class HeadwisePolicy:
         return stream, width, _padding_mask(lengths, width, self.store.device)
 
     def _host_arena(self, shape: tuple[int, ...]) -> torch.Tensor:
-        """`shape` of host memory (pinned on CUDA), grown when a step needs more; nothing is allocated per token."""
+        """`[L, 2, B, H, C, D]` of host memory (pinned on CUDA), head-major like the host pool (`[L, H, C, 2, B, D]`
+        in memory), grown when a step needs more; nothing is allocated per token."""
+        L, two, B, H, C, D = shape
         size = math.prod(shape)
         if self._arena is None or self._arena.numel() < size:
             self._arena = self.store.host_empty((size,), self.store.dtype)
-        return self._arena[:size].view(shape)
+        return self._arena[:size].view(L, H, C, two, B, D).permute(0, 3, 4, 1, 2, 5)
 
     def _write_back(self, members: list[Live], results, stream: HeadStream, width: int) -> None:
         for row, (member, result) in enumerate(zip(members, results, strict=True)):

@@ -4,10 +4,12 @@ A *slot* holds one block: `[L, 2, H, block_size, D]`. A *run* is `n` consecutive
 its memory reads as one segment `[L, 2, H, n * block_size, D]`, so the tokens of consecutive
 blocks of a run are contiguous per layer and head: a shared prefix kept in one run is read in
 place by every candidate's attention, and a group's working KV is a run too. Nothing here
-allocates per step; a run is a view of the pool's one tensor. The host pool is *token-major*: a
-run's memory holds its tokens one after another, each `[L, 2, H, D]`, and its segment is a strided
-view with the same shape, so that any range of its tokens is one contiguous piece of pinned memory
-and crosses PCIe in one asynchronous copy (engine/kv/store.py `_copy_rows`).
+allocates per step; a run is a view of the pool's one tensor. A host pool lays a run out the way
+its policy copies it across PCIe, and its segment is a strided view with the same shape, so that
+what crosses is a few contiguous pieces of pinned memory, each one asynchronous copy
+(engine/kv/pieces.py): *token-major* (`[T, L, 2, H, D]`: any range of tokens is one piece; lbs and
+the others) or *head-major* (`[L, H, T, 2, D]`: one layer's head group of a run is one piece per
+head, or one in all when the run is read whole; head-wise).
 """
 
 from __future__ import annotations
@@ -16,6 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+LAYOUTS = {  # a run's memory order -> what it serves
+    "layer": "[L, 2, H, T, D]: the device pool (attention reads a layer's K or V of a run in place)",
+    "token": "[T, L, 2, H, D]: a host pool whose copies take ranges of tokens (lbs, layer-wise, in_device)",
+    "head": "[L, H, T, 2, D]: a host pool whose copies take one layer's head group (head-wise)",
+}
 
 
 class PoolExhausted(RuntimeError):
@@ -97,17 +105,18 @@ class SlotPool:
         pin: bool = False,
         chunk: int | None = None,
         empty: Callable[[int], torch.Tensor] | None = None,
-        token_major: bool = False,
+        layout: str = "layer",
     ) -> None:
         """`empty(n)`: a flat tensor of `n` elements for a chunk (default `torch.empty`, pinned with `pin`);
-        `token_major`: a run's memory holds its tokens one after another, each `[L, 2, H, D]` (the host pool,
-        so that a run of tokens crosses PCIe as one contiguous copy), else layer by layer (the device pool)."""
+        `layout`: how a run's memory is ordered, one of LAYOUTS."""
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown pool layout {layout!r}; one of {', '.join(LAYOUTS)}")
         self.slot_shape = slot_shape  # (L, 2, H, block_size, D)
         self.dtype, self.device, self.pin, self.empty = dtype, device, pin, empty
         self.slot_elements = 1
         for n in slot_shape:
             self.slot_elements *= n
-        self.token_major = token_major
+        self.layout = layout
         self.chunk = chunk  # None: one tensor of `capacity` slots, allocated now
         self._chunks: list[torch.Tensor] = []
         self._chunk_starts: list[int] = []  # first slot of each chunk
@@ -152,12 +161,15 @@ class SlotPool:
         return self._chunks[chunk][offset : offset + run.length * self.slot_elements]
 
     def segment(self, run: Run) -> torch.Tensor:
-        """The run's memory as `[L, 2, H, run.length * block_size, D]` (a view, no copy; token-major, a strided one
-        whose `permute(3, 0, 1, 2, 4)` is contiguous over any range of tokens)."""
+        """The run's memory as `[L, 2, H, run.length * block_size, D]` (a view, no copy; strided but for the
+        layer-major layout)."""
         L, two, H, block, D = self.slot_shape
-        if self.token_major:
-            return self.flat(run).view(run.length * block, L, two, H, D).permute(1, 2, 3, 0, 4)
-        return self.flat(run).view(L, two, H, run.length * block, D)
+        T = run.length * block
+        if self.layout == "token":
+            return self.flat(run).view(T, L, two, H, D).permute(1, 2, 3, 0, 4)
+        if self.layout == "head":
+            return self.flat(run).view(L, H, T, two, D).permute(0, 3, 1, 2, 4)
+        return self.flat(run).view(L, two, H, T, D)
 
     @property
     def capacity_bytes(self) -> int:

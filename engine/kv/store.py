@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.kv import pieces
 from engine.kv.blocks import AppendPlan, BlockManager, Tier
+from engine.kv.pieces import Split
 from engine.kv.pool import PoolExhausted, Run, SlotPool
 from engine.kv.streams import streams_for
 
@@ -43,11 +45,11 @@ class Counters:
     step_stall_seconds: float = 0.0  # CUDA: compute waiting for loads, between CUDA events
     _owned: dict[tuple[str, tuple[int, ...]], int] = field(default_factory=lambda: defaultdict(int))
 
-    def add(self, direction: str, nbytes: int, owners: Sequence[int] = ()) -> None:
+    def add(self, direction: str, nbytes: int, owners: Sequence[int] = (), calls: int = 1) -> None:
         self.total[direction] += nbytes
         self.step[direction] += nbytes
-        self.calls[direction] += 1
-        self.step_calls[direction] += 1
+        self.calls[direction] += calls
+        self.step_calls[direction] += calls
         if owners:
             self._owned[(direction, tuple(owners))] += nbytes
 
@@ -90,6 +92,7 @@ class KVStore:
         budget_bytes: int,
         pcie_gbps: float = 25.0,
         host_device: torch.device | str = "cpu",
+        host_layout: str = "token",
     ) -> None:
         self.blocks = blocks
         self.slot_shape = (num_layers, 2, num_kv_heads, blocks.block_size, head_dim)
@@ -105,7 +108,7 @@ class KVStore:
         self.pools = {
             Tier.DEVICE: SlotPool(self.slot_shape, dtype, self.device, capacity=budget_bytes // self.block_bytes),
             Tier.HOST: SlotPool(self.slot_shape, dtype, self.host, capacity=0, pin=self.pin, chunk=chunk,
-                                empty=lambda n: self.host_empty((n,), dtype), token_major=True),
+                                empty=lambda n: self.host_empty((n,), dtype), layout=host_layout),
         }
         self._slots: dict[Tier, dict[int, Slot]] = {Tier.DEVICE: {}, Tier.HOST: {}}
         self._run_users: dict[tuple[Tier, int], int] = {}  # live blocks in each run (freed at zero)
@@ -241,6 +244,7 @@ class KVStore:
         host timer would see only the launch); the host reads a host block only after `sync`, which
         the KV cache calls at the end of every step (a block written back in a step is read in it only by
         a speculative fork's copy-on-write, and `write` syncs first)."""
+        split = self._split(dst, src, direction)
         if self.emulated or direction == "h2h":
             start = time.perf_counter()
             if self.emulated:
@@ -251,27 +255,44 @@ class KVStore:
         else:
             begin, end = self.streams.event(timing=True), self.streams.event(timing=True)
             begin.record()
-            if _rows(src if direction == "h2d" else dst if direction == "d2h" else None) is None:
+            if split is None:
                 self.streams.copy(dst, src, direction)
             else:
-                self._copy_rows(dst, src, direction)
+                self._copy_pieces(dst, src, direction, split)
             end.record()
             self._timed.append((begin, end))
-        self.counters.add(direction, src.numel() * src.element_size(), owners)
+        self.counters.add(direction, src.numel() * src.element_size(), owners, 1 if split is None else split.pieces)
 
-    def _copy_rows(self, dst: torch.Tensor, src: torch.Tensor, direction: str) -> None:
-        """A PCIe copy whose host side is a range of a token-major host run: its tokens cross as one contiguous
-        copy to or from a device buffer of the same layout, rearranged on the device. Copied as it is, with a
-        strided side, PyTorch would gather or scatter the host side on the CPU through pageable memory
-        (aten Copy.cu, `copy_requires_temporaries`): blocking the host, not overlapping compute."""
-        device = dst if direction == "h2d" else src
-        rows = torch.empty(_rows_shape(device), dtype=device.dtype, device=device.device)
-        if direction == "h2d":
-            self.streams.copy(rows, _rows(src), "h2d")
-            self.streams.copy(dst, rows.permute(1, 2, 3, 0, 4), "d2d")
-        else:
-            self.streams.copy(rows, src.permute(3, 0, 1, 2, 4), "d2d")
-            self.streams.copy(_rows(dst), rows, "d2h")
+    @staticmethod
+    def _split(dst: torch.Tensor, src: torch.Tensor, direction: str) -> Split | None:
+        """How a PCIe copy with a strided host side crosses: as the contiguous pieces of that side (None: as
+        one copy, the host side contiguous, or in too many pieces to pay; PyTorch then stages it)."""
+        host = src if direction == "h2d" else dst if direction == "d2h" else None
+        if host is None or host.is_contiguous():
+            return None
+        split = pieces.split(host)
+        return split if split.pieces <= pieces.MAX_PIECES else None
+
+    def _copy_pieces(self, dst: torch.Tensor, src: torch.Tensor, direction: str, split: Split) -> None:
+        """Each contiguous piece of the host side crosses as one asynchronous copy, to or from the device side's
+        matching piece; a device side not laid out in the host's memory order is rearranged on the device,
+        through one temporary (a copy on the device, not counted in D2D: PyTorch would make it too)."""
+        host, device = (src, dst) if direction == "h2d" else (dst, src)
+        ordered = device.permute(split.order)
+        parts = split.views(ordered)
+        staging = None
+        if not all(part.is_contiguous() for part in parts):
+            staging = torch.empty(ordered.shape, dtype=device.dtype, device=device.device)
+            parts = split.views(staging)
+            if direction == "d2h":
+                self.streams.copy(staging, ordered, "d2d")
+        for host_part, device_part in zip(split.views(host.permute(split.order)), parts, strict=True):
+            if direction == "h2d":
+                self.streams.copy(device_part, host_part, "h2d")
+            else:
+                self.streams.copy(host_part, device_part, "d2h")
+        if staging is not None and direction == "h2d":
+            self.streams.copy(ordered, staging, "d2d")
 
     @contextlib.contextmanager
     def loading(self) -> Iterator[torch.cuda.Event | None]:
@@ -364,19 +385,6 @@ class KVStore:
         self._timed.clear()
         self._stalls.clear()
         self._written.clear()
-
-
-def _rows(host: torch.Tensor | None) -> torch.Tensor | None:
-    """`host` `[L, 2, H, T, D]` as the contiguous token rows `[T, L, 2, H, D]` it is a view of, if it is one."""
-    if host is None or host.dim() != 5:
-        return None
-    rows = host.permute(3, 0, 1, 2, 4)
-    return rows if rows.is_contiguous() and not host.is_contiguous() else None
-
-
-def _rows_shape(tensor: torch.Tensor) -> tuple[int, ...]:
-    L, two, H, T, D = tensor.shape
-    return (T, L, two, H, D)
 
 
 def _flag(tier: Tier) -> str:

@@ -1,0 +1,51 @@
+"""A strided host view as the few contiguous pieces it is made of, so that a PCIe copy of it stays asynchronous.
+
+A copy between the GPU and pinned host memory is asynchronous only when its host side is contiguous;
+PyTorch gathers or scatters any other host side on the CPU through pageable memory (aten's Copy.cu,
+`copy_requires_temporaries`), blocking the host. The host views the KV layer copies are strided but
+few pieces in memory order: a range of a token-major run's tokens is one, one layer's head group of
+a head-major run is one per head. `split` finds them; `KVStore.copy` sends each as one asynchronous
+copy to or from the matching piece of the device side, laid out in the same order (a device side laid
+out otherwise is rearranged on the device, through one temporary).
+
+    host = segment[:, :, :, 0:4]     # [L, 2, H, 4, D] of a token-major run: memory order T, L, 2, H, D
+    split(host).pieces == 1          # one copy of host.permute(split(host).order)
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import torch
+
+MAX_PIECES = 256  # more pieces than this cross as PyTorch sends them (pageable): fewer, larger copies win
+
+
+@dataclass(frozen=True)
+class Split:
+    """`order`: the host view's dims from the largest stride to the smallest; its first `lead` dims (in that
+    order) index the pieces, the rest is one contiguous piece."""
+
+    order: tuple[int, ...]
+    lead: int
+    pieces: int
+
+    def views(self, ordered: torch.Tensor) -> list[torch.Tensor]:
+        """The pieces of a tensor of the host view's shape permuted to `order` (the host view's own pieces are
+        contiguous; another tensor's are views at the same places)."""
+        return [ordered[index] for index in itertools.product(*(range(n) for n in ordered.shape[: self.lead]))]
+
+
+def memory_order(tensor: torch.Tensor) -> tuple[int, ...]:
+    """The dims from the largest stride to the smallest; a dim of size 1 (any stride) goes first."""
+    return tuple(sorted(range(tensor.dim()), key=lambda i: (tensor.shape[i] != 1, -tensor.stride(i))))
+
+
+def split(host: torch.Tensor) -> Split:
+    """The fewest contiguous pieces `host` is made of, read in its memory order."""
+    order = memory_order(host)
+    view = host.permute(order)  # the dims after the last one (a 0-dim view) are always contiguous
+    lead = next(k for k in range(view.dim() + 1) if not view.numel() or view[(0,) * k].is_contiguous())
+    return Split(order, lead, math.prod(view.shape[:lead]))
