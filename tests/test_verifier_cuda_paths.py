@@ -46,11 +46,12 @@ def emulated_and_cuda(fakes: Fakes, build, drive):
 
 def assert_same_kv_work(emulated: PathVerifier, cuda: PathVerifier) -> None:
     """The same bytes and copy calls in every direction, over the run and in the last step, and the same
-    memory at rest; every PCIe copy's host side pinned; no copy left queued on the copy stream."""
+    memory at rest; every PCIe copy's host side pinned and crossing in contiguous pieces (never through
+    PyTorch's pageable temporaries: the host pool is token-major); no copy left queued on the copy stream."""
     assert cuda.kv.total == emulated.kv.total and cuda.kv.total_calls == emulated.kv.total_calls
     assert cuda.memory() == emulated.memory()
     fake = cuda.kv.streams
-    assert fake.unpinned == []
+    assert fake.unpinned == [] and fake.staged == []
     assert not any(op.accesses for op in fake.copy_stream.queue), "every load was waited for"
     fake.synchronize()  # the held copies to the host run now: none races
 

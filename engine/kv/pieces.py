@@ -49,3 +49,36 @@ def split(host: torch.Tensor) -> Split:
     view = host.permute(order)  # the dims after the last one (a 0-dim view) are always contiguous
     lead = next(k for k in range(view.dim() + 1) if not view.numel() or view[(0,) * k].is_contiguous())
     return Split(order, lead, math.prod(view.shape[:lead]))
+
+
+def split_copy(dst: torch.Tensor, src: torch.Tensor, direction: str) -> Split | None:
+    """How a PCIe copy with a strided host side crosses: as the contiguous pieces of that side (None: as one
+    copy: the host side is contiguous, or it is in too many pieces to pay, and PyTorch stages it)."""
+    host = src if direction == "h2d" else dst if direction == "d2h" else None
+    if host is None or host.is_contiguous():
+        return None
+    found = split(host)
+    return found if found.pieces <= MAX_PIECES else None
+
+
+def copy(streams, dst: torch.Tensor, src: torch.Tensor, direction: str, found: Split) -> None:
+    """Each contiguous piece of the host side crosses as one asynchronous copy (`streams`: engine/kv/streams.py),
+    to or from the device side's matching piece; a device side not laid out in the host's memory order is
+    rearranged on the device through one temporary (a copy on the device, not counted in D2D: PyTorch would
+    make it too)."""
+    host, device = (src, dst) if direction == "h2d" else (dst, src)
+    ordered = device.permute(found.order)
+    parts = found.views(ordered)
+    staging = None
+    if not all(part.is_contiguous() for part in parts):
+        staging = torch.empty(ordered.shape, dtype=device.dtype, device=device.device)
+        parts = found.views(staging)
+        if direction == "d2h":
+            streams.copy(staging, ordered, "d2d")
+    for host_part, device_part in zip(found.views(host.permute(found.order)), parts, strict=True):
+        if direction == "h2d":
+            streams.copy(device_part, host_part, "h2d")
+        else:
+            streams.copy(host_part, device_part, "d2h")
+    if staging is not None and direction == "h2d":
+        streams.copy(ordered, staging, "d2d")

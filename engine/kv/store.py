@@ -23,7 +23,6 @@ import torch
 
 from engine.kv import pieces
 from engine.kv.blocks import AppendPlan, BlockManager, Tier
-from engine.kv.pieces import Split
 from engine.kv.pool import PoolExhausted, Run, SlotPool
 from engine.kv.streams import streams_for
 
@@ -244,7 +243,7 @@ class KVStore:
         host timer would see only the launch); the host reads a host block only after `sync`, which
         the KV cache calls at the end of every step (a block written back in a step is read in it only by
         a speculative fork's copy-on-write, and `write` syncs first)."""
-        split = self._split(dst, src, direction)
+        split = pieces.split_copy(dst, src, direction)
         if self.emulated or direction == "h2h":
             start = time.perf_counter()
             if self.emulated:
@@ -258,41 +257,10 @@ class KVStore:
             if split is None:
                 self.streams.copy(dst, src, direction)
             else:
-                self._copy_pieces(dst, src, direction, split)
+                pieces.copy(self.streams, dst, src, direction, split)
             end.record()
             self._timed.append((begin, end))
         self.counters.add(direction, src.numel() * src.element_size(), owners, 1 if split is None else split.pieces)
-
-    @staticmethod
-    def _split(dst: torch.Tensor, src: torch.Tensor, direction: str) -> Split | None:
-        """How a PCIe copy with a strided host side crosses: as the contiguous pieces of that side (None: as
-        one copy, the host side contiguous, or in too many pieces to pay; PyTorch then stages it)."""
-        host = src if direction == "h2d" else dst if direction == "d2h" else None
-        if host is None or host.is_contiguous():
-            return None
-        split = pieces.split(host)
-        return split if split.pieces <= pieces.MAX_PIECES else None
-
-    def _copy_pieces(self, dst: torch.Tensor, src: torch.Tensor, direction: str, split: Split) -> None:
-        """Each contiguous piece of the host side crosses as one asynchronous copy, to or from the device side's
-        matching piece; a device side not laid out in the host's memory order is rearranged on the device,
-        through one temporary (a copy on the device, not counted in D2D: PyTorch would make it too)."""
-        host, device = (src, dst) if direction == "h2d" else (dst, src)
-        ordered = device.permute(split.order)
-        parts = split.views(ordered)
-        staging = None
-        if not all(part.is_contiguous() for part in parts):
-            staging = torch.empty(ordered.shape, dtype=device.dtype, device=device.device)
-            parts = split.views(staging)
-            if direction == "d2h":
-                self.streams.copy(staging, ordered, "d2d")
-        for host_part, device_part in zip(split.views(host.permute(split.order)), parts, strict=True):
-            if direction == "h2d":
-                self.streams.copy(device_part, host_part, "h2d")
-            else:
-                self.streams.copy(host_part, device_part, "d2h")
-        if staging is not None and direction == "h2d":
-            self.streams.copy(ordered, staging, "d2d")
 
     @contextlib.contextmanager
     def loading(self) -> Iterator[torch.cuda.Event | None]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.errors import KVBudgetTooSmall
+from engine.kv import pieces
 from engine.kv.blocks import Tier
 from engine.kv.pool import PoolExhausted, Run, SlotPool
 from engine.kv.store import DIRECTIONS, HOST_CHUNK_BYTES
@@ -78,6 +79,7 @@ class VerifierKV:
                 pin=self.streams is not None,
                 chunk=max(1, HOST_CHUNK_BYTES // self.block_bytes),
                 empty=None if self.streams is None else lambda n: self.streams.empty_host((n,), dtype),
+                layout="token",  # a segment's tokens are one contiguous piece: its copies cross asynchronously
             ),
         }
         self.segments: dict[int, Segment] = {}
@@ -121,9 +123,9 @@ class VerifierKV:
     def load(self, handle: int, dst: torch.Tensor) -> None:
         """Copy the segment into `dst` `[L, 2, H, T, D]` on the device (host segments cross PCIe).
 
-        On CUDA a host segment still being written waits for every stream first: `dst` (a slice of an
-        arena) is not contiguous, so PyTorch has the host read the host side when the copy is issued,
-        into a temporary (aten/src/ATen/native/cuda/Copy.cu), not in stream order after the write."""
+        On CUDA a host segment still being written waits for every stream first: the write may have been
+        issued on the other stream, not ordered before this load (a safety: the host side is contiguous
+        pieces, so the copy itself is in stream order, never read by the host when issued)."""
         segment = self.segments[handle]
         self.touch(handle)
         if handle in self._written:
@@ -295,14 +297,19 @@ class VerifierKV:
         return self.pools[segment.tier].segment(segment.run)[:, :, :, : segment.tokens]
 
     def _copy(self, dst: torch.Tensor, src: torch.Tensor, direction: str) -> None:
-        """Copy and count (one call). On CUDA the copy is issued on the current stream, asynchronous to the
-        host (pinned host memory); a host segment it writes is read again only by `load`, which waits for it."""
+        """Copy and count. On CUDA the copy is issued on the current stream, asynchronous to the host (pinned
+        host memory, sent as its contiguous pieces: engine/kv/pieces.py, one call each); a host segment it
+        writes is read again only by `load`, which waits for it."""
+        split = pieces.split_copy(dst, src, direction)
         if self.streams is None:
             dst.copy_(src)
-        else:
+        elif split is None:
             self.streams.copy(dst, src, direction)
-        nbytes = src.numel() * src.element_size()
-        for counts, value in ((self.traffic, nbytes), (self.total, nbytes), (self.calls, 1), (self.total_calls, 1)):
+        else:
+            pieces.copy(self.streams, dst, src, direction, split)
+        nbytes, calls = src.numel() * src.element_size(), 1 if split is None else split.pieces
+        for counts, value in ((self.traffic, nbytes), (self.total, nbytes), (self.calls, calls),
+                              (self.total_calls, calls)):  # fmt: skip
             counts[direction] += value
 
     def _note_written(self, handle: int) -> None:
