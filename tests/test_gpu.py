@@ -91,8 +91,10 @@ def run_search(loaded, cache: CacheConfig):
         CacheConfig(policy="lbs", kv_budget_bytes=160_000),
         CacheConfig(policy="lbs", kv_budget_bytes=160_000, inter_beam=False),
         CacheConfig(policy="layerwise", kv_budget_bytes=700_000),
+        CacheConfig(policy="headwise", kv_budget_bytes=160_000),  # two KV heads a group: a piece per head
+        CacheConfig(policy="headwise", kv_budget_bytes=100_000),  # one KV head a group
     ],
-    ids=["lbs", "lbs-no-sharing", "layerwise"],
+    ids=["lbs", "lbs-no-sharing", "layerwise", "headwise", "headwise-one-head"],
 )
 def test_policies_match_in_device_in_float32_on_cuda(tiny_cuda, cache):
     _, reference = run_search(tiny_cuda, CacheConfig(policy="in_device"))

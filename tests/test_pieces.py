@@ -9,6 +9,7 @@ import torch
 from engine.kv import pieces
 from engine.kv import store as store_module
 from engine.kv.blocks import BlockManager
+from engine.kv.headwise import group_major
 from engine.kv.pool import SlotPool
 from engine.kv.store import KVStore
 from tests.fake_cuda import FakeCuda
@@ -43,6 +44,18 @@ def test_a_host_view_splits_into_the_fewest_contiguous_pieces_in_its_memory_orde
     assert all(part.is_contiguous() for part in parts)
     assert sum(part.numel() for part in parts) == host.numel()
     assert torch.equal(torch.cat([p.flatten() for p in parts]).sort().values, host.flatten().sort().values)
+
+
+def test_head_wise_arena_gives_a_head_groups_rows_as_one_piece_and_a_forwards_new_tokens_as_one_per_group():
+    """The host arena of head-wise's rows, `[L, 2, B, G, g, C, D]` group-major: a load (one layer, one head
+    group, every row, the first `n` columns) is one piece; a forward's write (one layer, every head, one
+    column) is one piece per head group."""
+    shape = (L, 2, 3, 2, 2, 10, D)  # 3 rows, 2 groups of 2 heads, 10 columns
+    arena = group_major(torch.arange(2 * torch.Size(shape).numel(), dtype=torch.float32), shape)
+    assert arena.shape == shape
+    assert pieces.split(arena[1, :, :, 1, :, :7]).pieces == 1
+    assert pieces.split(arena[1, :, :, :, :, 7:8]).pieces == 2
+    assert len(set(arena.flatten().tolist())) == arena.numel() and arena.max() < arena.numel(), "the first elements"
 
 
 def fake_store(monkeypatch) -> tuple[KVStore, FakeCuda]:

@@ -1,10 +1,12 @@
 """One group's past KV streamed to the device head group by head group, through two alternating buffers.
 
 The past KV lives on the host in two parts: a shared prefix `[L, 2, H, P, D]` (read in place,
-e.g. the prompt's run in the host pool) and the rows' own tokens `[L, 2, B, H, C, D]` (a host
-arena, left-padded). Both are head-major in memory (engine/kv/pool.py), and so are the device
-buffers, so a head group crosses PCIe as one contiguous, asynchronous copy per head (or one in
-all), never through PyTorch's pageable temporaries (engine/kv/pieces.py).
+e.g. the prompt's run in the host pool) and the rows' own tokens `[L, 2, B, G, g, C, D]` (`G` head
+groups of `g` heads; a host arena, left-padded). In memory the prefix is head-major (engine/kv/pool.py)
+and the arena group-major (`[L, G, C, 2, B, g, D]`), and so are the device buffers: a head group's
+prefix crosses PCIe as one contiguous, asynchronous copy per head (or one in all), its rows as one,
+and a forward's new tokens as one per head group, never through PyTorch's pageable temporaries
+(engine/kv/pieces.py).
 
 For every forward call and every layer, `attend` walks the layer's head
 groups of `g` KV heads: the group's prefix and rows are copied into one of two device buffers
@@ -59,15 +61,17 @@ class HeadStream:
         heads: int,
         owners: Sequence[int],
     ) -> None:
-        # prefix: [L, 2, H, P, D] on the host, or None; rows: [L, 2, B, H, C, D] on the host, `filled` columns written
+        # prefix: [L, 2, H, P, D] on the host, or None; rows: [L, 2, B, G, g, C, D] on the host, `filled` columns
+        # written, with g == heads
         self.store, self.prefix, self.rows, self.heads, self.owners = store, prefix, rows, heads, list(owners)
-        L, _, B, H, C, D = rows.shape
-        self.num_layers, self.num_groups = L, H // heads
+        L, _, B, G, g, C, D = rows.shape
+        assert g == heads, f"the rows are in groups of {g} heads, not {heads}"
+        self.num_layers, self.num_groups = L, G
         P = 0 if prefix is None else prefix.shape[3]
-        shapes = [(BUFFERS, heads, P, 2, D), (BUFFERS, heads, C, 2, B, D)]  # head-major, like the host side
+        shapes = [(BUFFERS, heads, P, 2, D), (BUFFERS, C, 2, B, heads, D)]  # as the prefix and the arena are
         (prefix_buffers, row_buffers), self.run = store.working(shapes)
         self.device_prefix = prefix_buffers.permute(0, 3, 1, 2, 4)  # [BUFFERS, 2, g, P, D]
-        self.device_rows = row_buffers.permute(0, 3, 4, 1, 2, 5)  # [BUFFERS, 2, B, g, C, D]
+        self.device_rows = row_buffers.permute(0, 2, 3, 4, 1, 5)  # [BUFFERS, 2, B, g, C, D]
         self.filled = filled
         self.past = filled  # columns of the rows part before the current forward's tokens
         self.staged: dict[int, object] = {}  # item (layer * groups + group) -> its load's event
@@ -84,15 +88,12 @@ class HeadStream:
 
     # -- host side --------------------------------------------------------------------------
     def write(self, layer: int, column: int, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """The new tokens' K and V `[B, H, Q, D]` go to the host arena's columns from `column`, laid out on the
-        device in the host's head-major order first, so that each head's part crosses as one contiguous copy."""
+        """The new tokens' K and V `[B, H, Q, D]` go to the host rows' columns from `column` (laid out on the
+        device in the host's order first: one contiguous copy per head group of the arena)."""
         if layer == 0:
             self.past = column
-        B, H, Q, D = keys.shape
-        new = torch.empty((H, Q, 2, B, D), dtype=keys.dtype, device=keys.device)
-        new[:, :, 0] = keys.permute(1, 2, 0, 3)
-        new[:, :, 1] = values.permute(1, 2, 0, 3)
-        self.store.copy(self.rows[layer, :, :, :, column : column + Q], new.permute(2, 3, 0, 1, 4), "d2h", self.owners)
+        new = torch.stack((keys, values)).unflatten(2, (self.num_groups, self.heads))  # [2, B, G, g, Q, D]
+        self.store.copy(self.rows[layer, :, :, :, :, column : column + keys.shape[2]], new, "d2h", self.owners)
 
     def _load(self, item: int):
         """Copy head group `item` (its prefix and its rows' past columns) into buffer `item % 2`."""
@@ -104,7 +105,7 @@ class HeadStream:
                 self.store.copy(self.device_prefix[slot], self.prefix[layer, :, heads], "h2d", self.owners)
             if n:
                 target = self.device_rows[slot][:, :, :, :n]
-                self.store.copy(target, self.rows[layer, :, :, heads, :n], "h2d", self.owners)
+                self.store.copy(target, self.rows[layer, :, :, group, :, :n], "h2d", self.owners)
         return done
 
     # -- one layer ----------------------------------------------------------------------------

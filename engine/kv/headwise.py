@@ -140,7 +140,8 @@ class HeadwisePolicy:
         heads = next((g for g in head_group_sizes(self.num_kv_heads) if need(g) <= budget), None)
         if heads is None:
             raise KVBudgetTooSmall(budget, need(1), "one KV head of the prompt (headwise)")
-        stream = HeadStream(self.store, None, rows, done, heads, [0])
+        grouped = rows.unflatten(3, (self.num_kv_heads // heads, heads))  # [L, 2, 1, G, g, T, D]
+        stream = HeadStream(self.store, None, grouped, done, heads, [0])
         try:
             cache = stream.cache(self.context.config)
             prefill(tokens[done:], chunk=chunk, cache=cache, kv_heads=stream)
@@ -197,26 +198,25 @@ class HeadwisePolicy:
         lengths = [self.blocks.num_tokens(t) for t in own]
         width = max(lengths)
         L, _, H, _, D = self.store.slot_shape
-        arena = self._host_arena((L, 2, len(members), H, width + self.context.step_tokens, D))
+        arena = self._host_arena((L, 2, len(members), H // heads, heads, width + self.context.step_tokens, D))
         for row, (member, table, length) in enumerate(zip(members, own, lengths, strict=True)):
             column = width - length
-            arena[:, :, row, :, :column].zero_()  # padding is masked, but must not hold NaN
+            arena[:, :, row, :, :, :column].zero_()  # padding is masked, but must not hold NaN
             for block_id in table:
                 n = self.blocks.blocks[block_id].num_tokens
-                src = self.store.view(block_id, Tier.HOST, n)
-                self.store.copy(arena[:, :, row, :, column : column + n], src, "h2h", [member.id])
+                src = self.store.view(block_id, Tier.HOST, n).unflatten(2, (H // heads, heads))
+                self.store.copy(arena[:, :, row, :, :, column : column + n], src, "h2h", [member.id])
                 column += n
         stream = HeadStream(self.store, prefix, arena, width, heads, [m.id for m in members])
         return stream, width, _padding_mask(lengths, width, self.store.device)
 
     def _host_arena(self, shape: tuple[int, ...]) -> torch.Tensor:
-        """`[L, 2, B, H, C, D]` of host memory (pinned on CUDA), head-major like the host pool (`[L, H, C, 2, B, D]`
-        in memory), grown when a step needs more; nothing is allocated per token."""
-        L, two, B, H, C, D = shape
-        size = math.prod(shape)
-        if self._arena is None or self._arena.numel() < size:
-            self._arena = self.store.host_empty((size,), self.store.dtype)
-        return self._arena[:size].view(L, H, C, two, B, D).permute(0, 3, 4, 1, 2, 5)
+        """`[L, 2, B, G, g, C, D]` of host memory (pinned on CUDA), `G` groups of `g` heads, group-major in memory
+        (`[L, G, C, 2, B, g, D]`: a head group's first columns are one contiguous piece, and so is one column of
+        it), grown when a step needs more; nothing is allocated per token."""
+        if self._arena is None or self._arena.numel() < math.prod(shape):
+            self._arena = self.store.host_empty((math.prod(shape),), self.store.dtype)
+        return group_major(self._arena, shape)
 
     def _write_back(self, members: list[Live], results, stream: HeadStream, width: int) -> None:
         for row, (member, result) in enumerate(zip(members, results, strict=True)):
@@ -224,7 +224,7 @@ class HeadwisePolicy:
             if n == 0:
                 continue
             plan = self.blocks.append(member.table, result.fed, Tier.HOST)
-            new_kv = stream.rows[:, :, row, :, width : width + n]  # [L, 2, H, n, D] on the host
+            new_kv = stream.rows[:, :, row, :, :, width : width + n].flatten(2, 3)  # [L, 2, H, n, D], a host copy
             self.store.write(plan, new_kv, Tier.HOST, member.id, source=Tier.HOST)
             member.table = plan.table
             member.pending = result.sampled[-1]
@@ -242,6 +242,14 @@ class HeadwisePolicy:
 
     def tier_bytes(self) -> tuple[int, int]:
         return self.store.resident_bytes(Tier.DEVICE), self.store.resident_bytes(Tier.HOST)
+
+
+def group_major(memory: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """`shape` `[L, 2, B, G, g, C, D]` as a view of the first elements of flat `memory`, laid out `[L, G, C, 2, B,
+    g, D]`: one layer's head group over its first `n` columns is one contiguous piece, and so is one column of
+    one head group."""
+    L, two, B, G, g, C, D = shape
+    return memory[: math.prod(shape)].view(L, G, C, two, B, g, D).permute(0, 3, 4, 1, 5, 2, 6)
 
 
 def _padding_mask(lengths: Sequence[int], width: int, device):
