@@ -129,6 +129,24 @@ class SearchConfig:
     def candidates_per_step(self) -> int:
         return self.beams * self.width
 
+    # the method's shape, for what sizes the search ahead of it (engine/kv/cache.py); engine/methods does it
+    @property
+    def rows_per_step(self) -> int:
+        """Candidates a step decodes at most: N x M, one for greedy (one path whatever N and M)."""
+        return 1 if self.method == "greedy" else self.candidates_per_step
+
+    @property
+    def kept_per_step(self) -> int:
+        """Paths a step's selection keeps at most: N for beam and DVTS, every sample for best-of-N, one for greedy."""
+        if self.method == "best-of-n":
+            return self.candidates_per_step
+        return 1 if self.method == "greedy" else self.beams
+
+    @property
+    def children_per_path(self) -> int:
+        """Children a kept path expands the next step: M for beam and DVTS, one for best-of-N and greedy."""
+        return self.width if self.method in ("beam", "dvts") else 1
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -8,7 +8,9 @@ from collections import defaultdict
 import pytest
 import torch
 
-from engine.config import CacheConfig, SearchConfig
+from engine.candidate import Candidate
+from engine.config import METHODS, CacheConfig, SearchConfig
+from engine.methods import method_for
 from engine.search import run
 
 BASE = SearchConfig(beams=2, width=2, step_tokens=4, max_steps=3, step_delimiter=None, seed=5)
@@ -37,6 +39,22 @@ def test_every_method_streams_the_same_event_kinds(tiny):
     for method, types in kinds.items():
         assert types[0] == "run_started" and types[-1] == "run_finished", method
         assert set(types) == set(kinds["beam"]), method
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_each_methods_policy_has_the_shape_its_settings_give(method):
+    """What sizes the search ahead of its policy (in_device's whole-search bound, engine/kv/cache.py) reads the
+    method's shape from the settings: the policy must decode, expand and keep exactly that."""
+    config = SearchConfig(method=method, beams=3, width=2)
+    policy = method_for(config)
+    assert policy.roots() == config.rows_per_step
+    assert policy.children() == config.children_per_path
+    roots = [Candidate(i, None, 1, aggregate=i / 10, lane=policy.lane(i)) for i in range(policy.roots())]
+    kept = policy.keep(roots)
+    assert len(kept) == config.kept_per_step
+    children = [Candidate(100 + 10 * p.id + k, p.id, 2, aggregate=-k, lane=p.lane) for p in kept
+                for k in range(policy.children())]  # fmt: skip
+    assert len(children) <= config.rows_per_step and len(policy.keep(children)) == config.kept_per_step
 
 
 def test_dvts_keeps_one_path_per_subtree_and_subtrees_never_mix(tiny):

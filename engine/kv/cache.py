@@ -50,19 +50,6 @@ def longest_tokens(prompt_tokens: int, search: SearchConfig) -> int:
     return prompt_tokens + (search.max_steps + search.lookahead) * search.step_tokens
 
 
-def rows_per_step(search: SearchConfig) -> int:
-    """Candidates a step decodes at most: N x M, one for greedy (one path whatever N and M)."""
-    return 1 if search.method == "greedy" else search.candidates_per_step
-
-
-def kept_paths(search: SearchConfig) -> int:
-    """Paths a step's selection keeps at most (their blocks rest until the next step's children fork them):
-    beam and DVTS keep N, best-of-N keeps every sample, greedy one."""
-    if search.method == "best-of-n":
-        return search.candidates_per_step
-    return 1 if search.method == "greedy" else search.beams
-
-
 def whole_search_bytes(
     prompt_tokens: int,
     search: SearchConfig,
@@ -83,9 +70,9 @@ def whole_search_bytes(
     block, a run kept for one block still in use, and the plan's slack. The working KV is
     `working_tokens`'s.
     """
-    n, steps, k = rows_per_step(search), search.max_steps, search.step_tokens
+    n, steps, k = search.rows_per_step, search.max_steps, search.step_tokens
     per_step = growth_tokens(k, block_size, tails)
-    kept = kept_paths(search) * (steps - 1) * per_step
+    kept = search.kept_per_step * (steps - 1) * per_step  # kept paths' blocks rest until their children fork them
     at_rest = prompt_tokens + 3 * block_size + kept + n * (1 + search.lookahead) * per_step
     return (at_rest + working_tokens(prompt_tokens, search, block_size, cascade, speculative)) * token_bytes
 
@@ -107,15 +94,14 @@ def working_tokens(prompt_tokens: int, search: SearchConfig, block_size: int, ca
     (h - s)` for histories of at most `h`, staged or not. One slot of rounding for each of the load's
     two runs.
     """
-    n, k = rows_per_step(search), search.step_tokens
+    n, k = search.rows_per_step, search.step_tokens
     decoded = prompt_tokens + search.max_steps * k  # a sampled step's rows
     longest = decoded + max(search.lookahead - 1, 0) * k  # a roll-out's rows
     if not cascade:
         return n * (longest + k)
     shared = prompt_tokens // block_size * block_size  # every row's table starts with these blocks
-    children = search.width if search.method in ("beam", "dvts") else 1
-    own = min(decoded, block_size + k) if speculative and children > 1 else 0
-    sampled = decoded + (min(kept_paths(search), n) - 1) * (decoded - shared) + n * (own + k)
+    own = min(decoded, block_size + k) if speculative and search.children_per_path > 1 else 0
+    sampled = decoded + (min(search.kept_per_step, n) - 1) * (decoded - shared) + n * (own + k)
     rolled = longest + (n - 1) * (longest - shared) + n * k if search.lookahead else 0
     return max(sampled, rolled) + 2 * block_size
 
