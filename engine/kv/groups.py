@@ -99,6 +99,14 @@ class KeptPrefix:
             n += 1
         return n
 
+    def holds(self, prefix_ids: Sequence[int], tokens: int) -> str | None:
+        """How it can hold `prefix_ids` (`tokens` tokens): "read" (a leading part of it, in place), "refill"
+        (its shared blocks stay and the rest is copied in, once no loaded group reads it), or None."""
+        shared = self.shared_with(prefix_ids)
+        if shared == len(prefix_ids):
+            return "read"
+        return "refill" if shared and self.full.shape[3] >= tokens else None
+
 
 class GroupExecutor:
     """Decodes groups of candidates whose KV is loaded from blocks in the store."""
@@ -255,12 +263,10 @@ class GroupExecutor:
     def _kept_serves(self, work: Sequence[Work]) -> bool:
         """Whether the kept prefix will hold `work`'s shared prefix when it loads (read in place, or refilled in
         place once the group computing lets go of it): then that load stages no prefix of its own."""
-        kept = self.kept
-        if kept is None or not self.cascade:
+        if self.kept is None or not self.cascade:
             return False
         prefix_ids = common_prefix([w.table for w in work])
-        shared = kept.shared_with(prefix_ids)
-        return shared == len(prefix_ids) or (shared > 0 and kept.full.shape[3] >= self.blocks.num_tokens(prefix_ids))
+        return self.kept.holds(prefix_ids, self.blocks.num_tokens(prefix_ids)) is not None
 
     def _staged_carry(self, group: Group) -> Placed | None:
         """Where the blocks copied ahead for `group` are (a carry for its load), if any were."""
@@ -352,10 +358,11 @@ class GroupExecutor:
         tokens = self.blocks.num_tokens(prefix_ids)
         kept = self.kept
         shared = kept.shared_with(prefix_ids) if kept is not None else 0
-        if kept is not None and shared == len(prefix_ids):
+        holds = kept.holds(prefix_ids, tokens) if kept is not None else None
+        if holds == "read":
             kept.users += 1  # a leading part of the kept prefix: read in place
             return kept.full[:, :, :, :tokens], kept
-        if kept is not None and shared and kept.users == 0 and kept.full.shape[3] >= tokens:
+        if holds == "refill" and kept.users == 0:
             self._fill(kept.full, prefix_ids, shared, group, carry)  # the shared blocks stay; only the rest crosses
             kept.ids, kept.users = tuple(prefix_ids), 1
             return kept.full[:, :, :, :tokens], kept
