@@ -6,6 +6,7 @@
     python -m benchmarks.gpu_ladder w64 --policies layerwise --baselines generate:offloaded  # split a long one
     python -m benchmarks.gpu_ladder w16 --repeat 3  # time each policy 3 times, keep the fastest
     python -m benchmarks.gpu_ladder spec --json bench-results/spec.json  # goodput with and without speculation
+    python -m benchmarks.gpu_ladder long --json bench-results/long.json  # a 16k prompt: head-wise, layer-wise
 
 Every workload is `synthetic:llama2-7b` in bf16 with a 512-token random prompt and EOS disabled
 (random weights rarely sample it; a fixed step length makes the rows comparable with
@@ -42,9 +43,14 @@ WORKLOADS = {
     "w32x128": replace(BASE, beams=8, width=4, step_tokens=128, gen_tokens=256, kv_budget_bytes=8 * 10**9),
     "spec": replace(BASE, beams=16, width=4, step_tokens=64, gen_tokens=256, kv_budget_bytes=8 * 10**9,
                     step_delimiter=AUTO_DELIMITER),
+    "long": replace(BASE, prompt_tokens=16384, beams=2, width=2, step_tokens=32, gen_tokens=64,
+                    kv_budget_bytes=4 * 10**9),  # one candidate's 8 GB of KV does not fit: head-wise's ground
 }
-POLICIES = {"spec": ("in_device", "in_device:+speculative", "lbs:+prefix_order", "lbs:+speculative")}  # else LADDER
-OUTSIDE = {"spec": ()}  # outside baselines a workload runs by default (else every one)
+POLICIES = {  # else LADDER
+    "spec": ("in_device", "in_device:+speculative", "lbs:+prefix_order", "lbs:+speculative"),
+    "long": ("headwise", "layerwise"),
+}
+OUTSIDE = {"spec": (), "long": ("generate:offloaded",)}  # outside baselines a workload runs by default (else every one)
 
 
 def main(argv: list[str] | None = None) -> int:

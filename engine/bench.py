@@ -283,7 +283,7 @@ def run_bench(
         progress(f"step delimiter {report.step_delimiter_auto!r}")
     if not emulated and not plan_only:
         progress("warming up (not timed)")
-        _warm_up(loaded, workload, prompt)
+        _warm_up(loaded, workload, prompt, policies[0] if policies else "in_device")
     reference = None
     if teacher_forcing and not plan_only:
         progress("recording in_device's tokens for teacher forcing")
@@ -329,10 +329,11 @@ def pick_delimiter(loaded, workload: Workload, prompt: Sequence[int]) -> str:
     return text
 
 
-def _warm_up(loaded, workload: Workload, prompt: Sequence[int]) -> None:
-    """One short run of the engine and of `generate` in this process, untimed (kernels, allocator, caches)."""
+def _warm_up(loaded, workload: Workload, prompt: Sequence[int], policy: str = "in_device") -> None:
+    """One short run of the engine (the first policy timed) and of `generate` in this process, untimed (kernels,
+    allocator, caches)."""
     short = replace(workload, gen_tokens=workload.step_tokens)
-    run_policy(loaded, short, "in_device", prompt)
+    run_policy(loaded, short, policy, prompt)
     run_baseline(loaded, "generate", prompt, 1, 4, workload.seed)
 
 

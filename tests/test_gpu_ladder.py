@@ -36,3 +36,22 @@ def test_the_speculation_workload_picks_its_delimiter_and_runs_its_four_policies
     names = [r["name"] for r in data["results"]]
     assert names == ["in_device", "in_device:+speculative", "lbs:+prefix_order", "lbs:+speculative"]
     assert all(r["ok"] for r in data["results"])
+
+
+def test_the_long_workload_times_head_wise_and_layer_wise_beside_the_offloaded_cache(monkeypatch, capsys):
+    """`long`: a prompt whose one candidate's KV (Llama-2-7B: 512 kB a token in bf16) is over the budget, so lbs
+    and in_device cannot run it; by default it times head-wise and layer-wise, and transformers' offloaded cache."""
+    from benchmarks import gpu_ladder
+
+    long = WORKLOADS["long"]
+    assert long.prompt_tokens * 2 * 32 * 32 * 128 * 2 > long.kv_budget_bytes
+    asked = {}
+
+    def refuse(workload, policies, **options):
+        asked.update(workload=workload, policies=policies, **options)
+        raise ValueError("stopped before loading")
+
+    monkeypatch.setattr(gpu_ladder, "run_bench", refuse)
+    assert main(["long"]) == 2 and "stopped before loading" in capsys.readouterr().err
+    assert asked["workload"] == long and asked["policies"] == ["headwise", "layerwise"]
+    assert asked["baselines"] == ["generate:offloaded"] and asked["plan_only"] is False
