@@ -4,9 +4,10 @@ A copy between the GPU and pinned host memory is asynchronous only when its host
 PyTorch gathers or scatters any other host side on the CPU through pageable memory (aten's Copy.cu,
 `copy_requires_temporaries`), blocking the host. The host views the KV layer copies are strided but
 few pieces in memory order: a range of a token-major run's tokens is one, one layer's head group of
-a head-major run is one per head. `split` finds them; `KVStore.copy` sends each as one asynchronous
-copy to or from the matching piece of the device side, laid out in the same order (a device side laid
-out otherwise is rearranged on the device, through one temporary).
+a head-major run is one per head. `split` finds them; `copy` (for the KV store and the verifier's
+pools) sends each as one asynchronous copy to or from the matching piece of the device side, laid out
+in the same order (a device side laid out otherwise is rearranged on the device, through one
+temporary).
 
     host = segment[:, :, :, 0:4]     # [L, 2, H, 4, D] of a token-major run: memory order T, L, 2, H, D
     split(host).pieces == 1          # one copy of host.permute(split(host).order)
