@@ -58,12 +58,15 @@ def test_head_wise_arena_gives_a_head_groups_rows_as_one_piece_and_a_forwards_ne
     assert len(set(arena.flatten().tolist())) == arena.numel() and arena.max() < arena.numel(), "the first elements"
 
 
+def head_major_store() -> KVStore:
+    return KVStore(BlockManager(block_size=BLOCK), num_layers=L, num_kv_heads=H, head_dim=D, dtype=torch.float32,
+                   device=torch.device("cpu"), budget_bytes=0, host_layout="head")  # fmt: skip
+
+
 def fake_store(monkeypatch) -> tuple[KVStore, FakeCuda]:
     fake = FakeCuda(staged=True)
     monkeypatch.setattr(store_module, "streams_for", lambda device: fake)
-    store = KVStore(BlockManager(block_size=BLOCK), num_layers=L, num_kv_heads=H, head_dim=D, dtype=torch.float32,
-                    device=torch.device("cpu"), budget_bytes=0, host_layout="head")  # fmt: skip
-    return store, fake
+    return head_major_store(), fake
 
 
 def pinned_run(fake: FakeCuda, layout: str = "head") -> torch.Tensor:
@@ -117,8 +120,7 @@ def test_a_view_of_too_many_pieces_crosses_as_pytorch_sends_it_and_counts_one_ca
 
 def test_the_emulated_device_counts_the_calls_cuda_would_make():
     """The deterministic CPU counts (bench, events) are CUDA's: a copy in pieces counts each."""
-    store = KVStore(BlockManager(block_size=BLOCK), num_layers=L, num_kv_heads=H, head_dim=D, dtype=torch.float32,
-                    device=torch.device("cpu"), budget_bytes=0, host_layout="head")  # fmt: skip
+    store = head_major_store()
     assert store.emulated
     host = host_run("head")[0, :, 1:4, :3]
     device = torch.zeros(host.shape)

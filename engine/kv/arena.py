@@ -85,6 +85,15 @@ def split_runs(block_ids: Sequence[int], continues: Callable[[int, int], bool]) 
 Placed = dict[int, tuple[torch.Tensor, int]]  # block -> (working tensor, column) its KV was first copied to
 
 
+def placements(blocks: BlockManager, block_ids: Sequence[int], tensor: torch.Tensor, column: int = 0) -> Placed:
+    """Where `block_ids`, copied one after another into `tensor` from `column` on, each begin."""
+    placed: Placed = {}
+    for block_id in block_ids:
+        placed[block_id] = (tensor, column)
+        column += blocks.blocks[block_id].num_tokens
+    return placed
+
+
 class BlockCopier:
     """Copies block tables into columns of working tensors `[L, 2, H, T, D]`, counting every copy.
 
@@ -124,9 +133,7 @@ class BlockCopier:
         return placed if placed is not None else self.carry.get(block_id)
 
     def _remember(self, run: list[int], dst: torch.Tensor, column: int) -> None:
-        for block_id in run:
-            self.placed[block_id] = (dst, column)
-            column += self.blocks.blocks[block_id].num_tokens
+        self.placed.update(placements(self.blocks, run, dst, column))
 
     def _runs(self, block_ids: Sequence[int], named: bool) -> list[list[int]]:
         """`block_ids` cut into runs that one copy can move: full blocks followed by the next block at the

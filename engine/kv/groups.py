@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from engine.kv.arena import BlockCopier, Family, Placed, block_users, families, query_slots
+from engine.kv.arena import BlockCopier, Family, Placed, block_users, families, placements, query_slots
 from engine.kv.attention import ParentHistory, SharedPrefix, arena_cache, uses_cascade
 from engine.kv.blocks import BlockManager, Tier
 from engine.kv.policy import (
@@ -154,8 +154,9 @@ class GroupExecutor:
                 if ahead is not None and ahead.group is group:
                     batch = ahead
                 else:
-                    batch = self._load(group, live, self._staged_carry(group))
-                    batch.staged = self._staged.members if self._staged_carry(group) is not None else ()
+                    staged = self._staged_carry(group)
+                    batch = self._load(group, live, staged)
+                    batch.staged = self._staged.members if staged is not None else ()
                 self._take_modelled(batch)
                 self._drop_staged()  # its copies are issued: stream order keeps them before the run's reuse
                 batch.h2d_bytes, self._moved_ahead = batch.h2d_bytes + self._moved_ahead, 0
@@ -379,11 +380,7 @@ class GroupExecutor:
 
     def _kept_placements(self, kept: KeptPrefix, shared: int) -> Placed:
         """Where the kept prefix holds its first `shared` blocks (a carry: the next stage copies them on the device)."""
-        placed, column = {}, 0
-        for block_id in kept.ids[:shared]:
-            placed[block_id] = (kept.full, column)
-            column += self.blocks.blocks[block_id].num_tokens
-        return placed
+        return placements(self.blocks, kept.ids[:shared], kept.full)
 
     def drop_kept(self) -> None:
         """At step end, on a retry, or for a group that shares nothing with it: the kept prefix goes

@@ -62,11 +62,14 @@ def split_copy(dst: torch.Tensor, src: torch.Tensor, direction: str) -> Split | 
     return found if found.pieces <= MAX_PIECES else None
 
 
-def copy(streams, dst: torch.Tensor, src: torch.Tensor, direction: str, found: Split) -> None:
-    """Each contiguous piece of the host side crosses as one asynchronous copy (`streams`: engine/kv/streams.py),
-    to or from the device side's matching piece; a device side not laid out in the host's memory order is
-    rearranged on the device through one temporary (a copy on the device, not counted in D2D: PyTorch would
-    make it too)."""
+def copy(streams, dst: torch.Tensor, src: torch.Tensor, direction: str, found: Split | None) -> None:
+    """The copy on `streams` (engine/kv/streams.py) as `split_copy` found it: as it is (None), or each contiguous
+    piece of the host side as one asynchronous copy, to or from the device side's matching piece; a device side
+    not laid out in the host's memory order is rearranged on the device through one temporary (a copy on the
+    device, not counted in D2D: PyTorch would make it too)."""
+    if found is None:
+        streams.copy(dst, src, direction)
+        return
     host, device = (src, dst) if direction == "h2d" else (dst, src)
     ordered = device.permute(found.order)
     parts = found.views(ordered)

@@ -254,10 +254,7 @@ class KVStore:
         else:
             begin, end = self.streams.event(timing=True), self.streams.event(timing=True)
             begin.record()
-            if split is None:
-                self.streams.copy(dst, src, direction)
-            else:
-                pieces.copy(self.streams, dst, src, direction, split)
+            pieces.copy(self.streams, dst, src, direction, split)
             end.record()
             self._timed.append((begin, end))
         self.counters.add(direction, src.numel() * src.element_size(), owners, 1 if split is None else split.pieces)

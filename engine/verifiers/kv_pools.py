@@ -303,8 +303,6 @@ class VerifierKV:
         split = pieces.split_copy(dst, src, direction)
         if self.streams is None:
             dst.copy_(src)
-        elif split is None:
-            self.streams.copy(dst, src, direction)
         else:
             pieces.copy(self.streams, dst, src, direction, split)
         nbytes, calls = src.numel() * src.element_size(), 1 if split is None else split.pieces
