@@ -223,6 +223,11 @@ def _footnotes(report: BenchReport) -> list[str]:
                 f"{r.name}: H2D {format_bytes(r.h2d_bytes)} measured, {format_bytes(r.h2d_bytes_eq1)} by the paper's "
                 "Eq. 1-3 (which holds no staging layers back from the budget)"
             )
+        if r.ok and r.pinned_peak_bytes is not None:
+            lines.append(
+                f"{r.name}: pinned host memory {format_bytes(r.pinned_peak_bytes)} at most; "
+                f"{r.pin_seconds:.2f} s of its wall time pinning new blocks (a first use in the process)"
+            )
     return lines + [f"note: {note}" for note in report.notes]
 
 

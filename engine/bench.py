@@ -20,6 +20,7 @@ from engine.auto_delimiter import AUTO_DELIMITER, most_sampled_text
 from engine.baselines import BASELINES, BaselineRun, run_baseline
 from engine.config import CacheConfig, SearchConfig
 from engine.kv.layer_budget import paper_h2d_bytes
+from engine.kv.streams import host_allocator_stats, release_host_cache
 from engine.replay import Observed, Replay, max_logit_diff
 
 LADDER: dict[str, dict] = {
@@ -127,6 +128,8 @@ class PolicyResult:
     lookahead_verified: int = 0  # next steps verified with their parent's step
     lookahead_used: int = 0  # of them, taken by their child
     h2d_bytes_eq1: int | None = None  # layer-wise only: the paper's Eq. 1-3 for the same workload
+    pinned_peak_bytes: int | None = None  # CUDA: pinned host memory torch's caching allocator held at most
+    pin_seconds: float | None = None  # CUDA: of the wall time, spent pinning new host blocks (a first use's cost)
     teacher_forced_max_logit_diff: float | None = None  # largest |logit - in_device's| on in_device's tokens
     h2d_vs_layerwise: float | None = None
     wall_vs_in_device: float | None = None
@@ -159,6 +162,7 @@ def run_policy(loaded, workload: Workload, name: str, prompt_ids: Sequence[int])
     from engine.search import run
 
     texts: dict[int, str] = {}
+    pinned = host_allocator_stats(reset_peak=True)
     stats, selected, peak, started = [], [], 0, time.perf_counter()
     question = workload.question or ""  # what a PRM reads as the question (the prompt is `prompt_ids`)
     for event in run(question, loaded, workload.search(), workload.cache(name), prompt_ids=prompt_ids):
@@ -175,6 +179,7 @@ def run_policy(loaded, workload: Workload, name: str, prompt_ids: Sequence[int])
         elif event.type == "run_finished":
             finished = event
     wall = time.perf_counter() - started
+    pinned_after = host_allocator_stats()
     compute = sum(s.compute_seconds for s in stats)
     stall = sum(s.stall_share * s.compute_seconds / (1 - s.stall_share) for s in stats if s.stall_share < 1)
     last = stats[-1]
@@ -194,14 +199,17 @@ def run_policy(loaded, workload: Workload, name: str, prompt_ids: Sequence[int])
         verifier_rows=sum(s.verifier_rows for s in selected),
         lookahead_verified=finished.lookahead_verified, lookahead_used=finished.lookahead_used,
         tokens_digest=hashlib.sha256(repr(sorted(texts.items())).encode()).hexdigest()[:16],
+        pinned_peak_bytes=None if pinned_after is None else pinned_after[0],
+        pin_seconds=None if pinned is None or pinned_after is None else pinned_after[1] - pinned[1],
     )
 
 
 def fastest_run(loaded, workload: Workload, name: str, prompt_ids: Sequence[int], repeats: int) -> PolicyResult:
-    """The fastest of `repeats` timed runs of one policy (a failed run is returned at once)."""
+    """The fastest of `repeats` timed runs of one policy (a failed run is returned at once). Pinned host memory
+    the policy's first run left cached stays for its later runs, as it would for an app's next question."""
     runs = []
-    for _ in range(repeats):
-        _release_device_memory()
+    for repeat in range(repeats):
+        _release_device_memory(host=repeat == 0)
         result = run_policy(loaded, workload, name, prompt_ids)
         if not result.ok:
             return result
@@ -309,12 +317,16 @@ def run_bench(
     return report
 
 
-def _release_device_memory() -> None:
+def _release_device_memory(host: bool = True) -> None:
     """Let each run start with the device as the last one found it: a failed run's frames may hold
-    tensors in reference cycles, and torch's allocator keeps freed blocks cached."""
+    tensors in reference cycles, and torch's allocators keep freed blocks cached; with `host`, the pinned
+    host blocks too (another policy's sizes seldom fit, and they stay locked in RAM: layer-wise on a 16k
+    prompt pins tens of GB)."""
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+        if host:
+            release_host_cache()
 
 
 def pick_delimiter(loaded, workload: Workload, prompt: Sequence[int]) -> str:

@@ -24,6 +24,8 @@ it checks the ordering rules that a real GPU would break silently:
   `staged`; reading host memory that a queued copy still writes is a race. (A strided *device* side only
   costs a contiguous temporary on the device: the pinned host side still crosses asynchronously.)
 
+Pinned memory is counted as torch's caching host allocator holds it (tests/fake_pinned.py).
+
 Elapsed times are fake milliseconds: each copy adds its megabytes plus one microsecond to its
 stream's clock, and a stream that waits takes the clock of what it waited for.
 """
@@ -36,6 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+
+from tests.fake_pinned import PinnedModel
 
 
 class HazardError(AssertionError):
@@ -126,6 +130,7 @@ class FakeCuda:
         self.copy_stream = FakeStream(self, "copy")
         self.current = self.compute
         self.pinned: set[int] = set()  # storages made by empty_host
+        self.allocator = PinnedModel()  # what torch's caching host allocator would hold for them
         self.unpinned: list[str] = []  # asynchronous copies whose host side was not pinned
         self.copies = {"compute": 0, "copy": 0, "host": 0}  # copies issued by each
         self.recorded = 0  # events recorded
@@ -150,7 +155,10 @@ class FakeCuda:
     def empty_host(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         tensor = torch.empty(shape, dtype=dtype)
         self.pinned.add(_storage(tensor))
-        return tensor
+        return self.allocator.take(tensor)
+
+    def release_host_cache(self) -> None:
+        self.allocator.release()
 
     def copy(self, dst: torch.Tensor, src: torch.Tensor, direction: str) -> None:
         host = {"h2d": src, "d2h": dst}.get(direction)

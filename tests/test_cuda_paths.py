@@ -91,6 +91,8 @@ def test_cuda_branches_give_the_emulated_tokens_logits_and_bytes(request, fakes,
     # a host run crosses in contiguous pieces (a range of a token-major run's tokens, a head of a head-major one)
     assert fake.staged == [], "no PCIe copy goes through PyTorch's pageable temporaries"
     assert not fake.copy_stream.queue and not fake.compute.queue, "the run ends with every copy done"
+    pinned = fake.allocator  # torch's caching host allocator, modelled (tests/fake_pinned.py)
+    assert pinned.peak == pinned.peak_in_use, "no freed pinned block is kept while the run needs more"
     stats = [e for e in cuda[0] if isinstance(e, ev.TransferStats)]
     assert all(not s.emulated and s.copy_seconds > 0 for s in stats), "copy time is read from the events"
     if policy == "lbs":

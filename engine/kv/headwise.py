@@ -51,6 +51,7 @@ from engine.kv.policy import (
     group_done,
     split_for_retry,
 )
+from engine.kv.streams import pinned_block_bytes
 from engine.rows import Row
 
 HEAD_GROUPS = (8, 4, 2, 1)  # head-group sizes tried, largest first
@@ -213,9 +214,16 @@ class HeadwisePolicy:
     def _host_arena(self, shape: tuple[int, ...]) -> torch.Tensor:
         """`[L, 2, B, G, g, C, D]` of host memory (pinned on CUDA), `G` groups of `g` heads, group-major in memory
         (`[L, G, C, 2, B, g, D]`: a head group's first columns are one contiguous piece, and so is one column of
-        it), grown when a step needs more; nothing is allocated per token."""
-        if self._arena is None or self._arena.numel() < math.prod(shape):
-            self._arena = self.store.host_empty((math.prod(shape),), self.store.dtype)
+        it), grown when a step needs more; nothing is allocated per token. It takes the whole block torch's
+        caching host allocator pins (the next power of two of its bytes), so it grows only past that; a block
+        it outgrows goes back to the system at once (no later request of the run fits it)."""
+        elements = math.prod(shape)
+        if self._arena is None or self._arena.numel() < elements:
+            outgrown, self._arena = self._arena is not None, None
+            if outgrown:
+                self.store.release_host_cache()
+            element = torch.empty((), dtype=self.store.dtype).element_size()
+            self._arena = self.store.host_empty((pinned_block_bytes(elements * element) // element,), self.store.dtype)
         return group_major(self._arena, shape)
 
     def _write_back(self, members: list[Live], results, stream: HeadStream, width: int) -> None:

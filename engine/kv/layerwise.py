@@ -14,11 +14,11 @@ the copy stream on CUDA). A layer's KV is stored token-major, `[T, 2, B, H, D]`,
 copy from pinned memory, and writing a token back is another, whatever the rows and heads.
 Attention reads the buffers through strided views. Device layer and staging buffers are runs
 of the one device pool (engine/kv/pool.py), taken at the step's final length and given back
-when replaced, so no step allocates device memory; host buffers alternate between two sets that
-are reused from step to step (grown a few steps ahead); a token's KV is written into its column
-in place: nothing is reallocated per token. Rows are candidates; between steps rows are
-re-selected by parent on the tier where each layer lives (device-to-device or host-to-host,
-never across PCIe).
+when replaced, so no step allocates device memory; a host layer's rows are selected into the
+buffer the layer before it gave up (one buffer beyond the layers, grown a few steps ahead); a
+token's KV is written into its column in place: nothing is reallocated per token. Rows are
+candidates; between steps rows are re-selected by parent on the tier where each layer lives
+(device-to-device or host-to-host, never across PCIe).
 
 Faults. The budget is re-read every step (engine/kv/cache.py): a shrink moves layers to the
 host, a grow brings them back. A step that runs out of device memory (CUDA, or the pool)
@@ -32,6 +32,7 @@ any more does the error go on. Bytes a failed attempt moved stay counted: they c
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -53,6 +54,7 @@ from engine.kv.policy import (
     group_done,
 )
 from engine.kv.pool import PoolExhausted, Run
+from engine.kv.streams import pinned_block_bytes
 from engine.rows import Row, RowResult
 
 HOST_GROWTH_STEPS = 4  # a new host buffer has room for this many more steps
@@ -221,7 +223,9 @@ class LayerwisePolicy:
         the order that frees the old run nearest them first, so the pool needs room for one old layer
         beside the new ones. A layer that still finds no room goes to the host with every layer after
         it (a retry in `timing`); Eq. 1 brings them back at the first forward call that finds room.
-        The host buffers given up become the spares of the next step's selection."""
+        A host layer's old buffer takes the next host layer's rows (the host holds one buffer more than
+        its layers, not two sets) when it has this step's rows, else it is freed; what is left over is spare
+        for the next step."""
         index = torch.tensor([self.rows.index(s) for s in sources])
         spares, self.spares = self.spares, []
         from_end, failed, reason = not self.high, self.num_layers, None
@@ -246,13 +250,25 @@ class LayerwisePolicy:
             if on_device:
                 self._release(layer)
                 layer.run = run
-            else:
-                self.spares.append(old)
+            else:  # read: the next host layer's rows may go into it
+                spares.append(old)
+                del old
+                self._drop_spares(spares, len(index))
+        self.spares = spares
         self.high = from_end
         self.mask = self.mask[index.to(self.mask.device)]
         self.rows = list(candidates)
         if reason is not None:
             self._keep_below(failed, timing, f"no room to select rows on the device ({reason})")
+
+    def _drop_spares(self, spares: list[torch.Tensor], rows: int) -> None:
+        """Free the spare host buffers with another row count than `rows` (the prompt's one row, or a search
+        whose rows shrank): no request of this run can reuse them, so their pinned memory goes back now, before
+        the next layer's buffer is taken (torch's allocator would keep it)."""
+        keep = [spare for spare in spares if spare.shape[2] == rows]
+        if len(keep) < len(spares):
+            spares[:] = keep
+            self.store.release_host_cache()
 
     def _keep_below(self, first: int, timing: StepTiming, why: str) -> None:
         """Layers from `first` on move to the host: the device holds a prefix of the layers."""
@@ -267,7 +283,7 @@ class LayerwisePolicy:
                 from_end: bool = False) -> tuple[torch.Tensor, Run | None]:  # fmt: skip
         """A `[cap, 2, rows, H, D]` buffer holding `self.capacity` tokens: on the device a run of the pool
         of exactly that (returned with it), on the host a spare if one fits, else one with room for a few
-        more steps."""
+        more steps, or as many as fill the block torch's caching host allocator pins for it."""
         tail = (2, rows, *like.shape[3:])
         if on_device:
             (kv,), run = self.store.working([(self.capacity, *tail)], from_end=from_end)
@@ -276,6 +292,8 @@ class LayerwisePolicy:
             if spare.shape[1:] == tail and spare.shape[0] >= self.capacity:
                 return spares.pop(i), None
         capacity = self.capacity + HOST_GROWTH_STEPS * self.context.step_tokens
+        token = math.prod(tail) * like.element_size()  # one token of every row
+        capacity = max(capacity, pinned_block_bytes(capacity * token) // token)  # the block torch pins anyway
         return self.store.host_empty((capacity, *tail), like.dtype), None
 
     def _release(self, layer: LayerKV) -> None:

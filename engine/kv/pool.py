@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.kv.streams import pinned_block_bytes
+
 LAYOUTS = {  # a run's memory order -> what it serves
     "layer": "[L, 2, H, T, D]: the device pool (attention reads a layer's K or V of a run in place)",
     "token": "[T, L, 2, H, D]: a host pool whose copies take ranges of tokens (lbs, layer-wise, in_device)",
@@ -106,9 +108,12 @@ class SlotPool:
         chunk: int | None = None,
         empty: Callable[[int], torch.Tensor] | None = None,
         layout: str = "layer",
+        fill_pinned: bool = False,
     ) -> None:
         """`empty(n)`: a flat tensor of `n` elements for a chunk (default `torch.empty`, pinned with `pin`);
-        `layout`: how a run's memory is ordered, one of LAYOUTS."""
+        `layout`: how a run's memory is ordered, one of LAYOUTS; `fill_pinned`: a chunk made for a run longer
+        than `chunk` takes all the slots of the block torch's caching host allocator pins for it (the next
+        power of two of its bytes: what it would lock in RAM anyway), so later blocks can use the rest."""
         if layout not in LAYOUTS:
             raise ValueError(f"unknown pool layout {layout!r}; one of {', '.join(LAYOUTS)}")
         self.slot_shape = slot_shape  # (L, 2, H, block_size, D)
@@ -116,7 +121,7 @@ class SlotPool:
         self.slot_elements = 1
         for n in slot_shape:
             self.slot_elements *= n
-        self.layout = layout
+        self.layout, self.fill_pinned = layout, fill_pinned
         self.chunk = chunk  # None: one tensor of `capacity` slots, allocated now
         self._chunks: list[torch.Tensor] = []
         self._chunk_starts: list[int] = []  # first slot of each chunk
@@ -136,7 +141,11 @@ class SlotPool:
         except PoolExhausted:
             if self.chunk is None:
                 raise
-        self._add_chunk(max(self.chunk, length))
+        slots = max(self.chunk, length)
+        if self.fill_pinned:
+            slot_bytes = self.slot_elements * self.element_size
+            slots = max(slots, pinned_block_bytes(slots * slot_bytes) // slot_bytes)
+        self._add_chunk(slots)
         return self.allocator.allocate(length, from_end=from_end)
 
     def _add_chunk(self, slots: int) -> None:

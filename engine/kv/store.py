@@ -107,7 +107,7 @@ class KVStore:
         self.pools = {
             Tier.DEVICE: SlotPool(self.slot_shape, dtype, self.device, capacity=budget_bytes // self.block_bytes),
             Tier.HOST: SlotPool(self.slot_shape, dtype, self.host, capacity=0, pin=self.pin, chunk=chunk,
-                                empty=lambda n: self.host_empty((n,), dtype), layout=host_layout),
+                                empty=lambda n: self.host_empty((n,), dtype), layout=host_layout, fill_pinned=True),
         }
         self._slots: dict[Tier, dict[int, Slot]] = {Tier.DEVICE: {}, Tier.HOST: {}}
         self._run_users: dict[tuple[Tier, int], int] = {}  # live blocks in each run (freed at zero)
@@ -122,6 +122,12 @@ class KVStore:
         if self.pin:
             return self.streams.empty_host(shape, dtype)
         return torch.empty(shape, dtype=dtype, device=self.host)
+
+    def release_host_cache(self) -> None:
+        """On CUDA, give the system the pinned blocks torch's allocator keeps after they were freed (a policy
+        that drops host buffers no later request of the run can reuse)."""
+        if self.streams is not None:
+            self.streams.release_host_cache()
 
     # -- slots --------------------------------------------------------------------------------
     def place(self, block_ids: Sequence[int], tier: Tier) -> Run:

@@ -45,8 +45,38 @@ class CudaStreams:
         torch.cuda.synchronize(self.device)
 
     def empty_host(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        """Pinned host memory: copies from and to it can be asynchronous."""
+        """Pinned host memory: copies from and to it can be asynchronous. Torch's caching host allocator pins
+        the next power of two of the bytes asked and keeps a freed block pinned for a later request of its
+        size (`release_host_cache` gives such blocks back)."""
         return torch.empty(shape, dtype=dtype, device="cpu", pin_memory=True)
+
+    def release_host_cache(self) -> None:
+        release_host_cache()
+
+
+def pinned_block_bytes(nbytes: int) -> int:
+    """The bytes torch's caching host allocator pins for a request of `nbytes`: the next power of two (a
+    request that fills its block costs no more pinned memory than one a little over the last power)."""
+    return 1 << max(nbytes - 1, 0).bit_length()
+
+
+def release_host_cache() -> None:
+    """Give the system the pinned host blocks torch's caching allocator keeps for reuse (blocks in use stay)."""
+    empty = getattr(torch.accelerator, "empty_host_cache", None) or getattr(torch._C, "_host_emptyCache", None)
+    if empty is not None and torch.cuda.is_initialized():
+        empty()
+
+
+def host_allocator_stats(reset_peak: bool = False) -> tuple[int, float] | None:
+    """The pinned bytes torch's caching host allocator has held at most (since the last reset), and the seconds
+    it has spent pinning new blocks in all; `reset_peak` first starts a new peak from what it holds now. CUDA
+    only: None where torch has no allocator running or does not report it."""
+    if not torch.cuda.is_initialized() or not hasattr(torch.cuda, "host_memory_stats"):
+        return None
+    if reset_peak:
+        torch.cuda.reset_peak_host_memory_stats()
+    numbers = torch.cuda.host_memory_stats()
+    return int(numbers.get("allocated_bytes.peak", 0)), numbers.get("host_alloc_time.total", 0) / 1e6
 
 
 def streams_for(device: torch.device) -> CudaStreams | None:

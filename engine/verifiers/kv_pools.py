@@ -80,6 +80,7 @@ class VerifierKV:
                 chunk=max(1, HOST_CHUNK_BYTES // self.block_bytes),
                 empty=None if self.streams is None else lambda n: self.streams.empty_host((n,), dtype),
                 layout="token",  # a segment's tokens are one contiguous piece: its copies cross asynchronously
+                fill_pinned=True,
             ),
         }
         self.segments: dict[int, Segment] = {}
