@@ -7,7 +7,6 @@ tokens. It asserts nothing about speed: that is for the reader of the table.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import math
 import time
@@ -19,8 +18,9 @@ import torch
 from engine.auto_delimiter import AUTO_DELIMITER, most_sampled_text
 from engine.baselines import BASELINES, BaselineRun, run_baseline
 from engine.config import CacheConfig, SearchConfig
+from engine.idle import release_cached_memory
 from engine.kv.layer_budget import paper_h2d_bytes
-from engine.kv.streams import host_allocator_stats, release_host_cache
+from engine.kv.streams import host_allocator_stats
 from engine.replay import Observed, Replay, max_logit_diff
 
 LADDER: dict[str, dict] = {
@@ -322,11 +322,7 @@ def _release_device_memory(host: bool = True) -> None:
     tensors in reference cycles, and torch's allocators keep freed blocks cached; with `host`, the pinned
     host blocks too (another policy's sizes seldom fit, and they stay locked in RAM: layer-wise on a 16k
     prompt pins tens of GB)."""
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-        if host:
-            release_host_cache()
+    release_cached_memory(host=host)
 
 
 def pick_delimiter(loaded, workload: Workload, prompt: Sequence[int]) -> str:

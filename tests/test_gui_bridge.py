@@ -234,3 +234,52 @@ def test_describe_helpers():
     assert "Pick the bundled" in describe_error(ModelLoadError("gone"))
     assert describe_device(SimpleNamespace(device="cpu")) == "cpu (emulated GPU)"
     assert describe_device(SimpleNamespace(device="cuda:0")) == "cuda:0"
+
+
+def test_idle_after_a_run_the_worker_gives_cached_memory_back_and_says_how_much(qtbot, make_bridge):
+    """A game started after a question gets the VRAM and pinned RAM torch kept cached; the model stays loaded."""
+    from engine.idle import Released
+
+    threads: list[int] = []
+
+    def release() -> Released:
+        threads.append(threading.get_ident())
+        return Released(device_bytes=3 * 10**9, host_bytes=5 * 10**9)
+
+    bridge = make_bridge(release=release, idle_release_ms=30)
+    with qtbot.waitSignal(bridge.run_finished, timeout=5000):
+        bridge.request_run("q", SPEC, SEARCH, CACHE)
+    with qtbot.waitSignal(bridge.memory_released, timeout=5000) as given:
+        pass
+    assert given.args == [3 * 10**9, 5 * 10**9] and threads and threads[0] != threading.get_ident()
+    assert not bridge.idle.isActive(), "once per idle spell"
+
+
+def test_a_request_before_the_idle_spell_ends_keeps_the_memory_cached(qtbot, make_bridge):
+    released: list[bool] = []
+    bridge = make_bridge(release=lambda: released.append(True), idle_release_ms=60_000)
+    with qtbot.waitSignal(bridge.run_finished, timeout=5000):
+        bridge.request_run("q", SPEC, SEARCH, CACHE)
+    assert bridge.idle.isActive()
+    bridge.request_run("q", SPEC, SEARCH, CACHE)
+    assert not bridge.idle.isActive(), "a new question needs the cached memory: no release during it"
+    with qtbot.waitSignal(bridge.run_finished, timeout=5000):
+        pass
+    assert bridge.idle.isActive() and released == []
+
+
+def test_nothing_is_released_without_a_model_and_a_failed_release_is_only_a_message(qtbot, make_bridge):
+    calls: list[str] = []
+
+    def broken() -> Any:
+        calls.append("release")
+        raise RuntimeError("driver says no")
+
+    bridge = make_bridge(release=broken, idle_release_ms=60_000)
+    bridge.release_requested.emit()  # no model loaded yet: nothing torch could hold for it
+    with qtbot.waitSignal(bridge.model_loaded, timeout=5000):
+        bridge.request_load(SPEC)
+    assert calls == []
+    with qtbot.waitSignal(bridge.recording_failed, timeout=5000) as said:
+        bridge.release_requested.emit()
+    assert calls == ["release"] and "driver says no" in said.args[0]

@@ -339,3 +339,12 @@ def test_launch_without_a_question_opens_the_window_and_loads_the_model(qtbot, t
     name, device, visible, label = seen["loaded"]
     assert visible and "tiny-llama" in name and "emulated GPU" in device and "tiny-llama" in label
     assert qsettings.value("window/geometry") is not None  # closing remembered the layout
+
+
+def test_the_status_bar_says_what_an_idle_engine_gave_back(make_window):
+    window = make_window()
+    window.bridge.memory_released.emit(7_500_000_000, 2_900_000_000)
+    message = window.statusBar().currentMessage()
+    assert "gave back 7.5 GB of GPU memory and 2.9 GB of pinned RAM" in message and "model stays loaded" in message
+    window.bridge.memory_released.emit(0, 1_000_000_000)
+    assert "gave back 1.0 GB of pinned RAM for other programs" in window.statusBar().currentMessage()

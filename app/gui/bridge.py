@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
@@ -26,6 +26,8 @@ LoaderFn = Callable[[ModelSpec, str, ProgressFn], Any]  # (spec, device, progres
 RunFn = Callable[..., Iterator[Any]]  # run(question, loaded, search, cache, *, should_stop) -> events
 RemoteRunFn = Callable[..., Iterator[Any]]  # run(question, server, search, *, should_stop) -> events
 StoreFactory = Callable[[], Any]  # opens a SessionStore; called in the worker thread (SQLite is per thread)
+ReleaseFn = Callable[[], Any]  # gives cached memory back; returns engine.idle.Released
+IDLE_RELEASE_MS = 60_000  # idle this long after a run, the engine hands back the memory torch keeps cached
 
 
 def default_loader(spec: ModelSpec, device: str, progress: ProgressFn) -> Any:
@@ -42,6 +44,13 @@ def default_run(question: str, loaded: Any, search: SearchConfig, cache: CacheCo
 
     check_memory(loaded, question, search, cache, history=history)  # refused before anything is allocated
     return run(question, loaded, search, cache, should_stop=should_stop, history=history)
+
+
+def default_release() -> Any:
+    """engine.idle.release_cached_memory: the device memory and pinned RAM torch keeps after a search."""
+    from engine.idle import release_cached_memory
+
+    return release_cached_memory()
 
 
 def default_remote_run(question: str, server: Any, search: SearchConfig, *, should_stop: Callable[[], bool],
@@ -89,12 +98,15 @@ class SearchWorker(QObject):
     recording_failed = Signal(str)  # the run goes on; it is just not saved
     failed = Signal(str)  # the run raised (an engine bug or an unexpected fault)
     run_finished = Signal()  # always the last signal of every run request, whatever happened
+    memory_released = Signal(object, object)  # device bytes, pinned host bytes given back (ints: they pass 2 GB)
 
     def __init__(self, stop_flag: threading.Event, *, loader: LoaderFn | None = None, run: RunFn | None = None,
-                 store_factory: StoreFactory | None = None, remote_run: RemoteRunFn | None = None) -> None:
+                 store_factory: StoreFactory | None = None, remote_run: RemoteRunFn | None = None,
+                 release: ReleaseFn | None = None) -> None:
         super().__init__()
         self._stop = stop_flag
         self._loader = loader or default_loader
+        self._release = release or default_release
         self._run = run or default_run
         self._remote_run = remote_run or default_remote_run
         self._store_factory = store_factory
@@ -121,6 +133,19 @@ class SearchWorker(QObject):
         self._loaded, self._loaded_key = loaded, (spec, device)
         self.model_loaded.emit(self._model_name(spec), describe_device(loaded))
         return True
+
+    @Slot()
+    def release_memory(self) -> None:
+        """Hand back what torch keeps cached since the last search (the model stays loaded); says how much."""
+        if self._loaded is None:
+            return
+        try:
+            released = self._release()
+        except Exception as error:  # never worth a dialog: the memory just stays cached
+            self.recording_failed.emit(f"Could not give cached memory back: {describe_error(error)}")
+            return
+        if released.any:
+            self.memory_released.emit(released.device_bytes, released.host_bytes)
 
     @Slot(str, object, object, object, object)
     def run_search(self, question: str, spec: ModelSpec, search: SearchConfig, cache: CacheConfig,
@@ -242,6 +267,7 @@ class SearchBridge(QObject):
     load_requested = Signal(object, str)
     run_requested = Signal(str, object, object, object, object)
     remote_run_requested = Signal(str, object, object, object)
+    release_requested = Signal()
 
     load_progress = Signal(str, float)
     model_loaded = Signal(str, str)
@@ -251,26 +277,37 @@ class SearchBridge(QObject):
     recording_failed = Signal(str)
     failed = Signal(str)
     run_finished = Signal()
+    memory_released = Signal(object, object)
 
     def __init__(self, *, loader: LoaderFn | None = None, run: RunFn | None = None,
                  store_factory: StoreFactory | None = None, remote_run: RemoteRunFn | None = None,
+                 release: ReleaseFn | None = None, idle_release_ms: int = IDLE_RELEASE_MS,
                  parent: QObject | None = None) -> None:
+        """`idle_release_ms` after a run ends with no new request, the engine gives back the device memory and
+        pinned RAM torch keeps cached (a game started meanwhile gets them); the loaded model stays."""
         super().__init__(parent)
         self.stop_flag = threading.Event()
         self.worker = SearchWorker(self.stop_flag, loader=loader, run=run, store_factory=store_factory,
-                                   remote_run=remote_run)
+                                   remote_run=remote_run, release=release)
         self.thread = QThread()
         self.thread.setObjectName("beamwise-engine")
         self.worker.moveToThread(self.thread)
         self.load_requested.connect(self.worker.load)
         self.run_requested.connect(self.worker.run_search)
         self.remote_run_requested.connect(self.worker.run_remote)
+        self.release_requested.connect(self.worker.release_memory)
         for name in ("load_progress", "model_loaded", "load_failed", "event_emitted", "session_recorded",
-                     "recording_failed", "failed", "run_finished"):
+                     "recording_failed", "failed", "run_finished", "memory_released"):
             getattr(self.worker, name).connect(getattr(self, name))
+        self.idle = QTimer(self)  # runs on the GUI thread; the release itself runs in the worker, between requests
+        self.idle.setSingleShot(True)
+        self.idle.setInterval(idle_release_ms)
+        self.idle.timeout.connect(self.release_requested)
+        self.run_finished.connect(self.idle.start)
         self.thread.start()
 
     def request_load(self, spec: ModelSpec, device: str = "auto") -> None:
+        self.idle.stop()
         self.load_requested.emit(spec, device)
 
     def request_run(self, question: str, spec: ModelSpec, search: SearchConfig, cache: CacheConfig,
@@ -278,12 +315,14 @@ class SearchBridge(QObject):
         """A local search; `conversation` makes it a turn after earlier ones (its prompt holds them)."""
         # Cleared here, in request order, so a Stop pressed after this call is never lost.
         self.stop_flag.clear()
+        self.idle.stop()
         self.run_requested.emit(question, spec, search, cache, conversation)
 
     def request_remote_run(self, question: str, server: Any, search: SearchConfig,
                            conversation: Conversation | None = None) -> None:
         """A search on a generator server (engine.backends.openai.ServerConfig); recorded like a local one."""
         self.stop_flag.clear()
+        self.idle.stop()
         self.remote_run_requested.emit(question, server, search, conversation)
 
     def stop(self) -> None:
@@ -292,6 +331,7 @@ class SearchBridge(QObject):
 
     def shutdown(self) -> None:
         """Stop any search and join the engine thread. Safe to call twice."""
+        self.idle.stop()
         if not self.thread.isRunning():
             return
         self.stop_flag.set()

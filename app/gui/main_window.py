@@ -46,7 +46,7 @@ from app.gui.tree_view import ReasoningTreeView
 from app.session import SessionModel
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
-from engine.errors import BeamwiseError
+from engine.errors import BeamwiseError, format_bytes
 
 BUNDLED_NAMES = ("SmolLM2-135M-Instruct",)
 
@@ -203,6 +203,7 @@ class MainWindow(QMainWindow):
         b.recording_failed.connect(lambda text: self.statusBar().showMessage(text, 15000))
         b.session_recorded.connect(self._on_session_recorded)
         b.run_finished.connect(lambda: self._pump.push(RUN_OVER))  # behind the run's last event
+        b.memory_released.connect(self._on_memory_released)
         self.panels.tree.node_selected.connect(self.panels.details.show_node)
         self.models.use_requested.connect(self.use_model)
         if self.sessions is not None:
@@ -305,6 +306,12 @@ class MainWindow(QMainWindow):
             self._on_run_finished()
         else:
             self.apply_event(item)
+
+    def _on_memory_released(self, device_bytes: int, host_bytes: int) -> None:
+        given = [f"{format_bytes(device_bytes)} of GPU memory" if device_bytes else "",
+                 f"{format_bytes(host_bytes)} of pinned RAM" if host_bytes else ""]
+        self.statusBar().showMessage(f"Idle: gave back {' and '.join(g for g in given if g)} for other programs; "
+                                     "the model stays loaded.", 15000)
 
     def _on_run_finished(self) -> None:
         self.running = False
