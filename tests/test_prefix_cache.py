@@ -168,3 +168,22 @@ def test_old_prefill_events_read_back():
     assert (old.cached_tokens, old.computed_tokens) == (0, 40)
     new = ev.from_dict(ev.to_dict(ev.PrefillDone(40, 0.1, 32, 8)))
     assert (new.cached_tokens, new.computed_tokens) == (32, 8)
+
+
+@pytest.mark.parametrize("policy", ["in_device", "lbs", "layerwise"])
+def test_on_cuda_the_cached_prefix_crosses_from_pinned_memory(tiny, cache_dir, policy, monkeypatch):
+    """Through the CUDA branches (tests/fake_cuda.py): the cached blocks are gathered into the store's pinned
+    memory, so their one host-to-device copy is asynchronous, with the emulated run's tokens and logits. (Blocks
+    kept after the run go to pageable RAM, where the cache keeps them, in a copy the run waits for anyway.)"""
+    from engine.kv import store as store_module
+    from tests.fake_cuda import Fakes
+
+    trace(tiny, PROMPT, policy, cached=True)
+    emulated = trace(tiny, PROMPT, policy, cached=True)
+    fakes = Fakes()
+    monkeypatch.setattr(store_module, "streams_for", fakes.streams_for)
+    fakes.on = True
+    cuda = trace(tiny, PROMPT, policy, cached=True)
+    assert prefill_of(cuda[0]).cached_tokens == 32
+    assert_same_run(emulated, cuda)
+    assert not [copy for copy in fakes.made[-1].unpinned if copy.startswith("h2d")]

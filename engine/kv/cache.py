@@ -260,7 +260,7 @@ class KVCache:
         body, cached = list(prompt[:-1]), None
         self._body = body
         if self.prefix is not None:
-            self._pinned, cached = load_prefix(self.prefix, body)
+            self._pinned, cached = load_prefix(self.prefix, body, self.store.host_empty if self.store.pin else None)
         done = 0 if cached is None else cached.shape[3]
         if isinstance(self.policy, HeadwisePolicy):  # chunk by chunk straight into the prompt's host blocks
             plan = self.blocks.allocate(body, self.home)

@@ -9,7 +9,7 @@ gathered on their own tier first).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from transformers import DynamicCache
@@ -19,9 +19,12 @@ from engine.kv.prefix_cache import PrefixCache
 from engine.kv.store import KVStore
 
 
-def load_prefix(prefix: PrefixCache, body: Sequence[int]) -> tuple[list[bytes], torch.Tensor | None]:
+def load_prefix(prefix: PrefixCache, body: Sequence[int], empty: Callable[..., torch.Tensor] | None = None
+                ) -> tuple[list[bytes], torch.Tensor | None]:  # fmt: skip
     """Pin the keys of `body`'s full blocks for the run (checking the RAM cap holds them) and return them
-    with the cached leading blocks' KV `[L, 2, H, cached, D]` on the host (None: no hit)."""
+    with the cached leading blocks' KV `[L, 2, H, cached, D]` on the host (None: no hit), gathered into
+    `empty(shape, dtype)` when given (the store's pinned memory on CUDA: the entries stay pageable, since
+    they outlive the run, but the gathered prefix then crosses PCIe in one asynchronous copy)."""
     keys = prefix.keys(body)
     prefix.require(len(keys))
     prefix.pin(keys)
@@ -29,7 +32,11 @@ def load_prefix(prefix: PrefixCache, body: Sequence[int]) -> tuple[list[bytes], 
     prefix.trim()  # a block read from disk may have pushed the RAM tier past its cap
     if not hits:
         return keys, None
-    return keys, torch.cat([entry.kv for entry in hits], dim=3)
+    parts = [entry.kv for entry in hits]
+    if empty is None:
+        return keys, torch.cat(parts, dim=3)
+    shape = (*parts[0].shape[:3], sum(part.shape[3] for part in parts), parts[0].shape[4])
+    return keys, torch.cat(parts, dim=3, out=empty(shape, parts[0].dtype))
 
 
 def device_cache(store: KVStore, config, kv: torch.Tensor, owner: int) -> DynamicCache:
