@@ -71,10 +71,11 @@ def host_allocator_stats(reset_peak: bool = False) -> tuple[int, float] | None:
     """The pinned bytes torch's caching host allocator has held at most (since the last reset), and the seconds
     it has spent pinning new blocks in all; `reset_peak` first starts a new peak from what it holds now. CUDA
     only: None where torch has no allocator running or does not report it."""
-    if not torch.cuda.is_initialized() or not hasattr(torch.cuda, "host_memory_stats"):
+    reset = getattr(torch.cuda, "reset_peak_host_memory_stats", None)
+    if not torch.cuda.is_initialized() or not hasattr(torch.cuda, "host_memory_stats") or reset is None:
         return None
     if reset_peak:
-        torch.cuda.reset_peak_host_memory_stats()
+        reset()
     numbers = torch.cuda.host_memory_stats()
     return int(numbers.get("allocated_bytes.peak", 0)), numbers.get("host_alloc_time.total", 0) / 1e6
 
