@@ -158,6 +158,19 @@ def verdicts(runs: Sequence[Run]) -> list[Verdict]:
     return found
 
 
+def pinning(runs: Sequence[Run]) -> list[str]:
+    """Timed rows whose wall includes pinning new host memory (a first use in the process: an app pays it
+    on its first question only), with the seconds, so a verdict near its line can be read without them."""
+    lines = []
+    for run in runs:
+        for name, row in run.rows.items():
+            seconds = row.get("pin_seconds")
+            if run.cuda and row.get("ok") and seconds:
+                lines.append(f"{run.workload} {name}: {seconds:.2f} s of its {row['wall_seconds']:.2f} s wall pinning "
+                             f"host memory ({row.get('pinned_peak_bytes', 0) / 1e9:.1f} GB pinned at most)")
+    return lines
+
+
 def render(found: Sequence[Verdict], markdown: bool) -> str:
     if markdown:
         lines = ["| issue | target | workload | figure | |", "|---|---|---|---|---|"]
@@ -179,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         print("no workload in these files has a target (issue 14's goodput targets read the spec workload)")
         return 0
     print(render(found, args.markdown))
+    runs_pinned = pinning(load_runs(args.reports))
+    if runs_pinned:
+        print("\nfirst-use pinning inside the timed rows:")
+        print("\n".join(runs_pinned))
     return 0
 
 

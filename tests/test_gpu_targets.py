@@ -78,3 +78,17 @@ def test_a_file_that_is_not_a_bench_report_is_a_clear_error(tmp_path, content):
     path.write_text(content, encoding="utf-8")
     with pytest.raises(SystemExit, match=r"x\.json"):
         load_runs([path])
+
+
+def test_rows_that_paid_for_pinning_host_memory_say_how_much_beside_the_verdicts(tmp_path, capsys):
+    report = json.loads((H100 / "w16.json").read_text(encoding="utf-8"))
+    for row in report["results"]:
+        if row["name"] == "layerwise":
+            row.update(pin_seconds=4.25, pinned_peak_bytes=5_600_000_000)
+    (tmp_path / "w16.json").write_text(json.dumps(report), encoding="utf-8")
+    assert main([str(tmp_path / "w16.json")]) == 0
+    out = capsys.readouterr().out
+    assert "first-use pinning inside the timed rows:" in out
+    assert "w16 layerwise: 4.25 s of its 50.13 s wall pinning host memory (5.6 GB pinned at most)" in out
+    assert main([str(H100 / "w16.json")]) == 0  # that run reported no pinning (older bench): no such lines
+    assert "first-use pinning" not in capsys.readouterr().out
