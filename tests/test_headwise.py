@@ -34,6 +34,13 @@ def prompt_kv_tokens(loaded) -> int:
     return len(loaded.encode_chat(QUESTION, system=SYSTEM_PROMPT)) - 1  # the last prompt token is fed at step 1
 
 
+def prompt_run_tokens(loaded) -> int:
+    """The prompt's run in whole blocks: a shared prefix that fills its run but for under a block is copied
+    whole (the tail unread), one piece per layer and head group."""
+    block = CacheConfig().block_size
+    return -(-prompt_kv_tokens(loaded) // block) * block
+
+
 @pytest.mark.parametrize(
     ("search", "candidates", "inter_beam", "expect_groups"),
     [
@@ -84,11 +91,18 @@ def test_head_group_size_adapts_to_the_budget(tiny_qwen2):
     kv, children = first_step_cache(tiny_qwen2, 1 << 30)
     policy, n = kv.policy, len(children)
     work = [Work(c, tuple(kv.live[c].table), kv.blocks.num_tokens(kv.live[c].table)) for c in children]
-    prompt = prompt_kv_tokens(tiny_qwen2)
+    prompt, run_tokens = prompt_kv_tokens(tiny_qwen2), prompt_run_tokens(tiny_qwen2)
+    assert run_tokens > prompt, "the prompt's last block is partial"
     slot = kv.store.block_bytes
     for heads in (4, 2, 1):
         need = buffer_bytes(heads, prompt, n, FIXED.step_tokens, policy.head_token_bytes) + slot
         assert policy.need(work, heads) == need  # the prompt is read in place once; each row holds its step
+        whole = buffer_bytes(heads, run_tokens, n, FIXED.step_tokens, policy.head_token_bytes) + slot
+        assert policy.need(work, heads, whole=True) == whole  # read with its run's tail: one piece per head group
+        policy.plan(work, need)
+        assert policy.whole == {tuple(children): False}, "the tail crosses only where the budget has room"
+        policy.plan(work, whole)
+        assert policy.whole == {tuple(children): heads > 1}, "one head a group is one piece without it"
         plan = policy.plan(work, need)
         assert len(plan.groups) == 1 and policy.heads[plan.groups[0].candidates] == heads
     one = policy.need(work[:1], 1)
@@ -113,9 +127,10 @@ def test_h2d_without_sharing_is_eq_3_with_no_layer_resident(tiny):
 
 
 def test_first_step_reads_the_prompt_once_per_forward(tiny):
-    """Inter-beam on: step 1 forward j loads the prompt once and each row's j own tokens: (P + N j) KV_token."""
+    """Inter-beam on: step 1 forward j loads the prompt's run once and each row's j own tokens: (P + N j) KV_token,
+    `P` the prompt's tokens in whole blocks (the partial last one's tail crosses too, unread)."""
     events = list(run(QUESTION, tiny, FIXED, CacheConfig(policy="headwise", kv_budget_bytes=1 << 30)))
-    token, n, p, k = tiny.kv_shape.token_bytes(), FIXED.candidates_per_step, prompt_kv_tokens(tiny), FIXED.step_tokens
+    token, n, p, k = tiny.kv_shape.token_bytes(), FIXED.candidates_per_step, prompt_run_tokens(tiny), FIXED.step_tokens
     first = stats(events)[0]
     assert first.groups == 1
     assert first.step_h2d_bytes == sum((p + n * j) * token for j in range(k))

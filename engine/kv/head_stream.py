@@ -60,14 +60,17 @@ class HeadStream:
         filled: int,
         heads: int,
         owners: Sequence[int],
+        prefix_tokens: int | None = None,
     ) -> None:
-        # prefix: [L, 2, H, P, D] on the host, or None; rows: [L, 2, B, G, g, C, D] on the host, `filled` columns
-        # written, with g == heads
+        # prefix: [L, 2, H, P, D] on the host, or None, of which attention reads the first `prefix_tokens` (default
+        # all: a prefix copied with the unread tail of its run crosses in fewer pieces); rows: [L, 2, B, G, g, C, D]
+        # on the host, `filled` columns written, with g == heads
         self.store, self.prefix, self.rows, self.heads, self.owners = store, prefix, rows, heads, list(owners)
         L, _, B, G, g, C, D = rows.shape
         assert g == heads, f"the rows are in groups of {g} heads, not {heads}"
         self.num_layers, self.num_groups = L, G
         P = 0 if prefix is None else prefix.shape[3]
+        self.prefix_tokens = P if prefix_tokens is None else prefix_tokens
         shapes = [(BUFFERS, heads, P, 2, D), (BUFFERS, C, 2, B, heads, D)]  # as the prefix and the arena are
         (prefix_buffers, row_buffers), self.run = store.working(shapes)
         self.device_prefix = prefix_buffers.permute(0, 3, 1, 2, 4)  # [BUFFERS, 2, g, P, D]
@@ -136,7 +139,7 @@ class HeadStream:
         rows[0, :, :, n : n + new] = key[:, heads]
         rows[1, :, :, n : n + new] = value[:, heads]
         q = query[:, heads.start * per_kv : heads.stop * per_kv]  # [B, g * G, Q, D]
-        prefix = self.device_prefix[slot] if self.device_prefix.shape[3] else None  # [2, g, P, D]
+        prefix = self.device_prefix[slot][:, :, : self.prefix_tokens] if self.prefix_tokens else None  # [2, g, P, D]
         return group_attention(q, prefix, rows[0, :, :, : n + new], rows[1, :, :, : n + new], mask, scale)
 
 

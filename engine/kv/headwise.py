@@ -12,7 +12,10 @@ from the arena into its blocks.
 
 Bytes (exact; `KV_token` = K and V of one token over all layers, `H` KV heads). A group of `B`
 candidates with a shared prefix of `P` tokens and own parts padded to `W` tokens, decoding `k`
-forward calls:
+forward calls (a prefix that fills its host run but for under a block, as the prompt's full blocks
+do, is copied with that tail where the budget has room for it at the plan's groups and head-group
+size: attention does not read it, `P` counts the run's tokens then, and the prefix crosses as one
+piece per layer and head group instead of one per head):
 
     H2D of forward j (j = 0 .. k-1) = (P + B * (W + j)) * KV_token
     D2H of forward j                = B * KV_token                          (each row's new token)
@@ -85,6 +88,7 @@ class HeadwisePolicy:
         self.head_token_bytes = self.store.token_bytes // (L * H)  # K and V of one token, one head, one layer
         self._arena: torch.Tensor | None = None  # host memory of the group's own tokens, reused step to step
         self.heads: dict[tuple[int, ...], int] = {}  # the plan's head-group size of each group
+        self.whole: dict[tuple[int, ...], bool] = {}  # whether a group's prefix is read with its run's tail
 
     # -- planning -----------------------------------------------------------------------------
     def prefix_blocks(self, tables: Sequence[Sequence[int]]) -> list[int]:
@@ -99,11 +103,26 @@ class HeadwisePolicy:
                 high = middle - 1
         return shared[:low]
 
-    def need(self, members: Sequence[Work], heads: int) -> int:
-        """Device bytes of a group's two buffers at `heads` heads; they are one run, rounded up to whole slots."""
-        prefix = self.blocks.num_tokens(self.prefix_blocks([m.table for m in members]))
+    def prefix_read(self, tables: Sequence[Sequence[int]], whole: bool = False
+                    ) -> tuple[list[int], torch.Tensor | None, int]:  # fmt: skip
+        """The shared prefix of `tables`: its blocks, the host view its loads copy, and the tokens attention reads.
+        With `whole`, a prefix that fills its run but for less than a block (the prompt's full blocks: its
+        partial last block is each child's own) is copied with that tail, which attention does not read: one
+        contiguous piece per layer and head group instead of one per head, for under a block more bytes."""
+        ids = self.prefix_blocks(tables)
+        tokens = self.blocks.num_tokens(ids)
+        run = self.store.contiguous(ids, Tier.HOST, whole_run=True) if whole else None
+        if run is not None and run.shape[3] - tokens < self.blocks.block_size:
+            return ids, run, tokens
+        return ids, self.store.contiguous(ids, Tier.HOST), tokens
+
+    def need(self, members: Sequence[Work], heads: int, whole: bool = False) -> int:
+        """Device bytes of a group's two buffers at `heads` heads (`whole`: its prefix read with its run's tail);
+        they are one run, rounded up to whole slots."""
+        _, view, prefix = self.prefix_read([m.table for m in members], whole)
         width = max(m.tokens for m in members) - prefix + self.context.step_tokens
-        return buffer_bytes(heads, prefix, len(members), width, self.head_token_bytes) + self.store.block_bytes
+        copied = 0 if view is None else view.shape[3]
+        return buffer_bytes(heads, copied, len(members), width, self.head_token_bytes) + self.store.block_bytes
 
     def plan(self, work: Sequence[Work], budget: int) -> StepPlan:
         """Groups in the given order (siblings stay together), each as large as one head fits; then
@@ -117,10 +136,13 @@ class HeadwisePolicy:
                 groups[-1].append(w)
             else:
                 groups.append([w])
-        self.heads = {}
+        self.heads, self.whole = {}, {}
         for members in groups:
             sizes = head_group_sizes(self.num_kv_heads)
-            self.heads[tuple(m.id for m in members)] = next(g for g in sizes if self.need(members, g) <= budget)
+            key = tuple(m.id for m in members)
+            self.heads[key] = heads = next(g for g in sizes if self.need(members, g) <= budget)
+            # one head a group is one piece either way; else never at the cost of groups or heads
+            self.whole[key] = heads > 1 and self.need(members, heads, whole=True) <= budget
         return StepPlan("headwise", tuple(Group(tuple(w.id for w in g)) for g in groups))
 
     # -- the prompt -------------------------------------------------------------------------------
@@ -159,9 +181,9 @@ class HeadwisePolicy:
         while queue:
             group, stream = queue.pop(0), None
             members = [live[c] for c in group.candidates]
-            heads = self.heads[group.candidates]
+            heads, whole = self.heads[group.candidates], self.whole.get(group.candidates, False)
             try:
-                stream, width, mask = self._load(members, heads)
+                stream, width, mask = self._load(members, heads, whole)
                 before = self.store.counters.step["h2d"]
                 rows = [Row(m.id, m.pending, self.blocks.num_tokens(m.table), m.generator) for m in members]
                 cache = stream.cache(self.context.config)
@@ -171,6 +193,7 @@ class HeadwisePolicy:
                 self._close(stream, timing)
                 queue[:0] = halves = split_for_retry(group, error, timing)
                 self.heads.update((half.candidates, heads) for half in halves)
+                self.whole.update((half.candidates, whole) for half in halves)  # a half needs less
                 continue
             except BaseException:
                 self._close(stream, timing)
@@ -191,10 +214,9 @@ class HeadwisePolicy:
         if stream is not None:
             stream.close()
 
-    def _load(self, members: list[Live], heads: int):
+    def _load(self, members: list[Live], heads: int, whole: bool = False):
         """The group's stream: its prefix read in place and its own blocks gathered into a host arena."""
-        prefix_ids = self.prefix_blocks([m.table for m in members])
-        prefix = self.store.contiguous(prefix_ids, Tier.HOST)
+        prefix_ids, prefix, prefix_tokens = self.prefix_read([m.table for m in members], whole)
         own = [m.table[len(prefix_ids) :] for m in members]
         lengths = [self.blocks.num_tokens(t) for t in own]
         width = max(lengths)
@@ -208,7 +230,7 @@ class HeadwisePolicy:
                 src = self.store.view(block_id, Tier.HOST, n).unflatten(2, (H // heads, heads))
                 self.store.copy(arena[:, :, row, :, :, column : column + n], src, "h2h", [member.id])
                 column += n
-        stream = HeadStream(self.store, prefix, arena, width, heads, [m.id for m in members])
+        stream = HeadStream(self.store, prefix, arena, width, heads, [m.id for m in members], prefix_tokens)
         return stream, width, _padding_mask(lengths, width, self.store.device)
 
     def _host_arena(self, shape: tuple[int, ...]) -> torch.Tensor:

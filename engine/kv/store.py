@@ -193,17 +193,21 @@ class KVStore:
         start = slot.index * self.blocks.block_size
         return self.pools[tier].segment(slot.run)[:, :, :, start : start + tokens]
 
-    def contiguous(self, block_ids: Sequence[int], tier: Tier) -> torch.Tensor | None:
-        """`[L, 2, H, T, D]` over `block_ids` read in place, if they are consecutive slots of one run."""
+    def contiguous(self, block_ids: Sequence[int], tier: Tier, *, whole_run: bool = False) -> torch.Tensor | None:
+        """`[L, 2, H, T, D]` over `block_ids` read in place, if they are consecutive slots of one run; with
+        `whole_run`, the run's whole segment, if they are its first slots (a head-major run read whole is one
+        piece per layer and head group: engine/kv/pieces.py)."""
         if not block_ids or not all(self.holds(b, tier) for b in block_ids):
             return None
         first = self._slots[tier][block_ids[0]]
         for offset, block_id in enumerate(block_ids):
             if self._slots[tier][block_id] != Slot(first.run, first.index + offset):
                 return None
+        segment = self.pools[tier].segment(first.run)
+        if whole_run:
+            return segment if first.index == 0 else None
         size = self.blocks.block_size
-        tokens = self.blocks.num_tokens(block_ids)
-        return self.pools[tier].segment(first.run)[:, :, :, first.index * size : first.index * size + tokens]
+        return segment[:, :, :, first.index * size : first.index * size + self.blocks.num_tokens(block_ids)]
 
     def resident_bytes(self, tier: Tier) -> int:
         return len(self._slots[tier]) * self.block_bytes
