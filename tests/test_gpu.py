@@ -226,3 +226,20 @@ def test_layerwise_out_of_memory_on_cuda_retries_with_fewer_resident_layers():
     assert tokens == reference
     (retried,) = retries(events)
     assert retried.reason.startswith("resident layers 3 -> 1")  # 4 at the start, 3 by forward 3
+
+
+def test_torch_reports_the_pinned_memory_a_run_holds_and_idle_gives_both_caches_back(tiny_cuda):
+    """The figures bench prints (`pinned_peak_bytes`, `pin_seconds`) are torch's, and the window's idle release
+    hands back the device memory and the pinned blocks the run left cached (engine/idle.py)."""
+    from engine.idle import release_cached_memory
+    from engine.kv.streams import host_allocator_stats
+
+    release_cached_memory()
+    before = host_allocator_stats(reset_peak=True)
+    assert before is not None, "this torch reports its host allocator"
+    run_search(tiny_cuda, CacheConfig(policy="lbs", kv_budget_bytes=160_000))  # offloads: its host pool is pinned
+    peak, seconds = host_allocator_stats()
+    assert peak > 0 and seconds >= before[1]
+    released = release_cached_memory()
+    assert released.device_bytes > 0 and released.host_bytes > 0, released
+    assert release_cached_memory() == type(released)(), "nothing is left cached to give back"
