@@ -113,3 +113,24 @@ def test_layerwise_at_paper_scale_keeps_pinned_only_what_it_uses():
     model = measure("w16", "layerwise")
     assert model.peak == model.peak_in_use == model.peak_asked
     assert model.peak < 6 * 10**9
+
+
+def test_layerwise_keeps_no_freed_pinned_block_as_layers_move_and_buffers_regrow(tiny, monkeypatch):
+    """Twelve steps: layers move between the tiers as the rows change and host buffers outgrow their length;
+    a host buffer a layer leaves is a spare, and a spare no later step fits is freed and given back at once."""
+    from engine.config import CacheConfig, SearchConfig
+    from engine.kv import store as store_module
+    from tests.fake_cuda import Fakes
+    from tests.test_equivalence import footprint_budget, search_trace
+
+    long = SearchConfig(beams=2, width=3, step_tokens=8, max_steps=12, step_delimiter=None, seed=7)
+    cache = CacheConfig(policy="layerwise", kv_budget_bytes=footprint_budget(tiny, long, 4.2))
+    emulated = search_trace(tiny, long, cache)
+    fakes = Fakes()
+    monkeypatch.setattr(store_module, "streams_for", fakes.streams_for)
+    fakes.on = True
+    cuda = search_trace(tiny, long, cache)
+    texts = [[e.text for e in run[0] if e.type == "candidate_text"] for run in (emulated, cuda)]
+    assert texts[0] and texts[0] == texts[1], "the CUDA branches give the emulated run's text"
+    pinned = fakes.made[-1].allocator
+    assert pinned.peak == pinned.peak_in_use and pinned.new_blocks == 7

@@ -224,8 +224,8 @@ class LayerwisePolicy:
         beside the new ones. A layer that still finds no room goes to the host with every layer after
         it (a retry in `timing`); Eq. 1 brings them back at the first forward call that finds room.
         A host layer's old buffer takes the next host layer's rows (the host holds one buffer more than
-        its layers, not two sets) when it has this step's rows, else it is freed; what is left over is spare
-        for the next step."""
+        its layers, not two sets) when it has this step's rows and length, else it is freed; what is left
+        over is spare for the next step."""
         index = torch.tensor([self.rows.index(s) for s in sources])
         spares, self.spares = self.spares, []
         from_end, failed, reason = not self.high, self.num_layers, None
@@ -263,9 +263,10 @@ class LayerwisePolicy:
 
     def _drop_spares(self, spares: list[torch.Tensor], rows: int) -> None:
         """Free the spare host buffers with another row count than `rows` (the prompt's one row, or a search
-        whose rows shrank): no request of this run can reuse them, so their pinned memory goes back now, before
-        the next layer's buffer is taken (torch's allocator would keep it)."""
-        keep = [spare for spare in spares if spare.shape[2] == rows]
+        whose rows shrank) or too short for this step (a layer's length only grows): no request of this run can
+        reuse them, so their pinned memory goes back now, before the next layer's buffer is taken (torch's
+        allocator would keep it)."""
+        keep = [spare for spare in spares if spare.shape[2] == rows and spare.shape[0] >= self.capacity]
         if len(keep) < len(spares):
             spares[:] = keep
             self.store.release_host_cache()
@@ -342,12 +343,15 @@ class LayerwisePolicy:
 
     def _move(self, layer: LayerKV, direction: str) -> None:
         """One layer to the other tier in one copy (a spare host buffer if one fits; a device run at the
-        end of the pool where the layers are); a device run it leaves goes back to the pool."""
+        end of the pool where the layers are); a device run it leaves goes back to the pool, and a host buffer
+        becomes a spare (its copy is ordered before any reuse: both are on the compute stream)."""
         n = layer.length
         out, run = self._buffer(layer.kv.shape[2], direction == "h2d", like=layer.kv, spares=self.spares,
                                 from_end=self.high)  # fmt: skip
         self.store.copy(out[:n], layer.kv[:n], direction, self.rows)
         self._release(layer)
+        if direction == "h2d":
+            self.spares.append(layer.kv)
         layer.kv, layer.run = out, run
 
     # -- one layer of one token ---------------------------------------------------------------
