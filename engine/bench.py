@@ -199,8 +199,8 @@ def run_policy(loaded, workload: Workload, name: str, prompt_ids: Sequence[int])
         verifier_rows=sum(s.verifier_rows for s in selected),
         lookahead_verified=finished.lookahead_verified, lookahead_used=finished.lookahead_used,
         tokens_digest=hashlib.sha256(repr(sorted(texts.items())).encode()).hexdigest()[:16],
-        pinned_peak_bytes=None if pinned_after is None else pinned_after[0],
-        pin_seconds=None if pinned is None or pinned_after is None else pinned_after[1] - pinned[1],
+        pinned_peak_bytes=None if pinned_after is None else pinned_after.peak,
+        pin_seconds=None if pinned is None or pinned_after is None else pinned_after.pin_seconds - pinned.pin_seconds,
     )
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.kv.streams import release_host_cache
+from engine.kv.streams import host_allocator_stats, release_host_cache
 
 
 @dataclass(frozen=True)
@@ -45,5 +45,5 @@ def release_cached_memory(host: bool = True) -> Released:
 
 def _pinned_held() -> int:
     """Pinned bytes torch's caching host allocator holds now, in use or cached (0 where torch does not say)."""
-    stats = getattr(torch.cuda, "host_memory_stats", None)
-    return int(stats().get("allocated_bytes.current", 0)) if stats is not None else 0
+    stats = host_allocator_stats()
+    return 0 if stats is None else stats.held

@@ -10,6 +10,7 @@ rules. Without CUDA there is no such object (None): the store is the *emulated d
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import torch
 
@@ -67,17 +68,27 @@ def release_host_cache() -> None:
         empty()
 
 
-def host_allocator_stats(reset_peak: bool = False) -> tuple[int, float] | None:
-    """The pinned bytes torch's caching host allocator has held at most (since the last reset), and the seconds
-    it has spent pinning new blocks in all; `reset_peak` first starts a new peak from what it holds now. CUDA
-    only: None where torch has no allocator running or does not report it."""
+@dataclass(frozen=True)
+class HostAllocator:
+    """What torch's caching host allocator reports: the pinned bytes it holds now (in use and cached), the most
+    it has held since the last reset, and the seconds it has spent pinning new blocks in all."""
+
+    held: int
+    peak: int
+    pin_seconds: float
+
+
+def host_allocator_stats(reset_peak: bool = False) -> HostAllocator | None:
+    """Torch's caching host allocator's figures; `reset_peak` first starts a new peak from what it holds now.
+    CUDA only: None where torch has no allocator running or does not report it."""
     reset = getattr(torch.cuda, "reset_peak_host_memory_stats", None)
     if not torch.cuda.is_initialized() or not hasattr(torch.cuda, "host_memory_stats") or reset is None:
         return None
     if reset_peak:
         reset()
     numbers = torch.cuda.host_memory_stats()
-    return int(numbers.get("allocated_bytes.peak", 0)), numbers.get("host_alloc_time.total", 0) / 1e6
+    return HostAllocator(int(numbers.get("allocated_bytes.current", 0)), int(numbers.get("allocated_bytes.peak", 0)),
+                         numbers.get("host_alloc_time.total", 0) / 1e6)
 
 
 def streams_for(device: torch.device) -> CudaStreams | None:
