@@ -54,7 +54,7 @@ from engine.kv.policy import (
     group_done,
     split_for_retry,
 )
-from engine.kv.streams import pinned_block_bytes
+from engine.kv.streams import filling_pinned_block
 from engine.rows import Row
 
 HEAD_GROUPS = (8, 4, 2, 1)  # head-group sizes tried, largest first
@@ -245,7 +245,7 @@ class HeadwisePolicy:
             if outgrown:
                 self.store.release_host_cache()
             element = torch.empty((), dtype=self.store.dtype).element_size()
-            self._arena = self.store.host_empty((pinned_block_bytes(elements * element) // element,), self.store.dtype)
+            self._arena = self.store.host_empty((filling_pinned_block(elements, element),), self.store.dtype)
         return group_major(self._arena, shape)
 
     def _write_back(self, members: list[Live], results, stream: HeadStream, width: int) -> None:

@@ -54,7 +54,7 @@ from engine.kv.policy import (
     group_done,
 )
 from engine.kv.pool import PoolExhausted, Run
-from engine.kv.streams import pinned_block_bytes
+from engine.kv.streams import filling_pinned_block
 from engine.rows import Row, RowResult
 
 HOST_GROWTH_STEPS = 4  # a new host buffer has room for this many more steps
@@ -293,8 +293,7 @@ class LayerwisePolicy:
             if spare.shape[1:] == tail and spare.shape[0] >= self.capacity:
                 return spares.pop(i), None
         capacity = self.capacity + HOST_GROWTH_STEPS * self.context.step_tokens
-        token = math.prod(tail) * like.element_size()  # one token of every row
-        capacity = max(capacity, pinned_block_bytes(capacity * token) // token)  # the block torch pins anyway
+        capacity = filling_pinned_block(capacity, math.prod(tail) * like.element_size())  # a token of every row
         return self.store.host_empty((capacity, *tail), like.dtype), None
 
     def _release(self, layer: LayerKV) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.kv.streams import pinned_block_bytes
+from engine.kv.streams import filling_pinned_block
 
 LAYOUTS = {  # a run's memory order -> what it serves
     "layer": "[L, 2, H, T, D]: the device pool (attention reads a layer's K or V of a run in place)",
@@ -143,8 +143,7 @@ class SlotPool:
                 raise
         slots = max(self.chunk, length)
         if self.fill_pinned:
-            slot_bytes = self.slot_elements * self.element_size
-            slots = max(slots, pinned_block_bytes(slots * slot_bytes) // slot_bytes)
+            slots = filling_pinned_block(slots, self.slot_elements * self.element_size)
         self._add_chunk(slots)
         return self.allocator.allocate(length, from_end=from_end)
 

@@ -61,6 +61,12 @@ def pinned_block_bytes(nbytes: int) -> int:
     return 1 << max(nbytes - 1, 0).bit_length()
 
 
+def filling_pinned_block(count: int, unit_bytes: int) -> int:
+    """How many units of `unit_bytes` (slots, tokens, elements) fill the block torch pins for `count` of them:
+    at least `count`, and what it would lock in RAM anyway holds the rest."""
+    return max(count, pinned_block_bytes(count * unit_bytes) // unit_bytes)
+
+
 def release_host_cache() -> None:
     """Give the system the pinned host blocks torch's caching allocator keeps for reuse (blocks in use stay)."""
     empty = getattr(torch.accelerator, "empty_host_cache", None) or getattr(torch._C, "_host_emptyCache", None)
