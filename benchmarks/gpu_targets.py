@@ -187,12 +187,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("reports", nargs="+", type=Path, help="JSON files from benchmarks.gpu_ladder --json")
     parser.add_argument("--markdown", action="store_true", help="a Markdown table for BENCHMARKS.md")
     args = parser.parse_args(argv)
-    found = verdicts(load_runs(args.reports))
+    runs = load_runs(args.reports)
+    found = verdicts(runs)
     if not found:
         print("no workload in these files has a target (issue 14's goodput targets read the spec workload)")
         return 0
     print(render(found, args.markdown))
-    runs_pinned = pinning(load_runs(args.reports))
+    runs_pinned = pinning(runs)
     if runs_pinned:
         print("\nfirst-use pinning inside the timed rows:")
         print("\n".join(runs_pinned))
