@@ -121,16 +121,14 @@ def test_layerwise_keeps_no_freed_pinned_block_as_layers_move_and_buffers_regrow
     from engine.config import CacheConfig, SearchConfig
     from engine.kv import store as store_module
     from tests.fake_cuda import Fakes
-    from tests.test_equivalence import footprint_budget, search_trace
+    from tests.test_cuda_paths import emulated_and_cuda
+    from tests.test_equivalence import assert_same_run, footprint_budget
 
     long = SearchConfig(beams=2, width=3, step_tokens=8, max_steps=12, step_delimiter=None, seed=7)
     cache = CacheConfig(policy="layerwise", kv_budget_bytes=footprint_budget(tiny, long, 4.2))
-    emulated = search_trace(tiny, long, cache)
     fakes = Fakes()
     monkeypatch.setattr(store_module, "streams_for", fakes.streams_for)
-    fakes.on = True
-    cuda = search_trace(tiny, long, cache)
-    texts = [[e.text for e in run[0] if e.type == "candidate_text"] for run in (emulated, cuda)]
-    assert texts[0] and texts[0] == texts[1], "the CUDA branches give the emulated run's text"
+    emulated, cuda = emulated_and_cuda(fakes, tiny, long, cache)
+    assert_same_run(emulated, cuda)  # the CUDA branches give the emulated run's tokens and logits
     pinned = fakes.made[-1].allocator
     assert pinned.peak == pinned.peak_in_use and pinned.new_blocks == 7
