@@ -20,7 +20,7 @@ from app.options import (
     parse_delimiter,
     size_type,
 )
-from engine.bench import LADDER, BenchReport, Workload, run_bench
+from engine.bench import LADDER, BenchReport, TimeLimit, Workload, run_bench
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -66,7 +66,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--gpu-memory", type=size_type, default=None, help="--max-context: device memory, e.g. 24GB")
     p.add_argument("--host-ram", type=size_type, default=None, help="--max-context: host RAM for offloaded KV")
-    p.add_argument("--json", dest="json_path", default=None, help="also write the report as JSON here")
+    p.add_argument("--json", dest="json_path", default=None,
+                   help="also write the report as JSON here (after every row, complete: false until the last)")
+    p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                   help="stop the run this overtakes and start no more rows (each row says so); default: none")
     p.add_argument(
         "--versus-generate",
         action="store_true",
@@ -84,6 +87,8 @@ def bench_command(args: argparse.Namespace) -> int:
     if args.speculative_continuations < 0:
         raise UsageError(f"--speculative-continuations must be 0 (FlashTTS's B - j + 1) or a count of 1 or more "
                          f"(got {args.speculative_continuations}).")
+    if args.time_limit is not None and not args.time_limit > 0:
+        raise UsageError(f"--time-limit must be a positive number of seconds (got {args.time_limit:g}).")
     dtype = args.dtype or ("bfloat16" if args.plan_only else "float32")
     if args.max_context:
         return _max_context(args, dtype)
@@ -115,9 +120,12 @@ def bench_command(args: argparse.Namespace) -> int:
         return _versus_generate(args, dtype)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     progress = lambda text: print(f"[bench] {text}", file=sys.stderr, flush=True)  # noqa: E731
-    report = run_bench(workload, policies, plan_only=args.plan_only, progress=progress)
+    save = lambda report: write_json(args.json_path, report.to_dict(), announce=False)  # noqa: E731
+    write_json(args.json_path, {"workload": asdict(workload), "complete": False}, announce=False)  # fail now, not after
+    report = run_bench(workload, policies, plan_only=args.plan_only, progress=progress,
+                       time_limit=TimeLimit(args.time_limit), on_row=save)  # fmt: skip
     print(format_report(report))
-    _write_json(args.json_path, report.to_dict())
+    write_json(args.json_path, report.to_dict())
     return 0
 
 
@@ -126,7 +134,7 @@ def _remote(args: argparse.Namespace, workload: Workload) -> int:
 
     costs, question = remote_bench(args, workload)
     print(format_costs(costs, workload, question))
-    _write_json(args.json_path, {"workload": asdict(workload), "runs": [c.to_dict() for c in costs]})
+    write_json(args.json_path, {"workload": asdict(workload), "runs": [c.to_dict() for c in costs]})
     return 0 if all(c.ok for c in costs) else 1
 
 
@@ -144,7 +152,7 @@ def _versus_generate(args: argparse.Namespace, dtype: str) -> int:
     print(f"engine step        {result['engine_tokens_per_second']:8.1f} candidate-tokens/s")
     print(f"model.generate     {result['generate_tokens_per_second']:8.1f} candidate-tokens/s")
     print(f"engine / generate  {result['engine_vs_generate']:8.2f}x")
-    _write_json(args.json_path, result)
+    write_json(args.json_path, result)
     return 0
 
 
@@ -168,7 +176,7 @@ def _max_context(args: argparse.Namespace, dtype: str) -> int:
         print(f"{r.method}: {r.tokens:,} tokens{chunk}")
     if facts.context_window and any(r.tokens > facts.context_window for r in results):
         print(f"note: the model's context window is {facts.context_window:,} tokens; longer prompts are refused")
-    _write_json(args.json_path, {"model": args.model, "dtype": dtype, "results": [vars(r) for r in results]})
+    write_json(args.json_path, {"model": args.model, "dtype": dtype, "results": [vars(r) for r in results]})
     return 0
 
 
@@ -178,16 +186,21 @@ def torch_bytes(dtype: str) -> int:
     return DTYPES[dtype].itemsize
 
 
-def _write_json(json_path: str | None, data: dict) -> None:
+def write_json(json_path: str | None, data: dict, announce: bool = True) -> None:
+    """`data` written whole to a temporary file beside `json_path`, then moved over it: a reader (or a bench
+    killed while writing) never leaves half a file."""
     if not json_path:
         return
     path = Path(json_path)
+    part = path.with_name(path.name + ".part")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        part.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        part.replace(path)
     except OSError as error:
         raise UsageError(f"cannot write {path}: {error.strerror}; pick a writable --json path.") from error
-    print(f"wrote {path}")
+    if announce:
+        print(f"wrote {path}")
 
 
 def _ratio(value: float | None) -> str:
@@ -207,7 +220,7 @@ def _baseline_rows(report: BenchReport) -> list[str]:
     rows = []
     for b in report.baselines:
         if not b.ok:
-            rows.append(f"{b.name:<24}not run: {b.message}")
+            rows.append(f"{b.name:<24}{'' if b.timed_out else 'not run: '}{b.message}")  # the limit's words say it
             continue
         in_device = next((r for r in report.results if r.name == "in_device" and r.ok), None)
         versus = f"; in_device is {b.wall_seconds / in_device.wall_seconds:.2f}x faster" if in_device else ""
@@ -253,7 +266,7 @@ def format_report(report: BenchReport) -> str:
     lines.append(header)
     for r in report.results:
         if not r.ok:
-            lines.append(f"{r.name:<24}failed: {r.message}")
+            lines.append(f"{r.name:<24}{'' if r.timed_out else 'failed: '}{r.message}")  # the limit's words say it
             continue
         row = (
             f"{r.name:<24}{format_bytes(r.h2d_bytes):>11}{format_bytes(r.d2h_bytes):>11}{format_bytes(r.d2d_bytes):>11}"

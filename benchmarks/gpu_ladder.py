@@ -7,6 +7,7 @@
     python -m benchmarks.gpu_ladder w16 --repeat 3  # time each policy 3 times, keep the fastest
     python -m benchmarks.gpu_ladder spec --json bench-results/spec.json  # goodput with and without speculation
     python -m benchmarks.gpu_ladder long --json bench-results/long.json  # a 16k prompt: head-wise, layer-wise
+    python -m benchmarks.gpu_ladder w64 --time-limit 540 --json w64.json  # end by itself within the device's 10 min
 
 Every workload is `synthetic:llama2-7b` in bf16 with a 512-token random prompt and EOS disabled
 (random weights rarely sample it; a fixed step length makes the rows comparable with
@@ -20,21 +21,23 @@ the token the model samples most in the untimed warm-up (`bench --step-delimiter
 stored in the JSON as `step_delimiter_auto`. Steps of 64 give a rarely sampled token room to end
 some of them early; the step lengths are a random model's, not a trained one's. It runs its four
 policies and no outside baselines unless told otherwise.
+
+The JSON is written after every row (with `"complete": false` until the last), so a ladder killed
+from outside keeps what it finished. `--time-limit SECONDS` ends the ladder by itself: the run the
+limit overtakes is stopped and later rows are not started, each row saying so and how to time it alone.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import replace
-from pathlib import Path
 
-from app.bench_cli import format_report
+from app.bench_cli import format_report, write_json
 from app.options import parse_delimiter
 from engine.auto_delimiter import AUTO_DELIMITER
 from engine.baselines import BASELINES
-from engine.bench import LADDER, Workload, run_bench
+from engine.bench import LADDER, TimeLimit, Workload, run_bench
 
 BASE = Workload(model="synthetic:llama2-7b", dtype="bfloat16", prompt_tokens=512, seed=0)
 WORKLOADS = {
@@ -63,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="replace the workload's step delimiter (spec: auto); e.g. a fixed one for --plan-only")
     parser.add_argument("--plan-only", action="store_true", help="bytes and peaks only, no weights (any machine)")
     parser.add_argument("--repeat", type=int, default=1, help="time each policy this many times, keep the fastest")
-    parser.add_argument("--json", dest="json_path", default=None, help="write the report here")
+    parser.add_argument("--json", dest="json_path", default=None, help="write the report here (after every row)")
+    parser.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                        help="stop the run this overtakes and start no more rows (each says so); default: none")
     args = parser.parse_args(argv)
     workload = WORKLOADS[args.workload]
     if args.step_delimiter is not None:
@@ -73,20 +78,23 @@ def main(argv: list[str] | None = None) -> int:
     policies = [p for p in policies_given.split(",") if p]
     baselines = [b for b in baselines_given.split(",") if b]
     progress = lambda text: print(f"[ladder {args.workload}] {text}", file=sys.stderr, flush=True)  # noqa: E731
+    save = lambda report: write_json(args.json_path, _named(args.workload, report), announce=False)  # noqa: E731
     try:
+        write_json(args.json_path, {"workload_name": args.workload, "complete": False}, announce=False)  # fail now
         report = run_bench(
-            workload, policies, plan_only=args.plan_only, baselines=baselines, progress=progress, repeats=args.repeat
-        )
-    except ValueError as error:  # what to change, in the user's words (an unknown policy, a plan asked for auto)
+            workload, policies, plan_only=args.plan_only, baselines=baselines, progress=progress, repeats=args.repeat,
+            time_limit=TimeLimit(args.time_limit), on_row=save,
+        )  # fmt: skip
+        print(format_report(report))
+        write_json(args.json_path, _named(args.workload, report))
+    except ValueError as error:  # what to change, in the user's words (an unknown policy, an unwritable --json)
         print(f"gpu_ladder: error: {error}", file=sys.stderr)
         return 2
-    print(format_report(report))
-    if args.json_path:
-        path = Path(args.json_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"workload_name": args.workload, **report.to_dict()}, indent=2), encoding="utf-8")
-        print(f"wrote {path}")
     return 0
+
+
+def _named(workload_name: str, report) -> dict:
+    return {"workload_name": workload_name, **report.to_dict()}
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ class Run:
     workload: str
     cuda: bool
     rows: dict[str, dict]
+    complete: bool = True  # False: a ladder ended from outside before its last row (its JSON says "complete": false)
 
     def wall(self, name: str) -> float | str:
         """The row's wall seconds, or why there is none."""
@@ -134,15 +135,16 @@ def load_runs(paths: Sequence[Path]) -> list[Run]:
             report = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as error:
             raise SystemExit(f"cannot read {path}: {error}") from error
-        if not isinstance(report, dict) or "results" not in report:
+        complete = not isinstance(report, dict) or report.get("complete", True) is not False  # older files: whole
+        if not isinstance(report, dict) or ("results" not in report and complete):
             raise SystemExit(f"{path} is not a bench report (write one with benchmarks.gpu_ladder --json PATH)")
         name = report.get("workload_name") or "workload"
         cuda = report.get("device") == "cuda" and not report.get("plan_only", False)
-        rows = {row["name"]: row for row in [*report["results"], *report.get("baselines", [])]}
+        rows = {row["name"]: row for row in [*report.get("results", []), *report.get("baselines", [])]}
         before = runs.get(name)
         if before is not None:
-            rows, cuda = {**before.rows, **rows}, before.cuda and cuda
-        runs[name] = Run(name, cuda, rows)
+            rows, cuda, complete = {**before.rows, **rows}, before.cuda and cuda, before.complete and complete
+        runs[name] = Run(name, cuda, rows, complete)
     return list(runs.values())
 
 
@@ -193,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         print("no workload in these files has a target (issue 14's goodput targets read the spec workload)")
         return 0
     print(render(found, args.markdown))
+    unfinished = [run.workload for run in runs if not run.complete]
+    if unfinished:
+        print(f"\nnot finished (ended from outside before their last row): {', '.join(unfinished)}; "
+              "a target whose rows it did not reach says so")
     runs_pinned = pinning(runs)
     if runs_pinned:
         print("\nfirst-use pinning inside the timed rows:")

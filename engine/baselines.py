@@ -10,11 +10,11 @@ directly with the policies' rows.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, StoppingCriteria, StoppingCriteriaList
 
 BASELINES = ("generate", "generate:offloaded")
 
@@ -27,6 +27,7 @@ class BaselineRun:
     wall_seconds: float = 0.0
     candidate_tokens: int = 0
     tokens_per_second: float = 0.0  # candidate-tokens/s, as the policies' rows report it
+    timed_out: bool = False  # the bench's time limit (`should_stop`) ended it early or kept it from starting
 
 
 def why_not(name: str, device: torch.device) -> str | None:
@@ -38,16 +39,23 @@ def why_not(name: str, device: torch.device) -> str | None:
     return None
 
 
-def run_baseline(loaded, name: str, prompt_ids: Sequence[int], rows: int, gen_tokens: int, seed: int) -> BaselineRun:
-    """Time one baseline; an out-of-memory error becomes a result that says so."""
+def run_baseline(
+    loaded, name: str, prompt_ids: Sequence[int], rows: int, gen_tokens: int, seed: int,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> BaselineRun:  # fmt: skip
+    """Time one baseline; an out-of-memory error becomes a result that says so, and so does a run that
+    `should_stop` (asked before each token) ends early."""
     reason = why_not(name, loaded.device)
     if reason is not None:
         return BaselineRun(name, False, reason)
+    stop = _AskedToStop(should_stop)
     try:
         started = time.perf_counter()
-        made = _generate(loaded, name, prompt_ids, rows, gen_tokens, seed)
+        made = _generate(loaded, name, prompt_ids, rows, gen_tokens, seed, stop)
         torch.cuda.synchronize(loaded.device)
         wall = time.perf_counter() - started
+        if stop.asked:
+            return BaselineRun(name, False, "stopped before its last token", wall_seconds=wall, timed_out=True)
         return BaselineRun(name, True, wall_seconds=wall, candidate_tokens=made,
                            tokens_per_second=made / wall if wall > 0 else 0.0)
     except torch.OutOfMemoryError as error:
@@ -56,13 +64,30 @@ def run_baseline(loaded, name: str, prompt_ids: Sequence[int], rows: int, gen_to
         torch.cuda.empty_cache()
 
 
+class _AskedToStop(StoppingCriteria):
+    """Ends `generate` for every row once `should_stop()` says so, and remembers that it did."""
+
+    def __init__(self, should_stop: Callable[[], bool]) -> None:
+        self.should_stop = should_stop
+        self.asked = False
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        self.asked = self.asked or bool(self.should_stop())
+        return torch.full((input_ids.shape[0],), self.asked, dtype=torch.bool, device=input_ids.device)
+
+
 @torch.inference_mode()
-def _generate(loaded, name: str, prompt_ids: Sequence[int], rows: int, gen_tokens: int, seed: int) -> int:
+def _generate(
+    loaded, name: str, prompt_ids: Sequence[int], rows: int, gen_tokens: int, seed: int,
+    stop: StoppingCriteria | None = None,
+) -> int:  # fmt: skip
     model = loaded.model
     input_ids = torch.tensor([list(prompt_ids)] * rows, device=loaded.device)  # [rows, P]
     extra = {}
     if name == "generate:offloaded":
         extra["past_key_values"] = DynamicCache(config=model.config, offloading=True)
+    if stop is not None:
+        extra["stopping_criteria"] = StoppingCriteriaList([stop])
     torch.manual_seed(seed)
     out = model.generate(
         input_ids,

@@ -127,6 +127,7 @@ class PolicyResult:
     verifier_rows: int = 0  # rows in them (LookAhead verification rides a child's next step in its parent's row)
     lookahead_verified: int = 0  # next steps verified with their parent's step
     lookahead_used: int = 0  # of them, taken by their child
+    timed_out: bool = False  # the bench's time limit stopped this run or kept it from starting (see `message`)
     h2d_bytes_eq1: int | None = None  # layer-wise only: the paper's Eq. 1-3 for the same workload
     pinned_peak_bytes: int | None = None  # CUDA: pinned host memory torch's caching allocator held at most
     pin_seconds: float | None = None  # CUDA: of the wall time, spent pinning new host blocks (a first use's cost)
@@ -148,24 +149,57 @@ class BenchReport:
     baselines: list[BaselineRun] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     step_delimiter_auto: str | None = None  # with --step-delimiter auto: the text picked (also the workload's now)
+    time_limit_seconds: float | None = None  # rows past it were stopped or not started (their rows say so)
+    complete: bool = False  # every row is in (False while the bench runs: what `on_row` sees)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def run_policy(loaded, workload: Workload, name: str, prompt_ids: Sequence[int]) -> PolicyResult:
-    """One policy on the workload, timed; failures (such as a budget too small) become a result, not an error.
+@dataclass
+class TimeLimit:
+    """A bench's time limit, so that a long ladder ends on its own with every finished row reported: a run
+    the limit overtakes is stopped, and rows after it do not start; each such row says so, and how to time
+    it alone. `seconds` None: no limit."""
+
+    seconds: float | None = None
+    clock: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
+        if self.seconds is not None and not self.seconds > 0:
+            raise ValueError(f"the time limit must be a positive number of seconds (got {self.seconds}).")
+        self.started = self.clock()
+
+    def passed(self) -> bool:
+        return self.seconds is not None and self.clock() - self.started >= self.seconds
+
+    def not_run(self, alone: str) -> str:
+        return f"not run: the bench's time limit ({self.seconds:g} s) had passed; time it alone ({alone})"
+
+    def stopped(self, seconds: float, alone: str) -> str:
+        return (f"stopped by the bench's time limit ({self.seconds:g} s) after {seconds:.0f} s of this run; "
+                f"time it alone ({alone})")
+
+
+def run_policy(
+    loaded, workload: Workload, name: str, prompt_ids: Sequence[int], limit: TimeLimit | None = None
+) -> PolicyResult:
+    """One policy on the workload, timed; failures (such as a budget too small) become a result, not an error,
+    and so does a run `limit` stops.
 
     Nothing observes the logits here (that would copy them to the host every token): the
     tokens' digest is taken from each candidate's text.
     """
     from engine.search import run
 
+    limit = limit or TimeLimit()
     texts: dict[int, str] = {}
     pinned = host_allocator_stats(reset_peak=True)
     stats, selected, peak, started = [], [], 0, time.perf_counter()
     question = workload.question or ""  # what a PRM reads as the question (the prompt is `prompt_ids`)
-    for event in run(question, loaded, workload.search(), workload.cache(name), prompt_ids=prompt_ids):
+    events = run(question, loaded, workload.search(), workload.cache(name), prompt_ids=prompt_ids,
+                 should_stop=limit.passed)  # fmt: skip
+    for event in events:
         if event.type == "transfer_stats":
             stats.append(event)
         elif event.type == "step_selected":
@@ -176,6 +210,9 @@ def run_policy(loaded, workload: Workload, name: str, prompt_ids: Sequence[int])
             peak = max(peak, event.peak_device_bytes)
         elif event.type == "run_failed":
             return PolicyResult(name, False, event.message)
+        elif event.type == "run_cancelled":
+            seconds = time.perf_counter() - started
+            return PolicyResult(name, False, limit.stopped(seconds, f"--policies {name}"), timed_out=True)
         elif event.type == "run_finished":
             finished = event
     wall = time.perf_counter() - started
@@ -204,14 +241,19 @@ def run_policy(loaded, workload: Workload, name: str, prompt_ids: Sequence[int])
     )
 
 
-def fastest_run(loaded, workload: Workload, name: str, prompt_ids: Sequence[int], repeats: int) -> PolicyResult:
-    """The fastest of `repeats` timed runs of one policy (a failed run is returned at once). Pinned host memory
-    the policy's first run left cached stays for its later runs, as it would for an app's next question."""
+def fastest_run(
+    loaded, workload: Workload, name: str, prompt_ids: Sequence[int], repeats: int, limit: TimeLimit | None = None
+) -> PolicyResult:
+    """The fastest of `repeats` timed runs of one policy (a failed first run is returned at once; once `limit`
+    has passed, the fastest of the runs finished). Pinned host memory the policy's first run left cached stays
+    for its later runs, as it would for an app's next question."""
     runs = []
     for repeat in range(repeats):
         _release_device_memory(host=repeat == 0)
-        result = run_policy(loaded, workload, name, prompt_ids)
+        result = run_policy(loaded, workload, name, prompt_ids, limit)
         if not result.ok:
+            if runs and limit is not None and limit.passed():
+                break
             return result
         runs.append(result)
     best = min(runs, key=lambda r: r.wall_seconds)
@@ -219,14 +261,18 @@ def fastest_run(loaded, workload: Workload, name: str, prompt_ids: Sequence[int]
     return best
 
 
-def observe_run(loaded, workload: Workload, name: str, prompt_ids: Sequence[int], replay: Replay | None = None):
-    """An untimed run that records every position's logits (and, with `replay`, is teacher-forced)."""
+def observe_run(
+    loaded, workload: Workload, name: str, prompt_ids: Sequence[int], replay: Replay | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+):  # fmt: skip
+    """An untimed run that records every position's logits (and, with `replay`, is teacher-forced); None when it
+    did not finish."""
     from engine.search import run
 
     observed = Observed()
     events = observed.take(
         run("", loaded, workload.search(), workload.cache(name), observe_logits=observed.observe,
-            prompt_ids=prompt_ids, replay=replay)
+            prompt_ids=prompt_ids, replay=replay, should_stop=should_stop)
     )  # fmt: skip
     return observed if events and events[-1].type == "run_finished" else None
 
@@ -265,11 +311,17 @@ def run_bench(
     teacher_forcing: bool = True,
     progress: Callable[[str], None] = lambda _: None,
     repeats: int = 1,
+    time_limit: TimeLimit | None = None,
+    on_row: Callable[[BenchReport], None] = lambda _: None,
 ) -> BenchReport:
     """Every policy on one workload in one process; on CUDA after a warm-up, beside the outside baselines.
 
     With `repeats` > 1 each policy is timed that many times and its fastest run is kept (the work
-    and bytes of every run are the same; run order and a busy host only add time)."""
+    and bytes of every run are the same; run order and a busy host only add time). `time_limit` (its
+    clock starts when it is made) stops the run it overtakes and the rows after it; `on_row` gets the
+    report as it stands after each row (`complete` False), e.g. to save it, so a bench killed from
+    outside keeps every finished row."""
+    limit = time_limit or TimeLimit()
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1 (got {repeats}).")
     unknown = set(policies) - set(LADDER)
@@ -283,7 +335,7 @@ def run_bench(
     prompt = workload.prompt_ids(loaded)
     emulated = loaded.device.type != "cuda"
     device = "meta (plan only)" if plan_only else ("cpu (emulated GPU)" if emulated else str(loaded.device))
-    report = BenchReport(workload, device, emulated, plan_only)
+    report = BenchReport(workload, device, emulated, plan_only, time_limit_seconds=limit.seconds)
     if workload.step_delimiter == AUTO_DELIMITER:
         progress("picking the step delimiter: the token a short untimed run samples most")
         report.step_delimiter_auto = pick_delimiter(loaded, workload, prompt)
@@ -295,26 +347,46 @@ def run_bench(
     reference = None
     if teacher_forcing and not plan_only:
         progress("recording in_device's tokens for teacher forcing")
-        reference = observe_run(loaded, workload, "in_device", prompt)
+        reference = observe_run(loaded, workload, "in_device", prompt, should_stop=limit.passed)
         report.reference_max_abs_logit = largest_abs_logit(reference) if reference else None
     for name in policies:
-        progress(f"running {name}")
-        result = fastest_run(loaded, workload, name, prompt, repeats)
-        if result.ok and name == "layerwise":
-            result.h2d_bytes_eq1 = layerwise_eq1(workload, loaded, prompt)
-        if result.ok and reference is not None:
-            progress(f"teacher-forcing {name}")
-            _release_device_memory()
-            forced = observe_run(loaded, workload, name, prompt, reference.replay())
-            result.teacher_forced_max_logit_diff = max_logit_diff(reference, forced) if forced else None
-        report.results.append(result)
-    add_ratios(report.results)
+        report.results.append(_policy_row(loaded, workload, name, prompt, repeats, limit, reference, progress))
+        add_ratios(report.results)
+        on_row(report)
     digests = {r.tokens_digest for r in report.results if r.ok}
     report.same_tokens = plan_only or len(digests) <= 1
     if not plan_only:
-        report.baselines = _baselines(loaded, workload, prompt, baselines, progress)
+        report.baselines = _baselines(loaded, workload, prompt, baselines, progress, limit, report, on_row)
     report.notes = _notes(report, reference is not None or not teacher_forcing or plan_only)
+    report.complete = True
     return report
+
+
+def _policy_row(loaded, workload: Workload, name: str, prompt, repeats: int, limit: TimeLimit,
+                reference: Observed | None, progress) -> PolicyResult:  # fmt: skip
+    """One policy's row: its fastest run, then its teacher-forced replay of `reference` (in_device's tokens)."""
+    if limit.passed():
+        return PolicyResult(name, False, limit.not_run(f"--policies {name}"), timed_out=True)
+    progress(f"running {name}")
+    result = fastest_run(loaded, workload, name, prompt, repeats, limit)
+    if result.ok and name == "layerwise":
+        result.h2d_bytes_eq1 = layerwise_eq1(workload, loaded, prompt)
+    if result.ok and reference is not None and not limit.passed():
+        progress(f"teacher-forcing {name}")
+        _release_device_memory()
+        forced = observe_run(loaded, workload, name, prompt, reference.replay(), limit.passed)
+        result.teacher_forced_max_logit_diff = max_logit_diff(reference, forced) if forced else None
+    progress(f"{name}: {_row_line(result)}")
+    return result
+
+
+def _row_line(result: PolicyResult) -> str:
+    """A finished row in a few words, for the progress lines (a bench killed from outside still printed them)."""
+    if not result.ok:
+        return result.message.splitlines()[0] if result.message else "failed"
+    line = f"{result.wall_seconds:.2f} s, {result.tokens_per_second:,.0f} candidate-tokens/s"
+    diff = result.teacher_forced_max_logit_diff
+    return line if diff is None else f"{line}, teacher-forced logit diff {diff:.3g}"
 
 
 def _release_device_memory(host: bool = True) -> None:
@@ -345,15 +417,25 @@ def _warm_up(loaded, workload: Workload, prompt: Sequence[int], policy: str = "i
     run_baseline(loaded, "generate", prompt, 1, 4, workload.seed)
 
 
-def _baselines(loaded, workload: Workload, prompt, names: Sequence[str], progress) -> list[BaselineRun]:
+def _baselines(
+    loaded, workload: Workload, prompt, names: Sequence[str], progress, limit: TimeLimit, report: BenchReport, on_row
+) -> list[BaselineRun]:
+    """Each outside baseline on the workload's rows, appended to `report.baselines` as it ends."""
     rows = workload.search().candidates_per_step
     tokens = workload.search().max_steps * workload.step_tokens
-    runs = []
     for name in names:
-        progress(f"running {name} ({rows} rows)")
-        _release_device_memory()
-        runs.append(run_baseline(loaded, name, prompt, rows, tokens, workload.seed))
-    return runs
+        if limit.passed():
+            run = BaselineRun(name, False, limit.not_run(f"--baselines {name}"), timed_out=True)
+        else:
+            progress(f"running {name} ({rows} rows)")
+            _release_device_memory()
+            run = run_baseline(loaded, name, prompt, rows, tokens, workload.seed, limit.passed)
+            if run.timed_out:
+                run = replace(run, message=limit.stopped(run.wall_seconds, f"--baselines {name}"))
+            progress(f"{name}: {f'{run.wall_seconds:.2f} s' if run.ok else run.message}")
+        report.baselines.append(run)
+        on_row(report)
+    return report.baselines
 
 
 def largest_abs_logit(observed: Observed) -> float:
@@ -379,7 +461,11 @@ def _notes(report: BenchReport, forced: bool) -> list[str]:
             "about equally far from a float32 run of the same weights (python -m benchmarks.bf16_numerics)"
         )
     if not forced:
-        notes.append("in_device did not run, so no policy was teacher-forced against it")
+        notes.append("in_device's reference run did not finish, so no policy was teacher-forced against it")
+    cut = [r.name for r in [*report.results, *report.baselines] if r.timed_out]
+    if cut:
+        notes.append(f"the time limit ({report.time_limit_seconds:g} s) stopped or did not start: {', '.join(cut)}; "
+                     "each row says how to time it alone")
     return notes
 
 

@@ -10,7 +10,7 @@ import torch
 
 from app.cli import main
 from engine.baselines import BASELINES
-from engine.bench import LADDER, BenchReport, Workload, _notes, run_bench
+from engine.bench import LADDER, BenchReport, TimeLimit, Workload, _notes, run_bench
 from engine.config import ModelSpec
 from engine.kv.layer_budget import STAGING_LAYERS, paper_h2d_bytes
 from engine.models import load_model
@@ -256,3 +256,98 @@ def test_bench_cli_prints_and_stores_the_auto_delimiter_and_a_plan_refuses_it(tm
     assert f"ending at {chosen!r} (auto: the warm-up's most sampled token)" in capsys.readouterr().out
     assert main(["bench", "--plan-only", "--step-delimiter", "auto"]) == 2
     assert "--step-delimiter TEXT" in capsys.readouterr().err
+
+
+class SteppedClock:
+    """A clock that stands still until armed, then jumps past any limit after `calls` more readings."""
+
+    def __init__(self) -> None:
+        self.now, self.left = 0.0, None
+
+    def arm(self, calls: int) -> None:
+        self.left = calls
+
+    def __call__(self) -> float:
+        if self.left is not None:
+            self.left -= 1
+            if self.left < 0:
+                self.now = 1e9
+        return self.now
+
+
+def test_a_time_limit_stops_the_run_it_overtakes_and_starts_no_more_rows_and_each_row_says_so():
+    clock, seen = SteppedClock(), []
+
+    def progress(text):
+        if text == "running lbs:inter_token":
+            clock.arm(6)  # a few steps' and forward calls' readings into its run
+
+    def on_row(report):
+        seen.append(([r.name for r in report.results], [b.name for b in report.baselines], report.complete))
+
+    policies = ["in_device", "lbs:inter_token", "layerwise"]
+    report = run_bench(SMALL, policies, time_limit=TimeLimit(60, clock), progress=progress, on_row=on_row)
+    first, stopped, skipped = report.results
+    assert first.ok and not first.timed_out and first.teacher_forced_max_logit_diff == 0
+    assert not stopped.ok and stopped.timed_out and stopped.candidate_tokens == 0
+    assert stopped.message.startswith("stopped by the bench's time limit (60 s) after ")
+    assert stopped.message.endswith("time it alone (--policies lbs:inter_token)")
+    assert not skipped.ok and skipped.timed_out
+    assert skipped.message == "not run: the bench's time limit (60 s) had passed; time it alone (--policies layerwise)"
+    assert [(b.name, b.ok, b.timed_out) for b in report.baselines] == [(name, False, True) for name in BASELINES]
+    assert report.baselines[0].message.endswith(f"(--baselines {BASELINES[0]})")
+    assert seen == [
+        (policies[:1], [], False), (policies[:2], [], False), (policies, [], False),
+        (policies, list(BASELINES[:1]), False), (policies, list(BASELINES), False),
+    ]  # fmt: skip
+    assert report.complete and report.time_limit_seconds == 60 and report.to_dict()["complete"] is True
+    cut = ", ".join(["lbs:inter_token", "layerwise", *BASELINES])
+    assert f"the time limit (60 s) stopped or did not start: {cut}; each row says how to time it alone" in report.notes
+
+
+def test_no_time_limit_stops_nothing_and_a_limit_must_be_positive():
+    assert not TimeLimit().passed() and not TimeLimit(None, lambda: 1e12).passed()
+    for seconds in (0, -5):
+        with pytest.raises(ValueError, match="positive number of seconds"):
+            TimeLimit(seconds)
+    report = run_bench(SMALL, ["in_device"], teacher_forcing=False, baselines=())
+    assert report.time_limit_seconds is None and report.complete and not report.results[0].timed_out
+
+
+def test_a_baseline_the_time_limit_overtakes_ends_early_and_says_so(monkeypatch, tiny):
+    import engine.baselines as baselines
+    from engine.baselines import _AskedToStop, _generate, run_baseline
+
+    monkeypatch.setattr(baselines, "why_not", lambda name, device: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    readings = iter(range(100))
+    run = run_baseline(tiny, "generate", [5, 6, 7, 8], rows=2, gen_tokens=12, seed=0,
+                       should_stop=lambda: next(readings) >= 3)  # fmt: skip
+    assert not run.ok and run.timed_out and run.candidate_tokens == 0 and run.wall_seconds > 0
+    assert run.message == "stopped before its last token"
+    stop = _AskedToStop(lambda: True)
+    assert _generate(tiny, "generate", [5, 6, 7, 8], 2, 12, 0, stop) == 2 and stop.asked  # one token a row, not 12
+    assert _generate(tiny, "generate", [5, 6, 7, 8], 2, 12, 0, _AskedToStop(lambda: False)) == 24
+
+
+def test_bench_cli_refuses_a_time_limit_that_is_not_positive(capsys):
+    assert main(["bench", "--plan-only", "--gen-tokens", "4", "--prompt-tokens", "8", "--time-limit", "0"]) == 2
+    assert "--time-limit must be a positive number of seconds (got 0)" in capsys.readouterr().err
+
+
+def test_the_table_shows_rows_the_time_limit_cut_in_its_own_words():
+    from app.bench_cli import format_report
+    from engine.baselines import BaselineRun
+    from engine.bench import PolicyResult
+
+    limit = TimeLimit(30)
+    report = BenchReport(Workload(), "cuda:0", emulated=False, plan_only=False, time_limit_seconds=30)
+    report.results = [PolicyResult("layerwise", False, limit.stopped(31.4, "--policies layerwise"), timed_out=True),
+                      PolicyResult("lbs:inter_token", False, "budget too small")]  # fmt: skip
+    report.baselines = [BaselineRun("generate", False, limit.not_run("--baselines generate"), timed_out=True)]
+    table = format_report(report).splitlines()
+    assert "layerwise               stopped by the bench's time limit (30 s) after 31 s of this run; time it alone " \
+           "(--policies layerwise)" in table
+    assert "lbs:inter_token         failed: budget too small" in table
+    assert "generate                not run: the bench's time limit (30 s) had passed; time it alone " \
+           "(--baselines generate)" in table

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks.gpu_ladder import WORKLOADS, main
 
 
@@ -55,3 +57,41 @@ def test_the_long_workload_times_head_wise_and_layer_wise_beside_the_offloaded_c
     assert main(["long"]) == 2 and "stopped before loading" in capsys.readouterr().err
     assert asked["workload"] == long and asked["policies"] == ["headwise", "layerwise"]
     assert asked["baselines"] == ["generate:offloaded"] and asked["plan_only"] is False
+
+
+def test_the_ladder_saves_its_json_after_every_row_and_a_time_limit_ends_it_by_itself(monkeypatch, tmp_path, capsys):
+    """A ladder the device tool kills keeps the rows it finished; one given --time-limit ends with them all."""
+    from benchmarks import gpu_ladder
+    from engine.bench import Workload
+
+    tiny = Workload(beams=2, width=2, step_tokens=4, prompt_tokens=16, gen_tokens=8)
+    monkeypatch.setitem(gpu_ladder.WORKLOADS, "w16", tiny)
+    written = []
+    real_write = gpu_ladder.write_json
+
+    def record(path, data, announce=True):
+        written.append((data.get("complete"), [r["name"] for r in data.get("results", [])]))
+        real_write(path, data, announce)
+
+    monkeypatch.setattr(gpu_ladder, "write_json", record)
+    out = tmp_path / "w16.json"
+    assert main(["w16", "--policies", "in_device,lbs:inter_token", "--baselines", "", "--json", str(out)]) == 0
+    assert written == [(False, []), (False, ["in_device"]), (False, ["in_device", "lbs:inter_token"]),
+                       (True, ["in_device", "lbs:inter_token"])]  # fmt: skip
+    assert json.loads(out.read_text())["complete"] is True and not (tmp_path / "w16.json.part").exists()
+
+    assert main(["w16", "--policies", "in_device", "--time-limit", "0.001", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["complete"] is True and data["time_limit_seconds"] == 0.001
+    assert [(r["name"], r["ok"], r["timed_out"]) for r in data["results"]] == [("in_device", False, True)]
+    assert all(b["timed_out"] for b in data["baselines"]) and "stopped or did not start" in capsys.readouterr().out
+
+
+def test_the_ladder_refuses_an_unwritable_json_path_before_it_runs(monkeypatch, tmp_path, capsys):
+    from benchmarks import gpu_ladder
+
+    monkeypatch.setattr(gpu_ladder, "run_bench", lambda *a, **k: pytest.fail("ran before checking --json"))
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["w16", "--plan-only", "--json", str(blocker / "w16.json")]) == 2
+    assert "cannot write" in capsys.readouterr().err

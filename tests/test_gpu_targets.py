@@ -92,3 +92,20 @@ def test_rows_that_paid_for_pinning_host_memory_say_how_much_beside_the_verdicts
     assert "w16 layerwise: 4.25 s of its 50.13 s wall pinning host memory (5.6 GB pinned at most)" in out
     assert main([str(H100 / "w16.json")]) == 0  # that run reported no pinning (older bench): no such lines
     assert "first-use pinning" not in capsys.readouterr().out
+
+
+def test_a_ladder_ended_from_outside_is_read_for_the_rows_it_finished(tmp_path, capsys):
+    """The ladder writes its JSON after every row ("complete": false until the last): a killed one still counts."""
+    report = json.loads((H100 / "w16.json").read_text(encoding="utf-8"))
+    kept = [r for r in report["results"] if r["name"] in ("in_device", "lbs:+prefix_order")]
+    partial = tmp_path / "w16.json"
+    partial.write_text(json.dumps({**report, "results": kept, "baselines": [], "complete": False}), encoding="utf-8")
+    started = tmp_path / "w64.json"  # killed before its first row: the placeholder the ladder writes first
+    started.write_text(json.dumps({"workload_name": "w64", "complete": False}), encoding="utf-8")
+    found = by_target(verdicts(load_runs([partial])))
+    assert found["lbs (every switch) within 1.2x of in_device"][0] == "met"
+    assert found["in_device at least as fast as plain generate (1.0x)"] == ("unmeasured", None)
+    assert main([str(partial), str(started)]) == 0
+    out = capsys.readouterr().out
+    assert "not finished (ended from outside before their last row): w16, w64" in out
+    assert all(v.status == "unmeasured" for v in verdicts(load_runs([started])))
