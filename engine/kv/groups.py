@@ -99,13 +99,14 @@ class KeptPrefix:
             n += 1
         return n
 
-    def holds(self, prefix_ids: Sequence[int], tokens: int) -> str | None:
+    def holds(self, prefix_ids: Sequence[int], tokens: int) -> tuple[str | None, int]:
         """How it can hold `prefix_ids` (`tokens` tokens): "read" (a leading part of it, in place), "refill"
-        (its shared blocks stay and the rest is copied in, once no loaded group reads it), or None."""
+        (its shared blocks stay and the rest is copied in, once no loaded group reads it), or None; and how
+        many leading blocks it shares with them."""
         shared = self.shared_with(prefix_ids)
         if shared == len(prefix_ids):
-            return "read"
-        return "refill" if shared and self.full.shape[3] >= tokens else None
+            return "read", shared
+        return ("refill" if shared and self.full.shape[3] >= tokens else None), shared
 
 
 class GroupExecutor:
@@ -267,7 +268,7 @@ class GroupExecutor:
         if self.kept is None or not self.cascade:
             return False
         prefix_ids = common_prefix([w.table for w in work])
-        return self.kept.holds(prefix_ids, self.blocks.num_tokens(prefix_ids)) is not None
+        return self.kept.holds(prefix_ids, self.blocks.num_tokens(prefix_ids))[0] is not None
 
     def _staged_carry(self, group: Group) -> Placed | None:
         """Where the blocks copied ahead for `group` are (a carry for its load), if any were."""
@@ -358,8 +359,7 @@ class GroupExecutor:
             return in_place, None
         tokens = self.blocks.num_tokens(prefix_ids)
         kept = self.kept
-        shared = kept.shared_with(prefix_ids) if kept is not None else 0
-        holds = kept.holds(prefix_ids, tokens) if kept is not None else None
+        holds, shared = kept.holds(prefix_ids, tokens) if kept is not None else (None, 0)
         if holds == "read":
             kept.users += 1  # a leading part of the kept prefix: read in place
             return kept.full[:, :, :, :tokens], kept
