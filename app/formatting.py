@@ -1,5 +1,6 @@
 """Formatting the exports, the CLI and the window share: scores, sizes (decimal units, as the options take
-them: 32MB is 32,000,000 B, shown as 32.0 MB everywhere), ratios, durations and cut text."""
+them: 32MB is 32,000,000 B, shown as 32.0 MB everywhere), ratios, durations and cut text; a step's idle
+row-slots, a run's goodput and what it speculated."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from html import escape
 from typing import Any
 
 from engine.errors import format_bytes
+from engine.events import RunFinished, TransferStats
 
 
 def md_text(text: str) -> str:
@@ -66,3 +68,31 @@ def seconds(value: float) -> str:
 
 def settings(data: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in data.items()) or "-"
+
+
+def idle_text(event: TransferStats) -> str:
+    """'idle 12 of 42 slots' (the step's idle row-slots after speculation, of those before it), or 'idle 12 slots'
+    when the step speculated nothing: each speculated token filled a slot that would have idled."""
+    before = event.idle_row_slots + event.speculative_tokens
+    if not event.speculative_tokens:
+        return f"idle {event.idle_row_slots} slots"
+    return f"idle {event.idle_row_slots} of {before} slots ({event.speculative_tokens} tok speculated)"
+
+
+def goodput_text(event: RunFinished) -> str:
+    """FlashTTS's goodput and, when the run recorded it, the answer path's tokens per second of the whole run."""
+    text = (f"goodput: {event.goodput:.1f} tokens/s (FlashTTS: each kept beam's path tokens per second of "
+            "its completion time, averaged)")
+    answer = event.answer_tokens_per_second
+    return text + (f"\nthe answer's path: {answer:.1f} tokens/s of the whole run" if answer else "")
+
+
+def speculation_text(event: RunFinished, separator: str) -> str:
+    """'; speculated 177 tokens, 29 kept (16%); 3 of 12 steps verified ahead used', or nothing when the
+    run speculated none (the look-ahead part only when the verifier looked ahead)."""
+    made, used = event.speculative_tokens, event.speculative_used
+    if not made:
+        return ""
+    ahead = event.lookahead_verified
+    looked = f"{separator}{event.lookahead_used} of {ahead} steps verified ahead used" if ahead else ""
+    return f"{separator}speculated {made} tokens, {used} kept ({used / made:.0%}){looked}"

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from threading import Event
 from typing import TextIO
 
+from app import formatting
 from app.gpu_check import emulated_hint
 from app.heartbeat import Heartbeat, StepProgress
 from app.options import configs_from_args, server_from_args
@@ -65,11 +66,15 @@ class Printer:
                 return  # the server holds the KV: no traffic to show
             where = " (emulated GPU)" if event.emulated else ""
             p(f"  KV traffic{where}: {traffic} in {event.groups} group(s)")
+            if event.idle_row_slots or event.speculative_tokens:  # stragglers' waste, and what speculation filled
+                p(f"  decode: {event.forwards} forward call(s), {formatting.idle_text(event)}")
         elif event.type == "memory_snapshot" and event.verifier_budget_bytes:
             p(f"  verifier KV: {event.verifier_device_bytes:,} B on the device, {event.verifier_host_bytes:,} B on "
               f"the host; H2D {event.verifier_h2d_bytes:,} B, D2H {event.verifier_d2h_bytes:,} B")
         elif event.type == "step_selected":
             p(f"  kept {list(event.kept)}; pruned {list(event.pruned)}")
+            if event.speculative_discarded:
+                p(f"  {event.speculative_discarded} speculated token(s) of pruned candidates freed")
             if event.verify_skipped:
                 p(f"  verifier skipped: confidence {event.confidence:.3f}, lead {event.confidence_gap:.3f}")
             if event.verifier_tokens_full:
@@ -82,6 +87,8 @@ class Printer:
         elif event.type == "run_finished":
             p(f"\nchosen path: {' -> '.join(map(str, event.path))} (score {event.score:.3f})")
             p(f"{event.candidate_tokens} candidate tokens in {event.seconds:.1f} s ({event.tokens_per_second:.1f}/s)")
+            p(f"goodput {event.goodput:.1f} tokens/s (each kept beam's path tokens per second of its completion time)"
+              f"{formatting.speculation_text(event, '; ')}")
             p(f"\nanswer:\n{event.answer}")
         elif event.type == "run_cancelled":
             p(f"\ncancelled after step {event.step}")

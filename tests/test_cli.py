@@ -148,3 +148,24 @@ def test_bench_switches_reach_every_policys_cache_config(flags, prefix_order, sp
         named = rung.get("prefix_order", default.prefix_order), rung.get("speculative", default.speculative)
         assert cache.prefix_order == (named[0] if prefix_order is None else prefix_order), name
         assert cache.speculative == (named[1] if speculative is None else speculative), name
+
+
+def test_run_prints_each_steps_idle_slots_what_speculation_filled_and_the_goodput(capsys):
+    """`beamwise run --speculative`: per step the decode's forward calls and idle row-slots after speculation (of
+    those before it), what pruned candidates' speculation freed, and at the end goodput and the speculated totals."""
+    import re
+
+    args = ["run", "What is 7 x 8?", "--model", "synthetic:tiny-llama", "--no-save", "--speculative",
+            "--step-delimiter", "c", "--beams", "3", "--width", "3"]  # fmt: skip
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    decode = [line for line in out.splitlines() if line.startswith("  decode: ")]
+    shape = r"  decode: \d+ forward call\(s\), idle (\d+) (of (\d+) slots \((\d+) tok speculated\)|slots)"
+    steps = [re.fullmatch(shape, line) for line in decode]
+    assert steps and all(steps) and any(m[4] for m in steps)
+    assert all(int(m[3]) == int(m[1]) + int(m[4]) for m in steps if m[4])  # before = after + what was speculated
+    assert re.search(r"\n  \d+ speculated token\(s\) of pruned candidates freed\n", out)
+    final = re.search(r"\ngoodput ([\d.]+) tokens/s \(each kept beam's path tokens per second of its completion "
+                      r"time\); speculated (\d+) tokens, (\d+) kept \(\d+%\)\n", out)  # fmt: skip
+    assert final and float(final[1]) > 0 and int(final[3]) <= int(final[2])
+    assert int(final[2]) == sum(int(m[4] or 0) for m in steps)  # the run's total is the steps' sum

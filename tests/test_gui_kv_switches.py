@@ -136,7 +136,7 @@ def test_remembered_settings_from_before_lookahead_verification_load_with_it_on(
 
 
 def test_the_status_line_says_how_many_look_aheads_were_used():
-    from app.gui.status_line import speculation_text
+    from app.formatting import speculation_text
     from engine import events as ev
 
     done = ev.RunFinished("5", (3,), 0.5, 2, 10, 1.0, 10.0, speculative_tokens=20, speculative_used=5)
@@ -147,7 +147,7 @@ def test_the_status_line_says_how_many_look_aheads_were_used():
 
 
 def test_the_status_tooltip_says_what_goodput_counts_and_keeps_the_answer_paths_rate():
-    from app.gui.status_line import goodput_text
+    from app.formatting import goodput_text
     from engine import events as ev
 
     done = ev.RunFinished("5", (3,), 0.5, 2, 10, 1.0, 10.0, 6.25, answer_tokens_per_second=3.0)

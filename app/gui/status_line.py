@@ -167,7 +167,7 @@ class StatusLine:
         elif isinstance(event, ev.StepStarted):
             self.step.setText(f"step {event.step}/{self._max_steps}")
         elif isinstance(event, ev.TransferStats):
-            self.idle.setText(idle_text(event))
+            self.idle.setText(formatting.idle_text(event))
             self.idle.show()
         elif isinstance(event, ev.StepSelected) and event.exit_layer is not None:
             self._show_exit(self._exit + ExitTally.of_steps([event]))
@@ -177,10 +177,10 @@ class StatusLine:
                 self.speed.setText(f"{self._tokens / (self._clock.elapsed() / 1000):.1f} cand-tok/s")
         elif isinstance(event, ev.RunFinished):
             self.speed.setText(f"{event.tokens_per_second:.1f} cand-tok/s")
-            self.speed.setToolTip(goodput_text(event) + speculation_text(event, "\n"))
+            self.speed.setToolTip(formatting.goodput_text(event) + formatting.speculation_text(event, "\n"))
             self.bar.showMessage(
                 f"Done: {event.steps} steps, score {event.score:.2f}, goodput {event.goodput:.1f} tok/s"
-                + speculation_text(event, "; "), 15000
+                + formatting.speculation_text(event, "; "), 15000
             )
         elif isinstance(event, ev.RunCancelled):
             self.bar.showMessage(f"Stopped after step {event.step}.", 15000)
@@ -201,34 +201,6 @@ def policy_change_text(event: ev.PolicyChanged) -> str:
     """What `auto` did when free GPU memory fell mid-run, in one line."""
     return (f"Step {event.step}: free GPU memory fell below what {event.previous} needs; "
             f"{formatting.size(event.moved_bytes)} of KV moved to the CPU, going on with {event.policy}.")  # fmt: skip
-
-
-def idle_text(event: ev.TransferStats) -> str:
-    """'idle 12 of 42 slots' (the step's idle row-slots after speculation, of those before it), or 'idle 12 slots'
-    when the step speculated nothing: each speculated token filled a slot that would have idled."""
-    before = event.idle_row_slots + event.speculative_tokens
-    if not event.speculative_tokens:
-        return f"idle {event.idle_row_slots} slots"
-    return f"idle {event.idle_row_slots} of {before} slots ({event.speculative_tokens} tok speculated)"
-
-
-def goodput_text(event: ev.RunFinished) -> str:
-    """FlashTTS's goodput and, when the run recorded it, the answer path's tokens per second of the whole run."""
-    text = (f"goodput: {event.goodput:.1f} tokens/s (FlashTTS: each kept beam's path tokens per second of "
-            "its completion time, averaged)")
-    answer = event.answer_tokens_per_second
-    return text + (f"\nthe answer's path: {answer:.1f} tokens/s of the whole run" if answer else "")
-
-
-def speculation_text(event: ev.RunFinished, separator: str) -> str:
-    """'; speculated 177 tokens, 29 kept (16%); 3 of 12 steps verified ahead used', or nothing when the
-    run speculated none (the look-ahead part only when the verifier looked ahead)."""
-    made, used = event.speculative_tokens, event.speculative_used
-    if not made:
-        return ""
-    ahead = event.lookahead_verified
-    looked = f"{separator}{event.lookahead_used} of {ahead} steps verified ahead used" if ahead else ""
-    return f"{separator}speculated {made} tokens, {used} kept ({used / made:.0%}){looked}"
 
 
 def prompt_text(event: ev.PrefillDone) -> str:
