@@ -70,13 +70,15 @@ def settings(data: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in data.items()) or "-"
 
 
-def idle_text(event: TransferStats) -> str:
-    """'idle 12 of 42 slots' (the step's idle row-slots after speculation, of those before it), or 'idle 12 slots'
-    when the step speculated nothing: each speculated token filled a slot that would have idled."""
+def idle_text(event: TransferStats, detail: bool = True) -> str:
+    """'idle 12 of 42 slots (30 tok speculated)' (the step's idle row-slots after speculation, of those before it;
+    `detail`: and what filled the difference), or 'idle 12 slots' when the step speculated nothing: each
+    speculated token filled a slot that would have idled."""
     before = event.idle_row_slots + event.speculative_tokens
     if not event.speculative_tokens:
         return f"idle {event.idle_row_slots} slots"
-    return f"idle {event.idle_row_slots} of {before} slots ({event.speculative_tokens} tok speculated)"
+    made = f" ({event.speculative_tokens} tok speculated)" if detail else ""
+    return f"idle {event.idle_row_slots} of {before} slots{made}"
 
 
 def goodput_text(event: RunFinished) -> str:

@@ -86,7 +86,7 @@ def test_the_status_line_shows_cached_prompt_tokens():
     from engine import events as ev
 
     assert prompt_text(ev.PrefillDone(120, 0.1)) == "prompt: 120 tok"
-    assert prompt_text(ev.PrefillDone(120, 0.1, 96, 24)) == "prompt: 120 tok (96 cached, 24 computed)"
+    assert prompt_text(ev.PrefillDone(120, 0.1, 96, 24)) == "prompt: 120 tok (96 cached)"
 
 
 def test_speculated_children_round_trip_and_follow_the_speculative_switch(qtbot, tmp_path, monkeypatch):
@@ -177,8 +177,28 @@ def test_the_status_line_shows_the_steps_idle_row_slots_before_and_after_specula
         status.apply(event, live=True)
         if isinstance(event, ev.TransferStats):
             after, made = event.idle_row_slots, event.speculative_tokens
-            shown = f"idle {after} of {after + made} slots ({made} tok speculated)" if made else f"idle {after} slots"
+            shown = f"idle {after} of {after + made} slots" if made else f"idle {after} slots"
             assert status.idle.text() == shown and not status.idle.isHidden()
+            assert status.idle.toolTip().endswith(f"The last step: {made} tokens speculated.") == bool(made)
     assert "before" in status.idle.toolTip() and "after" in status.idle.toolTip()
     status.reset()
     assert status.idle.isHidden()
+
+
+def test_a_long_model_name_is_shortened_in_the_status_bar_and_whole_in_its_tooltip(qtbot):
+    """The run's messages share the status bar with its fields: a long model folder name must not squeeze them out."""
+    from PySide6.QtWidgets import QMainWindow
+
+    from app.gui.status_line import MODEL_WIDTH, StatusLine
+
+    window = QMainWindow()
+    qtbot.addWidget(window)
+    status = StatusLine(window)
+    status.loaded("SmolLM2-135M-Instruct (bundled)", "cpu")
+    assert status.model.text() == "model: SmolLM2-135M-Instruct (bundled)" and status.model.toolTip() == ""
+    long = "C:/Users/player/models/" + "Meta-Llama-3.1-8B-Instruct-abliterated-q8-merged" * 3
+    status.loaded(long, "cuda:0")
+    shown = status.model.text()
+    assert "…" in shown and shown.startswith("model: C:/") and shown.endswith("merged")
+    assert status.model.fontMetrics().horizontalAdvance(shown) <= MODEL_WIDTH
+    assert status.model.toolTip() == f"model: {long}"

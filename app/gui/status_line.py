@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QElapsedTimer, QTimer
+from PySide6.QtCore import QElapsedTimer, Qt, QTimer
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMainWindow, QProgressBar
 
 from app import formatting
@@ -15,6 +15,8 @@ from app.heartbeat import StepProgress
 from engine import events as ev
 
 HEARTBEAT_MS = 1000
+MODEL_WIDTH = 320  # px: a longer model name is shortened in the middle (whole in the tooltip)
+PROMPT_TIP = "Prompt tokens: loaded from the prefix cache (cached) and computed by this run"
 IDLE_TIP = ("The last step's idle row-slots: decode slots of rows whose step had ended while the group's longest "
             "row ran on (stragglers' waste). With speculative extension (FlashTTS) such rows decode their "
             "children's next steps instead: 'idle A of B' is after speculation (A) and before it (B = A + the tokens "
@@ -66,7 +68,7 @@ class StatusLine:
                              "completed layers paid back")
         self.exit.hide()
         self.prompt = QLabel("prompt: -")
-        self.prompt.setToolTip("Prompt tokens: loaded from the prefix cache (cached) and computed by this run")
+        self.prompt.setToolTip(PROMPT_TIP)
         self.progress = QProgressBar()
         self.progress.setRange(0, 100)
         self.progress.setMaximumWidth(220)
@@ -98,7 +100,9 @@ class StatusLine:
     def loaded(self, name: str | None, device: str | None) -> None:
         self.progress.hide()
         self.banner.hide()
-        self.model.setText(f"model: {name or 'not loaded'}")
+        text = f"model: {name or 'not loaded'}"
+        self.model.setText(self.model.fontMetrics().elidedText(text, Qt.TextElideMode.ElideMiddle, MODEL_WIDTH))
+        self.model.setToolTip(text if self.model.text() != text else "")
         if device:
             self.device.setText(f"device: {device}")
 
@@ -160,6 +164,7 @@ class StatusLine:
             self.show_device_hint(emulated_hint() if event.emulated and live else None)
         elif isinstance(event, ev.PrefillDone):
             self.prompt.setText(prompt_text(event))
+            self.prompt.setToolTip(f"{PROMPT_TIP}: {event.cached_tokens} cached, {event.computed_tokens} computed")
         elif isinstance(event, ev.PolicyChanged):
             self.policy.setText(f"policy: {event.policy} (was {event.previous})")
             self.policy.setToolTip(policy_change_text(event))
@@ -167,7 +172,9 @@ class StatusLine:
         elif isinstance(event, ev.StepStarted):
             self.step.setText(f"step {event.step}/{self._max_steps}")
         elif isinstance(event, ev.TransferStats):
-            self.idle.setText(formatting.idle_text(event))
+            self.idle.setText(formatting.idle_text(event, detail=False))
+            made = event.speculative_tokens
+            self.idle.setToolTip(IDLE_TIP + (f"\n\nThe last step: {made} tokens speculated." if made else ""))
             self.idle.show()
         elif isinstance(event, ev.StepSelected) and event.exit_layer is not None:
             self._show_exit(self._exit + ExitTally.of_steps([event]))
@@ -178,9 +185,9 @@ class StatusLine:
         elif isinstance(event, ev.RunFinished):
             self.speed.setText(f"{event.tokens_per_second:.1f} cand-tok/s")
             self.speed.setToolTip(formatting.goodput_text(event) + formatting.speculation_text(event, "\n"))
+            # short enough to show beside the fields on a 1400-px window; what speculation did is in the speed's tooltip
             self.bar.showMessage(
-                f"Done: {event.steps} steps, score {event.score:.2f}, goodput {event.goodput:.1f} tok/s"
-                + formatting.speculation_text(event, "; "), 15000
+                f"Done: {event.steps} steps, score {event.score:.2f}, goodput {event.goodput:.1f} tok/s", 15000
             )
         elif isinstance(event, ev.RunCancelled):
             self.bar.showMessage(f"Stopped after step {event.step}.", 15000)
@@ -204,7 +211,8 @@ def policy_change_text(event: ev.PolicyChanged) -> str:
 
 
 def prompt_text(event: ev.PrefillDone) -> str:
-    """The status field of a prefill: its tokens, and how many came from the prefix cache."""
+    """The status field of a prefill: its tokens, and how many came from the prefix cache (the rest, computed,
+    is in its tooltip: the status bar's fields leave the run's messages room only when they are short)."""
     if not event.cached_tokens:
         return f"prompt: {event.prompt_tokens} tok"
-    return f"prompt: {event.prompt_tokens} tok ({event.cached_tokens} cached, {event.computed_tokens} computed)"
+    return f"prompt: {event.prompt_tokens} tok ({event.cached_tokens} cached)"
