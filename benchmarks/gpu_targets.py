@@ -9,7 +9,9 @@ row measured twice keeps the later file's. The targets are issue 9's on the 64-c
 (`w64`), printed for every workload found (the issue sets them for w64; others are for scale),
 and issue 14's goodput with and without speculation (`spec`). A target whose rows are missing, failed
 or were not timed on CUDA says so instead of a figure: absolute times compare only on a GPU, beside
-the outside baselines of the same process.
+the outside baselines of the same process. A run the ladder's `--time-limit` stopped still bounds its
+ratio (it would have taken longer than it ran): where the bound alone settles the target, the
+verdict is given with the figure as a bound ("at least 3.10x"); else it is unmeasured and says so.
 """
 
 from __future__ import annotations
@@ -24,6 +26,21 @@ EVERY_SWITCH = "lbs:+prefix_order"  # lbs with inter-beam sharing, balanced pref
 
 
 @dataclass(frozen=True)
+class AtLeast:
+    """A run the bench's time limit stopped after `seconds`: its whole run would have taken longer."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A figure known only on one side: `value` is its least ("at least") or greatest ("at most") value."""
+
+    value: float
+    side: str  # "at least" or "at most"
+
+
+@dataclass(frozen=True)
 class Run:
     """One workload's rows, from one or more JSON files: name -> row (policies and outside baselines)."""
 
@@ -32,26 +49,34 @@ class Run:
     rows: dict[str, dict]
     complete: bool = True  # False: a ladder ended from outside before its last row (its JSON says "complete": false)
 
-    def wall(self, name: str) -> float | str:
-        """The row's wall seconds, or why there is none."""
+    def wall(self, name: str) -> float | AtLeast | str:
+        """The row's wall seconds, at least the seconds it ran when the time limit stopped it, or why there is none."""
         row = self.rows.get(name)
         if row is None:
             return f"no {name} row"
+        if row.get("timed_out") and self.cuda and row.get("wall_seconds", 0) > 0:
+            return AtLeast(float(row["wall_seconds"]))
         if not row.get("ok"):
             return f"{name} failed: {str(row.get('message', '')).splitlines()[0][:80]}"
         if not self.cuda:
             return f"{name} was not timed on CUDA"
         return float(row["wall_seconds"])
 
+    def measured_wall(self, name: str) -> float | str:
+        """The row's wall seconds, or why there is none (a run the time limit stopped bounds nothing here)."""
+        wall = self.wall(name)
+        return f"{name} was stopped by the time limit after {wall.seconds:.0f} s" if isinstance(wall, AtLeast) else wall
+
 
 @dataclass(frozen=True)
 class Target:
     issue: int
     what: str
-    figure: Callable[[Run], float | str]  # the measured ratio or share, or why it is unmeasured
+    figure: Callable[[Run], float | Bound | str]  # the measured ratio or share, a bound of it, or why unmeasured
     met: Callable[[float], bool]
     unit: str  # how the figure reads: "x" (a ratio) or "%"
     workloads: tuple[str, ...] = ()  # () any workload
+    lower_is_better: bool = False  # met below a line (a bound "at least" can then only say NOT MET), else above it
 
 
 @dataclass(frozen=True)
@@ -60,6 +85,7 @@ class Verdict:
     workload: str
     figure: float | None
     reason: str  # why unmeasured ("" when measured)
+    side: str = ""  # "at least" or "at most": the figure is a bound (a run the time limit stopped), which settles it
 
     @property
     def status(self) -> str:
@@ -70,17 +96,39 @@ class Verdict:
     def shown(self) -> str:
         if self.figure is None:
             return self.reason
-        return f"{self.figure * 100:.1f}%" if self.target.unit == "%" else f"{self.figure:.2f}x"
+        figure = f"{self.figure * 100:.1f}%" if self.target.unit == "%" else f"{self.figure:.2f}x"
+        return f"{self.side} {figure}" if self.side else figure
 
 
-def ratio(numerator: str, denominator: str) -> Callable[[Run], float | str]:
-    """Wall of `numerator` over wall of `denominator` (how many times faster `denominator` is)."""
+def judge(target: Target, workload: str, figure: float | Bound | str) -> Verdict:
+    """A figure's verdict; a bound gives one only where every value on its side falls the same way."""
+    if isinstance(figure, str):
+        return Verdict(target, workload, None, figure)
+    if not isinstance(figure, Bound):
+        return Verdict(target, workload, figure, "")
+    grows = figure.side == "at least"
+    settles = not target.met(figure.value) if grows == target.lower_is_better else target.met(figure.value)
+    if settles:
+        return Verdict(target, workload, figure.value, "", figure.side)
+    shown = f"{figure.value * 100:.1f}%" if target.unit == "%" else f"{figure.value:.2f}x"
+    return Verdict(target, workload, None, f"{figure.side} {shown} (a run the time limit stopped): not enough to tell")
 
-    def figure(run: Run) -> float | str:
+
+def ratio(numerator: str, denominator: str) -> Callable[[Run], float | Bound | str]:
+    """Wall of `numerator` over wall of `denominator` (how many times faster `denominator` is); a bound when the
+    time limit stopped one of them."""
+
+    def figure(run: Run) -> float | Bound | str:
         top, bottom = run.wall(numerator), run.wall(denominator)
         for part in (top, bottom):
             if isinstance(part, str):
                 return part
+        if isinstance(top, AtLeast) and isinstance(bottom, AtLeast):
+            return f"the time limit stopped both {numerator} and {denominator}"
+        if isinstance(top, AtLeast):
+            return Bound(top.seconds / bottom, "at least") if bottom > 0 else f"{denominator} took no time"
+        if isinstance(bottom, AtLeast):
+            return Bound(top / bottom.seconds, "at most")
         return top / bottom if bottom > 0 else f"{denominator} took no time"
 
     return figure
@@ -88,7 +136,7 @@ def ratio(numerator: str, denominator: str) -> Callable[[Run], float | str]:
 
 def stall_share(name: str) -> Callable[[Run], float | str]:
     def figure(run: Run) -> float | str:
-        wall = run.wall(name)
+        wall = run.measured_wall(name)
         return wall if isinstance(wall, str) else float(run.rows[name].get("stall_share", 0.0))
 
     return figure
@@ -99,7 +147,7 @@ def goodput_gain(with_it: str, without: str) -> Callable[[Run], float | str]:
 
     def figure(run: Run) -> float | str:
         for name in (with_it, without):
-            wall = run.wall(name)
+            wall = run.measured_wall(name)
             if isinstance(wall, str):
                 return wall
         before = float(run.rows[without].get("goodput", 0.0))
@@ -112,14 +160,15 @@ TARGETS = (
     Target(9, "lbs (every switch) faster than transformers' offloaded cache: at least 6x",
            ratio("generate:offloaded", EVERY_SWITCH), lambda x: x >= 6.0, "x"),
     Target(9, "lbs (every switch) within 1.2x of in_device", ratio(EVERY_SWITCH, "in_device"),
-           lambda x: x <= 1.2, "x"),
+           lambda x: x <= 1.2, "x", lower_is_better=True),
     Target(9, "in_device at least as fast as plain generate (1.0x)", ratio("generate", "in_device"),
            lambda x: x >= 1.0, "x"),
     Target(9, "layerwise no slower than transformers' offloaded cache", ratio("layerwise", "generate:offloaded"),
-           lambda x: x <= 1.0, "x"),
-    Target(9, "lbs (every switch) stalls under 10% of its run", stall_share(EVERY_SWITCH), lambda x: x < 0.10, "%"),
+           lambda x: x <= 1.0, "x", lower_is_better=True),
+    Target(9, "lbs (every switch) stalls under 10% of its run", stall_share(EVERY_SWITCH), lambda x: x < 0.10, "%",
+           lower_is_better=True),
     Target(9, "lbs (every switch) no slower than lbs:inter_token alone", ratio(EVERY_SWITCH, "lbs:inter_token"),
-           lambda x: x <= 1.0, "x"),
+           lambda x: x <= 1.0, "x", lower_is_better=True),
     Target(14, "goodput with speculation over without (lbs, every switch)",
            goodput_gain("lbs:+speculative", EVERY_SWITCH), lambda x: x > 1.0, "x", ("spec",)),
     Target(14, "goodput with speculation over without (in_device)",
@@ -154,9 +203,7 @@ def verdicts(runs: Sequence[Run]) -> list[Verdict]:
         for run in runs:
             if target.workloads and run.workload not in target.workloads:
                 continue
-            figure = target.figure(run)
-            measured = not isinstance(figure, str)
-            found.append(Verdict(target, run.workload, figure if measured else None, "" if measured else figure))
+            found.append(judge(target, run.workload, target.figure(run)))
     return found
 
 

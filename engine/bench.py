@@ -127,7 +127,8 @@ class PolicyResult:
     verifier_rows: int = 0  # rows in them (LookAhead verification rides a child's next step in its parent's row)
     lookahead_verified: int = 0  # next steps verified with their parent's step
     lookahead_used: int = 0  # of them, taken by their child
-    timed_out: bool = False  # the bench's time limit stopped this run or kept it from starting (see `message`)
+    timed_out: bool = False  # the bench's time limit stopped this run (wall_seconds: how long it ran) or kept it
+    # from starting (see `message`)
     h2d_bytes_eq1: int | None = None  # layer-wise only: the paper's Eq. 1-3 for the same workload
     pinned_peak_bytes: int | None = None  # CUDA: pinned host memory torch's caching allocator held at most
     pin_seconds: float | None = None  # CUDA: of the wall time, spent pinning new host blocks (a first use's cost)
@@ -211,8 +212,9 @@ def run_policy(
         elif event.type == "run_failed":
             return PolicyResult(name, False, event.message)
         elif event.type == "run_cancelled":
-            seconds = time.perf_counter() - started
-            return PolicyResult(name, False, limit.stopped(seconds, f"--policies {name}"), timed_out=True)
+            seconds = time.perf_counter() - started  # the whole run would have taken longer: a bound for a reader
+            message = limit.stopped(seconds, f"--policies {name}")
+            return PolicyResult(name, False, message, wall_seconds=seconds, timed_out=True)
         elif event.type == "run_finished":
             finished = event
     wall = time.perf_counter() - started

@@ -289,7 +289,7 @@ def test_a_time_limit_stops_the_run_it_overtakes_and_starts_no_more_rows_and_eac
     report = run_bench(SMALL, policies, time_limit=TimeLimit(60, clock), progress=progress, on_row=on_row)
     first, stopped, skipped = report.results
     assert first.ok and not first.timed_out and first.teacher_forced_max_logit_diff == 0
-    assert not stopped.ok and stopped.timed_out and stopped.candidate_tokens == 0
+    assert not stopped.ok and stopped.timed_out and stopped.candidate_tokens == 0 and stopped.wall_seconds > 0
     assert stopped.message.startswith("stopped by the bench's time limit (60 s) after ")
     assert stopped.message.endswith("time it alone (--policies lbs:inter_token)")
     assert not skipped.ok and skipped.timed_out

@@ -109,3 +109,31 @@ def test_a_ladder_ended_from_outside_is_read_for_the_rows_it_finished(tmp_path, 
     out = capsys.readouterr().out
     assert "not finished (ended from outside before their last row): w16, w64" in out
     assert all(v.status == "unmeasured" for v in verdicts(load_runs([started])))
+
+
+def test_a_run_the_time_limit_stopped_bounds_its_ratio_and_settles_the_targets_it_can(tmp_path, capsys):
+    """Layer-wise stopped after 540 s beside an offloaded cache that took 135 s is at least 4x slower: NOT MET
+    (target: no slower). A bound on the other side of a line says nothing, and says so."""
+    report = json.loads((H100 / "w16.json").read_text(encoding="utf-8"))
+    rows = {r["name"]: r for r in [*report["results"], *report["baselines"]]}
+    stopped = {"name": "layerwise", "ok": False, "timed_out": True, "wall_seconds": 540.0,
+               "message": "stopped by the bench's time limit (540 s) after 540 s of this run; time it alone"}
+    offloaded = {**rows["generate:offloaded"], "wall_seconds": 135.0}
+    path = tmp_path / "w64-layerwise.json"
+    path.write_text(json.dumps({**report, "workload_name": "w64", "results": [stopped], "baselines": [offloaded]}),
+                    encoding="utf-8")  # fmt: skip
+    found = {v.target.what: v for v in verdicts(load_runs([path]))}
+    slow = found["layerwise no slower than transformers' offloaded cache"]
+    assert (slow.status, slow.figure, slow.shown()) == ("NOT MET", 4.0, "at least 4.00x")
+    quick = {**stopped, "wall_seconds": 60.0}  # stopped sooner than the baseline ran: at least 0.44x tells nothing
+    path.write_text(json.dumps({**report, "workload_name": "w64", "results": [quick], "baselines": [offloaded]}),
+                    encoding="utf-8")  # fmt: skip
+    vague = {v.target.what: v for v in verdicts(load_runs([path]))}[slow.target.what]
+    assert vague.status == "unmeasured" and vague.reason.startswith("at least 0.44x (a run the time limit stopped)")
+    lbs = {**rows["lbs:+prefix_order"], "wall_seconds": 4.0}  # the offloaded cache stopped after 135 s: >= 33.75x
+    path.write_text(json.dumps({**report, "workload_name": "w64", "results": [lbs],
+                                "baselines": [{**offloaded, "ok": False, "timed_out": True}]}), encoding="utf-8")
+    fast = {v.target.what: v for v in verdicts(load_runs([path]))}
+    six = fast["lbs (every switch) faster than transformers' offloaded cache: at least 6x"]
+    assert (six.status, six.shown()) == ("met", "at least 33.75x")
+    assert main([str(path)]) == 0 and "at least 33.75x" in capsys.readouterr().out
