@@ -18,6 +18,7 @@ import torch
 from engine.auto_delimiter import AUTO_DELIMITER, most_sampled_text
 from engine.baselines import BASELINES, BaselineRun, run_baseline
 from engine.config import CacheConfig, SearchConfig
+from engine.errors import format_bytes
 from engine.idle import release_cached_memory
 from engine.kv.layer_budget import paper_h2d_bytes
 from engine.kv.streams import host_allocator_stats
@@ -352,7 +353,9 @@ def run_bench(
         reference = observe_run(loaded, workload, "in_device", prompt, should_stop=limit.passed)
         report.reference_max_abs_logit = largest_abs_logit(reference) if reference else None
     for name in policies:
-        report.results.append(_policy_row(loaded, workload, name, prompt, repeats, limit, reference, progress))
+        row = _policy_row(loaded, workload, name, prompt, repeats, limit, reference, progress)
+        progress(f"{name}: {_row_line(row, plan_only)}")
+        report.results.append(row)
         add_ratios(report.results)
         on_row(report)
     digests = {r.tokens_digest for r in report.results if r.ok}
@@ -378,14 +381,15 @@ def _policy_row(loaded, workload: Workload, name: str, prompt, repeats: int, lim
         _release_device_memory()
         forced = observe_run(loaded, workload, name, prompt, reference.replay(), limit.passed)
         result.teacher_forced_max_logit_diff = max_logit_diff(reference, forced) if forced else None
-    progress(f"{name}: {_row_line(result)}")
     return result
 
 
-def _row_line(result: PolicyResult) -> str:
+def _row_line(result: PolicyResult, plan_only: bool) -> str:
     """A finished row in a few words, for the progress lines (a bench killed from outside still printed them)."""
     if not result.ok:
         return result.message.splitlines()[0] if result.message else "failed"
+    if plan_only:
+        return f"H2D {format_bytes(result.h2d_bytes)}, peak {format_bytes(result.peak_device_bytes)} on the device"
     line = f"{result.wall_seconds:.2f} s, {result.tokens_per_second:,.0f} candidate-tokens/s"
     diff = result.teacher_forced_max_logit_diff
     return line if diff is None else f"{line}, teacher-forced logit diff {diff:.3g}"

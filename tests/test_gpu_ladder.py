@@ -13,8 +13,10 @@ def test_the_ladder_plans_a_workload_and_writes_its_json(tmp_path, capsys):
     out = tmp_path / "w16.json"
     policies = ["in_device", "layerwise", "lbs:inter_token"]
     assert main(["w16", "--plan-only", "--policies", ",".join(policies), "--baselines", "", "--json", str(out)]) == 0
-    table = capsys.readouterr().out
+    printed = capsys.readouterr()
+    table = printed.out
     assert "synthetic:llama2-7b (bfloat16) on meta (plan only)" in table and f"wrote {out}" in table
+    assert "[ladder w16] layerwise: H2D 186.4 GB, peak 2.0 GB on the device" in printed.err  # each row as it ends
     data = json.loads(out.read_text())
     assert data["workload_name"] == "w16" and data["plan_only"] is True and data["baselines"] == []
     assert data["workload"]["beams"] == WORKLOADS["w16"].beams
