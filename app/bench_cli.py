@@ -20,6 +20,7 @@ from app.options import (
     parse_delimiter,
     size_type,
 )
+from engine.baselines import BASELINES
 from engine.bench import LADDER, BenchReport, TimeLimit, Workload, run_bench
 
 
@@ -68,6 +69,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host-ram", type=size_type, default=None, help="--max-context: host RAM for offloaded KV")
     p.add_argument("--json", dest="json_path", default=None,
                    help="also write the report as JSON here (after every row, complete: false until the last)")
+    p.add_argument("--baselines", default=",".join(BASELINES), metavar="NAMES",
+                   help=f"outside baselines (CUDA only), comma-separated, from: {', '.join(BASELINES)}; empty for none")
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
                    help="stop the run this overtakes and start no more rows (each row says so); default: none")
     p.add_argument(
@@ -119,10 +122,14 @@ def bench_command(args: argparse.Namespace) -> int:
     if args.versus_generate:
         return _versus_generate(args, dtype)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
+    unknown = sorted(set(baselines) - set(BASELINES))
+    if unknown:
+        raise UsageError(f"unknown baselines {unknown}; choose from {', '.join(BASELINES)} (or give --baselines '').")
     progress = lambda text: print(f"[bench] {text}", file=sys.stderr, flush=True)  # noqa: E731
     save = lambda report: write_json(args.json_path, report.to_dict(), announce=False)  # noqa: E731
     write_json(args.json_path, {"workload": asdict(workload), "complete": False}, announce=False)  # fail now, not after
-    report = run_bench(workload, policies, plan_only=args.plan_only, progress=progress,
+    report = run_bench(workload, policies, plan_only=args.plan_only, progress=progress, baselines=baselines,
                        time_limit=TimeLimit(args.time_limit), on_row=save)  # fmt: skip
     print(format_report(report))
     write_json(args.json_path, report.to_dict())

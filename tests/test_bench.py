@@ -351,3 +351,18 @@ def test_the_table_shows_rows_the_time_limit_cut_in_its_own_words():
     assert "lbs:inter_token         failed: budget too small" in table
     assert "generate                not run: the bench's time limit (30 s) had passed; time it alone " \
            "(--baselines generate)" in table
+
+
+def test_bench_cli_times_the_baselines_it_is_given(tmp_path, capsys):
+    """`--baselines` picks the outside baselines (what a row the time limit cut tells the user to give)."""
+    out = tmp_path / "bench.json"
+    base = ["bench", "--model", "synthetic:tiny-llama", "--policies", "in_device", "--gen-tokens", "8",
+            "--prompt-tokens", "16", "--step-tokens", "4", "--beams", "2", "--width", "2",
+            "--json", str(out)]  # fmt: skip
+    assert main([*base, "--baselines", ""]) == 0
+    assert json.loads(out.read_text())["baselines"] == []
+    assert main([*base, "--baselines", "generate:offloaded"]) == 0
+    assert [b["name"] for b in json.loads(out.read_text())["baselines"]] == ["generate:offloaded"]
+    capsys.readouterr()
+    assert main([*base, "--baselines", "vllm"]) == 2
+    assert "unknown baselines ['vllm']; choose from generate, generate:offloaded" in capsys.readouterr().err
