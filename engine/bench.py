@@ -252,7 +252,10 @@ def fastest_run(
     for its later runs, as it would for an app's next question."""
     runs = []
     for repeat in range(repeats):
-        _release_device_memory(host=repeat == 0)
+        # each run starts with the device as the last one found it (a failed run's frames may hold tensors in
+        # reference cycles; torch's allocators keep freed blocks cached); a policy's first run also without the
+        # last policy's pinned blocks (their sizes seldom fit, and they stay locked in RAM)
+        release_cached_memory(host=repeat == 0)
         result = run_policy(loaded, workload, name, prompt_ids, limit)
         if not result.ok:
             if runs and limit is not None and limit.passed():
@@ -361,7 +364,7 @@ def run_bench(
     digests = {r.tokens_digest for r in report.results if r.ok}
     report.same_tokens = plan_only or len(digests) <= 1
     if not plan_only:
-        report.baselines = _baselines(loaded, workload, prompt, baselines, progress, limit, report, on_row)
+        _baselines(loaded, workload, prompt, baselines, progress, limit, report, on_row)
     report.notes = _notes(report, reference is not None or not teacher_forcing or plan_only)
     report.complete = True
     return report
@@ -378,7 +381,7 @@ def _policy_row(loaded, workload: Workload, name: str, prompt, repeats: int, lim
         result.h2d_bytes_eq1 = layerwise_eq1(workload, loaded, prompt)
     if result.ok and reference is not None and not limit.passed():
         progress(f"teacher-forcing {name}")
-        _release_device_memory()
+        release_cached_memory()
         forced = observe_run(loaded, workload, name, prompt, reference.replay(), limit.passed)
         result.teacher_forced_max_logit_diff = max_logit_diff(reference, forced) if forced else None
     return result
@@ -393,14 +396,6 @@ def _row_line(result: PolicyResult, plan_only: bool) -> str:
     line = f"{result.wall_seconds:.2f} s, {result.tokens_per_second:,.0f} candidate-tokens/s"
     diff = result.teacher_forced_max_logit_diff
     return line if diff is None else f"{line}, teacher-forced logit diff {diff:.3g}"
-
-
-def _release_device_memory(host: bool = True) -> None:
-    """Let each run start with the device as the last one found it: a failed run's frames may hold
-    tensors in reference cycles, and torch's allocators keep freed blocks cached; with `host`, the pinned
-    host blocks too (another policy's sizes seldom fit, and they stay locked in RAM: layer-wise on a 16k
-    prompt pins tens of GB)."""
-    release_cached_memory(host=host)
 
 
 def pick_delimiter(loaded, workload: Workload, prompt: Sequence[int]) -> str:
@@ -425,7 +420,7 @@ def _warm_up(loaded, workload: Workload, prompt: Sequence[int], policy: str = "i
 
 def _baselines(
     loaded, workload: Workload, prompt, names: Sequence[str], progress, limit: TimeLimit, report: BenchReport, on_row
-) -> list[BaselineRun]:
+) -> None:
     """Each outside baseline on the workload's rows, appended to `report.baselines` as it ends."""
     rows = workload.search().candidates_per_step
     tokens = workload.search().max_steps * workload.step_tokens
@@ -434,14 +429,13 @@ def _baselines(
             run = BaselineRun(name, False, limit.not_run(f"--baselines {name}"), timed_out=True)
         else:
             progress(f"running {name} ({rows} rows)")
-            _release_device_memory()
+            release_cached_memory()
             run = run_baseline(loaded, name, prompt, rows, tokens, workload.seed, limit.passed)
             if run.timed_out:
                 run = replace(run, message=limit.stopped(run.wall_seconds, f"--baselines {name}"))
             progress(f"{name}: {f'{run.wall_seconds:.2f} s' if run.ok else run.message}")
         report.baselines.append(run)
         on_row(report)
-    return report.baselines
 
 
 def largest_abs_logit(observed: Observed) -> float:

@@ -71,7 +71,7 @@ def test_bench_gives_pinned_blocks_back_between_policies_not_between_repeats_and
     stay locked in RAM); its repeats keep them, as an app's next question would; the table says what pinning
     cost."""
     releases, runs = [], []
-    monkeypatch.setattr(bench, "_release_device_memory", lambda host=True: releases.append(host))
+    monkeypatch.setattr(bench, "release_cached_memory", lambda host=True: releases.append(host))
     real = bench.run_policy
 
     def run_policy(*args):
