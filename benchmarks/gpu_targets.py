@@ -78,6 +78,9 @@ class Target:
     workloads: tuple[str, ...] = ()  # () any workload
     lower_is_better: bool = False  # met below a line (a bound "at least" can then only say NOT MET), else above it
 
+    def shown(self, value: float) -> str:
+        return f"{value * 100:.1f}%" if self.unit == "%" else f"{value:.2f}x"
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -96,7 +99,7 @@ class Verdict:
     def shown(self) -> str:
         if self.figure is None:
             return self.reason
-        figure = f"{self.figure * 100:.1f}%" if self.target.unit == "%" else f"{self.figure:.2f}x"
+        figure = self.target.shown(self.figure)
         return f"{self.side} {figure}" if self.side else figure
 
 
@@ -110,8 +113,8 @@ def judge(target: Target, workload: str, figure: float | Bound | str) -> Verdict
     settles = not target.met(figure.value) if grows == target.lower_is_better else target.met(figure.value)
     if settles:
         return Verdict(target, workload, figure.value, "", figure.side)
-    shown = f"{figure.value * 100:.1f}%" if target.unit == "%" else f"{figure.value:.2f}x"
-    return Verdict(target, workload, None, f"{figure.side} {shown} (a run the time limit stopped): not enough to tell")
+    reason = f"{figure.side} {target.shown(figure.value)} (a run the time limit stopped): not enough to tell"
+    return Verdict(target, workload, None, reason)
 
 
 def ratio(numerator: str, denominator: str) -> Callable[[Run], float | Bound | str]:
@@ -184,7 +187,7 @@ def load_runs(paths: Sequence[Path]) -> list[Run]:
             report = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as error:
             raise SystemExit(f"cannot read {path}: {error}") from error
-        complete = not isinstance(report, dict) or report.get("complete", True) is not False  # older files: whole
+        complete = isinstance(report, dict) and report.get("complete", True) is not False  # older files: whole
         if not isinstance(report, dict) or ("results" not in report and complete):
             raise SystemExit(f"{path} is not a bench report (write one with benchmarks.gpu_ladder --json PATH)")
         name = report.get("workload_name") or "workload"
