@@ -161,7 +161,7 @@ def test_the_status_tooltip_says_what_goodput_counts_and_keeps_the_answer_paths_
 def test_the_status_line_shows_the_steps_idle_row_slots_before_and_after_speculation(qtbot, tiny):
     from PySide6.QtWidgets import QMainWindow
 
-    from app.gui.status_line import StatusLine
+    from app.gui.status_line import PROMPT_TIP, StatusLine
     from engine import events as ev
     from engine.search import run
 
@@ -181,8 +181,10 @@ def test_the_status_line_shows_the_steps_idle_row_slots_before_and_after_specula
             assert status.idle.text() == shown and not status.idle.isHidden()
             assert status.idle.toolTip().endswith(f"The last step: {made} tokens speculated.") == bool(made)
     assert "before" in status.idle.toolTip() and "after" in status.idle.toolTip()
+    assert status.prompt.toolTip().endswith(" computed")  # the run's counts
     status.reset()
     assert status.idle.isHidden()
+    assert status.prompt.toolTip() == PROMPT_TIP  # not the last run's counts
 
 
 def test_a_long_model_name_is_shortened_in_the_status_bar_and_whole_in_its_tooltip(qtbot):

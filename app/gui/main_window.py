@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import formatting
 from app.gui import palette as pal
 from app.gui import settings as saved
 from app.gui.bridge import Conversation, SearchBridge
@@ -46,7 +47,7 @@ from app.gui.tree_view import ReasoningTreeView
 from app.session import SessionModel
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
-from engine.errors import BeamwiseError, format_bytes
+from engine.errors import BeamwiseError
 
 BUNDLED_NAMES = ("SmolLM2-135M-Instruct",)
 
@@ -308,8 +309,8 @@ class MainWindow(QMainWindow):
             self.apply_event(item)
 
     def _on_memory_released(self, device_bytes: int, host_bytes: int) -> None:
-        given = [f"{format_bytes(device_bytes)} of GPU memory" if device_bytes else "",
-                 f"{format_bytes(host_bytes)} of pinned RAM" if host_bytes else ""]
+        given = [f"{formatting.size(device_bytes)} of GPU memory" if device_bytes else "",
+                 f"{formatting.size(host_bytes)} of pinned RAM" if host_bytes else ""]
         self.statusBar().showMessage(f"Idle: gave back {' and '.join(g for g in given if g)} for other programs; "
                                      "the model stays loaded.", 15000)
 

@@ -135,6 +135,7 @@ class StatusLine:
         self._show_exit(None)
         self.idle.hide()
         self.prompt.setText("prompt: -")
+        self.prompt.setToolTip(PROMPT_TIP)  # not the last run's cached and computed counts
         self.bar.clearMessage()
 
     def stop_heartbeat(self) -> None:
