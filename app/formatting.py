@@ -71,13 +71,15 @@ def settings(data: dict[str, Any]) -> str:
 
 
 def idle_text(event: TransferStats, detail: bool = True) -> str:
-    """'idle 12 of 42 slots (30 tok speculated)' (the step's idle row-slots after speculation, of those before it;
-    `detail`: and what filled the difference), or 'idle 12 slots' when the step speculated nothing: each
+    """'idle 12 of 42 slots (30 tok speculated, 2 runs in other beams' rows)' (the step's idle row-slots after
+    speculation, of those before it; `detail`: and what filled the difference, and how many children's runs
+    went to rows other beams were done with), or 'idle 12 slots' when the step speculated nothing: each
     speculated token filled a slot that would have idled."""
     before = event.idle_row_slots + event.speculative_tokens
     if not event.speculative_tokens:
         return f"idle {event.idle_row_slots} slots"
-    made = f" ({event.speculative_tokens} tok speculated)" if detail else ""
+    lent = f", {_runs(event.speculative_lent_runs)} in other beams' rows" if event.speculative_lent_runs else ""
+    made = f" ({event.speculative_tokens} tok speculated{lent})" if detail else ""
     return f"idle {event.idle_row_slots} of {before} slots{made}"
 
 
@@ -97,4 +99,9 @@ def speculation_text(event: RunFinished, separator: str) -> str:
         return ""
     ahead = event.lookahead_verified
     looked = f"{separator}{event.lookahead_used} of {ahead} steps verified ahead used" if ahead else ""
-    return f"{separator}speculated {made} tokens, {used} kept ({used / made:.0%}){looked}"
+    lent = f", {_runs(event.speculative_lent_runs)} in other beams' rows" if event.speculative_lent_runs else ""
+    return f"{separator}speculated {made} tokens, {used} kept ({used / made:.0%}){lent}{looked}"
+
+
+def _runs(count: int) -> str:
+    return f"{count} run" + ("" if count == 1 else "s")

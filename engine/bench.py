@@ -123,6 +123,7 @@ class PolicyResult:
     speculative_used: int = 0  # of them, taken by kept candidates' children
     speculative_discarded: int = 0  # of them, freed with pruned candidates
     speculative_runs: int = 0  # children's steps started speculatively (one per child)
+    speculative_lent_runs: int = 0  # of them, decoded in rows other candidates lent (their own work over)
     verifier_tokens: int = 0  # tokens the verifier ran, all steps
     verifier_forwards: int = 0  # its forward calls
     verifier_rows: int = 0  # rows in them (LookAhead verification rides a child's next step in its parent's row)
@@ -234,7 +235,8 @@ def run_policy(
         h2d_calls=last.h2d_calls, d2h_calls=last.d2h_calls,
         forwards=sum(s.forwards for s in stats), speculative_tokens=finished.speculative_tokens,
         speculative_used=finished.speculative_used, speculative_discarded=finished.speculative_discarded,
-        speculative_runs=finished.speculative_runs, verifier_tokens=sum(s.verifier_tokens for s in selected),
+        speculative_runs=finished.speculative_runs, speculative_lent_runs=finished.speculative_lent_runs,
+        verifier_tokens=sum(s.verifier_tokens for s in selected),
         verifier_forwards=sum(s.verifier_forwards for s in selected),
         verifier_rows=sum(s.verifier_rows for s in selected),
         lookahead_verified=finished.lookahead_verified, lookahead_used=finished.lookahead_used,

@@ -164,6 +164,7 @@ class TransferStats:
     speculative_tokens: int = 0  # tokens finished rows made for their children in those slots (FlashTTS)
     forwards: int = 0  # decode forward calls the step needed: each group's longest row, summed over groups
     speculative_runs: int = 0  # children's steps started in those slots (one run per child; several per row)
+    speculative_lent_runs: int = 0  # of them, decoded in rows other candidates lent (their own work over)
 
 
 @dataclass(frozen=True)
@@ -212,6 +213,7 @@ class RunFinished:
     lookahead_discarded: int = 0  # of them, freed with their pruned parent
     answer_tokens_per_second: float = 0.0  # the answer path's tokens per second of the whole run
     completions: tuple[tuple[int, int, float], ...] = ()  # each final kept beam: (id, path tokens, completion s)
+    speculative_lent_runs: int = 0  # speculative runs decoded in rows other candidates lent (their own work over)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ class RowResult:
     done: bool = False  # this step is over for the row
     aheads: list[RowResult] = field(default_factory=list)  # speculative: child k's step, decoded in idle slots
     start: int = 0  # a speculative run: the forward call that fed its first token (its KV's first new column)
+    row: int = -1  # a speculative run decoded in another candidate's row (lent to it): that batch row; -1 its own
 
 
 @dataclass(frozen=True)

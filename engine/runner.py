@@ -172,10 +172,12 @@ def forward_and_sample(
 
 
 def record(
-    results: list[RowResult], rows: Sequence[Row], rules: StepRules, buffers: StepBuffers, first: int, count: int
+    results: list[RowResult], rows: Sequence[Row], rules: StepRules, buffers: StepBuffers, first: int, count: int,
+    lent: dict[int, int] | None = None,
 ) -> None:
     """Host decisions for forwards `first .. first + count - 1`, from one copy of their tokens, log-probs
-    and top-1 probabilities."""
+    and top-1 probabilities. `lent`: each row lent to another row's candidate (`start_runs`), and to which."""
+    lent = lent or {}
     tokens = buffers.tokens[:, first : first + count + 1].tolist()  # [B][count + 1]: waits for the device
     logprobs = buffers.logprobs[:, first : first + count].tolist()  # [B][count]
     top1 = buffers.top1[:, first : first + count].tolist()  # [B][count]
@@ -188,11 +190,28 @@ def record(
                 continue
             if not result.aheads and row.continuations > 0 and _may_speculate(result, rules, row):
                 result.aheads.append(RowResult(start=j))  # the first child continues right after the step
-            run = result.aheads[-1] if result.aheads else None
-            if run is None or j < run.start or not _running(run, rules):
+            feeding = _feeding(results, i, lent)
+            if feeding is None or j < feeding[1].start or not _running(feeding[1], rules):
                 break
+            owner, run = feeding
             _take(run, tokens[i][c], tokens[i][c + 1], (logprobs[i][c], top1[i][c]), rules)
-            run.done = _row_is_done(run, rules, row.position + len(result.fed) + len(run.fed) - 1)
+            run.done = _row_is_done(run, rules, _child_position(rows[owner], results[owner]) + len(run.fed) - 1)
+
+
+def _feeding(results: Sequence[RowResult], i: int, lent: dict[int, int]) -> tuple[int, RowResult] | None:
+    """(the row whose candidate's child it is, the run) that row `i`, its step over, decodes now: the run
+    it was last lent for, else its own latest; None when it started none."""
+    owner = lent.get(i, i)
+    where = -1 if owner == i else i
+    for run in reversed(results[owner].aheads):
+        if run.row == where:
+            return owner, run
+    return None
+
+
+def _child_position(row: Row, result: RowResult) -> int:
+    """The first position of a child of the row's candidate: right after the step."""
+    return row.position + len(result.fed)
 
 
 def _take(result: RowResult, fed: int, token: int, probs: tuple[float, float], rules: StepRules) -> None:
@@ -220,9 +239,15 @@ def _running(run: RowResult, rules: StepRules) -> bool:
     return not run.done and len(run.sampled) < rules.speculate
 
 
+Lend = Callable[[int, int, int, int], bool]
+"""Lends a row to another row's candidate: `lend(row, lender, tokens, forward)`, before forward call
+`forward`, keeps what the row decoded so far and makes its cache columns up to the lender's step's
+`tokens`-th hold what the lender's do; False when it cannot (engine/kv/lending.py)."""
+
+
 def start_runs(
     results: Sequence[RowResult], rows: Sequence[Row], rules: StepRules, buffers: StepBuffers, forward: int,
-    columns: int,
+    columns: int, lend: Lend | None = None, lent: dict[int, int] | None = None,
 ) -> StepBuffers:
     """At a host sync before `forward`: each row whose step and last speculative run are over starts
     its next child's step (child k = its k-th run), up to `row.continuations` runs.
@@ -232,31 +257,77 @@ def start_runs(
     in the cache, to be written back). A group starts at most as many runs past the first child as
     it has rows, the tail blocks the in_device plan reserves for them; when that limit binds, the
     rows allowed the most runs (their parents rank best: M_i = B - j + 1) start theirs first.
-    `columns`: the cache's columns before the step. Returns the buffers (with a mask of `columns + n`
-    columns when the step had none).
+
+    With `lend`, a row whose own candidate has no run left to start is lent to the best-ranked
+    candidate that still has some (FlashTTS gives idle slots to the best beams' continuations):
+    it decodes that candidate's next child over a copy of its history (`lend`), its own step and
+    runs masked out, and records it in `lent` (row -> lender). A lender's row keeps its history:
+    a row is lent only once its own candidate needs it no more. `columns`: the cache's columns
+    before the step. Returns the buffers (with a mask of `columns + n` columns when the step had none).
     """
+    lent = {} if lent is None else lent
     started = sum(max(0, len(r.aheads) - 1) for r in results)
-    n = buffers.logprobs.shape[1]
-    for i in sorted(range(len(rows)), key=lambda i: -rows[i].continuations):  # best-ranked parents first
-        row, result = rows[i], results[i]
-        if started >= len(rows) or forward >= n:
-            break
-        k = len(result.aheads)
-        if not (result.done and 0 < k < row.continuations and _may_speculate(result, rules, row)):
-            continue
-        if _running(result.aheads[-1], rules):
-            continue
-        base = row.position + len(result.fed)  # the child's first position
-        room = context_room(base, rules)
-        buffers.tokens[i, forward] = result.sampled[-1]
-        buffers.positions[i, forward:] = torch.tensor([base + min(j, room - 1) for j in range(n - forward)])
-        buffers.draws[i, forward:] = uniforms([child_stream(row.generator, k)], [base], n - forward)[0]
-        if buffers.mask is None:
-            ones = torch.ones((len(rows), columns + n), dtype=torch.long, device=buffers.positions.device)
-            buffers = dataclasses.replace(buffers, mask=ones, width=columns)
-        buffers.mask[i, buffers.width + len(result.fed) : buffers.width + forward] = 0
-        result.aheads.append(RowResult(start=forward))
-        started += 1
+    if forward >= buffers.logprobs.shape[1]:
+        return buffers
+    order = sorted(range(len(rows)), key=lambda i: -rows[i].continuations)  # best-ranked parents first
+    for i in order:
+        if started >= len(rows):
+            return buffers
+        if _runs_left(results[i], rows[i], rules) and _free(results, i, lent, rules):
+            buffers = _begin_run(results, rows, rules, buffers, i, i, forward, columns)
+            started += 1
+    if lend is None:
+        return buffers
+    idle = [r for r in order if not _needs_row(results[r], rows[r], rules) and _free(results, r, lent, rules)]
+    for i in order:
+        while idle and started < len(rows) and _runs_left(results[i], rows[i], rules):
+            if not lend(idle[0], i, len(results[i].fed), forward):
+                break  # no room beside the lender's history (its family's slots are taken): the next lender
+            row = idle.pop(0)
+            buffers = _begin_run(results, rows, rules, buffers, row, i, forward, columns)
+            lent[row] = i
+            started += 1
+    return buffers
+
+
+def _runs_left(result: RowResult, row: Row, rules: StepRules) -> bool:
+    """Whether the row's candidate, its step over, has children whose runs have not started."""
+    return result.done and 0 < len(result.aheads) < row.continuations and _may_speculate(result, rules, row)
+
+
+def _needs_row(result: RowResult, row: Row, rules: StepRules) -> bool:
+    """Whether the row's candidate still needs its row: its step, or children whose runs have not started
+    (the first starts at the forward after the step ends, `record`)."""
+    return not result.done or (len(result.aheads) < row.continuations and _may_speculate(result, rules, row))
+
+
+def _free(results: Sequence[RowResult], i: int, lent: dict[int, int], rules: StepRules) -> bool:
+    """Whether row `i`, its step over, decodes no run now."""
+    feeding = _feeding(results, i, lent)
+    return feeding is None or not _running(feeding[1], rules)
+
+
+def _begin_run(results: Sequence[RowResult], rows: Sequence[Row], rules: StepRules, buffers: StepBuffers, row: int,
+               owner: int, forward: int, columns: int) -> StepBuffers:  # fmt: skip
+    """Row `row` decodes the next child of row `owner`'s candidate from `forward` on (its own when they are one)."""
+    result, source = results[owner], rows[owner]
+    k, n = len(result.aheads), buffers.logprobs.shape[1]
+    base = _child_position(source, result)
+    room = context_room(base, rules)
+    buffers.tokens[row, forward] = result.sampled[-1]
+    buffers.positions[row, forward:] = torch.tensor([base + min(j, room - 1) for j in range(n - forward)])
+    buffers.draws[row, forward:] = uniforms([child_stream(source.generator, k)], [base], n - forward)[0]
+    if buffers.mask is None:
+        ones = torch.ones((len(rows), columns + n), dtype=torch.long, device=buffers.positions.device)
+        buffers = dataclasses.replace(buffers, mask=ones, width=columns)
+    width = buffers.width
+    if row == owner:
+        buffers.mask[row, width + len(result.fed) : width + forward] = 0  # its earlier runs
+    else:  # the lender's columns up to its step's end (`Lend`); after them, the row's own step and runs
+        lent = width + len(result.fed)
+        buffers.mask[row, :lent] = buffers.mask[owner, :lent]
+        buffers.mask[row, lent : width + forward] = 0
+    result.aheads.append(RowResult(start=forward, row=-1 if row == owner else row))
     return buffers
 
 
@@ -302,6 +373,7 @@ def decode_step(
     should_stop: Callable[[], bool] = lambda: False,
     before_forward: Callable[[], None] | None = None,
     sync_every: int = SYNC_EVERY,
+    lend: Lend | None = None,
 ) -> tuple[list[RowResult], float]:
     """Decode every row for one step in batched forward calls; rows that finish early idle, or speculate.
 
@@ -316,7 +388,8 @@ def decode_step(
     done, to be ignored. `before_forward` runs before each forward call (the layer-wise policy
     re-places layers there), and `should_stop` is asked before each one. With `rules.speculate`, a
     row whose step ended early records what it samples on as its first child's step, then (with
-    `row.continuations` > 1) its next children's, each a run in `RowResult.aheads`.
+    `row.continuations` > 1) its next children's, each a run in `RowResult.aheads`; with `lend` too,
+    rows whose candidate has no run left decode other candidates' (`start_runs`).
 
     No CUDA graphs: a graph replays fixed shapes and addresses, but each forward attends over one
     more cache column (and the layer-wise policy moves layers between forwards), so every token
@@ -336,7 +409,7 @@ def decode_step(
     if runs:  # a child's run past the first starts at a sync: sync more often
         sync_every = min(sync_every, RUN_SYNC_EVERY)
         columns = mask.shape[1] if mask is not None else cache.get_seq_length()
-    done_forwards, compute = 0, 0.0
+    done_forwards, compute, lent = 0, 0.0, {}
     while not all(r.done for r in results):
         need = max(b - done_forwards for b, r in zip(budgets, results, strict=True) if not r.done)
         count, stopped = 0, False
@@ -353,10 +426,10 @@ def decode_step(
                 observe_rows(results, rows, rules, logits, buffers, j)
             count += 1
         start = time.perf_counter()
-        record(results, rows, rules, buffers, done_forwards, count)
+        record(results, rows, rules, buffers, done_forwards, count, lent)
         done_forwards += count
         if runs and not stopped and not all(r.done for r in results):
-            buffers = start_runs(results, rows, rules, buffers, done_forwards, columns)
+            buffers = start_runs(results, rows, rules, buffers, done_forwards, columns, lend, lent)
         compute += time.perf_counter() - start
         if stopped:
             break

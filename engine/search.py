@@ -201,11 +201,11 @@ class _Search:
                 break
         yield self._finish(kept, step, started, kv)
 
-    def _decode_rows(self, cache, mask, rows, should_stop, before_forward=None, **forward):
+    def _decode_rows(self, cache, mask, rows, should_stop, before_forward=None, lend=None, **forward):
         """The decode callable the KV layer runs: the model and this run's step rules, bound."""
         model = self.loaded.model
         call = functools.partial(model, **forward) if forward else model
-        return decode_step(call, cache, mask, rows, self.rules, should_stop, before_forward)
+        return decode_step(call, cache, mask, rows, self.rules, should_stop, before_forward, lend=lend)
 
     def _limit_speculation(self, step: int) -> None:
         """This step's speculation cap: R x the mean step length so far (FlashTTS's truncation rule)."""
@@ -283,6 +283,7 @@ class _Search:
                 return True
         self.speculation.made += kv.timing.speculative_tokens
         self.speculation.runs += kv.timing.speculative_runs
+        self.speculation.lent += kv.timing.speculative_lent_runs
         return False
 
     def _speculated_whole(self, cid: int) -> bool:
@@ -392,4 +393,5 @@ class _Search:
             self.speculation.verified_discarded,
             answer_tokens_per_second=len(winner.generated) / seconds if seconds > 0 else 0.0,
             completions=completions,
+            speculative_lent_runs=self.speculation.lent,
         )

@@ -64,6 +64,7 @@ class Tally:
     discarded: int = 0
     runs: int = 0
     runs_used: int = 0
+    lent: int = 0  # runs decoded in rows other candidates lent
     verified_ahead: int = 0
     verified_used: int = 0
     verified_discarded: int = 0

@@ -160,12 +160,14 @@ def test_run_prints_each_steps_idle_slots_what_speculation_filled_and_the_goodpu
     assert main(args) == 0
     out = capsys.readouterr().out
     decode = [line for line in out.splitlines() if line.startswith("  decode: ")]
-    shape = r"  decode: \d+ forward call\(s\), idle (\d+) (of (\d+) slots \((\d+) tok speculated\)|slots)"
+    lent = r"(?:, (\d+) runs? in other beams' rows)?"  # children's runs in rows whose own beam was done
+    shape = r"  decode: \d+ forward call\(s\), idle (\d+) (of (\d+) slots \((\d+) tok speculated" + lent + r"\)|slots)"
     steps = [re.fullmatch(shape, line) for line in decode]
     assert steps and all(steps) and any(m[4] for m in steps)
     assert all(int(m[3]) == int(m[1]) + int(m[4]) for m in steps if m[4])  # before = after + what was speculated
     assert re.search(r"\n  \d+ speculated token\(s\) of pruned candidates freed\n", out)
     final = re.search(r"\ngoodput ([\d.]+) tokens/s \(each kept beam's path tokens per second of its completion "
-                      r"time\); speculated (\d+) tokens, (\d+) kept \(\d+%\)\n", out)  # fmt: skip
+                      r"time\); speculated (\d+) tokens, (\d+) kept \(\d+%\)" + lent + r"\n", out)  # fmt: skip
     assert final and float(final[1]) > 0 and int(final[3]) <= int(final[2])
     assert int(final[2]) == sum(int(m[4] or 0) for m in steps)  # the run's total is the steps' sum
+    assert int(final[4]) == sum(int(m[5] or 0) for m in steps) > 0  # rows lent to other beams' children, too

@@ -175,7 +175,8 @@ class StatusLine:
         elif isinstance(event, ev.TransferStats):
             self.idle.setText(formatting.idle_text(event, detail=False))
             made = event.speculative_tokens
-            self.idle.setToolTip(IDLE_TIP + (f"\n\nThe last step: {made} tokens speculated." if made else ""))
+            lent = f", {event.speculative_lent_runs} of its runs in other beams' rows" if event.speculative_lent_runs else ""
+            self.idle.setToolTip(IDLE_TIP + (f"\n\nThe last step: {made} tokens speculated{lent}." if made else ""))
             self.idle.show()
         elif isinstance(event, ev.StepSelected) and event.exit_layer is not None:
             self._show_exit(self._exit + ExitTally.of_steps([event]))

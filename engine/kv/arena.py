@@ -58,10 +58,11 @@ def block_users(members: Sequence[Live], skip: int) -> dict[int, list[int]]:
     return users
 
 
-def query_slots(groups: Sequence[Family], count: int, device) -> tuple[torch.Tensor | None, int]:
+def query_slots(groups: Sequence[Family], count: int, device, spare: bool = False) -> tuple[torch.Tensor | None, int]:
     """(slot of each row among `len(groups) * M` query slots, `M`): family `g`'s rows take slots
-    `g * M ...`; None when that is every row in order (rows ordered by parent, `M` each)."""
-    width = max(len(f.rows) for f in groups)
+    `g * M ...`; None when that is every row in order (rows ordered by parent, `M` each). With `spare`
+    each family has as many slots again, free for rows lent to it (engine/kv/lending.py)."""
+    width = max(len(f.rows) for f in groups) * (2 if spare else 1)
     slots = [0] * count
     for g, family in enumerate(groups):
         for i, row in enumerate(family.rows):

@@ -441,6 +441,7 @@ class KVCache:
             self.timing.speculative_tokens,
             self.timing.forwards,
             self.timing.speculative_runs,
+            self.timing.speculative_lent_runs,
         )
 
 

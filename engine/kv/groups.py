@@ -43,6 +43,7 @@ import torch
 from engine.kv.arena import BlockCopier, Family, Placed, block_users, families, placements, query_slots
 from engine.kv.attention import ParentHistory, SharedPrefix, arena_cache, uses_cascade
 from engine.kv.blocks import BlockManager, Tier
+from engine.kv.lending import Lending, Saved, columns
 from engine.kv.policy import (
     OUT_OF_MEMORY,
     Ahead,
@@ -81,6 +82,8 @@ class LoadedGroup:
     early: bool = False  # loaded by a prefetch, while the group before it computed (CUDA)
     staged: tuple[int, ...] = ()  # members whose blocks were copied ahead into the room left (staging.py)
     ahead_bytes: int = 0  # emulated device: PCIe bytes copy-ahead would have moved for it (its timing model)
+    own: tuple[int, ...] = ()  # each member's own tokens, in the arena's columns just before `width`
+    saved: Saved = field(default_factory=dict)  # what lent rows had decoded before (engine/kv/lending.py)
 
 
 @dataclass
@@ -113,11 +116,13 @@ class GroupExecutor:
     """Decodes groups of candidates whose KV is loaded from blocks in the store."""
 
     def __init__(
-        self, config, blocks: BlockManager, store: KVStore, home: Tier, decode: Decode, step_tokens: int, share: bool
+        self, config, blocks: BlockManager, store: KVStore, home: Tier, decode: Decode, step_tokens: int, share: bool,
+        lend: bool = False,
     ) -> None:
         self.config, self.blocks, self.store, self.home = config, blocks, store, home
         self.decode, self.step_tokens, self.share = decode, step_tokens, share
         self.cascade = share and uses_cascade(config)  # else rows hold all
+        self.lend = lend  # rows may decode other candidates' children once theirs are over (engine/kv/lending.py)
         self.keep_prefix = False  # prefix-aware order: a staged prefix stays for the next group that shares it
         self.prefix_capacity = 0  # tokens of the step's longest shared prefix (a kept run is sized for it)
         self.kept: KeptPrefix | None = None
@@ -300,6 +305,10 @@ class GroupExecutor:
         ]
         cache = arena_cache(self.config, batch.arena, batch.width)
         forward = {"kv_prefix": batch.prefix} if batch.prefix is not None else {}
+        if self.lend:
+            parents = batch.prefix.parents if batch.prefix is not None else None
+            forward["lend"] = Lending(self.store, batch.arena, batch.width, batch.own, [m.id for m in batch.members],
+                                      parents, batch.saved, batch.runs)  # fmt: skip
         return self.decode(cache, batch.mask, rows, should_stop, **forward)
 
     # -- loading ----------------------------------------------------------------------------
@@ -347,7 +356,8 @@ class GroupExecutor:
         prefix = SharedPrefix(layers, parents) if layers or parents is not None else None
         h2d = self.store.counters.step["h2d"] - before
         return LoadedGroup(
-            group, members, prefix_ids, prefix, width, arena, mask, runs, h2d, loaded, kept, copier.placed
+            group, members, prefix_ids, prefix, width, arena, mask, runs, h2d, loaded, kept, copier.placed,
+            own=tuple(lengths),
         )
 
     def _prefix(self, prefix_ids: list[int], group: Group, runs: list[Run], carry: Placed, strict: bool):
@@ -423,7 +433,7 @@ class GroupExecutor:
         if min(heights) < parents.shape[4]:
             columns = torch.arange(parents.shape[4], device=self.store.device)
             mask = columns[None, :] < torch.tensor(heights, device=self.store.device)[:, None]  # [G, Wp]
-        slots, width = query_slots(kin, rows, self.store.device)
+        slots, width = query_slots(kin, rows, self.store.device, spare=self.lend)
         layers = tuple((parents[i, 0], parents[i, 1]) for i in range(parents.shape[0]))
         return ParentHistory(layers, mask, slots, width)
 
@@ -464,17 +474,17 @@ class GroupExecutor:
             if n == 0:
                 continue
             plan = self.blocks.append(member.table, result.fed, self.home)
-            self.store.write(plan, batch.arena[:, :, row, :, batch.width : batch.width + n], self.home, member.id)
+            self.store.write(plan, columns(batch.arena, batch.width, batch.saved, row, 0, n), self.home, member.id)
             member.table = plan.table
             member.pending = result.sampled[-1]
             for child, ahead in enumerate(result.aheads):
-                self._write_ahead(batch, row, member, child, ahead)
+                self._write_ahead(batch, ahead.row if ahead.row >= 0 else row, member, child, ahead)
 
     def _write_ahead(self, batch: LoadedGroup, row: int, member: Live, child: int, ahead: RowResult) -> None:
-        """Keep a speculative run's KV (arena columns from its `start`, after the row's step) as child
-        `child`'s table: a fork of the row's blocks with the run's tokens appended (copy-on-write of a
-        shared tail)."""
+        """Keep a speculative run's KV (arena columns of row `row` from its `start`: the member's own row, or
+        one lent to it) as child `child`'s table: a fork of the member's blocks with the run's tokens
+        appended (copy-on-write of a shared tail)."""
         plan = self.blocks.append(self.blocks.fork(member.table), ahead.fed, self.home)
-        start = batch.width + ahead.start
-        self.store.write(plan, batch.arena[:, :, row, :, start : start + len(ahead.fed)], self.home, member.id)
+        kv = columns(batch.arena, batch.width, batch.saved, row, ahead.start, len(ahead.fed))
+        self.store.write(plan, kv, self.home, member.id)
         member.ahead[child] = Ahead(plan.table, ahead.sampled[-1], tuple(ahead.sampled))

@@ -49,7 +49,8 @@ class InDevicePolicy:
     def __init__(self, context: PolicyContext) -> None:
         self.context = context
         self.executor = GroupExecutor(
-            context.config, context.blocks, context.store, self.home, context.decode, context.step_tokens, share=True
+            context.config, context.blocks, context.store, self.home, context.decode, context.step_tokens, share=True,
+            lend=context.continuations,
         )
 
     def plan(self, work: Sequence[Work], budget: int) -> StepPlan:

@@ -166,7 +166,7 @@ class LbsPolicy:
         self.context, self.switches = context, switches
         self.executor = GroupExecutor(
             context.config, context.blocks, context.store, self.home, context.decode, context.step_tokens,
-            share=switches.inter_beam,
+            share=switches.inter_beam, lend=context.continuations,
         )
         self.executor.keep_prefix = switches.prefix_order
         self.executor.prefetch = switches.balanced_prefetch

@@ -76,6 +76,7 @@ class StepTiming:
     idle_row_slots: int = 0  # row x forward slots spent on rows whose step had ended (stragglers' waste)
     speculative_tokens: int = 0  # tokens rows made for their children in slots they would have idled
     speculative_runs: int = 0  # children's steps started speculatively (one run per child)
+    speculative_lent_runs: int = 0  # of them, decoded in other candidates' rows (lent: engine/kv/lending.py)
     forwards: int = 0  # forward calls the step's groups needed (each group's longest row, summed)
     group_of: dict[int, int] = field(default_factory=dict)
     retries: list[tuple[tuple[int, ...], str]] = field(default_factory=list)  # (group split, why)
@@ -120,7 +121,8 @@ class Decode(Protocol):
     """Decodes rows for one step over `cache`; the search binds the model and the step rules.
 
     `mask` `[B, T]` marks real (1) and padding (0) columns of the cache, or is None when no row
-    is padded; `forward` is passed to every model call (e.g. `kv_prefix=`). Returns each row's
+    is padded; `forward` is passed to every model call (e.g. `kv_prefix=`); `lend` lets rows decode
+    other rows' candidates' children (engine.runner.Lend, engine/kv/lending.py). Returns each row's
     result and the seconds spent in forward calls.
     """
 
@@ -131,6 +133,7 @@ class Decode(Protocol):
         rows: Sequence[Any],
         should_stop: Callable[[], bool],
         before_forward: Callable[[], None] | None = None,
+        lend: Callable[[int, int, int], bool] | None = None,
         **forward: Any,
     ) -> tuple[list[Any], float]: ...
 
@@ -182,6 +185,7 @@ def group_done(index: int, group: Group, results: Sequence[Any], timing: StepTim
     timing.idle_row_slots += idle_slots(results)
     timing.speculative_tokens += sum(speculated(r) for r in results)
     timing.speculative_runs += sum(len(getattr(r, "aheads", ())) for r in results)
+    timing.speculative_lent_runs += sum(run.row >= 0 for r in results for run in getattr(r, "aheads", ()))
     for c in group.candidates:
         timing.group_of[c] = index
     return GroupDone(index, group, dict(zip(group.candidates, results, strict=True)))
