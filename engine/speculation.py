@@ -8,8 +8,11 @@ M_i = B - j + 1 such runs (`continuations`), one after another in its row's idle
 truncated by the length rule (`speculation_cap`). The KV layer keeps each run's KV as a
 copy-on-write fork of the row's blocks (`Live.ahead[k]`); when the candidate is kept, child k takes
 run k as the start of its step (a whole step when the run reached the step's end, and then the child
-is not decoded at all); when it is pruned they are freed with it. The tree, scores and answer are
-the same with speculation on or off and with one or M_i runs; only when tokens are computed changes.
+is not decoded at all); when it is pruned they are freed with it. A row whose own candidate has no
+run left to start is lent to the best-ranked candidate that has, and decodes that one's next child
+over a copy of its history (engine/kv/lending.py), so the best beams' children start in parallel.
+The tree, scores and answer are the same with speculation on or off, with one or M_i runs and with
+rows lent or not; only when tokens are computed changes.
 """
 
 from __future__ import annotations
