@@ -144,6 +144,9 @@ def test_the_status_line_says_how_many_look_aheads_were_used():
     looked = ev.RunFinished("5", (3,), 0.5, 2, 10, 1.0, 10.0, speculative_tokens=20, speculative_used=5,
                             lookahead_verified=4, lookahead_used=1, lookahead_discarded=3)
     assert speculation_text(looked, "; ").endswith("; 1 of 4 steps verified ahead used")
+    lent = ev.RunFinished("5", (3,), 0.5, 2, 10, 1.0, 10.0, speculative_tokens=20, speculative_used=5,
+                          speculative_lent_runs=3)
+    assert speculation_text(lent, "; ") == "; speculated 20 tokens, 5 kept (25%), 3 runs in other beams' rows"
 
 
 def test_the_status_tooltip_says_what_goodput_counts_and_keeps_the_answer_paths_rate():
@@ -169,17 +172,18 @@ def test_the_status_line_shows_the_steps_idle_row_slots_before_and_after_specula
     qtbot.addWidget(window)
     status = StatusLine(window)
     assert status.idle.isHidden()
-    search = SearchConfig(beams=4, width=1, step_tokens=10, max_steps=3, step_delimiter="c", seed=0)
+    search = SearchConfig(beams=4, width=4, step_tokens=10, max_steps=3, step_delimiter="c", seed=1)
     events = list(run("What is 2+3?", tiny, search, CacheConfig(policy="in_device", speculative=True)))
     stats = [e for e in events if isinstance(e, ev.TransferStats)]
-    assert any(s.speculative_tokens for s in stats), "the case must speculate"
+    assert any(s.speculative_lent_runs for s in stats), "the case must speculate, in lent rows too"
     for event in events:
         status.apply(event, live=True)
         if isinstance(event, ev.TransferStats):
-            after, made = event.idle_row_slots, event.speculative_tokens
+            after, made, lent = event.idle_row_slots, event.speculative_tokens, event.speculative_lent_runs
             shown = f"idle {after} of {after + made} slots" if made else f"idle {after} slots"
             assert status.idle.text() == shown and not status.idle.isHidden()
-            assert status.idle.toolTip().endswith(f"The last step: {made} tokens speculated.") == bool(made)
+            rows = f", {lent} of its runs in other beams' rows" if lent else ""
+            assert status.idle.toolTip().endswith(f"The last step: {made} tokens speculated{rows}.") == bool(made)
     assert "before" in status.idle.toolTip() and "after" in status.idle.toolTip()
     assert status.prompt.toolTip().endswith(" computed")  # the run's counts
     status.reset()

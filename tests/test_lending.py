@@ -15,7 +15,9 @@ from engine.kv.blocks import BlockManager
 from engine.kv.lending import Lending, columns
 from engine.kv.pool import PoolExhausted
 from engine.kv.store import KVStore
-from engine.runner import decode_step
+from engine.rng import child_stream
+from engine.runner import decode_step, prefill
+from tests.test_decode_loop import PROMPTS, group, rules_for
 from tests.test_equivalence import footprint_budget
 from tests.test_speculation import SEARCH, assert_same_search, assert_tally_adds_up, events_of, of_type
 
@@ -47,8 +49,9 @@ def test_a_lent_row_keeps_what_it_decoded_and_takes_the_lenders_columns_and_fami
     assert torch.equal(arena[:, :, 1, :, end:], before[:, :, 1, :, end:])  # later columns: the row's to decode
     assert torch.equal(arena[:, :, 0], before[:, :, 0]) and torch.equal(arena[:, :, 2], before[:, :, 2])
     # what row 1 decoded at forwards 0..4 was saved first, and the write-back reads it from there
-    (kept_forwards, kept), = saved[1]
+    ((kept_forwards, kept),) = saved[1]
     assert kept_forwards == forward and len(runs) == 1
+    assert torch.equal(kept, before[:, :, 1, :, WIDTH : WIDTH + forward])
     assert torch.equal(columns(arena, WIDTH, saved, 1, 0, forward), before[:, :, 1, :, WIDTH : WIDTH + forward])
     assert torch.equal(columns(arena, WIDTH, saved, 1, forward, 1), arena[:, :, 1, :, WIDTH + forward :][..., :1, :])
     assert columns(arena, WIDTH, saved, 0, 0, 2).data_ptr() == arena[:, :, 0, :, WIDTH:].data_ptr()
@@ -147,3 +150,41 @@ def test_out_of_memory_after_a_row_was_lent_retries_the_group_and_the_search_is_
     assert retried and "injected after lending" in retried[0].reason
     assert_same_search(events, reference)
     assert saved and all(any(run is r for r in released) for run in saved)  # the failed group's too
+
+
+def test_a_lent_rows_run_is_what_the_lenders_child_decodes(tiny):
+    """The runner alone, over a group whose rows hold their whole history in an arena: a row whose own
+    candidate has no child left to start decodes another row's next child over a copy of its columns,
+    and decoding that child from scratch with its own stream gives the run's tokens and log-probs."""
+    candidates = [3, 8, 11, 13, 14, 15, 16]
+    rules = rules_for(tiny, delimiter="c", max_tokens=10, speculate=3, temperature=1.0, top_p=1.0)
+    cache, mask, rows = group(tiny, candidates, seed=2)
+    rows = [dataclasses.replace(row, continuations=4 if i < 2 else 1) for i, row in enumerate(rows)]
+    width = mask.shape[1]
+    lends = []
+
+    def lend(row: int, lender: int, tokens: int, forward: int) -> bool:
+        lends.append((row, lender, forward))
+        for layer in cache.layers:  # the lender's columns up to its step's end; nothing is written back here
+            layer.arena_keys[row, :, : width + tokens] = layer.arena_keys[lender, :, : width + tokens]
+            layer.arena_values[row, :, : width + tokens] = layer.arena_values[lender, :, : width + tokens]
+        return True
+
+    results, _ = decode_step(tiny.model, cache, mask, rows, rules, lend=lend)
+    checked = 0
+    for i, (row, result) in enumerate(zip(rows, results, strict=True)):
+        context = PROMPTS[row.candidate_id][:-1] + result.fed
+        for k, run in enumerate(result.aheads):
+            if run.row < 0:
+                continue
+            assert i < 2 and run.row >= 2 and (run.row, i, run.start) in lends  # best-ranked rows lend to the rest
+            child_cache = prefill(tiny.model, context, tiny.device)[0]
+            child = dataclasses.replace(row, pending=result.sampled[-1], position=len(context),
+                                        generator=child_stream(row.generator, k), continuations=1)  # fmt: skip
+            (want,), _ = decode_step(tiny.model, child_cache, None, [child], dataclasses.replace(rules, speculate=0))
+            assert run.fed[0] == result.sampled[-1] and want.sampled[: len(run.sampled)] == run.sampled
+            assert want.logprobs[: len(run.logprobs)] == pytest.approx(run.logprobs, abs=1e-4)
+            checked += 1
+    assert checked >= 2, "pick a seed where rows are lent"
+    longest = max(len(r.fed) for r in results)
+    assert all(run.start + len(run.fed) <= longest for r in results for run in r.aheads)

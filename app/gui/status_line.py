@@ -174,9 +174,9 @@ class StatusLine:
             self.step.setText(f"step {event.step}/{self._max_steps}")
         elif isinstance(event, ev.TransferStats):
             self.idle.setText(formatting.idle_text(event, detail=False))
-            made = event.speculative_tokens
-            lent = f", {event.speculative_lent_runs} of its runs in other beams' rows" if event.speculative_lent_runs else ""
-            self.idle.setToolTip(IDLE_TIP + (f"\n\nThe last step: {made} tokens speculated{lent}." if made else ""))
+            made, lent = event.speculative_tokens, event.speculative_lent_runs
+            rows = f", {lent} of its runs in other beams' rows" if lent else ""
+            self.idle.setToolTip(IDLE_TIP + (f"\n\nThe last step: {made} tokens speculated{rows}." if made else ""))
             self.idle.show()
         elif isinstance(event, ev.StepSelected) and event.exit_layer is not None:
             self._show_exit(self._exit + ExitTally.of_steps([event]))
