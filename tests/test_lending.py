@@ -80,6 +80,10 @@ def test_a_row_is_not_lent_without_a_free_slot_in_the_lenders_family_or_room_to_
     assert torch.equal(arena, before) and not saved and not runs and store.counters.total["d2d"] == 0
     assert lend.parents.slots.tolist() == [0, 1, 2]
 
+    store, arena, lend, saved, runs = lending_setup(slots=[0, 1, 2], parent_width=2)
+    lend.parents = ParentHistory((), None, torch.empty(3, dtype=torch.long, device="meta"), 2)  # a plan-only run
+    assert not lend(1, 2, 2, 5) and not saved and store.counters.total["d2d"] == 0
+
 
 def without_lending(monkeypatch) -> None:
     """Rows decode only their own candidate's children (the search's decode drops the KV layer's `lend`)."""

@@ -67,7 +67,10 @@ class Lending:
         return True
 
     def _free_slot(self, lender: int) -> int | None:
-        """A query slot of the lender's family that no row holds, or None."""
+        """A query slot of the lender's family that no row holds, or None (also in a plan-only run, whose
+        slots hold no values to read)."""
+        if self.parents.slots.is_meta:
+            return None
         if self.slots is None:
             self.slots = self.parents.slots.tolist()
         width = self.parents.width
