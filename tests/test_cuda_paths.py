@@ -5,6 +5,8 @@ Each policy gives the emulated run's tokens, logits and bytes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -49,6 +51,9 @@ def assert_bytes_as_emulated(cuda, emulated) -> None:
         assert d2h == d2h_e and h2d <= h2d_e and d2d >= d2d_e + (h2d_e - h2d)
 
 
+LENDING = replace(SPECULATING, beams=4, width=4, seed=1)  # M_i = 4..1 runs: rows done with their beam are lent
+
+
 def budget(loaded, search: SearchConfig, candidates: float | None) -> int | None:
     return None if candidates is None else footprint_budget(loaded, search, candidates)
 
@@ -61,10 +66,12 @@ LBS = {  # (search, candidates the budget holds, switches): every lbs switch, in
     "lbs-no-sharing": (SEARCH, 3.2, {"inter_beam": False}),
     "lbs-inter-token-only": (SEARCH, 1.5, {"inter_beam": False, "balanced_prefetch": False, "prefix_order": False}),
     "lbs-speculative": (SPECULATING, 1.3, {"speculative": True}),
+    "lbs-lent-rows": (LENDING, 3, {"speculative": True}),
 }
 OTHERS = {
     "in_device": (SEARCH, None, "in_device", {}),
     "in_device-speculative": (SPECULATING, None, "in_device", {"speculative": True}),
+    "in_device-lent-rows": (LENDING, None, "in_device", {"speculative": True}),
     "layerwise-every-layer-streams": (SEARCH, 4.2, "layerwise", {}),
     "layerwise-some-resident": (SEARCH, 4.5, "layerwise", {"model": "tiny_qwen2"}),  # 6 layers, 2 resident
     "headwise": (SEARCH, 0.5, "headwise", {}),
@@ -97,6 +104,8 @@ def test_cuda_branches_give_the_emulated_tokens_logits_and_bytes(request, fakes,
     assert all(not s.emulated and s.copy_seconds > 0 for s in stats), "copy time is read from the events"
     if policy == "lbs":
         assert max(s.groups for s in stats) >= 2
+    if search is LENDING:  # a lent row's save and copies run on the compute stream, before the write-back reads them
+        assert sum(s.speculative_lent_runs for s in stats) > 0
 
 
 def spy_groups(monkeypatch, fakes: Fakes) -> list[tuple]:
