@@ -78,8 +78,7 @@ def idle_text(event: TransferStats, detail: bool = True) -> str:
     before = event.idle_row_slots + event.speculative_tokens
     if not event.speculative_tokens:
         return f"idle {event.idle_row_slots} slots"
-    lent = f", {_runs(event.speculative_lent_runs)} in other beams' rows" if event.speculative_lent_runs else ""
-    made = f" ({event.speculative_tokens} tok speculated{lent})" if detail else ""
+    made = f" ({event.speculative_tokens} tok speculated{_lent(event.speculative_lent_runs)})" if detail else ""
     return f"idle {event.idle_row_slots} of {before} slots{made}"
 
 
@@ -99,9 +98,10 @@ def speculation_text(event: RunFinished, separator: str) -> str:
         return ""
     ahead = event.lookahead_verified
     looked = f"{separator}{event.lookahead_used} of {ahead} steps verified ahead used" if ahead else ""
-    lent = f", {_runs(event.speculative_lent_runs)} in other beams' rows" if event.speculative_lent_runs else ""
+    lent = _lent(event.speculative_lent_runs)
     return f"{separator}speculated {made} tokens, {used} kept ({used / made:.0%}){lent}{looked}"
 
 
-def _runs(count: int) -> str:
-    return f"{count} run" + ("" if count == 1 else "s")
+def _lent(runs: int) -> str:
+    """', 2 runs in other beams' rows' (speculative runs decoded in rows lent to them), or nothing for none."""
+    return f", {runs} run{'' if runs == 1 else 's'} in other beams' rows" if runs else ""

@@ -324,9 +324,9 @@ def _begin_run(results: Sequence[RowResult], rows: Sequence[Row], rules: StepRul
     if row == owner:
         buffers.mask[row, width + len(result.fed) : width + forward] = 0  # its earlier runs
     else:  # the lender's columns up to its step's end (`Lend`); after them, the row's own step and runs
-        lent = width + len(result.fed)
-        buffers.mask[row, :lent] = buffers.mask[owner, :lent]
-        buffers.mask[row, lent : width + forward] = 0
+        end = width + len(result.fed)
+        buffers.mask[row, :end] = buffers.mask[owner, :end]
+        buffers.mask[row, end : width + forward] = 0
     result.aheads.append(RowResult(start=forward, row=-1 if row == owner else row))
     return buffers
 

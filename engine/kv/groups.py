@@ -431,8 +431,8 @@ class GroupExecutor:
                 parents[:, :, g, :, height:].zero_()
         mask = None
         if min(heights) < parents.shape[4]:
-            columns = torch.arange(parents.shape[4], device=self.store.device)
-            mask = columns[None, :] < torch.tensor(heights, device=self.store.device)[:, None]  # [G, Wp]
+            places = torch.arange(parents.shape[4], device=self.store.device)
+            mask = places[None, :] < torch.tensor(heights, device=self.store.device)[:, None]  # [G, Wp]
         slots, width = query_slots(kin, rows, self.store.device, spare=self.lend)
         layers = tuple((parents[i, 0], parents[i, 1]) for i in range(parents.shape[0]))
         return ParentHistory(layers, mask, slots, width)

@@ -133,7 +133,7 @@ class Decode(Protocol):
         rows: Sequence[Any],
         should_stop: Callable[[], bool],
         before_forward: Callable[[], None] | None = None,
-        lend: Callable[[int, int, int], bool] | None = None,
+        lend: Callable[[int, int, int, int], bool] | None = None,
         **forward: Any,
     ) -> tuple[list[Any], float]: ...
 
