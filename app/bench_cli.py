@@ -21,7 +21,7 @@ from app.options import (
     size_type,
 )
 from engine.baselines import BASELINES
-from engine.bench import LADDER, BenchReport, TimeLimit, Workload, run_bench
+from engine.bench import LADDER, BenchReport, TimeLimit, Workload, check_names, run_bench
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -123,9 +123,7 @@ def bench_command(args: argparse.Namespace) -> int:
         return _versus_generate(args, dtype)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
-    unknown = sorted(set(baselines) - set(BASELINES))
-    if unknown:
-        raise UsageError(f"unknown baselines {unknown}; choose from {', '.join(BASELINES)} (or give --baselines '').")
+    check_names(policies, baselines)  # before the JSON's placeholder: nothing is written for a typo
     progress = lambda text: print(f"[bench] {text}", file=sys.stderr, flush=True)  # noqa: E731
     save = lambda report: write_json(args.json_path, report.to_dict(), announce=False)  # noqa: E731
     write_json(args.json_path, {"workload": asdict(workload), "complete": False}, announce=False)  # fail now, not after

@@ -37,7 +37,7 @@ from app.bench_cli import format_report, write_json
 from app.options import parse_delimiter
 from engine.auto_delimiter import AUTO_DELIMITER
 from engine.baselines import BASELINES
-from engine.bench import LADDER, TimeLimit, Workload, run_bench
+from engine.bench import LADDER, TimeLimit, Workload, check_names, run_bench
 
 BASE = Workload(model="synthetic:llama2-7b", dtype="bfloat16", prompt_tokens=512, seed=0)
 WORKLOADS = {
@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     progress = lambda text: print(f"[ladder {args.workload}] {text}", file=sys.stderr, flush=True)  # noqa: E731
     save = lambda report: write_json(args.json_path, _named(args.workload, report), announce=False)  # noqa: E731
     try:
+        check_names(policies, baselines)  # an unknown baseline would otherwise run as plain generate under its name
         write_json(args.json_path, {"workload_name": args.workload, "complete": False}, announce=False)  # fail now
         report = run_bench(
             workload, policies, plan_only=args.plan_only, baselines=baselines, progress=progress, repeats=args.repeat,

@@ -159,6 +159,17 @@ class BenchReport:
         return asdict(self)
 
 
+def check_names(policies: Sequence[str], baselines: Sequence[str]) -> None:
+    """ValueError, saying what to choose from, for a policy not in the LADDER or a baseline not in BASELINES."""
+    unknown = set(policies) - set(LADDER)
+    if unknown:
+        raise ValueError(f"unknown policies {sorted(unknown)}; choose from {', '.join(LADDER)}.")
+    unknown = set(baselines) - set(BASELINES)
+    if unknown:
+        raise ValueError(f"unknown baselines {sorted(unknown)}; choose from {', '.join(BASELINES)} "
+                         "(or give --baselines '').")
+
+
 @dataclass
 class TimeLimit:
     """A bench's time limit, so that a long ladder ends on its own with every finished row reported: a run
@@ -332,9 +343,7 @@ def run_bench(
     limit = time_limit or TimeLimit()
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1 (got {repeats}).")
-    unknown = set(policies) - set(LADDER)
-    if unknown:
-        raise ValueError(f"unknown policies {sorted(unknown)}; choose from {', '.join(LADDER)}.")
+    check_names(policies, baselines)
     loaded = _load(workload, plan_only)
     if plan_only and workload.question is not None:
         raise ValueError("a plan has no tokenizer to read a question; give --prompt-tokens instead of --question.")

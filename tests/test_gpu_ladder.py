@@ -89,6 +89,16 @@ def test_the_ladder_saves_its_json_after_every_row_and_a_time_limit_ends_it_by_i
     assert all(b["timed_out"] for b in data["baselines"]) and "stopped or did not start" in capsys.readouterr().out
 
 
+def test_the_ladder_refuses_an_unknown_baseline_before_it_writes_or_runs(monkeypatch, tmp_path, capsys):
+    from benchmarks import gpu_ladder
+
+    monkeypatch.setattr(gpu_ladder, "run_bench", lambda *a, **k: pytest.fail("ran with an unknown baseline"))
+    out = tmp_path / "w16.json"
+    assert main(["w16", "--plan-only", "--baselines", "vllm", "--json", str(out)]) == 2
+    assert "unknown baselines ['vllm']; choose from generate, generate:offloaded" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_the_ladder_refuses_an_unwritable_json_path_before_it_runs(monkeypatch, tmp_path, capsys):
     from benchmarks import gpu_ladder
 
