@@ -35,14 +35,28 @@ class KVBudgetTooSmall(BeamwiseError):
     """The KV budget cannot hold even one candidate for one step."""
 
     def __init__(self, budget_bytes: int, needed_bytes: int, what: str = "one candidate",
-                 budget_name: str = "KV budget") -> None:
+                 budget_name: str = "KV budget", *, usable_bytes: int | None = None,
+                 whole_bytes: int | None = None, needed_for: str = "this step") -> None:  # fmt: skip
+        """`usable_bytes`: the part of the budget the step could use (less than `budget_bytes` while other
+        programs hold device memory); `whole_bytes`: a budget that holds the whole search, where a later
+        step may need more than `needed_bytes` (what `needed_for` needs)."""
+        usable = "" if usable_bytes is None else (
+            f" ({format_bytes(usable_bytes)} of it usable now: other programs hold device memory)")
+        if whole_bytes is None:
+            need = f"the smallest budget that works is {format_bytes(needed_bytes)}"
+        else:
+            need = (f"{needed_for} needs {format_bytes(needed_bytes)}, "
+                    f"and {format_bytes(whole_bytes)} holds the whole search")
         super().__init__(
-            f"{budget_name} {format_bytes(budget_bytes)} is too small for {what}; "
-            f"the smallest budget that works is {format_bytes(needed_bytes)}.",
+            f"{budget_name} {format_bytes(budget_bytes)}{usable} is too small for {what}; {need}.",
             hint="Raise the KV budget, shorten the step or the question, or use a smaller model.",
         )
         self.budget_bytes = budget_bytes
         self.needed_bytes = needed_bytes
+        self.what = what
+        self.usable_bytes = usable_bytes
+        self.whole_bytes = whole_bytes
+        self.needed_for = needed_for
 
 
 class PrefixCacheTooSmall(BeamwiseError):

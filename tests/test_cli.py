@@ -51,7 +51,7 @@ def test_human_output_shows_candidates_kept_and_answer(capsys):
         (["run", "hi", *TINY, "--width", "-1"], "width"),
         (["run", "hi", *TINY, "--max-steps", "0"], "max steps"),
         (["run", "hi", *TINY, "--kv-budget", "lots"], "is not a size"),
-        (["run", "hi", *TINY, "--policy", "lbs", "--kv-budget", "1KB", "--no-save"], "smallest budget"),
+        (["run", "hi", *TINY, "--policy", "lbs", "--kv-budget", "1KB", "--no-save"], "holds the whole search"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(capsys, args, message):

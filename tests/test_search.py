@@ -85,10 +85,10 @@ def test_self_judge_scores_are_probabilities(tiny):
     assert len(scores) == 8 and all(0.0 <= s <= 1.0 for s in scores) and len(set(scores)) > 1
 
 
-def test_budget_too_small_names_the_smallest_budget(tiny):
+def test_budget_too_small_names_the_budget_the_step_needs_and_the_one_the_search_needs(tiny):
     evs = events_of(tiny, cache=CacheConfig(policy="lbs", kv_budget_bytes=1000))
     assert evs[-1].type == "run_failed" and evs[-1].error == "KVBudgetTooSmall"
-    assert "smallest budget that works is" in evs[-1].message
+    assert "this step needs" in evs[-1].message and "holds the whole search" in evs[-1].message
 
 
 @pytest.mark.parametrize("question", ["", "   \n"])

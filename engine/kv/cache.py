@@ -16,7 +16,7 @@ from engine.kv.attention import uses_cascade
 from engine.kv.blocks import BlockManager, Tier
 from engine.kv.headwise import HeadwisePolicy
 from engine.kv.in_device import InDevicePolicy
-from engine.kv.layer_budget import every_layer_bytes, pool_overhead
+from engine.kv.layer_budget import STAGING_LAYERS, every_layer_bytes, pool_overhead
 from engine.kv.layerwise import LayerwisePolicy
 from engine.kv.lbs import SLACK_BLOCKS, LbsPolicy, Switches
 from engine.kv.offload import move_to_host
@@ -31,6 +31,7 @@ from engine.kv.policy import (
     tail_blocks,
     work_of,
 )
+from engine.kv.pool import PoolExhausted
 from engine.kv.prefix_cache import PrefixCache
 from engine.kv.prefix_io import device_cache, keep_layers, keep_table, load_prefix
 from engine.kv.split import split_budget
@@ -159,6 +160,7 @@ class KVCache:
         self.emulated = self.device.type != "cuda"  # until the store says (a CPU fake of CUDA in tests)
         self._probe = free_bytes  # None: read CUDA (a bound method here would make a reference cycle)
         self._read_free = False  # the budget was read from free device memory (no --kv-budget)
+        self._shortfall = 0  # device bytes other programs took from the budget at its last re-read
         total = cache.kv_budget_bytes or self._automatic_budget(whole + verifier_batch_bytes)
         split = split_budget(total, cache.verifier_kv_share, verifier_batch_bytes)
         self.budget, self.verifier_budget = split.generator_bytes, split.verifier_bytes
@@ -169,6 +171,9 @@ class KVCache:
         grouped = self.policy_name == "in_device" or (self.policy_name == "lbs" and cache.inter_beam)
         if not (attention and grouped):  # its rows hold their whole history: the pool may need that much
             whole = search_kv_bytes(prompt_tokens, search, cache, token_bytes, cascade=False)
+        layer_floor = STAGING_LAYERS * search.rows_per_step * longest_tokens(prompt_tokens, search) * (
+            token_bytes // shape.num_layers)  # two layers of every row at the last step's end
+        self._no_refusal = {"in_device": whole, "lbs": one, "layerwise": layer_floor}  # budgets no step exceeds
         self.layer_overhead = 0  # layer-wise: device bytes its buffers hold beyond its Eq. 1 budget
         pool = min(self.budget, whole)  # the others never need more than the whole search
         if self.policy_name == "layerwise":
@@ -264,7 +269,11 @@ class KVCache:
         done = 0 if cached is None else cached.shape[3]
         if isinstance(self.policy, HeadwisePolicy):  # chunk by chunk straight into the prompt's host blocks
             plan = self.blocks.allocate(body, self.home)
-            self.policy.prefill(self._prefill, plan.new_blocks, self.prefill_chunk, self._current_budget(), cached)
+            try:
+                self.policy.prefill(self._prefill, plan.new_blocks, self.prefill_chunk, self._current_budget(),
+                                    cached)  # fmt: skip
+            except KVBudgetTooSmall as error:
+                raise self._refused(error) from error
         else:
             cache = None if cached is None else device_cache(self.store, self._config, cached, PROMPT_ID)
             if cache is None or done < len(body):
@@ -273,7 +282,13 @@ class KVCache:
             if isinstance(self.policy, LayerwisePolicy):
                 self.policy.start(PROMPT_ID, cache)  # keeps the prompt's KV as its first row
             else:
-                self.store.place(plan.new_blocks, self.home)
+                try:
+                    self.store.place(plan.new_blocks, self.home)
+                except PoolExhausted as error:  # in_device: the budget cannot hold even the question's KV
+                    need = len(plan.new_blocks) * self.store.block_bytes
+                    refused = KVBudgetTooSmall(self.budget, need, "keeping the whole search on the device (in_device)",
+                                               needed_for="the question's KV")  # fmt: skip
+                    raise self._refused(refused) from error
                 layers = [torch.stack((layer.keys[0], layer.values[0])) for layer in cache.layers]  # [2, H, P, D]
                 self.store.write(plan, torch.stack(layers), self.home, PROMPT_ID)
         self.live[PROMPT_ID] = Live(PROMPT_ID, plan.table, prompt[-1], None)
@@ -347,9 +362,33 @@ class KVCache:
             return self.policy.plan(work, self._current_budget())
         except KVBudgetTooSmall as error:
             if self.cfg.policy != "auto" or self.policy_name != "in_device":
-                raise
+                raise self._refused(error) from error
             self._go_on_with_lbs(error)
-        return self.policy.plan(work, self._current_budget())
+        try:
+            return self.policy.plan(work, self._current_budget())
+        except KVBudgetTooSmall as error:
+            raise self._refused(error) from error
+
+    def _refused(self, error: KVBudgetTooSmall) -> KVBudgetTooSmall:
+        """A policy's refusal in the user's terms, so that one raise of the budget is enough. The policy saw the
+        budget in whole slots of the pool, less what other programs took from it: the refusal names the budget
+        the run was given (and what of it was usable, when other programs took some), the step's need in whole
+        slots, and a budget under which no later step is refused either (in_device, lbs and layerwise)."""
+        slot = 1 if isinstance(self.policy, LayerwisePolicy) else self.store.block_bytes  # its budget is not in slots
+        need = -(-error.needed_bytes // slot) * slot
+        whole = self._no_refusal.get(self.policy_name)
+        whole = None if whole is None else -(-whole // slot) * slot
+        refused = KVBudgetTooSmall(
+            self.budget, need, error.what,
+            "the generator's share of the KV budget" if self.verifier_budget else "KV budget",
+            usable_bytes=error.budget_bytes if self._shortfall else None,
+            whole_bytes=whole if whole is not None and whole > need else None, needed_for=error.needed_for,
+        )  # fmt: skip
+        if self.policy_name == "in_device":
+            refused.hint = "Raise the KV budget, or pick lbs or auto to offload the KV to the CPU."
+        elif self.verifier_budget:
+            refused.hint += " Or give the verifier less of it (--verifier-kv-share)."
+        return refused
 
     def _go_on_with_lbs(self, error: KVBudgetTooSmall) -> None:
         tables = [(c, live.table) for c, live in self.live.items()]
@@ -366,7 +405,7 @@ class KVCache:
         buffers' overhead beside the budget, so its budget is what is left of the pool without it: a
         shrink moves layers to the host, a grow brings them back."""
         free = self._free_bytes()
-        shortfall = 0 if free is None else max(self.margin - free, 0)
+        shortfall = self._shortfall = 0 if free is None else max(self.margin - free, 0)
         if isinstance(self.policy, LayerwisePolicy):
             usable = self.store.device_capacity_bytes - self.layer_overhead - shortfall
             return max(0, min(self.budget, usable))
