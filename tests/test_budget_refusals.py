@@ -39,8 +39,9 @@ def last_event(tiny, search: SearchConfig, cache: CacheConfig):
 
 @pytest.mark.parametrize(
     "policy, search",
-    [("lbs", SEARCH), ("lbs", LOOKAHEAD), ("in_device", SEARCH), ("in_device", LOOKAHEAD), ("layerwise", SEARCH)],
-    ids=["lbs", "lbs-lookahead", "in_device", "in_device-lookahead", "layerwise"],
+    [("lbs", SEARCH), ("lbs", LOOKAHEAD), ("in_device", SEARCH), ("in_device", LOOKAHEAD), ("layerwise", SEARCH),
+     ("layerwise", LOOKAHEAD)],
+    ids=["lbs", "lbs-lookahead", "in_device", "in_device-lookahead", "layerwise", "layerwise-lookahead"],
 )  # fmt: skip
 def test_one_raise_to_the_figure_the_refusal_gives_is_enough(tiny, refusals, policy, search):
     slot = 16 * tiny.kv_shape.token_bytes()  # the default block of 16 tokens

@@ -52,6 +52,7 @@ def assert_bytes_as_emulated(cuda, emulated) -> None:
 
 
 LENDING = replace(SPECULATING, beams=4, width=4, seed=1)  # M_i = 4..1 runs: rows done with their beam are lent
+LOOKING_AHEAD = replace(SEARCH, lookahead=2)  # layer-wise saves the children's rows while their roll-outs run
 
 
 def budget(loaded, search: SearchConfig, candidates: float | None) -> int | None:
@@ -74,6 +75,7 @@ OTHERS = {
     "in_device-lent-rows": (LENDING, None, "in_device", {"speculative": True}),
     "layerwise-every-layer-streams": (SEARCH, 4.2, "layerwise", {}),
     "layerwise-some-resident": (SEARCH, 4.5, "layerwise", {"model": "tiny_qwen2"}),  # 6 layers, 2 resident
+    "layerwise-lookahead": (LOOKING_AHEAD, 4.5, "layerwise", {"model": "tiny_qwen2"}),  # rows saved, brought back
     "headwise": (SEARCH, 0.5, "headwise", {}),
     "headwise-no-sharing": (SEARCH, 0.5, "headwise", {"inter_beam": False}),
     "headwise-head-groups": (SEARCH, 1.5, "headwise", {}),  # two KV heads a group: a load is a piece per head

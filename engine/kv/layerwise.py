@@ -18,7 +18,9 @@ when replaced, so no step allocates device memory; a host layer's rows are selec
 buffer the layer before it gave up (one buffer beyond the layers, grown a few steps ahead); a
 token's KV is written into its column in place: nothing is reallocated per token. Rows are
 candidates; between steps rows are re-selected by parent on the tier where each layer lives
-(device-to-device or host-to-host, never across PCIe).
+(device-to-device or host-to-host, never across PCIe). A parent that stays live while its row is
+replaced (lookahead's child, whose roll-outs fork it) keeps its row on the host until a later
+step forks it again (`SavedRow`).
 
 Faults. The budget is re-read every step (engine/kv/cache.py): a shrink moves layers to the
 host, a grow brings them back. A step that runs out of device memory (CUDA, or the pool)
@@ -34,6 +36,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
@@ -78,6 +81,15 @@ class LayerKV(DynamicLayer):
         return self.length
 
 
+@dataclass(frozen=True)
+class SavedRow:
+    """A row's KV on the host, `layers[i]` `[n, 2, H, D]` with `mask` `[n]` (its real columns), kept while its
+    candidate is not decoded but a later step still forks it."""
+
+    layers: list[torch.Tensor]
+    mask: torch.Tensor
+
+
 def heads_view(kv: torch.Tensor, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Keys and values `[B, H, tokens, D]` of a token-major buffer `[cap, 2, B, H, D]` (views, no copy)."""
     return kv[:tokens, 0].permute(1, 2, 0, 3), kv[:tokens, 1].permute(1, 2, 0, 3)
@@ -98,6 +110,8 @@ class LayerwisePolicy:
         self.layers: list[LayerKV] = []
         self.resident = self.num_layers  # L_in(s): layers [0, resident) are on the device
         self.rows: list[int] = []  # the candidate id of each row
+        self.prompt_id: int | None = None
+        self.saved: dict[int, SavedRow] = {}  # live candidates with no row whose KV a later step forks
         self.capacity = 0  # tokens a layer holds by the end of the current step
         self.mask = torch.ones((1, 0), dtype=torch.long, device=self.store.device)  # [B, T]: 1 marks real KV
         self.staging: list[torch.Tensor] = []
@@ -109,7 +123,7 @@ class LayerwisePolicy:
     # -- the prompt and the plan ------------------------------------------------------------
     def start(self, prompt_id: int, prompt_cache: DynamicCache) -> None:
         """Take the prompt's KV (batch 1, computed on the device) as the single initial row."""
-        self.rows = [prompt_id]
+        self.rows, self.prompt_id = [prompt_id], prompt_id
         length = prompt_cache.get_seq_length()
         self.layers = []
         for i, layer in enumerate(prompt_cache.layers):
@@ -142,13 +156,17 @@ class LayerwisePolicy:
         self, plan: StepPlan, live: dict[int, Live], timing: StepTiming, should_stop: Callable[[], bool]
     ) -> Iterator[GroupDone]:
         candidates = [c for g in plan.groups for c in g.candidates]
-        self.capacity = self.length + self.context.step_tokens
+        sources = [live[c].source for c in candidates]
         with torch.inference_mode():  # buffers made while decoding are reused here
+            self._save_rows(sources, live)
+            self._trim(sources)
+            self.capacity = self.length + self.context.step_tokens
             self._limit_pool()  # a budget grown back lets layers return
             self._place(rows=len(candidates))  # evict before the rows multiply, so fewer bytes cross
             self._limit_pool()  # a budget shrunk: the pool's part in use follows once layers left
             self.store.sync()  # the host reads what was just evicted
-            self._select_rows(candidates, [live[c].source for c in candidates], timing)
+            self._select_rows(candidates, sources, timing)
+            self.saved = {c: saved for c, saved in self.saved.items() if c in live}  # released ones are done
         width = self.length
         try:
             results = self._decode(live, timing, should_stop)
@@ -226,7 +244,8 @@ class LayerwisePolicy:
         A host layer's old buffer takes the next host layer's rows (the host holds one buffer more than
         its layers, not two sets) when it has this step's rows and length, else it is freed; what is left
         over is spare for the next step."""
-        index = torch.tensor([self.rows.index(s) for s in sources])
+        index = torch.tensor([self.rows.index(s) if s in self.rows else 0 for s in sources])
+        restored = {i: self.saved[s] for i, s in enumerate(sources) if s not in self.rows}  # rows 0 stand in
         spares, self.spares = self.spares, []
         from_end, failed, reason = not self.high, self.num_layers, None
         for layer in reversed(self.layers) if from_end else self.layers:
@@ -246,7 +265,14 @@ class LayerwisePolicy:
             part = layer.kv[:n]
             if not part.is_meta:
                 torch.index_select(old[:n], 2, index.to(old.device), out=part)
-            self.store.counters.add("d2d" if on_device else "h2h", part.numel() * part.element_size())
+            row_bytes = part.numel() * part.element_size() // len(index)
+            self.store.counters.add("d2d" if on_device else "h2h", row_bytes * (len(index) - len(restored)))
+            first: dict[int, int] = {}  # a saved row crosses once; its other children copy it on the tier
+            for i, saved in restored.items():
+                kv, copied = saved.layers[layer.index], first.setdefault(sources[i], i)
+                here = kv if copied == i else part[: len(kv), :, copied]
+                crossing = "h2d" if on_device and copied == i else "d2d" if on_device else "h2h"
+                self.store.copy(part[: len(kv), :, i], here, crossing, (candidates[i],))
             if on_device:
                 self._release(layer)
                 layer.run = run
@@ -257,9 +283,37 @@ class LayerwisePolicy:
         self.spares = spares
         self.high = from_end
         self.mask = self.mask[index.to(self.mask.device)]
+        for i, saved in restored.items():
+            self.mask[i] = 0
+            self.mask[i, : len(saved.mask)] = saved.mask
         self.rows = list(candidates)
         if reason is not None:
             self._keep_below(failed, timing, f"no room to select rows on the device ({reason})")
+
+    def _save_rows(self, sources: Sequence[int], live: dict[int, Live]) -> None:
+        """Keep on the host the rows of this step's sources that stay live while the step replaces their rows:
+        lookahead's children, forked by their roll-outs and again by the next step (the search releases any
+        other parent once forked; the prompt stays live but no later step forks it)."""
+        for source in dict.fromkeys(sources):
+            if source not in live or source == self.prompt_id or source in self.saved or source not in self.rows:
+                continue
+            row, layers = self.rows.index(source), []
+            for layer in self.layers:
+                kv = layer.kv[: layer.length, :, row]
+                layers.append(self.store.host_empty(kv.shape, kv.dtype))
+                self.store.copy(layers[-1], kv, "d2h" if layer.index < self.resident else "h2h", (source,))
+            self.saved[source] = SavedRow(layers, self.mask[row].clone())
+
+    def _trim(self, sources: Sequence[int]) -> None:
+        """When every source's row was saved (the step after lookahead's roll-outs), the columns after the longest
+        saved row hold only the roll-outs' KV: drop them, so that the layers do not grow by the roll-outs every
+        step (Eq. 1 counts a layer's columns)."""
+        if not sources or any(s not in self.saved or s in self.rows for s in sources):
+            return
+        width = max(len(self.saved[s].mask) for s in sources)
+        for layer in self.layers:
+            layer.length = min(layer.length, width)
+        self.mask = self.mask[:, :width]
 
     def _drop_spares(self, spares: list[torch.Tensor], rows: int) -> None:
         """Free the spare host buffers with another row count than `rows` (the prompt's one row, or a search
@@ -387,6 +441,10 @@ class LayerwisePolicy:
     def row_kv(self, candidate: int) -> list[tuple[torch.Tensor, bool]] | None:
         """The candidate's KV per layer, `[2, H, T, D]` in token order (its row's real columns), and whether
         the layer is on the device; None when it has no row (it was not decoded in the last step)."""
+        saved = self.saved.get(candidate)
+        if saved is not None:
+            columns = saved.mask.nonzero().flatten()
+            return [(kv.index_select(0, columns.to(kv.device)).permute(1, 2, 0, 3), False) for kv in saved.layers]
         if candidate not in self.rows:
             return None
         row = self.rows.index(candidate)
