@@ -18,8 +18,15 @@ from engine.models import load_model
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`packaging` tests build the whole app (minutes): they run only when asked for with `-m packaging`."""
-    if "packaging" in (config.option.markexpr or ""):
+    """`packaging` tests build the whole app (minutes): they run only when asked for with `-m packaging`.
+    `sweep` tests (a few hundred drawn runs, minutes) are left out unless asked for with `-m sweep`."""
+    asked = config.option.markexpr or ""
+    if "sweep" not in asked:
+        left_out = [item for item in items if "sweep" in item.keywords]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if "sweep" not in item.keywords]
+    if "packaging" in asked:
         return
     skip = pytest.mark.skip(reason="builds the app with PyInstaller; run it with: pytest -m packaging")
     for item in items:
