@@ -19,7 +19,7 @@ from engine.models import load_model
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`packaging` tests build the whole app (minutes): they run only when asked for with `-m packaging`.
-    `sweep` tests (a few hundred drawn runs, minutes) are left out unless asked for with `-m sweep`."""
+    `sweep` tests (300 drawn runs beyond those of every run) are left out unless asked for with `-m sweep`."""
     asked = config.option.markexpr or ""
     if "sweep" not in asked:
         left_out = [item for item in items if "sweep" in item.keywords]

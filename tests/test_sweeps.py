@@ -7,7 +7,7 @@ a few hundred runs a draw falls on the boundary between two tokens and the sampl
 logits agree (seed 2's shape 41: 1.5e-7 apart at the flip). The sweep accepts that and nothing else: the logits
 up to the flip must agree.
 
-A few shapes run with every test run; `pytest -m sweep tests/test_sweeps.py` runs a few hundred (minutes). The
+Some run with every test run; `pytest -m sweep tests/test_sweeps.py` runs 300 more (half a minute here). The
 sweep found layer-wise failing on every run with lookahead (tests/test_layerwise_lookahead.py) and refusals
 naming a budget that a later step refused again (tests/test_budget_refusals.py)."""
 
@@ -106,7 +106,7 @@ def check_policy(tiny, search: SearchConfig, cache: CacheConfig, candidates: flo
     assert_same_or_a_rounding_flip(reference, other, cache.speculative)
 
 
-@pytest.mark.parametrize("search, cache, candidates", drawn_policies(6, seed=1))
+@pytest.mark.parametrize("search, cache, candidates", drawn_policies(30, seed=1))
 def test_a_drawn_policy_gives_in_devices_tokens_and_logits(tiny, search, cache, candidates):
     check_policy(tiny, search, cache, candidates)
 
@@ -140,7 +140,7 @@ def check_refusal(tiny, monkeypatch, search: SearchConfig, cache: CacheConfig) -
     assert finished.type == "run_finished", finished
 
 
-@pytest.mark.parametrize("search, cache", drawn_refusals(4, seed=1))
+@pytest.mark.parametrize("search, cache", drawn_refusals(12, seed=1))
 def test_a_drawn_refusals_figure_lets_the_run_finish(tiny, monkeypatch, search, cache):
     check_refusal(tiny, monkeypatch, search, cache)
 
