@@ -77,3 +77,19 @@ def keep_window(qtbot):
     yield keep
     for window in made:
         window.bridge.shutdown()
+
+
+@pytest.fixture
+def refusals(monkeypatch) -> list:
+    """Every KV budget refusal a run's KV cache raises (engine/kv/cache.py `KVCache._refused`), with its figures."""
+    from engine.kv.cache import KVCache
+
+    seen = []
+    refused = KVCache._refused
+
+    def recorded(kv, error):
+        seen.append(refused(kv, error))
+        return seen[-1]
+
+    monkeypatch.setattr(KVCache, "_refused", recorded)
+    return seen

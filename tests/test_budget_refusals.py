@@ -8,29 +8,13 @@ import dataclasses
 
 import pytest
 
-from engine import errors
 from engine.config import CacheConfig, SearchConfig
-from engine.kv import cache as cache_module
 from engine.search import run
 from tests.test_equivalence import QUESTION
 from tests.test_kv_spill import falling_free_memory
 
 SEARCH = SearchConfig(beams=2, width=2, step_tokens=16, max_steps=4, step_delimiter=None, seed=3)
 LOOKAHEAD = dataclasses.replace(SEARCH, lookahead=2, max_steps=3)
-
-
-@pytest.fixture
-def refusals(monkeypatch) -> list[errors.KVBudgetTooSmall]:
-    """Every refusal the KV cache raises, with its figures."""
-    seen = []
-    refused = cache_module.KVCache._refused
-
-    def recorded(kv, error):
-        seen.append(refused(kv, error))
-        return seen[-1]
-
-    monkeypatch.setattr(cache_module.KVCache, "_refused", recorded)
-    return seen
 
 
 def last_event(tiny, search: SearchConfig, cache: CacheConfig):

@@ -20,7 +20,6 @@ import pytest
 import torch
 
 from engine.config import CacheConfig, SearchConfig
-from engine.kv import cache as cache_module
 from engine.search import run
 from tests.test_equivalence import QUESTION, assert_same_run, footprint_budget, search_trace
 
@@ -106,14 +105,16 @@ def check_policy(tiny, search: SearchConfig, cache: CacheConfig, candidates: flo
     assert_same_or_a_rounding_flip(reference, other, cache.speculative)
 
 
-@pytest.mark.parametrize("search, cache, candidates", drawn_policies(30, seed=1))
+def with_sweep(every_run: list[tuple], sweep: list[tuple]) -> list:
+    """The drawn cases that run with every test run, then the sweep's (marked: they run with -m sweep)."""
+    return [*every_run, *(pytest.param(*case, marks=pytest.mark.sweep) for case in sweep)]
+
+
+POLICIES = with_sweep(drawn_policies(30, seed=1), drawn_policies(200, seed=2))
+
+
+@pytest.mark.parametrize("search, cache, candidates", POLICIES)
 def test_a_drawn_policy_gives_in_devices_tokens_and_logits(tiny, search, cache, candidates):
-    check_policy(tiny, search, cache, candidates)
-
-
-@pytest.mark.sweep
-@pytest.mark.parametrize("search, cache, candidates", drawn_policies(200, seed=2))
-def test_sweep_every_drawn_policy_gives_in_devices_tokens_and_logits(tiny, search, cache, candidates):
     check_policy(tiny, search, cache, candidates)
 
 
@@ -128,24 +129,13 @@ def drawn_refusals(count: int, seed: int) -> list[tuple[SearchConfig, CacheConfi
     return drawn
 
 
-def check_refusal(tiny, monkeypatch, search: SearchConfig, cache: CacheConfig) -> None:
-    refusals = []
-    refused = cache_module.KVCache._refused
-    monkeypatch.setattr(cache_module.KVCache, "_refused", lambda kv, error: refusals.append(refused(kv, error)) or
-                        refusals[-1])  # fmt: skip
+REFUSALS = with_sweep(drawn_refusals(12, seed=1), drawn_refusals(100, seed=2))
+
+
+@pytest.mark.parametrize("search, cache", REFUSALS)
+def test_a_drawn_refusals_figure_lets_the_run_finish(tiny, refusals, search, cache):
     failed = list(run(QUESTION, tiny, search, cache))[-1]
     assert failed.type == "run_failed" and failed.error == "KVBudgetTooSmall", failed
     whole = refusals[-1].whole_bytes or refusals[-1].needed_bytes
     finished = list(run(QUESTION, tiny, search, dataclasses.replace(cache, kv_budget_bytes=whole)))[-1]
     assert finished.type == "run_finished", finished
-
-
-@pytest.mark.parametrize("search, cache", drawn_refusals(12, seed=1))
-def test_a_drawn_refusals_figure_lets_the_run_finish(tiny, monkeypatch, search, cache):
-    check_refusal(tiny, monkeypatch, search, cache)
-
-
-@pytest.mark.sweep
-@pytest.mark.parametrize("search, cache", drawn_refusals(100, seed=2))
-def test_sweep_every_drawn_refusals_figure_lets_the_run_finish(tiny, monkeypatch, search, cache):
-    check_refusal(tiny, monkeypatch, search, cache)
