@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, StoppingCriteria, StoppingCriteriaList
 
+from engine.hf_compat import cache_kwargs
+
 BASELINES = ("generate", "generate:offloaded")
 
 
@@ -85,7 +87,7 @@ def _generate(
     input_ids = torch.tensor([list(prompt_ids)] * rows, device=loaded.device)  # [rows, P]
     extra = {}
     if name == "generate:offloaded":
-        extra["past_key_values"] = DynamicCache(config=model.config, offloading=True)
+        extra |= cache_kwargs(model, DynamicCache(config=model.config, offloading=True))
     if stop is not None:
         extra["stopping_criteria"] = StoppingCriteriaList([stop])
     torch.manual_seed(seed)

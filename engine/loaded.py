@@ -18,7 +18,7 @@ from engine.models import KVShape
 class Generator(Protocol):
     source: str  # what was loaded: 'bundled', a folder, a .gguf file or synthetic:NAME (keys the prefix cache)
     name: str
-    model: torch.nn.Module  # called with input_ids, position_ids, attention_mask, past_key_values
+    model: torch.nn.Module  # called with input_ids, position_ids, attention_mask and the cache (engine/hf_compat.py)
     kv_shape: KVShape
     dtype: torch.dtype
     device: torch.device

@@ -30,9 +30,9 @@ class ShapeOnlyModel(torch.nn.Module):
         self.config, self.shape, self.kv_dtype = config, shape, dtype
         config._attn_implementation = ATTENTION  # the KV layer plans shared prefixes exactly as for a real model
 
-    def forward(self, input_ids: torch.Tensor, past_key_values=None, kv_heads=None, **_: object) -> SimpleNamespace:
+    def forward(self, input_ids: torch.Tensor, cache=None, kv_heads=None, **_: object) -> SimpleNamespace:
         batch, length = input_ids.shape
-        cache = past_key_values if past_key_values is not None else DynamicCache(config=self.config)
+        cache = cache if cache is not None else DynamicCache(config=self.config)
         kv = torch.empty(
             (batch, self.shape.num_kv_heads, length, self.shape.head_dim), dtype=self.kv_dtype, device="meta"
         )
@@ -40,7 +40,7 @@ class ShapeOnlyModel(torch.nn.Module):
             cache.update(kv, kv, index)  # layer-wise layers count their per-token copies as in a real run
             if kv_heads is not None:  # head-wise attention loads each head group as in a real run
                 kv_heads.attend(index, kv, kv, kv, None, 1.0)
-        return SimpleNamespace(logits=torch.zeros((batch, length, VOCAB)), past_key_values=cache)
+        return SimpleNamespace(logits=torch.zeros((batch, length, VOCAB)), cache=cache)
 
 
 @dataclass

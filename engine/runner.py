@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from engine.hf_compat import cache_kwargs
 from engine.rng import child_stream, uniforms
 from engine.rows import Row, RowResult, StepRules
 from engine.sampling import sample_tokens, token_stats
@@ -46,7 +47,7 @@ def prefill(
         out = model(
             input_ids=torch.tensor([part], device=device),
             position_ids=torch.arange(past + start, past + start + len(part), device=device)[None],
-            past_key_values=cache,
+            **cache_kwargs(model, cache),
             use_cache=True,
             logits_to_keep=1,
             **forward,
@@ -158,7 +159,7 @@ def forward_and_sample(
         input_ids=buffers.tokens[:, j : j + 1].to(buffers.positions.device),  # [B, 1]; no copy unless plan-only
         attention_mask=mask,
         position_ids=buffers.positions[:, j : j + 1],  # [B, 1]
-        past_key_values=cache,
+        **cache_kwargs(model, cache),
         use_cache=True,
     )
     logits = out.logits[:, -1].float()  # [B, V]

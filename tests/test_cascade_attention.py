@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from engine.hf_compat import cache_kwargs, returned_cache
 from engine.kv.attention import ParentHistory, SharedPrefix, arena_cache, cascade_attention
 
 
@@ -19,14 +20,14 @@ def test_prefix_in_place_and_padded_suffixes_match_whole_sequences(request, mode
     prompt = torch.randint(3, 60, (1, 11))
     tails = [torch.randint(3, 60, (n,)) for n in (5, 2, 4)]  # rows of different lengths: left padding
     with torch.inference_mode():
-        prefix_cache = loaded.model(input_ids=prompt, use_cache=True).past_key_values
+        prefix_cache = returned_cache(loaded.model(input_ids=prompt, use_cache=True))
         prefix = SharedPrefix(tuple((layer.keys[0], layer.values[0]) for layer in prefix_cache.layers))
         width = max(len(t) for t in tails)
         L, H, D = len(prefix_cache.layers), prefix.layers[0][0].shape[0], prefix.layers[0][0].shape[-1]
         arena = torch.full((L, 2, len(tails), H, width + 1, D), float("nan"))
         mask = torch.zeros((len(tails), width), dtype=torch.long)
         for row, tail in enumerate(tails):  # each row's own KV, computed alone, placed right-aligned
-            cache = loaded.model(input_ids=torch.cat([prompt[0], tail[:-1]])[None], use_cache=True).past_key_values
+            cache = returned_cache(loaded.model(input_ids=torch.cat([prompt[0], tail[:-1]])[None], use_cache=True))
             n = len(tail) - 1
             for i, layer in enumerate(cache.layers):
                 arena[i, 0, row, :, width - n : width] = layer.keys[0, :, prompt.shape[1] :]
@@ -42,7 +43,7 @@ def test_prefix_in_place_and_padded_suffixes_match_whole_sequences(request, mode
             input_ids=last,
             attention_mask=torch.cat([mask, torch.ones((len(tails), 1), dtype=torch.long)], 1),
             position_ids=positions,
-            past_key_values=cascade,
+            **cache_kwargs(loaded.model, cascade),
             kv_prefix=prefix,
         ).logits[:, -1]
         for row, tail in enumerate(tails):

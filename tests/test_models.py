@@ -17,6 +17,7 @@ from engine import bundled as bundle
 from engine import synthetic
 from engine.config import ModelSpec
 from engine.errors import ModelLoadError
+from engine.hf_compat import cache_kwargs
 from engine.models import KVShape, LoadedModel, bundled_model_folder, kv_shape_of, load_model, load_tokenizer
 from engine.synthetic import SYNTHETIC_MODELS, synthetic_config, synthetic_tokenizer
 
@@ -71,10 +72,10 @@ def test_cached_decode_with_position_ids_matches_full_forward(name: str) -> None
     full = loaded.model(ids).logits  # default positions, no cache
     cache = DynamicCache(config=loaded.model.config)
     loaded.model(ids[:, :split], attention_mask=torch.ones(2, split, dtype=torch.long),
-                 position_ids=torch.arange(split).expand(2, -1), past_key_values=cache)
+                 position_ids=torch.arange(split).expand(2, -1), **cache_kwargs(loaded.model, cache))
     for pos in range(split, length):
         step = loaded.model(ids[:, pos:pos + 1], attention_mask=torch.ones(2, pos + 1, dtype=torch.long),
-                            position_ids=torch.full((2, 1), pos), past_key_values=cache).logits
+                            position_ids=torch.full((2, 1), pos), **cache_kwargs(loaded.model, cache)).logits
         torch.testing.assert_close(step[:, 0], full[:, pos], atol=1e-5, rtol=1e-4)
     assert cache.layers[0].keys.shape == (2, loaded.kv_shape.num_kv_heads, length, loaded.kv_shape.head_dim)
 

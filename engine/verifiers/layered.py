@@ -3,7 +3,7 @@
 Only Llama-style bodies (Llama, Mistral, Qwen2 and the like: `embed_tokens`, `layers`, `norm`,
 `rotary_emb`) can be run this way; `LayeredBody.of` says why another body cannot. Each call does
 what the body's own `forward` does, in the same order, so running every layer gives the same hidden
-states and KV as `body(input_ids=..., past_key_values=...)`.
+states and KV as `body(input_ids=...)` with the cache (engine/hf_compat.py).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from transformers import DynamicCache
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 
 from engine.errors import BeamwiseError
+from engine.hf_compat import cache_kwargs
 
 PARTS = ("embed_tokens", "layers", "norm", "rotary_emb")
 
@@ -60,18 +61,18 @@ class LayeredBody:
     def positions(self, hidden: torch.Tensor, cache: DynamicCache, start: int) -> Positions:
         """Masks and rotary embeddings for `hidden` ([B, T, H]) written after `start` cached tokens."""
         ids = (torch.arange(hidden.shape[1], device=hidden.device) + start).unsqueeze(0)  # [1, T]
-        args = {"config": self.config, "inputs_embeds": hidden, "attention_mask": None,
-                "past_key_values": cache, "position_ids": ids}
-        masks = {"full_attention": create_causal_mask(**args)}
+        args = {"config": self.config, "inputs_embeds": hidden, "attention_mask": None, "position_ids": ids}
+        masks = {"full_attention": create_causal_mask(**args, **cache_kwargs(create_causal_mask, cache))}
         if "sliding_attention" in self.types:
-            masks["sliding_attention"] = create_sliding_window_causal_mask(**args)
+            sliding = create_sliding_window_causal_mask
+            masks["sliding_attention"] = sliding(**args, **cache_kwargs(sliding, cache))
         return Positions(masks, self.body.rotary_emb(hidden, position_ids=ids), ids)
 
     def layer(self, index: int, hidden: torch.Tensor, at: Positions, cache: DynamicCache) -> torch.Tensor:
         """Decoder layer `index` (0-based) on `hidden` [B, T, H]; appends its KV to `cache`."""
         return self.body.layers[index](
             hidden, attention_mask=at.masks[self.types[index]], position_embeddings=at.rotary,
-            position_ids=at.ids, past_key_values=cache, use_cache=True,
+            position_ids=at.ids, use_cache=True, **cache_kwargs(self.body.layers[index], cache),
         )
 
     def norm(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -25,6 +25,7 @@ from typing import Protocol
 
 import torch
 
+from engine.hf_compat import cache_kwargs
 from engine.kv.attention import arena_cache
 from engine.kv.blocks import Tier
 from engine.kv.split import verifier_group_bytes
@@ -302,7 +303,8 @@ class PathVerifier:
             passed = self.exit.run(ids.to(self.device), cache, start, lengths)
             last, ran, pending = passed.last, passed.layers, passed.hidden
         else:
-            hidden = self.body(input_ids=ids.to(self.device), past_key_values=cache, use_cache=True).last_hidden_state
+            hidden = self.body(input_ids=ids.to(self.device), use_cache=True, **cache_kwargs(self.body, cache))
+            hidden = hidden.last_hidden_state
             rows = torch.arange(batch, device=self.device)
             own = lengths - 1 - torch.tensor(ahead, device=self.device)  # [B]: each row's own step ends there
             last, ends = hidden[rows, own], hidden[rows, lengths - 1]  # [B, H] each
