@@ -16,7 +16,7 @@ from engine.kv.attention import uses_cascade
 from engine.kv.blocks import BlockManager, Tier
 from engine.kv.headwise import HeadwisePolicy
 from engine.kv.in_device import InDevicePolicy
-from engine.kv.layer_budget import STAGING_LAYERS, every_layer_bytes, pool_overhead
+from engine.kv.layer_budget import every_layer_bytes, pool_overhead, staging_bytes
 from engine.kv.layerwise import LayerwisePolicy
 from engine.kv.lbs import SLACK_BLOCKS, LbsPolicy, Switches
 from engine.kv.offload import move_to_host
@@ -171,8 +171,8 @@ class KVCache:
         grouped = self.policy_name == "in_device" or (self.policy_name == "lbs" and cache.inter_beam)
         if not (attention and grouped):  # its rows hold their whole history: the pool may need that much
             whole = search_kv_bytes(prompt_tokens, search, cache, token_bytes, cascade=False)
-        layer_floor = STAGING_LAYERS * search.rows_per_step * longest_tokens(prompt_tokens, search) * (
-            token_bytes // shape.num_layers)  # two layers of every row at the last step's end
+        layer_floor = staging_bytes(search.rows_per_step, longest_tokens(prompt_tokens, search),
+                                    token_bytes // shape.num_layers)  # layer-wise's min_budget at the last step
         self._no_refusal = {"in_device": whole, "lbs": one, "layerwise": layer_floor}  # budgets no step exceeds
         self.layer_overhead = 0  # layer-wise: device bytes its buffers hold beyond its Eq. 1 budget
         pool = min(self.budget, whole)  # the others never need more than the whole search

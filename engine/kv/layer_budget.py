@@ -31,6 +31,11 @@ def lowered_residency(resident: int, num_layers: int) -> int | None:
     return target if 0 <= target < resident else None
 
 
+def staging_bytes(rows: int, tokens: int, layer_token_bytes: int) -> int:
+    """The two staging layers of `rows` rows at `tokens` tokens: below this, no layer can stream."""
+    return STAGING_LAYERS * rows * tokens * layer_token_bytes
+
+
 def every_layer_bytes(rows: int, longest: int, num_layers: int, layer_token_bytes: int) -> int:
     """Every layer of every row at the longest length: no layer-wise budget needs more."""
     return num_layers * rows * longest * layer_token_bytes

@@ -44,7 +44,7 @@ from transformers.cache_utils import DynamicLayer
 
 from engine.errors import KVBudgetTooSmall
 from engine.kv.blocks import Tier
-from engine.kv.layer_budget import STAGING_LAYERS, lowered_residency, resident_layers
+from engine.kv.layer_budget import STAGING_LAYERS, lowered_residency, resident_layers, staging_bytes
 from engine.kv.policy import (
     OUT_OF_MEMORY,
     Group,
@@ -141,7 +141,7 @@ class LayerwisePolicy:
 
     def min_budget(self, rows: int, step_tokens: int) -> int:
         """Two staging layers at the step's final length: below this, nothing can stream."""
-        return STAGING_LAYERS * rows * (self.length + step_tokens) * self.layer_token_bytes
+        return staging_bytes(rows, self.length + step_tokens, self.layer_token_bytes)
 
     @property
     def length(self) -> int:
