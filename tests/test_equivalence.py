@@ -54,6 +54,25 @@ def assert_same_run(reference, other, atol=1e-4):
         torch.testing.assert_close(got, want, atol=atol, rtol=0)
 
 
+def observed_suffix(reference, cid: int, count: int) -> list:
+    """The reference's last `count` (logits, token) of candidate `cid`: with speculation a step started from its
+    parent's speculated tokens observes only the rest of it."""
+    observed = reference[1][cid]
+    return observed[len(observed) - count :]
+
+
+def assert_same_observed(reference, other) -> None:
+    """The same tree and texts, and every token and logit `other` observed (it speculates) is the reference's."""
+    assert other[2] == reference[2] and set(other[1]) <= set(reference[1])
+    for cid, observed in other[1].items():
+        suffix = observed_suffix(reference, cid, len(observed))
+        assert [t for _, t in observed] == [t for _, t in suffix], f"tokens of candidate {cid} differ"
+        torch.testing.assert_close(torch.stack([lg for lg, _ in observed]), torch.stack([lg for lg, _ in suffix]),
+                                   atol=1e-4, rtol=0)  # fmt: skip
+    texts = [{e.id: e.text for e in run[0] if e.type == "candidate_text"} for run in (reference, other)]
+    assert texts[0] == texts[1]
+
+
 SEARCH = SearchConfig(beams=2, width=3, step_tokens=6, max_steps=3, step_delimiter=None, seed=7)
 UNEVEN = SearchConfig(beams=2, width=3, step_tokens=8, max_steps=3, step_delimiter=" ", seed=3)
 
@@ -98,13 +117,8 @@ def test_speculation_keeps_tokens_and_logits(tiny, policy, candidates):
     budget = footprint_budget(tiny, SPECULATING, candidates) if candidates else None
     off = search_trace(tiny, SPECULATING, CacheConfig(policy=policy, kv_budget_bytes=budget))
     on = search_trace(tiny, SPECULATING, CacheConfig(policy=policy, kv_budget_bytes=budget, speculative=True))
-    assert on[2] == off[2] and set(on[1]) <= set(off[1])
+    assert_same_observed(off, on)
     assert sum(e.speculated for e in on[0] if e.type == "candidate_text") > 0
-    for cid, observed in on[1].items():
-        suffix = off[1][cid][len(off[1][cid]) - len(observed) :]  # a speculated start is not observed
-        assert [t for _, t in observed] == [t for _, t in suffix]
-        torch.testing.assert_close(torch.stack([lg for lg, _ in observed]), torch.stack([lg for lg, _ in suffix]),
-                                   atol=1e-4, rtol=0)  # fmt: skip
 
 
 @pytest.mark.parametrize("search", [SEARCH, UNEVEN], ids=["fixed-steps", "delimiter-steps"])

@@ -21,7 +21,14 @@ import torch
 
 from engine.config import CacheConfig, SearchConfig
 from engine.search import run
-from tests.test_equivalence import QUESTION, assert_same_run, footprint_budget, search_trace
+from tests.test_equivalence import (
+    QUESTION,
+    assert_same_observed,
+    assert_same_run,
+    footprint_budget,
+    observed_suffix,
+    search_trace,
+)
 
 
 def drawn_search(rng: random.Random) -> SearchConfig:
@@ -47,19 +54,6 @@ def drawn_policies(count: int, seed: int) -> list[tuple[SearchConfig, CacheConfi
     return drawn
 
 
-def assert_same_observed(reference, other) -> None:
-    """Speculation: a step started from its parent's speculated tokens observes only the rest of it."""
-    assert other[2] == reference[2]
-    assert set(other[1]) <= set(reference[1])
-    for cid, observed in other[1].items():
-        suffix = reference[1][cid][len(reference[1][cid]) - len(observed) :]
-        assert [t for _, t in observed] == [t for _, t in suffix], f"tokens of candidate {cid} differ"
-        torch.testing.assert_close(torch.stack([lg for lg, _ in observed]), torch.stack([lg for lg, _ in suffix]),
-                                   atol=1e-4, rtol=0)  # fmt: skip
-    texts = [{e.id: e.text for e in run[0] if e.type == "candidate_text"} for run in (reference, other)]
-    assert texts[0] == texts[1]
-
-
 def first_flip(reference, other) -> tuple[int, int] | None:
     """(candidate, token index) of the first sampled token that differs, candidates in the order they were made
     (a candidate's parent before it), or None. With speculation a candidate observes only its step's tokens
@@ -68,7 +62,7 @@ def first_flip(reference, other) -> tuple[int, int] | None:
         if cid not in reference[1] or other[2].get(cid) != reference[2].get(cid):
             return None  # a different tree before any token differed: not a flip
         observed = other[1][cid]
-        suffix = reference[1][cid][len(reference[1][cid]) - len(observed) :]
+        suffix = observed_suffix(reference, cid, len(observed))
         for j, ((_, token), (_, expected)) in enumerate(zip(observed, suffix, strict=True)):
             if token != expected:
                 return cid, j
@@ -88,7 +82,7 @@ def assert_same_or_a_rounding_flip(reference, other, speculative: bool) -> None:
             raise
         cid, j = flip
         observed = other[1][cid]
-        suffix = reference[1][cid][len(reference[1][cid]) - len(observed) :]
+        suffix = observed_suffix(reference, cid, len(observed))
         torch.testing.assert_close(torch.stack([lg for lg, _ in observed[: j + 1]]),
                                    torch.stack([lg for lg, _ in suffix[: j + 1]]), atol=1e-4, rtol=0)  # fmt: skip
 
