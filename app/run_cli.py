@@ -94,6 +94,8 @@ class Printer:
             p(f"\ncancelled after step {event.step}")
         elif event.type == "run_failed":
             print(f"beamwise: error: {event.message}", file=sys.stderr)
+            if event.details:  # a fault in Beamwise: what its report needs
+                print(f"\ndetails for the report:\n{event.details.rstrip()}", file=sys.stderr)
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)

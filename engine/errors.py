@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from engine.events import RunFailed
 
 
 class BeamwiseError(Exception):
@@ -155,3 +158,23 @@ class ServerError(RemoteError):
     def __init__(self, status: int, detail: str, hint: str = "") -> None:
         super().__init__(f"the server answered HTTP {status}: {detail}", hint=hint)
         self.status = status
+
+
+def failure(error: Exception) -> RunFailed:
+    """The RunFailed that reports `error` to the user, so a run ends with an event instead of a raise.
+
+    A BeamwiseError says what to change itself. Running out of memory is a size the user can change
+    (torch's OutOfMemoryError is matched by name: this module loads without torch). Anything else is a
+    fault in Beamwise: the message says so rather than sending the user to change settings that did not
+    cause it, and the traceback goes with the event, so a saved or exported session carries what a report needs.
+    """
+    name = type(error).__name__
+    if isinstance(error, BeamwiseError):
+        return RunFailed(name, error.user_message())
+    text = str(error)
+    if isinstance(error, MemoryError) or name == "OutOfMemoryError" or "out of memory" in text.lower():
+        return RunFailed(name, f"{text or 'Out of memory'}. Try fewer beams, shorter steps, a smaller KV budget or "
+                               "a smaller model.")
+    return RunFailed(name, f"{name}: {text or 'no details'}. This is a fault in Beamwise, not in your settings: "
+                           "please report it with the error's details (the saved session keeps them).",
+                     details="".join(traceback.format_exception(error)))

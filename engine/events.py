@@ -221,6 +221,7 @@ class RunFailed:
     type: ClassVar[str] = "run_failed"
     error: str  # exception class name
     message: str  # what happened and what to do
+    details: str = ""  # an internal fault's traceback, for its report (empty for the user's errors)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from engine.backends.openai import Completion, OpenAICompletions, RequestCancell
 from engine.candidate import Candidate, completion, goodput
 from engine.chat import Turn
 from engine.config import SearchConfig
-from engine.errors import BeamwiseError, InvalidPrompt
+from engine.errors import InvalidPrompt, failure
 from engine.methods import method_for
 from engine.methods.selection import choose, final_pool
 from engine.scoring import path_to, score_step
@@ -62,8 +62,8 @@ def run(
         backend = backend or OpenAICompletions(server, should_stop=should_stop)
         turns = tuple((str(q), str(a)) for q, a in history)
         yield from _RemoteSearch(question, server, backend, search, should_stop, turns).events()
-    except BeamwiseError as error:
-        yield ev.RunFailed(type(error).__name__, error.user_message())
+    except Exception as error:  # the user's error or a fault in Beamwise: report it, keep the caller alive
+        yield failure(error)
 
 
 def make_verifier(search: SearchConfig, backend: OpenAICompletions) -> Verifier:

@@ -19,7 +19,7 @@ from engine import events as ev
 from engine.candidate import Candidate, completion, goodput
 from engine.chat import Turn
 from engine.config import CacheConfig, SearchConfig
-from engine.errors import BeamwiseError, InvalidPrompt
+from engine.errors import InvalidPrompt, failure
 from engine.kv.cache import KVCache
 from engine.kv.prefix_cache import PrefixCache, shared_prefix_cache
 from engine.loaded import Generator
@@ -72,10 +72,8 @@ def run(
         turns = tuple((str(q), str(a)) for q, a in history)
         yield from _Search(question, loaded, search, cache, should_stop, observe_logits, prompt_ids, replay,
                            turns).events()
-    except BeamwiseError as error:
-        yield ev.RunFailed(type(error).__name__, error.user_message())
-    except (RuntimeError, ValueError) as error:  # e.g. out of memory: report, keep the caller alive
-        yield ev.RunFailed(type(error).__name__, f"{error}. Try fewer beams, shorter steps or a smaller model.")
+    except Exception as error:  # the user's error, out of memory or a fault in Beamwise: report, keep the caller alive
+        yield failure(error)
 
 
 class _Search:

@@ -153,11 +153,14 @@ def test_engine_exception_becomes_failed_not_a_dead_thread(qtbot, make_bridge):
         raise RuntimeError("tensor shapes disagree")
 
     bridge = make_bridge(run=broken)
-    messages: list[str] = []
-    bridge.failed.connect(messages.append)
+    failures: list[ev.RunFailed] = []
+    bridge.failed.connect(failures.append)
     with qtbot.waitSignals([bridge.failed, bridge.run_finished], order="strict", timeout=5000):
         bridge.request_run("q", SPEC, SEARCH, CACHE)
-    assert messages == ["RuntimeError: tensor shapes disagree"]
+    (failure,) = failures
+    assert failure.error == "RuntimeError" and failure.message.startswith("RuntimeError: tensor shapes disagree.")
+    assert "fault in Beamwise" in failure.message
+    assert "Traceback" in failure.details and "in broken" in failure.details  # where it was raised
     assert bridge.thread.isRunning()
 
 

@@ -174,9 +174,18 @@ def test_an_engine_exception_is_reported_and_the_next_run_works(qtbot, make_wind
         return fake_run(question, search, cache, should_stop=should_stop)
 
     window = make_window(run=flaky)
+    reported: list[tuple[str, str]] = []
+    window.error_reported.connect(lambda title, text: reported.append((title, text)))
     small(window)
     assert isinstance(run_to_end(qtbot, window), ev.RunFailed)
-    assert warnings[0][0] == "The search stopped with an error" and "RuntimeError: boom" in warnings[0][1]
+    title, text = reported[0]
+    assert title == "The search stopped with an error" and "RuntimeError: boom" in text
+    assert "fault in Beamwise, not in your settings" in text and "Try fewer beams" not in text
+    assert warnings == []  # not the plain warning: a dialog whose Show Details holds the traceback
+    (box,) = window.findChildren(QMessageBox)
+    assert box.isVisible() and box.text() == text
+    assert box.detailedText().startswith("Traceback") and "RuntimeError: boom" in box.detailedText()
+    box.accept()
     assert isinstance(run_to_end(qtbot, window), ev.RunFinished)
 
 

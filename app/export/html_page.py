@@ -62,7 +62,8 @@ def render_html(report: Report, dump: dict[str, Any], conversation: list[Report]
         f"<title>{escape(s['title'])} · Beamwise</title><style>{STYLE}</style></head><body>",
         f"<h1>{escape(s['title'])}</h1>", *_conversation(turns, index),
         "<h2>Question" + (f" (turn {index + 1})" if turns else "") + "</h2>", f"<pre>{escape(s['question'])}</pre>",
-        _meta_table(s), "<h2>Search tree</h2>", _legend(), _tree_svg(report, {c["id"] for c in path}),
+        _meta_table(s), *_error_details(s),
+        "<h2>Search tree</h2>", _legend(), _tree_svg(report, {c["id"] for c in path}),
         '<pre id="detail" class="small">Click a node to read its text.</pre>',
         "<h2>Transcript</h2>", _transcript(report),
         "<h2>Answer</h2>", f"<pre>{escape(s['answer'] or '(no answer: the run did not finish)')}</pre>",
@@ -80,6 +81,13 @@ def embed_json(data: Any) -> str:
                          ("\u2029", "\\u2029")):
         text = text.replace(raw, escaped)
     return text
+
+
+def _error_details(s: dict[str, Any]) -> list[str]:
+    """A fault's traceback, folded: what a bug report needs (none for the user's own errors)."""
+    details = s.get("error_details")
+    return [f"<details><summary>Error details, for a report</summary><pre>{escape(details)}</pre></details>"] \
+        if details else []
 
 
 def _meta_table(s: dict[str, Any]) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import app.formatting as fmt
 from app.export.report import Report
 
@@ -45,7 +47,7 @@ def render_markdown(report: Report) -> str:
     if not path:
         lines += ["No step finished.", ""]
     lines += ["## Answer", "", *(_quote(s["answer"]) if s.get("answer") else ["(no answer: the run did not finish)"]),
-              "", "## Memory and PCIe", "", *memory_summary(report)]
+              "", *_error_details(s), "## Memory and PCIe", "", *memory_summary(report)]
     return "\n".join(lines) + "\n"
 
 
@@ -61,6 +63,15 @@ def memory_summary(report: Report) -> list[str]:
                   f"{fmt.size(t['step_d2h_bytes'])} | {fmt.size(t['device_bytes'])} | {fmt.size(t['host_bytes'])} | "
                   f"{(t['stall_share'] or 0) * 100:.0f}% |" for t in steps]
     return lines
+
+
+def _error_details(s: dict) -> list[str]:
+    """A fault's traceback in a code block longer than any run of backticks in it (none for the user's errors)."""
+    details = s.get("error_details")
+    if not details:
+        return []
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", details)), default=0))
+    return ["## Error details, for a report", "", fence, details.rstrip("\n"), fence, ""]
 
 
 def _quote(text: str) -> list[str]:

@@ -44,6 +44,8 @@ def report_of(model: SessionModel, stored: dict[str, Any]) -> Report:
     if model.run.started is not None:  # an imported session may carry no events: its row is all there is
         session.update(session_settings(model), **session_facts(model))
         session.update({key: stored[key] for key in RECORDED_ONLY if key in stored})
+    if isinstance(model.run.end, ev.RunFailed) and model.run.end.details:  # a fault: what its report needs
+        session["error_details"] = model.run.end.details
     candidates = candidate_rows(model)
     by_id, by_step = {c["id"]: c for c in candidates}, {}
     for c in candidates:

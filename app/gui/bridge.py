@@ -19,7 +19,7 @@ from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
-from engine.errors import BeamwiseError
+from engine.errors import BeamwiseError, failure
 
 ProgressFn = Callable[[str, float | None], None]
 LoaderFn = Callable[[ModelSpec, str, ProgressFn], Any]  # (spec, device, progress) -> LoadedModel
@@ -96,7 +96,7 @@ class SearchWorker(QObject):
     event_emitted = Signal(object)  # one engine event (frozen dataclass)
     session_recorded = Signal(int)  # the id the store gave this run's session
     recording_failed = Signal(str)  # the run goes on; it is just not saved
-    failed = Signal(str)  # the run raised (an engine bug or an unexpected fault)
+    failed = Signal(object)  # the run raised (a fault in Beamwise): its RunFailed, with the traceback
     run_finished = Signal()  # always the last signal of every run request, whatever happened
     memory_released = Signal(object, object)  # device bytes, pinned host bytes given back (ints: they pass 2 GB)
 
@@ -180,11 +180,11 @@ class SearchWorker(QObject):
                 started = started or isinstance(event, ev.RunStarted)
                 recorder = self._record(recorder, event)
                 self.event_emitted.emit(event)
-        except Exception as error:
-            message = describe_error(error)
+        except Exception as error:  # the engine yields RunFailed for its own; this is a fault around it
+            failed = failure(error)
             if started:  # keep the stored session well formed: it ends with a terminal event
-                self._record(recorder, ev.RunFailed(error=type(error).__name__, message=message))
-            self.failed.emit(message)
+                self._record(recorder, failed)
+            self.failed.emit(failed)
         finally:
             self._close(recorder)
 
@@ -275,7 +275,7 @@ class SearchBridge(QObject):
     event_emitted = Signal(object)
     session_recorded = Signal(int)
     recording_failed = Signal(str)
-    failed = Signal(str)
+    failed = Signal(object)  # a RunFailed
     run_finished = Signal()
     memory_released = Signal(object, object)
 

@@ -300,7 +300,8 @@ class MainWindow(QMainWindow):
         if event.type in ev.TERMINAL_TYPES:
             self.last_terminal = event
             if isinstance(event, ev.RunFailed) and self.running:
-                self.report_error(FAILURE_TITLES.get(event.error, "The search could not run"), event.message)
+                self.report_error(FAILURE_TITLES.get(event.error, "The search could not run"), event.message,
+                                  event.details)
 
     def _take(self, item: Any) -> None:
         if item is RUN_OVER:
@@ -332,13 +333,12 @@ class MainWindow(QMainWindow):
         self.report_error("Could not load the model",
                           f"{message}\n\nChoose another model under Settings > Model, then press Run.")
 
-    def _on_failed(self, message: str) -> None:
-        failure = ev.RunFailed(error="InternalError", message=message)
+    def _on_failed(self, failure: ev.RunFailed) -> None:
         self.session.apply(failure)
         self.last_terminal = failure
         self.report_error("The search stopped with an error",
-                          f"{message}\n\nThe window keeps working: change the settings or try again. "
-                          "If it happens again, please report it with these details.")
+                          f"{failure.message}\n\nThe window keeps working: change the settings or try again.",
+                          failure.details)
 
     def _on_session_recorded(self, session_id: int) -> None:
         self.current_session = session_id
@@ -354,11 +354,17 @@ class MainWindow(QMainWindow):
         self.controls.setEnabled(not self.running)
         self.talk.update()
 
-    def report_error(self, title: str, text: str) -> None:
-        """Tell the user what happened and what to do; the window stays usable."""
+    def report_error(self, title: str, text: str, details: str = "") -> None:
+        """Tell the user what happened and what to do; the window stays usable. `details` (a fault's traceback)
+        sits behind the dialog's Show Details button, where a report can copy it from."""
         self.error_reported.emit(title, text)
         self.statusBar().showMessage(f"{title}.", 15000)
-        if self.dialogs:
+        if self.dialogs and details:  # window-modal, not blocking: the run's last events still arrive
+            box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Ok, self)
+            box.setDetailedText(details)
+            box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+            box.open()
+        elif self.dialogs:
             QMessageBox.warning(self, title, text)
 
     # ------------------------------------------------------------ sessions

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from engine.errors import NotAPRM
 from engine.verifiers.heads import LabelLogits
 from engine.verifiers.parts import PRMParts
 from engine.verifiers.path_kv import PathVerifier
@@ -23,7 +24,7 @@ def tag_id(tokenizer) -> int:
     """The id of ` ки` as the authors read it (with its leading space: the Llama tokenizer's "▁ки")."""
     found = encode(tokenizer, f" {STEP_TAG}")[-1]
     if tokenizer.decode([found]).strip() != STEP_TAG:
-        raise ValueError(f"this tokenizer has no single token for the step tag {STEP_TAG!r}.")
+        raise NotAPRM(f"this PRM's tokenizer has no single token for the step tag {STEP_TAG!r}.")
     return found
 
 

@@ -6,6 +6,8 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
+from engine.errors import NotAPRM
+
 SENTINEL = "\u2063BEAMWISE-STEP\u2063"  # never in a question or a step; marks where the steps go
 
 
@@ -30,7 +32,7 @@ def around_sentinel(text: str) -> tuple[str, str]:
     """The text before and after the one sentinel in `text`."""
     before, found, after = text.partition(SENTINEL)
     if not found:
-        raise ValueError("the chat template dropped the step text; Beamwise cannot split it into pieces.")
+        raise NotAPRM("this PRM's chat template dropped the step text; Beamwise cannot split it into pieces.")
     return before, after
 
 
@@ -38,5 +40,5 @@ def single_token(tokenizer: PreTrainedTokenizerBase, text: str, what: str) -> in
     """The id of `text`, which must be exactly one token (a PRM's step tag or label)."""
     ids = encode(tokenizer, text)
     if len(ids) != 1:
-        raise ValueError(f"the {what} {text!r} is {len(ids)} tokens in this tokenizer; it must be exactly one.")
+        raise NotAPRM(f"the {what} {text!r} is {len(ids)} tokens in this PRM's tokenizer; it must be exactly one.")
     return ids[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from engine.errors import NotAPRM
 from engine.verifiers.heads import LabelLogits
 from engine.verifiers.parts import PRMParts
 from engine.verifiers.path_kv import PathVerifier
@@ -40,7 +41,7 @@ class RLHFlowLayout:
         before = self._through(question, steps[:-1]) if previous else self._prefix_text(question)
         text = self._through(question, steps)
         if not text.startswith(before):
-            raise ValueError("this chat template rewrites earlier turns; Beamwise cannot reuse the PRM's KV.")
+            raise NotAPRM("this PRM's chat template rewrites earlier turns; Beamwise cannot reuse the PRM's KV.")
         return encode(self.tokenizer, text[len(before) :])
 
     def probe(self, question: str) -> list[int]:
