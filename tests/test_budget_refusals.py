@@ -72,3 +72,15 @@ def test_with_a_verifier_keeping_kv_the_generators_share_is_named(tiny):
     assert failed.type == "run_failed" and failed.error == "KVBudgetTooSmall", failed
     assert failed.message.startswith("the generator's share of the KV budget ")
     assert "--verifier-kv-share" in failed.message
+
+
+@pytest.mark.parametrize("policy", ["auto", "in_device", "lbs", "layerwise", "headwise"])
+@pytest.mark.parametrize("search", [SEARCH, dataclasses.replace(SEARCH, beams=5, lookahead=1, max_steps=2)],
+                         ids=["beam", "lookahead"])
+def test_with_no_budget_given_the_emulated_device_holds_a_long_questions_whole_search(tiny, policy, search):
+    """No --kv-budget on the emulated device is a budget for the whole search under the policy asked for:
+    layer-wise's rows hold the question in every layer, which its budget once fell short of (the window's
+    layer-wise choice with its budget left on auto failed on a long question)."""
+    prompt = list(range(3, 403))  # 400 tokens: the question's KV outweighs the steps'
+    events = list(run(QUESTION, tiny, search, CacheConfig(policy=policy), prompt_ids=prompt))
+    assert events[-1].type == "run_finished", events[-1]

@@ -161,7 +161,9 @@ class KVCache:
         self._probe = free_bytes  # None: read CUDA (a bound method here would make a reference cycle)
         self._read_free = False  # the budget was read from free device memory (no --kv-budget)
         self._shortfall = 0  # device bytes other programs took from the budget at its last re-read
-        total = cache.kv_budget_bytes or self._automatic_budget(whole + verifier_batch_bytes)
+        total = cache.kv_budget_bytes or self._automatic_budget(
+            self._whole_of(cache.policy, whole, prompt_tokens, token_bytes // shape.num_layers, shape.num_layers)
+            + verifier_batch_bytes)
         split = split_budget(total, cache.verifier_kv_share, verifier_batch_bytes)
         self.budget, self.verifier_budget = split.generator_bytes, split.verifier_bytes
         one = one_candidate_bytes(prompt_tokens, search, token_bytes, cache.block_size)
@@ -237,6 +239,15 @@ class KVCache:
         free, _ = torch.cuda.mem_get_info(self.device)
         # memory torch's caching allocator holds but no tensor uses is free to this process too
         return free + torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+
+    def _whole_of(self, policy: str, whole: int, prompt_tokens: int, layer_token_bytes: int, num_layers: int) -> int:
+        """What the whole search needs under `policy`: the automatic budget where no free memory can be read
+        (the emulated device). Layer-wise's rows hold their whole history in every layer, the prompt too."""
+        if policy != "layerwise":
+            return whole
+        rows, longest = self.search.candidates_per_step, longest_tokens(prompt_tokens, self.search)
+        return max(every_layer_bytes(rows, longest, num_layers, layer_token_bytes),
+                   staging_bytes(self.search.rows_per_step, longest, layer_token_bytes))
 
     def _automatic_budget(self, whole: int) -> int:
         free = self._free_bytes()
