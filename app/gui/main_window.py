@@ -42,6 +42,7 @@ from app.gui.plan_bar import PlanBar
 from app.gui.server_panel import ServerPicker
 from app.gui.sessions_panel import SessionsPanel
 from app.gui.status_line import StatusLine
+from app.gui.terms import window_terms
 from app.gui.transcript import TranscriptPanel
 from app.gui.tree_view import ReasoningTreeView
 from app.session import SessionModel
@@ -356,7 +357,9 @@ class MainWindow(QMainWindow):
 
     def report_error(self, title: str, text: str, details: str = "") -> None:
         """Tell the user what happened and what to do; the window stays usable. `details` (a fault's traceback)
-        sits behind the dialog's Show Details button, where a report can copy it from."""
+        sits behind the dialog's Show Details button, where a report can copy it from. Options the engine
+        names (`--kv-budget`) are named as the window's controls."""
+        text = window_terms(text)
         self.error_reported.emit(title, text)
         self.statusBar().showMessage(f"{title}.", 15000)
         if self.dialogs and details:  # window-modal, not blocking: the run's last events still arrive

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMainWindow, QProgres
 from app import formatting
 from app.eval_exit import ExitTally
 from app.gpu_check import emulated_hint
+from app.gui.terms import window_terms
 from app.heartbeat import StepProgress
 from engine import events as ev
 
@@ -195,7 +196,7 @@ class StatusLine:
             self.bar.showMessage(f"Stopped after step {event.step}.", 15000)
         elif isinstance(event, ev.RunFailed):
             self.speed.setText("- cand-tok/s")  # a failed run has no speed to show
-            self.bar.showMessage(f"Failed: {event.message[:120]}", 15000)
+            self.bar.showMessage(f"Failed: {window_terms(event.message)[:120]}", 15000)
         if event.type in ev.TERMINAL_TYPES:
             self._beat.stop()
 

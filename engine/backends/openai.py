@@ -268,8 +268,7 @@ class OpenAICompletions:
             return ServerError(
                 status,
                 f"the API key was refused ({detail or 'no details'})",
-                hint="Check the API key: --api-key-env NAME names the variable that holds it "
-                "(in the window: Server… > API key).",
+                hint="Check the API key (--api-key-env NAME: the variable that holds it).",
             )
         return ServerError(status, detail)
 

@@ -1,0 +1,48 @@
+"""The engine's messages say what to change in the command line's words (`--kv-budget`); the window says it
+in its own: the label of the control that makes the same change."""
+
+from __future__ import annotations
+
+import re
+
+WINDOW_LABELS = {  # option -> the control that sets it, as the settings panel and the Server dialog label it
+    "--beams": '"Kept beams N"',
+    "--width": '"Children per beam M"',
+    "--max-steps": '"Max steps"',
+    "--step-tokens": '"Step tokens"',
+    "--step-delimiter": '"Step delimiter"',
+    "--verifier": '"Verifier"',
+    "--verifier-model": "the Verifier's PRM folder",
+    "--verifier-kv-share": '"Verifier KV share"',
+    "--entropy-exit": '"Entropy exit"',
+    "--kv-budget": '"KV budget"',
+    "--prefix-cache-ram": '"Prefix cache RAM"',
+    "--no-prefix-cache": 'the "prefix cache" switch off',
+    "--endpoint": "Server… > Address",
+    "--served-model": "Server… > Served model",
+    "--api-key-env": "Server… > API key",
+    "--one-request-per-path": "Server… > Requests: one per path",
+}
+
+CLI_ONLY = {  # options whose messages the window never shows: it has no such setting, or cannot get it wrong
+    "--max-candidates",  # its sliders stop at 64 x 16, the default cap of 1,024
+    "--verifier-device",  # derived from "run the PRM on the CPU"
+    "--device", "--dtype",  # the window loads on the default device and dtype
+    "--calibrate", "--question", "--prompt-tokens", "--policies", "--baselines", "--runner", "--backend",
+    "--no-deps",  # eval, bench and packaging
+    "--session",  # its message names the window's way too (Ctrl+N)
+    "--verifier-endpoint",  # a PRM server: the window loads the PRM itself
+}
+
+_OPTION = re.compile(r"--[a-z][a-z-]*(?: (?:PATH|NAME|TEXT)\b)?")
+
+
+def window_terms(text: str) -> str:
+    """`text` with each option the window has a control for replaced by that control's label (and a
+    placeholder after it, `--verifier-model PATH`, dropped); other text, `--` included, is left alone."""
+
+    def label(match: re.Match[str]) -> str:
+        option = match.group(0).split(" ")[0]
+        return WINDOW_LABELS.get(option, match.group(0))
+
+    return _OPTION.sub(label, text)
