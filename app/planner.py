@@ -17,8 +17,8 @@ from app.model_facts import ModelFacts, facts_of
 from app.prompt_size import PromptSize, prompt_size
 from engine.chat import Turn
 from engine.config import CacheConfig, ModelSpec, SearchConfig
-from engine.kv.cache import CUDA_MARGIN, search_kv_bytes
-from engine.kv.split import split_budget, verifier_group_bytes
+from engine.kv.cache import CUDA_MARGIN, policy_whole_bytes, search_kv_bytes
+from engine.kv.split import emulated_budget, split_budget, verifier_group_bytes
 from engine.verifiers.fit import WeightsDoNotFit, pair_does_not_fit
 
 TIGHT = 0.8  # above this share of memory a plan is amber: other programs need room too
@@ -126,7 +126,9 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
     batch = 0 if prm is None or on_cpu else _verifier_batch(prompt, search, prm)
     activations = _activations(gen, prompt, search.candidates_per_step)
     fixed = gen.weights_bytes + (prm.weights_bytes if prm and not on_cpu else 0) + activations
-    budget = cache.kv_budget_bytes or _automatic_budget(info, whole + batch, fixed)
+    budget = cache.kv_budget_bytes or _automatic_budget(
+        info, policy_whole_bytes(cache.policy, whole, prompt, search, gen.kv_token_bytes, gen.kv.num_layers), batch,
+        cache.verifier_kv_share, fixed)
     verifier_kv = split_budget(budget, cache.verifier_kv_share, batch).verifier_bytes
     policy = cache.policy if cache.policy != "auto" else ("in_device" if whole <= budget - verifier_kv else "lbs")
     draft = MemoryPlan(gen, prm, info.label, info.emulated, info.memory_bytes, budget, policy,
@@ -167,10 +169,11 @@ class DeviceInfo:
         return cls("cpu (emulated GPU)", True, free_memory_bytes(torch.device("cpu")))
 
 
-def _automatic_budget(info: DeviceInfo, whole: int, fixed: int) -> int:
-    """The engine's rule: on CUDA what is free after the weights less a margin; emulated, the whole search."""
+def _automatic_budget(info: DeviceInfo, whole: int, batch: int, share: float | None, fixed: int) -> int:
+    """The engine's rule: on CUDA what is free after the weights less a margin; emulated, the whole search
+    and the verifier's batch in their shares."""
     if info.emulated or info.memory_bytes is None:
-        return whole
+        return emulated_budget(whole, batch, share)
     return max(info.memory_bytes - fixed - CUDA_MARGIN, 1)
 
 

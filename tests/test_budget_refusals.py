@@ -84,3 +84,17 @@ def test_with_no_budget_given_the_emulated_device_holds_a_long_questions_whole_s
     prompt = list(range(3, 403))  # 400 tokens: the question's KV outweighs the steps'
     events = list(run(QUESTION, tiny, search, CacheConfig(policy=policy), prompt_ids=prompt))
     assert events[-1].type == "run_finished", events[-1]
+
+
+@pytest.mark.parametrize("policy", ["auto", "in_device", "lbs", "layerwise", "headwise"])
+@pytest.mark.parametrize("share", [0.05, 0.9])
+def test_with_no_budget_given_the_emulated_device_holds_both_models_in_the_shares_set(tiny, policy, share):
+    """No --kv-budget, but a verifier KV share: the automatic budget holds the generator's whole search in its
+    part and one verification batch in the verifier's (a 5% share once refused a long question's PRM batch,
+    a 90% one in_device's search)."""
+    search = dataclasses.replace(SEARCH, beams=3, width=2, step_tokens=8, max_steps=3, verifier="prm",
+                                 verifier_model="synthetic:tiny-qwen-prm")
+    cache = CacheConfig(policy=policy, verifier_kv_share=share)
+    events = list(run("y " * 300, tiny, search, cache))
+    assert events[-1].type == "run_finished", events[-1]
+    assert events[0].verifier_kv_budget_bytes > 0

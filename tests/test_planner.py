@@ -164,3 +164,13 @@ def test_plan_session_counts_the_follow_up_that_run_session_sends(tmp_path, caps
     prefill = next(e for e in events if e["type"] == "prefill_done")
     assert planned["prompt_tokens"] == prefill["prompt_tokens"] > bare["prompt_tokens"]
     assert (planned["prompt_counted"], planned["prompt_turns"]) == ("counted by the model's tokenizer", 1)
+
+
+@pytest.mark.parametrize("policy", ["auto", "lbs", "layerwise"])
+def test_the_emulated_plans_automatic_budget_is_the_runs(tiny, policy):
+    """Layer-wise's rows hold the question in every layer: its automatic budget is larger, in the plan as in the run."""
+    question, search = "y " * 300, SearchConfig(beams=3, width=2, max_steps=2, step_tokens=8)
+    cache = CacheConfig(policy=policy, prefix_cache=False)
+    p = plan(TINY, search, cache, question=question, device=EMULATED)
+    started = next(run(question, tiny, search, cache))
+    assert p.kv_budget_bytes == started.kv_budget_bytes and p.state != "red"

@@ -12,7 +12,7 @@ from app.cli import main
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import KVBudgetTooSmall
 from engine.kv.blocks import Tier
-from engine.kv.split import split_budget
+from engine.kv.split import emulated_budget, split_budget
 from engine.search import run
 from engine.verifiers import StepToScore, make_verifier, prm_verifier
 from engine.verifiers.kv_pools import VerifierKV
@@ -81,6 +81,14 @@ def test_the_split_gives_the_verifier_one_batch_by_default_and_the_share_when_se
     assert split_budget(1000, None, 800).verifier_bytes == 500  # never more than half by default
     assert split_budget(1000, 0.25, 300).verifier_bytes == 250
     assert split_budget(1000, 0.25, 0).verifier_bytes == 0  # a verifier with no KV takes nothing
+
+
+@pytest.mark.parametrize("whole, batch, share", [(1000, 0, None), (1000, 300, None), (300, 1000, None),
+                                                 (1000, 300, 0.05), (1000, 300, 0.9), (7, 3, 0.5), (0, 5, None)])
+def test_the_emulated_devices_automatic_budget_holds_both_parts_in_their_shares(whole, batch, share):
+    total = emulated_budget(whole, batch, share)
+    split = split_budget(total, share, batch)
+    assert split.generator_bytes >= whole and split.verifier_bytes >= batch
 
 
 def test_a_share_outside_0_1_is_refused():

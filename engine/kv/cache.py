@@ -34,7 +34,7 @@ from engine.kv.policy import (
 from engine.kv.pool import PoolExhausted
 from engine.kv.prefix_cache import PrefixCache
 from engine.kv.prefix_io import device_cache, keep_layers, keep_table, load_prefix
-from engine.kv.split import split_budget
+from engine.kv.split import emulated_budget, split_budget
 from engine.kv.store import KVStore
 from engine.loaded import Generator
 from engine.verifiers.base import VerifierMemory
@@ -121,6 +121,18 @@ def one_candidate_bytes(prompt_tokens: int, search: SearchConfig, token_bytes: i
     return (longest_tokens(prompt_tokens, search) + SLACK_BLOCKS * block_size) * token_bytes
 
 
+def policy_whole_bytes(policy: str, whole: int, prompt_tokens: int, search: SearchConfig, token_bytes: int,
+                       num_layers: int) -> int:  # fmt: skip
+    """What the whole search needs under `policy`, given `whole`, in_device's bound (`search_kv_bytes`): the
+    automatic budget where no free memory can be read. Layer-wise's rows hold their whole history, the
+    prompt too, in every layer (and never less than its two staging layers)."""
+    if policy != "layerwise":
+        return whole
+    longest, layer_token_bytes = longest_tokens(prompt_tokens, search), token_bytes // num_layers
+    return max(every_layer_bytes(search.candidates_per_step, longest, num_layers, layer_token_bytes),
+               staging_bytes(search.rows_per_step, longest, layer_token_bytes))
+
+
 def auto_policy(whole: int, one: int, budget: int) -> str:
     """in_device when the whole search fits, lbs when one candidate does, else headwise (HeadInfer)."""
     if whole <= budget:
@@ -162,8 +174,8 @@ class KVCache:
         self._read_free = False  # the budget was read from free device memory (no --kv-budget)
         self._shortfall = 0  # device bytes other programs took from the budget at its last re-read
         total = cache.kv_budget_bytes or self._automatic_budget(
-            self._whole_of(cache.policy, whole, prompt_tokens, token_bytes // shape.num_layers, shape.num_layers)
-            + verifier_batch_bytes)
+            policy_whole_bytes(cache.policy, whole, prompt_tokens, search, token_bytes, shape.num_layers),
+            verifier_batch_bytes, cache.verifier_kv_share)
         split = split_budget(total, cache.verifier_kv_share, verifier_batch_bytes)
         self.budget, self.verifier_budget = split.generator_bytes, split.verifier_bytes
         one = one_candidate_bytes(prompt_tokens, search, token_bytes, cache.block_size)
@@ -240,19 +252,12 @@ class KVCache:
         # memory torch's caching allocator holds but no tensor uses is free to this process too
         return free + torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
 
-    def _whole_of(self, policy: str, whole: int, prompt_tokens: int, layer_token_bytes: int, num_layers: int) -> int:
-        """What the whole search needs under `policy`: the automatic budget where no free memory can be read
-        (the emulated device). Layer-wise's rows hold their whole history in every layer, the prompt too."""
-        if policy != "layerwise":
-            return whole
-        rows, longest = self.search.candidates_per_step, longest_tokens(prompt_tokens, self.search)
-        return max(every_layer_bytes(rows, longest, num_layers, layer_token_bytes),
-                   staging_bytes(self.search.rows_per_step, longest, layer_token_bytes))
-
-    def _automatic_budget(self, whole: int) -> int:
+    def _automatic_budget(self, whole: int, verifier_bytes: int, share: float | None) -> int:
+        """Free device memory less the margin; where none can be read (the emulated device), a budget that
+        holds the generator's `whole` search and the verifier's batch, in the shares the user set."""
         free = self._free_bytes()
         self._read_free = free is not None
-        return whole if free is None else max(free - self.margin, 1)
+        return emulated_budget(whole, verifier_bytes, share) if free is None else max(free - self.margin, 1)
 
     @property
     def home(self) -> Tier:

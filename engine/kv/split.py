@@ -52,3 +52,13 @@ def split_budget(total_bytes: int, share: float | None, verifier_batch_bytes: in
         return BudgetSplit(total_bytes, 0)
     verifier = round(total_bytes * share) if share is not None else min(verifier_batch_bytes, total_bytes // 2)
     return BudgetSplit(total_bytes - verifier, verifier)
+
+
+def emulated_budget(whole: int, verifier_bytes: int, share: float | None) -> int:
+    """The automatic KV budget where no free device memory can be read (the emulated device): room for the
+    generator's `whole` search and the verifier's batch, in the shares `split_budget` gives them."""
+    if verifier_bytes <= 0:
+        return whole
+    if share is None:  # the verifier's batch, at most half the total
+        return max(whole + verifier_bytes, 2 * verifier_bytes)
+    return max(whole + verifier_bytes, math.ceil(whole / (1 - share)), math.ceil(verifier_bytes / share))
