@@ -18,6 +18,7 @@ from app.options import (
     UsageError,
     add_backend_options,
     parse_delimiter,
+    server_from_args,
     size_type,
 )
 from engine.baselines import BASELINES
@@ -115,6 +116,7 @@ def bench_command(args: argparse.Namespace) -> int:
         lookahead_verify=args.lookahead_verify,
         verifier_model=args.verifier_model,
     )
+    server_from_args(args)  # a server's options without --backend openai are said, not ignored
     if args.backend == "openai":
         if args.verifier_model:
             raise UsageError("--prm scores a local search; leave it out with --backend openai.")

@@ -212,9 +212,19 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
                    help="openai: one request with n=M for each kept path instead of M with n=1 (vLLM, SGLang)")
 
 
+SERVER_ONLY = (("--endpoint", "endpoint"), ("--served-model", "served_model"), ("--api-key-env", "api_key_env"),
+               ("--verifier-endpoint", "verifier_endpoint"), ("--one-request-per-path", "one_request_per_path"))
+
+
 def server_from_args(args: argparse.Namespace):
-    """The ServerConfig of `--backend openai`, or None for a local run; missing options are a UsageError."""
+    """The ServerConfig of `--backend openai`, or None for a local run; missing options are a UsageError, and so
+    are a server's options on a local run (they would be ignored: the run would load a model here instead)."""
     if getattr(args, "backend", "local") != "openai":
+        given = [flag for flag, name in SERVER_ONLY if getattr(args, name, None)]
+        if given:
+            them = "it" if len(given) == 1 else "them"
+            raise UsageError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for a server: add "
+                             f"--backend openai to use {them}, or leave {them} out to run --model on this machine")
         return None
     from engine.backends.openai import ServerConfig
 
