@@ -18,10 +18,13 @@ from app.options import configs_from_args, server_from_args
 from app.preflight import check_memory
 from app.question import read_question
 from engine import events as ev
+from engine.errors import BeamwiseError
 
-USER_ERRORS = {"InvalidPrompt", "KVBudgetTooSmall", "ModelLoadError", "NotAPRM", "PRMHeadMissing", "SearchTooLarge",
-               "WeightsDoNotFit", "RemoteError", "ServerUnreachable", "ServedModelNotFound", "LogprobsUnavailable",
-               "ServerError"}
+
+def user_errors(kind: type = BeamwiseError) -> set[str]:
+    """The names of the errors that say what the user can change: every BeamwiseError (exit 2). A raised one's
+    class is imported, so the walk finds it; other failures (out of memory, a fault in Beamwise) exit 1."""
+    return {kind.__name__}.union(*(user_errors(sub) for sub in kind.__subclasses__()))
 
 
 class Printer:
@@ -210,7 +213,7 @@ def _status(event, status: int, json_lines: bool) -> int:
     if event.type == "run_failed":
         if json_lines:
             print(f"beamwise: error: {event.message}", file=sys.stderr)
-        return 2 if event.error in USER_ERRORS else 1
+        return 2 if event.error in user_errors() else 1
     return status
 
 

@@ -124,6 +124,12 @@ class NotAPRM(BeamwiseError):
     )
 
 
+class ChatTemplateUnusable(BeamwiseError):
+    """A verifier model's chat template does not keep a step's text where Beamwise can find it."""
+
+    hint = "Use another verifier (logprob reads no template) or another model."
+
+
 class PRMHeadMissing(NotAPRM):
     """The folder has a PRM's body but not the weights of its reward head."""
 

@@ -3,6 +3,7 @@ reported as a size the user can change; the user's own errors keep their own adv
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -13,8 +14,9 @@ import engine.search
 from app.cli import main
 from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
-from engine.errors import KVBudgetTooSmall, NotAPRM, failure
+from engine.errors import ChatTemplateUnusable, KVBudgetTooSmall, NotAPRM, failure
 from engine.verifiers.pieces import single_token
+from engine.verifiers.self_judge import JudgeLayout
 
 TINY = ["--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2", "--step-tokens", "4", "--max-steps", "3"]
 
@@ -66,6 +68,14 @@ def test_a_prm_whose_tokenizer_splits_its_tag_is_not_a_prm_beamwise_can_use(tiny
     assert "Point --verifier-model" in raised.value.user_message()
 
 
+def test_a_chat_template_that_drops_the_step_is_said_for_the_model_not_called_a_prm(tiny):
+    tokenizer = copy.deepcopy(tiny.tokenizer)
+    tokenizer.chat_template = "{% for m in messages %}{{ m['role'] }}: (text withheld)\n{% endfor %}"
+    with pytest.raises(ChatTemplateUnusable, match="this model's chat template dropped the step text") as raised:
+        JudgeLayout(tokenizer).prefix("What is 2+3?")
+    assert "Use another verifier" in raised.value.user_message() and "PRM" not in raised.value.user_message()
+
+
 def test_a_fault_mid_search_ends_the_run_with_one_failure_after_the_finished_step(tiny, broken_second_step):
     events = list(engine.search.run("What is 2+3?", tiny, SearchConfig(beams=2, width=2, step_tokens=4, max_steps=3),
                                     CacheConfig(policy="lbs")))
@@ -105,3 +115,12 @@ def test_a_saved_failed_session_exports_its_traceback(capsys, tmp_path: Path, br
     capsys.readouterr()
     assert main(["sessions", "export", "2", "--db", db, "--format", "md"]) == 0
     assert capsys.readouterr().out == markdown
+
+
+def test_every_error_that_says_what_to_change_exits_2(capsys):
+    """LayersUnavailable (the entropy exit on a PRM with no logit lens) exited 1, as a fault would: the exit
+    status came from a hand-kept list of names that had missed it."""
+    assert main(["run", "What is 2+3?", *TINY, "--no-save", "--verifier", "prm", "--verifier-model",
+                 "synthetic:tiny-qwen-prm", "--entropy-exit"]) == 2
+    err = capsys.readouterr().err
+    assert "no logit lens to exit on" in err and "details for the report" not in err

@@ -53,4 +53,5 @@ def test_entropy_exit_on_a_prm_without_a_logit_lens_says_which_switch_to_clear(q
     assert isinstance(failed, ev.RunFailed) and "--entropy-exit" in failed.message  # the event keeps the engine's
     ((_, text),) = reported
     assert 'Run without "Entropy exit"' in text and "--" not in text
-    assert "--" not in window.statusBar().currentMessage()
+    window.status.apply(ev.RunFailed("KVBudgetTooSmall", "Raise --kv-budget."), live=False)  # the status bar's own
+    assert window.statusBar().currentMessage() == 'Failed: Raise "KV budget".'

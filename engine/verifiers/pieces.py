@@ -6,7 +6,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from engine.errors import NotAPRM
+from engine.errors import ChatTemplateUnusable, NotAPRM
 
 SENTINEL = "\u2063BEAMWISE-STEP\u2063"  # never in a question or a step; marks where the steps go
 
@@ -32,7 +32,8 @@ def around_sentinel(text: str) -> tuple[str, str]:
     """The text before and after the one sentinel in `text`."""
     before, found, after = text.partition(SENTINEL)
     if not found:
-        raise NotAPRM("this PRM's chat template dropped the step text; Beamwise cannot split it into pieces.")
+        raise ChatTemplateUnusable("this model's chat template dropped the step text; Beamwise cannot split it into "
+                                   "pieces.")
     return before, after
 
 
