@@ -116,11 +116,11 @@ def bench_command(args: argparse.Namespace) -> int:
         lookahead_verify=args.lookahead_verify,
         verifier_model=args.verifier_model,
     )
-    server_from_args(args)  # a server's options without --backend openai are said, not ignored
     if args.backend == "openai":
         if args.verifier_model:
             raise UsageError("--prm scores a local search; leave it out with --backend openai.")
         return _remote(args, workload)
+    server_from_args(args)  # a local bench: a server's options given anyway are said, not ignored
     if args.versus_generate:
         return _versus_generate(args, dtype)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]

@@ -5,8 +5,8 @@ the third step of a path states the answer and ends (EOS), earlier steps stop at
 A prompt ending in "Answer:" with max_tokens 1 is a self-judge question, answered with top log-probabilities.
 Mode "llama.cpp" answers in the shape llama.cpp's server uses (log-probabilities under "content", no
 "stop_reason"). Other modes fail: "404" (no such model), "500", "no-logprobs", "no-top-logprobs" (none for
-the self-judge), "n-ignored" (one choice whatever n asks), "slow" (answers after `delay` seconds, or notes
-in `abandoned` a client that left first).
+the self-judge), "n-ignored" (one choice whatever n asks), "no-text" (choices without their text), "slow"
+(answers after `delay` seconds, or notes in `abandoned` a client that left first).
 `key` makes it answer 401 to a request without that bearer key; `fail_after` answers 500 from that
 many completions on (a server that dies in the middle of a run).
 """
@@ -64,6 +64,8 @@ class FakeServer:
         for index, choice in enumerate(choices):
             choice["index"] = index
         words = sum(len(c["text"].split()) for c in choices)
+        for choice in choices if self.mode == "no-text" else ():
+            del choice["text"]
         return 200, {"choices": choices, "usage": {"prompt_tokens": len(body["prompt"].split()),
                                                    "completion_tokens": words}}
 

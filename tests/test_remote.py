@@ -171,6 +171,13 @@ def test_a_server_without_logprobs() -> None:
     assert failed.error == "LogprobsUnavailable"
 
 
+def test_a_server_whose_choices_hold_no_text_is_said_not_read_as_empty_steps() -> None:
+    """Before, every step came back empty and the run 'finished' with an empty answer."""
+    with FakeServer(mode="no-text") as server:
+        failed = failure(server.url)
+    assert failed.error == "ServerError" and "an answer whose choices hold no text" in failed.message
+
+
 def test_a_slow_server_times_out() -> None:
     with FakeServer(mode="slow", delay=1.0) as server:
         failed = failure(server.url, timeout_s=0.2, retries=1)

@@ -145,6 +145,8 @@ class OpenAICompletions:
         choices = answer.get("choices") if isinstance(answer, dict) else None
         if not isinstance(choices, list) or not choices:
             raise ServerError(200, f"an answer without choices: {str(answer)[:200]}")
+        if not all(isinstance(c, dict) and isinstance(c.get("text", 0), str | None) for c in choices):  # None: empty
+            raise ServerError(200, f"an answer whose choices hold no text: {str(answer)[:200]}")
         if len(choices) != n:
             raise RemoteError(
                 f"the server answered {len(choices)} continuation(s) to a request for n={n}: it does not honour n.",
