@@ -10,6 +10,7 @@ import time
 from app.calibrate import StepStat, calibrate
 from app.eval_report import MethodSummary, ProblemResult, result_of, summarize
 from app.problems import Problem
+from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
 
 
@@ -45,7 +46,7 @@ class Evaluation:
                 result = result_of(method, problem.line, problem.answer, events)
                 self.results[method].append(result)
                 self._collect_steps(events)
-                self._progress(index, len(problems), result)
+                self._progress(index, len(problems), result, events[-1] if events else None)
             self.done = index
 
     def _search(self, problem: Problem, method: str, search: SearchConfig) -> list:
@@ -78,7 +79,12 @@ class Evaluation:
             if e.type == "step_selected" and e.lens_trace:
                 self.lens_steps.append(e.lens_trace)
 
-    def _progress(self, index: int, total: int, r: ProblemResult) -> None:
+    def _progress(self, index: int, total: int, r: ProblemResult, end: object) -> None:
+        """One line per run; a failed run's says why (its traceback, for a fault, is in the saved session)."""
+        if r.status == "failed":
+            why = end.message if isinstance(end, ev.RunFailed) else "the run ended without a result"
+            print(f"[eval] {index}/{total} {r.method}: failed: {why}", file=sys.stderr, flush=True)
+            return
         mark = "correct" if r.correct else "wrong" if r.status == "finished" else r.status
         print(f"[eval] {index}/{total} {r.method}: {mark} (answered {r.predicted}, expected {r.expected}); "
               f"{r.tokens} tokens, {r.seconds:.1f} s", file=sys.stderr, flush=True)

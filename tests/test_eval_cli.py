@@ -79,6 +79,14 @@ def test_compare_prints_methods_side_by_side_writes_json_and_records(tmp_path, c
         assert len(store.list_sessions()) == 8
 
 
+def test_a_failed_run_says_why_on_its_progress_line(tmp_path, capsys):
+    """Before, it read 'failed (answered None, expected 5); 0 tokens, 0.0 s' and the reason was nowhere."""
+    problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
+    assert main(["eval", str(problems), *TINY, "--policy", "lbs", "--kv-budget", "10KB", "--no-save"]) == 0
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[eval]")]
+    assert line.startswith("[eval] 1/1 beam: failed: KV budget 10.0 kB is too small for one candidate"), line
+
+
 def test_ctrl_c_keeps_finished_problems_and_prints_the_partial_table(tmp_path, capsys, monkeypatch):
     problems = write(tmp_path, *[f'{{"question": "What is {i}+1?", "answer": "{i + 1}"}}' for i in range(3)])
     real = eval_runs.Evaluation._search
