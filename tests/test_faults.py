@@ -240,6 +240,13 @@ def test_export_refuses_to_overwrite_without_force(db, tmp_path, capsys):
         (lambda d: d["candidates"][0].update(step=0), "steps start at 1"),
         (lambda d: d["candidates"][0].update(score="high"), "should be float"),
         (lambda d: next(e for e in d["events"] if e["type"] == "candidate_text").update(id="7"), "candidate ids"),
+        (lambda d: d["events"][0].update(search=7), "field 'search' should be an object, not int"),
+        (lambda d: d["events"][0].update(model=1.5), "field 'model' should be str"),
+        (lambda d: next(e for e in d["events"] if e["type"] == "candidate_text").update(tokens="4"),
+         "field 'tokens' should be int"),
+        (lambda d: next(e for e in d["events"] if e["type"] == "memory_snapshot").update(candidates=["x"]),
+         "field 'candidates' should be a list of CandidateMemory, not list"),
+        (lambda d: d["session"].update(h2d_bytes=10**30), "should be int"),
     ],
 )
 def test_a_corrupted_import_is_refused_whole_before_anything_is_written(db, tmp_path, capsys, edit, message):
@@ -257,6 +264,61 @@ def test_a_corrupted_import_is_refused_whole_before_anything_is_written(db, tmp_
     assert message in capsys.readouterr().err
     with SessionStore(db) as store:
         assert len(store.list_sessions()) == 1
+
+
+def _mutated(data, rng):
+    """`data` with one to three values replaced by a value of another kind, or removed, anywhere in it."""
+    def places(obj, at=()):
+        yield at
+        for key, value in (obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()):
+            yield from places(value, (*at, key))
+
+    chosen = [at for at in places(data) if at]
+    for _ in range(rng.randint(1, 3)):
+        *parents, key = rng.choice(chosen)
+        holder = data
+        try:
+            for step in parents:
+                holder = holder[step]
+            if rng.random() < 0.3:
+                del holder[key]
+            else:
+                holder[key] = rng.choice([None, 0, -1, 1.5, "", "x", [], {}, True, 10**30, [1], {"a": 1}])
+        except (KeyError, IndexError, TypeError):  # an earlier change removed or replaced the place
+            pass
+    return data
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(0, 2**32 - 1))
+def test_a_damaged_export_is_refused_or_imports_a_session_every_view_can_read(tmp_path, capsys, seed):
+    """Import checks every value: before, a wrong type in an event or an integer past SQLite's range imported
+    (or raised out of main), and the session's export, `sessions show` and the window then raised."""
+    import copy
+    import random
+
+    from app.export import render_session
+    from app.recorder import SessionRecorder
+
+    db, exported = tmp_path / f"d{seed}.db", tmp_path / "d.json"
+    if not exported.exists():
+        with SessionStore(tmp_path / "source.db") as store, SessionRecorder(store) as recorder:
+            for event in fake(2):
+                recorder.write(event)
+        assert main(["sessions", "export", "1", "-o", str(exported), "--db", str(tmp_path / "source.db")]) == 0
+    damaged = tmp_path / f"d{seed}.json"
+    damaged.write_text(json.dumps(_mutated(copy.deepcopy(json.loads(exported.read_text())), random.Random(seed))))
+    code = main(["sessions", "import", str(damaged), "--db", str(db)])
+    err = capsys.readouterr().err
+    assert code in (0, 2) and "Traceback" not in err
+    with SessionStore(db) as store:
+        if code == 2:
+            assert err.count("beamwise: error:") == 1 and store.list_sessions() == []
+        else:
+            (row,) = store.list_sessions()
+            for fmt in ("md", "html", "json"):
+                assert render_session(store, row["id"], fmt)
+            assert main(["sessions", "show", str(row["id"]), "--db", str(db)]) == 0
 
 
 def test_markdown_export_makes_model_html_inert(db, capsys):

@@ -8,7 +8,7 @@ from typing import Any
 
 from app import event_log
 from app.conversations import line_of
-from app.export.checks import SessionFileInvalid, check_events, check_tree, check_values
+from app.export.checks import SessionFileInvalid, check_event_fields, check_events, check_tree, check_values
 from app.store import SCHEMA_VERSION, SessionStore
 from engine import events as ev
 
@@ -73,9 +73,10 @@ def _checked_turn(store: SessionStore, dump: dict[str, Any], path: Path | str) -
     check_tree(session, candidates, timeline, path)
     try:
         events = [ev.to_dict(ev.from_dict(data)) for data in dump["events"]]
-    except (KeyError, TypeError, ValueError) as error:
+    except (AttributeError, KeyError, TypeError, ValueError) as error:  # not an event, or a list of other things
         raise SessionFileInvalid(f"{path} has an event this Beamwise cannot read ({error!r}).") from error
     check_events(events, candidates, path)
+    check_event_fields(events, path)
     return session, candidates, timeline, events
 
 
