@@ -6,13 +6,10 @@ never leaves a session that later views or exports cannot read.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import math
-import types
-import typing
 from typing import Any
 
+from app.json_types import conforms, described, field_types, sqlite_int, utf8
 from engine import events as ev
 from engine.errors import BeamwiseError
 
@@ -51,23 +48,11 @@ def check_values(table: str, rows: list[dict], columns: dict[str, type], path: o
 
 def _fits(value: Any, kind: type) -> bool:
     if kind is int:
-        return isinstance(value, int) and _sqlite_int(value)  # bools too: `finished` and `emulated` are 0/1
+        return isinstance(value, int) and sqlite_int(value)  # bools too: `finished` and `emulated` are 0/1
     if kind is float:
         return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if kind is str:
-        return isinstance(value, str) and _utf8(value)
-    return True
-
-
-def _sqlite_int(value: int) -> bool:
-    return -(2**63) <= value < 2**63
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
+        return isinstance(value, str) and utf8(value)
     return True
 
 
@@ -124,58 +109,8 @@ def check_event_fields(events: list[dict], path: object) -> None:
     tuple); the window and the exports read these, so a field of another type would break them later."""
     for number, data in enumerate(events):
         kind = ev.EVENT_TYPES[data["type"]]
-        hints = _hints(kind)
+        hints = field_types(kind)
         for name, value in data.items():
-            if name != "type" and not _conforms(value, hints[name]):
+            if name != "type" and not conforms(value, hints[name]):
                 raise SessionFileInvalid(f"{path}: event {number + 1} ({data['type']}), field {name!r} should be "
-                                         f"{_described(hints[name])}, not {type(value).__name__} ({value!r:.40}).")
-
-
-@functools.cache
-def _hints(kind: type) -> dict[str, Any]:
-    return typing.get_type_hints(kind)
-
-
-def _conforms(value: Any, hint: Any) -> bool:
-    """`value`, read from JSON, fits `hint`: int, float, str, bool, None, X | Y, tuple[X, ...], tuple[X, Y],
-    dict[str, Any], Any or an event dataclass (CandidateMemory)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return True
-    if hint is type(None):
-        return value is None
-    if origin in (types.UnionType, typing.Union):
-        return any(_conforms(value, arg) for arg in args)
-    if origin is tuple:
-        if not isinstance(value, list | tuple):
-            return False
-        if len(args) == 2 and args[1] is Ellipsis:
-            return all(_conforms(item, args[0]) for item in value)
-        return len(value) == len(args) and all(_conforms(v, a) for v, a in zip(value, args, strict=True))
-    if origin is dict:
-        return isinstance(value, dict) and all(isinstance(key, str) for key in value)
-    if dataclasses.is_dataclass(hint):
-        hints = _hints(hint)
-        return isinstance(value, dict) and all(k == "type" or (k in hints and _conforms(v, hints[k]))
-                                               for k, v in value.items())
-    if hint is bool:
-        return isinstance(value, bool) or value in (0, 1)
-    if hint is int:
-        return isinstance(value, int) and _sqlite_int(value)
-    if hint is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if hint is str:
-        return isinstance(value, str) and _utf8(value)
-    return False
-
-
-def _described(hint: Any) -> str:
-    """The type as the file spells it: JSON has lists and objects, not tuples and dicts."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (types.UnionType, typing.Union):
-        return " or ".join(_described(arg) for arg in args)
-    if origin is tuple:
-        return f"a list of {_described(args[0])}" if args[-1] is Ellipsis else f"a list of {len(args)} values"
-    if origin is dict:
-        return "an object"
-    return {type(None): "null"}.get(hint) or getattr(hint, "__name__", str(hint))
+                                         f"{described(hints[name])}, not {type(value).__name__} ({value!r:.40}).")

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 from app.gui.background import run_in_background
 from app.gui.controls import ERROR_STYLE
 from app.gui.model_picker import SERVER_SOURCE, ModelPicker
+from app.json_types import typed_fields
 from app.server_keys import has_key, load_key, save_key
 from engine.backends.openai import ServerConfig, check_connection
 from engine.errors import BeamwiseError, ServedModelNotFound, ServerError, ServerUnreachable
@@ -95,8 +96,8 @@ def save_choice(settings: QSettings, choice: ServerChoice) -> None:
 def load_choice(settings: QSettings) -> ServerChoice | None:
     value = settings.value(SETTINGS_KEY)
     try:
-        return ServerChoice(**json.loads(value)) if isinstance(value, str) else None
-    except (TypeError, ValueError):  # a renamed field, or a value this version refuses
+        return ServerChoice(**typed_fields(ServerChoice, json.loads(value))) if isinstance(value, str) else None
+    except (TypeError, ValueError):  # a missing or renamed field, a value of another type, or one this version refuses
         return None
 
 

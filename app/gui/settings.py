@@ -8,6 +8,7 @@ from typing import Any
 from PySide6.QtCore import QByteArray, QSettings
 from PySide6.QtWidgets import QMainWindow
 
+from app.json_types import typed_fields
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 
 ORGANIZATION = "Beamwise"
@@ -32,10 +33,11 @@ def load_configs(settings: QSettings) -> tuple[ModelSpec, SearchConfig, CacheCon
     if _int(settings.value("format")) != FORMAT_VERSION:
         return None
     try:
-        model = ModelSpec(**_json(settings, "model"))
-        search = SearchConfig(**_json(settings, "search"))
-        cache = CacheConfig(**{"prefix_cache": True, **_json(settings, "cache")})  # on unless turned off
-    except (TypeError, ValueError):  # a renamed field or a value a newer version allowed
+        model = ModelSpec(**typed_fields(ModelSpec, _json(settings, "model")))
+        search = SearchConfig(**typed_fields(SearchConfig, _json(settings, "search")))
+        cache = CacheConfig(**{"prefix_cache": True, **typed_fields(CacheConfig, _json(settings, "cache"))})
+    except (TypeError, ValueError):  # a renamed field, a value of another type (a damaged file), or one a newer
+        # version allowed
         return None
     return model, search, cache
 
