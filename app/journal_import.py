@@ -13,6 +13,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
+from app.export.checks import event_problem
 from app.journal import Journal, JournalError, journal_folder, journals_of, read_journal
 from app.processes import pid_alive
 from app.recorder import SessionRecorder
@@ -69,17 +70,35 @@ def import_journals(store: SessionStore, *, only: Path | None = None, notify: No
         if not journal.events:  # the writer died before its first event: nothing to keep
             path.unlink(missing_ok=True)
             continue
+        problem = _first_problem(journal)
+        if problem is not None:  # damaged, or written by a newer Beamwise: never a reason to stop opening the store
+            say(f"the run journal {path} was not imported: {problem}. It was left in place: a newer Beamwise may "
+                "import it; otherwise delete it.")
+            continue
         try:
             session_id = replay(store, journal)
         except StoreError as error:
             if only is None:  # with `only`, the caller says what happens to its own run's journal
                 say(f"the run journal {path} was not imported yet ({error}); it stays until the database is free.")
             break
+        except Exception as error:  # events that do not make a run (a damaged file): its transaction rolled back
+            say(f"the run journal {path} was not imported: its events do not make a session this Beamwise can show "
+                f"({type(error).__name__}: {error}). It was left in place; delete it, or keep it for a report.")
+            continue
         path.unlink(missing_ok=True)
         written.append(session_id)
         say(f"saved the run journal {path.name} into {store.path} as session {session_id} "
             f"({_steps(journal)} steps).")
     return written
+
+
+def _first_problem(journal: Journal) -> str | None:
+    """Why the journal's first unreadable event cannot be imported, or None when every event can."""
+    for number, (_, data) in enumerate(journal.events, 1):
+        problem = event_problem(data)
+        if problem is not None:
+            return f"its event {number} is not one this Beamwise can show ({problem})"
+    return None
 
 
 def _still_written(journal: Journal) -> bool:

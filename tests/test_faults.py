@@ -214,6 +214,37 @@ def test_hostile_option_lists_never_raise_out_of_main(capsys, argv):
     assert code == 2 and "Traceback" not in err and err.count("error:") == 1
 
 
+def _journal(db: Path, edit) -> Path:
+    """A closed journal of a two-step run for `db`, its events passed through `edit` (a dict per event)."""
+    from app.journal import RunJournal, header_for
+    from engine import events as ev
+
+    journal = RunJournal(db.parent, header_for(db, "2026-11-24T10:00:00", None))
+    for number, event in enumerate(fake(2)):
+        journal.append(0.1 * number, edit(ev.to_dict(event)))
+    journal.close()
+    return journal.path
+
+
+@pytest.mark.parametrize(("edit", "named"), [
+    (lambda e: {**e, "type": "run_paused"} if e["type"] == "step_started" else e, "KeyError('run_paused')"),
+    (lambda e: {**e, "model": None} if e["type"] == "run_started" else e, "field 'model' should be str, not NoneType"),
+    (lambda e: {**e, "kept": [999]} if e["type"] == "step_selected" else e, "no node 999"),
+], ids=["a newer event type", "a field of another type", "ids that make no tree"])  # fmt: skip
+def test_a_journal_beamwise_cannot_import_is_left_in_place_and_every_command_still_works(db, capsys, edit, named):
+    """Before, its error raised out of every command that opened the database (and out of the window's start)."""
+    path = _journal(db, edit)
+    assert main(["sessions", "list", "--db", str(db)]) == 0
+    err = capsys.readouterr().err
+    assert f"the run journal {path} was not imported" in err and named in err and "Traceback" not in err
+    assert path.exists(), "kept: a newer Beamwise may import it"
+    with SessionStore(db) as store:
+        assert store.list_sessions() == [], "nothing of it was written"
+    assert main(["run", "What is 2+3?", *TINY, "--db", str(db)]) == 0  # the next run is recorded as ever
+    with SessionStore(db) as store:
+        assert [s["status"] for s in store.list_sessions()] == ["finished"]
+
+
 # ---------------------------------------------------------------- export and import
 
 

@@ -108,9 +108,20 @@ def check_event_fields(events: list[dict], path: object) -> None:
     """Every field of every event has the type its class in engine/events.py declares (a JSON list for a
     tuple); the window and the exports read these, so a field of another type would break them later."""
     for number, data in enumerate(events):
-        kind = ev.EVENT_TYPES[data["type"]]
-        hints = field_types(kind)
-        for name, value in data.items():
-            if name != "type" and not conforms(value, hints[name]):
-                raise SessionFileInvalid(f"{path}: event {number + 1} ({data['type']}), field {name!r} should be "
-                                         f"{described(hints[name])}, not {type(value).__name__} ({value!r:.40}).")
+        problem = event_problem(data)
+        if problem is not None:
+            raise SessionFileInvalid(f"{path}: event {number + 1} ({data.get('type')}), {problem}.")
+
+
+def event_problem(data: Any) -> str | None:
+    """Why `data` is not an event this Beamwise can read and show, or None: an unknown type, a missing field, or
+    a field of another type than engine/events.py declares (fields it does not know are dropped, as on load)."""
+    try:
+        data = ev.to_dict(ev.from_dict(data))
+    except (AttributeError, KeyError, TypeError, ValueError) as error:  # not an object, or not this version's
+        return f"it cannot be read ({error!r})"
+    hints = field_types(ev.EVENT_TYPES[data["type"]])
+    for name, value in data.items():
+        if name != "type" and not conforms(value, hints[name]):
+            return f"field {name!r} should be {described(hints[name])}, not {type(value).__name__} ({value!r:.40})"
+    return None
