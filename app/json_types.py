@@ -26,11 +26,22 @@ def typed_fields(kind: type, data: Any) -> dict[str, Any]:
     ValueError naming the first that is not."""
     if not isinstance(data, dict):
         raise ValueError(f"{kind.__name__} should be an object, not {type(data).__name__}")
+    problem = mistyped_field(kind, data)
+    if problem is not None:
+        raise ValueError(problem)
+    return data
+
+
+def mistyped_field(kind: type, data: dict[str, Any], *, unknown: bool = False) -> str | None:
+    """The first key of `data` that is no field of `kind`, or whose value is not of the field's type, said;
+    None when there is none. `unknown`: keys `kind` has no field for pass (another version's settings)."""
     hints = field_types(kind)
     for name, value in data.items():
+        if name not in hints and unknown:
+            continue
         if name not in hints or not conforms(value, hints[name]):
-            raise ValueError(f"{kind.__name__}'s {name!r} should be {described(hints.get(name))}, not {value!r:.40}")
-    return data
+            return f"{kind.__name__}'s {name!r} should be {described(hints.get(name))}, not {value!r:.40}"
+    return None
 
 
 def conforms(value: Any, hint: Any) -> bool:
@@ -61,8 +72,9 @@ def conforms(value: Any, hint: Any) -> bool:
         return isinstance(value, bool) or value in (0, 1)
     if hint is int:
         return isinstance(value, int) and sqlite_int(value)
-    if hint is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is float:  # an integer counts (JSON may write 3.0 as 3) when SQLite can hold it
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, float) or (whole and sqlite_int(value))
     if hint is str:
         return isinstance(value, str) and utf8(value)
     return False

@@ -278,6 +278,12 @@ def test_export_refuses_to_overwrite_without_force(db, tmp_path, capsys):
         (lambda d: next(e for e in d["events"] if e["type"] == "memory_snapshot").update(candidates=["x"]),
          "field 'candidates' should be a list of CandidateMemory, not list"),
         (lambda d: d["session"].update(h2d_bytes=10**30), "should be int"),
+        (lambda d: d["session"].update(seconds=10**30), "should be float"),  # an integer no REAL can hold
+        (lambda d: d["session"].update(emulated=[1]), "field 'emulated' should be int"),
+        (lambda d: d["events"][0]["search"].update(width=[1]),
+         "(run_started), search settings: SearchConfig's 'width' should be int, not [1]"),
+        (lambda d: d["session"]["cache"].update(kv_budget_bytes="big"),
+         "the session's cache settings: CacheConfig's 'kv_budget_bytes' should be int or null"),
     ],
 )
 def test_a_corrupted_import_is_refused_whole_before_anything_is_written(db, tmp_path, capsys, edit, message):
@@ -327,11 +333,13 @@ def test_a_damaged_export_is_refused_or_imports_a_session_every_view_can_read(tm
     (or raised out of main), and the session's export, `sessions show` and the window then raised."""
     import copy
     import random
+    import tempfile
 
     from app.export import render_session
     from app.recorder import SessionRecorder
 
-    db, exported = tmp_path / f"d{seed}.db", tmp_path / "d.json"
+    exported = tmp_path / "d.json"
+    db = Path(tempfile.mkdtemp(dir=tmp_path)) / "s.db"  # a fresh database per example: Hypothesis repeats seeds
     if not exported.exists():
         with SessionStore(tmp_path / "source.db") as store, SessionRecorder(store) as recorder:
             for event in fake(2):

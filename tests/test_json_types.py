@@ -48,6 +48,7 @@ def test_every_field_of_every_event_is_a_type_the_check_reads(kind):
 def test_the_check_refuses_what_json_can_hold_but_the_field_cannot():
     assert not conforms(2**63, int) and conforms(2**63 - 1, int)  # SQLite's integers
     assert not conforms(True, float) and conforms(1, float)
+    assert not conforms(2**63, float) and conforms(1e30, float)  # a huge integer is no REAL SQLite can store
     assert not conforms("\ud800", str)  # a lone surrogate: JSON reads it, UTF-8 cannot write it
     assert not conforms([1, "x"], tuple[int, ...]) and conforms([[1, 2, 0.5]], tuple[tuple[int, int, float], ...])
     assert not conforms({1: 2}, dict[str, Any])

@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from app.json_types import conforms, described, field_types, sqlite_int, utf8
+from app.json_types import conforms, described, field_types, mistyped_field, sqlite_int, utf8
 from engine import events as ev
+from engine.config import CacheConfig, SearchConfig
 from engine.errors import BeamwiseError
 
 STATES = ("running", "kept", "pruned", "final")
@@ -26,14 +27,17 @@ class SessionFileInvalid(BeamwiseError):
 
 
 JSON_FIELDS = {"sessions": ("search", "cache", "path"), "steps": ID_LISTS}  # data, not column text
+SETTINGS = {"search": SearchConfig, "cache": CacheConfig}  # a session's and its run_started's settings objects
 
 
 def check_values(table: str, rows: list[dict], columns: dict[str, type], path: object) -> None:
     """Every value has its column's type (None only where a column may be empty); text is valid UTF-8."""
     plain = {k: v for k, v in columns.items() if k not in JSON_FIELDS.get(table, ())}
     for number, row in enumerate(rows):
-        if table == "sessions" and any(not isinstance(row.get(k), dict | None) for k in ("search", "cache")):
+        if table == "sessions" and any(not isinstance(row.get(k), dict | None) for k in SETTINGS):
             raise SessionFileInvalid(f"{path}: the session's search and cache settings should be objects.")
+        if table == "sessions" and (problem := _settings_problem(row)) is not None:
+            raise SessionFileInvalid(f"{path}: the session's {problem}.")
         for key, kind in plain.items():
             value = row.get(key)
             where = f"{path}: {table} entry {number + 1}, field {key!r}"
@@ -50,7 +54,7 @@ def _fits(value: Any, kind: type) -> bool:
     if kind is int:
         return isinstance(value, int) and sqlite_int(value)  # bools too: `finished` and `emulated` are 0/1
     if kind is float:
-        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        return conforms(value, float) and math.isfinite(value)
     if kind is str:
         return isinstance(value, str) and utf8(value)
     return True
@@ -124,4 +128,15 @@ def event_problem(data: Any) -> str | None:
     for name, value in data.items():
         if name != "type" and not conforms(value, hints[name]):
             return f"field {name!r} should be {described(hints[name])}, not {type(value).__name__} ({value!r:.40})"
+    return _settings_problem(data)
+
+
+def _settings_problem(data: dict) -> str | None:
+    """The first settings field (a search or cache object: a session's or run_started's) of another type than
+    its config declares, said; fields this version does not have pass (an export from another version)."""
+    for name, kind in SETTINGS.items():
+        settings = data.get(name)
+        problem = mistyped_field(kind, settings, unknown=True) if isinstance(settings, dict) else None
+        if problem is not None:
+            return f"{name} settings: {problem}"
     return None

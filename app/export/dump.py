@@ -64,7 +64,8 @@ def _checked_turn(store: SessionStore, dump: dict[str, Any], path: Path | str) -
     session = dict(dump["session"])
     if session.get("status") == "running":
         session["status"] = "interrupted"  # nothing is recording it any more
-    session["emulated"] = None if session.get("emulated") is None else int(session["emulated"])
+    if isinstance(session.get("emulated"), bool):  # its column holds 0/1; another type is refused below
+        session["emulated"] = int(session["emulated"])
     (session,) = _checked_rows(store, "sessions", [session], path)
     candidates = _checked_rows(store, "candidates", dump["candidates"], path)
     timeline = _checked_rows(store, "steps", dump["timeline"], path)
