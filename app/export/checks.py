@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from app.json_types import conforms, described, field_types, mistyped_field, sqlite_int, utf8
+from app.json_types import conforms, described, field_types, mistyped_field
 from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import BeamwiseError
@@ -51,13 +51,11 @@ def check_values(table: str, rows: list[dict], columns: dict[str, type], path: o
 
 
 def _fits(value: Any, kind: type) -> bool:
-    if kind is int:
-        return isinstance(value, int) and sqlite_int(value)  # bools too: `finished` and `emulated` are 0/1
-    if kind is float:
-        return conforms(value, float) and math.isfinite(value)
-    if kind is str:
-        return isinstance(value, str) and utf8(value)
-    return True
+    """A column's value: as an event field's (integers SQLite holds, bools among them for `finished` and
+    `emulated`; UTF-8 text), and a float finite too; other column types take anything."""
+    if kind not in (int, float, str):
+        return True
+    return conforms(value, kind) and (kind is not float or math.isfinite(value))
 
 
 def check_tree(session: dict, candidates: list[dict], timeline: list[dict], path: object) -> None:
@@ -109,10 +107,11 @@ def check_events(events: list[dict], candidates: list[dict], path: object) -> No
 
 
 def check_event_fields(events: list[dict], path: object) -> None:
-    """Every field of every event has the type its class in engine/events.py declares (a JSON list for a
-    tuple); the window and the exports read these, so a field of another type would break them later."""
+    """Every field of every event (as `ev.to_dict` wrote it) has the type its class in engine/events.py declares
+    (a JSON list for a tuple); the window and the exports read these, so a field of another type would break
+    them later."""
     for number, data in enumerate(events):
-        problem = event_problem(data)
+        problem = _field_problem(data)
         if problem is not None:
             raise SessionFileInvalid(f"{path}: event {number + 1} ({data.get('type')}), {problem}.")
 
@@ -124,6 +123,12 @@ def event_problem(data: Any) -> str | None:
         data = ev.to_dict(ev.from_dict(data))
     except (AttributeError, KeyError, TypeError, ValueError) as error:  # not an object, or not this version's
         return f"it cannot be read ({error!r})"
+    return _field_problem(data)
+
+
+def _field_problem(data: dict) -> str | None:
+    """The first field of the read event `data` (a dict `ev.to_dict` wrote) whose value is not of its declared
+    type, said, or None."""
     hints = field_types(ev.EVENT_TYPES[data["type"]])
     for name, value in data.items():
         if name != "type" and not conforms(value, hints[name]):
