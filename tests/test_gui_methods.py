@@ -57,6 +57,23 @@ def test_controls_round_trip_the_entropy_exit_and_refuse_it_without_a_model_veri
     assert controls.is_valid()
 
 
+@pytest.mark.parametrize("prm, lens", [("tiny-qwen-prm", False), ("tiny-skywork-prm", False),
+                                       ("tiny-math-shepherd", True), ("tiny-rlhflow-prm", True)])
+def test_the_entropy_exit_is_refused_up_front_on_a_prm_with_a_reward_head(qtbot, tmp_path, prm, lens):
+    from engine.verifiers.synthetic_prm import save_synthetic_prm
+
+    controls = SearchControls()
+    qtbot.addWidget(controls)
+    folder = save_synthetic_prm(prm, tmp_path / prm)  # a folder's family is read from its config and weight names
+    for source in (f"synthetic:{prm}", str(folder)):
+        controls.set_configs(ModelSpec(), SearchConfig(verifier="prm", verifier_model=source, entropy_exit=True),
+                             CacheConfig())
+        assert controls.is_valid() is lens, controls.error_text()
+        assert lens or ("reward head" in controls.error_text() and "Entropy exit" in controls.error_text())
+        controls.entropy_exit.setChecked(False)
+        assert controls.is_valid()
+
+
 def test_the_window_shows_and_uses_the_calibrated_entropy_exit(qtbot, tmp_path, monkeypatch):
     from app.early_exit import Thresholds, save_thresholds
 

@@ -41,7 +41,24 @@ def test_options_become_the_labels_of_their_controls(engine_text, window_text):
     assert window_terms(engine_text) == window_text
 
 
-def test_entropy_exit_on_a_prm_without_a_logit_lens_says_which_switch_to_clear(qtbot, window_for):  # noqa: F811
+def test_entropy_exit_on_a_prm_without_a_logit_lens_is_refused_before_the_run_naming_the_switch(
+        qtbot, window_for):  # noqa: F811
+    window = window_for()
+    search = SearchConfig(beams=2, width=2, max_steps=2, step_tokens=4, verifier="prm",
+                          verifier_model="synthetic:tiny-skywork-prm", entropy_exit=True)
+    window.controls.set_configs(ModelSpec("synthetic:tiny-llama"), search, CacheConfig())
+    window.question.setPlainText("What is 2+3?")
+    refusal = window.controls.error_text()
+    assert "Skywork-o1-Open-PRM" in refusal and 'Run without "Entropy exit"' in refusal and "--" not in refusal
+    assert not window.run_action.isEnabled() and refusal in window.run_action.toolTip()
+    assert window.start_run() is False and refusal in window.statusBar().currentMessage()
+    window.controls.entropy_exit.setChecked(False)
+    assert window.controls.is_valid() and window.run_action.isEnabled()
+
+
+def test_the_engines_refusal_of_the_entropy_exit_says_which_switch_to_clear(qtbot, window_for,  # noqa: F811
+                                                                            monkeypatch):
+    monkeypatch.setattr("app.gui.controls.exit_refusal", lambda *choice: None)  # the family unread up front
     window = window_for()  # the real engine and loader
     reported: list[tuple[str, str]] = []
     window.error_reported.connect(lambda title, text: reported.append((title, text)))

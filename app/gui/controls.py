@@ -20,9 +20,11 @@ from PySide6.QtWidgets import (
 from app.early_exit import entropy_mismatch, load_thresholds, thresholds_text, verifier_key
 from app.gui.model_picker import ModelPicker
 from app.gui.slider_spin import SliderSpin
+from app.gui.terms import window_terms
 from app.gui.verifier_picker import VerifierPicker
 from app.options import format_delimiter, parse_delimiter
 from engine.config import AGGREGATIONS, CacheConfig, ModelSpec, SearchConfig
+from engine.verifiers import exit_refusal
 
 METHOD_LABELS = {"beam": "beam search", "dvts": "DVTS (N subtrees)", "best-of-n": "best-of-N (N×M samples)",
                  "greedy": "greedy (one pass)"}
@@ -48,6 +50,7 @@ class SearchControls(QWidget):
         super().__init__(parent)
         self._model, self._search, self._cache = ModelSpec(), SearchConfig(), CacheConfig(prefix_cache=True)
         self._error = ""
+        self._lens: tuple[tuple[str, str | None], str] | None = None  # the last verifier asked and its refusal
         self._build()
         self.set_configs(self._model, self._search, self._cache)
 
@@ -336,14 +339,24 @@ class SearchControls(QWidget):
         self.switches["lookahead_verify"].setEnabled(self.switches["speculative"].isChecked())
         self._show_thresholds()
         try:
-            self.configs()
-            self._error = ""
+            _, search, _ = self.configs()
+            self._error = self._exit_refusal() if search.entropy_exit else ""
         except ValueError as error:
             message = str(error)
             self._error = message[:1].upper() + message[1:]
         self.error_label.setText(self._error)
         self.error_label.setVisible(bool(self._error))
         self.changed.emit()
+
+    def _exit_refusal(self) -> str:
+        """The run's refusal of the entropy exit on a PRM with a reward head, said before the run (read once for
+        each verifier chosen: its config and weight names, not its weights)."""
+        choice = self.verifier.choice()
+        if self._lens is None or self._lens[0] != choice:
+            refusal = exit_refusal(*choice)
+            text = window_terms(refusal.user_message()) if refusal else ""
+            self._lens = (choice, text[:1].upper() + text[1:])
+        return self._lens[1]
 
 
 def _size(value: float, unit: int) -> int | None:

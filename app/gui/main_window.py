@@ -267,6 +267,9 @@ class MainWindow(QMainWindow):
         except ValueError as error:
             self.statusBar().showMessage(f"Fix the settings first: {error}", 8000)
             return False
+        if not self.controls.is_valid():  # a refusal the configs alone do not make (the entropy exit on this PRM)
+            self.statusBar().showMessage(f"Fix the settings first: {self.controls.error_text()}", 8000)
+            return False
         try:
             server = self.server.run_config()  # None for a local model; a keyring key is read here
         except BeamwiseError as error:

@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import torch
 
-from engine.errors import NotAPRM
+from engine.errors import BeamwiseError, NotAPRM
 from engine.loaded import Generator
 from engine.verifiers import math_shepherd, qwen_prm, rlhflow_prm, skywork_prm
 from engine.verifiers.base import PathKey, StepToScore, Verifier, VerifierCost, VerifierMemory, aggregate
-from engine.verifiers.entropy_exit import ExitRule, LayersUnavailable, with_exit
-from engine.verifiers.families import load_prm
+from engine.verifiers.entropy_exit import ExitRule, LayersUnavailable, no_lens, with_exit
+from engine.verifiers.families import load_prm, locate_prm
 from engine.verifiers.fit import check_pair_fits
-from engine.verifiers.parts import PRMParts
+from engine.verifiers.parts import FAMILY_LABELS, PRMParts
 from engine.verifiers.path_kv import PathVerifier
 from engine.verifiers.self_judge import self_judge
 from engine.verifiers.simple import ContentHashVerifier, LogProbVerifier
+from engine.verifiers.synthetic_prm import synthetic_prm_entry
 
 __all__ = [
     "ExitRule", "PathKey", "StepToScore", "Verifier", "VerifierCost", "VerifierMemory", "aggregate",
-    "make_verifier", "prm_verifier",
+    "exit_refusal", "make_verifier", "prm_verifier",
 ]
 
 _WIRING = {"qwen-prm": qwen_prm.verifier, "skywork-prm": skywork_prm.verifier,
@@ -35,6 +36,21 @@ LENS_FAMILIES = ("math-shepherd", "rlhflow-prm")  # read labels through the LM h
 def prm_verifier(parts: PRMParts) -> PathVerifier:
     """The verifier of a loaded PRM, by its family."""
     return _WIRING[parts.family](parts)
+
+
+def exit_refusal(verifier: str, verifier_model: str | None) -> LayersUnavailable | None:
+    """Why the layer-entropy exit cannot run on this PRM, read from its config and weight names (no weights
+    loaded), as the run would refuse it; None for the other verifiers and for a PRM it cannot read (the run says)."""
+    if verifier != "prm" or not verifier_model:
+        return None
+    try:
+        if verifier_model.startswith("synthetic:"):
+            family = synthetic_prm_entry(verifier_model.removeprefix("synthetic:")).family
+        else:
+            family = locate_prm(verifier_model)[1]
+    except BeamwiseError:
+        return None
+    return None if family in LENS_FAMILIES else no_lens(f"{FAMILY_LABELS[family]} ({verifier_model})")
 
 
 def make_verifier(name: str, loaded: Generator, verifier_model: str | None = None, device: str = "auto",

@@ -34,7 +34,7 @@ from engine.verifiers.layered import LayeredBody, LayersUnavailable
 REFERENCE_VOCAB = 150_000  # the vocabulary size the paper's thresholds are stated for
 
 __all__ = ["EntropyExit", "ExitCost", "ExitPass", "ExitRule", "LayersUnavailable", "LensPass", "exit_fields",
-           "exit_rule", "lens_entropy", "with_exit"]
+           "exit_rule", "lens_entropy", "no_lens", "with_exit"]
 
 
 @dataclass(frozen=True)
@@ -206,6 +206,12 @@ def exit_fields(cost) -> dict:
     return cost.exit.event_fields() if cost.exit is not None else {}
 
 
+def no_lens(name: str) -> LayersUnavailable:
+    """The refusal for a verifier that reads a reward head (Qwen2.5-Math-PRM, Skywork): nothing to exit on."""
+    return LayersUnavailable(f"the {name} verifier reads a reward head on its last layer, not label tokens through "
+                             "its LM head, so there is no logit lens to exit on.")
+
+
 def with_exit(verifier, lm_head: torch.nn.Module | None, rule: ExitRule | None):
     """`verifier` (a PathVerifier) with the exit `rule` attached, or as it is when `rule` is None.
 
@@ -217,10 +223,7 @@ def with_exit(verifier, lm_head: torch.nn.Module | None, rule: ExitRule | None):
     if lm_head is None:
         if rule.record:
             return verifier
-        raise LayersUnavailable(
-            f"the {verifier.name} verifier reads a reward head on its last layer, not label tokens through its "
-            "LM head, so there is no logit lens to exit on."
-        )
+        raise no_lens(verifier.name)
     try:
         body = LayeredBody.of(verifier.body, verifier.name)
     except LayersUnavailable:
