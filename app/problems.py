@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.options import UsageError
+from app.text_files import read_text
 
 
 class ProblemsError(UsageError):
@@ -37,11 +38,11 @@ def load_problems(path: str | Path, limit: int | None = None) -> list[Problem]:
     """The problems of `path` (the first `limit` when given); blank lines are skipped."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_text(path).splitlines()
     except FileNotFoundError:
         raise ProblemsError(f"{path}: no such problems file.") from None
     except (OSError, UnicodeDecodeError) as error:
-        raise ProblemsError(f"{path}: cannot read it as UTF-8 text ({error}).") from None
+        raise ProblemsError(f"{path}: cannot read it as text ({error}); save it as UTF-8.") from None
     problems = [_problem(path, number, line) for number, line in enumerate(lines, 1) if line.strip()]
     if not problems:
         raise ProblemsError(f"{path}: the file has no problems; write one JSON object per line "

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from app.options import UsageError
+from app.text_files import decode_text
 
 EXAMPLE = 'beamwise run "What is 12*7?"'
 
@@ -42,7 +43,7 @@ def _read_bytes(file: str) -> bytes:
 
 def _decode(data: bytes, where: str) -> str:
     try:
-        return data.decode("utf-8-sig")
+        return decode_text(data)
     except UnicodeDecodeError as error:
         raise UsageError(f"the question in {where} is not UTF-8 text (byte {error.start} is {data[error.start]:#04x}); "
                          "save it as UTF-8 and try again.") from error

@@ -10,6 +10,7 @@ from app import event_log
 from app.conversations import line_of
 from app.export.checks import SessionFileInvalid, check_event_fields, check_events, check_tree, check_values
 from app.store import SCHEMA_VERSION, SessionStore
+from app.text_files import read_text
 from engine import events as ev
 
 FILE_FORMAT = "beamwise-session"
@@ -84,7 +85,7 @@ def _checked_turn(store: SessionStore, dump: dict[str, Any], path: Path | str) -
 def _read_dump(path: Path) -> list[dict[str, Any]]:
     """The turns of the export at `path` (one for a version 1 file), each with its sections checked."""
     try:
-        dump = json.loads(path.read_text(encoding="utf-8"))
+        dump = json.loads(read_text(path))
     except OSError as error:
         raise SessionFileInvalid(f"cannot read {path} ({error.strerror or error}).") from error
     except (UnicodeDecodeError, json.JSONDecodeError) as error:

@@ -1,0 +1,24 @@
+"""Text files a user hands Beamwise (a question, a problem set, a session export): UTF-8, with or without the
+byte-order mark Windows editors write, or UTF-16 or UTF-32 with their mark (Windows PowerShell 5's `>` writes
+UTF-16)."""
+
+from __future__ import annotations
+
+import codecs
+from pathlib import Path
+
+_MARKED = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),  # before UTF-16: FF FE starts both
+           (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+def decode_text(data: bytes) -> str:
+    """`data` as text, without its byte-order mark; UnicodeDecodeError when it is none of these encodings."""
+    for mark, encoding in _MARKED:
+        if data.startswith(mark):
+            return data.decode(encoding)
+    return data.decode("utf-8-sig")
+
+
+def read_text(path: Path) -> str:
+    """The text of the file at `path` (OSError and UnicodeDecodeError as reading and decoding raise them)."""
+    return decode_text(path.read_bytes())
