@@ -20,6 +20,7 @@ from pathlib import Path
 import platformdirs
 
 from engine.config import SearchConfig
+from engine.prm_names import named_family
 
 FILE_NAME = "early_exit.json"
 
@@ -76,8 +77,8 @@ def save_thresholds(thresholds: Thresholds, path: Path | None = None) -> Path:
 def model_key(source: str) -> str:
     """A model source as a calibration records it: a folder or file as its absolute path (FAMILY:FOLDER keeps its
     family), so the same model named two ways is the same; bundled, synthetic:NAME and the like as given."""
-    family, _, rest = source.partition(":")
-    if rest and not Path(source).expanduser().exists() and Path(rest).expanduser().exists():
+    family, rest = named_family(source)
+    if family is not None and not Path(source).expanduser().exists() and Path(rest).expanduser().exists():
         return f"{family}:{Path(rest).expanduser().resolve()}"
     path = Path(source).expanduser()
     if path.exists():

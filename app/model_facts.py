@@ -7,7 +7,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.models import DTYPES, KVShape, kv_shape_from_config
+from engine.models import DTYPES, KVShape, checked_folder, checked_gguf, kv_shape_from_config
+from engine.prm_names import named_family
 from engine.verifiers.synthetic_prm import SYNTHETIC_PRMS
 
 BUNDLED_PARAMETERS = 134_515_008  # SmolLM2-135M-Instruct, before its first conversion
@@ -43,10 +44,8 @@ def facts_of(source: str, dtype: str = "float32") -> ModelFacts:
         return _bundled(size)
     if source.startswith("synthetic:"):
         return _synthetic(source, size)
-    _, _, rest = source.partition(":")
-    if rest and not Path(source).expanduser().exists():  # FAMILY:FOLDER of a PRM
-        source = rest
-    path = Path(source).expanduser()
+    family, rest = named_family(source)
+    path = Path(source if family is None or Path(source).expanduser().exists() else rest).expanduser()
     if path.suffix.lower() == ".gguf":
         return _gguf(path, size)
     return _folder(path, size)
@@ -99,6 +98,7 @@ def _folder(folder: Path, size: int) -> ModelFacts:
 
     from engine.errors import load_errors
 
+    folder = checked_folder(str(folder))  # missing, a file, or without config.json: said as a run says it
     with load_errors(folder, "the model config"):
         config = AutoConfig.from_pretrained(folder, local_files_only=True)
     return _from_config(str(folder), config, size)
@@ -110,6 +110,7 @@ def _gguf(path: Path, size: int) -> ModelFacts:
     from engine.errors import load_errors
     from engine.models import kv_shape_of
 
+    path = checked_gguf(str(path))
     with load_errors(path, "GGUF metadata"):
         reader = GGUFReader(path)
         arch = str(reader.fields["general.architecture"].contents())

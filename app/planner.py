@@ -19,6 +19,7 @@ from engine.chat import Turn
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.kv.cache import CUDA_MARGIN, policy_whole_bytes, search_kv_bytes
 from engine.kv.split import emulated_budget, split_budget, verifier_group_bytes
+from engine.verifiers.families import checked_prm_folder
 from engine.verifiers.fit import WeightsDoNotFit, pair_does_not_fit
 
 TIGHT = 0.8  # above this share of memory a plan is amber: other programs need room too
@@ -112,12 +113,19 @@ class MemoryPlan:
         ]
 
 
+def _prm_facts(source: str, dtype: str) -> ModelFacts:
+    """The PRM's facts; a folder that is missing or has no config.json is refused as a run refuses it."""
+    if not source.startswith("synthetic:"):
+        checked_prm_folder(source)
+    return facts_of(source, dtype)
+
+
 def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question: str | None = None,
          history: Sequence[Turn] = (), device: DeviceInfo | None = None) -> MemoryPlan:
     """The plan for these settings; reads configs (and the tokenizer) only, runs the policy on meta tensors,
     loads no weights. `history` holds a follow-up's earlier turns: its prompt is the whole conversation."""
     gen = facts_of(model.source, model.dtype)
-    prm = facts_of(search.verifier_model, model.dtype) if search.verifier == "prm" and search.verifier_model else None
+    prm = _prm_facts(search.verifier_model, model.dtype) if search.verifier == "prm" and search.verifier_model else None
     info = device or DeviceInfo.probe(cache.device)
     counted = prompt_size(model.source, question, history)
     prompt = counted.tokens

@@ -101,7 +101,7 @@ def _source_kind(source: str) -> str:
     return "gguf" if source.lower().endswith(".gguf") else "folder"
 
 
-def _checked_folder(source: str) -> Path:
+def checked_folder(source: str) -> Path:
     path = Path(source).expanduser()
     if not path.exists():
         raise ModelLoadError(f"model path {path} does not exist.")
@@ -115,7 +115,7 @@ def _checked_folder(source: str) -> Path:
     return path
 
 
-def _checked_gguf(source: str) -> Path:
+def checked_gguf(source: str) -> Path:
     path = Path(source).expanduser()
     if not path.is_file():
         raise ModelLoadError(f"GGUF file {path} does not exist.")
@@ -156,8 +156,8 @@ def kv_shape_of(source: str, dtype: str = "float32") -> KVShape:
             return kv_shape_of(str(folder), dtype)
         return KVShape(*BUNDLED_LAYERS_HEADS_DIM, dtype_bytes=size)
     if kind == "gguf":
-        return _gguf_kv_shape(_checked_gguf(source), size)
-    folder = _checked_folder(source)
+        return _gguf_kv_shape(checked_gguf(source), size)
+    folder = checked_folder(source)
     with load_errors(folder, "the model config"):
         config = AutoConfig.from_pretrained(folder, local_files_only=True)
     return kv_shape_from_config(config, size)
@@ -174,7 +174,7 @@ def model_config(source: str) -> PretrainedConfig:
         raise ModelLoadError(
             f"{source} has no transformers config to plan from.", hint="Use synthetic:NAME or a model folder."
         )
-    folder = _checked_folder(source)
+    folder = checked_folder(source)
     with load_errors(folder, "the model config"):
         return AutoConfig.from_pretrained(folder, local_files_only=True)
 
@@ -271,12 +271,12 @@ def load_model(spec: ModelSpec, device: str | torch.device = "cpu", progress: Pr
         tokenizer = synthetic_tokenizer(model.config.vocab_size)
         loaded = _finish(spec.source, f"synthetic:{name} (random weights)", model, tokenizer, target, dtype)
     elif kind == "gguf":
-        path = _checked_gguf(spec.source)
+        path = checked_gguf(spec.source)
         report(progress, f"Loading {path.name} (GGUF is de-quantised, this takes a while)", None)
         model, tokenizer = _from_pretrained(path.parent, dtype, "GGUF", gguf_file=path.name)
         loaded = _finish(spec.source, path.stem, model, tokenizer, target, dtype)
     else:
-        folder = _checked_folder(spec.source)
+        folder = checked_folder(spec.source)
         report(progress, f"Loading {folder.name}", None)
         model, tokenizer = _from_pretrained(folder, dtype, "model")
         loaded = _finish(spec.source, folder.name, model, tokenizer, target, dtype)
@@ -299,6 +299,6 @@ def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
             raise ModelLoadError(f"the bundled {BUNDLED_NAME} is not converted yet, so its tokenizer cannot be read.")
         return _tokenizer(folder, "cached bundled")
     if kind == "gguf":
-        path = _checked_gguf(source)
+        path = checked_gguf(source)
         return _tokenizer(path.parent, "GGUF", gguf_file=path.name)
-    return _tokenizer(_checked_folder(source), "model")
+    return _tokenizer(checked_folder(source), "model")

@@ -174,3 +174,30 @@ def test_the_emulated_plans_automatic_budget_is_the_runs(tiny, policy):
     p = plan(TINY, search, cache, question=question, device=EMULATED)
     started = next(run(question, tiny, search, cache))
     assert p.kv_budget_bytes == started.kv_budget_bytes and p.state != "red"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--model", "{tmp}/missing"], "model path {tmp}/missing does not exist"),
+    (["--model", "{tmp}/missing.gguf"], "GGUF file {tmp}/missing.gguf does not exist"),
+    (["--model", "{tmp}"], "model folder {tmp} has no config.json"),
+    (["--model", "synthetic:tiny-llama", "--verifier", "prm", "--verifier-model", "{tmp}/missing"],
+     "the PRM folder {tmp}/missing does not exist"),
+    (["--model", "synthetic:tiny-llama", "--verifier", "prm", "--verifier-model", "math-shepherd:{tmp}"],
+     "{tmp} has no config.json, so it is not a transformers PRM folder"),
+])  # fmt: skip
+def test_plan_refuses_a_missing_model_or_prm_as_a_run_does(tmp_path, capsys, flags, message):
+    """It said the hub's "Repo id must be in the form ..." for a folder that is not there."""
+    assert main(["plan", "q", *(flag.format(tmp=tmp_path) for flag in flags)]) == 2
+    assert message.format(tmp=tmp_path) in capsys.readouterr().err
+
+
+def test_a_windows_path_is_no_prm_family(tmp_path, monkeypatch):
+    from app.early_exit import model_key
+    from engine.prm_names import named_family
+
+    assert named_family("C:\\PRMs\\shepherd") == (None, "C:\\PRMs\\shepherd")
+    assert named_family("math-shepherd:C:\\PRMs\\x") == ("math-shepherd", "C:\\PRMs\\x")
+    assert named_family("synthetic:tiny-llama") == (None, "synthetic:tiny-llama")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "\\PRMs\\missing").mkdir()  # on Windows: the folder \\PRMs\\missing of the current drive
+    assert model_key("C:\\PRMs\\missing") == "C:\\PRMs\\missing"  # not family "C" of that folder

@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Model
 
 from engine.errors import NotAPRM, PRMHeadMissing, load_errors
 from engine.verifiers.heads import QWEN_HEAD_KEYS, VALUE_HEAD_KEYS, two_class_head, value_head
-from engine.verifiers.parts import FAMILY_LABELS, PRMParts
+from engine.verifiers.parts import FAMILY_LABELS, PRMParts, named_family
 from engine.verifiers.synthetic_prm import synthetic_prm
 from engine.verifiers.weights import read_tensors, weight_files
 
@@ -33,10 +33,15 @@ def load_prm(source: str, device: torch.device, dtype: torch.dtype) -> PRMParts:
 
 def locate_prm(source: str) -> tuple[Path, str]:
     """The folder and family key of a PRM folder source (`FOLDER` or `FAMILY:FOLDER`)."""
-    family, _, rest = source.partition(":")
-    forced = family if rest and family in FAMILY_LABELS else None
-    folder = _checked_folder(rest if forced else source)
+    forced, rest = named_family(source)
+    folder = _checked_folder(rest)
     return folder, forced or detect_family(folder)
+
+
+def checked_prm_folder(source: str) -> Path:
+    """The folder of a PRM folder source (`FOLDER` or `FAMILY:FOLDER`), refused when it is missing or has no
+    config.json; what a plan reads (a config is enough to plan a PRM not yet downloaded whole)."""
+    return _checked_folder(named_family(source)[1])
 
 
 def detect_family(folder: Path) -> str:

@@ -8,12 +8,9 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-FAMILY_LABELS = {
-    "qwen-prm": "Qwen2.5-Math-PRM",
-    "skywork-prm": "Skywork-o1-Open-PRM",
-    "math-shepherd": "Math-Shepherd",
-    "rlhflow-prm": "RLHFlow PRM",
-}
+from engine.prm_names import FAMILY_LABELS, named_family
+
+__all__ = ["FAMILY_LABELS", "PRMParts", "named_family"]
 
 
 @dataclass
