@@ -18,7 +18,7 @@ import torch
 from engine.auto_delimiter import AUTO_DELIMITER, most_sampled_text
 from engine.baselines import BASELINES, BaselineRun, run_baseline
 from engine.config import CacheConfig, SearchConfig
-from engine.errors import format_bytes
+from engine.errors import InvalidPrompt, format_bytes
 from engine.idle import release_cached_memory
 from engine.kv.layer_budget import paper_h2d_bytes
 from engine.kv.streams import host_allocator_stats
@@ -344,12 +344,18 @@ def run_bench(
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1 (got {repeats}).")
     check_names(policies, baselines)
+    for name in policies:  # settings every row would refuse (a zero KV budget): said once, before the model loads
+        workload.search(), workload.cache(name)
     loaded = _load(workload, plan_only)
     if plan_only and workload.question is not None:
         raise ValueError("a plan has no tokenizer to read a question; give --prompt-tokens instead of --question.")
     if plan_only and workload.step_delimiter == AUTO_DELIMITER:
         raise ValueError("a plan samples no tokens to pick a step delimiter from; give --step-delimiter TEXT.")
     prompt = workload.prompt_ids(loaded)
+    if len(prompt) > loaded.context_length - workload.step_tokens:  # every row would fail as the search does
+        raise InvalidPrompt(f"the workload's prompt is {len(prompt)} tokens; the model's context holds "
+                            f"{loaded.context_length} and a step needs {workload.step_tokens} more.",
+                            hint="Lower --prompt-tokens or --step-tokens, or use a model with a longer context.")
     emulated = loaded.device.type != "cuda"
     device = "meta (plan only)" if plan_only else ("cpu (emulated GPU)" if emulated else str(loaded.device))
     report = BenchReport(workload, device, emulated, plan_only, time_limit_seconds=limit.seconds)

@@ -149,6 +149,18 @@ def test_bench_cli_rejects_unknown_policy_and_unwritable_json(tmp_path, capsys):
     assert "cannot write" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flags, said", [
+    (["--prompt-tokens", "5000"], "the workload's prompt is 5000 tokens; the model's context holds 2048"),
+    (["--step-tokens", "4096"], "a step needs 4096 more"),
+    (["--kv-budget", "0"], "the KV budget must be a positive size"),
+])  # fmt: skip
+def test_a_workload_every_row_would_refuse_is_refused_once_before_any_row(capsys, flags, said):
+    """Each policy used to run (or load the model) and fail on its own row, and the bench exited 0."""
+    assert main(["bench", "--model", "synthetic:tiny-llama", "--gen-tokens", "4", *flags]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "[bench] running" not in err
+
+
 def test_bench_runs_a_question_and_reports_stall_seconds(capsys):
     question = ["--kv-budget", "400KB", "--question", "What is 2+3?", "--policies", "layerwise,lbs:inter_token"]
     assert main([*TINY_BENCH, *question]) == 0
