@@ -83,8 +83,9 @@ def _through(store: SessionStore, session: dict) -> list[Turn]:
 
 def _chain(by_id: dict[int, dict], last: int) -> list[dict]:
     """The turns that end at session `last`, first turn first."""
-    chain, at = [], by_id.get(last)
-    while at is not None:
+    chain, seen, at = [], set(), by_id.get(last)
+    while at is not None and at["id"] not in seen:  # a loop (a damaged database) ends where it closes
+        seen.add(at["id"])
         chain.append(at)
         at = by_id.get(at["previous_id"]) if at["previous_id"] is not None else None
     return chain[::-1]

@@ -10,10 +10,10 @@ the database is opened, and deletes each one only after its session committed.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -94,37 +94,69 @@ class Journal:
 
 
 def read_journal(path: Path) -> Journal:
-    """Parse a journal; a torn last line (the writer was killed mid-write) is ignored."""
+    """Parse a journal; a torn last line (the writer was killed mid-write) is ignored. A journal this Beamwise
+    cannot read is a JournalError that names it and says what to do; the file is never changed here."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as error:
-        raise JournalError(f"cannot read the run journal {path} ({error}).") from error
-    try:
-        records = list(_records(lines))
-    except json.JSONDecodeError as error:
-        raise JournalError(f"the run journal {path} is damaged ({error}); it was left in place.") from error
+        raise JournalError(f"cannot read the run journal {path} ({error}).",
+                           hint=f"Make it readable, or move it out of {path.parent}.") from error
+    records = _records(path, lines)
     if not records or records[0].get("format") != JOURNAL_FORMAT:
-        raise JournalError(f"{path} is not a Beamwise run journal.")
+        raise JournalError(f"{path} is not a Beamwise run journal (its first line does not say so).",
+                           hint="A run killed while it started one leaves it empty: delete it.")
     head = records[0]
-    try:
-        header = JournalHeader(db=str(head["db"]), created=str(head["created"]), session_id=head.get("session_id"),
-                               pid=int(head["pid"]), host=str(head["host"]), previous_id=head.get("previous_id"))
-    except (KeyError, TypeError, ValueError) as error:
-        raise JournalError(f"the run journal {path} has a damaged first line ({error!r}).") from error
-    events = tuple((float(r["t"]), r["event"]) for r in records[1:] if "event" in r)
-    return Journal(path, header, events, closed=any(r.get("closed") for r in records[1:]))
+    version = head.get("version")
+    if type(version) is not int or version != JOURNAL_VERSION:
+        raise JournalError(f"the run journal {path} is of version {version!r}; this Beamwise reads version "
+                           f"{JOURNAL_VERSION}.", hint=LEFT_IN_PLACE)
+    problem = _header_problem(head)
+    if problem is not None:
+        raise JournalError(f"the run journal {path} has a damaged first line ({problem}).", hint=LEFT_IN_PLACE)
+    header = JournalHeader(db=head["db"], created=head["created"], session_id=head.get("session_id"),
+                           pid=head["pid"], host=head["host"], previous_id=head.get("previous_id"))
+    events = []
+    for number, record in enumerate(records[1:], 2):
+        if "event" not in record:
+            continue
+        t = record.get("t")
+        if type(t) not in (int, float) or not math.isfinite(t):
+            raise JournalError(f"the run journal {path} has a damaged line {number}: its time 't' is {t!r}, not a "
+                               "number of seconds.", hint=LEFT_IN_PLACE)
+        events.append((float(t), record["event"]))
+    return Journal(path, header, tuple(events), closed=any(r.get("closed") is True for r in records[1:]))
 
 
-def _records(lines: list[str]) -> Iterator[dict[str, Any]]:
-    for number, line in enumerate(lines):
+LEFT_IN_PLACE = "It was left in place: a newer Beamwise may import it; otherwise delete it, or keep it for a report."
+
+
+def _header_problem(head: dict[str, Any]) -> str | None:
+    """What in the first line is not as a writer writes it: texts, a process id, session ids."""
+    for key in ("db", "created", "host"):
+        if not isinstance(head.get(key), str):
+            return f"{key} is {head.get(key)!r}, not text"
+    if type(head.get("pid")) is not int or not 0 <= head["pid"] < 2**32:
+        return f"pid is {head.get('pid')!r}, not a process id"
+    for key in ("session_id", "previous_id"):
+        value = head.get(key)
+        if value is not None and (type(value) is not int or not 0 < value < 2**63):
+            return f"{key} is {value!r}, not a session id"
+    return None
+
+
+def _records(path: Path, lines: list[str]) -> list[dict[str, Any]]:
+    records = []
+    for number, line in enumerate(lines, 1):
         try:
             data = json.loads(line)
-        except json.JSONDecodeError:
-            if number == len(lines) - 1:
-                return  # the last line was cut short by a kill: every line before it is whole
-            raise
+        except (json.JSONDecodeError, RecursionError, ValueError) as error:
+            if number == len(lines):
+                break  # the last line was cut short by a kill: every line before it is whole
+            raise JournalError(f"the run journal {path} has a damaged line {number} ({error}).",
+                               hint=LEFT_IN_PLACE) from error
         if isinstance(data, dict):
-            yield data
+            records.append(data)
+    return records
 
 
 def header_for(db_path: Path, created: str, session_id: int | None, previous_id: int | None = None) -> JournalHeader:

@@ -17,7 +17,7 @@ from app.export.checks import event_problem
 from app.journal import Journal, JournalError, journal_folder, journals_of, read_journal
 from app.processes import pid_alive
 from app.recorder import SessionRecorder
-from app.store import SessionStore, StoreError, default_db_path
+from app.store import SessionStore, StoreDamaged, StoreLocked, StoreReadOnly, default_db_path
 from engine import events as ev
 
 Notify = Callable[[str], None]
@@ -77,13 +77,15 @@ def import_journals(store: SessionStore, *, only: Path | None = None, notify: No
             continue
         try:
             session_id = replay(store, journal)
-        except StoreError as error:
+        except (StoreLocked, StoreReadOnly, StoreDamaged) as error:  # the database, not the journal: try later
             if only is None:  # with `only`, the caller says what happens to its own run's journal
-                say(f"the run journal {path} was not imported yet ({error}); it stays until the database is free.")
+                say(f"the run journal {path} was not imported yet ({error}); it stays until the database can be "
+                    "written.")
             break
         except Exception as error:  # events that do not make a run (a damaged file): its transaction rolled back
             say(f"the run journal {path} was not imported: its events do not make a session this Beamwise can show "
-                f"({type(error).__name__}: {error}). It was left in place; delete it, or keep it for a report.")
+                f"({type(error).__name__}: {str(error).rstrip('.')}). It was left in place; delete it, or keep it "
+                "for a report.")
             continue
         path.unlink(missing_ok=True)
         written.append(session_id)
@@ -126,6 +128,9 @@ def replay(store: SessionStore, journal: Journal) -> int:
         previous = header.previous_id  # a follow-up: linked again, also when its partial row was replaced
         if previous is not None and conn.execute("SELECT 1 FROM sessions WHERE id = ?", (previous,)).fetchone() is None:
             previous = None  # the turn it followed was deleted meanwhile: it starts a conversation of its own
+        if previous is not None and keep_id is not None and keep_id in _earlier_turns(conn, previous):
+            raise ValueError(f"its session {keep_id} would follow session {previous}, a later turn of its own "
+                             "conversation")
         recorder = SessionRecorder(store, created=header.created, session_id=keep_id, clock=lambda: now[0],
                                    transaction=lambda: nullcontext(conn), previous=previous)
         for seconds, data in journal.events:
@@ -134,3 +139,14 @@ def replay(store: SessionStore, journal: Journal) -> int:
         recorder.close()
         assert recorder.session_id is not None
         return recorder.session_id
+
+
+def _earlier_turns(conn, session_id: int) -> set[int]:
+    """`session_id` and every turn it follows (a damaged database's loop ends where it closes)."""
+    seen: set[int] = set()
+    at: int | None = session_id
+    while at is not None and at not in seen:
+        seen.add(at)
+        row = conn.execute("SELECT previous_id FROM sessions WHERE id = ?", (at,)).fetchone()
+        at = row[0] if row is not None else None
+    return seen

@@ -162,6 +162,9 @@ class SessionStore:
                     raise self._read_only() from error
                 raise StoreError(f"cannot use the session database {self.path}: {error}.",
                                  hint="Check free disk space and that the file is writable.") from error
+            except sqlite3.IntegrityError as error:  # rows that break a constraint: the data, not the file
+                raise StoreError(f"the session database {self.path} refused the rows ({error}); nothing was "
+                                 "written.") from error
             except sqlite3.DatabaseError as error:
                 raise self._damaged(error) from error
 

@@ -3,6 +3,7 @@ refusals, a follow-up journalled under a held lock, and a rerun that branches.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -34,10 +35,14 @@ def db(tmp_path, monkeypatch) -> Path:
 
 def record(store: SessionStore, question: str, previous: int | None = None, end: str = "finished") -> int:
     recorder = SessionRecorder(store, previous=previous)
+    sent = ()  # what a run following `previous` is sent (any end: the tests follow cancelled turns too)
+    if previous is not None:
+        before = store.get_session(previous)
+        sent = (*history(store, previous), (before["question"], before["answer"] or ""))
     for event in fake_run(question, SearchConfig(beams=2, width=2, max_steps=2)):
         if event.type == "run_finished" and end == "cancelled":
             event = ev.RunCancelled(step=1)
-        recorder.write(event)
+        recorder.write(dataclasses.replace(event, history=sent) if isinstance(event, ev.RunStarted) else event)
     return recorder.session_id
 
 
@@ -198,3 +203,43 @@ def test_a_turn_that_later_turns_follow_is_not_deleted(db: Path) -> None:
         store.delete(second)  # newest first works
         store.delete(first)
         assert store.list_sessions() == []
+
+
+@pytest.mark.parametrize("change", ["reorder", "drop the first", "repeat the first", "another history"])
+def test_an_export_whose_turns_do_not_follow_each_other_is_refused(db: Path, capsys, change) -> None:
+    """Each turn's run_started says which turns its run was sent; a file whose turns disagree was imported."""
+    with SessionStore(db) as store:
+        first = record(store, "What is 2+3?")
+        second = record(store, "And times 4?", previous=first)
+        record(store, "And minus 1?", previous=second)
+    out = db.parent / "talk.json"
+    assert main(["sessions", "export", str(first), "-o", str(out), "--db", str(db)]) == 0
+    dump = json.loads(out.read_text(encoding="utf-8"))
+    turns = dump["turns"]
+    if change == "another history":
+        started = next(e for e in turns[1]["events"] if e["type"] == "run_started")
+        started["history"] = [["What is 2+2?", turns[0]["session"]["answer"]]]
+    dump["turns"] = {"reorder": [turns[1], turns[0], turns[2]], "drop the first": turns[1:],
+                     "repeat the first": [turns[0], *turns]}.get(change, turns)
+    out.write_text(json.dumps(dump), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["sessions", "import", str(out), "--db", str(db)]) == 2
+    assert "has turns that do not follow each other (one missing, repeated or moved)" in capsys.readouterr().err
+    with SessionStore(db) as store:
+        assert len(store.list_sessions()) == 3, "nothing was written"
+
+
+def test_an_export_never_gives_an_import_its_session_ids(db: Path, capsys) -> None:
+    """A hand-made file's "id": 2**63-1 was taken, and every later session got a random 63-bit id."""
+    with SessionStore(db) as store:
+        first = record(store, "What is 2+3?")
+    out = db.parent / "one.json"
+    assert main(["sessions", "export", str(first), "-o", str(out), "--db", str(db)]) == 0
+    dump = json.loads(out.read_text(encoding="utf-8"))
+    dump["session"].update(id=2**63 - 1, conversation_id=5, previous_id=first, pid=1, host="elsewhere")
+    out.write_text(json.dumps(dump), encoding="utf-8")
+    assert main(["sessions", "import", str(out), "--db", str(db)]) == 0
+    with SessionStore(db) as store:
+        imported = store.get_session(max(s["id"] for s in store.list_sessions()))
+        assert imported["id"] == first + 1 and imported["previous_id"] is None and imported["host"] != "elsewhere"
+        assert record(store, "Next?") == first + 2

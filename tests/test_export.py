@@ -144,7 +144,12 @@ def test_json_export_of_a_running_session_imports_as_interrupted(store: SessionS
     ('{"format": "other"}', "not a Beamwise session export"),
     ('{"format": "beamwise-session", "version": 99}', "newer Beamwise"),
     ('{"format": "beamwise-session", "version": 1, "session": {}}', "missing its 'candidates'"),
-])
+    ('{"format": "beamwise-session", "version": "2"}', r"export version this Beamwise does not know \('2'\)"),
+    ('{"format": "beamwise-session", "version": true}', r"does not know \(True\); exports say 1 to 2"),
+    ('{"format": "beamwise-session", "version": 0}', r"does not know \(0\)"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply to read"),  # was a RecursionError out of main
+    ('{"format": "beamwise-session", "version": ' + "9" * 5000 + "}", "a number with too many digits to read"),
+])  # fmt: skip
 def test_import_refuses_bad_files_clearly(store: SessionStore, tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "bad.json"
     path.write_text(content, encoding="utf-8")
@@ -204,6 +209,13 @@ def test_html_escapes_model_text_and_cannot_be_broken_out_of(store: SessionStore
     assert embedded == session_dump(store, sid)
     assert embedded["candidates"][0]["text"].startswith(EVIL)
     assert "<svg" in page and page.count("<circle") == len(store.candidates(sid)) + 1  # and the prompt
+
+
+def test_embed_json_writes_nan_and_the_infinities_as_null_for_the_pages_json_parse() -> None:
+    """Python writes NaN and Infinity, which JSON.parse refuses: the page's tree did not open (an imported NaN)."""
+    data = {"score": float("nan"), "rows": [1.5, float("inf"), (float("-inf"), "x")], "kept": {"n": 2}}
+    assert json.loads(embed_json(data)) == {"score": None, "rows": [1.5, None, [None, "x"]], "kept": {"n": 2}}
+    assert "NaN" not in embed_json(data) and "Infinity" not in embed_json(data)
 
 
 def test_embed_json_never_contains_markup() -> None:

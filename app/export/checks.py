@@ -106,6 +106,20 @@ def check_events(events: list[dict], candidates: list[dict], path: object) -> No
                 _check_ids(data[key], known, f"{where}'s {key!r}")
 
 
+def check_turn_order(turns: list[tuple[dict, list[dict]]], path: object) -> None:
+    """Each turn's (session, events) follows the turns before it in the file: the earlier turns its run was sent
+    (its run_started history) are theirs, question and answer, so no turn is missing, repeated or moved."""
+    earlier: list[list[str]] = []
+    for number, (session, events) in enumerate(turns, 1):
+        sent = next((e.get("history") for e in events if e.get("type") == ev.RunStarted.type), None)
+        if sent is not None and [list(turn) for turn in sent] != earlier:
+            raise SessionFileInvalid(
+                f"{path} has turns that do not follow each other (one missing, repeated or moved): turn {number} "
+                f"({session['question'][:40]!r}) was asked after {len(sent)} earlier turns that are not the "
+                f"{len(earlier)} before it in the file.")
+        earlier.append([session["question"], session.get("answer") or ""])
+
+
 def check_event_fields(events: list[dict], path: object) -> None:
     """Every field of every event (as `ev.to_dict` wrote it) has the type its class in engine/events.py declares
     (a JSON list for a tuple); the window and the exports read these, so a field of another type would break

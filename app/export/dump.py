@@ -8,7 +8,14 @@ from typing import Any
 
 from app import event_log
 from app.conversations import line_of
-from app.export.checks import SessionFileInvalid, check_event_fields, check_events, check_tree, check_values
+from app.export.checks import (
+    SessionFileInvalid,
+    check_event_fields,
+    check_events,
+    check_tree,
+    check_turn_order,
+    check_values,
+)
 from app.store import SCHEMA_VERSION, SessionStore
 from app.text_files import read_text
 from engine import events as ev
@@ -48,6 +55,7 @@ def import_session(store: SessionStore, path: Path | str) -> int:
     """Add the session (or conversation) in a JSON export to the store, in one transaction; returns the new id
     of its last turn. Every turn is checked before anything is written."""
     turns = [_checked_turn(store, turn, path) for turn in _read_dump(Path(path))]
+    check_turn_order([(session, events) for session, _, _, events in turns], path)
     previous = None
     with store.transaction() as conn:
         for session, candidates, timeline, events in turns:
@@ -62,7 +70,8 @@ def import_session(store: SessionStore, path: Path | str) -> int:
 
 
 def _checked_turn(store: SessionStore, dump: dict[str, Any], path: Path | str) -> tuple[dict, list, list, list]:
-    session = dict(dump["session"])
+    # an export never writes the source database's own ids and links (older hand-made files may): never taken
+    session = {k: v for k, v in dump["session"].items() if k not in PRIVATE_SESSION_KEYS}
     if session.get("status") == "running":
         session["status"] = "interrupted"  # nothing is recording it any more
     if isinstance(session.get("emulated"), bool):  # its column holds 0/1; another type is refused below
@@ -90,10 +99,17 @@ def _read_dump(path: Path) -> list[dict[str, Any]]:
         raise SessionFileInvalid(f"cannot read {path} ({error.strerror or error}).") from error
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise SessionFileInvalid(f"{path} is not a Beamwise session export (not valid JSON: {error}).") from error
+    except (ValueError, RecursionError) as error:  # a number of over 4,300 digits; arrays nested thousands deep
+        what = "nested too deeply" if isinstance(error, RecursionError) else "a number with too many digits"
+        raise SessionFileInvalid(f"{path} is not a Beamwise session export ({what} to read).") from error
     if not isinstance(dump, dict) or dump.get("format") != FILE_FORMAT:
         raise SessionFileInvalid(f"{path} is not a Beamwise session export (no \"format\": \"{FILE_FORMAT}\").")
-    if not isinstance(dump.get("version"), int) or dump["version"] > FILE_VERSION:
-        raise SessionFileInvalid(f"{path} was written by a newer Beamwise (export version {dump.get('version')}).",
+    version = dump.get("version")
+    if type(version) is not int or version < 1:
+        raise SessionFileInvalid(f"{path} has an export version this Beamwise does not know ({version!r}); exports "
+                                 f"say 1 to {FILE_VERSION}.")
+    if version > FILE_VERSION:
+        raise SessionFileInvalid(f"{path} was written by a newer Beamwise (export version {version}).",
                                  hint="Update Beamwise to import it.")
     if dump["version"] >= 2 and (not isinstance(dump.get("turns"), list) or not dump["turns"]):
         raise SessionFileInvalid(f"{path} is missing its 'turns' section.")
