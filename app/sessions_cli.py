@@ -99,6 +99,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     fmt = args.format or _format_from_suffix(args.output)
+    if args.output is not None and not args.output.strip():
+        raise ExportError("-o was given an empty file name; nothing was written.",
+                          hint="Give a file name such as session.md, or - for standard output.")
+    if args.output not in (None, "-") and Path(args.output).is_dir():
+        raise ExportError(f"cannot export to {args.output}: it is a folder; nothing was written.",
+                          hint=f"Give a file in it, e.g. {Path(args.output) / 'session.md'}.")
     if args.output not in (None, "-") and Path(args.output).exists() and not args.force:
         raise ExportError(f"{args.output} already exists; nothing was written.",
                          hint="Add --force to replace it, or choose another file name.")

@@ -262,6 +262,23 @@ def test_export_refuses_to_overwrite_without_force(db, tmp_path, capsys):
     assert out.read_text() != "mine"
 
 
+@pytest.mark.parametrize(("output", "said"), [
+    ("{tmp}", "cannot export to {tmp}: it is a folder; nothing was written. Give a file in it, e.g. "),
+    ("", "-o was given an empty file name"),
+])  # fmt: skip
+def test_export_to_a_folder_or_no_name_says_so_with_or_without_force(db, tmp_path, capsys, output, said):
+    """A folder read "already exists ... Add --force", and --force then said it was a folder; -o '' read
+    "error:  already exists"."""
+    from app.recorder import SessionRecorder
+
+    with SessionStore(db) as store, SessionRecorder(store) as recorder:
+        for event in fake(1):
+            recorder.write(event)
+    for force in ([], ["--force"]):
+        assert main(["sessions", "export", "1", "-o", output.format(tmp=tmp_path), *force, "--db", str(db)]) == 2
+        assert said.format(tmp=tmp_path) in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
