@@ -160,6 +160,14 @@ def test_import_refuses_bad_files_clearly(store: SessionStore, tmp_path: Path, c
         import_session(store, tmp_path / "missing.json")
 
 
+def test_import_refuses_a_status_no_session_has(store: SessionStore, sid: int, tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({**session_dump(store, sid), "session": {**session_dump(store, sid)["session"],
+                                                                      "status": "bogus"}}), encoding="utf-8")
+    with pytest.raises(SessionFileInvalid, match="status 'bogus'; a session is cancelled, failed, finished, inter"):
+        import_session(store, path)
+
+
 def test_import_refuses_unknown_fields_and_bad_events(store: SessionStore, sid: int, tmp_path: Path) -> None:
     dump = session_dump(store, sid)
     bad = {**dump, "candidates": [{**dump["candidates"][0], "text) VALUES (1); DROP TABLE sessions; --": 1}]}

@@ -16,12 +16,14 @@ from app.export.checks import (
     check_turn_order,
     check_values,
 )
+from app.session.steps import STATUS_OF_END
 from app.store import SCHEMA_VERSION, SessionStore
 from app.text_files import read_text
 from engine import events as ev
 
 FILE_FORMAT = "beamwise-session"
 FILE_VERSION = 2  # 2: a conversation's turns; a one-turn session is still written as version 1
+STATUSES = {*STATUS_OF_END.values(), "interrupted"}  # "running" is imported as interrupted
 PRIVATE_SESSION_KEYS = ("id", "pid", "host", "conversation_id", "previous_id")  # meaningless in another db
 
 
@@ -74,6 +76,9 @@ def _checked_turn(store: SessionStore, dump: dict[str, Any], path: Path | str) -
     session = {k: v for k, v in dump["session"].items() if k not in PRIVATE_SESSION_KEYS}
     if session.get("status") == "running":
         session["status"] = "interrupted"  # nothing is recording it any more
+    if session.get("status") not in STATUSES:
+        raise SessionFileInvalid(f"{path} has a session of status {session.get('status')!r}; a session is "
+                                 f"{', '.join(sorted(STATUSES))}.")
     if isinstance(session.get("emulated"), bool):  # its column holds 0/1; another type is refused below
         session["emulated"] = int(session["emulated"])
     (session,) = _checked_rows(store, "sessions", [session], path)
