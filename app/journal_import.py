@@ -15,7 +15,7 @@ from pathlib import Path
 
 from app.export.checks import event_problem
 from app.journal import Journal, JournalError, journal_folder, journals_of, read_journal
-from app.processes import pid_alive
+from app.processes import alive_since
 from app.recorder import SessionRecorder
 from app.store import SessionStore, StoreDamaged, StoreLocked, StoreReadOnly, default_db_path
 from engine import events as ev
@@ -105,7 +105,7 @@ def _first_problem(journal: Journal) -> str | None:
 
 def _still_written(journal: Journal) -> bool:
     header = journal.header
-    return not journal.closed and (header.host != socket.gethostname() or pid_alive(header.pid))
+    return not journal.closed and (header.host != socket.gethostname() or alive_since(header.pid, header.created))
 
 
 def _steps(journal: Journal) -> int:

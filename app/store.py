@@ -24,7 +24,7 @@ from sqlite_utils import Database
 
 from app import event_log
 from app.migrations import MIGRATIONS, SCHEMA_VERSION
-from app.processes import pid_alive
+from app.processes import alive_since
 from engine import events as ev
 from engine.errors import BeamwiseError
 
@@ -240,9 +240,10 @@ class SessionStore:
         if self.read_only:
             return []
         with self._guard() as conn:
-            rows = conn.execute("SELECT id, pid, host FROM sessions WHERE status = 'running'").fetchall()
+            rows = conn.execute("SELECT id, pid, host, created FROM sessions WHERE status = 'running'").fetchall()
             host = socket.gethostname()
-            dead = [sid for sid, pid, h in rows if h in (None, host) and (pid is None or not pid_alive(pid))]
+            dead = [sid for sid, pid, h, created in rows
+                    if h in (None, host) and (pid is None or not alive_since(pid, created))]
             if dead:
                 with self.transaction():
                     conn.executemany("UPDATE sessions SET status = 'interrupted' WHERE id = ? AND status = 'running'",

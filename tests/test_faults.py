@@ -4,6 +4,7 @@ falsely reported as saved."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -132,6 +133,33 @@ def test_a_journal_still_being_written_by_a_live_process_is_left_alone(db, tmp_p
         assert import_journals(store) == []
     assert journal.path.exists()
     journal.close()
+
+
+def test_a_journal_whose_pid_now_names_a_later_process_is_imported(db, capsys):
+    """Its writer died (a crash, a power cut) and another program was given its process id: it was skipped as
+    still being written, for ever and without a word."""
+    from app.journal import RunJournal, header_for
+    from app.processes import started_at
+    from engine import events as ev
+
+    if started_at(os.getpid()) is None:
+        pytest.skip("this system does not say when a process started")
+    later = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        header = header_for(db, "2026-01-01T00:00:00+00:00", None)
+        journal = RunJournal(db.parent, dataclasses.replace(header, pid=later.pid))
+        for number, event in enumerate(fake(2)):
+            journal.append(0.1 * number, ev.to_dict(event))
+        journal.close()
+        lines = journal.path.read_text(encoding="utf-8").splitlines()
+        assert json.loads(lines[-1]) == {"closed": True}
+        journal.path.write_text("".join(f"{line}\n" for line in lines[:-1]), encoding="utf-8")  # its writer killed
+        assert main(["sessions", "list", "--db", str(db)]) == 0
+        assert f"saved the run journal {journal.path.name}" in capsys.readouterr().err
+        assert not journal.path.exists()
+    finally:
+        later.kill()
+        later.wait()
 
 
 # ---------------------------------------------------------------- a read-only folder

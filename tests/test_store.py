@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from app.processes import alive_since, started_at
 from app.recorder import SessionRecorder
 from app.store import (
     SCHEMA_VERSION,
@@ -207,3 +208,28 @@ def test_running_sessions_of_dead_processes_become_interrupted(db_path: Path) ->
         assert store.get_session(mine)["status"] == "running"  # this process is alive
         assert store.get_session(elsewhere)["status"] == "running"  # cannot judge another machine's pids
 
+
+
+@pytest.mark.skipif(started_at(os.getpid()) is None, reason="this system does not say when a process started")
+def test_a_running_session_whose_pid_now_names_a_later_process_is_interrupted(db_path: Path) -> None:
+    """After a restart another program may have the dead writer's process id: it started after the row was
+    written, so the row's writer is gone (the row stayed 'running' for ever)."""
+    later = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with SessionStore(db_path) as store:
+            reused = store.create_session({"question": "reused", "status": "running", "pid": later.pid,
+                                           "created": "2026-01-01T00:00:00+00:00"})
+            live = store.create_session({"question": "live", "status": "running", "pid": later.pid,
+                                         "created": "2099-01-01T00:00:00+00:00"})  # written after it started
+        with SessionStore(db_path) as store:
+            assert store.get_session(reused)["status"] == "interrupted"
+            assert store.get_session(live)["status"] == "running"
+    finally:
+        later.kill()
+        later.wait()
+
+
+def test_a_process_started_after_a_time_is_not_alive_since_it():
+    assert alive_since(os.getpid(), "2099-01-01T00:00:00+00:00")  # this process: always its own writer
+    assert not alive_since(2**31 - 1, "2026-01-01T00:00:00+00:00")  # no such process
+    assert alive_since(os.getpid(), "not a time") and started_at(2**31 - 1) is None
