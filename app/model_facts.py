@@ -55,7 +55,8 @@ def _from_config(source: str, config, size: int, parameters: int | None = None) 
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     if parameters is None:
         parameters = _count_parameters(config)
-    architecture = (getattr(config, "architectures", None) or [type(config).__name__.removesuffix("Config")])[0]
+    named = getattr(config, "architectures", None)  # a hand-edited config may hold anything here
+    architecture = str(named[0]) if isinstance(named, list) and named else type(config).__name__.removesuffix("Config")
     return ModelFacts(source, architecture, parameters, kv_shape_from_config(config, size),
                       getattr(text, "max_position_embeddings", None), getattr(text, "vocab_size", None),
                       getattr(text, "hidden_size", None))

@@ -13,6 +13,7 @@ from pathlib import Path
 import platformdirs
 
 from app.model_facts import ModelFacts, config_json, facts_of
+from engine.errors import BeamwiseError, ModelLoadError
 
 MARKER = ".beamwise-download.json"  # written into every folder Beamwise downloads; remove needs it
 ADDED = "added-models.json"
@@ -38,17 +39,27 @@ class ModelEntry:
     problem: str = ""
 
 
+class AddedListDamaged(BeamwiseError):
+    """The file listing the folders the user added cannot be read as Beamwise writes it."""
+
+
 def size_on_disk(path: Path) -> int:
+    """Bytes of the file, or of every file under the folder that can be read."""
     if path.is_file():
         return path.stat().st_size
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    total = 0
+    for file in path.rglob("*"):
+        try:
+            total += file.stat().st_size if file.is_file() else 0
+        except OSError:  # unreadable, or gone while counting
+            continue
+    return total
 
 
 def role_of(path: Path) -> str:
     """generator, or 'PRM (family)' when engine.verifiers.families recognises the folder."""
     if path.suffix.lower() == ".gguf" or not (path / "config.json").is_file():
         return "generator"
-    from engine.errors import BeamwiseError
     from engine.verifiers.families import detect_family
 
     try:
@@ -58,39 +69,92 @@ def role_of(path: Path) -> str:
 
 
 def entry_for(path: Path, where: str) -> ModelEntry:
-    downloaded = (path / MARKER).is_file() if path.is_dir() else (path.parent / f"{path.name}{MARKER}").is_file()
+    """`path` as a list entry. Only a model in the models folder with Beamwise's marker counts as downloaded
+    (the marker inside a copy the user added elsewhere does not make it Beamwise's to delete)."""
+    marker = path / MARKER if path.is_dir() else path.parent / f"{path.name}{MARKER}"
+    downloaded = where == "models folder" and marker.is_file()
     try:
         facts, problem = facts_of(str(path)), ""
     except Exception as error:  # a folder that is no model says so in the list instead of breaking it
         facts, problem = None, (error.user_message() if hasattr(error, "user_message") else str(error))
+    if downloaded and not problem and not _download_complete(marker):
+        problem = "the download did not finish; pull it again to resume it, or remove it."
     return ModelEntry(path.name, str(path), where, size_on_disk(path), downloaded, role_of(path), facts, problem)
 
 
-def added_folders() -> list[Path]:
+def _download_complete(marker: Path) -> bool:
     try:
-        data = json.loads((models_dir().parent / ADDED).read_text(encoding="utf-8"))
-        return [Path(p) for p in data]
-    except (OSError, ValueError):
+        return json.loads(marker.read_text(encoding="utf-8")).get("complete", True) is not False
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def added_list_path() -> Path:
+    return models_dir().parent / ADDED
+
+
+def added_folders() -> list[Path]:
+    """The folders the user added, as `add_folder` wrote them; AddedListDamaged when the file is not that."""
+    path = added_list_path()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
         return []
+    except (OSError, ValueError) as error:
+        raise AddedListDamaged(f"the list of added model folders {path} cannot be read ({error}).",
+                               hint=ADDED_HINT) from error
+    if not isinstance(data, list) or not all(isinstance(p, str) and p and Path(p).is_absolute() for p in data):
+        raise AddedListDamaged(f"the list of added model folders {path} is not a list of folders.", hint=ADDED_HINT)
+    return [Path(p) for p in data]
 
 
-def add_folder(path: Path) -> None:
-    """Remember a folder the user keeps elsewhere (Beamwise never removes it)."""
-    folders = [p for p in added_folders() if p != path.resolve()] + [path.resolve()]
-    target = models_dir().parent / ADDED
+ADDED_HINT = ("It only names folders (no model is in it): fix it, or delete it and add the folders again with "
+              "`beamwise models add PATH`.")
+
+
+def add_folder(path: Path) -> Path:
+    """Remember a model folder or .gguf file the user keeps elsewhere (Beamwise never deletes it); returns it
+    resolved. Refused when it is no model Beamwise can read, and when the list cannot be read (never rewritten)."""
+    from engine.models import checked_folder, checked_gguf
+
+    checked = checked_gguf(str(path)) if path.suffix.lower() == ".gguf" else checked_folder(str(path))
+    try:
+        facts_of(str(checked))  # a config Beamwise cannot read: said now, not in every later list
+    except BeamwiseError:
+        raise
+    except Exception as error:  # a config of the right form with values of the wrong kind
+        raise ModelLoadError(f"{checked}'s config.json cannot be read as a model's ({type(error).__name__}: "
+                             f"{error}).") from error
+    resolved = checked.resolve()
+    _write_added([p for p in added_folders() if p != resolved] + [resolved])
+    return resolved
+
+
+def forget_folder(path: Path) -> None:
+    """Take an added folder off the list; its files are not touched."""
+    _write_added([p for p in added_folders() if p != path])
+
+
+def _write_added(folders: list[Path]) -> None:
+    target = added_list_path()
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps([str(p) for p in folders], indent=1), encoding="utf-8")
+    temporary = target.with_name(f".{target.name}.part")
+    temporary.write_text(json.dumps([str(p) for p in folders], indent=1), encoding="utf-8")
+    temporary.replace(target)  # a crash leaves the old list or the new one, never half of one
 
 
 def list_models() -> list[ModelEntry]:
-    """Everything Beamwise can run here, bundled first."""
+    """Everything Beamwise can run here, bundled first; a damaged list of added folders is an entry that says so."""
     entries = [_bundled_entry()]
     folder = models_dir()
     if folder.is_dir():
         for path in sorted(folder.iterdir()):
             if (path.is_dir() and (path / "config.json").is_file()) or path.suffix.lower() == ".gguf":
                 entries.append(entry_for(path, "models folder"))
-    entries += [entry_for(p, "added") for p in added_folders() if p.exists()]
+    try:
+        entries += [entry_for(p, "added") for p in added_folders() if p.exists()]
+    except AddedListDamaged as error:
+        entries.append(ModelEntry(ADDED, str(added_list_path()), "added", 0, False, "-", None, error.user_message()))
     return entries
 
 
@@ -119,11 +183,13 @@ def find(name: str) -> ModelEntry:
 
 
 def remove(entry: ModelEntry) -> None:
-    """Delete a model Beamwise downloaded; refuses anything else (bundled, added, or copied in by hand)."""
-    if not entry.downloaded:
-        raise ValueError(f"{entry.source} was not downloaded by Beamwise, so Beamwise will not delete it; "
-                         "remove it yourself if you are sure.")
+    """Delete a model Beamwise downloaded into its models folder; refuses anything else (bundled, added, or
+    copied in by hand). An added folder is taken off the list with `forget_folder`, never deleted."""
     path = Path(entry.source)
+    inside = path.resolve().parent == models_dir().resolve()
+    if not (entry.downloaded and inside):
+        raise ValueError(f"{entry.source} was not downloaded by Beamwise into its models folder, so Beamwise will "
+                         "not delete it.")
     if path.is_dir():
         shutil.rmtree(path)
     else:

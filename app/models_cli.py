@@ -26,7 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--endpoint", default=None, help="the hub's address (default: https://huggingface.co)")
     c.add_argument("--revision", default="main", help="branch, tag or commit")
     c.set_defaults(handler=cmd_pull)
-    c = cmds.add_parser("remove", help="delete a model Beamwise downloaded (never anything else)")
+    c = cmds.add_parser("remove", help="delete a model Beamwise downloaded (never anything else), or take an "
+                                       "added folder off the list (its files stay)")
     c.add_argument("name")
     c.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     c.set_defaults(handler=cmd_remove)
@@ -43,6 +44,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         mark = " (downloaded)" if e.downloaded else ""
         print(f"{fmt.brief(e.name, 31):<32}{e.role:<24}{params:>10}{fmt.size(e.size_bytes):>11}{kv:>11}  "
               f"{e.where}{mark}")
+        if e.problem:
+            print(f"{'':<4}problem: {e.problem}")
     print(f"\nmodels folder: {lib.models_dir()}")
     return 0
 
@@ -50,7 +53,13 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    entry = lib.entry_for(Path(args.name), "path") if Path(args.name).exists() else lib.find(args.name)
+    path = Path(args.name).expanduser()
+    if _exists(path):
+        entry = lib.entry_for(path, "path")
+    elif path.is_absolute() or len(path.parts) > 1:  # a path, not a name from the list
+        raise ValueError(f"{path} does not exist; give a name from `beamwise models list` or a model's path.")
+    else:
+        entry = lib.find(args.name)
     for label, value in lib.describe(entry):
         print(f"{label:<24}{value}")
     return 0
@@ -78,8 +87,21 @@ def cmd_pull(args: argparse.Namespace) -> int:
     return 0
 
 
+def _exists(path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a name too long for the file system: no such model
+        return False
+
+
 def cmd_remove(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     entry = lib.find(args.name)
+    if entry.where == "added":  # listed only: taken off the list, its files untouched (no question needed)
+        lib.forget_folder(Path(entry.source))
+        print(f"took {entry.source} off the list; its files were not touched")
+        return 0
     if not entry.downloaded:
         lib.remove(entry)  # raises: it says why Beamwise will not delete it
     if not args.yes:
@@ -97,9 +119,6 @@ def cmd_remove(args: argparse.Namespace) -> int:
 def cmd_add(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    path = Path(args.path).expanduser()
-    if not path.exists():
-        raise ValueError(f"{path} does not exist; give a model folder (with config.json) or a .gguf file.")
-    lib.add_folder(path)
-    print(f"added {path.resolve()}")
+    added = lib.add_folder(Path(args.path).expanduser())  # a path that is no model is refused here
+    print(f"added {added}; `beamwise models remove {added.name}` takes it off the list again")
     return 0

@@ -304,6 +304,9 @@ def _check_entropy_calibration(args: argparse.Namespace, saved) -> None:
 
 def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig, CacheConfig]:
     """Build the validated configs; a ValueError here is the user's to fix."""
+    if args.verifier_model is not None and args.verifier != "prm":  # it used to be ignored: a logprob run
+        raise ValueError(f"--verifier-model names a PRM, but the verifier is {args.verifier}: add --verifier prm to "
+                         "score the steps with it, or leave --verifier-model out.")
     model = ModelSpec(source=args.model, dtype=args.dtype)
     search = SearchConfig(
         beams=args.beams, width=args.width, max_candidates=args.max_candidates, step_tokens=args.step_tokens,

@@ -108,11 +108,19 @@ def load_errors(path: Path | str, what: str, verb: str = "load", hint: str = "")
     except ModelLoadError:
         raise
     except Exception as exc:  # third-party loaders raise anything from OSError to struct.error
-        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        detail = _detail(exc)
         raise ModelLoadError(
             f"could not {verb} {what} at {path}: {detail}",
             hint=hint or "Check that the files are complete (download them again if unsure), or pick another model.",
         ) from exc
+
+
+def _detail(exc: Exception) -> str:
+    """A third-party error as one sentence: its lines joined (a validator puts the field on one line and what is
+    wrong on the next), cut at 300 characters, ending in a full stop before the hint."""
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
+    text = text if len(text) <= 300 else text[:299] + "…"
+    return text if text.endswith((".", "!", "?", "…")) else text + "."
 
 
 class NotAPRM(BeamwiseError):

@@ -103,11 +103,15 @@ def _source_kind(source: str) -> str:
 
 def checked_folder(source: str) -> Path:
     path = Path(source).expanduser()
-    if not path.exists():
+    try:
+        exists, folder, config = path.exists(), path.is_dir(), (path / "config.json").is_file()
+    except OSError as error:  # a name too long for the file system, say
+        raise ModelLoadError(f"cannot read the model path {path} ({error.strerror or error}).") from error
+    if not exists:
         raise ModelLoadError(f"model path {path} does not exist.")
-    if not path.is_dir():
+    if not folder:
         raise ModelLoadError(f"{path} is neither a .gguf file nor a model folder.")
-    if not (path / "config.json").is_file():
+    if not config:
         raise ModelLoadError(
             f"model folder {path} has no config.json.",
             hint="Point to a transformers model folder (with config.json and weights) or a .gguf file.",
@@ -117,14 +121,18 @@ def checked_folder(source: str) -> Path:
 
 def checked_gguf(source: str) -> Path:
     path = Path(source).expanduser()
-    if not path.is_file():
-        raise ModelLoadError(f"GGUF file {path} does not exist.")
-    with path.open("rb") as handle:
-        if handle.read(4) != b"GGUF":
-            raise ModelLoadError(
-                f"{path} is not a GGUF file (it does not start with the GGUF magic bytes).",
-                hint="The file may be damaged or still downloading; get it again or pick another model.",
-            )
+    try:
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file {path} does not exist.")
+        with path.open("rb") as handle:
+            magic = handle.read(4)
+    except OSError as error:
+        raise ModelLoadError(f"cannot read the GGUF file {path} ({error.strerror or error}).") from error
+    if magic != b"GGUF":
+        raise ModelLoadError(
+            f"{path} is not a GGUF file (it does not start with the GGUF magic bytes).",
+            hint="The file may be damaged or still downloading; get it again or pick another model.",
+        )
     return path
 
 
@@ -237,8 +245,25 @@ def _from_pretrained(folder: Path, dtype: torch.dtype, what: str,
     where = folder / gguf_file if gguf_file else folder
     tokenizer = _tokenizer(folder, what, gguf_file)
     with load_errors(where, f"the {what} weights"):
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True, **extra)
+        model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True,
+                                                           output_loading_info=True, **extra)
+    missing = sorted(info["missing_keys"])
+    if missing:  # transformers fills them with random numbers and only logs a table
+        raise _weights_missing(where, missing, info["unexpected_keys"])
     return model, tokenizer
+
+
+def _weights_missing(where: Path, missing: list[str], unexpected) -> ModelLoadError:
+    named = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    if any(key.startswith(("score.", "v_head.")) for key in unexpected):  # a reward head instead of the LM head
+        return ModelLoadError(f"{where} is a process reward model (a PRM: it scores steps, it writes none); its "
+                              f"weights have no {named}.",
+                              hint="Use it as the verifier (--verifier prm --verifier-model PATH, or the window's "
+                                   "Verifier), and pick a generator model.")
+    return ModelLoadError(f"{where} lacks weights its config.json names ({named}); a run would answer with "
+                          "random numbers.",
+                          hint="The download may be incomplete: download it again; or config.json is another "
+                               "model's.")
 
 
 def _load_bundled(spec: ModelSpec, device: torch.device, progress: Progress | None) -> LoadedModel:

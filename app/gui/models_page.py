@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 import app.formatting as fmt
 from app import model_library as lib
 from app.model_pull import DEFAULT_ENDPOINT, PullCancelled, PullError, PullProgress, pull
+from engine.errors import BeamwiseError
 
 COLUMNS = ("name", "role", "architecture", "parameters", "dtype", "size on disk", "context length", "KV per token")
 HEADERS = ("Name", "Role", "Architecture", "Params", "Dtype", "Size", "Context", "KV/token")  # the rest: tooltips
@@ -217,7 +218,9 @@ class ModelsPage(QWidget):
 
     def _update_buttons(self) -> None:
         entry = self.selected()
-        self.remove_button.setEnabled(entry is not None and entry.downloaded)
+        listed = entry is not None and entry.where == "added"  # only taken off the list, never deleted
+        self.remove_button.setEnabled(entry is not None and (entry.downloaded or listed))
+        self.remove_button.setText("Remove from list" if listed else "Remove…")
         self.use_button.setEnabled(entry is not None and entry.facts is not None)
         is_prm = entry is not None and entry.role.startswith("PRM")
         self.use_button.setText("Use as verifier" if is_prm else "Use as generator")
@@ -229,6 +232,9 @@ class ModelsPage(QWidget):
 
     def remove_selected(self) -> None:
         entry = self.selected()
+        if entry is not None and entry.where == "added":
+            self._forget(entry)
+            return
         if entry is None or not entry.downloaded:
             return
         question = f"Delete {entry.source} ({fmt.size(entry.size_bytes)})?\n\nThe files are deleted from the disk."
@@ -240,11 +246,32 @@ class ModelsPage(QWidget):
             self.pull_status.setText(f"Could not remove {entry.name}: {error}")
         self.refresh()
 
+    def _forget(self, entry: lib.ModelEntry) -> None:
+        """An added folder leaves the list; its files stay where they are (Add folder… lists it again)."""
+        try:
+            lib.forget_folder(Path(entry.source))
+        except BeamwiseError as error:
+            self.pull_status.setText(f"Could not take {entry.name} off the list: {error.user_message()}")
+        else:
+            self.pull_status.setText(f"Took {entry.name} off the list; its files were not touched.")
+        self.refresh()
+
     def _add_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Choose a model folder (with config.json)")
         if folder:
-            lib.add_folder(Path(folder))
-            self.refresh()
+            self.add_folder(Path(folder))
+
+    def add_folder(self, folder: Path) -> bool:
+        """List `folder`; False with the reason shown when it is no model Beamwise can read."""
+        try:
+            added = lib.add_folder(folder)
+        except BeamwiseError as error:
+            self.pull_status.setText(f"Could not add {folder}: {error.user_message()}")
+            return False
+        self.refresh()
+        self.select_name(added.name)
+        self.pull_status.setText(f"Added {added}.")
+        return True
 
     # ------------------------------------------------------------ pulling
 

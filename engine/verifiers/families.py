@@ -81,7 +81,11 @@ def _checked_folder(source: str) -> Path:
 
 def _config(folder: Path) -> dict[str, Any]:
     with load_errors(folder / "config.json", "the PRM config"):
-        return json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    if not isinstance(config, dict) or not isinstance(config.get("architectures") or [], list):
+        raise NotAPRM(f"{folder}'s config.json is not a transformers config (an object whose architectures are a "
+                      "list).")
+    return config
 
 
 def _require_head(names: set[str], keys: tuple[str, ...], family: str, what: str) -> None:

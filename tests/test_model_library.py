@@ -1,0 +1,130 @@
+"""The models on this machine as a user manages them: an added folder is never deleted, a damaged list of added
+folders is named and never rewritten, `models add` takes only a model, and a model whose weights do not match its
+config (a PRM among them) is refused instead of answering with random numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+from app import model_library as lib
+from app.cli import main
+from engine.models import LoadedModel
+from engine.verifiers.synthetic_prm import save_synthetic_prm
+
+pytestmark = pytest.mark.usefixtures("scratch_models")
+RUN = ["--beams", "1", "--width", "1", "--max-steps", "1", "--step-tokens", "2", "--no-save"]
+
+
+@pytest.fixture
+def model_folder(tmp_path: Path, tiny: LoadedModel) -> Path:
+    folder = tmp_path / "tiny"
+    tiny.model.save_pretrained(folder)
+    tiny.tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_an_added_copy_of_a_downloaded_model_is_only_ever_taken_off_the_list(model_folder, capsys):
+    """Its download marker made it "downloaded", and `models remove` deleted the user's folder."""
+    (model_folder / lib.MARKER).write_text(json.dumps({"repo": "tiny/llama"}), encoding="utf-8")
+    assert main(["models", "add", str(model_folder)]) == 0
+    assert f"added {model_folder.resolve()}" in capsys.readouterr().out
+    entry = lib.find("tiny")
+    assert entry.where == "added" and not entry.downloaded
+    with pytest.raises(ValueError, match="not downloaded by Beamwise into its models folder"):
+        lib.remove(entry)
+    assert main(["models", "remove", "tiny"]) == 0
+    assert "off the list; its files were not touched" in capsys.readouterr().out
+    assert (model_folder / "config.json").is_file() and lib.added_folders() == []
+
+
+@pytest.mark.parametrize("content", ['["/a", "/b",]', '"/a/b"', "[1, 2]", "[null]", '[""]', '["relative"]'])
+def test_a_damaged_list_of_added_folders_is_named_and_never_rewritten(model_folder, capsys, content):
+    """A trailing comma made the next `models add` write a list of one; a string was walked letter by letter
+    (from /, the whole disk); numbers raised out of `models list`."""
+    listed = lib.added_list_path()
+    listed.parent.mkdir(parents=True, exist_ok=True)
+    listed.write_text(content, encoding="utf-8")
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    assert f"problem: the list of added model folders {listed}" in out and "SmolLM2-135M-Instruct" in out
+    assert main(["models", "add", str(model_folder)]) == 2
+    assert f"the list of added model folders {listed}" in capsys.readouterr().err
+    assert listed.read_text(encoding="utf-8") == content
+
+
+def test_models_add_takes_only_a_model_it_can_read(tmp_path, model_folder, capsys):
+    (tmp_path / "notes.txt").write_text("x", encoding="utf-8")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text("{", encoding="utf-8")
+    for path, said in ((tmp_path / "notes.txt", "is neither a .gguf file nor a model folder"),
+                       (tmp_path / "empty", "has no config.json"), (tmp_path / "missing", "does not exist"),
+                       (tmp_path / "broken", "could not load the model config")):
+        assert main(["models", "add", str(path)]) == 2
+        assert said in capsys.readouterr().err
+    assert lib.added_folders() == []
+    assert main(["models", "add", str(model_folder)]) == 0 and lib.added_folders() == [model_folder.resolve()]
+
+
+@pytest.mark.parametrize("config", [[1, 2, 3], {"model_type": "llama", "architectures": 5}])
+def test_a_config_of_another_shape_in_the_models_folder_is_a_problem_row_not_a_traceback(capsys, config):
+    folder = lib.models_dir() / "odd"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    assert main(["models", "list"]) == 0 and "odd" in capsys.readouterr().out
+    assert main(["models", "info", "odd"]) == 0
+    assert main(["models", "info", str(lib.models_dir() / "gone")]) == 2
+    assert "does not exist; give a name from `beamwise models list`" in capsys.readouterr().err
+
+
+def test_an_unfinished_download_says_so(model_folder, capsys):
+    folder = lib.models_dir() / "tiny--llama"
+    folder.parent.mkdir(parents=True)
+    model_folder.rename(folder)
+    (folder / lib.MARKER).write_text(json.dumps({"repo": "tiny/llama", "complete": False}), encoding="utf-8")
+    assert lib.find("tiny--llama").problem.startswith("the download did not finish")
+    assert main(["models", "list"]) == 0 and "problem: the download did not finish" in capsys.readouterr().out
+
+
+def test_weights_that_miss_tensors_of_the_config_are_refused(model_folder, capsys):
+    """transformers filled them with random numbers, logged a table, and the run answered."""
+    weights = model_folder / "model.safetensors"
+    tensors = load_file(weights)
+    save_file({k: v for k, v in tensors.items() if ".layers.1." not in k}, weights, metadata={"format": "pt"})
+    assert main(["run", "2+2?", "--model", str(model_folder), *RUN]) == 2
+    assert "lacks weights its config.json names (model.layers.1." in capsys.readouterr().err
+
+
+def test_a_prm_as_the_generator_is_refused_with_where_it_goes(tmp_path, capsys):
+    folder = save_synthetic_prm("tiny-qwen-prm", tmp_path / "prm")
+    assert main(["run", "2+2?", "--model", str(folder), *RUN]) == 2
+    err = capsys.readouterr().err
+    assert "is a process reward model" in err and "--verifier prm --verifier-model PATH" in err
+    assert main(["run", "2+2?", "--model", "synthetic:tiny-llama", "--verifier-model", str(folder), *RUN]) == 2
+    assert "add --verifier prm to score the steps with it" in capsys.readouterr().err  # it was ignored
+
+
+def test_a_path_too_long_for_the_file_system_is_one_line(capsys):
+    long = "/tmp/" + "x" * 300
+    assert main(["run", "2+2?", "--model", long, *RUN]) == 2
+    assert "cannot read the model path" in capsys.readouterr().err
+    assert main(["models", "info", long]) == 2 and "Traceback" not in capsys.readouterr().err
+
+
+def test_the_models_page_adds_only_models_and_takes_added_ones_off_the_list(qtbot, tmp_path, model_folder):
+    from app.gui.models_page import ModelsPage
+
+    page = ModelsPage()
+    qtbot.addWidget(page)
+    (tmp_path / "empty").mkdir()
+    assert page.add_folder(tmp_path / "empty") is False
+    assert "Could not add" in page.pull_status.text() and "has no config.json" in page.pull_status.text()
+    assert page.add_folder(model_folder) is True and page.selected().name == "tiny"
+    assert page.remove_button.isEnabled() and page.remove_button.text() == "Remove from list"
+    page.remove_selected()
+    assert "tiny" not in [e.name for e in page.table_model.entries] and (model_folder / "config.json").is_file()
+    page.shutdown()
