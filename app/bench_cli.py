@@ -10,6 +10,7 @@ from pathlib import Path
 
 import app.formatting as fmt
 from app.formatting import size as format_bytes
+from app.models_folder import source_of
 from app.options import (
     DEFAULT_QUESTION,
     LOOKAHEAD_VERIFY_HELP,
@@ -28,7 +29,8 @@ from engine.bench import LADDER, BenchReport, TimeLimit, Workload, check_names, 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     d = Workload()
     p = sub.add_parser("bench", help="compare KV offloading policies on one workload")
-    p.add_argument("--model", default=d.model, help="synthetic:NAME, bundled, a folder or a .gguf")
+    p.add_argument("--model", default=d.model, type=source_of,
+                   help="synthetic:NAME, bundled, a name from `beamwise models list`, a folder or a .gguf")
     p.add_argument("--dtype", default=None, help="float32 (default on CPU) or bfloat16 (default for --plan-only)")
     p.add_argument("--beams", type=int, default=d.beams)
     p.add_argument("--width", type=int, default=d.width)
@@ -54,7 +56,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=SPECULATIVE_CONTINUATIONS_HELP)
     p.add_argument("--lookahead-verify", action=argparse.BooleanOptionalAction, default=None,
                    help=f"force LookAhead verification on or off (default: on); {LOOKAHEAD_VERIFY_HELP}")
-    p.add_argument("--prm", dest="verifier_model", default=None, metavar="PATH",
+    p.add_argument("--prm", dest="verifier_model", default=None, metavar="PATH", type=source_of,
                    help="score steps with this PRM (a folder or synthetic:tiny-qwen-prm and the like) instead of "
                    "the generator's log-probabilities; adds the verifier's columns")
     p.add_argument("--prefix-order", action=argparse.BooleanOptionalAction, default=None,

@@ -5,24 +5,21 @@ Beamwise downloaded it: only those can be removed by Beamwise."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
-
 from app.model_facts import ModelFacts, config_json, facts_of
+from app.models_folder import (
+    ADDED,
+    MARKER,
+    AddedListDamaged,
+    added_folders,
+    added_list_path,
+    models_dir,
+    write_added,
+)
 from engine.errors import BeamwiseError, ModelLoadError
-
-MARKER = ".beamwise-download.json"  # written into every folder Beamwise downloads; remove needs it
-ADDED = "added-models.json"
-
-
-def models_dir() -> Path:
-    """BEAMWISE_DATA_DIR/models when set (tests), else the user data folder's models/."""
-    base = os.environ.get("BEAMWISE_DATA_DIR") or platformdirs.user_data_dir("beamwise", appauthor=False)
-    return Path(base) / "models"
 
 
 @dataclass(frozen=True)
@@ -37,10 +34,6 @@ class ModelEntry:
     role: str  # generator, or "PRM (family)"
     facts: ModelFacts | None = None
     problem: str = ""
-
-
-class AddedListDamaged(BeamwiseError):
-    """The file listing the folders the user added cannot be read as Beamwise writes it."""
 
 
 def size_on_disk(path: Path) -> int:
@@ -89,29 +82,6 @@ def _download_complete(marker: Path) -> bool:
         return False
 
 
-def added_list_path() -> Path:
-    return models_dir().parent / ADDED
-
-
-def added_folders() -> list[Path]:
-    """The folders the user added, as `add_folder` wrote them; AddedListDamaged when the file is not that."""
-    path = added_list_path()
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return []
-    except (OSError, ValueError) as error:
-        raise AddedListDamaged(f"the list of added model folders {path} cannot be read ({error}).",
-                               hint=ADDED_HINT) from error
-    if not isinstance(data, list) or not all(isinstance(p, str) and p and Path(p).is_absolute() for p in data):
-        raise AddedListDamaged(f"the list of added model folders {path} is not a list of folders.", hint=ADDED_HINT)
-    return [Path(p) for p in data]
-
-
-ADDED_HINT = ("It only names folders (no model is in it): fix it, or delete it and add the folders again with "
-              "`beamwise models add PATH`.")
-
-
 def add_folder(path: Path) -> Path:
     """Remember a model folder or .gguf file the user keeps elsewhere (Beamwise never deletes it); returns it
     resolved. Refused when it is no model Beamwise can read, and when the list cannot be read (never rewritten)."""
@@ -126,21 +96,15 @@ def add_folder(path: Path) -> Path:
         raise ModelLoadError(f"{checked}'s config.json cannot be read as a model's ({type(error).__name__}: "
                              f"{error}).") from error
     resolved = checked.resolve()
-    _write_added([p for p in added_folders() if p != resolved] + [resolved])
+    if resolved.parent == models_dir().resolve():
+        raise ValueError(f"{resolved} is in Beamwise's models folder, so it is listed already.")
+    write_added([p for p in added_folders() if p != resolved] + [resolved])
     return resolved
 
 
 def forget_folder(path: Path) -> None:
     """Take an added folder off the list; its files are not touched."""
-    _write_added([p for p in added_folders() if p != path])
-
-
-def _write_added(folders: list[Path]) -> None:
-    target = added_list_path()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.part")
-    temporary.write_text(json.dumps([str(p) for p in folders], indent=1), encoding="utf-8")
-    temporary.replace(target)  # a crash leaves the old list or the new one, never half of one
+    write_added([p for p in added_folders() if p != path])
 
 
 def list_models() -> list[ModelEntry]:
@@ -220,3 +184,8 @@ def _dtype(path: Path) -> str:
     if path.suffix.lower() == ".gguf":
         return "GGUF (dequantised on load)"
     return str(config_json(path).get("torch_dtype") or config_json(path).get("dtype") or "-")
+
+
+__all__ = ["ADDED", "MARKER", "AddedListDamaged", "ModelEntry", "add_folder", "added_folders", "added_list_path",
+           "describe", "entry_for", "find", "forget_folder", "list_models", "models_dir", "remove", "role_of",
+           "size_on_disk"]

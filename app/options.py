@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
+from app.models_folder import source_of
 from engine.config import (
     AGGREGATIONS,
     DEVICES,
@@ -99,11 +100,13 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by run and gui: model, search and cache settings."""
     d, c = SearchConfig(), CacheConfig()
     g = parser.add_argument_group("model and search")
-    g.add_argument("--model", default="bundled", help="bundled, a transformers folder, a .gguf file or synthetic:NAME")
+    g.add_argument("--model", default="bundled", type=source_of,
+                   help="bundled, a name from `beamwise models list`, a transformers folder, a .gguf file or "
+                        "synthetic:NAME")
     g.add_argument("--dtype", default=ModelSpec().dtype, choices=DTYPES, help="weights' number format")
     g.add_argument("--verifier", default=d.verifier, choices=VERIFIERS,
                    help="logprob, self-judge, or prm (a process reward model, see --verifier-model)")
-    g.add_argument("--verifier-model", default=None, metavar="PATH",
+    g.add_argument("--verifier-model", default=None, metavar="PATH", type=source_of,
                    help="the PRM for --verifier prm: a folder, FAMILY:FOLDER or synthetic:tiny-qwen-prm and the like")
     g.add_argument("--verifier-device", default=d.verifier_device, choices=VERIFIER_DEVICES,
                    help="auto: the PRM on the generator's device; cpu: on the CPU in float32 (when both do not fit)")

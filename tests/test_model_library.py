@@ -12,6 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from app import model_library as lib
 from app.cli import main
+from app.models_folder import source_of
 from engine.models import LoadedModel
 from engine.verifiers.synthetic_prm import save_synthetic_prm
 
@@ -128,3 +129,17 @@ def test_the_models_page_adds_only_models_and_takes_added_ones_off_the_list(qtbo
     page.remove_selected()
     assert "tiny" not in [e.name for e in page.table_model.entries] and (model_folder / "config.json").is_file()
     page.shutdown()
+
+
+def test_a_name_from_the_list_is_a_model_source(model_folder, capsys):
+    """`models list` printed names that --model refused ("model path tiny--llama does not exist")."""
+    downloaded = lib.models_dir() / "tiny--llama"
+    downloaded.parent.mkdir(parents=True)
+    model_folder.rename(downloaded)
+    assert main(["run", "2+2?", "--model", "tiny--llama", *RUN]) == 0
+    assert main(["models", "add", str(downloaded)]) == 2  # it would be listed twice
+    assert "is in Beamwise's models folder, so it is listed already" in capsys.readouterr().err
+    prm = ["--verifier", "prm", "--verifier-model", "nothing-here"]
+    assert main(["plan", "2+2?", "--model", "tiny--llama", *prm]) == 2
+    assert "the PRM folder nothing-here does not exist" in capsys.readouterr().err
+    assert source_of("synthetic:tiny-llama") == "synthetic:tiny-llama" and source_of("bundled") == "bundled"

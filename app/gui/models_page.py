@@ -265,8 +265,9 @@ class ModelsPage(QWidget):
         """List `folder`; False with the reason shown when it is no model Beamwise can read."""
         try:
             added = lib.add_folder(folder)
-        except BeamwiseError as error:
-            self.pull_status.setText(f"Could not add {folder}: {error.user_message()}")
+        except (BeamwiseError, ValueError) as error:
+            text = error.user_message() if isinstance(error, BeamwiseError) else str(error)
+            self.pull_status.setText(f"Could not add {folder}: {text}")
             return False
         self.refresh()
         self.select_name(added.name)

@@ -1,0 +1,72 @@
+"""Where models live (the models folder, the list of folders the user added) and a model's name from
+`models list` as a path: no torch, so the options every command parses can read them."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import platformdirs
+
+from engine.errors import BeamwiseError
+
+MARKER = ".beamwise-download.json"  # written into every folder Beamwise downloads; remove needs it
+ADDED = "added-models.json"
+
+
+def models_dir() -> Path:
+    """BEAMWISE_DATA_DIR/models when set (tests), else the user data folder's models/."""
+    base = os.environ.get("BEAMWISE_DATA_DIR") or platformdirs.user_data_dir("beamwise", appauthor=False)
+    return Path(base) / "models"
+
+
+class AddedListDamaged(BeamwiseError):
+    """The file listing the folders the user added cannot be read as Beamwise writes it."""
+
+
+def added_list_path() -> Path:
+    return models_dir().parent / ADDED
+
+
+def added_folders() -> list[Path]:
+    """The folders the user added, as `add_folder` wrote them; AddedListDamaged when the file is not that."""
+    path = added_list_path()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as error:
+        raise AddedListDamaged(f"the list of added model folders {path} cannot be read ({error}).",
+                               hint=ADDED_HINT) from error
+    if not isinstance(data, list) or not all(isinstance(p, str) and p and Path(p).is_absolute() for p in data):
+        raise AddedListDamaged(f"the list of added model folders {path} is not a list of folders.", hint=ADDED_HINT)
+    return [Path(p) for p in data]
+
+
+ADDED_HINT = ("It only names folders (no model is in it): fix it, or delete it and add the folders again with "
+              "`beamwise models add PATH`.")
+
+
+def write_added(folders: list[Path]) -> None:
+    target = added_list_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.part")
+    temporary.write_text(json.dumps([str(p) for p in folders], indent=1), encoding="utf-8")
+    temporary.replace(target)  # a crash leaves the old list or the new one, never half of one
+
+
+def source_of(text: str) -> str:
+    """What --model, --verifier-model and --prm take: a name `models list` shows (a downloaded or added model)
+    becomes its path; anything else (bundled, synthetic:NAME, FAMILY:FOLDER, a path) is kept as given."""
+    if not text or ":" in text or "/" in text or "\\" in text or text in ("bundled", "default"):
+        return text
+    try:
+        if Path(text).exists():
+            return text
+        downloaded = models_dir() / text
+        if downloaded.exists():
+            return str(downloaded)
+        return next((str(p) for p in added_folders() if p.name == text), text)
+    except (OSError, AddedListDamaged):  # no such name: the loader says so for the text as given
+        return text
