@@ -17,7 +17,7 @@ from app.export.checks import event_problem
 from app.journal import Journal, JournalError, journal_folder, journals_of, read_journal
 from app.processes import alive_since
 from app.recorder import SessionRecorder
-from app.store import SessionStore, StoreDamaged, StoreLocked, StoreReadOnly, default_db_path
+from app.store import RowsRefused, SessionStore, StoreError, default_db_path
 from engine import events as ev
 
 Notify = Callable[[str], None]
@@ -77,7 +77,11 @@ def import_journals(store: SessionStore, *, only: Path | None = None, notify: No
             continue
         try:
             session_id = replay(store, journal)
-        except (StoreLocked, StoreReadOnly, StoreDamaged) as error:  # the database, not the journal: try later
+        except RowsRefused as error:  # the journal's rows, not the database: the next one may import
+            say(f"the run journal {path} was not imported: {str(error).rstrip('.')}. It was left in place; delete "
+                "it, or keep it for a report.")
+            continue
+        except StoreError as error:  # busy, read-only, full or damaged: the database, not the journal; try later
             if only is None:  # with `only`, the caller says what happens to its own run's journal
                 say(f"the run journal {path} was not imported yet ({error}); it stays until the database can be "
                     "written.")

@@ -60,6 +60,10 @@ class StoreTooNew(StoreError):
     hint = "Update Beamwise, or pass --db with another file to keep using this version."
 
 
+class RowsRefused(StoreError):
+    """Rows that break a constraint of the schema (a repeated step, say): the data is at fault, not the file."""
+
+
 class SessionNotFound(StoreError):
     """No session has this id."""
 
@@ -163,8 +167,8 @@ class SessionStore:
                 raise StoreError(f"cannot use the session database {self.path}: {error}.",
                                  hint="Check free disk space and that the file is writable.") from error
             except sqlite3.IntegrityError as error:  # rows that break a constraint: the data, not the file
-                raise StoreError(f"the session database {self.path} refused the rows ({error}); nothing was "
-                                 "written.") from error
+                raise RowsRefused(f"the session database {self.path} refused the rows ({error}); nothing was "
+                                  "written.") from error
             except sqlite3.DatabaseError as error:
                 raise self._damaged(error) from error
 

@@ -114,3 +114,19 @@ def test_a_conversation_loop_already_in_a_database_ends_where_it_closes(db):  # 
         assert [s["id"] for s in line_of(store, second)] == [first, second]
         assert history(store, second) == [("What is 2+3?", store.get_session(first)["answer"])]
     assert main(["sessions", "show", str(second), "--db", str(db)]) == 0
+
+
+def test_a_database_that_cannot_take_the_rows_keeps_the_journal_for_later(db, capsys, monkeypatch):  # noqa: F811
+    """A full disk is the database's fault, not the journal's: never "delete it"."""
+    import app.journal_import
+    from app.store import StoreError
+
+    def full(store, journal):
+        raise StoreError(f"cannot use the session database {db}: database or disk is full.")
+
+    path = journal(db, "2026-01-01-aaaaaaaa")
+    monkeypatch.setattr(app.journal_import, "replay", full)
+    assert main(["sessions", "list", "--db", str(db)]) == 0
+    err = capsys.readouterr().err
+    assert f"the run journal {path} was not imported yet" in err and "stays until the database can be written" in err
+    assert "delete it" not in err and path.exists()
