@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import asdict
-from pathlib import Path
 
 import app.formatting as fmt
 from app.formatting import size as format_bytes
+from app.json_out import write_json
 from app.models_folder import source_of
 from app.options import (
     DEFAULT_QUESTION,
@@ -193,23 +192,6 @@ def torch_bytes(dtype: str) -> int:
     from engine.models import DTYPES
 
     return DTYPES[dtype].itemsize
-
-
-def write_json(json_path: str | None, data: dict, announce: bool = True) -> None:
-    """`data` written whole to a temporary file beside `json_path`, then moved over it: a reader (or a bench
-    killed while writing) never leaves half a file."""
-    if not json_path:
-        return
-    path = Path(json_path)
-    part = path.with_name(path.name + ".part")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        part.write_text(json.dumps(data, indent=2), encoding="utf-8")
-        part.replace(path)
-    except OSError as error:
-        raise UsageError(f"cannot write {path}: {error.strerror}; pick a writable --json path.") from error
-    if announce:
-        print(f"wrote {path}")
 
 
 def _ratio(value: float | None) -> str:

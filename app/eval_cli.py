@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
-from pathlib import Path
 
+from app.json_out import write_json
 from app.options import UsageError, add_search_options, configs_from_args
 from app.problems import Problem, load_problems
 from engine.config import METHODS, SearchConfig
@@ -74,6 +73,7 @@ def eval_command(args: argparse.Namespace) -> int:
     problems = load_problems(args.problems, args.limit)
     _, search, cache = configs_from_args(args)
     configs = {m: config_for(search, m, args.calibrate) for m in methods_of(args)}
+    write_json(args.json_path, {"problems_file": str(args.problems), "complete": False}, announce=False)  # fail now
     evaluation = Evaluation(args, configs, cache)
     interrupted = False
     try:
@@ -97,7 +97,6 @@ def _report(args: argparse.Namespace, evaluation, problems: list[Problem], inter
         data = {"problems_file": str(args.problems), "complete": not interrupted,
                 "methods": [s.to_dict() for s in summaries],
                 "runs": [dataclasses.asdict(r) for rs in evaluation.results.values() for r in rs]}
-        Path(args.json_path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {args.json_path}")
+        write_json(args.json_path, data)
     if args.calibrate:
         evaluation.save_calibration(args.target_agreement)

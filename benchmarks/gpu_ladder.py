@@ -33,7 +33,8 @@ import argparse
 import sys
 from dataclasses import replace
 
-from app.bench_cli import format_report, write_json
+from app.bench_cli import format_report
+from app.json_out import write_json
 from app.options import parse_delimiter
 from engine.auto_delimiter import AUTO_DELIMITER
 from engine.baselines import BASELINES

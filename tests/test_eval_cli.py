@@ -62,6 +62,13 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert "--compare takes methods from" in capsys.readouterr().err
 
 
+def test_a_json_path_it_cannot_write_is_refused_before_any_problem_runs(tmp_path, capsys):
+    """It raised IsADirectoryError out of main after every problem had run, and the results were lost."""
+    assert main(["eval", str(SHIPPED), *TINY, "--no-save", "--limit", "1", "--json", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert f"cannot write {tmp_path}: Is a directory" in captured.err and "problems" not in captured.out
+
+
 def test_compare_prints_methods_side_by_side_writes_json_and_records(tmp_path, capsys):
     problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}', '{"question": "1+1?", "answer": "2"}')
     out_json, db = tmp_path / "r.json", tmp_path / "s.db"

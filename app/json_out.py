@@ -1,0 +1,26 @@
+"""The JSON a command writes beside its table (`bench --json`, `eval --json`): whole or not at all, and a path it
+cannot write said before the work starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from app.options import UsageError
+
+
+def write_json(json_path: str | None, data: dict, announce: bool = True) -> None:
+    """`data` written whole to a temporary file beside `json_path`, then moved over it: a reader (or a bench
+    killed while writing) never leaves half a file."""
+    if not json_path:
+        return
+    path = Path(json_path)
+    part = path.with_name(path.name + ".part")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        part.replace(path)
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error.strerror}; pick a writable --json path.") from error
+    if announce:
+        print(f"wrote {path}")
