@@ -68,10 +68,30 @@ def load_thresholds(path: Path | None = None) -> Thresholds | None:
 
 
 def save_thresholds(thresholds: Thresholds, path: Path | None = None) -> Path:
+    """Write the thresholds whole (a temporary file moved over the old one); ValueError says why it cannot."""
     path = path or thresholds_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(asdict(thresholds), indent=2) + "\n", encoding="utf-8")
+    part = path.with_name(f".{path.name}.part")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part.write_text(json.dumps(asdict(thresholds), indent=2) + "\n", encoding="utf-8")
+        part.replace(path)
+    except OSError as error:
+        raise ValueError(f"cannot save the thresholds to {path} ({error.strerror or error}); make {path.parent} "
+                         "writable or set BEAMWISE_CONFIG_DIR to a folder you can write to.") from error
     return path
+
+
+def check_thresholds_writable(path: Path | None = None) -> None:
+    """ValueError before a calibration runs when its result could not be saved."""
+    folder = (path or thresholds_path()).parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"cannot save thresholds in {folder} ({error.strerror or error}); set "
+                         "BEAMWISE_CONFIG_DIR to a folder you can write to.") from error
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"cannot save thresholds in {folder}: it is read-only; set BEAMWISE_CONFIG_DIR to a "
+                         "folder you can write to.")
 
 
 def model_key(source: str) -> str:

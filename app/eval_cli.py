@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import sys
 
+from app.early_exit import check_thresholds_writable
 from app.json_out import write_json
 from app.options import UsageError, add_search_options, configs_from_args
 from app.problems import Problem, load_problems
@@ -74,6 +75,8 @@ def eval_command(args: argparse.Namespace) -> int:
     _, search, cache = configs_from_args(args)
     configs = {m: config_for(search, m, args.calibrate) for m in methods_of(args)}
     write_json(args.json_path, {"problems_file": str(args.problems), "complete": False}, announce=False)  # fail now
+    if args.calibrate:
+        check_thresholds_writable()  # not after every problem ran
     evaluation = Evaluation(args, configs, cache)
     interrupted = False
     try:

@@ -187,3 +187,21 @@ def test_the_entropy_exit_reports_its_mean_layer_and_the_verifier_work_saved(tmp
     assert "audit: exit differs" in capsys.readouterr().out
     assert main(["eval", str(problems), *qwen]) == 0
     assert "entropy exit" not in capsys.readouterr().out  # off: no exit rows
+
+
+def test_a_calibration_that_could_not_be_saved_is_refused_before_it_runs(tmp_path, capsys, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("x", encoding="utf-8")
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(blocker / "config"))  # under a file: no folder can be made
+    assert main(["eval", str(SHIPPED), *TINY, "--no-save", "--limit", "1", "--calibrate"]) == 2
+    captured = capsys.readouterr()
+    assert f"cannot save thresholds in {blocker / 'config'}" in captured.err and "problems" not in captured.out
+
+
+def test_saving_thresholds_into_an_unwritable_place_is_a_clear_error(tmp_path):
+    from app.early_exit import Thresholds, save_thresholds
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"cannot save the thresholds to .* set BEAMWISE_CONFIG_DIR"):
+        save_thresholds(Thresholds(0.8, 0.2, 10, 0.3, 0.95), blocker / "thresholds.json")
