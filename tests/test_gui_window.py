@@ -289,6 +289,19 @@ def test_screenshot_needs_a_question(tmp_path, capsys):
     assert "--screenshot needs --question" in capsys.readouterr().err
 
 
+def test_a_screenshot_run_the_settings_refuse_says_why(tmp_path, capsys):
+    """It said only "check the question and the settings"."""
+    from app.gui.launch import main
+
+    args = gui_args(tmp_path, "--question", "q", "--screenshot", str(tmp_path / "x.png"), "--model",
+                    "synthetic:tiny-llama", "--verifier", "prm", "--verifier-model", "synthetic:tiny-skywork-prm",
+                    "--entropy-exit")
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "the run could not start: Fix the settings first: The Skywork-o1-Open-PRM" in err
+    assert not (tmp_path / "x.png").exists()
+
+
 def test_typed_options_override_remembered_settings_only_where_given(tmp_path):
     from app.gui.launch import explicit_configs
 

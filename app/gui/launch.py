@@ -186,7 +186,8 @@ def unwritable(path: Path) -> str | None:
 
 def _start(window: MainWindow, app: QApplication, *, exit_on_refusal: bool) -> None:
     if not window.start_run() and exit_on_refusal:
-        print("beamwise: error: the run could not start; check the question and the settings.", file=sys.stderr)
+        why = window.statusBar().currentMessage() or "check the question and the settings"  # what the window says
+        print(f"beamwise: error: the run could not start: {why}", file=sys.stderr)
         app.exit(2)
 
 
