@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import app.formatting as fmt
 from app.model_library import MARKER, models_dir
@@ -94,7 +94,20 @@ def _files(repo_id: str, filename: str | None, endpoint: str, revision: str) -> 
         if filename not in files:
             raise PullError(f"{repo_id} has no file {filename}; it has: {', '.join(sorted(files))}.")
         files = {filename: files[filename]}
+    for name in files:
+        _refuse_outside(name, repo_id)
     return files
+
+
+def _refuse_outside(name: str, repo_id: str) -> None:
+    """A listed name is joined to the model's folder, so one that is absolute, climbs out with '..' (with either
+    separator) or takes Beamwise's bookkeeping names would write where the user never agreed to."""
+    parts = PureWindowsPath(name).parts  # splits on / and \ alike
+    if (not name or PurePosixPath(name).is_absolute() or PureWindowsPath(name).anchor or ".." in parts
+            or parts[0] in (PARTIAL, MARKER)):
+        raise PullError(f"{repo_id} lists a file named {name!r}, which is no plain path inside its model folder "
+                        "(absolute, with '..', or a name Beamwise keeps for itself); Beamwise does not download from "
+                        "such a listing: check the repository and the --endpoint.")
 
 
 def _check_disk(target: Path, files: dict[str, int]) -> None:

@@ -96,3 +96,13 @@ def test_a_prm_folder_is_listed_as_a_prm_with_its_family():
     save_synthetic_prm("tiny-qwen-prm", folder)
     entry = model_library.find("tiny-qwen-prm")
     assert entry.role == "PRM (qwen-prm)" and not entry.downloaded
+
+
+@pytest.mark.parametrize("name", ["../../../escaped.txt", "ABSOLUTE", "sub\\..\\..\\escaped.txt", ".partial/x.part"])
+def test_a_listed_name_outside_the_model_folder_is_refused_before_anything_is_written(tmp_path, name):
+    name = str(tmp_path / "abs" / "escaped.txt") if name == "ABSOLUTE" else name
+    repos = {"tiny/evil": {"config.json": CONFIG, name: b"ESCAPED"}}
+    with Hub(repos) as hub, pytest.raises(PullError, match="no plain path inside its model folder"):
+        pull("tiny/evil", endpoint=hub.endpoint)
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+    assert not model_pull.destination("tiny/evil").exists()
