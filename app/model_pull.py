@@ -67,19 +67,61 @@ def pull(repo_id: str, *, filename: str | None = None, endpoint: str = DEFAULT_E
          report: Callable[[PullProgress], None] = lambda p: None, cancel: threading.Event | None = None) -> Path:
     """Download `repo_id` (or only `filename`, e.g. one .gguf of a GGUF repo) into the models folder."""
     cancel = cancel or threading.Event()
+    _check_repo_id(repo_id)
     with online():
         files = _files(repo_id, filename, endpoint, revision)
         target = destination(repo_id)
-        target.mkdir(parents=True, exist_ok=True)
-        (target / MARKER).write_text(json.dumps({"repo": repo_id, "complete": False}), encoding="utf-8")
-        _check_disk(target, files)
-        progress = PullProgress(sum(files.values()), started=time.monotonic())
-        for name, size in files.items():
-            _download(repo_id, name, size, target, endpoint, revision, progress, report, cancel)
-    shutil.rmtree(target / PARTIAL, ignore_errors=True)
-    (target / MARKER).write_text(json.dumps({"repo": repo_id, "endpoint": endpoint, "revision": revision,
-                                             "files": sorted(files)}), encoding="utf-8")
+        with _writing(target):
+            target.mkdir(parents=True, exist_ok=True)
+            _mark(target, {"repo": repo_id, "complete": False})
+            _check_disk(target, files)
+            progress = PullProgress(sum(files.values()), started=time.monotonic())
+            for name, size in files.items():
+                _download(repo_id, name, size, target, endpoint, revision, progress, report, cancel)
+            shutil.rmtree(target / PARTIAL, ignore_errors=True)
+            _mark(target, {"repo": repo_id, "endpoint": endpoint, "revision": revision, "files": sorted(files),
+                           "complete": True})
     return target
+
+
+def incomplete(folder: Path) -> bool:
+    """True for a folder whose pull started and has not finished (failed, cancelled, or still running): its marker
+    says `"complete": false`. Markers from before this flag, and folders Beamwise did not download, are False."""
+    try:
+        marker = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(marker, dict) and marker.get("complete") is False
+
+
+def _check_repo_id(repo_id: str) -> None:
+    """The hub's own rule, checked before any request: a retry cannot mend a malformed id."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise PullError(f"{repo_id!r} is not a valid repository id; give it as owner/name, e.g. "
+                        "HuggingFaceTB/SmolLM2-360M-Instruct.") from error
+
+
+@contextmanager
+def _writing(target: Path) -> Iterator[None]:
+    """Folder and file errors of the pull as one PullError naming the path, instead of a traceback."""
+    try:
+        yield
+    except OSError as error:
+        path = error.filename or target
+        raise PullError(f"cannot write {path} ({error.strerror or error}); the models folder {models_dir()} must be "
+                        "a folder you can write to, with space free (set BEAMWISE_DATA_DIR to choose another "
+                        "data folder), then pull again.") from error
+
+
+def _mark(target: Path, marker: dict) -> None:
+    """Written whole and then renamed, so that a crash never leaves a half-written marker behind."""
+    draft = target / f"{MARKER}.new"
+    draft.write_text(json.dumps(marker), encoding="utf-8")
+    draft.replace(target / MARKER)
 
 
 def _files(repo_id: str, filename: str | None, endpoint: str, revision: str) -> dict[str, int]:

@@ -106,3 +106,32 @@ def test_a_listed_name_outside_the_model_folder_is_refused_before_anything_is_wr
         pull("tiny/evil", endpoint=hub.endpoint)
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
     assert not model_pull.destination("tiny/evil").exists()
+
+
+@pytest.mark.parametrize("repo", ["../x", "a/b/c", "", "has space/x", "x/.."])
+def test_a_malformed_repo_id_is_named_without_asking_the_hub(repo):
+    with Hub(REPO) as hub, pytest.raises(PullError, match=r"not a valid repository id; give it as owner/name") as e:
+        pull(repo, endpoint=hub.endpoint)
+    assert "pull again" not in str(e.value)
+    assert not model_library.models_dir().exists()
+
+
+def test_a_data_folder_that_is_a_file_is_named_with_what_to_do(monkeypatch, tmp_path):
+    data = tmp_path / "not-a-folder"
+    data.write_text("x")
+    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(data))
+    with Hub(REPO) as hub, pytest.raises(PullError, match=r"cannot write .*not-a-folder.*a folder you can write to"):
+        pull("tiny/llama", endpoint=hub.endpoint)
+
+
+def test_a_failed_pull_leaves_the_folder_marked_incomplete_until_a_pull_finishes(monkeypatch):
+    usage = namedtuple("usage", "total used free")
+    with Hub(REPO) as hub:
+        with monkeypatch.context() as full:
+            full.setattr(model_pull.shutil, "disk_usage", lambda path: usage(10, 10, 1000))
+            with pytest.raises(PullError, match="free some space"):
+                pull("tiny/llama", endpoint=hub.endpoint)
+        folder = model_pull.destination("tiny/llama")
+        assert model_pull.incomplete(folder)
+        assert pull("tiny/llama", endpoint=hub.endpoint) == folder
+    assert not model_pull.incomplete(folder) and not model_pull.incomplete(folder.parent)
