@@ -1,17 +1,19 @@
 """Downloading a model from a Hugging Face hub, only when the user asks: huggingface_hub's own client with the
 endpoint passed per call, the app's offline switch lifted for that call alone, free disk checked first,
-progress with speed and time left, cancel, and resume (the client continues a partial file by HTTP range)."""
+progress with speed and time left, cancel, and resume (a partial file is continued by HTTP range)."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any, TypeVar
 
 import app.formatting as fmt
 from app.model_library import MARKER, models_dir
@@ -19,6 +21,11 @@ from app.model_library import MARKER, models_dir
 DEFAULT_ENDPOINT = "https://huggingface.co"
 SPARE = 1.05  # free space wanted beyond the files' own size
 PARTIAL = ".partial"  # unfinished files wait here; the next pull continues them
+TIMEOUT = 30.0  # seconds to connect, and to wait for the next bytes: a silent hub ends the pull instead of hanging it
+COMMIT_STAMP = "COMMIT"  # in PARTIAL: the commit its partial files belong to
+REPORT_EVERY = 0.25  # seconds between progress reports while a file downloads, stalled or not
+T = TypeVar("T")
+CANCELLED = "the download was cancelled; `beamwise models pull` again resumes it."
 
 
 class PullError(ValueError):
@@ -65,33 +72,82 @@ def destination(repo_id: str) -> Path:
 
 def pull(repo_id: str, *, filename: str | None = None, endpoint: str = DEFAULT_ENDPOINT, revision: str = "main",
          report: Callable[[PullProgress], None] = lambda p: None, cancel: threading.Event | None = None) -> Path:
-    """Download `repo_id` (or only `filename`, e.g. one .gguf of a GGUF repo) into the models folder."""
+    """Download `repo_id` (or only `filename`, e.g. one .gguf of a GGUF repo) into the models folder.
+    `report` is also called from a helper thread while a file downloads (never two calls at once). Setting `cancel`
+    ends the pull within about REPORT_EVERY while bytes are awaited, and within TIMEOUT while the hub is asked."""
     cancel = cancel or threading.Event()
     _check_repo_id(repo_id)
-    with online():
-        files = _files(repo_id, filename, endpoint, revision)
-        target = destination(repo_id)
-        with _writing(target):
-            target.mkdir(parents=True, exist_ok=True)
-            _mark(target, {"repo": repo_id, "complete": False})
-            _check_disk(target, files)
-            progress = PullProgress(sum(files.values()), started=time.monotonic())
-            for name, size in files.items():
-                _download(repo_id, name, size, target, endpoint, revision, progress, report, cancel)
-            shutil.rmtree(target / PARTIAL, ignore_errors=True)
-            _mark(target, {"repo": repo_id, "endpoint": endpoint, "revision": revision, "files": sorted(files),
-                           "complete": True})
+    try:
+        with online():
+            return _pull(repo_id, filename, endpoint, revision, report, cancel)
+    except PullError as error:
+        if cancel.is_set() and not isinstance(error, PullCancelled):  # what failed was the cancel taking effect
+            raise PullCancelled(CANCELLED) from error
+        raise
+
+
+def _pull(repo_id: str, filename: str | None, endpoint: str, revision: str,
+          report: Callable[[PullProgress], None], cancel: threading.Event) -> Path:
+    files, commit = _asked(lambda: _files(repo_id, filename, endpoint, revision), cancel)
+    target = destination(repo_id)
+    with _writing(target):
+        target.mkdir(parents=True, exist_ok=True)
+        same = _marked_commit(target) == commit  # files finished by an earlier pull of this very commit are kept
+        _mark(target, {"repo": repo_id, "commit": commit, "complete": False})
+        _start_partial(target, commit)
+        _check_disk(target, files, same)
+        job = _Job(repo_id, endpoint, commit or revision, target,
+                   PullProgress(sum(files.values()), started=time.monotonic()), report, cancel, same)
+        for name, size in files.items():
+            if cancel.is_set():
+                raise PullCancelled(CANCELLED)
+            _download(job, name, size)
+        shutil.rmtree(target / PARTIAL, ignore_errors=True)
+        _mark(target, {"repo": repo_id, "endpoint": endpoint, "revision": revision, "commit": commit,
+                       "files": sorted(files), "complete": True})
     return target
 
 
-def incomplete(folder: Path) -> bool:
-    """True for a folder whose pull started and has not finished (failed, cancelled, or still running): its marker
-    says `"complete": false`. Markers from before this flag, and folders Beamwise did not download, are False."""
+def _asked(question: Callable[[], T], cancel: threading.Event) -> T:
+    """`question()` on a daemon thread, so that a cancel (or the window closing) ends the wait for a slow hub at once
+    rather than after TIMEOUT; the abandoned request ends on its own within TIMEOUT."""
+    answer: list = []
+
+    def ask() -> None:
+        try:
+            answer.append((True, question()))
+        except BaseException as error:  # handed to the caller's thread
+            answer.append((False, error))
+
+    asker = threading.Thread(target=ask, name="beamwise-pull-ask", daemon=True)
+    asker.start()
+    while asker.is_alive():
+        asker.join(REPORT_EVERY)
+        if cancel.is_set() and asker.is_alive():
+            raise PullCancelled(CANCELLED)
+    ok, value = answer[0]
+    if not ok:
+        raise value
+    return value
+
+
+def _marked_commit(target: Path) -> str | None:
     try:
-        marker = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+        marker = json.loads((target / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return isinstance(marker, dict) and marker.get("complete") is False
+        return None
+    return marker.get("commit") if isinstance(marker, dict) else None
+
+
+def _start_partial(target: Path, commit: str | None) -> None:
+    """Partial files are continued only by a pull of the commit they came from: a repository updated between two
+    pulls would otherwise join the start of one version of a file to the end of another."""
+    partial, stamp = target / PARTIAL, target / PARTIAL / COMMIT_STAMP
+    if partial.exists() and (commit is None or not stamp.is_file() or stamp.read_text(encoding="utf-8") != commit):
+        shutil.rmtree(partial)
+    partial.mkdir(exist_ok=True)
+    if commit is not None:
+        stamp.write_text(commit, encoding="utf-8")
 
 
 def _check_repo_id(repo_id: str) -> None:
@@ -106,15 +162,14 @@ def _check_repo_id(repo_id: str) -> None:
 
 
 @contextmanager
-def _writing(target: Path) -> Iterator[None]:
+def _writing(path: Path) -> Iterator[None]:
     """Folder and file errors of the pull as one PullError naming the path, instead of a traceback."""
     try:
         yield
     except OSError as error:
-        path = error.filename or target
-        raise PullError(f"cannot write {path} ({error.strerror or error}); the models folder {models_dir()} must be "
-                        "a folder you can write to, with space free (set BEAMWISE_DATA_DIR to choose another "
-                        "data folder), then pull again.") from error
+        raise PullError(f"cannot write {error.filename or path} ({error.strerror or error}); the models folder "
+                        f"{models_dir()} must be a folder you can write to, with space free (set BEAMWISE_DATA_DIR "
+                        "to choose another data folder), then pull again.") from error
 
 
 def _mark(target: Path, marker: dict) -> None:
@@ -124,11 +179,13 @@ def _mark(target: Path, marker: dict) -> None:
     draft.replace(target / MARKER)
 
 
-def _files(repo_id: str, filename: str | None, endpoint: str, revision: str) -> dict[str, int]:
+def _files(repo_id: str, filename: str | None, endpoint: str, revision: str) -> tuple[dict[str, int], str | None]:
+    """Each file's size, and the commit the revision names now: every file of the pull is fetched from it."""
     from huggingface_hub import HfApi
 
     try:
-        info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, files_metadata=True)
+        info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, files_metadata=True,
+                                                          timeout=TIMEOUT)
     except Exception as error:
         raise _explain(error, endpoint, repo_id) from error
     files = {s.rfilename: int(s.size or 0) for s in info.siblings or []}
@@ -138,7 +195,7 @@ def _files(repo_id: str, filename: str | None, endpoint: str, revision: str) -> 
         files = {filename: files[filename]}
     for name in files:
         _refuse_outside(name, repo_id)
-    return files
+    return files, info.sha
 
 
 def _refuse_outside(name: str, repo_id: str) -> None:
@@ -152,8 +209,8 @@ def _refuse_outside(name: str, repo_id: str) -> None:
                         "such a listing: check the repository and the --endpoint.")
 
 
-def _check_disk(target: Path, files: dict[str, int]) -> None:
-    need = sum(max(0, size - _have(target / name) - _have(target / PARTIAL / f"{name}.part"))
+def _check_disk(target: Path, files: dict[str, int], reuse: bool) -> None:
+    need = sum(max(0, size - (reuse and _have(target / name) == size) * size - _have(target / PARTIAL / f"{name}.part"))
                for name, size in files.items())
     free = shutil.disk_usage(target).free
     if need * SPARE > free:
@@ -165,62 +222,129 @@ def _have(path: Path) -> int:
     return path.stat().st_size if path.is_file() else 0
 
 
-def _download(repo_id: str, name: str, size: int, target: Path, endpoint: str, revision: str,
-              progress: PullProgress, report: Callable[[PullProgress], None], cancel: threading.Event) -> None:
-    """One file through the client's own ranged GET: a partial `.part` file is continued, never restarted."""
-    from huggingface_hub import hf_hub_url
-    from huggingface_hub.file_download import http_get
+@dataclass
+class _Job:
+    """What the files of one pull share."""
 
-    base, final = progress.done, target / name
-    if _have(final) == size:  # finished in an earlier pull
-        progress.done = base + size
-        report(progress)
+    repo_id: str
+    endpoint: str
+    revision: str
+    target: Path
+    progress: PullProgress
+    report: Callable[[PullProgress], None]
+    cancel: threading.Event
+    reuse: bool  # files already in the folder came from this commit
+
+
+def _download(job: _Job, name: str, size: int) -> None:
+    """One file by a ranged GET: a partial `.part` file is continued, never restarted."""
+    from huggingface_hub import hf_hub_url
+
+    base, final = job.progress.done, job.target / name
+    if job.reuse and _have(final) == size:  # finished in an earlier pull of the same commit
+        job.progress.done = base + size
+        job.report(job.progress)
         return
-    part = target / PARTIAL / f"{name}.part"
+    part = job.target / PARTIAL / f"{name}.part"
     part.parent.mkdir(parents=True, exist_ok=True)
-    url = hf_hub_url(repo_id, name, revision=revision, endpoint=endpoint)
-    try:
-        with part.open("ab") as file:
-            http_get(url, file, resume_size=file.tell(), expected_size=size,
-                     tqdm_class=_bar_class(progress, report, cancel, base))
-    except PullCancelled:
-        raise
-    except Exception as error:
-        raise _explain(error, endpoint, repo_id) from error
+    if _have(part) > size:  # longer than the file: it cannot be a start of it
+        part.unlink()
+    if not part.exists() or _have(part) < size:
+        _transfer(job, hf_hub_url(job.repo_id, name, revision=job.revision, endpoint=job.endpoint), part, base)
+    if _have(part) != size:
+        got = _have(part)
+        if got > size:
+            part.unlink()
+        raise PullError(f"{job.endpoint} sent {fmt.size(got)} of {name} where it lists {fmt.size(size)}; pull again "
+                        f"to {'resume' if got < size else 'download it afresh'}.")
     final.parent.mkdir(parents=True, exist_ok=True)
     part.replace(final)
-    progress.done = base + size
-    report(progress)
+    job.progress.done = base + size
+    job.report(job.progress)
 
 
-def _bar_class(progress: PullProgress, report: Callable[[PullProgress], None], cancel: threading.Event, base: int):
-    """A tqdm stand-in the client drives: it feeds PullProgress and stops the download when cancelled."""
-    from tqdm.auto import tqdm
+def _transfer(job: _Job, url: str, part: Path, base: int) -> None:
+    """Append the rest of `url` to `part` through huggingface_hub's HTTP session, with TIMEOUT for connecting and for
+    each read. The session has no retries of its own here: the next pull is the retry, and it resumes."""
+    from huggingface_hub.utils import get_session, hf_raise_for_status
 
-    class Bar(tqdm):
-        def __init__(self, *args, **kwargs) -> None:
-            kwargs["disable"] = True
-            super().__init__(*args, **kwargs)
-            self.done_here = int(kwargs.get("initial") or 0)  # a resumed file starts at its partial size
-
-        def update(self, n: float | None = 1) -> bool | None:
-            self.done_here += int(n or 0)
-            progress.done = base + self.done_here
-            report(progress)
-            if cancel.is_set():
-                raise PullCancelled("the download was cancelled; `beamwise models pull` again resumes it.")
-            return None
-
-    return Bar
+    have = _have(part)
+    headers = {"Accept-Encoding": "identity"}  # the bytes stored are the bytes sent, so a range continues them
+    if have:
+        headers["Range"] = f"bytes={have}-"
+    try:
+        with get_session().stream("GET", url, headers=headers, timeout=TIMEOUT) as response:
+            hf_raise_for_status(response)
+            _receive(job, response, part, base, have if response.status_code == 206 else 0)
+    except PullError:
+        raise
+    except Exception as error:
+        raise _explain(error, job.endpoint, job.repo_id, part) from error
 
 
-def _explain(error: Exception, endpoint: str, repo_id: str) -> PullError:
-    """One sentence for the user: offline, not found, or what the hub said."""
+def _receive(job: _Job, response: Any, part: Path, base: int, start: int) -> None:
+    """Write the body into `part` from byte `start` (0: the server ignored the range and sends the whole file). Each
+    piece is written unbuffered as it arrives, not in the client's 10 MiB chunks, so what came before a cancel, a
+    stall, a broken connection or Ctrl-C stays for the next pull. Only the disk raises OSError here (httpx's errors
+    are not OSErrors), and _writing names it."""
+    with _writing(part), part.open("ab" if start else "wb", buffering=0) as file, _watched(job, response):
+        done = start
+        for piece in response.iter_raw():
+            file.write(piece)
+            done += len(piece)
+            job.progress.done = base + done
+            if job.cancel.is_set():
+                raise PullCancelled(CANCELLED)
+
+
+@contextmanager
+def _watched(job: _Job, response: Any) -> Iterator[None]:
+    """A clock beside the transfer: every REPORT_EVERY it reports progress (a slow or stalled download shows its speed
+    falling instead of an old figure) and, once cancelled, shuts the connection so that a read waiting on a silent
+    server returns at once instead of after TIMEOUT."""
+    ended = threading.Event()
+
+    def watch() -> None:
+        while not ended.wait(REPORT_EVERY):
+            job.report(job.progress)
+            if job.cancel.is_set():
+                _shut(response)
+                return
+
+    watcher = threading.Thread(target=watch, name="beamwise-pull-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        ended.set()
+        watcher.join()
+
+
+def _shut(response: Any) -> None:
+    """Shut the socket under a streaming httpx response; where there is none (another transport), TIMEOUT ends it."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is not None:
+        with suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def _explain(error: Exception, endpoint: str, repo_id: str, part: Path | None = None) -> PullError:
+    """One sentence for the user: offline, a hub that took the connection but went silent, a connection that broke,
+    not found, or what the hub said. `part` is the file being downloaded, whose bytes are kept."""
+    kinds = {kind.__name__ for kind in type(error).__mro__}  # httpx's classes, by name: huggingface_hub 1.x and 2.x
     text = f"{type(error).__name__}: {error}"
-    if any(word in text for word in ("ConnectError", "ConnectionError", "Connection refused", "Name or service",
-                                     "OfflineModeIsEnabled", "timed out", "ConnectTimeout")):
+    name = "" if part is None else part.name.removesuffix(".part")
+    kept = "" if part is None else f"; the {fmt.size(_have(part))} of {name} received are kept"
+    if kinds & {"ConnectError", "ConnectTimeout", "PoolTimeout", "OfflineModeIsEnabled"}:
         return PullError(f"cannot reach {endpoint} (offline?); connect to the network, or pass --endpoint for a "
                          "mirror, and pull again (a partial download resumes).")
+    if kinds & {"ReadTimeout", "WriteTimeout"}:
+        doing = "asked for its files" if part is None else "stopped sending"
+        return PullError(f"{endpoint} answers but went silent: nothing came for {TIMEOUT:g} s after Beamwise "
+                         f"{doing}{kept}. Pull again later (it resumes), or pass --endpoint for a mirror.")
+    if kinds & {"RemoteProtocolError", "ReadError", "NetworkError"}:
+        return PullError(f"the connection to {endpoint} broke off{kept}; pull again to resume.")
     if "404" in text or "RepositoryNotFound" in text or "EntryNotFound" in text:
         return PullError(f"{repo_id} was not found on {endpoint}; check the repository id (owner/name).")
     return PullError(f"the download from {endpoint} failed ({text.splitlines()[0][:200]}); pull again to resume.")

@@ -57,10 +57,7 @@ def bundled():
 
 @pytest.fixture
 def scratch_models(monkeypatch, tmp_path):
-    """An empty models folder, and downloads in small chunks so that a 1 MiB pull reports progress often."""
-    from huggingface_hub import constants
-
-    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 64 * 1024)
+    """An empty models folder."""
     monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
 
 

@@ -18,10 +18,16 @@ REPO = {"tiny/llama": {"config.json": CONFIG, "model.safetensors": WEIGHTS}}  # 
 
 class Hub:
     """Serves `repos` ({repo_id: {filename: bytes}}); `ranges` records every Range header it was sent.
-    With `hold=(filename, event)`, that file's body stops halfway until the event is set (a test cancels there)."""
+    With `hold=(filename, event)`, that file's body stops halfway until the event is set (a test cancels there);
+    `commit` is the commit the repository is at (a test changes it with the files to publish a new version);
+    with `api_hold`, the model-info API answers only once that event is set; a file named in `cut` ends halfway
+    with the connection closed."""
 
     def __init__(self, repos: dict[str, dict[str, bytes]], hold: tuple[str, threading.Event] | None = None) -> None:
-        self.repos, self.ranges, self.hold = repos, [], hold
+        self.repos, self.ranges, self.hold, self.commit = repos, [], hold, COMMIT
+        self.api_hold: threading.Event | None = None
+        self.cut: set[str] = set()
+        self.revisions: list[str] = []  # the revision of every file asked for
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -50,18 +56,22 @@ class Hub:
         path = request.path.split("?")[0]
         if path.startswith("/api/models/"):
             repo = path.removeprefix("/api/models/").split("/revision/")[0]
+            if self.api_hold is not None:
+                self.api_hold.wait(30)
             if repo not in self.repos:
                 return self._send(request, 404, b'{"error": "Repository not found"}', body)
             siblings = [{"rfilename": n, "size": len(d), "blobId": hashlib.sha1(d).hexdigest()}
                         for n, d in self.repos[repo].items()]
-            data = json.dumps({"id": repo, "modelId": repo, "sha": COMMIT, "siblings": siblings}).encode()
+            data = json.dumps({"id": repo, "modelId": repo, "sha": self.commit, "siblings": siblings}).encode()
             return self._send(request, 200, data, body, {"Content-Type": "application/json"})
         repo, _, rest = path.lstrip("/").partition("/resolve/")
-        name = rest.partition("/")[2]
+        revision, _, name = rest.partition("/")
+        self.revisions.append(revision)
         data = self.repos.get(repo, {}).get(name)
         if data is None:
             return self._send(request, 404, b"not found", body, {"X-Error-Code": "EntryNotFound"})
-        headers = {"X-Repo-Commit": COMMIT, "ETag": f'"{hashlib.sha1(data).hexdigest()}"', "Accept-Ranges": "bytes"}
+        headers = {"X-Repo-Commit": self.commit, "ETag": f'"{hashlib.sha1(data).hexdigest()}"',
+                   "Accept-Ranges": "bytes"}
         wanted = request.headers.get("Range")
         if wanted and body:
             self.ranges.append(wanted)
@@ -69,11 +79,11 @@ class Hub:
             headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
             return self._send(request, 206, data[start:], body, headers)
         hold = self.hold[1] if self.hold is not None and self.hold[0] == name else None
-        return self._send(request, 200, data, body, headers, hold)
+        return self._send(request, 200, data, body, headers, hold, cut=name in self.cut)
 
     @staticmethod
     def _send(request, status: int, data: bytes, body: bool, headers: dict | None = None,
-              hold: threading.Event | None = None) -> None:
+              hold: threading.Event | None = None, cut: bool = False) -> None:
         request.send_response(status)
         for key, value in (headers or {}).items():
             request.send_header(key, value)
@@ -81,8 +91,11 @@ class Hub:
         request.end_headers()
         if not body:
             return
-        half = len(data) // 2 if hold is not None else len(data)
+        half = len(data) // 2 if hold is not None or cut else len(data)
         request.wfile.write(data[:half])
+        if cut:
+            request.close_connection = True
+            return
         if hold is not None:
             request.wfile.flush()
             hold.wait(30)

@@ -4,6 +4,7 @@ free-disk check, cancel and resume by HTTP range, and a clear message when the h
 from __future__ import annotations
 
 import threading
+import time
 from collections import namedtuple
 
 import pytest
@@ -25,18 +26,24 @@ def test_pull_downloads_with_progress_and_lists_the_model():
     assert entry.downloaded and entry.facts is not None and entry.facts.kv.num_layers == 2
 
 
-def test_cancel_keeps_the_partial_file_and_the_next_pull_resumes_by_range():
-    cancel = threading.Event()
+def test_cancel_on_a_stalled_download_keeps_the_bytes_received_and_the_next_pull_resumes_by_range():
+    cancel, hold = threading.Event(), threading.Event()
 
     def stop_midway(progress) -> None:
         if progress.done > 300_000:
             cancel.set()
 
-    with Hub(REPO) as hub:
-        with pytest.raises(PullCancelled, match="resumes"):
-            pull("tiny/llama", endpoint=hub.endpoint, report=stop_midway, cancel=cancel)
+    with Hub(REPO, hold=("model.safetensors", hold)) as hub:
+        try:  # the hub sends half of the weights and then nothing: the cancel must not wait for more bytes
+            with pytest.raises(PullCancelled, match="resumes"):
+                pull("tiny/llama", endpoint=hub.endpoint, report=stop_midway, cancel=cancel)
+        finally:
+            hold.set()
+        part = model_pull.destination("tiny/llama") / model_pull.PARTIAL / "model.safetensors.part"
+        assert part.read_bytes() == WEIGHTS[: len(WEIGHTS) // 2]
+        hub.hold = None
         folder = pull("tiny/llama", endpoint=hub.endpoint)
-        assert any(r.startswith("bytes=") and not r.startswith("bytes=0-") for r in hub.ranges)
+        assert f"bytes={len(WEIGHTS) // 2}-" in hub.ranges
     assert (folder / "model.safetensors").read_bytes() == WEIGHTS
 
 
@@ -131,7 +138,98 @@ def test_a_failed_pull_leaves_the_folder_marked_incomplete_until_a_pull_finishes
             full.setattr(model_pull.shutil, "disk_usage", lambda path: usage(10, 10, 1000))
             with pytest.raises(PullError, match="free some space"):
                 pull("tiny/llama", endpoint=hub.endpoint)
-        folder = model_pull.destination("tiny/llama")
-        assert model_pull.incomplete(folder)
-        assert pull("tiny/llama", endpoint=hub.endpoint) == folder
-    assert not model_pull.incomplete(folder) and not model_pull.incomplete(folder.parent)
+        assert "did not finish" in model_library.find("tiny--llama").problem
+        pull("tiny/llama", endpoint=hub.endpoint)
+    assert model_library.find("tiny--llama").problem == ""
+
+
+def test_a_hub_whose_api_never_answers_ends_the_pull_as_silent_not_offline(monkeypatch):
+    monkeypatch.setattr(model_pull, "TIMEOUT", 0.5)
+    with Hub(REPO) as hub:
+        hub.api_hold = threading.Event()
+        try:
+            with pytest.raises(PullError, match=r"answers but went silent: nothing came for 0\.5 s") as e:
+                pull("tiny/llama", endpoint=hub.endpoint)
+        finally:
+            hub.api_hold.set()
+    assert "offline" not in str(e.value)
+
+
+def test_a_stalled_file_ends_with_a_message_and_the_bytes_received_are_resumed(monkeypatch):
+    monkeypatch.setattr(model_pull, "TIMEOUT", 0.5)
+    hold = threading.Event()
+    with Hub(REPO, hold=("model.safetensors", hold)) as hub:
+        try:
+            with pytest.raises(PullError, match=r"stopped sending; the 524\.3 kB of model\.safetensors received"):
+                pull("tiny/llama", endpoint=hub.endpoint)
+        finally:
+            hold.set()
+        hub.hold = None
+        folder = pull("tiny/llama", endpoint=hub.endpoint)
+        assert hub.ranges == [f"bytes={len(WEIGHTS) // 2}-"]
+    assert (folder / "model.safetensors").read_bytes() == WEIGHTS
+
+
+def test_a_connection_cut_midway_keeps_every_byte_that_arrived():
+    with Hub(REPO) as hub:
+        hub.cut = {"model.safetensors"}
+        with pytest.raises(PullError, match=r"broke off; the 524\.3 kB of model\.safetensors received are kept"):
+            pull("tiny/llama", endpoint=hub.endpoint)
+        part = model_pull.destination("tiny/llama") / model_pull.PARTIAL / "model.safetensors.part"
+        assert part.read_bytes() == WEIGHTS[: len(WEIGHTS) // 2]
+        hub.cut = set()
+        assert (pull("tiny/llama", endpoint=hub.endpoint) / "model.safetensors").read_bytes() == WEIGHTS
+
+
+def test_progress_is_reported_while_a_file_is_still_arriving():
+    hold, midway = threading.Event(), []
+
+    def report(progress) -> None:  # the hub holds the weights at half until a report shows that half
+        if len(CONFIG) < progress.done < progress.total:
+            midway.append(progress.done)
+            hold.set()
+
+    with Hub(REPO, hold=("model.safetensors", hold)) as hub:
+        try:
+            pull("tiny/llama", endpoint=hub.endpoint, report=report)
+        finally:
+            hold.set()
+    assert midway[0] == len(CONFIG) + len(WEIGHTS) // 2
+
+
+def test_files_come_from_the_commit_listed_and_a_new_version_is_not_joined_to_the_old_partial():
+    old, new = dict(REPO["tiny/llama"]), {"config.json": CONFIG, "model.safetensors": WEIGHTS[::-1]}
+    with Hub({"tiny/llama": old}) as hub:
+        hub.cut = {"model.safetensors"}
+        with pytest.raises(PullError, match="broke off"):
+            pull("tiny/llama", endpoint=hub.endpoint)
+        assert set(hub.revisions) == {hub.commit}  # not "main", which can move between two files
+        hub.repos["tiny/llama"], hub.commit, hub.cut = new, "f" * 40, set()
+        folder = pull("tiny/llama", endpoint=hub.endpoint)
+        assert hub.ranges == []  # the old half was dropped, not continued
+    assert (folder / "model.safetensors").read_bytes() == WEIGHTS[::-1]
+
+
+def test_a_finished_model_is_fetched_again_when_the_repository_has_a_new_commit():
+    changed = CONFIG.replace(b'"hidden_size": 64', b'"hidden_size": 32')  # the same size, other bytes
+    with Hub({"tiny/llama": dict(REPO["tiny/llama"])}) as hub:
+        folder = pull("tiny/llama", endpoint=hub.endpoint)
+        asked = len(hub.revisions)
+        assert pull("tiny/llama", endpoint=hub.endpoint) == folder and len(hub.revisions) == asked  # nothing new
+        hub.repos["tiny/llama"]["config.json"], hub.commit = changed, "e" * 40  # same size as before
+        pull("tiny/llama", endpoint=hub.endpoint)
+    assert (folder / "config.json").read_bytes() == changed
+
+
+def test_cancel_while_the_hub_has_not_answered_the_listing_ends_at_once():
+    cancel = threading.Event()
+    with Hub(REPO) as hub:
+        hub.api_hold = threading.Event()
+        threading.Timer(0.3, cancel.set).start()
+        started = time.monotonic()
+        try:
+            with pytest.raises(PullCancelled, match="resumes"):
+                pull("tiny/llama", endpoint=hub.endpoint, cancel=cancel)
+        finally:
+            hub.api_hold.set()
+    assert time.monotonic() - started < model_pull.TIMEOUT / 2
