@@ -70,7 +70,7 @@ def entry_for(path: Path, where: str) -> ModelEntry:
         facts, problem = facts_of(str(path)), ""
     except Exception as error:  # a folder that is no model says so in the list instead of breaking it
         facts, problem = None, (error.user_message() if hasattr(error, "user_message") else str(error))
-    if downloaded and not problem and not _download_complete(marker):
+    if downloaded and not _download_complete(marker):  # its own reason, before what its missing files break
         problem = "the download did not finish; pull it again to resume it, or remove it."
     return ModelEntry(path.name, str(path), where, size_on_disk(path), downloaded, role_of(path), facts, problem)
 
@@ -113,7 +113,8 @@ def list_models() -> list[ModelEntry]:
     folder = models_dir()
     if folder.is_dir():
         for path in sorted(folder.iterdir()):
-            if (path.is_dir() and (path / "config.json").is_file()) or path.suffix.lower() == ".gguf":
+            if ((path.is_dir() and any((path / name).is_file() for name in ("config.json", MARKER)))
+                    or path.suffix.lower() == ".gguf"):  # a pull that failed early is listed, to resume or remove
                 entries.append(entry_for(path, "models folder"))
     try:
         entries += [entry_for(p, "added") for p in added_folders() if p.exists()]
