@@ -43,10 +43,11 @@ class PullProgress:
     total: int
     done: int = 0
     started: float = 0.0
+    resumed: int = 0  # of `done`, the bytes an earlier pull left: they count towards the share, not the speed
 
     def line(self, now: float | None = None) -> str:
         took = max(1e-6, (now or time.monotonic()) - self.started)
-        speed = self.done / took
+        speed = (self.done - self.resumed) / took
         left = (self.total - self.done) / speed if speed > 0 else 0.0
         share = self.done / self.total if self.total else 1.0
         return (f"{share:.0%} {fmt.size(self.done)} of {fmt.size(self.total)}, {fmt.size(speed)}/s, "
@@ -243,12 +244,14 @@ def _download(job: _Job, name: str, size: int) -> None:
     base, final = job.progress.done, job.target / name
     if job.reuse and _have(final) == size:  # finished in an earlier pull of the same commit
         job.progress.done = base + size
+        job.progress.resumed += size
         job.report(job.progress)
         return
     part = job.target / PARTIAL / f"{name}.part"
     part.parent.mkdir(parents=True, exist_ok=True)
     if _have(part) > size:  # longer than the file: it cannot be a start of it
         part.unlink()
+    job.progress.resumed += min(_have(part), size)
     if not part.exists() or _have(part) < size:
         _transfer(job, hf_hub_url(job.repo_id, name, revision=job.revision, endpoint=job.endpoint), part, base)
     if _have(part) != size:
@@ -340,9 +343,9 @@ def _explain(error: Exception, endpoint: str, repo_id: str, part: Path | None = 
         return PullError(f"cannot reach {endpoint} (offline?); connect to the network, or pass --endpoint for a "
                          "mirror, and pull again (a partial download resumes).")
     if kinds & {"ReadTimeout", "WriteTimeout"}:
-        doing = "asked for its files" if part is None else "stopped sending"
-        return PullError(f"{endpoint} answers but went silent: nothing came for {TIMEOUT:g} s after Beamwise "
-                         f"{doing}{kept}. Pull again later (it resumes), or pass --endpoint for a mirror.")
+        doing = "after Beamwise asked for its files" if part is None else "in the middle of a file"
+        return PullError(f"{endpoint} answers but went silent: nothing came for {TIMEOUT:g} s {doing}{kept}. Pull "
+                         "again later (it resumes), or pass --endpoint for a mirror.")
     if kinds & {"RemoteProtocolError", "ReadError", "NetworkError"}:
         return PullError(f"the connection to {endpoint} broke off{kept}; pull again to resume.")
     if "404" in text or "RepositoryNotFound" in text or "EntryNotFound" in text:

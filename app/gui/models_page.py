@@ -307,6 +307,9 @@ class ModelsPage(QWidget):
             self.pull_status.setText("Cancelling…")
 
     def _on_progress(self, done: int, total: int, line: str) -> None:
+        if self.pull_status.text().startswith("Asking") and self._worker is not None:
+            self.pull_status.setText(f"Downloading {self._worker.repo} from {self._worker.endpoint}; Cancel keeps "
+                                     "what has arrived, and pulling it again resumes.")
         scale = max(1, total // 1_000_000_000 + 1)  # QProgressBar holds an int
         self.progress.setRange(0, max(1, total // scale))
         self.progress.setValue(done // scale)
