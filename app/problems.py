@@ -8,6 +8,7 @@ prints as one line with exit status 2.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,18 @@ def load_problems(path: str | Path, limit: int | None = None) -> list[Problem]:
     return problems[:limit] if limit else problems
 
 
+def _kind_problem(question: object, answer: object) -> str | None:
+    """A question is text; an answer is text or a finite number. Anything else would be compared as its
+    Python spelling ('nan', "['4']"), which no model's answer can ever match."""
+    if not isinstance(question, str):
+        return f'the "question" must be text, got {type(question).__name__}.'
+    if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
+        return f'the "answer" must be text or a number, got {type(answer).__name__}.'
+    if isinstance(answer, float) and not math.isfinite(answer):
+        return f'the "answer" {answer} is not a finite number; write the expected answer.'
+    return None
+
+
 def _problem(path: Path, number: int, line: str) -> Problem:
     where = f"{path}:{number}"
     try:
@@ -62,6 +75,9 @@ def _problem(path: Path, number: int, line: str) -> Problem:
     missing = [k for k in ("question", "answer") if not str(row.get(k) or "").strip()]
     if missing:
         raise ProblemsError(f"{where}: the row has no {' and no '.join(missing)}.")
+    wrong = _kind_problem(row["question"], row["answer"])
+    if wrong:
+        raise ProblemsError(f"{where}: {wrong}")
     answer = expected_answer(row["answer"])
     if not answer:
         raise ProblemsError(f'{where}: the answer is empty after "####".')

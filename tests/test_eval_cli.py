@@ -31,6 +31,11 @@ def test_the_shipped_set_has_sixty_integer_problems():
     assert len({p.question for p in problems}) == len(problems)
 
 
+def test_a_numeric_answer_is_read_as_its_text(tmp_path):
+    path = write(tmp_path, '{"question": "Q?", "answer": 42}', '{"question": "R?", "answer": 2.5}')
+    assert [p.answer for p in load_problems(path)] == ["42", "2.5"]
+
+
 def test_gsm8k_answers_end_with_four_hashes(tmp_path):
     path = write(tmp_path, '{"question": "Q?", "answer": "3 + 4 = 7\\n#### 7"}', "", '{"question": "R?", "answer": 9}')
     assert [(p.line, p.answer) for p in load_problems(path)] == [(1, "7"), (3, "9")]
@@ -44,6 +49,10 @@ def test_gsm8k_answers_end_with_four_hashes(tmp_path):
         (('["Q?", "1"]',), "p.jsonl:1: expected an object"),
         (('{"question": "Q?"}',), "p.jsonl:1: the row has no answer"),
         (('{"question": " ", "answer": ""}',), "p.jsonl:1: the row has no question and no answer"),
+        (('{"question": "Q?", "answer": NaN}',), 'p.jsonl:1: the "answer" nan is not a finite number'),
+        (('{"question": "Q?", "answer": ["4"]}',), 'p.jsonl:1: the "answer" must be text or a number, got list'),
+        (('{"question": "Q?", "answer": true}',), 'p.jsonl:1: the "answer" must be text or a number, got bool'),
+        (('{"question": {"q": 1}, "answer": 4}',), 'p.jsonl:1: the "question" must be text, got dict'),
     ],
 )
 def test_bad_files_name_the_file_and_line(tmp_path, lines, message):
