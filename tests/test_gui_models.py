@@ -66,17 +66,22 @@ def test_pull_shows_progress_then_lists_the_model(qtbot):
     assert "Downloaded to" in page.pull_status.text() and page.pull_button.isEnabled()
 
 
+def start_stalled_pull(qtbot, page: ModelsPage, hub: Hub) -> None:
+    """Start pulling tiny/llama from `hub`, made with hold on the weights, and wait for the half it sends."""
+    page.repo_edit.setText("tiny/llama")
+    page.endpoint_edit.setText(hub.endpoint)
+    assert page.start_pull()
+    qtbot.waitUntil(lambda: page.progress.value() > len(CONFIG), timeout=20000)
+
+
 def test_cancel_while_the_hub_is_silent_ends_at_once_then_pull_again_resumes(qtbot):
     hold = threading.Event()
     page, _ = page_with(qtbot)
     with Hub(REPO, hold=("model.safetensors", hold)) as hub:
-        page.repo_edit.setText("tiny/llama")
-        page.endpoint_edit.setText(hub.endpoint)
         try:  # the hub sends half of the weights and then nothing
+            start_stalled_pull(qtbot, page, hub)
+            assert page.pull_status.text().startswith("Downloading tiny/llama") and page.cancel_button.isEnabled()
             with qtbot.waitSignal(page.pull_ended, timeout=10000) as ended:
-                page.start_pull()
-                qtbot.waitUntil(lambda: page.progress.value() > len(CONFIG), timeout=20000)
-                assert page.pull_status.text().startswith("Downloading tiny/llama") and page.cancel_button.isEnabled()
                 page.cancel_button.click()
         finally:
             hold.set()
@@ -91,11 +96,8 @@ def test_closing_the_window_during_a_stalled_download_stops_it_without_waiting(q
     hold = threading.Event()
     page, _ = page_with(qtbot)
     with Hub(REPO, hold=("model.safetensors", hold)) as hub:
-        page.repo_edit.setText("tiny/llama")
-        page.endpoint_edit.setText(hub.endpoint)
         try:
-            page.start_pull()
-            qtbot.waitUntil(lambda: page.progress.value() > len(CONFIG), timeout=20000)
+            start_stalled_pull(qtbot, page, hub)
             thread, started = page._thread, time.monotonic()
             page.shutdown()
             assert not thread.isRunning() and time.monotonic() - started < 3
