@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 import app.formatting as fmt
 from app.formatting import size as format_bytes
@@ -21,8 +22,10 @@ from app.options import (
     server_from_args,
     size_type,
 )
-from engine.baselines import BASELINES
-from engine.bench import LADDER, BenchReport, TimeLimit, Workload, check_names, run_bench
+from engine.workload import BASELINES, LADDER, Workload, check_names
+
+if TYPE_CHECKING:
+    from engine.bench import BenchReport
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -127,6 +130,8 @@ def bench_command(args: argparse.Namespace) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
     check_names(policies, baselines)  # before the JSON's placeholder: nothing is written for a typo
+    from engine.bench import TimeLimit, run_bench  # torch: only a bench that runs imports it
+
     progress = lambda text: print(f"[bench] {text}", file=sys.stderr, flush=True)  # noqa: E731
     save = lambda report: write_json(args.json_path, report.to_dict(), announce=False)  # noqa: E731
     write_json(args.json_path, {"workload": asdict(workload), "complete": False}, announce=False)  # fail now, not after

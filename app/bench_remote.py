@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from app.options import DEFAULT_QUESTION, server_from_args
-from engine.bench import Workload
 from engine.remote_bench import SearchCost, measure
+from engine.workload import Workload
 
 
 def remote_bench(args: argparse.Namespace, workload: Workload) -> tuple[list[SearchCost], str]:

@@ -1,4 +1,7 @@
-"""`beamwise models list|info|pull|remove|add`: the models on this machine, and downloads only when asked."""
+"""`beamwise models list|info|pull|remove|add`: the models on this machine, and downloads only when asked.
+
+app.model_library (and torch, for the models' facts) is imported by the commands that use it, not here: this
+module is imported by every `beamwise` command to build its parser."""
 
 from __future__ import annotations
 
@@ -6,9 +9,9 @@ import argparse
 import sys
 import threading
 import time
+from pathlib import Path
 
 import app.formatting as fmt
-from app import model_library as lib
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -37,6 +40,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from app import model_library as lib
+
     print(f"{'name':<32}{'role':<24}{'params':>10}{'size':>11}{'KV/token':>11}  where")
     for e in lib.list_models():
         params = "-" if e.facts is None or e.facts.parameters is None else f"{e.facts.parameters / 1e6:,.0f}M"
@@ -51,7 +56,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from app import model_library as lib
 
     path = Path(args.name).expanduser()
     if _exists(path):
@@ -95,7 +100,7 @@ def _exists(path) -> bool:
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from app import model_library as lib
 
     entry = lib.find(args.name)
     if entry.where == "added":  # listed only: taken off the list, its files untouched (no question needed)
@@ -117,7 +122,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from app import model_library as lib
 
     added = lib.add_folder(Path(args.path).expanduser())  # a path that is no model is refused here
     print(f"added {added}; `beamwise models remove {added.name}` takes it off the list again")

@@ -17,8 +17,7 @@ import torch
 from transformers import DynamicCache, StoppingCriteria, StoppingCriteriaList
 
 from engine.hf_compat import cache_kwargs
-
-BASELINES = ("generate", "generate:offloaded")
+from engine.workload import BASELINES
 
 
 @dataclass(frozen=True)

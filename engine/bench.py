@@ -8,7 +8,6 @@ tokens. It asserts nothing about speed: that is for the reader of the table.
 from __future__ import annotations
 
 import hashlib
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -16,82 +15,13 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 
 from engine.auto_delimiter import AUTO_DELIMITER, most_sampled_text
-from engine.baselines import BASELINES, BaselineRun, run_baseline
-from engine.config import CacheConfig, SearchConfig
+from engine.baselines import BaselineRun, run_baseline
 from engine.errors import InvalidPrompt, format_bytes
 from engine.idle import release_cached_memory
 from engine.kv.layer_budget import paper_h2d_bytes
 from engine.kv.streams import host_allocator_stats
 from engine.replay import Observed, Replay, max_logit_diff
-
-LADDER: dict[str, dict] = {
-    "in_device": {"policy": "in_device"},
-    "layerwise": {"policy": "layerwise"},
-    "headwise": {"policy": "headwise"},
-    "lbs:inter_token": {"policy": "lbs", "inter_beam": False, "balanced_prefetch": False, "prefix_order": False},
-    "lbs:+inter_beam": {"policy": "lbs", "inter_beam": True, "balanced_prefetch": False, "prefix_order": False},
-    "lbs:+balanced_prefetch": {"policy": "lbs", "inter_beam": True, "balanced_prefetch": True, "prefix_order": False},
-    "lbs:+prefix_order": {"policy": "lbs", "inter_beam": True, "balanced_prefetch": True, "prefix_order": True},
-    "in_device:+speculative": {"policy": "in_device", "speculative": True},
-    "lbs:+speculative": {
-        "policy": "lbs", "inter_beam": True, "balanced_prefetch": True, "prefix_order": True, "speculative": True
-    },
-}
-SWITCHES = ("prefix_order", "speculative", "lookahead_verify")  # a workload may force these for every policy of a run
-
-
-@dataclass(frozen=True)
-class Workload:
-    model: str = "synthetic:tiny-llama"
-    dtype: str = "float32"
-    beams: int = 8
-    width: int = 4
-    step_tokens: int = 32
-    prompt_tokens: int = 256
-    gen_tokens: int = 128
-    kv_budget_bytes: int | None = None
-    pcie_gbps: float = 25.0
-    block_size: int = 16
-    seed: int = 0
-    question: str | None = None  # the workload's prompt: this question in the chat template, else random tokens
-    step_delimiter: str | None = None  # None: fixed-length steps (the paper's byte model); else steps end early;
-    # "auto": the token the warm-up samples most (run_bench resolves it; engine/auto_delimiter.py)
-    prefix_order: bool | None = None  # None: as each ladder rung says; else forced for every policy
-    speculative: bool | None = None
-    speculative_continuations: int = 0  # children's steps a row may speculate: 0 FlashTTS's M_i, 1 one run
-    lookahead_verify: bool | None = None  # None: CacheConfig's default (on); only with speculation and a PRM
-    verifier_model: str | None = None  # a PRM (folder or synthetic:NAME) scores the steps; None: logprob
-
-    def search(self) -> SearchConfig:
-        steps = max(1, math.ceil(self.gen_tokens / self.step_tokens))
-        return SearchConfig(
-            beams=self.beams,
-            width=self.width,
-            step_tokens=self.step_tokens,
-            step_delimiter=self.step_delimiter,
-            max_steps=steps,
-            temperature=1.0,
-            top_p=1.0,
-            seed=self.seed,
-            verifier="prm" if self.verifier_model else SearchConfig.verifier,
-            verifier_model=self.verifier_model,
-        )
-
-    def cache(self, name: str) -> CacheConfig:
-        settings = dict(LADDER[name])
-        settings.update({k: getattr(self, k) for k in SWITCHES if getattr(self, k) is not None})
-        budget = None if settings["policy"] == "in_device" else self.kv_budget_bytes
-        return CacheConfig(kv_budget_bytes=budget, pcie_gbps=self.pcie_gbps, block_size=self.block_size,
-                           speculative_continuations=self.speculative_continuations, **settings)
-
-    def prompt_ids(self, loaded) -> list[int]:
-        if self.question is not None:
-            from engine.search import SYSTEM_PROMPT
-
-            return loaded.encode_chat(self.question, system=SYSTEM_PROMPT)
-        vocab_size = getattr(getattr(loaded.model, "config", None), "vocab_size", 16)
-        generator = torch.Generator().manual_seed(self.seed)
-        return torch.randint(3, max(4, vocab_size), (self.prompt_tokens,), generator=generator).tolist()
+from engine.workload import BASELINES, LADDER, Workload, check_names
 
 
 @dataclass
@@ -157,17 +87,6 @@ class BenchReport:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def check_names(policies: Sequence[str], baselines: Sequence[str]) -> None:
-    """ValueError, saying what to choose from, for a policy not in the LADDER or a baseline not in BASELINES."""
-    unknown = set(policies) - set(LADDER)
-    if unknown:
-        raise ValueError(f"unknown policies {sorted(unknown)}; choose from {', '.join(LADDER)}.")
-    unknown = set(baselines) - set(BASELINES)
-    if unknown:
-        raise ValueError(f"unknown baselines {sorted(unknown)}; choose from {', '.join(BASELINES)} "
-                         "(or give --baselines '').")
 
 
 @dataclass

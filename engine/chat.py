@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from transformers import PreTrainedTokenizerBase
+if TYPE_CHECKING:  # app.conversations reads Turn: `sessions` commands need no transformers
+    from transformers import PreTrainedTokenizerBase
 
 Turn = tuple[str, str]  # (the question, the chosen path's full text) of one earlier turn
 

@@ -88,6 +88,15 @@ def test_console_script_runs_as_a_process(tmp_path):
     assert json.loads(out.stdout.splitlines()[-1])["type"] == "run_finished"
 
 
+def test_help_and_the_sessions_commands_do_not_import_torch(tmp_path):
+    """Every command builds the whole parser; only the commands that run a model may pay torch's seconds."""
+    script = ("import sys; from app.cli import main; code = main(['sessions', 'list', '--db', sys.argv[1]]); "
+              "print(sorted(m for m in ('torch', 'transformers', 'PySide6') if m in sys.modules), code)")
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "s.db")], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.splitlines()[-1] == "[] 0", out.stdout + out.stderr
+
+
 @pytest.mark.parametrize("typed", ["→\\n", "\\n\\n", "none", "§\\t"])
 def test_the_command_line_and_the_window_read_a_delimiter_alike(typed):
     from app.cli import build_parser
@@ -128,6 +137,7 @@ def test_run_switches_reach_the_cache_config(flags, prefix_order, speculative):
 def test_bench_switches_reach_every_policys_cache_config(flags, prefix_order, speculative, monkeypatch):
     """bench forces a switch for every policy of the ladder; without the flag each rung's name decides."""
     import app.bench_cli as bench_cli
+    import engine.bench
     from engine.bench import LADDER, BenchReport
     from engine.config import CacheConfig
 
@@ -137,7 +147,7 @@ def test_bench_switches_reach_every_policys_cache_config(flags, prefix_order, sp
         seen.append(workload)
         return BenchReport(workload, "cpu", emulated=True, plan_only=True)
 
-    monkeypatch.setattr(bench_cli, "run_bench", fake_bench)
+    monkeypatch.setattr(engine.bench, "run_bench", fake_bench)  # bench_cli imports it when a bench runs
     monkeypatch.setattr(bench_cli, "format_report", lambda report: "")
     assert main(["bench", "--plan-only", *flags]) == 0
     (workload,) = seen
