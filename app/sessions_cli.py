@@ -58,7 +58,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise ValueError(f"--limit must be at least 1 (got {args.limit}).")
     with _open(args) as store:
-        rows = store.list_sessions(args.search, limit=args.limit)
+        rows = store.list_sessions(args.search, limit=args.limit + 1)
+    more, rows = len(rows) > args.limit, rows[: args.limit]
     if not rows:
         print("no sessions" + (f" matching {args.search!r}" if args.search else ""))
         return 0
@@ -69,6 +70,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         turn = f"{s['turn']} of #{s['conversation_id']}" if s["turn"] > 1 else "1"
         print(f"{s['id']:>5}  {s['created'][:16].replace('T', ' '):16}  {s['status']:11}  {_cut(s['model'], 22):22}  "
               f"{turn:>8}  {_cut(s['title'], 50)}{answer}")
+    if more:  # on stderr: a script reading the table reads only rows
+        print(f"(the newest {args.limit} are listed; more sessions match: --limit {args.limit * 4} lists more)",
+              file=sys.stderr)
     return 0
 
 

@@ -44,6 +44,13 @@ def test_list_and_search(db: Path, capsys) -> None:
     assert code == 0 and "no sessions matching" in out
 
 
+def test_a_list_cut_by_its_limit_says_so_on_stderr(db: Path, capsys) -> None:
+    code, out, err = run(capsys, "sessions", "list", "--db", str(db), "--limit", "1")
+    assert code == 0 and len(out.splitlines()) == 2 and "the newest 1 are listed; more sessions match" in err
+    code, out, err = run(capsys, "sessions", "list", "--db", str(db), "--limit", "2")
+    assert len(out.splitlines()) == 3 and err == ""
+
+
 def test_show(db: Path, capsys) -> None:
     code, out, _ = run(capsys, "sessions", "show", "1", "--db", str(db))
     assert code == 0

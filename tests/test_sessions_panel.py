@@ -216,3 +216,17 @@ def test_the_sessions_table_model_keeps_qts_model_contract(qtbot, qtlog, store: 
     model.set_rows([])
     assert model.rowCount() == 0 and tester is not None
     assert [r.message for r in qtlog.records if "FAIL" in r.message or "model" in r.message.lower()] == []
+
+
+def test_a_long_history_lists_the_newest_page_and_shows_older_on_request(qtbot, store, monkeypatch) -> None:
+    import app.gui.sessions_panel as sessions_panel
+
+    monkeypatch.setattr(sessions_panel, "PAGE", 2)  # three conversations: a page of two, then the third
+    widget = SessionsPanel(store)
+    qtbot.addWidget(widget)
+    widget.show()
+    assert widget.model.rowCount() == 2 and widget.older.isVisible()
+    assert [cell(widget, row, "title") for row in range(2)] == list(reversed(QUESTIONS))[:2]
+    widget.older.click()
+    assert widget.model.rowCount() == 3 and not widget.older.isVisible()
+    assert cell(widget, 2, "title") == QUESTIONS[0]

@@ -38,6 +38,7 @@ from engine.errors import BeamwiseError
 COLUMNS = ("title", "turns", "created", "model", "status", "answer")
 HEADERS = ("Title", "Turns", "Date", "Model", "Status", "Answer")
 COLUMN_WIDTHS = (220, 56, 124, 150, 80, 240)  # px; the user can drag them, the last one stretches
+PAGE = 200  # conversations listed at a time: a long history opens at once, "Show older" lists more
 STATUS_COLOURS = {"failed": "#c0504d", "interrupted": "#b07a12", "cancelled": "#5f6b7a", "running": "#3b7dd8"}
 EXPORT_FILTERS = {"md": "Markdown (*.md)", "html": "Web page (*.html)", "json": "JSON, can be imported (*.json)"}
 AnyIndex = QModelIndex | QPersistentModelIndex
@@ -134,6 +135,7 @@ class SessionsPanel(QWidget):
         """
         super().__init__(parent)
         self._store_source = store
+        self._shown = PAGE  # conversations listed; "Show older" adds a page
         self.model = SessionsTableModel(self._rename, self)
         self._build()
         if export_dialog:
@@ -170,6 +172,10 @@ class SessionsPanel(QWidget):
         self.message = QLabel(self, wordWrap=True)
         self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.message.hide()
+        self.older = QPushButton(f"Show {PAGE} older conversations", self)
+        self.older.setToolTip("Only the newest are listed at first; searching looks through all of them")
+        self.older.clicked.connect(self.show_older)
+        self.older.hide()
         buttons = QHBoxLayout()
         self.buttons: dict[str, QPushButton] = {}
         for key, text, slot in (("open", "Open", self.open_requested), ("run_again", "Run again",
@@ -184,7 +190,7 @@ class SessionsPanel(QWidget):
         buttons.addWidget(self.buttons["delete"])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        for widget in (self.search, self.view, self.message):
+        for widget in (self.search, self.view, self.older, self.message):
             layout.addWidget(widget)
         layout.addLayout(buttons)
         self._add_shortcuts()
@@ -242,16 +248,23 @@ class SessionsPanel(QWidget):
         """Reload from the store with the current search text, keeping the selection when it still exists."""
         keep = self.selected_id()
         try:
-            rows = list_conversations(self.store(), self.search.text() or None)  # each one's newest turn
+            rows = list_conversations(self.store(), self.search.text() or None, limit=self._shown + 1)  # newest turns
         except BeamwiseError as error:
             self._show_message(error.user_message())
             self.model.set_rows([])
+            self.older.hide()
         else:
             self._show_message(None)
-            self.model.set_rows(rows)
+            self.model.set_rows(rows[: self._shown])
+            self.older.setVisible(len(rows) > self._shown)
             if keep is not None:
                 self.select(keep)
         self._update_buttons()
+
+    def show_older(self) -> None:
+        """List the next page of older conversations below those shown."""
+        self._shown += PAGE
+        self.refresh()
 
     def _show_message(self, text: str | None) -> None:
         self.message.setText(text or "")
