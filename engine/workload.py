@@ -1,7 +1,7 @@
 """What a bench runs, without torch: the ladder of policies, the outside baselines' names and the workload.
 
 `beamwise bench`'s options are built from these on every `beamwise` command (its parser is the whole
-command's), so they live apart from the engine that runs them: `beamwise --help` and `sessions list`
+command's), so they live apart from the engine that runs them: the help and the `sessions` commands
 do not import torch.
 """
 
