@@ -46,12 +46,11 @@ def folders_for(db_path: Path, data_folder: Path) -> tuple[Path, ...]:
     return (db_path.parent, data_folder / "journals")
 
 
-def journal_folder(db_path: Path, data_folder: Path) -> Path:
-    """Beside the database when its folder is writable, else the user data folder's `journals/`."""
-    beside = db_path.parent
-    if os.access(beside, os.W_OK):
-        return beside
-    return data_folder / "journals"
+def journal_folders(db_path: Path, data_folder: Path) -> list[Path]:
+    """Where a run's journal may go, best first: beside the database when its folder is writable, then the user
+    data folder's `journals/` (the importer looks in both; a full disk beside the database may have room there)."""
+    beside, fallback = folders_for(db_path, data_folder)
+    return [beside, fallback] if os.access(beside, os.W_OK) and beside != fallback else [fallback]
 
 
 class RunJournal:
@@ -62,8 +61,12 @@ class RunJournal:
         name = f"{Path(header.db).name}.{header.created[:10]}-{uuid.uuid4().hex[:8]}{SUFFIX}"
         self.path = folder / name
         self._file: TextIO = self.path.open("x", encoding="utf-8", newline="\n")
-        self._line({"format": JOURNAL_FORMAT, "version": JOURNAL_VERSION, **header.__dict__})
-        self.sync()
+        try:
+            self._line({"format": JOURNAL_FORMAT, "version": JOURNAL_VERSION, **header.__dict__})
+            self.sync()
+        except OSError:  # no room even for the first line: leave no empty journal behind
+            self.discard()
+            raise
 
     def append(self, seconds: float, event: dict[str, Any]) -> None:
         self._line({"t": round(seconds, 6), "event": event})
@@ -71,6 +74,14 @@ class RunJournal:
     def sync(self) -> None:
         self._file.flush()
         os.fsync(self._file.fileno())
+
+    def discard(self) -> None:
+        """Close and delete the journal (one that could not take the run: another holds all of it)."""
+        try:
+            self._file.close()
+        except OSError:
+            pass  # its buffered tail could not be written: the file goes anyway
+        self.path.unlink(missing_ok=True)
 
     def close(self) -> None:
         if self._file.closed:

@@ -14,7 +14,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from app.export.checks import event_problem
-from app.journal import Journal, JournalError, journal_folder, journals_of, read_journal
+from app.journal import Journal, JournalError, journal_folders, journals_of, read_journal
 from app.processes import alive_since
 from app.recorder import SessionRecorder
 from app.store import RowsRefused, SessionStore, StoreError, default_db_path
@@ -39,16 +39,16 @@ def open_session_store(path: Path | str | None = None, *, notify: Notify | None 
     return store
 
 
-def journal_folder_of(store: SessionStore) -> Path:
-    """Where a run recorded into `store` keeps its journal if the database is busy."""
+def journal_folders_of(store: SessionStore) -> list[Path]:
+    """Where a run recorded into `store` keeps its journal if the database is busy or full, best first."""
     assert store.path is not None
-    return journal_folder(store.path, data_folder())
+    return journal_folders(store.path, data_folder())
 
 
 def recorder_for(store: SessionStore, notify: Notify, previous: int | None = None) -> SessionRecorder:
     """A recorder that journals instead of failing when the database is busy (file databases only);
     `previous` makes the run the next turn of that session's conversation."""
-    folder = None if store.path is None else (lambda: journal_folder_of(store))
+    folder = None if store.path is None else (lambda: journal_folders_of(store))
     return SessionRecorder(store, journal_folder=folder, notify=notify, previous=previous)
 
 
@@ -83,8 +83,8 @@ def import_journals(store: SessionStore, *, only: Path | None = None, notify: No
             continue
         except StoreError as error:  # busy, read-only, full or damaged: the database, not the journal; try later
             if only is None:  # with `only`, the caller says what happens to its own run's journal
-                say(f"the run journal {path} was not imported yet ({error}); it stays until the database can be "
-                    "written.")
+                say(f"the run journal {path} was not imported yet ({str(error).rstrip('.')}); it stays until the "
+                    "database can be written.")
             break
         except Exception as error:  # events that do not make a run (a damaged file): its transaction rolled back
             say(f"the run journal {path} was not imported: its events do not make a session this Beamwise can show "

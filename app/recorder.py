@@ -5,9 +5,10 @@ event into a `SessionModel` of its own (the fold the window uses), and when a st
 `StepSelected`) or the run does, it reads that step's rows from the model
 (app/session/rows.py) and writes them with the step's events together, so a run that is
 cancelled, fails or is killed keeps exactly the steps that finished. If the database is busy
-(`StoreLocked`) or cannot be written (`StoreReadOnly`) and the recorder was given a journal
-folder, it stops writing the database for this run and keeps the whole run in a journal
-(`app.journal`), flushed per step, which the next open of the database imports.
+(`StoreLocked`), cannot be written (`StoreReadOnly`) or its disk is full (`StoreFull`) and the
+recorder was given journal folders, it stops writing the database for this run and keeps the whole
+run in a journal (`app.journal`) in the first folder that takes it, flushed per step, which the next
+open of the database imports. When no folder takes it, the run goes on unsaved and says so once.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,10 +27,11 @@ from app import event_log
 from app.journal import RunJournal, header_for
 from app.session import ROOT_ID, SessionModel
 from app.session.rows import candidate_row, row_state, session_facts, session_settings, step_row
-from app.store import SessionStore, StoreError, StoreLocked, StoreReadOnly, now_iso, short_title
+from app.store import SessionStore, StoreError, StoreFull, StoreLocked, StoreReadOnly, now_iso, short_title
 from engine import events as ev
 
-UNAVAILABLE = (StoreLocked, StoreReadOnly)  # the database is there but cannot take this run's rows now
+UNAVAILABLE = (StoreLocked, StoreReadOnly, StoreFull)  # the database is there but cannot take this run's rows now
+Folders = Path | Sequence[Path]  # where a journal may go, best first
 
 
 @dataclass
@@ -46,8 +48,9 @@ class _Batch:
 class SessionRecorder:
     """Records one run. `session_id` is set once `RunStarted` has been written; `model` is the run folded so far.
 
-    `journal_folder` (a folder, or a callable giving one) turns a busy database into a journal
-    instead of an error; `notify` receives the one line a user should read when that happens.
+    `journal_folder` (a folder or folders, best first, or a callable giving them) turns a busy database into a
+    journal instead of an error; `notify` receives the one line a user should read when that happens.
+    `unsaved` is True once neither the database nor any journal folder could take the run.
     `clock`, `created`, `session_id` and `transaction` let `app.journal_import` replay a journal.
     `previous` (a session id) records the run as the next turn of that session's conversation (app/conversations.py).
     """
@@ -57,7 +60,7 @@ class SessionRecorder:
         store: SessionStore,
         *,
         title: str | None = None,
-        journal_folder: Path | Callable[[], Path] | None = None,
+        journal_folder: Folders | Callable[[], Folders] | None = None,
         notify: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         created: str | None = None,
@@ -69,6 +72,7 @@ class SessionRecorder:
         self.title = title
         self.session_id: int | None = None
         self.finished = False
+        self.unsaved = False
         self.journal: RunJournal | None = None
         self.model = SessionModel(layout=False)  # the recorder reads rows, never row positions
         self._journal_folder, self._notify, self._clock = journal_folder, notify or (lambda _text: None), clock
@@ -104,6 +108,8 @@ class SessionRecorder:
         self._log.append((self._clock() - self._started, ev.to_dict(event)))
         self._touched |= self.model.apply(event).nodes
         boundary = event.type == "step_selected" or event.type in ev.TERMINAL_TYPES
+        if self.unsaved:
+            return
         if self.journal is not None:
             self._journal_last(boundary)
         else:
@@ -132,31 +138,52 @@ class SessionRecorder:
         return None if self.journal is None else self.journal.path
 
     def _divert(self, error: StoreError) -> None:
-        """From now on this run goes to a journal: everything so far, then each event as it comes."""
-        folder = self._journal_folder() if callable(self._journal_folder) else self._journal_folder
-        assert folder is not None and self.store.path is not None
-        try:
-            self.journal = RunJournal(folder, header_for(self.store.path, self._created or now_iso(), self.session_id,
-                                                             self.previous))
-            for seconds, data in self._log:
-                self.journal.append(seconds, data)
-            self.journal.sync()
-        except OSError as failure:
-            self.journal = None
-            raise StoreError(
-                f"{error} The run journal could not be written either ({failure}); this run is NOT being saved.",
-                hint="Free disk space or pass --db PATH.",
-            ) from failure
-        self._notify(
-            f"{error} This run is kept in the journal {self.journal.path} and is saved into the "
-            "database the next time Beamwise opens it."
-        )
+        """From now on this run goes to a journal: everything so far, then each event as it comes. The first
+        folder that takes the whole log keeps it (beside the database, then the user data folder's journals/);
+        when none does (a full disk), the run goes on unsaved and the user is told once."""
+        problems = []
+        for folder in self._folders():
+            try:
+                self.journal = RunJournal(folder, header_for(self.store.path, self._created or now_iso(),
+                                                             self.session_id, self.previous))
+                for seconds, data in self._log:
+                    self.journal.append(seconds, data)
+                self.journal.sync()
+            except OSError as failure:
+                self._drop_journal()
+                problems.append(f"{folder}: {failure.strerror or failure}")
+                continue
+            self._notify(f"{error} This run is kept in the journal {self.journal.path} and is saved into the "
+                         "database the next time Beamwise opens it.")
+            return
+        self.unsaved = True
+        self._notify(f"{error} No run journal could be written either ({'; '.join(problems)}): this run is NOT "
+                     "being saved. It goes on, and its answer is shown; free disk space to save the next one.")
+
+    def _folders(self) -> list[Path]:
+        folders = self._journal_folder() if callable(self._journal_folder) else self._journal_folder
+        assert folders is not None and self.store.path is not None
+        return [folders] if isinstance(folders, Path) else list(folders)
+
+    def _drop_journal(self) -> None:
+        """A journal that could not take the run is deleted: the next folder's holds all of it, and two journals
+        of one run would import as two sessions."""
+        journal, self.journal = self.journal, None
+        if journal is not None:
+            journal.discard()
 
     def _journal_last(self, boundary: bool) -> None:
         assert self.journal is not None
-        self.journal.append(*self._log[-1])
-        if boundary:
-            self.journal.sync()
+        try:
+            self.journal.append(*self._log[-1])
+            if boundary:
+                self.journal.sync()
+        except OSError as failure:  # its disk filled mid-run: the whole run moves on to the next folder that takes it
+            failed = self.journal.path.parent
+            self._drop_journal()
+            self._journal_folder = [f for f in self._folders() if f != failed]
+            why = failure.strerror or failure
+            self._divert(StoreError(f"the run journal in {failed} could not be written ({why})."))
 
     def flush(self) -> None:
         """Write every closed step (and the end of the run, if it came) in one transaction."""
@@ -189,7 +216,7 @@ class SessionRecorder:
         if self.journal is not None:
             self.journal.close()
             return
-        if self.session_id is None or self.finished:
+        if self.session_id is None or self.finished or self.unsaved:
             return
         self._close_batch(interrupted=True)
         try:
@@ -198,7 +225,8 @@ class SessionRecorder:
             if self._journal_folder is None:
                 raise
             self._divert(error)
-            self.journal.close()  # type: ignore[union-attr]
+            if self.journal is not None:
+                self.journal.close()
 
     # ---------------------------------------------------------------- internals
 

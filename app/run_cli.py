@@ -234,6 +234,7 @@ def _close(recorder) -> None:
     recorder.close()
     path = recorder.journal_path
     if path is not None and not import_journals(recorder.store, only=path, notify=_note):
-        _warn(f"the session database {recorder.store.path} is still busy; this run is kept whole in the journal "
-              f"{path} and is saved into the database the next time Beamwise opens it (any command or the window).")
+        _warn(f"the session database {recorder.store.path} still cannot be written (busy, read-only or its disk "
+              f"full); this run is kept whole in the journal {path} and is saved into the database the next time "
+              "Beamwise opens it (any command or the window).")
     recorder.store.close()

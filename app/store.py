@@ -50,6 +50,12 @@ class StoreReadOnly(StoreError):
     hint = "Make the folder writable, or pass --db with a file in a folder you can write to."
 
 
+class StoreFull(StoreError):
+    """The disk (or the file system's quota) holding the database has no room for the rows."""
+
+    hint = "Free some disk space (or pass --db with a file on another drive); nothing of this write was kept."
+
+
 class StoreDamaged(StoreError):
     """The file is not a SQLite database, or its pages are malformed."""
 
@@ -164,6 +170,8 @@ class SessionStore:
                     raise self._damaged(error) from error
                 if "readonly" in text or "read-only" in text:
                     raise self._read_only() from error
+                if "disk is full" in text:  # SQLITE_FULL: "database or disk is full"
+                    raise StoreFull(f"the disk holding the session database {self.path} is full.") from error
                 raise StoreError(f"cannot use the session database {self.path}: {error}.",
                                  hint="Check free disk space and that the file is writable.") from error
             except sqlite3.IntegrityError as error:  # rows that break a constraint: the data, not the file

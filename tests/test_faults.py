@@ -81,7 +81,7 @@ def test_a_run_under_a_lock_held_throughout_is_journalled_and_imported_on_the_ne
     assert "answer:" in captured.out
     journals = list(db.parent.glob("*.journal.jsonl"))
     assert len(journals) == 1, "one journal per run, beside the database (its folder is writable)"
-    assert "still busy" in captured.err and str(journals[0]) in captured.err
+    assert "still cannot be written" in captured.err and str(journals[0]) in captured.err
     assert "nothing was lost" not in captured.err  # the old promise that was false
     journal = read_journal(journals[0])
     assert journal.closed and journal.events[-1][1]["type"] == "run_finished"

@@ -32,7 +32,7 @@ def test_a_window_run_under_a_held_lock_appears_whole_in_the_next_window(qtbot, 
     finally:
         lock.release()
         bridge.shutdown()
-    assert any("journal" in n for n in notes) and any("still busy" in n for n in notes)
+    assert any("journal" in n for n in notes) and any("still cannot be written" in n for n in notes)
     assert not any("nothing was lost" in n for n in notes)
 
     store = open_store(str(db), ask=False)  # what the next window does when it starts

@@ -234,8 +234,9 @@ class SearchWorker(QObject):
             self.session_recorded.emit(int(written[0]))
             self.recording_failed.emit(f"The session database is free again: this run was saved whole from {path}.")
         else:
-            self.recording_failed.emit(f"The session database is still busy: this run is kept whole in the journal "
-                                       f"{path} and is saved the next time Beamwise opens the database.")
+            self.recording_failed.emit(f"The session database still cannot be written (busy, read-only or its disk "
+                                       f"full): this run is kept whole in the journal {path} and is saved the next "
+                                       "time Beamwise opens the database.")
 
     def _record(self, recorder: Any, event: Any) -> Any:
         """Write one event; on a storage fault say so once and stop recording this run."""
