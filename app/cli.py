@@ -59,6 +59,9 @@ def _default_db() -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from app.question import check_given
+
+    check_given(args.question, args.question_file)  # before the engine's import: a missing question is said at once
     from app.run_cli import run_command  # here, not at the top: `beamwise --help` stays light
 
     return run_command(args)
@@ -75,7 +78,12 @@ def _gui(args: argparse.Namespace) -> int:
 
 
 def _quiet_progress_bars() -> None:
-    """transformers' "Loading weights" bars would clutter every run's stderr; Beamwise reports loading itself."""
+    """transformers' "Loading weights" bars would clutter every run's stderr; Beamwise reports loading itself.
+    Before huggingface_hub loads, its switch is an environment variable read at import: a command refused for its
+    arguments then never pays for importing transformers."""
+    if "huggingface_hub" not in sys.modules:
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+        return
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()

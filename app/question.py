@@ -13,15 +13,11 @@ EXAMPLE = 'beamwise run "What is 12*7?"'
 
 def read_question(argument: str | None, file: str | None, default: str | None = None) -> str:
     """The question as text; every way it can be unusable is one UsageError (exit 2) saying what to do."""
-    if argument is not None and file is not None:
-        raise UsageError("give the question either as an argument or with --question-file, not both.")
+    check_given(argument, file, default)
     if file is not None:
         text = _decode(_read_bytes(file), "standard input" if file == "-" else file)
     elif argument == "-":
         text = _decode(_read_bytes("-"), "standard input")
-    elif argument is None and default is None:
-        raise UsageError(f"no question given; pass one in quotes, e.g. {EXAMPLE}, or --question-file PATH "
-                         "(- reads standard input).")
     elif argument is None:
         text = default
     else:
@@ -29,6 +25,15 @@ def read_question(argument: str | None, file: str | None, default: str | None = 
     if not text.strip():
         raise UsageError(f"the question is empty; pass a question in quotes, e.g. {EXAMPLE}, or --question-file PATH.")
     return text
+
+
+def check_given(argument: str | None, file: str | None, default: str | None = None) -> None:
+    """The checks that need no reading, so that `beamwise run` says them before it loads the engine (seconds)."""
+    if argument is not None and file is not None:
+        raise UsageError("give the question either as an argument or with --question-file, not both.")
+    if argument is None and file is None and default is None:
+        raise UsageError(f"no question given; pass one in quotes, e.g. {EXAMPLE}, or --question-file PATH "
+                         "(- reads standard input).")
 
 
 def _read_bytes(file: str) -> bytes:

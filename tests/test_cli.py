@@ -88,13 +88,15 @@ def test_console_script_runs_as_a_process(tmp_path):
     assert json.loads(out.stdout.splitlines()[-1])["type"] == "run_finished"
 
 
-def test_help_and_the_sessions_commands_do_not_import_torch(tmp_path):
+@pytest.mark.parametrize(("argv", "code"), [(["sessions", "list", "--db", "DB"], 0), (["run"], 2),
+                                            (["run", "q", "--question-file", "f"], 2)])
+def test_help_sessions_and_a_run_without_a_question_do_not_import_torch(tmp_path, argv, code):
     """Every command builds the whole parser; only the commands that run a model may pay torch's seconds."""
-    script = ("import sys; from app.cli import main; code = main(['sessions', 'list', '--db', sys.argv[1]]); "
+    argv = [str(tmp_path / "s.db") if a == "DB" else a for a in argv]
+    script = (f"import sys; from app.cli import main; code = main({argv!r}); "
               "print(sorted(m for m in ('torch', 'transformers', 'PySide6') if m in sys.modules), code)")
-    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "s.db")], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
-    assert out.stdout.splitlines()[-1] == "[] 0", out.stdout + out.stderr
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.stdout.splitlines()[-1] == f"[] {code}", out.stdout + out.stderr
 
 
 @pytest.mark.parametrize("typed", ["→\\n", "\\n\\n", "none", "§\\t"])
