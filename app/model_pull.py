@@ -93,16 +93,18 @@ def _pull(repo_id: str, filename: str | None, endpoint: str, revision: str,
     target = destination(repo_id)
     with _writing(target):
         target.mkdir(parents=True, exist_ok=True)
-        same = _marked_commit(target) == commit  # files finished by an earlier pull of this very commit are kept
-        _mark(target, {"repo": repo_id, "commit": commit, "complete": False})
+        done = _finished_before(target, commit)
+        _mark(target, {"repo": repo_id, "commit": commit, "complete": False, "done": sorted(done)})
         _start_partial(target, commit)
-        _check_disk(target, files, same)
+        _check_disk(target, files, done)
         job = _Job(repo_id, endpoint, commit or revision, target,
-                   PullProgress(sum(files.values()), started=time.monotonic()), report, cancel, same)
+                   PullProgress(sum(files.values()), started=time.monotonic()), report, cancel, done)
         for name, size in files.items():
             if cancel.is_set():
                 raise PullCancelled(CANCELLED)
-            _download(job, name, size)
+            if _download(job, name, size):
+                done.add(name)
+                _mark(target, {"repo": repo_id, "commit": commit, "complete": False, "done": sorted(done)})
         shutil.rmtree(target / PARTIAL, ignore_errors=True)
         _mark(target, {"repo": repo_id, "endpoint": endpoint, "revision": revision, "commit": commit,
                        "files": sorted(files), "complete": True})
@@ -132,12 +134,17 @@ def _asked(question: Callable[[], T], cancel: threading.Event) -> T:
     return value
 
 
-def _marked_commit(target: Path) -> str | None:
+def _finished_before(target: Path, commit: str | None) -> set[str]:
+    """The files an earlier pull of this very commit finished, as its marker lists them: only these are kept.
+    A file of another commit is fetched again even when its size is the same (a changed config.json)."""
     try:
         marker = json.loads((target / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    return marker.get("commit") if isinstance(marker, dict) else None
+        return set()
+    if not isinstance(marker, dict) or marker.get("commit") != commit:
+        return set()
+    names = marker.get("files" if marker.get("complete") else "done")
+    return {name for name in names if isinstance(name, str)} if isinstance(names, list) else set()
 
 
 def _start_partial(target: Path, commit: str | None) -> None:
@@ -210,9 +217,9 @@ def _refuse_outside(name: str, repo_id: str) -> None:
                         "such a listing: check the repository and the --endpoint.")
 
 
-def _check_disk(target: Path, files: dict[str, int], reuse: bool) -> None:
-    need = sum(max(0, size - (reuse and _have(target / name) == size) * size - _have(target / PARTIAL / f"{name}.part"))
-               for name, size in files.items())
+def _check_disk(target: Path, files: dict[str, int], done: set[str]) -> None:
+    need = sum(size - min(size, _have(target / PARTIAL / f"{name}.part")) for name, size in files.items()
+               if not (name in done and _have(target / name) == size))
     free = shutil.disk_usage(target).free
     if need * SPARE > free:
         raise PullError(f"the download needs {fmt.size(need)} but only {fmt.size(free)} is free on the disk of "
@@ -234,19 +241,19 @@ class _Job:
     progress: PullProgress
     report: Callable[[PullProgress], None]
     cancel: threading.Event
-    reuse: bool  # files already in the folder came from this commit
+    done: set[str]  # files an earlier pull of this commit finished
 
 
-def _download(job: _Job, name: str, size: int) -> None:
-    """One file by a ranged GET: a partial `.part` file is continued, never restarted."""
+def _download(job: _Job, name: str, size: int) -> bool:
+    """One file by a ranged GET: a partial `.part` file is continued, never restarted. False: it was there."""
     from huggingface_hub import hf_hub_url
 
     base, final = job.progress.done, job.target / name
-    if job.reuse and _have(final) == size:  # finished in an earlier pull of the same commit
+    if name in job.done and _have(final) == size:  # finished in an earlier pull of the same commit
         job.progress.done = base + size
         job.progress.resumed += size
         job.report(job.progress)
-        return
+        return False
     part = job.target / PARTIAL / f"{name}.part"
     part.parent.mkdir(parents=True, exist_ok=True)
     if _have(part) > size:  # longer than the file: it cannot be a start of it
@@ -264,6 +271,7 @@ def _download(job: _Job, name: str, size: int) -> None:
     part.replace(final)
     job.progress.done = base + size
     job.report(job.progress)
+    return True
 
 
 def _transfer(job: _Job, url: str, part: Path, base: int) -> None:

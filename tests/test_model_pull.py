@@ -238,3 +238,15 @@ def test_cancel_while_the_hub_has_not_answered_the_listing_ends_at_once():
         finally:
             hub.api_hold.set()
     assert time.monotonic() - started < model_pull.TIMEOUT / 2
+
+
+def test_a_new_commits_pull_that_failed_early_does_not_keep_the_old_commits_files_on_resume():
+    with Hub({"tiny/llama": dict(REPO["tiny/llama"])}) as hub:
+        folder = pull("tiny/llama", endpoint=hub.endpoint)
+        hub.repos["tiny/llama"]["model.safetensors"], hub.commit = WEIGHTS[::-1], "d" * 40  # same size, new bytes
+        hub.cut = {"config.json"}  # the new commit's pull breaks off before it reaches the weights
+        with pytest.raises(PullError, match="broke off"):
+            pull("tiny/llama", endpoint=hub.endpoint)
+        hub.cut = set()
+        pull("tiny/llama", endpoint=hub.endpoint)
+    assert (folder / "model.safetensors").read_bytes() == WEIGHTS[::-1]
