@@ -6,7 +6,8 @@ A prompt ending in "Answer:" with max_tokens 1 is a self-judge question, answere
 Mode "llama.cpp" answers in the shape llama.cpp's server uses (log-probabilities under "content", no
 "stop_reason"). Other modes fail: "404" (no such model), "500", "no-logprobs", "no-top-logprobs" (none for
 the self-judge), "n-ignored" (one choice whatever n asks), "no-text" (choices without their text), "slow"
-(answers after `delay` seconds, or notes in `abandoned` a client that left first).
+(answers after `delay` seconds, or notes in `abandoned` a client that left first), "trickle" (sends the
+headers at once, then the answer one byte every `delay` seconds, as a stalled proxy can).
 `key` makes it answer 401 to a request without that bearer key; `fail_after` answers 500 from that
 many completions on (a server that dies in the middle of a run).
 """
@@ -142,6 +143,9 @@ def _handler(server: FakeServer):
             if server.mode == "slow" and self._client_left_within(server.delay):
                 server.abandoned.append(time.monotonic())
                 return
+            if server.mode == "trickle":
+                self._trickle(*server.answer(body))
+                return
             self._send(*server.answer(body))
 
         def _client_left_within(self, seconds: float) -> bool:
@@ -168,6 +172,21 @@ def _handler(server: FakeServer):
                 self.wfile.write(raw)
             except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
                 pass
+
+        def _trickle(self, status: int, data: dict) -> None:
+            raw = json.dumps(data).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.flush()
+                for byte in raw:
+                    time.sleep(server.delay)
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):  # the client left
+                server.abandoned.append(time.monotonic())
 
         def log_message(self, *args) -> None:
             pass

@@ -184,6 +184,26 @@ def test_a_slow_server_times_out() -> None:
     assert failed.error == "ServerUnreachable" and "did not answer within 0.2 s (2 tries)" in failed.message
 
 
+def test_the_timeout_bounds_an_answer_that_trickles_in() -> None:
+    """The headers at once, then a byte every 0.1 s (about 30 s in all): before, the socket's timeout bounded each
+    read only, so the run waited out the whole trickle; now the whole answer must come within the timeout."""
+    with FakeServer(mode="trickle", delay=0.1) as server:
+        began = time.monotonic()
+        failed = failure(server.url, timeout_s=0.3, retries=1)
+        waited = time.monotonic() - began
+    assert failed.error == "ServerUnreachable" and "did not answer within 0.3 s (2 tries)" in failed.message
+    assert waited < 5.0
+
+
+def test_stop_ends_an_answer_that_trickles_in() -> None:
+    with FakeServer(mode="trickle", delay=0.1) as server:
+        began = time.monotonic()
+        events = list(run(QUESTION, config(server.url, timeout_s=30.0), SEARCH,
+                          should_stop=lambda: time.monotonic() - began > 0.3))
+        ended = time.monotonic()
+    assert [e.type for e in events] == ["run_started", "run_cancelled"] and ended - began < 5.0
+
+
 def test_backoff_is_bounded() -> None:
     waits: list[float] = []
     backend = OpenAICompletions(ServerConfig(f"http://127.0.0.1:{closed_port()}", MODEL, retries=3, backoff_s=0.5),

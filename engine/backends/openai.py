@@ -4,14 +4,16 @@ Standard library only (http.client). One call of `complete` is one request with 
 cache does the KV reuse between a parent's children. Every failure becomes one of the RemoteError types of
 engine/errors.py, whose message is what the user reads.
 
-A request in flight can be cancelled: while the server computes, the client waits on the socket in short
-slices and asks `should_stop` between them; on a stop it closes the connection (vLLM, SGLang and
-llama.cpp's server abort a request whose client left) and raises RequestCancelled.
+A request in flight can be cancelled: while the server computes or sends, the client waits on the socket in
+short slices and asks `should_stop` between them; on a stop it closes the connection (vLLM, SGLang and
+llama.cpp's server abort a request whose client left) and raises RequestCancelled. The same slices hold the
+whole answer, headers and body, to the timeout: a socket's own timeout bounds each read only.
 """
 
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import math
 import os
@@ -221,6 +223,7 @@ class OpenAICompletions:
         parts = urllib.parse.urlsplit(url)
         kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         self.requests += 1
+        deadline = time.monotonic() + self.cfg.timeout_s
         try:
             connection = kind(parts.hostname or "", parts.port, timeout=self.cfg.timeout_s)
         except (http.client.InvalidURL, ValueError) as error:
@@ -229,8 +232,9 @@ class OpenAICompletions:
             ) from error
         try:
             connection.request(method, parts.path, body=data, headers=headers)
-            self._await_answer(connection)
-            response = connection.getresponse()
+            sliced = _SlicedSocket(connection.sock, deadline, self.should_stop)
+            response = http.client.HTTPResponse(sliced, method=method)
+            response.begin()
             status, raw = response.status, response.read()
         except TimeoutError as error:
             raise self._timeout() from error
@@ -244,15 +248,6 @@ class OpenAICompletions:
             return json.loads(raw.decode())
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise ServerError(status, f"an answer that is not JSON ({error})") from error
-
-    def _await_answer(self, connection: http.client.HTTPConnection) -> None:
-        """Wait until the answer starts, asking `should_stop` every POLL_S; the whole wait is the timeout."""
-        deadline = time.monotonic() + self.cfg.timeout_s
-        while not select.select([connection.sock], [], [], POLL_S)[0]:
-            if self.should_stop():
-                raise RequestCancelled
-            if time.monotonic() > deadline:
-                raise TimeoutError
 
     def _timeout(self) -> ServerUnreachable:
         return ServerUnreachable(
@@ -273,6 +268,34 @@ class OpenAICompletions:
                 hint="Check the API key (--api-key-env NAME: the variable that holds it).",
             )
         return ServerError(status, detail)
+
+
+class _SlicedSocket(io.RawIOBase):
+    """The socket as HTTPResponse reads it: each read waits in POLL_S slices, asking `should_stop` between them,
+    and fails past `deadline`, so the whole answer comes within the timeout. A socket timeout alone bounds each
+    read: a server (or proxy) that sends a byte a second never trips it, and a Stop would wait for the end."""
+
+    def __init__(self, sock, deadline: float, should_stop: StopFn) -> None:
+        super().__init__()
+        self.sock, self.deadline, self.should_stop = sock, deadline, should_stop
+
+    def makefile(self, mode: str) -> io.BufferedReader:  # what HTTPResponse asks its socket for
+        return io.BufferedReader(self)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._ready():
+            if self.should_stop():
+                raise RequestCancelled
+            if time.monotonic() > self.deadline:
+                raise TimeoutError
+        return self.sock.recv_into(buffer)
+
+    def _ready(self) -> bool:
+        pending = getattr(self.sock, "pending", None)  # TLS: bytes already decrypted are not seen by select
+        return bool(pending and pending()) or bool(select.select([self.sock], [], [], POLL_S)[0])
 
 
 @dataclass(frozen=True)
