@@ -378,6 +378,36 @@ def test_top_log_probabilities_give_each_tokens_top1_probability() -> None:
     assert _completion(bare, {}, []).top1 == ()
 
 
+@pytest.mark.parametrize("value", ["-0.5", {"logprob": -0.5}, True, math.nan, math.inf, 5.0])
+@pytest.mark.parametrize("shape", ["legacy", "llama.cpp", "top", "judge"])
+def test_log_probabilities_that_are_not_are_the_servers_error(value, shape: str) -> None:
+    """Before, text or an object ended the run as 'a fault in Beamwise' (exit 1, a traceback), and NaN, +inf or
+    5.0 were scored ('score nan', 'score 54.598') and the run finished as if nothing were wrong."""
+    from engine.backends.openai import _completion, _first_top_logprobs
+
+    logprobs = {
+        "legacy": {"token_logprobs": [-0.1, value]},
+        "llama.cpp": {"content": [{"logprob": -0.1}, {"logprob": value}]},
+        "top": {"token_logprobs": [-0.1], "top_logprobs": [{"a": value}]},
+        "judge": {"top_logprobs": [{" Yes": value}]},
+    }[shape]
+    with pytest.raises(ServerError, match="log-probabilities are not log-probabilities"):
+        if shape == "judge":
+            _first_top_logprobs(logprobs)
+        else:
+            _completion({"text": " 7 8", "finish_reason": "length", "logprobs": logprobs}, {}, [])
+
+
+def test_extreme_log_probabilities_are_read() -> None:
+    """-inf (probability 0) and huge negatives are log-probabilities; a hair above 0 is a rounded 0."""
+    from engine.backends.openai import _completion
+
+    choice = {"text": " 7", "finish_reason": "length", "logprobs": {
+        "token_logprobs": [-math.inf, 1e-7], "top_logprobs": [{"a": -1e308}, {"b": 1e-7}]}}
+    read = _completion(choice, {}, [])
+    assert read.logprobs == (-math.inf, 0.0) and read.top1 == (0.0, 1.0)
+
+
 def test_llama_cpp_answers_are_read_too() -> None:
     """llama.cpp's server puts log-probabilities under "content" and sends no stop_reason: a stop is then the
     delimiter (it cannot say EOS), so the run ends by the answer mark, with the same texts and scores."""

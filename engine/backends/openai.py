@@ -27,6 +27,7 @@ from engine.errors import LogprobsUnavailable, RemoteError, ServedModelNotFound,
 
 RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
 POLL_S = 0.05  # how often a waiting request asks `should_stop`: a Stop takes effect within this
+ROUNDING = 1e-3  # a log-probability this far above 0 is a probability of 1 rounded, read as 0
 StopFn = Callable[[], bool]
 
 
@@ -350,7 +351,7 @@ def _token_logprobs(logprobs: object, text: str, usage: dict) -> tuple[float, ..
         values = []  # nothing was generated (llama.cpp then sends null)
     if values is None:
         raise LogprobsUnavailable("the server returned no token log-probabilities for /v1/completions.")
-    return tuple(float(v) for v in values if v is not None)
+    return tuple(_logprob(v) for v in values if v is not None)
 
 
 def _token_top1(logprobs: object, values: tuple[float, ...]) -> tuple[float, ...]:
@@ -365,7 +366,7 @@ def _token_top1(logprobs: object, values: tuple[float, ...]) -> tuple[float, ...
                      for item in logprobs["content"] if isinstance(item, dict)]
     if positions is None or len(positions) != len(values):
         return ()
-    best = [max([float(v) for v in top if v is not None] + [sampled])
+    best = [max([_logprob(v) for v in top if v is not None] + [sampled])
             for top, sampled in zip(positions, values, strict=True)]
     return tuple(math.exp(lp) for lp in best)
 
@@ -377,12 +378,21 @@ def _first_top_logprobs(logprobs: object) -> dict[str, float]:
         return {}
     legacy = logprobs.get("top_logprobs")
     if isinstance(legacy, list) and legacy and isinstance(legacy[0], dict):
-        return {str(t): float(v) for t, v in legacy[0].items() if v is not None}
+        return {str(t): _logprob(v) for t, v in legacy[0].items() if v is not None}
     content = logprobs.get("content")
     if isinstance(content, list) and content and isinstance(content[0], dict):
         items = content[0].get("top_logprobs") or []
-        return {str(i.get("token")): float(i["logprob"]) for i in items if isinstance(i, dict) and "logprob" in i}
+        return {str(i.get("token")): _logprob(i["logprob"]) for i in items if isinstance(i, dict) and "logprob" in i}
     return {}
+
+
+def _logprob(value: object) -> float:
+    """A log-probability as the server sent it, checked: a number at most 0 (-inf included). Text or an object
+    would end the run as a fault in Beamwise; NaN, +inf or 5.0 would score paths with nonsense (NaN sorts
+    anywhere, exp(1e308) overflows)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) or value > ROUNDING:
+        raise ServerError(200, f"an answer whose log-probabilities are not log-probabilities (one is {value!r:.60})")
+    return min(float(value), 0.0)
 
 
 def _detail(raw: bytes) -> str:
