@@ -8,6 +8,8 @@ Mode "llama.cpp" answers in the shape llama.cpp's server uses (log-probabilities
 the self-judge), "n-ignored" (one choice whatever n asks), "no-text" (choices without their text), "slow"
 (answers after `delay` seconds, or notes in `abandoned` a client that left first), "trickle" (sends the
 headers at once, then the answer one byte every `delay` seconds, as a stalled proxy can).
+"odd-shapes" answers in shapes a proxy may send: `usage` a list, each choice's index text, and a model
+listing whose "data" is not a list.
 `key` makes it answer 401 to a request without that bearer key; `fail_after` answers 500 from that
 many completions on (a server that dies in the middle of a run).
 """
@@ -59,7 +61,8 @@ class FakeServer:
         if self.mode == "404" or body.get("model") != MODEL:
             return 404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}}
         if body["prompt"].endswith("\nAnswer:") and body["max_tokens"] == 1 and body.get("logprobs", 0) > 1:
-            return 200, {"choices": [self._judgement(body["prompt"])], "usage": {"prompt_tokens": len(body["prompt"])}}
+            counted = "many" if self.mode == "odd-shapes" else len(body["prompt"])
+            return 200, {"choices": [self._judgement(body["prompt"])], "usage": {"prompt_tokens": counted}}
         n = 1 if self.mode == "n-ignored" else body.get("n", 1)
         choices = [self._choice(body["prompt"], body.get("seed", 0) + index, body["max_tokens"]) for index in range(n)]
         for index, choice in enumerate(choices):
@@ -67,6 +70,8 @@ class FakeServer:
         words = sum(len(c["text"].split()) for c in choices)
         for choice in choices if self.mode == "no-text" else ():
             del choice["text"]
+        if self.mode == "odd-shapes":
+            return 200, {"choices": [dict(c, index=str(c["index"])) for c in choices], "usage": [words]}
         return 200, {"choices": choices, "usage": {"prompt_tokens": len(body["prompt"].split()),
                                                    "completion_tokens": words}}
 
@@ -121,6 +126,8 @@ def _handler(server: FakeServer):
         def do_GET(self) -> None:
             if server.refuses(self.headers.get("Authorization")):
                 self._send(401, {"error": {"message": "Invalid API key", "type": "invalid_request_error"}})
+            elif self.path == "/v1/models" and server.mode == "odd-shapes":
+                self._send(200, {"object": "list", "data": {"id": MODEL}})
             elif self.path == "/v1/models" and server.mode != "404":
                 self._send(200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
             else:

@@ -440,3 +440,16 @@ def test_a_server_that_ignores_n_is_said() -> None:
         failed = failure(server.url, one_request_per_path=True)
     assert failed.error == "RemoteError" and "answered 1 continuation(s) to a request for n=4" in failed.message
     assert "--one-request-per-path" in failed.message
+
+
+@pytest.mark.parametrize("verifier", ["logprob", "self-judge"])
+def test_answers_of_odd_shapes_are_read_where_they_can_be(verifier: str) -> None:
+    """`usage` a list or counts as text, choices' indices as text, a model listing whose data is not a list:
+    before, each ended the run as 'a fault in Beamwise' (AttributeError, TypeError); they say nothing the search
+    needs, so they are passed over."""
+    search = SearchConfig(beams=2, width=2, step_tokens=16, max_steps=4, verifier=verifier)
+    with FakeServer(mode="odd-shapes") as server:
+        events = events_of(server.url, search, one_request_per_path=True)
+        assert check_connection(config(server.url)).served == ()
+    assert events[-1].type == "run_finished", events[-1]
+    assert next(e for e in events if e.type == "prefill_done").prompt_tokens == 0

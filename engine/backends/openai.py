@@ -104,8 +104,10 @@ class OpenAICompletions:
             listing = self._request("GET", "/models", None)
         except ServedModelNotFound:
             return ()
-        data = listing.get("data", []) if isinstance(listing, dict) else []
-        served = tuple(str(m.get("id")) for m in data if isinstance(m, dict))
+        data = listing.get("data") if isinstance(listing, dict) else None
+        if not isinstance(data, list):  # a listing of another shape names no model: the first completion will tell
+            data = []
+        served = tuple(m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str))
         if served and self.cfg.served_model not in served:
             raise ServedModelNotFound(
                 f"the server at {self.cfg.endpoint} serves {', '.join(served)}, not {self.cfg.served_model!r}."
@@ -155,8 +157,8 @@ class OpenAICompletions:
                 f"the server answered {len(choices)} continuation(s) to a request for n={n}: it does not honour n.",
                 hint="Leave out --one-request-per-path (one request per child works with every server).",
             )
-        usage = answer.get("usage") or {}
-        ordered = sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
+        usage = _usage(answer)
+        ordered = sorted(choices, key=lambda c: c["index"] if isinstance(c.get("index"), int) else 0)
         return [_completion(choice, usage, stop) for choice in ordered]
 
     def first_token_choices(self, prompt: str, k: int) -> tuple[dict[str, float], int]:
@@ -180,7 +182,7 @@ class OpenAICompletions:
             raise LogprobsUnavailable(
                 "the server returned no top log-probabilities (`logprobs` > 1), which the self-judge reads."
             )
-        return top, int((answer.get("usage") or {}).get("prompt_tokens") or 0)
+        return top, _usage(answer).get("prompt_tokens", 0)
 
     # -- HTTP ----------------------------------------------------------------------------------
     def pool(self, messages: list[dict]) -> list:
@@ -337,6 +339,13 @@ def _completion(choice: dict, usage: dict, stop: Sequence[str]) -> Completion:
     at_stop = reason == "stop" and not by_eos and bool(stop)
     top1 = _token_top1(choice.get("logprobs"), values)
     return Completion(text, values, by_eos, at_stop, usage.get("prompt_tokens"), top1)
+
+
+def _usage(answer: dict) -> dict[str, int]:
+    """The answer's token counts that are counts: a server or proxy may send `usage` of another shape, or
+    text for a number, which would otherwise fail the run later as a fault in Beamwise."""
+    usage = answer.get("usage")
+    return {k: v for k, v in usage.items() if type(v) is int and v >= 0} if isinstance(usage, dict) else {}
 
 
 def _token_logprobs(logprobs: object, text: str, usage: dict) -> tuple[float, ...]:
