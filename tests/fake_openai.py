@@ -10,6 +10,7 @@ the self-judge), "n-ignored" (one choice whatever n asks), "no-text" (choices wi
 headers at once, then the answer one byte every `delay` seconds, as a stalled proxy can).
 "odd-shapes" answers in shapes a proxy may send: `usage` a list, each choice's index text, and a model
 listing whose "data" is not a list.
+"redirect" answers every request 301 to https://elsewhere.example (as a proxy that wants TLS does).
 `key` makes it answer 401 to a request without that bearer key; `fail_after` answers 500 from that
 many completions on (a server that dies in the middle of a run).
 """
@@ -124,7 +125,9 @@ class FakeServer:
 def _handler(server: FakeServer):
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            if server.refuses(self.headers.get("Authorization")):
+            if server.mode == "redirect":
+                self._redirect()
+            elif server.refuses(self.headers.get("Authorization")):
                 self._send(401, {"error": {"message": "Invalid API key", "type": "invalid_request_error"}})
             elif self.path == "/v1/models" and server.mode == "odd-shapes":
                 self._send(200, {"object": "list", "data": {"id": MODEL}})
@@ -137,6 +140,9 @@ def _handler(server: FakeServer):
             server.headers.append(dict(self.headers))
             length = int(self.headers.get("Content-Length", 0))
             body = json.loads(self.rfile.read(length))
+            if server.mode == "redirect":
+                self._redirect()
+                return
             if server.refuses(self.headers.get("Authorization")):
                 self._send(401, {"error": {"message": "Invalid API key", "type": "invalid_request_error"}})
                 return
@@ -179,6 +185,12 @@ def _handler(server: FakeServer):
                 self.wfile.write(raw)
             except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
                 pass
+
+        def _redirect(self) -> None:
+            self.send_response(301)
+            self.send_header("Location", f"https://elsewhere.example{self.path}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
 
         def _trickle(self, status: int, data: dict) -> None:
             raw = json.dumps(data).encode()

@@ -453,3 +453,15 @@ def test_answers_of_odd_shapes_are_read_where_they_can_be(verifier: str) -> None
         assert check_connection(config(server.url)).served == ()
     assert events[-1].type == "run_finished", events[-1]
     assert next(e for e in events if e.type == "prefill_done").prompt_tokens == 0
+
+
+def test_a_redirect_is_named_not_read_as_an_answer_that_is_not_json() -> None:
+    with FakeServer(mode="redirect") as server:
+        failed = failure(server.url)
+        backend = OpenAICompletions(config(server.url, retries=2))
+        with pytest.raises(ServerError) as refused:
+            backend.complete("x", max_tokens=4, stop=[], temperature=1.0, top_p=1.0, seed=0)
+    assert "HTTP 301: a redirect to https://elsewhere.example/v1/completions" in str(refused.value)
+    assert failed.error == "ServerError" and "not JSON" not in failed.message
+    assert "HTTP 301: a redirect to https://elsewhere.example/v1/models, which Beamwise does not" in failed.message
+    assert backend.requests == 1 and len(server.headers) == 1  # not retried, not followed

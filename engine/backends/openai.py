@@ -245,6 +245,8 @@ class OpenAICompletions:
             raise ServerUnreachable(f"cannot reach the server at {self.cfg.endpoint}: {_reason(error)}.") from error
         finally:
             connection.close()  # on a Stop too: the server drops a request whose client left
+        if 300 <= status < 400:
+            raise _redirect(status, response.getheader("Location"))
         if status >= 400:
             raise self._http_error(status, _detail(raw))
         try:
@@ -402,6 +404,16 @@ def _logprob(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) or value > ROUNDING:
         raise ServerError(200, f"an answer whose log-probabilities are not log-probabilities (one is {value!r:.60})")
     return min(float(value), 0.0)
+
+
+def _redirect(status: int, location: str | None) -> ServerError:
+    """A redirect is not followed: the request and its API key would go wherever the answer says. Before, its
+    empty body was read as 'an answer that is not JSON', which named neither the redirect nor where it led."""
+    return ServerError(
+        status,
+        f"a redirect to {location or 'an address it does not name'}, which Beamwise does not follow",
+        hint="Give the address the server redirects to as the endpoint (https:// where it says so).",
+    )
 
 
 def _detail(raw: bytes) -> str:
