@@ -465,3 +465,27 @@ def test_a_redirect_is_named_not_read_as_an_answer_that_is_not_json() -> None:
     assert failed.error == "ServerError" and "not JSON" not in failed.message
     assert "HTTP 301: a redirect to https://elsewhere.example/v1/models, which Beamwise does not" in failed.message
     assert backend.requests == 1 and len(server.headers) == 1  # not retried, not followed
+
+
+@pytest.mark.parametrize(("endpoint", "why"), [
+    ("127.0.0.1:8000", "it must begin with http:// or https://"),
+    ("gpu-box:8000", "it must begin with http:// or https://"),
+    ("ftp://127.0.0.1:8000", "it must begin with http:// or https://"),
+    ("http://", "it names no host"),
+    ("http://127.0.0.1:99999", "Port out of range"),
+    ("http://127.0.0.1:abc", "Port could not be cast"),
+    ("http://127.0.0.1:8000/v1?key=1", "a query (?...) or fragment (#...) cannot be part of it"),
+])  # fmt: skip
+def test_an_address_that_is_not_one_is_refused_before_any_request(capsys, endpoint: str, why: str) -> None:
+    """Before, an address without http:// read as host '' and failed after three tries with 'cannot reach the
+    server: Name or service not known'; ftp:// was asked over http."""
+    code = main(["run", QUESTION, "--backend", "openai", "--endpoint", endpoint, "--served-model", MODEL, "--no-save"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"the --endpoint {endpoint!r} is not a server address like http://gpu-box:8000: {why}" in err
+
+
+def test_an_address_with_a_path_or_a_trailing_slash_is_asked() -> None:
+    with FakeServer() as server:
+        for endpoint in (f"{server.url}/", f"{server.url}/v1/", f" {server.url}"):
+            assert check_connection(config(endpoint)).served == (MODEL,)

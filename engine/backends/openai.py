@@ -54,6 +54,11 @@ class ServerConfig:
     api_key: str | None = field(default=None, repr=False, compare=False)  # given directly (the window's keyring)
     key_source: str | None = None  # where `api_key` came from, for the record ("keyring"); never the key
 
+    def __post_init__(self) -> None:
+        _check_address(self.endpoint, "--endpoint")
+        if self.prm_endpoint is not None:
+            _check_address(self.prm_endpoint, "--verifier-endpoint")
+
     @property
     def base_url(self) -> str:
         url = self.endpoint.rstrip("/")
@@ -70,6 +75,31 @@ class ServerConfig:
             "one_request_per_path": self.one_request_per_path,
             "prm_endpoint": self.prm_endpoint,
         }
+
+
+def _check_address(url: str, flag: str) -> None:
+    """Refuse an address the client cannot ask, before any request. Before, 'gpu-box:8000' (no scheme) read as
+    host '' and failed three times with 'Name or service not known', and 'ftp://...' was asked over http."""
+    why = _address_problem(url)
+    if why:
+        raise RemoteError(f"the {flag} {url!r} is not a server address like http://gpu-box:8000: {why}.",
+                          hint="Write the scheme, the host and the port, e.g. http://127.0.0.1:8000 (or .../v1).")
+
+
+def _address_problem(url: str) -> str:
+    """What keeps `url` from being http(s)://host[:port][/path], or ''."""
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        parts.port  # noqa: B018 (reading it raises ValueError for a port that is not a number from 0 to 65535)
+    except ValueError as error:
+        return str(error)
+    if parts.scheme not in ("http", "https"):
+        return "it must begin with http:// or https://"
+    if not parts.hostname:
+        return "it names no host"
+    if parts.query or parts.fragment:
+        return "a query (?...) or fragment (#...) cannot be part of it"
+    return ""
 
 
 @dataclass(frozen=True)
