@@ -10,6 +10,7 @@ the self-judge), "n-ignored" (one choice whatever n asks), "no-text" (choices wi
 headers at once, then the answer one byte every `delay` seconds, as a stalled proxy can).
 "odd-shapes" answers in shapes a proxy may send: `usage` a list, each choice's index text, and a model
 listing whose "data" is not a list.
+"cut" sends half of each completion's answer and closes the connection (a crash, a proxy's limit).
 "redirect" answers every request 301 to https://elsewhere.example (as a proxy that wants TLS does).
 `key` makes it answer 401 to a request without that bearer key; `fail_after` answers 500 from that
 many completions on (a server that dies in the middle of a run).
@@ -159,6 +160,9 @@ def _handler(server: FakeServer):
             if server.mode == "trickle":
                 self._trickle(*server.answer(body))
                 return
+            if server.mode == "cut":
+                self._cut(*server.answer(body))
+                return
             self._send(*server.answer(body))
 
         def _client_left_within(self, seconds: float) -> bool:
@@ -185,6 +189,14 @@ def _handler(server: FakeServer):
                 self.wfile.write(raw)
             except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
                 pass
+
+        def _cut(self, status: int, data: dict) -> None:
+            raw = json.dumps(data).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw[: len(raw) // 2])
+            self.close_connection = True
 
         def _redirect(self) -> None:
             self.send_response(301)

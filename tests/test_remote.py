@@ -489,3 +489,12 @@ def test_an_address_with_a_path_or_a_trailing_slash_is_asked() -> None:
     with FakeServer() as server:
         for endpoint in (f"{server.url}/", f"{server.url}/v1/", f" {server.url}"):
             assert check_connection(config(endpoint)).served == (MODEL,)
+
+
+def test_an_answer_cut_off_is_said_not_called_unreachable() -> None:
+    with FakeServer(mode="cut") as server:
+        failed = failure(server.url, retries=1)
+    assert failed.error == "ServerUnreachable" and "cannot reach" not in failed.message
+    assert "closed the connection in the middle of its answer (" in failed.message and "more were due)" in (
+        failed.message)
+    assert len(server.requests) == 2  # retried, as a server restarting may answer the next try

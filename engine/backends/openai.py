@@ -271,6 +271,8 @@ class OpenAICompletions:
             status, raw = response.status, response.read()
         except TimeoutError as error:
             raise self._timeout() from error
+        except (http.client.IncompleteRead, http.client.RemoteDisconnected) as error:
+            raise self._cut_off(error) from error
         except (OSError, http.client.HTTPException) as error:
             raise ServerUnreachable(f"cannot reach the server at {self.cfg.endpoint}: {_reason(error)}.") from error
         finally:
@@ -288,6 +290,17 @@ class OpenAICompletions:
         return ServerUnreachable(
             f"the server at {self.cfg.endpoint} did not answer within {self.cfg.timeout_s:g} s "
             f"({self.cfg.retries + 1} tries)."
+        )
+
+    def _cut_off(self, error: http.client.IncompleteRead | http.client.RemoteDisconnected) -> ServerUnreachable:
+        """The server took the request and closed the connection before its answer was whole (a crash, a restart,
+        a proxy's limit): not 'cannot reach the server', which sends the user to check an address that works."""
+        if isinstance(error, http.client.RemoteDisconnected):
+            return ServerUnreachable(f"the server at {self.cfg.endpoint} closed the connection without answering.")
+        due = f", {error.expected} more were due" if error.expected else ""
+        return ServerUnreachable(
+            f"the server at {self.cfg.endpoint} closed the connection in the middle of its answer "
+            f"({len(error.partial)} bytes came{due})."
         )
 
     def _http_error(self, status: int, detail: str) -> Exception:
