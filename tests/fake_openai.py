@@ -11,6 +11,7 @@ headers at once, then the answer one byte every `delay` seconds, as a stalled pr
 "odd-shapes" answers in shapes a proxy may send: `usage` a list, each choice's index text, and a model
 listing whose "data" is not a list.
 "cut" sends half of each completion's answer and closes the connection (a crash, a proxy's limit).
+"nested" answers each completion with 100,000 nested JSON lists (valid JSON, deeper than Python's stack).
 "redirect" answers every request 301 to https://elsewhere.example (as a proxy that wants TLS does).
 `key` makes it answer 401 to a request without that bearer key; `fail_after` answers 500 from that
 many completions on (a server that dies in the middle of a run).
@@ -160,6 +161,9 @@ def _handler(server: FakeServer):
             if server.mode == "trickle":
                 self._trickle(*server.answer(body))
                 return
+            if server.mode == "nested":
+                self._send_raw(200, b"[" * 100_000 + b"]" * 100_000)
+                return
             if server.mode == "cut":
                 self._cut(*server.answer(body))
                 return
@@ -180,7 +184,9 @@ def _handler(server: FakeServer):
             return False
 
         def _send(self, status: int, data: dict) -> None:
-            raw = json.dumps(data).encode()
+            self._send_raw(status, json.dumps(data).encode())
+
+        def _send_raw(self, status: int, raw: bytes) -> None:
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

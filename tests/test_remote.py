@@ -498,3 +498,13 @@ def test_an_answer_cut_off_is_said_not_called_unreachable() -> None:
     assert "closed the connection in the middle of its answer (" in failed.message and "more were due)" in (
         failed.message)
     assert len(server.requests) == 2  # retried, as a server restarting may answer the next try
+
+
+def test_json_nested_past_the_stack_is_the_servers_error() -> None:
+    """Before, RecursionError: the run ended as 'a fault in Beamwise' and `bench` printed a traceback."""
+    from engine.backends.openai import _detail
+
+    with FakeServer(mode="nested") as server:
+        failed = failure(server.url)
+    assert failed.error == "ServerError" and "HTTP 200: an answer that is not JSON" in failed.message
+    assert _detail(b"[" * 100_000 + b"]" * 100_000).startswith("[[[")

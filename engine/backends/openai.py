@@ -283,7 +283,7 @@ class OpenAICompletions:
             raise self._http_error(status, _detail(raw))
         try:
             return json.loads(raw.decode())
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:  # nested past Python's stack
             raise ServerError(status, f"an answer that is not JSON ({error})") from error
 
     def _timeout(self) -> ServerUnreachable:
@@ -464,7 +464,7 @@ def _detail(raw: bytes) -> str:
     text = raw.decode(errors="replace")
     try:
         data = json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return text.strip()[:200]
     if not isinstance(data, dict):
         return text.strip()[:200]
