@@ -118,3 +118,26 @@ def test_the_entropy_exit_runs_for_a_local_prm_and_is_refused_for_a_verifier_on_
     selected = [e for e in events if e.type == "step_selected"]
     assert all(s.exit_layer == s.verifier_layers == 2 for s in selected)  # 2 layers: nothing after layer 2
     assert refused[-1].type == "run_failed" and "cannot run there" in refused[-1].message
+
+
+class Pools:
+    """A PRM server's pooled output, as given."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def pool(self, messages: list[dict]) -> list:
+        return [[0.1, self.value]]
+
+
+@pytest.mark.parametrize("value", ["0.9", None, True, math.nan, 5.0, -0.1])
+def test_a_served_prm_reward_that_is_not_a_probability_is_said(value) -> None:
+    """Before, text ended the run as 'a fault in Beamwise' (ValueError) and NaN or 5.0 were scored as rewards."""
+    from engine.errors import RemoteError
+    from engine.verifiers.base import StepToScore
+    from engine.verifiers.served_prm import ServedPRM
+
+    step = StepToScore(QUESTION, (), "Step 1: idea 1.", ())
+    with pytest.raises(RemoteError, match="which is not a probability"):
+        ServedPRM(Pools(value)).score([step])
+    assert ServedPRM(Pools(0.75)).score([step]) == [0.75] and ServedPRM(Pools(1)).score([step]) == [1.0]

@@ -45,7 +45,18 @@ class ServedPRM(KeepsNoKV):  # the server holds its KV: none here
                 f"the PRM server pooled {len(pooled)} value(s) for {steps} step(s), not one [P(-), P(+)] per step.",
                 hint="Serve a Qwen2.5-Math-PRM with vLLM's pooling runner (it pools at each <extra_0>).",
             )
-        return float(pooled[-1][1])
+        return _probability(pooled[-1][1])
 
     def settle(self, kept: Sequence[PathKey]) -> VerifierCost:
         return VerifierCost()
+
+
+def _probability(value: object) -> float:
+    """P(+) as the server pooled it, checked: text ended the run as a fault in Beamwise, and NaN or 5.0 were
+    scored as rewards (NaN sorts anywhere) with nothing said."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise RemoteError(
+            f"the PRM server pooled {value!r:.60} for P(+), which is not a probability.",
+            hint="Serve a Qwen2.5-Math-PRM with vLLM's pooling runner (it pools softmax probabilities).",
+        )
+    return float(value)
