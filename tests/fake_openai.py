@@ -12,6 +12,7 @@ headers at once, then the answer one byte every `delay` seconds, as a stalled pr
 listing whose "data" is not a list.
 "cut" sends half of each completion's answer and closes the connection (a crash, a proxy's limit).
 "nested" answers each completion with 100,000 nested JSON lists (valid JSON, deeper than Python's stack).
+"long" answers each completion with 16 MB of spaces before its JSON (valid, and far larger than an answer).
 "redirect" answers every request 301 to https://elsewhere.example (as a proxy that wants TLS does).
 `key` makes it answer 401 to a request without that bearer key; `fail_after` answers 500 from that
 many completions on (a server that dies in the middle of a run).
@@ -160,6 +161,9 @@ def _handler(server: FakeServer):
                 return
             if server.mode == "trickle":
                 self._trickle(*server.answer(body))
+                return
+            if server.mode == "long":
+                self._send_raw(200, b" " * 16_000_000 + json.dumps(server.answer(body)[1]).encode())
                 return
             if server.mode == "nested":
                 self._send_raw(200, b"[" * 100_000 + b"]" * 100_000)

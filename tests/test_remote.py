@@ -508,3 +508,15 @@ def test_json_nested_past_the_stack_is_the_servers_error() -> None:
         failed = failure(server.url)
     assert failed.error == "ServerError" and "HTTP 200: an answer that is not JSON" in failed.message
     assert _detail(b"[" * 100_000 + b"]" * 100_000).startswith("[[[")
+
+
+def test_an_answer_past_the_size_limit_is_not_read_into_memory(monkeypatch) -> None:
+    """Before, the client read whatever came until the timeout: an address that streams a file or an endless body
+    filled the memory ('Out of memory. Try fewer beams...'). The fake sends 16 MB; the limit here is 1 MB."""
+    import engine.backends.openai as openai
+
+    monkeypatch.setattr(openai, "MAX_ANSWER_BYTES", 1_000_000)
+    with FakeServer(mode="long") as server:
+        failed = failure(server.url, retries=2)
+    assert failed.error == "RemoteError" and "sent more than 1.0 MB for one answer" in failed.message
+    assert len(server.requests) == 1  # not retried: the next answer would be as large

@@ -23,16 +23,28 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from engine.errors import LogprobsUnavailable, RemoteError, ServedModelNotFound, ServerError, ServerUnreachable
+from engine.errors import (
+    LogprobsUnavailable,
+    RemoteError,
+    ServedModelNotFound,
+    ServerError,
+    ServerUnreachable,
+    format_bytes,
+)
 
 RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
 POLL_S = 0.05  # how often a waiting request asks `should_stop`: a Stop takes effect within this
+MAX_ANSWER_BYTES = 64_000_000  # an answer is kB; past this the address answers with something else
 ROUNDING = 1e-3  # a log-probability this far above 0 is a probability of 1 rounded, read as 0
 StopFn = Callable[[], bool]
 
 
 def never() -> bool:
     return False
+
+
+class AnswerTooLarge(Exception):
+    """More than MAX_ANSWER_BYTES arrived for one answer; _send names the server."""
 
 
 class RequestCancelled(Exception):  # a cancellation, not an error: the search yields RunCancelled
@@ -273,6 +285,12 @@ class OpenAICompletions:
             raise self._timeout() from error
         except (http.client.IncompleteRead, http.client.RemoteDisconnected) as error:
             raise self._cut_off(error) from error
+        except AnswerTooLarge as error:
+            raise RemoteError(
+                f"the server at {self.cfg.endpoint} sent more than {format_bytes(MAX_ANSWER_BYTES)} for one answer "
+                "(an answer is a few kB); Beamwise stopped reading it.",
+                hint="Check that the address is the server's OpenAI-compatible API, not a file or a stream.",
+            ) from error
         except (OSError, http.client.HTTPException) as error:
             raise ServerUnreachable(f"cannot reach the server at {self.cfg.endpoint}: {_reason(error)}.") from error
         finally:
@@ -326,6 +344,7 @@ class _SlicedSocket(io.RawIOBase):
     def __init__(self, sock, deadline: float, should_stop: StopFn) -> None:
         super().__init__()
         self.sock, self.deadline, self.should_stop = sock, deadline, should_stop
+        self.left = MAX_ANSWER_BYTES  # a body without end would fill the memory before the deadline
 
     def makefile(self, mode: str) -> io.BufferedReader:  # what HTTPResponse asks its socket for
         return io.BufferedReader(self)
@@ -339,7 +358,11 @@ class _SlicedSocket(io.RawIOBase):
                 raise RequestCancelled
             if time.monotonic() > self.deadline:
                 raise TimeoutError
-        return self.sock.recv_into(buffer)
+        count = self.sock.recv_into(buffer)
+        self.left -= count
+        if self.left < 0:
+            raise AnswerTooLarge
+        return count
 
     def _ready(self) -> bool:
         pending = getattr(self.sock, "pending", None)  # TLS: bytes already decrypted are not seen by select
