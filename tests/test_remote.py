@@ -520,3 +520,11 @@ def test_an_answer_past_the_size_limit_is_not_read_into_memory(monkeypatch) -> N
         failed = failure(server.url, retries=2)
     assert failed.error == "RemoteError" and "sent more than 1.0 MB for one answer" in failed.message
     assert len(server.requests) == 1  # not retried: the next answer would be as large
+
+
+def test_the_connection_check_says_one_try_as_one() -> None:
+    """Before, the check (one try, no retries) said 'did not answer within 0.2 s (1 tries)'."""
+    with FakeServer(mode="slow", delay=1.0) as server, pytest.raises(ServerUnreachable) as silent:
+        OpenAICompletions(config(server.url, timeout_s=0.2, retries=0)).complete(
+            "x", max_tokens=4, stop=[], temperature=1.0, top_p=1.0, seed=0)
+    assert str(silent.value).endswith("did not answer within 0.2 s.")

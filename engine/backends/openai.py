@@ -305,9 +305,9 @@ class OpenAICompletions:
             raise ServerError(status, f"an answer that is not JSON ({error})") from error
 
     def _timeout(self) -> ServerUnreachable:
+        tries = f" ({self.cfg.retries + 1} tries)" if self.cfg.retries else ""  # the connection check tries once
         return ServerUnreachable(
-            f"the server at {self.cfg.endpoint} did not answer within {self.cfg.timeout_s:g} s "
-            f"({self.cfg.retries + 1} tries)."
+            f"the server at {self.cfg.endpoint} did not answer within {self.cfg.timeout_s:g} s{tries}."
         )
 
     def _cut_off(self, error: http.client.IncompleteRead | http.client.RemoteDisconnected) -> ServerUnreachable:
