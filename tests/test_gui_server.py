@@ -99,6 +99,20 @@ def test_the_connection_test_says_what_it_found(qtbot, monkeypatch) -> None:
     assert not ok and "cannot reach the server" in text and text.endswith("that the server is running.")
 
 
+def test_a_fault_during_the_connection_test_is_said_not_left_asking(qtbot, monkeypatch) -> None:
+    """Before, an error other than the engine's own (a server's odd answer met a TypeError) ended the test's thread:
+    the dialog said "Asking…" with the button off for ever."""
+
+    def broken(config):
+        raise TypeError("'int' object is not iterable")
+
+    monkeypatch.setattr("app.gui.server_panel.check_connection", broken)
+    dialog = dialog_for(qtbot, "http://127.0.0.1:8000")
+    ok, text = ask_server(qtbot, dialog)
+    assert not ok and text.startswith("TypeError: 'int' object is not iterable") and "fault in Beamwise" in text
+    assert dialog.test_button.isEnabled() and "Asking" not in dialog.answer.text()
+
+
 def test_bad_fields_are_said_without_asking_the_server(qtbot) -> None:
     dialog = dialog_for(qtbot, "gpu-box:8000")
     ok, text = ask_server(qtbot, dialog)

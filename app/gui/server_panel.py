@@ -33,7 +33,7 @@ from app.gui.model_picker import SERVER_SOURCE, ModelPicker
 from app.json_types import typed_fields
 from app.server_keys import has_key, load_key, save_key
 from engine.backends.openai import ServerConfig, check_connection
-from engine.errors import BeamwiseError, ServedModelNotFound, ServerError, ServerUnreachable
+from engine.errors import BeamwiseError, ServedModelNotFound, ServerError, ServerUnreachable, failure
 
 KEY_SOURCES = {"none": "No key", "env": "Environment variable", "keyring": "System keyring"}
 SETTINGS_KEY = "server/choice"
@@ -290,3 +290,5 @@ def _test(config: ServerConfig) -> tuple[bool, str]:
         return True, check_connection(config).sentence(config)
     except BeamwiseError as error:
         return False, _window_message(error)
+    except Exception as error:  # a fault in Beamwise: said, or the thread ends and the dialog says "Asking…" for ever
+        return False, failure(error).message
