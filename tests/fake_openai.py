@@ -14,6 +14,7 @@ listing whose "data" is not a list.
 "nested" answers each completion with 100,000 nested JSON lists (valid JSON, deeper than Python's stack).
 "long" answers each completion with 16 MB of spaces before its JSON (valid, and far larger than an answer).
 "redirect" answers every request 301 to https://elsewhere.example (as a proxy that wants TLS does).
+`tls` = (certificate file, key file) serves https with that certificate.
 `key` makes it answer 401 to a request without that bearer key; `fail_after` answers 500 from that
 many completions on (a server that dies in the middle of a run).
 """
@@ -24,6 +25,7 @@ import json
 import math
 import select
 import socket
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,18 +36,22 @@ PRM = "fake-prm"  # served on /pooling (vLLM's route for reward models): [P(-), 
 
 class FakeServer:
     def __init__(self, mode: str = "ok", delay: float = 1.0, key: str | None = None,
-                 fail_after: int | None = None) -> None:
-        self.mode, self.delay, self.key, self.fail_after = mode, delay, key, fail_after
+                 fail_after: int | None = None, tls: tuple[str, str] | None = None) -> None:
+        self.mode, self.delay, self.key, self.fail_after, self.tls = mode, delay, key, fail_after, tls
         self.requests: list[dict] = []
         self.headers: list[dict] = []
         self.abandoned: list[float] = []  # "slow": when a client closed its connection before the answer
         self.pooled: list[dict] = []  # /pooling requests
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.httpd.server_address[1]}"
 
     def __enter__(self) -> FakeServer:
         self.thread.start()

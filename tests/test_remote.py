@@ -7,6 +7,7 @@ The real-server tests (llama.cpp's server, vLLM) are in tests/test_real_server.p
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import time
@@ -21,7 +22,7 @@ from app.store import SessionStore
 from engine import events as ev
 from engine.backends.openai import OpenAICompletions, RequestCancelled, ServerConfig, check_connection
 from engine.config import SearchConfig
-from engine.errors import LogprobsUnavailable, ServedModelNotFound, ServerError, ServerUnreachable
+from engine.errors import LogprobsUnavailable, RemoteError, ServedModelNotFound, ServerError, ServerUnreachable
 from engine.remote_search import REMOTE_DEVICE, run
 from tests.fake_openai import MODEL, FakeServer, closed_port
 
@@ -528,3 +529,44 @@ def test_the_connection_check_says_one_try_as_one() -> None:
         OpenAICompletions(config(server.url, timeout_s=0.2, retries=0)).complete(
             "x", max_tokens=4, stop=[], temperature=1.0, top_p=1.0, seed=0)
     assert str(silent.value).endswith("did not answer within 0.2 s.")
+
+
+def self_signed(folder: Path) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 that no authority signed, and its key (files in `folder`)."""
+    pytest.importorskip("cryptography")
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                   .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                                  critical=False)
+                   .sign(key, hashes.SHA256()))
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return str(cert_file), str(key_file)
+
+
+def test_an_untrusted_certificate_is_said_once_with_what_to_do(tmp_path: Path, monkeypatch) -> None:
+    """Before: 'cannot reach the server ... CERTIFICATE_VERIFY_FAILED', tried three times, with the hint to check
+    that the server is running. The same server is asked once SSL_CERT_FILE names its certificate."""
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    cert, key = self_signed(tmp_path)
+    with FakeServer(tls=(cert, key)) as server:
+        backend = OpenAICompletions(config(server.url, retries=2))
+        with pytest.raises(RemoteError) as refused:
+            backend.check_model()
+        monkeypatch.setenv("SSL_CERT_FILE", cert)
+        assert check_connection(config(server.url)).served == (MODEL,)  # TLS through the sliced reader
+    message = refused.value.user_message()
+    assert "showed a certificate this machine does not trust (self-signed certificate)" in message
+    assert "SSL_CERT_FILE" in message and backend.requests == 1

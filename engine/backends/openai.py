@@ -18,6 +18,7 @@ import json
 import math
 import os
 import select
+import ssl
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -285,6 +286,13 @@ class OpenAICompletions:
             raise self._timeout() from error
         except (http.client.IncompleteRead, http.client.RemoteDisconnected) as error:
             raise self._cut_off(error) from error
+        except ssl.SSLCertVerificationError as error:
+            raise RemoteError(
+                f"the server at {self.cfg.endpoint} showed a certificate this machine does not trust "
+                f"({error.verify_message}).",
+                hint="Point the SSL_CERT_FILE environment variable to that certificate (or its authority's), "
+                "or use http:// on a network you trust.",
+            ) from error
         except AnswerTooLarge as error:
             raise RemoteError(
                 f"the server at {self.cfg.endpoint} sent more than {format_bytes(MAX_ANSWER_BYTES)} for one answer "
