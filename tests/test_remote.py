@@ -570,3 +570,13 @@ def test_an_untrusted_certificate_is_said_once_with_what_to_do(tmp_path: Path, m
     message = refused.value.user_message()
     assert "showed a certificate this machine does not trust (self-signed certificate)" in message
     assert "SSL_CERT_FILE" in message and backend.requests == 1
+
+
+def test_a_404_that_names_no_model_is_a_wrong_address() -> None:
+    """An endpoint with a wrong path prefix: the server answers 404 'not found' to every route. Before, the run
+    said it 'has no model 'fake-model'' and sent the user to check --served-model, which was right."""
+    with FakeServer() as server:
+        failed = failure(f"{server.url}/api")
+    assert failed.error == "ServerError" and "no model" not in failed.message
+    assert f"HTTP 404: nothing is served at {server.url}/api/v1/completions (not found)" in failed.message
+    assert "Check the address" in failed.message and server.requests == []

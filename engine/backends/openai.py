@@ -147,6 +147,10 @@ class OpenAICompletions:
             listing = self._request("GET", "/models", None)
         except ServedModelNotFound:
             return ()
+        except ServerError as error:  # no /models route here (a plain 404): the first completion will tell
+            if error.status != 404:
+                raise
+            return ()
         data = listing.get("data") if isinstance(listing, dict) else None
         if not isinstance(data, list):  # a listing of another shape names no model: the first completion will tell
             data = []
@@ -306,7 +310,7 @@ class OpenAICompletions:
         if 300 <= status < 400:
             raise _redirect(status, response.getheader("Location"))
         if status >= 400:
-            raise self._http_error(status, _detail(raw))
+            raise self._http_error(status, _detail(raw), url)
         try:
             return json.loads(raw.decode())
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:  # nested past Python's stack
@@ -329,11 +333,17 @@ class OpenAICompletions:
             f"({len(error.partial)} bytes came{due})."
         )
 
-    def _http_error(self, status: int, detail: str) -> Exception:
+    def _http_error(self, status: int, detail: str, url: str) -> Exception:
         model_missing = "model" in detail.lower() and ("not found" in detail.lower() or "does not exist" in detail)
-        if status == 404 or model_missing:
+        if model_missing or (status == 404 and "model" in detail.lower()):
             return ServedModelNotFound(
                 f"the server at {self.cfg.endpoint} has no model {self.cfg.served_model!r} (HTTP {status}: {detail})."
+            )
+        if status == 404:  # a 404 that names no model: the address is wrong (a path prefix, another program's port)
+            return ServerError(
+                404,
+                f"nothing is served at {url} ({detail or 'no details'})",
+                hint="Check the address: the OpenAI-compatible API is at http://host:port or http://host:port/v1.",
             )
         if status in (401, 403):
             return ServerError(
