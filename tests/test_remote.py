@@ -580,3 +580,18 @@ def test_a_404_that_names_no_model_is_a_wrong_address() -> None:
     assert failed.error == "ServerError" and "no model" not in failed.message
     assert f"HTTP 404: nothing is served at {server.url}/api/v1/completions (not found)" in failed.message
     assert "Check the address" in failed.message and server.requests == []
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    (b"<html>\n<head><title>500 Internal Server Error</title></head>\n<body>\n</body>\n</html>\n",
+     "HTTP 500: <html> <head><title>500 Internal Server Error</title></head> <body> </body> </html>"),
+    (json.dumps({"error": {"message": "bad request:\n  field 'prompt'\n  too long"}}).encode(),
+     "HTTP 500: bad request: field 'prompt' too long"),
+    (b"\xff\x00\x1b[31mbroken", "HTTP 500: \ufffd [31mbroken"),
+])  # fmt: skip
+def test_a_servers_error_in_many_lines_is_said_in_one(body: bytes, said: str) -> None:
+    """Before, the server's words went out as they came: an HTML page or a multi-line message broke the one-line
+    error over several lines, and a NUL or an escape went to the terminal."""
+    from engine.backends.openai import _detail
+
+    assert str(ServerError(500, _detail(body))) == f"the server answered {said}"

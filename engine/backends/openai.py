@@ -506,13 +506,19 @@ def _detail(raw: bytes) -> str:
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, RecursionError):
-        return text.strip()[:200]
+        return _one_line(text)[:200]
     if not isinstance(data, dict):
-        return text.strip()[:200]
+        return _one_line(text)[:200]
     message = data.get("message") or (data.get("error") or {})
     if isinstance(message, dict):
         message = message.get("message", "")
-    return str(message or text)[:200]
+    return _one_line(str(message or text))[:200]
+
+
+def _one_line(text: str) -> str:
+    """A server's words as one line: an HTML error page or a traceback spans many, which broke the one-line
+    error, and a control character (a NUL, an escape) is for the terminal, not the reader."""
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
 
 
 def _reason(error: Exception) -> str:
