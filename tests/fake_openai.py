@@ -28,6 +28,8 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODEL = "fake-model"
@@ -246,3 +248,32 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextmanager
+def unanswered_port() -> Iterator[int | None]:
+    """A port on 127.0.0.1 whose listen queue is full, so that a new connection request goes unanswered, as to a
+    box that went away; None where this system refuses such a request at once instead of dropping it."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        held: list[socket.socket] = []
+        try:
+            for _ in range(8):  # fill the queue until a request waits
+                probe = socket.socket()
+                probe.settimeout(0.2)
+                try:
+                    probe.connect(("127.0.0.1", port))
+                except TimeoutError:
+                    probe.close()
+                    yield port
+                    return
+                except OSError:
+                    probe.close()
+                    break
+                held.append(probe)
+            yield None
+        finally:
+            for sock in held:
+                sock.close()

@@ -595,3 +595,21 @@ def test_a_servers_error_in_many_lines_is_said_in_one(body: bytes, said: str) ->
     from engine.backends.openai import _detail
 
     assert str(ServerError(500, _detail(body))) == f"the server answered {said}"
+
+
+def test_stop_ends_a_connection_request_that_goes_unanswered() -> None:
+    """The server's box went away (its connection requests are dropped): before, a Stop waited for the connect's
+    timeout (30 s here); now the connection is made in slices that see the Stop."""
+    from tests.fake_openai import unanswered_port
+
+    with unanswered_port() as port:
+        if port is None:
+            pytest.skip("this system refuses a connection to a full queue instead of leaving it unanswered")
+        began = time.monotonic()
+        backend = OpenAICompletions(config(f"http://127.0.0.1:{port}", timeout_s=30.0),
+                                    should_stop=lambda: time.monotonic() - began > 0.3)
+        with pytest.raises(RequestCancelled):
+            backend.complete("x", max_tokens=4, stop=[], temperature=1.0, top_p=1.0, seed=0)
+        assert time.monotonic() - began < 5.0
+        with pytest.raises(ServerUnreachable, match=r"did not answer within 0\.3 s\."):
+            OpenAICompletions(config(f"http://127.0.0.1:{port}", timeout_s=0.3, retries=0)).check_model()

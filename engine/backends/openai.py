@@ -12,12 +12,14 @@ whole answer, headers and body, to the timeout: a socket's own timeout bounds ea
 
 from __future__ import annotations
 
+import errno
 import http.client
 import io
 import json
 import math
 import os
 import select
+import socket
 import ssl
 import time
 import urllib.parse
@@ -280,6 +282,9 @@ class OpenAICompletions:
             raise ServerUnreachable(
                 f"the endpoint {self.cfg.endpoint!r} is not a URL like http://host:8000 ({error})."
             ) from error
+        connection._create_connection = lambda address, timeout, source=None: _connect(  # http.client's hook
+            address, timeout, deadline, self.should_stop
+        )
         try:
             connection.request(method, parts.path, body=data, headers=headers)
             sliced = _SlicedSocket(connection.sock, deadline, self.should_stop)
@@ -352,6 +357,42 @@ class OpenAICompletions:
                 hint="Check the API key (--api-key-env NAME: the variable that holds it).",
             )
         return ServerError(status, detail)
+
+
+IN_PROGRESS = {0, errno.EINPROGRESS, errno.EWOULDBLOCK, getattr(errno, "WSAEWOULDBLOCK", 0)}  # (Windows)
+
+
+def _connect(address: tuple[str, int], timeout: float, deadline: float, should_stop: StopFn) -> socket.socket:
+    """socket.create_connection, waiting in POLL_S slices: a host that drops the connection request (a box that
+    went away, a firewall) held a Stop for the whole timeout. Each of the host's addresses is tried in turn."""
+    error = OSError(f"no address for {address[0]}")
+    for family, kind, proto, _, where in socket.getaddrinfo(*address, type=socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            code = _wait_connected(sock, where, deadline, should_stop)
+        except BaseException:  # a Stop, the deadline
+            sock.close()
+            raise
+        if code == 0:
+            sock.settimeout(timeout)
+            return sock
+        sock.close()
+        error = OSError(code, os.strerror(code))
+    raise error
+
+
+def _wait_connected(sock: socket.socket, where: tuple, deadline: float, should_stop: StopFn) -> int:
+    """Start connecting, then wait in POLL_S slices: 0 once connected, else the error number."""
+    sock.setblocking(False)
+    code = sock.connect_ex(where)
+    if code not in IN_PROGRESS:
+        return code
+    while not any(select.select([], [sock], [sock], POLL_S)[1:]):  # Windows says a failure in the third list
+        if should_stop():
+            raise RequestCancelled
+        if time.monotonic() > deadline:
+            raise TimeoutError
+    return sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
 
 
 class _SlicedSocket(io.RawIOBase):
