@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
+import socket
 import time
 from pathlib import Path
 
@@ -613,3 +614,17 @@ def test_stop_ends_a_connection_request_that_goes_unanswered() -> None:
         assert time.monotonic() - began < 5.0
         with pytest.raises(ServerUnreachable, match=r"did not answer within 0\.3 s\."):
             OpenAICompletions(config(f"http://127.0.0.1:{port}", timeout_s=0.3, retries=0)).check_model()
+
+
+def test_stop_ends_a_tls_handshake_that_goes_unanswered() -> None:
+    """An https address whose server takes the connection and never answers the handshake (the queue of a socket
+    that is never accepted from): before, a Stop waited for the socket's timeout (30 s here)."""
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(4)
+        began = time.monotonic()
+        backend = OpenAICompletions(config(f"https://127.0.0.1:{mute.getsockname()[1]}", timeout_s=30.0),
+                                    should_stop=lambda: time.monotonic() - began > 0.3)
+        with pytest.raises(RequestCancelled):
+            backend.check_model()
+        assert time.monotonic() - began < 5.0

@@ -273,17 +273,19 @@ class OpenAICompletions:
             headers["Authorization"] = f"Bearer {self.api_key}"
         data = json.dumps(body).encode() if body is not None else None
         parts = urllib.parse.urlsplit(url)
-        kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        tls = parts.scheme == "https"  # TLS is begun by _connect, so that its handshake waits in slices too
         self.requests += 1
         deadline = time.monotonic() + self.cfg.timeout_s
         try:
-            connection = kind(parts.hostname or "", parts.port, timeout=self.cfg.timeout_s)
+            connection = http.client.HTTPConnection(
+                parts.hostname or "", parts.port or (443 if tls else 80), timeout=self.cfg.timeout_s
+            )
         except (http.client.InvalidURL, ValueError) as error:
             raise ServerUnreachable(
                 f"the endpoint {self.cfg.endpoint!r} is not a URL like http://host:8000 ({error})."
             ) from error
         connection._create_connection = lambda address, timeout, source=None: _connect(  # http.client's hook
-            address, timeout, deadline, self.should_stop
+            address, timeout, deadline, self.should_stop, tls
         )
         try:
             connection.request(method, parts.path, body=data, headers=headers)
@@ -362,15 +364,20 @@ class OpenAICompletions:
 IN_PROGRESS = {0, errno.EINPROGRESS, errno.EWOULDBLOCK, getattr(errno, "WSAEWOULDBLOCK", 0)}  # (Windows)
 
 
-def _connect(address: tuple[str, int], timeout: float, deadline: float, should_stop: StopFn) -> socket.socket:
-    """socket.create_connection, waiting in POLL_S slices: a host that drops the connection request (a box that
-    went away, a firewall) held a Stop for the whole timeout. Each of the host's addresses is tried in turn."""
+def _connect(
+    address: tuple[str, int], timeout: float, deadline: float, should_stop: StopFn, tls: bool
+) -> socket.socket:
+    """socket.create_connection (and TLS on it for https), waiting in POLL_S slices: a host that drops the
+    connection request (a box that went away, a firewall), or takes it and never answers the TLS handshake, held
+    a Stop for the whole timeout. Each of the host's addresses is tried in turn."""
     error = OSError(f"no address for {address[0]}")
     for family, kind, proto, _, where in socket.getaddrinfo(*address, type=socket.SOCK_STREAM):
         sock = socket.socket(family, kind, proto)
         try:
             code = _wait_connected(sock, where, deadline, should_stop)
-        except BaseException:  # a Stop, the deadline
+            if code == 0 and tls:
+                sock = _handshake(sock, address[0], deadline, should_stop)
+        except BaseException:  # a Stop, the deadline, a certificate refused
             sock.close()
             raise
         if code == 0:
@@ -387,12 +394,35 @@ def _wait_connected(sock: socket.socket, where: tuple, deadline: float, should_s
     code = sock.connect_ex(where)
     if code not in IN_PROGRESS:
         return code
-    while not any(select.select([], [sock], [sock], POLL_S)[1:]):  # Windows says a failure in the third list
+    _wait(sock, True, deadline, should_stop)
+    return sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+
+
+def _handshake(sock: socket.socket, host: str, deadline: float, should_stop: StopFn) -> ssl.SSLSocket:
+    """TLS on the connected, non-blocking `sock` (the system's certificates, the host's name checked)."""
+    tls = ssl.create_default_context().wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
+    try:
+        while True:
+            try:
+                tls.do_handshake()
+                return tls
+            except ssl.SSLWantReadError:
+                _wait(tls, False, deadline, should_stop)
+            except ssl.SSLWantWriteError:
+                _wait(tls, True, deadline, should_stop)
+    except BaseException:
+        tls.close()
+        raise
+
+
+def _wait(sock: socket.socket, write: bool, deadline: float, should_stop: StopFn) -> None:
+    """Until `sock` can be read (or written), asking `should_stop` every POLL_S; TimeoutError past `deadline`.
+    The third list: Windows says there that a connection failed."""
+    while not any(select.select([] if write else [sock], [sock] if write else [], [sock], POLL_S)):
         if should_stop():
             raise RequestCancelled
         if time.monotonic() > deadline:
             raise TimeoutError
-    return sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
 
 
 class _SlicedSocket(io.RawIOBase):
@@ -412,20 +442,14 @@ class _SlicedSocket(io.RawIOBase):
         return True
 
     def readinto(self, buffer) -> int:
-        while not self._ready():
-            if self.should_stop():
-                raise RequestCancelled
-            if time.monotonic() > self.deadline:
-                raise TimeoutError
+        pending = getattr(self.sock, "pending", None)  # TLS: bytes already decrypted are not seen by select
+        if not (pending and pending()):
+            _wait(self.sock, False, self.deadline, self.should_stop)
         count = self.sock.recv_into(buffer)
         self.left -= count
         if self.left < 0:
             raise AnswerTooLarge
         return count
-
-    def _ready(self) -> bool:
-        pending = getattr(self.sock, "pending", None)  # TLS: bytes already decrypted are not seen by select
-        return bool(pending and pending()) or bool(select.select([self.sock], [], [], POLL_S)[0])
 
 
 @dataclass(frozen=True)
