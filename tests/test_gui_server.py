@@ -113,6 +113,17 @@ def test_a_fault_during_the_connection_test_is_said_not_left_asking(qtbot, monke
     assert dialog.test_button.isEnabled() and "Asking" not in dialog.answer.text()
 
 
+@pytest.mark.parametrize("address", ["http://127.0.0.1:abc", "http://127.0.0.1:99999", "http://127.0.0.1:8000/v1?x=1"])
+def test_an_address_the_engine_would_refuse_is_refused_by_the_dialog(qtbot, address: str) -> None:
+    """Before, OK kept a port that is not a number (or a query) and the run then failed naming '--endpoint',
+    an option of the command line, not of the window."""
+    dialog = dialog_for(qtbot, address)
+    ok, text = ask_server(qtbot, dialog)
+    assert not ok and f"the server address {address!r} is not a URL (" in text and "--endpoint" not in text
+    dialog.accept()
+    assert dialog.result() != QDialog.DialogCode.Accepted and dialog.choice is None
+
+
 def test_bad_fields_are_said_without_asking_the_server(qtbot) -> None:
     dialog = dialog_for(qtbot, "gpu-box:8000")
     ok, text = ask_server(qtbot, dialog)

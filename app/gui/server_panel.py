@@ -32,7 +32,7 @@ from app.gui.controls import ERROR_STYLE
 from app.gui.model_picker import SERVER_SOURCE, ModelPicker
 from app.json_types import typed_fields
 from app.server_keys import has_key, load_key, save_key
-from engine.backends.openai import ServerConfig, check_connection
+from engine.backends.openai import ServerConfig, address_problem, check_connection
 from engine.errors import BeamwiseError, ServedModelNotFound, ServerError, ServerUnreachable, failure
 
 KEY_SOURCES = {"none": "No key", "env": "Environment variable", "keyring": "System keyring"}
@@ -60,9 +60,10 @@ class ServerChoice:
     one_request_per_path: bool = False  # n=M in one request per kept path (vLLM, SGLang)
 
     def __post_init__(self) -> None:
-        parts = urllib.parse.urlsplit(self.endpoint.strip())
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"the server address {self.endpoint!r} is not a URL; write it like http://gpu-box:8000.")
+        why = address_problem(self.endpoint)  # the engine's own check, said here in the dialog's words
+        if why:
+            raise ValueError(f"the server address {self.endpoint!r} is not a URL ({why}); write it like "
+                             "http://gpu-box:8000.")
         if not self.served_model.strip():
             raise ValueError("name the served model (as the server lists it at /v1/models).")
         if self.key_from not in KEY_SOURCES:

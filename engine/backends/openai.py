@@ -95,13 +95,13 @@ class ServerConfig:
 def _check_address(url: str, flag: str) -> None:
     """Refuse an address the client cannot ask, before any request. Before, 'gpu-box:8000' (no scheme) read as
     host '' and failed three times with 'Name or service not known', and 'ftp://...' was asked over http."""
-    why = _address_problem(url)
+    why = address_problem(url)
     if why:
         raise RemoteError(f"the {flag} {url!r} is not a server address like http://gpu-box:8000: {why}.",
                           hint="Write the scheme, the host and the port, e.g. http://127.0.0.1:8000 (or .../v1).")
 
 
-def _address_problem(url: str) -> str:
+def address_problem(url: str) -> str:
     """What keeps `url` from being http(s)://host[:port][/path], or ''."""
     try:
         parts = urllib.parse.urlsplit(url.strip())
