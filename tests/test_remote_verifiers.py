@@ -141,3 +141,15 @@ def test_a_served_prm_reward_that_is_not_a_probability_is_said(value) -> None:
     with pytest.raises(RemoteError, match="which is not a probability"):
         ServedPRM(Pools(value)).score([step])
     assert ServedPRM(Pools(0.75)).score([step]) == [0.75] and ServedPRM(Pools(1)).score([step]) == [1.0]
+
+
+@pytest.mark.parametrize("answer", [{"choices": ["Yes"]}, {"choices": "abc"}, {"choices": [None]}, ["Yes"]])
+def test_a_judgement_without_a_choice_object_is_the_servers_error(answer) -> None:
+    """Before, a choice that was text ('Yes') or null raised AttributeError: 'a fault in Beamwise'."""
+    from engine.backends.openai import ServerConfig
+    from engine.errors import ServerError
+
+    backend = OpenAICompletions(ServerConfig("http://127.0.0.1:9", "m"))
+    backend._request = lambda method, path, body, **kw: answer
+    with pytest.raises(ServerError, match="an answer without choices"):
+        backend.first_token_choices("Is it right?\nAnswer:", 10)

@@ -223,10 +223,10 @@ class OpenAICompletions:
         }
         answer = self._request("POST", "/completions", body)
         try:
-            choice = answer["choices"][0]
-        except (KeyError, IndexError, TypeError) as error:
+            logprobs = answer["choices"][0].get("logprobs")
+        except (KeyError, IndexError, TypeError, AttributeError) as error:  # AttributeError: a choice that is text
             raise ServerError(200, f"an answer without choices: {str(answer)[:200]}") from error
-        top = _first_top_logprobs(choice.get("logprobs"))
+        top = _first_top_logprobs(logprobs)
         if not top:
             raise LogprobsUnavailable(
                 "the server returned no top log-probabilities (`logprobs` > 1), which the self-judge reads."
