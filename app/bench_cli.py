@@ -144,11 +144,15 @@ def bench_command(args: argparse.Namespace) -> int:
 
 def _remote(args: argparse.Namespace, workload: Workload) -> int:
     from app.bench_remote import format_costs, remote_bench
+    from app.run_cli import user_errors
 
     costs, question = remote_bench(args, workload)
     print(format_costs(costs, workload, question))
     write_json(args.json_path, {"workload": asdict(workload), "runs": [c.to_dict() for c in costs]})
-    return 0 if all(c.ok for c in costs) else 1
+    failed = [c for c in costs if not c.ok]
+    if not failed:
+        return 0
+    return 2 if all(c.error in user_errors() for c in failed) else 1  # as `run`: the server's fault or the settings
 
 
 def _versus_generate(args: argparse.Namespace, dtype: str) -> int:

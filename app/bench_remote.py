@@ -61,7 +61,7 @@ def format_costs(costs: list[SearchCost], workload: Workload, question: str) -> 
             lines.append(_row("total", cost, cost.requests, cost.tokens, sum(s.seconds for s in cost.steps)))
     lines.append("")
     for cost in costs:
-        state = f"answer {cost.answer[-60:]!r}" if cost.ok else f"did not finish: {cost.message}"
+        state = f"answer {cost.answer[-60:]!r}" if cost.ok else f"did not finish: {cost.message.rstrip('.')}"
         lines.append(f"{cost.backend} ({cost.model}): {state}; {cost.seconds:.2f} s in all")
     lines.append(
         "note: the server runs its own weights and precision (a GGUF quantisation, bf16 on a GPU), so the trees "

@@ -20,8 +20,11 @@ class BeamwiseError(Exception):
         self.hint = hint or self.hint
 
     def user_message(self) -> str:
-        text = str(self)
-        return f"{text} {self.hint}".strip() if self.hint else text
+        text = str(self).strip()
+        if not self.hint:
+            return text
+        stop = "" if not text or text.endswith((".", "!", "?")) else "."  # a server's own words may end bare
+        return f"{text}{stop} {self.hint}".strip()
 
 
 class ModelLoadError(BeamwiseError):

@@ -30,6 +30,7 @@ class SearchCost:
     model: str
     ok: bool = False
     message: str = ""
+    error: str = ""  # the failure's error name, as a run's exit status reads it
     steps: list[StepCost] = field(default_factory=list)
     seconds: float = 0.0
     answer: str = ""
@@ -64,6 +65,6 @@ def measure(backend: str, events: Iterable[ev.Event], requests: Callable[[], int
         elif isinstance(event, ev.RunFinished):
             cost.ok, cost.answer = True, event.answer
         elif isinstance(event, ev.RunFailed | ev.RunCancelled):
-            cost.message = getattr(event, "message", "cancelled")
+            cost.message, cost.error = getattr(event, "message", "cancelled"), getattr(event, "error", "")
     cost.seconds = time.perf_counter() - started
     return cost

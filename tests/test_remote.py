@@ -217,7 +217,8 @@ def test_backoff_is_bounded() -> None:
 
 def test_errors_are_remote_errors() -> None:
     for error in (ServerUnreachable, ServedModelNotFound, LogprobsUnavailable):
-        assert error("x").user_message().startswith("x ")
+        assert error("x").user_message().startswith("x. ")  # the hint follows a full stop
+        assert error("x.").user_message().startswith("x. ")
     assert ServerError(502, "bad gateway").status == 502
 
 
@@ -356,6 +357,16 @@ def test_bench_puts_the_server_beside_a_local_run(capsys, tmp_path: Path) -> Non
     assert any(line.split()[:4] == ["1", "openai", MODEL, "4"] for line in lines)
     assert any(line.split()[:2] == ["1", "local"] for line in lines)
     assert any(line.split()[:5] == ["total", "openai", MODEL, "12", "52"] for line in lines)
+
+
+def test_bench_on_a_server_that_dies_mid_search_exits_2_with_one_readable_line(capsys) -> None:
+    """The server's failure is not a fault in Beamwise: exit 2 as `run` gives, and its words end in a stop."""
+    with FakeServer(fail_after=5) as server:  # the connection check, then step 1 (4), then 500s
+        code = main(["bench", "--backend", "openai", "--server", server.url, "--served-model", MODEL, "--no-local",
+                     "--beams", "2", "--width", "2", "--step-tokens", "8", "--gen-tokens", "24",
+                     "--question", QUESTION, "--step-delimiter", "\\n\\n", "--request-timeout", "2"])
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if "did not finish" in x]
+    assert code == 2 and "HTTP 500" in line and ".;" not in line and " s in all" in line
 
 
 def test_bench_without_a_server_is_one_clear_line(capsys) -> None:
