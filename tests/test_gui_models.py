@@ -169,3 +169,16 @@ def test_a_prm_is_listed_with_its_family_and_used_as_the_verifier(qtbot, tmp_pat
     _, search, _ = window.controls.configs()
     assert (search.verifier, search.verifier_model) == ("prm", str(folder))
     window.close()
+
+
+def test_the_progress_of_a_download_past_2_gb_is_shown_whole(qtbot):
+    """Byte counts cross threads as objects: a C int signal wrapped 3 GB to -1.3 GB."""
+    from app.gui.models_page import PullWorker
+    from app.model_pull import PullProgress
+
+    page, _ = page_with(qtbot)
+    worker = PullWorker("owner/big", None, "http://127.0.0.1:9")
+    worker.progressed.connect(page._on_progress)
+    worker._report(PullProgress(15_000_000_000, 3_000_000_000, started=time.monotonic()))
+    assert page.progress.value() / page.progress.maximum() == pytest.approx(0.2)
+    assert page.progress.format().startswith("20% 3.0 GB of 15.0 GB")

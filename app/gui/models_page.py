@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt, QThread, Signal
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt, QThread, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -80,7 +80,7 @@ class ModelsTableModel(QAbstractTableModel):
 class PullWorker(QObject):
     """Runs one `model_pull.pull` in a QThread; every outcome arrives as a signal on the GUI thread."""
 
-    progressed = Signal(int, int, str)  # bytes done, bytes in all, "40% 1.2 MB of 3 MB, 2 MB/s, 1 s left"
+    progressed = Signal(object, object, str)  # bytes done, in all (objects: a C int ends at 2 GB), "40% 1.2 MB of …"
     finished = Signal(str)  # the folder
     failed = Signal(str)  # what to do
     cancelled = Signal(str)
@@ -90,6 +90,7 @@ class PullWorker(QObject):
         self.repo, self.filename, self.endpoint = repo, filename, endpoint
         self.cancel = threading.Event()
 
+    @Slot()
     def run(self) -> None:
         try:
             folder = pull(self.repo, filename=self.filename, endpoint=self.endpoint, report=self._report,
@@ -306,6 +307,7 @@ class ModelsPage(QWidget):
             self._worker.cancel.set()
             self.pull_status.setText("Cancelling…")
 
+    @Slot(object, object, str)
     def _on_progress(self, done: int, total: int, line: str) -> None:
         if self.pull_status.text().startswith("Asking") and self._worker is not None:
             self.pull_status.setText(f"Downloading {self._worker.repo} from {self._worker.endpoint}; Cancel keeps "
@@ -315,12 +317,15 @@ class ModelsPage(QWidget):
         self.progress.setValue(done // scale)
         self.progress.setFormat(line)
 
+    @Slot(str)
     def _on_finished(self, folder: str) -> None:
         self._end("finished", f"Downloaded to {folder}; select it above and press Use.")
 
+    @Slot(str)
     def _on_failed(self, message: str) -> None:
         self._end("failed", message[:1].upper() + message[1:])
 
+    @Slot(str)
     def _on_cancelled(self, message: str) -> None:
         self._end("cancelled", message[:1].upper() + message[1:])
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Sequence
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import QTimer, Signal, Slot
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
 from app.gui.background import run_in_background
@@ -67,6 +67,7 @@ class PlanBar(QWidget):
         work = lambda: (generation, *_plan(configs, question, history))  # noqa: E731
         run_in_background("beamwise-plan", work, self._finished.emit)
 
+    @Slot(int, object, str)
     def _show(self, generation: int, result: MemoryPlan | None, error: str) -> None:
         if generation != self._generation:
             return  # an older plan, overtaken by a newer request

@@ -12,7 +12,7 @@ import json
 import urllib.parse
 from dataclasses import asdict, dataclass
 
-from PySide6.QtCore import QObject, QSettings, Signal
+from PySide6.QtCore import QObject, QSettings, Signal, Slot
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -201,6 +201,7 @@ class ServerDialog(QDialog):
         number = self._tests
         run_in_background("beamwise-server-test", lambda: (number, *_test(config)), self._answered.emit)
 
+    @Slot(int, bool, str)
     def _show_answer(self, number: int, ok: bool, text: str) -> None:
         if number != self._tests:
             return  # an older test, overtaken by a newer one
