@@ -172,6 +172,8 @@ class LogprobsUnavailable(RemoteError):
 class ServerError(RemoteError):
     """The server answered with an HTTP error (4xx or 5xx) that retrying did not fix."""
 
+    retry_after: float | None = None  # seconds the server asked to wait (Retry-After), if it said
+
     def __init__(self, status: int, detail: str, hint: str = "") -> None:
         super().__init__(f"the server answered HTTP {status}: {detail}", hint=hint)
         self.status = status

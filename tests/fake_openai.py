@@ -16,7 +16,8 @@ listing whose "data" is not a list.
 "redirect" answers every request 301 to https://elsewhere.example (as a proxy that wants TLS does).
 `tls` = (certificate file, key file) serves https with that certificate.
 `key` makes it answer 401 to a request without that bearer key; `fail_after` answers 500 from that
-many completions on (a server that dies in the middle of a run).
+many completions on (a server that dies in the middle of a run); `busy` answers the first completions 429,
+one for each of its Retry-After values (None: no header), as a server under load does.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ PRM = "fake-prm"  # served on /pooling (vLLM's route for reward models): [P(-), 
 
 class FakeServer:
     def __init__(self, mode: str = "ok", delay: float = 1.0, key: str | None = None,
-                 fail_after: int | None = None, tls: tuple[str, str] | None = None) -> None:
+                 fail_after: int | None = None, tls: tuple[str, str] | None = None,
+                 busy: tuple[str | None, ...] = ()) -> None:
         self.mode, self.delay, self.key, self.fail_after, self.tls = mode, delay, key, fail_after, tls
+        self.busy = list(busy)
         self.requests: list[dict] = []
         self.headers: list[dict] = []
         self.abandoned: list[float] = []  # "slow": when a client closed its connection before the answer
@@ -164,6 +167,9 @@ def _handler(server: FakeServer):
                 self._send(404, {"error": {"message": "not found"}})
                 return
             server.requests.append(body)
+            if server.busy:
+                self._too_many(server.busy.pop(0))
+                return
             if server.mode == "slow" and self._client_left_within(server.delay):
                 server.abandoned.append(time.monotonic())
                 return
@@ -215,6 +221,15 @@ def _handler(server: FakeServer):
             self.end_headers()
             self.wfile.write(raw[: len(raw) // 2])
             self.close_connection = True
+
+        def _too_many(self, retry_after: str | None) -> None:
+            raw = json.dumps({"error": {"message": "Too many requests"}}).encode()
+            self.send_response(429)
+            if retry_after is not None:
+                self.send_header("Retry-After", retry_after)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
 
         def _redirect(self) -> None:
             self.send_response(301)

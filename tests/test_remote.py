@@ -215,6 +215,31 @@ def test_backoff_is_bounded() -> None:
     assert waits == [0.5, 1.0, 2.0]
 
 
+@pytest.mark.parametrize(("busy", "waits"), [
+    (("2",), [2.0]),  # seconds, longer than the backoff: waited as asked
+    (("0",), [0.5]),  # shorter: the backoff still spaces the tries
+    ((None, "x"), [0.5, 1.0]),  # no header, or one that cannot be read: the backoff alone
+    (("Wed, 21 Oct 2015 07:28:00 GMT",), [0.5]),  # a date already past
+])
+def test_a_busy_server_is_retried_after_the_wait_it_asks_for(busy, waits) -> None:
+    seen: list[float] = []
+    with FakeServer(busy=busy) as server:
+        backend = OpenAICompletions(ServerConfig(server.url, MODEL, timeout_s=5.0, retries=3, backoff_s=0.5),
+                                    sleep=seen.append)
+        assert backend.complete("x", max_tokens=4, stop=[], temperature=1.0, top_p=1.0, seed=0).text
+    assert seen == pytest.approx(waits)
+
+
+def test_a_server_asking_for_a_long_wait_is_said_to_be_busy_at_once() -> None:
+    seen: list[float] = []
+    with FakeServer(busy=("3600",)) as server:
+        backend = OpenAICompletions(ServerConfig(server.url, MODEL, timeout_s=5.0, retries=3, backoff_s=0.5),
+                                    sleep=seen.append)
+        with pytest.raises(ServerError, match="busy and asks to wait 3600 s before trying again") as info:
+            backend.complete("x", max_tokens=4, stop=[], temperature=1.0, top_p=1.0, seed=0)
+    assert seen == [] and len(server.requests) == 1 and "Run again later" in info.value.user_message()
+
+
 def test_errors_are_remote_errors() -> None:
     for error in (ServerUnreachable, ServedModelNotFound, LogprobsUnavailable):
         assert error("x").user_message().startswith("x. ")  # the hint follows a full stop

@@ -12,6 +12,7 @@ whole answer, headers and body, to the timeout: a socket's own timeout bounds ea
 
 from __future__ import annotations
 
+import email.utils
 import errno
 import http.client
 import io
@@ -25,6 +26,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
 from engine.errors import (
     LogprobsUnavailable,
@@ -36,6 +38,7 @@ from engine.errors import (
 )
 
 RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
+RETRY_AFTER_MAX_S = 30.0  # a server asking for a longer wait (Retry-After) is said to be busy instead of waited on
 POLL_S = 0.05  # how often a waiting request asks `should_stop`: a Stop takes effect within this
 MAX_ANSWER_BYTES = 64_000_000  # an answer is kB; past this the address answers with something else
 ROUNDING = 1e-3  # a log-probability this far above 0 is a probability of 1 rounded, read as 0
@@ -256,10 +259,24 @@ class OpenAICompletions:
                 status = getattr(error, "status", None)
                 if last or (status is not None and status not in RETRYABLE):
                     raise
-            self.sleep(self.cfg.backoff_s * 2**attempt)
+                wait = self._wait_before_retry(error, attempt)
+            self.sleep(wait)
             if self.should_stop():
                 raise RequestCancelled
         raise AssertionError("unreachable")
+
+    def _wait_before_retry(self, error: Exception, attempt: int) -> float:
+        """The backoff, or longer when the server said how long with Retry-After (a 429 or 503 under load); a
+        server that asks for more than RETRY_AFTER_MAX_S is busy for now, and the run says so instead of waiting."""
+        wait = self.cfg.backoff_s * 2**attempt
+        asked = getattr(error, "retry_after", None)
+        if asked is not None and asked > RETRY_AFTER_MAX_S:
+            raise ServerError(
+                getattr(error, "status", 0) or 429,
+                f"the server is busy and asks to wait {asked:.0f} s before trying again",
+                hint="Run again later, or ask the server's owner about its limits.",
+            ) from error
+        return max(wait, asked or 0.0)
 
     def _sleep_unless_stopped(self, seconds: float) -> None:
         """The backoff before a retry, in slices so that a Stop does not wait it out."""
@@ -317,7 +334,9 @@ class OpenAICompletions:
         if 300 <= status < 400:
             raise _redirect(status, response.getheader("Location"))
         if status >= 400:
-            raise self._http_error(status, _detail(raw), url)
+            error = self._http_error(status, _detail(raw), url)
+            error.retry_after = _retry_after(response.getheader("Retry-After"))
+            raise error
         try:
             return json.loads(raw.decode())
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:  # nested past Python's stack
@@ -553,6 +572,23 @@ def _logprob(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) or value > ROUNDING:
         raise ServerError(200, f"an answer whose log-probabilities are not log-probabilities (one is {value!r:.60})")
     return min(float(value), 0.0)
+
+
+def _retry_after(value: str | None) -> float | None:
+    """The seconds a Retry-After header asks for: a number, or an HTTP date; None when there is none to read."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 def _redirect(status: int, location: str | None) -> ServerError:
