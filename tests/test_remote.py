@@ -240,6 +240,29 @@ def test_a_server_asking_for_a_long_wait_is_said_to_be_busy_at_once() -> None:
     assert seen == [] and len(server.requests) == 1 and "Run again later" in info.value.user_message()
 
 
+def test_a_name_server_that_does_not_answer_holds_neither_a_stop_nor_the_timeout(monkeypatch) -> None:
+    real = socket.getaddrinfo
+
+    def unanswered(host, *args, **kwargs):
+        if host == "gpu-box.example":
+            time.sleep(5)  # a resolver waiting on a name server that went away
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", unanswered)
+    cfg = ServerConfig("http://gpu-box.example:8000", MODEL, timeout_s=0.5, retries=0)
+    ask = {"max_tokens": 4, "stop": [], "temperature": 1.0, "top_p": 1.0, "seed": 0}
+    started = time.monotonic()
+    with pytest.raises(ServerUnreachable, match=r"did not answer within 0\.5 s"):
+        OpenAICompletions(cfg).complete("x", **ask)
+    assert time.monotonic() - started < 2.0
+    started = time.monotonic()
+    stopped = OpenAICompletions(ServerConfig(cfg.endpoint, MODEL, timeout_s=30.0, retries=0),
+                                should_stop=lambda: time.monotonic() > started + 0.3)
+    with pytest.raises(RequestCancelled):
+        stopped.complete("x", **ask)
+    assert time.monotonic() - started < 2.0
+
+
 def test_errors_are_remote_errors() -> None:
     for error in (ServerUnreachable, ServedModelNotFound, LogprobsUnavailable):
         assert error("x").user_message().startswith("x. ")  # the hint follows a full stop

@@ -16,12 +16,14 @@ import email.utils
 import errno
 import http.client
 import io
+import ipaddress
 import json
 import math
 import os
 import select
 import socket
 import ssl
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -390,7 +392,7 @@ def _connect(
     connection request (a box that went away, a firewall), or takes it and never answers the TLS handshake, held
     a Stop for the whole timeout. Each of the host's addresses is tried in turn."""
     error = OSError(f"no address for {address[0]}")
-    for family, kind, proto, _, where in socket.getaddrinfo(*address, type=socket.SOCK_STREAM):
+    for family, kind, proto, _, where in _resolve(address, deadline, should_stop):
         sock = socket.socket(family, kind, proto)
         try:
             code = _wait_connected(sock, where, deadline, should_stop)
@@ -405,6 +407,35 @@ def _connect(
         sock.close()
         error = OSError(code, os.strerror(code))
     raise error
+
+
+def _resolve(address: tuple[str, int], deadline: float, should_stop: StopFn) -> list:
+    """socket.getaddrinfo on a daemon thread, waited in POLL_S slices: a name server that does not answer held
+    a Stop, and the request's timeout, for as long as the system's resolver waits (tens of seconds)."""
+    try:
+        ipaddress.ip_address(address[0])
+        return socket.getaddrinfo(*address, type=socket.SOCK_STREAM)  # an address, not a name: nothing to wait on
+    except ValueError:
+        pass
+    found: list = []
+
+    def look_up() -> None:
+        try:
+            found.append(socket.getaddrinfo(*address, type=socket.SOCK_STREAM))
+        except OSError as error:
+            found.append(error)
+
+    asker = threading.Thread(target=look_up, name="beamwise-resolve", daemon=True)
+    asker.start()
+    while asker.is_alive():
+        asker.join(POLL_S)
+        if asker.is_alive() and should_stop():
+            raise RequestCancelled
+        if asker.is_alive() and time.monotonic() > deadline:
+            raise TimeoutError
+    if isinstance(found[0], OSError):
+        raise found[0]
+    return found[0]
 
 
 def _wait_connected(sock: socket.socket, where: tuple, deadline: float, should_stop: StopFn) -> int:
