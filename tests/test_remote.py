@@ -644,7 +644,9 @@ def test_a_404_that_names_no_model_is_a_wrong_address() -> None:
 
 @pytest.mark.parametrize(("body", "said"), [
     (b"<html>\n<head><title>500 Internal Server Error</title></head>\n<body>\n</body>\n</html>\n",
-     "HTTP 500: <html> <head><title>500 Internal Server Error</title></head> <body> </body> </html>"),
+     "HTTP 500: 500 Internal Server Error"),  # an HTML page by its title, not its markup
+    (b"<!DOCTYPE html><html><body><h1>Service &amp; more</h1>\n<p>Try later</p></body></html>",
+     "HTTP 500: Service & more Try later"),  # without a title: its text
     (json.dumps({"error": {"message": "bad request:\n  field 'prompt'\n  too long"}}).encode(),
      "HTTP 500: bad request: field 'prompt' too long"),
     (b"\xff\x00\x1b[31mbroken", "HTTP 500: \ufffd [31mbroken"),

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import email.utils
 import errno
+import html
 import http.client
 import io
 import ipaddress
 import json
 import math
 import os
+import re
 import select
 import socket
 import ssl
@@ -638,13 +640,23 @@ def _detail(raw: bytes) -> str:
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, RecursionError):
-        return _one_line(text)[:200]
+        return _one_line(_page_text(text))[:200]
     if not isinstance(data, dict):
         return _one_line(text)[:200]
     message = data.get("message") or (data.get("error") or {})
     if isinstance(message, dict):
         message = message.get("message", "")
     return _one_line(str(message or text))[:200]
+
+
+def _page_text(text: str) -> str:
+    """An HTML error page (a proxy's 502, a login page) as its words: its title, else its text without the tags,
+    instead of 200 characters of markup."""
+    if not re.search(r"<\s*(html|head|body|title|h1)\b", text[:2000], re.IGNORECASE):
+        return text
+    title = re.search(r"<title[^>]*>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
+    words = title.group(1) if title and title.group(1).strip() else re.sub(r"<[^>]*>", " ", text)
+    return html.unescape(words)
 
 
 def _one_line(text: str) -> str:
