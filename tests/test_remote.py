@@ -377,6 +377,20 @@ def test_check_connection_says_what_it_found() -> None:
         check_connection(config(f"http://127.0.0.1:{closed_port()}"))
 
 
+def test_a_gateway_listing_hundreds_of_models_is_named_in_one_short_line(monkeypatch) -> None:
+    from engine.backends.openai import ConnectionCheck
+
+    names = [f"team/model-{i}" for i in range(300)] + ["bad\nname"]
+    backend = OpenAICompletions(config("http://127.0.0.1:9"))
+    monkeypatch.setattr(backend, "_request", lambda *args, **kw: {"data": [{"id": n} for n in names]})
+    with pytest.raises(ServedModelNotFound) as info:
+        backend.check_model()
+    said = info.value.user_message()
+    assert "team/model-7 and 293 more (GET /v1/models lists them)" in said and len(said) < 500 and "\n" not in said
+    line = ConnectionCheck((*names, MODEL), 0.1).sentence(config("http://127.0.0.1:9"))
+    assert "and 293 more" in line and "\n" not in line
+
+
 def test_a_key_given_directly_is_sent_and_not_in_the_record() -> None:
     with FakeServer(key="sk-from-keyring") as server:
         cfg = config(server.url, api_key="sk-from-keyring", key_source="keyring")

@@ -166,7 +166,7 @@ class OpenAICompletions:
         served = tuple(m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str))
         if served and self.cfg.served_model not in served:
             raise ServedModelNotFound(
-                f"the server at {self.cfg.endpoint} serves {', '.join(served)}, not {self.cfg.served_model!r}."
+                f"the server at {self.cfg.endpoint} serves {_names(served)}, not {self.cfg.served_model!r}."
             )
         return served
 
@@ -513,7 +513,7 @@ class ConnectionCheck:
 
     def sentence(self, config: ServerConfig) -> str:
         others = [m for m in self.served if m != config.served_model]
-        listed = f"; it also serves {', '.join(others)}" if others else ""
+        listed = f"; it also serves {_names(others)}" if others else ""
         return (
             f"Connected: {config.served_model} at {config.endpoint} answered with log-probabilities "
             f"in {self.seconds:.2f} s{listed}."
@@ -657,6 +657,12 @@ def _page_text(text: str) -> str:
     title = re.search(r"<title[^>]*>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
     words = title.group(1) if title and title.group(1).strip() else re.sub(r"<[^>]*>", " ", text)
     return html.unescape(words)
+
+
+def _names(models: Sequence[str], shown: int = 8) -> str:
+    """Served model names for a one-line message: a gateway may list hundreds, and a name may hold a newline."""
+    names = ", ".join(_one_line(name)[:80] for name in models[:shown])
+    return names + (f" and {len(models) - shown} more (GET /v1/models lists them)" if len(models) > shown else "")
 
 
 def _one_line(text: str) -> str:
