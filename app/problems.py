@@ -44,11 +44,16 @@ def load_problems(path: str | Path, limit: int | None = None) -> list[Problem]:
         raise ProblemsError(f"{path}: no such problems file.") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ProblemsError(f"{path}: cannot read it as text ({error}); save it as UTF-8.") from None
-    problems = [_problem(path, number, line) for number, line in enumerate(lines, 1) if line.strip()]
+    problems = []
+    for number, line in enumerate(lines, 1):
+        if limit and len(problems) == limit:
+            break  # the lines past --limit are not read: a bad row there does not refuse the problems asked for
+        if line.strip():
+            problems.append(_problem(path, number, line))
     if not problems:
         raise ProblemsError(f"{path}: the file has no problems; write one JSON object per line "
                             'with "question" and "answer".')
-    return problems[:limit] if limit else problems
+    return problems
 
 
 def _kind_problem(question: object, answer: object) -> str | None:

@@ -63,6 +63,14 @@ def test_bad_files_name_the_file_and_line(tmp_path, lines, message):
         load_problems(path)
 
 
+def test_limit_stops_reading_at_the_problems_it_asks_for(tmp_path):
+    """Every line was parsed before --limit cut the list: a broken row far past the limit refused the run."""
+    path = write(tmp_path, '{"question": "Q?", "answer": "1"}', "", '{"question": "R?", "answer": "2"}', "{oops")
+    assert [p.line for p in load_problems(path, limit=2)] == [1, 3]
+    with pytest.raises(ProblemsError, match=r"p\.jsonl:4: not JSON"):
+        load_problems(path)
+
+
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["eval", str(tmp_path / "missing.jsonl"), *TINY, "--no-save"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
