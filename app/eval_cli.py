@@ -14,7 +14,7 @@ import dataclasses
 import sys
 
 from app.early_exit import check_thresholds_writable
-from app.json_out import write_json
+from app.json_out import check_json_path, write_json
 from app.options import UsageError, add_search_options, configs_from_args
 from app.problems import Problem, load_problems
 from engine.config import METHODS, SearchConfig
@@ -74,7 +74,7 @@ def eval_command(args: argparse.Namespace) -> int:
     problems = load_problems(args.problems, args.limit)
     _, search, cache = configs_from_args(args)
     configs = {m: config_for(search, m, args.calibrate) for m in methods_of(args)}
-    write_json(args.json_path, {"problems_file": str(args.problems), "complete": False}, announce=False)  # fail now
+    check_json_path(args.json_path)  # fail now, not after every problem ran
     if args.calibrate:
         check_thresholds_writable()  # not after every problem ran
     evaluation = Evaluation(args, configs, cache)

@@ -24,3 +24,20 @@ def write_json(json_path: str | None, data: dict, announce: bool = True) -> None
         raise UsageError(f"cannot write {path}: {error.strerror}; pick a writable --json path.") from error
     if announce:
         print(f"wrote {path}")
+
+
+def check_json_path(json_path: str | None) -> None:
+    """UsageError now when `json_path` cannot be written, without touching a file already there: the results of
+    an earlier run stay whole until this run has its own to put in their place."""
+    if not json_path:
+        return
+    path = Path(json_path)
+    part = path.with_name(path.name + ".part")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part.write_text("", encoding="utf-8")
+        part.unlink()
+        if path.is_dir():
+            raise IsADirectoryError(21, "Is a directory")
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error.strerror}; pick a writable --json path.") from error

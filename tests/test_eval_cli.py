@@ -86,6 +86,16 @@ def test_a_json_path_it_cannot_write_is_refused_before_any_problem_runs(tmp_path
     assert f"cannot write {tmp_path}: Is a directory" in captured.err and "problems" not in captured.out
 
 
+def test_an_existing_json_file_is_kept_when_the_eval_fails_before_its_results(tmp_path, capsys):
+    """The path was checked by writing a stub over it, so a model that failed to load destroyed the last results."""
+    out_json = tmp_path / "r.json"
+    out_json.write_text('{"earlier": true}', encoding="utf-8")
+    argv = ["eval", str(SHIPPED), "--model", str(tmp_path / "no-model"), "--no-save", "--json", str(out_json)]
+    assert main(argv) == 2
+    assert json.loads(out_json.read_text()) == {"earlier": True}
+    assert not (tmp_path / "r.json.part").exists()
+
+
 def test_compare_prints_methods_side_by_side_writes_json_and_records(tmp_path, capsys):
     problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}', '{"question": "1+1?", "answer": "2"}')
     out_json, db = tmp_path / "r.json", tmp_path / "s.db"
