@@ -28,9 +28,10 @@ class Evaluation:
         self.loaded = load_model(model_spec, device=cache.device, progress=_progress)
         self.store = None
         if not args.no_save:
-            from app.store import SessionStore
+            from app.journal_import import open_session_store
+            from app.run_cli import _note
 
-            self.store = SessionStore(args.db)
+            self.store = open_session_store(args.db, notify=_note)
         self.results: dict[str, list[ProblemResult]] = {m: [] for m in configs}
         self.walls: dict[str, list[float]] = {m: [] for m in configs}  # wall seconds per problem
         self.steps: list[StepStat] = []
@@ -50,7 +51,7 @@ class Evaluation:
             self.done = index
 
     def _search(self, problem: Problem, method: str, search: SearchConfig) -> list:
-        from app.run_cli import _record
+        from app.run_cli import _end_recording, _record
         from engine.search import run
 
         recorder = self._recorder(problem, method)
@@ -58,19 +59,22 @@ class Evaluation:
         try:
             for event in run(problem.question, self.loaded, search, self.cache):
                 events.append(event)
-                if recorder is not None and (recorder.session_id is not None or event.type == "run_started"):
-                    _record(recorder, event)
+                _record(recorder, event)
         finally:
             if recorder is not None:
-                recorder.close()
+                _end_recording(recorder)
         return events
 
     def _recorder(self, problem: Problem, method: str):
+        """As `beamwise run` records: a database that turns busy mid-eval moves the run to a journal, not the
+        eval to an error that loses every finished problem's result."""
         if self.store is None:
             return None
-        from app.recorder import SessionRecorder
+        from app.journal_import import recorder_for
+        from app.run_cli import _warn
 
-        return SessionRecorder(self.store, title=f"eval {method} line {problem.line}: {problem.question[:40]}")
+        title = f"eval {method} line {problem.line}: {problem.question[:40]}"
+        return recorder_for(self.store, notify=_warn, title=title)
 
     def _collect_steps(self, events: list) -> None:
         for e in events:

@@ -45,11 +45,12 @@ def journal_folders_of(store: SessionStore) -> list[Path]:
     return journal_folders(store.path, data_folder())
 
 
-def recorder_for(store: SessionStore, notify: Notify, previous: int | None = None) -> SessionRecorder:
+def recorder_for(store: SessionStore, notify: Notify, previous: int | None = None,
+                 title: str | None = None) -> SessionRecorder:
     """A recorder that journals instead of failing when the database is busy (file databases only);
     `previous` makes the run the next turn of that session's conversation."""
     folder = None if store.path is None else (lambda: journal_folders_of(store))
-    return SessionRecorder(store, journal_folder=folder, notify=notify, previous=previous)
+    return SessionRecorder(store, title=title, journal_folder=folder, notify=notify, previous=previous)
 
 
 def import_journals(store: SessionStore, *, only: Path | None = None, notify: Notify | None = None) -> list[int]:

@@ -226,9 +226,16 @@ def _record(recorder, event) -> None:
 
 
 def _close(recorder) -> None:
-    """Close the recording; a journalled run is imported at once if the database is free again."""
+    """Close the recording and its database."""
     if recorder is None:
         return
+    _end_recording(recorder)
+    recorder.store.close()
+
+
+def _end_recording(recorder) -> None:
+    """Close one run's recording; a journalled run is imported at once if the database is free again (the store
+    stays open: `beamwise eval` records every problem's run into one)."""
     from app.journal_import import import_journals
 
     recorder.close()
@@ -237,4 +244,3 @@ def _close(recorder) -> None:
         _warn(f"the session database {recorder.store.path} still cannot be written (busy, read-only or its disk "
               f"full); this run is kept whole in the journal {path} and is saved into the database the next time "
               "Beamwise opens it (any command or the window).")
-    recorder.store.close()

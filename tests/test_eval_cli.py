@@ -113,6 +113,33 @@ def test_compare_prints_methods_side_by_side_writes_json_and_records(tmp_path, c
         assert len(store.list_sessions()) == 8
 
 
+def test_a_database_busy_mid_eval_journals_the_runs_and_the_eval_finishes(tmp_path, capsys, monkeypatch):
+    """A lock taken during the eval raised StoreLocked out of it: exit 2, no table, no JSON, every result lost."""
+    import sqlite3
+
+    import app.store
+
+    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setattr(app.store, "DEFAULT_BUSY_TIMEOUT", 0.1)
+    problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}', '{"question": "1+1?", "answer": "2"}')
+    db, out_json = tmp_path / "s.db", tmp_path / "r.json"
+    SessionStore(db).close()
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        assert main(["eval", str(problems), *TINY, "--db", str(db), "--json", str(out_json)]) == 0
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    captured = capsys.readouterr()
+    assert "2 of 2 problems" in captured.out and "kept in the journal" in captured.err
+    assert json.loads(out_json.read_text())["complete"] is True
+    from app.journal_import import open_session_store
+
+    with open_session_store(db) as store:  # the next open imports the journals
+        assert [s["status"] for s in store.list_sessions()] == ["finished", "finished"]
+
+
 def test_a_failed_run_says_why_on_its_progress_line(tmp_path, capsys):
     """Before, it read 'failed (answered None, expected 5); 0 tokens, 0.0 s' and the reason was nowhere."""
     problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
