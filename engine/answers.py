@@ -2,27 +2,35 @@
 
 The one place that knows how answers are written: `\\boxed{...}`, "The answer is ...", GSM8K's
 "#### N", and, failing those, the last number in the text. A stated answer that is LaTeX stays
-text. Numbers are normalised (thousands separators, a trailing ".0", a leading "+") so "1,200",
-"1200.0" and "1200" vote together.
+text, unless it is a number in LaTeX's dress (`\\frac{1}{2}`, `\\$5`, `5\\%`, `\\text{5 apples}`). Numbers are
+normalised (thousands separators, a trailing ".0", a leading "+", a fraction in lowest terms) so "1,200",
+"1200.0" and "1200" vote together, and compared by value, so "1/2" and "0.5" are the same answer.
 """
 
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
-_NUMBER = r"[-+]?\$?\d[\d,]*(?:\.\d+)?|[-+]?\.\d+"
+_NUMBER = r"[-+]?\$?\d[\d,]*(?:\.\d+)?(?:/\d+)?|[-+]?\.\d+"  # "3/4" is one number, not 3
 _BOXED = re.compile(r"\\boxed\s*\{")
 _STATED = re.compile(r"(?:the\s+(?:final\s+)?answer\s+is|answer\s*:)\s*:?\s*(.+)", re.IGNORECASE)
 _HASHES = re.compile(r"####\s*(.+)")
 _ANY_NUMBER = re.compile(_NUMBER)
+_LATEX_FRACTION = re.compile(r"\\[dt]?frac\s*\{\s*([-+]?\d+)\s*\}\s*\{\s*(\d+)\s*\}")
+_LATEX_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}")
+_LATEX_SPACES = re.compile(r"\\[,!; ]|\\q?quad\b")
+_MINUS = "\u2212"  # the Unicode minus sign some models write
 
 
 def normalize_number(text: str) -> str | None:
-    """'1,200.00' -> '1200', '$5' -> '5', '-3.50' -> '-3.5'; None when `text` holds no number."""
-    match = _ANY_NUMBER.search(text)
+    """'1,200.00' -> '1200', '$5' -> '5', '-3.50' -> '-3.5', '6/4' -> '3/2'; None when `text` holds no number."""
+    match = _ANY_NUMBER.search(text.replace(_MINUS, "-"))
     if match is None:
         return None
     raw = match.group(0).replace(",", "").replace("$", "").lstrip("+")
+    if "/" in raw:
+        return _fraction(raw)
     if "." in raw:
         raw = raw.rstrip("0").rstrip(".") or "0"
     if raw.startswith("-") and raw.strip("-0.") == "":
@@ -30,6 +38,15 @@ def normalize_number(text: str) -> str | None:
     if raw.startswith(("-.", ".")):
         raw = raw.replace(".", "0.", 1)
     return raw
+
+
+def _fraction(raw: str) -> str:
+    """'6/4' -> '3/2', '4/2' -> '2'; a zero denominator leaves the text as written."""
+    try:
+        value = Fraction(raw)
+    except ZeroDivisionError:
+        return raw
+    return str(value)
 
 
 def _boxed(text: str) -> str | None:
@@ -55,7 +72,7 @@ def extract_answer(text: str) -> str | None:
     for found in (_boxed(text), _last(_STATED, text), _last(_HASHES, text)):
         if found is not None and found.strip():
             return _clean(found)
-    numbers = _ANY_NUMBER.findall(text)
+    numbers = _ANY_NUMBER.findall(text.replace(_MINUS, "-"))
     return normalize_number(numbers[-1]) if numbers else None
 
 
@@ -66,10 +83,20 @@ def _last(pattern: re.Pattern[str], text: str) -> str | None:
 
 def _clean(found: str) -> str:
     """A stated answer: its first number, unless it is LaTeX (a fraction is not its numerator)."""
+    found = _plain_latex(found.replace(_MINUS, "-"))
     number = None if "\\" in found else normalize_number(found)
     if number is not None:
         return number
     return found.strip().rstrip(".").strip().lower()
+
+
+def _plain_latex(text: str) -> str:
+    """A number's LaTeX dress taken off: \\frac{1}{2} -> 1/2, \\$5 -> $5, 5\\% -> 5%, \\text{5 apples} -> 5 apples,
+    1\\,000 -> 1000; other LaTeX (\\sqrt{2}, \\pi) stays, so the answer stays text."""
+    text = _LATEX_FRACTION.sub(r"\1/\2", text)
+    text = _LATEX_WRAPPER.sub(r"\1", text)
+    text = _LATEX_SPACES.sub("", text)
+    return text.replace("\\$", "$").replace("\\%", "%")
 
 
 def same_answer(predicted: str | None, expected: str) -> bool:
@@ -80,6 +107,6 @@ def same_answer(predicted: str | None, expected: str) -> bool:
     if predicted == want:
         return True
     try:
-        return abs(float(predicted) - float(want)) < 1e-9
-    except ValueError:
+        return Fraction(predicted) == Fraction(want)
+    except (ValueError, ZeroDivisionError):
         return False

@@ -14,7 +14,8 @@ from engine.methods.selection import choose, final_pool
     [
         ("12 + 30 = 42\n\nThe answer is: 42", "42"),
         ("So the total is \\boxed{1,200} dollars. The answer is 7", "1200"),  # boxed wins
-        ("first 3, then \\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+        ("first 3, then \\boxed{\\frac{1}{2}}", "1/2"),  # LaTeX's dress off a number, so it votes with "1/2"
+        ("\\boxed{\\sqrt{2}}", "\\sqrt{2}"),  # other LaTeX stays text
         ("He pays $15.50 in all.\nThe answer is $15.50.", "15.5"),
         ("Natalia sold 48/2 = 24 clips in May.\n#### 72", "72"),
         ("She has 5 apples and eats 2, so 3 are left", "3"),
@@ -35,6 +36,27 @@ def test_numbers_normalise_and_compare_by_value():
     assert normalize_number("-0.0") == "0"
     assert same_answer("72", "72") and same_answer("72", "72.0") and same_answer("1200", "1,200")
     assert not same_answer(None, "3") and not same_answer("4", "3")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "same"),
+    [
+        ("The answer is 1/3", "1/2", False),  # both were read as their numerator, 1: judged right
+        ("The answer is 3", "3/4", False),
+        ("The answer is 1/2", "0.5", True),
+        ("\\boxed{\\frac{1}{2}}", "0.5", True),  # the LaTeX fraction stayed text: judged wrong
+        ("\\boxed{\\dfrac{6}{8}}", "3/4", True),
+        ("\\boxed{-\\frac{1}{2}}", "-0.5", True),
+        ("\\boxed{\\$18}", "18", True),
+        ("\\boxed{5\\%}", "5", True),
+        ("\\boxed{\\text{12 apples}}", "12", True),
+        ("\\boxed{1\\,000}", "1,000", True),
+        ("The answer is \u22125", "-5", True),  # a Unicode minus was dropped: -5 read as 5
+        ("The answer is \u22125", "5", False),
+    ],
+)
+def test_fractions_latex_numbers_and_unicode_minus_are_judged_by_value(text, expected, same):
+    assert same_answer(extract_answer(text), expected) is same
 
 
 def _paths(*specs):
