@@ -99,7 +99,7 @@ def _report(args: argparse.Namespace, evaluation, problems: list[Problem], inter
     if args.json_path:
         data = {"problems_file": str(args.problems), "complete": not interrupted,
                 "methods": [s.to_dict() for s in summaries],
-                "runs": [dataclasses.asdict(r) for rs in evaluation.results.values() for r in rs]}
+                "runs": [dataclasses.asdict(r) for r in evaluation.finished_runs()]}
         write_json(args.json_path, data)
     if args.calibrate:
         evaluation.save_calibration(args.target_agreement)

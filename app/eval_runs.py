@@ -97,6 +97,11 @@ class Evaluation:
         """Per method, over the problems every method finished (an interrupted problem is left out)."""
         return [summarize(m, self.results[m][: self.done], sum(self.walls[m][: self.done])) for m in self.configs]
 
+    def finished_runs(self) -> list[ProblemResult]:
+        """The runs the summaries count: a method that finished the interrupted problem before the others would
+        make the JSON's runs compare one method on more problems than the rest."""
+        return [r for m in self.configs for r in self.results[m][: self.done]]
+
     def save_calibration(self, target: float) -> None:
         """Fit verify-skip's thresholds and, when the verifier's lens was recorded, the entropy exit's; save both."""
         from app.calibrate_exit import calibrate_exit

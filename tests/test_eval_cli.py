@@ -168,6 +168,27 @@ def test_ctrl_c_keeps_finished_problems_and_prints_the_partial_table(tmp_path, c
     assert data["complete"] is False and data["methods"][0]["problems"] == 2
 
 
+def test_ctrl_c_mid_comparison_leaves_the_unfinished_problem_out_of_the_json_runs(tmp_path, capsys, monkeypatch):
+    """The JSON's runs held beam's run of the interrupted problem, so beam had one problem more than dvts there."""
+    problems = write(tmp_path, *[f'{{"question": "What is {i}+1?", "answer": "{i + 1}"}}' for i in range(3)])
+    real = eval_runs.Evaluation._search
+    calls = []
+
+    def interrupt_fourth(self, problem, method, search):
+        calls.append(problem.line)
+        if len(calls) == 4:  # problem 2's dvts run, after its beam run finished
+            raise KeyboardInterrupt
+        return real(self, problem, method, search)
+
+    monkeypatch.setattr(eval_runs.Evaluation, "_search", interrupt_fourth)
+    out_json = tmp_path / "r.json"
+    argv = ["eval", str(problems), *TINY, "--compare", "beam,dvts", "--no-save", "--json", str(out_json)]
+    assert main(argv) == 130
+    data = json.loads(out_json.read_text())
+    assert [m["problems"] for m in data["methods"]] == [1, 1]
+    assert [(r["method"], r["line"]) for r in data["runs"]] == [("beam", 1), ("dvts", 1)]
+
+
 @pytest.mark.parametrize("command", ["eval", "run"])
 def test_eval_sizes_torchs_thread_pool_as_run_does(tmp_path, monkeypatch, command):
     """Without it eval ran one OpenMP thread per core: on a busy machine every small operation waited at a
