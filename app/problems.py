@@ -77,7 +77,7 @@ def _problem(path: Path, number: int, line: str) -> Problem:
                             "one object per line.") from None
     if not isinstance(row, dict):
         raise ProblemsError(f'{where}: expected an object with "question" and "answer", got {type(row).__name__}.')
-    missing = [k for k in ("question", "answer") if not str(row.get(k) or "").strip()]
+    missing = [k for k in ("question", "answer") if row.get(k) is None or not str(row[k]).strip()]  # 0 is an answer
     if missing:
         raise ProblemsError(f"{where}: the row has no {' and no '.join(missing)}.")
     wrong = _kind_problem(row["question"], row["answer"])

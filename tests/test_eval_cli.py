@@ -36,6 +36,12 @@ def test_a_numeric_answer_is_read_as_its_text(tmp_path):
     assert [p.answer for p in load_problems(path)] == ["42", "2.5"]
 
 
+def test_an_answer_of_zero_is_an_answer(tmp_path):
+    """`"answer": 0` was refused as 'the row has no answer' (0 is falsy)."""
+    path = write(tmp_path, '{"question": "What is 2-2?", "answer": 0}', '{"question": "R?", "answer": 0.0}')
+    assert [p.answer for p in load_problems(path)] == ["0", "0.0"]
+
+
 def test_gsm8k_answers_end_with_four_hashes(tmp_path):
     path = write(tmp_path, '{"question": "Q?", "answer": "3 + 4 = 7\\n#### 7"}', "", '{"question": "R?", "answer": 9}')
     assert [(p.line, p.answer) for p in load_problems(path)] == [(1, "7"), (3, "9")]
