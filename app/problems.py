@@ -38,6 +38,8 @@ def expected_answer(raw: object) -> str:
 def load_problems(path: str | Path, limit: int | None = None) -> list[Problem]:
     """The problems of `path` (the first `limit` when given); blank lines are skipped."""
     path = Path(path)
+    if path.is_dir():  # reading it said "cannot read it as text ...; save it as UTF-8" (Windows: "Permission denied")
+        raise ProblemsError(f"{path} is a folder; give the problems file (JSON Lines) itself.")
     try:
         lines = read_text(path).splitlines()
     except FileNotFoundError:

@@ -36,6 +36,13 @@ def test_a_numeric_answer_is_read_as_its_text(tmp_path):
     assert [p.answer for p in load_problems(path)] == ["42", "2.5"]
 
 
+def test_a_folder_given_as_the_problems_file_is_named_as_a_folder(tmp_path):
+    """It said 'cannot read it as text ([Errno 21] Is a directory ...); save it as UTF-8'."""
+    with pytest.raises(ProblemsError, match="is a folder; give the problems file") as error:
+        load_problems(tmp_path)
+    assert "UTF-8" not in str(error.value)
+
+
 def test_an_answer_of_zero_is_an_answer(tmp_path):
     """`"answer": 0` was refused as 'the row has no answer' (0 is falsy)."""
     path = write(tmp_path, '{"question": "What is 2-2?", "answer": 0}', '{"question": "R?", "answer": 0.0}')
