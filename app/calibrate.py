@@ -3,7 +3,10 @@
 Each step of the run reports its highest candidate confidence, that candidate's lead over the
 next, and whether the verifier ranked the same candidate first. Candidate thresholds are the
 percentiles (50th..95th) of the observed confidences and gaps; the pair kept skips the most steps
-while the verifier agrees on at least `target` of the steps it would skip.
+while the verifier agrees on at least `target` of the steps it would skip. Percentiles always skip
+some step (the 95th of one step's confidence skips it), so the highest thresholds (tau_conf 1, r_gap
+0.999), which skip next to nothing, are a candidate too: where no percentile pair reaches the target,
+the verifier keeps ranking every step rather than skip where it was seen to disagree.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 from app.early_exit import Thresholds
 
 PERCENTILES = (50, 60, 70, 80, 90, 95)
+HIGHEST = (1.0, 0.999)  # the highest tau_conf and r_gap Thresholds takes
 
 
 @dataclass(frozen=True)
@@ -35,22 +39,27 @@ def percentile(values: Sequence[float], q: float) -> float:
 def calibrate(stats: Sequence[StepStat], target: float = 0.9) -> Thresholds:
     """The thresholds that skip the most calibration steps at `target` agreement or better.
 
-    With no pair reaching the target, the strictest pair (95th percentiles) is returned with its
-    measured agreement, so the user sees what it costs.
+    With no pair reaching the target, not even the highest thresholds (only steps the model is
+    certain of skip), the strictest percentile pair (95th) is returned with its measured agreement,
+    so the user sees what it costs.
     """
     if not stats:
         raise ValueError("the calibration run produced no scored steps; use more problems or more steps.")
     best: Thresholds | None = None
     strictest: Thresholds | None = None
-    for q_conf in PERCENTILES:
-        for q_gap in PERCENTILES:
-            tau = max(min(percentile([s.confidence for s in stats], q_conf), 1.0), 1e-6)
-            gap = min(percentile([s.gap for s in stats], q_gap), 0.999)
-            skipped = [s for s in stats if s.confidence >= tau and s.gap >= gap]
-            agreement = sum(s.agrees for s in skipped) / len(skipped) if skipped else 1.0
-            found = Thresholds(tau, gap, len(stats), len(skipped) / len(stats), agreement)
-            if q_conf == q_gap == PERCENTILES[-1]:
-                strictest = found
-            if agreement >= target and (best is None or found.skip_rate > best.skip_rate):
-                best = found
+    pairs = [(percentile([s.confidence for s in stats], q_conf), percentile([s.gap for s in stats], q_gap))
+             for q_conf in PERCENTILES for q_gap in PERCENTILES]
+    for tau, gap in [*pairs, HIGHEST]:
+        found = _measured(stats, max(min(tau, 1.0), 1e-6), min(gap, 0.999))
+        if (tau, gap) == pairs[-1]:
+            strictest = found
+        if found.agreement >= target and (best is None or found.skip_rate > best.skip_rate):
+            best = found
     return best or strictest
+
+
+def _measured(stats: Sequence[StepStat], tau: float, gap: float) -> Thresholds:
+    """The thresholds with the share of steps they skip and the verifier's agreement on those."""
+    skipped = [s for s in stats if s.confidence >= tau and s.gap >= gap]
+    agreement = sum(s.agrees for s in skipped) / len(skipped) if skipped else 1.0
+    return Thresholds(tau, gap, len(stats), len(skipped) / len(stats), agreement)
