@@ -67,7 +67,8 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def eval_command(args: argparse.Namespace) -> int:
-    """Exit 0 when every problem ran, 2 on bad input, 130 when interrupted (the partial table is printed)."""
+    """Exit 0 when every problem ran, 2 on bad input, 130 when interrupted (the partial table is printed), 1 when
+    --calibrate had no scored step to save thresholds from."""
     from app.eval_runs import Evaluation
 
     _check(args)
@@ -86,11 +87,12 @@ def eval_command(args: argparse.Namespace) -> int:
         print(f"\nbeamwise: interrupted; results of {evaluation.done} finished problem(s) follow", file=sys.stderr)
     finally:
         evaluation.close()
-    _report(args, evaluation, problems, interrupted)
-    return 130 if interrupted else 0
+    saved = _report(args, evaluation, problems, interrupted)
+    return 130 if interrupted else 0 if saved else 1
 
 
-def _report(args: argparse.Namespace, evaluation, problems: list[Problem], interrupted: bool) -> None:
+def _report(args: argparse.Namespace, evaluation, problems: list[Problem], interrupted: bool) -> bool:
+    """Print the table, write the JSON and save a calibration; False when a calibration asked for was not saved."""
     from app.eval_report import table
 
     summaries = evaluation.summaries()
@@ -101,5 +103,4 @@ def _report(args: argparse.Namespace, evaluation, problems: list[Problem], inter
                 "methods": [s.to_dict() for s in summaries],
                 "runs": [dataclasses.asdict(r) for r in evaluation.finished_runs()]}
         write_json(args.json_path, data)
-    if args.calibrate:
-        evaluation.save_calibration(args.target_agreement)
+    return evaluation.save_calibration(args.target_agreement) if args.calibrate else True

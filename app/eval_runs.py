@@ -102,14 +102,15 @@ class Evaluation:
         make the JSON's runs compare one method on more problems than the rest."""
         return [r for m in self.configs for r in self.results[m][: self.done]]
 
-    def save_calibration(self, target: float) -> None:
-        """Fit verify-skip's thresholds and, when the verifier's lens was recorded, the entropy exit's; save both."""
+    def save_calibration(self, target: float) -> bool:
+        """Fit verify-skip's thresholds and, when the verifier's lens was recorded, the entropy exit's; save both.
+        False when no step was scored, so nothing was saved."""
         from app.calibrate_exit import calibrate_exit
         from app.early_exit import calibrated_on, model_key, save_thresholds, verifier_key
 
         if not self.steps:
-            print("beamwise: no steps to calibrate from (did every run fail?)", file=sys.stderr)
-            return
+            print("beamwise: no steps to calibrate from (did every run fail?); nothing was saved", file=sys.stderr)
+            return False
         search = next(iter(self.configs.values()))  # every method runs the same generator and verifier
         found = dataclasses.replace(calibrate(self.steps, target), generator=model_key(self.model_source),
                                     verifier=verifier_key(self.model_source, search.verifier, search.verifier_model))
@@ -129,6 +130,7 @@ class Evaluation:
             print("entropy exit: not calibrated (the verifier has no logit lens: use --verifier self-judge or a "
                   "Math-Shepherd or RLHFlow PRM)")
         print(f"calibrated on {calibrated_on(found)}; saved to {save_thresholds(found)}")
+        return True
 
     def close(self) -> None:
         if self.store is not None:

@@ -277,6 +277,15 @@ def test_the_entropy_exit_reports_its_mean_layer_and_the_verifier_work_saved(tmp
     assert "entropy exit" not in capsys.readouterr().out  # off: no exit rows
 
 
+def test_a_calibration_with_no_scored_step_says_nothing_was_saved_and_exits_1(tmp_path, capsys, monkeypatch):
+    """Every run failing (a question past the context) left no step to calibrate from, yet the eval exited 0."""
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path / "config"))
+    problems = write(tmp_path, json.dumps({"question": "What is 2+2? " * 2000, "answer": "4"}))
+    assert main(["eval", str(problems), *TINY, "--no-save", "--calibrate"]) == 1
+    assert "nothing was saved" in capsys.readouterr().err
+    assert load_thresholds(tmp_path / "config" / "early_exit.json") is None
+
+
 def test_a_calibration_that_could_not_be_saved_is_refused_before_it_runs(tmp_path, capsys, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("x", encoding="utf-8")
