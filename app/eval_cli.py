@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from pathlib import Path
 
 from app.early_exit import check_thresholds_writable
 from app.json_out import check_json_path, write_json
@@ -64,6 +65,9 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--limit must be at least 1 (got {args.limit}).")
     if not 0 < args.target_agreement <= 1:
         raise UsageError(f"--target-agreement must be in (0, 1] (got {args.target_agreement}).")
+    if args.json_path and Path(args.json_path).resolve() == Path(args.problems).resolve():
+        raise UsageError(f"--json {args.json_path} is the problems file; the results would replace the problems. "
+                         "Pick another --json path.")
 
 
 def eval_command(args: argparse.Namespace) -> int:

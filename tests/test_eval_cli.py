@@ -109,6 +109,14 @@ def test_an_existing_json_file_is_kept_when_the_eval_fails_before_its_results(tm
     assert not (tmp_path / "r.json.part").exists()
 
 
+def test_a_json_path_that_is_the_problems_file_is_refused(tmp_path, capsys):
+    """`--json p.jsonl` (a slip for the problems file) replaced the problems with the results."""
+    problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
+    before = problems.read_text()
+    assert main(["eval", str(problems), *TINY, "--no-save", "--json", str(tmp_path / "." / "p.jsonl")]) == 2
+    assert "is the problems file" in capsys.readouterr().err and problems.read_text() == before
+
+
 def test_compare_prints_methods_side_by_side_writes_json_and_records(tmp_path, capsys):
     problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}', '{"question": "1+1?", "answer": "2"}')
     out_json, db = tmp_path / "r.json", tmp_path / "s.db"
