@@ -19,7 +19,7 @@ _HASHES = re.compile(r"####\s*(.+)")
 _ANY_NUMBER = re.compile(_NUMBER)
 _LATEX_FRACTION = re.compile(r"\\[dt]?frac\s*\{\s*([-+]?\d+)\s*\}\s*\{\s*(\d+)\s*\}")
 _LATEX_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}")
-_LATEX_SPACES = re.compile(r"\\[,!; ]|\\q?quad\b")
+_LATEX_MARKS = re.compile(r"\\[,!; ()\[\]]|\\q?quad\b")  # thin spaces and the \( \) \[ \] math delimiters
 _MINUS = "\u2212"  # the Unicode minus sign some models write
 
 
@@ -92,10 +92,10 @@ def _clean(found: str) -> str:
 
 def _plain_latex(text: str) -> str:
     """A number's LaTeX dress taken off: \\frac{1}{2} -> 1/2, \\$5 -> $5, 5\\% -> 5%, \\text{5 apples} -> 5 apples,
-    1\\,000 -> 1000; other LaTeX (\\sqrt{2}, \\pi) stays, so the answer stays text."""
+    1\\,000 -> 1000, \\( 18 \\) -> 18; other LaTeX (\\sqrt{2}, \\pi) stays, so the answer stays text."""
     text = _LATEX_FRACTION.sub(r"\1/\2", text)
     text = _LATEX_WRAPPER.sub(r"\1", text)
-    text = _LATEX_SPACES.sub("", text)
+    text = _LATEX_MARKS.sub("", text)
     return text.replace("\\$", "$").replace("\\%", "%")
 
 

@@ -51,6 +51,8 @@ def test_numbers_normalise_and_compare_by_value():
         ("\\boxed{5\\%}", "5", True),
         ("\\boxed{\\text{12 apples}}", "12", True),
         ("\\boxed{1\\,000}", "1,000", True),
+        ("The answer is \\( 18 \\).", "18", True),  # the math delimiters kept it LaTeX text: judged wrong
+        ("The answer is \\[18\\]", "18", True),
         ("The answer is \u22125", "-5", True),  # a Unicode minus was dropped: -5 read as 5
         ("The answer is \u22125", "5", False),
     ],
