@@ -1,6 +1,7 @@
 """Problem sets for `beamwise eval`: JSON Lines of {"question": ..., "answer": ...}, checked line by line.
 
-The answer may be GSM8K's worked solution ending in "#### N"; the expected answer is then N.
+The answer may be GSM8K's worked solution ending in "#### N"; the expected answer is then N. A solution
+with a \\boxed{} answer (MATH's style) expects the last box's content.
 Every way a file can be wrong raises `ProblemsError` naming the file and line, which the CLI
 prints as one line with exit status 2.
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from app.options import UsageError
 from app.text_files import read_text
+from engine.answers import extract_answer
 
 
 class ProblemsError(UsageError):
@@ -28,10 +30,13 @@ class Problem:
 
 
 def expected_answer(raw: object) -> str:
-    """The final answer of a row's "answer": GSM8K's text after '####', else the value as text."""
+    """The final answer of a row's "answer": GSM8K's text after '####', a MATH-style solution's last \\boxed{},
+    else the value as text. A boxed answer kept whole ('\\boxed{5}') matched no model's answer, not even 5."""
     text = str(raw).strip()
     if "####" in text:
         text = text.rsplit("####", 1)[1].strip()
+    elif "\\boxed" in text:
+        text = extract_answer(text) or text
     return text
 
 

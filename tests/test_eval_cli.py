@@ -12,6 +12,7 @@ from app.cli import main
 from app.early_exit import load_thresholds
 from app.problems import ProblemsError, load_problems
 from app.store import SessionStore
+from engine.answers import extract_answer, same_answer
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "resources" / "problems" / "gsm-mini.jsonl"
@@ -41,6 +42,14 @@ def test_a_folder_given_as_the_problems_file_is_named_as_a_folder(tmp_path):
     with pytest.raises(ProblemsError, match="is a folder; give the problems file") as error:
         load_problems(tmp_path)
     assert "UTF-8" not in str(error.value)
+
+
+def test_a_boxed_answer_expects_the_boxes_content(tmp_path):
+    """'\\boxed{5}' was the expected answer as written, which no model's answer matched (every problem wrong)."""
+    path = write(tmp_path, json.dumps({"question": "Q?", "answer": "\\boxed{5}"}),
+                 json.dumps({"question": "R?", "answer": "So x = 2, and the answer is \\boxed{\\frac{1}{2}}."}))
+    assert [p.answer for p in load_problems(path)] == ["5", "1/2"]
+    assert same_answer(extract_answer("The answer is 5."), load_problems(path)[0].answer)
 
 
 def test_an_answer_of_zero_is_an_answer(tmp_path):
