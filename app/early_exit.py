@@ -83,7 +83,11 @@ def save_thresholds(thresholds: Thresholds, path: Path | None = None) -> Path:
 
 def check_thresholds_writable(path: Path | None = None) -> None:
     """ValueError before a calibration runs when its result could not be saved."""
-    folder = (path or thresholds_path()).parent
+    path = path or thresholds_path()
+    folder = path.parent
+    if path.is_dir():  # found only at the end, after every problem ran, the calibration was lost
+        raise ValueError(f"cannot save thresholds to {path}: a folder has that name; move it away or set "
+                         "BEAMWISE_CONFIG_DIR to another folder.")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:

@@ -312,6 +312,15 @@ def test_a_calibration_that_could_not_be_saved_is_refused_before_it_runs(tmp_pat
     assert f"cannot save thresholds in {blocker / 'config'}" in captured.err and "problems" not in captured.out
 
 
+def test_a_folder_in_the_thresholds_files_place_is_refused_before_the_calibration_runs(tmp_path, capsys, monkeypatch):
+    """It was found when saving, after every problem ran, and said to make the (writable) config folder writable."""
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path / "config"))
+    (tmp_path / "config" / "early_exit.json").mkdir(parents=True)
+    assert main(["eval", str(SHIPPED), *TINY, "--no-save", "--limit", "1", "--calibrate"]) == 2
+    captured = capsys.readouterr()
+    assert "a folder has that name" in captured.err and "problems" not in captured.out
+
+
 def test_saving_thresholds_into_an_unwritable_place_is_a_clear_error(tmp_path):
     from app.early_exit import Thresholds, save_thresholds
 
