@@ -4,6 +4,7 @@ cannot write said before the work starts."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from app.options import UsageError
@@ -15,13 +16,12 @@ def write_json(json_path: str | None, data: dict, announce: bool = True) -> None
     if not json_path:
         return
     path = Path(json_path)
-    part = path.with_name(path.name + ".part")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(part: Path) -> None:
         part.write_text(json.dumps(data, indent=2), encoding="utf-8")
         part.replace(path)
-    except OSError as error:
-        raise UsageError(f"cannot write {path}: {error.strerror}; pick a writable --json path.") from error
+
+    _beside(path, write)
     if announce:
         print(f"wrote {path}")
 
@@ -32,12 +32,20 @@ def check_json_path(json_path: str | None) -> None:
     if not json_path:
         return
     path = Path(json_path)
-    part = path.with_name(path.name + ".part")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def probe(part: Path) -> None:
         part.write_text("", encoding="utf-8")
         part.unlink()
         if path.is_dir():
             raise IsADirectoryError(21, "Is a directory")
+
+    _beside(path, probe)
+
+
+def _beside(path: Path, write: Callable[[Path], None]) -> None:
+    """`write(part)` with the scratch file beside `path`, its folder made first; a failure is one UsageError."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(path.with_name(path.name + ".part"))
     except OSError as error:
         raise UsageError(f"cannot write {path}: {error.strerror}; pick a writable --json path.") from error

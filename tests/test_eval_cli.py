@@ -178,18 +178,26 @@ def test_a_failed_run_says_why_on_its_progress_line(tmp_path, capsys):
     assert line.startswith("[eval] 1/1 beam: failed: KV budget 10.0 kB is too small for one candidate"), line
 
 
-def test_ctrl_c_keeps_finished_problems_and_prints_the_partial_table(tmp_path, capsys, monkeypatch):
-    problems = write(tmp_path, *[f'{{"question": "What is {i}+1?", "answer": "{i + 1}"}}' for i in range(3)])
-    real = eval_runs.Evaluation._search
-    calls = []
+def three_problems(tmp_path):
+    return write(tmp_path, *[f'{{"question": "What is {i}+1?", "answer": "{i + 1}"}}' for i in range(3)])
 
-    def interrupt_third(self, problem, method, search):
+
+def interrupt_search(monkeypatch, at: int) -> None:
+    """Ctrl+C arrives as the eval starts its `at`-th run (counting every method's)."""
+    real, calls = eval_runs.Evaluation._search, []
+
+    def search(self, problem, method, config):
         calls.append(problem.line)
-        if len(calls) == 3:
+        if len(calls) == at:
             raise KeyboardInterrupt
-        return real(self, problem, method, search)
+        return real(self, problem, method, config)
 
-    monkeypatch.setattr(eval_runs.Evaluation, "_search", interrupt_third)
+    monkeypatch.setattr(eval_runs.Evaluation, "_search", search)
+
+
+def test_ctrl_c_keeps_finished_problems_and_prints_the_partial_table(tmp_path, capsys, monkeypatch):
+    problems = three_problems(tmp_path)
+    interrupt_search(monkeypatch, at=3)
     out_json = tmp_path / "r.json"
     assert main(["eval", str(problems), *TINY, "--no-save", "--json", str(out_json)]) == 130
     captured = capsys.readouterr()
@@ -200,17 +208,8 @@ def test_ctrl_c_keeps_finished_problems_and_prints_the_partial_table(tmp_path, c
 
 def test_ctrl_c_mid_comparison_leaves_the_unfinished_problem_out_of_the_json_runs(tmp_path, capsys, monkeypatch):
     """The JSON's runs held beam's run of the interrupted problem, so beam had one problem more than dvts there."""
-    problems = write(tmp_path, *[f'{{"question": "What is {i}+1?", "answer": "{i + 1}"}}' for i in range(3)])
-    real = eval_runs.Evaluation._search
-    calls = []
-
-    def interrupt_fourth(self, problem, method, search):
-        calls.append(problem.line)
-        if len(calls) == 4:  # problem 2's dvts run, after its beam run finished
-            raise KeyboardInterrupt
-        return real(self, problem, method, search)
-
-    monkeypatch.setattr(eval_runs.Evaluation, "_search", interrupt_fourth)
+    problems = three_problems(tmp_path)
+    interrupt_search(monkeypatch, at=4)  # problem 2's dvts run, after its beam run finished
     out_json = tmp_path / "r.json"
     argv = ["eval", str(problems), *TINY, "--compare", "beam,dvts", "--no-save", "--json", str(out_json)]
     assert main(argv) == 130
