@@ -13,6 +13,8 @@ from app.problems import Problem
 from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
 
+FEW_STEPS = 50  # fewer calibration steps than this fit thresholds to chance: saved, with a word of warning
+
 
 class Evaluation:
     """Loads the model on creation; `run(problems)` may be interrupted and keeps what finished."""
@@ -130,6 +132,10 @@ class Evaluation:
             print("entropy exit: not calibrated (the verifier has no logit lens: use --verifier self-judge or a "
                   "Math-Shepherd or RLHFlow PRM)")
         print(f"calibrated on {calibrated_on(found)}; saved to {save_thresholds(found)}")
+        if found.steps < FEW_STEPS:
+            print(f"beamwise: warning: thresholds from {found.steps} steps are a rough guess; calibrate on "
+                  f"{FEW_STEPS} steps or more (the shipped problem set's 60 problems give several hundred)",
+                  file=sys.stderr)
         return True
 
     def close(self) -> None:
