@@ -2,46 +2,54 @@
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any
 
+import shiboken6
 from PySide6.QtCore import QObject, Signal, Slot
 
 
 class _Relay(QObject):
-    """Carries answers from worker threads to the GUI thread. It is made once, on the GUI thread, and never
-    deleted, so a worker always emits on a live object; the widget the answer is for is asked on the GUI thread,
-    where it cannot be deleted in the middle of the call. (Emitting a closed widget's own signal from a worker
-    raced its deletion: a rare segmentation fault.)"""
+    """Carries answers from worker threads to the GUI thread. Made once, on the GUI thread, and never deleted, so
+    a worker always signals a live object. The answers wait in a Python queue and the signal carries nothing:
+    no Python object (least of all a widget's bound signal) crosses Qt's event queue, where a widget deleted
+    before delivery crashed the conversion of the event's arguments (a segmentation fault in two full test runs,
+    when a closed window's plan arrived). Each answer is delivered only while its owner widget still exists."""
 
-    answered = Signal(object, object)  # deliver, the answer's arguments
+    ready = Signal()
 
     def __init__(self) -> None:
         super().__init__()
-        self.answered.connect(self.deliver)  # queued: the relay lives on the GUI thread
+        self._answers: queue.SimpleQueue = queue.SimpleQueue()
+        self.ready.connect(self._deliver)  # queued from workers: the relay lives on the GUI thread
 
-    @Slot(object, object)
-    def deliver(self, deliver: Callable[..., None], answer: tuple[Any, ...]) -> None:
-        try:
-            deliver(*answer)
-        except RuntimeError:  # the widget was deleted while the work ran
-            pass
+    def post(self, owner: QObject, deliver: Callable[..., None], answer: tuple[Any, ...]) -> None:
+        """From any thread."""
+        self._answers.put((owner, deliver, answer))
+        self.ready.emit()
+
+    @Slot()
+    def _deliver(self) -> None:
+        while True:
+            try:
+                owner, deliver, answer = self._answers.get_nowait()
+            except queue.Empty:
+                return
+            if shiboken6.isValid(owner):  # a widget closed while its work ran gets nothing
+                deliver(*answer)
 
 
 _RELAY: _Relay | None = None
 
 
-def run_in_background(name: str, work: Callable[[], tuple[Any, ...]], deliver: Callable[..., None]) -> None:
-    """Run `work` in a daemon thread and pass what it returns to `deliver` (a Qt signal's `emit`) on the GUI
-    thread. Call it from the GUI thread. `work` turns its own failures into an answer; an answer that arrives
-    after its widget closed is dropped."""
+def run_in_background(owner: QObject, name: str, work: Callable[[], tuple[Any, ...]],
+                      deliver: Callable[..., None]) -> None:
+    """Run `work` in a daemon thread and pass what it returns to `deliver` on the GUI thread, if `owner` (the
+    widget asking) still exists then. Call it from the GUI thread; `work` turns its own failures into an answer."""
     global _RELAY
     if _RELAY is None:
         _RELAY = _Relay()
     relay = _RELAY
-
-    def body() -> None:
-        relay.answered.emit(deliver, work())
-
-    threading.Thread(target=body, name=name, daemon=True).start()
+    threading.Thread(target=lambda: relay.post(owner, deliver, work()), name=name, daemon=True).start()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Sequence
 
-from PySide6.QtCore import QTimer, Signal, Slot
+from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
 from app.gui.background import run_in_background
@@ -27,7 +27,6 @@ class PlanBar(QWidget):
     `planned(plan or None)` fires on the GUI thread after each refresh."""
 
     planned = Signal(object)
-    _finished = Signal(int, object, str)  # generation, plan or None, error text: from the worker thread
 
     def __init__(self, configs: Callable[[], Configs], prompt: Callable[[], Prompt],
                  parent: QWidget | None = None) -> None:
@@ -43,7 +42,6 @@ class PlanBar(QWidget):
         row.addWidget(self.sentence, 1)
         self._timer = QTimer(self, singleShot=True, interval=DEBOUNCE_MS)
         self._timer.timeout.connect(self.refresh_now)
-        self._finished.connect(self._show)
         self._paint("unknown", "Planning memory…", "")
 
     def schedule(self) -> None:
@@ -65,9 +63,8 @@ class PlanBar(QWidget):
             return
         generation, (question, history) = self._generation, self._prompt()  # read here: the store is this thread's
         work = lambda: (generation, *_plan(configs, question, history))  # noqa: E731
-        run_in_background("beamwise-plan", work, self._finished.emit)
+        run_in_background(self, "beamwise-plan", work, self._show)
 
-    @Slot(int, object, str)
     def _show(self, generation: int, result: MemoryPlan | None, error: str) -> None:
         if generation != self._generation:
             return  # an older plan, overtaken by a newer request

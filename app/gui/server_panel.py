@@ -12,7 +12,7 @@ import json
 import urllib.parse
 from dataclasses import asdict, dataclass
 
-from PySide6.QtCore import QObject, QSettings, Signal, Slot
+from PySide6.QtCore import QObject, QSettings, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -106,7 +106,6 @@ class ServerDialog(QDialog):
     """Edits a ServerChoice; "Test connection" asks the server in a thread. `tested(ok, text)` follows each test."""
 
     tested = Signal(bool, str)
-    _answered = Signal(int, bool, str)  # test number, ok, text: from the test thread
 
     def __init__(self, choice: ServerChoice | None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -114,7 +113,6 @@ class ServerDialog(QDialog):
         self.choice: ServerChoice | None = choice
         self._tests = 0
         self._build(asdict(choice) if choice is not None else NEW_CHOICE)
-        self._answered.connect(self._show_answer)
 
     def _build(self, values: dict) -> None:
         form = QFormLayout()
@@ -199,9 +197,8 @@ class ServerDialog(QDialog):
         self.answer.setText(f"Asking {config.endpoint}…")
         self.test_button.setEnabled(False)
         number = self._tests
-        run_in_background("beamwise-server-test", lambda: (number, *_test(config)), self._answered.emit)
+        run_in_background(self, "beamwise-server-test", lambda: (number, *_test(config)), self._show_answer)
 
-    @Slot(int, bool, str)
     def _show_answer(self, number: int, ok: bool, text: str) -> None:
         if number != self._tests:
             return  # an older test, overtaken by a newer one
