@@ -8,37 +8,51 @@ from collections.abc import Callable
 from typing import Any
 
 import shiboken6
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import QObject, QTimer
+
+POLL_MS = 20  # how often the GUI thread looks for finished work, only while some is running
 
 
 class _Relay(QObject):
-    """Carries answers from worker threads to the GUI thread. Made once, on the GUI thread, and never deleted, so
-    a worker always signals a live object. The answers wait in a Python queue and the signal carries nothing:
-    no Python object (least of all a widget's bound signal) crosses Qt's event queue, where a widget deleted
-    before delivery crashed the conversion of the event's arguments (a segmentation fault in two full test runs,
-    when a closed window's plan arrived). Each answer is delivered only while its owner widget still exists."""
-
-    ready = Signal()
+    """Hands answers from worker threads to the GUI thread without the workers touching Qt at all: a worker puts
+    its answer in a Python queue, and a timer on the GUI thread, running only while work is out, takes it from
+    there. (A signal emitted from a Python thread makes Qt adopt that thread; with the thread ending right after,
+    full test runs crashed with a segmentation fault as the GUI thread entered the slot, three times in about
+    fifteen runs, whatever the signal carried.) An answer goes only to an owner widget that still exists."""
 
     def __init__(self) -> None:
         super().__init__()
         self._answers: queue.SimpleQueue = queue.SimpleQueue()
-        self.ready.connect(self._deliver)  # queued from workers: the relay lives on the GUI thread
+        self._out = 0  # work started and not yet delivered
+        self._timer = QTimer(self)
+        self._timer.setInterval(POLL_MS)
+        self._timer.timeout.connect(self._deliver)
 
-    def post(self, owner: QObject, deliver: Callable[..., None], answer: tuple[Any, ...]) -> None:
-        """From any thread."""
-        self._answers.put((owner, deliver, answer))
-        self.ready.emit()
+    def start(self, owner: QObject, name: str, work: Callable[[], tuple[Any, ...]],
+              deliver: Callable[..., None]) -> None:
+        def body() -> None:
+            try:
+                answer = work()
+            except BaseException:
+                self._answers.put((owner, None, ()))  # counted as delivered; `work` should have said it in its answer
+                raise
+            self._answers.put((owner, deliver, answer))
 
-    @Slot()
+        self._out += 1
+        self._timer.start()
+        threading.Thread(target=body, name=name, daemon=True).start()
+
     def _deliver(self) -> None:
         while True:
             try:
                 owner, deliver, answer = self._answers.get_nowait()
             except queue.Empty:
-                return
-            if shiboken6.isValid(owner):  # a widget closed while its work ran gets nothing
+                break
+            self._out -= 1
+            if deliver is not None and shiboken6.isValid(owner):  # a widget closed meanwhile gets nothing
                 deliver(*answer)
+        if self._out == 0:
+            self._timer.stop()
 
 
 _RELAY: _Relay | None = None
@@ -51,5 +65,4 @@ def run_in_background(owner: QObject, name: str, work: Callable[[], tuple[Any, .
     global _RELAY
     if _RELAY is None:
         _RELAY = _Relay()
-    relay = _RELAY
-    threading.Thread(target=lambda: relay.post(owner, deliver, work()), name=name, daemon=True).start()
+    _RELAY.start(owner, name, work, deliver)
