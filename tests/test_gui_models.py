@@ -178,7 +178,27 @@ def test_the_progress_of_a_download_past_2_gb_is_shown_whole(qtbot):
 
     page, _ = page_with(qtbot)
     worker = PullWorker("owner/big", None, "http://127.0.0.1:9")
-    worker.progressed.connect(page._on_progress)
+    page._worker = worker
     worker._report(PullProgress(15_000_000_000, 3_000_000_000, started=time.monotonic()))
+    page._show_progress()
+    page._worker = None
     assert page.progress.value() / page.progress.maximum() == pytest.approx(0.2)
     assert page.progress.format().startswith("20% 3.0 GB of 15.0 GB")
+
+
+def test_progress_reported_from_a_plain_thread_reaches_the_page_on_its_timer(qtbot):
+    """The clock beside a transfer is a Python thread: its reports wait in the worker, and the page's timer takes
+    them on the GUI thread (no Qt call from that thread)."""
+    from app.gui.models_page import PullWorker
+    from app.model_pull import PullProgress
+
+    page, _ = page_with(qtbot)
+    page._worker = PullWorker("owner/name", None, "http://127.0.0.1:9")
+    page._progress_timer.start()
+    clock = threading.Thread(target=page._worker._report, args=(PullProgress(400, 100, started=time.monotonic()),))
+    clock.start()
+    clock.join()
+    qtbot.waitUntil(lambda: page.progress.format().startswith("25% 100 B of 400 B"), timeout=2000)
+    assert page._worker.take_report() is None  # taken once
+    page._progress_timer.stop()
+    page._worker = None

@@ -8,7 +8,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt, QThread, Signal, Slot
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    Qt,
+    QThread,
+    QTimer,
+    Signal,
+    Slot,
+)
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -34,6 +44,7 @@ from engine.errors import BeamwiseError
 
 COLUMNS = ("name", "role", "architecture", "parameters", "dtype", "size on disk", "context length", "KV per token")
 HEADERS = ("Name", "Role", "Architecture", "Params", "Dtype", "Size", "Context", "KV/token")  # the rest: tooltips
+PROGRESS_MS = 100  # how often the page shows a running download's latest progress
 AnyIndex = QModelIndex | QPersistentModelIndex
 Confirm = Callable[[str, str], bool]
 
@@ -78,9 +89,11 @@ class ModelsTableModel(QAbstractTableModel):
 
 
 class PullWorker(QObject):
-    """Runs one `model_pull.pull` in a QThread; every outcome arrives as a signal on the GUI thread."""
+    """Runs one `model_pull.pull` in a QThread; its outcome arrives as a signal on the GUI thread. Progress does not:
+    the download also reports from a plain Python thread (the clock beside a transfer), and a signal emitted there
+    would make Qt adopt a thread that ends right after. So the worker keeps only the latest report, and the page
+    takes it on a timer (`take_report`)."""
 
-    progressed = Signal(object, object, str)  # bytes done, in all (objects: a C int ends at 2 GB), "40% 1.2 MB of …"
     finished = Signal(str)  # the folder
     failed = Signal(str)  # what to do
     cancelled = Signal(str)
@@ -89,6 +102,7 @@ class PullWorker(QObject):
         super().__init__()
         self.repo, self.filename, self.endpoint = repo, filename, endpoint
         self.cancel = threading.Event()
+        self._latest: tuple[int, int, str] | None = None  # bytes done, in all, "40% 1.2 MB of …"
 
     @Slot()
     def run(self) -> None:
@@ -105,7 +119,12 @@ class PullWorker(QObject):
             self.finished.emit(str(folder))
 
     def _report(self, progress: PullProgress) -> None:
-        self.progressed.emit(progress.done, progress.total, progress.line())
+        self._latest = (progress.done, progress.total, progress.line())  # one assignment: safe from any thread
+
+    def take_report(self) -> tuple[int, int, str] | None:
+        """The latest progress not yet taken, or None."""
+        latest, self._latest = self._latest, None
+        return latest
 
 
 def ask(parent: QWidget) -> Confirm:
@@ -124,6 +143,9 @@ class ModelsPage(QWidget):
         self.table_model = ModelsTableModel(self)
         self._thread: QThread | None = None
         self._worker: PullWorker | None = None
+        self._progress_timer = QTimer(self)
+        self._progress_timer.setInterval(PROGRESS_MS)
+        self._progress_timer.timeout.connect(self._show_progress)
         layout = QVBoxLayout(self)
         layout.addWidget(self._build_table(), 1)
         layout.addLayout(self._build_buttons())
@@ -291,7 +313,6 @@ class ModelsPage(QWidget):
         worker.moveToThread(thread)
         thread.started.connect(worker.run)
         # Bound methods of this page, not lambdas: they then run on the GUI thread (queued), not the worker's.
-        worker.progressed.connect(self._on_progress)
         worker.finished.connect(self._on_finished)
         worker.failed.connect(self._on_failed)
         worker.cancelled.connect(self._on_cancelled)
@@ -300,6 +321,7 @@ class ModelsPage(QWidget):
         self.pull_status.setText(f"Asking {worker.endpoint} for {repo}…")
         self._set_pulling(True)
         thread.start()
+        self._progress_timer.start()
         return True
 
     def cancel_pull(self) -> None:
@@ -307,15 +329,20 @@ class ModelsPage(QWidget):
             self._worker.cancel.set()
             self.pull_status.setText("Cancelling…")
 
-    @Slot(object, object, str)
+    def _show_progress(self) -> None:
+        """On the GUI thread, every PROGRESS_MS while a download runs: the worker's latest report, if new."""
+        report = self._worker.take_report() if self._worker is not None else None
+        if report is not None:
+            self._on_progress(*report)
+
     def _on_progress(self, done: int, total: int, line: str) -> None:
         if self.pull_status.text().startswith("Asking") and self._worker is not None:
             self.pull_status.setText(f"Downloading {self._worker.repo} from {self._worker.endpoint}; Cancel keeps "
                                      "what has arrived, and pulling it again resumes.")
         scale = max(1, total // 1_000_000_000 + 1)  # QProgressBar holds an int
+        self.progress.setFormat(line)
         self.progress.setRange(0, max(1, total // scale))
         self.progress.setValue(done // scale)
-        self.progress.setFormat(line)
 
     @Slot(str)
     def _on_finished(self, folder: str) -> None:
@@ -330,6 +357,8 @@ class ModelsPage(QWidget):
         self._end("cancelled", message[:1].upper() + message[1:])
 
     def _end(self, outcome: str, message: str) -> None:
+        self._show_progress()  # the last report, a finished file's 100%
+        self._progress_timer.stop()
         self.pull_status.setText(message)
         if outcome != "finished":
             self.progress.setRange(0, 1)
@@ -353,6 +382,7 @@ class ModelsPage(QWidget):
 
     def shutdown(self) -> None:
         """On closing the window: stop a download (it resumes next time) and wait for its thread."""
+        self._progress_timer.stop()
         if self._thread is not None:
             self._worker.cancel.set()
             self._thread.quit()
