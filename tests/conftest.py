@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
 
+
+def scratch_folder(variable: str, prefix: str) -> None:
+    """Point `variable` at a new temporary folder, removed when the test run ends, unless it is already set."""
+    if variable not in os.environ:
+        os.environ[variable] = folder = tempfile.mkdtemp(prefix=prefix)
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # GUI tests run headless unless told otherwise
 # Commands run without --db record into a scratch folder, never the developer's own sessions.
-os.environ.setdefault("BEAMWISE_DATA_DIR", tempfile.mkdtemp(prefix="beamwise-tests-"))
+scratch_folder("BEAMWISE_DATA_DIR", "beamwise-tests-")
 # ... and keep their prefix KV cache (on by default in the CLI) out of the developer's cache folder.
-os.environ.setdefault("BEAMWISE_PREFIX_CACHE_DIR", tempfile.mkdtemp(prefix="beamwise-prefix-kv-"))
+scratch_folder("BEAMWISE_PREFIX_CACHE_DIR", "beamwise-prefix-kv-")
 
 from engine.config import ModelSpec
 from engine.models import load_model
