@@ -23,8 +23,8 @@ scratch_folder("BEAMWISE_DATA_DIR", "beamwise-tests-")
 # ... and keep their prefix KV cache (on by default in the CLI) out of the developer's cache folder.
 scratch_folder("BEAMWISE_PREFIX_CACHE_DIR", "beamwise-prefix-kv-")
 
-from engine.config import ModelSpec
-from engine.models import load_model
+from engine.config import ModelSpec  # noqa: E402  (after the environment above)
+from engine.models import load_model  # noqa: E402
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
