@@ -208,3 +208,26 @@ def test_a_long_model_name_is_shortened_in_the_status_bar_and_whole_in_its_toolt
     assert "…" in shown and shown.startswith("model: C:/") and shown.endswith("merged")
     assert status.model.fontMetrics().horizontalAdvance(shown) <= MODEL_WIDTH
     assert status.model.toolTip() == f"model: {long}"
+
+
+@pytest.mark.parametrize(
+    ("budget", "shown"),
+    [(200_000, 1), (1_500_000, 2), (20_000_000_000, 16384)],  # under a MB (not "auto"), between MBs, past the max
+)
+def test_a_size_the_sliders_cannot_show_exactly_is_run_as_set_until_the_slider_moves(qtbot, tmp_path, monkeypatch,
+                                                                                      budget, shown):
+    """`gui --kv-budget 200k` ran with an automatic budget: the MB slider showed 0, "auto"."""
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path))
+    controls = SearchControls()
+    qtbot.addWidget(controls)
+    cache = CacheConfig(kv_budget_bytes=budget, prefix_cache_ram_bytes=budget, prefix_cache_disk_bytes=1_500_000_000)
+    controls.set_configs(ModelSpec(), SearchConfig(), cache)
+    assert controls.kv_budget.value() == shown and controls.prefix_disk.value() == 2
+    _, _, built = controls.configs()
+    assert (built.kv_budget_bytes, built.prefix_cache_ram_bytes, built.prefix_cache_disk_bytes) == (
+        budget, budget, 1_500_000_000)
+    controls.kv_budget.set_value(32)
+    controls.prefix_disk.set_value(0)
+    _, _, built = controls.configs()
+    assert (built.kv_budget_bytes, built.prefix_cache_ram_bytes, built.prefix_cache_disk_bytes) == (
+        32_000_000, budget, None)

@@ -51,7 +51,8 @@ class SearchControls(QWidget):
         self._model, self._search, self._cache = ModelSpec(), SearchConfig(), CacheConfig(prefix_cache=True)
         self._error = ""
         self._lens: tuple[tuple[str, str | None], str] | None = None  # the last verifier asked and its refusal
-        self._build()
+        self._sizes: dict[str, tuple[float, int | None]] = {}  # a size slider: the value it showed when set, and
+        self._build()  # the exact bytes set then (the command line's 200k, a stored 1.5 GB), kept until it moves
         self.set_configs(self._model, self._search, self._cache)
 
     # ------------------------------------------------------------ public
@@ -67,17 +68,31 @@ class SearchControls(QWidget):
             seed=self.seed.value(), aggregation=self.aggregation.currentData(), verifier=verifier,
             verifier_model=verifier_model, verifier_device=self._verifier_device(verifier), **self._method_fields(),
         )
-        budget_mb, share = int(self.kv_budget.value()), int(self.verifier_share.value())
+        share = int(self.verifier_share.value())
         switches = {name: box.isChecked() for name, box in self.switches.items()}
         cache = dataclasses.replace(self._cache, policy=self.policy.currentData(),
-                                    kv_budget_bytes=budget_mb * MB if budget_mb else None,
+                                    kv_budget_bytes=self._bytes("kv_budget", MB),
                                     pcie_gbps=float(self.pcie_gbps.value()),
                                     prefill_chunk=int(self.prefill_chunk.value()) or None,
                                     speculative_continuations=self.continuations.value(),
                                     verifier_kv_share=share / 100 if share else None, **switches,
-                                    prefix_cache_ram_bytes=_size(self.prefix_ram.value(), MB),
-                                    prefix_cache_disk_bytes=_size(self.prefix_disk.value(), GB))
+                                    prefix_cache_ram_bytes=self._bytes("prefix_ram", MB),
+                                    prefix_cache_disk_bytes=self._bytes("prefix_disk", GB))
         return model, search, cache
+
+    def _show_size(self, name: str, nbytes: int | None, unit: int) -> None:
+        """Show a size on its slider in `unit`s (a set size under one unit as one, never as "auto")."""
+        control = getattr(self, name)
+        control.set_value(max(1, round(nbytes / unit)) if nbytes else 0)
+        self._sizes[name] = (control.value(), nbytes)
+
+    def _bytes(self, name: str, unit: int) -> int | None:
+        """A size slider's bytes (None: auto): the exact bytes last set while it still shows them, else its own."""
+        value = getattr(self, name).value()
+        shown, nbytes = self._sizes.get(name, (None, None))
+        if value == shown:
+            return nbytes
+        return int(value) * unit if int(value) else None
 
     def _verifier_device(self, verifier: str) -> str:
         return "cpu" if verifier == "prm" and self.verifier_on_cpu.isChecked() else "auto"
@@ -113,13 +128,13 @@ class SearchControls(QWidget):
             control.set_value(value)
         self.seed.setValue(search.seed)
         self.delimiter.setText(format_delimiter(search.step_delimiter))
-        self.kv_budget.set_value(round(cache.kv_budget_bytes / MB) if cache.kv_budget_bytes else 0)
+        self._show_size("kv_budget", cache.kv_budget_bytes, MB)
         self.pcie_gbps.set_value(cache.pcie_gbps)
         self.prefill_chunk.set_value(cache.prefill_chunk or 0)
         self.continuations.setValue(cache.speculative_continuations)
         self.verifier_share.set_value(round(cache.verifier_kv_share * 100) if cache.verifier_kv_share else 0)
-        self.prefix_ram.set_value(round(cache.prefix_cache_ram_bytes / MB) if cache.prefix_cache_ram_bytes else 0)
-        self.prefix_disk.set_value(round(cache.prefix_cache_disk_bytes / GB) if cache.prefix_cache_disk_bytes else 0)
+        self._show_size("prefix_ram", cache.prefix_cache_ram_bytes, MB)
+        self._show_size("prefix_disk", cache.prefix_cache_disk_bytes, GB)
         self.verifier_on_cpu.setChecked(search.verifier_device == "cpu")
         for name, box in self.switches.items():
             box.setChecked(getattr(cache, name))
@@ -358,7 +373,3 @@ class SearchControls(QWidget):
             self._lens = (choice, text[:1].upper() + text[1:])
         return self._lens[1]
 
-
-def _size(value: float, unit: int) -> int | None:
-    """A slider's value in bytes; 0 is "auto" (None)."""
-    return int(value) * unit if int(value) else None
