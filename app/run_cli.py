@@ -17,6 +17,7 @@ from app.heartbeat import Heartbeat, StepProgress
 from app.options import configs_from_args, server_from_args
 from app.preflight import check_memory
 from app.question import read_question
+from app.session.series import prompt_traffic
 from engine import events as ev
 from engine.errors import BeamwiseError
 
@@ -33,6 +34,7 @@ class Printer:
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.remote = False
+        self.first_traffic = True
 
     def __call__(self, event) -> None:
         p = self._print
@@ -68,6 +70,9 @@ class Printer:
             if self.remote:
                 return  # the server holds the KV: no traffic to show
             where = " (emulated GPU)" if event.emulated else ""
+            before, self.first_traffic = prompt_traffic(event) if self.first_traffic else (0, 0), False
+            if any(before):  # counted in the totals, not in step 1's own figures
+                p(f"  KV traffic of the question before step 1{where}: H2D {before[0]:,} B, D2H {before[1]:,} B")
             p(f"  KV traffic{where}: {traffic} in {event.groups} group(s)")
             if event.idle_row_slots or event.speculative_tokens:  # stragglers' waste, and what speculation filled
                 p(f"  decode: {event.forwards} forward call(s), {formatting.idle_text(event)}")

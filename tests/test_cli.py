@@ -41,6 +41,19 @@ def test_human_output_shows_candidates_kept_and_answer(capsys):
     assert "KV traffic (emulated GPU):" in out  # no CUDA here: every traffic figure says so
 
 
+def test_the_questions_own_kv_traffic_is_printed_before_step_1s(capsys):
+    """Offloading the question's KV (lbs on a small budget) moves bytes before step 1: in the totals, in no step's."""
+    args = ["run", "What is 2+3?", *TINY, "--policy", "lbs", "--kv-budget", "140k", "--no-prefix-cache", "--no-save"]
+    assert main([*args, "--json"]) == 0
+    first = next(json.loads(line) for line in capsys.readouterr().out.splitlines() if '"transfer_stats"' in line)
+    d2h = first["d2h_bytes"] - first["step_d2h_bytes"]
+    assert d2h > 0
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert f"KV traffic of the question before step 1 (emulated GPU): H2D 0 B, D2H {d2h:,} B" in out
+    assert out.count("KV traffic of the question") == 1  # once, not at every step
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -73,6 +73,17 @@ def test_markdown_has_question_settings_path_alternatives_answer_and_memory(stor
     assert "Host to device 393.2 kB" in text and "| 3 | 1 | 131.1 kB |" in text
 
 
+def test_the_memory_tables_start_with_the_questions_own_traffic_when_it_moved_any(store: SessionStore) -> None:
+    """Bytes the question's KV moved before step 1 are in the cumulative figures and in no step's: a `prompt` row."""
+    stream = [dataclasses.replace(e, h2d_bytes=e.h2d_bytes + 50_000) if isinstance(e, ev.TransferStats) else e
+              for e in fake_run("Speed?", SearchConfig(beams=2, width=2, max_steps=2))]
+    sid = record(store, stream)
+    assert "| prompt |  | 50.0 kB | 0 B |  |  |  |\n| 1 | 1 | 131.1 kB |" in render_session(store, sid, "md")
+    assert "<tr><td>prompt</td><td></td><td>50.0 kB</td><td>0 B</td>" in render_session(store, sid, "html")
+    plain = record(store, fake_run("Speed?", SearchConfig(beams=2, width=2, max_steps=2)))
+    assert "prompt |" not in render_session(store, plain, "md")
+
+
 def test_markdown_of_a_cancelled_run_follows_the_best_beam(store: SessionStore) -> None:
     stopped = []
     stream = fake_run("q", SearchConfig(beams=2, width=2, max_steps=4), should_stop=lambda: len(stopped) >= 2)

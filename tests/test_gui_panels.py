@@ -142,6 +142,32 @@ def test_stall_share_bars_and_the_step_time_line_follow_transfer_stats(qtbot):
     assert charts.title("stall").startswith("Stall share per step")
 
 
+def with_prompt_traffic(stream: list[object], h2d: int, d2h: int) -> list[object]:
+    """The same stream as if the question's KV moved `h2d` and `d2h` bytes before step 1 (in every total)."""
+    return [dataclasses.replace(e, h2d_bytes=e.h2d_bytes + h2d, d2h_bytes=e.d2h_bytes + d2h)
+            if isinstance(e, ev.TransferStats) else e for e in stream]
+
+
+def test_the_questions_own_traffic_shows_as_a_prompt_bar_and_starts_the_cumulative_line(qtbot):
+    charts = ChartsPanel()
+    qtbot.addWidget(charts)
+    stream = with_prompt_traffic(events(), 50_000, 7_000)
+    for event in stream:
+        charts.apply(event)
+    charts.flush()
+    transfers = [e for e in stream if isinstance(e, ev.TransferStats)]
+    bars = charts.curves["step_h2d"].opts
+    assert list(bars["x"]) == pytest.approx([-0.2, 0.8, 1.8, 2.8, 3.8])  # the prompt at 0, then steps 1 … 4
+    assert list(bars["height"]) == [50_000, *(t.step_h2d_bytes for t in transfers)]
+    assert charts.curves["step_d2h"].opts["height"][0] == 7_000
+    x, totals = charts.curves["total_h2d"].getData()
+    assert list(x) == [0, 1, 2, 3, 4] and list(totals) == [50_000, *(t.h2d_bytes for t in transfers)]
+    axis = charts.plots["traffic"].getAxis("bottom")
+    assert charts.plots["traffic"].viewRange()[0][0] == pytest.approx(-0.5)
+    assert axis.tickStrings([0.0, 1.0], 1, 1) == ["prompt", "1"]
+    assert charts.plots["copy"].viewRange()[0][0] == pytest.approx(0.5)  # the other plots start at step 1
+
+
 def test_charts_on_a_real_gpu_are_not_labelled_emulated(qtbot):
     charts = ChartsPanel()
     qtbot.addWidget(charts)

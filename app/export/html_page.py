@@ -12,7 +12,7 @@ from html import escape
 from typing import Any
 
 import app.formatting as fmt
-from app.export.markdown import memory_summary
+from app.export.markdown import TRAFFIC_HEADERS, memory_summary, traffic_rows
 from app.export.report import Report
 from app.session.tree import ROOT_ID, SearchTree
 
@@ -191,9 +191,7 @@ def _memory_table(report: Report) -> str:
     head = f"<p>{escape(summary[0])}</p>"
     if not report.timeline:
         return head
-    rows = "".join(
-        f"<tr><td>{t['step']}</td><td>{t['groups']}</td><td>{fmt.size(t['step_h2d_bytes'])}</td>"
-        f"<td>{fmt.size(t['step_d2h_bytes'])}</td><td>{fmt.size(t['device_bytes'])}</td><td>{fmt.size(t['host_bytes'])}"
-        f"</td><td>{(t['stall_share'] or 0) * 100:.0f}%</td></tr>" for t in report.timeline)
-    return (head + "<table><tr><th>step</th><th>groups</th><th>H2D</th><th>D2H</th><th>KV on device</th>"
-            f"<th>KV on host</th><th>stall</th></tr>{rows}</table>")
+    headers = "".join(f"<th>{escape(h)}</th>" for h in TRAFFIC_HEADERS)
+    rows = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>"
+                   for row in traffic_rows(report.timeline))
+    return f"{head}<table><tr>{headers}</tr>{rows}</table>"

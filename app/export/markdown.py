@@ -58,11 +58,25 @@ def memory_summary(report: Report) -> list[str]:
              f"peak KV on the device {fmt.size(peak)} of {fmt.size(s['kv_budget_bytes'])}"
              + (" (emulated device)" if s.get("emulated") else "") + ".", ""]
     if steps:
-        lines += ["| step | groups | H2D | D2H | KV on device | KV on host | stall |", "|---|---|---|---|---|---|---|"]
-        lines += [f"| {t['step']} | {t['groups']} | {fmt.size(t['step_h2d_bytes'])} | "
-                  f"{fmt.size(t['step_d2h_bytes'])} | {fmt.size(t['device_bytes'])} | {fmt.size(t['host_bytes'])} | "
-                  f"{(t['stall_share'] or 0) * 100:.0f}% |" for t in steps]
+        lines += [f"| {' | '.join(TRAFFIC_HEADERS)} |", "|---" * len(TRAFFIC_HEADERS) + "|"]
+        lines += [f"| {' | '.join(row)} |" for row in traffic_rows(steps)]
     return lines
+
+
+TRAFFIC_HEADERS = ("step", "groups", "H2D", "D2H", "KV on device", "KV on host", "stall")
+
+
+def traffic_rows(timeline: list[dict]) -> list[tuple[str, ...]]:
+    """The memory table's cells, a row per step: first a `prompt` row when the question's KV moved bytes before
+    step 1 (a prefix-cache load, an offload), which the cumulative figures hold and no step's own does."""
+    rows = [(str(t["step"]), str(t["groups"]), fmt.size(t["step_h2d_bytes"]), fmt.size(t["step_d2h_bytes"]),
+             fmt.size(t["device_bytes"]), fmt.size(t["host_bytes"]), f"{(t['stall_share'] or 0) * 100:.0f}%")
+            for t in timeline]
+    first = timeline[0] if timeline else {}
+    before = [(first.get(f"{d}_bytes") or 0) - (first.get(f"step_{d}_bytes") or 0) for d in ("h2d", "d2h")]
+    if any(before):
+        rows.insert(0, ("prompt", "", fmt.size(before[0]), fmt.size(before[1]), "", "", ""))
+    return rows
 
 
 def _error_details(s: dict) -> list[str]:

@@ -10,17 +10,17 @@ import app.formatting as fmt
 
 
 class StepAxis(pg.AxisItem):
-    """Ticks only on whole steps (never 0.6 … 2.4), at most about eight of them."""
+    """Ticks only on whole steps (never 0.6 … 2.4), at most about eight of them; 0, where shown, is the prompt."""
 
     def tickValues(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, list[float]]]:
-        first, last = max(1, math.ceil(minVal)), math.floor(maxVal)
+        first, last = max(0, math.ceil(minVal)), math.floor(maxVal)
         if last < first:
             return [(1.0, [])]
         spacing = max(1, math.ceil((last - first + 1) / 8))
         return [(float(spacing), [float(v) for v in range(first, last + 1, spacing)])]
 
     def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
-        return [str(int(v)) for v in values]
+        return ["prompt" if v == 0 else str(int(v)) for v in values]
 
 
 class BytesAxis(pg.AxisItem):
@@ -61,10 +61,10 @@ class ShareAxis(pg.AxisItem):
         return [f"{v:.0%}" for v in values]
 
 
-def fit_ranges(plot: pg.PlotItem, steps: list[int], values: list[float]) -> None:
-    """x: the steps recorded (1 … n, or 1 when empty); y: from 0 to a little above the largest value (0 … 1 when
-    nothing moved), so an empty or all-zero plot shows no negative ticks."""
+def fit_ranges(plot: pg.PlotItem, steps: list[int], values: list[float], first: int = 1) -> None:
+    """x: the steps recorded (`first` … n, or 1 when empty; first 0 shows the prompt); y: from 0 to a little above
+    the largest value (0 … 1 when nothing moved), so an empty or all-zero plot shows no negative ticks."""
     last = max(steps, default=1)
-    plot.setXRange(0.5, max(1, last) + 0.5, padding=0)
+    plot.setXRange(first - 0.5, max(1, last) + 0.5, padding=0)
     top = max((v for v in values if v is not None and math.isfinite(v)), default=0.0)
     plot.setYRange(0, top * 1.15 if top > 0 else 1.0, padding=0)

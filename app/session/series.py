@@ -22,6 +22,8 @@ class ChartSeries:
     step_d2h: list[int] = field(default_factory=list)
     total_h2d: list[int] = field(default_factory=list)
     total_d2h: list[int] = field(default_factory=list)
+    prompt_h2d: int = 0  # what the question's KV moved before step 1 (a prefix-cache load, an offload): in the
+    prompt_d2h: int = 0  # cumulative figures from step 1 on, in no step's own
     copy_seconds: list[float] = field(default_factory=list)
     modelled_seconds: list[float] = field(default_factory=list)
     stall_share: list[float] = field(default_factory=list)  # of the step's KV time spent waiting for copies
@@ -44,6 +46,8 @@ class ChartSeries:
             self.verifier_host_bytes.append(event.verifier_host_bytes)
         elif isinstance(event, ev.TransferStats):
             self.emulated = event.emulated
+            if not self.transfer_steps:
+                self.prompt_h2d, self.prompt_d2h = prompt_traffic(event)
             self.transfer_steps.append(event.step)
             self.step_h2d.append(event.step_h2d_bytes)
             self.step_d2h.append(event.step_d2h_bytes)
@@ -56,6 +60,11 @@ class ChartSeries:
         else:
             return False
         return True
+
+
+def prompt_traffic(first: ev.TransferStats) -> tuple[int, int]:
+    """H2D and D2H bytes the question's KV moved before step 1: the first step's totals less its own figures."""
+    return first.h2d_bytes - first.step_h2d_bytes, first.d2h_bytes - first.step_d2h_bytes
 
 
 def step_seconds(compute: float, stall_share: float) -> float:
