@@ -332,6 +332,7 @@ def test_real_engine_on_a_tiny_synthetic_model_end_to_end_with_screenshot(qtbot,
     assert len(tree.candidates()) == 2 * 2 + 2 * 2  # step 1: N*M from the prompt, step 2: N kept * M
     assert tree.chosen_path == window.last_terminal.path
     assert window.current_session is not None
+    assert window.plan_bar.plan is not None  # the picture shows the plan, not "Planning memory…" (a short run)
 
 
 def test_launch_without_a_question_opens_the_window_and_loads_the_model(qtbot, tmp_path, monkeypatch, qsettings):

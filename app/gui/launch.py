@@ -26,6 +26,7 @@ from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import BeamwiseError
 
 Configs = tuple[ModelSpec, SearchConfig, CacheConfig]
+PLAN_WAIT_MS = 15_000  # a screenshot waits this long at most for the plan bar after the run
 
 
 def explicit_configs(args: argparse.Namespace, base: Configs) -> Configs:
@@ -79,6 +80,7 @@ class Screenshot:
         self.gaps = LoopGapMonitor(window)  # BENCHMARKS.md: the window must stay responsive during a run
         self.gaps.start()
         self.loading_gap_ms: float | None = None
+        self.saved = False
         window.bridge.event_emitted.connect(self.on_event)
 
     def on_event(self, event: Any) -> None:
@@ -96,9 +98,16 @@ class Screenshot:
             print(f"beamwise: error: the run {what}; no screenshot was saved.", file=sys.stderr)
             self.app.exit(2)
             return
-        QTimer.singleShot(50, self.save)  # let the last updates lay out and paint first
+        # The plan bar is part of the picture: a short run ends before its debounce has planned anything, and
+        # the picture showed "Planning memory…". Plan now, and save once it shows (or after PLAN_WAIT_MS).
+        self.window.plan_bar.planned.connect(lambda plan: QTimer.singleShot(50, self.save))
+        self.window.plan_bar.refresh_now()
+        QTimer.singleShot(PLAN_WAIT_MS, self.save)
 
     def save(self) -> None:
+        if self.saved:
+            return
+        self.saved = True
         self.app.processEvents()
         tree = self.window.panels.tree
         best = self.window.session.tree.best_id
