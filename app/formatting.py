@@ -57,7 +57,11 @@ def ratio(value: float | None) -> str:
 
 
 def seconds(value: float) -> str:
-    """A duration for people: 0.21 s, 4.7 s, 1 min 12 s."""
+    """A duration for people: 0.95 ms, 0.21 s, 4.7 s, 1 min 12 s (never 0.00095 s or 1e-05 s)."""
+    if value <= 0:
+        return "0 s"
+    if value < 0.1:
+        return f"{value * 1000:.2g} ms" if value >= 1e-4 else "under 0.1 ms"
     if value < 10:
         return f"{value:.2g} s" if value < 1 else f"{value:.1f} s"
     if value < 60:
