@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import app.formatting as fmt
 from app.model_library import MARKER, models_dir
+from engine.abandon import abandonable
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 SPARE = 1.05  # free space wanted beyond the files' own size
@@ -114,24 +115,11 @@ def _pull(repo_id: str, filename: str | None, endpoint: str, revision: str,
 def _asked(question: Callable[[], T], cancel: threading.Event) -> T:
     """`question()` on a daemon thread, so that a cancel (or the window closing) ends the wait for a slow hub at once
     rather than after TIMEOUT; the abandoned request ends on its own within TIMEOUT."""
-    answer: list = []
-
-    def ask() -> None:
-        try:
-            answer.append((True, question()))
-        except BaseException as error:  # handed to the caller's thread
-            answer.append((False, error))
-
-    asker = threading.Thread(target=ask, name="beamwise-pull-ask", daemon=True)
-    asker.start()
-    while asker.is_alive():
-        asker.join(REPORT_EVERY)
-        if cancel.is_set() and asker.is_alive():
+    def check() -> None:
+        if cancel.is_set():
             raise PullCancelled(CANCELLED)
-    ok, value = answer[0]
-    if not ok:
-        raise value
-    return value
+
+    return abandonable(question, "beamwise-pull-ask", check, REPORT_EVERY)
 
 
 def _finished_before(target: Path, commit: str | None) -> set[str]:

@@ -25,13 +25,13 @@ import re
 import select
 import socket
 import ssl
-import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+from engine.abandon import abandonable
 from engine.errors import (
     LogprobsUnavailable,
     RemoteError,
@@ -414,30 +414,20 @@ def _connect(
 def _resolve(address: tuple[str, int], deadline: float, should_stop: StopFn) -> list:
     """socket.getaddrinfo on a daemon thread, waited in POLL_S slices: a name server that does not answer held
     a Stop, and the request's timeout, for as long as the system's resolver waits (tens of seconds)."""
+    look_up = lambda: socket.getaddrinfo(*address, type=socket.SOCK_STREAM)  # noqa: E731
     try:
         ipaddress.ip_address(address[0])
-        return socket.getaddrinfo(*address, type=socket.SOCK_STREAM)  # an address, not a name: nothing to wait on
+        return look_up()  # an address, not a name: nothing to wait on
     except ValueError:
         pass
-    found: list = []
 
-    def look_up() -> None:
-        try:
-            found.append(socket.getaddrinfo(*address, type=socket.SOCK_STREAM))
-        except OSError as error:
-            found.append(error)
-
-    asker = threading.Thread(target=look_up, name="beamwise-resolve", daemon=True)
-    asker.start()
-    while asker.is_alive():
-        asker.join(POLL_S)
-        if asker.is_alive() and should_stop():
+    def check() -> None:
+        if should_stop():
             raise RequestCancelled
-        if asker.is_alive() and time.monotonic() > deadline:
+        if time.monotonic() > deadline:
             raise TimeoutError
-    if isinstance(found[0], OSError):
-        raise found[0]
-    return found[0]
+
+    return abandonable(look_up, "beamwise-resolve", check, POLL_S)
 
 
 def _wait_connected(sock: socket.socket, where: tuple, deadline: float, should_stop: StopFn) -> int:
