@@ -21,6 +21,7 @@ _LATEX_FRACTION = re.compile(r"\\[dt]?frac\s*\{\s*([-+]?\d+)\s*\}\s*\{\s*(\d+)\s
 _LATEX_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}")
 _LATEX_MARKS = re.compile(r"\\[,!; ()\[\]]|\\q?quad\b")  # thin spaces and the \( \) \[ \] math delimiters
 _MINUS = "\u2212"  # the Unicode minus sign some models write
+_WORKED = re.compile(r"\s*[-+]?\$?\d[\d,.]*\s*[-+*/×÷^x]\s*[-+]?\$?\d[^=]*=")  # "7 + 7 = 14": worked out
 
 
 def normalize_number(text: str) -> str | None:
@@ -82,8 +83,11 @@ def _last(pattern: re.Pattern[str], text: str) -> str | None:
 
 
 def _clean(found: str) -> str:
-    """A stated answer: its first number, unless it is LaTeX (a fraction is not its numerator)."""
+    """A stated answer: its first number, unless it is LaTeX (a fraction is not its numerator); a sum worked out
+    ("7 + 7 = 14") states what follows its last "="."""
     found = _plain_latex(found.replace(_MINUS, "-"))
+    if _WORKED.match(found):
+        found = found.rsplit("=", 1)[1]
     number = None if "\\" in found else normalize_number(found)
     if number is not None:
         return number

@@ -22,6 +22,10 @@ from engine.methods.selection import choose, final_pool
         ("The answer is -4", "-4"),
         ("The final answer is 18.0", "18"),
         ("Answer: blue.", "blue"),
+        ("The answer is 7 + 7 = 14.", "14"),  # a sum worked out states its result, not its first term
+        ("The answer is $3 x 4 = $12", "12"),
+        ("The answer is 12. Check: 12*3 = 36", "12"),  # the answer comes first: no sum to work out
+        ("The answer is x = 5", "5"),
         ("no numbers here", None),
         ("", None),
     ],
