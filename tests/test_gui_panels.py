@@ -101,6 +101,14 @@ def test_details_of_the_prompt_and_of_an_unknown_id(tree_and_details):
     assert details.node_id is None and details.value("score") == "–"
 
 
+def test_the_prompts_details_show_the_traffic_of_the_question_before_step_1(tree_and_details):
+    view, details = tree_and_details
+    for event in with_prompt_traffic(events(), 50_000, 7_000):
+        view.apply(event)
+    details.show_node(ROOT_ID)
+    assert (details.value("h2d"), details.value("d2h")) == (format_bytes(50_000), format_bytes(7_000))
+
+
 # -- ChartsPanel -------------------------------------------------------------------------------
 
 

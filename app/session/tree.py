@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from app.session.series import prompt_traffic
 from engine import events as ev
 
 ROOT_ID = -1  # the prompt; engine candidate ids are ints >= 0, so -1 never collides
@@ -104,6 +105,7 @@ class SearchTree:
         self.budget_bytes: int | None = None
         self.current_step = 0
         self.last_selected_step = 0
+        self._prompt_traffic_known = False
         self.best_id: int | None = None
         self.chosen_path: tuple[int, ...] = ()
         self.answer: str | None = None
@@ -261,6 +263,15 @@ class SearchTree:
             return f"sample {index + 1}"
         return ""
 
+    def _on_transfer(self, e: ev.TransferStats) -> set[int]:
+        """The question's own traffic, before step 1, is the prompt node's (from the run's first figures)."""
+        if self._prompt_traffic_known:
+            return set()
+        self._prompt_traffic_known = True
+        root = self.nodes[ROOT_ID]
+        root.h2d_bytes, root.d2h_bytes = prompt_traffic(e)
+        return {ROOT_ID}
+
     def _on_memory(self, e: ev.MemorySnapshot) -> set[int]:
         self.emulated, self.budget_bytes = e.emulated, e.budget_bytes
         changed = set()
@@ -393,6 +404,7 @@ _HANDLERS: dict[str, Callable[[SearchTree, object], set[int]]] = {
     ev.CandidateText.type: SearchTree._on_candidate,
     ev.CandidateScored.type: SearchTree._on_candidate,
     ev.MemorySnapshot.type: SearchTree._on_memory,
+    ev.TransferStats.type: SearchTree._on_transfer,
     ev.StepSelected.type: SearchTree._on_step_selected,
     ev.RunFinished.type: SearchTree._on_run_finished,
     ev.RunCancelled.type: SearchTree._on_run_stopped,
