@@ -398,6 +398,10 @@ def _notes(report: BenchReport, forced: bool) -> list[str]:
         )
     if not forced:
         notes.append("in_device's reference run did not finish, so no policy was teacher-forced against it")
+    unbounded = [r.name for r in report.results if r.name.startswith("in_device")]
+    if unbounded and report.workload.kv_budget_bytes is not None:
+        notes.append(f"{', '.join(unbounded)} ran without the KV budget: every block on the device, the reference "
+                     "the other rows are compared with (its peak is what the whole search takes)")
     cut = [r.name for r in [*report.results, *report.baselines] if r.timed_out]
     if cut:
         notes.append(f"the time limit ({report.time_limit_seconds:g} s) stopped or did not start: {', '.join(cut)}; "

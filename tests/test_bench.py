@@ -77,6 +77,17 @@ def test_on_the_cpu_the_outside_baselines_say_why_they_did_not_run(real_report):
     assert all(not b.ok and "only on CUDA" in b.message for b in real_report.baselines)
 
 
+def test_the_report_says_the_in_device_rows_ran_without_the_budget(real_report):
+    """Their peak passes the budget the header names: the reference keeps every block on the device."""
+    in_device = by_name(real_report)["in_device"]
+    assert in_device.peak_device_bytes > SMALL.kv_budget_bytes
+    note = next(n for n in real_report.notes if "ran without the KV budget" in n)
+    assert note.startswith("in_device")
+    unbudgeted = BenchReport(Workload(kv_budget_bytes=None), "cpu", emulated=True, plan_only=False)
+    unbudgeted.results = real_report.results
+    assert not any("without the KV budget" in n for n in _notes(unbudgeted, forced=True))
+
+
 def test_the_bf16_note_on_cuda_says_sampled_tokens_may_differ():
     bf16 = Workload(dtype="bfloat16")
     on_cuda = _notes(BenchReport(bf16, "cuda:0", emulated=False, plan_only=False), forced=True)
