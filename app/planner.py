@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 import app.formatting as fmt
 from app.model_facts import ModelFacts, facts_of
+from app.plan_run import planned_run
 from app.prompt_size import PromptSize, prompt_size
 from engine.chat import Turn
 from engine.config import CacheConfig, ModelSpec, SearchConfig
-from engine.kv.cache import CUDA_MARGIN, policy_whole_bytes, search_kv_bytes
+from engine.kv.cache import CUDA_MARGIN, auto_policy, one_candidate_bytes, policy_whole_bytes, search_kv_bytes
 from engine.kv.split import emulated_budget, split_budget, verifier_group_bytes
 from engine.verifiers.families import checked_prm_folder
 from engine.verifiers.fit import WeightsDoNotFit, pair_does_not_fit
@@ -26,9 +27,11 @@ TIGHT = 0.8  # above this share of memory a plan is amber: other programs need r
 VERIFIER_BATCH = 8  # paths a verifier scores together (engine.verifiers.path_kv's default batch size)
 STEP_TAG_TOKENS = 4  # a PRM's own tokens around one step (a tag, a separator)
 VERIFIER_BLOCK = 16  # tokens per verifier KV block (engine.verifiers.kv_pools' default)
-PLAN_OPS_LIMIT = 30_000  # above this a plan-only run takes seconds; the analytic bound is used instead
-LBS_KEYS = {(True, True, True): "lbs:+prefix_order", (True, True, False): "lbs:+balanced_prefetch",
-            (True, False, False): "lbs:+inter_beam", (False, False, False): "lbs:inter_token"}
+PLAN_SECONDS = 1.0  # a plan-only run still going after this is stopped; Eq. 4-5 bound the traffic instead
+EQ45_SOURCES = ("Eq. 4-5, no prefix sharing: an upper bound",  # each candidate's KV crosses once a step
+                "Eq. 4-5, no prefix sharing: a rough estimate, head-wise moves its KV by heads")
+SHARING = ("lbs", "headwise")  # groups share the prefix of the paths kept, and the verifier picks those
+SHARED_SOURCE = "the engine's plan-only run; the paths a run keeps change what its groups share"
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ class MemoryPlan:
     def rows(self) -> list[tuple[str, str]]:
         memory = "unknown" if self.memory_bytes is None else fmt.size(self.memory_bytes)
         where = "host memory free" if self.emulated else "GPU memory"
-        verifier = "-" if self.verifier is None else f"{fmt.size(self.verifier_kv_bytes)} (its share of the KV budget)"
+        verifier = f"{fmt.size(self.verifier_kv_bytes)} (its share of the KV budget)" if self.verifier_kv_bytes else "-"
         if self.verifier_on_cpu:
             verifier = "on the CPU, outside the KV budget"
         part = f", {fmt.size(self.kv_budget_bytes - self.verifier_kv_bytes)} of it" if self.verifier_kv_bytes else ""
@@ -131,28 +134,30 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
     prompt = counted.tokens
     whole = search_kv_bytes(prompt, search, cache, gen.kv_token_bytes, cascade=True)  # engine.models routes to it
     on_cpu = search.verifier_device == "cpu"
-    batch = 0 if prm is None or on_cpu else _verifier_batch(prompt, search, prm)
+    judge_kv = gen if search.verifier == "self-judge" else prm  # self-judge keeps the generator's own KV
+    batch = 0 if judge_kv is None or on_cpu else _verifier_batch(prompt, search, judge_kv)
     activations = _activations(gen, prompt, search.candidates_per_step)
     fixed = gen.weights_bytes + (prm.weights_bytes if prm and not on_cpu else 0) + activations
     budget = cache.kv_budget_bytes or _automatic_budget(
         info, policy_whole_bytes(cache.policy, whole, prompt, search, gen.kv_token_bytes, gen.kv.num_layers), batch,
         cache.verifier_kv_share, fixed)
     verifier_kv = split_budget(budget, cache.verifier_kv_share, batch).verifier_bytes
-    policy = cache.policy if cache.policy != "auto" else ("in_device" if whole <= budget - verifier_kv else "lbs")
+    one = one_candidate_bytes(prompt, search, gen.kv_token_bytes, cache.block_size)
+    policy = cache.policy if cache.policy != "auto" else auto_policy(whole, one, budget - verifier_kv)
     draft = MemoryPlan(gen, prm, info.label, info.emulated, info.memory_bytes, budget, policy,
                        search.candidates_per_step, prompt, whole, verifier_kv, activations, 0,
                        cache.pcie_gbps, "green", "", policy_chosen_by="auto picks it" if cache.policy == "auto"
                        else "as set", verifier_on_cpu=on_cpu, prompt=counted)
     refused = _does_not_fit(draft)
-    if refused is None and policy != "in_device":  # only a plan that can run is worth scheduling
-        if _plan_ops(draft, search, gen) <= PLAN_OPS_LIMIT:
-            moved, failure = _planned_traffic(model, search, cache, prompt, budget - verifier_kv, policy)
-            draft = dataclasses.replace(draft, step_pcie_bytes=moved)
-        else:  # the plan-only run would take many seconds: the paper's Eq. 4-5 bound the traffic at once
-            failure = None
+    if refused is None:  # only a plan that can run is worth scheduling
+        planned = planned_run(model, search, cache, prompt, budget - verifier_kv, policy, PLAN_SECONDS)
+        draft = dataclasses.replace(draft, step_pcie_bytes=planned.step_bytes)
+        refused = planned.refused and f"It cannot run with these settings: {planned.refused}"
+        if not planned.finished and policy != "in_device":  # too long to wait for: the paper's bound at once
             draft = dataclasses.replace(draft, step_pcie_bytes=_eq45_step_bytes(prompt, search, gen),
-                                        traffic_source="Eq. 4-5, no prefix sharing: an upper bound")
-        refused = None if failure is None else f"It cannot run with these settings: {failure}"
+                                        traffic_source=EQ45_SOURCES[policy == "headwise"])
+        elif policy in SHARING and search.candidates_per_step > 1:
+            draft = dataclasses.replace(draft, traffic_source=SHARED_SOURCE)
     state, sentence = ("red", refused) if refused else judge(draft)
     return dataclasses.replace(draft, state=state, sentence=sentence)
 
@@ -185,13 +190,14 @@ def _automatic_budget(info: DeviceInfo, whole: int, batch: int, share: float | N
     return max(info.memory_bytes - fixed - CUDA_MARGIN, 1)
 
 
-def _verifier_batch(prompt: int, search: SearchConfig, prm: ModelFacts) -> int:
-    """One verification group at the last step: the engine's formula (engine/kv/split.py) with its default batch
-    and block size, each step counted with a few tokens of the PRM's own around it (its tokenizer is not loaded)."""
-    return verifier_group_bytes(block_size=VERIFIER_BLOCK, token_bytes=prm.kv_token_bytes,
+def _verifier_batch(prompt: int, search: SearchConfig, verifier: ModelFacts) -> int:
+    """One verification group at the last step, a roll-out's included: the engine's formula (engine/kv/split.py)
+    with its default batch and block size, each step counted with a few tokens of the verifier's own around it
+    (its tokenizer is not loaded). `verifier`: the PRM, or for self-judge the generator."""
+    return verifier_group_bytes(block_size=VERIFIER_BLOCK, token_bytes=verifier.kv_token_bytes,
                                 rows=search.candidates_per_step, batch_size=VERIFIER_BATCH, prefix=prompt,
                                 per_step=STEP_TAG_TOKENS, probe=STEP_TAG_TOKENS, step_tokens=search.step_tokens,
-                                steps=search.max_steps)
+                                steps=search.max_steps + search.lookahead)
 
 
 def _activations(gen: ModelFacts, prompt: int, candidates: int) -> int:
@@ -200,35 +206,11 @@ def _activations(gen: ModelFacts, prompt: int, candidates: int) -> int:
     return candidates * vocab * 4 + prompt * hidden * gen.kv.dtype_bytes * 8
 
 
-def _plan_ops(p: MemoryPlan, search: SearchConfig, gen: ModelFacts) -> int:
-    """About how many layer updates a plan-only run makes (its time grows with them: ~1 ms per 1,000)."""
-    longest = (p.prompt_tokens + search.max_steps * search.step_tokens) * gen.kv_token_bytes
-    groups = -(-p.candidates * longest // max(1, p.kv_budget_bytes))
-    return search.max_steps * search.step_tokens * groups * gen.kv.num_layers
-
-
 def _eq45_step_bytes(prompt: int, search: SearchConfig, gen: ModelFacts) -> int:
     """Eq. 4-5 averaged over the steps: each candidate's KV crosses once a step; its new tokens go back."""
     n, k, steps, token = search.candidates_per_step, search.step_tokens, search.max_steps, gen.kv_token_bytes
     h2d = sum(n * (prompt + i * k) * token for i in range(steps))
     return (h2d + steps * n * k * token) // steps
-
-
-def _planned_traffic(model: ModelSpec, search: SearchConfig, cache: CacheConfig, prompt: int, budget: int,
-                     policy: str) -> tuple[int, str | None]:
-    """Bytes over PCIe per step from the engine's plan-only run; (0, why) when the plan cannot run."""
-    from engine.bench import Workload, run_bench
-
-    key = "layerwise" if policy == "layerwise" else LBS_KEYS.get(
-        (cache.inter_beam, cache.balanced_prefetch, cache.prefix_order), "lbs:+prefix_order")
-    workload = Workload(model=model.source, dtype=model.dtype, beams=search.beams, width=search.width,
-                        step_tokens=search.step_tokens, prompt_tokens=prompt,
-                        gen_tokens=search.step_tokens * search.max_steps, kv_budget_bytes=budget,
-                        pcie_gbps=cache.pcie_gbps, block_size=cache.block_size, seed=search.seed)
-    result = run_bench(workload, [key], plan_only=True).results[0]
-    if not result.ok:
-        return 0, result.message
-    return (result.h2d_bytes + result.d2h_bytes) // max(1, search.max_steps), None
 
 
 def _does_not_fit(p: MemoryPlan) -> str | None:

@@ -32,6 +32,7 @@ def test_a_search_that_fits_is_green_and_moves_nothing():
 
 
 def test_offloading_is_amber_with_the_plan_only_runs_bytes():
+    """A step's bytes are the plan-only run's per-step counters: the question's offload before step 1 is no step's."""
     search = SearchConfig(beams=4, width=2, max_steps=2, step_tokens=8)
     cache = CacheConfig(kv_budget_bytes=400_000)
     p = plan(TINY, search, cache, device=EMULATED)
@@ -39,7 +40,7 @@ def test_offloading_is_amber_with_the_plan_only_runs_bytes():
                                prompt_tokens=p.prompt_tokens, gen_tokens=16, kv_budget_bytes=400_000),
                       ["lbs:+prefix_order"], plan_only=True).results[0]
     assert p.state == "amber" and p.policy == "lbs"
-    assert p.step_pcie_bytes == (bench.h2d_bytes + bench.d2h_bytes) // 2 > 0
+    assert 0 < p.step_pcie_bytes < (bench.h2d_bytes + bench.d2h_bytes) // 2  # the bench's totals hold the offload
     assert p.sentence.startswith("8 candidates will move ") and "per step over PCIe: about" in p.sentence
 
 

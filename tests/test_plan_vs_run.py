@@ -1,0 +1,70 @@
+"""The plan says what a run of the same settings does: the policy auto picks, a refusal, the bytes a step moves."""
+
+from __future__ import annotations
+
+from app.planner import DeviceInfo, plan
+from engine.config import CacheConfig, ModelSpec, SearchConfig
+from engine.search import run
+
+TINY = ModelSpec("synthetic:tiny-llama")
+EMULATED = DeviceInfo("cpu (emulated GPU)", True, 16_000_000_000)
+QUESTION = "What is 2+3?"
+
+
+def _run(loaded, search: SearchConfig, cache: CacheConfig) -> list:
+    return list(run(QUESTION, loaded, search, cache))
+
+
+def _started(events: list):
+    return next(e for e in events if e.type == "run_started")
+
+
+def test_auto_picks_headwise_as_the_run_does_when_one_candidate_does_not_fit(tiny):
+    """The plan said lbs, and planned lbs's traffic (or refused it), where the run picks head-wise."""
+    search, cache = SearchConfig(beams=2, width=2, max_steps=2, step_tokens=8), CacheConfig(kv_budget_bytes=150_000)
+    p = plan(TINY, search, cache, question=QUESTION, device=EMULATED)
+    events = _run(tiny, search, cache)
+    assert p.policy == _started(events).policy == "headwise"
+    assert p.state == "amber" and not any(e.type == "run_failed" for e in events)
+
+
+def test_a_budget_under_one_head_of_the_prompt_is_red_as_the_run_refuses_it(tiny):
+    """Head-wise was planned as lbs under a budget the run refuses at its prefill: the plan said amber."""
+    search, cache = SearchConfig(beams=4, width=2, max_steps=4, step_tokens=16), CacheConfig(kv_budget_bytes=20_000)
+    p = plan(TINY, search, cache, question=QUESTION, device=EMULATED)
+    failed = next(e for e in _run(tiny, search, cache) if e.type == "run_failed")
+    assert p.state == "red" and p.policy == "headwise" and "one KV head of the prompt" in p.sentence
+    assert "one KV head of the prompt" in failed.message
+
+
+def test_in_device_under_a_budget_too_small_is_red_as_the_run_refuses_it(tiny):
+    """in_device was never planned: a budget it cannot run under was green, 'Everything fits'."""
+    search = SearchConfig(beams=4, width=2, max_steps=2, step_tokens=4)
+    cache = CacheConfig(policy="in_device", kv_budget_bytes=200_000, speculative=True)
+    p = plan(TINY, search, cache, question=QUESTION, device=EMULATED)
+    failed = next(e for e in _run(tiny, search, cache) if e.type == "run_failed")
+    assert p.state == "red" and "too small for keeping the whole search on the device" in p.sentence
+    assert "too small for keeping the whole search on the device" in failed.message
+
+
+def test_self_judge_takes_its_share_of_the_budget_in_the_plan_as_in_the_run(tiny):
+    """Self-judge keeps the generator's KV of its paths: the run gives it a share, the plan gave it none."""
+    search = SearchConfig(beams=2, width=2, max_steps=2, step_tokens=8, verifier="self-judge")
+    cache = CacheConfig(kv_budget_bytes=2_000_000, prefix_cache=False)
+    p = plan(TINY, search, cache, question=QUESTION, device=EMULATED)
+    started = _started(_run(tiny, search, cache))
+    assert started.verifier_kv_budget_bytes > 0 and p.verifier_kv_bytes > 0  # its tokenizer's format is estimated
+    assert abs(p.verifier_kv_bytes - started.verifier_kv_budget_bytes) < 0.1 * started.verifier_kv_budget_bytes
+    assert dict(p.rows())["verifier KV"].endswith("(its share of the KV budget)")  # it said "-"
+
+
+def test_the_plans_bytes_a_step_are_the_runs_with_its_lookahead(tiny):
+    """The plan counted the question's own offload as step traffic and planned no roll-outs: layer-wise, whose
+    traffic no selection changes, moves exactly the planned bytes in every step of a real run."""
+    search = SearchConfig(beams=2, width=2, max_steps=2, step_tokens=8, lookahead=1, step_delimiter=None)
+    cache = CacheConfig(policy="layerwise", kv_budget_bytes=600_000, prefix_cache=False)
+    p = plan(TINY, search, cache, question=QUESTION, device=EMULATED)
+    steps = [e for e in _run(tiny, search, cache) if e.type == "transfer_stats"]
+    moved = [s.step_h2d_bytes + s.step_d2h_bytes for s in steps]
+    assert len(moved) == 2 and p.step_pcie_bytes == sum(moved) // 2 > 0
+    assert p.traffic_source == "the engine's plan-only run"
