@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from app.planner import DeviceInfo, plan
+import pytest
+
+from app import planner
+from app.planner import EQ45_SOURCES, DeviceInfo, plan
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.search import run
 
 TINY = ModelSpec("synthetic:tiny-llama")
 EMULATED = DeviceInfo("cpu (emulated GPU)", True, 16_000_000_000)
 QUESTION = "What is 2+3?"
+
+
+@pytest.fixture(autouse=True)
+def patient_plans(monkeypatch):
+    """A busy machine must not stop the plan-only run and turn its exact bytes into the Eq. 4-5 estimate."""
+    monkeypatch.setattr(planner, "PLAN_SECONDS", 120.0)
 
 
 def _run(loaded, search: SearchConfig, cache: CacheConfig) -> list:
@@ -68,3 +77,12 @@ def test_the_plans_bytes_a_step_are_the_runs_with_its_lookahead(tiny):
     moved = [s.step_h2d_bytes + s.step_d2h_bytes for s in steps]
     assert len(moved) == 2 and p.step_pcie_bytes == sum(moved) // 2 > 0
     assert p.traffic_source == "the engine's plan-only run"
+
+
+@pytest.mark.parametrize(("policy", "source"), [("lbs", EQ45_SOURCES[0]), ("headwise", EQ45_SOURCES[1])])
+def test_a_plan_only_run_past_its_time_falls_back_to_eq_4_5_and_says_how_far_to_trust_it(monkeypatch, policy,
+                                                                                         source):
+    monkeypatch.setattr(planner, "PLAN_SECONDS", 0.0)
+    search = SearchConfig(beams=4, width=2, max_steps=2, step_tokens=8)
+    p = plan(TINY, search, CacheConfig(policy=policy, kv_budget_bytes=400_000), question=QUESTION, device=EMULATED)
+    assert p.traffic_source == source and p.step_pcie_bytes > 0 and p.state == "amber"

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from app import planner
 from app.cli import main
 from app.planner import DeviceInfo, plan
 from app.prompt_size import estimated_tokens, prompt_size
@@ -20,6 +21,12 @@ from engine.search import run
 TINY = ModelSpec("synthetic:tiny-llama")
 EMULATED = DeviceInfo("cpu (emulated GPU)", True, 16_000_000_000)
 SMALL_GPU = DeviceInfo("cuda (8 GB card)", False, 8_000_000_000)
+
+
+@pytest.fixture(autouse=True)
+def patient_plans(monkeypatch):
+    """A busy machine must not stop the plan-only run and turn its exact bytes into the Eq. 4-5 estimate."""
+    monkeypatch.setattr(planner, "PLAN_SECONDS", 120.0)
 
 
 def test_a_search_that_fits_is_green_and_moves_nothing():
