@@ -57,17 +57,24 @@ def ratio(value: float | None) -> str:
 
 
 def seconds(value: float) -> str:
-    """A duration for people: 0.95 ms, 0.21 s, 4.7 s, 1 min 12 s (never 0.00095 s or 1e-05 s)."""
-    if value <= 0:
+    """A duration for people: 12 µs, 0.95 ms, 0.21 s, 4.7 s, 1 min 12 s (never 0.00095 s or 1e-05 s)."""
+    if value < 1e-8:  # nothing a person could tell from no time at all
         return "0 s"
+    if value < 1e-4:
+        return f"{_two_digits(value * 1e6)} µs"
     if value < 0.1:
-        return f"{value * 1000:.2g} ms" if value >= 1e-4 else "under 0.1 ms"
+        return f"{_two_digits(value * 1000)} ms"
     if value < 10:
         return f"{value:.2g} s" if value < 1 else f"{value:.1f} s"
     if value < 60:
         return f"{value:.0f} s"
     minutes, rest = divmod(round(value), 60)
     return f"{minutes} min {rest} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+
+
+def _two_digits(value: float) -> str:
+    """About two significant digits, never in exponent form: 0.95, 12, 100 (not 1e+02)."""
+    return f"{value:.2g}" if value < 9.95 else str(round(value))
 
 
 def settings(data: dict[str, Any]) -> str:

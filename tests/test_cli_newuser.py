@@ -54,4 +54,5 @@ def test_axis_ticks_and_durations():
     assert fmt.axis_size(32_000_000) == "32 MB"
     assert fmt.axis_size(0) == "0 B"
     assert fmt.seconds(0.21) == "0.21 s" and fmt.seconds(4.71) == "4.7 s" and fmt.seconds(72) == "1 min 12 s"
-    assert [fmt.seconds(v) for v in (0.00095, 0.0125, 0.00001, 0.0)] == ["0.95 ms", "12 ms", "under 0.1 ms", "0 s"]
+    durations = [fmt.seconds(v) for v in (0.00095, 0.0125, 0.00001, 0.0, 0.0999, 0.0000999)]
+    assert durations == ["0.95 ms", "12 ms", "10 µs", "0 s", "100 ms", "100 µs"]
