@@ -391,8 +391,15 @@ class SessionStore:
 
     def delete(self, session_id: int) -> None:
         """Remove a session and everything recorded for it, in one transaction. A turn that later turns follow
-        is refused: their prompts held it, and a rerun or follow-up of them would silently lose it."""
-        self.get_session(session_id)
+        is refused: their prompts held it, and a rerun or follow-up of them would silently lose it. So is a run
+        still being recorded by a live process on this machine: its next step would find no session to write to,
+        and the rest of the run would be lost while it went on."""
+        row = self.get_session(session_id)
+        if _recording(row):
+            raise StoreError(f"session {session_id} is still being recorded by its run (process {row['pid']}); "
+                             "nothing was deleted.",
+                             hint="Stop the run first (Stop or Esc in the window, Ctrl+C for `beamwise run`), then "
+                                  "delete it.")
         with self.transaction() as conn:
             later = [row[0] for row in conn.execute("SELECT id FROM sessions WHERE previous_id = ? ORDER BY id",
                                                     (session_id,))]
@@ -403,6 +410,12 @@ class SessionStore:
             for table in ("events", "steps", "candidates"):
                 conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
             conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+
+
+def _recording(row: dict) -> bool:
+    """Whether a session row is a run a live process on this machine is still writing (mark_interrupted's test)."""
+    return (row.get("status") == "running" and row.get("host") in (None, socket.gethostname())
+            and row.get("pid") is not None and alive_since(row["pid"], row.get("created") or ""))
 
 
 def like_pattern(search: str) -> str:

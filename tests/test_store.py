@@ -233,3 +233,14 @@ def test_a_process_started_after_a_time_is_not_alive_since_it():
     assert alive_since(os.getpid(), "2099-01-01T00:00:00+00:00")  # this process: always its own writer
     assert not alive_since(2**31 - 1, "2026-01-01T00:00:00+00:00")  # no such process
     assert alive_since(os.getpid(), "not a time") and started_at(2**31 - 1) is None
+
+
+def test_a_run_still_being_recorded_is_not_deleted() -> None:
+    """Deleting it left the run writing to a session that was gone: the rest of it was lost."""
+    with SessionStore(memory=True) as store:
+        live = store.create_session({"question": "mine", "status": "running", "pid": os.getpid()})
+        with pytest.raises(StoreError, match="still being recorded") as refused:
+            store.delete(live)
+        assert "Stop the run first" in refused.value.user_message()
+        store.delete(record(store, "How fast is the train?"))  # a finished run goes
+        store.get_session(live)
