@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import QMessageBox
 
 from app.conversations import line_of
 from app.gui.bridge import SearchBridge
@@ -148,3 +150,85 @@ def test_a_stored_two_turn_conversation_opens_with_its_turns_and_reruns_a_turn_a
     assert seen[-1] == ("Something new", ())  # a new conversation
     assert window.store.get_session(window.current_session)["turn"] == 1
     assert window.talk.new_action.shortcut().toString() == "Ctrl+N"
+
+
+class Paused:
+    """fake_run that waits after step 1 until `go` is set (or a Stop): the test acts while the run is on."""
+
+    def __init__(self) -> None:
+        self.go, self.waiting = threading.Event(), threading.Event()
+
+    def __call__(self, question, loaded, search, cache, *, should_stop, history=()):
+        for event in fake_run(question, search, cache, should_stop=should_stop):
+            yield event
+            if isinstance(event, ev.StepSelected) and event.step == 1:
+                self.waiting.set()
+                while not (self.go.wait(0.01) or should_stop()):
+                    pass
+
+
+def run_until_paused(qtbot, window: MainWindow, paused: Paused, start) -> int:
+    """Start a run and wait for it to pause after step 1 with its session recorded; that session's id."""
+    start()
+    qtbot.waitUntil(lambda: paused.waiting.is_set() and window.current_session is not None, timeout=5000)
+    return window.current_session
+
+
+def test_a_turn_tab_clicked_while_a_follow_up_runs_stays_on_the_running_turn(qtbot, window_for) -> None:
+    """The click was refused ("Stop the running search…") but the tab moved: Turn 1 was selected over Turn 2's
+    live tree until the run ended. The tabs are disabled while a run is on."""
+    paused = Paused()
+    window = window_for(loader=CountingLoader(), run=paused)
+    window.show()
+    window.open_session(_record(window.store, FIRST))
+    window.talk.box.field.setText(SECOND)
+    running = run_until_paused(qtbot, window, paused, window.talk.box.submit)
+    tabs = window.talk.turns
+    assert tabs.count() == 2 and tabs.session_ids[tabs.currentIndex()] == running
+    qtbot.mouseClick(tabs, Qt.MouseButton.LeftButton, pos=tabs.tabRect(0).center())
+    assert tabs.session_ids[tabs.currentIndex()] == running and window.current_session == running
+    assert not tabs.isEnabled()
+    paused.go.set()
+    qtbot.waitUntil(lambda: not window.running, timeout=5000)
+    assert tabs.isEnabled() and tabs.session_ids[tabs.currentIndex()] == running
+
+
+def test_deleting_the_running_session_is_refused_and_the_run_is_kept(qtbot, window_for, monkeypatch) -> None:
+    """It was deleted: the run went on with nothing to write to ("Saving this run stopped") and was lost."""
+    warned: list[tuple[str, str]] = []
+    monkeypatch.setattr(QMessageBox, "question", lambda *a: QMessageBox.StandardButton.Yes)
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, title, text, *a: warned.append((title, text)))
+    paused = Paused()
+    window = window_for(loader=CountingLoader(), run=paused)
+    window.question.setPlainText(FIRST)
+    running = run_until_paused(qtbot, window, paused, window.start_run)
+    window.sessions.refresh()
+    assert window.sessions.select(running)
+    window.sessions.delete_selected()
+    assert warned and warned[0][0] == "Could not delete the session"
+    assert "still being recorded" in warned[0][1] and "Stop the run first" in warned[0][1]
+    with qtbot.waitSignal(window.run_ended, timeout=5000):
+        paused.go.set()
+    assert window.store.get_session(running)["status"] == "finished"
+    assert window.current_session == running
+
+
+def test_deleting_the_open_session_clears_it_from_the_window(qtbot, window_for, monkeypatch) -> None:
+    """The window went on showing it: a follow-up said "there is no session 1" and its turn tab stayed."""
+    monkeypatch.setattr(QMessageBox, "question", lambda *a: QMessageBox.StandardButton.Yes)
+    window = window_for(loader=CountingLoader(), run=lambda q, loaded, s, c, *, should_stop, history=(): fake_run(
+        q, s, c, should_stop=should_stop))
+    reported: list[tuple[str, str]] = []
+    window.error_reported.connect(lambda title, text: reported.append((title, text)))
+    first = _record(window.store, FIRST)
+    second = _record(window.store, SECOND, previous=first)
+    window.open_session(first)
+    window.sessions.refresh()
+    window.sessions.select(second)
+    window.sessions.delete_selected()  # the newest turn: the open turn 1 stays, its tabs lose turn 2
+    assert window.current_session == first and window.talk.turns.session_ids == [first]
+    window.sessions.select(first)
+    window.sessions.delete_selected()
+    assert window.current_session is None and not window.panels.tree.data.candidates()
+    assert not window.talk.box.field.isEnabled() and window.talk.turns.session_ids == []
+    assert "Session 1 was deleted" in window.statusBar().currentMessage() and reported == []

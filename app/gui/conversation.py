@@ -184,6 +184,17 @@ class ConversationControls:
         self.show_turns()
         window.statusBar().showMessage("New conversation: type a question and press Run (Ctrl+Enter).", 8000)
 
+    def forget(self, session_id: int) -> None:
+        """A session deleted from the Sessions tab: the window no longer shows it (a follow-up, an export or a
+        turn tab of it would find nothing) and the turn tabs drop it. The store refuses to delete a running one."""
+        window = self.window
+        if window.current_session == session_id:
+            window.session.reset()
+            window.status.reset()
+            window.current_session, window.last_terminal = None, None
+            window.statusBar().showMessage(f"Session {session_id} was deleted.", 8000)
+        self.show_turns()
+
     def show_turns(self) -> None:
         """The turn tabs of the open session's conversation, and whether a follow-up can be asked."""
         window = self.window
@@ -198,7 +209,9 @@ class ConversationControls:
         window.plan_bar.schedule()  # the open turn changed: so did a follow-up's conversation
 
     def update(self) -> None:
+        """The follow-up box and the turn tabs follow the window: a turn opens only while nothing runs."""
         window = self.window
+        self.turns.setEnabled(not window.running)
         finished = getattr(window.last_terminal, "type", "") == "run_finished"
         self.box.set_open(window.store is not None and window.current_session is not None and finished
                           and not window.running)

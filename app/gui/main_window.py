@@ -211,6 +211,7 @@ class MainWindow(QMainWindow):
         if self.sessions is not None:
             self.sessions.open_requested.connect(self.open_session)
             self.sessions.run_again_requested.connect(self.load_session_settings)
+            self.sessions.session_deleted.connect(self.talk.forget)
 
     def _restore(self) -> None:
         configs = saved.load_configs(self.settings)
