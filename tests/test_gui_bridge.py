@@ -147,6 +147,34 @@ def test_bad_model_gives_load_failed_then_finished_and_the_thread_lives(qtbot, m
         bridge.request_run("q", SPEC, SEARCH, CACHE)
 
 
+def test_closing_while_a_model_loads_does_not_wait_for_the_load(qtbot, make_bridge):
+    """Closing the window mid-load waited for the whole load (minutes for a large model; the loader has no stop
+    point inside). The engine thread now stops waiting for it; the load's progress still comes from that thread."""
+    release, done = threading.Event(), threading.Event()
+
+    def slow_loader(spec: ModelSpec, device: str, progress: Any) -> Any:
+        progress("reading weights", 0.1)
+        release.wait(10)  # a long read with no stop point inside
+        done.set()
+        return SimpleNamespace(name="late", device="cpu")
+
+    bridge = make_bridge(loader=slow_loader)
+    progress: list[tuple[str, bool]] = []
+    finished: list[bool] = []
+    bridge.load_progress.connect(lambda message, _f: progress.append(
+        (message, threading.current_thread() is threading.main_thread())))
+    bridge.run_finished.connect(lambda: finished.append(True))
+    bridge.request_run("q", SPEC, SEARCH, CACHE)
+    qtbot.waitUntil(lambda: bool(progress), timeout=5000)
+    assert progress == [("reading weights", True)]
+    try:
+        bridge.shutdown()
+        assert not done.is_set() and not bridge.thread.isRunning()  # it returned with the load still reading
+        qtbot.waitUntil(lambda: bool(finished), timeout=1000)  # the request ended as every request does
+    finally:
+        release.set()
+
+
 def test_engine_exception_becomes_failed_not_a_dead_thread(qtbot, make_bridge):
     def broken(question: str, loaded: Any, search: SearchConfig, cache: CacheConfig, *, should_stop: Any) -> Iterator:
         yield from list(fake_run(question, search, cache))[:3]

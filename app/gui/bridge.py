@@ -10,6 +10,7 @@ Exceptions never kill the thread: they become `failed` / `load_failed` with a me
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
 from engine import events as ev
+from engine.abandon import abandonable
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import BeamwiseError, failure
 
@@ -28,6 +30,11 @@ RemoteRunFn = Callable[..., Iterator[Any]]  # run(question, server, search, *, s
 StoreFactory = Callable[[], Any]  # opens a SessionStore; called in the worker thread (SQLite is per thread)
 ReleaseFn = Callable[[], Any]  # gives cached memory back; returns engine.idle.Released
 IDLE_RELEASE_MS = 60_000  # idle this long after a run, the engine hands back the memory torch keeps cached
+LOAD_SLICE_S = 0.05  # how often a load in progress passes on its progress and looks whether the window closes
+
+
+class LoadAbandoned(Exception):
+    """The window closed while a model loaded: the worker stops waiting for the load, which ends on its own."""
 
 
 def default_loader(spec: ModelSpec, device: str, progress: ProgressFn) -> Any:
@@ -102,9 +109,11 @@ class SearchWorker(QObject):
 
     def __init__(self, stop_flag: threading.Event, *, loader: LoaderFn | None = None, run: RunFn | None = None,
                  store_factory: StoreFactory | None = None, remote_run: RemoteRunFn | None = None,
-                 release: ReleaseFn | None = None) -> None:
+                 release: ReleaseFn | None = None, closing: threading.Event | None = None) -> None:
+        """`closing` set (the window is closing) abandons a load in progress, so closing never waits for one."""
         super().__init__()
         self._stop = stop_flag
+        self._closing = closing or threading.Event()
         self._loader = loader or default_loader
         self._release = release or default_release
         self._run = run or default_run
@@ -126,7 +135,9 @@ class SearchWorker(QObject):
             return True
         self._loaded, self._loaded_key = None, None  # free the old model before building a new one
         try:
-            loaded = self._loader(spec, device, self._report_progress)
+            loaded = self._load(spec, device)
+        except LoadAbandoned:
+            return False
         except Exception as error:
             self.load_failed.emit(describe_error(error))
             return False
@@ -187,6 +198,23 @@ class SearchWorker(QObject):
             self.failed.emit(failed)
         finally:
             self._close(recorder)
+
+    def _load(self, spec: ModelSpec, device: str) -> Any:
+        """The loader on a thread of its own, waited here in slices: a load (minutes for a large model, with no
+        stop point inside) never holds up closing the window. That thread only queues its progress; this one
+        emits it (a signal emitted from a plain Python thread makes Qt adopt it: app/gui/background.py)."""
+        reports: queue.SimpleQueue = queue.SimpleQueue()
+
+        def pass_on() -> None:
+            while not reports.empty():
+                self._report_progress(*reports.get_nowait())
+            if self._closing.is_set():
+                raise LoadAbandoned
+
+        loaded = abandonable(lambda: self._loader(spec, device, lambda *report: reports.put(report)),
+                             "beamwise-load", pass_on, LOAD_SLICE_S)
+        pass_on()
+        return loaded
 
     def _report_progress(self, message: str, fraction: float | None) -> None:
         """fraction None (a stage of unknown length) is sent as -1: the GUI shows a busy bar."""
@@ -288,8 +316,9 @@ class SearchBridge(QObject):
         pinned RAM torch keeps cached (a game started meanwhile gets them); the loaded model stays."""
         super().__init__(parent)
         self.stop_flag = threading.Event()
+        self.closing = threading.Event()
         self.worker = SearchWorker(self.stop_flag, loader=loader, run=run, store_factory=store_factory,
-                                   remote_run=remote_run, release=release)
+                                   remote_run=remote_run, release=release, closing=self.closing)
         self.thread = QThread()
         self.thread.setObjectName("beamwise-engine")
         self.worker.moveToThread(self.thread)
@@ -331,11 +360,12 @@ class SearchBridge(QObject):
         self.stop_flag.set()
 
     def shutdown(self) -> None:
-        """Stop any search and join the engine thread. Safe to call twice."""
+        """Stop any search, abandon a model load, and join the engine thread. Safe to call twice."""
         self.idle.stop()
         if not self.thread.isRunning():
             return
         self.stop_flag.set()
+        self.closing.set()
         self.thread.quit()
         self.thread.wait()
         self.worker.close_store()  # the thread has ended, so nothing else is using the store
