@@ -232,3 +232,33 @@ def test_deleting_the_open_session_clears_it_from_the_window(qtbot, window_for, 
     assert window.current_session is None and not window.panels.tree.data.candidates()
     assert not window.talk.box.field.isEnabled() and window.talk.turns.session_ids == []
     assert "Session 1 was deleted" in window.statusBar().currentMessage() and reported == []
+
+
+def test_the_turn_a_follow_up_continues_is_not_deleted_while_its_model_loads(qtbot, window_for, monkeypatch) -> None:
+    """Deleted then, the follow-up ran on with nothing to follow: 'Saving this run stopped: there is no session 1
+    to follow', the new turn lost (the store protects a turn only once a later turn's row exists)."""
+    warned: list[tuple[str, str]] = []
+    monkeypatch.setattr(QMessageBox, "question", lambda *a: QMessageBox.StandardButton.Yes)
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, title, text, *a: warned.append((title, text)))
+    loading, loaded = threading.Event(), threading.Event()
+
+    def slow_loader(spec, device, progress):
+        loading.set()
+        loaded.wait(10)
+        return CountingLoader()(spec, device, progress)
+
+    window = window_for(loader=slow_loader, run=lambda q, _m, s, c, *, should_stop, history=(): fake_run(
+        q, s, c, should_stop=should_stop))
+    window.open_session(first := _record(window.store, FIRST))
+    window.talk.box.field.setText(SECOND)
+    window.talk.box.submit()
+    qtbot.waitUntil(loading.is_set, timeout=5000)
+    window.sessions.refresh()
+    window.sessions.select(first)
+    window.sessions.delete_selected()
+    assert warned and "next turn after session 1" in warned[0][1] and "Stop the search first" in warned[0][1]
+    with qtbot.waitSignal(window.run_ended, timeout=5000):
+        loaded.set()
+    follow_up = window.store.get_session(window.current_session)
+    assert (follow_up["previous_id"], follow_up["status"]) == (first, "finished")
+    assert window.store.get_session(first) and len(warned) == 1

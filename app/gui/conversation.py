@@ -117,6 +117,7 @@ class ConversationControls:
         self.new_action.setToolTip("Clear the window for a new question (Ctrl+N)")
         self.new_action.triggered.connect(self.new_conversation)
         self.rerun: tuple[str, Conversation] | None = None  # "Run again" of a later turn: its question and history
+        self.follows: int | None = None  # the session the run in progress is the next turn of
         self.box.asked.connect(self.ask)
         self.turns.turn_chosen.connect(window.open_session)
         window.addAction(self.box.action)
@@ -183,6 +184,15 @@ class ConversationControls:
         window.question.setFocus()
         self.show_turns()
         window.statusBar().showMessage("New conversation: type a question and press Run (Ctrl+Enter).", 8000)
+
+    def in_use(self, session_id: int) -> str | None:
+        """Why the Sessions tab must not delete `session_id` now, or None. The run in progress is the next turn
+        after it, and its own row, which protects it in the store, is written only once the model has loaded:
+        deleted meanwhile, the new turn had nothing to follow and was not saved."""
+        if self.window.running and session_id == self.follows:
+            return (f"The running search is the next turn after session {session_id}; nothing was deleted. Stop "
+                    "the search first (Esc), then delete it.")
+        return None
 
     def forget(self, session_id: int) -> None:
         """A session deleted from the Sessions tab: the window no longer shows it (a follow-up, an export or a

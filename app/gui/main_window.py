@@ -110,7 +110,7 @@ class MainWindow(QMainWindow):
         self._central_layout.insertWidget(1, self.plan_bar)
         self.controls.changed.connect(self.plan_bar.schedule)
         self._central_layout.insertWidget(self._central_layout.indexOf(self.panels.tree), self.talk.turns)
-        self.sessions = SessionsPanel(store) if store is not None else None
+        self.sessions = SessionsPanel(store, in_use=self.talk.in_use) if store is not None else None
         self.models = ModelsPage(confirm=None if dialogs else lambda title, text: False)
         self._build_docks()
         build_menus(self)
@@ -277,7 +277,7 @@ class MainWindow(QMainWindow):
             self.report_error("Cannot use the server", error.user_message())
             return False
         conversation = conversation or self.talk.conversation_for(question)
-        self.talk.rerun = None
+        self.talk.rerun, self.talk.follows = None, conversation.previous if conversation is not None else None
         self._begin(search)
         if server is not None:
             self.status.loading(f"Asking {server.endpoint}", -1)

@@ -127,14 +127,17 @@ class SessionsPanel(QWidget):
     session_deleted = Signal(int)
     exported = Signal(int, str)  # session id, path written
 
-    def __init__(self, store: StoreSource, parent: QWidget | None = None, *, export_dialog: bool = True) -> None:
+    def __init__(self, store: StoreSource, parent: QWidget | None = None, *, export_dialog: bool = True,
+                 in_use: Callable[[int], str | None] | None = None) -> None:
         """`store` is a SessionStore or a callable returning the one to use now (asked on every refresh).
 
         With `export_dialog` the panel answers its own `export_requested` with a save dialog; pass
-        False to handle the signal elsewhere.
+        False to handle the signal elsewhere. `in_use(session id)` says why a session must not be deleted
+        now (the window's run needs it), or None.
         """
         super().__init__(parent)
         self._store_source = store
+        self._in_use = in_use or (lambda _session_id: None)
         self._shown = PAGE  # conversations listed; "Show older" adds a page
         self.model = SessionsTableModel(self._rename, self)
         self._build()
@@ -294,6 +297,10 @@ class SessionsPanel(QWidget):
     def delete_selected(self) -> None:
         session_id = self.selected_id()
         if session_id is None:
+            return
+        busy = self._in_use(session_id)
+        if busy:
+            QMessageBox.warning(self, "Could not delete the session", busy)
             return
         row = self.model.rows[self.model.row_of(session_id)]
         text = f"Delete “{row['title']}” and everything recorded for it?\n\nThis cannot be undone."
