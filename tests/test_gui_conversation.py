@@ -262,3 +262,26 @@ def test_the_turn_a_follow_up_continues_is_not_deleted_while_its_model_loads(qtb
     follow_up = window.store.get_session(window.current_session)
     assert (follow_up["previous_id"], follow_up["status"]) == (first, "finished")
     assert window.store.get_session(first) and len(warned) == 1
+
+
+def test_a_follow_up_whose_model_does_not_load_goes_back_to_its_turn_and_can_be_asked_again(qtbot,
+                                                                                         window_for) -> None:
+    """The window dropped the conversation: the tree emptied, the follow-up's text was gone and the box said
+    'Follow-ups come after a finished answer', so the follow-up could not be asked again after fixing the model."""
+    window = window_for(loader=CountingLoader(), run=lambda q, _m, s, c, *, should_stop, history=(): fake_run(
+        q, s, c, should_stop=should_stop))
+    window.open_session(first := _record(window.store, FIRST))
+    window.controls.model_picker.set_source("bad/folder")  # CountingLoader cannot load it
+    window.talk.box.field.setText(SECOND)
+    with qtbot.waitSignal(window.run_ended, timeout=5000) as ended:
+        window.talk.box.submit()
+    assert ended.args == [None]  # the request's own end: nothing ran
+    assert window.current_session == first and window.question.toPlainText() == FIRST
+    assert window.panels.tree.data.candidates() and window.talk.box.field.isEnabled()
+    assert window.talk.box.field.text() == SECOND
+    assert window.statusBar().currentMessage() == "Could not load the model."
+    window.controls.model_picker.set_source("synthetic:fake")
+    with qtbot.waitSignal(window.run_ended, timeout=5000):
+        window.talk.box.submit()
+    turn = window.store.get_session(window.current_session)
+    assert (turn["question"], turn["previous_id"], turn["status"]) == (SECOND, first, "finished")

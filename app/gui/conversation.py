@@ -118,6 +118,7 @@ class ConversationControls:
         self.new_action.triggered.connect(self.new_conversation)
         self.rerun: tuple[str, Conversation] | None = None  # "Run again" of a later turn: its question and history
         self.follows: int | None = None  # the session the run in progress is the next turn of
+        self.asked: tuple[int, str] | None = None  # the follow-up in progress: the turn it follows, its text
         self.box.asked.connect(self.ask)
         self.turns.turn_chosen.connect(window.open_session)
         window.addAction(self.box.action)
@@ -158,8 +159,24 @@ class ConversationControls:
             window.report_error("Cannot ask a follow-up", error.user_message())
             return
         window.question.setPlainText(text)
-        if window.start_run(Conversation(window.current_session, tuple(turns))):
+        follows = window.current_session
+        if window.start_run(Conversation(follows, tuple(turns))):
+            self.asked = (follows, text)
             self.box.field.clear()
+
+    def run_over(self) -> None:
+        """A follow-up that recorded nothing (its model did not load, its prompt was refused, or Stop came before
+        it started) goes back to the turn it followed, its text back in the box: the window had dropped the
+        conversation, and the follow-up could not be asked again."""
+        window = self.window
+        asked, self.asked = self.asked, None
+        if asked is None or window.current_session is not None:
+            return
+        said = window.statusBar().currentMessage()  # what went wrong stays in the status bar
+        window.open_session(asked[0])
+        if window.current_session == asked[0]:
+            self.box.field.setText(asked[1])
+        window.statusBar().showMessage(said, 15000)
 
     def load_rerun(self, session_id: int, row: dict[str, Any]) -> None:
         """"Run again" of `row`: a later turn reruns after its own earlier turns (it branches there)."""

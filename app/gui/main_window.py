@@ -330,8 +330,10 @@ class MainWindow(QMainWindow):
         self._update_actions()
         if self.sessions is not None:
             self.sessions.refresh()
+        terminal = self.last_terminal  # the request's own, before a follow-up that did not start reopens its turn
+        self.talk.run_over()
         self.talk.show_turns()
-        self.run_ended.emit(self.last_terminal)
+        self.run_ended.emit(terminal)
 
     def _on_load_failed(self, message: str) -> None:
         self.status.loaded(None, None)
