@@ -285,3 +285,31 @@ def test_a_follow_up_whose_model_does_not_load_goes_back_to_its_turn_and_can_be_
         window.talk.box.submit()
     turn = window.store.get_session(window.current_session)
     assert (turn["question"], turn["previous_id"], turn["status"]) == (SECOND, first, "finished")
+
+
+def test_a_loaded_run_again_whose_earlier_turn_is_deleted_runs_as_a_new_conversation(qtbot, window_for,
+                                                                                     monkeypatch) -> None:
+    """Run again of turn 2, then turn 2 and turn 1 deleted: Run sent turn 1 as history and recorded the run after
+    it, which was gone: 'Saving this run stopped: there is no session 1 to follow', the run unsaved."""
+    monkeypatch.setattr(QMessageBox, "question", lambda *a: QMessageBox.StandardButton.Yes)
+    seen: list[tuple] = []
+
+    def run(question, loaded, search, cache, *, should_stop, history=()):
+        seen.append((question, tuple(history)))
+        return fake_run(question, search, cache, should_stop=should_stop)
+
+    window = window_for(loader=CountingLoader(), run=run)
+    not_saved: list[str] = []
+    window.bridge.recording_failed.connect(not_saved.append)
+    first = _record(window.store, FIRST)
+    second = _record(window.store, SECOND, previous=first)
+    window.load_session_settings(second)
+    window.sessions.refresh()
+    for session_id in (second, first):
+        window.sessions.select(session_id)
+        window.sessions.delete_selected()
+    assert window.store.list_sessions() == []
+    run_to_end(qtbot, window, window.start_run)
+    assert seen == [(SECOND, ())] and not_saved == []
+    rerun = window.store.get_session(window.current_session)
+    assert (rerun["question"], rerun["previous_id"], rerun["status"]) == (SECOND, None, "finished")

@@ -213,8 +213,13 @@ class ConversationControls:
 
     def forget(self, session_id: int) -> None:
         """A session deleted from the Sessions tab: the window no longer shows it (a follow-up, an export or a
-        turn tab of it would find nothing) and the turn tabs drop it. The store refuses to delete a running one."""
+        turn tab of it would find nothing) and the turn tabs drop it. The store refuses to delete a running one.
+        A loaded "Run again" that would follow it becomes a new conversation (its run would have nothing to follow
+        and would not be saved)."""
         window = self.window
+        if self.rerun is not None and self.rerun[1].previous == session_id:
+            self.rerun = None
+            window.plan_bar.schedule()
         if window.current_session == session_id:
             window.session.reset()
             window.status.reset()
