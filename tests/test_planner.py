@@ -133,6 +133,30 @@ def test_the_window_plan_bar_shows_state_and_sentence(qtbot):
     assert bar.sentence.text().startswith("8 candidates will move") and "PCIe per step" in bar.toolTip()
 
 
+def test_the_plan_bar_waits_while_a_run_is_on_and_plans_what_was_asked_meanwhile_after_it(qtbot):
+    """Planning mid-run (a tokenizer read, a plan-only run) took Python's lock from the search and the window."""
+    from app.gui import plan_bar
+    from app.gui.plan_bar import PlanBar
+
+    configs = (TINY, SearchConfig(beams=2, width=2, max_steps=2, step_tokens=8), CacheConfig(device="cpu"))
+    planned: list[object] = []
+    bar = PlanBar(lambda: configs, lambda: ("", ()))
+    qtbot.addWidget(bar)
+    bar.planned.connect(planned.append)
+    bar.schedule()
+    bar.set_paused(True)  # a run began before the settings settled
+    bar.schedule()  # and they changed during it
+    qtbot.wait(plan_bar.DEBOUNCE_MS * 2)
+    assert planned == [] and bar.sentence.text() == "Planning memory…"
+    with qtbot.waitSignal(bar.planned, timeout=10_000):
+        bar.set_paused(False)
+    assert len(planned) == 1 and planned[0].state == "green"
+    bar.set_paused(True)
+    bar.set_paused(False)  # nothing was asked meanwhile: no plan
+    qtbot.wait(plan_bar.DEBOUNCE_MS * 2)
+    assert len(planned) == 1
+
+
 def test_the_plan_bar_says_what_to_fix(qtbot):
     from app.gui.plan_bar import PlanBar
 

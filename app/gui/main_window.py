@@ -359,6 +359,7 @@ class MainWindow(QMainWindow):
         self.run_action.setToolTip(tip if valid else f"Fix the settings: {self.controls.error_text()}")
         self.stop_action.setEnabled(self.running)
         self.controls.setEnabled(not self.running)
+        self.plan_bar.set_paused(self.running)
         self.talk.update()
 
     def report_error(self, title: str, text: str, details: str = "") -> None:

@@ -33,6 +33,7 @@ class PlanBar(QWidget):
         super().__init__(parent)
         self._configs, self._prompt = configs, prompt
         self._generation = 0
+        self._paused, self._pending = False, False
         self.plan: MemoryPlan | None = None
         self.dot, self.sentence = QLabel("●"), QLabel("Planning memory…")
         self.sentence.setWordWrap(True)
@@ -45,8 +46,25 @@ class PlanBar(QWidget):
         self._paint("unknown", "Planning memory…", "")
 
     def schedule(self) -> None:
-        """Settings or the question changed: plan again once they settle."""
+        """Settings or the question changed: plan again once they settle (after the run, while one is on)."""
+        if self._paused:
+            self._pending = True
+            return
         self._timer.start()
+
+    def set_paused(self, paused: bool) -> None:
+        """While a run is on, plans wait: a plan is for the next run, and making one (reading a tokenizer, a
+        plan-only run) holds Python's lock for up to 150 ms at a time, which the search and the window then wait
+        for. Unpaused, a plan asked for meanwhile is made."""
+        if paused == self._paused:
+            return
+        self._paused = paused
+        if paused:
+            self._pending = self._pending or self._timer.isActive()
+            self._timer.stop()
+        elif self._pending:
+            self._pending = False
+            self._timer.start()
 
     def refresh_now(self) -> None:
         """Plan the current settings in a worker thread (a plan-only run can take a second)."""
