@@ -187,18 +187,15 @@ class ChartsPanel(SessionView, QWidget):
         self._set_title(name)
         s, c = self.session.series, self.curves
         steps = s.transfer_steps
-        # The question's own traffic (a prefix-cache load, an offload before step 1) shows at x = 0, "prompt".
-        prompt = [0] if steps and (s.prompt_h2d or s.prompt_d2h) else []
-        if name == "traffic":
-            h2d, d2h = [s.prompt_h2d] * len(prompt) + s.step_h2d, [s.prompt_d2h] * len(prompt) + s.step_d2h
-            c["step_h2d"].setOpts(x=[x - 0.2 for x in prompt + steps], height=h2d)
-            c["step_d2h"].setOpts(x=[x + 0.2 for x in prompt + steps], height=d2h)
-            fit_ranges(self.plots[name], steps, [*h2d, *d2h], first=0 if prompt else 1)
-        elif name == "cumulative":
-            h2d, d2h = [s.prompt_h2d] * len(prompt) + s.total_h2d, [s.prompt_d2h] * len(prompt) + s.total_d2h
-            c["total_h2d"].setData(prompt + steps, h2d)
-            c["total_d2h"].setData(prompt + steps, d2h)
-            fit_ranges(self.plots[name], steps, [*h2d, *d2h], first=0 if prompt else 1)
+        if name in ("traffic", "cumulative"):  # the question's own traffic, where it moved any, is x = 0: "prompt"
+            x, h2d, d2h = s.traffic(cumulative=name == "cumulative")
+            if name == "traffic":
+                c["step_h2d"].setOpts(x=[v - 0.2 for v in x], height=h2d)
+                c["step_d2h"].setOpts(x=[v + 0.2 for v in x], height=d2h)
+            else:
+                c["total_h2d"].setData(x, h2d)
+                c["total_d2h"].setData(x, d2h)
+            fit_ranges(self.plots[name], x, [*h2d, *d2h], first=min(x, default=1))
         elif name == "copy":
             c["step"].setData(steps, s.step_seconds)
             c["copy"].setData(steps, s.copy_seconds)

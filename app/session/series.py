@@ -33,6 +33,13 @@ class ChartSeries:
     emulated: bool = False
     remote: bool = False  # a generator server's run: it holds the KV, the figures here are zeros
 
+    def traffic(self, cumulative: bool = False) -> tuple[list[int], list[int], list[int]]:
+        """x, H2D and D2H of each step (or cumulative), led at x = 0 by the question's own traffic when it moved any."""
+        h2d, d2h = (self.total_h2d, self.total_d2h) if cumulative else (self.step_h2d, self.step_d2h)
+        if not self.transfer_steps or not (self.prompt_h2d or self.prompt_d2h):
+            return list(self.transfer_steps), list(h2d), list(d2h)
+        return [0, *self.transfer_steps], [self.prompt_h2d, *h2d], [self.prompt_d2h, *d2h]
+
     def apply(self, event: object) -> bool:
         """Fold a MemorySnapshot or TransferStats in; True when the charts need redrawing."""
         if isinstance(event, ev.MemorySnapshot):
