@@ -3,7 +3,9 @@
 Every command and the window open the database through `open_session_store`, so a run that
 was journalled while the database was busy appears whole the next time anything opens it.
 A journal is deleted only after its session committed; one that is still being written (its
-process is alive and has not closed it) is left alone.
+process is alive and has not closed it) is left alone. Several processes may open the database
+at once (the window, `beamwise run`, `beamwise eval`): an import takes its journal inside its own
+write transaction, so each journal becomes exactly one session, however many processes try.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from app.store import RowsRefused, SessionStore, StoreError, default_db_path
 from engine import events as ev
 
 Notify = Callable[[str], None]
+TAKEN = ".importing"  # a journal being imported: renamed inside its transaction, deleted once that committed
 
 
 def data_folder() -> Path:
@@ -64,7 +67,8 @@ def import_journals(store: SessionStore, *, only: Path | None = None, notify: No
         try:
             journal = read_journal(path)
         except JournalError as error:
-            say(error.user_message())
+            if path.exists():  # gone: another process imported it since the folder was read
+                say(error.user_message())
             continue
         if journal.header.db != target or (path != only and _still_written(journal)):
             continue
@@ -78,6 +82,8 @@ def import_journals(store: SessionStore, *, only: Path | None = None, notify: No
             continue
         try:
             session_id = replay(store, journal)
+            if session_id is None:  # another process imported it while this one waited for the lock
+                continue
         except RowsRefused as error:  # the journal's rows, not the database: the next one may import
             say(f"the run journal {path} was not imported: {str(error).rstrip('.')}. It was left in place; delete "
                 "it, or keep it for a report.")
@@ -87,12 +93,15 @@ def import_journals(store: SessionStore, *, only: Path | None = None, notify: No
                 say(f"the run journal {path} was not imported yet ({str(error).rstrip('.')}); it stays until the "
                     "database can be written.")
             break
+        except OSError as error:  # its folder does not let it be renamed or deleted: importing it would repeat
+            say(f"the run journal {path} was not imported: it cannot be moved ({error.strerror or error}). It was "
+                "left in place; make its folder writable.")
+            continue
         except Exception as error:  # events that do not make a run (a damaged file): its transaction rolled back
             say(f"the run journal {path} was not imported: its events do not make a session this Beamwise can show "
                 f"({type(error).__name__}: {str(error).rstrip('.')}). It was left in place; delete it, or keep it "
                 "for a report.")
             continue
-        path.unlink(missing_ok=True)
         written.append(session_id)
         say(f"saved the run journal {path.name} into {store.path} as session {session_id} "
             f"({_steps(journal)} steps).")
@@ -117,33 +126,54 @@ def _steps(journal: Journal) -> int:
     return sum(1 for _, data in journal.events if data.get("type") == ev.StepSelected.type)
 
 
-def replay(store: SessionStore, journal: Journal) -> int:
-    """One transaction: the partial session the run wrote before the lock (if any) replaced by the whole run."""
+def replay(store: SessionStore, journal: Journal) -> int | None:
+    """One transaction: the partial session the run wrote before the lock (if any) replaced by the whole run,
+    and the journal deleted. None when the journal was gone once the transaction began: another process
+    imported it (two processes that read it before either wrote would otherwise both have saved it).
+
+    The journal is renamed aside inside the transaction, so the next importer, which waits for this one's
+    lock, finds it gone; a transaction that fails puts it back."""
+    aside = journal.path.with_name(journal.path.name + TAKEN)
+    try:
+        with store.transaction() as conn:
+            if not journal.path.exists():
+                return None
+            session_id = _replay_rows(store, conn, journal)
+            journal.path.rename(aside)
+    except BaseException:
+        if aside.exists() and not journal.path.exists():
+            aside.rename(journal.path)
+        raise
+    aside.unlink(missing_ok=True)
+    return session_id
+
+
+def _replay_rows(store: SessionStore, conn, journal: Journal) -> int:
+    """Inside `replay`'s transaction: write the journal's run as a session; returns its id."""
     header = journal.header
     now = [0.0]
-    with store.transaction() as conn:
-        keep_id = None
-        if header.session_id is not None:
-            row = conn.execute("SELECT created FROM sessions WHERE id = ?", (header.session_id,)).fetchone()
-            if row is not None and row[0] == header.created:
-                keep_id = header.session_id
-                for table in ("events", "steps", "candidates", "sessions"):
-                    column = "id" if table == "sessions" else "session_id"
-                    conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (keep_id,))
-        previous = header.previous_id  # a follow-up: linked again, also when its partial row was replaced
-        if previous is not None and conn.execute("SELECT 1 FROM sessions WHERE id = ?", (previous,)).fetchone() is None:
-            previous = None  # the turn it followed was deleted meanwhile: it starts a conversation of its own
-        if previous is not None and keep_id is not None and keep_id in _earlier_turns(conn, previous):
-            raise ValueError(f"its session {keep_id} would follow session {previous}, a later turn of its own "
-                             "conversation")
-        recorder = SessionRecorder(store, created=header.created, session_id=keep_id, clock=lambda: now[0],
-                                   transaction=lambda: nullcontext(conn), previous=previous)
-        for seconds, data in journal.events:
-            now[0] = seconds
-            recorder.write(ev.from_dict(data))
-        recorder.close()
-        assert recorder.session_id is not None
-        return recorder.session_id
+    keep_id = None
+    if header.session_id is not None:
+        row = conn.execute("SELECT created FROM sessions WHERE id = ?", (header.session_id,)).fetchone()
+        if row is not None and row[0] == header.created:
+            keep_id = header.session_id
+            for table in ("events", "steps", "candidates", "sessions"):
+                column = "id" if table == "sessions" else "session_id"
+                conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (keep_id,))
+    previous = header.previous_id  # a follow-up: linked again, also when its partial row was replaced
+    if previous is not None and conn.execute("SELECT 1 FROM sessions WHERE id = ?", (previous,)).fetchone() is None:
+        previous = None  # the turn it followed was deleted meanwhile: it starts a conversation of its own
+    if previous is not None and keep_id is not None and keep_id in _earlier_turns(conn, previous):
+        raise ValueError(f"its session {keep_id} would follow session {previous}, a later turn of its own "
+                         "conversation")
+    recorder = SessionRecorder(store, created=header.created, session_id=keep_id, clock=lambda: now[0],
+                               transaction=lambda: nullcontext(conn), previous=previous)
+    for seconds, data in journal.events:
+        now[0] = seconds
+        recorder.write(ev.from_dict(data))
+    recorder.close()
+    assert recorder.session_id is not None
+    return recorder.session_id
 
 
 def _earlier_turns(conn, session_id: int) -> set[int]:

@@ -240,12 +240,13 @@ def _close(recorder) -> None:
 
 def _end_recording(recorder) -> None:
     """Close one run's recording; a journalled run is imported at once if the database is free again (the store
-    stays open: `beamwise eval` records every problem's run into one)."""
+    stays open: `beamwise eval` records every problem's run into one). A journal gone by then was imported by
+    another Beamwise process that opened the database first."""
     from app.journal_import import import_journals
 
     recorder.close()
     path = recorder.journal_path
-    if path is not None and not import_journals(recorder.store, only=path, notify=_note):
+    if path is not None and not import_journals(recorder.store, only=path, notify=_note) and path.exists():
         _warn(f"the session database {recorder.store.path} still cannot be written (busy, read-only or its disk "
               f"full); this run is kept whole in the journal {path} and is saved into the database the next time "
               "Beamwise opens it (any command or the window).")

@@ -162,6 +162,68 @@ def test_a_journal_whose_pid_now_names_a_later_process_is_imported(db, capsys):
         later.wait()
 
 
+def closed_journal(db: Path, steps: int = 2) -> Path:
+    """A finished run's journal beside `db`, as a run that found the database busy from its start leaves it."""
+    from app.journal import RunJournal, header_for
+    from engine import events as ev
+
+    journal = RunJournal(db.parent, header_for(db, "2026-01-01T00:00:00+00:00", None))
+    for number, event in enumerate(fake(steps)):
+        journal.append(0.1 * number, ev.to_dict(event))
+    journal.close()
+    return journal.path
+
+
+def test_a_journal_two_processes_read_at_once_is_saved_once(db, monkeypatch, capsys):
+    """Two processes opening the database at once (the window and `beamwise run`, say) both read a waiting journal
+    before either wrote: each saved it, as two sessions of one run; and one more said it 'cannot read' the
+    journal the other had deleted."""
+    import app.journal_import as importer
+
+    path = closed_journal(db)
+    read = importer.read_journal
+
+    def read_then_the_other_process_imports(found: Path):
+        journal = read(found)
+        monkeypatch.setattr(importer, "read_journal", read)
+        with SessionStore(db) as other:  # the other process imports it while this one has read it
+            assert importer.import_journals(other) != []
+        return journal
+
+    monkeypatch.setattr(importer, "read_journal", read_then_the_other_process_imports)
+    with SessionStore(db) as store:
+        assert importer.import_journals(store, notify=print) == []
+        (session,) = store.list_sessions()
+    assert session["status"] == "finished" and session["steps"] == 2
+    assert not path.exists() and not list(db.parent.glob("*.importing"))
+    assert capsys.readouterr().out == ""
+
+
+def test_a_runs_journal_another_process_imported_first_is_not_said_to_wait(db, capsys):
+    """`beamwise run` imports its own journal at its end; when another process opening the database did it first,
+    the run said the database 'still cannot be written' and that the run 'is kept whole in the journal'."""
+    from app.journal_import import import_journals, recorder_for
+    from app.run_cli import _end_recording
+
+    lock = HeldLock(db)
+    store = SessionStore(db)
+    recorder = recorder_for(store, lambda _text: None)
+    for event in fake(2):
+        recorder.write(event)
+    lock.release()
+    path = recorder.journal_path
+    assert path is not None
+    recorder.journal.close()
+    with SessionStore(db) as other:
+        assert len(import_journals(other)) == 1
+    _end_recording(recorder)
+    store.close()
+    err = capsys.readouterr().err
+    assert "still cannot be written" not in err and "cannot read" not in err
+    with SessionStore(db) as store:
+        assert len(store.list_sessions()) == 1
+
+
 # ---------------------------------------------------------------- a read-only folder
 
 

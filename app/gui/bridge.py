@@ -14,6 +14,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
@@ -261,6 +262,9 @@ class SearchWorker(QObject):
         if written:
             self.session_recorded.emit(int(written[0]))
             self.recording_failed.emit(f"The session database is free again: this run was saved whole from {path}.")
+        elif not Path(path).exists():  # another Beamwise process opened the database first and imported it
+            self.recording_failed.emit(f"This run was saved whole from {path} by another Beamwise process that "
+                                       "opened the session database.")
         else:
             self.recording_failed.emit(f"The session database still cannot be written (busy, read-only or its disk "
                                        f"full): this run is kept whole in the journal {path} and is saved the next "
