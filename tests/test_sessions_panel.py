@@ -230,3 +230,31 @@ def test_a_long_history_lists_the_newest_page_and_shows_older_on_request(qtbot, 
     widget.older.click()
     assert widget.model.rowCount() == 3 and not widget.older.isVisible()
     assert cell(widget, 2, "title") == QUESTIONS[0]
+
+
+def test_sessions_another_process_recorded_are_listed_when_the_tab_shows_again(qtbot, tmp_path) -> None:
+    """The window open while `beamwise run` records into the same database: the tab kept its first listing until
+    the window's own next run ended, and a run whose process was killed stayed 'running' for ever."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "s.db"
+    window_store = SessionStore(path)
+    widget = SessionsPanel(window_store)
+    qtbot.addWidget(widget)
+    widget.show()
+    assert widget.model.rowCount() == 0
+    widget.hide()  # another tab of the dock is in front
+
+    killed = subprocess.Popen([sys.executable, "-c", "pass"])
+    killed.wait()
+    with SessionStore(path) as cli:  # another process: one run finished, one whose process died mid-run
+        recorder = SessionRecorder(cli)
+        for event in fake_run("What is 12 * 7?", SearchConfig(beams=2, width=2, max_steps=2)):
+            recorder.write(event)
+        dead = cli.create_session({"question": "Killed mid-run?", "pid": killed.pid, "host": None})
+    widget.show()
+    assert widget.model.rowCount() == 2
+    assert cell(widget, widget.model.row_of(dead), "status") == "interrupted"
+    assert cell(widget, widget.model.row_of(recorder.session_id), "status") == "finished"
+    window_store.close()

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QPoint, Qt, Signal
-from PySide6.QtGui import QAction, QColor, QKeySequence
+from PySide6.QtCore import QAbstractTableModel, QEvent, QModelIndex, QPersistentModelIndex, QPoint, Qt, Signal
+from PySide6.QtGui import QAction, QColor, QKeySequence, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
@@ -248,8 +248,15 @@ class SessionsPanel(QWidget):
         return row is not None
 
     def refresh(self) -> None:
-        """Reload from the store with the current search text, keeping the selection when it still exists."""
+        """Reload from the store with the current search text, keeping the selection when it still exists.
+
+        Other processes write the same database (`beamwise run` in a terminal): a run of theirs that died
+        since the window opened is marked interrupted first, so it is not listed as running for ever."""
         keep = self.selected_id()
+        try:
+            self.store().mark_interrupted()
+        except BeamwiseError:
+            pass  # busy or read-only now: the listing below still reads, and the next refresh marks them
         try:
             rows = list_conversations(self.store(), self.search.text() or None, limit=self._shown + 1)  # newest turns
         except BeamwiseError as error:
@@ -263,6 +270,18 @@ class SessionsPanel(QWidget):
             if keep is not None:
                 self.select(keep)
         self._update_buttons()
+
+    def showEvent(self, event: QShowEvent) -> None:
+        """The tab shown again: sessions other processes recorded meanwhile are listed."""
+        super().showEvent(event)
+        if not event.spontaneous():
+            self.refresh()
+
+    def changeEvent(self, event: QEvent) -> None:
+        """The window active again (the user is back from a terminal that ran `beamwise run`): list what it added."""
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.ActivationChange and self.isVisible() and self.isActiveWindow():
+            self.refresh()
 
     def show_older(self) -> None:
         """List the next page of older conversations below those shown."""
