@@ -16,7 +16,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from app.export.checks import event_problem
-from app.journal import Journal, JournalError, journal_folders, journals_of, read_journal
+from app.journal import SUFFIX, Journal, JournalError, folders_for, journal_folders, journals_of, read_journal
 from app.processes import alive_since
 from app.recorder import SessionRecorder
 from app.store import RowsRefused, SessionStore, StoreError, default_db_path
@@ -63,6 +63,8 @@ def import_journals(store: SessionStore, *, only: Path | None = None, notify: No
         return []
     target = str(store.path.resolve())
     written: list[int] = []
+    if only is None:
+        _settle_taken(store, target)
     for path in [only] if only is not None else journals_of(store.path, data_folder()):
         try:
             journal = read_journal(path)
@@ -124,6 +126,34 @@ def _still_written(journal: Journal) -> bool:
 
 def _steps(journal: Journal) -> int:
     return sum(1 for _, data in journal.events if data.get("type") == ev.StepSelected.type)
+
+
+def _settle_taken(store: SessionStore, target: str) -> None:
+    """Journals an import renamed aside and did not delete: one whose import committed is deleted; one whose
+    importer was killed before its commit (the session rolled back) is put back, to be imported. Decided under
+    the write lock, when no import is between its rename and its commit."""
+    taken = [p for folder in folders_for(store.path, data_folder()) if folder.is_dir()
+             for p in sorted(folder.glob(f"*{SUFFIX}{TAKEN}")) if p.is_file()]
+    if not taken:
+        return
+    try:
+        with store.transaction() as conn:
+            for path in taken:
+                try:
+                    journal = read_journal(path)
+                except JournalError:
+                    continue  # not readable as a journal: left as it is
+                if journal.header.db != target or not path.exists():
+                    continue
+                counts = conn.execute("SELECT COUNT(e.session_id) FROM sessions s LEFT JOIN events e ON "
+                                      "e.session_id = s.id WHERE s.created = ? GROUP BY s.id",
+                                      (journal.header.created,)).fetchall()
+                if any(count == len(journal.events) for (count,) in counts):  # its whole run is in: committed
+                    path.unlink(missing_ok=True)
+                else:
+                    path.rename(path.with_name(path.name.removesuffix(TAKEN)))
+    except (StoreError, OSError):
+        pass  # busy, read-only or a folder that cannot be written: the next opening settles them
 
 
 def replay(store: SessionStore, journal: Journal) -> int | None:

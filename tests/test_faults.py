@@ -162,12 +162,12 @@ def test_a_journal_whose_pid_now_names_a_later_process_is_imported(db, capsys):
         later.wait()
 
 
-def closed_journal(db: Path, steps: int = 2) -> Path:
+def closed_journal(db: Path, steps: int = 2, created: str = "2026-01-01T00:00:00+00:00") -> Path:
     """A finished run's journal beside `db`, as a run that found the database busy from its start leaves it."""
     from app.journal import RunJournal, header_for
     from engine import events as ev
 
-    journal = RunJournal(db.parent, header_for(db, "2026-01-01T00:00:00+00:00", None))
+    journal = RunJournal(db.parent, header_for(db, created, None))
     for number, event in enumerate(fake(steps)):
         journal.append(0.1 * number, ev.to_dict(event))
     journal.close()
@@ -197,6 +197,30 @@ def test_a_journal_two_processes_read_at_once_is_saved_once(db, monkeypatch, cap
     assert session["status"] == "finished" and session["steps"] == 2
     assert not path.exists() and not list(db.parent.glob("*.importing"))
     assert capsys.readouterr().out == ""
+
+
+def test_a_journal_its_importer_left_aside_is_imported_once_whether_or_not_that_import_committed(db):
+    """An import renames its journal aside inside its transaction and deletes it after the commit; an importer
+    killed between the two left a `.importing` file no later opening looked at, its run never saved."""
+    from app.journal_import import TAKEN, import_journals, replay
+
+    path = closed_journal(db)
+    aside = path.with_name(path.name + TAKEN)
+    path.rename(aside)  # killed before its commit: nothing of it in the database
+    with SessionStore(db) as store:
+        assert len(import_journals(store)) == 1
+        (session,) = store.list_sessions()
+    assert session["status"] == "finished" and not aside.exists() and not path.exists()
+
+    later = "2026-01-02T00:00:00+00:00"
+    with SessionStore(db) as store:
+        replay(store, read_journal(closed_journal(db, 3, later)))  # committed, and then ...
+    leftover = closed_journal(db, 3, later)
+    leftover = leftover.rename(leftover.with_name(leftover.name + TAKEN))  # ... killed before deleting it
+    with SessionStore(db) as store:
+        assert import_journals(store) == []
+        assert len(store.list_sessions()) == 2  # not saved a second time
+    assert not leftover.exists()
 
 
 def test_a_runs_journal_another_process_imported_first_is_not_said_to_wait(db, capsys):
