@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import math
+import random
+
 import pytest
 
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import KVBudgetTooSmall
-from engine.kv.cache import KVCache
+from engine.kv.cache import KVCache, search_kv_bytes
 from engine.kv.headwise import buffer_bytes, head_group_sizes
+from engine.kv.headwise_traffic import HeadwiseTraffic, KVGeometry, headwise_traffic
 from engine.kv.policy import Work
+from engine.kv.store import Counters
 from engine.plan_only import planned_model
 from engine.runner import prefill
 from engine.sampling import candidate_generator
@@ -166,3 +171,66 @@ def test_auto_picks_headwise_when_one_candidate_does_not_fit(tiny):
     assert [chosen(100), chosen(2.5), chosen(0.6)] == ["in_device", "lbs", "headwise"]
     events = list(run(QUESTION, tiny, FIXED, CacheConfig(kv_budget_bytes=footprint_budget(tiny, FIXED, 0.6))))
     assert events[0].policy == "headwise" and events[-1].type == "run_finished"
+
+
+def closed_form(loaded, search: SearchConfig, cache: CacheConfig) -> HeadwiseTraffic:
+    prompt = len(loaded.encode_chat(QUESTION, system=SYSTEM_PROMPT))
+    shape, token = loaded.kv_shape, loaded.kv_shape.token_bytes()
+    whole = search_kv_bytes(prompt, search, cache, token, cascade=False)
+    geometry = KVGeometry(shape.num_layers, shape.num_kv_heads, token)
+    return headwise_traffic(geometry, prompt, search, cache, cache.kv_budget_bytes, whole)
+
+
+def drawn_shape(seed: int) -> tuple[str, SearchConfig, float, bool]:
+    """A model, a search of 2 to 4 kept beams (one: test_a_lone_beam_...), a budget in prompts' KV, sharing."""
+    rng = random.Random(seed)
+    search = SearchConfig(beams=rng.randint(2, 4), width=rng.randint(1, 3), step_tokens=rng.choice([4, 6, 8, 12]),
+                          max_steps=rng.randint(2, 4), step_delimiter=None, seed=seed,
+                          method=rng.choice(["beam", "best-of-n", "dvts", "greedy"]))
+    prompts = math.exp(rng.uniform(math.log(0.15), math.log(2.5)))  # from under one head of the prompt to room
+    return rng.choice(["tiny", "tiny_qwen2"]), search, prompts, rng.random() < 0.8
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_closed_form_is_every_step_of_a_run(request, monkeypatch, seed):
+    """Drawn shapes, budgets and methods, steps at full length (no EOS): each step moves the closed form's bytes,
+    or the run refuses its budget as the closed form does."""
+    name, search, prompts, share = drawn_shape(seed)
+    loaded = request.getfixturevalue(name)
+    monkeypatch.setattr(loaded, "eos_token_ids", ())
+    budget = int(prompts * len(loaded.encode_chat(QUESTION, system=SYSTEM_PROMPT)) * loaded.kv_shape.token_bytes())
+    cache = CacheConfig(policy="headwise", kv_budget_bytes=budget, inter_beam=share, prefix_cache=False)
+    events = list(run(QUESTION, loaded, search, cache))
+    closed = closed_form(loaded, search, cache)
+    assert list(closed.step_bytes) == [s.step_h2d_bytes + s.step_d2h_bytes for s in stats(events)]
+    failed = next((e.message for e in events if e.type == "run_failed"), None)
+    assert failed == (closed.refused and closed.refused.user_message())
+    assert events[-1].type == ("run_failed" if failed else "run_finished")
+
+
+def test_lookahead_roll_outs_move_what_later_steps_would(tiny, monkeypatch):
+    """Roll-out `i` of step `s` decodes what step `s + i` would; the closed form counts each step with its
+    roll-outs (the run's per-step counters start again at each roll-out, so every decode is summed here)."""
+    monkeypatch.setattr(tiny, "eos_token_ids", ())
+    decodes = []
+    start = Counters.start_step
+    monkeypatch.setattr(Counters, "start_step", lambda c: (decodes.append(c.step["h2d"] + c.step["d2h"]), start(c)))
+    search = SearchConfig(beams=2, width=2, step_tokens=6, max_steps=3, step_delimiter=None, lookahead=2)
+    cache = CacheConfig(policy="headwise", kv_budget_bytes=150_000, prefix_cache=False)
+    events = list(run(QUESTION, tiny, search, cache))
+    last = stats(events)[-1]
+    moved = [*decodes[2:], last.step_h2d_bytes + last.step_d2h_bytes]  # after the prefill's; the last still counted
+    closed = closed_form(tiny, search, cache)
+    assert len(moved) == 3 * 3 and list(closed.step_bytes) == [sum(moved[i : i + 3]) for i in (0, 3, 6)]
+
+
+def test_a_lone_beam_may_read_more_in_place(tiny_qwen2, monkeypatch):
+    """One kept beam whose path wrote the prompt's partial block in place (the last of its siblings to write)
+    reads it with the prompt: its children's steps move less than the closed form says, by under 10%."""
+    monkeypatch.setattr(tiny_qwen2, "eos_token_ids", ())
+    search = SearchConfig(beams=1, width=2, step_tokens=12, max_steps=4, step_delimiter=None, seed=85)
+    cache = CacheConfig(policy="headwise", kv_budget_bytes=279_000, prefix_cache=False)
+    moved = [s.step_h2d_bytes + s.step_d2h_bytes for s in stats(run(QUESTION, tiny_qwen2, search, cache))]
+    closed = closed_form(tiny_qwen2, search, cache).step_bytes
+    assert closed[0] == moved[0] and all(real < planned < 1.1 * real for real, planned in zip(moved[1:], closed[1:],
+                                                                                               strict=True))
