@@ -3,7 +3,9 @@
 Weights and KV bytes per token come from the models' configs (`app.model_facts`); the whole search's KV
 from `engine.kv.cache.search_kv_bytes`; the policy `auto` would pick by the engine's own rule; and the
 bytes over PCIe from the engine's plan-only run (the real policies on `meta` tensors), so the plan agrees
-with a real run's counters. The result is a red/amber/green state and one sentence a person can act on.
+with a real run's counters; head-wise's from its closed form (`engine.kv.headwise_traffic`), as its
+plan-only runs are too slow to wait for. The result is a red/amber/green state and one sentence a person
+can act on.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from app.prompt_size import PromptSize, prompt_size
 from engine.chat import Turn
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.kv.cache import CUDA_MARGIN, auto_policy, one_candidate_bytes, policy_whole_bytes, search_kv_bytes
+from engine.kv.headwise_traffic import HeadwiseTraffic, KVGeometry, headwise_traffic
 from engine.kv.split import emulated_budget, split_budget, verifier_group_bytes
 from engine.verifiers.families import checked_prm_folder
 from engine.verifiers.fit import WeightsDoNotFit, pair_does_not_fit
@@ -28,8 +31,8 @@ VERIFIER_BATCH = 8  # paths a verifier scores together (engine.verifiers.path_kv
 STEP_TAG_TOKENS = 4  # a PRM's own tokens around one step (a tag, a separator)
 VERIFIER_BLOCK = 16  # tokens per verifier KV block (engine.verifiers.kv_pools' default)
 PLAN_SECONDS = 1.0  # a plan-only run still going after this is stopped; Eq. 4-5 bound the traffic instead
-EQ45_SOURCES = ("Eq. 4-5, no prefix sharing: an upper bound",  # each candidate's KV crosses once a step
-                "Eq. 4-5, no prefix sharing: a rough estimate, head-wise moves its KV by heads")
+EQ45_SOURCE = "Eq. 4-5, no prefix sharing: an upper bound"  # each candidate's KV crosses once a step
+HEADWISE_SOURCE = "head-wise's closed form, its roll-outs included; a path kept alone may read more in place"
 SHARING = ("lbs", "headwise")  # groups share the prefix of the paths kept, and the verifier picks those
 SHARED_SOURCE = "the engine's plan-only run; the paths a run keeps change what its groups share"
 
@@ -152,12 +155,17 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
     if refused is None:  # only a plan that can run is worth scheduling
         planned = planned_run(model, search, cache, prompt, budget - verifier_kv, policy, PLAN_SECONDS)
         draft = dataclasses.replace(draft, step_pcie_bytes=planned.step_bytes)
-        refused = planned.refused and f"It cannot run with these settings: {planned.refused}"
-        if not planned.finished and policy != "in_device":  # too long to wait for: the paper's bound at once
+        why = planned.refused
+        if policy == "headwise":  # every step's bytes and refusal at once, however long its plan-only run
+            traffic = _headwise(prompt, search, cache, gen, budget - verifier_kv)
+            draft = dataclasses.replace(draft, step_pcie_bytes=traffic.average, traffic_source=HEADWISE_SOURCE)
+            why = why or (traffic.refused and traffic.refused.user_message())
+        elif not planned.finished and policy != "in_device":  # too long to wait for: the paper's bound at once
             draft = dataclasses.replace(draft, step_pcie_bytes=_eq45_step_bytes(prompt, search, gen),
-                                        traffic_source=EQ45_SOURCES[policy == "headwise"])
+                                        traffic_source=EQ45_SOURCE)
         elif policy in SHARING and search.candidates_per_step > 1:
             draft = dataclasses.replace(draft, traffic_source=SHARED_SOURCE)
+        refused = why and f"It cannot run with these settings: {why}"
     state, sentence = ("red", refused) if refused else judge(draft)
     return dataclasses.replace(draft, state=state, sentence=sentence)
 
@@ -204,6 +212,14 @@ def _activations(gen: ModelFacts, prompt: int, candidates: int) -> int:
     """Working memory of one forward pass: float32 logits for each candidate and the prefill's hidden states."""
     vocab, hidden = gen.vocab_size or 32_000, gen.hidden_size or 4096
     return candidates * vocab * 4 + prompt * hidden * gen.kv.dtype_bytes * 8
+
+
+def _headwise(prompt: int, search: SearchConfig, cache: CacheConfig, gen: ModelFacts, budget: int
+              ) -> HeadwiseTraffic:  # fmt: skip
+    """Head-wise's bytes and refusal under the generator's `budget`, its pool capped as the run caps it."""
+    kv = KVGeometry(gen.kv.num_layers, gen.kv.num_kv_heads, gen.kv_token_bytes)
+    return headwise_traffic(kv, prompt, search, cache, budget,
+                            search_kv_bytes(prompt, search, cache, gen.kv_token_bytes, cascade=False))
 
 
 def _eq45_step_bytes(prompt: int, search: SearchConfig, gen: ModelFacts) -> int:

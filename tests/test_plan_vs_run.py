@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app import planner
-from app.planner import EQ45_SOURCES, DeviceInfo, plan
+from app.planner import EQ45_SOURCE, HEADWISE_SOURCE, DeviceInfo, plan
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.search import run
 
@@ -79,10 +79,37 @@ def test_the_plans_bytes_a_step_are_the_runs_with_its_lookahead(tiny):
     assert p.traffic_source == "the engine's plan-only run"
 
 
-@pytest.mark.parametrize(("policy", "source"), [("lbs", EQ45_SOURCES[0]), ("headwise", EQ45_SOURCES[1])])
-def test_a_plan_only_run_past_its_time_falls_back_to_eq_4_5_and_says_how_far_to_trust_it(monkeypatch, policy,
-                                                                                         source):
+def test_an_lbs_plan_only_run_past_its_time_falls_back_to_eq_4_5_and_says_how_far_to_trust_it(monkeypatch):
     monkeypatch.setattr(planner, "PLAN_SECONDS", 0.0)
     search = SearchConfig(beams=4, width=2, max_steps=2, step_tokens=8)
-    p = plan(TINY, search, CacheConfig(policy=policy, kv_budget_bytes=400_000), question=QUESTION, device=EMULATED)
-    assert p.traffic_source == source and p.step_pcie_bytes > 0 and p.state == "amber"
+    p = plan(TINY, search, CacheConfig(policy="lbs", kv_budget_bytes=400_000), question=QUESTION, device=EMULATED)
+    assert p.traffic_source == EQ45_SOURCE and p.step_pcie_bytes > 0 and p.state == "amber"
+
+
+@pytest.mark.parametrize(("search", "budget", "inter_beam"), [
+    (SearchConfig(beams=2, width=2, step_tokens=8, max_steps=4, step_delimiter=None), 150_000, True),
+    (SearchConfig(beams=4, width=2, step_tokens=8, max_steps=3, step_delimiter=None), 100_000, True),  # 2 groups
+    (SearchConfig(beams=4, width=2, step_tokens=8, max_steps=3, step_delimiter=None), 100_000, False),
+])
+def test_a_headwise_plan_moves_a_runs_bytes_a_step_however_long_its_plan_only_run(tiny, monkeypatch, search, budget,
+                                                                                inter_beam):
+    """Head-wise fell back to Eq. 4-5 after a second (most of its plan-only runs take longer): 0.13x to 0.5x
+    of these runs' bytes. Its closed form is each run's average, the plan-only run stopped at once."""
+    monkeypatch.setattr(planner, "PLAN_SECONDS", 0.0)
+    monkeypatch.setattr(tiny, "eos_token_ids", ())  # the plan's steps run to their full length
+    cache = CacheConfig(policy="headwise", kv_budget_bytes=budget, inter_beam=inter_beam, prefix_cache=False)
+    p = plan(TINY, search, cache, question=QUESTION, device=EMULATED)
+    moved = [s.step_h2d_bytes + s.step_d2h_bytes for s in _run(tiny, search, cache) if s.type == "transfer_stats"]
+    assert p.step_pcie_bytes == sum(moved) // len(moved) and p.traffic_source == HEADWISE_SOURCE
+
+
+def test_a_headwise_step_past_the_plan_only_runs_time_that_the_run_refuses_is_red(tiny, monkeypatch):
+    """A candidate outgrows one KV head at step 3: the plan-only run, stopped before it, said amber."""
+    monkeypatch.setattr(planner, "PLAN_SECONDS", 0.0)
+    search = SearchConfig(beams=2, width=2, step_tokens=64, max_steps=6, step_delimiter=None)
+    cache = CacheConfig(policy="headwise", kv_budget_bytes=100_000)
+    p = plan(TINY, search, cache, question=QUESTION, device=EMULATED)
+    events = _run(tiny, search, cache)
+    failed = next(e for e in events if e.type == "run_failed")
+    assert [e.step for e in events if e.type == "transfer_stats"] == [1, 2]
+    assert p.state == "red" and "one KV head of one candidate" in failed.message and failed.message in p.sentence
