@@ -214,3 +214,20 @@ def test_lbs_inter_token_copies_each_run_of_blocks_in_one_call(tiny, monkeypatch
     calls = lambda stats: [b.h2d_calls - a.h2d_calls for a, b in pairwise(stats)]  # noqa: E731
     for step, (coalesced, per_block) in enumerate(zip(calls(runs), calls(blocks), strict=True), start=2):
         assert coalesced <= rows * step < per_block  # a run for the prompt and one per earlier step, at most
+
+
+@pytest.mark.parametrize(("policy", "budget"), [("in_device", None), ("lbs", 200_000), ("layerwise", 600_000),
+                                                ("headwise", 150_000)])
+def test_a_steps_bytes_hold_its_look_ahead_roll_outs(tiny, policy, budget):
+    """Each roll-out's decode started the step's counters again, so a step with lookahead reported only its last
+    roll-out's bytes: the steps did not add up to the totals, and the plan read the same short figure."""
+    search = SearchConfig(beams=2, width=2, step_tokens=6, max_steps=3, step_delimiter=None, lookahead=2, seed=3)
+    cache = CacheConfig(policy=policy, kv_budget_bytes=budget, prefix_cache=False)
+    events = list(run(QUESTION, tiny, search, cache))
+    assert events[-1].type == "run_finished", events[-1]
+    stats = [e for e in events if e.type == "transfer_stats"]
+    for direction in ("h2d", "d2h", "d2d"):
+        step = [getattr(s, f"step_{direction}_bytes") for s in stats]
+        total = [getattr(s, f"{direction}_bytes") for s in stats]
+        assert [b - a for a, b in pairwise(total)] == step[1:], direction  # nothing moves between steps
+    assert sum(s.step_h2d_bytes + s.step_d2h_bytes + s.step_d2d_bytes for s in stats) > 0

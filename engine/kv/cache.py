@@ -429,17 +429,20 @@ class KVCache:
         return self.store.limit_device(limit)
 
     def decode_step(
-        self, candidates: Sequence[int], should_stop: Callable[[], bool], continuations: dict[int, int] | None = None
+        self, candidates: Sequence[int], should_stop: Callable[[], bool], continuations: dict[int, int] | None = None,
+        *, more_of_step: bool = False,
     ) -> Iterator[GroupDone]:
         """Decode the candidates' step, group by group; `continuations`: how many children's steps each
-        candidate's row may speculate once its own step is over (FlashTTS's M_i; default one)."""
+        candidate's row may speculate once its own step is over (FlashTTS's M_i; default one). `more_of_step`:
+        decodes of the step already begun (lookahead's roll-outs), whose bytes, peak and time add to its own."""
         for c in candidates:
             self.live[c].continuations = (continuations or {}).get(c, 1)
         if PROMPT_ID in self.live and all(c != PROMPT_ID for c in candidates):
             self.release(PROMPT_ID)  # the first step's children hold the prompt blocks now
-        self.store.counters.start_step()
-        self.store.start_peak()
-        self.timing = StepTiming()
+        if not more_of_step:
+            self.store.counters.start_step()
+            self.store.start_peak()
+            self.timing = StepTiming()
         plan = self.plan(candidates) if candidates else None  # none: every child's step was speculated whole
         if plan is not None:
             for done in self.policy.run_step(plan, self.live, self.timing, should_stop):

@@ -157,6 +157,7 @@ class LayerwisePolicy:
     ) -> Iterator[GroupDone]:
         candidates = [c for g in plan.groups for c in g.candidates]
         sources = [live[c].source for c in candidates]
+        loaded_before = self.store.counters.step["h2d"]  # a step's roll-outs (lookahead) run it again
         with torch.inference_mode():  # buffers made while decoding are reused here
             self._save_rows(sources, live)
             self._trim(sources)
@@ -173,7 +174,7 @@ class LayerwisePolicy:
         finally:
             self.store.sync()
             self._release_staging()
-        timing.modelled_stall_seconds += self.store.counters.step["h2d"] / self.store.bandwidth
+        timing.modelled_stall_seconds += (self.store.counters.step["h2d"] - loaded_before) / self.store.bandwidth
         grown = self.length - width
         mask = self.mask
         self.mask = torch.cat([mask, torch.zeros((len(results), grown), dtype=mask.dtype, device=mask.device)], dim=1)

@@ -42,7 +42,7 @@ def roll_out(
         heads = _fork(kv, leaves, new_id)
         finished = set()
         with greedy():
-            for done in kv.decode_step(list(heads), should_stop):
+            for done in kv.decode_step(list(heads), should_stop, more_of_step=True):
                 for cid, row in done.results.items():
                     result.steps[heads[cid]].append(RolledStep(decode(row.sampled), tuple(row.logprobs)))
                     result.tokens += len(row.sampled)
