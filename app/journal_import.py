@@ -151,7 +151,7 @@ def _settle_taken(store: SessionStore, target: str) -> None:
                 if any(count == len(journal.events) for (count,) in counts):  # its whole run is in: committed
                     path.unlink(missing_ok=True)
                 else:
-                    path.rename(path.with_name(path.name.removesuffix(TAKEN)))
+                    path.replace(path.with_name(path.name.removesuffix(TAKEN)))
     except (StoreError, OSError):
         pass  # busy, read-only or a folder that cannot be written: the next opening settles them
 
@@ -169,10 +169,10 @@ def replay(store: SessionStore, journal: Journal) -> int | None:
             if not journal.path.exists():
                 return None
             session_id = _replay_rows(store, conn, journal)
-            journal.path.rename(aside)
+            journal.path.replace(aside)
     except BaseException:
         if aside.exists() and not journal.path.exists():
-            aside.rename(journal.path)
+            aside.replace(journal.path)
         raise
     aside.unlink(missing_ok=True)
     return session_id
