@@ -41,6 +41,13 @@ GB = 1_000_000_000
 ERROR_STYLE = "color: #c62828;"
 
 
+def narrow(combo: QComboBox) -> QComboBox:
+    """A combo box that asks for 16 characters, not its longest item: the settings fit a laptop's dock."""
+    combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    combo.setMinimumContentsLength(16)
+    return combo
+
+
 class SearchControls(QWidget):
     """All settings of a run. `configs()` builds validated configs; invalid input is shown in red here."""
 
@@ -175,7 +182,7 @@ class SearchControls(QWidget):
         self.model_picker = ModelPicker()
         self.model_picker.source_changed.connect(self._revalidate)
         form.addRow("Generator", self.model_picker)
-        self.verifier = VerifierPicker()
+        self.verifier = narrow(VerifierPicker())
         self.verifier.choice_changed.connect(self._revalidate)
         self.verifier.refused.connect(self._show_refusal)
         form.addRow("Verifier", self.verifier)
@@ -230,11 +237,11 @@ class SearchControls(QWidget):
                                   "end of the roll-out (search-and-learn's lookahead).")
         self.lookahead.valueChanged.connect(self._revalidate)
         self.select = self._combo(SELECT_LABELS, "How the final answer is chosen among the finished paths.")
-        self.verify_skip = QCheckBox("skip the verifier when the generator is decisive")
+        self.verify_skip = QCheckBox("skip when the generator is decisive")
         self.verify_skip.setToolTip("RKSC: when one candidate's confidence is at least tau_conf and leads the "
                                     "next by r_gap, rank by confidence and skip the verifier for the step.")
         self.verify_skip.toggled.connect(self._revalidate)
-        self.entropy_exit = QCheckBox("stop the verifier at the layer where its judgement settled")
+        self.entropy_exit = QCheckBox("stop at the layer its judgement settled")
         self.entropy_exit.setToolTip("RKSC: the verify pass stops at the first layer where every candidate's "
                                      "logit-lens entropy is low and steady (self-judge, Math-Shepherd, RLHFlow).")
         self.entropy_exit.toggled.connect(self._revalidate)
@@ -329,7 +336,7 @@ class SearchControls(QWidget):
         return control
 
     def _combo(self, labels: dict[str, str], tooltip: str) -> QComboBox:
-        combo = QComboBox()
+        combo = narrow(QComboBox())
         for value, label in labels.items():
             combo.addItem(label, value)
         combo.setToolTip(tooltip)

@@ -74,6 +74,16 @@ class Panels:
         return (self.tree, self.charts, self.details, self.transcript)
 
 
+def scrolled(widget: QWidget, min_width: int) -> QScrollArea:
+    """`widget` in a scroll area: on a 1366x768 screen a dock gets less than the widget asks for, and it scrolls
+    rather than pushing the window past the screen or squeezing the tree and the other docks."""
+    scroll = QScrollArea()
+    scroll.setWidget(widget)
+    scroll.setWidgetResizable(True)
+    scroll.setMinimumWidth(min_width)
+    return scroll
+
+
 def source_for_model_name(name: str, fallback: str) -> str:
     """The ModelSpec source of a recorded model name (sessions keep the name, not the path)."""
     if name in BUNDLED_NAMES:
@@ -158,25 +168,22 @@ class MainWindow(QMainWindow):
         return dock
 
     def _build_docks(self) -> None:
-        scroll = QScrollArea()
-        scroll.setWidget(self.controls)
-        scroll.setWidgetResizable(True)
-        scroll.setMinimumWidth(330)
         left, right, bottom = (Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea,
                                Qt.DockWidgetArea.BottomDockWidgetArea)
-        self.docks = {"settings": self._dock("Settings", "settingsDock", scroll, left)}
+        self.docks = {"settings": self._dock("Settings", "settingsDock", scrolled(self.controls, 330), left)}
         if self.sessions is not None:
             self.docks["sessions"] = self._dock("Sessions", "sessionsDock", self.sessions, left)
             self.tabifyDockWidget(self.docks["settings"], self.docks["sessions"])
-        self.docks["models"] = self._dock("Models", "modelsDock", self.models, left)
+        self.docks["models"] = self._dock("Models", "modelsDock", scrolled(self.models, 330), left)
         self.tabifyDockWidget(self.docks["settings"], self.docks["models"])
         self.docks["settings"].raise_()
-        self.docks["details"] = self._dock("Node details", "detailsDock", self.panels.details, right)
+        self.docks["details"] = self._dock("Node details", "detailsDock", scrolled(self.panels.details, 200), right)
         self.docks["transcript"] = self._dock("Transcript", "transcriptDock",
                                               with_follow_up(self.panels.transcript, self.talk.box), right)
         self.docks["charts"] = self._dock("Memory and PCIe", "chartsDock", self.panels.charts, bottom)
-        self.resizeDocks([self.docks["charts"]], [260], Qt.Orientation.Vertical)
-        self.resizeDocks([self.docks["details"]], [360], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.docks["charts"]], [220], Qt.Orientation.Vertical)
+        self.resizeDocks([self.docks["settings"], self.docks["details"]], [440, 320], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.docks["details"], self.docks["transcript"]], [3, 2], Qt.Orientation.Vertical)
 
     def shortcuts(self) -> list[tuple[str, str]]:
         """(keys, what) for every menu action and the widgets' own keys: what Help > Keyboard shortcuts lists."""

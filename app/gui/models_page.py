@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
     QFormLayout,
+    QGridLayout,
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
@@ -169,7 +170,7 @@ class ModelsPage(QWidget):
         self.table.addAction(remove)
         return self.table
 
-    def _build_buttons(self) -> QHBoxLayout:
+    def _build_buttons(self) -> QGridLayout:
         self.use_button = QPushButton("Use as generator")
         self.use_button.setToolTip("Put this model into Settings > Model (double-click a row does the same)")
         self.use_button.clicked.connect(self.use_selected)
@@ -181,14 +182,15 @@ class ModelsPage(QWidget):
         add.clicked.connect(self._add_folder)
         refresh = QPushButton("Refresh")
         refresh.clicked.connect(self.refresh)
-        row = QHBoxLayout()
-        for button in (self.use_button, self.remove_button, add, refresh):
-            row.addWidget(button)
-        row.addStretch(1)
+        rows = QGridLayout()  # two by two, and the folder below: the page fits a 330-pixel dock on a laptop
+        for place, button in enumerate((self.use_button, self.remove_button, add, refresh)):
+            rows.addWidget(button, place // 2, place % 2)
+        rows.setColumnStretch(2, 1)
         self.folder_label = QLabel()
+        self.folder_label.setWordWrap(True)
         self.folder_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        row.addWidget(self.folder_label)
-        return row
+        rows.addWidget(self.folder_label, 2, 0, 1, 3)
+        return rows
 
     def _build_pull(self) -> QGroupBox:
         box = QGroupBox("Download from a hub (only when you press Pull)")
