@@ -203,6 +203,33 @@ def test_click_on_a_node_emits_node_selected(view, qtbot):
     assert view.selected_id == target and view.item(target).selected
 
 
+def test_arrow_keys_walk_the_boxes_and_select_them(view, qtbot):
+    feed(view, events(SearchConfig(beams=2, width=2, max_steps=3)))
+    tree = view.data
+    view.setFocus()
+    chosen = []
+    view.node_selected.connect(chosen.append)
+    qtbot.keyClick(view, Qt.Key.Key_Up)  # the first press picks the best node
+    assert view.selected_id == tree.best_id and chosen == [tree.best_id] and not view.follow
+    qtbot.keyClick(view, Qt.Key.Key_Left)
+    parent = tree.node(tree.best_id).parent
+    assert view.selected_id == parent
+    qtbot.keyClick(view, Qt.Key.Key_Right)
+    assert view.selected_id == tree.node(parent).children[0]
+    column = tree.columns[tree.node(parent).step]
+    view.select_node(column[0])
+    qtbot.keyClick(view, Qt.Key.Key_Down)
+    assert view.selected_id == column[1]
+    qtbot.keyClick(view, Qt.Key.Key_Up)
+    qtbot.keyClick(view, Qt.Key.Key_Up)  # nothing above the top box: it stays
+    assert view.selected_id == column[0]
+    for _ in range(4):  # up to the prompt, which has no parent
+        qtbot.keyClick(view, Qt.Key.Key_Left)
+    assert view.selected_id == ROOT_ID
+    visible = view.mapToScene(view.viewport().rect()).boundingRect()
+    assert visible.contains(view.node_center(ROOT_ID))
+
+
 def test_follow_stops_when_the_user_scrolls_and_fit_resumes_it(view, qtbot):
     feed(view, events(SearchConfig(beams=4, width=4, max_steps=6)))
     assert view.follow

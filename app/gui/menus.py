@@ -14,7 +14,8 @@ ABOUT = ("<b>Beamwise</b><p>Answers a question by step-wise beam search over a l
          "that KV crosses PCIe as rarely as possible.</p><p>The tree shows every candidate step, its score, "
          "where its KV lives and the traffic it caused.</p>")
 
-WIDGET_KEYS = [("Ctrl+= / Ctrl+- / Ctrl+wheel", "Tree > zoom in / out"), ("arrows, Page Up/Down", "Tree > scroll"),
+WIDGET_KEYS = [("Ctrl+= / Ctrl+- / Ctrl+wheel", "Tree > zoom in / out"), ("arrows", "Tree > select the parent, first child, or box above / below"),
+               ("Page Up/Down, Home, End", "Tree > scroll"),
                ("click a box", "Tree > its details; hover a box: its path from the prompt lights up"),
                ("Enter in the question", "new line (Ctrl+Enter runs)"),
                ("Enter in Models > Repository", "Models > Pull"), ("Delete in Models", "Models > Remove…")]

@@ -37,6 +37,7 @@ MIN_SCALE, MAX_SCALE, ZOOM_STEP = 0.03, 3.0, 1.25
 READABLE_SCALE = 0.8  # at 1920x1080 a box's first line still reads at this zoom
 _SCROLL_KEYS = frozenset({Qt.Key.Key_Up, Qt.Key.Key_Down, Qt.Key.Key_Left, Qt.Key.Key_Right, Qt.Key.Key_PageUp,
                           Qt.Key.Key_PageDown, Qt.Key.Key_Home, Qt.Key.Key_End})
+_MOVES = frozenset({Qt.Key.Key_Up, Qt.Key.Key_Down, Qt.Key.Key_Left, Qt.Key.Key_Right})  # the selection, box to box
 SCENE_MARGIN = 60.0
 
 
@@ -58,7 +59,8 @@ class ReasoningTreeView(SessionView, QGraphicsView):
     """The live tree of the session's `SearchTree` (`.data`); each change redraws only the items it names.
 
     Follows the newest step until the user scrolls or drags; Fit / Follow resume it.
-    Zoom: Ctrl+wheel, Ctrl+= / Ctrl+- / Ctrl+0 (fit). Click a node: `node_selected(id)`.
+    Zoom: Ctrl+wheel, Ctrl+= / Ctrl+- / Ctrl+0 (fit). Click a node, or walk to it with the arrow keys:
+    `node_selected(id)`.
     """
 
     node_selected = Signal(int)
@@ -371,6 +373,29 @@ class ReasoningTreeView(SessionView, QGraphicsView):
 
     # -- input -----------------------------------------------------------------------------
 
+    def move_selection(self, key: Qt.Key) -> None:
+        """Arrow keys walk the shown boxes, so the tree and its details work without a mouse: Left the parent,
+        Right the first child, Up / Down the box above or below in the same step. The first press picks
+        the best node (or the prompt); the view stops following and keeps the selected box in sight."""
+        current = self._selected if self._selected in self._items else None
+        target = self._neighbour(current, key) if current is not None else (
+            self.data.best_id if self.data.best_id in self._items else ROOT_ID)
+        if target is None:
+            return
+        self.set_follow(False)
+        self.select_node(target)
+        self.ensureVisible(self._items[target], 40, 40)
+
+    def _neighbour(self, node_id: int, key: Qt.Key) -> int | None:
+        node = self.data.nodes[node_id]
+        if key == Qt.Key.Key_Left:
+            return node.parent
+        if key == Qt.Key.Key_Right:
+            return next((c for c in node.children if c in self._items and self.is_shown(c)), None)
+        column = [i for i in self.data.columns[node.step] if i in self._items and self.is_shown(i)]
+        place = column.index(node_id) + (1 if key == Qt.Key.Key_Down else -1)
+        return column[place] if 0 <= place < len(column) else None
+
     def wheelEvent(self, event) -> None:
         if event.modifiers() & Qt.KeyboardModifier.ControlModifier:
             self.zoom_by(ZOOM_STEP if event.angleDelta().y() > 0 else 1 / ZOOM_STEP)
@@ -388,6 +413,8 @@ class ReasoningTreeView(SessionView, QGraphicsView):
             self.zoom_by(1 / ZOOM_STEP)
         elif ctrl and key == Qt.Key.Key_0:
             self.fit_to_view()
+        elif not event.modifiers() and key in _MOVES:
+            self.move_selection(key)
         else:
             if key in _SCROLL_KEYS:
                 self.set_follow(False)
