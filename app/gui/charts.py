@@ -57,6 +57,7 @@ class ChartsPanel(SessionView, QWidget):
         super().__init__(parent)
         pg.setConfigOptions(antialias=True)
         self.canvas = pg.GraphicsLayoutWidget()
+        self.canvas.setAccessibleName("Memory and PCIe charts")
         self.canvas.setBackground(pal.BACKGROUND)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)

@@ -48,6 +48,16 @@ def narrow(combo: QComboBox) -> QComboBox:
     return combo
 
 
+def name_pairs(form: QFormLayout) -> None:
+    """Give each slider-and-spin pair its row's label: the label is the pair's buddy, so a screen reader would
+    otherwise meet an unnamed slider and an unnamed number."""
+    for row in range(form.rowCount()):
+        label, field = (form.itemAt(row, role) for role in (QFormLayout.ItemRole.LabelRole,
+                                                            QFormLayout.ItemRole.FieldRole))
+        if label is not None and field is not None and isinstance(field.widget(), SliderSpin):
+            field.widget().set_name(label.widget().text())
+
+
 class SearchControls(QWidget):
     """All settings of a run. `configs()` builds validated configs; invalid input is shown in red here."""
 
@@ -225,6 +235,7 @@ class SearchControls(QWidget):
                               ("Final answer", self.select), ("Verify-skip", self.verify_skip),
                               ("", self.thresholds_label), ("Entropy exit", self.entropy_exit)):
             form.addRow(label, widget)
+        name_pairs(form)
         return box
 
     def _method_controls(self) -> None:
@@ -322,6 +333,7 @@ class SearchControls(QWidget):
                                             "its KV in CPU memory: for when its weights do not fit on the GPU "
                                             "beside the generator's. Slower, but the generator keeps the GPU.")
         form.addRow("", self.verifier_on_cpu)
+        name_pairs(form)
         return box
 
     def _switch(self, label: str, tooltip: str) -> QCheckBox:

@@ -69,8 +69,9 @@ class FollowUpBox(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.field = QLineEdit(placeholderText=FOLLOW_UP_HINT, clearButtonEnabled=True)
+        self.field.setAccessibleName("Follow-up question")
         self.field.returnPressed.connect(self.submit)
-        self.action = QAction("Follow up", self)
+        self.action = QAction("&Follow up", self)
         self.action.setShortcuts([QKeySequence("Ctrl+Shift+Return"), QKeySequence("Ctrl+Shift+Enter")])
         self.action.setToolTip("Ask the follow-up in this conversation (Enter, or Ctrl+Shift+Enter)")
         self.action.triggered.connect(self.submit)

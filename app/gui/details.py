@@ -59,6 +59,7 @@ class NodeDetails(SessionView, QWidget):
             form.addRow(FIELD_LABELS[name], self.values[name])
         self.text = QPlainTextEdit(readOnly=True)
         self.text.setPlaceholderText("full text of the step")
+        self.text.setAccessibleName("Full text of the step")
         self.path = self._path_table()
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.text)
@@ -168,6 +169,7 @@ class NodeDetails(SessionView, QWidget):
     @staticmethod
     def _path_table() -> QTableWidget:
         table = QTableWidget(0, len(PATH_COLUMNS))
+        table.setAccessibleName("Path from the prompt")
         table.setHorizontalHeaderLabels(PATH_COLUMNS)
         table.verticalHeader().setVisible(False)
         table.verticalHeader().setDefaultSectionSize(22)

@@ -135,10 +135,11 @@ class MainWindow(QMainWindow):
         self.question.setPlaceholderText("Ask a question, then press Run (Ctrl+Enter). Esc stops the search.")
         self.question.setMaximumHeight(80)
         self.question.setTabChangesFocus(True)
-        self.run_action = QAction("Run", self)
+        self.question.setAccessibleName("Question")  # a screen reader does not read the placeholder as a name
+        self.run_action = QAction("&Run", self)  # Alt+R on the button, R in the Search menu
         self.run_action.setShortcuts([QKeySequence("Ctrl+Return"), QKeySequence("Ctrl+Enter")])
         self.run_action.setToolTip("Start the search (Ctrl+Enter)")
-        self.stop_action = QAction("Stop", self)
+        self.stop_action = QAction("&Stop", self)
         self.stop_action.setShortcut(QKeySequence(Qt.Key.Key_Escape))
         self.stop_action.setToolTip("Stop after the current decode step (Esc)")
         self.stop_action.setEnabled(False)
@@ -146,6 +147,7 @@ class MainWindow(QMainWindow):
         for action in (self.run_action, self.stop_action):
             button = QToolButton()
             button.setDefaultAction(action)
+            button.setObjectName(f"{action.text().strip('&').lower()}Button")
             button.setMinimumWidth(90)
             buttons.addWidget(button)
             self.addAction(action)

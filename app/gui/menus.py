@@ -14,11 +14,15 @@ ABOUT = ("<b>Beamwise</b><p>Answers a question by step-wise beam search over a l
          "that KV crosses PCIe as rarely as possible.</p><p>The tree shows every candidate step, its score, "
          "where its KV lives and the traffic it caused.</p>")
 
-WIDGET_KEYS = [("Ctrl+= / Ctrl+- / Ctrl+wheel", "Tree > zoom in / out"), ("arrows", "Tree > select the parent, first child, or box above / below"),
-               ("Page Up/Down, Home, End", "Tree > scroll"),
+WIDGET_KEYS = [("Ctrl+= / Ctrl+- / Ctrl+wheel", "Tree > zoom in / out"),
+               ("Left / Right / Up / Down", "Tree > select the parent, first child, or box above / below"),
+               ("Page Up/Down, Home, End, Shift+arrows", "Tree > scroll"),
                ("click a box", "Tree > its details; hover a box: its path from the prompt lights up"),
                ("Enter in the question", "new line (Ctrl+Enter runs)"),
-               ("Enter in Models > Repository", "Models > Pull"), ("Delete in Models", "Models > Remove…")]
+               ("Enter in Models > Repository", "Models > Pull"), ("Delete in Models", "Models > Remove…"),
+               ("Enter / F2 / Delete in Sessions", "Sessions > Open / Rename / Delete…")]
+DOCK_TEXTS = {"settings": "&Settings", "sessions": "S&essions", "models": "&Models", "details": "&Node details",
+              "transcript": "&Transcript", "charts": "Memory and &PCIe"}  # View's toggles, one letter each
 
 
 def build_menus(window: QMainWindow) -> None:
@@ -35,14 +39,15 @@ def build_menus(window: QMainWindow) -> None:
     search_menu.addAction(window.stop_action)
     search_menu.addAction(window.talk.box.action)
     view_menu = bar.addMenu("&View")
-    for number, dock in enumerate(window.docks.values(), start=1):  # Ctrl+1 … shows or hides each panel
+    for number, (name, dock) in enumerate(window.docks.items(), start=1):  # Ctrl+1 … shows or hides each panel
         toggle = dock.toggleViewAction()
+        toggle.setText(DOCK_TEXTS[name])  # the docks' titles never change, so Qt does not set it back
         toggle.setShortcut(QKeySequence(f"Ctrl+{number}"))
         view_menu.addAction(toggle)
     view_menu.addSeparator()
     tree = window.panels.tree
-    view_menu.addAction("Fit tree to view", tree.fit_to_view).setShortcut(QKeySequence("Ctrl+0"))
-    collapse = view_menu.addAction("Collapse pruned branches", tree.collapse_button.toggle)
+    view_menu.addAction("&Fit tree to view", tree.fit_to_view).setShortcut(QKeySequence("Ctrl+0"))
+    collapse = view_menu.addAction("&Collapse pruned branches", tree.collapse_button.toggle)
     collapse.setShortcut(QKeySequence("Ctrl+Shift+C"))
     help_menu = bar.addMenu("&Help")
     keys = help_menu.addAction("&Keyboard shortcuts", window.show_shortcuts)

@@ -155,6 +155,7 @@ class ModelsPage(QWidget):
 
     def _build_table(self) -> QTableView:
         self.table = QTableView()
+        self.table.setAccessibleName("Models")
         self.table.setModel(self.table_model)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)

@@ -160,7 +160,9 @@ class SessionsPanel(QWidget):
     def _build(self) -> None:
         self.search = QLineEdit(self, placeholderText="Search titles, questions and answers", clearButtonEnabled=True)
         self.search.textChanged.connect(lambda _text: self.refresh())
+        self.search.setAccessibleName("Search sessions")
         self.view = QTableView(self)
+        self.view.setAccessibleName("Sessions")
         self.view.setModel(self.model)
         self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -200,8 +202,10 @@ class SessionsPanel(QWidget):
         self._update_buttons()
 
     def _add_shortcuts(self) -> None:
+        """Delete, Enter and F2 on the list (the context menu shows F2 and Delete; F1 lists all three)."""
         for keys, slot in ((QKeySequence.StandardKey.Delete, self.delete_selected),
-                           (QKeySequence(Qt.Key.Key_Return), lambda: self._emit_for_selected(self.open_requested))):
+                           (QKeySequence(Qt.Key.Key_Return), lambda: self._emit_for_selected(self.open_requested)),
+                           (QKeySequence(Qt.Key.Key_F2), self.rename_selected)):
             action = QAction(self.view)
             action.setShortcut(keys)
             action.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)

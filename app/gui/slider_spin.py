@@ -34,6 +34,11 @@ class SliderSpin(QWidget):
         self.slider.valueChanged.connect(self._from_slider)
         self.spin.valueChanged.connect(self._from_spin)
 
+    def set_name(self, name: str) -> None:
+        """Name the slider and the spin box for a screen reader: the form's label is the pair's, not theirs."""
+        self.slider.setAccessibleName(name)
+        self.spin.setAccessibleName(name)
+
     def value(self) -> float:
         return self.spin.value()
 

@@ -25,6 +25,7 @@ class TranscriptPanel(SessionView, QWidget):
     def __init__(self, session: SessionModel | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.view = QTextBrowser()
+        self.view.setAccessibleName("Transcript")
         self.view.setOpenLinks(False)
         self.view.setFont(pal.ui_font(10))
         self.view.setPlaceholderText(PLACEHOLDER)  # short: a placeholder does not wrap in a narrow dock

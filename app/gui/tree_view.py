@@ -89,6 +89,8 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         self.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorUnderMouse)
         self.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.SmartViewportUpdate)
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.setAccessibleName("Reasoning tree")
+        self.setAccessibleDescription("Arrow keys select the parent, a child or the box above or below")
         for bar in (self.horizontalScrollBar(), self.verticalScrollBar()):
             bar.actionTriggered.connect(lambda _action: self.set_follow(False))
         self._build_overlay()

@@ -1,0 +1,144 @@
+"""The window by keyboard alone and for a screen reader: Tab order, shortcuts without conflicts, mnemonics,
+names for every control, and a usable layout on a 1366x768 laptop screen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QAbstractButton,
+    QAbstractItemView,
+    QAbstractSlider,
+    QAbstractSpinBox,
+    QApplication,
+    QComboBox,
+    QFormLayout,
+    QGraphicsView,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QTextEdit,
+    QWidget,
+)
+
+from app.gui.bridge import SearchBridge
+from app.gui.main_window import MainWindow
+from tests.test_gui_bridge import CountingLoader, run_fake
+
+INTERACTIVE = (QAbstractButton, QAbstractSlider, QAbstractSpinBox, QLineEdit, QComboBox, QPlainTextEdit, QTextEdit,
+               QAbstractItemView, QGraphicsView)
+
+
+@pytest.fixture
+def window(keep_window, tmp_path: Path) -> MainWindow:
+    """A window with a session store (so the Sessions tab is there too) and a question, so Run is enabled."""
+    store_mod = pytest.importorskip("app.store")
+    store = store_mod.SessionStore(tmp_path / "sessions.db")
+    settings = QSettings(str(tmp_path / "beamwise.ini"), QSettings.Format.IniFormat)
+    bridge = SearchBridge(loader=CountingLoader(), run=run_fake)
+    window = keep_window(MainWindow(bridge, settings=settings, store=store, dialogs=False))
+    window.question.setPlainText("How fast is the train?")
+    return window
+
+
+def tab_chain(window: MainWindow, start: QWidget, steps: int = 120) -> list[QWidget]:
+    """The widgets Tab reaches from `start`, in order, until the chain comes round."""
+    window.show()
+    window.activateWindow()
+    start.setFocus()
+    QApplication.processEvents()
+    chain: list[QWidget] = []
+    while len(chain) < steps and QApplication.focusWidget() not in chain:
+        chain.append(QApplication.focusWidget())
+        window.focusNextChild()
+        QApplication.processEvents()
+    return chain
+
+
+def test_tab_walks_question_run_tree_then_the_settings_in_reading_order_then_the_right_docks(window):
+    chain = tab_chain(window, window.question)
+    controls, panels = window.controls, window.panels
+    assert chain[:3] == [window.question, window.findChild(QAbstractButton, "runButton"), panels.tree]
+    assert window.findChild(QAbstractButton, "stopButton") not in chain  # disabled until a run
+    settings = [controls.model_picker, controls.verifier, controls.method, controls.beams.slider,
+                controls.width.slider, controls.step_tokens.slider, controls.delimiter, controls.max_steps.slider,
+                controls.temperature.slider, controls.top_p.slider, controls.seed, controls.aggregation,
+                controls.lookahead, controls.select, controls.verify_skip, controls.entropy_exit,
+                controls.kv_budget.slider, controls.policy, controls.pcie_gbps.slider, controls.prefix_disk.slider]
+    places = [chain.index(widget) for widget in settings]
+    assert places == sorted(places) and places[0] > chain.index(panels.tree)
+    right = [panels.details.text, panels.details.path, panels.transcript.view, panels.charts.canvas]
+    right_places = [chain.index(widget) for widget in right]
+    assert right_places == sorted(right_places) and right_places[0] > places[-1]
+
+
+def test_no_two_actions_share_a_shortcut_and_f1_lists_every_menu_action(window):
+    """A window-wide key must be unique; a key bound on one widget (Delete in Models) must not be a window key
+    too, or it is ambiguous while that widget has focus, and must be unique on that widget."""
+    window_keys: dict[str, str] = {}
+    widget_keys: dict[tuple[int, str], str] = {}
+    for action in window.findChildren(QAction):
+        for keys in action.shortcuts():
+            text = keys.toString(QKeySequence.SequenceFormat.PortableText)
+            if action.shortcutContext() == Qt.ShortcutContext.WidgetShortcut:
+                place = (id(action.parent()), text)
+                assert place not in widget_keys, f"{text} is both {widget_keys[place]!r} and {action.text()!r}"
+                widget_keys[place] = action.text()
+            else:
+                assert text not in window_keys, f"{text} is both {window_keys[text]!r} and {action.text()!r}"
+                window_keys[text] = action.text()
+    assert not {text for _, text in widget_keys} & set(window_keys)
+    listed = {what: keys for keys, what in window.shortcuts()}
+    for menu in window.menuBar().actions():
+        for action in menu.menu().actions():
+            if not action.isSeparator():
+                name = f"{menu.text().replace('&', '')} > {action.text().replace('&', '')}"
+                assert listed.get(name), f"{name} has no shortcut in the F1 list"
+    assert "F1" in listed["Help > Keyboard shortcuts"]
+
+
+def test_every_menu_and_menu_action_has_its_own_mnemonic(window):
+    def mnemonic(text: str) -> str:
+        place = text.replace("&&", "").find("&")
+        assert place >= 0, f"{text!r} has no mnemonic"
+        return text.replace("&&", "")[place + 1].lower()
+
+    menus = window.menuBar().actions()
+    assert len({mnemonic(menu.text()) for menu in menus}) == len(menus)
+    for menu in menus:
+        actions = [a for a in menu.menu().actions() if not a.isSeparator()]
+        letters = [mnemonic(a.text()) for a in actions]
+        assert len(set(letters)) == len(letters), f"{menu.text()}: {letters}"
+
+
+def labelled_by_form(window: QWidget) -> set[QWidget]:
+    """Fields a QFormLayout labels with text, and the buddies of QLabels: a screen reader reads those labels."""
+    named = {label.buddy() for label in window.findChildren(QLabel) if label.buddy() is not None}
+    for form in window.findChildren(QFormLayout):
+        for row in range(form.rowCount()):
+            label = form.itemAt(row, QFormLayout.ItemRole.LabelRole)
+            field = form.itemAt(row, QFormLayout.ItemRole.FieldRole)
+            if label is not None and field is not None and label.widget().text() and field.widget() is not None:
+                named.add(field.widget())
+    return named
+
+
+def test_every_control_a_user_reaches_has_a_name(window):
+    window.show()
+    named = labelled_by_form(window)
+    unnamed = []
+    for widget in window.findChildren(QWidget):
+        if not isinstance(widget, INTERACTIVE) or widget.objectName().startswith("qt_"):
+            continue  # Qt's own parts: a spin box's line edit, a table's corner button, a menu bar's extension
+        if not widget.focusPolicy() & Qt.FocusPolicy.TabFocus or widget.window() is not window:
+            continue  # scroll bars, headers, a combo box's list (a popup); the tabs behind Settings count
+        text = widget.text() if isinstance(widget, QAbstractButton) else ""
+        if not (widget.accessibleName() or widget in named or text):
+            unnamed.append(f"{type(widget).__name__} in {type(widget.parent()).__name__}")
+    assert unnamed == []
