@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QAbstractSpinBox,
     QApplication,
     QComboBox,
+    QDialogButtonBox,
     QFormLayout,
     QGraphicsView,
     QLabel,
@@ -29,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from app.gui.bridge import SearchBridge
 from app.gui.main_window import MainWindow
+from app.gui.server_panel import ServerDialog
 from tests.test_gui_bridge import CountingLoader, run_fake
 
 INTERACTIVE = (QAbstractButton, QAbstractSlider, QAbstractSpinBox, QLineEdit, QComboBox, QPlainTextEdit, QTextEdit,
@@ -142,3 +144,35 @@ def test_every_control_a_user_reaches_has_a_name(window):
         if not (widget.accessibleName() or widget in named or text):
             unnamed.append(f"{type(widget).__name__} in {type(widget.parent()).__name__}")
     assert unnamed == []
+
+
+def test_the_dialogs_have_a_default_button_and_close_with_esc(window, qtbot):
+    window.show_shortcuts()
+    box = window.shortcuts_box
+    assert box.defaultButton() is not None and box.escapeButton() is box.defaultButton()
+    dialog = ServerDialog(None, window)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    ok = dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Ok)
+    assert ok.isDefault()
+    with qtbot.waitSignal(dialog.rejected, timeout=1000):
+        qtbot.keyClick(dialog.endpoint, Qt.Key.Key_Escape)
+
+
+def test_at_1366x768_the_window_fits_and_every_part_keeps_a_usable_size(window, qtbot):
+    """A laptop screen less its task bar and title bar: the window's minimum must fit in it, and at that size the
+    question, Run, the tree, the settings (scrolling) and each right and bottom dock stay usable."""
+    window.show()
+    assert window.minimumSizeHint().width() <= 1366 and window.minimumSizeHint().height() <= 700
+    window.resize(1366, 700)
+    qtbot.waitUntil(lambda: window.size().height() == 700)
+    QApplication.processEvents()
+    run = window.findChild(QAbstractButton, "runButton")
+    minimum = {window.question: (250, 60), run: (60, 20), window.panels.tree: (450, 250),
+               window.docks["settings"]: (330, 250), window.panels.details: (250, 100),
+               window.panels.transcript: (250, 100), window.panels.charts: (1000, 150)}
+    for widget, (width, height) in minimum.items():
+        assert widget.isVisible() and widget.width() >= width and widget.height() >= height, (
+            type(widget).__name__, widget.size())
+    settings = window.docks["settings"].widget()
+    assert settings.verticalScrollBar().maximum() > 0  # the settings scroll rather than squeeze

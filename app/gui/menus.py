@@ -73,4 +73,6 @@ def shortcuts_box(parent: QWidget, rows: list[tuple[str, str]]) -> QMessageBox:
     box = QMessageBox(QMessageBox.Icon.NoIcon, "Keyboard shortcuts", f"<table>{table}</table>",
                       QMessageBox.StandardButton.Close, parent)
     box.setTextFormat(Qt.TextFormat.RichText)
+    box.setDefaultButton(QMessageBox.StandardButton.Close)  # Enter and Esc both close it
+    box.setEscapeButton(QMessageBox.StandardButton.Close)
     return box
