@@ -159,6 +159,7 @@ class MainWindow(QMainWindow):
         layout.setContentsMargins(6, 6, 6, 0)
         layout.addLayout(top)
         self._central_layout = layout  # the status line's load banner goes above the tree
+        self.panels.tree.setMinimumSize(300, 220)  # at the window's smallest the legend still leaves boxes to see
         layout.addWidget(self.panels.tree, 1)
         self.setCentralWidget(central)
 
