@@ -132,9 +132,10 @@ class _Search:
         sized = dataclasses.replace(self.cfg, max_steps=self.cfg.max_steps + self.cfg.lookahead, lookahead=0)
         rows = sized.candidates_per_step
         need = self.verifier.batch_bytes(self.question, rows, sized.step_tokens, sized.max_steps)
+        row = self.verifier.row_bytes(self.question, sized.step_tokens, sized.max_steps)
         kv = KVCache(  # its whole-search bound counts the roll-outs (engine.kv.cache.whole_search_bytes)
             self.loaded, self.cfg, self.cache_cfg, len(prompt), decode=self._decode_rows, prefill=self._prefill,
-            verifier_batch_bytes=need, prefix=self._prefix_cache(),
+            verifier_batch_bytes=need, verifier_row_bytes=row, prefix=self._prefix_cache(),
         )
         self.verifier.use_budget(kv.verifier_budget, self.cache_cfg.block_size)
         # teacher forcing names each candidate's tokens, and roll-outs fork children of their own: no speculation

@@ -155,10 +155,12 @@ class KVCache:
         free_bytes: BudgetProbe | None = None,
         margin: int = CUDA_MARGIN,
         verifier_batch_bytes: int = 0,
+        verifier_row_bytes: int = 0,
         prefix: PrefixCache | None = None,
     ) -> None:
         """`verifier_batch_bytes`: device KV one verification batch needs (0: the verifier keeps no KV); the
-        budget is split between the generator (`budget`) and the verifier (`verifier_budget`). `prefix`: the
+        budget is split between the generator (`budget`) and the verifier (`verifier_budget`), a budget whose
+        automatic share cannot hold `verifier_row_bytes` (one path's longest) refused at once. `prefix`: the
         prefix cache the prompt's cached blocks come from and this run's blocks go to (None: none)."""
         self.cfg, self.search, self._prefill, self.margin = cache, search, prefill, margin
         self.prefix, self._pinned, self.chosen, self._body = prefix, [], None, []
@@ -176,7 +178,7 @@ class KVCache:
         total = cache.kv_budget_bytes or self._automatic_budget(
             policy_whole_bytes(cache.policy, whole, prompt_tokens, search, token_bytes, shape.num_layers),
             verifier_batch_bytes, cache.verifier_kv_share)
-        split = split_budget(total, cache.verifier_kv_share, verifier_batch_bytes)
+        split = split_budget(total, cache.verifier_kv_share, verifier_batch_bytes, verifier_row_bytes)
         self.budget, self.verifier_budget = split.generator_bytes, split.verifier_bytes
         one = one_candidate_bytes(prompt_tokens, search, token_bytes, cache.block_size)
         self.policy_name = cache.policy if cache.policy != "auto" else auto_policy(whole, one, self.budget)

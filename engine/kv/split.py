@@ -14,14 +14,23 @@ around a step (`layout.body` of a one-token step, that token included), q the pr
 b the verifier's block size and L, H_kv, D its layers, KV heads and head dimension. The first
 term is the group's arena (every row holds the path, whole slots), the second the group's new
 segments (each row's step and separator in whole blocks), which are written while the arena is in
-use. A step counts as k verifier tokens: a PRM on another tokenizer that reads it in more
-tokens gets its group split into batches that fit (or refused with the budget that would work).
+use. A step counts as k verifier tokens in the group: a PRM on another tokenizer that reads it in
+more tokens gets its group split into batches that fit. A batch of one row cannot be split, so the
+automatic share also holds one row whose every step reads as many tokens as it can, k x f with f the
+most tokens the verifier reads one generator token as (engine/verifiers/reading.py):
+
+    share = max(need, row)    row = the same formula with r = 1 and k x f for k
+
+and a budget whose half cannot hold `row` is refused before the first step, with the budget that would
+(an explicit `--verifier-kv-share` is the user's: a row it cannot hold is refused when it comes).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from engine.errors import KVBudgetTooSmall
 
 
 @dataclass(frozen=True)
@@ -39,7 +48,8 @@ def verifier_group_bytes(*, block_size: int, token_bytes: int, rows: int, batch_
     return slots * block_size * token_bytes
 
 
-def split_budget(total_bytes: int, share: float | None, verifier_batch_bytes: int) -> BudgetSplit:
+def split_budget(total_bytes: int, share: float | None, verifier_batch_bytes: int, verifier_row_bytes: int = 0
+                 ) -> BudgetSplit:  # fmt: skip
     """Divide `total_bytes` of device KV between the two models.
 
     Decoding (the generator) is memory-bound: every extra byte of device KV saves PCIe traffic.
@@ -47,9 +57,17 @@ def split_budget(total_bytes: int, share: float | None, verifier_batch_bytes: in
     group, and more buys little. So by default the verifier gets what one verification group
     needs (`verifier_batch_bytes`, the formula above, at most half the budget) and the generator
     the rest; `share` sets the verifier's part instead. A verifier that keeps no KV (0) gets nothing.
+    `verifier_row_bytes` (`row` above, at most `verifier_batch_bytes`): the least default part a run can go
+    on with; a total whose half is less is refused here, before the first step.
     """
     if verifier_batch_bytes <= 0:
         return BudgetSplit(total_bytes, 0)
+    if share is None and verifier_row_bytes > total_bytes // 2:
+        error = KVBudgetTooSmall(total_bytes, 2 * verifier_row_bytes,
+                                 "the verifier's longest path in its half (its automatic share)")
+        error.hint = ("Raise the KV budget, set the verifier's part with --verifier-kv-share, shorten the steps "
+                      "or the search, or use a smaller PRM.")
+        raise error
     verifier = round(total_bytes * share) if share is not None else min(verifier_batch_bytes, total_bytes // 2)
     return BudgetSplit(total_bytes - verifier, verifier)
 

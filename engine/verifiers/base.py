@@ -82,6 +82,11 @@ class Verifier(Protocol):
         """Device KV bytes one verification batch of `rows` paths needs at the last step (0: keeps no KV)."""
         ...
 
+    def row_bytes(self, question: str, step_tokens: int, steps: int) -> int:
+        """Device KV bytes one path can need at the last step, its steps read in the most tokens they can be:
+        the least share the run can go on with (0: keeps no KV)."""
+        ...
+
     def use_budget(self, device_bytes: int, block_size: int = 16) -> None:
         """Hold the verifier's KV within `device_bytes` on the device (its share of the KV budget)."""
         ...
@@ -103,6 +108,9 @@ class KeepsNoKV:
     looks_ahead = False
 
     def batch_bytes(self, question: str, rows: int, step_tokens: int, steps: int) -> int:
+        return 0
+
+    def row_bytes(self, question: str, step_tokens: int, steps: int) -> int:
         return 0
 
     def use_budget(self, device_bytes: int, block_size: int = 16) -> None:

@@ -67,6 +67,7 @@ class PathVerifier:
         self.kv = self._pools(None)
         self.on_device_budget = True  # False: its KV is outside the device's KV budget (a PRM on the CPU)
         self.exit: EntropyExit | None = None  # RKSC's layer-entropy exit, attached by entropy_exit.with_exit
+        self.reads_per_token = 1  # the most tokens it reads a generator token as (reading.py; make_verifier sets it)
 
     @property
     def looks_ahead(self) -> bool:
@@ -91,8 +92,17 @@ class PathVerifier:
         self.kv = self._pools(device_bytes, block_size)
 
     def batch_bytes(self, question: str, rows: int, step_tokens: int, steps: int) -> int:
-        """Device bytes of one verification group of up to `rows` siblings at the search's last step (the
-        formula in engine/kv/split.py, from this model's KV shape and its format's tokens); 0 off the budget."""
+        """Device bytes of one verification group of up to `rows` siblings at the search's last step, and at
+        least `row_bytes` (`share` in engine/kv/split.py, from this model's KV shape and its format's tokens)."""
+        return max(self._group_bytes(question, rows, step_tokens, steps),
+                   self.row_bytes(question, step_tokens, steps))
+
+    def row_bytes(self, question: str, step_tokens: int, steps: int) -> int:
+        """Device bytes of one row at the last step, each step read in as many tokens as it can be
+        (`reads_per_token` each): a share under it may refuse a late step; 0 off the budget."""
+        return self._group_bytes(question, 1, step_tokens * self.reads_per_token, steps)
+
+    def _group_bytes(self, question: str, rows: int, step_tokens: int, steps: int) -> int:
         if not self.on_device_budget:
             return 0
         return verifier_group_bytes(
