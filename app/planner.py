@@ -17,9 +17,10 @@ from dataclasses import dataclass
 import app.formatting as fmt
 from app.model_facts import ModelFacts, facts_of
 from app.plan_run import planned_run
-from app.prompt_size import PromptSize, prompt_size
+from app.prompt_size import PromptSize, prompt_size, reads_per_token
 from engine.chat import Turn
 from engine.config import CacheConfig, ModelSpec, SearchConfig
+from engine.errors import KVBudgetTooSmall
 from engine.kv.cache import CUDA_MARGIN, auto_policy, one_candidate_bytes, policy_whole_bytes, search_kv_bytes
 from engine.kv.headwise_traffic import HeadwiseTraffic, KVGeometry, headwise_traffic
 from engine.kv.split import emulated_budget, split_budget, verifier_group_bytes
@@ -138,20 +139,24 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
     whole = search_kv_bytes(prompt, search, cache, gen.kv_token_bytes, cascade=True)  # engine.models routes to it
     on_cpu = search.verifier_device == "cpu"
     judge_kv = gen if search.verifier == "self-judge" else prm  # self-judge keeps the generator's own KV
-    batch = 0 if judge_kv is None or on_cpu else _verifier_batch(prompt, search, judge_kv)
+    reads = reads_per_token(model.source, search.verifier, search.verifier_model) if judge_kv and not on_cpu else 1
+    batch, row = (0, 0) if judge_kv is None or on_cpu else _verifier_batch(prompt, search, judge_kv, reads)
     activations = _activations(gen, prompt, search.candidates_per_step)
     fixed = gen.weights_bytes + (prm.weights_bytes if prm and not on_cpu else 0) + activations
     budget = cache.kv_budget_bytes or _automatic_budget(
         info, policy_whole_bytes(cache.policy, whole, prompt, search, gen.kv_token_bytes, gen.kv.num_layers), batch,
         cache.verifier_kv_share, fixed)
-    verifier_kv = split_budget(budget, cache.verifier_kv_share, batch).verifier_bytes
+    try:
+        verifier_kv, too_small = split_budget(budget, cache.verifier_kv_share, batch, row).verifier_bytes, None
+    except KVBudgetTooSmall as error:  # the run refuses it before its first step
+        verifier_kv, too_small = budget // 2, f"It cannot run with these settings: {error.user_message()}"
     one = one_candidate_bytes(prompt, search, gen.kv_token_bytes, cache.block_size)
     policy = cache.policy if cache.policy != "auto" else auto_policy(whole, one, budget - verifier_kv)
     draft = MemoryPlan(gen, prm, info.label, info.emulated, info.memory_bytes, budget, policy,
                        search.candidates_per_step, prompt, whole, verifier_kv, activations, 0,
                        cache.pcie_gbps, "green", "", policy_chosen_by="auto picks it" if cache.policy == "auto"
                        else "as set", verifier_on_cpu=on_cpu, prompt=counted)
-    refused = _does_not_fit(draft)
+    refused = _does_not_fit(draft) or too_small
     if refused is None:  # only a plan that can run is worth scheduling
         planned = planned_run(model, search, cache, prompt, budget - verifier_kv, policy, PLAN_SECONDS)
         draft = dataclasses.replace(draft, step_pcie_bytes=planned.step_bytes)
@@ -198,14 +203,19 @@ def _automatic_budget(info: DeviceInfo, whole: int, batch: int, share: float | N
     return max(info.memory_bytes - fixed - CUDA_MARGIN, 1)
 
 
-def _verifier_batch(prompt: int, search: SearchConfig, verifier: ModelFacts) -> int:
-    """One verification group at the last step, a roll-out's included: the engine's formula (engine/kv/split.py)
-    with its default batch and block size, each step counted with a few tokens of the verifier's own around it
-    (its tokenizer is not loaded). `verifier`: the PRM, or for self-judge the generator."""
-    return verifier_group_bytes(block_size=VERIFIER_BLOCK, token_bytes=verifier.kv_token_bytes,
-                                rows=search.candidates_per_step, batch_size=VERIFIER_BATCH, prefix=prompt,
-                                per_step=STEP_TAG_TOKENS, probe=STEP_TAG_TOKENS, step_tokens=search.step_tokens,
-                                steps=search.max_steps + search.lookahead)
+def _verifier_batch(prompt: int, search: SearchConfig, verifier: ModelFacts, reads: int) -> tuple[int, int]:
+    """One verification group at the last step, a roll-out's included, and one row whose steps read in `reads`
+    tokens a generator token: the engine's share and its least (engine/kv/split.py) with its default batch and
+    block size, each step counted with a few tokens of the verifier's own around it and the question as the
+    generator's prompt. `verifier`: the PRM, or for self-judge the generator."""
+    def need(rows: int, step_tokens: int) -> int:
+        return verifier_group_bytes(block_size=VERIFIER_BLOCK, token_bytes=verifier.kv_token_bytes, rows=rows,
+                                    batch_size=VERIFIER_BATCH, prefix=prompt, per_step=STEP_TAG_TOKENS,
+                                    probe=STEP_TAG_TOKENS, step_tokens=step_tokens,
+                                    steps=search.max_steps + search.lookahead)
+
+    row = need(1, search.step_tokens * reads)
+    return max(need(search.candidates_per_step, search.step_tokens), row), row
 
 
 def _activations(gen: ModelFacts, prompt: int, candidates: int) -> int:

@@ -63,3 +63,23 @@ def _tokenizer(source: str):
     from engine.models import load_tokenizer
 
     return load_tokenizer(source)
+
+
+@functools.lru_cache(maxsize=4)
+def reads_per_token(source: str, verifier: str, verifier_model: str | None) -> int:
+    """The most tokens the verifier reads one of the generator's tokens as (engine/verifiers/reading.py),
+    from the two tokenizers without weights, as the run measures it; 1 (a step read in as many tokens as the
+    generator wrote) where one cannot be read, or the verifier reads no text."""
+    from engine.errors import BeamwiseError
+    from engine.verifiers.families import load_prm_tokenizer
+    from engine.verifiers.reading import most_tokens_per_token
+
+    if verifier not in ("prm", "self-judge") or (verifier == "prm" and not verifier_model):
+        return 1
+    try:
+        generator = _tokenizer(source)
+        reader = load_prm_tokenizer(verifier_model) if verifier == "prm" else generator
+    except (BeamwiseError, OSError, ValueError):
+        return 1
+    with _COUNTING:
+        return most_tokens_per_token(generator, reader)

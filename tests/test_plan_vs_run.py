@@ -113,3 +113,22 @@ def test_a_headwise_step_past_the_plan_only_runs_time_that_the_run_refuses_is_re
     failed = next(e for e in events if e.type == "run_failed")
     assert [e.step for e in events if e.type == "transfer_stats"] == [1, 2]
     assert p.state == "red" and "one KV head of one candidate" in failed.message and failed.message in p.sentence
+
+
+def test_the_plans_verifier_share_holds_a_path_read_in_more_tokens_as_the_runs_does(tiny):
+    """One candidate a step and a PRM that reads the generator's lone bytes in three tokens each: the run's
+    automatic share holds that path; the plan gave its share k tokens a step (155.6 kB against the run's
+    204.8 kB) and was green for a budget the run refuses before its first step."""
+    search = SearchConfig(beams=1, width=1, max_steps=4, step_tokens=24, method="best-of-n", verifier="prm",
+                          verifier_model="synthetic:tiny-math-shepherd")
+    cache = CacheConfig(policy="lbs", kv_budget_bytes=1_000_000, prefix_cache=False)
+    p = plan(TINY, search, cache, question=QUESTION, device=EMULATED)
+    started = _started(_run(tiny, search, cache))
+    share = started.verifier_kv_budget_bytes
+    assert share <= p.verifier_kv_bytes < 2 * share  # the plan counts the generator's prompt as the question
+    tight = CacheConfig(policy="lbs", kv_budget_bytes=2 * p.verifier_kv_bytes - 1, prefix_cache=False)
+    p = plan(TINY, search, tight, question=QUESTION, device=EMULATED)
+    assert p.state == "red" and "too small for the verifier's longest path" in p.sentence
+    refused = _run(tiny, search, CacheConfig(policy="lbs", kv_budget_bytes=2 * share - 1, prefix_cache=False))
+    assert [e.type for e in refused] == ["run_failed"]
+    assert "too small for the verifier's longest path" in refused[0].message

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Model
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, Qwen2Model
 
 from engine.errors import NotAPRM, PRMHeadMissing, load_errors
 from engine.verifiers.heads import QWEN_HEAD_KEYS, VALUE_HEAD_KEYS, two_class_head, value_head
 from engine.verifiers.parts import FAMILY_LABELS, PRMParts, named_family
-from engine.verifiers.synthetic_prm import synthetic_prm
+from engine.verifiers.synthetic_prm import family_tokenizer, synthetic_prm, synthetic_prm_entry
 from engine.verifiers.weights import read_tensors, weight_files
 
 CAUSAL_HINTS = {"math-shepherd": ("shepherd",), "rlhflow-prm": ("rlhflow",)}
@@ -24,11 +24,19 @@ def load_prm(source: str, device: torch.device, dtype: torch.dtype) -> PRMParts:
     if source.startswith("synthetic:"):
         return synthetic_prm(source.removeprefix("synthetic:"), device, dtype)
     folder, family = locate_prm(source)
-    with load_errors(folder, f"the {FAMILY_LABELS[family]} tokenizer"):
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    tokenizer = load_prm_tokenizer(source)
     body, head = _load_body_and_head(family, folder, dtype)
     return PRMParts(family, str(folder), body.to(device).eval().requires_grad_(False),
                     head.to(device=device, dtype=dtype).eval().requires_grad_(False), tokenizer, device)
+
+
+def load_prm_tokenizer(source: str) -> PreTrainedTokenizerBase:
+    """The tokenizer `load_prm` gives the PRM at `source`, without its weights (a plan reads it)."""
+    if source.startswith("synthetic:"):
+        return family_tokenizer(synthetic_prm_entry(source.removeprefix("synthetic:")).family)
+    folder, family = locate_prm(source)
+    with load_errors(folder, f"the {FAMILY_LABELS[family]} tokenizer"):
+        return AutoTokenizer.from_pretrained(folder, local_files_only=True)
 
 
 def locate_prm(source: str) -> tuple[Path, str]:
