@@ -12,9 +12,9 @@ from engine.errors import format_bytes
 from engine.kv.split import verifier_group_bytes
 from engine.search import run
 from engine.synthetic import synthetic_tokenizer
-from engine.verifiers import make_verifier
+from engine.verifiers import make_verifier, reading
 from engine.verifiers.pieces import step_text
-from engine.verifiers.reading import most_tokens_per_token
+from engine.verifiers.reading import most_tokens_per_token, reads_per_token
 from engine.verifiers.synthetic_prm import family_tokenizer
 
 QUESTION = "What is 2+3?"
@@ -43,6 +43,16 @@ def test_a_step_reads_in_no_more_tokens_than_the_bound(family):
         reads.append(len(verifier.encode(text, add_special_tokens=False)))
     assert max(reads) <= STEP * most
     assert max(reads) > STEP  # the case the bound is for: more verifier tokens than generator tokens
+
+
+def test_a_pair_is_measured_once_per_generator_tokenizer_and_verifier(monkeypatch):
+    generator, prm = synthetic_tokenizer(512), family_tokenizer("math-shepherd")
+    calls = []
+    monkeypatch.setattr(reading, "most_tokens_per_token", lambda g, v: calls.append((g, v)) or len(calls))
+    assert [reads_per_token(generator, prm, PRM) for _ in range(2)] == [1, 1]
+    assert reads_per_token(generator, generator, "self-judge") == 2  # another verifier: measured
+    assert reads_per_token(synthetic_tokenizer(512), prm, PRM) == 3  # another generator's tokenizer: measured
+    assert calls[0] == (generator, prm) and len(calls) == 3
 
 
 def test_an_automatic_share_holds_the_path_to_the_last_step(tiny):

@@ -19,7 +19,7 @@ from engine.verifiers.families import load_prm, locate_prm
 from engine.verifiers.fit import check_pair_fits
 from engine.verifiers.parts import FAMILY_LABELS, PRMParts
 from engine.verifiers.path_kv import PathVerifier
-from engine.verifiers.reading import most_tokens_per_token
+from engine.verifiers.reading import reads_per_token
 from engine.verifiers.self_judge import self_judge
 from engine.verifiers.simple import ContentHashVerifier, LogProbVerifier
 from engine.verifiers.synthetic_prm import synthetic_prm_entry
@@ -67,7 +67,7 @@ def make_verifier(name: str, loaded: Generator, verifier_model: str | None = Non
         return LogProbVerifier()
     if name == "self-judge":
         judge = self_judge(loaded)
-        judge.reads_per_token = most_tokens_per_token(loaded.tokenizer, loaded.tokenizer)
+        judge.reads_per_token = reads_per_token(loaded.tokenizer, loaded.tokenizer, "self-judge")
         return with_exit(judge, loaded.model.get_output_embeddings(), exit_rule)
     if name == "prm":
         if not verifier_model:
@@ -79,6 +79,6 @@ def make_verifier(name: str, loaded: Generator, verifier_model: str | None = Non
         verifier = with_exit(prm_verifier(parts), parts.head if parts.family in LENS_FAMILIES else None, exit_rule)
         verifier.on_device_budget = not on_cpu
         if not on_cpu:  # its share of the device budget holds a path of the generator's longest steps
-            verifier.reads_per_token = most_tokens_per_token(loaded.tokenizer, parts.tokenizer)
+            verifier.reads_per_token = reads_per_token(loaded.tokenizer, parts.tokenizer, verifier_model)
         return verifier
     raise ValueError(f"unknown verifier {name!r}; use logprob, self-judge or prm.")
