@@ -68,9 +68,10 @@ def test_a_budget_other_programs_took_part_of_is_named_with_what_was_usable(tiny
 
 def test_with_a_verifier_keeping_kv_the_generators_share_is_named(tiny):
     search = dataclasses.replace(SEARCH, verifier="self-judge")
-    failed = last_event(tiny, search, CacheConfig(policy="lbs", kv_budget_bytes=150_000))
+    # the set share leaves the generator 15 kB (the automatic one would refuse 150 kB for the verifier's path)
+    failed = last_event(tiny, search, CacheConfig(policy="lbs", kv_budget_bytes=150_000, verifier_kv_share=0.9))
     assert failed.type == "run_failed" and failed.error == "KVBudgetTooSmall", failed
-    assert failed.message.startswith("the generator's share of the KV budget ")
+    assert failed.message.startswith("the generator's share of the KV budget 15.0 kB ")
     assert "--verifier-kv-share" in failed.message
 
 
