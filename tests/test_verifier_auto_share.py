@@ -45,6 +45,13 @@ def test_a_step_reads_in_no_more_tokens_than_the_bound(family):
     assert max(reads) > STEP  # the case the bound is for: more verifier tokens than generator tokens
 
 
+def test_a_tokenizer_without_a_rust_backend_is_measured_alike_through_transformers_calls():
+    """A slow (Python) tokenizer has no `backend_tokenizer`: the measure would have raised, a fault in Beamwise."""
+    generator, prm = synthetic_tokenizer(512), family_tokenizer("math-shepherd")
+    assert reading._slowly(generator, prm) == most_tokens_per_token(generator, prm)
+    assert reading._slowly(generator, generator) == most_tokens_per_token(generator, generator)
+
+
 def test_a_pair_is_measured_once_per_generator_tokenizer_and_verifier(monkeypatch):
     generator, prm = synthetic_tokenizer(512), family_tokenizer("math-shepherd")
     calls = []
