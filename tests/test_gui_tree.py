@@ -230,6 +230,20 @@ def test_arrow_keys_walk_the_boxes_and_select_them(view, qtbot):
     assert visible.contains(view.node_center(ROOT_ID))
 
 
+def test_an_arrow_key_on_a_box_collapse_hid_starts_again_at_the_best_node(view, qtbot):
+    """A pruned box selected, then hidden by Collapse pruned: Up or Down looked for it among the shown boxes
+    of its step and raised."""
+    feed(view, events(SearchConfig(beams=2, width=2, max_steps=3)))
+    tree = view.data
+    pruned = next(n.id for n in tree.candidates() if n.state == "pruned")
+    view.select_node(pruned)
+    view.set_collapse_pruned(True)
+    assert not view.is_shown(pruned)
+    view.setFocus()
+    qtbot.keyClick(view, Qt.Key.Key_Down)
+    assert view.selected_id == tree.best_id
+
+
 def test_follow_stops_when_the_user_scrolls_and_fit_resumes_it(view, qtbot):
     feed(view, events(SearchConfig(beams=4, width=4, max_steps=6)))
     assert view.follow

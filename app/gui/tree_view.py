@@ -379,7 +379,8 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         """Arrow keys walk the shown boxes, so the tree and its details work without a mouse: Left the parent,
         Right the first child, Up / Down the box above or below in the same step. The first press picks
         the best node (or the prompt); the view stops following and keeps the selected box in sight."""
-        current = self._selected if self._selected in self._items else None
+        shown = self._selected in self._items and self.is_shown(self._selected)  # Collapse pruned may hide it
+        current = self._selected if shown else None
         target = self._neighbour(current, key) if current is not None else (
             self.data.best_id if self.data.best_id in self._items else ROOT_ID)
         if target is None:
