@@ -252,15 +252,8 @@ class SessionsPanel(QWidget):
         return row is not None
 
     def refresh(self) -> None:
-        """Reload from the store with the current search text, keeping the selection when it still exists.
-
-        Other processes write the same database (`beamwise run` in a terminal): a run of theirs that died
-        since the window opened is marked interrupted first, so it is not listed as running for ever."""
+        """Reload from the store with the current search text, keeping the selection when it still exists."""
         keep = self.selected_id()
-        try:
-            self.store().mark_interrupted()
-        except BeamwiseError:
-            pass  # busy or read-only now: the listing below still reads, and the next refresh marks them
         try:
             rows = list_conversations(self.store(), self.search.text() or None, limit=self._shown + 1)  # newest turns
         except BeamwiseError as error:
@@ -279,13 +272,23 @@ class SessionsPanel(QWidget):
         """The tab shown again: sessions other processes recorded meanwhile are listed."""
         super().showEvent(event)
         if not event.spontaneous():
-            self.refresh()
+            self._relist()
 
     def changeEvent(self, event: QEvent) -> None:
         """The window active again (the user is back from a terminal that ran `beamwise run`): list what it added."""
         super().changeEvent(event)
         if event.type() == QEvent.Type.ActivationChange and self.isVisible() and self.isActiveWindow():
-            self.refresh()
+            self._relist()
+
+    def _relist(self) -> None:
+        """List again what other processes wrote to the database (`beamwise run` in a terminal), a run of theirs
+        that died since the window opened marked interrupted first, so it is not listed as running for ever.
+        Only here, not on every refresh: typing in the search box lists again at each key."""
+        try:
+            self.store().mark_interrupted()
+        except BeamwiseError:
+            pass  # busy or read-only now: the listing still reads, and the next time the tab shows marks them
+        self.refresh()
 
     def show_older(self) -> None:
         """List the next page of older conversations below those shown."""
