@@ -47,8 +47,9 @@ def calibrate(stats: Sequence[StepStat], target: float = 0.9) -> Thresholds:
         raise ValueError("the calibration run produced no scored steps; use more problems or more steps.")
     best: Thresholds | None = None
     strictest: Thresholds | None = None
-    pairs = [(percentile([s.confidence for s in stats], q_conf), percentile([s.gap for s in stats], q_gap))
-             for q_conf in PERCENTILES for q_gap in PERCENTILES]
+    taus = [percentile([s.confidence for s in stats], q) for q in PERCENTILES]
+    gaps = [percentile([s.gap for s in stats], q) for q in PERCENTILES]
+    pairs = [(tau, gap) for tau in taus for gap in gaps]
     for tau, gap in [*pairs, HIGHEST]:
         found = _measured(stats, max(min(tau, 1.0), 1e-6), min(gap, 0.999))
         if (tau, gap) == pairs[-1]:
