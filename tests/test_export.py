@@ -171,11 +171,14 @@ def test_import_refuses_bad_files_clearly(store: SessionStore, tmp_path: Path, c
         import_session(store, tmp_path / "missing.json")
 
 
-def test_import_refuses_a_status_no_session_has(store: SessionStore, sid: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("status", "said"), [("bogus", "'bogus'"), (["finished"], r"\['finished'\]")])
+def test_import_refuses_a_status_no_session_has(store: SessionStore, sid: int, tmp_path: Path, status: object,
+                                                said: str) -> None:
+    """A list as the status (a damaged file) raised TypeError out of the import: a set cannot hold a list."""
     path = tmp_path / "bad.json"
     path.write_text(json.dumps({**session_dump(store, sid), "session": {**session_dump(store, sid)["session"],
-                                                                      "status": "bogus"}}), encoding="utf-8")
-    with pytest.raises(SessionFileInvalid, match="status 'bogus'; a session is cancelled, failed, finished, inter"):
+                                                                      "status": status}}), encoding="utf-8")
+    with pytest.raises(SessionFileInvalid, match=f"status {said}; a session is cancelled, failed, finished, inter"):
         import_session(store, path)
 
 

@@ -76,7 +76,7 @@ def _checked_turn(store: SessionStore, dump: dict[str, Any], path: Path | str) -
     session = {k: v for k, v in dump["session"].items() if k not in PRIVATE_SESSION_KEYS}
     if session.get("status") == "running":
         session["status"] = "interrupted"  # nothing is recording it any more
-    if session.get("status") not in STATUSES:
+    if not isinstance(session.get("status"), str) or session["status"] not in STATUSES:  # a list: unhashable
         raise SessionFileInvalid(f"{path} has a session of status {session.get('status')!r}; a session is "
                                  f"{', '.join(sorted(STATUSES))}.")
     if isinstance(session.get("emulated"), bool):  # its column holds 0/1; another type is refused below
