@@ -253,9 +253,7 @@ class SessionStore:
             return []
         with self._guard() as conn:
             rows = conn.execute("SELECT id, pid, host, created FROM sessions WHERE status = 'running'").fetchall()
-            host = socket.gethostname()
-            dead = [sid for sid, pid, h, created in rows
-                    if h in (None, host) and (pid is None or not alive_since(pid, created))]
+            dead = [sid for sid, pid, host, created in rows if _here(host) and not _alive_here(pid, host, created)]
             if dead:
                 with self.transaction():
                     conn.executemany("UPDATE sessions SET status = 'interrupted' WHERE id = ? AND status = 'running'",
@@ -413,9 +411,18 @@ class SessionStore:
 
 
 def _recording(row: dict) -> bool:
-    """Whether a session row is a run a live process on this machine is still writing (mark_interrupted's test)."""
-    return (row.get("status") == "running" and row.get("host") in (None, socket.gethostname())
-            and row.get("pid") is not None and alive_since(row["pid"], row.get("created") or ""))
+    """Whether a session row is a run a live process on this machine is still writing."""
+    return row.get("status") == "running" and _alive_here(row.get("pid"), row.get("host"), row.get("created"))
+
+
+def _here(host: str | None) -> bool:
+    """Whether a run recorded on `host` ran on this machine (rows from before hosts were recorded: None)."""
+    return host in (None, socket.gethostname())
+
+
+def _alive_here(pid: int | None, host: str | None, created: str | None) -> bool:
+    """Whether the process that recorded a run is still alive on this machine (the same pid, not a newer one)."""
+    return _here(host) and pid is not None and alive_since(pid, created or "")
 
 
 def like_pattern(search: str) -> str:
