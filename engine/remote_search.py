@@ -17,7 +17,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from engine import events as ev
-from engine.backends.openai import Completion, OpenAICompletions, RequestCancelled, ServerConfig
+from engine.backends.openai import OpenAICompletions, ServerConfig
+from engine.backends.replies import Completion
+from engine.backends.sockets import RequestCancelled
 from engine.candidate import Candidate, completion, goodput
 from engine.chat import Turn
 from engine.config import SearchConfig

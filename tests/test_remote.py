@@ -21,7 +21,8 @@ from app.export import export_session, import_session
 from app.recorder import SessionRecorder
 from app.store import SessionStore
 from engine import events as ev
-from engine.backends.openai import OpenAICompletions, RequestCancelled, ServerConfig, check_connection
+from engine.backends.openai import OpenAICompletions, ServerConfig, check_connection
+from engine.backends.sockets import RequestCancelled
 from engine.config import SearchConfig
 from engine.errors import LogprobsUnavailable, RemoteError, ServedModelNotFound, ServerError, ServerUnreachable
 from engine.remote_search import REMOTE_DEVICE, run
@@ -441,16 +442,16 @@ def test_bench_without_a_server_is_one_clear_line(capsys) -> None:
 def test_top_log_probabilities_give_each_tokens_top1_probability() -> None:
     """RKSC's confidence from a server: the largest of each position's top log-probabilities (vLLM may add the
     sampled token beside the top one); none when the server sent no top log-probabilities."""
-    from engine.backends.openai import _completion
+    from engine.backends.replies import read_completion
 
     legacy = {"text": " 7", "finish_reason": "length", "logprobs": {
         "token_logprobs": [-0.5, -2.0], "top_logprobs": [{" 7": -0.5}, {"x": -0.2, "y": -2.0}]}}
-    assert _completion(legacy, {}, []).top1 == pytest.approx((math.exp(-0.5), math.exp(-0.2)))
+    assert read_completion(legacy, {}, []).top1 == pytest.approx((math.exp(-0.5), math.exp(-0.2)))
     llama = {"text": " 7", "finish_reason": "length", "logprobs": {"content": [
         {"logprob": -1.0, "top_logprobs": [{"token": "a", "logprob": -0.1}]}, {"logprob": -0.3, "top_logprobs": []}]}}
-    assert _completion(llama, {}, []).top1 == pytest.approx((math.exp(-0.1), math.exp(-0.3)))
+    assert read_completion(llama, {}, []).top1 == pytest.approx((math.exp(-0.1), math.exp(-0.3)))
     bare = {"text": " 7", "finish_reason": "length", "logprobs": {"token_logprobs": [-0.5, -2.0]}}
-    assert _completion(bare, {}, []).top1 == ()
+    assert read_completion(bare, {}, []).top1 == ()
 
 
 @pytest.mark.parametrize("value", ["-0.5", {"logprob": -0.5}, True, math.nan, math.inf, 5.0])
@@ -458,7 +459,7 @@ def test_top_log_probabilities_give_each_tokens_top1_probability() -> None:
 def test_log_probabilities_that_are_not_are_the_servers_error(value, shape: str) -> None:
     """Before, text or an object ended the run as 'a fault in Beamwise' (exit 1, a traceback), and NaN, +inf or
     5.0 were scored ('score nan', 'score 54.598') and the run finished as if nothing were wrong."""
-    from engine.backends.openai import _completion, _first_top_logprobs
+    from engine.backends.replies import first_top_logprobs, read_completion
 
     logprobs = {
         "legacy": {"token_logprobs": [-0.1, value]},
@@ -468,18 +469,18 @@ def test_log_probabilities_that_are_not_are_the_servers_error(value, shape: str)
     }[shape]
     with pytest.raises(ServerError, match="log-probabilities are not log-probabilities"):
         if shape == "judge":
-            _first_top_logprobs(logprobs)
+            first_top_logprobs(logprobs)
         else:
-            _completion({"text": " 7 8", "finish_reason": "length", "logprobs": logprobs}, {}, [])
+            read_completion({"text": " 7 8", "finish_reason": "length", "logprobs": logprobs}, {}, [])
 
 
 def test_extreme_log_probabilities_are_read() -> None:
     """-inf (probability 0) and huge negatives are log-probabilities; a hair above 0 is a rounded 0."""
-    from engine.backends.openai import _completion
+    from engine.backends.replies import read_completion
 
     choice = {"text": " 7", "finish_reason": "length", "logprobs": {
         "token_logprobs": [-math.inf, 1e-7], "top_logprobs": [{"a": -1e308}, {"b": 1e-7}]}}
-    read = _completion(choice, {}, [])
+    read = read_completion(choice, {}, [])
     assert read.logprobs == (-math.inf, 0.0) and read.top1 == (0.0, 1.0)
 
 
@@ -577,12 +578,12 @@ def test_an_answer_cut_off_is_said_not_called_unreachable() -> None:
 
 def test_json_nested_past_the_stack_is_the_servers_error() -> None:
     """Before, RecursionError: the run ended as 'a fault in Beamwise' and `bench` printed a traceback."""
-    from engine.backends.openai import _detail
+    from engine.backends.replies import error_detail
 
     with FakeServer(mode="nested") as server:
         failed = failure(server.url)
     assert failed.error == "ServerError" and "HTTP 200: an answer that is not JSON" in failed.message
-    assert _detail(b"[" * 100_000 + b"]" * 100_000).startswith("[[[")
+    assert error_detail(b"[" * 100_000 + b"]" * 100_000).startswith("[[[")
 
 
 def test_an_answer_past_the_size_limit_is_not_read_into_memory(monkeypatch) -> None:
@@ -668,9 +669,9 @@ def test_a_404_that_names_no_model_is_a_wrong_address() -> None:
 def test_a_servers_error_in_many_lines_is_said_in_one(body: bytes, said: str) -> None:
     """Before, the server's words went out as they came: an HTML page or a multi-line message broke the one-line
     error over several lines, and a NUL or an escape went to the terminal."""
-    from engine.backends.openai import _detail
+    from engine.backends.replies import error_detail
 
-    assert str(ServerError(500, _detail(body))) == f"the server answered {said}"
+    assert str(ServerError(500, error_detail(body))) == f"the server answered {said}"
 
 
 def test_stop_ends_a_connection_request_that_goes_unanswered() -> None:

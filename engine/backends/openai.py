@@ -7,31 +7,32 @@ engine/errors.py, whose message is what the user reads.
 A request in flight can be cancelled: while the server computes or sends, the client waits on the socket in
 short slices and asks `should_stop` between them; on a stop it closes the connection (vLLM, SGLang and
 llama.cpp's server abort a request whose client left) and raises RequestCancelled. The same slices hold the
-whole answer, headers and body, to the timeout: a socket's own timeout bounds each read only.
+whole answer, headers and body, to the timeout: a socket's own timeout bounds each read only. The socket's
+side of that is engine/backends/sockets.py; reading what the server answers is engine/backends/replies.py.
 """
 
 from __future__ import annotations
 
-import email.utils
-import errno
-import html
 import http.client
-import io
-import ipaddress
 import json
-import math
 import os
-import re
-import select
-import socket
 import ssl
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 
-from engine.abandon import abandonable
+from engine.backends.replies import (
+    Completion,
+    error_detail,
+    first_top_logprobs,
+    model_names,
+    read_completion,
+    read_retry_after,
+    read_usage,
+    redirect_error,
+)
+from engine.backends.sockets import POLL_S, AnswerTooLarge, RequestCancelled, SlicedSocket, StopFn, connect, never
 from engine.errors import (
     LogprobsUnavailable,
     RemoteError,
@@ -43,22 +44,7 @@ from engine.errors import (
 
 RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
 RETRY_AFTER_MAX_S = 30.0  # a server asking for a longer wait (Retry-After) is said to be busy instead of waited on
-POLL_S = 0.05  # how often a waiting request asks `should_stop`: a Stop takes effect within this
 MAX_ANSWER_BYTES = 64_000_000  # an answer is kB; past this the address answers with something else
-ROUNDING = 1e-3  # a log-probability this far above 0 is a probability of 1 rounded, read as 0
-StopFn = Callable[[], bool]
-
-
-def never() -> bool:
-    return False
-
-
-class AnswerTooLarge(Exception):
-    """More than MAX_ANSWER_BYTES arrived for one answer; _send names the server."""
-
-
-class RequestCancelled(Exception):  # a cancellation, not an error: the search yields RunCancelled
-    """The user stopped the run while a request was in flight; the connection was closed."""
 
 
 @dataclass(frozen=True)
@@ -124,16 +110,6 @@ def address_problem(url: str) -> str:
     return ""
 
 
-@dataclass(frozen=True)
-class Completion:
-    text: str  # without the stop string
-    logprobs: tuple[float, ...]  # one per generated token
-    ended_by_eos: bool  # the model ended the answer (not a stop string, not max_tokens)
-    at_stop: bool  # the server stopped at a stop string (which it leaves out of `text`)
-    prompt_tokens: int | None  # the server's count, when it reports usage
-    top1: tuple[float, ...] = ()  # each token's top-1 probability, where the server sent top log-probabilities
-
-
 class OpenAICompletions:
     """One served model; `complete` asks for one continuation of a prompt text."""
 
@@ -166,7 +142,7 @@ class OpenAICompletions:
         served = tuple(m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str))
         if served and self.cfg.served_model not in served:
             raise ServedModelNotFound(
-                f"the server at {self.cfg.endpoint} serves {_names(served)}, not {self.cfg.served_model!r}."
+                f"the server at {self.cfg.endpoint} serves {model_names(served)}, not {self.cfg.served_model!r}."
             )
         return served
 
@@ -213,9 +189,9 @@ class OpenAICompletions:
                 f"the server answered {len(choices)} continuation(s) to a request for n={n}: it does not honour n.",
                 hint="Leave out --one-request-per-path (one request per child works with every server).",
             )
-        usage = _usage(answer)
+        usage = read_usage(answer)
         ordered = sorted(choices, key=lambda c: c["index"] if isinstance(c.get("index"), int) else 0)
-        return [_completion(choice, usage, stop) for choice in ordered]
+        return [read_completion(choice, usage, stop) for choice in ordered]
 
     def first_token_choices(self, prompt: str, k: int) -> tuple[dict[str, float], int]:
         """The `k` likeliest first tokens of a greedy reply to `prompt` with their log-probabilities, and the
@@ -233,12 +209,12 @@ class OpenAICompletions:
             logprobs = answer["choices"][0].get("logprobs")
         except (KeyError, IndexError, TypeError, AttributeError) as error:  # AttributeError: a choice that is text
             raise ServerError(200, f"an answer without choices: {str(answer)[:200]}") from error
-        top = _first_top_logprobs(logprobs)
+        top = first_top_logprobs(logprobs)
         if not top:
             raise LogprobsUnavailable(
                 "the server returned no top log-probabilities (`logprobs` > 1), which the self-judge reads."
             )
-        return top, _usage(answer).get("prompt_tokens", 0)
+        return top, read_usage(answer).get("prompt_tokens", 0)
 
     # -- HTTP ----------------------------------------------------------------------------------
     def pool(self, messages: list[dict]) -> list:
@@ -294,7 +270,7 @@ class OpenAICompletions:
             headers["Authorization"] = f"Bearer {self.api_key}"
         data = json.dumps(body).encode() if body is not None else None
         parts = urllib.parse.urlsplit(url)
-        tls = parts.scheme == "https"  # TLS is begun by _connect, so that its handshake waits in slices too
+        tls = parts.scheme == "https"  # TLS is begun by connect, so that its handshake waits in slices too
         self.requests += 1
         deadline = time.monotonic() + self.cfg.timeout_s
         try:
@@ -305,12 +281,12 @@ class OpenAICompletions:
             raise ServerUnreachable(
                 f"the endpoint {self.cfg.endpoint!r} is not a URL like http://host:8000 ({error})."
             ) from error
-        connection._create_connection = lambda address, timeout, source=None: _connect(  # http.client's hook
+        connection._create_connection = lambda address, timeout, source=None: connect(  # http.client's hook
             address, timeout, deadline, self.should_stop, tls
         )
         try:
             connection.request(method, parts.path, body=data, headers=headers)
-            sliced = _SlicedSocket(connection.sock, deadline, self.should_stop)
+            sliced = SlicedSocket(connection.sock, deadline, self.should_stop, MAX_ANSWER_BYTES)
             response = http.client.HTTPResponse(sliced, method=method)
             response.begin()
             status, raw = response.status, response.read()
@@ -336,10 +312,10 @@ class OpenAICompletions:
         finally:
             connection.close()  # on a Stop too: the server drops a request whose client left
         if 300 <= status < 400:
-            raise _redirect(status, response.getheader("Location"))
+            raise redirect_error(status, response.getheader("Location"))
         if status >= 400:
-            error = self._http_error(status, _detail(raw), url)
-            error.retry_after = _retry_after(response.getheader("Retry-After"))
+            error = self._http_error(status, error_detail(raw), url)
+            error.retry_after = read_retry_after(response.getheader("Retry-After"))
             raise error
         try:
             return json.loads(raw.decode())
@@ -384,116 +360,6 @@ class OpenAICompletions:
         return ServerError(status, detail)
 
 
-IN_PROGRESS = {0, errno.EINPROGRESS, errno.EWOULDBLOCK, getattr(errno, "WSAEWOULDBLOCK", 0)}  # (Windows)
-
-
-def _connect(
-    address: tuple[str, int], timeout: float, deadline: float, should_stop: StopFn, tls: bool
-) -> socket.socket:
-    """socket.create_connection (and TLS on it for https), waiting in POLL_S slices: a host that drops the
-    connection request (a box that went away, a firewall), or takes it and never answers the TLS handshake, held
-    a Stop for the whole timeout. Each of the host's addresses is tried in turn."""
-    error = OSError(f"no address for {address[0]}")
-    for family, kind, proto, _, where in _resolve(address, deadline, should_stop):
-        sock = socket.socket(family, kind, proto)
-        try:
-            code = _wait_connected(sock, where, deadline, should_stop)
-            if code == 0 and tls:
-                sock = _handshake(sock, address[0], deadline, should_stop)
-        except BaseException:  # a Stop, the deadline, a certificate refused
-            sock.close()
-            raise
-        if code == 0:
-            sock.settimeout(timeout)
-            return sock
-        sock.close()
-        error = OSError(code, os.strerror(code))
-    raise error
-
-
-def _resolve(address: tuple[str, int], deadline: float, should_stop: StopFn) -> list:
-    """socket.getaddrinfo on a daemon thread, waited in POLL_S slices: a name server that does not answer held
-    a Stop, and the request's timeout, for as long as the system's resolver waits (tens of seconds)."""
-    look_up = lambda: socket.getaddrinfo(*address, type=socket.SOCK_STREAM)  # noqa: E731
-    try:
-        ipaddress.ip_address(address[0])
-        return look_up()  # an address, not a name: nothing to wait on
-    except ValueError:
-        pass
-
-    def check() -> None:
-        if should_stop():
-            raise RequestCancelled
-        if time.monotonic() > deadline:
-            raise TimeoutError
-
-    return abandonable(look_up, "beamwise-resolve", check, POLL_S)
-
-
-def _wait_connected(sock: socket.socket, where: tuple, deadline: float, should_stop: StopFn) -> int:
-    """Start connecting, then wait in POLL_S slices: 0 once connected, else the error number."""
-    sock.setblocking(False)
-    code = sock.connect_ex(where)
-    if code not in IN_PROGRESS:
-        return code
-    _wait(sock, True, deadline, should_stop)
-    return sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-
-
-def _handshake(sock: socket.socket, host: str, deadline: float, should_stop: StopFn) -> ssl.SSLSocket:
-    """TLS on the connected, non-blocking `sock` (the system's certificates, the host's name checked)."""
-    tls = ssl.create_default_context().wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
-    try:
-        while True:
-            try:
-                tls.do_handshake()
-                return tls
-            except ssl.SSLWantReadError:
-                _wait(tls, False, deadline, should_stop)
-            except ssl.SSLWantWriteError:
-                _wait(tls, True, deadline, should_stop)
-    except BaseException:
-        tls.close()
-        raise
-
-
-def _wait(sock: socket.socket, write: bool, deadline: float, should_stop: StopFn) -> None:
-    """Until `sock` can be read (or written), asking `should_stop` every POLL_S; TimeoutError past `deadline`.
-    The third list: Windows says there that a connection failed."""
-    while not any(select.select([] if write else [sock], [sock] if write else [], [sock], POLL_S)):
-        if should_stop():
-            raise RequestCancelled
-        if time.monotonic() > deadline:
-            raise TimeoutError
-
-
-class _SlicedSocket(io.RawIOBase):
-    """The socket as HTTPResponse reads it: each read waits in POLL_S slices, asking `should_stop` between them,
-    and fails past `deadline`, so the whole answer comes within the timeout. A socket timeout alone bounds each
-    read: a server (or proxy) that sends a byte a second never trips it, and a Stop would wait for the end."""
-
-    def __init__(self, sock, deadline: float, should_stop: StopFn) -> None:
-        super().__init__()
-        self.sock, self.deadline, self.should_stop = sock, deadline, should_stop
-        self.left = MAX_ANSWER_BYTES  # a body without end would fill the memory before the deadline
-
-    def makefile(self, mode: str) -> io.BufferedReader:  # what HTTPResponse asks its socket for
-        return io.BufferedReader(self)
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        pending = getattr(self.sock, "pending", None)  # TLS: bytes already decrypted are not seen by select
-        if not (pending and pending()):
-            _wait(self.sock, False, self.deadline, self.should_stop)
-        count = self.sock.recv_into(buffer)
-        self.left -= count
-        if self.left < 0:
-            raise AnswerTooLarge
-        return count
-
-
 @dataclass(frozen=True)
 class ConnectionCheck:
     """What "Test connection" found: the served models and the time of a one-token completion."""
@@ -503,7 +369,7 @@ class ConnectionCheck:
 
     def sentence(self, config: ServerConfig) -> str:
         others = [m for m in self.served if m != config.served_model]
-        listed = f"; it also serves {_names(others)}" if others else ""
+        listed = f"; it also serves {model_names(others)}" if others else ""
         return (
             f"Connected: {config.served_model} at {config.endpoint} answered with log-probabilities "
             f"in {self.seconds:.2f} s{listed}."
@@ -518,147 +384,6 @@ def check_connection(config: ServerConfig, *, should_stop: StopFn = never) -> Co
     served = backend.check_model()
     backend.complete("Hello", max_tokens=1, stop=[], temperature=0.0, top_p=1.0, seed=0)
     return ConnectionCheck(served, time.perf_counter() - started)
-
-
-def _completion(choice: dict, usage: dict, stop: Sequence[str]) -> Completion:
-    """One choice -> text, token log-probabilities and whether the model ended the answer."""
-    text = choice.get("text") or ""
-    values = _token_logprobs(choice.get("logprobs"), text, usage)
-    reason = choice.get("finish_reason")
-    if "stop_reason" in choice:  # vLLM and SGLang: the matched stop string, or None / a token id for EOS
-        by_eos = reason == "stop" and choice["stop_reason"] not in stop
-    else:  # plain OpenAI shape: "stop" is both EOS and a stop string; the text says which
-        by_eos = reason == "stop" and not stop
-    at_stop = reason == "stop" and not by_eos and bool(stop)
-    top1 = _token_top1(choice.get("logprobs"), values)
-    return Completion(text, values, by_eos, at_stop, usage.get("prompt_tokens"), top1)
-
-
-def _usage(answer: dict) -> dict[str, int]:
-    """The answer's token counts that are counts: a server or proxy may send `usage` of another shape, or
-    text for a number, which would otherwise fail the run later as a fault in Beamwise."""
-    usage = answer.get("usage")
-    return {k: v for k, v in usage.items() if type(v) is int and v >= 0} if isinstance(usage, dict) else {}
-
-
-def _token_logprobs(logprobs: object, text: str, usage: dict) -> tuple[float, ...]:
-    """The sampled tokens' log-probabilities, in either shape servers answer /v1/completions with:
-    {"token_logprobs": [...]} (OpenAI's legacy shape, vLLM, SGLang) or {"content": [{"logprob"}]} (llama.cpp)."""
-    values = None
-    if isinstance(logprobs, dict) and isinstance(logprobs.get("token_logprobs"), list):
-        values = logprobs["token_logprobs"]
-    elif isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
-        values = [item.get("logprob") for item in logprobs["content"] if isinstance(item, dict)]
-    elif logprobs is None and not text and not usage.get("completion_tokens"):
-        values = []  # nothing was generated (llama.cpp then sends null)
-    if values is None:
-        raise LogprobsUnavailable("the server returned no token log-probabilities for /v1/completions.")
-    return tuple(_logprob(v) for v in values if v is not None)
-
-
-def _token_top1(logprobs: object, values: tuple[float, ...]) -> tuple[float, ...]:
-    """Each generated token's top-1 probability, from the per-position top log-probabilities (`logprobs`: 1 asks
-    for the most likely token; a server may add the sampled one): the largest of each position, at least the
-    sampled token's. () when the server sent none, or not one per token."""
-    positions = None
-    if isinstance(logprobs, dict) and isinstance(logprobs.get("top_logprobs"), list):
-        positions = [list(top.values()) if isinstance(top, dict) else [] for top in logprobs["top_logprobs"]]
-    elif isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
-        positions = [[i.get("logprob") for i in (item.get("top_logprobs") or []) if isinstance(i, dict)]
-                     for item in logprobs["content"] if isinstance(item, dict)]
-    if positions is None or len(positions) != len(values):
-        return ()
-    best = [max([_logprob(v) for v in top if v is not None] + [sampled])
-            for top, sampled in zip(positions, values, strict=True)]
-    return tuple(math.exp(lp) for lp in best)
-
-
-def _first_top_logprobs(logprobs: object) -> dict[str, float]:
-    """{token: log-probability} of the first generated position: {"top_logprobs": [{token: lp}, ...]} (OpenAI's
-    legacy shape, vLLM, SGLang) or {"content": [{"top_logprobs": [{"token", "logprob"}]}]} (llama.cpp)."""
-    if not isinstance(logprobs, dict):
-        return {}
-    legacy = logprobs.get("top_logprobs")
-    if isinstance(legacy, list) and legacy and isinstance(legacy[0], dict):
-        return {str(t): _logprob(v) for t, v in legacy[0].items() if v is not None}
-    content = logprobs.get("content")
-    if isinstance(content, list) and content and isinstance(content[0], dict):
-        items = content[0].get("top_logprobs") or []
-        return {str(i.get("token")): _logprob(i["logprob"]) for i in items if isinstance(i, dict) and "logprob" in i}
-    return {}
-
-
-def _logprob(value: object) -> float:
-    """A log-probability as the server sent it, checked: a number at most 0 (-inf included). Text or an object
-    would end the run as a fault in Beamwise; NaN, +inf or 5.0 would score paths with nonsense (NaN sorts
-    anywhere, exp(1e308) overflows)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) or value > ROUNDING:
-        raise ServerError(200, f"an answer whose log-probabilities are not log-probabilities (one is {value!r:.60})")
-    return min(float(value), 0.0)
-
-
-def _retry_after(value: str | None) -> float | None:
-    """The seconds a Retry-After header asks for: a number, or an HTTP date; None when there is none to read."""
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            return None
-        seconds = (when - datetime.now(UTC)).total_seconds()
-    return max(0.0, seconds) if math.isfinite(seconds) else None
-
-
-def _redirect(status: int, location: str | None) -> ServerError:
-    """A redirect is not followed: the request and its API key would go wherever the answer says. Before, its
-    empty body was read as 'an answer that is not JSON', which named neither the redirect nor where it led."""
-    return ServerError(
-        status,
-        f"a redirect to {location or 'an address it does not name'}, which Beamwise does not follow",
-        hint="Give the address the server redirects to as the endpoint (https:// where it says so).",
-    )
-
-
-def _detail(raw: bytes) -> str:
-    """The server's own words from an error body: OpenAI's {"error": {"message"}}, {"message"} or plain text."""
-    text = raw.decode(errors="replace")
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        return _one_line(_page_text(text))[:200]
-    if not isinstance(data, dict):
-        return _one_line(text)[:200]
-    message = data.get("message") or (data.get("error") or {})
-    if isinstance(message, dict):
-        message = message.get("message", "")
-    return _one_line(str(message or text))[:200]
-
-
-def _page_text(text: str) -> str:
-    """An HTML error page (a proxy's 502, a login page) as its words: its title, else its text without the tags,
-    instead of 200 characters of markup."""
-    if not re.search(r"<\s*(html|head|body|title|h1)\b", text[:2000], re.IGNORECASE):
-        return text
-    title = re.search(r"<title[^>]*>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
-    words = title.group(1) if title and title.group(1).strip() else re.sub(r"<[^>]*>", " ", text)
-    return html.unescape(words)
-
-
-def _names(models: Sequence[str], shown: int = 8) -> str:
-    """Served model names for a one-line message: a gateway may list hundreds, and a name may hold a newline."""
-    names = ", ".join(_one_line(name)[:80] for name in models[:shown])
-    return names + (f" and {len(models) - shown} more (GET /v1/models lists them)" if len(models) > shown else "")
-
-
-def _one_line(text: str) -> str:
-    """A server's words as one line: an HTML error page or a traceback spans many, which broke the one-line
-    error, and a control character (a NUL, an escape) is for the terminal, not the reader."""
-    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
 
 
 def _reason(error: Exception) -> str:
