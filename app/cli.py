@@ -7,10 +7,20 @@ import os
 import sys
 from collections.abc import Sequence
 
-from app import bench_cli, eval_cli, models_cli, plan_cli, sessions_cli
-from app.options import OneLineParser, UsageError, add_backend_options, add_search_options
-from app.threads import limit_threads
-from engine.errors import BeamwiseError
+
+def _interrupted() -> int:
+    """Ctrl+C: one line on stderr and status 130 (128 + SIGINT, as a shell reports it), never a traceback."""
+    print("beamwise: interrupted", file=sys.stderr)
+    return 130
+
+
+try:  # a Ctrl+C in a command's first ~0.3 s lands here (sqlite_utils, numpy) and printed a traceback
+    from app import bench_cli, eval_cli, models_cli, plan_cli, sessions_cli
+    from app.options import OneLineParser, UsageError, add_backend_options, add_search_options
+    from app.threads import limit_threads
+    from engine.errors import BeamwiseError
+except KeyboardInterrupt:
+    sys.exit(_interrupted())  # SystemExit ends the console script's `from app.cli import main` quietly
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,10 +100,10 @@ def _quiet_progress_bars() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The console script `beamwise` (pyproject's [project.scripts]; the packaged app starts it too)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    args = parser.parse_args(argv or ["gui"])
     try:
+        args = build_parser().parse_args(argv or ["gui"])
         if args.command in ("run", "eval", "gui", "bench"):  # every command that runs a model
             limit_threads(reserve=int(args.command == "gui"))  # torch's pool: the free cores, one kept for the window
             _quiet_progress_bars()
@@ -103,8 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"beamwise: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("beamwise: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted()
     except BrokenPipeError:  # `beamwise ... | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush cannot fail again
         return 0
