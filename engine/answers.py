@@ -4,34 +4,79 @@ The one place that knows how answers are written: `\\boxed{...}`, "The answer is
 "#### N", and, failing those, the last number in the text. A stated answer that is LaTeX stays
 text, unless it is a number in LaTeX's dress (`\\frac{1}{2}`, `\\$5`, `5\\%`, `\\text{5 apples}`). Numbers are
 normalised (thousands separators, a trailing ".0", a leading "+", a fraction in lowest terms) so "1,200",
-"1200.0" and "1200" vote together, and compared by value, so "1/2" and "0.5" are the same answer.
+"1 200", "1200.0" and "1200" vote together, and compared by value, so "1/2" and "0.5" are the same answer.
+A number is also read in scientific form ("2.5e-3", "2.5 \\times 10^{3}") and as a mixed number ("1 1/2");
+a stated answer may be in words ("The answer is eighteen.", engine/number_words.py), other text may not.
 """
 
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from fractions import Fraction
 
-_NUMBER = r"[-+]?\$?\d[\d,]*(?:\.\d+)?(?:/\d+)?|[-+]?\.\d+"  # "3/4" is one number, not 3
+from engine.number_words import spelled_number
+
+_SPACES = re.compile("[\u00a0\u2009\u202f]")  # no-break, thin and narrow no-break spaces: read as a space
+_MIXED = r"\d+ \d+/\d+"  # "1 1/2" is one and a half (a fraction that is not proper makes it two numbers)
+_SPACED = r"\d{1,3}(?: \d{3})+(?![\d/])(?:\.\d+)?"  # "1 000": groups of exactly three digits after one of 1-3
+_PLAIN = r"\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d{1,3}(?!\d)|/\d+)?"  # "3/4" is one number, not 3; "2.5e-3" too
+_NUMBER = rf"[-+]?\$?(?:{_MIXED}|{_SPACED}|{_PLAIN})|[-+]?\.\d+(?:[eE][-+]?\d{{1,3}}(?!\d))?"
 _BOXED = re.compile(r"\\boxed\s*\{")
 _STATED = re.compile(r"(?:the\s+(?:final\s+)?answer\s+is|answer\s*:)\s*:?\s*(.+)", re.IGNORECASE)
 _HASHES = re.compile(r"####\s*(.+)")
 _ANY_NUMBER = re.compile(_NUMBER)
+_TIMES_TEN = re.compile(r"(?<=\d)\s*(?:\\times|\\cdot|×|·|\*| x )\s*10\s*\^\s*\{?\s*([-+]?\d{1,3})\s*\}?")
 _LATEX_FRACTION = re.compile(r"\\[dt]?frac\s*\{\s*([-+]?\d+)\s*\}\s*\{\s*(\d+)\s*\}")
-_LATEX_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}")
-_LATEX_MARKS = re.compile(r"\\[,!; ()\[\]]|\\q?quad\b")  # thin spaces and the \( \) \[ \] math delimiters
+_LATEX_WRAPPER = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
+_LATEX_MARKS = re.compile(r"\\[,!; ()\[\]]|\\q?quad\b|\^\s*\{?\s*\\circ\s*\}?")  # thin spaces, \( \) \[ \], degrees
+_LATEX_OPERATORS = {"\\times": "×", "\\cdot": "*", "\\div": "÷", "{,}": ","}  # "1{,}000": a comma in math mode
 _MINUS = "\u2212"  # the Unicode minus sign some models write
 _WORKED = re.compile(r"\s*[-+]?\$?\d[\d,.]*\s*[-+*/×÷^x]\s*[-+]?\$?\d[^=]*=")  # "7 + 7 = 14": worked out
 
 
 def normalize_number(text: str) -> str | None:
-    """'1,200.00' -> '1200', '$5' -> '5', '-3.50' -> '-3.5', '6/4' -> '3/2'; None when `text` holds no number."""
-    match = _ANY_NUMBER.search(text.replace(_MINUS, "-"))
-    if match is None:
-        return None
-    raw = match.group(0).replace(",", "").replace("$", "").lstrip("+")
+    """'1,200.00' -> '1200', '$5' -> '5', '-3.50' -> '-3.5', '6/4' -> '3/2', '1 000' -> '1000', '2.5e-3' ->
+    '0.0025', '1 1/2' -> '3/2'; None when `text` holds no number."""
+    numbers = _numbers(text)
+    return _normal(numbers[0]) if numbers else None
+
+
+def _numbers(text: str) -> list[str]:
+    """The numbers of `text` as written, in order. '3 4/2' is two numbers: a mixed number's fraction is proper."""
+    numbers = []
+    text = _powers_of_ten(_SPACES.sub(" ", text.replace(_MINUS, "-")))
+    for raw in _ANY_NUMBER.findall(text):
+        whole, _, part = raw.rpartition(" ") if "/" in raw else ("", "", raw)
+        if whole and not _proper(part):
+            numbers += [whole, part]
+        else:
+            numbers.append(raw)
+    return numbers
+
+
+def _proper(fraction: str) -> bool:
+    numerator, denominator = fraction.split("/")
+    return int(numerator) < int(denominator)
+
+
+def _powers_of_ten(text: str) -> str:
+    """'2.5 × 10^3', '2.5 \\times 10^{3}' -> '2.5e3', so the number is read whole and not as its exponent."""
+    return _TIMES_TEN.sub(r"e\1", text)
+
+
+def _normal(raw: str) -> str:
+    """One number as written ('-$1,200.50', '1 000', '1 1/2', '1e3') in its normal form ('-1200.5', ...)."""
+    raw = raw.replace(",", "").replace("$", "").lstrip("+")
+    if " " in raw and "/" in raw:
+        whole, part = raw.split(" ")
+        value = abs(Fraction(whole)) + Fraction(part)
+        return str(-value if whole.startswith("-") else value)
+    raw = raw.replace(" ", "")
     if "/" in raw:
         return _fraction(raw)
+    if "e" in raw.lower():
+        raw = format(Decimal(raw), "f")
     if "." in raw:
         raw = raw.rstrip("0").rstrip(".") or "0"
     if raw.startswith("-") and raw.strip("-0.") == "":
@@ -73,8 +118,8 @@ def extract_answer(text: str) -> str | None:
     for found in (_boxed(text), _last(_STATED, text), _last(_HASHES, text)):
         if found is not None and found.strip():
             return _clean(found)
-    numbers = _ANY_NUMBER.findall(text.replace(_MINUS, "-"))
-    return normalize_number(numbers[-1]) if numbers else None
+    numbers = _numbers(text)
+    return _normal(numbers[-1]) if numbers else None
 
 
 def _last(pattern: re.Pattern[str], text: str) -> str | None:
@@ -84,10 +129,13 @@ def _last(pattern: re.Pattern[str], text: str) -> str | None:
 
 def _clean(found: str) -> str:
     """A stated answer: its first number, unless it is LaTeX (a fraction is not its numerator); a sum worked out
-    ("7 + 7 = 14") states what follows its last "="."""
+    ("7 + 7 = 14") states what follows its last "="; a number in words ("eighteen.") when that is all it says."""
     found = _plain_latex(found.replace(_MINUS, "-"))
     if _WORKED.match(found):
         found = found.rsplit("=", 1)[1]
+    spelled = spelled_number(found)
+    if spelled is not None:
+        return str(spelled)
     number = None if "\\" in found else normalize_number(found)
     if number is not None:
         return number
@@ -96,11 +144,20 @@ def _clean(found: str) -> str:
 
 def _plain_latex(text: str) -> str:
     """A number's LaTeX dress taken off: \\frac{1}{2} -> 1/2, \\$5 -> $5, 5\\% -> 5%, \\text{5 apples} -> 5 apples,
-    1\\,000 -> 1000, \\( 18 \\) -> 18; other LaTeX (\\sqrt{2}, \\pi) stays, so the answer stays text."""
-    text = _LATEX_FRACTION.sub(r"\1/\2", text)
+    1\\,000 and 1{,}000 -> 1000, 2.5 \\times 10^{3} -> 2.5e3, 45^\\circ -> 45, \\( 18 \\) -> 18; other LaTeX
+    (\\sqrt{2}, \\pi) stays, so the answer stays text."""
+    text = _LATEX_FRACTION.sub(_slashed, _powers_of_ten(text))
     text = _LATEX_WRAPPER.sub(r"\1", text)
     text = _LATEX_MARKS.sub("", text)
+    for latex, plain in _LATEX_OPERATORS.items():
+        text = text.replace(latex, plain)
     return text.replace("\\$", "$").replace("\\%", "%")
+
+
+def _slashed(fraction: re.Match[str]) -> str:
+    """\\frac{3}{4} -> 3/4; after a whole number, 2\\frac{3}{4} -> 2 3/4 (a mixed number, not 23/4)."""
+    after_digit = fraction.start() > 0 and fraction.string[fraction.start() - 1].isdigit()
+    return f"{' ' if after_digit else ''}{fraction.group(1)}/{fraction.group(2)}"
 
 
 def same_answer(predicted: str | None, expected: str) -> bool:

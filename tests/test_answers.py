@@ -65,6 +65,64 @@ def test_fractions_latex_numbers_and_unicode_minus_are_judged_by_value(text, exp
     assert same_answer(extract_answer(text), expected) is same
 
 
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("The answer is 1 000", "1000"),  # a space between thousands
+        ("The answer is 1\u2009000.", "1000"),  # a thin space
+        ("The answer is 1\u202f000 km", "1000"),  # a narrow no-break space
+        ("So she earns 12\u00a0345\u00a0678 in all", "12345678"),  # no-break spaces, in the text's last number
+        ("The answer is 10 000.5", "10000.5"),
+        ("\\boxed{1{,}000}", "1000"),  # LaTeX's comma in math mode
+        ("The answer is 3 4", "3"),  # two numbers: "4" is no group of three digits
+        ("The answer is 1234 567", "1234"),  # nor after a first group of four
+        ("We count 1 2 3", "3"),
+        ("The answer is 1e3", "1000"),
+        ("The answer is 2.5e-3", "0.0025"),
+        ("so the mass is 2.5E3", "2500"),
+        ("\\boxed{2.5 \\times 10^{3}}", "2500"),  # not its exponent, 3
+        ("so it is 2.5 × 10^-3", "0.0025"),
+        ("The answer is 1 1/2", "3/2"),  # a mixed number
+        ("\\boxed{2\\frac{3}{4}}", "11/4"),  # read 23/4 before
+        ("\\boxed{-1\\frac{1}{2}}", "-3/2"),
+        ("so 3 4/2", "2"),  # not a mixed number: its fraction is not proper
+        ("\\boxed{45^\\circ}", "45"),
+        ("The answer is 3 \\times 4 = 12", "12"),  # a sum worked out in LaTeX
+    ],
+)
+def test_spaced_thousands_scientific_and_mixed_numbers_are_read_whole(text, answer):
+    assert extract_answer(text) == answer
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("The answer is eighteen.", "18"),
+        ("\\boxed{eighteen}", "18"),
+        ("\\boxed{\\text{twenty-one}}", "21"),
+        ("#### one hundred", "100"),
+        ("The answer is a dozen.", "12"),
+        ("The final answer is three hundred and twenty-five apples.", "325"),
+        ("The answer is two thousand and twenty-four", "2024"),
+        ("The answer is minus five", "-5"),
+        ("The answer is two thirds.", "2/3"),
+        ("The answer is one and a half", "3/2"),
+        ("The answer is eighteen, since 3 * 6 = 18 and 2 more make 20", "18"),
+        ("One of the trains left at 3 and the other at 5", "5"),  # words count only where an answer is stated
+        ("The answer is one of the trains", "one of the trains"),  # not "one" followed by a unit
+        ("The answer is one two.", "one two"),
+        ("Answer: A", "a"),  # a choice, not a number
+        ("The answer is an integer.", "an integer"),
+    ],
+)
+def test_numbers_in_words_are_read_where_the_answer_is_stated(text, answer):
+    assert extract_answer(text) == answer
+
+
+def test_an_expected_answer_in_words_compares_by_value():
+    assert same_answer("18", "eighteen") and same_answer("0.5", "one half") and not same_answer("19", "eighteen")
+
+
 def _paths(*specs):
     return [
         Candidate(i + 1, None, 1, text=text, aggregate=score, finished=True) for i, (text, score) in enumerate(specs)
