@@ -12,13 +12,13 @@ a stated answer may be in words ("The answer is eighteen.", engine/number_words.
 from __future__ import annotations
 
 import re
+import unicodedata
 from decimal import Decimal
 from fractions import Fraction
 
 from engine.number_words import spelled_number
 
-_SPACES = re.compile("[\u00a0\u2009\u202f]")  # no-break, thin and narrow no-break spaces: read as a space
-_MIXED = r"\d+ \d+/\d+"  # "1 1/2" is one and a half (a fraction that is not proper makes it two numbers)
+_MIXED = r"\d+ [1-9]\d*/\d+"  # "1 1/2" is one and a half (a fraction that is not proper makes it two numbers)
 _SPACED = r"\d{1,3}(?: \d{3})+(?![\d/])(?:\.\d+)?"  # "1 000": groups of exactly three digits after one of 1-3
 _PLAIN = r"\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d{1,3}(?!\d)|/\d+)?"  # "3/4" is one number, not 3; "2.5e-3" too
 _NUMBER = rf"[-+]?\$?(?:{_MIXED}|{_SPACED}|{_PLAIN})|[-+]?\.\d+(?:[eE][-+]?\d{{1,3}}(?!\d))?"
@@ -27,11 +27,13 @@ _STATED = re.compile(r"(?:the\s+(?:final\s+)?answer\s+is|answer\s*:)\s*:?\s*(.+)
 _HASHES = re.compile(r"####\s*(.+)")
 _ANY_NUMBER = re.compile(_NUMBER)
 _TIMES_TEN = re.compile(r"(?<=\d)\s*(?:\\times|\\cdot|×|·|\*| x )\s*10\s*\^\s*\{?\s*([-+]?\d{1,3})\s*\}?")
-_LATEX_FRACTION = re.compile(r"\\[dt]?frac\s*\{\s*([-+]?\d+)\s*\}\s*\{\s*(\d+)\s*\}")
+_LATEX_FRACTION = re.compile(r"\\[dt]?frac\s*(?:\{\s*([-+]?\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d))")  # \frac34 too
 _LATEX_WRAPPER = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
 _LATEX_MARKS = re.compile(r"\\[,!; ()\[\]]|\\q?quad\b|\^\s*\{?\s*\\circ\s*\}?")  # thin spaces, \( \) \[ \], degrees
 _LATEX_OPERATORS = {"\\times": "×", "\\cdot": "*", "\\div": "÷", "{,}": ","}  # "1{,}000": a comma in math mode
-_MINUS = "\u2212"  # the Unicode minus sign some models write
+# Unicode some models write: the minus sign, the fraction slash, and no-break, thin and narrow no-break spaces
+_LOOKALIKES = str.maketrans({"\u2212": "-", "\u2044": "/", "\u00a0": " ", "\u2009": " ", "\u202f": " "})
+_VULGAR = re.compile("[½⅓⅔¼¾⅕⅖⅗⅘⅙⅚⅛⅜⅝⅞]")  # "1½" is one and a half
 _WORKED = re.compile(r"\s*[-+]?\$?\d[\d,.]*\s*[-+*/×÷^x]\s*[-+]?\$?\d[^=]*=")  # "7 + 7 = 14": worked out
 
 
@@ -45,7 +47,7 @@ def normalize_number(text: str) -> str | None:
 def _numbers(text: str) -> list[str]:
     """The numbers of `text` as written, in order. '3 4/2' is two numbers: a mixed number's fraction is proper."""
     numbers = []
-    text = _powers_of_ten(_SPACES.sub(" ", text.replace(_MINUS, "-")))
+    text = _powers_of_ten(_plain_text(text))
     for raw in _ANY_NUMBER.findall(text):
         whole, _, part = raw.rpartition(" ") if "/" in raw else ("", "", raw)
         if whole and not _proper(part):
@@ -58,6 +60,20 @@ def _numbers(text: str) -> list[str]:
 def _proper(fraction: str) -> bool:
     numerator, denominator = fraction.split("/")
     return int(numerator) < int(denominator)
+
+
+def _plain_text(text: str) -> str:
+    """Unicode's look-alikes as ASCII ('\u2212 5' -> '-5', '1\u2009000' -> '1 000', '1½' -> '1 1/2')."""
+    return _VULGAR.sub(lambda part: _after_digit(part) + _vulgar(part.group(0)), text.translate(_LOOKALIKES))
+
+
+def _vulgar(character: str) -> str:
+    return str(Fraction(unicodedata.numeric(character)).limit_denominator(8))
+
+
+def _after_digit(match: re.Match[str]) -> str:
+    """A space when `match` follows a digit: a whole number and a fraction written together are a mixed number."""
+    return " " if match.start() > 0 and match.string[match.start() - 1].isdigit() else ""
 
 
 def _powers_of_ten(text: str) -> str:
@@ -130,7 +146,7 @@ def _last(pattern: re.Pattern[str], text: str) -> str | None:
 def _clean(found: str) -> str:
     """A stated answer: its first number, unless it is LaTeX (a fraction is not its numerator); a sum worked out
     ("7 + 7 = 14") states what follows its last "="; a number in words ("eighteen.") when that is all it says."""
-    found = _plain_latex(found.replace(_MINUS, "-"))
+    found = _plain_latex(_plain_text(found)).replace("**", "")  # Markdown's bold: "**Answer:** 18"
     if _WORKED.match(found):
         found = found.rsplit("=", 1)[1]
     spelled = spelled_number(found)
@@ -155,9 +171,9 @@ def _plain_latex(text: str) -> str:
 
 
 def _slashed(fraction: re.Match[str]) -> str:
-    """\\frac{3}{4} -> 3/4; after a whole number, 2\\frac{3}{4} -> 2 3/4 (a mixed number, not 23/4)."""
-    after_digit = fraction.start() > 0 and fraction.string[fraction.start() - 1].isdigit()
-    return f"{' ' if after_digit else ''}{fraction.group(1)}/{fraction.group(2)}"
+    """\\frac{3}{4} and \\frac34 -> 3/4; after a whole number, 2\\frac{3}{4} -> 2 3/4 (a mixed number, not 23/4)."""
+    numerator, denominator = fraction.group(1) or fraction.group(2), fraction.group(3) or fraction.group(4)
+    return f"{_after_digit(fraction)}{numerator}/{denominator}"
 
 
 def same_answer(predicted: str | None, expected: str) -> bool:

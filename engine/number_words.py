@@ -20,7 +20,7 @@ _PARTS = {"half": 2, "halves": 2, "third": 3, "thirds": 3, "quarter": 4, "quarte
           "ninth": 9, "ninths": 9, "tenth": 10, "tenths": 10}
 _WORD = re.compile(r"[a-z]+")
 _SEPARATOR = re.compile(r"[\s-]+")
-_ENDS = re.compile(r"\s*(?:[a-z]+\s*)?(?:[.,;:!?)]|$)")  # what may follow: nothing, punctuation, or one unit word
+_ENDS = re.compile(r"\s*(?:[a-z]+\s*)?(?:[.,;:!?)*]|$)")  # what may follow: nothing, punctuation, or one unit word
 
 
 def spelled_number(text: str) -> Fraction | None:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+from fractions import Fraction
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.answers import extract_answer, normalize_number, same_answer
 from engine.candidate import Candidate
@@ -158,3 +163,108 @@ def test_votes_fall_back_to_best_without_answers_and_finished_paths_come_first()
     assert [c.id for c in final_pool([unfinished])] == [9]
     with pytest.raises(ValueError, match="use best, majority or weighted"):
         choose(pool, "mode", _text)
+
+
+# Drawn answers: a number written the ways models write it, stated after a solution's other numbers.
+
+_ONES = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen " \
+        "seventeen eighteen nineteen".split()
+_TENS_WORDS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+
+
+def _in_words(n: int) -> str:
+    """0 <= n < 1,000,000 in English words, written here apart from engine/number_words.py."""
+    if n >= 1000:
+        rest = n % 1000
+        return f"{_in_words(n // 1000)} thousand" + (f" {_in_words(rest)}" if rest else "")
+    if n >= 100:
+        rest = n % 100
+        return f"{_ONES[n // 100]} hundred" + (f" and {_in_words(rest)}" if rest else "")
+    if n >= 20:
+        return _TENS_WORDS[n // 10 - 2] + (f"-{_ONES[n % 10]}" if n % 10 else "")
+    return _ONES[n]
+
+
+def _grouped(n: int, separator: str) -> str:
+    sign, digits = ("-" if n < 0 else ""), f"{abs(n):,}"
+    return sign + digits.replace(",", separator)
+
+
+def _integer_forms(n: int) -> list[tuple[str, bool]]:
+    """(form, plain): plain forms may also stand as a text's last number, without a statement."""
+    minus = "\u2212" if n < 0 else ""
+    forms = [(str(n), True), (f"{n:,}", True), (f"{n}.0", True), (f"{n:,}.00", True), (f"{n} km/h", True),
+             (f"{n} apples", True), (f"{minus}{abs(n)}" if n < 0 else f"+{n}", True), (f"\\text{{{n} apples}}", False),
+             (_grouped(n, "{,}"), False), (_grouped(n, "\\,"), False), (f"{n}\\%", False), (f"{n}%", True)]
+    forms += [(_grouped(n, space), True) for space in (" ", "\u2009", "\u202f", "\u00a0")]
+    forms += [(f"-${abs(n):,}", True) if n < 0 else (f"${n:,}", True), (f"\\${n}", False), (f"**{n}**", False),
+              (f"${n}$", False), (f"x = {n}", False), (f"\\mathbf{{{n}}}", False), (f"{n} \\text{{ km/h}}", False),
+              (f"{n}\\,\\mathrm{{cm}}^2", False), (f"\\({n}\\)", False)]
+    if abs(n) < 1_000_000:
+        words = _in_words(abs(n))
+        forms += [(words, False), (f"**{words.capitalize()}**", False)] if n >= 0 else [(f"minus {words}", False)]
+    if n in (12, 24):
+        forms.append(("a dozen" if n == 12 else "two dozen", False))
+    if n and n % 100 == 0:
+        mantissa, exponent = n, 0
+        while mantissa % 10 == 0:
+            mantissa, exponent = mantissa // 10, exponent + 1
+        forms += [(f"{mantissa}e{exponent}", True), (f"{mantissa} \\times 10^{{{exponent}}}", False),
+                  (f"{mantissa} × 10^{exponent}", True), (f"{mantissa}E+{exponent}", True),
+                  (f"{mantissa} \\cdot 10^{exponent}", False)]
+    return forms
+
+
+def _fraction_forms(value: Fraction) -> list[tuple[str, bool]]:
+    """(form, plain) of a fraction that is not whole: slashes, LaTeX, mixed numbers, decimals, words, ½."""
+    p, q, sign = abs(value.numerator), value.denominator, "-" if value < 0 else ""
+    forms = [(f"{sign}{p}/{q}", True), (f"{sign}\\frac{{{p}}}{{{q}}}", False), (f"{sign}\\dfrac{{{p}}}{{{q}}}", False),
+             (f"\\frac{{{sign}{p}}}{{{q}}}", False)]
+    if p > q:
+        forms += [(f"{sign}{p // q} {p % q}/{q}", True), (f"{sign}{p // q}\\frac{{{p % q}}}{{{q}}}", False)]
+    if 10**6 % q == 0:
+        forms.append((f"{sign}{Decimal(p) / Decimal(q)}", True))
+    if 100 % q == 0:
+        forms.append((f"{sign}${Decimal(p) / Decimal(q):.2f}", True))
+    if p < 10 and q < 10:
+        forms += [(f"{sign}\\frac{p}{q}", False), (f"{sign}\\tfrac{{{p}}}{q}", False)]
+    forms += [(f"\u2212\\frac{{{p}}}{{{q}}}", False)] if sign else []
+    forms += [(f"{sign}{p}\u2044{q}", True)]  # the fraction slash
+    if not sign and q in (2, 3, 4) and p < 20:  # "one half", "three halves", "five quarters"
+        part = {2: ("half", "halves"), 3: ("third", "thirds"), 4: ("quarter", "quarters")}[q][p > 1]
+        forms.append((f"{_in_words(p)} {part}", False))
+    vulgar = {Fraction(1, 2): "½", Fraction(1, 4): "¼", Fraction(3, 4): "¾", Fraction(1, 3): "⅓", Fraction(2, 3): "⅔"}
+    if Fraction(p % q, q) in vulgar:
+        forms += [(f"{sign}{p // q or ''}{vulgar[Fraction(p % q, q)]}", True)]
+    return forms
+
+
+_STATEMENTS = ["The answer is {}.", "The final answer is {}", "Answer: {}", "#### {}", "\\boxed{{{}}}",
+               "Therefore the answer is $\\boxed{{{}}}$.", "**Answer:** {}", "The answer is: {}\nI hope it helps."]
+
+
+@st.composite
+def _solutions(draw):
+    """(a solution's text, the value it states): an integer or a fraction in one of its forms, after some work."""
+    if draw(st.booleans()):
+        value = Fraction(draw(st.integers(-10**7, 10**7)))
+        forms = _integer_forms(int(value))
+    else:
+        value = Fraction(draw(st.integers(-500, 500).filter(bool)), draw(st.integers(2, 16)))
+        if value.denominator == 1:
+            value += Fraction(1, 3)
+        forms = _fraction_forms(value)
+    form, plain = draw(st.sampled_from(forms))
+    a, b = draw(st.integers(0, 99)), draw(st.integers(2, 12))
+    work = f"Tom buys {a} bags of {b} apples, so {a} * {b} = {a * b} apples.\n\n"
+    if plain and draw(st.booleans()):
+        return work + f"So the result is {form}", value
+    return work + draw(st.sampled_from(_STATEMENTS)).format(form), value
+
+
+@settings(max_examples=400, deadline=None)
+@given(_solutions())
+def test_an_answer_in_any_of_its_forms_is_judged_as_its_plain_value(drawn):
+    """Extraction and comparison together, as `beamwise eval` grades: every form reads as the plain number."""
+    text, value = drawn
+    assert same_answer(extract_answer(text), str(value)), extract_answer(text)
