@@ -20,7 +20,7 @@ from engine.number_words import spelled_number
 
 _MIXED = r"\d+ [1-9]\d*/\d+"  # "1 1/2" is one and a half (a fraction that is not proper makes it two numbers)
 _SPACED = r"\d{1,3}(?: \d{3})+(?![\d/])(?:\.\d+)?"  # "1 000": groups of exactly three digits after one of 1-3
-_PLAIN = r"\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d{1,3}(?!\d)|/\d+)?"  # "3/4" is one number, not 3; "2.5e-3" too
+_PLAIN = r"(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\d{1,3}(?!\d)|/\d+)?"  # 1,200; 3/4 (not 3); 2.5e-3
 _NUMBER = rf"[-+]?\$?(?:{_MIXED}|{_SPACED}|{_PLAIN})|[-+]?\.\d+(?:[eE][-+]?\d{{1,3}}(?!\d))?"
 _BOXED = re.compile(r"\\boxed\s*\{")
 _STATED = re.compile(r"(?:the\s+(?:final\s+)?answer\s+is|answer\s*:)\s*:?\s*(.+)", re.IGNORECASE)
@@ -29,11 +29,14 @@ _ANY_NUMBER = re.compile(_NUMBER)
 _TIMES_TEN = re.compile(r"(?<=\d)\s*(?:\\times|\\cdot|×|·|\*| x )\s*10\s*\^\s*\{?\s*([-+]?\d{1,3})\s*\}?")
 _LATEX_FRACTION = re.compile(r"\\[dt]?frac\s*(?:\{\s*([-+]?\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d))")  # \frac34 too
 _LATEX_WRAPPER = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
-_LATEX_MARKS = re.compile(r"\\[,!; ()\[\]]|\\q?quad\b|\^\s*\{?\s*\\circ\s*\}?")  # thin spaces, \( \) \[ \], degrees
+_LATEX_MARKS = re.compile(r"\\[,!; ()\[\]]|\\q?quad\b|\\left\b|\\right\b|\^\s*\{?\s*\\circ\s*\}?")  # \, \( ^\circ
 _LATEX_OPERATORS = {"\\times": "×", "\\cdot": "*", "\\div": "÷", "{,}": ","}  # "1{,}000": a comma in math mode
 # Unicode some models write: the minus sign, the fraction slash, and no-break, thin and narrow no-break spaces
 _LOOKALIKES = str.maketrans({"\u2212": "-", "\u2044": "/", "\u00a0": " ", "\u2009": " ", "\u202f": " "})
 _VULGAR = re.compile("[½⅓⅔¼¾⅕⅖⅗⅘⅙⅚⅛⅜⅝⅞]")  # "1½" is one and a half
+_SCALE_WORDS = re.compile(r"(?<=\d)\s*(thousand|million|billion)\b", re.IGNORECASE)  # "1.5 million"
+_SCALES = {"thousand": "e3", "million": "e6", "billion": "e9"}
+_LIST = re.compile(rf"([(\[]?)\s*((?:{_NUMBER})(?:\s*[,;]\s*(?:{_NUMBER}))+)\s*([)\]]?)\.?")  # "(2, 3)", "1, 4, 9"
 _WORKED = re.compile(r"\s*[-+]?\$?\d[\d,.]*\s*[-+*/×÷^x]\s*[-+]?\$?\d[^=]*=")  # "7 + 7 = 14": worked out
 
 
@@ -63,8 +66,10 @@ def _proper(fraction: str) -> bool:
 
 
 def _plain_text(text: str) -> str:
-    """Unicode's look-alikes as ASCII ('\u2212 5' -> '-5', '1\u2009000' -> '1 000', '1½' -> '1 1/2')."""
-    return _VULGAR.sub(lambda part: _after_digit(part) + _vulgar(part.group(0)), text.translate(_LOOKALIKES))
+    """Unicode's look-alikes as ASCII ('\u2212 5' -> '-5', '1\u2009000' -> '1 000', '1½' -> '1 1/2'), and a number's
+    scale word as its power of ten ('1.5 million' -> '1.5e6')."""
+    text = _SCALE_WORDS.sub(lambda scale: _SCALES[scale.group(1).lower()], text.translate(_LOOKALIKES))
+    return _VULGAR.sub(lambda part: _after_digit(part) + _vulgar(part.group(0)), text)
 
 
 def _vulgar(character: str) -> str:
@@ -152,10 +157,22 @@ def _clean(found: str) -> str:
     spelled = spelled_number(found)
     if spelled is not None:
         return str(spelled)
+    if listed := _listed(found):
+        return listed
     number = None if "\\" in found else normalize_number(found)
     if number is not None:
         return number
     return found.strip().rstrip(".").strip().lower()
+
+
+def _listed(found: str) -> str | None:
+    """A stated answer that is only numbers between commas, '(2,5)' or '1, 4, 9', as '(2, 5)' and '1, 4, 9'; else
+    None. It was read as its first number, so "(2, 5)" matched "(2, 3)". '1,000' is one number, not a list."""
+    listed = _LIST.fullmatch(found.strip())
+    numbers = _ANY_NUMBER.findall(listed.group(2)) if listed else []
+    if len(numbers) < 2:
+        return None
+    return listed.group(1) + ", ".join(_normal(number) for number in numbers) + listed.group(3)
 
 
 def _plain_latex(text: str) -> str:

@@ -93,6 +93,8 @@ def test_fractions_latex_numbers_and_unicode_minus_are_judged_by_value(text, exp
         ("so 3 4/2", "2"),  # not a mixed number: its fraction is not proper
         ("\\boxed{45^\\circ}", "45"),
         ("The answer is 3 \\times 4 = 12", "12"),  # a sum worked out in LaTeX
+        ("The answer is 1.5 million", "1500000"),
+        ("So the city has 2 Billion people", "2000000000"),
     ],
 )
 def test_spaced_thousands_scientific_and_mixed_numbers_are_read_whole(text, answer):
@@ -122,6 +124,23 @@ def test_spaced_thousands_scientific_and_mixed_numbers_are_read_whole(text, answ
 )
 def test_numbers_in_words_are_read_where_the_answer_is_stated(text, answer):
     assert extract_answer(text) == answer
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "same"),
+    [
+        ("The answer is (2, 5)", "(2, 3)", False),  # both were read as their first number, 2: judged right
+        ("\\boxed{(2, 3)}", "(2,3)", True),  # "(2,3)" was 23 and "(2, 3)" 2: judged wrong
+        ("\\boxed{\\left( 2, \\frac{1}{2} \\right)}", "(2, 0.5)", False),  # a list is compared as written
+        ("\\boxed{\\left( 2, \\frac{1}{2} \\right)}", "(2, 1/2)", True),
+        ("The answer is 1, 4, 9.", "1,4,9", True),
+        ("The answer is 2, 3", "2", False),  # two answers are not the one expected
+        ("The answer is 1,000", "1000", True),  # thousands, not a list
+        ("The answer is 18, 3 more than 15", "18", True),  # a list only when it is all the answer says
+    ],
+)
+def test_an_answer_of_several_numbers_is_compared_whole(text, expected, same):
+    assert same_answer(extract_answer(text), expected) is same
 
 
 def test_an_expected_answer_in_words_compares_by_value():
@@ -203,6 +222,8 @@ def _integer_forms(n: int) -> list[tuple[str, bool]]:
     if abs(n) < 1_000_000:
         words = _in_words(abs(n))
         forms += [(words, False), (f"**{words.capitalize()}**", False)] if n >= 0 else [(f"minus {words}", False)]
+    if abs(n) >= 10**6 and n % 10**5 == 0:
+        forms.append((f"{Decimal(n) / 10**6} million", True))
     if n in (12, 24):
         forms.append(("a dozen" if n == 12 else "two dozen", False))
     if n and n % 100 == 0:
@@ -247,7 +268,8 @@ _STATEMENTS = ["The answer is {}.", "The final answer is {}", "Answer: {}", "###
 def _solutions(draw):
     """(a solution's text, the value it states): an integer or a fraction in one of its forms, after some work."""
     if draw(st.booleans()):
-        value = Fraction(draw(st.integers(-10**7, 10**7)))
+        round_ones = st.builds(lambda k, zeros: k * 10**zeros, st.integers(-99, 99), st.integers(2, 6))  # 2.5e5
+        value = Fraction(draw(st.one_of(st.integers(-10**7, 10**7), st.integers(-999, 999), round_ones)))
         forms = _integer_forms(int(value))
     else:
         value = Fraction(draw(st.integers(-500, 500).filter(bool)), draw(st.integers(2, 16)))
