@@ -193,14 +193,15 @@ def _slashed(fraction: re.Match[str]) -> str:
     return f"{_after_digit(fraction)}{numerator}/{denominator}"
 
 
+def answer_key(answer: str) -> str:
+    """The form two answers share when they are the same answer: a number as its exact value ('0.5', '1/2' and
+    '2/4' -> '1/2'), other text as it is. Majority votes count by it, so "1/2" and "0.5" are one vote."""
+    try:
+        return str(Fraction(answer))
+    except (ValueError, ZeroDivisionError):
+        return answer
+
+
 def same_answer(predicted: str | None, expected: str) -> bool:
     """Whether a predicted answer equals the expected one (numbers compared by value)."""
-    if predicted is None:
-        return False
-    want = _clean(expected)
-    if predicted == want:
-        return True
-    try:
-        return Fraction(predicted) == Fraction(want)
-    except (ValueError, ZeroDivisionError):
-        return False
+    return predicted is not None and answer_key(predicted) == answer_key(_clean(expected))

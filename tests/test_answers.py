@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.answers import extract_answer, normalize_number, same_answer
+from engine.answers import answer_key, extract_answer, normalize_number, same_answer
 from engine.candidate import Candidate
 from engine.methods.selection import choose, final_pool
 
@@ -165,6 +165,16 @@ def test_best_takes_the_highest_score():
 def test_majority_takes_the_commonest_answer_and_its_best_path():
     pool = _paths(("The answer is 5", 0.9), ("The answer is 6", 0.3), ("The answer is 6.0", 0.4))
     assert choose(pool, "majority", _text).id == 3
+
+
+def test_votes_count_an_answer_by_its_value_in_every_form():
+    """Before, votes were counted by the answer's text: '1/2', '0.5' and '\\frac{2}{4}' were three answers of
+    one vote each, and the lone 0.75 won on its score although three paths said one half."""
+    pool = _paths(("The answer is 0.75", 0.9), ("The answer is 1/2", 0.3), ("The answer is 0.5", 0.4),
+                  ("\\boxed{\\frac{2}{4}}", 0.25))
+    assert choose(pool, "majority", _text).id == 3  # the best-scoring path of the winning answer
+    assert choose(pool, "weighted", _text).id == 3  # 0.9 against 0.3 + 0.4 + 0.25
+    assert answer_key("0.5") == answer_key("1/2") == "1/2" and answer_key("(2, 5)") == "(2, 5)"
 
 
 def test_weighted_adds_scores_per_answer():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from engine.answers import extract_answer
+from engine.answers import answer_key, extract_answer
 from engine.candidate import Candidate
 from engine.methods.base import ranked
 
@@ -19,7 +19,7 @@ def choose(pool: Sequence[Candidate], how: str, text_of: Callable[[Candidate], s
     """The winning candidate of `pool` (non-empty).
 
     `best`: the highest aggregated score. `majority`: the answer most paths state (see
-    engine/answers.py), `weighted`: the answer whose paths' scores add up highest; either vote
+    engine/answers.py; counted by value), `weighted`: the answer whose paths' scores add up highest; either vote
     returns the best-scoring path stating the winning answer, and falls back to `best` when no
     path states an answer. Ties between answers go to the one whose best path scores higher.
     """
@@ -34,6 +34,7 @@ def choose(pool: Sequence[Candidate], how: str, text_of: Callable[[Candidate], s
         answer = extract_answer(text_of(candidate))
         if answer is None:
             continue
+        answer = answer_key(answer)  # "1/2" and "0.5" are one answer
         votes[answer] = votes.get(answer, 0.0) + (candidate.aggregate if how == "weighted" else 1.0)
         first.setdefault(answer, candidate)
     if not votes:
