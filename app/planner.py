@@ -11,19 +11,20 @@ can act on.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import app.formatting as fmt
 from app.model_facts import ModelFacts, facts_of
 from app.plan_run import planned_run
-from app.prompt_size import PromptSize, prompt_size, reads_per_token
+from app.prompt_size import PromptSize, prompt_size, verifier_reading
 from engine.chat import Turn
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import KVBudgetTooSmall
 from engine.kv.cache import CUDA_MARGIN, auto_policy, one_candidate_bytes, policy_whole_bytes, search_kv_bytes
 from engine.kv.headwise_traffic import HeadwiseTraffic, KVGeometry, headwise_traffic
-from engine.kv.split import emulated_budget, split_budget, verifier_group_bytes
+from engine.kv.split import VerifierShape, emulated_budget, share_too_small, split_budget
 from engine.verifiers.families import checked_prm_folder
 from engine.verifiers.fit import WeightsDoNotFit, pair_does_not_fit
 
@@ -139,15 +140,19 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
     whole = search_kv_bytes(prompt, search, cache, gen.kv_token_bytes, cascade=True)  # engine.models routes to it
     on_cpu = search.verifier_device == "cpu"
     judge_kv = gen if search.verifier == "self-judge" else prm  # self-judge keeps the generator's own KV
-    reads = reads_per_token(model.source, search.verifier, search.verifier_model) if judge_kv and not on_cpu else 1
-    batch, row = (0, 0) if judge_kv is None or on_cpu else _verifier_batch(prompt, search, judge_kv, reads)
+    shape = None if judge_kv is None or on_cpu else _verifier_shape(model.source, search, judge_kv, question, prompt)
+    steps = search.max_steps + search.lookahead  # a roll-out's steps are verified too
+    batch, row = (0, 0) if shape is None else (shape.share_bytes(search.candidates_per_step, search.step_tokens, steps),
+                                               shape.row_bytes(search.step_tokens, steps))
     activations = _activations(gen, prompt, search.candidates_per_step)
     fixed = gen.weights_bytes + (prm.weights_bytes if prm and not on_cpu else 0) + activations
     budget = cache.kv_budget_bytes or _automatic_budget(
         info, policy_whole_bytes(cache.policy, whole, prompt, search, gen.kv_token_bytes, gen.kv.num_layers), batch,
         cache.verifier_kv_share, fixed)
     try:
-        verifier_kv, too_small = split_budget(budget, cache.verifier_kv_share, batch, row).verifier_bytes, None
+        verifier_kv = split_budget(budget, cache.verifier_kv_share, batch, row).verifier_bytes
+        share = cache.verifier_kv_share
+        too_small = _share_refusal(shape, search, verifier_kv, budget, share) if share and shape else None
     except KVBudgetTooSmall as error:  # the run refuses it before its first step
         verifier_kv, too_small = budget // 2, f"It cannot run with these settings: {error.user_message()}"
     one = one_candidate_bytes(prompt, search, gen.kv_token_bytes, cache.block_size)
@@ -203,19 +208,35 @@ def _automatic_budget(info: DeviceInfo, whole: int, batch: int, share: float | N
     return max(info.memory_bytes - fixed - CUDA_MARGIN, 1)
 
 
-def _verifier_batch(prompt: int, search: SearchConfig, verifier: ModelFacts, reads: int) -> tuple[int, int]:
-    """One verification group at the last step, a roll-out's included, and one row whose steps read in `reads`
-    tokens a generator token: the engine's share and its least (engine/kv/split.py) with its default batch and
-    block size, each step counted with a few tokens of the verifier's own around it and the question as the
-    generator's prompt. `verifier`: the PRM, or for self-judge the generator."""
-    def need(rows: int, step_tokens: int) -> int:
-        return verifier_group_bytes(block_size=VERIFIER_BLOCK, token_bytes=verifier.kv_token_bytes, rows=rows,
-                                    batch_size=VERIFIER_BATCH, prefix=prompt, per_step=STEP_TAG_TOKENS,
-                                    probe=STEP_TAG_TOKENS, step_tokens=step_tokens,
-                                    steps=search.max_steps + search.lookahead)
+def _verifier_shape(source: str, search: SearchConfig, verifier: ModelFacts, question: str | None, prompt: int
+                    ) -> VerifierShape:  # fmt: skip
+    """What sizes the verifier's share, as the run sizes it (engine/kv/split.py) with its default batch and block
+    size: the tokens its own layout reads (app.prompt_size.verifier_reading), or where its tokenizer cannot be
+    read, the generator's whole prompt as the question and a few tokens of the verifier's own around a step.
+    `verifier`: the PRM, or for self-judge the generator."""
+    reading = verifier_reading(source, search.verifier, search.verifier_model, question)
+    if reading is None:
+        return VerifierShape(verifier.kv_token_bytes, prompt, STEP_TAG_TOKENS, STEP_TAG_TOKENS, 1, VERIFIER_BLOCK,
+                             VERIFIER_BATCH)
+    return VerifierShape(verifier.kv_token_bytes, reading.prefix, reading.per_step, reading.probe,
+                         reading.reads_per_token, VERIFIER_BLOCK, VERIFIER_BATCH)
 
-    row = need(1, search.step_tokens * reads)
-    return max(need(search.candidates_per_step, search.step_tokens), row), row
+
+def _share_refusal(shape: VerifierShape, search: SearchConfig, share_bytes: int, budget: int, share: float
+                   ) -> str | None:  # fmt: skip
+    """Why a `share` the user set cannot run: its `share_bytes` do not hold one path (each step read in k
+    tokens), and the run refuses the first arena that does not fit when it comes, in these words; with the
+    share or budget that holds the path at its last step."""
+    widths = shape.path_widths(search.step_tokens, search.max_steps + search.lookahead)
+    refused = next((width for width in widths if shape.arena_bytes(1, width) > share_bytes), None)
+    if refused is None:
+        return None
+    error = share_too_small(share_bytes, 1, refused, shape.arena_bytes(1, refused))
+    need = shape.arena_bytes(1, widths[-1])
+    holds = f"a KV budget of {fmt.size(math.ceil(need / share))} at this share"
+    if need < budget:
+        holds = f"--verifier-kv-share {math.ceil(100 * need / budget) / 100:g} or {holds}"
+    return f"It cannot run with these settings: {error} {error.hint} With {holds}, the verifier's part holds one path."
 
 
 def _activations(gen: ModelFacts, prompt: int, candidates: int) -> int:

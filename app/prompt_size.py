@@ -65,21 +65,44 @@ def _tokenizer(source: str):
     return load_tokenizer(source)
 
 
-@functools.lru_cache(maxsize=4)
-def reads_per_token(source: str, verifier: str, verifier_model: str | None) -> int:
-    """The most tokens the verifier reads one of the generator's tokens as (engine/verifiers/reading.py),
-    from the two tokenizers without weights, as the run measures it; 1 (a step read in as many tokens as the
-    generator wrote) where one cannot be read, or the verifier reads no text."""
+@dataclass(frozen=True)
+class VerifierReading:
+    """What the verifier reads of a path, counted by the layout its run builds: the tokens its format adds (the
+    question as it reads it, around a step, the probe) and the most tokens it reads a generator token as."""
+
+    prefix: int
+    per_step: int
+    probe: int
+    reads_per_token: int
+
+
+def verifier_reading(source: str, verifier: str, verifier_model: str | None, question: str | None
+                     ) -> VerifierReading | None:  # fmt: skip
+    """How the verifier reads `question`'s paths for the generator at `source`, from the tokenizers without
+    weights (engine.verifiers.verifier_layout, engine.verifiers.reading), as the run counts them; None where a
+    tokenizer cannot be read or the verifier reads no text. A run's verifier reads the new question alone, in
+    its own format; with no question yet, a typical question's tokens stand for it."""
     from engine.errors import BeamwiseError
-    from engine.verifiers.families import load_prm_tokenizer
-    from engine.verifiers.reading import most_tokens_per_token
+    from engine.verifiers.path_kv import format_tokens
+    from engine.verifiers.reading import reads_per_token
+
+    try:
+        layout = _layout(source, verifier, verifier_model)
+    except (BeamwiseError, OSError, ValueError):
+        return None
+    if layout is None:
+        return None
+    with _COUNTING:
+        prefix, per_step, probe = format_tokens(layout, question or "")
+        reads = reads_per_token(_tokenizer(source), layout.tokenizer, verifier_model if verifier == "prm" else verifier)
+    return VerifierReading(prefix + (0 if question else DEFAULT_PROMPT_TOKENS), per_step, probe, reads)
+
+
+@functools.lru_cache(maxsize=4)
+def _layout(source: str, verifier: str, verifier_model: str | None):
+    """Built once per generator and verifier: the plan bar plans again after every settings change."""
+    from engine.verifiers import verifier_layout
 
     if verifier not in ("prm", "self-judge") or (verifier == "prm" and not verifier_model):
-        return 1
-    try:
-        generator = _tokenizer(source)
-        reader = load_prm_tokenizer(verifier_model) if verifier == "prm" else generator
-    except (BeamwiseError, OSError, ValueError):
-        return 1
-    with _COUNTING:
-        return most_tokens_per_token(generator, reader)
+        return None
+    return verifier_layout(verifier, _tokenizer(source), verifier_model)

@@ -12,7 +12,7 @@ from app.cli import main
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import KVBudgetTooSmall
 from engine.kv.blocks import Tier
-from engine.kv.split import emulated_budget, split_budget
+from engine.kv.split import VerifierShape, emulated_budget, split_budget
 from engine.search import run
 from engine.verifiers import StepToScore, make_verifier, prm_verifier
 from engine.verifiers.kv_pools import VerifierKV
@@ -215,3 +215,21 @@ def test_on_cuda_a_tight_share_offloads_to_pinned_host_memory_and_keeps_the_scor
     assert three_steps(tight) == pytest.approx(three_steps(free), abs=1e-5)
     assert tight.kv.pools[Tier.HOST].pin and tight.memory().host_bytes > 0
     assert tight.kv.pools[Tier.DEVICE]._chunks[0].is_cuda
+
+
+@pytest.mark.parametrize(("reads", "larger"), [(1, "group"), (20, "row")])
+def test_the_automatic_share_is_the_larger_of_one_group_and_one_path_read_at_its_longest(reads, larger):
+    """max(group, row) is taken in one place (engine/kv/split.py), which the run's verifier and the plan call."""
+    shape = VerifierShape(token_bytes=100, prefix=40, per_step=3, probe=2, reads_per_token=reads)
+    group, row = shape.group_bytes(4, 8, 3), shape.row_bytes(8, 3)
+    assert row == shape.group_bytes(1, 8 * reads, 3) and shape.share_bytes(4, 8, 3) == max(group, row)
+    assert (group > row) == (larger == "group")
+
+
+def test_a_verifiers_share_is_its_shapes(tiny):
+    """PathVerifier sizes its share from its layout's tokens through VerifierShape, as the plan does."""
+    judge = make_verifier("self-judge", tiny)
+    shape = judge.shape("What is 2+3?")
+    assert shape.prefix == len(judge.layout.prefix("What is 2+3?")) and shape.token_bytes == judge.kv.token_bytes
+    assert judge.batch_bytes("What is 2+3?", 4, 8, 3) == shape.share_bytes(4, 8, 3)
+    assert judge.row_bytes("What is 2+3?", 8, 3) == shape.row_bytes(8, 3)

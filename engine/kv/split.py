@@ -48,6 +48,55 @@ def verifier_group_bytes(*, block_size: int, token_bytes: int, rows: int, batch_
     return slots * block_size * token_bytes
 
 
+@dataclass(frozen=True)
+class VerifierShape:
+    """What sizes the verifier's share: its KV bytes a token, its block and batch size, the tokens its format
+    adds to a path (P, s and q above, counted from its layout: engine.verifiers.path_kv.format_tokens) and f,
+    the most tokens it reads one generator token as. The engine's verifier and the plan both size from it."""
+
+    token_bytes: int
+    prefix: int
+    per_step: int
+    probe: int
+    reads_per_token: int = 1
+    block_size: int = 16
+    batch_size: int = 8
+
+    def group_bytes(self, rows: int, step_tokens: int, steps: int) -> int:
+        """`need`: one group of up to `rows` siblings at the last step, each step read in `step_tokens`."""
+        return verifier_group_bytes(block_size=self.block_size, token_bytes=self.token_bytes, rows=rows,
+                                    batch_size=self.batch_size, prefix=self.prefix, per_step=self.per_step,
+                                    probe=self.probe, step_tokens=step_tokens, steps=steps)
+
+    def row_bytes(self, step_tokens: int, steps: int) -> int:
+        """`row`: one path at the last step, each step read in as many tokens as it can be."""
+        return self.group_bytes(1, step_tokens * self.reads_per_token, steps)
+
+    def share_bytes(self, rows: int, step_tokens: int, steps: int) -> int:
+        """`share`: the automatic share, max(need, row), so that a batch of one always fits it."""
+        return max(self.group_bytes(rows, step_tokens, steps), self.row_bytes(step_tokens, steps))
+
+    def path_widths(self, step_tokens: int, steps: int) -> list[int]:
+        """Columns of one path's arena as the run asks its share for them, each step read in `step_tokens`:
+        the question alone, then the path and the probe at each step (engine.verifiers.kv_pools refuses a
+        share that cannot hold one, at the first that does not fit)."""
+        return [self.prefix, *(self.prefix + t * (step_tokens + self.per_step) + self.probe
+                               for t in range(1, steps + 1))]
+
+    def arena_bytes(self, rows: int, width: int) -> int:
+        """Device bytes of an arena of `rows` x `width` tokens, in whole blocks (kv_pools' `arena_slots`)."""
+        return max(1, math.ceil(rows * width / self.block_size)) * self.block_size * self.token_bytes
+
+
+def share_too_small(share_bytes: int, rows: int, width: int, need_bytes: int) -> KVBudgetTooSmall:
+    """The refusal of a verifier's share that cannot hold an arena of `rows` x `width` tokens (`need_bytes`):
+    the run's words (engine.verifiers.kv_pools) and the plan's alike."""
+    error = KVBudgetTooSmall(share_bytes, need_bytes, f"the verifier's batch of {rows} x {width} tokens",
+                             budget_name="the verifier's KV share")
+    error.hint = "Raise --verifier-kv-share or the KV budget, shorten the steps, or use a smaller PRM."
+    return error
+
+
 def split_budget(total_bytes: int, share: float | None, verifier_batch_bytes: int, verifier_row_bytes: int = 0
                  ) -> BudgetSplit:  # fmt: skip
     """Divide `total_bytes` of device KV between the two models.

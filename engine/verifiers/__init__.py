@@ -9,28 +9,31 @@ KV, reused step to step). `families` detects and loads a PRM folder; `synthetic_
 from __future__ import annotations
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from engine.errors import BeamwiseError, NotAPRM
 from engine.loaded import Generator
 from engine.verifiers import math_shepherd, qwen_prm, rlhflow_prm, skywork_prm
 from engine.verifiers.base import PathKey, StepToScore, Verifier, VerifierCost, VerifierMemory, aggregate
 from engine.verifiers.entropy_exit import ExitRule, LayersUnavailable, no_lens, with_exit
-from engine.verifiers.families import load_prm, locate_prm
+from engine.verifiers.families import load_prm, load_prm_tokenizer, locate_prm
 from engine.verifiers.fit import check_pair_fits
 from engine.verifiers.parts import FAMILY_LABELS, PRMParts
-from engine.verifiers.path_kv import PathVerifier
+from engine.verifiers.path_kv import Layout, PathVerifier
 from engine.verifiers.reading import reads_per_token
-from engine.verifiers.self_judge import self_judge
+from engine.verifiers.self_judge import JudgeLayout, self_judge
 from engine.verifiers.simple import ContentHashVerifier, LogProbVerifier
 from engine.verifiers.synthetic_prm import synthetic_prm_entry
 
 __all__ = [
     "ExitRule", "PathKey", "StepToScore", "Verifier", "VerifierCost", "VerifierMemory", "aggregate",
-    "exit_refusal", "make_verifier", "prm_verifier",
+    "exit_refusal", "make_verifier", "prm_family", "prm_verifier", "verifier_layout",
 ]
 
 _WIRING = {"qwen-prm": qwen_prm.verifier, "skywork-prm": skywork_prm.verifier,
            "math-shepherd": math_shepherd.verifier, "rlhflow-prm": rlhflow_prm.verifier}
+_LAYOUTS = {"qwen-prm": qwen_prm.QwenPRMLayout, "skywork-prm": skywork_prm.SkyworkLayout,
+            "math-shepherd": math_shepherd.MathShepherdLayout, "rlhflow-prm": rlhflow_prm.RLHFlowLayout}
 LENS_FAMILIES = ("math-shepherd", "rlhflow-prm")  # read labels through the LM head: the entropy exit applies
 
 
@@ -39,19 +42,34 @@ def prm_verifier(parts: PRMParts) -> PathVerifier:
     return _WIRING[parts.family](parts)
 
 
+def prm_family(verifier_model: str) -> str:
+    """The family key of the PRM at `verifier_model`, from its config and weight names (no weights loaded)."""
+    if verifier_model.startswith("synthetic:"):
+        return synthetic_prm_entry(verifier_model.removeprefix("synthetic:")).family
+    return locate_prm(verifier_model)[1]
+
+
 def exit_refusal(verifier: str, verifier_model: str | None) -> LayersUnavailable | None:
     """Why the layer-entropy exit cannot run on this PRM, read from its config and weight names (no weights
     loaded), as the run would refuse it; None for the other verifiers and for a PRM it cannot read (the run says)."""
     if verifier != "prm" or not verifier_model:
         return None
     try:
-        if verifier_model.startswith("synthetic:"):
-            family = synthetic_prm_entry(verifier_model.removeprefix("synthetic:")).family
-        else:
-            family = locate_prm(verifier_model)[1]
+        family = prm_family(verifier_model)
     except BeamwiseError:
         return None
     return None if family in LENS_FAMILIES else no_lens(f"{FAMILY_LABELS[family]} ({verifier_model})")
+
+
+def verifier_layout(name: str, generator: PreTrainedTokenizerBase, verifier_model: str | None) -> Layout | None:
+    """How the verifier `name` will lay a path out (the layout its run builds), from tokenizers alone: a plan
+    counts what the verifier reads with it. `generator`: the generator's tokenizer (self-judge reads with it);
+    None for a verifier that reads no text. Raises what loading the PRM's tokenizer raises."""
+    if name == "self-judge":
+        return JudgeLayout(generator)
+    if name == "prm" and verifier_model:
+        return _LAYOUTS[prm_family(verifier_model)](load_prm_tokenizer(verifier_model))
+    return None
 
 
 def make_verifier(name: str, loaded: Generator, verifier_model: str | None = None, device: str = "auto",

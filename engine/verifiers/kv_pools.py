@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.errors import KVBudgetTooSmall
 from engine.kv import pieces
 from engine.kv.blocks import Tier
 from engine.kv.pool import PoolExhausted, Run, SlotPool
+from engine.kv.split import share_too_small
 from engine.kv.store import DIRECTIONS, HOST_CHUNK_BYTES
 from engine.kv.streams import streams_for
 from engine.verifiers.base import VerifierMemory
@@ -169,15 +169,7 @@ class VerifierKV:
         """An arena `[L, 2, B, H, W, D]` from the device pool's end; segments move to the host to make room,
         those in `keep` last. Release it with `release`. Raises KVBudgetTooSmall when it cannot fit."""
         if not self.fits(rows, width):
-            need = self.arena_slots(rows, width) * self.block_bytes
-            error = KVBudgetTooSmall(
-                self.budget_bytes or 0,
-                need,
-                f"the verifier's batch of {rows} x {width} tokens",
-                budget_name="the verifier's KV share",
-            )
-            error.hint = "Raise --verifier-kv-share or the KV budget, shorten the steps, or use a smaller PRM."
-            raise error
+            raise share_too_small(self.budget_bytes or 0, rows, width, self.arena_slots(rows, width) * self.block_bytes)
         pool, slots = self.pools[Tier.DEVICE], self.arena_slots(rows, width)
         while True:
             try:

@@ -28,7 +28,7 @@ import torch
 from engine.hf_compat import cache_kwargs
 from engine.kv.attention import arena_cache
 from engine.kv.blocks import Tier
-from engine.kv.split import verifier_group_bytes
+from engine.kv.split import VerifierShape
 from engine.models import kv_shape_from_config
 from engine.verifiers.base import PathKey, StepToScore, VerifierCost
 from engine.verifiers.entropy_exit import EntropyExit
@@ -47,6 +47,12 @@ class Layout(Protocol):
     def body(self, question: str, previous: tuple[str, ...], step: str) -> list[int]: ...
 
     def probe(self, question: str) -> list[int]: ...
+
+
+def format_tokens(layout: Layout, question: str) -> tuple[int, int, int]:
+    """The tokens `layout` adds to a path for `question`: its prefix (the question as the verifier reads it),
+    around a one-token step (that token included) and its probe. The run's share and the plan count these."""
+    return len(layout.prefix(question)), len(layout.body(question, (), "1")), len(layout.probe(question))
 
 
 class PathVerifier:
@@ -91,25 +97,20 @@ class PathVerifier:
         self.kv.close()
         self.kv = self._pools(device_bytes, block_size)
 
+    def shape(self, question: str) -> VerifierShape:
+        """What sizes this verifier's share of the budget (engine/kv/split.py): its KV shape and its format's tokens."""
+        return VerifierShape(self.kv.token_bytes, *format_tokens(self.layout, question), self.reads_per_token,
+                             self.kv.block_size, self.batch_size)
+
     def batch_bytes(self, question: str, rows: int, step_tokens: int, steps: int) -> int:
         """Device bytes of one verification group of up to `rows` siblings at the search's last step, and at
-        least `row_bytes` (`share` in engine/kv/split.py, from this model's KV shape and its format's tokens)."""
-        return max(self._group_bytes(question, rows, step_tokens, steps),
-                   self.row_bytes(question, step_tokens, steps))
+        least `row_bytes` (`share` in engine/kv/split.py); 0 off the budget."""
+        return self.shape(question).share_bytes(rows, step_tokens, steps) if self.on_device_budget else 0
 
     def row_bytes(self, question: str, step_tokens: int, steps: int) -> int:
         """Device bytes of one row at the last step, each step read in as many tokens as it can be
         (`reads_per_token` each): a share under it may refuse a late step; 0 off the budget."""
-        return self._group_bytes(question, 1, step_tokens * self.reads_per_token, steps)
-
-    def _group_bytes(self, question: str, rows: int, step_tokens: int, steps: int) -> int:
-        if not self.on_device_budget:
-            return 0
-        return verifier_group_bytes(
-            block_size=self.kv.block_size, token_bytes=self.kv.token_bytes, rows=rows, batch_size=self.batch_size,
-            prefix=len(self.layout.prefix(question)), per_step=len(self.layout.body(question, (), "1")),
-            probe=len(self.layout.probe(question)), step_tokens=step_tokens, steps=steps,
-        )
+        return self.shape(question).row_bytes(step_tokens, steps) if self.on_device_budget else 0
 
     def memory(self) -> VerifierMemory:
         held = self.kv.memory()
