@@ -24,6 +24,7 @@ from app.export.markdown import render_markdown
 from app.export.report import report_of
 from app.recorder import SessionRecorder
 from app.session import ROOT_ID, SearchTree, SessionModel
+from app.session.series import prompt_traffic
 from app.store import SessionStore
 from benchmarks.fake_search import fake_run
 from engine import events as ev
@@ -82,6 +83,17 @@ def test_the_memory_tables_start_with_the_questions_own_traffic_when_it_moved_an
     assert "<tr><td>prompt</td><td></td><td>50.0 kB</td><td>0 B</td>" in render_session(store, sid, "html")
     plain = record(store, fake_run("Speed?", SearchConfig(beams=2, width=2, max_steps=2)))
     assert "prompt |" not in render_session(store, plain, "md")
+
+
+def test_the_stored_first_step_gives_the_questions_traffic_as_the_runs_event_does(store: SessionStore) -> None:
+    """The exports took it from the stored timeline, the charts, tree and terminal from the event, each its own
+    subtraction: one function (app.session.series.prompt_traffic) reads both."""
+    stream = [dataclasses.replace(e, h2d_bytes=e.h2d_bytes + 50_000, d2h_bytes=e.d2h_bytes + 7_000)
+              if isinstance(e, ev.TransferStats) else e for e in fake_run("Speed?", SearchConfig(beams=2, max_steps=2))]
+    first = next(e for e in stream if isinstance(e, ev.TransferStats))
+    stored = session_report(store, record(store, stream)).timeline[0]
+    assert prompt_traffic(stored) == prompt_traffic(first) == (50_000, 7_000)
+    assert prompt_traffic({**stored, "h2d_bytes": None, "step_h2d_bytes": None})[0] == 0  # an old row's empty figure
 
 
 def test_markdown_of_a_cancelled_run_follows_the_best_beam(store: SessionStore) -> None:

@@ -6,6 +6,7 @@ import re
 
 import app.formatting as fmt
 from app.export.report import Report
+from app.session.series import prompt_traffic
 
 
 def render_conversation(reports: list[Report]) -> str:
@@ -72,8 +73,7 @@ def traffic_rows(timeline: list[dict]) -> list[tuple[str, ...]]:
     rows = [(str(t["step"]), str(t["groups"]), fmt.size(t["step_h2d_bytes"]), fmt.size(t["step_d2h_bytes"]),
              fmt.size(t["device_bytes"]), fmt.size(t["host_bytes"]), f"{(t['stall_share'] or 0) * 100:.0f}%")
             for t in timeline]
-    first = timeline[0] if timeline else {}
-    before = [(first.get(f"{d}_bytes") or 0) - (first.get(f"step_{d}_bytes") or 0) for d in ("h2d", "d2h")]
+    before = prompt_traffic(timeline[0]) if timeline else (0, 0)
     if any(before):
         rows.insert(0, ("prompt", "", fmt.size(before[0]), fmt.size(before[1]), "", "", ""))
     return rows

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine import events as ev
 
@@ -69,9 +71,13 @@ class ChartSeries:
         return True
 
 
-def prompt_traffic(first: ev.TransferStats) -> tuple[int, int]:
-    """H2D and D2H bytes the question's KV moved before step 1: the first step's totals less its own figures."""
-    return first.h2d_bytes - first.step_h2d_bytes, first.d2h_bytes - first.step_d2h_bytes
+def prompt_traffic(first: ev.TransferStats | Mapping[str, Any]) -> tuple[int, int]:
+    """H2D and D2H bytes the question's KV moved before step 1: the first step's totals less its own figures.
+    `first`: its TransferStats as a run yields it, or its stored timeline row (the same names; None reads as 0),
+    so the charts, the tree, the terminal and the exports take the question's traffic alike."""
+    row = first if isinstance(first, Mapping) else vars(first)
+    h2d, d2h = ((row[f"{d}_bytes"] or 0) - (row[f"step_{d}_bytes"] or 0) for d in ("h2d", "d2h"))
+    return h2d, d2h
 
 
 def step_seconds(compute: float, stall_share: float) -> float:
