@@ -83,26 +83,28 @@ def verifier_reading(source: str, verifier: str, verifier_model: str | None, que
     tokenizer cannot be read or the verifier reads no text. A run's verifier reads the new question alone, in
     its own format; with no question yet, a typical question's tokens stand for it."""
     from engine.errors import BeamwiseError
+    from engine.verifiers import verifier_layout
     from engine.verifiers.path_kv import format_tokens
     from engine.verifiers.reading import reads_per_token
 
+    if verifier not in ("prm", "self-judge") or (verifier == "prm" and not verifier_model):
+        return None
     try:
-        layout = _layout(source, verifier, verifier_model)
+        generator = _tokenizer(source)
+        prm = verifier == "prm"
+        layout = _prm_layout(source, verifier_model) if prm else verifier_layout(verifier, generator, None)
+        with _COUNTING:
+            prefix, per_step, probe = format_tokens(layout, question or "")
+            reads = reads_per_token(generator, layout.tokenizer, verifier_model if prm else verifier)
     except (BeamwiseError, OSError, ValueError):
         return None
-    if layout is None:
-        return None
-    with _COUNTING:
-        prefix, per_step, probe = format_tokens(layout, question or "")
-        reads = reads_per_token(_tokenizer(source), layout.tokenizer, verifier_model if verifier == "prm" else verifier)
     return VerifierReading(prefix + (0 if question else DEFAULT_PROMPT_TOKENS), per_step, probe, reads)
 
 
 @functools.lru_cache(maxsize=4)
-def _layout(source: str, verifier: str, verifier_model: str | None):
-    """Built once per generator and verifier: the plan bar plans again after every settings change."""
+def _prm_layout(source: str, verifier_model: str):
+    """A PRM's layout, its tokenizer read once per generator and PRM: the plan bar plans again after every
+    settings change. (Self-judge's is built each time: it keeps each question it splits.)"""
     from engine.verifiers import verifier_layout
 
-    if verifier not in ("prm", "self-judge") or (verifier == "prm" and not verifier_model):
-        return None
-    return verifier_layout(verifier, _tokenizer(source), verifier_model)
+    return verifier_layout("prm", _tokenizer(source), verifier_model)
