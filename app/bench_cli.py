@@ -34,9 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=d.model, type=source_of,
                    help="synthetic:NAME, bundled, a name from `beamwise models list`, a folder or a .gguf")
     p.add_argument("--dtype", default=None, help="float32 (default on CPU) or bfloat16 (default for --plan-only)")
-    p.add_argument("--beams", type=int, default=d.beams)
-    p.add_argument("--width", type=int, default=d.width)
-    p.add_argument("--step-tokens", type=int, default=d.step_tokens)
+    p.add_argument("--beams", type=int, default=d.beams, help="kept beams N")
+    p.add_argument("--width", type=int, default=d.width, help="children per beam M")
+    p.add_argument("--step-tokens", type=int, default=d.step_tokens, help="most tokens in one step")
     p.add_argument("--prompt-tokens", type=int, default=d.prompt_tokens, help="length of a random-token prompt")
     p.add_argument(
         "--step-delimiter",
@@ -45,11 +45,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "in an untimed warm-up run (printed and in the JSON as step_delimiter_auto); default: fixed-length steps",
     )
     p.add_argument("--question", default=None, help="use this question (chat template) as the prompt instead")
-    p.add_argument("--gen-tokens", type=int, default=d.gen_tokens)
+    p.add_argument("--gen-tokens", type=int, default=d.gen_tokens, help="tokens generated, in steps of --step-tokens")
     p.add_argument("--kv-budget", type=size_type, default=None, help="device KV budget, e.g. 64MB or 7GB")
-    p.add_argument("--pcie-gbps", type=float, default=d.pcie_gbps)
-    p.add_argument("--block-size", type=int, default=d.block_size)
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--pcie-gbps", type=float, default=d.pcie_gbps, help="bandwidth of the emulated PCIe link")
+    p.add_argument("--block-size", type=int, default=d.block_size, help="tokens per KV block")
+    p.add_argument("--seed", type=int, default=d.seed, help="same seed and settings: the same tokens")
     p.add_argument("--policies", default=",".join(LADDER), help=f"comma-separated, from: {', '.join(LADDER)}")
     p.add_argument("--speculative", action=argparse.BooleanOptionalAction, default=None,
                    help=f"force speculation on or off for every policy (default: as each policy's name says); "

@@ -34,7 +34,8 @@ class DefaultsFormatter(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         default = action.default
-        if "default" in text or default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+        nothing = default is None or default is False or default is argparse.SUPPRESS  # `is`: 0 == False
+        if "default" in text or nothing or not action.option_strings:
             return text
         shown = format_delimiter(default) if action.dest == "step_delimiter" else default
         return f"{text} (default: {str(shown).replace('%', '%%')})".strip()

@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     c = cmds.add_parser("list", parents=[db], help="recorded sessions, newest first")
     c.add_argument("search", nargs="?", default=None, help="only sessions whose title, question or answer has this")
-    c.add_argument("--limit", type=int, default=50)
+    c.add_argument("--limit", type=int, default=50, help="list at most this many, newest first")
     c.set_defaults(handler=cmd_list)
     c = cmds.add_parser("show", parents=[db], help="one session: settings, chosen path and answer")
     c.add_argument("id", type=int)

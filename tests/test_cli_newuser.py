@@ -3,10 +3,13 @@ one ratio format, one size format."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 import app.formatting as fmt
 from app.cli import build_parser, main
+from app.options import DefaultsFormatter
 
 TINY = ["--model", "synthetic:tiny-llama", "--max-steps", "1", "--step-tokens", "4"]
 
@@ -19,6 +22,33 @@ def test_run_help_shows_defaults(capsys):
     assert "(default: auto)" in text and "(default: bundled)" in text
     assert "(default: \\n\\n)" in text  # the step delimiter as typed
     assert "sessions.db" in text  # where the database lives
+
+
+def _options(parser, name="beamwise"):
+    """(command, action) for every option of every subcommand, `--help` itself left out."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                yield from _options(sub, f"{name} {sub_name}")
+        elif action.option_strings and not isinstance(action, argparse._HelpAction):
+            yield name, action
+
+
+def test_every_option_with_a_default_names_it_in_help():
+    """The README says `--help` lists every option with its default: an option without a help text showed none
+    (argparse prints nothing for it), and a default of 0 was taken for "no default" (0 == False)."""
+    unnamed = [(name, action.option_strings[0]) for name, action in _options(build_parser())
+               if action.default is not None and action.default is not False
+               and "default" not in DefaultsFormatter("beamwise")._get_help_string(action)]
+    assert unnamed == []
+    assert build_parser().parse_args(["run", "q"]).seed == 0  # the default the next line names
+
+
+def test_a_default_of_zero_is_shown(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "the same tree (default: 0)" in text  # --seed
 
 
 def test_run_without_a_question_is_an_error(capsys):
