@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import NoReturn
 
 from app.models_folder import source_of
@@ -54,6 +55,24 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"beamwise: error: {message} (see `{self.prog} --help`)\n")
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+                   ) -> argparse.Namespace:
+        """As argparse's, but an unknown option is answered by the subcommand it was given to, so the line points
+        to `beamwise run --help` and not to the top level's help, which lists no run option."""
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._chosen(namespace).error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace
+
+    def _chosen(self, namespace: argparse.Namespace) -> OneLineParser:
+        """The innermost subcommand parser `namespace` was parsed by (self when it has none)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(namespace, action.dest, None))
+                if chosen is not None:
+                    return chosen._chosen(namespace)
+        return self
 
 
 def parse_delimiter(text: str) -> str | None:

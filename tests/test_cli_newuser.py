@@ -51,6 +51,17 @@ def test_a_default_of_zero_is_shown(capsys):
     assert "the same tree (default: 0)" in text  # --seed
 
 
+@pytest.mark.parametrize(("argv", "help_of"), [(["run", "--no-such-option", "q"], "beamwise run"),
+                                               (["sessions", "list", "--no-such-option"], "beamwise sessions list"),
+                                               (["--no-such-option"], "beamwise")])
+def test_an_unknown_option_points_to_its_commands_help(argv, help_of, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (f"beamwise: error: unrecognized arguments: --no-such-option "
+                                       f"(see `{help_of} --help`)\n")
+
+
 def test_run_without_a_question_is_an_error(capsys):
     assert main(["run", *TINY, "--no-save"]) == 2
     assert "no question given" in capsys.readouterr().err
