@@ -207,6 +207,9 @@ def _drive(args: argparse.Namespace, recorder, events) -> int:
         raise
     finally:
         _close(recorder)
+    if status == 0 and recorder is not None and recorder.session_id is not None and recorder.journal_path is None:
+        _note(f"recorded as session {recorder.session_id}; ask a follow-up with: beamwise run --session "
+              f"{recorder.session_id} \"...\"")  # a journalled run's warning names its journal instead
     return status
 
 

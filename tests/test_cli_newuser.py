@@ -97,3 +97,16 @@ def test_axis_ticks_and_durations():
     assert fmt.seconds(0.21) == "0.21 s" and fmt.seconds(4.71) == "4.7 s" and fmt.seconds(72) == "1 min 12 s"
     durations = [fmt.seconds(v) for v in (0.00095, 0.0125, 0.00001, 0.0, 0.0999, 0.0000999)]
     assert durations == ["0.95 ms", "12 ms", "10 µs", "0 s", "100 ms", "100 µs"]
+
+
+def test_a_recorded_run_names_its_session_for_a_follow_up(tmp_path, capsys):
+    """The README's conversation starts `beamwise run "..."` then `beamwise run --session 1 "..."`: the first run
+    must say which session it was recorded as, or a new user has no id to follow up on."""
+    db = str(tmp_path / "s.db")
+    assert main(["run", "What is 2+3?", *TINY, "--db", db]) == 0
+    err = capsys.readouterr().err
+    assert 'beamwise: recorded as session 1; ask a follow-up with: beamwise run --session 1 "..."' in err
+    assert main(["run", "--session", "1", "And times 4?", *TINY, "--db", db]) == 0
+    assert "recorded as session 2;" in capsys.readouterr().err
+    assert main(["run", "hi", *TINY, "--no-save"]) == 0
+    assert "recorded as" not in capsys.readouterr().err
