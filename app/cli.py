@@ -1,4 +1,4 @@
-"""The `beamwise` command: run (headless search), eval, bench, gui and sessions. No Qt is imported here."""
+"""The `beamwise` command: run (a headless search), plan, bench, eval, models, sessions and gui. No Qt here."""
 
 from __future__ import annotations
 

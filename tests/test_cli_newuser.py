@@ -110,3 +110,10 @@ def test_a_recorded_run_names_its_session_for_a_follow_up(tmp_path, capsys):
     assert "recorded as session 2;" in capsys.readouterr().err
     assert main(["run", "hi", *TINY, "--no-save"]) == 0
     assert "recorded as" not in capsys.readouterr().err
+
+
+def test_the_top_level_help_names_every_command():
+    """`beamwise --help` opens with a sentence of its commands; it had left out plan and models."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert [name for name in commands if name not in parser.description] == []
