@@ -134,7 +134,7 @@ class Evaluation:
         print(f"calibrated on {calibrated_on(found)}; saved to {save_thresholds(found)}")
         if found.steps < FEW_STEPS:
             print(f"beamwise: warning: thresholds from {found.steps} steps are a rough guess; calibrate on "
-                  f"{FEW_STEPS} steps or more (the shipped problem set's 60 problems give several hundred)",
+                  f"{FEW_STEPS} steps or more (the shipped problem set gives several hundred)",
                   file=sys.stderr)
         return True
 
