@@ -151,3 +151,10 @@ def test_the_synthetic_models_listed_are_the_engines():
     assert listed is not None
     assert set(re.findall(r"`([\w.-]+)`", listed.group(1))) == set(SYNTHETIC_MODELS)
     assert [name for name in SYNTHETIC_PRMS if not re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", README)] == []
+
+
+def test_every_python_file_the_readme_names_exists_somewhere():
+    """The Layout names files by their bare names (`lbs.py`, `prefix_io.py`): a rename leaves them behind."""
+    here = {path.name for folder in ("engine", "app", "tests", "benchmarks", "docs", "packaging")
+            for path in (ROOT / folder).rglob("*.py")}
+    assert sorted(set(re.findall(r"\b(\w+\.py)\b", README)) - here) == []
