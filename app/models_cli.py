@@ -34,8 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("name")
     c.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     c.set_defaults(handler=cmd_remove)
-    c = cmds.add_parser("add", help="list a model folder you keep elsewhere (Beamwise never deletes it)")
-    c.add_argument("path")
+    c = cmds.add_parser("add", help="list a model folder or .gguf you keep elsewhere (Beamwise never deletes it)")
+    c.add_argument("path", help="a model folder (with its config.json) or a .gguf file")
     c.set_defaults(handler=cmd_add)
 
 
