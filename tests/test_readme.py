@@ -158,3 +158,11 @@ def test_every_python_file_the_readme_names_exists_somewhere():
     here = {path.name for folder in ("engine", "app", "tests", "benchmarks", "docs", "packaging")
             for path in (ROOT / folder).rglob("*.py")}
     assert sorted(set(re.findall(r"\b(\w+\.py)\b", README)) - here) == []
+
+
+def test_every_benchmarks_section_the_readme_cites_exists():
+    """`(BENCHMARKS.md, issue 14)`: a heading of that issue is there."""
+    benchmarks = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    cited = set(re.findall(r"BENCHMARKS\.md, [Ii]ssue (\d+)", README))
+    assert cited
+    assert sorted(n for n in cited if not re.search(rf"^#+ Issue {n}\b", benchmarks, re.M)) == []
