@@ -84,7 +84,8 @@ def verdicts(argv: list[str]) -> list[str]:
         labels.append("ANOTHER POLICY")
     steps = [e["step_h2d_bytes"] + e["step_d2h_bytes"] for e in events if e["type"] == "transfer_stats"]
     if not red and not refused and steps and plan["step_pcie_bytes"] != sum(steps) // len(steps):
-        labels.append(f"another PCIe figure ({plan['traffic_source'].split(';')[0].split(',')[0]})")  # its source's name
+        source = plan["traffic_source"].split(";")[0].split(",")[0]  # its name, without its explanation
+        labels.append(f"another PCIe figure ({source})")
     return labels
 
 
