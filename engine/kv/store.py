@@ -24,7 +24,7 @@ import torch
 from engine.kv import pieces
 from engine.kv.blocks import AppendPlan, BlockManager, Tier
 from engine.kv.pool import PoolExhausted, Run, SlotPool
-from engine.kv.streams import streams_for
+from engine.kv.streams import on_copy_stream, streams_for
 
 DIRECTIONS = ("h2d", "d2h", "d2d", "h2h")
 HOST_CHUNK_BYTES = 256 << 20  # the host pool grows by this much at a time
@@ -269,21 +269,10 @@ class KVStore:
             self._timed.append((begin, end))
         self.counters.add(direction, src.numel() * src.element_size(), owners, 1 if split is None else split.pieces)
 
-    @contextlib.contextmanager
-    def loading(self) -> Iterator[torch.cuda.Event | None]:
-        """Issue the copies inside on the copy stream; the yielded event is recorded after them.
-
-        Compute must `wait_loaded(event)` before it reads what was loaded. Without CUDA the copies
-        simply run now (the emulated device models the overlap instead).
-        """
-        if self.streams is None:
-            yield None
-            return
-        self.copy_stream.wait_stream(self.streams.current_stream())  # slots may be reused
-        done = self.streams.event()
-        with self.streams.stream(self.copy_stream):
-            yield done
-            done.record()
+    def loading(self) -> contextlib.AbstractContextManager[torch.cuda.Event | None]:
+        """Issue the copies inside on the copy stream (engine.kv.streams.on_copy_stream); compute must
+        `wait_loaded(event)` on the yielded event before it reads what was loaded."""
+        return on_copy_stream(self.streams)
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:

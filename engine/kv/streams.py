@@ -10,6 +10,7 @@ rules. Without CUDA there is no such object (None): the store is the *emulated d
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -53,6 +54,22 @@ class CudaStreams:
 
     def release_host_cache(self) -> None:
         release_host_cache()
+
+
+@contextlib.contextmanager
+def on_copy_stream(streams: CudaStreams | None) -> Iterator[torch.cuda.Event | None]:
+    """Issue the copies inside on the copy stream, after what compute has issued so far (the slots they fill may
+    still be read there); the yielded event is recorded after them, and compute must wait on it before it reads
+    what they load. Without CUDA (None) the copies simply run now and there is no event (the emulated device
+    models the overlap instead). The generator's store and the verifier's pools load through it."""
+    if streams is None:
+        yield None
+        return
+    streams.copy_stream.wait_stream(streams.current_stream())  # slots may be reused
+    done = streams.event()
+    with streams.stream(streams.copy_stream):
+        yield done
+        done.record()
 
 
 def pinned_block_bytes(nbytes: int) -> int:

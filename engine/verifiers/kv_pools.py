@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +27,7 @@ from engine.kv.blocks import Tier
 from engine.kv.pool import PoolExhausted, Run, SlotPool
 from engine.kv.split import share_too_small
 from engine.kv.store import DIRECTIONS, HOST_CHUNK_BYTES
-from engine.kv.streams import streams_for
+from engine.kv.streams import on_copy_stream, streams_for
 from engine.verifiers.base import VerifierMemory
 
 UNBUDGETED_CHUNK_BYTES = 64 << 20  # a verifier without a budget grows its device pool by this much
@@ -213,18 +213,10 @@ class VerifierKV:
             src = arena[:, :, :1, :, begin:end].expand(-1, -1, rows, -1, -1, -1)
             self._copy(arena[:, :, first_row:last_row, :, begin:end], src, "d2d")
 
-    @contextlib.contextmanager
-    def loading(self) -> Iterator[torch.cuda.Event | None]:
-        """Issue the copies inside on the copy stream (CUDA); the yielded event is recorded after them.
-        Compute must `wait_loaded(event)` before it reads them. On the CPU the copies simply run now."""
-        if self.copy_stream is None:
-            yield None
-            return
-        self.copy_stream.wait_stream(self.streams.current_stream())  # slots may be reused
-        done = self.streams.event()
-        with self.streams.stream(self.copy_stream):
-            yield done
-            done.record()
+    def loading(self) -> contextlib.AbstractContextManager[torch.cuda.Event | None]:
+        """Issue the copies inside on the copy stream (engine.kv.streams.on_copy_stream); compute must
+        `wait_loaded(event)` on the yielded event before it reads them."""
+        return on_copy_stream(self.streams)
 
     def wait_loaded(self, event: torch.cuda.Event | None) -> None:
         if event is not None:
