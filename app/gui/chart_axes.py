@@ -8,15 +8,19 @@ import pyqtgraph as pg
 
 import app.formatting as fmt
 
+STEP_TICK_PX = 32  # a step tick's room on a narrow plot: "prompt" beside "1" does not touch it
+
 
 class StepAxis(pg.AxisItem):
-    """Ticks only on whole steps (never 0.6 … 2.4), at most about eight of them; 0, where shown, is the prompt."""
+    """Ticks only on whole steps (never 0.6 … 2.4), at most about eight of them and fewer on a narrow plot (one per
+    STEP_TICK_PX of its `size` in pixels); 0, where shown, is the prompt."""
 
     def tickValues(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, list[float]]]:
         first, last = max(0, math.ceil(minVal)), math.floor(maxVal)
         if last < first:
             return [(1.0, [])]
-        spacing = max(1, math.ceil((last - first + 1) / 8))
+        most = max(2, min(8, int(size // STEP_TICK_PX)))
+        spacing = max(1, math.ceil((last - first + 1) / most))
         return [(float(spacing), [float(v) for v in range(first, last + 1, spacing)])]
 
     def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:

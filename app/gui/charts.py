@@ -14,11 +14,12 @@ import html
 import re
 from collections.abc import Iterable
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
+from PySide6.QtWidgets import QApplication, QFrame, QGraphicsItem, QScrollArea, QVBoxLayout, QWidget
 
 import pyqtgraph as pg  # isort: skip  (after Qt, so pyqtgraph binds to PySide6)
 import app.formatting as fmt
+from app.gui import chart_grid as grid
 from app.gui import palette as pal
 from app.gui.chart_axes import BytesAxis, SecondsAxis, ShareAxis, StepAxis, fit_ranges
 from app.gui.panel import SessionView
@@ -43,13 +44,14 @@ KEYS = {  # (label, colour, dashed) per curve, shown in the title
     "stall": [("waiting for copies", pal.D2H, False)],
 }
 LEFT_AXIS_PX = 58  # room for tick labels such as "500 kB" or "12.5 ms"
-PLOT_MIN_PX = 150  # every plot at least this tall: the five sit in one row under the tree
+PLOT_MIN_PX = 150  # the panel at least this tall (and its margins): a row of plots shows whole
 PLOT_PREFERRED_PX = 200  # the same for every plot, whatever its title says
 REDRAW_GAP_MS = 16  # between two plots' redraws: the window paints and takes input in between
 
 
 class ChartsPanel(SessionView, QWidget):
-    """Five live plots in one pyqtgraph canvas; `apply(event)` appends a step's points."""
+    """Five live plots in one pyqtgraph canvas; `apply(event)` appends a step's points. On a narrow panel the
+    plots take two or more rows (chart_grid) and the canvas scrolls up and down in the panel."""
 
     plot_redrawn = Signal(str)  # a plot's curves now show the series (live updates, one plot per pass)
 
@@ -59,15 +61,21 @@ class ChartsPanel(SessionView, QWidget):
         self.canvas = pg.GraphicsLayoutWidget()
         self.canvas.setAccessibleName("Memory and PCIe charts")
         self.canvas.setBackground(pal.BACKGROUND)
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(self.canvas)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # Tab reaches the canvas, not its frame
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.canvas)
-        self.plots: dict[str, pg.PlotItem] = {}
-        for index, name in enumerate(TITLES):
-            self.plots[name] = self._make_plot(name, 0, index)
-        for col in range(len(TITLES)):
-            self.canvas.ci.layout.setColumnStretchFactor(col, 1)
-        self.canvas.setMinimumHeight(PLOT_MIN_PX + 40)
+        layout.addWidget(self.scroll)
+        self.plots = {name: self._make_plot(name) for name in TITLES}
+        self.columns = len(TITLES)
+        grid.arrange(self.canvas.ci, list(self.plots.values()), self.columns)
+        self.setMinimumHeight(PLOT_MIN_PX + 40)
+        self.canvas.installEventFilter(self)
+        self.canvas.viewport().installEventFilter(self)
         self.curves = self._make_curves()
         self.budget_line = pg.InfiniteLine(angle=0, movable=False,  # its size is in the title's key, off the lines
                                            pen=pg.mkPen(pal.BUDGET, width=1.5, style=Qt.PenStyle.DashLine))
@@ -128,10 +136,32 @@ class ChartsPanel(SessionView, QWidget):
         text = re.sub(r"<[^>]+>", " ", self.plots[name].titleLabel.text)
         return " ".join(html.unescape(text).replace("\xa0", " ").split())
 
-    def _make_plot(self, name: str, row: int, col: int) -> pg.PlotItem:
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.canvas and event.type() == QEvent.Type.Resize:  # the panel, or its scroll bar came
+            self._fit_width()
+        elif watched is self.canvas.viewport() and event.type() == QEvent.Type.Wheel:
+            # the plots neither zoom nor pan, yet pyqtgraph's scene takes the wheel: it scrolls the rows instead
+            QApplication.sendEvent(self.scroll.verticalScrollBar(), event)
+            return True
+        return False
+
+    def _fit_width(self) -> None:
+        """As many plots a row as the width keeps legible, titles wrapped inside their plots, and the canvas as
+        tall as its rows need (the scroll area scrolls when the panel is shorter)."""
+        width = self.canvas.width()
+        columns = grid.columns_for(width, len(self.plots))
+        if columns != self.columns:
+            self.columns = columns
+            grid.arrange(self.canvas.ci, list(self.plots.values()), columns)
+        plot_width = grid.column_width(width, columns)
+        for plot in self.plots.values():
+            grid.wrap_title(plot, plot_width)
+        needed = self.canvas.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).height()
+        self.canvas.setMinimumHeight(int(needed) + 1)
+
+    def _make_plot(self, name: str) -> pg.PlotItem:
         left = {"copy": SecondsAxis, "stall": ShareAxis}.get(name, BytesAxis)("left")
-        plot = self.canvas.addPlot(row=row, col=col, axisItems={"bottom": StepAxis("bottom"), "left": left})
-        plot.setMinimumHeight(PLOT_MIN_PX)
+        plot = pg.PlotItem(axisItems={"bottom": StepAxis("bottom"), "left": left})
         plot.showGrid(x=True, y=True, alpha=0.15)
         plot.setMenuEnabled(False)
         plot.setMouseEnabled(x=False, y=False)
@@ -174,15 +204,16 @@ class ChartsPanel(SessionView, QWidget):
     def _set_title(self, name: str) -> None:
         """Title, the emulated mark, then the curves' key in their colours (no legend box over data)."""
         s = self.session.series
-        mark = " · emulated GPU" if s.emulated else ""
+        mark = " · emulated\xa0GPU" if s.emulated else ""  # the two words stay on one line when a title wraps
         mark = " · remote: KV is managed by the server" if s.remote else mark
         sizes = {"budget": s.budget_bytes, "verifier device KV": s.verifier_budget_bytes or None}  # the share
         entries = [k for k in KEYS[name] if s.verifier_budget_bytes or not k[0].startswith("verifier")]
-        key = "&nbsp;&nbsp;".join(_key_entry(label, colour, dashed, sizes.get(label))
-                                  for label, colour, dashed in entries)
+        key = "&nbsp; ".join(_key_entry(label, colour, dashed, sizes.get(label))  # a key wraps between entries
+                             for label, colour, dashed in entries)
         title = f"{html.escape(TITLES[name] + mark)}<br>{key}"
         if self.plots[name].titleLabel.text != title:  # setting a title lays the canvas out again
             self.plots[name].setTitle(title, color=pal.SELECTION, size="9pt")
+            self._fit_width()  # the new title wraps to its plot's width
 
     def _redraw_plot(self, name: str) -> None:
         self._set_title(name)

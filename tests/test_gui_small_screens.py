@@ -1,0 +1,95 @@
+"""The window on small screens: charts that stay legible at every width down to the window's minimum, settings
+that do not scroll sideways, and the parts of a 1366x768 or minimum-size window that must not be clipped."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QPoint, QPointF, QRectF, Qt
+from PySide6.QtGui import QWheelEvent
+from PySide6.QtWidgets import QApplication
+
+from app.gui.chart_axes import StepAxis
+from app.gui.charts import TITLES, ChartsPanel
+from benchmarks.fake_search import fake_run
+from engine import events as ev
+from engine.config import SearchConfig
+
+SIZES = [(w, h) for w in (800, 900, 1000, 1366) for h in (190, 220, 320)]
+
+
+def longest_titles_run() -> list[object]:
+    """A fake run on an emulated GPU with a verifier share: every chart's title and key at their longest."""
+    stream = fake_run("How fast is the train?", SearchConfig(beams=2, width=2, max_steps=12))
+    return [dataclasses.replace(e, verifier_budget_bytes=120_000) if isinstance(e, ev.MemorySnapshot) else e
+            for e in stream]
+
+
+def parts(charts: ChartsPanel, name: str) -> dict[str, QRectF]:
+    """The scene rectangles a reader must see whole: the title's text, the plotting area, both axes."""
+    plot = charts.plots[name]
+    label = plot.titleLabel
+    return {"title": label.item.mapRectToScene(label.item.boundingRect()),
+            "view": plot.vb.sceneBoundingRect(),
+            "left": plot.getAxis("left").sceneBoundingRect(),
+            "bottom": plot.getAxis("bottom").sceneBoundingRect()}
+
+
+@pytest.fixture
+def charts(qtbot) -> ChartsPanel:
+    panel = ChartsPanel()
+    qtbot.addWidget(panel)
+    panel.apply_many(longest_titles_run())
+    panel.flush()
+    panel.show()
+    return panel
+
+
+@pytest.mark.parametrize(("width", "height"), SIZES)
+def test_no_chart_runs_into_another_or_out_of_the_panel_at_any_width(charts, width, height):
+    charts.resize(width, height)
+    for _ in range(3):  # a title that wraps lays the canvas out once more
+        QApplication.processEvents()
+    scene_width = charts.canvas.viewport().width()
+    rects = {name: parts(charts, name) for name in TITLES}
+    for name, own in rects.items():
+        plot = charts.plots[name].sceneBoundingRect()
+        for part, rect in own.items():
+            assert rect.left() >= -0.5 and rect.right() <= scene_width + 0.5, (name, part, rect, scene_width)
+            assert plot.adjusted(-0.5, -0.5, 0.5, 0.5).contains(rect), (name, part, rect, plot)
+        assert not own["title"].intersects(own["view"]), (name, "title over its own plot")
+    for (a, mine), (b, theirs) in itertools.combinations(rects.items(), 2):
+        for (pa, ra), (pb, rb) in itertools.product(mine.items(), theirs.items()):
+            assert not ra.intersects(rb), (a, pa, b, pb, ra, rb)
+    for name in TITLES:
+        assert charts.plots[name].vb.height() >= 60, (name, "its plotting area is too short to read")
+
+
+@pytest.mark.parametrize(("steps", "pixels", "most"), [(12, 1000, 8), (12, 190, 5), (12, 100, 3), (40, 60, 2)])
+def test_a_narrow_plot_shows_fewer_step_ticks(qtbot, steps, pixels, most):
+    axis = StepAxis("bottom")
+    [(spacing, values)] = axis.tickValues(-0.5, steps + 0.5, pixels)
+    assert 2 <= len(values) <= most and values[0] == 0 and spacing == int(spacing)
+    assert all(b - a == spacing for a, b in itertools.pairwise(values))
+
+
+def test_on_a_narrow_panel_the_charts_take_rows_and_the_wheel_scrolls_them(charts):
+    charts.resize(800, 200)
+    QApplication.processEvents()
+    assert charts.columns == 3
+    bar = charts.scroll.verticalScrollBar()
+    assert bar.maximum() > 0 and bar.value() == 0
+    viewport = charts.canvas.viewport()
+    at = QPointF(150, 100)
+    wheel = QWheelEvent(at, viewport.mapToGlobal(at), QPoint(0, 0), QPoint(0, -120), Qt.MouseButton.NoButton,
+                        Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    QApplication.sendEvent(viewport, wheel)
+    assert bar.value() > 0
+    charts.resize(1366, 220)
+    QApplication.processEvents()
+    assert charts.columns == 5 and charts.scroll.verticalScrollBar().maximum() == 0  # one row, nothing hidden
