@@ -5,20 +5,25 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QPoint, QPointF, QRectF, Qt
+from PySide6.QtCore import QPoint, QPointF, QRectF, QSettings, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication
 
 from app.gui.chart_axes import StepAxis
+from app.gui.bridge import SearchBridge
 from app.gui.charts import TITLES, ChartsPanel
+from app.gui.main_window import MainWindow
+from app.store import SessionStore
 from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import SearchConfig
+from tests.test_gui_bridge import CountingLoader, run_fake
 
 SIZES = [(w, h) for w in (800, 900, 1000, 1366) for h in (190, 220, 320)]
 
@@ -93,3 +98,31 @@ def test_on_a_narrow_panel_the_charts_take_rows_and_the_wheel_scrolls_them(chart
     charts.resize(1366, 220)
     QApplication.processEvents()
     assert charts.columns == 5 and charts.scroll.verticalScrollBar().maximum() == 0  # one row, nothing hidden
+
+
+@pytest.fixture
+def window(keep_window, tmp_path: Path) -> MainWindow:
+    """A window with a session store, so the Sessions tab is there too."""
+    store = SessionStore(tmp_path / "sessions.db")
+    settings = QSettings(str(tmp_path / "beamwise.ini"), QSettings.Format.IniFormat)
+    bridge = SearchBridge(loader=CountingLoader(), run=run_fake)
+    return keep_window(MainWindow(bridge, settings=settings, store=store, dialogs=False))
+
+
+def shown_at(window: MainWindow, width: int, height: int, dock: str | None = None) -> None:
+    window.show()
+    window.resize(width, height)
+    if dock is not None:
+        window.docks[dock].raise_()
+    for _ in range(3):
+        QApplication.processEvents()
+
+
+@pytest.mark.parametrize("size", [(1366, 768), (1000, 700), (854, 585)])
+def test_the_settings_never_scroll_sideways(window, size):
+    """The docks start 440 px wide at 1366x768 and are narrower on a smaller window: every row fits."""
+    shown_at(window, *size, dock="settings")
+    scroll = window.docks["settings"].widget()
+    assert window.docks["settings"].width() <= 440
+    assert scroll.horizontalScrollBar().maximum() == 0, (window.docks["settings"].width(),
+                                                         scroll.widget().minimumSizeHint().width())

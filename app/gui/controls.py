@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
@@ -46,6 +47,24 @@ def narrow(combo: QComboBox) -> QComboBox:
     combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
     combo.setMinimumContentsLength(16)
     return combo
+
+
+def settings_form(box: QGroupBox) -> QFormLayout:
+    """A form whose row too wide for the dock puts its field under its label (the checkboxes' sentences do not
+    wrap), so the settings never scroll sideways on a laptop's 440 px dock or the window's narrowest."""
+    form = QFormLayout(box)
+    form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+    return form
+
+
+def stacked(widgets: Iterable[QWidget]) -> QWidget:
+    """`widgets` one under another in one form field."""
+    block = QWidget()
+    column = QVBoxLayout(block)
+    column.setContentsMargins(0, 0, 0, 0)
+    for widget in widgets:
+        column.addWidget(widget)
+    return block
 
 
 def name_pairs(form: QFormLayout) -> None:
@@ -188,7 +207,7 @@ class SearchControls(QWidget):
 
     def _model_box(self) -> QGroupBox:
         box = QGroupBox("Model")
-        form = QFormLayout(box)
+        form = settings_form(box)
         self.model_picker = ModelPicker()
         self.model_picker.source_changed.connect(self._revalidate)
         form.addRow("Generator", self.model_picker)
@@ -200,7 +219,7 @@ class SearchControls(QWidget):
 
     def _search_box(self) -> QGroupBox:
         box = QGroupBox("Search")
-        form = QFormLayout(box)
+        form = settings_form(box)
         self.beams = self._slider(1, 64, tooltip="Kept beams N: how many partial answers survive each step.")
         self.width = self._slider(1, 16, tooltip="Children per beam M: how many continuations each kept "
                                   "beam tries per step. Every step scores N×M candidates.")
@@ -265,7 +284,7 @@ class SearchControls(QWidget):
 
     def _cache_box(self) -> QGroupBox:
         box = QGroupBox("KV cache")
-        form = QFormLayout(box)
+        form = settings_form(box)
         self.kv_budget = self._slider(0, 16384, step=16, suffix=" MB", special="auto",
                                       tooltip="Device memory for the KV cache, in MB. 0 = auto: free GPU "
                                       "memory on CUDA, or a budget that fits the search on the emulated GPU.")
@@ -296,8 +315,7 @@ class SearchControls(QWidget):
                                          "the user cache folder: Run again, a follow-up or a longer question that "
                                          "starts the same computes only its new tokens (same answer)."),
         }
-        for switch in self.switches.values():
-            form.addRow("", switch)
+        form.addRow("", stacked(self.switches.values()))  # one block: on a narrow dock they move under as one
         self.continuations = QSpinBox()
         self.continuations.setRange(0, 64)
         self.continuations.setSpecialValueText("B - j + 1")
