@@ -3,6 +3,7 @@ the key in the keyring (never in the settings or the session database), a run, a
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 
@@ -103,7 +104,7 @@ def test_a_fault_during_the_connection_test_is_said_not_left_asking(qtbot, monke
     """Before, an error other than the engine's own (a server's odd answer met a TypeError) ended the test's thread:
     the dialog said "Asking…" with the button off for ever."""
 
-    def broken(config):
+    def broken(config, **_):
         raise TypeError("'int' object is not iterable")
 
     monkeypatch.setattr("app.gui.server_panel.check_connection", broken)
@@ -111,6 +112,32 @@ def test_a_fault_during_the_connection_test_is_said_not_left_asking(qtbot, monke
     ok, text = ask_server(qtbot, dialog)
     assert not ok and text.startswith("TypeError: 'int' object is not iterable") and "fault in Beamwise" in text
     assert dialog.test_button.isEnabled() and "Asking" not in dialog.answer.text()
+
+
+def test_closing_the_dialog_ends_a_test_that_waits_on_a_silent_server(qtbot) -> None:
+    """Before, a server that took the request and never answered held the test for its whole timeout after the
+    dialog closed, and its answer then landed in the closed dialog. Closing now drops the connection at once and
+    nothing arrives later."""
+    from app.gui import background
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        dialog = dialog_for(qtbot, f"http://127.0.0.1:{silent.getsockname()[1]}")
+        dialog.timeout.setValue(30)
+        dialog.show()
+        answers: list[tuple] = []
+        dialog.tested.connect(lambda *answer: answers.append(answer))
+        dialog.test_button.click()
+        connection, _ = silent.accept()
+        with connection:
+            connection.settimeout(5)
+            assert connection.recv(4096).startswith(b"GET /v1/models")  # the test is waiting for the answer
+            dialog.reject()
+            while connection.recv(4096):  # TimeoutError if the client keeps waiting: it must hang up, not time out
+                pass
+        qtbot.waitUntil(lambda: background._RELAY._out == 0)  # the test's thread ended and its answer was handed on
+        assert answers == [] and "Asking" in dialog.answer.text()  # no late result in the closed dialog
 
 
 @pytest.mark.parametrize("address", ["http://127.0.0.1:abc", "http://127.0.0.1:99999", "http://127.0.0.1:8000/v1?x=1"])

@@ -15,8 +15,8 @@ from PySide6.QtCore import QPoint, QPointF, QRectF, QSettings, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication
 
-from app.gui.chart_axes import StepAxis
 from app.gui.bridge import SearchBridge
+from app.gui.chart_axes import StepAxis
 from app.gui.charts import TITLES, ChartsPanel
 from app.gui.main_window import MainWindow
 from app.store import SessionStore

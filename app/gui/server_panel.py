@@ -9,7 +9,9 @@ when a run starts and travels only inside the ServerConfig handed to the engine 
 from __future__ import annotations
 
 import json
+import threading
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from PySide6.QtCore import QObject, QSettings, Signal
@@ -32,7 +34,7 @@ from app.gui.controls import ERROR_STYLE
 from app.gui.model_picker import SERVER_SOURCE, ModelPicker
 from app.json_types import typed_fields
 from app.server_keys import has_key, load_key, save_key
-from engine.backends.openai import ServerConfig, address_problem, check_connection
+from engine.backends.openai import RequestCancelled, ServerConfig, address_problem, check_connection
 from engine.errors import BeamwiseError, ServedModelNotFound, ServerError, ServerUnreachable, failure
 
 KEY_SOURCES = {"none": "No key", "env": "Environment variable", "keyring": "System keyring"}
@@ -103,7 +105,8 @@ def load_choice(settings: QSettings) -> ServerChoice | None:
 
 
 class ServerDialog(QDialog):
-    """Edits a ServerChoice; "Test connection" asks the server in a thread. `tested(ok, text)` follows each test."""
+    """Edits a ServerChoice; "Test connection" asks the server in a thread. `tested(ok, text)` follows each test
+    finished while the dialog is open: closing it hangs up on a test still waiting, whose answer is dropped."""
 
     tested = Signal(bool, str)
 
@@ -112,6 +115,7 @@ class ServerDialog(QDialog):
         self.setWindowTitle("Generator server")
         self.choice: ServerChoice | None = choice
         self._tests = 0
+        self._hang_up = threading.Event()  # set when the dialog closes: the test in flight stops waiting
         self._build(asdict(choice) if choice is not None else NEW_CHOICE)
 
     def _build(self, values: dict) -> None:
@@ -196,8 +200,18 @@ class ServerDialog(QDialog):
         self.answer.setStyleSheet("")
         self.answer.setText(f"Asking {config.endpoint}…")
         self.test_button.setEnabled(False)
-        number = self._tests
-        run_in_background(self, "beamwise-server-test", lambda: (number, *_test(config)), self._show_answer)
+        number, hang_up = self._tests, self._hang_up
+        run_in_background(self, "beamwise-server-test", lambda: (number, *_test(config, hang_up.is_set)),
+                          self._show_answer)
+
+    def done(self, result: int) -> None:
+        """Closed by OK, Cancel, Esc or the title bar: a test still waiting on a silent server ends now (its
+        connection closed, not held for the timeout) and says nothing later."""
+        self._hang_up.set()
+        self._hang_up = threading.Event()  # a test started if the dialog is shown again
+        self._tests += 1  # the test in flight is now an older one: _show_answer drops it
+        self.test_button.setEnabled(True)
+        super().done(result)
 
     def _show_answer(self, number: int, ok: bool, text: str) -> None:
         if number != self._tests:
@@ -283,10 +297,13 @@ def _window_message(error: BeamwiseError) -> str:
     return f"{error} {hint}"
 
 
-def _test(config: ServerConfig) -> tuple[bool, str]:
-    """Whether the server answered as the search needs, and the sentence that says so (or what to do)."""
+def _test(config: ServerConfig, should_stop: Callable[[], bool]) -> tuple[bool, str]:
+    """Whether the server answered as the search needs, and the sentence that says so (or what to do); the
+    request waits in slices and ends when `should_stop()` (the dialog closed)."""
     try:
-        return True, check_connection(config).sentence(config)
+        return True, check_connection(config, should_stop=should_stop).sentence(config)
+    except RequestCancelled:
+        return False, "the test was cancelled."  # dropped: only a closed dialog cancels
     except BeamwiseError as error:
         return False, _window_message(error)
     except Exception as error:  # a fault in Beamwise: said, or the thread ends and the dialog says "Asking…" for ever
