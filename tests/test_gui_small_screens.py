@@ -22,7 +22,7 @@ from app.gui.main_window import MainWindow
 from app.store import SessionStore
 from benchmarks.fake_search import fake_run
 from engine import events as ev
-from engine.config import SearchConfig
+from engine.config import CacheConfig, ModelSpec, SearchConfig
 from tests.test_gui_bridge import CountingLoader, run_fake
 
 SIZES = [(w, h) for w in (800, 900, 1000, 1366) for h in (190, 220, 320)]
@@ -126,3 +126,28 @@ def test_the_settings_never_scroll_sideways(window, size):
     assert window.docks["settings"].width() <= 440
     assert scroll.horizontalScrollBar().maximum() == 0, (window.docks["settings"].width(),
                                                          scroll.widget().minimumSizeHint().width())
+
+
+def run_fake_search(qtbot, window: MainWindow) -> None:
+    window.controls.set_configs(ModelSpec(source="synthetic:fake"), SearchConfig(beams=2, width=2, max_steps=3),
+                                CacheConfig())
+    window.question.setPlainText("How fast is the train?")
+    with qtbot.waitSignal(window.run_ended, timeout=5000):
+        assert window.start_run()
+
+
+@pytest.mark.parametrize(("size", "all_fields"), [((1366, 768), True), ((854, 585), False)])
+def test_the_status_bar_line_stays_readable_beside_its_fields(window, qtbot, size, all_fields):
+    """At the window's smallest the fields took the whole bar and 'Done: 3 steps, …' showed as 'Done: ('."""
+    shown_at(window, *size)
+    run_fake_search(qtbot, window)
+    QApplication.processEvents()
+    bar, status = window.statusBar(), window.status
+    message = bar.currentMessage()
+    assert message.startswith("Done: 3 steps")
+    fields = [f for f in status.fields if f.isVisibleTo(bar)]
+    left = min((f.mapTo(bar, f.rect().topLeft()).x() for f in fields), default=bar.width())
+    assert bar.fontMetrics().horizontalAdvance(message) + 12 <= left, (message, left, bar.width())
+    assert (fields == status.shown_fields() and status.step in fields and status.speed in fields)
+    wanted = [f for f in status.fields if not f.isHidden()]  # the fields that have something to say
+    assert (fields == wanted) == all_fields

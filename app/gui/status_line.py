@@ -3,10 +3,11 @@ model-load banner; and a once-a-second line saying what the current step is doin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QElapsedTimer, Qt, QTimer
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMainWindow, QProgressBar
+from PySide6.QtCore import QElapsedTimer, QEvent, QObject, Qt, QTimer
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMainWindow, QProgressBar, QWidget
 
 from app import formatting
 from app.eval_exit import ExitTally
@@ -17,6 +18,8 @@ from engine import events as ev
 
 HEARTBEAT_MS = 1000
 MODEL_WIDTH = 320  # px: a longer model name is shortened in the middle (whole in the tooltip)
+MESSAGE_ROOM_PX = 320  # the bar's own line ("Done: 6 steps, score 0.87, …", the heartbeat) keeps at least this
+FIELD_GAP_PX = 8  # what the status bar puts beside each field
 PROMPT_TIP = "Prompt tokens: loaded from the prefix cache (cached) and computed by this run"
 IDLE_TIP = ("The last step's idle row-slots: decode slots of rows whose step had ended while the group's longest "
             "row ran on (stragglers' waste). With speculative extension (FlashTTS) such rows decode their "
@@ -81,11 +84,34 @@ class StatusLine:
         self._beat.setInterval(HEARTBEAT_MS)
         self._beat.timeout.connect(self._heartbeat)
         self._quiet = QElapsedTimer()
-        for widget in (self.progress, self.model, self.verifier, self.device, self.policy, self.prompt, self.step,
-                       self.idle, self.exit, self.speed):
-            bar.addPermanentWidget(widget)
+        bar.addPermanentWidget(self.progress)
+        self.fields = (self.model, self.verifier, self.device, self.policy, self.prompt, self.step, self.idle,
+                       self.exit, self.speed)  # in the bar's order
+        self._by_worth = (self.step, self.speed, self.model, self.device, self.prompt, self.idle, self.exit,
+                          self.policy, self.verifier)  # who keeps a place on a narrow window first
+        self._slots = {field: _slot(field) for field in self.fields}
+        for field in self.fields:
+            bar.addPermanentWidget(self._slots[field])
+        self._fitter = _OnResize(bar, self.fit)
         self.speed.setToolTip("Candidate tokens generated per second (all beams together)")
         self.device.setToolTip("Where the KV cache lives; without CUDA a budgeted CPU pool emulates the GPU")
+
+    def fit(self) -> None:
+        """Show the fields that fit beside MESSAGE_ROOM_PX of the bar's line, the most telling first; on a narrow
+        window the rest step aside rather than run over the line. A field's own show/hide (idle, exit) is its
+        label's; room is its slot's, so the two never fight."""
+        room = self.bar.width() - MESSAGE_ROOM_PX
+        if not self.progress.isHidden():
+            room -= self.progress.sizeHint().width() + FIELD_GAP_PX
+        for field in self._by_worth:
+            need = field.sizeHint().width() + FIELD_GAP_PX
+            fits = not field.isHidden() and need <= room
+            room -= need if fits else 0
+            self._slots[field].setVisible(fits)
+
+    def shown_fields(self) -> list[QLabel]:
+        """The fields a user sees now, in the bar's order."""
+        return [f for f in self.fields if not f.isHidden() and self._slots[f].isVisibleTo(self.bar)]
 
     def loading(self, message: str, fraction: float) -> None:
         self.progress.show()
@@ -97,6 +123,7 @@ class StatusLine:
         self.progress.setFormat(f"{message[:40]} %p%")
         self.progress.setToolTip(message)
         self.banner.show_stage(message, fraction)
+        self.fit()
 
     def loaded(self, name: str | None, device: str | None) -> None:
         self.progress.hide()
@@ -106,6 +133,7 @@ class StatusLine:
         self.model.setToolTip(text if self.model.text() != text else "")
         if device:
             self.device.setText(f"device: {device}")
+        self.fit()
 
     def show_device_hint(self, hint: str | None) -> None:
         """On the emulated GPU although an NVIDIA GPU is present: a mark on the device field, the fix in its tooltip
@@ -138,6 +166,7 @@ class StatusLine:
         self.prompt.setText("prompt: -")
         self.prompt.setToolTip(PROMPT_TIP)  # not the last run's cached and computed counts
         self.bar.clearMessage()
+        self.fit()
 
     def stop_heartbeat(self) -> None:
         self._beat.stop()
@@ -199,12 +228,37 @@ class StatusLine:
             self.bar.showMessage(f"Failed: {window_terms(event.message)[:120]}", 15000)
         if event.type in ev.TERMINAL_TYPES:
             self._beat.stop()
+        if isinstance(event, ev.RunStarted | ev.PrefillDone | ev.PolicyChanged | ev.TransferStats | ev.StepSelected):
+            self.fit()  # a field came, went or grew
 
     def _show_exit(self, tally: ExitTally | None) -> None:
         """The exit's figures over the run's steps so far; None: a new run, hidden until a step exits."""
         self._exit = tally or ExitTally()
         self.exit.setText(f"exit: {self._exit.text()}")
         self.exit.setVisible(tally is not None)
+
+
+def _slot(field: QLabel) -> QWidget:
+    """A place in the status bar holding one field: hidden when the bar has no room for it."""
+    slot = QWidget()
+    row = QHBoxLayout(slot)
+    row.setContentsMargins(0, 0, 0, 0)
+    row.addWidget(field)
+    return slot
+
+
+class _OnResize(QObject):
+    """Calls `react()` each time `watched` is resized."""
+
+    def __init__(self, watched: QWidget, react: Callable[[], None]) -> None:
+        super().__init__(watched)
+        self._react = react
+        watched.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Resize:
+            self._react()
+        return False
 
 
 def policy_change_text(event: ev.PolicyChanged) -> str:
