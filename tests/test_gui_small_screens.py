@@ -151,3 +151,21 @@ def test_the_status_bar_line_stays_readable_beside_its_fields(window, qtbot, siz
     assert (fields == status.shown_fields() and status.step in fields and status.speed in fields)
     wanted = [f for f in status.fields if not f.isHidden()]  # the fields that have something to say
     assert (fields == wanted) == all_fields
+
+
+@pytest.mark.parametrize("size", [(1366, 768), (854, 585)])
+@pytest.mark.parametrize("dock", ["details", "models"])
+def test_the_node_details_and_the_models_page_never_scroll_sideways(window, qtbot, size, dock):
+    """At the window's smallest the details dock is 200 px: its form's long labels pushed the values out of view
+    (53 px to scroll); the Models page's hub box title asked 339 px of a 330 px dock."""
+    shown_at(window, 1366, 768, dock=dock)
+    run_fake_search(qtbot, window)
+    window.panels.details.show_node(window.session.tree.chosen_path[-1])
+    shown_at(window, *size)  # shrunk from a laptop's screen, as a user drags it
+    scroll = window.docks[dock].widget()
+    assert scroll.horizontalScrollBar().maximum() == 0, (window.docks[dock].width(),
+                                                         scroll.widget().minimumSizeHint().width())
+    details = window.panels.details
+    for name, value in details.values.items():  # and no value is cut: each has its text's width, inside the panel
+        assert value.width() >= value.minimumSizeHint().width(), (name, value.text(), value.width())
+        assert value.geometry().right() < details.width(), (name, value.geometry(), details.width())

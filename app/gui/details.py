@@ -8,6 +8,7 @@ model text goes into plain-text widgets: a step that says '<b>' shows '<b>'.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFormLayout,
@@ -38,6 +39,7 @@ FIELD_LABELS = {
     "d2h": "D2H (its step)",
 }
 PATH_COLUMNS = ("Step", "Id", "Score", "Path score", "First line")
+MIN_WIDTH_PX = 160  # the narrowest the panel lays out in (the right dock keeps 200 px)
 PLACEHOLDER = "Click a node in the tree to see its text, scores, memory and path."
 
 
@@ -52,7 +54,7 @@ class NodeDetails(SessionView, QWidget):
         self.heading.setWordWrap(True)
         self.heading.setFont(pal.ui_font(10, bold=True))
         self.values = {name: self._value_label() for name in FIELDS}
-        form = QFormLayout()
+        form = self.form = QFormLayout()
         form.setHorizontalSpacing(14)
         form.setVerticalSpacing(3)
         for name in FIELDS:
@@ -68,6 +70,7 @@ class NodeDetails(SessionView, QWidget):
         layout.addWidget(self.heading)
         layout.addLayout(form)
         layout.addWidget(split, 1)
+        self.setMinimumWidth(MIN_WIDTH_PX)  # not the form's side-by-side width: _fit_form wraps it instead
         self.clear()
         self.attach(session)
 
@@ -95,6 +98,7 @@ class NodeDetails(SessionView, QWidget):
             label.setText("–")
         self.text.setPlainText("")
         self.path.setRowCount(0)
+        self._fit_form()
 
     def show_node(self, node_id: int) -> None:
         """Show `node_id`; an id not in the tree (a previous run's) clears the panel."""
@@ -126,6 +130,7 @@ class NodeDetails(SessionView, QWidget):
         if self.text.toPlainText() != node.text:
             self.text.setPlainText(node.text)
         self._fill_path(node_id)
+        self._fit_form()
 
     def _exit_of(self, step: int) -> str:
         """The layer-entropy exit of the node's step (all its candidates), '–' when the step had none."""
@@ -147,6 +152,22 @@ class NodeDetails(SessionView, QWidget):
         ]
 
     # -- internals -----------------------------------------------------------------------
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_form()
+
+    def _fit_form(self) -> None:
+        """Labels beside their values while both fit the panel's width, else every value under its label. (Qt's
+        WrapLongRows keeps the widest label's column for the rows it leaves side by side, and on a 200 px dock
+        cut their values to 25 px.)"""
+        margins = self.layout().contentsMargins()
+        labels = max(self.form.labelForField(v).sizeHint().width() for v in self.values.values())
+        values = max(v.sizeHint().width() for v in self.values.values())
+        beside = margins.left() + labels + self.form.horizontalSpacing() + values + margins.right() <= self.width()
+        policy = QFormLayout.RowWrapPolicy.DontWrapRows if beside else QFormLayout.RowWrapPolicy.WrapAllRows
+        if self.form.rowWrapPolicy() != policy:
+            self.form.setRowWrapPolicy(policy)
 
     def _fill_path(self, node_id: int) -> None:
         rows = [["0", "prompt", "", "", self.tree.node(ROOT_ID).first_line]]

@@ -194,8 +194,11 @@ class ModelsPage(QWidget):
         return rows
 
     def _build_pull(self) -> QGroupBox:
-        box = QGroupBox("Download from a hub (only when you press Pull)")
+        box = QGroupBox("Download from a hub")  # a longer title asked more than the 330 px dock has
         form = QFormLayout(box)
+        note = QLabel("Nothing is downloaded until you press Pull.")
+        note.setWordWrap(True)
+        form.addRow(note)
         self.repo_edit = QLineEdit()
         self.repo_edit.setPlaceholderText("owner/name, e.g. HuggingFaceTB/SmolLM2-360M-Instruct")
         self.repo_edit.returnPressed.connect(self.start_pull)
