@@ -169,3 +169,28 @@ def test_the_node_details_and_the_models_page_never_scroll_sideways(window, qtbo
     for name, value in details.values.items():  # and no value is cut: each has its text's width, inside the panel
         assert value.width() >= value.minimumSizeHint().width(), (name, value.text(), value.width())
         assert value.geometry().right() < details.width(), (name, value.geometry(), details.width())
+
+
+def title_lines(charts: ChartsPanel, name: str) -> list[str]:
+    """The lines a plot's title is drawn in, as wrapped."""
+    lines = []
+    block = charts.plots[name].titleLabel.item.document().begin()
+    while block.isValid():
+        text, layout = block.text(), block.layout()
+        for line in (layout.lineAt(i) for i in range(layout.lineCount())):
+            lines.append(text[line.textStart(): line.textStart() + line.textLength()].strip("\u2028 \xa0"))
+        block = block.next()
+    return lines
+
+
+@pytest.mark.parametrize("width", [800, 1000, 1366])
+def test_a_wrapped_key_breaks_only_between_its_entries(charts, width):
+    """At 1000 px 'budget 1.0 MB' broke after '1.0', and 'MB' read as an entry of its own."""
+    charts.resize(width, 220)
+    QApplication.processEvents()
+    keys = {}
+    for name in TITLES:
+        lines = title_lines(charts, name)
+        keys[name] = lines[next(i for i, line in enumerate(lines) if line.startswith(("━", "┅"))):]
+        assert all(line.startswith(("━", "┅")) for line in keys[name]), (name, lines)
+    assert len(keys["device"]) >= 2  # the longest key (six entries, two with sizes) did wrap

@@ -265,9 +265,11 @@ class ChartsPanel(SessionView, QWidget):
 
 
 def _key_entry(label: str, colour: str, dashed: bool, size: int | None) -> str:
-    """One curve's key in the title: its stroke and label in its colour, and a size where it has one."""
-    sized = f"&nbsp;{fmt.size(size)}" if size is not None else ""
-    return f'<span style="color:{colour}">{"┅" if dashed else "━"}&nbsp;{html.escape(label)}{sized}</span>'
+    """One curve's key in the title: its stroke and label in its colour, and a size where it has one; all on one
+    line when the key wraps ('budget 1.0' / 'MB' read as two entries)."""
+    text = label if size is None else f"{label} {fmt.size(size)}"
+    words = html.escape(text).replace(" ", "&nbsp;")
+    return f'<span style="color:{colour}">{"┅" if dashed else "━"}&nbsp;{words}</span>'
 
 
 def _line(plot: pg.PlotItem, colour: str, name: str, dashed: bool = False) -> pg.PlotDataItem:
