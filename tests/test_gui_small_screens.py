@@ -18,7 +18,9 @@ from PySide6.QtWidgets import QApplication
 from app.gui.bridge import SearchBridge
 from app.gui.chart_axes import StepAxis
 from app.gui.charts import TITLES, ChartsPanel
+from app.gui.conversation import HINTS
 from app.gui.main_window import MainWindow
+from app.gui.transcript import PLACEHOLDERS
 from app.store import SessionStore
 from benchmarks.fake_search import fake_run
 from engine import events as ev
@@ -194,3 +196,27 @@ def test_a_wrapped_key_breaks_only_between_its_entries(charts, width):
         keys[name] = lines[next(i for i, line in enumerate(lines) if line.startswith(("━", "┅"))):]
         assert all(line.startswith(("━", "┅")) for line in keys[name]), (name, lines)
     assert len(keys["device"]) >= 2  # the longest key (six entries, two with sizes) did wrap
+
+
+@pytest.mark.parametrize("size", [(1366, 768), (854, 585)])
+def test_the_follow_up_field_shows_its_hint_whole(window, size):
+    """'Follow-ups come after a finished ans…' at 1366x768: the field shows the longest hint that fits it, the
+    whole sentence in its tooltip."""
+    shown_at(window, 1366, 768)
+    shown_at(window, *size)
+    box = window.talk.box
+    for open_turn in (False, True):
+        box.set_open(open_turn)
+        hint = box.field.placeholderText()
+        assert hint in HINTS[open_turn]
+        assert box.field.fontMetrics().horizontalAdvance(hint) <= box.field.width() - 16, (hint, box.field.width())
+        assert box.field.toolTip() in ("", HINTS[open_turn][0]) and HINTS[open_turn][0] in (hint, box.field.toolTip())
+
+
+@pytest.mark.parametrize("size", [(1366, 768), (854, 585)])
+def test_the_empty_transcript_shows_its_placeholder_whole(window, size):
+    shown_at(window, 1366, 768)
+    shown_at(window, *size)
+    view = window.panels.transcript.view
+    hint = view.placeholderText()
+    assert hint in PLACEHOLDERS and view.fontMetrics().horizontalAdvance(hint) <= view.viewport().width() - 20

@@ -13,15 +13,20 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction, QKeySequence, QResizeEvent
 from PySide6.QtWidgets import QHBoxLayout, QLineEdit, QTabBar, QToolButton, QVBoxLayout, QWidget
 
 from app.conversations import history, line_of, turns_through
 from app.gui.bridge import Conversation
+from app.gui.hints import fit_placeholder
 from engine.chat import Turn
 from engine.errors import BeamwiseError
 
 FOLLOW_UP_HINT = "Ask a follow-up about this answer (Enter)"
+HINTS = {  # the placeholder, longest first: the field shows the longest that fits it whole (app/gui/hints.py)
+    True: (FOLLOW_UP_HINT, "Ask a follow-up (Enter)", "Follow-up"),
+    False: ("Follow-ups come after a finished answer", "Follow-ups come after an answer", "After an answer"),
+}
 
 
 class TurnBar(QTabBar):
@@ -69,6 +74,7 @@ class FollowUpBox(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.field = QLineEdit(placeholderText=FOLLOW_UP_HINT, clearButtonEnabled=True)
+        self._open = True
         self.field.setAccessibleName("Follow-up question")
         self.field.returnPressed.connect(self.submit)
         self.action = QAction("&Follow up", self)
@@ -93,7 +99,17 @@ class FollowUpBox(QWidget):
         """Usable only when a finished turn is open and nothing runs."""
         self.field.setEnabled(open_turn)
         self.action.setEnabled(open_turn)
-        self.field.setPlaceholderText(FOLLOW_UP_HINT if open_turn else "Follow-ups come after a finished answer")
+        self._open = open_turn
+        self._fit_hint()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_hint()
+
+    def _fit_hint(self) -> None:
+        """The longest hint that fits the field whole; a shorter one has the whole sentence as the tooltip."""
+        hints = HINTS[self._open]
+        self.field.setToolTip("" if fit_placeholder(self.field, hints) == hints[0] else hints[0])
 
 
 def with_follow_up(transcript: QWidget, box: FollowUpBox) -> QWidget:

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import html
 
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 import app.formatting as fmt
 from app.gui import palette as pal
+from app.gui.hints import fit_placeholder
 from app.gui.panel import SessionView
 from app.session import Change, SessionModel
 from app.session.model import RESET
 
 PLACEHOLDER = "The best path so far shows here during a run."
+PLACEHOLDERS = (PLACEHOLDER, "The best path shows here.", "Best path")  # a placeholder does not wrap: one fits
 
 
 class TranscriptPanel(SessionView, QWidget):
@@ -28,13 +31,17 @@ class TranscriptPanel(SessionView, QWidget):
         self.view.setAccessibleName("Transcript")
         self.view.setOpenLinks(False)
         self.view.setFont(pal.ui_font(10))
-        self.view.setPlaceholderText(PLACEHOLDER)  # short: a placeholder does not wrap in a narrow dock
+        self.view.setPlaceholderText(PLACEHOLDER)
         self.view.setToolTip("The best reasoning path so far, step by step, then the answer")
         self.view.document().setDocumentMargin(10)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.view)
         self.attach(session)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        fit_placeholder(self.view, PLACEHOLDERS)
 
     @property
     def best_path(self) -> list[int]:
