@@ -4,6 +4,7 @@ that do not scroll sideways, and the parts of a 1366x768 or minimum-size window 
 from __future__ import annotations
 
 import dataclasses
+import html
 import itertools
 from pathlib import Path
 
@@ -220,3 +221,24 @@ def test_the_empty_transcript_shows_its_placeholder_whole(window, size):
     view = window.panels.transcript.view
     hint = view.placeholderText()
     assert hint in PLACEHOLDERS and view.fontMetrics().horizontalAdvance(hint) <= view.viewport().width() - 20
+
+
+def test_a_long_plan_sentence_leaves_the_tree_whole_at_the_smallest_window(window, qtbot):
+    """A refusal's advice wrapped to six lines above the tree at 854x585 and cut off the tree's bottom (its
+    legend and scroll bar); the sentence keeps two lines, whole in the tooltip, and the tree all of its 220 px."""
+    shown_at(window, 1366, 768)
+    shown_at(window, 854, 585)
+    window.controls.set_configs(ModelSpec(source="synthetic:tiny-llama"), SearchConfig(beams=8, width=4),
+                                CacheConfig(kv_budget_bytes=20_000, policy="in_device"))
+    window.question.setPlainText("What is 12 times 7?")
+    with qtbot.waitSignal(window.plan_bar.planned, timeout=30_000) as blocker:
+        window.plan_bar.refresh_now()
+    QApplication.processEvents()
+    whole, label = blocker.args[0].sentence, window.plan_bar.sentence
+    assert blocker.args[0].state == "red" and len(whole) > 200
+    assert label.text().endswith("…") and whole.startswith(label.text()[:-1].rstrip())
+    assert label.height() <= 2 * label.fontMetrics().lineSpacing() + 2
+    assert html.escape(whole) in window.plan_bar.toolTip()
+    tree, central = window.panels.tree, window.centralWidget()
+    assert tree.height() >= 220 and tree.geometry().bottom() < central.height(), (tree.geometry(), central.size())
+    assert window.height() == 585  # and the window's smallest did not grow for the plan's second line

@@ -84,6 +84,12 @@ def scrolled(widget: QWidget, min_width: int) -> QScrollArea:
     return scroll
 
 
+def lines_high(edit: QPlainTextEdit, lines: int) -> int:
+    """The height that shows `lines` lines of `edit`'s text, frame and margins included."""
+    margins = edit.frameWidth() + int(edit.document().documentMargin())
+    return lines * edit.fontMetrics().lineSpacing() + 2 * margins
+
+
 def source_for_model_name(name: str, fallback: str) -> str:
     """The ModelSpec source of a recorded model name (sessions keep the name, not the path)."""
     if name in BUNDLED_NAMES:
@@ -134,6 +140,7 @@ class MainWindow(QMainWindow):
         self.question = QPlainTextEdit()
         self.question.setPlaceholderText("Ask a question, then press Run (Ctrl+Enter). Esc stops the search.")
         self.question.setMaximumHeight(80)
+        self.question.setMinimumHeight(lines_high(self.question, 2))  # at the window's smallest: room for the plan
         self.question.setTabChangesFocus(True)
         self.question.setAccessibleName("Question")  # a screen reader does not read the placeholder as a name
         self.run_action = QAction("&Run", self)  # Alt+R on the button, R in the Search menu

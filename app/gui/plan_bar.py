@@ -6,7 +6,8 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Sequence
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QFont, QFontMetrics, QResizeEvent, QTextLayout
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
 from app.gui.background import run_in_background
@@ -17,6 +18,7 @@ from engine.config import CacheConfig, ModelSpec, SearchConfig
 
 COLOURS = {"green": "#2f8a57", "amber": "#b07a12", "red": "#c0504d", "unknown": "#5f6b7a"}
 DEBOUNCE_MS = 400  # settings change in bursts (a slider drag): plan once they settle
+MOST_LINES = 2  # the sentence's lines above the tree; a longer one ends in '…' and is whole in the tooltip
 
 Configs = tuple[ModelSpec, SearchConfig, CacheConfig]
 Prompt = tuple[str, Sequence[Turn]]  # the question a Run would ask and the conversation turns before it
@@ -35,8 +37,11 @@ class PlanBar(QWidget):
         self._generation = 0
         self._paused, self._pending = False, False
         self.plan: MemoryPlan | None = None
+        self._sentence, self._details = "", ""
         self.dot, self.sentence = QLabel("●"), QLabel("Planning memory…")
         self.sentence.setWordWrap(True)
+        self.sentence.setMinimumHeight(MOST_LINES * self.sentence.fontMetrics().lineSpacing())  # the window's
+        # minimum makes room for both lines, rather than the tree under them being cut
         row = QHBoxLayout(self)
         row.setContentsMargins(4, 0, 4, 0)
         row.addWidget(self.dot)
@@ -98,8 +103,36 @@ class PlanBar(QWidget):
         self.dot.setStyleSheet(f"color: {COLOURS[state]}; font-size: 16px;")
         self.dot.setToolTip({"green": "fits", "amber": "runs, with a cost", "red": "will not run as set"}.get(
             state, "no plan"))
-        self.sentence.setText(sentence)
-        self.setToolTip(details or sentence)
+        self._sentence, self._details = sentence, details
+        self._fit_sentence()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_sentence()
+
+    def _fit_sentence(self) -> None:
+        """At most MOST_LINES lines: a refusal's advice wrapped to six lines on the window's narrowest and pushed the
+        tree under its minimum, cutting off its bottom. A cut sentence leads the tooltip, whole."""
+        width = self.sentence.contentsRect().width()
+        shown = first_lines(self._sentence, self.sentence.font(), width, MOST_LINES) if self.isVisible() else None
+        self.sentence.setText(shown or self._sentence)
+        whole = html.escape(self._sentence) if shown and shown != self._sentence else ""
+        self.setToolTip("<br>".join(t for t in (whole, self._details) if t) or self._sentence)
+
+
+def first_lines(text: str, font: QFont, width: int, most: int) -> str:
+    """`text` as it wraps at `width` px, its first `most` lines, the last ending in '…' when more followed."""
+    layout = QTextLayout(text, font)
+    layout.beginLayout()
+    starts = []
+    while (line := layout.createLine()).isValid():
+        line.setLineWidth(max(width, 1))
+        starts.append(line.textStart())
+    layout.endLayout()
+    if len(starts) <= most:
+        return text
+    last = starts[most - 1]
+    return text[:last] + QFontMetrics(font).elidedText(text[last:], Qt.TextElideMode.ElideRight, width)
 
 
 def _plan(configs: Configs, question: str, history: Sequence[Turn]) -> tuple[MemoryPlan | None, str]:
