@@ -242,3 +242,33 @@ def test_a_long_plan_sentence_leaves_the_tree_whole_at_the_smallest_window(windo
     tree, central = window.panels.tree, window.centralWidget()
     assert tree.height() >= 220 and tree.geometry().bottom() < central.height(), (tree.geometry(), central.size())
     assert window.height() == 585  # and the window's smallest did not grow for the plan's second line
+
+
+def test_the_load_banner_at_the_smallest_window_keeps_its_width_and_the_tree_whole(window):
+    """Beside its 240 px bar the banner's words wrapped to seven lines in 97 px, widened the window to 915 px and
+    cut off the tree's bottom; the status bar's progress ran 40 characters over its bar in two lines."""
+    shown_at(window, 1366, 768)
+    shown_at(window, 854, 585)
+    message = "Loading SmolLM2-135M-Instruct: reading the weights from disk (first start converts them once)"
+    window.status.loading(message, 0.4)
+    shown_at(window, 854, 585)
+    banner, tree, central = window.status.banner, window.panels.tree, window.centralWidget()
+    assert window.width() == 854 and window.height() <= 700
+    assert tree.height() >= 220 and tree.geometry().bottom() < central.height(), (tree.geometry(), central.size())
+    assert banner.label.height() <= 2 * banner.label.fontMetrics().lineSpacing() + 2 and banner.toolTip() == message
+    assert banner.bar.geometry().top() > banner.label.geometry().top()  # under the words, not beside them
+    progress = window.status.progress
+    shown = progress.text()
+    assert shown.endswith("40%") and progress.fontMetrics().horizontalAdvance(shown) <= progress.width() - 8
+    shown_at(window, 1366, 768)
+    assert banner.label.text() == message and banner.toolTip() == ""  # wide: the words whole, the bar beside them
+    assert abs(banner.bar.geometry().center().y() - banner.label.geometry().center().y()) <= 2
+
+
+def test_the_sessions_tab_does_not_widen_the_smallest_window_and_its_buttons_show_their_words(window):
+    shown_at(window, 1366, 768, dock="sessions")
+    shown_at(window, 854, 585)
+    assert window.width() == 854 and window.docks["sessions"].isVisible()
+    for button in window.sessions.buttons.values():
+        words = button.fontMetrics().horizontalAdvance(button.text())
+        assert button.isVisible() and words + 8 <= button.width(), (button.text(), button.width())

@@ -6,11 +6,12 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Sequence
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QFont, QFontMetrics, QResizeEvent, QTextLayout
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
 from app.gui.background import run_in_background
+from app.gui.hints import first_lines
 from app.gui.model_picker import SERVER_SOURCE
 from app.planner import MemoryPlan, plan
 from engine.chat import Turn
@@ -118,21 +119,6 @@ class PlanBar(QWidget):
         self.sentence.setText(shown or self._sentence)
         whole = html.escape(self._sentence) if shown and shown != self._sentence else ""
         self.setToolTip("<br>".join(t for t in (whole, self._details) if t) or self._sentence)
-
-
-def first_lines(text: str, font: QFont, width: int, most: int) -> str:
-    """`text` as it wraps at `width` px, its first `most` lines, the last ending in '…' when more followed."""
-    layout = QTextLayout(text, font)
-    layout.beginLayout()
-    starts = []
-    while (line := layout.createLine()).isValid():
-        line.setLineWidth(max(width, 1))
-        starts.append(line.textStart())
-    layout.endLayout()
-    if len(starts) <= most:
-        return text
-    last = starts[most - 1]
-    return text[:last] + QFontMetrics(font).elidedText(text[last:], Qt.TextElideMode.ElideRight, width)
 
 
 def _plan(configs: Configs, question: str, history: Sequence[Turn]) -> tuple[MemoryPlan | None, str]:

@@ -39,6 +39,7 @@ COLUMNS = ("title", "turns", "created", "model", "status", "answer")
 HEADERS = ("Title", "Turns", "Date", "Model", "Status", "Answer")
 COLUMN_WIDTHS = (220, 56, 124, 150, 80, 240)  # px; the user can drag them, the last one stretches
 PAGE = 200  # conversations listed at a time: a long history opens at once, "Show older" lists more
+BUTTON_PADDING_PX = 20  # a push button's frame and margins around its words
 STATUS_COLOURS = {"failed": "#c0504d", "interrupted": "#b07a12", "cancelled": "#5f6b7a", "running": "#3b7dd8"}
 EXPORT_FILTERS = {"md": "Markdown (*.md)", "html": "Web page (*.html)", "json": "JSON, can be imported (*.json)"}
 AnyIndex = QModelIndex | QPersistentModelIndex
@@ -193,6 +194,9 @@ class SessionsPanel(QWidget):
         self.buttons["delete"].clicked.connect(self.delete_selected)
         buttons.addStretch(1)
         buttons.addWidget(self.buttons["delete"])
+        for button in self.buttons.values():  # as narrow as their words, not the style's 80 px: the four fit a 330
+            # px dock, and the Sessions tab no longer widens the window's smallest from 854 to 862 px
+            button.setMinimumWidth(button.fontMetrics().horizontalAdvance(button.text()) + BUTTON_PADDING_PX)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         for widget in (self.search, self.view, self.older, self.message):

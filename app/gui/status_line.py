@@ -7,11 +7,13 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QElapsedTimer, QEvent, QObject, Qt, QTimer
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMainWindow, QProgressBar, QWidget
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import QBoxLayout, QFrame, QHBoxLayout, QLabel, QMainWindow, QProgressBar, QWidget
 
 from app import formatting
 from app.eval_exit import ExitTally
 from app.gpu_check import emulated_hint
+from app.gui.hints import first_lines
 from app.gui.terms import window_terms
 from app.heartbeat import StepProgress
 from engine import events as ev
@@ -20,6 +22,9 @@ HEARTBEAT_MS = 1000
 MODEL_WIDTH = 320  # px: a longer model name is shortened in the middle (whole in the tooltip)
 MESSAGE_ROOM_PX = 320  # the bar's own line ("Done: 6 steps, score 0.87, …", the heartbeat) keeps at least this
 FIELD_GAP_PX = 8  # what the status bar puts beside each field
+BANNER_LINES = 2  # the load banner's words above the tree
+BANNER_SIDE_BY_SIDE_PX = 560  # narrower, the banner's bar goes under its words
+BAR_PX = 240  # the banner's bar beside the words
 PROMPT_TIP = "Prompt tokens: loaded from the prefix cache (cached) and computed by this run"
 IDLE_TIP = ("The last step's idle row-slots: decode slots of rows whose step had ended while the group's longest "
             "row ran on (stragglers' waste). With speculative extension (FlashTTS) such rows decode their "
@@ -28,22 +33,42 @@ IDLE_TIP = ("The last step's idle row-slots: decode slots of rows whose step had
 
 
 class LoadBanner(QFrame):
-    """Model loading (and the first start's one-time conversion) in full words above the tree, with its bar."""
+    """Model loading (and the first start's one-time conversion) in full words above the tree, with its bar: beside
+    the words on a wide window, under them on a narrow one, and the words in at most BANNER_LINES lines (whole in
+    the tooltip). Beside a 240 px bar at the window's smallest they wrapped to seven lines, widened the window to
+    915 px and cut off the tree's bottom."""
 
     def __init__(self) -> None:
         super().__init__()
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.label = QLabel()
         self.label.setWordWrap(True)
+        self.label.setMinimumHeight(BANNER_LINES * self.label.fontMetrics().lineSpacing())
         self.bar = QProgressBar()
-        self.bar.setMinimumWidth(240)
-        row = QHBoxLayout(self)
-        row.setContentsMargins(8, 4, 8, 4)
-        row.addWidget(self.label, 1)
-        row.addWidget(self.bar)
+        self.row = QBoxLayout(QBoxLayout.Direction.LeftToRight, self)
+        self.row.setContentsMargins(8, 4, 8, 4)
+        self.row.addWidget(self.label, 1)
+        self.row.addWidget(self.bar)
+        self._message = ""
         self.hide()
 
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit()
+
+    def _fit(self) -> None:
+        wide = self.width() >= BANNER_SIDE_BY_SIDE_PX
+        direction = QBoxLayout.Direction.LeftToRight if wide else QBoxLayout.Direction.TopToBottom
+        if self.row.direction() != direction:
+            self.row.setDirection(direction)
+        self.bar.setMinimumWidth(BAR_PX if wide else 0)
+        width = self.label.contentsRect().width()
+        shown = first_lines(self._message, self.label.font(), width, BANNER_LINES) if self.isVisible() else None
+        self.label.setText(shown or self._message)
+        self.setToolTip(self._message if shown and shown != self._message else "")
+
     def show_stage(self, message: str, fraction: float) -> None:
+        self._message = message
         self.label.setText(message)
         if fraction < 0:
             self.bar.setRange(0, 0)  # busy: a stage of unknown length
@@ -51,6 +76,7 @@ class LoadBanner(QFrame):
             self.bar.setRange(0, 100)
             self.bar.setValue(round(fraction * 100))
         self.show()
+        self._fit()
 
 
 class StatusLine:
@@ -120,7 +146,9 @@ class StatusLine:
         else:
             self.progress.setRange(0, 100)
             self.progress.setValue(round(fraction * 100))
-        self.progress.setFormat(f"{message[:40]} %p%")
+        room = self.progress.maximumWidth() - self.progress.fontMetrics().horizontalAdvance(" 100%") - 16
+        self.progress.setFormat(self.progress.fontMetrics().elidedText(message, Qt.TextElideMode.ElideRight, room)
+                                + " %p%")  # cut to the bar: 40 characters ran over it in two lines
         self.progress.setToolTip(message)
         self.banner.show_stage(message, fraction)
         self.fit()
