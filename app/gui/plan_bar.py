@@ -41,8 +41,6 @@ class PlanBar(QWidget):
         self._sentence, self._details = "", ""
         self.dot, self.sentence = QLabel("●"), QLabel("Planning memory…")
         self.sentence.setWordWrap(True)
-        self.sentence.setMinimumHeight(MOST_LINES * self.sentence.fontMetrics().lineSpacing())  # the window's
-        # minimum makes room for both lines, rather than the tree under them being cut
         row = QHBoxLayout(self)
         row.setContentsMargins(4, 0, 4, 0)
         row.addWidget(self.dot)
@@ -117,6 +115,8 @@ class PlanBar(QWidget):
         width = self.sentence.contentsRect().width()
         shown = first_lines(self._sentence, self.sentence.font(), width, MOST_LINES) if self.isVisible() else None
         self.sentence.setText(shown or self._sentence)
+        if shown:  # the window's minimum makes room for the lines shown, rather than the tree under them being cut
+            self.sentence.setMinimumHeight(self.sentence.heightForWidth(width))
         whole = html.escape(self._sentence) if shown and shown != self._sentence else ""
         self.setToolTip("<br>".join(t for t in (whole, self._details) if t) or self._sentence)
 
