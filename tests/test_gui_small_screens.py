@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QPoint, QPointF, QRectF, QSettings, Qt
-from PySide6.QtGui import QWheelEvent
+from PySide6.QtGui import QImage, QPainter, QWheelEvent
 from PySide6.QtWidgets import QApplication
 
 from app.gui.bridge import SearchBridge
@@ -272,3 +272,24 @@ def test_the_sessions_tab_does_not_widen_the_smallest_window_and_its_buttons_sho
     for button in window.sessions.buttons.values():
         words = button.fontMetrics().horizontalAdvance(button.text())
         assert button.isVisible() and words + 8 <= button.width(), (button.text(), button.width())
+
+
+@pytest.mark.parametrize("width", [800, 1000, 1366])
+def test_the_prompts_bar_keeps_its_label_on_a_narrow_plot(qtbot, width):
+    """Before, on a plot under ~210 px (all five in a row at 1366, three at 800) half a step was narrower than half
+    of "prompt", and pyqtgraph dropped the label of the question's own traffic: a bar with no name under it."""
+    stream = [dataclasses.replace(e, h2d_bytes=e.h2d_bytes + 3_000_000) if isinstance(e, ev.TransferStats) else e
+              for e in fake_run("How fast?", SearchConfig(beams=2, width=2, max_steps=4))]
+    panel = ChartsPanel()
+    qtbot.addWidget(panel)
+    panel.apply_many(stream)
+    panel.flush()
+    panel.show()
+    panel.resize(width, 220)
+    QApplication.processEvents()
+    for name in ("traffic", "cumulative"):
+        image = QImage(8, 8, QImage.Format.Format_ARGB32)
+        painter = QPainter(image)
+        _, _, texts = panel.plots[name].getAxis("bottom").generateDrawSpecs(painter)
+        painter.end()
+        assert [text for _, _, text in texts] == ["prompt", "1", "2", "3", "4"], (name, width)

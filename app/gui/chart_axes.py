@@ -5,15 +5,24 @@ from __future__ import annotations
 import math
 
 import pyqtgraph as pg
+from PySide6.QtCore import QRectF
 
 import app.formatting as fmt
 
 STEP_TICK_PX = 32  # a step tick's room on a narrow plot: "prompt" beside "1" does not touch it
+PROMPT_OVERHANG_PX = 30  # how far the "prompt" label may reach left of the plot (its half is ~21 px)
 
 
 class StepAxis(pg.AxisItem):
     """Ticks only on whole steps (never 0.6 … 2.4), at most about eight of them and fewer on a narrow plot (one per
-    STEP_TICK_PX of its `size` in pixels); 0, where shown, is the prompt."""
+    STEP_TICK_PX of its `size` in pixels); 0, where shown, is the prompt. Its label may reach PROMPT_OVERHANG_PX
+    past the plot's left edge, under the empty corner below the y axis: on a plot under ~210 px half a step is
+    narrower than half of "prompt", and pyqtgraph drops a label that leaves its axis."""
+
+    def boundingRect(self) -> QRectF:
+        """pyqtgraph's, reaching PROMPT_OVERHANG_PX further left (its own tolerance for labels past the ends is
+        ignored on a plot with a grid)."""
+        return super().boundingRect().adjusted(-PROMPT_OVERHANG_PX, 0, 0, 0)
 
     def tickValues(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, list[float]]]:
         first, last = max(0, math.ceil(minVal)), math.floor(maxVal)
