@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import app.formatting as fmt
+from app.export.md_escape import literal_line, literal_text, without_controls
 from app.export.report import Report
 from app.session.series import prompt_traffic
 
@@ -14,7 +15,7 @@ def render_conversation(reports: list[Report]) -> str:
     question's title; one turn is `render_markdown` itself."""
     if len(reports) == 1:
         return render_markdown(reports[0])
-    lines = [f"# {fmt.md_line(reports[0].session['title'])}", "", f"A conversation of {len(reports)} turns.", ""]
+    lines = [f"# {literal_line(reports[0].session['title'])}", "", f"A conversation of {len(reports)} turns.", ""]
     for turn, report in enumerate(reports, 1):
         body = render_markdown(report).split("\n")
         lines.append(f"## Turn {turn}: {body[0].removeprefix('# ')}")
@@ -24,14 +25,15 @@ def render_conversation(reports: list[Report]) -> str:
 
 def render_markdown(report: Report) -> str:
     s = report.session
-    lines = [f"# {fmt.md_line(s['title'])}", "", "## Question", "", *_quote(s["question"]), ""]
-    lines += ["## Run", "", f"- Model: {fmt.md_line(s['model'])}", f"- Verifier: {s['verifier']}",
-              f"- Device: {fmt.md_line(s['device'])}",
+    lines = [f"# {literal_line(s['title'])}", "", "## Question", "", *_quote(s["question"]), ""]
+    lines += ["## Run", "", f"- Model: {literal_line(s['model'])}", f"- Verifier: {literal_line(s['verifier'])}",
+              f"- Device: {literal_line(s['device'])}",
               f"- Policy: {s['policy']}, KV budget {fmt.size(s['kv_budget_bytes'])}",
-              f"- Status: {s['status']}" + (f" ({fmt.md_line(s['error'])})" if s.get("error") else ""),
+              f"- Status: {s['status']}" + (f" ({literal_line(s['error'])})" if s.get("error") else ""),
               f"- Started: {s['created']}; {s['steps']} steps, {s['candidates']} candidates, "
               f"{s['candidate_tokens']} candidate tokens, {s['seconds'] or 0:.2f} s",
-              f"- Search: {fmt.settings(s['search'])}", f"- Cache: {fmt.settings(s['cache'])}", ""]
+              f"- Search: {literal_line(fmt.settings(s['search']))}",
+              f"- Cache: {literal_line(fmt.settings(s['cache']))}", ""]
     lines += ["## Chosen path", ""]
     path = report.path
     for node in path:
@@ -40,7 +42,7 @@ def render_markdown(report: Report) -> str:
         others = report.alternatives(node)
         if others:
             lines.append("Alternatives:")
-            lines += [f"- {c['id']} ({c['state']}, {fmt.score(c['score'])}): {fmt.md_line(fmt.brief(c['text']))}"
+            lines += [f"- {c['id']} ({c['state']}, {fmt.score(c['score'])}): {literal_line(fmt.brief(c['text']))}"
                       for c in others[:6]]
             if len(others) > 6:
                 lines.append(f"- … and {len(others) - 6} more")
@@ -81,7 +83,7 @@ def traffic_rows(timeline: list[dict]) -> list[tuple[str, ...]]:
 
 def _error_details(s: dict) -> list[str]:
     """A fault's traceback in a code block longer than any run of backticks in it (none for the user's errors)."""
-    details = s.get("error_details")
+    details = without_controls(s.get("error_details") or "")
     if not details:
         return []
     fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", details)), default=0))
@@ -89,5 +91,5 @@ def _error_details(s: dict) -> list[str]:
 
 
 def _quote(text: str) -> list[str]:
-    lines = fmt.md_text(text).strip("\n").split("\n")
+    lines = literal_text(text).strip("\n").split("\n")
     return [f"> {line}".rstrip() for line in lines] if text.strip() else ["> (empty)"]

@@ -1,0 +1,115 @@
+"""Exports of hostile and awkward model text, read as a user reads them: a Markdown viewer's rendering, the JSON
+round trip drawn over texts (follow-up turns too), and the window's default export file name."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import unicodedata
+from html import unescape
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.conversations import history
+from app.export import export_session, import_session, render_session
+from app.export.md_escape import literal_text, without_controls
+from app.formatting import brief
+from app.recorder import SessionRecorder
+from app.store import SessionStore
+from benchmarks.fake_search import fake_run
+from engine import events as ev
+from engine.config import SearchConfig
+
+markdown_it = pytest.importorskip("markdown_it")
+VIEWER = markdown_it.MarkdownIt("commonmark").enable(["table", "strikethrough"])  # GitHub's flavour, near enough
+HOSTILE = ["# Heading from the model\nline after", "| a | b |\n|---|---|\n| 1 | 2 |", "Use ```python\nx = 1\n``` now",
+           "* item\n- item\n1. item\n***\nsetext\n===", "![pixel](http://tracker.example/p.png) [x](javascript:1)",
+           "<script>alert(1)</script> <img src=x onerror=alert(2)> <!-- hidden -->", "2*3*4 = 24, _not_ emphasis",
+           "    indented\n\n    code block?", "> a quote\n\\\\ two backslashes"]  # fmt: skip
+
+
+def record(store: SessionStore, stream, previous: int | None = None) -> int:
+    recorder = SessionRecorder(store, previous=previous)
+    for event in stream:
+        recorder.write(event)
+    return recorder.session_id
+
+
+def with_texts(question: str, texts: list[str], answer: str, sent: tuple = (), seed: int = 0):
+    """A fake run whose candidates say `texts` (in turn), its answer `answer`, sent the earlier turns `sent`."""
+    for event in fake_run(question, SearchConfig(beams=2, width=2, max_steps=2, seed=seed)):
+        if isinstance(event, ev.CandidateText | ev.CandidateScored):
+            event = dataclasses.replace(event, text=texts[(event.id - 1) % len(texts)])
+        elif isinstance(event, ev.RunFinished):
+            event = dataclasses.replace(event, answer=answer)
+        elif isinstance(event, ev.RunStarted):
+            event = dataclasses.replace(event, history=sent)
+        yield event
+
+
+def shown(markdown: str) -> tuple[str, set[str]]:
+    """What a Markdown viewer shows of `markdown`: its text with whitespace collapsed, and the tags it built."""
+    page = VIEWER.render(markdown)
+    tags = set(re.findall(r"<([a-z0-9]+)", page))
+    return " ".join(unescape(re.sub(r"<[^>]+>", " ", page)).split()), tags
+
+
+def test_a_models_markdown_builds_nothing_in_the_transcript() -> None:
+    """A step starting with `#` was a heading, `|` lines a table, backticks a code block to the quote's end,
+    `![x](url)` an image the viewer fetched from the web, `2*3*4` lost its stars to emphasis."""
+    store = SessionStore(memory=True)
+    sid = record(store, with_texts("What is 2*3*4?", HOSTILE, "| 24 |\n# done\n```"))
+    text, tags = shown(render_session(store, sid, "md"))
+    assert tags == {"h1", "h2", "h3", "p", "blockquote", "ul", "li", "table", "thead", "tbody", "tr", "th", "td"}
+    for hostile in [*HOSTILE[:8], "| 24 | # done ```"]:  # on the path, or an alternative (its first 80 characters)
+        assert brief(hostile).removesuffix("…") in text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("#*_-+=|`~<>[]()!\\&;:.1 \t\nxé$")) | st.characters(), max_size=60))
+def test_a_viewer_shows_the_characters_of_any_text_without_math(text: str) -> None:
+    """Outside dollars (math is left as written), the rendered quote is the text itself: nothing built from it."""
+    text = text.replace("$", "")
+    quoted = "\n".join(f"> {line}" for line in literal_text(text).split("\n"))
+    seen, tags = shown(quoted)
+    assert tags <= {"blockquote", "p"}
+    assert seen == " ".join(without_controls(text).replace("\x00", "\ufffd").split())
+
+
+def test_math_is_left_as_written_and_control_characters_are_replaced() -> None:
+    """Escaping inside $...$ would hand a viewer that renders math `\\\\frac`; raw control characters in the file
+    drove the terminal that `sessions export ID` printed it to."""
+    math = r"$\frac{1}{2} + \{a, b\} \, x_1 * y_1$ and $$\sum_{i=1}^n i \\ j$$"
+    store = SessionStore(memory=True)
+    sid = record(store, with_texts("q", [math, "red: \x1b[31m, bell: \x07, nul: \x00, C1: \x9b2J"], "a"))
+    markdown = render_session(store, sid, "md")
+    assert f"> {math}" in markdown
+    assert not [ch for ch in markdown if unicodedata.category(ch) == "Cc" and ch != "\n"]
+    assert "red: \ufffd\\[31m, bell: \ufffd, nul: \ufffd, C1: \ufffd2J" in markdown
+
+
+TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)  # what SQLite's TEXT keeps: no surrogates
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(questions=st.lists(TEXT.filter(str.strip), min_size=1, max_size=3), texts=st.lists(TEXT, min_size=1,
+                                                                                          max_size=4), answer=TEXT)
+def test_json_export_import_export_is_the_same_conversation(tmp_path: Path, questions: list[str], texts: list[str],
+                                                            answer: str) -> None:
+    """Any texts, in a conversation of one to three turns: export, import into another database, export again."""
+    store, other = SessionStore(memory=True), SessionStore(memory=True)
+    previous = None
+    for turn, question in enumerate(questions):
+        sent = () if previous is None else (*history(store, previous), (store.get_session(previous)["question"],
+                                                                        store.get_session(previous)["answer"] or ""))
+        previous = record(store, with_texts(question, texts, f"{answer} {turn}", sent, seed=turn), previous)
+    first = export_session(store, previous, "json", tmp_path / "one.json")
+    new_id = import_session(other, first)
+    second = json.loads(render_session(other, new_id, "json"))
+    assert second == json.loads(first.read_text(encoding="utf-8"))
+    assert other.get_session(new_id)["turn"] == len(questions)
+    assert render_session(other, new_id, "md") == render_session(store, previous, "md")
