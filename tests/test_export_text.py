@@ -113,3 +113,15 @@ def test_json_export_import_export_is_the_same_conversation(tmp_path: Path, ques
     assert second == json.loads(first.read_text(encoding="utf-8"))
     assert other.get_session(new_id)["turn"] == len(questions)
     assert render_session(other, new_id, "md") == render_session(store, previous, "md")
+
+
+def test_the_page_wraps_a_word_longer_than_the_page() -> None:
+    """pre-wrap breaks only between words: a 200 kB step with no space (a run of digits, a URL, base64) made the
+    page 1.6 million pixels wide in a browser; each block of model text may break anywhere."""
+    store = SessionStore(memory=True)
+    sid = record(store, with_texts("q", ["7" * 200_000, "short"], "a"))
+    page = render_session(store, sid, "html")
+    style = re.search(r"<style>(.*?)</style>", page, re.DOTALL).group(1)
+    rules = {selector.strip(): body for selector, body in re.findall(r"([^{}]+)\{([^}]*)\}", style)}
+    assert "overflow-wrap:anywhere" in rules["pre"] and "overflow-wrap:anywhere" in rules["td,th"]
+    assert f"<pre>{'7' * 200_000}</pre>" in page  # whole on the page, not cut

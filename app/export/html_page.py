@@ -22,8 +22,9 @@ STATE_COLOURS = {"final": "#d4a017", "kept": "#3573b9", "pruned": "#9aa0a6", "ru
 STYLE = """
 body{font:15px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1100px;padding:1em 2em;color:#1d1f21}
 h1{font-size:1.5em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
-pre{white-space:pre-wrap;background:#f6f8fa;padding:.6em .8em;border-radius:6px;margin:.3em 0}
-table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ddd;padding:.2em .5em;text-align:left}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f6f8fa;padding:.6em .8em;border-radius:6px;margin:.3em 0}
+table{border-collapse:collapse;font-size:.9em}
+td,th{border:1px solid #ddd;padding:.2em .5em;text-align:left;overflow-wrap:anywhere}
 .tree{overflow:auto;border:1px solid #ddd;border-radius:6px;max-height:70vh}
 .tree circle{cursor:pointer;stroke:#fff;stroke-width:1}
 #detail{min-height:2.5em}.meta td:first-child{font-weight:600}.small{color:#666;font-size:.85em}
