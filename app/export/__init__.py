@@ -4,7 +4,14 @@ rendered from the session's `SessionModel` (app/export/report.py)."""
 from __future__ import annotations
 
 from app.export.dump import SessionFileInvalid, import_session, session_dump
-from app.export.files import FORMATS, ExportError, export_session, render_session, write_atomically
+from app.export.files import (
+    FORMATS,
+    ExportError,
+    default_file_stem,
+    export_session,
+    render_session,
+    write_atomically,
+)
 from app.export.report import Report, session_report
 
 __all__ = [
@@ -12,6 +19,7 @@ __all__ = [
     "ExportError",
     "Report",
     "SessionFileInvalid",
+    "default_file_stem",
     "export_session",
     "import_session",
     "render_session",

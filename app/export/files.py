@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from app.store import SessionStore
 from engine.errors import BeamwiseError
 
 FORMATS = ("md", "json", "html")
+WINDOWS_DEVICES = re.compile(r"(CON|PRN|AUX|NUL|CONIN\$|CONOUT\$|COM[0-9¹²³]|LPT[0-9¹²³]) *", re.IGNORECASE)
 
 
 class ExportError(BeamwiseError):
@@ -41,6 +43,14 @@ def render_session(store: SessionStore, session_id: int, fmt: str) -> str:
 def export_session(store: SessionStore, session_id: int, fmt: str, path: Path | str) -> Path:
     """Write one session to `path` in `fmt`; all or nothing. Returns the path written."""
     return write_atomically(Path(path), render_session(store, session_id, fmt))
+
+
+def default_file_stem(title: str) -> str:
+    """A file name (without its suffix) for an export of the session `title`, valid on every system, Windows too:
+    letters, digits, spaces, '-' and '_' only (never <>:"/\\|?*, a dot or a control character), at most 60
+    characters, and not a device name (CON, NUL, COM1, LPT¹, ...: Windows opens the device, whatever the suffix)."""
+    stem = "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in title).strip()[:60].strip() or "session"
+    return f"{stem}_" if WINDOWS_DEVICES.fullmatch(stem) else stem
 
 
 def write_atomically(path: Path, text: str) -> Path:

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 
 import app.formatting as fmt
 from app.conversations import list_conversations
-from app.export import FORMATS, export_session
+from app.export import FORMATS, default_file_stem, export_session
 from app.store import SessionStore
 from engine.errors import BeamwiseError
 
@@ -348,11 +348,11 @@ class SessionsPanel(QWidget):
         self.session_deleted.emit(session_id)
 
     def export_with_dialog(self, session_id: int) -> Path | None:
-        """Ask where to save, then export; the format follows the chosen filter or the file's suffix."""
+        """Ask where to save, then export; the format follows the chosen filter or the file's suffix. A suffix added
+        here names a file the dialog did not check: it asks before replacing that one itself."""
         row = self.model.row_of(session_id)
         title = self.model.rows[row]["title"] if row is not None else f"session {session_id}"
-        suggested = "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in title).strip()[:60] or "session"
-        name, chosen = QFileDialog.getSaveFileName(self, "Export session", f"{suggested}.md",
+        name, chosen = QFileDialog.getSaveFileName(self, "Export session", f"{default_file_stem(title)}.md",
                                                    ";;".join(EXPORT_FILTERS.values()))
         if not name:
             return None
@@ -361,6 +361,11 @@ class SessionsPanel(QWidget):
         if fmt not in FORMATS:
             fmt = next((f for f, label in EXPORT_FILTERS.items() if label == chosen), "md")
             path = path.with_name(f"{path.name}.{fmt}")
+            if path.exists() and QMessageBox.question(
+                    self, "Export session", f"{path.name} already exists.\n\nReplace it?",
+                    QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                    QMessageBox.StandardButton.No) != QMessageBox.StandardButton.Yes:
+                return None
         try:
             written = export_session(self.store(), session_id, fmt, path)
         except BeamwiseError as error:
