@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from html import escape
 from typing import Any
 
 import app.formatting as fmt
 from app.export.markdown import TRAFFIC_HEADERS, memory_summary, traffic_rows
+from app.export.md_escape import without_controls
 from app.export.report import Report
 from app.session.tree import ROOT_ID, SearchTree
 
@@ -73,12 +75,14 @@ def render_html(report: Report, dump: dict[str, Any], conversation: list[Report]
         f'<script type="application/json" id="beamwise-session" data-turn="{index}">{embed_json(dump)}</script>',
         f"<script>{SCRIPT}</script>", "</body></html>",
     ]
-    return "\n".join(parts) + "\n"
+    return without_controls("\n".join(parts) + "\n")  # a parse error in HTML (NUL: dropped unseen); JSON has none
 
 
 def embed_json(data: Any) -> str:
-    """JSON safe inside <script>: no '<', '>' or '&' survive, so '</script>' cannot appear."""
+    """JSON safe inside <script>: no '<', '>' or '&' survive, so '</script>' cannot appear, and no control
+    character (JSON writes C0's as escapes; DEL and C1's too here, a parse error in HTML)."""
     text = json.dumps(_finite(data), ensure_ascii=False)
+    text = re.sub(r"[\x7f-\x9f]", lambda m: f"\\u{ord(m.group()):04x}", text)
     for raw, escaped in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e"), ("\u2028", "\\u2028"),
                          ("\u2029", "\\u2029")):
         text = text.replace(raw, escaped)
