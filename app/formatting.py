@@ -4,21 +4,10 @@ row-slots, a run's goodput and what it speculated."""
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
 
 from engine.errors import format_bytes
 from engine.events import RunFinished, TransferStats
-
-
-def md_text(text: str) -> str:
-    """Text for Markdown with its HTML inert: many viewers render raw `<script>` or `<img onerror>` as HTML."""
-    return escape(text, quote=False)
-
-
-def md_line(text: str) -> str:
-    """One Markdown table/list line: whitespace collapsed, pipes and HTML escaped."""
-    return md_text(" ".join(text.split())).replace("|", "\\|")
 
 
 def brief(text: str | None, limit: int = 80) -> str:

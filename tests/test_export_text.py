@@ -10,9 +10,9 @@ import unicodedata
 from html import unescape
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from markdown_it import MarkdownIt
 
 from app.conversations import history
 from app.export import export_session, import_session, render_session
@@ -24,8 +24,7 @@ from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import SearchConfig
 
-markdown_it = pytest.importorskip("markdown_it")
-VIEWER = markdown_it.MarkdownIt("commonmark").enable(["table", "strikethrough"])  # GitHub's flavour, near enough
+VIEWER = MarkdownIt("commonmark").enable(["table", "strikethrough"])  # GitHub's flavour, near enough
 HOSTILE = ["# Heading from the model\nline after", "| a | b |\n|---|---|\n| 1 | 2 |", "Use ```python\nx = 1\n``` now",
            "* item\n- item\n1. item\n***\nsetext\n===", "![pixel](http://tracker.example/p.png) [x](javascript:1)",
            "<script>alert(1)</script> <img src=x onerror=alert(2)> <!-- hidden -->", "2*3*4 = 24, _not_ emphasis",
