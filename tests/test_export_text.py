@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import unicodedata
 from html import unescape
@@ -137,3 +138,25 @@ def test_the_page_holds_no_control_character_and_its_data_keeps_them() -> None:
     assert "<pre>nul \ufffd, esc \ufffd[31m, bell \ufffd, del \ufffd, csi \ufffd2J</pre>" in page
     data = re.search(r'<script type="application/json"[^>]*>(.*?)</script>', page).group(1)
     assert json.loads(data)["candidates"][0]["text"] == texts[0]
+
+
+def test_a_score_that_is_not_a_number_leaves_the_json_export_json(tmp_path: Path) -> None:
+    """Before, a NaN verifier score was written as NaN, which is not JSON: jq and JavaScript's JSON.parse refused
+    the export. Such a score is written as null (as the HTML page's data already was), and the file imports."""
+    def nan_scores():
+        for event in with_texts("q", ["a step"], "7"):
+            if isinstance(event, ev.CandidateScored):
+                event = dataclasses.replace(event, score=math.nan)
+            yield event
+
+    store, other = SessionStore(memory=True), SessionStore(memory=True)
+    sid = record(store, nan_scores())
+    path = export_session(store, sid, "json", tmp_path / "nan.json")
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    data = json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
+    new_id = import_session(other, path)
+    assert json.loads(render_session(other, new_id, "json")) == data
+    assert "7" in render_session(other, new_id, "md")

@@ -130,6 +130,13 @@ def check_event_fields(events: list[dict], path: object) -> None:
             raise SessionFileInvalid(f"{path}: event {number + 1} ({data.get('type')}), {problem}.")
 
 
+def restored_numbers(data: dict) -> dict:
+    """The read event `data` with its numbers back: the JSON export writes a float that is not a number as null
+    (app.export.dump.finite), and a field declared a plain float reads that null as NaN again."""
+    hints = field_types(ev.EVENT_TYPES[data["type"]])
+    return {name: math.nan if value is None and hints.get(name) is float else value for name, value in data.items()}
+
+
 def event_problem(data: Any) -> str | None:
     """Why `data` is not an event this Beamwise can read and show, or None: an unknown type, a missing field, or
     a field of another type than engine/events.py declares (fields it does not know are dropped, as on load)."""

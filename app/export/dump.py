@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from app.export.checks import (
     check_tree,
     check_turn_order,
     check_values,
+    restored_numbers,
 )
 from app.session.steps import STATUS_OF_END
 from app.store import SCHEMA_VERSION, SessionStore
@@ -88,7 +90,7 @@ def _checked_turn(store: SessionStore, dump: dict[str, Any], path: Path | str) -
         check_values(table, rows, store.db[table].columns_dict, path)
     check_tree(session, candidates, timeline, path)
     try:
-        events = [ev.to_dict(ev.from_dict(data)) for data in dump["events"]]
+        events = [restored_numbers(ev.to_dict(ev.from_dict(data))) for data in dump["events"]]
     except (AttributeError, KeyError, TypeError, ValueError) as error:  # not an event, or a list of other things
         raise SessionFileInvalid(f"{path} has an event this Beamwise cannot read ({error!r}).") from error
     check_events(events, candidates, path)
@@ -142,3 +144,15 @@ def _checked_rows(store: SessionStore, table: str, rows: list[Any], path: Path |
     if unknown:
         raise SessionFileInvalid(f"{path} has unknown {table} fields: {', '.join(sorted(map(str, unknown)))}.")
     return [{k: row.get(k) for k in sorted(keys)} for row in rows]
+
+
+def finite(value: Any) -> Any:
+    """`value` with NaN and the infinities as null, so an export is JSON that jq and JavaScript read (Python writes
+    NaN, which they refuse); a score that was NaN imports as none."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(item) for item in value]
+    return value

@@ -12,7 +12,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from app.export.dump import session_dump, turns_of
+from app.export.dump import finite, session_dump, turns_of
 from app.export.html_page import render_html
 from app.export.markdown import render_conversation
 from app.export.report import conversation_reports, dump_report
@@ -36,7 +36,7 @@ def render_session(store: SessionStore, session_id: int, fmt: str) -> str:
         return render_conversation(reports)
     dump = session_dump(store, session_id)
     if fmt == "json":
-        return json.dumps(dump, indent=1, ensure_ascii=False) + "\n"
+        return json.dumps(finite(dump), indent=1, ensure_ascii=False, allow_nan=False) + "\n"
     return render_html(dump_report(turns_of(dump)[index]), dump, reports, index)
 
 

@@ -7,12 +7,12 @@ Everything a model wrote goes through `html.escape`; the embedded session JSON h
 from __future__ import annotations
 
 import json
-import math
 import re
 from html import escape
 from typing import Any
 
 import app.formatting as fmt
+from app.export.dump import finite
 from app.export.markdown import TRAFFIC_HEADERS, memory_summary, traffic_rows
 from app.export.md_escape import without_controls
 from app.export.report import Report
@@ -81,23 +81,12 @@ def render_html(report: Report, dump: dict[str, Any], conversation: list[Report]
 def embed_json(data: Any) -> str:
     """JSON safe inside <script>: no '<', '>' or '&' survive, so '</script>' cannot appear, and no control
     character (JSON writes C0's as escapes; DEL and C1's too here, a parse error in HTML)."""
-    text = json.dumps(_finite(data), ensure_ascii=False)
+    text = json.dumps(finite(data), ensure_ascii=False, allow_nan=False)
     text = re.sub(r"[\x7f-\x9f]", lambda m: f"\\u{ord(m.group()):04x}", text)
     for raw, escaped in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e"), ("\u2028", "\\u2028"),
                          ("\u2029", "\\u2029")):
         text = text.replace(raw, escaped)
     return text
-
-
-def _finite(value: Any) -> Any:
-    """`value` with NaN and the infinities as null: the page's JSON.parse reads no other JSON (Python writes them)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(item) for item in value]
-    return value
 
 
 def _error_details(s: dict[str, Any]) -> list[str]:
