@@ -91,6 +91,25 @@ def test_details_refresh_when_the_shown_node_is_selected_or_pruned(tree_and_deta
     assert details.node_id is None and details.heading.text() == PLACEHOLDER
 
 
+def test_walking_to_a_sibling_rewrites_one_row_of_the_path_table(tree_and_details):
+    """Each written cell made Qt measure its column over every row again (60 ms for a 30-step path, per arrow
+    key): a node beside the shown one shares its path but the last row, so only that row's cells are written."""
+    view, details = tree_and_details
+    for event in events():
+        view.apply(event)
+    node = view.data.node(view.data.chosen_path[-1])
+    sibling = next(c for c in view.data.node(node.parent).children if c != node.id)
+    view.select_node(node.id)
+    written: list[int] = []
+    details.path.model().dataChanged.connect(lambda top, bottom, *_: written.append(top.row()))
+    view.select_node(sibling)
+    assert details.path.rowCount() == SEARCH.max_steps + 1
+    assert 0 < len(written) <= len(details.path_rows()[0]) and set(written) == {SEARCH.max_steps}
+    assert details.path_rows()[-1][1] == f"#{sibling}"
+    header = details.path.horizontalHeader()
+    assert [header.sectionResizeMode(c) for c in range(4)] == [header.ResizeMode.ResizeToContents] * 4
+
+
 def test_details_of_the_prompt_and_of_an_unknown_id(tree_and_details):
     view, details = tree_and_details
     view.apply(events()[0])
