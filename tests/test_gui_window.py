@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,6 +90,21 @@ def test_a_run_fills_the_tree_status_bar_and_transcript(qtbot, make_window):
     assert window.statusBar().currentMessage() == done  # short: the fields beside it leave little room
     assert "80 km/h" in window.panels.transcript.plain_text()
     assert window.run_action.isEnabled() and not window.stop_action.isEnabled()
+
+
+def test_a_run_leaves_what_was_alive_before_it_out_of_the_collectors_full_passes(qtbot, make_window):
+    """A full collection walked every object Python tracks (~400,000 with torch and the window): 200-500 ms
+    holding the GIL mid-run. What is alive at a run's start is frozen, so the run's passes never walk it."""
+    window = make_window()
+    small(window)
+    before_run = [object()]  # a tracked object made before the run, like the window's and torch's own
+    assert any(o is before_run for o in gc.get_objects())
+    try:
+        run_to_end(qtbot, window)
+        assert not any(o is before_run for o in gc.get_objects())  # no generation holds it: none walks it
+        assert gc.get_freeze_count() >= 1
+    finally:
+        gc.unfreeze()
 
 
 def test_ctrl_enter_in_the_question_box_runs(qtbot, make_window):

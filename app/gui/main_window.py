@@ -34,6 +34,7 @@ from app.gui.controls import SearchControls
 from app.gui.conversation import ConversationControls, with_follow_up
 from app.gui.details import NodeDetails
 from app.gui.event_pump import EventPump
+from app.gui.gc_freeze import freeze_long_lived
 from app.gui.menus import build_menus, menu_shortcuts, shortcuts_box
 from app.gui.model_picker import SERVER_SOURCE, SYNTHETIC_CHOICES
 from app.gui.models_page import ModelsPage
@@ -314,6 +315,7 @@ class MainWindow(QMainWindow):
         self.session.reset()
         self.status.begin(search.max_steps)
         self._update_actions()
+        freeze_long_lived()  # the last run's tree is gone: the run's full collections walk only what it makes
 
     def apply_event(self, event: Any) -> None:
         """Fold one engine event into the session model (the panels redraw from it) and the status bar."""
