@@ -146,6 +146,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--beams", type=int, default=16, help="kept beams N (default 16)")
     parser.add_argument("--width", type=int, default=4, help="children per beam M (default 4)")
     parser.add_argument("--steps", type=int, default=30, help="steps of the search (default 30)")
+    parser.add_argument("--collapse", action="store_true", help="Collapse pruned on during the live run")
     parser.add_argument("--sessions", type=int, default=1000, help="sessions in the store for the Sessions tab "
                                                                    "(default 1000; 0 skips that part)")
     return parser.parse_args(argv)
@@ -163,10 +164,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         window.resize(1400, 900)
         window.show()
         app.processEvents()
+        window.panels.tree.set_collapse_pruned(args.collapse)
         run = live_run(window, search)
         slow = ", ".join(f"{name} {ms:.1f}" for name, ms in sorted(run["slowest"].items(), key=lambda kv: -kv[1])[:4])
-        print(f"live {args.beams}x{args.width}x{args.steps}: {run['nodes']} nodes, {run['events']} events in "
-              f"{run['wall_s']:.2f} s (GUI thread CPU {run['cpu_s']:.2f} s); largest loop gap {run['gap_ms']:.1f} ms; "
+        collapsed = ", pruned collapsed" if args.collapse else ""
+        print(f"live {args.beams}x{args.width}x{args.steps}{collapsed}: {run['nodes']} nodes, {run['events']} events "
+              f"in {run['wall_s']:.2f} s (GUI thread CPU {run['cpu_s']:.2f} s); "
+              f"largest loop gap {run['gap_ms']:.1f} ms; "
               f"full gc collections {run['gc_full']}, longest gc pause {run['gc_longest_ms']:.1f} ms")
         print(f"  slowest single event (ms): {slow}")
         _, _, session_id = timed_recording(fake_run(QUESTION, search), store)
