@@ -375,3 +375,43 @@ def test_an_edge_cut_to_the_exposed_band_is_exactly_that_part_of_the_curve():
         assert x == pytest.approx(on_curve(whole, t)[0], abs=0.05)
     upward = visible_part(0.0, 3000.0, 64.0, 0.0, 1000.0, 1400.0)  # child above its parent
     assert {round(upward[0][1]), round(upward[3][1])} == {1000, 1400}
+
+
+def placement(view: ReasoningTreeView) -> dict[int, tuple[bool, tuple[float, float]]]:
+    """Each node: shown or not, and where its box is."""
+    return {i: (view.is_shown(i), view.item(i).xy) for i in view.data.nodes}
+
+
+def fresh_layout(view: ReasoningTreeView) -> dict[int, tuple[bool, tuple[float, float]]]:
+    """The placement Collapse pruned gives when switched on now, over the tree as it is."""
+    view.set_collapse_pruned(False)
+    view.set_collapse_pruned(True)
+    return placement(view)
+
+
+def test_collapsed_a_live_run_is_laid_out_once_a_step_not_once_an_event(view):
+    """Collapsed, every event laid the whole tree out again, O(nodes) each: a 1,921-node run took 32 s of the
+    window instead of 4. A step's end lays it out at once; the events within a step wait for a timer (which
+    never fires here: no event loop runs). The boxes end where a fresh layout puts them."""
+    view.set_collapse_pruned(True)
+    stream = events(SearchConfig(beams=3, width=3, max_steps=5))
+    layouts: list[int] = []
+    relayout = view._relayout
+    view._relayout = lambda: (layouts.append(len(view.data.nodes)), relayout())
+    feed(view, stream)
+    ends = [e for e in stream if isinstance(e, ev.RunStarted | ev.StepSelected | ev.RunFinished)]
+    assert len(layouts) == len(ends) and len(stream) > 10 * len(layouts)
+    del view._relayout
+    assert placement(view) == fresh_layout(view)
+
+
+def test_collapsed_a_steps_new_candidates_show_soon_in_their_compact_rows(view, qtbot):
+    view.set_collapse_pruned(True)
+    stream = events(SearchConfig(beams=3, width=3, max_steps=4))
+    last_text = max(i for i, e in enumerate(stream) if isinstance(e, ev.CandidateText) and e.step == 3)
+    feed(view, stream[: last_text + 1])
+    new = [e.id for e in stream[: last_text + 1] if isinstance(e, ev.CandidateText) and e.step == 3]
+    assert not any(view.is_shown(i) for i in new)  # until the timer lays them out, not at a live row
+    assert all(view.edge_state(i) == "hidden" for i in new)
+    qtbot.waitUntil(lambda: all(view.is_shown(i) for i in new), timeout=2000)
+    assert placement(view) == fresh_layout(view)

@@ -102,8 +102,9 @@ class NodeItem(QGraphicsItem):
         self._ink, self._labels = ink, None
         self.update()
 
-    def set_node(self, node: Node) -> tuple[bool, bool]:
-        """Copy the node's drawn facts and move to its layout slot; return (moved, restyled).
+    def set_node(self, node: Node, row: float | None = None) -> tuple[bool, bool]:
+        """Copy the node's drawn facts and move to its layout slot (`row`, else the live layout's); return
+        (moved, restyled).
 
         Work is skipped when nothing drawn changed: a node hears ~4 events per step.
         """
@@ -115,7 +116,7 @@ class NodeItem(QGraphicsItem):
             self._state = "root" if node.id == ROOT_ID and node.state != "final" else node.state
             self._share = node.device_share
             self.update()
-        xy = (node.step * COL_W, node.y * ROW_H)
+        xy = (node.step * COL_W, (node.y if row is None else row) * ROW_H)
         moved = xy != self.xy
         if moved:
             self.xy = xy
