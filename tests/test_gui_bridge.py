@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -99,6 +101,37 @@ def test_model_is_cached_between_runs_and_reloaded_when_changed(qtbot, make_brid
         with qtbot.waitSignal(bridge.run_finished, timeout=5000):
             bridge.request_run("q", spec, SEARCH, CACHE)
     assert loader.calls == [("synthetic:fake", "auto"), ("synthetic:other", "auto")]
+
+
+class Weights:
+    """A loaded model whose parts refer to each other, as modules and their hooks may: only a full collection
+    frees it."""
+
+    def __init__(self, source: str) -> None:
+        self.name, self.device, self.me = f"model:{source}", "cpu", self
+
+
+def test_a_replaced_model_is_freed_before_the_next_one_loads(qtbot, make_bridge):
+    """Before, a model held in a reference cycle stayed in memory beside the next one until some later full
+    collection (never during a run, whose start freezes what is alive): on a GPU, two models' weights at once."""
+    loaded: list[weakref.ref] = []
+    alive_at_next_load: list[bool] = []
+
+    def loader(spec: ModelSpec, device: str, progress: Any) -> Weights:
+        alive_at_next_load.extend(ref() is not None for ref in loaded)
+        model = Weights(spec.source)
+        loaded.append(weakref.ref(model))
+        return model
+
+    gc.disable()  # no automatic pass may free it by chance: only the bridge's own
+    try:
+        bridge = make_bridge(loader=loader)
+        for spec in (SPEC, ModelSpec(source="synthetic:other")):
+            with qtbot.waitSignal(bridge.run_finished, timeout=5000):
+                bridge.request_run("q", spec, SEARCH, CACHE)
+    finally:
+        gc.enable()
+    assert alive_at_next_load == [False]
 
 
 def gated(gate: threading.Event):

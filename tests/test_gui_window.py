@@ -94,15 +94,25 @@ def test_a_run_fills_the_tree_status_bar_and_transcript(qtbot, make_window):
 
 def test_a_run_leaves_what_was_alive_before_it_out_of_the_collectors_full_passes(qtbot, make_window):
     """A full collection walked every object Python tracks (~400,000 with torch and the window): 200-500 ms
-    holding the GIL mid-run. What is alive at a run's start is frozen, so the run's passes never walk it."""
+    holding the GIL mid-run. What is alive at a run's start is frozen while it runs, so its passes never walk it,
+    and thawed at its end, so a cycle that became garbage meanwhile (a failed run's tensors) is still collected."""
     window = make_window()
     small(window)
     before_run = [object()]  # a tracked object made before the run, like the window's and torch's own
     assert any(o is before_run for o in gc.get_objects())
+    seen_mid_run = []
+    apply_event = window.apply_event
+
+    def watching(event) -> None:
+        if not seen_mid_run:
+            seen_mid_run.append(not any(o is before_run for o in gc.get_objects()))
+        apply_event(event)
+
+    window.apply_event = watching
     try:
         run_to_end(qtbot, window)
-        assert not any(o is before_run for o in gc.get_objects())  # no generation holds it: none walks it
-        assert gc.get_freeze_count() >= 1
+        assert seen_mid_run == [True]  # during the run no generation holds it: no pass walks it
+        assert gc.get_freeze_count() == 0 and any(o is before_run for o in gc.get_objects())
     finally:
         gc.unfreeze()
 

@@ -34,7 +34,7 @@ from app.gui.controls import SearchControls
 from app.gui.conversation import ConversationControls, with_follow_up
 from app.gui.details import NodeDetails
 from app.gui.event_pump import EventPump
-from app.gui.gc_freeze import freeze_long_lived
+from app.gui.gc_freeze import freeze_long_lived, thaw
 from app.gui.menus import build_menus, menu_shortcuts, shortcuts_box
 from app.gui.model_picker import SERVER_SOURCE, SYNTHETIC_CHOICES
 from app.gui.models_page import ModelsPage
@@ -341,6 +341,7 @@ class MainWindow(QMainWindow):
 
     def _on_run_finished(self) -> None:
         self.running = False
+        thaw()  # what the run's start froze: its garbage cycles are collected again
         for panel in self.panels.all():  # panels that draw a little later show the final state now
             panel.flush()
         self.status.progress.hide()
