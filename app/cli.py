@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import threading
 from collections.abc import Sequence
+from typing import NoReturn
 
 
 def _interrupted() -> int:
@@ -20,7 +23,7 @@ try:  # a Ctrl+C in a command's first ~0.3 s lands here (sqlite_utils, numpy) an
     from app.threads import limit_threads
     from engine.errors import BeamwiseError
 except KeyboardInterrupt:
-    sys.exit(_interrupted())  # SystemExit ends the console script's `from app.cli import main` quietly
+    sys.exit(_interrupted())  # SystemExit ends the console script's `from app.cli import console` quietly
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,7 +103,7 @@ def _quiet_progress_bars() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The console script `beamwise` (pyproject's [project.scripts]; the packaged app starts it too)."""
+    """Every command, returning its exit status (`console` is the console script that exits with it)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv or ["gui"])
@@ -119,5 +122,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def exit_with(code: int) -> NoReturn:
+    """End the process with `code`, as the `beamwise` command: the interpreter's own exit when every thread is
+    done, else at once (the store is closed and the settings saved by then; stdout and stderr are flushed here).
+
+    A daemon thread still inside torch when the interpreter finalizes aborts the process ("terminate called
+    without an active exception", status 134): closing the window mid-way through a model load (the load is
+    abandoned, not waited for) or while the plan bar plans did that. Only the process's entry points call this:
+    `main` itself returns, for tests and callers in-process."""
+    if any(thread.daemon and thread.is_alive() for thread in threading.enumerate()):
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream: nothing more to say
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def console() -> NoReturn:
+    """The `beamwise` console script (pyproject's [project.scripts]) and `python -m app.cli`."""
+    exit_with(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

@@ -23,9 +23,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QEventLoop, QSettings, Qt
+from PySide6.QtCore import QCoreApplication, QEvent, QEventLoop, QSettings, Qt
 from PySide6.QtWidgets import QApplication
 
+from app.cli import exit_with
 from app.export import export_session
 from app.gui.bridge import SearchBridge
 from app.gui.loop_monitor import LoopGapMonitor
@@ -96,7 +97,8 @@ def live_run(window: MainWindow, search: SearchConfig) -> dict[str, Any]:
             _idle(window)
         monitor.stop()
     del window.apply_event
-    window.running = False
+    window.bridge.run_finished.emit()  # the run's end as the bridge says it (the window thaws what its start froze)
+    _idle(window)
     return {"nodes": len(window.panels.tree.data.nodes), "events": len(head) + sum(map(len, steps)) + len(tail),
             "wall_s": time.perf_counter() - wall, "cpu_s": time.thread_time() - cpu, "gap_ms": monitor.largest_gap_ms,
             "gc_full": pauses.full, "gc_longest_ms": pauses.longest_ms, "slowest": dict(slowest)}
@@ -185,8 +187,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{tab['queries_per_key']:.1f} queries per key; open one {tab['open_ms']:.1f} ms")
         window.close()
         store.close()
+        window.deleteLater()  # as the app's own exit does: its widgets go before the QApplication, not after
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main())  # the plan bar may still be planning: see app.cli.exit_with

@@ -1,8 +1,7 @@
 """The frozen app's console entry point: `beamwise ...`, exactly the `beamwise` command of a source install."""
 
-import sys
 
-from app.cli import main
+from app.cli import exit_with, main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main())

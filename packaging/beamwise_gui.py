@@ -2,7 +2,7 @@
 
 import sys
 
-from app.cli import main
+from app.cli import exit_with, main
 
 if __name__ == "__main__":
-    sys.exit(main(["gui", *sys.argv[1:]]))
+    exit_with(main(["gui", *sys.argv[1:]]))

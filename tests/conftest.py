@@ -6,6 +6,8 @@ import atexit
 import os
 import shutil
 import tempfile
+import threading
+import time
 
 import pytest
 
@@ -25,6 +27,16 @@ scratch_folder("BEAMWISE_PREFIX_CACHE_DIR", "beamwise-prefix-kv-")
 
 from engine.config import ModelSpec  # noqa: E402  (after the environment above)
 from engine.models import load_model  # noqa: E402
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Let the app's background threads still at work finish (10 s at most in all) before the interpreter ends:
+    one still inside torch then (the last window test's plan) aborts the process, status 134 after every test
+    passed (app.cli.exit_with is the app's own answer; pytest exits the usual way)."""
+    deadline = time.monotonic() + 10
+    for thread in threading.enumerate():
+        if thread.daemon and thread.name.startswith("beamwise-"):
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
