@@ -65,9 +65,13 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--limit must be at least 1 (got {args.limit}).")
     if not 0 < args.target_agreement <= 1:
         raise UsageError(f"--target-agreement must be in (0, 1] (got {args.target_agreement}).")
-    if args.json_path and Path(args.json_path).resolve() == Path(args.problems).resolve():
+    problems = Path(args.problems).resolve()
+    if args.json_path and Path(args.json_path).resolve() == problems:
         raise UsageError(f"--json {args.json_path} is the problems file; the results would replace the problems. "
                          "Pick another --json path.")
+    if args.db and not args.no_save and Path(args.db).resolve() == problems:  # it was called a damaged database
+        raise UsageError(f"--db {args.db} is the problems file, not a session database. Pick another --db path "
+                         "(or leave it out for the default).")
 
 
 def eval_command(args: argparse.Namespace) -> int:

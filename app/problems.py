@@ -36,7 +36,7 @@ def expected_answer(raw: object) -> str:
     if "####" in text:
         text = text.rsplit("####", 1)[1].strip()
     elif "\\boxed" in text:
-        text = extract_answer(text) or text
+        text = extract_answer(text) or ""  # an empty box was the expected answer as written, matching nothing
     return text
 
 
@@ -49,8 +49,10 @@ def load_problems(path: str | Path, limit: int | None = None) -> list[Problem]:
         lines = read_text(path).splitlines()
     except FileNotFoundError:
         raise ProblemsError(f"{path}: no such problems file.") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ProblemsError(f"{path}: cannot read it as text ({error}); save it as UTF-8.") from None
+    except UnicodeDecodeError as error:
+        raise ProblemsError(_not_utf8(path, error)) from None
+    except OSError as error:
+        raise ProblemsError(f"{path}: cannot read it ({error.strerror}).") from None
     problems = []
     for number, line in enumerate(lines, 1):
         if limit and len(problems) == limit:
@@ -63,16 +65,31 @@ def load_problems(path: str | Path, limit: int | None = None) -> list[Problem]:
     return problems
 
 
+def _not_utf8(path: Path, error: UnicodeDecodeError) -> str:
+    """Where the first byte that is not UTF-8 is: a Latin-1 'é' deep in a long file was 'position 48213'."""
+    line = error.object[: error.start].count(b"\n") + 1
+    return (f"{path}:{line}: not UTF-8 (byte 0x{error.object[error.start]:02x}; the file is in another encoding, "
+            "such as Latin-1 or Windows-1252); save it as UTF-8.")
+
+
 def _kind_problem(question: object, answer: object) -> str | None:
     """A question is text; an answer is text or a finite number. Anything else would be compared as its
     Python spelling ('nan', "['4']"), which no model's answer can ever match."""
     if not isinstance(question, str):
         return f'the "question" must be text, got {type(question).__name__}.'
+    if isinstance(answer, list):  # the reader compares an answer of several numbers written as text
+        return 'the "answer" must be text or a number, got a list; write several numbers as text: "(2, 5)".'
     if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
         return f'the "answer" must be text or a number, got {type(answer).__name__}.'
     if isinstance(answer, float) and not math.isfinite(answer):
         return f'the "answer" {answer} is not a finite number; write the expected answer.'
     return None
+
+
+def _keys_of(row: dict) -> str:
+    """The row's other keys, where the user may see what to rename (MATH's 'problem' and 'solution', 'Question')."""
+    others = [str(k) for k in row if k not in ("question", "answer")]
+    return f" (its other keys: {', '.join(others[:6])})" if others else ""
 
 
 def _problem(path: Path, number: int, line: str) -> Problem:
@@ -86,11 +103,11 @@ def _problem(path: Path, number: int, line: str) -> Problem:
         raise ProblemsError(f'{where}: expected an object with "question" and "answer", got {type(row).__name__}.')
     missing = [k for k in ("question", "answer") if row.get(k) is None or not str(row[k]).strip()]  # 0 is an answer
     if missing:
-        raise ProblemsError(f"{where}: the row has no {' and no '.join(missing)}.")
+        raise ProblemsError(f"{where}: the row has no {' and no '.join(missing)}{_keys_of(row)}.")
     wrong = _kind_problem(row["question"], row["answer"])
     if wrong:
         raise ProblemsError(f"{where}: {wrong}")
     answer = expected_answer(row["answer"])
     if not answer:
-        raise ProblemsError(f'{where}: the answer is empty after "####".')
+        raise ProblemsError(f'{where}: the answer is empty after "####" or in its \\boxed{{}}.')
     return Problem(number, str(row["question"]).strip(), answer)

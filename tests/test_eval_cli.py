@@ -72,7 +72,11 @@ def test_gsm8k_answers_end_with_four_hashes(tmp_path):
         (('{"question": "Q?"}',), "p.jsonl:1: the row has no answer"),
         (('{"question": " ", "answer": ""}',), "p.jsonl:1: the row has no question and no answer"),
         (('{"question": "Q?", "answer": NaN}',), 'p.jsonl:1: the "answer" nan is not a finite number'),
-        (('{"question": "Q?", "answer": ["4"]}',), 'p.jsonl:1: the "answer" must be text or a number, got list'),
+        (('{"question": "Q?", "answer": ["4"]}',), 'p.jsonl:1: the "answer" must be text or a number, got a list'),
+        (('{"question": "Q?", "answer": [2, 5]}',), r'write several numbers as text: "\(2, 5\)"'),
+        (('{"problem": "Q?", "solution": "5"}',), r"no question and no answer \(its other keys: problem, solution\)"),
+        (('{"question": "Q?", "answer": "\\\\boxed{}"}',), r'p.jsonl:1: the answer is empty after "####" or in its'),
+        (('{"question": "Q?", "answer": "So \\\\boxed{ }."}',), r"p.jsonl:1: the answer is empty"),
         (('{"question": "Q?", "answer": true}',), 'p.jsonl:1: the "answer" must be text or a number, got bool'),
         (('{"question": {"q": 1}, "answer": 4}',), 'p.jsonl:1: the "question" must be text, got dict'),
     ],
@@ -82,6 +86,22 @@ def test_bad_files_name_the_file_and_line(tmp_path, lines, message):
     if not lines:
         path.write_text("\n\n", encoding="utf-8")
     with pytest.raises(ProblemsError, match=message):
+        load_problems(path)
+
+
+def test_a_file_from_windows_reads_as_written(tmp_path):
+    """A byte-order mark, CRLF line ends, blank lines and no final line end: the lines keep their numbers."""
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"question": "Q?", "answer": "1 000"}\r\n\r\n{"question": "R?", "answer": "#### 2"}')
+    assert [(p.line, p.question, p.answer) for p in load_problems(path)] == [(1, "Q?", "1 000"), (3, "R?", "2")]
+
+
+def test_a_latin1_problem_set_names_the_line_to_fix(tmp_path):
+    """It said "cannot read it as text ('utf-8' codec can't decode byte 0xe9 in position 61: invalid continuation
+    byte)": no line, and a codec's words."""
+    path = tmp_path / "p.jsonl"
+    path.write_bytes('{"question": "Q?", "answer": "1"}\n{"question": "Café?", "answer": "2"}\n'.encode("latin-1"))
+    with pytest.raises(ProblemsError, match=r"p\.jsonl:2: not UTF-8 \(byte 0xe9; .*\); save it as UTF-8\.$"):
         load_problems(path)
 
 
@@ -124,6 +144,16 @@ def test_a_json_path_that_is_the_problems_file_is_refused(tmp_path, capsys):
     before = problems.read_text()
     assert main(["eval", str(problems), *TINY, "--no-save", "--json", str(tmp_path / "." / "p.jsonl")]) == 2
     assert "is the problems file" in capsys.readouterr().err and problems.read_text() == before
+
+
+def test_a_db_path_that_is_the_problems_file_is_refused(tmp_path, capsys):
+    """`--db p.jsonl` called the problems file a damaged session database and said to move it aside."""
+    problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
+    before = problems.read_text()
+    assert main(["eval", str(problems), *TINY, "--db", str(problems)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is the problems file, not a session database" in err[0], err
+    assert problems.read_text() == before
 
 
 def test_compare_prints_methods_side_by_side_writes_json_and_records(tmp_path, capsys):
