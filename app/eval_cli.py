@@ -105,7 +105,8 @@ def _report(args: argparse.Namespace, evaluation, problems: list[Problem], inter
 
     summaries = evaluation.summaries()
     print(f"\n{evaluation.done} of {len(problems)} problems, {args.problems}")
-    print(table(summaries))
+    vote = any(config.select != "best" for config in evaluation.configs.values())
+    print(table(summaries, vote))
     if args.json_path:
         data = {"problems_file": str(args.problems), "complete": not interrupted,
                 "methods": [s.to_dict() for s in summaries],

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from app.eval_exit import ExitTally
 from app.session import SearchTree, SessionModel
 from engine import events as ev
-from engine.answers import extract_answer, same_answer
+from engine.answers import answer_key, extract_answer, same_answer
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class ProblemResult:
     disagreed: int  # of those, steps where it would have ranked another child first
     status: str  # finished, failed or cancelled
     exit: ExitTally = field(default_factory=ExitTally)  # the layer-entropy exit (empty when it is off)
+    agreement: float | None = None  # share of the final candidates stating the answer given (None: no answer)
 
 
 def result_of(method: str, line: int, expected: str, events: Sequence) -> ProblemResult:
@@ -40,16 +41,25 @@ def result_of(method: str, line: int, expected: str, events: Sequence) -> Proble
     done = run.end if isinstance(run.end, ev.RunFinished) else None
     predicted = extract_answer(done.answer) if done else None
     finals = _final_texts(tree, selected[-1].kept if selected else ())
+    answers = [extract_answer(text) for text in finals]
     audited = [e for e in selected if e.verify_skipped and e.verifier_agrees is not None]
     scored_tokens = sum(n.tokens for n in tree.candidates() if n.score is not None)
     status = run.status if run.status in ("finished", "cancelled") else "failed"  # no end at all counts as failed
     return ProblemResult(
         method, line, expected, predicted, same_answer(predicted, expected),
-        any(same_answer(extract_answer(text), expected) for text in finals), len(finals) if done else 0,
+        any(same_answer(answer, expected) for answer in answers), len(finals) if done else 0,
         done.candidate_tokens if done else scored_tokens, sum(e.verifier_tokens for e in selected),
         done.seconds if done else 0.0, len(selected), sum(e.verify_skipped for e in selected), len(audited),
         sum(not e.verifier_agrees for e in audited), status, ExitTally.of_steps(selected),
+        _agreement(predicted, answers) if done else None,
     )
+
+
+def _agreement(predicted: str | None, answers: Sequence[str | None]) -> float | None:
+    """How one-sided the final paths were: the share stating the answer given, compared as votes count them."""
+    if predicted is None or not answers:
+        return None
+    return sum(a is not None and answer_key(a) == answer_key(predicted) for a in answers) / len(answers)
 
 
 def _final_texts(tree: SearchTree, kept: Sequence[int]) -> list[str]:
@@ -76,6 +86,8 @@ class MethodSummary:
     verifier_layers: int = 0  # the verifier's decoder layers
     verifier_compute_saved: float | None = None  # share of the verifier's layer work (tokens x layers) saved
     exit_disagreement: float | None = None  # share of audited exits where the full pass picks another child
+    no_answer: int = 0  # finished runs whose answer states nothing the reader takes for an answer
+    agreement: float | None = None  # mean share of a run's final paths stating its answer (how split the vote was)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -98,7 +110,13 @@ def summarize(method: str, results: Sequence[ProblemResult], seconds: float) -> 
         sum(r.disagreed for r in results) / audited if audited else None,
         sum(r.status == "failed" for r in results),
         exits.mean_layer, exits.layers, exits.saved, exits.disagreement,
+        sum(r.status == "finished" and r.predicted is None for r in results),
+        _mean_or_none([r.agreement for r in results if r.agreement is not None]),
     )
+
+
+def _mean_or_none(values: Sequence[float]) -> float | None:
+    return _mean(values) if values else None
 
 
 _ROWS = (
@@ -110,7 +128,11 @@ _ROWS = (
     ("wall seconds", lambda s: f"{s.seconds:,.1f}"),
     ("verify-skip rate", lambda s: f"{s.skip_rate:.1%}"),
     ("audit: verifier differs", lambda s: "-" if s.audit_disagreement is None else f"{s.audit_disagreement:.1%}"),
+    ("no answer found", lambda s: str(s.no_answer)),
     ("failed runs", lambda s: str(s.failed)),
+)
+_VOTE_ROWS = (  # shown when the answer is a vote (--select majority or weighted)
+    ("vote: paths agreeing", lambda s: "-" if s.agreement is None else f"{s.agreement:.0%}"),
 )
 _EXIT_ROWS = (  # shown when some method ran with the layer-entropy exit
     ("entropy exit: mean layer", lambda s: "-" if s.mean_exit_layer is None
@@ -121,10 +143,11 @@ _EXIT_ROWS = (  # shown when some method ran with the layer-entropy exit
 )
 
 
-def table(summaries: Sequence[MethodSummary]) -> str:
-    """Methods side by side, one row per measure."""
+def table(summaries: Sequence[MethodSummary], vote: bool = False) -> str:
+    """Methods side by side, one row per measure; `vote` adds how split the final paths' answers were."""
     head = ["", *(s.method for s in summaries)]
-    measures = _ROWS + (_EXIT_ROWS if any(s.mean_exit_layer is not None for s in summaries) else ())
+    measures = _ROWS + (_VOTE_ROWS if vote else ())
+    measures += _EXIT_ROWS if any(s.mean_exit_layer is not None for s in summaries) else ()
     rows = [head] + [[name, *(cell(s) for s in summaries)] for name, cell in measures]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -358,3 +359,35 @@ def test_saving_thresholds_into_an_unwritable_place_is_a_clear_error(tmp_path):
     blocker.write_text("x", encoding="utf-8")
     with pytest.raises(ValueError, match=r"cannot save the thresholds to .* set BEAMWISE_CONFIG_DIR"):
         save_thresholds(Thresholds(0.8, 0.2, 10, 0.3, 0.95), blocker / "thresholds.json")
+
+
+def test_the_table_counts_runs_with_no_answer_and_how_split_a_vote_was(tmp_path, capsys):
+    """A finished run whose text stated no answer was only 'wrong', like one that answered 7 for 5; and a majority
+    of 2 paths in 4 read like one of 4 in 4."""
+    import dataclasses
+
+    from app.eval_report import result_of, summarize, table
+    from benchmarks.fake_search import fake_run
+    from engine.config import SearchConfig
+
+    stream = list(fake_run("q", SearchConfig(beams=2, width=2, max_steps=3, seed=1), finish_at_step=2))
+    done = result_of("beam", 4, "80", stream)
+    assert done.agreement == 0  # the fake's answer, 80, is none of its final paths' ("... candidate N.")
+    assert result_of("beam", 4, "80", [*stream[:-1], dataclasses.replace(stream[-1], answer="no number")]) \
+        .predicted is None
+    answered = dataclasses.replace(done, agreement=0.5)
+    unanswered = dataclasses.replace(done, predicted=None, correct=False, agreement=None)
+    summary = summarize("beam", [answered, unanswered], 1.0)
+    assert (summary.no_answer, summary.agreement) == (1, 0.5)
+    assert "no answer found" in table([summary]) and "vote: paths agreeing" not in table([summary])
+    assert re.search(r"vote: paths agreeing +50%", table([summary], vote=True))
+    problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
+    out_json = tmp_path / "r.json"
+    assert main(["eval", str(problems), *TINY, "--select", "majority", "--no-save", "--json", str(out_json)]) == 0
+    assert "vote: paths agreeing" in capsys.readouterr().out
+    method = json.loads(out_json.read_text())["methods"][0]
+    run = json.loads(out_json.read_text())["runs"][0]  # a random-weight model states a number or not
+    if run["predicted"] is None:
+        assert (method["no_answer"], method["agreement"]) == (1, None)
+    else:
+        assert method["no_answer"] == 0 and 0 < method["agreement"] <= 1
