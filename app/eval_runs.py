@@ -27,13 +27,17 @@ class Evaluation:
         self.args, self.configs, self.cache = args, configs, cache
         model_spec, _, _ = configs_from_args(args)
         self.model_source = model_spec.source  # a calibration records what it ran on
-        self.loaded = load_model(model_spec, device=cache.device, progress=_progress)
         self.store = None
-        if not args.no_save:
+        if not args.no_save:  # before the model: a --db it cannot open is said at once, not after a minute's load
             from app.journal_import import open_session_store
             from app.run_cli import _note
 
             self.store = open_session_store(args.db, notify=_note)
+        try:
+            self.loaded = load_model(model_spec, device=cache.device, progress=_progress)
+        except BaseException:
+            self.close()
+            raise
         self.results: dict[str, list[ProblemResult]] = {m: [] for m in configs}
         self.walls: dict[str, list[float]] = {m: [] for m in configs}  # wall seconds per problem
         self.steps: list[StepStat] = []

@@ -157,6 +157,17 @@ def test_a_db_path_that_is_the_problems_file_is_refused(tmp_path, capsys):
     assert problems.read_text() == before
 
 
+def test_a_database_it_cannot_open_is_said_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    """The database was opened after the model had loaded: a minute's load of a local model, then the error."""
+    import engine.models
+
+    loads = []
+    monkeypatch.setattr(engine.models, "load_model", lambda *a, **k: loads.append(a))
+    problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
+    assert main(["eval", str(problems), *TINY, "--db", str(tmp_path)]) == 2
+    assert "is a folder; pass a session database file" in capsys.readouterr().err and loads == []
+
+
 def test_compare_prints_methods_side_by_side_writes_json_and_records(tmp_path, capsys):
     problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}', '{"question": "1+1?", "answer": "2"}')
     out_json, db = tmp_path / "r.json", tmp_path / "s.db"
