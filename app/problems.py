@@ -99,6 +99,9 @@ def _problem(path: Path, number: int, line: str) -> Problem:
     except json.JSONDecodeError as error:
         raise ProblemsError(f"{where}: not JSON ({error.msg}); the file must be JSON Lines, "
                             "one object per line.") from None
+    if isinstance(row, list):  # a .json file of one array of problems: "got list" did not say what to write instead
+        raise ProblemsError(f'{where}: a JSON array, not an object; the file must be JSON Lines, one '
+                            '{"question": ..., "answer": ...} object per line.')
     if not isinstance(row, dict):
         raise ProblemsError(f'{where}: expected an object with "question" and "answer", got {type(row).__name__}.')
     missing = [k for k in ("question", "answer") if row.get(k) is None or not str(row[k]).strip()]  # 0 is an answer

@@ -69,7 +69,9 @@ def test_gsm8k_answers_end_with_four_hashes(tmp_path):
     [
         ((), "the file has no problems"),
         (('{"question": "Q?", "answer": "1"}', "{oops"), "p.jsonl:2: not JSON"),
-        (('["Q?", "1"]',), "p.jsonl:1: expected an object"),
+        (('["Q?", "1"]',), "p.jsonl:1: a JSON array, not an object; the file must be JSON Lines, one"),
+        (('[{"question": "Q?", "answer": "1"}, {"question": "R?", "answer": "2"}]',), "p.jsonl:1: a JSON array"),
+        (('"Q?"',), "p.jsonl:1: expected an object"),
         (('{"question": "Q?"}',), "p.jsonl:1: the row has no answer"),
         (('{"question": " ", "answer": ""}',), "p.jsonl:1: the row has no question and no answer"),
         (('{"question": "Q?", "answer": NaN}',), 'p.jsonl:1: the "answer" nan is not a finite number'),
