@@ -96,7 +96,8 @@ class Evaluation:
             print(f"[eval] {index}/{total} {r.method}: failed: {why}", file=sys.stderr, flush=True)
             return
         mark = "correct" if r.correct else "wrong" if r.status == "finished" else r.status
-        print(f"[eval] {index}/{total} {r.method}: {mark} (answered {r.predicted}, expected {r.expected}); "
+        answered = "no answer found" if r.predicted is None else f"answered {r.predicted}"  # not 'answered None'
+        print(f"[eval] {index}/{total} {r.method}: {mark} ({answered}, expected {r.expected}); "
               f"{r.tokens} tokens, {r.seconds:.1f} s", file=sys.stderr, flush=True)
 
     def summaries(self) -> list[MethodSummary]:

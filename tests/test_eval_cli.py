@@ -404,3 +404,17 @@ def test_the_table_counts_runs_with_no_answer_and_how_split_a_vote_was(tmp_path,
         assert (method["no_answer"], method["agreement"]) == (1, None)
     else:
         assert method["no_answer"] == 0 and 0 < method["agreement"] <= 1
+
+
+def test_a_run_with_no_answer_says_so_on_its_progress_line(capsys):
+    """It read 'wrong (answered None, expected 5)', Python's word for nothing."""
+    import dataclasses
+
+    from app.eval_report import result_of
+    from benchmarks.fake_search import fake_run
+    from engine.config import SearchConfig
+
+    stream = list(fake_run("q", SearchConfig(beams=2, width=2, max_steps=3, seed=1), finish_at_step=2))
+    result = result_of("beam", 4, "5", [*stream[:-1], dataclasses.replace(stream[-1], answer="I do not know.")])
+    eval_runs.Evaluation._progress(None, 1, 3, result, stream[-1])
+    assert capsys.readouterr().err.startswith("[eval] 1/3 beam: wrong (no answer found, expected 5); ")
