@@ -66,6 +66,10 @@ class Evaluation:
             for event in run(problem.question, self.loaded, search, self.cache):
                 events.append(event)
                 _record(recorder, event)
+        except KeyboardInterrupt:  # recorded as `run` records Ctrl+C; 'interrupted' is for a process that died
+            steps = [e.step for e in events if e.type == "step_selected"]
+            _record(recorder, ev.RunCancelled(step=steps[-1] if steps else 0))
+            raise
         finally:
             if recorder is not None:
                 _end_recording(recorder)

@@ -262,6 +262,26 @@ def test_ctrl_c_mid_comparison_leaves_the_unfinished_problem_out_of_the_json_run
     assert [(r["method"], r["line"]) for r in data["runs"]] == [("beam", 1), ("dvts", 1)]
 
 
+def test_ctrl_c_mid_run_records_that_run_cancelled_as_run_does(tmp_path, capsys, monkeypatch):
+    """The run Ctrl+C stopped was saved 'interrupted', the status of a process that died; `run` says 'cancelled'."""
+    import app.run_cli
+
+    real = app.run_cli._record
+
+    def record(recorder, event):
+        real(recorder, event)
+        if event.type == "step_selected" and "line 2" in (recorder.title or ""):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(app.run_cli, "_record", record)
+    problems, db = three_problems(tmp_path), tmp_path / "s.db"
+    assert main(["eval", str(problems), *TINY, "--db", str(db)]) == 130
+    assert "1 of 3 problems" in capsys.readouterr().out
+    with SessionStore(db) as store:
+        sessions = sorted(store.list_sessions(), key=lambda s: s["id"])
+    assert [s["status"] for s in sessions] == ["finished", "cancelled"]
+
+
 @pytest.mark.parametrize("command", ["eval", "run"])
 def test_eval_sizes_torchs_thread_pool_as_run_does(tmp_path, monkeypatch, command):
     """Without it eval ran one OpenMP thread per core: on a busy machine every small operation waited at a
