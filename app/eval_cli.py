@@ -46,7 +46,8 @@ def methods_of(args: argparse.Namespace) -> list[str]:
     methods = [m.strip() for m in args.compare.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
-        raise UsageError(f"--compare takes methods from {', '.join(METHODS)} (got {args.compare!r}).")
+        named = f": {', '.join(unknown)} is none of them" if unknown else ": no method"  # which word to fix
+        raise UsageError(f"--compare takes methods from {', '.join(METHODS)} (got {args.compare!r}{named}).")
     return list(dict.fromkeys(methods))
 
 

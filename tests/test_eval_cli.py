@@ -122,6 +122,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert len(err) == 1 and "missing.jsonl: no such problems file" in err[0]
     assert main(["eval", str(SHIPPED), *TINY, "--compare", "beam,mcts", "--no-save"]) == 2
     assert "--compare takes methods from" in capsys.readouterr().err
+    assert main(["eval", str(SHIPPED), *TINY, "--compare", "beam,Greedy,mcts", "--no-save"]) == 2
+    assert "(got 'beam,Greedy,mcts': Greedy, mcts is none of them)" in capsys.readouterr().err
+    assert main(["eval", str(SHIPPED), *TINY, "--compare", " , ", "--no-save"]) == 2
+    assert "(got ' , ': no method)" in capsys.readouterr().err
 
 
 def test_a_json_path_it_cannot_write_is_refused_before_any_problem_runs(tmp_path, capsys):
