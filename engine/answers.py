@@ -137,8 +137,9 @@ def extract_answer(text: str) -> str | None:
     lower-cased and stripped of a final full stop.
     """
     for found in (_boxed(text), _last(_STATED, text), _last(_HASHES, text)):
-        if found is not None and found.strip():
-            return _clean(found)
+        answer = None if found is None else _clean(found)
+        if answer and any(c.isalnum() for c in answer):  # "The answer is:" cut off states nothing (not ":")
+            return answer
     numbers = _numbers(text)
     return _normal(numbers[-1]) if numbers else None
 

@@ -167,6 +167,16 @@ def test_majority_takes_the_commonest_answer_and_its_best_path():
     assert choose(pool, "majority", _text).id == 3
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    ("So 3 + 4 = 7. The answer is:", "7"),  # a path cut off before its answer: the last number, as with no statement
+    ("The answer is.", None), ("Answer: **", None), ("The answer is $", None), ("\\boxed{} so 5", "5"),
+])
+def test_a_statement_cut_off_before_its_answer_states_nothing(text, expected):
+    """Before, 'The answer is:' cut off by the step limit was read as the answer ':' (and 'The answer is.' as ''),
+    a vote of its own in a majority and 'answered :' in the eval's table."""
+    assert extract_answer(text) == expected
+
+
 def test_votes_count_an_answer_by_its_value_in_every_form():
     """Before, votes were counted by the answer's text: '1/2', '0.5' and '\\frac{2}{4}' were three answers of
     one vote each, and the lone 0.75 won on its score although three paths said one half."""
