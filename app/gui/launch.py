@@ -1,4 +1,8 @@
-"""`beamwise gui`: build the application and the window, load the model, optionally run and screenshot."""
+"""`beamwise gui`: build the application and the window, load the model, optionally run and screenshot.
+
+The window's module pulls in torch and transformers (seconds): it is imported after the start-up splash paints,
+so nothing here at the top may import it.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
@@ -17,13 +21,16 @@ from app.gui import palette as pal
 from app.gui import settings as saved
 from app.gui.bridge import SearchBridge
 from app.gui.loop_monitor import LoopGapMonitor
-from app.gui.main_window import MainWindow
+from app.gui.splash import StartupSplash
 from app.journal_import import open_session_store
 from app.options import add_search_options, configs_from_args
 from app.store import SessionStore, StoreDamaged, default_db_path
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import BeamwiseError
+
+if TYPE_CHECKING:
+    from app.gui.main_window import MainWindow
 
 Configs = tuple[ModelSpec, SearchConfig, CacheConfig]
 PLAN_WAIT_MS = 15_000  # a screenshot waits this long at most for the plan bar after the run
@@ -149,10 +156,13 @@ def main(args: argparse.Namespace) -> int:
     scratch = tempfile.TemporaryDirectory() if screenshot else None
     settings = (QSettings(str(Path(scratch.name) / "beamwise.ini"), QSettings.Format.IniFormat) if scratch
                 else saved.default_settings())
-    window = _build_window(args, settings, interactive=screenshot is None)
+    store = open_store(getattr(args, "db", None), ask=screenshot is None)  # its dialogs come before the splash
+    splash = StartupSplash()
+    window = _build_window(args, settings, store, interactive=screenshot is None, splash=splash)
     follow_theme(app, window, getattr(args, "theme", "system"))
     try:
         window.show()
+        splash.finish()
         shooter = (Screenshot(app, window, screenshot, getattr(args, "panel", None))  # noqa: F841 - kept alive
                    if screenshot is not None else None)
         if getattr(args, "collapse_pruned", False):
@@ -200,14 +210,19 @@ def _start(window: MainWindow, app: QApplication, *, exit_on_refusal: bool) -> N
         app.exit(2)
 
 
-def _build_window(args: argparse.Namespace, settings: QSettings, *, interactive: bool) -> MainWindow:
-    db = getattr(args, "db", None)
-    store = open_store(db, ask=interactive)
+def _build_window(args: argparse.Namespace, settings: QSettings, store: Any, *, interactive: bool,
+                  splash: StartupSplash | None = None) -> MainWindow:
+    """The window over `store` (None: it runs without saving); `splash`, if given, says each slow part."""
+    say = splash.say if splash is not None else lambda text: None
+    say("Loading PyTorch and transformers…")
+    from app.gui.main_window import MainWindow  # torch and transformers: seconds, while the splash shows
+
     factory = None
     if store is not None:
         path = store.path
         factory = lambda: SessionStore(path)  # noqa: E731 - the worker thread opens its own connection
     bridge = SearchBridge(store_factory=factory)
+    say("Building the window…")
     window = MainWindow(bridge, settings=settings, store=store, dialogs=interactive)
     base = saved.load_configs(settings) or (ModelSpec(), SearchConfig(), CacheConfig(prefix_cache=True))
     window.controls.set_configs(*explicit_configs(args, base))
