@@ -92,6 +92,15 @@ def test_math_is_left_as_written_and_control_characters_are_replaced() -> None:
     assert "red: \ufffd\\[31m, bell: \ufffd, nul: \ufffd, C1: \ufffd2J" in markdown
 
 
+def test_dollars_around_a_link_or_code_do_not_make_them_live() -> None:
+    """Math is left as written, so `$![x](http://...)$` was an image the viewer fetched from the web and
+    `$`x`$` a code span: a span that LaTeX would not write that way is escaped as the text around it is."""
+    for text in ["$![pixel](http://tracker.example/p.png)$", "$[x](javascript:1)$", "$`code`$ and $$ ``` $$"]:
+        seen, tags = shown(f"> {literal_text(text)}")
+        assert tags == {"blockquote", "p"}, (text, VIEWER.render(literal_text(text)))
+        assert seen == text
+
+
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)  # what SQLite's TEXT keeps: no surrogates
 
 

@@ -6,7 +6,9 @@ the viewer fetched from the web, `<script>` live HTML, and `2*3*4` lost its star
 Here every character that Markdown reads as structure is backslash-escaped (HTML's as entities),
 control characters become U+FFFD (the export printed to a terminal must not drive it), and math
 written between dollars is left as written: a viewer that renders math reads it raw, and one that
-does not shows the same characters.
+does not shows the same characters (but for emphasis stars: `$2*3*4$` stays math, as a math viewer reads it).
+Dollars around what LaTeX never writes, a link's `](` or a backtick, are no math: it is escaped as text, so
+`$![x](http://...)$` fetches nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from html import escape
 MATH = re.compile(r"\$\$.+?\$\$|\$(?=[^\s$])[^$\n]*(?<=[^\s$\\])\$", re.DOTALL)  # $$..$$ and pandoc's $x$
 INLINE = re.compile(r"[\\`*\[\]~|]|(?<![^\W_])_|_(?![^\W_])")  # `_` inside a word emphasises nothing
 LINE_START = re.compile(r"^( {0,3})([#+=-]|\d{1,9}(?=[.)]))", re.MULTILINE)  # headings, lists, setext lines
+NOT_MATH = re.compile(r"\]\(|`")  # a link's or image's target, a code span: structure, never LaTeX
 INDENT = re.compile(r"^(?= {4}| {0,3}\t)", re.MULTILINE)  # would start a code block, where escapes show
 
 
@@ -26,6 +29,8 @@ def literal_text(text: str) -> str:
     text = without_controls(text)
     out, last = [], 0
     for math in MATH.finditer(text):
+        if NOT_MATH.search(math.group()):
+            continue  # escaped with the text around it
         out += [_escaped(text[last:math.start()]), escape(math.group(), quote=False)]
         last = math.end()
     out.append(_escaped(text[last:]))
