@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from app.gui.main_window import MainWindow, source_for_model_name
 from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
-from tests.test_gui_bridge import CountingLoader, gated, run_fake
+from tests.test_gui_bridge import CountingLoader, Weights, gated, run_fake
 
 
 @pytest.fixture
@@ -115,6 +116,31 @@ def test_a_run_leaves_what_was_alive_before_it_out_of_the_collectors_full_passes
         assert gc.get_freeze_count() == 0 and any(o is before_run for o in gc.get_objects())
     finally:
         gc.unfreeze()
+
+
+def test_a_model_replaced_by_a_run_is_freed_before_the_next_one_loads(qtbot, make_window):
+    """A run's start freezes what is alive, the loaded model too, and a frozen cycle is never collected: the
+    bridge's collection before the next load (tests/test_gui_bridge.py) left a model held by a reference cycle
+    in memory beside the next one, on a GPU two models' weights at once."""
+    loaded: list[weakref.ref] = []
+    alive_at_next_load: list[bool] = []
+
+    def loader(spec: ModelSpec, device: str, progress: Any) -> Weights:
+        alive_at_next_load.extend(ref() is not None for ref in loaded)
+        model = Weights(spec.source)
+        loaded.append(weakref.ref(model))
+        return model
+
+    window = make_window(loader=loader)
+    gc.disable()  # no automatic pass may free it by chance: only the bridge's own
+    try:
+        for source in ("synthetic:fake", "synthetic:other"):
+            small(window, source=source)
+            run_to_end(qtbot, window)
+    finally:
+        gc.enable()
+        gc.unfreeze()
+    assert alive_at_next_load == [False]
 
 
 def test_ctrl_enter_in_the_question_box_runs(qtbot, make_window):

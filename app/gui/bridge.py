@@ -10,7 +10,6 @@ Exceptions never kill the thread: they become `failed` / `load_failed` with a me
 
 from __future__ import annotations
 
-import gc
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -20,6 +19,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
+from app.gui.gc_freeze import collect_all
 from engine import events as ev
 from engine.abandon import abandonable
 from engine.config import CacheConfig, ModelSpec, SearchConfig
@@ -136,7 +136,7 @@ class SearchWorker(QObject):
             self.model_loaded.emit(self._model_name(spec), describe_device(self._loaded))
             return True
         self._loaded, self._loaded_key = None, None  # free the old model before building a new one
-        gc.collect()  # its tensors too where a reference cycle holds them (a model's weights are GBs)
+        collect_all()  # its tensors too where a reference cycle holds them (a model's weights are GBs)
         try:
             loaded = self._load(spec, device)
         except LoadAbandoned:

@@ -24,3 +24,14 @@ def thaw() -> None:
     became garbage meanwhile (a failed run's frames holding tensors, a model replaced) is then collected by the
     next full pass, at the latest the idle release's (engine.idle), not kept for the window's life."""
     gc.unfreeze()
+
+
+def collect_all() -> None:
+    """A full collection that reaches what `freeze_long_lived` froze as well, which stays frozen: a model replaced
+    by a run's load was alive at the run's start, and a frozen reference cycle is never collected, so its weights
+    stayed beside the next model's (on a GPU, two models at once)."""
+    frozen = gc.get_freeze_count() > 0
+    gc.unfreeze()
+    gc.collect()
+    if frozen:
+        gc.freeze()
