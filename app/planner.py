@@ -234,8 +234,9 @@ def _share_refusal(shape: VerifierShape, search: SearchConfig, share_bytes: int,
     error = share_too_small(share_bytes, 1, refused, shape.arena_bytes(1, refused))
     need = shape.arena_bytes(1, widths[-1])
     holds = f"a KV budget of {fmt.size(math.ceil(need / share))} at this share"
-    if need < budget:
-        holds = f"--verifier-kv-share {math.ceil(100 * need / budget) / 100:g} or {holds}"
+    enough = math.ceil(100 * need / budget) / 100
+    if enough < 1:  # a share is below 1 (engine.config): 0.996 of the budget is told as the budget alone
+        holds = f"--verifier-kv-share {enough:g} or {holds}"
     return f"It cannot run with these settings: {error} {error.hint} With {holds}, the verifier's part holds one path."
 
 

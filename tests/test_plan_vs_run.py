@@ -7,6 +7,7 @@ import pytest
 from app import planner
 from app.planner import EQ45_SOURCE, HEADWISE_SOURCE, DeviceInfo, plan
 from engine.config import CacheConfig, ModelSpec, SearchConfig
+from engine.kv.split import VerifierShape
 from engine.search import run
 
 TINY = ModelSpec("synthetic:tiny-llama")
@@ -167,3 +168,14 @@ def test_a_share_set_that_cannot_hold_one_path_is_red_in_the_runs_words_with_wha
     assert "With a KV budget of" in p.sentence and "at this share, the verifier's part holds one path." in p.sentence
     roomy = CacheConfig(policy="headwise", kv_budget_bytes=4_000_000, verifier_kv_share=0.25, prefix_cache=False)
     assert "verifier's KV share" not in plan(TINY, search, roomy, question=LONG, device=EMULATED).sentence
+
+
+def test_a_refused_share_is_told_only_a_share_the_options_take():
+    """A path that needs 99.6% of the budget asked for `--verifier-kv-share 1`, which the options refuse (a
+    share is below 1): the sentence names the budget that holds it at this share instead."""
+    shape = VerifierShape(token_bytes=1000, prefix=100, per_step=2, probe=2)  # one path at step 1: 112,000 bytes
+    search = SearchConfig(beams=1, width=1, max_steps=1, step_tokens=8)
+    nearly_all = planner._share_refusal(shape, search, 1_000, 112_500, 0.01)
+    assert "With a KV budget of 11.2 MB at this share, the verifier's part holds one path." in nearly_all, nearly_all
+    roomy = planner._share_refusal(shape, search, 1_000, 200_000, 0.01)
+    assert "With --verifier-kv-share 0.56 or a KV budget of 11.2 MB at this share" in roomy, roomy
