@@ -27,6 +27,7 @@ from engine.kv.headwise_traffic import HeadwiseTraffic, KVGeometry, headwise_tra
 from engine.kv.split import VerifierShape, emulated_budget, share_too_small, split_budget
 from engine.verifiers.families import checked_prm_folder
 from engine.verifiers.fit import WeightsDoNotFit, pair_does_not_fit
+from engine.verifiers.synthetic_prm import synthetic_prm_entry
 
 TIGHT = 0.8  # above this share of memory a plan is amber: other programs need room too
 VERIFIER_BATCH = 8  # paths a verifier scores together (engine.verifiers.path_kv's default batch size)
@@ -122,8 +123,11 @@ class MemoryPlan:
 
 
 def _prm_facts(source: str, dtype: str) -> ModelFacts:
-    """The PRM's facts; a folder that is missing or has no config.json is refused as a run refuses it."""
-    if not source.startswith("synthetic:"):
+    """The PRM's facts; a folder that is missing or has no config.json, or a synthetic model that is no PRM
+    (synthetic:tiny-llama, a generator), is refused as a run refuses it."""
+    if source.startswith("synthetic:"):
+        synthetic_prm_entry(source.removeprefix("synthetic:"))
+    else:
         checked_prm_folder(source)
     return facts_of(source, dtype)
 

@@ -7,6 +7,7 @@ import pytest
 from app import planner
 from app.planner import EQ45_SOURCE, HEADWISE_SOURCE, DeviceInfo, plan
 from engine.config import CacheConfig, ModelSpec, SearchConfig
+from engine.errors import NotAPRM
 from engine.kv.split import VerifierShape
 from engine.search import run
 
@@ -179,3 +180,12 @@ def test_a_refused_share_is_told_only_a_share_the_options_take():
     assert "With a KV budget of 11.2 MB at this share, the verifier's part holds one path." in nearly_all, nearly_all
     roomy = planner._share_refusal(shape, search, 1_000, 200_000, 0.01)
     assert "With --verifier-kv-share 0.56 or a KV budget of 11.2 MB at this share" in roomy, roomy
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-prm"])
+def test_a_synthetic_model_that_is_no_prm_is_refused_as_the_run_refuses_it(name):
+    """The plan took `--verifier-model synthetic:tiny-llama` (a generator) for a PRM and said green, and answered
+    `synthetic:tiny-prm` with the generators' names to pick from; the run refuses both as no synthetic PRM."""
+    search = SearchConfig(verifier="prm", verifier_model=f"synthetic:{name}")
+    with pytest.raises(NotAPRM, match=f"synthetic:{name} is not a synthetic PRM"):
+        plan(TINY, search, CacheConfig(), question=QUESTION, device=EMULATED)
