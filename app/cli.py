@@ -131,7 +131,7 @@ def exit_with(code: int) -> NoReturn:
     abandoned, not waited for) or while the plan bar plans did that. Only the process's entry points call this:
     `main` itself returns, for tests and callers in-process."""
     if any(thread.daemon and thread.is_alive() for thread in threading.enumerate()):
-        for stream in (sys.stdout, sys.stderr):
+        for stream in filter(None, (sys.stdout, sys.stderr)):  # None without a console (pythonw, beamwise-gui)
             with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream: nothing more to say
                 stream.flush()
         os._exit(code)

@@ -7,8 +7,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 
 BUSY_THREAD = textwrap.dedent("""
@@ -50,10 +48,6 @@ def test_without_a_busy_thread_the_interpreter_exits_as_usual():
     assert (done.returncode, done.stdout) == (0, "atexit ran\n"), done.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="app/cli.py exit_with flushes sys.stdout and sys.stderr, which are None "
-                   "under pythonw and in the windowed frozen app (beamwise.spec: console=False): AttributeError, then "
-                   "the abort exit_with is there to prevent. app/cli.py is another helper's this session; the fix is "
-                   "to skip a stream that is None")
 def test_the_window_without_a_console_exits_with_its_status_while_a_daemon_thread_is_in_torch():
     """pythonw, and the frozen app's beamwise-gui (no console), run with sys.stdout and sys.stderr None."""
     done = finish("import sys\nsys.stdout = sys.stderr = None\nfrom app.cli import exit_with\nexit_with(3)\n")
