@@ -111,18 +111,24 @@ class Weights:
         self.name, self.device, self.me = f"model:{source}", "cpu", self
 
 
+class CycleLoader:
+    """Loads `Weights`; `alive_at_next_load`: for each load, whether each model loaded before it still lived."""
+
+    def __init__(self) -> None:
+        self.loaded: list[weakref.ref] = []
+        self.alive_at_next_load: list[bool] = []
+
+    def __call__(self, spec: ModelSpec, device: str, progress: Any) -> Weights:
+        self.alive_at_next_load.extend(ref() is not None for ref in self.loaded)
+        model = Weights(spec.source)
+        self.loaded.append(weakref.ref(model))
+        return model
+
+
 def test_a_replaced_model_is_freed_before_the_next_one_loads(qtbot, make_bridge):
     """Before, a model held in a reference cycle stayed in memory beside the next one until some later full
     collection (never during a run, whose start freezes what is alive): on a GPU, two models' weights at once."""
-    loaded: list[weakref.ref] = []
-    alive_at_next_load: list[bool] = []
-
-    def loader(spec: ModelSpec, device: str, progress: Any) -> Weights:
-        alive_at_next_load.extend(ref() is not None for ref in loaded)
-        model = Weights(spec.source)
-        loaded.append(weakref.ref(model))
-        return model
-
+    loader = CycleLoader()
     gc.disable()  # no automatic pass may free it by chance: only the bridge's own
     try:
         bridge = make_bridge(loader=loader)
@@ -131,7 +137,7 @@ def test_a_replaced_model_is_freed_before_the_next_one_loads(qtbot, make_bridge)
                 bridge.request_run("q", spec, SEARCH, CACHE)
     finally:
         gc.enable()
-    assert alive_at_next_load == [False]
+    assert loader.alive_at_next_load == [False]
 
 
 def gated(gate: threading.Event):

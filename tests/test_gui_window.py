@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import gc
 import threading
-import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from app.gui.main_window import MainWindow, source_for_model_name
 from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
-from tests.test_gui_bridge import CountingLoader, Weights, gated, run_fake
+from tests.test_gui_bridge import CountingLoader, CycleLoader, gated, run_fake
 
 
 @pytest.fixture
@@ -122,15 +121,7 @@ def test_a_model_replaced_by_a_run_is_freed_before_the_next_one_loads(qtbot, mak
     """A run's start freezes what is alive, the loaded model too, and a frozen cycle is never collected: the
     bridge's collection before the next load (tests/test_gui_bridge.py) left a model held by a reference cycle
     in memory beside the next one, on a GPU two models' weights at once."""
-    loaded: list[weakref.ref] = []
-    alive_at_next_load: list[bool] = []
-
-    def loader(spec: ModelSpec, device: str, progress: Any) -> Weights:
-        alive_at_next_load.extend(ref() is not None for ref in loaded)
-        model = Weights(spec.source)
-        loaded.append(weakref.ref(model))
-        return model
-
+    loader = CycleLoader()
     window = make_window(loader=loader)
     gc.disable()  # no automatic pass may free it by chance: only the bridge's own
     try:
@@ -140,7 +131,7 @@ def test_a_model_replaced_by_a_run_is_freed_before_the_next_one_loads(qtbot, mak
     finally:
         gc.enable()
         gc.unfreeze()
-    assert alive_at_next_load == [False]
+    assert loader.alive_at_next_load == [False]
 
 
 def test_ctrl_enter_in_the_question_box_runs(qtbot, make_window):
