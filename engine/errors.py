@@ -42,14 +42,16 @@ class KVBudgetTooSmall(BeamwiseError):
 
     def __init__(self, budget_bytes: int, needed_bytes: int, what: str = "one candidate",
                  budget_name: str = "KV budget", *, usable_bytes: int | None = None,
-                 whole_bytes: int | None = None, needed_for: str = "this step") -> None:  # fmt: skip
+                 whole_bytes: int | None = None, needed_for: str = "this step",
+                 smallest: str = "the smallest budget that works") -> None:  # fmt: skip
         """`usable_bytes`: the part of the budget the step could use (less than `budget_bytes` while other
         programs hold device memory); `whole_bytes`: a budget that holds the whole search, where a later
-        step may need more than `needed_bytes` (what `needed_for` needs)."""
+        step may need more than `needed_bytes` (what `needed_for` needs); `smallest`: what `needed_bytes` is
+        ("the smallest share that holds it" for the verifier's part, which is not the KV budget)."""
         usable = "" if usable_bytes is None else (
             f" ({format_bytes(usable_bytes)} of it usable now: other programs hold device memory)")
         if whole_bytes is None:
-            need = f"the smallest budget that works is {format_bytes(needed_bytes)}"
+            need = f"{smallest} is {format_bytes(needed_bytes)}"
         else:
             need = (f"{needed_for} needs {format_bytes(needed_bytes)}, "
                     f"and {format_bytes(whole_bytes)} holds the whole search")

@@ -166,6 +166,7 @@ def test_a_share_set_that_cannot_hold_one_path_is_red_in_the_runs_words_with_wha
     p = plan(TINY, search, cache, question=LONG, device=EMULATED)
     failed = next(e for e in _run(tiny, search, cache, LONG) if e.type == "run_failed")
     assert p.state == "red" and failed.message in p.sentence
+    assert "the smallest share that holds it is" in failed.message  # a share: before, 'the smallest budget'
     assert "With a KV budget of" in p.sentence and "at this share, the verifier's part holds one path." in p.sentence
     roomy = CacheConfig(policy="headwise", kv_budget_bytes=4_000_000, verifier_kv_share=0.25, prefix_cache=False)
     assert "verifier's KV share" not in plan(TINY, search, roomy, question=LONG, device=EMULATED).sentence

@@ -92,7 +92,8 @@ def share_too_small(share_bytes: int, rows: int, width: int, need_bytes: int) ->
     """The refusal of a verifier's share that cannot hold an arena of `rows` x `width` tokens (`need_bytes`):
     the run's words (engine.verifiers.kv_pools) and the plan's alike."""
     error = KVBudgetTooSmall(share_bytes, need_bytes, f"the verifier's batch of {rows} x {width} tokens",
-                             budget_name="the verifier's KV share")
+                             budget_name="the verifier's KV share",
+                             smallest="the smallest share that holds it")  # a share, not the KV budget
     error.hint = "Raise --verifier-kv-share or the KV budget, shorten the steps, or use a smaller PRM."
     return error
 
