@@ -21,6 +21,7 @@ from app.gui.chart_axes import StepAxis
 from app.gui.charts import TITLES, ChartsPanel
 from app.gui.conversation import HINTS
 from app.gui.main_window import MainWindow
+from app.gui.status_line import MESSAGE_ROOM_PX
 from app.gui.transcript import PLACEHOLDERS
 from app.store import SessionStore
 from benchmarks.fake_search import fake_run
@@ -154,6 +155,20 @@ def test_the_status_bar_line_stays_readable_beside_its_fields(window, qtbot, siz
     assert (fields == status.shown_fields() and status.step in fields and status.speed in fields)
     wanted = [f for f in status.fields if not f.isHidden()]  # the fields that have something to say
     assert (fields == wanted) == all_fields
+
+
+def test_a_field_that_grows_between_events_is_fitted_again(window, qtbot):
+    """The device hint's mark (and the speed at the run's end) widened a field without a refit, so the fields
+    could run over the message until the next step's figures (found in review)."""
+    shown_at(window, 854, 585)
+    run_fake_search(qtbot, window)
+    status, bar = window.status, window.statusBar()
+    status.device.setText("device: cpu (emulated GPU) with a long name to take the room")
+    status.show_device_hint("install the CUDA build of torch")
+    QApplication.processEvents()
+    shown = [f for f in status.fields if f.isVisibleTo(bar)]
+    used = sum(f.sizeHint().width() for f in shown)
+    assert used + MESSAGE_ROOM_PX <= bar.width(), (used, bar.width(), [f.text() for f in shown])
 
 
 @pytest.mark.parametrize("size", [(1366, 768), (854, 585)])

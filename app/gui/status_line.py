@@ -170,6 +170,7 @@ class StatusLine:
         self.device.setToolTip(default if hint is None else f"{default}.\n\nThis machine has an NVIDIA GPU: {hint}")
         text = self.device.text().removesuffix(" ⚠")
         self.device.setText(text if hint is None else f"{text} ⚠")
+        self.fit()  # the mark widens the field
 
     def begin(self, max_steps: int) -> None:
         """A search request starts: step 0/S, no speed yet."""
@@ -180,6 +181,7 @@ class StatusLine:
         self.live = StepProgress()
         self._quiet.start()
         self._beat.start()
+        self.fit()
 
     def reset(self) -> None:
         """Before a recorded session is shown: nothing of the previous run stays (a stale speed, a step)."""
@@ -256,8 +258,9 @@ class StatusLine:
             self.bar.showMessage(f"Failed: {window_terms(event.message)[:120]}", 15000)
         if event.type in ev.TERMINAL_TYPES:
             self._beat.stop()
-        if isinstance(event, ev.RunStarted | ev.PrefillDone | ev.PolicyChanged | ev.TransferStats | ev.StepSelected):
-            self.fit()  # a field came, went or grew
+        if isinstance(event, ev.RunStarted | ev.PrefillDone | ev.PolicyChanged | ev.TransferStats | ev.StepSelected
+                      | ev.RunFinished | ev.RunFailed):  # a field came, went or grew (the speed: once a step is enough)
+            self.fit()
 
     def _show_exit(self, tally: ExitTally | None) -> None:
         """The exit's figures over the run's steps so far; None: a new run, hidden until a step exits."""
