@@ -102,9 +102,11 @@ def _normal(raw: str) -> str:
         raw = raw.rstrip("0").rstrip(".") or "0"
     if raw.startswith("-") and raw.strip("-0.") == "":
         raw = "0"
-    if raw.startswith(("-.", ".")):
-        raw = raw.replace(".", "0.", 1)
-    return raw
+    sign, digits = ("-", raw[1:]) if raw.startswith("-") else ("", raw)
+    digits = digits.lstrip("0") or "0"  # "007" -> "7"; what a leading zero left ("07.5" -> "7.5", ".5")
+    if digits.startswith("."):
+        digits = "0" + digits
+    return sign + digits
 
 
 def _fraction(raw: str) -> str:

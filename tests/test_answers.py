@@ -167,6 +167,13 @@ def test_majority_takes_the_commonest_answer_and_its_best_path():
     assert choose(pool, "majority", _text).id == 3
 
 
+@pytest.mark.parametrize(("written", "normal"), [("007", "7"), ("-007.50", "-7.5"), ("000", "0"), ("0.50", "0.5"),
+                                             (".5", "0.5"), ("-.5", "-0.5"), ("100", "100")])
+def test_leading_zeros_are_not_part_of_a_number(written, normal):
+    """Before, 'The answer is 007' was reported as 007 (its vote key was 7, so only the report differed)."""
+    assert extract_answer(f"The answer is {written}") == normal
+
+
 @pytest.mark.parametrize(("text", "expected"), [
     ("So 3 + 4 = 7. The answer is:", "7"),  # a path cut off before its answer: the last number, as with no statement
     ("The answer is.", None), ("Answer: **", None), ("The answer is $", None), ("\\boxed{} so 5", "5"),
