@@ -409,9 +409,17 @@ def test_collapsed_a_steps_new_candidates_show_soon_in_their_compact_rows(view, 
     view.set_collapse_pruned(True)
     stream = events(SearchConfig(beams=3, width=3, max_steps=4))
     last_text = max(i for i, e in enumerate(stream) if isinstance(e, ev.CandidateText) and e.step == 3)
-    feed(view, stream[: last_text + 1])
+    first_text = min(i for i, e in enumerate(stream) if isinstance(e, ev.CandidateText) and e.step == 3)
+    view.resize(260, 160)  # smaller than the tree, so following moves the view
+    feed(view, stream[:first_text])
+    qtbot.wait(300)  # step 2 laid out and followed
+    centre = view.mapToScene(view.viewport().rect().center())
+    feed(view, stream[first_text: last_text + 1])
     new = [e.id for e in stream[: last_text + 1] if isinstance(e, ev.CandidateText) and e.step == 3]
     assert not any(view.is_shown(i) for i in new)  # until the timer lays them out, not at a live row
     assert all(view.edge_state(i) == "hidden" for i in new)
+    assert view.mapToScene(view.viewport().rect().center()) == centre  # not to a hidden one's live row
     qtbot.waitUntil(lambda: all(view.is_shown(i) for i in new), timeout=2000)
     assert placement(view) == fresh_layout(view)
+    followed = view.node_center(new[len(new) // 2])
+    assert view.mapToScene(view.viewport().rect().center()) != centre or followed == centre  # the layout follows

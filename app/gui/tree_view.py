@@ -325,6 +325,8 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         if target is None or self.data.nodes[target].step < step:
             column = self.data.columns[step]
             target = column[len(column) // 2] if column else ROOT_ID
+        if not self._items[target].isVisible() and self._relayout_timer.isActive():
+            return  # collapsed, and not laid out yet (its place is not its compact one): the layout follows it
         self.centerOn(self.node_center(target))
 
     # -- items -----------------------------------------------------------------------------
