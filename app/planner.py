@@ -30,9 +30,7 @@ from engine.verifiers.fit import WeightsDoNotFit, pair_does_not_fit
 from engine.verifiers.synthetic_prm import synthetic_prm_entry
 
 TIGHT = 0.8  # above this share of memory a plan is amber: other programs need room too
-VERIFIER_BATCH = 8  # paths a verifier scores together (engine.verifiers.path_kv's default batch size)
 STEP_TAG_TOKENS = 4  # a PRM's own tokens around one step (a tag, a separator)
-VERIFIER_BLOCK = 16  # tokens per verifier KV block (engine.verifiers.kv_pools' default)
 PLAN_SECONDS = 1.0  # a plan-only run still going after this is stopped; Eq. 4-5 bound the traffic instead
 EQ45_SOURCE = "Eq. 4-5, no prefix sharing: an upper bound"  # each candidate's KV crosses once a step
 HEADWISE_SOURCE = "head-wise's closed form, its roll-outs included; a path kept alone may read more in place"
@@ -220,10 +218,9 @@ def _verifier_shape(source: str, search: SearchConfig, verifier: ModelFacts, que
     `verifier`: the PRM, or for self-judge the generator."""
     reading = verifier_reading(source, search.verifier, search.verifier_model, question)
     if reading is None:
-        return VerifierShape(verifier.kv_token_bytes, prompt, STEP_TAG_TOKENS, STEP_TAG_TOKENS, 1, VERIFIER_BLOCK,
-                             VERIFIER_BATCH)
+        return VerifierShape(verifier.kv_token_bytes, prompt, STEP_TAG_TOKENS, STEP_TAG_TOKENS)
     return VerifierShape(verifier.kv_token_bytes, reading.prefix, reading.per_step, reading.probe,
-                         reading.reads_per_token, VERIFIER_BLOCK, VERIFIER_BATCH)
+                         reading.reads_per_token)
 
 
 def _share_refusal(shape: VerifierShape, search: SearchConfig, share_bytes: int, budget: int, share: float

@@ -233,3 +233,16 @@ def test_a_verifiers_share_is_its_shapes(tiny):
     assert shape.prefix == len(judge.layout.prefix("What is 2+3?")) and shape.token_bytes == judge.kv.token_bytes
     assert judge.batch_bytes("What is 2+3?", 4, 8, 3) == shape.share_bytes(4, 8, 3)
     assert judge.row_bytes("What is 2+3?", 8, 3) == shape.row_bytes(8, 3)
+
+
+def test_the_shape_a_plan_sizes_with_has_the_verifiers_own_block_and_batch():
+    """The plan sizes a verifier's share with VerifierShape's defaults: they are the run's block and batch sizes."""
+    import inspect
+
+    from engine.kv.split import VerifierShape
+    from engine.verifiers.kv_pools import VerifierKV
+    from engine.verifiers.path_kv import PathVerifier
+
+    shape = VerifierShape(token_bytes=1, prefix=0, per_step=0, probe=0)
+    assert shape.block_size == inspect.signature(VerifierKV).parameters["block_size"].default
+    assert shape.batch_size == inspect.signature(PathVerifier).parameters["batch_size"].default

@@ -59,7 +59,7 @@ class VerifierShape:
     per_step: int
     probe: int
     reads_per_token: int = 1
-    block_size: int = 16
+    block_size: int = 16  # the verifier's defaults (engine.verifiers.kv_pools, path_kv): what a plan sizes with
     batch_size: int = 8
 
     def group_bytes(self, rows: int, step_tokens: int, steps: int) -> int:
