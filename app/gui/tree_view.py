@@ -193,8 +193,7 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         RELAYOUT_MS are in. Once per event, a 2,000-node run took 32 s instead of 4 (O(nodes^2)); meanwhile a
         new candidate waits hidden and the others keep their compact rows (`_sync`)."""
         if now:
-            self._relayout_timer.stop()
-            self._relayout()
+            self._relayout()  # which stops the timer
         elif not self._relayout_timer.isActive():
             self._relayout_timer.start()
 
