@@ -68,8 +68,7 @@ class LoadBanner(QFrame):
         self.setToolTip(self._message if shown and shown != self._message else "")
 
     def show_stage(self, message: str, fraction: float) -> None:
-        self._message = message
-        self.label.setText(message)
+        self._message = message  # shown by _fit, cut to BANNER_LINES
         if fraction < 0:
             self.bar.setRange(0, 0)  # busy: a stage of unknown length
         else:
