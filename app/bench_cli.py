@@ -18,6 +18,7 @@ from app.options import (
     SPECULATIVE_HELP,
     UsageError,
     add_backend_options,
+    add_threads_option,
     parse_delimiter,
     server_from_args,
     size_type,
@@ -50,6 +51,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pcie-gbps", type=float, default=d.pcie_gbps, help="bandwidth of the emulated PCIe link")
     p.add_argument("--block-size", type=int, default=d.block_size, help="tokens per KV block")
     p.add_argument("--seed", type=int, default=d.seed, help="same seed and settings: the same tokens")
+    add_threads_option(p)
     p.add_argument("--policies", default=",".join(LADDER), help=f"comma-separated, from: {', '.join(LADDER)}")
     p.add_argument("--speculative", action=argparse.BooleanOptionalAction, default=None,
                    help=f"force speculation on or off for every policy (default: as each policy's name says); "

@@ -116,6 +116,13 @@ size_type = _argument_type(parse_bytes)  # sizes such as 64MB or 7GB
 delimiter_type = _argument_type(parse_delimiter)
 
 
+def add_threads_option(group) -> None:
+    """--threads: torch's CPU thread count, else it follows the free cores (app/threads.py)."""
+    group.add_argument("--threads", type=int, default=None, metavar="N",
+                       help="torch's CPU threads (default: the cores free at start, or BEAMWISE_THREADS); the "
+                       "count moves float sums, so an exact rerun of a seed gives the same N")
+
+
 def add_search_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by run and gui: model, search and cache settings."""
     d, c = SearchConfig(), CacheConfig()
@@ -141,6 +148,7 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--temperature", type=float, default=d.temperature, help="sampling temperature")
     g.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling mass")
     g.add_argument("--seed", type=int, default=d.seed, help="same seed and settings: the same tree")
+    add_threads_option(g)
     g.add_argument("--aggregation", default=d.aggregation, choices=AGGREGATIONS,
                    help="how a path's step scores make its score")
     _add_method_options(parser)

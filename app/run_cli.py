@@ -18,6 +18,7 @@ from app.options import configs_from_args, server_from_args
 from app.preflight import check_memory
 from app.question import read_question
 from app.session.series import prompt_traffic
+from app.threads import numerics_line
 from engine import events as ev
 from engine.errors import BeamwiseError
 
@@ -47,6 +48,8 @@ class Printer:
             if event.emulated and (hint := emulated_hint()):
                 print(f"beamwise: note: running on the emulated GPU: {hint}", file=sys.stderr)
             p(f"verifier {event.verifier}; method {event.search.get('method', 'beam')}")
+            if event.numerics:  # what an exact rerun of this seed must match (README, "Reproducing a run")
+                p(numerics_line(event.search.get("seed"), event.numerics))
             if event.verifier_kv_budget_bytes:
                 p(f"verifier KV budget {event.verifier_kv_budget_bytes:,} B (its share of the device KV budget)")
         elif event.type == "prefill_done":

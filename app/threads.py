@@ -4,7 +4,11 @@ torch starts one OpenMP thread per core, and each parallel region ends at a barr
 for all of them. When another process (or the window's own thread) takes one of those cores,
 every small operation waits for the descheduled thread: the engine's many small per-step
 operations slow down far more than a plain `generate` (BENCHMARKS.md, the busy machine). So
-the pool is sized to the cores that are free now; `BEAMWISE_THREADS=N` overrides the choice.
+the pool is sized to the cores that are free now; `--threads N` or `BEAMWISE_THREADS=N` overrides the choice.
+
+The count also moves a seeded run's numbers: a batched decode's float sums split by thread, so 1 and 2
+threads give logits about 1e-5 apart and, rarely, another sampled token. A run records its count
+(engine/numerics.py); a rerun that must match gives the same count.
 """
 
 from __future__ import annotations
@@ -30,9 +34,13 @@ def usable_cores() -> int:
 
 
 def choose_threads(env: dict[str, str] | None = None, cores: int | None = None,
-                   load: float | None = None, reserve: int = 0) -> ThreadChoice:
-    """`BEAMWISE_THREADS`, else the usable cores less the ones other processes keep busy and the
-    `reserve` this process needs for itself (the window's thread), at least 1."""
+                   load: float | None = None, reserve: int = 0, given: int | None = None) -> ThreadChoice:
+    """`given` (the --threads option), else `BEAMWISE_THREADS`, else the usable cores less the ones other
+    processes keep busy and the `reserve` this process needs for itself (the window's thread), at least 1."""
+    if given is not None:
+        if given < 1:
+            raise ValueError(f"--threads must be 1 or more (got {given}).")
+        return ThreadChoice(given, f"--threads {given}")
     env = dict(os.environ) if env is None else env
     cores = usable_cores() if cores is None else cores
     if env.get(ENV, "").strip():
@@ -46,9 +54,9 @@ def choose_threads(env: dict[str, str] | None = None, cores: int | None = None,
     return ThreadChoice(max(1, cores - busy), f"{cores} cores, load {load:.1f}, {reserve} kept for the window")
 
 
-def limit_threads(env: dict[str, str] | None = None, reserve: int = 0) -> ThreadChoice:
+def limit_threads(env: dict[str, str] | None = None, reserve: int = 0, given: int | None = None) -> ThreadChoice:
     """Apply `choose_threads` to torch's intra-op pool (through OMP_NUM_THREADS if torch has not loaded yet)."""
-    choice = choose_threads(env, reserve=reserve)
+    choice = choose_threads(env, reserve=reserve, given=given)
     if "torch" not in sys.modules:
         os.environ["OMP_NUM_THREADS"] = str(choice.threads)
         return choice
@@ -56,3 +64,10 @@ def limit_threads(env: dict[str, str] | None = None, reserve: int = 0) -> Thread
 
     torch.set_num_threads(choice.threads)
     return choice
+
+
+def numerics_line(seed: int | None, facts: dict) -> str:
+    """One line naming what an exact rerun of a seeded run must match (RunStarted.numerics)."""
+    return (f"seed {seed}; torch {facts.get('torch')}, {facts.get('threads')} thread(s) ({facts.get('cpu')}), "
+            f"{facts.get('device')} {facts.get('dtype')}: rerun with --seed {seed} --threads {facts.get('threads')} "
+            "to repeat it exactly")

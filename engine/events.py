@@ -25,6 +25,7 @@ class RunStarted:
     cache: dict[str, Any]
     verifier_kv_budget_bytes: int = 0  # the verifier's part (--verifier-kv-share); 0 when it keeps no KV
     history: tuple[tuple[str, str], ...] = ()  # a conversation's earlier turns: (question, chosen path's text)
+    numerics: dict[str, Any] = dataclasses.field(default_factory=dict)  # torch, threads, cpu... (engine/numerics.py)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from engine.loaded import Generator
 from engine.methods import method_for
 from engine.methods.lookahead import RolledStep, roll_out
 from engine.methods.selection import choose, final_pool
+from engine.numerics import numerics
 from engine.replay import Replay
 from engine.rng import child_stream, root_stream
 from engine.rows import RowResult, StepRules
@@ -152,6 +153,7 @@ class _Search:
             self.cache_cfg.to_dict(),
             kv.verifier_budget,
             self.history,
+            numerics(self.loaded.device, self.loaded.dtype),
         )
         try:
             yield from self._steps(kv, prompt, started)
