@@ -3,8 +3,13 @@
 Problems run one after another; with `--compare` every method runs each problem before the next
 problem starts, with the same seed, so an interrupted comparison stays side by side. Each run is
 recorded in the session database like `beamwise run`. Ctrl+C keeps the finished problems and prints
-the partial table (exit 130). `--calibrate` also fits RKSC's verify-skip thresholds (app/calibrate.py) and,
-for a verifier with a logit lens, the layer-entropy exit's (app/calibrate_exit.py).
+the partial table (exit 130). The prefix cache is off unless `--prefix-cache` is given: a cached prompt's KV
+is not bit-equal to a computed one (with 2 threads its logits move by ~1e-5), so a problem's samples would
+depend on which problems and methods ran before it, in this process or (its disk tier) an earlier one.
+Each run records torch's thread count, version, CPU kernels, device and dtype; the JSON and the
+table's header name them, for an exact rerun (README, "Reproducing a run"). `--calibrate` also fits RKSC's
+verify-skip thresholds (app/calibrate.py) and, for a verifier with a logit lens, the layer-entropy exit's
+(app/calibrate_exit.py).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from app.early_exit import check_thresholds_writable
 from app.json_out import check_json_path, write_json
 from app.options import UsageError, add_search_options, configs_from_args
 from app.problems import Problem, load_problems
+from app.threads import numerics_line
 from engine.config import METHODS, SearchConfig
 
 
@@ -37,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target-agreement", type=float, default=0.9,
                    help="--calibrate: least share of skipped (or exited) steps where the verifier (or the full "
                    "pass) would pick the same child")
-    p.set_defaults(handler=eval_command)
+    p.set_defaults(handler=eval_command, prefix_cache=False)  # see the module docstring
 
 
 def methods_of(args: argparse.Namespace) -> list[str]:
@@ -106,10 +112,14 @@ def _report(args: argparse.Namespace, evaluation, problems: list[Problem], inter
 
     summaries = evaluation.summaries()
     print(f"\n{evaluation.done} of {len(problems)} problems, {args.problems}")
+    if evaluation.numerics:
+        print(numerics_line(args.seed, evaluation.numerics))
     vote = any(config.select != "best" for config in evaluation.configs.values())
     print(table(summaries, vote))
     if args.json_path:
-        data = {"problems_file": str(args.problems), "complete": not interrupted,
+        choice = getattr(args, "thread_choice", None)
+        data = {"problems_file": str(args.problems), "complete": not interrupted, "seed": args.seed,
+                "numerics": evaluation.numerics, "threads_chosen_by": choice.reason if choice else None,
                 "methods": [s.to_dict() for s in summaries],
                 "runs": [dataclasses.asdict(r) for r in evaluation.finished_runs()]}
         write_json(args.json_path, data)

@@ -43,6 +43,7 @@ class Evaluation:
         self.steps: list[StepStat] = []
         self.lens_steps: list = []  # --calibrate: each step's recorded verifier passes (StepSelected.lens_trace)
         self.done = 0
+        self.numerics: dict = {}  # the first run's (engine/numerics.py): every run of one eval shares them
 
     def run(self, problems: list[Problem]) -> None:
         for index, problem in enumerate(problems, 1):
@@ -65,6 +66,8 @@ class Evaluation:
         try:
             for event in run(problem.question, self.loaded, search, self.cache):
                 events.append(event)
+                if event.type == "run_started" and not self.numerics:
+                    self.numerics = dict(event.numerics)
                 _record(recorder, event)
         except KeyboardInterrupt:  # recorded as `run` records Ctrl+C; 'interrupted' is for a process that died
             steps = [e.step for e in events if e.type == "step_selected"]
