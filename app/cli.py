@@ -109,7 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv or ["gui"])
         if args.command in ("run", "eval", "gui", "bench"):  # every command that runs a model
             # torch's pool: the free cores (one kept for the window), or --threads; eval records the choice
-            args.thread_choice = limit_threads(reserve=int(args.command == "gui"), given=getattr(args, "threads", None))
+            given = getattr(args, "threads", None)
+            args.thread_choice = limit_threads(reserve=int(args.command == "gui"), given=given)
             _quiet_progress_bars()
         return args.handler(args)
     except (UsageError, ValueError, BeamwiseError) as error:

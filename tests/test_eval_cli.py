@@ -293,10 +293,12 @@ def test_eval_sizes_torchs_thread_pool_as_run_does(tmp_path, monkeypatch, comman
     import app.cli
 
     calls = []
-    monkeypatch.setattr(app.cli, "limit_threads", lambda reserve=0: calls.append(reserve))
+    monkeypatch.setattr(app.cli, "limit_threads", lambda reserve=0, given=None: calls.append((reserve, given)))
     args = [str(tmp_path / "missing.jsonl")] if command == "eval" else ["", "--no-save"]
     assert main([command, *args, "--model", "synthetic:tiny-llama"]) == 2  # bad input, after the pool is sized
-    assert calls == [0]
+    assert calls == [(0, None)]
+    assert main([command, *args, "--model", "synthetic:tiny-llama", "--threads", "3"]) == 2
+    assert calls[-1] == (0, 3)  # --threads pins it
 
 
 def test_calibrate_saves_thresholds_that_run_and_the_window_read(tmp_path, capsys, monkeypatch):
