@@ -4,7 +4,7 @@ The sampler's draws are keyed by each candidate's place in the tree (engine/rng.
 settings give the same draws. The logits they are compared with are float sums, and on the CPU torch splits
 a batched decode's matrix products by its thread count: 1 and 2 threads give logits that differ by about
 1e-5 (BENCHMARKS.md, "Reproducing a seeded run"), and once in a while a draw falls between the two. So a run
-records these facts beside its settings, and an exact rerun pins them (`--threads`).
+records these facts beside its settings, and an exact rerun pins them (app/threads.py).
 """
 
 from __future__ import annotations
