@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
+import io
 import os
 import sys
 import threading
@@ -102,9 +104,20 @@ def _quiet_progress_bars() -> None:
     hf_logging.disable_progress_bar()
 
 
+def tolerate_console_encoding() -> None:
+    """Print what the console's encoding cannot show as '?' rather than stop: a question or a step in Greek,
+    Chinese or with emoji, printed where stdout's encoding is cp1252 (a Windows redirect or pipe) or ascii
+    (PYTHONIOENCODING), raised UnicodeEncodeError mid-run, and the run ended as an error."""
+    for stream in (sys.stdout, sys.stderr):  # None without a console (pythonw, beamwise-gui)
+        if (isinstance(stream, io.TextIOWrapper) and stream.errors == "strict"
+                and codecs.lookup(stream.encoding).name != "utf-8"):
+            stream.reconfigure(errors="replace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Every command, returning its exit status (`console` is the console script that exits with it)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    tolerate_console_encoding()
     try:
         args = build_parser().parse_args(argv or ["gui"])
         if args.command in ("run", "eval", "gui", "bench"):  # every command that runs a model

@@ -114,11 +114,24 @@ def cmd_export(args: argparse.Namespace) -> int:
                          hint="Add --force to replace it, or choose another file name.")
     with _open(args) as store:
         if args.output is None or args.output == "-":
-            sys.stdout.write(render_session(store, args.id, fmt))
+            _write_utf8(render_session(store, args.id, fmt))
             return 0
         path = export_session(store, args.id, fmt, Path(args.output))
     print(f"wrote session {args.id} as {fmt} to {path}")
     return 0
+
+
+def _write_utf8(text: str) -> None:
+    """An export on stdout in UTF-8, whatever the console's encoding: `beamwise sessions export 3 > a.md` on
+    Windows wrote cp1252, and each Chinese or Greek letter or emoji of the export was lost (the file says it is
+    UTF-8, as the exports written with -o are; a Windows console takes UTF-8 bytes too)."""
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:  # a stream without bytes under it (a test's StringIO)
+        sys.stdout.write(text)
+        return
+    sys.stdout.flush()
+    buffer.write(text.encode("utf-8"))
+    buffer.flush()
 
 
 def _format_from_suffix(output: str | None) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -196,3 +197,11 @@ def test_run_prints_each_steps_idle_slots_what_speculation_filled_and_the_goodpu
     assert final and float(final[1]) > 0 and int(final[3]) <= int(final[2])
     assert int(final[2]) == sum(int(m[4] or 0) for m in steps)  # the run's total is the steps' sum
     assert int(final[4]) == sum(int(m[5] or 0) for m in steps) > 0  # rows lent to other beams' children, too
+
+
+def test_a_run_prints_to_a_cp1252_console_without_stopping(monkeypatch, tmp_path):
+    raw = io.BytesIO()  # a Windows redirect or pipe: stdout's encoding is the ANSI code page, not UTF-8
+    monkeypatch.setattr("sys.stdout", io.TextIOWrapper(raw, encoding="cp1252", write_through=True))
+    assert main(["run", "Πόσα μήλα; 苹果 🍎", *TINY, "--db", str(tmp_path / "s.db")]) == 0
+    shown = raw.getvalue().decode("cp1252")
+    assert "answer:" in shown and "?" in shown

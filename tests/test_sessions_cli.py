@@ -133,3 +133,45 @@ def test_model_text_cannot_drive_the_terminal(tmp_path: Path, capsys) -> None:
     for command in ("list", "show"):
         code, out, _ = run(capsys, "sessions", command, *(["1"] if command == "show" else []), "--db", str(path))
         assert code == 0 and "\x1b" not in out and "\x07" not in out and "boom" in out
+
+
+WORLD = "Äpfel ΣΟΦΙΑ 苹果 🍎 עברית مرحبا नमस्ते e\u0301"
+
+
+def _console(monkeypatch: pytest.MonkeyPatch, encoding: str) -> io.BytesIO:
+    """stdout as a console or redirect whose encoding is `encoding` (a Windows cp1252 one), its bytes returned."""
+    raw = io.BytesIO()
+    monkeypatch.setattr("sys.stdout", io.TextIOWrapper(raw, encoding=encoding, write_through=True))
+    return raw
+
+
+def _world_db(tmp_path: Path) -> Path:
+    """A store with one recorded session whose question and answer hold the world's scripts."""
+    path = tmp_path / "s.db"
+    with SessionStore(path) as store:
+        recorder = SessionRecorder(store)
+        for event in fake_run(WORLD):
+            recorder.write(event)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE sessions SET answer = ?", (WORLD,))
+    conn.close()
+    return path
+
+
+@pytest.mark.parametrize("encoding", ["cp1252", "ascii"])
+def test_a_console_that_cannot_show_the_text_gets_question_marks_not_an_error(tmp_path: Path, monkeypatch,
+                                                                             encoding: str) -> None:
+    path = _world_db(tmp_path)
+    for command in (["list"], ["list", "ΣΟΦΙΑ"], ["show", "1"]):
+        raw = _console(monkeypatch, encoding)
+        assert main(["sessions", *command, "--db", str(path)]) == 0
+        shown = raw.getvalue().decode(encoding)
+        assert ("?pfel" if encoding == "ascii" else "Äpfel") in shown and "? ?? ?" in shown
+
+
+def test_an_export_on_stdout_is_utf8_whatever_the_consoles_encoding(tmp_path: Path, monkeypatch) -> None:
+    path = _world_db(tmp_path)
+    for fmt in ("md", "json", "html"):
+        raw = _console(monkeypatch, "cp1252")
+        assert main(["sessions", "export", "1", "--format", fmt, "--db", str(path)]) == 0
+        assert WORLD in raw.getvalue().decode("utf-8")
