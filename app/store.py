@@ -25,6 +25,7 @@ from sqlite_utils import Database
 from app import event_log
 from app.migrations import MIGRATIONS, SCHEMA_VERSION
 from app.processes import alive_since
+from app.text_search import FoldedTexts, needle
 from engine import events as ev
 from engine.errors import BeamwiseError
 
@@ -113,6 +114,7 @@ class SessionStore:
         self.read_only = self.path is not None and self.path.is_file() and not _writable(self.path)
         self._lock = threading.RLock()
         self._conn = self._connect()
+        self._conn.create_function("holds", 2, FoldedTexts().holds, deterministic=True)
         try:
             with self._guard():
                 self.db = Database(self._conn, execute_plugins=False)
@@ -282,10 +284,10 @@ class SessionStore:
     # -------------------------------------------------------- reading
 
     def list_sessions(self, search: str | None = None, limit: int | None = 200, offset: int = 0) -> list[dict]:
-        """Newest first; `search` matches title, question or answer (case-insensitive substring)."""
+        """Newest first; `search` matches title, question or answer (a substring, whatever its case or form)."""
         where, params = "", []
         if search and search.strip():
-            where, params = "WHERE " + text_match(""), [like_pattern(search)] * 3
+            where, params = "WHERE " + text_match(""), [search_param(search)] * 3
         sql = f"SELECT * FROM sessions {where} ORDER BY created DESC, id DESC LIMIT ? OFFSET ?"
         with self._guard() as conn:
             rows = self._dicts(conn.execute(sql, [*params, -1 if limit is None else limit, offset]))
@@ -425,14 +427,15 @@ def _alive_here(pid: int | None, host: str | None, created: str | None) -> bool:
     return _here(host) and pid is not None and alive_since(pid, created or "")
 
 
-def like_pattern(search: str) -> str:
-    """A LIKE pattern matching `search` anywhere, its %, _ and backslash taken literally (see `text_match`)."""
-    return "%" + search.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
 def text_match(alias: str) -> str:
-    """SQL true when the session's title, question or answer is LIKE the next three parameters."""
-    return " OR ".join(f"{alias}{c} LIKE ? ESCAPE '\\'" for c in ("title", "question", "answer"))
+    """SQL true when the session's title, question or answer holds the next three parameters (`search_param`),
+    whatever its case or form (app/text_search.py)."""
+    return " OR ".join(f"holds(CAST({alias}{c} AS BLOB), ?)" for c in ("title", "question", "answer"))
+
+
+def search_param(search: str) -> bytes:
+    """The parameter of `text_match`: the search box's text, folded as the texts it is compared with."""
+    return needle(search)
 
 
 def _writable(path: Path) -> bool:

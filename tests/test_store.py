@@ -244,3 +244,23 @@ def test_a_run_still_being_recorded_is_not_deleted() -> None:
         assert "Stop the run first" in refused.value.user_message()
         store.delete(record(store, "How fast is the train?"))  # a finished run goes
         store.get_session(live)
+
+
+@pytest.mark.parametrize(("stored", "typed"), [
+    ("Wie viele Äpfel hat Anna?", "äpfel"), ("Wie viele äpfel?", "ÄPFEL"), ("İstanbul'da kaç kişi?", "istanbul"),
+    ("ISTANBUL nüfusu", "istanbul"), ("ΣΟΦΙΑ και λόγος", "σοφια"), ("Η σοφία", "ΣΟΦΊΑ"), ("Die Straße", "STRASSE"),
+    ("Un café noir", "cafe\u0301"), ("Un cafe\u0301 noir", "café"), ("ｐｒｉｃｅ １２", "price 12"),
+    ("Сколько стоит МОЛОКО?", "молоко"), ("東京の人口は？", "東京"), ("שלום עולם", "עולם"), ("a 100%_b", "100%_"),
+])
+def test_search_finds_text_in_every_script_whatever_its_case_and_form(stored: str, typed: str) -> None:
+    with SessionStore(memory=True) as store:
+        found = store.create_session({"question": stored, "status": "finished"})
+        store.create_session({"question": "something else entirely", "status": "finished"})
+        assert [s["id"] for s in store.list_sessions(typed)] == [found]
+        assert store.get_session(found)["question"] == stored  # saved and read back as written
+
+
+def test_search_does_not_find_a_different_letter() -> None:
+    with SessionStore(memory=True) as store:
+        store.create_session({"question": "Wie viele Apfel?", "status": "finished"})
+        assert store.list_sessions("äpfel") == [] and store.list_sessions("100%") == []

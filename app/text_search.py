@@ -1,0 +1,47 @@
+"""The sessions' search: a substring of the title, question or answer, whatever its case, script or form.
+
+SQLite's LIKE folds only ASCII letters: 'äpfel' missed 'Äpfel', 'σοφια' missed 'ΣΟΦΙΑ', and an 'é' typed as one
+character missed one stored as e and a combining accent. Each text is compared as `search_key` makes it; the
+keys of texts that are not ASCII are kept, so only a search's first pass over the store folds them (a key a
+second costs ~10x SQLite's LIKE over long answers)."""
+
+from __future__ import annotations
+
+import unicodedata
+
+KEPT_BYTES = 32 << 20  # texts and keys kept, at most; past it the keys start again (a store of ~6,000 long answers)
+
+
+def search_key(text: str) -> str:
+    """`text` as the search compares it: NFKC (composed accents; full-width letters and digits as plain ones),
+    case folded in every script (Ä/ä, Σ/σ/ς, ß/ss), and a Turkish 'İ' (i and a combining dot once folded) as 'i'."""
+    return unicodedata.normalize("NFKC", text).casefold().replace("i\u0307", "i")
+
+
+def needle(search: str) -> bytes:
+    """The search box's text as `FoldedTexts.holds` takes it."""
+    return search_key(search.strip()).encode("utf-8")
+
+
+class FoldedTexts:
+    """SQLite's `holds(CAST(column AS BLOB), needle)`: 1 when the column's text holds `needle` (from `needle`).
+    Blobs, not text: SQLite hands UTF-8 bytes over without decoding each answer into a str."""
+
+    def __init__(self) -> None:
+        self._keys: dict[bytes, bytes] = {}
+        self._kept = 0
+
+    def holds(self, text: bytes | None, wanted: bytes) -> int:
+        if text is None:
+            return 0
+        if text.isascii():  # NFKC leaves ASCII as it is, and folding it is lowering it
+            return int(wanted in text.lower())
+        key = self._keys.get(text)
+        if key is None:
+            key = search_key(text.decode("utf-8", "replace")).encode("utf-8")
+            if self._kept > KEPT_BYTES:
+                self._keys.clear()
+                self._kept = 0
+            self._keys[text] = key
+            self._kept += len(text) + len(key)
+        return int(wanted in key)
