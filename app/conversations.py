@@ -8,7 +8,7 @@ of turns that ends at its newest session, and that is the conversation a follow-
 
 from __future__ import annotations
 
-from app.store import SessionStore, StoreError, decode_session, search_param, text_match
+from app.store import SessionStore, StoreError, decode_session, search_params, text_match
 from engine.chat import Turn
 
 
@@ -63,7 +63,7 @@ def list_conversations(store: SessionStore, search: str | None = None, limit: in
     where, params = "", []
     if search and search.strip():
         where = f"AND s.conversation_id IN (SELECT m.conversation_id FROM sessions m WHERE {text_match('m.')})"
-        params = [search_param(search)] * 3
+        params = search_params(search)
     sql = (f"SELECT s.* FROM sessions s WHERE s.id = (SELECT max(id) FROM sessions WHERE conversation_id = "
            f"s.conversation_id) {where} ORDER BY s.created DESC, s.id DESC LIMIT ?")
     rows = store.query(sql, [*params, -1 if limit is None else limit])

@@ -25,7 +25,7 @@ from sqlite_utils import Database
 from app import event_log
 from app.migrations import MIGRATIONS, SCHEMA_VERSION
 from app.processes import alive_since
-from app.text_search import FoldedTexts, needle
+from app.text_search import NOT_ASCII, FoldedTexts, needle
 from engine import events as ev
 from engine.errors import BeamwiseError
 
@@ -287,7 +287,7 @@ class SessionStore:
         """Newest first; `search` matches title, question or answer (a substring, whatever its case or form)."""
         where, params = "", []
         if search and search.strip():
-            where, params = "WHERE " + text_match(""), [search_param(search)] * 3
+            where, params = "WHERE " + text_match(""), search_params(search)
         sql = f"SELECT * FROM sessions {where} ORDER BY created DESC, id DESC LIMIT ? OFFSET ?"
         with self._guard() as conn:
             rows = self._dicts(conn.execute(sql, [*params, -1 if limit is None else limit, offset]))
@@ -428,14 +428,18 @@ def _alive_here(pid: int | None, host: str | None, created: str | None) -> bool:
 
 
 def text_match(alias: str) -> str:
-    """SQL true when the session's title, question or answer holds the next three parameters (`search_param`),
-    whatever its case or form (app/text_search.py)."""
-    return " OR ".join(f"holds(CAST({alias}{c} AS BLOB), ?)" for c in ("title", "question", "answer"))
+    """SQL true when the session's title, question or answer holds the search (`search_params`, the next nine
+    parameters), whatever its case or form: a text that is not all ASCII through `holds` (app/text_search.py),
+    the others through LIKE, which folds their letters as `holds` would and reads no text into Python."""
+    return " OR ".join(f"CASE WHEN {alias}{c} GLOB ? THEN holds(CAST({alias}{c} AS BLOB), ?) "
+                       f"ELSE {alias}{c} LIKE ? ESCAPE '\\' END" for c in ("title", "question", "answer"))
 
 
-def search_param(search: str) -> bytes:
-    """The parameter of `text_match`: the search box's text, folded as the texts it is compared with."""
-    return needle(search)
+def search_params(search: str) -> list[Any]:
+    """The parameters of `text_match` for the search box's text."""
+    folded = needle(search)
+    like = "%" + folded.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    return [NOT_ASCII, folded.encode("utf-8"), like] * 3
 
 
 def _writable(path: Path) -> bool:

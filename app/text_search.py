@@ -1,14 +1,15 @@
 """The sessions' search: a substring of the title, question or answer, whatever its case, script or form.
 
 SQLite's LIKE folds only ASCII letters: 'äpfel' missed 'Äpfel', 'σοφια' missed 'ΣΟΦΙΑ', and an 'é' typed as one
-character missed one stored as e and a combining accent. Each text is compared as `search_key` makes it; the
-keys of texts that are not ASCII are kept, so only a search's first pass over the store folds them (a key a
-second costs ~10x SQLite's LIKE over long answers)."""
+character missed one stored as e and a combining accent. Each text is compared as `search_key` makes it. A text
+all in ASCII is left to LIKE (folding it is lowering it); the keys of the others are kept, so only a search's
+first pass over the store folds them."""
 
 from __future__ import annotations
 
 import unicodedata
 
+NOT_ASCII = "*[^\x01-\x7f]*"  # a GLOB true for a text with a letter beyond ASCII (SQLite's GLOB reads UTF-8)
 KEPT_BYTES = 32 << 20  # texts and keys kept, at most; past it the keys start again (a store of ~6,000 long answers)
 
 
@@ -18,13 +19,13 @@ def search_key(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold().replace("i\u0307", "i")
 
 
-def needle(search: str) -> bytes:
-    """The search box's text as `FoldedTexts.holds` takes it."""
-    return search_key(search.strip()).encode("utf-8")
+def needle(search: str) -> str:
+    """The search box's text folded as the texts it is compared with."""
+    return search_key(search.strip())
 
 
 class FoldedTexts:
-    """SQLite's `holds(CAST(column AS BLOB), needle)`: 1 when the column's text holds `needle` (from `needle`).
+    """SQLite's `holds(CAST(column AS BLOB), wanted)`: 1 when the column's text holds `wanted` (`needle`, in UTF-8).
     Blobs, not text: SQLite hands UTF-8 bytes over without decoding each answer into a str."""
 
     def __init__(self) -> None:
