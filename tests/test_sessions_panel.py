@@ -60,8 +60,10 @@ def test_a_conversation_is_one_row_with_its_turn_count(qtbot, store: SessionStor
     row = widget.model.row_of(recorder.session_id)
     assert row is not None and cell(widget, row, "turns") == "2" and cell(widget, row, "title") == "And in miles?"
     widget.search.setText("miles")
+    qtbot.keyClick(widget.search, Qt.Key.Key_Return)
     assert widget.model.rowCount() == 1
     widget.search.setText(QUESTIONS[0][:10])  # its first turn's question finds it too
+    qtbot.keyClick(widget.search, Qt.Key.Key_Return)
     assert widget.model.session_id(0) == recorder.session_id
 
 
@@ -78,13 +80,32 @@ def test_lists_sessions_newest_first_with_their_columns(panel: SessionsPanel) ->
     assert panel.buttons["delete"].isEnabled()
 
 
-def test_search_filters_as_you_type(qtbot, panel: SessionsPanel) -> None:
+def test_search_filters_once_typing_pauses(qtbot, panel: SessionsPanel, store: SessionStore,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    queries = []
+    monkeypatch.setattr(store, "query", lambda *args, query=store.query: queries.append(args) or query(*args))
     qtbot.keyClicks(panel.search, "sky")
+    assert queries == [] and panel.model.rowCount() == 3  # no search at each key: typing never waits for one
+    qtbot.waitUntil(lambda: panel.model.rowCount() == 1)
     assert [cell(panel, r, "title") for r in range(panel.model.rowCount())] == ["Why is the sky blue?"]
+    assert len(queries) == 1
     panel.search.clear()
-    assert panel.model.rowCount() == 3
+    assert panel.model.rowCount() == 3  # an emptied box lists at once
     qtbot.keyClicks(panel.search, "80 km/h")  # answers are searched too
+    qtbot.keyClick(panel.search, Qt.Key.Key_Return)  # Enter does not wait
     assert panel.model.rowCount() == 2
+
+
+def test_search_finds_a_title_whatever_its_case_in_any_script(qtbot, store: SessionStore) -> None:
+    for question in ("Wie viele ÄPFEL?", "ΣΟΦΙΑ", "İstanbul"):
+        recorder = SessionRecorder(store)
+        for event in fake_run(question):
+            recorder.write(event)
+    panel = SessionsPanel(store)
+    qtbot.addWidget(panel)
+    for typed, title in (("äpfel", "Wie viele ÄPFEL?"), ("σοφια", "ΣΟΦΙΑ"), ("istanbul", "İstanbul")):
+        panel.search.setText(typed)
+        qtbot.waitUntil(lambda title=title: [cell(panel, r, "title") for r in range(panel.model.rowCount())] == [title])
 
 
 def test_rename_with_f2(qtbot, panel: SessionsPanel, store: SessionStore) -> None:
