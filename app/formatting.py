@@ -8,12 +8,13 @@ from typing import Any
 
 from engine.errors import format_bytes
 from engine.events import RunFinished, TransferStats
+from engine.text_cut import shorten
 
 
 def brief(text: str | None, limit: int = 80) -> str:
-    """Whitespace collapsed, cut at `limit` characters with an ellipsis."""
-    flat = " ".join((text or "").split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    """Whitespace collapsed, cut at `limit` characters with an ellipsis (never inside a letter and its accent, a
+    flag or an emoji: engine/text_cut.py)."""
+    return shorten(" ".join((text or "").split()), limit)
 
 
 def score(value: float | None, missing: str = "-") -> str:

@@ -28,6 +28,7 @@ from app.processes import alive_since
 from app.text_search import NOT_ASCII, FoldedTexts, needle
 from engine import events as ev
 from engine.errors import BeamwiseError
+from engine.text_cut import cut
 
 DB_NAME = "sessions.db"
 JSON_COLUMNS = ("search", "cache")
@@ -90,7 +91,7 @@ def now_iso() -> str:
 def short_title(question: str, limit: int = 60) -> str:
     """The first line of the question, whitespace collapsed, cut at `limit` characters."""
     line = " ".join(question.strip().split("\n", 1)[0].split())
-    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+    return line if len(line) <= limit else cut(line, limit - 1).rstrip() + "…"  # never in half a letter or emoji
 
 
 # ---------------------------------------------------------------- the store

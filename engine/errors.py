@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from engine.events import RunFailed
+from engine.text_cut import shorten
 
 
 class BeamwiseError(Exception):
@@ -124,7 +125,7 @@ def _detail(exc: Exception) -> str:
     """A third-party error as one sentence: its lines joined (a validator puts the field on one line and what is
     wrong on the next), cut at 300 characters, ending in a full stop before the hint."""
     text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
-    text = text if len(text) <= 300 else text[:299] + "…"
+    text = shorten(text, 300)
     return text if text.endswith((".", "!", "?", "…")) else text + "."
 
 
