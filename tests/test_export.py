@@ -337,3 +337,14 @@ def test_a_folder_that_refuses_new_files_is_a_clear_error(store: SessionStore, s
         export_session(store, sid, "html", tmp_path / "s.html")
     assert str(tmp_path) in str(info.value) and "Permission denied" in str(info.value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_name_near_the_systems_limit_is_written(tmp_path: Path) -> None:
+    """The temporary file beside it was named after it plus ~15 bytes: past 255 bytes, 'File name too long'."""
+    path = tmp_path / ("𝐇" * 62 + ".html")  # 253 bytes of UTF-8: a name Linux and macOS take
+    with SessionStore(memory=True) as store:
+        recorder = SessionRecorder(store)
+        for event in fake_run("Wie viele Äpfel? 苹果 🍎"):
+            recorder.write(event)
+        assert export_session(store, recorder.session_id, "html", path) == path
+    assert "苹果 🍎" in path.read_text(encoding="utf-8") and [p.name for p in tmp_path.iterdir()] == [path.name]

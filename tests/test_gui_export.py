@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,21 @@ def test_a_folder_name_with_other_scripts_is_written(panel: SessionsPanel, tmp_p
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a: (str(folder / "Überlegung ✓.html"), ""))
     written = panel.export_with_dialog(panel.model.session_id(0))
     assert written == folder / "Überlegung ✓.html" and written.read_text(encoding="utf-8").startswith("<!DOCTYPE")
+
+
+@pytest.mark.parametrize(("title", "stem"), [
+    ("Un cafe\u0301 noir", "Un café noir"),  # an accent written apart was a '_' beside its letter
+    ("नमस्ते दुनिया", "नमस्ते दुनिया"),  # Devanagari's vowel signs and viramas are marks, not letters
+    ("Wie viele Äpfel?", "Wie viele Äpfel"), ("苹果有多少个？", "苹果有多少个"), ("שלום עולם", "שלום עולם"),
+    ("🍎🍎 apples 👨\u200d👩\u200d👧", "apples"),  # a run of emoji and joiners is one '_', none at the ends
+    ("photo\u202egpj.exe", "photo_gpj_exe"),  # a direction override cannot make the name read backwards
+])
+def test_the_suggested_name_keeps_every_scripts_letters(title: str, stem: str) -> None:
+    assert default_file_stem(title) == stem
+
+
+@pytest.mark.parametrize("title", ["𝐇𝐞𝐥𝐥𝐨 " * 20, "e\u0301" * 70, "ΣΟΦΙΑ" * 40, "क्षत्रिय" * 20, "漢字" * 50])
+def test_a_long_title_is_cut_between_letters_and_within_the_bytes_a_name_holds(title: str) -> None:
+    stem = default_file_stem(title)
+    assert len(stem) <= 60 and len(stem.encode("utf-8")) <= 120
+    assert not unicodedata.category(stem[-1]).startswith("M") and unicodedata.normalize("NFC", title).startswith(stem)

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import tempfile
+import unicodedata
 from pathlib import Path
 
 from app.export.dump import finite, session_dump, turns_of
@@ -18,6 +19,7 @@ from app.export.markdown import render_conversation
 from app.export.report import conversation_reports, dump_report
 from app.store import SessionStore
 from engine.errors import BeamwiseError
+from engine.text_cut import cut
 
 FORMATS = ("md", "json", "html")
 WINDOWS_DEVICES = re.compile(r"(CON|PRN|AUX|NUL|CONIN\$|CONOUT\$|COM[0-9¹²³]|LPT[0-9¹²³]) *", re.IGNORECASE)
@@ -47,10 +49,22 @@ def export_session(store: SessionStore, session_id: int, fmt: str, path: Path | 
 
 def default_file_stem(title: str) -> str:
     """A file name (without its suffix) for an export of the session `title`, valid on every system, Windows too:
-    letters, digits, spaces, '-' and '_' only (never <>:"/\\|?*, a dot or a control character), at most 60
-    characters, and not a device name (CON, NUL, COM1, LPT¹, ...: Windows opens the device, whatever the suffix)."""
-    stem = "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in title).strip()[:60].strip() or "session"
+    letters with their accents and vowel signs, digits, spaces, '-' and '_' only (never <>:"/\\|?*, a dot, a
+    control or direction character; a run of others is one '_'), at most 60 characters and 120 bytes of UTF-8
+    (60 letters of some scripts are 240 bytes: Linux holds 255 bytes a name, an encrypted eCryptfs home 143, and
+    the suffix adds to it), not cut inside a letter, and not a device name (CON, NUL, COM1, LPT¹, ...: Windows
+    opens the device, whatever the suffix)."""
+    kept = "".join(ch if ch in " -_" or unicodedata.category(ch)[0] in "LNM" else "_"
+                   for ch in unicodedata.normalize("NFC", title))  # NFC: an accent written apart joins its letter
+    stem = _within_bytes(cut(re.sub("_+", "_", kept).strip(" _"), 60), 120).strip(" _") or "session"
     return f"{stem}_" if WINDOWS_DEVICES.fullmatch(stem) else stem
+
+
+def _within_bytes(text: str, most: int) -> str:
+    """`text` cut between letters (engine/text_cut.py) to at most `most` bytes of UTF-8."""
+    while len(text.encode("utf-8")) > most:
+        text = cut(text, len(text) - 1)
+    return text
 
 
 def write_atomically(path: Path, text: str) -> Path:
@@ -62,7 +76,7 @@ def write_atomically(path: Path, text: str) -> Path:
         raise ExportError(f"cannot export to {path}: the folder {folder} does not exist.",
                           hint="Create the folder first or choose another one.")
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=folder)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{_within_bytes(path.name, 100)}.", suffix=".part", dir=folder)
     except OSError as error:
         raise ExportError(f"cannot write to the folder {folder} ({error.strerror or error}).",
                           hint="Choose a folder you can write to, such as your Documents folder.") from error
