@@ -348,3 +348,27 @@ def test_a_file_name_near_the_systems_limit_is_written(tmp_path: Path) -> None:
             recorder.write(event)
         assert export_session(store, recorder.session_id, "html", path) == path
     assert "苹果 🍎" in path.read_text(encoding="utf-8") and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_html_lets_right_to_left_text_read_right_to_left() -> None:
+    """Without dir="auto" an Arabic question sat in a left-to-right block: aligned left, its '؟' at the wrong end."""
+    with SessionStore(memory=True) as store:
+        recorder = SessionRecorder(store)
+        for event in fake_run("كم عدد التفاح؟\nשלום, how many?"):
+            recorder.write(event)
+        page = render_session(store, recorder.session_id, "html")
+
+    class Blocks(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks: list[dict[str, str | None]] = []
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            if tag in ("pre", "h1"):
+                self.blocks.append(dict(attrs))
+
+    parser = Blocks()
+    parser.feed(page)
+    assert len(parser.blocks) >= 4 and all(block.get("dir") == "auto" for block in parser.blocks)
+    assert "unicode-bidi:plaintext" in page  # each line of a block takes its own direction
+    assert "كم عدد التفاح؟" in page

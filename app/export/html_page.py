@@ -17,6 +17,7 @@ from app.export.markdown import TRAFFIC_HEADERS, memory_summary, traffic_rows
 from app.export.md_escape import without_controls
 from app.export.report import Report
 from app.session.tree import ROOT_ID, SearchTree
+from engine.text_cut import cut
 
 ROW, COL, MARGIN = 16, 150, 24
 STATE_COLOURS = {"final": "#d4a017", "kept": "#3573b9", "pruned": "#9aa0a6", "running": "#e07b39"}
@@ -24,9 +25,10 @@ STATE_COLOURS = {"final": "#d4a017", "kept": "#3573b9", "pruned": "#9aa0a6", "ru
 STYLE = """
 body{font:15px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1100px;padding:1em 2em;color:#1d1f21}
 h1{font-size:1.5em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
-pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f6f8fa;padding:.6em .8em;border-radius:6px;margin:.3em 0}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;unicode-bidi:plaintext;
+    background:#f6f8fa;padding:.6em .8em;border-radius:6px;margin:.3em 0}
 table{border-collapse:collapse;font-size:.9em}
-td,th{border:1px solid #ddd;padding:.2em .5em;text-align:left;overflow-wrap:anywhere}
+td,th{border:1px solid #ddd;padding:.2em .5em;text-align:start;overflow-wrap:anywhere}
 .tree{overflow:auto;border:1px solid #ddd;border-radius:6px;max-height:70vh}
 .tree circle{cursor:pointer;stroke:#fff;stroke-width:1}
 #detail{min-height:2.5em}.meta td:first-child{font-weight:600}.small{color:#666;font-size:.85em}
@@ -64,18 +66,24 @@ def render_html(report: Report, dump: dict[str, Any], conversation: list[Report]
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{escape(s['title'])} · Beamwise</title><style>{STYLE}</style></head><body>",
-        f"<h1>{escape(s['title'])}</h1>", *_conversation(turns, index),
-        "<h2>Question" + (f" (turn {index + 1})" if turns else "") + "</h2>", f"<pre>{escape(s['question'])}</pre>",
+        f"<h1 dir=\"auto\">{escape(s['title'])}</h1>", *_conversation(turns, index),
+        "<h2>Question" + (f" (turn {index + 1})" if turns else "") + "</h2>", _pre(s["question"]),
         _meta_table(s), *_error_details(s),
         "<h2>Search tree</h2>", _legend(), _tree_svg(report, {c["id"] for c in path}),
-        '<pre id="detail" class="small">Click a node to read its text.</pre>',
+        '<pre id="detail" class="small" dir="auto">Click a node to read its text.</pre>',
         "<h2>Transcript</h2>", _transcript(report),
-        "<h2>Answer</h2>", f"<pre>{escape(s['answer'] or '(no answer: the run did not finish)')}</pre>",
+        "<h2>Answer</h2>", _pre(s["answer"] or "(no answer: the run did not finish)"),
         "<h2>Memory and PCIe</h2>", _memory_table(report),
         f'<script type="application/json" id="beamwise-session" data-turn="{index}">{embed_json(dump)}</script>',
         f"<script>{SCRIPT}</script>", "</body></html>",
     ]
     return without_controls("\n".join(parts) + "\n")  # a parse error in HTML (NUL: dropped unseen); JSON has none
+
+
+def _pre(text: str) -> str:
+    """Text a person or the model wrote, as written: its direction from its own first letter, line by line (the
+    page's CSS), so a question in Arabic or Hebrew reads right to left with its '?' at its end, not its start."""
+    return f'<pre dir="auto">{escape(text)}</pre>'
 
 
 def embed_json(data: Any) -> str:
@@ -139,7 +147,7 @@ def _tree_svg(report: Report, on_path: set[int]) -> str:
             stroke = 'stroke="#d4a017" stroke-width="2.5"' if on else 'stroke="#c8ccd0" stroke-width="1"'
             lines.append(f'<line x1="{px}" y1="{py}" x2="{x}" y2="{y}" {stroke}/>')
         colour = STATE_COLOURS.get(c["state"], "#555")
-        tip = escape(f"#{c['id']} step {c['step']} {c['state']} score {fmt.score(c['score'])}: {c['text'][:200]}")
+        tip = escape(f"#{c['id']} step {c['step']} {c['state']} score {fmt.score(c['score'])}: {cut(c['text'], 200)}")
         nodes.append(f'<circle cx="{x}" cy="{y}" r="5" fill="{colour}" data-id="{int(c["id"])}">'
                      f"<title>{tip}</title></circle>")
         if len(candidates) <= 300:
@@ -156,9 +164,9 @@ def _conversation(turns: list[Report], index: int) -> list[str]:
     for turn, report in enumerate(turns, 1):
         s = report.session
         here = " (this page)" if turn == index + 1 else ""
-        out += [f"<h3>Turn {turn}{here}</h3>", f"<pre>{escape(s['question'])}</pre>",
+        out += [f"<h3>Turn {turn}{here}</h3>", _pre(s["question"]),
                 f"<details><summary>Chosen path ({len(report.path)} steps)</summary>{_transcript(report)}</details>",
-                f"<pre>{escape(s['answer'] or '(no answer: the run did not finish)')}</pre>"]
+                _pre(s["answer"] or "(no answer: the run did not finish)")]
     return out
 
 
@@ -169,11 +177,11 @@ def _transcript(report: Report) -> str:
     for node in report.path:
         out.append(f"<h3>Step {node['step']} <span class='small'>candidate {node['id']}, score "
                    f"{fmt.score(node['score'])}, path {fmt.score(node['aggregate'])}</span></h3>")
-        out.append(f"<pre>{escape(node['text'])}</pre>")
+        out.append(_pre(node["text"]))
         others = report.alternatives(node)
         if others:
             rows = "".join(f"<tr><td>{c['id']}</td><td>{escape(c['state'])}</td><td>{fmt.score(c['score'])}</td>"
-                           f"<td>{escape(fmt.brief(c['text'], 120))}</td></tr>" for c in others[:8])
+                           f"<td dir=\"auto\">{escape(fmt.brief(c['text'], 120))}</td></tr>" for c in others[:8])
             more = f"<p class='small'>… and {len(others) - 8} more</p>" if len(others) > 8 else ""
             out.append(f"<details><summary>{len(others)} alternatives</summary><table><tr><th>id</th><th>state"
                        f"</th><th>score</th><th>text</th></tr>{rows}</table>{more}</details>")
