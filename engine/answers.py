@@ -3,8 +3,9 @@
 The one place that knows how answers are written: `\\boxed{...}`, "The answer is ...", GSM8K's
 "#### N", and, failing those, the last number in the text. A stated answer that is LaTeX stays
 text, unless it is a number in LaTeX's dress (`\\frac{1}{2}`, `\\$5`, `5\\%`, `\\text{5 apples}`). Numbers are
-normalised (thousands separators, a trailing ".0", a leading "+", a fraction in lowest terms) so "1,200",
-"1 200", "1200.0" and "1200" vote together, and compared by value, so "1/2" and "0.5" are the same answer.
+normalised (thousands separators, Indian grouping "1,00,000" too, a trailing ".0", a leading "+", a fraction in
+lowest terms, digits of any script as ASCII: "١٢", "１２") so "1,200", "1 200", "1200.0" and "1200" vote
+together, and compared by value, so "1/2" and "0.5" are the same answer.
 A number is also read in scientific form ("2.5e-3", "2.5 \\times 10^{3}") and as a mixed number ("1 1/2");
 a stated answer may be in words ("The answer is eighteen.", engine/number_words.py), other text may not.
 """
@@ -20,7 +21,9 @@ from engine.number_words import spelled_number
 
 _MIXED = r"\d+ [1-9]\d*/\d+"  # "1 1/2" is one and a half (a fraction that is not proper makes it two numbers)
 _SPACED = r"\d{1,3}(?: \d{3})+(?![\d/])(?:\.\d+)?"  # "1 000": groups of exactly three digits after one of 1-3
-_PLAIN = r"(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\d{1,3}(?!\d)|/\d+)?"  # 1,200; 3/4 (not 3); 2.5e-3
+_INDIAN = r"\d{1,2}(?:,\d{2})+,\d{3}(?!\d)"  # "1,00,000" (a lakh), "1,50,00,000": thousands, then pairs
+_THOUSANDS = r"\d{1,3}(?:,\d{3})+(?!\d)"  # "1,200"
+_PLAIN = rf"(?:{_INDIAN}|{_THOUSANDS}|\d+)(?:\.\d+)?(?:[eE][-+]?\d{{1,3}}(?!\d)|/\d+)?"  # 3/4 (not 3); 2.5e-3
 _NUMBER = rf"[-+]?\$?(?:{_MIXED}|{_SPACED}|{_PLAIN})|[-+]?\.\d+(?:[eE][-+]?\d{{1,3}}(?!\d))?"
 _BOXED = re.compile(r"\\boxed\s*\{")
 _STATED = re.compile(r"(?:the\s+(?:final\s+)?answer\s+is|answer\s*:)\s*:?\s*(.+)", re.IGNORECASE)
@@ -31,8 +34,11 @@ _LATEX_FRACTION = re.compile(r"\\[dt]?frac\s*(?:\{\s*([-+]?\d+)\s*\}|(\d))\s*(?:
 _LATEX_WRAPPER = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
 _LATEX_MARKS = re.compile(r"\\[,!; ()\[\]]|\\q?quad\b|\\left\b|\\right\b|\^\s*\{?\s*\\circ\s*\}?")  # \, \( ^\circ
 _LATEX_OPERATORS = {"\\times": "×", "\\cdot": "*", "\\div": "÷", "{,}": ","}  # "1{,}000": a comma in math mode
-# Unicode some models write: the minus sign, the fraction slash, and no-break, thin and narrow no-break spaces
-_LOOKALIKES = str.maketrans({"\u2212": "-", "\u2044": "/", "\u00a0": " ", "\u2009": " ", "\u202f": " "})
+# Unicode some models write: the minus sign, the fraction slash, no-break, thin and narrow no-break spaces, and
+# Arabic's decimal and thousands separators ("12٫5", "1٬200")
+_LOOKALIKES = str.maketrans({"\u2212": "-", "\u2044": "/", "\u00a0": " ", "\u2009": " ", "\u202f": " ",
+                             "\u066b": ".", "\u066c": ","})
+_DIGIT = re.compile(r"(?![0-9])\d")  # a digit of another script: Arabic-Indic "١٢", full-width "１２", Devanagari "१२"
 _VULGAR = re.compile("[½⅓⅔¼¾⅕⅖⅗⅘⅙⅚⅛⅜⅝⅞]")  # "1½" is one and a half
 _SCALE_WORDS = re.compile(r"(?<=\d)\s*(thousand|million|billion)\b", re.IGNORECASE)  # "1.5 million"
 _SCALES = {"thousand": "e3", "million": "e6", "billion": "e9"}
@@ -66,10 +72,16 @@ def _proper(fraction: str) -> bool:
 
 
 def _plain_text(text: str) -> str:
-    """Unicode's look-alikes as ASCII ('\u2212 5' -> '-5', '1\u2009000' -> '1 000', '1½' -> '1 1/2'), and a number's
-    scale word as its power of ten ('1.5 million' -> '1.5e6')."""
-    text = _SCALE_WORDS.sub(lambda scale: _SCALES[scale.group(1).lower()], text.translate(_LOOKALIKES))
+    """Unicode's look-alikes as ASCII ('\u2212 5' -> '-5', '1\u2009000' -> '1 000', '1½' -> '1 1/2'), digits of every
+    script as ASCII ('١٢', '１２' and '१२' -> '12': the same vote as '12'), and a number's scale word as its power
+    of ten ('1.5 million' -> '1.5e6')."""
+    text = _DIGIT.sub(_ascii_digit, text.translate(_LOOKALIKES)) if not text.isascii() else text
+    text = _SCALE_WORDS.sub(lambda scale: _SCALES[scale.group(1).lower()], text)
     return _VULGAR.sub(lambda part: _after_digit(part) + _vulgar(part.group(0)), text)
+
+
+def _ascii_digit(match: re.Match[str]) -> str:
+    return str(unicodedata.decimal(match.group(0)))
 
 
 def _vulgar(character: str) -> str:

@@ -317,3 +317,17 @@ def test_an_answer_in_any_of_its_forms_is_judged_as_its_plain_value(drawn):
     """Extraction and comparison together, as `beamwise eval` grades: every form reads as the plain number."""
     text, value = drawn
     assert same_answer(extract_answer(text), str(value)), extract_answer(text)
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    ("The answer is ١٢.", "12"), ("The answer is ۱۲", "12"), ("答案：１２", "12"), ("#### १२", "12"),
+    ("so we get ١٢ apples", "12"), ("\\boxed{１２}", "12"), ("The answer is １,２００", "1200"),
+    ("The answer is 12٫5", "12.5"), ("The answer is 1٬200", "1200"),  # Arabic's decimal and thousands separators
+    ("The answer is 1,00,000", "100000"), ("so the cost is 1,50,00,000 rupees", "15000000"),  # Indian grouping
+    ("The answer is 12,34,567", "1234567"), ("The answer is 1,000,000", "1000000"), ("The answer is (1,23)", "(1, 23)"),
+])
+def test_digits_of_every_script_and_indian_grouping_are_read_as_their_number(text, answer):
+    """'١٢' was kept as written: a vote of its own beside '12', and judged wrong against an expected 12;
+    '1,00,000' was the list '1, 0'."""
+    assert extract_answer(text) == answer
+    assert same_answer(extract_answer(text), answer)
