@@ -33,6 +33,7 @@ from engine.rows import RowResult, StepRules
 from engine.runner import decode_step, prefill
 from engine.scoring import path_to, score_step
 from engine.speculation import Tally, adopted_step, continuations, speculation_cap
+from engine.step_text import step_text
 from engine.verifiers import StepToScore, VerifierCost, make_verifier
 from engine.verifiers.entropy_exit import exit_fields, exit_rule
 
@@ -298,10 +299,11 @@ class _Search:
         """Record the candidate's step: `result` after the tokens its parent speculated for it, if any."""
         if c.prefix is not None:
             result, c.prefix = adopted_step(c.prefix, result), None
+        before = list(c.generated)
         c.generated += result.sampled
         c.step_tokens = len(result.sampled)
-        c.text = self.loaded.decode(result.sampled)
         c.finished = result.finished
+        c.text = step_text(self.loaded.decode, before, result.sampled, c.finished)
         if c.finished:  # its path ends here (EOS): FlashTTS's completion time
             c.completed_at = time.perf_counter() - self.started
         c.group = group
