@@ -10,7 +10,8 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFileDialog, QLineEdit, QMessageBox
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QFileDialog, QLineEdit, QMenu, QMessageBox
 
 from app.gui.sessions_panel import COLUMNS, SessionsPanel
 from app.recorder import SessionRecorder
@@ -167,6 +168,21 @@ def test_open_and_run_again_signals(qtbot, panel: SessionsPanel) -> None:
     assert entered.args == [sid]
     assert [a.text() for a in panel.context_menu().actions() if a.text()] == [
         "Open", "Run again", "Rename", "Export…", "Delete…"]
+
+
+
+def test_right_clicks_all_day_keep_one_menu(qtbot, panel: SessionsPanel) -> None:
+    """Each right click built a new menu, a child of the panel that lived as long as the window: a window open
+    all day gathered a menu and its six actions per click."""
+    rect = panel.view.visualRect(panel.model.index(0, 1))
+    counts = []
+    for _ in range(5):
+        panel.view.customContextMenuRequested.emit(rect.center())
+        menus = panel.findChildren(QMenu)
+        assert menus[-1].isVisible() and panel.selected_id() == panel.model.session_id(0)
+        menus[-1].hide()
+        counts.append((len(menus), len(panel.findChildren(QAction))))
+    assert counts == [counts[0]] * 5 and counts[0][0] == 1
 
 
 def test_export_through_the_dialog(qtbot, panel: SessionsPanel, tmp_path: Path,

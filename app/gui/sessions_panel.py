@@ -150,6 +150,7 @@ class SessionsPanel(QWidget):
         self._store_source = store
         self._in_use = in_use or (lambda _session_id: None)
         self._shown = PAGE  # conversations listed; "Show older" adds a page
+        self._menu: QMenu | None = None  # the right click's, built on the first
         self.model = SessionsTableModel(self._rename, self)
         self._build()
         if export_dialog:
@@ -242,8 +243,11 @@ class SessionsPanel(QWidget):
         self.context_menu().popup(self.view.viewport().mapToGlobal(pos))
 
     def context_menu(self) -> QMenu:
-        """The actions on the selected session (also what a right click shows)."""
-        menu = QMenu(self)
+        """The actions on the selected session (also what a right click shows). Built once: a menu built per click
+        was a child of the panel, kept with its actions for as long as the window stayed open."""
+        if self._menu is not None:
+            return self._menu
+        menu = self._menu = QMenu(self)
         menu.addAction("Open", lambda: self._emit_for_selected(self.open_requested))
         menu.addAction("Run again", lambda: self._emit_for_selected(self.run_again_requested))
         menu.addAction("Rename", self.rename_selected).setShortcut(QKeySequence(Qt.Key.Key_F2))
