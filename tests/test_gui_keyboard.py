@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QCoreApplication, QEvent, QSettings, Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractButton,
@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QGraphicsView,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QPlainTextEdit,
     QTextEdit,
     QWidget,
@@ -158,6 +159,15 @@ def test_the_dialogs_have_a_default_button_and_close_with_esc(window, qtbot):
     with qtbot.waitSignal(dialog.rejected, timeout=1000):
         qtbot.keyClick(dialog.endpoint, Qt.Key.Key_Escape)
 
+
+
+def test_the_shortcuts_box_shown_again_and_again_is_one_box(window):
+    """F1 made a new box each time, a child of the window kept for its life: a window open all day gathered one
+    box (and its buttons and labels) per F1."""
+    for _ in range(4):
+        window.show_shortcuts()
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    assert window.findChildren(QMessageBox) == [window.shortcuts_box]
 
 def test_at_1366x768_the_window_fits_and_every_part_keeps_a_usable_size(window, qtbot):
     """A laptop screen less its task bar and title bar: the window's minimum must fit in it, and at that size the

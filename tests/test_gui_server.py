@@ -14,7 +14,7 @@ pytest.importorskip("pytestqt")
 import keyring
 from keyring.backend import KeyringBackend
 from keyring.backends.fail import Keyring as NoKeyring
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QCoreApplication, QEvent, QSettings
 from PySide6.QtWidgets import QDialog
 
 from app.gui.bridge import SearchBridge
@@ -217,6 +217,16 @@ def choose_server(window: MainWindow, url: str, monkeypatch, key_from: str = "ke
     picker = window.controls.model_picker
     picker.activated.emit(picker.findData(SERVER_CHOICE))
 
+
+
+def test_the_server_dialog_is_not_kept_once_answered(window_for, monkeypatch, qsettings) -> None:
+    """Each "Server…" made a dialog, a child of the window kept for its life after its OK or Cancel."""
+    window = window_for()
+    for url in ("http://127.0.0.1:1", "http://127.0.0.1:2"):
+        choose_server(window, url, monkeypatch, key_from="none")
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    assert window.findChildren(ServerDialog) == []
+    assert load_choice(qsettings).endpoint == "http://127.0.0.1:2"  # what the last one said was kept
 
 def test_a_run_through_the_server_from_the_window(
     qtbot, window_for, qsettings, memory_keyring, monkeypatch, tmp_path

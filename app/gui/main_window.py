@@ -115,6 +115,7 @@ class MainWindow(QMainWindow):
         self.running = False
         self.current_session: int | None = None
         self.last_terminal: Any = None
+        self.shortcuts_box: QMessageBox | None = None  # Help > Keyboard shortcuts, the last one shown
         self.setWindowTitle("Beamwise")
         self.resize(1400, 900)
         self._build_central()
@@ -201,6 +202,9 @@ class MainWindow(QMainWindow):
         return menu_shortcuts(self.menuBar())
 
     def show_shortcuts(self) -> None:
+        """The box is the window's child: the last one is deleted, or each F1 kept one for the window's life."""
+        if self.shortcuts_box is not None:
+            self.shortcuts_box.deleteLater()
         self.shortcuts_box = shortcuts_box(self, self.shortcuts())  # kept for tests
         if self.dialogs:
             self.shortcuts_box.exec()

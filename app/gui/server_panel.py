@@ -249,10 +249,12 @@ class ServerPicker(QObject):
         picker.server_requested.connect(self.edit)
 
     def edit(self) -> ServerDialog:
-        """Show the dialog (modal); on OK the server becomes the generator."""
+        """Show the dialog (modal); on OK the server becomes the generator. The dialog, the window's child, is
+        deleted once answered: each one was kept for the window's life."""
         dialog = ServerDialog(self.choice, self.window)
         if dialog.exec() == QDialog.DialogCode.Accepted and dialog.choice is not None:
             self.use(dialog.choice)
+        dialog.deleteLater()
         return dialog
 
     def use(self, choice: ServerChoice) -> None:
