@@ -140,6 +140,30 @@ def test_a_replaced_model_is_freed_before_the_next_one_loads(qtbot, make_bridge)
     assert loader.alive_at_next_load == [False]
 
 
+
+def test_a_replaced_models_prefix_blocks_leave_ram_and_stay_on_disk(qtbot, make_bridge, tmp_path, monkeypatch):
+    """The prefix cache's RAM tier of every model the window had run stayed for the window's life (each up to a
+    quarter of the free RAM), though only the loaded model can use it and its disk tier holds the same blocks."""
+    from engine.kv import prefix_cache
+
+    monkeypatch.setenv("BEAMWISE_PREFIX_CACHE_DIR", str(tmp_path / "prefix-kv"))
+    prefix_cache.forget_shared()
+    bridge = make_bridge(loader=None, run=None)  # the engine's own loader and search
+    search, cache = SearchConfig(beams=2, width=2, max_steps=2, step_tokens=4), CacheConfig(prefix_cache=True)
+    kept = []
+    try:
+        for source in ("synthetic:tiny-llama", "synthetic:tiny-qwen2"):
+            with qtbot.waitSignal(bridge.run_finished, timeout=60000):
+                bridge.request_run("How fast is a train that covers 60 km in 45 minutes?", ModelSpec(source=source),
+                                   search, cache)
+            kept.append({key: len(shared.entries) for key, shared in prefix_cache._SHARED.items()})
+    finally:
+        prefix_cache.forget_shared()
+    first, second = kept
+    assert len(first) == 1 and next(iter(first.values())) > 0  # the run kept its prompt's blocks
+    assert list(second) != list(first) and len(second) == 1  # only the loaded model's tier is in RAM
+    assert sum(1 for _ in (tmp_path / "prefix-kv").rglob("*") if _.is_file()) >= sum(first.values())
+
 def gated(gate: threading.Event):
     """fake_run that pauses after step 1 until the test opens the gate (no sleeps, no races)."""
 

@@ -55,6 +55,15 @@ def default_run(question: str, loaded: Any, search: SearchConfig, cache: CacheCo
     return run(question, loaded, search, cache, should_stop=should_stop, history=history)
 
 
+def forget_prefix_ram() -> None:
+    """Drop the prefix cache's RAM tiers (engine/kv/prefix_cache.py), the disk tiers kept. Each model the window
+    ran kept its tier, up to a quarter of the free RAM, for the window's life, though only the loaded model reads
+    it; switched back, a model finds its blocks on disk as a new process would."""
+    from engine.kv.prefix_cache import forget_shared  # torch loads here, in the worker, not at window start
+
+    forget_shared()
+
+
 def default_release() -> Any:
     """engine.idle.release_cached_memory: the device memory and pinned RAM torch keeps after a search."""
     from engine.idle import release_cached_memory
@@ -135,6 +144,8 @@ class SearchWorker(QObject):
         if self._loaded is not None and self._loaded_key == (spec, device):
             self.model_loaded.emit(self._model_name(spec), describe_device(self._loaded))
             return True
+        if self._loaded is not None:
+            forget_prefix_ram()  # the replaced model's cached prefix blocks: only it could use them
         self._loaded, self._loaded_key = None, None  # free the old model before building a new one
         collect_all()  # its tensors too where a reference cycle holds them (a model's weights are GBs)
         try:
