@@ -150,6 +150,12 @@ class PRMHeadMissing(NotAPRM):
     hint = "The download may be incomplete: get the PRM's weight files (*.safetensors) again."
 
 
+class LayersUnavailable(BeamwiseError):
+    """The verifier cannot be run layer by layer (its body or its readout is not a logit-lens one)."""
+
+    hint = "Run without --entropy-exit, or with the self-judge, Math-Shepherd or RLHFlow verifier."
+
+
 class RemoteError(BeamwiseError):
     """A generator server (OpenAI-compatible: vLLM, SGLang, llama.cpp) could not do what the search asked."""
 

@@ -16,3 +16,11 @@ def named_family(source: str) -> tuple[str | None, str]:
     as (None, source)."""
     family, _, rest = source.partition(":")
     return (family, rest) if rest and family in FAMILY_LABELS else (None, source)
+
+SYNTHETIC_PRM_FAMILIES = {  # the tiny random PRMs (engine/verifiers/synthetic_prm.py builds them) and their families
+    "tiny-qwen-prm": "qwen-prm",
+    "tiny-skywork-prm": "skywork-prm",
+    "tiny-math-shepherd": "math-shepherd",
+    "tiny-rlhflow-prm": "rlhflow-prm",
+}
+LENS_FAMILIES = ("math-shepherd", "rlhflow-prm")  # read labels through the LM head: the entropy exit applies

@@ -2,7 +2,8 @@
 
 One file per verifier: `simple` (log-prob, content hash), `self_judge`, and the PRM families
 `qwen_prm`, `skywork_prm`, `math_shepherd`, `rlhflow_prm`, all over `path_kv` (the verifier's own
-KV, reused step to step). `families` detects and loads a PRM folder; `synthetic_prm` builds tiny ones.
+KV, reused step to step). `families` loads a PRM folder (`engine.prm_folders` detects one without torch);
+`synthetic_prm` builds tiny ones.
 `entropy_exit` is RKSC's layer-entropy exit for the verifiers that read labels through an LM head.
 """
 
@@ -11,22 +12,23 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from engine.errors import BeamwiseError, NotAPRM
+from engine.errors import NotAPRM
 from engine.loaded import Generator
+from engine.prm_folders import exit_refusal, prm_family
+from engine.prm_names import LENS_FAMILIES
 from engine.verifiers import math_shepherd, qwen_prm, rlhflow_prm, skywork_prm
 from engine.verifiers.base import PathKey, StepToScore, Verifier, VerifierCost, VerifierMemory, aggregate
-from engine.verifiers.entropy_exit import ExitRule, LayersUnavailable, no_lens, with_exit
-from engine.verifiers.families import load_prm, load_prm_tokenizer, locate_prm
+from engine.verifiers.entropy_exit import ExitRule, LayersUnavailable, with_exit
+from engine.verifiers.families import load_prm, load_prm_tokenizer
 from engine.verifiers.fit import check_pair_fits
-from engine.verifiers.parts import FAMILY_LABELS, PRMParts
+from engine.verifiers.parts import PRMParts
 from engine.verifiers.path_kv import Layout, PathVerifier
 from engine.verifiers.reading import reads_per_token
 from engine.verifiers.self_judge import JudgeLayout, self_judge
 from engine.verifiers.simple import ContentHashVerifier, LogProbVerifier
-from engine.verifiers.synthetic_prm import synthetic_prm_entry
 
 __all__ = [
-    "ExitRule", "PathKey", "StepToScore", "Verifier", "VerifierCost", "VerifierMemory", "aggregate",
+    "LENS_FAMILIES", "ExitRule", "PathKey", "StepToScore", "Verifier", "VerifierCost", "VerifierMemory", "aggregate",
     "exit_refusal", "make_verifier", "prm_family", "prm_verifier", "verifier_layout",
 ]
 
@@ -34,31 +36,11 @@ _WIRING = {"qwen-prm": qwen_prm.verifier, "skywork-prm": skywork_prm.verifier,
            "math-shepherd": math_shepherd.verifier, "rlhflow-prm": rlhflow_prm.verifier}
 _LAYOUTS = {"qwen-prm": qwen_prm.QwenPRMLayout, "skywork-prm": skywork_prm.SkyworkLayout,
             "math-shepherd": math_shepherd.MathShepherdLayout, "rlhflow-prm": rlhflow_prm.RLHFlowLayout}
-LENS_FAMILIES = ("math-shepherd", "rlhflow-prm")  # read labels through the LM head: the entropy exit applies
 
 
 def prm_verifier(parts: PRMParts) -> PathVerifier:
     """The verifier of a loaded PRM, by its family."""
     return _WIRING[parts.family](parts)
-
-
-def prm_family(verifier_model: str) -> str:
-    """The family key of the PRM at `verifier_model`, from its config and weight names (no weights loaded)."""
-    if verifier_model.startswith("synthetic:"):
-        return synthetic_prm_entry(verifier_model.removeprefix("synthetic:")).family
-    return locate_prm(verifier_model)[1]
-
-
-def exit_refusal(verifier: str, verifier_model: str | None) -> LayersUnavailable | None:
-    """Why the layer-entropy exit cannot run on this PRM, read from its config and weight names (no weights
-    loaded), as the run would refuse it; None for the other verifiers and for a PRM it cannot read (the run says)."""
-    if verifier != "prm" or not verifier_model:
-        return None
-    try:
-        family = prm_family(verifier_model)
-    except BeamwiseError:
-        return None
-    return None if family in LENS_FAMILIES else no_lens(f"{FAMILY_LABELS[family]} ({verifier_model})")
 
 
 def verifier_layout(name: str, generator: PreTrainedTokenizerBase, verifier_model: str | None) -> Layout | None:

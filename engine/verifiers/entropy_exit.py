@@ -29,6 +29,7 @@ import torch
 from transformers import DynamicCache
 
 from engine.methods.confidence import best_index
+from engine.prm_folders import no_lens
 from engine.verifiers.layered import LayeredBody, LayersUnavailable
 
 REFERENCE_VOCAB = 150_000  # the vocabulary size the paper's thresholds are stated for
@@ -204,12 +205,6 @@ def exit_rule(search) -> ExitRule | None:
 def exit_fields(cost) -> dict:
     """The StepSelected fields of a step's VerifierCost (none when the verifier has no exit)."""
     return cost.exit.event_fields() if cost.exit is not None else {}
-
-
-def no_lens(name: str) -> LayersUnavailable:
-    """The refusal for a verifier that reads a reward head (Qwen2.5-Math-PRM, Skywork): nothing to exit on."""
-    return LayersUnavailable(f"the {name} verifier reads a reward head on its last layer, not label tokens through "
-                             "its LM head, so there is no logit lens to exit on.")
 
 
 def with_exit(verifier, lm_head: torch.nn.Module | None, rule: ExitRule | None):

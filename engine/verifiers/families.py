@@ -3,20 +3,19 @@ remote code: the body through transformers, the head from the checkpoint's own t
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, Qwen2Model
 
-from engine.errors import NotAPRM, PRMHeadMissing, load_errors
-from engine.verifiers.heads import QWEN_HEAD_KEYS, VALUE_HEAD_KEYS, two_class_head, value_head
-from engine.verifiers.parts import FAMILY_LABELS, PRMParts, named_family
+from engine.errors import load_errors
+from engine.prm_folders import QWEN_HEAD_KEYS, VALUE_HEAD_KEYS, checked_prm_folder, detect_family, locate_prm
+from engine.verifiers.heads import two_class_head, value_head
+from engine.verifiers.parts import FAMILY_LABELS, PRMParts
 from engine.verifiers.synthetic_prm import family_tokenizer, synthetic_prm, synthetic_prm_entry
 from engine.verifiers.weights import read_tensors, weight_files
 
-CAUSAL_HINTS = {"math-shepherd": ("shepherd",), "rlhflow-prm": ("rlhflow",)}
+__all__ = ["checked_prm_folder", "detect_family", "load_prm", "load_prm_tokenizer", "locate_prm"]
 
 
 def load_prm(source: str, device: torch.device, dtype: torch.dtype) -> PRMParts:
@@ -37,69 +36,6 @@ def load_prm_tokenizer(source: str) -> PreTrainedTokenizerBase:
     folder, family = locate_prm(source)
     with load_errors(folder, f"the {FAMILY_LABELS[family]} tokenizer"):
         return AutoTokenizer.from_pretrained(folder, local_files_only=True)
-
-
-def locate_prm(source: str) -> tuple[Path, str]:
-    """The folder and family key of a PRM folder source (`FOLDER` or `FAMILY:FOLDER`)."""
-    forced, rest = named_family(source)
-    folder = _checked_folder(rest)
-    return folder, forced or detect_family(folder)
-
-
-def checked_prm_folder(source: str) -> Path:
-    """The folder of a PRM folder source (`FOLDER` or `FAMILY:FOLDER`), refused when it is missing or has no
-    config.json; what a plan reads (a config is enough to plan a PRM not yet downloaded whole)."""
-    return _checked_folder(named_family(source)[1])
-
-
-def detect_family(folder: Path) -> str:
-    """The family key of the PRM in `folder`; NotAPRM says why a folder is none Beamwise knows."""
-    folder = _checked_folder(str(folder))
-    config = _config(folder)
-    names = set(weight_files(folder))
-    architectures = [str(a) for a in config.get("architectures") or []]
-    hint = f"{folder.name} {config.get('_name_or_path', '')}".lower()
-    if "Qwen2ForProcessRewardModel" in architectures or any(n.startswith("score.") for n in names):
-        _require_head(names, QWEN_HEAD_KEYS, "Qwen2.5-Math-PRM", "two-class head (score.0, score.2)")
-        return "qwen-prm"
-    if "v_head.summary.weight" in names or "skywork" in hint:
-        _require_head(names, VALUE_HEAD_KEYS, "Skywork-o1-Open-PRM", "value head (v_head.summary)")
-        return "skywork-prm"
-    if not any(a.endswith("ForCausalLM") for a in architectures):
-        found = ", ".join(architectures) or "no architecture"
-        raise NotAPRM(f"{folder} is not a PRM Beamwise knows: its config.json names {found}.")
-    for family, words in CAUSAL_HINTS.items():
-        if any(word in hint for word in words):
-            return family
-    raise NotAPRM(
-        f"{folder} holds a causal LM ({', '.join(architectures)}) with no reward head and no name of a PRM "
-        "family (Math-Shepherd, RLHFlow).",
-        hint="If it is one, name the family before the path: math-shepherd:PATH or rlhflow-prm:PATH.",
-    )
-
-
-def _checked_folder(source: str) -> Path:
-    folder = Path(source).expanduser()
-    if not folder.is_dir():
-        raise NotAPRM(f"the PRM folder {folder} does not exist.")
-    if not (folder / "config.json").is_file():
-        raise NotAPRM(f"{folder} has no config.json, so it is not a transformers PRM folder.")
-    return folder
-
-
-def _config(folder: Path) -> dict[str, Any]:
-    with load_errors(folder / "config.json", "the PRM config"):
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    if not isinstance(config, dict) or not isinstance(config.get("architectures") or [], list):
-        raise NotAPRM(f"{folder}'s config.json is not a transformers config (an object whose architectures are a "
-                      "list).")
-    return config
-
-
-def _require_head(names: set[str], keys: tuple[str, ...], family: str, what: str) -> None:
-    missing = [k for k in keys if k not in names]
-    if missing:
-        raise PRMHeadMissing(f"this looks like a {family} but its {what} is missing ({', '.join(missing)}).")
 
 
 def _load_body_and_head(family: str, folder: Path, dtype: torch.dtype) -> tuple[torch.nn.Module, torch.nn.Module]:

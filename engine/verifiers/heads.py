@@ -9,9 +9,7 @@ import torch
 from torch import nn
 
 from engine.errors import PRMHeadMissing
-
-QWEN_HEAD_KEYS = ("score.0.weight", "score.0.bias", "score.2.weight", "score.2.bias")
-VALUE_HEAD_KEYS = ("v_head.summary.weight", "v_head.summary.bias")
+from engine.prm_folders import QWEN_HEAD_KEYS, VALUE_HEAD_KEYS
 
 
 class LabelLogits(nn.Module):

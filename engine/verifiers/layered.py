@@ -14,16 +14,10 @@ import torch
 from transformers import DynamicCache
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 
-from engine.errors import BeamwiseError
+from engine.errors import LayersUnavailable
 from engine.hf_compat import cache_kwargs
 
 PARTS = ("embed_tokens", "layers", "norm", "rotary_emb")
-
-
-class LayersUnavailable(BeamwiseError):
-    """The verifier cannot be run layer by layer (its body or its readout is not a logit-lens one)."""
-
-    hint = "Run without --entropy-exit, or with the self-judge, Math-Shepherd or RLHFlow verifier."
 
 
 @dataclass(frozen=True)

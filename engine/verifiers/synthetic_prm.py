@@ -27,7 +27,8 @@ from transformers import (
     Qwen2Model,
 )
 
-from engine.errors import NotAPRM
+from engine.prm_folders import synthetic_prm_family
+from engine.prm_names import SYNTHETIC_PRM_FAMILIES
 from engine.synthetic import synthetic_tokenizer
 from engine.verifiers.parts import PRMParts
 
@@ -50,18 +51,18 @@ class SyntheticPRM:
     seed: int = 4321
 
 
+_FAMILY = SYNTHETIC_PRM_FAMILIES  # the names and families the window lists without torch
 SYNTHETIC_PRMS: dict[str, SyntheticPRM] = {
-    "tiny-qwen-prm": SyntheticPRM("qwen-prm", lambda: Qwen2Config(**_TINY), "Qwen2ForProcessRewardModel"),
-    "tiny-skywork-prm": SyntheticPRM("skywork-prm", lambda: Qwen2Config(**_TINY), "Qwen2ForPrmModel"),
-    "tiny-math-shepherd": SyntheticPRM("math-shepherd", lambda: MistralConfig(**_TINY), "MistralForCausalLM"),
-    "tiny-rlhflow-prm": SyntheticPRM("rlhflow-prm", lambda: LlamaConfig(**_TINY), "LlamaForCausalLM"),
+    "tiny-qwen-prm": SyntheticPRM(_FAMILY["tiny-qwen-prm"], lambda: Qwen2Config(**_TINY), "Qwen2ForProcessRewardModel"),
+    "tiny-skywork-prm": SyntheticPRM(_FAMILY["tiny-skywork-prm"], lambda: Qwen2Config(**_TINY), "Qwen2ForPrmModel"),
+    "tiny-math-shepherd": SyntheticPRM(_FAMILY["tiny-math-shepherd"], lambda: MistralConfig(**_TINY),
+                                       "MistralForCausalLM"),
+    "tiny-rlhflow-prm": SyntheticPRM(_FAMILY["tiny-rlhflow-prm"], lambda: LlamaConfig(**_TINY), "LlamaForCausalLM"),
 }
 
 
 def synthetic_prm_entry(name: str) -> SyntheticPRM:
-    if name not in SYNTHETIC_PRMS:
-        known = ", ".join(f"synthetic:{key}" for key in SYNTHETIC_PRMS)
-        raise NotAPRM(f"synthetic:{name} is not a synthetic PRM.", hint=f"Use one of: {known}.")
+    synthetic_prm_family(name)  # NotAPRM names the known ones
     return SYNTHETIC_PRMS[name]
 
 
