@@ -8,8 +8,8 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from app.model_facts import ModelFacts, config_json, facts_of
 from app.models_folder import (
     ADDED,
     MARKER,
@@ -20,6 +20,9 @@ from app.models_folder import (
     write_added,
 )
 from engine.errors import BeamwiseError, ModelLoadError
+
+if TYPE_CHECKING:  # app.model_facts imports torch: the window imports this module before torch is in
+    from app.model_facts import ModelFacts
 
 
 @dataclass(frozen=True)
@@ -50,10 +53,10 @@ def size_on_disk(path: Path) -> int:
 
 
 def role_of(path: Path) -> str:
-    """generator, or 'PRM (family)' when engine.verifiers.families recognises the folder."""
+    """generator, or 'PRM (family)' when engine.prm_folders recognises the folder."""
     if path.suffix.lower() == ".gguf" or not (path / "config.json").is_file():
         return "generator"
-    from engine.verifiers.families import detect_family
+    from engine.prm_folders import detect_family
 
     try:
         return f"PRM ({detect_family(path)})"
@@ -64,6 +67,8 @@ def role_of(path: Path) -> str:
 def entry_for(path: Path, where: str) -> ModelEntry:
     """`path` as a list entry. Only a model in the models folder with Beamwise's marker counts as downloaded
     (the marker inside a copy the user added elsewhere does not make it Beamwise's to delete)."""
+    from app.model_facts import facts_of
+
     marker = path / MARKER if path.is_dir() else path.parent / f"{path.name}{MARKER}"
     downloaded = where == "models folder" and marker.is_file()
     try:
@@ -85,6 +90,7 @@ def _download_complete(marker: Path) -> bool:
 def add_folder(path: Path) -> Path:
     """Remember a model folder or .gguf file the user keeps elsewhere (Beamwise never deletes it); returns it
     resolved. Refused when it is no model Beamwise can read, and when the list cannot be read (never rewritten)."""
+    from app.model_facts import facts_of
     from engine.models import checked_folder, checked_gguf
 
     checked = checked_gguf(str(path)) if path.suffix.lower() == ".gguf" else checked_folder(str(path))
@@ -124,6 +130,7 @@ def list_models() -> list[ModelEntry]:
 
 
 def _bundled_entry() -> ModelEntry:
+    from app.model_facts import facts_of
     from engine.bundled import BUNDLED_NAME, bundled_cache_folder, bundled_gguf_path, cache_is_valid
 
     cache = bundled_cache_folder()
@@ -182,6 +189,8 @@ def describe(entry: ModelEntry) -> list[tuple[str, str]]:
 
 
 def _dtype(path: Path) -> str:
+    from app.model_facts import config_json
+
     if path.suffix.lower() == ".gguf":
         return "GGUF (dequantised on load)"
     return str(config_json(path).get("torch_dtype") or config_json(path).get("dtype") or "-")

@@ -19,6 +19,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
+from app.gui.engine_import import engine_modules, engine_ready
 from app.gui.gc_freeze import collect_all
 from engine import events as ev
 from engine.abandon import abandonable
@@ -40,8 +41,12 @@ class LoadAbandoned(Exception):
 
 
 def default_loader(spec: ModelSpec, device: str, progress: ProgressFn) -> Any:
-    """engine.models.load_model ("auto" is CUDA when there is one)."""
-    from engine.models import load_model  # torch loads here, in the worker, not at window start
+    """engine.models.load_model ("auto" is CUDA when there is one), once PyTorch is in (the window starts without
+    it: app/gui/engine_import.py); a broken install fails the load with what to reinstall."""
+    if not engine_ready():
+        progress("Loading PyTorch and transformers", None)
+    engine_modules()
+    from engine.models import load_model
 
     return load_model(spec, device=device, progress=progress)
 
@@ -73,7 +78,9 @@ def default_release() -> Any:
 
 def default_remote_run(question: str, server: Any, search: SearchConfig, *, should_stop: Callable[[], bool],
                        history: Sequence[tuple[str, str]] = ()) -> Iterator[Any]:
-    """engine.remote_search.run: a Stop also ends the request the server is working on."""
+    """engine.remote_search.run: a Stop also ends the request the server is working on. It imports the engine
+    (torch among it) the one way every worker does: app/gui/engine_import.py."""
+    engine_modules()
     from engine.remote_search import run
 
     return run(question, server, search, should_stop=should_stop, history=history)

@@ -25,7 +25,7 @@ from app.gui.terms import window_terms
 from app.gui.verifier_picker import VerifierPicker
 from app.options import format_delimiter, parse_delimiter
 from engine.config import AGGREGATIONS, CacheConfig, ModelSpec, SearchConfig
-from engine.verifiers import exit_refusal
+from engine.prm_folders import exit_refusal
 
 METHOD_LABELS = {"beam": "beam search", "dvts": "DVTS (N subtrees)", "best-of-n": "best-of-N (N×M samples)",
                  "greedy": "greedy (one pass)"}

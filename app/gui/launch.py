@@ -1,7 +1,7 @@
 """`beamwise gui`: build the application and the window, load the model, optionally run and screenshot.
 
-The window's module pulls in torch and transformers (seconds): it is imported after the start-up splash paints,
-so nothing here at the top may import it.
+The window's modules import neither torch nor transformers (seconds): the window paints first, and they load in
+the background after it (app/gui/engine_import.py), the load banner saying so. A test holds this.
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from PySide6.QtCore import QSettings, Qt, QTimer
-from PySide6.QtWidgets import QApplication, QMessageBox
+from PySide6.QtCore import QDeadlineTimer, QEventLoop, QSettings, Qt, QTimer
+from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
 from app.gui import palette as pal
 from app.gui import settings as saved
 from app.gui.bridge import SearchBridge
 from app.gui.loop_monitor import LoopGapMonitor
-from app.gui.splash import StartupSplash
+from app.gui.main_window import MainWindow
 from app.journal_import import open_session_store
 from app.options import add_search_options, configs_from_args
 from app.store import SessionStore, StoreDamaged, default_db_path
@@ -29,11 +29,9 @@ from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import BeamwiseError
 
-if TYPE_CHECKING:
-    from app.gui.main_window import MainWindow
-
 Configs = tuple[ModelSpec, SearchConfig, CacheConfig]
 PLAN_WAIT_MS = 15_000  # a screenshot waits this long at most for the plan bar after the run
+EXPOSE_WAIT_MS = 300  # at most, for the window manager to map the window before its first paint
 
 
 def explicit_configs(args: argparse.Namespace, base: Configs) -> Configs:
@@ -156,13 +154,13 @@ def main(args: argparse.Namespace) -> int:
     scratch = tempfile.TemporaryDirectory() if screenshot else None
     settings = (QSettings(str(Path(scratch.name) / "beamwise.ini"), QSettings.Format.IniFormat) if scratch
                 else saved.default_settings())
-    store = open_store(getattr(args, "db", None), ask=screenshot is None)  # its dialogs come before the splash
-    splash = StartupSplash()
-    window = _build_window(args, settings, store, interactive=screenshot is None, splash=splash)
+    store = open_store(getattr(args, "db", None), ask=screenshot is None)  # its dialogs come before the window
+    window = _build_window(args, settings, store, interactive=screenshot is None)
     follow_theme(app, window, getattr(args, "theme", "system"))
     try:
         window.show()
-        splash.finish()
+        paint_now(window)
+        window.import_engine()  # after the first paint: the import holds the GIL in long stretches
         shooter = (Screenshot(app, window, screenshot, getattr(args, "panel", None))  # noqa: F841 - kept alive
                    if screenshot is not None else None)
         if getattr(args, "collapse_pruned", False):
@@ -210,19 +208,29 @@ def _start(window: MainWindow, app: QApplication, *, exit_on_refusal: bool) -> N
         app.exit(2)
 
 
-def _build_window(args: argparse.Namespace, settings: QSettings, store: Any, *, interactive: bool,
-                  splash: StartupSplash | None = None) -> MainWindow:
-    """The window over `store` (None: it runs without saving); `splash`, if given, says each slow part."""
-    say = splash.say if splash is not None else lambda text: None
-    say("Loading PyTorch and transformers…")
-    from app.gui.main_window import MainWindow  # torch and transformers: seconds, while the splash shows
+def paint_now(window: QWidget) -> None:
+    """Paint `window` before returning, once the window manager has mapped it (or after EXPOSE_WAIT_MS: offscreen
+    never says so): what comes next, the engine's import and the model load, then shares the GIL with a window
+    already on screen rather than with its first paint."""
+    deadline = QDeadlineTimer(EXPOSE_WAIT_MS)
+    while not _exposed(window) and not deadline.hasExpired():
+        QApplication.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents, 10)
+    window.repaint()
+    QApplication.processEvents()
 
+
+def _exposed(window: QWidget) -> bool:
+    handle = window.windowHandle()
+    return handle is not None and handle.isExposed()
+
+
+def _build_window(args: argparse.Namespace, settings: QSettings, store: Any, *, interactive: bool) -> MainWindow:
+    """The window over `store` (None: it runs without saving)."""
     factory = None
     if store is not None:
         path = store.path
         factory = lambda: SessionStore(path)  # noqa: E731 - the worker thread opens its own connection
     bridge = SearchBridge(store_factory=factory)
-    say("Building the window…")
     window = MainWindow(bridge, settings=settings, store=store, dialogs=interactive)
     base = saved.load_configs(settings) or (ModelSpec(), SearchConfig(), CacheConfig(prefix_cache=True))
     window.controls.set_configs(*explicit_configs(args, base))

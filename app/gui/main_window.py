@@ -28,11 +28,13 @@ from PySide6.QtWidgets import (
 from app import formatting
 from app.gui import palette as pal
 from app.gui import settings as saved
+from app.gui.background import run_in_background
 from app.gui.bridge import Conversation, SearchBridge
 from app.gui.charts import ChartsPanel
 from app.gui.controls import SearchControls
 from app.gui.conversation import ConversationControls, with_follow_up
 from app.gui.details import NodeDetails
+from app.gui.engine_import import engine_failure, engine_ready, import_failed
 from app.gui.event_pump import EventPump
 from app.gui.gc_freeze import freeze_long_lived, thaw
 from app.gui.menus import build_menus, menu_shortcuts, shortcuts_box
@@ -129,12 +131,13 @@ class MainWindow(QMainWindow):
         self.controls.changed.connect(self.plan_bar.schedule)
         self._central_layout.insertWidget(self._central_layout.indexOf(self.panels.tree), self.talk.turns)
         self.sessions = SessionsPanel(store, in_use=self.talk.in_use) if store is not None else None
-        self.models = ModelsPage(confirm=None if dialogs else lambda title, text: False)
+        self.models = ModelsPage(confirm=None if dialogs else lambda title, text: False, list_now=engine_ready())
         self._build_docks()
         build_menus(self)
         self._connect()
         self._restore()
         self.plan_bar.schedule()
+        self._engine_asked = False
 
     # ------------------------------------------------------------ building
 
@@ -305,7 +308,8 @@ class MainWindow(QMainWindow):
             self.status.loading(f"Asking {server.endpoint}", -1)
             self.bridge.request_remote_run(question, server, search, conversation)
             return True
-        self.status.loading(f"Preparing {model.source}", -1)
+        waiting = "" if engine_ready() else "Loading PyTorch and transformers; the search starts once they are in: "
+        self.status.loading(f"{waiting}Preparing {model.source}", -1)
         self.bridge.request_run(question, model, search, cache, conversation)
         return True
 
@@ -359,10 +363,26 @@ class MainWindow(QMainWindow):
         self.talk.show_turns()
         self.run_ended.emit(terminal)
 
+    def import_engine(self) -> None:
+        """Import PyTorch, transformers and the engine in the background (app/gui/engine_import.py); the window is in
+        use meanwhile. Call it once the window has painted: the import holds the GIL in long stretches. The model
+        load and the plan wait for it on their own; the Models page lists its models when it ends."""
+        if not self._engine_asked and not engine_ready():  # ready: the Models page listed its models at once
+            self._engine_asked = True
+            run_in_background(self, "beamwise-import", engine_failure, self._on_engine_imported)
+
+    def _on_engine_imported(self, failure: str) -> None:
+        """PyTorch and the engine are in (or could not be: `failure` says what to reinstall, and so does a load)."""
+        if failure:
+            self.models.folder_label.setText(failure)
+            self.statusBar().showMessage(failure, 30000)
+        else:
+            self.models.refresh()
+
     def _on_load_failed(self, message: str) -> None:
         self.status.loaded(None, None)
-        self.report_error("Could not load the model",
-                          f"{message}\n\nChoose another model under Settings > Model, then press Run.")
+        advice = "" if import_failed() else "\n\nChoose another model under Settings > Model, then press Run."
+        self.report_error("Could not load the model", f"{message}{advice}")
 
     def _on_failed(self, failure: ev.RunFailed) -> None:
         self.session.apply(failure)

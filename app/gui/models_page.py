@@ -138,7 +138,9 @@ class ModelsPage(QWidget):
     use_requested = Signal(str, bool)
     pull_ended = Signal(str)  # "finished", "failed" or "cancelled"
 
-    def __init__(self, confirm: Confirm | None = None, parent: QWidget | None = None) -> None:
+    def __init__(self, confirm: Confirm | None = None, parent: QWidget | None = None, *, list_now: bool = True) -> None:
+        """`list_now` False: the list waits for `refresh()` (reading a model's facts needs transformers, which the
+        window imports in the background after it shows)."""
         super().__init__(parent)
         self.confirm = confirm or ask(self)
         self.table_model = ModelsTableModel(self)
@@ -151,7 +153,13 @@ class ModelsPage(QWidget):
         layout.addWidget(self._build_table(), 1)
         layout.addLayout(self._build_buttons())
         layout.addWidget(self._build_pull())
-        self.refresh()
+        if list_now:
+            self.refresh()
+        else:  # nothing here may read a model's facts until then: Add folder and Refresh wait too
+            self.folder_label.setText("The models are listed once PyTorch has loaded…")
+            self.add_button.setEnabled(False)
+            self.refresh_button.setEnabled(False)
+            self._update_buttons()
 
     def _build_table(self) -> QTableView:
         self.table = QTableView()
@@ -178,13 +186,13 @@ class ModelsPage(QWidget):
         self.remove_button = QPushButton("Remove…")
         self.remove_button.setToolTip("Delete a model Beamwise downloaded (asks first; never touches other files)")
         self.remove_button.clicked.connect(self.remove_selected)
-        add = QPushButton("Add folder…")
-        add.setToolTip("List a model folder you keep elsewhere (Beamwise never deletes it)")
-        add.clicked.connect(self._add_folder)
-        refresh = QPushButton("Refresh")
-        refresh.clicked.connect(self.refresh)
+        self.add_button = QPushButton("Add folder…")
+        self.add_button.setToolTip("List a model folder you keep elsewhere (Beamwise never deletes it)")
+        self.add_button.clicked.connect(self._add_folder)
+        self.refresh_button = QPushButton("Refresh")
+        self.refresh_button.clicked.connect(self.refresh)
         rows = QGridLayout()  # two by two, and the folder below: the page fits a 330-pixel dock on a laptop
-        for place, button in enumerate((self.use_button, self.remove_button, add, refresh)):
+        for place, button in enumerate((self.use_button, self.remove_button, self.add_button, self.refresh_button)):
             rows.addWidget(button, place // 2, place % 2)
         rows.setColumnStretch(2, 1)
         self.folder_label = QLabel()
@@ -233,6 +241,8 @@ class ModelsPage(QWidget):
     def refresh(self) -> None:
         self.table_model.set_entries(lib.list_models())
         self.folder_label.setText(f"Models folder: {lib.models_dir()}")
+        self.add_button.setEnabled(True)
+        self.refresh_button.setEnabled(True)
         self._update_buttons()
 
     def selected(self) -> lib.ModelEntry | None:

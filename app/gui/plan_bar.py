@@ -5,21 +5,26 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
 from app.gui.background import run_in_background
+from app.gui.engine_import import engine_modules, engine_ready
 from app.gui.hints import first_lines
 from app.gui.model_picker import SERVER_SOURCE
-from app.planner import MemoryPlan, plan
 from engine.chat import Turn
 from engine.config import CacheConfig, ModelSpec, SearchConfig
+
+if TYPE_CHECKING:
+    from app.planner import MemoryPlan
 
 COLOURS = {"green": "#2f8a57", "amber": "#b07a12", "red": "#c0504d", "unknown": "#5f6b7a"}
 DEBOUNCE_MS = 400  # settings change in bursts (a slider drag): plan once they settle
 MOST_LINES = 2  # the sentence's lines above the tree; a longer one ends in '…' and is whole in the tooltip
+WAITING = "Planning memory once PyTorch has loaded…"  # a plan reads configs and tokenizers through transformers
 
 Configs = tuple[ModelSpec, SearchConfig, CacheConfig]
 Prompt = tuple[str, Sequence[Turn]]  # the question a Run would ask and the conversation turns before it
@@ -84,6 +89,8 @@ class PlanBar(QWidget):
                        "nothing is planned on this machine.")
             return
         generation, (question, history) = self._generation, self._prompt()  # read here: the store is this thread's
+        if not engine_ready():
+            self._paint("unknown", WAITING, "")  # the worker below waits for the import, then plans
         work = lambda: (generation, *_plan(configs, question, history))  # noqa: E731
         run_in_background(self, "beamwise-plan", work, self._show)
 
@@ -124,6 +131,9 @@ class PlanBar(QWidget):
 def _plan(configs: Configs, question: str, history: Sequence[Turn]) -> tuple[MemoryPlan | None, str]:
     """The plan, or None and what went wrong (a model folder that cannot be read, a PRM that is not one)."""
     try:
+        engine_modules()
+        from app.planner import plan
+
         return plan(*configs, question=question.strip() or None, history=tuple(history)), ""
     except Exception as failure:  # said in the bar, not raised
         message = failure.user_message() if hasattr(failure, "user_message") else str(failure)

@@ -8,9 +8,8 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QFileDialog
 
 from engine.errors import BeamwiseError
-from engine.verifiers.families import detect_family
-from engine.verifiers.parts import FAMILY_LABELS
-from engine.verifiers.synthetic_prm import SYNTHETIC_PRMS
+from engine.prm_folders import detect_family
+from engine.prm_names import FAMILY_LABELS, SYNTHETIC_PRM_FAMILIES
 
 PLAIN = {"logprob": "log-prob (fast)", "self-judge": "self-judge (asks the model)"}
 FOLDER_CHOICE = "<prm-folder>"
@@ -29,8 +28,8 @@ class VerifierPicker(QComboBox):
         for key, label in PLAIN.items():
             self.addItem(label, key)
         self.insertSeparator(self.count())
-        for name, entry in SYNTHETIC_PRMS.items():
-            self.addItem(f"PRM synthetic:{name} ({FAMILY_LABELS[entry.family]}, random)", f"prm:synthetic:{name}")
+        for name, family in SYNTHETIC_PRM_FAMILIES.items():
+            self.addItem(f"PRM synthetic:{name} ({FAMILY_LABELS[family]}, random)", f"prm:synthetic:{name}")
         self.addItem("PRM from a folder…", FOLDER_CHOICE)
         self._last = 0
         self.activated.connect(self._on_activated)
