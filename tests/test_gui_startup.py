@@ -44,7 +44,7 @@ class FirstPaint(QObject):
     def eventFilter(self, obj, event):
         if not self.seen and event.type() == QEvent.Type.Paint and obj.isWidgetType() and obj.window().isVisible():
             self.seen = True
-            heavy = [name for name in ("torch", "transformers") if name in sys.modules]
+            heavy = [name for name in ("torch", "transformers", "pyqtgraph") if name in sys.modules]
             say(window=type(obj.window()).__name__, imported=heavy)
             QTimer.singleShot(0, lambda: after_paint(obj.window()))
         return False
@@ -116,7 +116,8 @@ def start_gui(tmp_path: Path, script: str) -> tuple[list[dict], subprocess.Compl
 
 
 def test_the_first_paint_is_the_main_window_with_neither_torch_nor_transformers_imported(tmp_path):
-    """Importing torch and transformers took ~4 s before the window (a splash showed meanwhile)."""
+    """Importing torch and transformers took ~4 s before the window (a splash showed meanwhile); pyqtgraph, for
+    the charts, ~0.4 s more."""
     lines, done = start_gui(tmp_path, FIRST_PAINT)
     assert lines[:1] == [{"window": "MainWindow", "imported": []}], done.stderr[-2000:]
 

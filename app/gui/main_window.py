@@ -7,6 +7,8 @@ redraws what each change names. A stored session replays through the same model.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -91,6 +93,14 @@ def lines_high(edit: QPlainTextEdit, lines: int) -> int:
     """The height that shows `lines` lines of `edit`'s text, frame and margins included."""
     margins = edit.frameWidth() + int(edit.document().documentMargin())
     return lines * edit.fontMetrics().lineSpacing() + 2 * margins
+
+
+def _import_in_background() -> tuple[str]:
+    """The engine (`engine_failure`), then pyqtgraph for the charts: one importing thread, after the first paint."""
+    failure = engine_failure()
+    with contextlib.suppress(ImportError):  # a broken pyqtgraph says so when the GUI thread builds the charts
+        importlib.import_module("app.gui.chart_canvas")
+    return failure
 
 
 def source_for_model_name(name: str, fallback: str) -> str:
@@ -364,15 +374,19 @@ class MainWindow(QMainWindow):
         self.run_ended.emit(terminal)
 
     def import_engine(self) -> None:
-        """Import PyTorch, transformers and the engine in the background (app/gui/engine_import.py); the window is in
-        use meanwhile. Call it once the window has painted: the import holds the GIL in long stretches. The model
-        load and the plan wait for it on their own; the Models page lists its models when it ends."""
+        """Import PyTorch, transformers and the engine, then pyqtgraph, in the background (app/gui/engine_import.py);
+        the window is in use meanwhile. Call it once the window has painted: the import holds the GIL in long
+        stretches. The model load and the plan wait for it on their own; when it ends the charts are built and the
+        Models page lists its models."""
         if not self._engine_asked and not engine_ready():  # ready: the Models page listed its models at once
             self._engine_asked = True
-            run_in_background(self, "beamwise-import", engine_failure, self._on_engine_imported)
+            run_in_background(self, "beamwise-import", _import_in_background, self._on_engine_imported)
+        elif not self._engine_asked:
+            self.panels.charts.build()
 
     def _on_engine_imported(self, failure: str) -> None:
         """PyTorch and the engine are in (or could not be: `failure` says what to reinstall, and so does a load)."""
+        self.panels.charts.build()  # pyqtgraph is in: making the plots is quick now
         if failure:
             self.models.folder_label.setText(failure)
             self.statusBar().showMessage(failure, 30000)

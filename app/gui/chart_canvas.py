@@ -1,0 +1,182 @@
+"""The pyqtgraph side of the charts panel: the canvas in its scroll area, one plot per chart, their curves and the
+budget line. Built on first need (app/gui/charts.py): importing pyqtgraph and making the plots took ~0.5 s of the
+window's start, before its first paint."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtWidgets import QApplication, QFrame, QGraphicsItem, QScrollArea
+
+import pyqtgraph as pg  # isort: skip  (after Qt, so pyqtgraph binds to PySide6)
+from app.gui import chart_grid as grid
+from app.gui import palette as pal
+from app.gui.chart_axes import BytesAxis, SecondsAxis, ShareAxis, StepAxis, fit_ranges
+from app.session.series import ChartSeries
+
+LEFT_AXIS_PX = 58  # room for tick labels such as "500 kB" or "12.5 ms"
+PLOT_PREFERRED_PX = 200  # the same for every plot, whatever its title says
+
+
+class ChartCanvas(QObject):
+    """The plots `names` side by side in `scroll` (chart_grid decides the rows); `redraw(name, series)` shows a
+    plot's curves, `set_title` its title."""
+
+    def __init__(self, names: Iterable[str], parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        pg.setConfigOptions(antialias=True)
+        self.canvas = pg.GraphicsLayoutWidget()
+        self.canvas.setAccessibleName("Memory and PCIe charts")
+        self.canvas.setBackground(pal.BACKGROUND)
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(self.canvas)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # Tab reaches the canvas, not its frame
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.plots = {name: _make_plot(name) for name in names}
+        self.columns = len(self.plots)
+        grid.arrange(self.canvas.ci, list(self.plots.values()), self.columns)
+        self.canvas.installEventFilter(self)
+        self.canvas.viewport().installEventFilter(self)
+        self.curves = _make_curves(self.plots)
+        self.budget_line = pg.InfiniteLine(angle=0, movable=False,  # its size is in the title's key, off the lines
+                                           pen=pg.mkPen(pal.BUDGET, width=1.5, style=Qt.PenStyle.DashLine))
+        self.plots["device"].addItem(self.budget_line)
+
+    def restyle(self) -> None:
+        """Take the palette's current background and text colours; the titles are set again by the caller."""
+        self.canvas.setBackground(pal.BACKGROUND)
+        for plot in self.plots.values():
+            plot.titleLabel.text = ""  # so set_title writes it again in the new colour
+            for side in ("left", "bottom"):
+                plot.getAxis(side).setTextPen(pg.mkPen(pal.MUTED_TEXT))
+            plot.setLabel("bottom", "step", color=pal.MUTED_TEXT)
+
+    def title_html(self, name: str) -> str:
+        return self.plots[name].titleLabel.text
+
+    def set_title(self, name: str, title: str) -> None:
+        if self.plots[name].titleLabel.text != title:  # setting a title lays the canvas out again
+            self.plots[name].setTitle(title, color=pal.SELECTION, size="9pt")
+            self.fit_width()  # the new title wraps to its plot's width
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.canvas and event.type() == QEvent.Type.Resize:  # the panel, or its scroll bar came
+            self.fit_width()
+        elif watched is self.canvas.viewport() and event.type() == QEvent.Type.Wheel:
+            # the plots neither zoom nor pan, yet pyqtgraph's scene takes the wheel: it scrolls the rows instead
+            QApplication.sendEvent(self.scroll.verticalScrollBar(), event)
+            return True
+        return False
+
+    def fit_width(self) -> None:
+        """As many plots a row as the width keeps legible, titles wrapped inside their plots, and the canvas as
+        tall as its rows need (the scroll area scrolls when the panel is shorter)."""
+        width = self.canvas.width()
+        columns = grid.columns_for(width, len(self.plots))
+        if columns != self.columns:
+            self.columns = columns
+            grid.arrange(self.canvas.ci, list(self.plots.values()), columns)
+        plot_width = grid.column_width(width, columns)
+        for plot in self.plots.values():
+            grid.wrap_title(plot, plot_width)
+        needed = self.canvas.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).height()
+        self.canvas.setMinimumHeight(int(needed) + 1)
+
+    def redraw(self, name: str, s: ChartSeries) -> None:
+        """Plot `name`'s curves from the series, and its ranges."""
+        c = self.curves
+        steps = s.transfer_steps
+        if name in ("traffic", "cumulative"):  # the question's own traffic, where it moved any, is x = 0: "prompt"
+            x, h2d, d2h = s.traffic(cumulative=name == "cumulative")
+            if name == "traffic":
+                c["step_h2d"].setOpts(x=[v - 0.2 for v in x], height=h2d)
+                c["step_d2h"].setOpts(x=[v + 0.2 for v in x], height=d2h)
+            else:
+                c["total_h2d"].setData(x, h2d)
+                c["total_d2h"].setData(x, d2h)
+            fit_ranges(self.plots[name], x, [*h2d, *d2h], first=min(x, default=1))
+        elif name == "copy":
+            c["step"].setData(steps, s.step_seconds)
+            c["copy"].setData(steps, s.copy_seconds)
+            c["modelled"].setData(steps, s.modelled_seconds)
+            fit_ranges(self.plots[name], steps, [*s.step_seconds, *s.copy_seconds, *s.modelled_seconds])
+        elif name == "stall":
+            c["stall"].setOpts(x=steps, height=s.stall_share)
+            fit_ranges(self.plots[name], steps, [1.0])  # always 0 … 100 %
+        else:
+            c["device"].setData(s.memory_steps, s.device_bytes)
+            c["peak"].setData(s.memory_steps, s.peak_device_bytes)
+            c["host"].setData(s.memory_steps, s.host_bytes)
+            steps = s.memory_steps if s.verifier_budget_bytes else []  # a verifier that keeps no KV draws no curve
+            c["verifier_device"].setData(steps, s.verifier_device_bytes[: len(steps)])
+            c["verifier_host"].setData(steps, s.verifier_host_bytes[: len(steps)])
+            self._redraw_budget(s.budget_bytes)
+            budget = [] if s.budget_bytes is None else [s.budget_bytes]
+            shown = [*s.device_bytes, *s.peak_device_bytes, *s.host_bytes, *budget, *s.verifier_device_bytes,
+                     *s.verifier_host_bytes]
+            fit_ranges(self.plots[name], s.memory_steps, shown)
+
+    def _redraw_budget(self, budget: int | None) -> None:
+        self.budget_line.setVisible(budget is not None)
+        if budget is not None:
+            self.budget_line.setValue(budget)
+
+    def point_count(self, curve: str) -> int:
+        """How many points curve `curve` shows (bars count their bars)."""
+        item = self.curves[curve]
+        if isinstance(item, pg.BarGraphItem):
+            return len(item.opts["height"])
+        x, _ = item.getData()
+        return 0 if x is None else len(x)
+
+
+def _make_plot(name: str) -> pg.PlotItem:
+    left = {"copy": SecondsAxis, "stall": ShareAxis}.get(name, BytesAxis)("left")
+    plot = pg.PlotItem(axisItems={"bottom": StepAxis("bottom"), "left": left})
+    plot.showGrid(x=True, y=True, alpha=0.15)
+    plot.setMenuEnabled(False)
+    plot.setMouseEnabled(x=False, y=False)
+    for side in ("left", "bottom"):
+        axis = plot.getAxis(side)
+        axis.setPen(pg.mkPen("#9aa3ad"))
+        axis.setTextPen(pg.mkPen(pal.MUTED_TEXT))
+        # Ticks, labels and grid are replayed from a picture on every paint of the plot (~2 ms
+        # an axis); cached, an axis is drawn again only when its range changes.
+        axis.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+    plot.getAxis("left").setWidth(LEFT_AXIS_PX)  # tick labels of a new width must not lay the canvas out
+    plot.setPreferredWidth(PLOT_PREFERRED_PX)  # nor a longer title: the two columns stay equal
+    plot.setLabel("bottom", "step", color=pal.MUTED_TEXT)
+    return plot
+
+
+def _make_curves(p: dict[str, pg.PlotItem]) -> dict[str, pg.GraphicsObject]:
+    bars = {
+        "step_h2d": pg.BarGraphItem(x=[], height=[], width=0.38, brush=pal.H2D, pen=None, name="H2D"),
+        "step_d2h": pg.BarGraphItem(x=[], height=[], width=0.38, brush=pal.D2H, pen=None, name="D2H"),
+    }
+    for bar in bars.values():
+        p["traffic"].addItem(bar)
+    bars["stall"] = pg.BarGraphItem(x=[], height=[], width=0.6, brush=pal.color(pal.D2H, 170), pen=None)
+    p["stall"].addItem(bars["stall"])
+    return {
+        **bars,
+        "total_h2d": _line(p["cumulative"], pal.H2D, "H2D"),
+        "total_d2h": _line(p["cumulative"], pal.D2H, "D2H"),
+        "device": _line(p["device"], pal.GPU, "device KV"),
+        "peak": _line(p["device"], pal.GPU, "peak in step", dashed=True),
+        "host": _line(p["device"], pal.CPU, "host KV"),
+        "verifier_device": _line(p["device"], pal.VERIFIER, "verifier device KV"),
+        "verifier_host": _line(p["device"], pal.VERIFIER, "verifier host KV", dashed=True),
+        "step": _line(p["copy"], pal.STEP_TIME, "step"),
+        "copy": _line(p["copy"], pal.MEASURED, "measured copy"),
+        "modelled": _line(p["copy"], pal.MODELLED, "modelled PCIe", dashed=True),
+    }
+
+
+def _line(plot: pg.PlotItem, colour: str, name: str, dashed: bool = False) -> pg.PlotDataItem:
+    style = Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine
+    return plot.plot([], [], name=name, pen=pg.mkPen(colour, width=2, style=style),
+                     symbol=None if dashed else "o", symbolSize=5, symbolBrush=colour, symbolPen=None)
