@@ -59,7 +59,9 @@ class ChartsPanel(SessionView, QWidget):
 
     plot_redrawn = Signal(str)  # a plot's curves now show the series (live updates, one plot per pass)
 
-    def __init__(self, session: SessionModel | None = None, parent: QWidget | None = None) -> None:
+    def __init__(self, session: SessionModel | None = None, parent: QWidget | None = None, *,
+                 deferred: bool = False) -> None:
+        """`deferred`: the plots wait for `build()` (or a read of them); what changes meanwhile is drawn then."""
         super().__init__(parent)
         self._layout = QVBoxLayout(self)
         self._layout.setContentsMargins(0, 0, 0, 0)
@@ -75,6 +77,8 @@ class ChartsPanel(SessionView, QWidget):
         self._timer.timeout.connect(self._redraw_next)
         self.attach(session)
         self._dirty.extend(TITLES)  # drawn once built
+        if not deferred:
+            self.build()
 
     def build(self) -> ChartCanvas:
         """The plots, made now unless they are already (a second call costs nothing)."""
@@ -112,14 +116,14 @@ class ChartsPanel(SessionView, QWidget):
         return tuple(self._dirty)
 
     def flush(self) -> None:
-        """Draw every pending plot now."""
+        """Draw every pending plot now (plots not built yet: when they are)."""
         self._timer.stop()
-        while self._dirty:
+        while self._dirty and self._canvas is not None:
             self._redraw_plot(self._dirty.pop(0))
 
     def _schedule(self, plots: Iterable[str]) -> None:
         self._dirty.extend(p for p in plots if p not in self._dirty)
-        if self._dirty and not self._timer.isActive():
+        if self._dirty and self._canvas is not None and not self._timer.isActive():
             self._timer.start()
 
     def _redraw_next(self) -> None:

@@ -1,4 +1,5 @@
-"""PyTorch, transformers and the engine, imported once in a background thread while the window is already in use.
+"""PyTorch, transformers and the engine (and the charts' pyqtgraph), imported once in a background thread while the
+window is already in use.
 
 Importing them takes seconds (4 s on a 2-core laptop, more from a cold disk); the window's own modules import none
 of them, so it shows and answers at once. Every piece of work that needs them (the model load, the memory plan,
@@ -20,9 +21,10 @@ from pathlib import Path
 
 from engine.errors import BeamwiseError
 
-# What the workers reach for; torch and transformers first, so a broken install is named as such.
-MODULES = ("torch", "transformers", "engine.models", "engine.search", "engine.idle", "app.preflight",
-           "app.planner", "app.model_facts")
+# What the workers reach for, torch and transformers first (a broken install is named as such), and the charts'
+# pyqtgraph first of all (~0.4 s): the window builds them when this import ends, while a queued run has not begun.
+MODULES = ("app.gui.chart_canvas", "torch", "transformers", "engine.models", "engine.search", "engine.idle",
+           "app.preflight", "app.planner", "app.model_facts")
 
 # torch's C++ libraries, in the order they need each other; not libtorch_python, whose code is Python's own.
 TORCH_LIBRARIES = ("libtorch_global_deps.so", "libc10.so", "libtorch_cpu.so", "libtorch_cuda.so", "libtorch.so")
@@ -35,9 +37,9 @@ _done = threading.Event()
 class EngineImportFailed(BeamwiseError):
     """PyTorch, transformers or an engine module could not be imported: a broken or partial install."""
 
-    hint = ("Reinstall them into Beamwise's Python environment (pip install --force-reinstall torch==2.13.0, then "
-            "pip install --force-reinstall transformers), or reinstall Beamwise; the window keeps working for "
-            "sessions and remote servers meanwhile.")
+    hint = ("Reinstall the package named into Beamwise's Python environment (for PyTorch: pip install "
+            "--force-reinstall torch==2.13.0; for transformers or pyqtgraph: pip install --force-reinstall "
+            "transformers pyqtgraph), or reinstall Beamwise; the window keeps working for sessions meanwhile.")
 
 
 def engine_modules() -> None:
@@ -101,5 +103,5 @@ def engine_ready() -> bool:
 
 def _first_line(error: BaseException, name: str) -> str:
     text = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
-    where = "PyTorch" if name == "torch" else "transformers" if name == "transformers" else name
+    where = {"torch": "PyTorch", "app.gui.chart_canvas": "pyqtgraph (the charts)"}.get(name, name)
     return f"{where} ({type(error).__name__}: {text[:300]})."

@@ -7,8 +7,6 @@ redraws what each change names. A stored session replays through the same model.
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -73,7 +71,8 @@ class Panels:
 
     @classmethod
     def of(cls, session: SessionModel) -> Panels:
-        return cls(ReasoningTreeView(session), ChartsPanel(session), NodeDetails(session), TranscriptPanel(session))
+        charts = ChartsPanel(session, deferred=True)  # pyqtgraph: built after the first paint (import_engine)
+        return cls(ReasoningTreeView(session), charts, NodeDetails(session), TranscriptPanel(session))
 
     def all(self) -> tuple[Panel, ...]:
         return (self.tree, self.charts, self.details, self.transcript)
@@ -93,14 +92,6 @@ def lines_high(edit: QPlainTextEdit, lines: int) -> int:
     """The height that shows `lines` lines of `edit`'s text, frame and margins included."""
     margins = edit.frameWidth() + int(edit.document().documentMargin())
     return lines * edit.fontMetrics().lineSpacing() + 2 * margins
-
-
-def _import_in_background() -> tuple[str]:
-    """The engine (`engine_failure`), then pyqtgraph for the charts: one importing thread, after the first paint."""
-    failure = engine_failure()
-    with contextlib.suppress(ImportError):  # a broken pyqtgraph says so when the GUI thread builds the charts
-        importlib.import_module("app.gui.chart_canvas")
-    return failure
 
 
 def source_for_model_name(name: str, fallback: str) -> str:
@@ -374,13 +365,13 @@ class MainWindow(QMainWindow):
         self.run_ended.emit(terminal)
 
     def import_engine(self) -> None:
-        """Import PyTorch, transformers and the engine, then pyqtgraph, in the background (app/gui/engine_import.py);
+        """Import pyqtgraph, PyTorch, transformers and the engine in the background (app/gui/engine_import.py);
         the window is in use meanwhile. Call it once the window has painted: the import holds the GIL in long
         stretches. The model load and the plan wait for it on their own; when it ends the charts are built and the
         Models page lists its models."""
         if not self._engine_asked and not engine_ready():  # ready: the Models page listed its models at once
             self._engine_asked = True
-            run_in_background(self, "beamwise-import", _import_in_background, self._on_engine_imported)
+            run_in_background(self, "beamwise-import", engine_failure, self._on_engine_imported)
         elif not self._engine_asked:
             self.panels.charts.build()
 
