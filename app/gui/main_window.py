@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -377,12 +377,12 @@ class MainWindow(QMainWindow):
 
     def _on_engine_imported(self, failure: str) -> None:
         """PyTorch and the engine are in (or could not be: `failure` says what to reinstall, and so does a load)."""
-        self.panels.charts.build()  # pyqtgraph is in: making the plots is quick now
+        self.panels.charts.build()  # pyqtgraph is in: making the plots takes ~0.2 s now
         if failure:
             self.models.folder_label.setText(failure)
             self.statusBar().showMessage(failure, 30000)
-        else:
-            self.models.refresh()
+        else:  # in the next pass (it reads each model's config): the window paints and takes input between the two
+            QTimer.singleShot(0, self.models, self.models.refresh)
 
     def _on_load_failed(self, message: str) -> None:
         self.status.loaded(None, None)
