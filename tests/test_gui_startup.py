@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,11 @@ pytest.importorskip("PySide6")
 from app.gui import engine_import
 from app.gui.bridge import SearchBridge
 from app.gui.main_window import MainWindow
+from benchmarks.fake_search import fake_run
+from tests import test_gui_window as window_tests
+from tests.test_gui_window import small
+
+make_window, qsettings = window_tests.make_window, window_tests.qsettings  # the window tests' fixtures
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -169,3 +175,24 @@ def test_a_broken_torch_install_is_said_in_the_window_with_what_to_reinstall(qtb
     assert "pip install --force-reinstall torch" in text and "Choose another model" not in text
     assert "Traceback" not in text
     window.close()
+
+
+def test_the_models_list_read_when_the_engine_comes_in_waits_for_a_run_on(qtbot, make_window, monkeypatch):
+    """Reading it (each model's config, ~70 ms) landed in a Run pressed during the import: a 150 ms gap."""
+    release = threading.Event()
+
+    def held_run(question, loaded, search, cache, *, should_stop):
+        release.wait(10)
+        yield from fake_run(question, search, cache, should_stop=should_stop)
+
+    window = make_window(run=held_run)
+    small(window)
+    listed: list[bool] = []
+    monkeypatch.setattr(window.models, "refresh", lambda: listed.append(window.running))
+    with qtbot.waitSignal(window.run_ended, timeout=10000):
+        assert window.start_run()
+        window._on_engine_imported("")  # the import ends while the run is on
+        qtbot.wait(50)
+        assert listed == []
+        release.set()
+    assert listed == [False]

@@ -138,7 +138,7 @@ class MainWindow(QMainWindow):
         self._connect()
         self._restore()
         self.plan_bar.schedule()
-        self._engine_asked = False
+        self._engine_asked = self._models_unlisted = False
 
     # ------------------------------------------------------------ building
 
@@ -359,6 +359,7 @@ class MainWindow(QMainWindow):
         self._update_actions()
         if self.sessions is not None:
             self.sessions.refresh()
+        self._list_models()  # if the engine came in during the run
         terminal = self.last_terminal  # the request's own, before a follow-up that did not start reopens its turn
         self.talk.run_over()
         self.talk.show_turns()
@@ -378,11 +379,19 @@ class MainWindow(QMainWindow):
     def _on_engine_imported(self, failure: str) -> None:
         """PyTorch and the engine are in (or could not be: `failure` says what to reinstall, and so does a load)."""
         self.panels.charts.build()  # pyqtgraph is in: making the plots takes ~0.2 s now
+        if self.running:  # a Run pressed meanwhile froze what was alive then: torch's objects join them (gc_freeze)
+            freeze_long_lived()
         if failure:
             self.models.folder_label.setText(failure)
             self.statusBar().showMessage(failure, 30000)
-        else:  # in the next pass (it reads each model's config): the window paints and takes input between the two
-            QTimer.singleShot(0, self.models, self.models.refresh)
+        else:  # it reads each model's config (~70 ms): in the next pass, or after a run the engine starts at once
+            self._models_unlisted = True
+            QTimer.singleShot(0, self, self._list_models)
+
+    def _list_models(self) -> None:
+        if self._models_unlisted and not self.running:
+            self._models_unlisted = False
+            self.models.refresh()
 
     def _on_load_failed(self, message: str) -> None:
         self.status.loaded(None, None)
