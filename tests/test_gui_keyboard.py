@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QMessageBox,
     QPlainTextEdit,
+    QScrollArea,
     QTextEdit,
     QWidget,
 )
@@ -187,3 +188,48 @@ def test_at_1366x768_the_window_fits_and_every_part_keeps_a_usable_size(window, 
             type(widget).__name__, widget.size())
     settings = window.docks["settings"].widget()
     assert settings.verticalScrollBar().maximum() > 0  # the settings scroll rather than squeeze
+
+
+def on_screen(window: MainWindow, widget: QWidget) -> bool:
+    """Whether the window shows `widget` at its middle (not off the screen, not scrolled out of sight)."""
+    shown = window.childAt(widget.mapTo(window, widget.rect().center()))
+    return shown is not None and (shown is widget or widget.isAncestorOf(shown))
+
+
+def test_tab_reaches_only_controls_on_screen_and_no_bare_scroll_area(window, qtbot):
+    """Qt keeps the docks behind another's tab (Sessions and Models behind Settings) visible off the screen: Tab
+    walked into them, the focus on controls nobody saw. Nor is a dock's scroll area a stop of its own. Real Tab
+    presses, so a scroll area brings each control it holds into view."""
+    chain = tab_chain(window, window.question)
+    unseen = []
+    for _ in chain:
+        widget = QApplication.focusWidget()
+        if not on_screen(window, widget):
+            unseen.append(f"{type(widget).__name__} {widget.accessibleName()!r}")
+        qtbot.keyClick(widget, Qt.Key.Key_Tab)
+    assert unseen == []
+    assert not [w for w in chain if type(w) is QScrollArea]
+    assert window.sessions.search not in chain and window.models.table not in chain
+
+
+def test_ctrl_2_brings_the_covered_sessions_tab_forward_with_the_focus_in_it(window, qtbot):
+    """Qt's own toggle closed a panel covered by another tab, so the keys could never show Sessions or Models."""
+    window.show()
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow)  # a window's keys work only in the active window
+    window.question.setFocus()
+    sessions = window.docks["sessions"]
+    qtbot.keyClick(window.question, Qt.Key.Key_2, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: on_screen(window, window.sessions.view))
+    assert QApplication.focusWidget() is window.sessions.search
+    assert not on_screen(window, window.controls)  # now behind Sessions
+    assert window.sessions.view in tab_chain(window, window.question)
+    qtbot.keyClick(window.sessions.search, Qt.Key.Key_2, Qt.KeyboardModifier.ControlModifier)  # in front: closes
+    assert sessions.isHidden()
+    qtbot.keyClick(window.question, Qt.Key.Key_2, Qt.KeyboardModifier.ControlModifier)  # closed: opens in front
+    qtbot.waitUntil(lambda: on_screen(window, window.sessions.view))
+    view_menu = next(m.menu() for m in window.menuBar().actions() if m.text() == "&View")
+    assert next(a for a in view_menu.actions() if a.text() == "S&essions").isChecked()
+    qtbot.keyClick(window.sessions.search, Qt.Key.Key_3, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: on_screen(window, window.models.table))
+    assert window.models.isAncestorOf(QApplication.focusWidget())

@@ -34,6 +34,7 @@ from app.gui.charts import ChartsPanel
 from app.gui.controls import SearchControls
 from app.gui.conversation import ConversationControls, with_follow_up
 from app.gui.details import NodeDetails
+from app.gui.dock_tabs import hide_when_covered
 from app.gui.engine_import import engine_failure, engine_ready, import_failed
 from app.gui.event_pump import EventPump
 from app.gui.gc_freeze import freeze_long_lived, thaw
@@ -85,6 +86,7 @@ def scrolled(widget: QWidget, min_width: int) -> QScrollArea:
     scroll.setWidget(widget)
     scroll.setWidgetResizable(True)
     scroll.setMinimumWidth(min_width)
+    scroll.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # Tab goes to the controls in it, not to a frame that shows nothing
     return scroll
 
 
@@ -200,6 +202,8 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.docks["charts"]], [220], Qt.Orientation.Vertical)
         self.resizeDocks([self.docks["settings"], self.docks["details"]], [440, 320], Qt.Orientation.Horizontal)
         self.resizeDocks([self.docks["details"], self.docks["transcript"]], [3, 2], Qt.Orientation.Vertical)
+        for dock in self.docks.values():
+            hide_when_covered(dock)
 
     def shortcuts(self) -> list[tuple[str, str]]:
         """(keys, what) for every menu action and the widgets' own keys: what Help > Keyboard shortcuts lists."""

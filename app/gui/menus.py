@@ -9,6 +9,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QMainWindow, QMenuBar, QMessageBox, QWidget
 
+from app.gui.dock_tabs import panel_action
+
 ABOUT = ("<b>Beamwise</b><p>Answers a question by step-wise beam search over a local language model, "
          "checks each step with a verifier, and offloads the KV cache to CPU memory, scheduling beams so "
          "that KV crosses PCIe as rarely as possible.</p><p>The tree shows every candidate step, its score, "
@@ -39,11 +41,8 @@ def build_menus(window: QMainWindow) -> None:
     search_menu.addAction(window.stop_action)
     search_menu.addAction(window.talk.box.action)
     view_menu = bar.addMenu("&View")
-    for number, (name, dock) in enumerate(window.docks.items(), start=1):  # Ctrl+1 … shows or hides each panel
-        toggle = dock.toggleViewAction()
-        toggle.setText(DOCK_TEXTS[name])  # the docks' titles never change, so Qt does not set it back
-        toggle.setShortcut(QKeySequence(f"Ctrl+{number}"))
-        view_menu.addAction(toggle)
+    for number, (name, dock) in enumerate(window.docks.items(), start=1):  # Ctrl+1 … brings each panel forward
+        view_menu.addAction(panel_action(dock, DOCK_TEXTS[name], f"Ctrl+{number}"))
     view_menu.addSeparator()
     tree = window.panels.tree
     view_menu.addAction("&Fit tree to view", tree.fit_to_view).setShortcut(QKeySequence("Ctrl+0"))

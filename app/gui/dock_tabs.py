@@ -1,0 +1,48 @@
+"""The window's panels by keyboard: a covered tab's contents hidden, so Tab skips them, and View's Ctrl+1 … that
+bring a closed or covered panel to the front with the keyboard focus in it."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QDockWidget, QWidget
+
+
+def hide_when_covered(dock: QDockWidget) -> None:
+    """Qt moves the docks behind another's tab off the screen but keeps them visible: Tab walked from Settings
+    into the Sessions and Models tabs behind it, the focus on controls nobody could see. The dock's contents are
+    hidden while it is covered or closed (and a shown Sessions tab lists again, as its showEvent means to)."""
+    dock.visibilityChanged.connect(dock.widget().setVisible)
+
+
+def panel_action(dock: QDockWidget, text: str, keys: str) -> QAction:
+    """View's entry for `dock`, checked while the panel is open. Qt's own toggle closed a panel that was covered
+    by another tab, so Ctrl+2 could never show Sessions behind Settings: this one brings a closed or covered
+    panel to the front with the focus in it, and closes only a panel already in front."""
+    action = QAction(text, dock.parent(), checkable=True)
+    action.setShortcut(QKeySequence(keys))
+    action.setChecked(not dock.isHidden())
+    dock.toggleViewAction().toggled.connect(action.setChecked)  # closed by its own button, or restored
+
+    def triggered() -> None:
+        if dock.isHidden() or dock.widget().isHidden():
+            dock.show()
+            dock.raise_()
+            focus_first(dock.widget())
+        else:
+            dock.close()
+        action.setChecked(not dock.isHidden())
+
+    action.triggered.connect(triggered)
+    return action
+
+
+def focus_first(widget: QWidget) -> None:
+    """The keyboard focus to the first control inside `widget` that Tab reaches, if there is one."""
+    candidate = widget.nextInFocusChain()
+    while candidate is not widget:
+        if (widget.isAncestorOf(candidate) and candidate.isVisible() and candidate.isEnabled()
+                and candidate.focusPolicy() & Qt.FocusPolicy.TabFocus):
+            candidate.setFocus(Qt.FocusReason.ShortcutFocusReason)
+            return
+        candidate = candidate.nextInFocusChain()
