@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtGui import QPen
 from PySide6.QtWidgets import QApplication, QFrame, QGraphicsItem, QScrollArea
 
 import pyqtgraph as pg  # isort: skip  (after Qt, so pyqtgraph binds to PySide6)
@@ -17,6 +18,7 @@ from app.session.series import ChartSeries
 
 LEFT_AXIS_PX = 58  # room for tick labels such as "500 kB" or "12.5 ms"
 PLOT_PREFERRED_PX = 200  # the same for every plot, whatever its title says
+AXIS_COLOUR = "#9aa3ad"
 
 
 class ChartCanvas(QObject):
@@ -40,10 +42,11 @@ class ChartCanvas(QObject):
         grid.arrange(self.canvas.ci, list(self.plots.values()), self.columns)
         self.canvas.installEventFilter(self)
         self.canvas.viewport().installEventFilter(self)
-        self.curves = _make_curves(self.plots)
-        self.budget_line = pg.InfiniteLine(angle=0, movable=False,  # its size is in the title's key, off the lines
-                                           pen=pg.mkPen(pal.BUDGET, width=1.5, style=Qt.PenStyle.DashLine))
+        self.curves = self._make_curves()
+        self.budget_line = pg.InfiniteLine(angle=0, movable=False)  # its size is in the title's key, off the lines
         self.plots["device"].addItem(self.budget_line)
+        self.pen_ratio = 0.0  # the device pixel ratio the pens are drawn for
+        self._scale_pens()
 
     def restyle(self) -> None:
         """Take the palette's current background and text colours; the titles are set again by the caller."""
@@ -65,6 +68,8 @@ class ChartCanvas(QObject):
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.canvas and event.type() == QEvent.Type.Resize:  # the panel, or its scroll bar came
             self.fit_width()
+        elif watched is self.canvas and event.type() == QEvent.Type.DevicePixelRatioChange:  # another screen's
+            self._scale_pens()
         elif watched is self.canvas.viewport() and event.type() == QEvent.Type.Wheel:
             # the plots neither zoom nor pan, yet pyqtgraph's scene takes the wheel: it scrolls the rows instead
             QApplication.sendEvent(self.scroll.verticalScrollBar(), event)
@@ -84,6 +89,52 @@ class ChartCanvas(QObject):
             grid.wrap_title(plot, plot_width)
         needed = self.canvas.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).height()
         self.canvas.setMinimumHeight(int(needed) + 1)
+
+    def _scale_pens(self) -> None:
+        """Give every line its width in device pixels. pyqtgraph's pens are cosmetic: Qt draws them so many device
+        pixels wide, not logical ones, and at 150 % or 200 % scaling (a 4K screen) the curves, the budget line,
+        the axes and the grid were half as thick as meant, hairlines."""
+        ratio = self.canvas.devicePixelRatioF()
+        if ratio == self.pen_ratio:
+            return
+        self.pen_ratio = ratio
+        for plot in self.plots.values():
+            for side in ("left", "bottom"):
+                plot.getAxis(side).setPen(pg.mkPen(AXIS_COLOUR, width=ratio))  # the grid's lines too
+        for curve, (colour, dashed) in self._line_looks.items():
+            curve.setPen(_line_pen(colour, dashed, ratio))
+        self.budget_line.setPen(pg.mkPen(pal.BUDGET, width=1.5 * ratio, style=Qt.PenStyle.DashLine))
+
+    def _line(self, plot: pg.PlotItem, colour: str, name: str, dashed: bool = False) -> pg.PlotDataItem:
+        """A curve with round points (pyqtgraph sizes them for the screen itself); _scale_pens gives its pen."""
+        curve = plot.plot([], [], name=name, pen=None, symbol=None if dashed else "o", symbolSize=5,
+                          symbolBrush=colour, symbolPen=None)
+        self._line_looks[curve] = (colour, dashed)
+        return curve
+
+    def _make_curves(self) -> dict[str, pg.GraphicsObject]:
+        p, self._line_looks = self.plots, {}
+        bars = {
+            "step_h2d": pg.BarGraphItem(x=[], height=[], width=0.38, brush=pal.H2D, pen=None, name="H2D"),
+            "step_d2h": pg.BarGraphItem(x=[], height=[], width=0.38, brush=pal.D2H, pen=None, name="D2H"),
+        }
+        for bar in bars.values():
+            p["traffic"].addItem(bar)
+        bars["stall"] = pg.BarGraphItem(x=[], height=[], width=0.6, brush=pal.color(pal.D2H, 170), pen=None)
+        p["stall"].addItem(bars["stall"])
+        return {
+            **bars,
+            "total_h2d": self._line(p["cumulative"], pal.H2D, "H2D"),
+            "total_d2h": self._line(p["cumulative"], pal.D2H, "D2H"),
+            "device": self._line(p["device"], pal.GPU, "device KV"),
+            "peak": self._line(p["device"], pal.GPU, "peak in step", dashed=True),
+            "host": self._line(p["device"], pal.CPU, "host KV"),
+            "verifier_device": self._line(p["device"], pal.VERIFIER, "verifier device KV"),
+            "verifier_host": self._line(p["device"], pal.VERIFIER, "verifier host KV", dashed=True),
+            "step": self._line(p["copy"], pal.STEP_TIME, "step"),
+            "copy": self._line(p["copy"], pal.MEASURED, "measured copy"),
+            "modelled": self._line(p["copy"], pal.MODELLED, "modelled PCIe", dashed=True),
+        }
 
     def redraw(self, name: str, s: ChartSeries) -> None:
         """Plot `name`'s curves from the series, and its ranges."""
@@ -141,7 +192,6 @@ def _make_plot(name: str) -> pg.PlotItem:
     plot.setMouseEnabled(x=False, y=False)
     for side in ("left", "bottom"):
         axis = plot.getAxis(side)
-        axis.setPen(pg.mkPen("#9aa3ad"))
         axis.setTextPen(pg.mkPen(pal.MUTED_TEXT))
         # Ticks, labels and grid are replayed from a picture on every paint of the plot (~2 ms
         # an axis); cached, an axis is drawn again only when its range changes.
@@ -152,31 +202,5 @@ def _make_plot(name: str) -> pg.PlotItem:
     return plot
 
 
-def _make_curves(p: dict[str, pg.PlotItem]) -> dict[str, pg.GraphicsObject]:
-    bars = {
-        "step_h2d": pg.BarGraphItem(x=[], height=[], width=0.38, brush=pal.H2D, pen=None, name="H2D"),
-        "step_d2h": pg.BarGraphItem(x=[], height=[], width=0.38, brush=pal.D2H, pen=None, name="D2H"),
-    }
-    for bar in bars.values():
-        p["traffic"].addItem(bar)
-    bars["stall"] = pg.BarGraphItem(x=[], height=[], width=0.6, brush=pal.color(pal.D2H, 170), pen=None)
-    p["stall"].addItem(bars["stall"])
-    return {
-        **bars,
-        "total_h2d": _line(p["cumulative"], pal.H2D, "H2D"),
-        "total_d2h": _line(p["cumulative"], pal.D2H, "D2H"),
-        "device": _line(p["device"], pal.GPU, "device KV"),
-        "peak": _line(p["device"], pal.GPU, "peak in step", dashed=True),
-        "host": _line(p["device"], pal.CPU, "host KV"),
-        "verifier_device": _line(p["device"], pal.VERIFIER, "verifier device KV"),
-        "verifier_host": _line(p["device"], pal.VERIFIER, "verifier host KV", dashed=True),
-        "step": _line(p["copy"], pal.STEP_TIME, "step"),
-        "copy": _line(p["copy"], pal.MEASURED, "measured copy"),
-        "modelled": _line(p["copy"], pal.MODELLED, "modelled PCIe", dashed=True),
-    }
-
-
-def _line(plot: pg.PlotItem, colour: str, name: str, dashed: bool = False) -> pg.PlotDataItem:
-    style = Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine
-    return plot.plot([], [], name=name, pen=pg.mkPen(colour, width=2, style=style),
-                     symbol=None if dashed else "o", symbolSize=5, symbolBrush=colour, symbolPen=None)
+def _line_pen(colour: str, dashed: bool, ratio: float) -> QPen:
+    return pg.mkPen(colour, width=2 * ratio, style=Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine)
