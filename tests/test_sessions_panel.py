@@ -130,7 +130,8 @@ def test_rename_to_nothing_is_ignored(panel: SessionsPanel, store: SessionStore)
     assert store.get_session(sid)["title"] == QUESTIONS[-1]
 
 
-def test_delete_asks_first(panel: SessionsPanel, store: SessionStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_delete_key_asks_first(qtbot, panel: SessionsPanel, store: SessionStore,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[str] = []
     reply = [QMessageBox.StandardButton.No]
 
@@ -141,10 +142,11 @@ def test_delete_asks_first(panel: SessionsPanel, store: SessionStore, monkeypatc
     monkeypatch.setattr(QMessageBox, "question", question)
     sid = panel.model.session_id(0)
     panel.select(sid)
-    panel.delete_selected()
+    panel.view.setFocus()
+    qtbot.keyClick(panel.view, Qt.Key.Key_Delete)
     assert "What is 12 * 7?" in asked[0] and store.get_session(sid)
     reply[0] = QMessageBox.StandardButton.Yes
-    panel.delete_selected()
+    qtbot.keyClick(panel.view, Qt.Key.Key_Delete)
     assert panel.model.rowCount() == 2 and panel.model.row_of(sid) is None
     assert [s["id"] for s in store.list_sessions()] == [panel.model.session_id(0), panel.model.session_id(1)]
 
@@ -166,6 +168,9 @@ def test_open_and_run_again_signals(qtbot, panel: SessionsPanel) -> None:
     with qtbot.waitSignal(panel.open_requested, timeout=1000) as entered:
         qtbot.keyClick(panel.view, Qt.Key.Key_Return)
     assert entered.args == [sid]
+    with qtbot.waitSignal(panel.open_requested, timeout=1000) as keypad:  # the number pad's Enter opens it too
+        qtbot.keyClick(panel.view, Qt.Key.Key_Enter, Qt.KeyboardModifier.KeypadModifier)
+    assert keypad.args == [sid]
     assert [a.text() for a in panel.context_menu().actions() if a.text()] == [
         "Open", "Run again", "Rename", "Export…", "Delete…"]
 

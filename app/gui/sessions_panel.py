@@ -220,12 +220,14 @@ class SessionsPanel(QWidget):
         self._update_buttons()
 
     def _add_shortcuts(self) -> None:
-        """Delete, Enter and F2 on the list (the context menu shows F2 and Delete; F1 lists all three)."""
-        for keys, slot in ((QKeySequence.StandardKey.Delete, self.delete_selected),
-                           (QKeySequence(Qt.Key.Key_Return), lambda: self._emit_for_selected(self.open_requested)),
-                           (QKeySequence(Qt.Key.Key_F2), self.rename_selected)):
+        """Delete, Enter (either: the number pad's too) and F2 on the list (the context menu shows F2 and Delete;
+        F1 lists all three)."""
+        enter = [QKeySequence(Qt.Key.Key_Return), QKeySequence(Qt.Key.Key_Enter)]
+        for keys, slot in ((QKeySequence.keyBindings(QKeySequence.StandardKey.Delete), self.delete_selected),
+                           (enter, lambda: self._emit_for_selected(self.open_requested)),
+                           ([QKeySequence(Qt.Key.Key_F2)], self.rename_selected)):
             action = QAction(self.view)
-            action.setShortcut(keys)
+            action.setShortcuts(keys)
             action.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
             action.triggered.connect(slot)
             self.view.addAction(action)
