@@ -11,12 +11,12 @@ pytest.importorskip("pytestqt")
 
 import itertools
 
-from PySide6.QtCore import QPointF, Qt
+from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QImage, QPainter, QPen
 from PySide6.QtWidgets import QAbstractSlider
 
 from app.gui import palette as pal
-from app.gui.tree_items import edge_pen
+from app.gui.tree_items import RING, edge_pen
 from app.gui.tree_view import COL_W, NODE_H, NODE_W, ReasoningTreeView
 from app.session import ROOT_ID, Change, SearchTree, SessionModel
 from benchmarks.fake_search import fake_run
@@ -201,6 +201,23 @@ def test_click_on_a_node_emits_node_selected(view, qtbot):
         qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=pos)
     assert blocker.args == [target]
     assert view.selected_id == target and view.item(target).selected
+
+
+def test_the_selected_box_shows_the_keyboard_focus_with_a_whole_ring(view, qtbot):
+    """The tree looked the same with and without the keyboard focus; and the selection's ring lay outside the
+    box's cached bounds, so only a pixel of its outer side showed, with square corners."""
+    feed(view, events(SearchConfig(beams=2, width=2, max_steps=3)))
+    best = view.data.best_id
+    view.select_node(best)
+    unfocused = view.grab().toImage()
+    view.activateWindow()
+    view.setFocus()
+    qtbot.waitUntil(view.hasFocus)
+    assert view.grab().toImage() != unfocused and view.item(best).focused
+    ring = QRectF(0, 0, NODE_W, NODE_H).adjusted(-RING, -RING, RING, RING)
+    assert view.item(best).boundingRect().contains(ring.adjusted(-1.3, -1.3, 1.3, 1.3))  # half the focus pen
+    view.clearFocus()
+    assert not view.item(best).focused
 
 
 def test_arrow_keys_walk_the_boxes_and_select_them(view, qtbot):

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QBrush, QFont, QFontMetrics, QPainter, QPainterPath, QPen
+from PySide6.QtGui import QBrush, QFont, QFontMetrics, QGuiApplication, QPainter, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
 
 import app.formatting as fmt
@@ -31,7 +31,9 @@ COMPACT_PX = 12.0  # the compact label's height on screen, whatever the zoom
 EDGE_ORDER = ("pruned", "running", "kept", "finished", "final")  # painted in this order: chosen path on top
 _DEVICE_CACHE = QGraphicsItem.CacheMode.DeviceCoordinateCache  # enum lookups cost ~1 us; 10,000 items add up
 _NO_BUTTON = Qt.MouseButton.NoButton
-_NODE_BOUNDS = QRectF(-2, -2, NODE_W + 4, NODE_H + 4)
+RING = 3.0  # the selection's ring this far outside the box
+_NODE_BOUNDS = QRectF(-5, -5, NODE_W + 10, NODE_H + 10)  # the ring and its pen's half width: a cached item is
+# cut at its bounds, and the ring showed a pixel of its outer side with square corners
 _LEFT = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
 _RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
 
@@ -50,6 +52,7 @@ class Ink:
         self.text_pen = {name: QPen(pal.color(s.text)) for name, s in styles.items()}
         self.muted = QPen(pal.color(pal.MUTED_TEXT))
         self.selection = QPen(pal.color(pal.SELECTION), 1.4, Qt.PenStyle.DashLine)
+        self.focus = QPen(QGuiApplication.palette().color(QPalette.ColorRole.Highlight), 2.6)  # the OS's colour
         self.hover = QPen(pal.color(pal.HOVER), 3.0)
         self.no_kv = QBrush(pal.color(pal.NO_KV))
         self.bar = {dim: (QBrush(pal.color(pal.CPU, dim)), QBrush(pal.color(pal.GPU, dim))) for dim in (110, 255)}
@@ -90,6 +93,7 @@ class NodeItem(QGraphicsItem):
         self._state = "running"
         self._share: float | None = None
         self.selected = False
+        self.focused = False  # selected while the view has the keyboard focus: a solid ring, not a dashed one
         self.on_path = False  # on the hovered node's path
         self.setCacheMode(_DEVICE_CACHE)
         self.setAcceptedMouseButtons(_NO_BUTTON)  # the view handles clicks and drags
@@ -154,9 +158,9 @@ class NodeItem(QGraphicsItem):
             painter.setBrush(Qt.BrushStyle.NoBrush)
             painter.drawRoundedRect(box.adjusted(-1.5, -1.5, 1.5, 1.5), 8, 8)
         if self.selected:
-            painter.setPen(ink.selection)
+            painter.setPen(ink.focus if self.focused else ink.selection)
             painter.setBrush(Qt.BrushStyle.NoBrush)
-            painter.drawRoundedRect(box.adjusted(-3, -3, 3, 3), 9, 9)
+            painter.drawRoundedRect(box.adjusted(-RING, -RING, RING, RING), 9, 9)
         if self.node_id != ROOT_ID:
             self._paint_bar(painter, QRectF(PAD, 47, NODE_W - 2 * PAD, 7))
         lod = QStyleOptionGraphicsItem.levelOfDetailFromTransform(painter.worldTransform())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QKeySequence, QPainter, QPen
+from PySide6.QtGui import QFocusEvent, QKeySequence, QPainter, QPen
 from PySide6.QtWidgets import (
     QApplication,
     QGraphicsPathItem,
@@ -272,10 +272,35 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         self.data.node(node_id)
         for old in (self._selected, node_id):
             if old in self._items:
-                self._items[old].selected = old == node_id
-                self._items[old].update()
+                item = self._items[old]
+                item.selected = old == node_id
+                item.focused = item.selected and self.hasFocus()
+                item.update()
         self._selected = node_id
         self.node_selected.emit(node_id)
+
+    def focusInEvent(self, event: QFocusEvent) -> None:
+        """The selected box shows the keyboard focus with a solid ring; the tree looked the same with and without
+        it. Tabbed into with no box selected, it selects the best (or the prompt), as a list gives its first row
+        the focus: the first arrow key then moves from there."""
+        super().focusInEvent(event)
+        by_keyboard = event.reason() in (Qt.FocusReason.TabFocusReason, Qt.FocusReason.BacktabFocusReason,
+                                         Qt.FocusReason.ShortcutFocusReason)
+        if by_keyboard and not (self._selected in self._items and self.is_shown(self._selected)):
+            first = self.data.best_id if self.data.best_id in self._items else ROOT_ID
+            if first in self._items:
+                self.select_node(first)
+        self._show_focus()
+
+    def focusOutEvent(self, event: QFocusEvent) -> None:
+        super().focusOutEvent(event)
+        self._show_focus()
+
+    def _show_focus(self) -> None:
+        item = self._items.get(self._selected)
+        if item is not None:
+            item.focused = self.hasFocus()
+            item.update()
 
     @property
     def selected_id(self) -> int | None:
