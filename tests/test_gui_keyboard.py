@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QCoreApplication, QEvent, QSettings, Qt
+from PySide6.QtCore import QCoreApplication, QEvent, QPoint, QRect, QSettings, Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractButton,
@@ -33,6 +33,9 @@ from PySide6.QtWidgets import (
 from app.gui.bridge import SearchBridge
 from app.gui.main_window import MainWindow
 from app.gui.server_panel import ServerDialog
+from app.recorder import SessionRecorder
+from benchmarks.fake_search import fake_run
+from engine.config import SearchConfig
 from tests.test_gui_bridge import CountingLoader, run_fake
 
 INTERACTIVE = (QAbstractButton, QAbstractSlider, QAbstractSpinBox, QLineEdit, QComboBox, QPlainTextEdit, QTextEdit,
@@ -191,25 +194,49 @@ def test_at_1366x768_the_window_fits_and_every_part_keeps_a_usable_size(window, 
 
 
 def on_screen(window: MainWindow, widget: QWidget) -> bool:
-    """Whether the window shows `widget` at its middle (not off the screen, not scrolled out of sight)."""
-    shown = window.childAt(widget.mapTo(window, widget.rect().center()))
-    return shown is not None and (shown is widget or widget.isAncestorOf(shown))
+    """Whether the window shows some of `widget` (not off the screen, behind a tab or scrolled out of sight)."""
+    shown = QRect(widget.mapTo(window, QPoint(0, 0)), widget.size())
+    parent = widget.parentWidget()
+    while parent is not None and parent is not window:
+        shown &= QRect(parent.mapTo(window, QPoint(0, 0)), parent.size())
+        parent = parent.parentWidget()
+    shown &= window.rect()
+    seen = window.childAt(shown.center()) if not shown.isEmpty() else None
+    return seen is not None and (seen is widget or widget.isAncestorOf(seen))
 
 
-def test_tab_reaches_only_controls_on_screen_and_no_bare_scroll_area(window, qtbot):
-    """Qt keeps the docks behind another's tab (Sessions and Models behind Settings) visible off the screen: Tab
-    walked into them, the focus on controls nobody saw. Nor is a dock's scroll area a stop of its own. Real Tab
-    presses, so a scroll area brings each control it holds into view."""
+def tab_walk(window: MainWindow, qtbot) -> tuple[list[QWidget], list[str], list[str]]:
+    """Real Tab presses round the window from the question (so a scroll area brings each control it holds into
+    view): the chain, the stops not on screen, and the stops Tab did not leave."""
     chain = tab_chain(window, window.question)
-    unseen = []
+    unseen, traps = [], []
     for _ in chain:
         widget = QApplication.focusWidget()
         if not on_screen(window, widget):
             unseen.append(f"{type(widget).__name__} {widget.accessibleName()!r}")
         qtbot.keyClick(widget, Qt.Key.Key_Tab)
-    assert unseen == []
-    assert not [w for w in chain if type(w) is QScrollArea]
+        if QApplication.focusWidget() is widget:  # a table moved between its cells: Tab never left it
+            traps.append(f"{type(widget).__name__} {widget.accessibleName()!r}")
+            window.focusNextChild()
+    return chain, unseen, traps
+
+
+def test_tab_reaches_only_controls_on_screen_leaves_each_and_skips_scroll_areas(window, qtbot):
+    """Qt keeps the docks behind another's tab (Sessions and Models behind Settings) visible off the screen: Tab
+    walked into them, the focus on controls nobody saw. A table kept Tab for its cells, a trap a keyboard alone
+    could not leave. Nor is a dock's scroll area a stop of its own."""
+    window.panels.charts.build()  # as `beamwise gui` does after the first paint: the charts' canvas is a stop too
+    chain, unseen, traps = tab_walk(window, qtbot)
+    assert unseen == [] and traps == [], (unseen, traps)
+    assert not [w for w in chain if type(w) is QScrollArea] and window.panels.charts.canvas in chain
     assert window.sessions.search not in chain and window.models.table not in chain
+    recorder = SessionRecorder(window.store)  # a row in each table (Models lists the bundled model)
+    for event in fake_run("How fast is the train?", SearchConfig(beams=2, width=2, max_steps=2)):
+        recorder.write(event)
+    for dock, table in (("sessions", window.sessions.view), ("models", window.models.table)):
+        window.docks[dock].raise_()
+        chain, unseen, traps = tab_walk(window, qtbot)
+        assert table.model().rowCount() and table in chain and unseen == [] and traps == [], (dock, unseen, traps)
 
 
 def test_ctrl_2_brings_the_covered_sessions_tab_forward_with_the_focus_in_it(window, qtbot):
@@ -233,3 +260,21 @@ def test_ctrl_2_brings_the_covered_sessions_tab_forward_with_the_focus_in_it(win
     qtbot.keyClick(window.sessions.search, Qt.Key.Key_3, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: on_screen(window, window.models.table))
     assert window.models.isAncestorOf(QApplication.focusWidget())
+
+
+def test_tab_into_the_tree_selects_the_best_box_and_shows_it(window, qtbot):
+    """With no box selected, Tab into the tree showed no focus at all: it selects the best box, as a list gives
+    its first row the focus, and Node details shows it; the arrow keys move on from there."""
+    window.replay(fake_run("How fast is the train?", SearchConfig(beams=2, width=2, max_steps=3)))
+    tree = window.panels.tree
+    window.show()
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow)
+    window.question.setFocus()
+    qtbot.keyClick(window.question, Qt.Key.Key_Tab)  # to Run
+    qtbot.keyClick(QApplication.focusWidget(), Qt.Key.Key_Tab)
+    best = tree.data.best_id
+    assert QApplication.focusWidget() is tree and tree.selected_id == best and tree.item(best).focused
+    assert window.panels.details.node_id == best
+    qtbot.keyClick(tree, Qt.Key.Key_Left)
+    assert window.panels.details.node_id == tree.data.node(best).parent

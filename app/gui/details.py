@@ -209,6 +209,7 @@ class NodeDetails(SessionView, QWidget):
         table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         table.setWordWrap(False)
+        table.setTabKeyNavigation(False)  # Tab walked its cells and never left it: a trap for the keyboard alone
         header = table.horizontalHeader()
         for col in range(len(PATH_COLUMNS) - 1):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)

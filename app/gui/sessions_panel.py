@@ -184,6 +184,7 @@ class SessionsPanel(QWidget):
         self.view.setEditTriggers(QAbstractItemView.EditTrigger.EditKeyPressed)  # F2 renames
         self.view.verticalHeader().hide()
         self.view.setWordWrap(False)
+        self.view.setTabKeyNavigation(False)  # rows are chosen with the arrows; Tab goes on to the buttons
         self._size_columns()
         self.view.doubleClicked.connect(lambda index: self.open_requested.emit(self.model.session_id(index.row())))
         self.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
