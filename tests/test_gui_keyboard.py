@@ -3,6 +3,7 @@ names for every control, and a usable layout on a 1366x768 laptop screen."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -35,8 +36,9 @@ from app.gui.main_window import MainWindow
 from app.gui.server_panel import ServerDialog
 from app.recorder import SessionRecorder
 from benchmarks.fake_search import fake_run
-from engine.config import SearchConfig
-from tests.test_gui_bridge import CountingLoader, run_fake
+from engine import events as ev
+from engine.config import CacheConfig, ModelSpec, SearchConfig
+from tests.test_gui_bridge import CountingLoader, gated, run_fake
 
 INTERACTIVE = (QAbstractButton, QAbstractSlider, QAbstractSpinBox, QLineEdit, QComboBox, QPlainTextEdit, QTextEdit,
                QAbstractItemView, QGraphicsView)
@@ -278,3 +280,47 @@ def test_tab_into_the_tree_selects_the_best_box_and_shows_it(window, qtbot):
     assert window.panels.details.node_id == best
     qtbot.keyClick(tree, Qt.Key.Key_Left)
     assert window.panels.details.node_id == tree.data.node(best).parent
+
+
+def test_ctrl_enter_runs_and_esc_stops_with_the_focus_in_the_tree(keep_window, tmp_path: Path, qtbot):
+    """The window's keys work wherever the focus is: here the tree, which takes the arrow keys itself."""
+    gate = threading.Event()
+    settings = QSettings(str(tmp_path / "beamwise.ini"), QSettings.Format.IniFormat)
+    window = keep_window(MainWindow(SearchBridge(loader=CountingLoader(), run=gated(gate)), settings=settings,
+                                    dialogs=False))
+    window.controls.set_configs(ModelSpec(source="synthetic:fake"), SearchConfig(beams=2, width=2, max_steps=3),
+                                CacheConfig())
+    window.question.setPlainText("How fast is the train?")
+    window.show()
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow)
+    tree = window.panels.tree
+    tree.setFocus()
+
+    def stop_at_step_1(event: object) -> None:
+        if isinstance(event, ev.StepSelected) and event.step == 1:
+            qtbot.keyClick(tree, Qt.Key.Key_Escape)
+            gate.set()
+
+    window.bridge.event_emitted.connect(stop_at_step_1)
+    with qtbot.waitSignal(window.run_ended, timeout=5000) as ended:
+        qtbot.keyClick(tree, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert isinstance(ended.args[0], ev.RunCancelled) and QApplication.focusWidget() is tree
+
+
+def test_a_screen_reader_hears_the_selected_box_the_charts_figures_and_the_plan(window, qtbot):
+    """A screen reader sees the tree and the charts as one widget each, never the boxes or lines drawn in them,
+    and the plan's dot says its verdict in colour only: each says it in words."""
+    window.replay(fake_run("How fast is the train?", SearchConfig(beams=2, width=2, max_steps=3)))
+    tree = window.panels.tree
+    tree.setFocus()
+    qtbot.keyClick(tree, Qt.Key.Key_Up)  # the first press selects the best box
+    best = tree.data.node(tree.data.best_id)
+    assert tree.accessibleDescription().startswith(f"#{best.id}, step 3, final, score {best.score:.3f}.")
+    assert best.first_line in tree.accessibleDescription()
+    charts = window.panels.charts.canvas.accessibleDescription()
+    assert charts.startswith("Emulated GPU. step 3: PCIe ") and " on the device of a " in charts
+    with qtbot.waitSignal(window.plan_bar.planned, timeout=10_000):
+        window.plan_bar.refresh_now()
+    words = window.plan_bar.dot.toolTip()
+    assert window.plan_bar.dot.accessibleName() == f"Memory plan: {words}" and words != "no plan"

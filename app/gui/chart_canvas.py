@@ -11,6 +11,7 @@ from PySide6.QtGui import QPen
 from PySide6.QtWidgets import QApplication, QFrame, QGraphicsItem, QScrollArea
 
 import pyqtgraph as pg  # isort: skip  (after Qt, so pyqtgraph binds to PySide6)
+import app.formatting as fmt
 from app.gui import chart_grid as grid
 from app.gui import palette as pal
 from app.gui.chart_axes import BytesAxis, SecondsAxis, ShareAxis, StepAxis, fit_ranges
@@ -138,6 +139,9 @@ class ChartCanvas(QObject):
 
     def redraw(self, name: str, s: ChartSeries) -> None:
         """Plot `name`'s curves from the series, and its ranges."""
+        spoken = figures_in_words(s)
+        if self.canvas.accessibleDescription() != spoken:
+            self.canvas.setAccessibleDescription(spoken)
         c = self.curves
         steps = s.transfer_steps
         if name in ("traffic", "cumulative"):  # the question's own traffic, where it moved any, is x = 0: "prompt"
@@ -182,6 +186,25 @@ class ChartCanvas(QObject):
             return len(item.opts["height"])
         x, _ = item.getData()
         return 0 if x is None else len(x)
+
+
+def figures_in_words(s: ChartSeries) -> str:
+    """The charts' latest figures in one sentence: a screen reader reads the canvas's description, not its lines."""
+    parts = []
+    if s.transfer_steps:
+        x, h2d, d2h = s.traffic()
+        _, total_h2d, total_d2h = s.traffic(cumulative=True)
+        parts.append(f"step {x[-1]}: PCIe {fmt.size(h2d[-1])} to the device and {fmt.size(d2h[-1])} back, "
+                     f"{fmt.size(total_h2d[-1])} and {fmt.size(total_d2h[-1])} in all; step time "
+                     f"{fmt.seconds(s.step_seconds[-1])}, copies {fmt.seconds(s.copy_seconds[-1])}, "
+                     f"{s.stall_share[-1]:.0%} waiting for copies")
+    if s.memory_steps:
+        budget = "" if s.budget_bytes is None else f" of a {fmt.size(s.budget_bytes)} budget"
+        parts.append(f"KV {fmt.size(s.device_bytes[-1])} on the device{budget}, {fmt.size(s.host_bytes[-1])} on "
+                     "the host")
+    if not parts:
+        return "No run yet."
+    return ("Emulated GPU. " if s.emulated else "") + "; ".join(parts) + "."
 
 
 def _make_plot(name: str) -> pg.PlotItem:

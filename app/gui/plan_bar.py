@@ -107,8 +107,9 @@ class PlanBar(QWidget):
 
     def _paint(self, state: str, sentence: str, details: str) -> None:
         self.dot.setStyleSheet(f"color: {COLOURS[state]}; font-size: 16px;")
-        self.dot.setToolTip({"green": "fits", "amber": "runs, with a cost", "red": "will not run as set"}.get(
-            state, "no plan"))
+        words = {"green": "fits", "amber": "runs, with a cost", "red": "will not run as set"}.get(state, "no plan")
+        self.dot.setToolTip(words)
+        self.dot.setAccessibleName(f"Memory plan: {words}")  # the dot says it in colour only
         self._sentence, self._details = sentence, details
         self._fit_sentence()
 

@@ -8,6 +8,7 @@ PCIe bytes) and are cached in device coordinates; when zoomed far out they draw 
 from __future__ import annotations
 
 import html
+import re
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QFocusEvent, QKeySequence, QPainter, QPen
@@ -58,6 +59,15 @@ def _tooltip(node: Node) -> str:
     )
 
 
+KEYS_SPOKEN = "Arrow keys select the parent, a child or the box above or below"  # until a box is selected
+
+
+def spoken(node: Node) -> str:
+    """A box in words for a screen reader, which sees the view but not the boxes drawn in it: its tooltip's text."""
+    lines = html.unescape(re.sub(r"</?b>", "", _tooltip(node))).replace(" · ", ", ").split("<br>")
+    return ". ".join(line.rstrip(". ") for line in lines) + "."
+
+
 class ReasoningTreeView(SessionView, QGraphicsView):
     """The live tree of the session's `SearchTree` (`.data`); each change redraws only the items it names.
 
@@ -98,7 +108,7 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         self.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.SmartViewportUpdate)
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.setAccessibleName("Reasoning tree")
-        self.setAccessibleDescription("Arrow keys select the parent, a child or the box above or below")
+        self.setAccessibleDescription(KEYS_SPOKEN)
         for bar in (self.horizontalScrollBar(), self.verticalScrollBar()):
             bar.actionTriggered.connect(lambda _action: self.set_follow(False))
         self._build_overlay()
@@ -277,6 +287,7 @@ class ReasoningTreeView(SessionView, QGraphicsView):
                 item.focused = item.selected and self.hasFocus()
                 item.update()
         self._selected = node_id
+        self.setAccessibleDescription(spoken(self.data.node(node_id)))  # read out as the arrow keys move
         self.node_selected.emit(node_id)
 
     def focusInEvent(self, event: QFocusEvent) -> None:
@@ -363,6 +374,7 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         self._relayout_timer.stop()
         self._bounds = None
         self._selected = None
+        self.setAccessibleDescription(KEYS_SPOKEN)
         self.hovered_path = []
         self._hover_line = QGraphicsPathItem()
         self._hover_line.setPen(QPen(pal.color(pal.HOVER, 150), 6.0))
