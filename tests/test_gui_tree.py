@@ -220,6 +220,23 @@ def test_the_selected_box_shows_the_keyboard_focus_with_a_whole_ring(view, qtbot
     assert not view.item(best).focused
 
 
+def test_home_and_end_scroll_to_the_prompt_and_the_best_box(view, qtbot):
+    """Help > Keyboard shortcuts said Home and End scroll the tree; QGraphicsView ignores both."""
+    view.resize(500, 300)
+    feed(view, events(SearchConfig(beams=3, width=3, max_steps=6)))
+
+    def shown(node_id: int) -> bool:
+        return view.mapToScene(view.viewport().rect()).boundingRect().contains(view.node_center(node_id))
+
+    best = view.data.best_id
+    assert shown(best) and not shown(ROOT_ID)  # the view follows the run's end
+    view.setFocus()
+    qtbot.keyClick(view, Qt.Key.Key_Home)
+    assert shown(ROOT_ID) and not view.follow
+    qtbot.keyClick(view, Qt.Key.Key_End)
+    assert shown(best) and view.selected_id is None  # it scrolls; the selection stays
+
+
 def test_arrow_keys_walk_the_boxes_and_select_them(view, qtbot):
     feed(view, events(SearchConfig(beams=2, width=2, max_steps=3)))
     tree = view.data

@@ -16,13 +16,16 @@ ABOUT = ("<b>Beamwise</b><p>Answers a question by step-wise beam search over a l
          "that KV crosses PCIe as rarely as possible.</p><p>The tree shows every candidate step, its score, "
          "where its KV lives and the traffic it caused.</p>")
 
-WIDGET_KEYS = [("Ctrl+= / Ctrl+- / Ctrl+wheel", "Tree > zoom in / out"),
+WIDGET_KEYS = [("Tab / Shift+Tab", "the next / previous control (in a list or table the arrows choose a row)"),
+               ("Ctrl+= / Ctrl+- / Ctrl+wheel", "Tree > zoom in / out"),
                ("Left / Right / Up / Down", "Tree > select the parent, first child, or box above / below"),
-               ("Page Up/Down, Home, End, Shift+arrows", "Tree > scroll"),
+               ("Page Up/Down, Shift+arrows", "Tree > scroll"), ("Home / End", "Tree > show the prompt / best box"),
                ("click a box", "Tree > its details; hover a box: its path from the prompt lights up"),
                ("Enter in the question", "new line (Ctrl+Enter runs)"),
+               ("Enter in the follow-up", "Search > Follow up"),
                ("Enter in Models > Repository", "Models > Pull"), ("Delete in Models", "Models > Remove…"),
-               ("Enter / F2 / Delete in Sessions", "Sessions > Open / Rename / Delete…")]
+               ("Enter / F2 / Delete in Sessions", "Sessions > Open / Rename / Delete…"),
+               ("Esc in a dialog", "close it")]
 DOCK_TEXTS = {"settings": "&Settings", "sessions": "S&essions", "models": "&Models", "details": "&Node details",
               "transcript": "&Transcript", "charts": "Memory and &PCIe"}  # View's toggles, one letter each
 

@@ -489,6 +489,11 @@ class ReasoningTreeView(SessionView, QGraphicsView):
             self.fit_to_view()
         elif not event.modifiers() and key in _MOVES:
             self.move_selection(key)
+        elif key in (Qt.Key.Key_Home, Qt.Key.Key_End):  # QGraphicsView ignores them: the prompt, the best box
+            self.set_follow(False)
+            target = ROOT_ID if key == Qt.Key.Key_Home else self.data.best_id
+            if target in self._items:
+                self.ensureVisible(self._items[target], 40, 40)
         else:
             if key in _SCROLL_KEYS:
                 self.set_follow(False)
