@@ -248,8 +248,10 @@ def test_ctrl_2_brings_the_covered_sessions_tab_forward_with_the_focus_in_it(win
     qtbot.waitUntil(window.isActiveWindow)  # a window's keys work only in the active window
     window.question.setFocus()
     sessions = window.docks["sessions"]
+    width = window.docks["settings"].width()
     qtbot.keyClick(window.question, Qt.Key.Key_2, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: on_screen(window, window.sessions.view))
+    assert sessions.width() == width == 440  # the tabs keep the width they were given, hidden contents or not
     assert QApplication.focusWidget() is window.sessions.search
     assert not on_screen(window, window.controls)  # now behind Sessions
     assert window.sessions.view in tab_chain(window, window.question)

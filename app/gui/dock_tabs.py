@@ -12,7 +12,11 @@ def hide_when_covered(dock: QDockWidget) -> None:
     """Qt moves the docks behind another's tab off the screen but keeps them visible: Tab walked from Settings
     into the Sessions and Models tabs behind it, the focus on controls nobody could see. The dock's contents are
     hidden while it is covered or closed (and a shown Sessions tab lists again, as its showEvent means to)."""
-    dock.visibilityChanged.connect(dock.widget().setVisible)
+    contents = dock.widget()
+    policy = contents.sizePolicy()
+    policy.setRetainSizeWhenHidden(True)  # hidden, it still sizes its dock: the tabs keep their width
+    contents.setSizePolicy(policy)
+    dock.visibilityChanged.connect(contents.setVisible)
 
 
 def panel_action(dock: QDockWidget, text: str, keys: str) -> QAction:
