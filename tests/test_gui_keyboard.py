@@ -326,3 +326,21 @@ def test_a_screen_reader_hears_the_selected_box_the_charts_figures_and_the_plan(
         window.plan_bar.refresh_now()
     words = window.plan_bar.dot.toolTip()
     assert window.plan_bar.dot.accessibleName() == f"Memory plan: {words}" and words != "no plan"
+
+
+def test_a_run_started_from_a_setting_keeps_the_focus_on_stop_then_gives_it_back(window, qtbot):
+    """The settings are disabled while a run goes on: Ctrl+Enter in one of them left the window with no focus at
+    all, during the run and after it, so the keyboard had nowhere to start from."""
+    window.controls.set_configs(ModelSpec(source="synthetic:fake"), SearchConfig(beams=2, width=2, max_steps=3),
+                                CacheConfig())
+    window.show()
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow)
+    seed = window.controls.seed
+    seed.setFocus()
+    during = []
+    window.bridge.event_emitted.connect(lambda event: during.append(QApplication.focusWidget()))
+    with qtbot.waitSignal(window.run_ended, timeout=5000):
+        qtbot.keyClick(seed, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert during and set(during) == {window.findChild(QAbstractButton, "stopButton")}
+    assert QApplication.focusWidget() is seed

@@ -118,6 +118,7 @@ class MainWindow(QMainWindow):
         self.session = SessionModel()
         self.panels = Panels.of(self.session)
         self.running = False
+        self._settings_focus: QWidget | None = None  # the settings field a run started from, given back at its end
         self.current_session: int | None = None
         self.last_terminal: Any = None
         self.shortcuts_box: QMessageBox | None = None  # Help > Keyboard shortcuts, the last one shown
@@ -327,7 +328,11 @@ class MainWindow(QMainWindow):
         self.running, self.last_terminal, self.current_session = True, None, None
         self.session.reset()
         self.status.begin(search.max_steps)
+        focus = self.focusWidget()
+        self._settings_focus = focus if self.controls.isAncestorOf(focus) else None
         self._update_actions()
+        if self._settings_focus is not None:  # disabled, the settings leave no focus at all: Stop takes it
+            self.findChild(QToolButton, "stopButton").setFocus(Qt.FocusReason.OtherFocusReason)
         freeze_long_lived()  # the last run's tree is gone: the run's full collections walk only what it makes
 
     def apply_event(self, event: Any) -> None:
@@ -361,6 +366,9 @@ class MainWindow(QMainWindow):
         self.status.banner.hide()
         self.status.stop_heartbeat()
         self._update_actions()
+        if self._settings_focus is not None and self._settings_focus.isEnabled():  # where Ctrl+Enter was pressed
+            self._settings_focus.setFocus(Qt.FocusReason.OtherFocusReason)
+        self._settings_focus = None
         if self.sessions is not None:
             self.sessions.refresh()
         self._list_models()  # if the engine came in during the run
