@@ -43,6 +43,7 @@ class ChartCanvas(QObject):
         grid.arrange(self.canvas.ci, list(self.plots.values()), self.columns)
         self.canvas.installEventFilter(self)
         self.canvas.viewport().installEventFilter(self)
+        self._line_looks: dict[pg.PlotDataItem, tuple[str, bool]] = {}  # colour, dashed: _scale_pens sets the pens
         self.curves = self._make_curves()
         self.budget_line = pg.InfiniteLine(angle=0, movable=False)  # its size is in the title's key, off the lines
         self.plots["device"].addItem(self.budget_line)
@@ -114,7 +115,7 @@ class ChartCanvas(QObject):
         return curve
 
     def _make_curves(self) -> dict[str, pg.GraphicsObject]:
-        p, self._line_looks = self.plots, {}
+        p = self.plots
         bars = {
             "step_h2d": pg.BarGraphItem(x=[], height=[], width=0.38, brush=pal.H2D, pen=None, name="H2D"),
             "step_d2h": pg.BarGraphItem(x=[], height=[], width=0.38, brush=pal.D2H, pen=None, name="D2H"),
