@@ -125,3 +125,15 @@ def test_a_folder_whose_architecture_is_unknown(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["BertModel"], "model_type": "bert"}))
     with pytest.raises(NotAPRM, match="names BertModel"):
         detect_family(tmp_path)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_plan_lays_a_path_out_with_the_layout_the_run_builds(name, folders):
+    """The plan reads a PRM's layout without its weights (`verifier_layout`); a run builds it from the loaded PRM."""
+    from engine.verifiers import verifier_layout
+
+    planned = verifier_layout("prm", None, str(folders[name]))
+    built = prm_verifier(load_prm(str(folders[name]), CPU, torch.float32)).layout
+    assert type(planned) is type(built)
+    assert planned.prefix(QUESTION) == built.prefix(QUESTION)
+    assert planned.body(QUESTION, STEPS[:1], STEPS[1]) == built.body(QUESTION, STEPS[:1], STEPS[1])

@@ -32,15 +32,15 @@ __all__ = [
     "exit_refusal", "make_verifier", "prm_family", "prm_verifier", "verifier_layout",
 ]
 
-_WIRING = {"qwen-prm": qwen_prm.verifier, "skywork-prm": skywork_prm.verifier,
-           "math-shepherd": math_shepherd.verifier, "rlhflow-prm": rlhflow_prm.verifier}
-_LAYOUTS = {"qwen-prm": qwen_prm.QwenPRMLayout, "skywork-prm": skywork_prm.SkyworkLayout,
-            "math-shepherd": math_shepherd.MathShepherdLayout, "rlhflow-prm": rlhflow_prm.RLHFlowLayout}
+# Each PRM family's module: its `verifier(parts)` wires a loaded PRM, its `LAYOUT` lays a path out from the
+# tokenizer alone (what a plan reads without weights).
+_FAMILIES = {"qwen-prm": qwen_prm, "skywork-prm": skywork_prm, "math-shepherd": math_shepherd,
+             "rlhflow-prm": rlhflow_prm}
 
 
 def prm_verifier(parts: PRMParts) -> PathVerifier:
     """The verifier of a loaded PRM, by its family."""
-    return _WIRING[parts.family](parts)
+    return _FAMILIES[parts.family].verifier(parts)
 
 
 def verifier_layout(name: str, generator: PreTrainedTokenizerBase, verifier_model: str | None) -> Layout | None:
@@ -50,7 +50,7 @@ def verifier_layout(name: str, generator: PreTrainedTokenizerBase, verifier_mode
     if name == "self-judge":
         return JudgeLayout(generator)
     if name == "prm" and verifier_model:
-        return _LAYOUTS[prm_family(verifier_model)](load_prm_tokenizer(verifier_model))
+        return _FAMILIES[prm_family(verifier_model)].LAYOUT(load_prm_tokenizer(verifier_model))
     return None
 
 

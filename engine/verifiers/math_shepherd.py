@@ -46,6 +46,9 @@ class MathShepherdLayout:
         return []
 
 
+LAYOUT = MathShepherdLayout  # the family's path layout, for a plan read without weights
+
+
 def verifier(parts: PRMParts) -> PathVerifier:
     labels = LabelLogits(parts.head, label_ids(parts.tokenizer))
 

@@ -32,6 +32,9 @@ class QwenPRMLayout:
         return []
 
 
+LAYOUT = QwenPRMLayout  # the family's path layout, for a plan read without weights
+
+
 def verifier(parts: PRMParts) -> PathVerifier:
     head = parts.head
 

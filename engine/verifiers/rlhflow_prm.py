@@ -48,6 +48,9 @@ class RLHFlowLayout:
         return []
 
 
+LAYOUT = RLHFlowLayout  # the family's path layout, for a plan read without weights
+
+
 def verifier(parts: PRMParts) -> PathVerifier:
     layout = RLHFlowLayout(parts.tokenizer)
     labels = LabelLogits(parts.head, (layout.plus_id, layout.minus_id))

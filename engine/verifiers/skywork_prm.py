@@ -30,6 +30,9 @@ class SkyworkLayout:
         return []
 
 
+LAYOUT = SkyworkLayout  # the family's path layout, for a plan read without weights
+
+
 def verifier(parts: PRMParts) -> PathVerifier:
     head = parts.head
 
