@@ -338,7 +338,9 @@ class _Search:
         run = c.ahead[0] if c.ahead else None
         if run is None or not run.done or step >= self.cfg.max_steps or not self.cache_cfg.lookahead_verify:
             return None
-        return self.loaded.decode(run.sampled) if self.speculating and self.verifier.looks_ahead else None
+        if not (self.speculating and self.verifier.looks_ahead):
+            return None
+        return step_text(self.loaded.decode, c.generated, run.sampled, run.finished)  # as `_take` will write it
 
     def _count_look_ahead(self, cost: VerifierCost) -> None:
         self.speculation.verified_ahead += cost.ahead_verified

@@ -11,6 +11,7 @@ from app.cli import build_parser, main
 from app.options import configs_from_args
 from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
+from engine.search import run
 from engine.verifiers import StepToScore, make_verifier
 from engine.verifiers.entropy_exit import ExitRule
 from tests.test_equivalence import footprint_budget
@@ -210,3 +211,28 @@ def test_look_aheads_wait_for_a_kept_parent_and_every_one_is_counted_once():
     assert [n.handle for n in looked.nodes()] == [3] and looked.counts() == (3, 0, 2)
     assert looked.take(("q", "a", "x")) is None and looked.take(("q", "a", "b")).score == 0.5
     assert looked.counts() == (0, 1, 0) and not looked.waiting
+
+
+def test_a_step_verified_ahead_is_the_text_its_child_gets(tiny, monkeypatch):
+    """The child's step text is decoded after its path's tokens (engine/step_text.py); the one verified ahead was
+    decoded alone, so where the parent's step ended inside a character the verifier scored another text."""
+    from engine import search as engine_search
+
+    verified: dict[int, str] = {}
+    ahead_text = engine_search._Search._ahead_text
+
+    def spy(self, c, step):
+        text = ahead_text(self, c, step)
+        if text is not None:
+            verified[c.id] = text
+        return text
+
+    monkeypatch.setattr(engine_search._Search, "_ahead_text", spy)
+    search = dataclasses.replace(SEARCH, verifier_model="synthetic:tiny-qwen-prm", step_delimiter=" ")
+    events = list(run("What is 2 + 3?", tiny, search, CacheConfig(speculative=True)))
+    first_child = {}
+    for e in of_type(events, "candidate_text"):
+        first_child.setdefault(e.parent, e.text)
+    pairs = [(text, first_child[parent]) for parent, text in verified.items() if parent in first_child]
+    assert pairs and any("\ufffd" in child for _, child in pairs), "pick a seed that splits a character"
+    assert [ahead for ahead, _ in pairs] == [child for _, child in pairs]
