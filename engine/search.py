@@ -316,7 +316,7 @@ class _Search:
         """Beam with lookahead: each unfinished child's greedy roll-out texts, for scoring (else none)."""
         if self.cfg.lookahead == 0:
             return {}
-        todo = [c for c in children if not self.candidates[c].finished]
+        todo = {c: self.candidates[c].generated for c in children if not self.candidates[c].finished}
         rolled = roll_out(
             kv, todo, self.cfg.lookahead, self._new_id, self.loaded.decode, self._greedy, self.should_stop
         )

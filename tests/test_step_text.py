@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+from types import SimpleNamespace
+
 import pytest
 
+from engine.methods.lookahead import roll_out
+from engine.rows import RowResult
 from engine.step_text import step_text
 
 TEXT = "苹果有多少个？ 🍎👨\u200d👩\u200d👧 שָׁלוֹם, كم عدد التفاح؟ cafe\u0301 Πόσα μήλα;"
@@ -28,3 +33,35 @@ def test_a_path_that_ends_in_half_a_character_keeps_it_as_written() -> None:
     half = list("🍎".encode())[:2]
     assert step_text(byte_decode, list(b"ok "), half, ends_path=True) == "\ufffd"
     assert step_text(byte_decode, list(b"ok "), half, ends_path=False) == ""
+
+
+class ScriptedKV:
+    """The KV cache as roll_out uses it: each decode gives every roll-out head the next chunk of bytes."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+        self.step = 0
+
+    def fork(self, leaf, head, generator) -> None:
+        pass
+
+    def release(self, cid) -> None:
+        pass
+
+    def decode_step(self, heads, should_stop, more_of_step):
+        chunk = list(self.chunks[self.step])
+        self.step += 1
+        yield SimpleNamespace(results={h: RowResult(sampled=chunk, logprobs=[0.0] * len(chunk)) for h in heads})
+
+
+def test_a_roll_out_step_is_decoded_after_its_path_and_the_steps_before_it() -> None:
+    """The lookahead method's roll-outs (what the verifier reads after the child's step) were decoded alone."""
+    apple, shin = "🍎".encode(), "שָׁ".encode()
+    path = list(b"2 + 3 = " + apple[:2])  # the child's step ends inside the apple
+    chunks = [apple[2:] + b" five ", shin[:3], shin[3:] + b"."]
+    ids = iter(range(100, 200))
+    rolled = roll_out(ScriptedKV(chunks), {7: path}, 3, lambda: next(ids), byte_decode,
+                      contextlib.nullcontext, lambda: False)
+    texts = [step.text for step in rolled.steps[7]]
+    assert texts == ["🍎 five ", "ש", "ָׁ."]
+    assert step_text(byte_decode, [], path[:-2], ends_path=False) + "".join(texts) == "2 + 3 = 🍎 five שָׁ."

@@ -6,12 +6,13 @@ sampled step, as in search-and-learn, but the verifier scores the path through t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from engine.kv.cache import KVCache
 from engine.sampling import candidate_generator
+from engine.step_text import step_text
 
 
 @dataclass(frozen=True)
@@ -28,23 +29,28 @@ class RollOut:
 
 def roll_out(
     kv: KVCache,
-    children: list[int],
+    children: Mapping[int, Sequence[int]],
     steps: int,
     new_id: Callable[[], int],
-    decode: Callable[[list[int]], str],
+    decode: Callable[[Sequence[int]], str],
     greedy: Callable[[], AbstractContextManager[None]],
     should_stop: Callable[[], bool],
 ) -> RollOut:
-    """Roll every child out; `should_stop` is checked between decode calls and between steps."""
+    """Roll every child (by id, its path's tokens) out; `should_stop` is checked between decode calls and between
+    steps. Each step's text is decoded after the tokens before it, as the path's own steps are (engine/step_text.py)."""
     result = RollOut({c: [] for c in children})
     leaves = {c: c for c in children}  # child -> the roll-out's newest candidate
+    written = {c: list(path) for c, path in children.items()}  # child -> its path's tokens and the roll-out's
     for _ in range(steps):
         heads = _fork(kv, leaves, new_id)
         finished = set()
         with greedy():
             for done in kv.decode_step(list(heads), should_stop, more_of_step=True):
                 for cid, row in done.results.items():
-                    result.steps[heads[cid]].append(RolledStep(decode(row.sampled), tuple(row.logprobs)))
+                    child = heads[cid]
+                    text = step_text(decode, written[child], row.sampled, row.finished)
+                    written[child] += row.sampled
+                    result.steps[child].append(RolledStep(text, tuple(row.logprobs)))
                     result.tokens += len(row.sampled)
                     if row.finished:
                         finished.add(cid)
