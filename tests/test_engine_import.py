@@ -69,3 +69,30 @@ def test_a_failed_import_fails_every_caller_with_what_to_reinstall(monkeypatch):
         assert "could not import beamwise_no_such_module (ModuleNotFoundError" in raised.value.user_message()
     assert engine_import.engine_ready() and engine_import.import_failed()
     assert engine_import.engine_failure()[0].startswith("Beamwise could not import beamwise_no_such_module")
+
+
+CLOSED_EARLY = """
+import threading, time
+from app.gui import engine_import
+threading.Thread(target=engine_import.engine_failure, daemon=True).start()  # as the window starts it
+time.sleep(0.05)
+print("closed")
+"""
+
+
+def test_a_process_that_ends_mid_import_exits_cleanly():
+    """The window closed in its first seconds: the interpreter ended inside the daemon thread's import of torch and
+    the process died with a segfault or an abort (5 runs in 5)."""
+    for _ in range(3):
+        assert run(CLOSED_EARLY) == "closed"
+
+
+def test_a_failure_before_the_first_module_is_named_too(monkeypatch):
+    def broken() -> None:
+        raise OSError("libc10.so: cannot open shared object file")
+
+    monkeypatch.setattr(engine_import, "preload_torch_libraries", broken)
+    monkeypatch.setattr(engine_import, "_done", threading.Event())
+    monkeypatch.setattr(engine_import, "_failure", None)
+    with pytest.raises(engine_import.EngineImportFailed, match=r"could not import PyTorch \(OSError: libc10.so"):
+        engine_import.engine_modules()

@@ -11,6 +11,7 @@ thread never calls it: an import there would block the event loop until torch wa
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import importlib
 import importlib.util
@@ -26,6 +27,7 @@ from engine.errors import BeamwiseError
 MODULES = ("app.gui.chart_canvas", "torch", "transformers", "engine.models", "engine.search", "engine.idle",
            "app.preflight", "app.planner", "app.model_facts")
 
+EXIT_WAIT_S = 60  # a process that ends mid-import waits this long at most for it (see `engine_modules`)
 # torch's C++ libraries, in the order they need each other; not libtorch_python, whose code is Python's own.
 TORCH_LIBRARIES = ("libtorch_global_deps.so", "libc10.so", "libtorch_cpu.so", "libtorch_cuda.so", "libtorch.so")
 
@@ -48,6 +50,11 @@ def engine_modules() -> None:
     global _failure
     with _lock:
         if not _done.is_set():
+            # A process that ends while this (daemon) thread is inside torch's import crashes on its way out (a
+            # segfault or abort, 5 times in 5). `beamwise` leaves through app.cli.exit_with (os._exit); a window run
+            # in-process (tests, benchmarks, a script calling app.cli.main) leaves through the interpreter's exit.
+            atexit.register(_done.wait, EXIT_WAIT_S)
+            name = "torch"  # what failed, when the preload does
             try:
                 preload_torch_libraries()
                 for name in MODULES:
