@@ -81,8 +81,8 @@ print("closed")
 
 
 def test_a_process_that_ends_mid_import_exits_cleanly():
-    """The window closed in its first seconds: the interpreter ended inside the daemon thread's import of torch and
-    the process died with a segfault or an abort (5 runs in 5)."""
+    """A window run in-process (not through app.cli.exit_with) and closed in its first second: the interpreter ended
+    inside the daemon thread's import of torch and the process died with a segfault or an abort (5 runs in 5)."""
     for _ in range(3):
         assert run(CLOSED_EARLY) == "closed"
 
