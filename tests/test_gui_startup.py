@@ -112,11 +112,11 @@ exit_with(main(["gui", "--db", sys.argv[1], "--model", "synthetic:tiny-llama"]))
 """
 
 
-def start_gui(tmp_path: Path, script: str) -> tuple[list[dict], subprocess.CompletedProcess]:
+def start_gui(tmp_path: Path, script: str, timeout: float = 240) -> tuple[list[dict], subprocess.CompletedProcess]:
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "XDG_CONFIG_HOME": str(tmp_path / "config"),
            "BEAMWISE_CONFIG_DIR": str(tmp_path / "config"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", script + GUI, str(tmp_path / "s.db")], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=240)
+                          capture_output=True, text=True, timeout=timeout)
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return lines, done
 
@@ -144,6 +144,20 @@ def test_closing_the_window_while_torch_imports_exits_with_0(tmp_path):
     assert lines[1:] == [{"closed_while_importing": True}], (lines, done.stderr[-2000:])
     assert done.returncode == 0, done.stderr[-2000:]
     assert "terminate called" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+CLOSE_AT_FIRST_PAINT = PRELUDE + """
+def after_paint(window):
+    say(closing=True)
+    window.close()
+"""
+
+
+def test_a_window_closed_as_it_first_paints_ends_the_process(tmp_path):
+    """A close that came while the window waited to be mapped and painted (paint_now) left the process running
+    for ever with no window: app.exec() started after the last window had closed."""
+    lines, done = start_gui(tmp_path, CLOSE_AT_FIRST_PAINT, timeout=60)
+    assert lines[1:] == [{"closing": True}] and done.returncode == 0, (lines, done.stderr[-2000:])
 
 
 @pytest.fixture

@@ -160,6 +160,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         window.show()
         paint_now(window)
+        if not window.isVisible():  # closed as it first painted: app.exec() would wait, windowless, for ever
+            return 0
         window.import_engine()  # after the first paint: the import holds the GIL in long stretches
         shooter = (Screenshot(app, window, screenshot, getattr(args, "panel", None))  # noqa: F841 - kept alive
                    if screenshot is not None else None)
