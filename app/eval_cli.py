@@ -30,7 +30,7 @@ from engine.config import METHODS, SearchConfig
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="accuracy and cost of search methods on a JSON Lines problem set")
     p.add_argument("problems", help='JSON Lines: {"question": ..., "answer": ...} per line (GSM8K "#### N" too)')
-    add_search_options(p)
+    add_search_options(p, prefix_cache=False)  # see the module docstring
     p.add_argument("--compare", default=None, metavar="METHODS",
                    help=f"comma-separated methods to run side by side, from: {','.join(METHODS)}")
     p.add_argument("--limit", type=int, default=None, help="only the first N problems")
@@ -43,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target-agreement", type=float, default=0.9,
                    help="--calibrate: least share of skipped (or exited) steps where the verifier (or the full "
                    "pass) would pick the same child")
-    p.set_defaults(handler=eval_command, prefix_cache=False)  # see the module docstring
+    p.set_defaults(handler=eval_command)
 
 
 def methods_of(args: argparse.Namespace) -> list[str]:

@@ -123,8 +123,8 @@ def add_threads_option(group) -> None:
                        "count moves float sums, so an exact rerun of a seed gives the same N")
 
 
-def add_search_options(parser: argparse.ArgumentParser) -> None:
-    """Options shared by run and gui: model, search and cache settings."""
+def add_search_options(parser: argparse.ArgumentParser, prefix_cache: bool = True) -> None:
+    """Options shared by run and gui: model, search and cache settings (`prefix_cache`: the cache's default)."""
     d, c = SearchConfig(), CacheConfig()
     g = parser.add_argument_group("model and search")
     g.add_argument("--model", default="bundled", type=source_of,
@@ -174,14 +174,16 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
                    help="the verifier's part of the device KV budget, e.g. 0.25 (default: what one verification "
                    "batch needs; the generator gets the rest)")
     k.add_argument("--device", default=c.device, choices=DEVICES, help="auto: CUDA when there is one")
-    add_prefix_cache_options(k)
+    add_prefix_cache_options(k, prefix_cache)
 
 
-def add_prefix_cache_options(group) -> None:
+def add_prefix_cache_options(group, default: bool = True) -> None:
     """--prefix-cache/--no-prefix-cache and its RAM and disk caps (run, gui, bench, eval)."""
-    group.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction, default=True,
+    group.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction, default=default,
                        help="keep the KV of prompts and chosen answers (RAM and the user cache folder), so a run "
-                       "whose prompt starts the same prefills only the rest")
+                       "whose prompt starts the same prefills only the rest (default: "
+                       + ("on)" if default else "off: a cached prompt's logits differ in the last bits, so a "
+                          "problem's samples would depend on what ran before it)"))
     group.add_argument("--prefix-cache-ram", type=size_type, default=None, metavar="SIZE",
                        help="most host RAM for cached prefix blocks, e.g. 2GB (default: a quarter of the free "
                        "RAM, at most 4 GiB)")

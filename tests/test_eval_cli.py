@@ -444,3 +444,16 @@ def test_a_run_with_no_answer_says_so_on_its_progress_line(capsys):
     result = result_of("beam", 4, "5", [*stream[:-1], dataclasses.replace(stream[-1], answer="I do not know.")])
     eval_runs.Evaluation._progress(None, 1, 3, result, stream[-1])
     assert capsys.readouterr().err.startswith("[eval] 1/3 beam: wrong (no answer found, expected 5); ")
+
+
+def test_eval_help_says_its_prefix_cache_is_off_and_run_says_on(capsys):
+    """eval's default differs from run's (a cached prompt's logits differ in the last bits); each --help says its own."""
+    from app.cli import build_parser
+
+    assert build_parser().parse_args(["eval", "problems.jsonl"]).prefix_cache is False
+    assert build_parser().parse_args(["run", "What is 2+3?"]).prefix_cache is True
+    for command, default in (("eval", "off"), ("run", "on")):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        shown = " ".join(capsys.readouterr().out.split())
+        assert f"prefills only the rest (default: {default}" in shown
