@@ -447,7 +447,7 @@ def test_a_run_with_no_answer_says_so_on_its_progress_line(capsys):
 
 
 def test_eval_help_says_its_prefix_cache_is_off_and_run_says_on(capsys):
-    """eval's default differs from run's (a cached prompt's logits differ in the last bits); each --help says its own."""
+    """eval's default differs from run's; each --help says its own."""
     from app.cli import build_parser
 
     assert build_parser().parse_args(["eval", "problems.jsonl"]).prefix_cache is False
