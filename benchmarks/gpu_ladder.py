@@ -8,6 +8,7 @@
     python -m benchmarks.gpu_ladder spec --json bench-results/spec.json  # goodput with and without speculation
     python -m benchmarks.gpu_ladder long --json bench-results/long.json  # a 16k prompt: head-wise, layer-wise
     python -m benchmarks.gpu_ladder w64 --time-limit 540 --json w64.json  # end by itself within the device's 10 min
+    python -m benchmarks.gpu_ladder w64 --baselines-after lbs:+prefix_order  # outside baselines before the slow rows
 
 Every workload is `synthetic:llama2-7b` in bf16 with a 512-token random prompt and EOS disabled
 (random weights rarely sample it; a fixed step length makes the rows comparable with
@@ -63,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", default=None, help="comma-separated subset of the ladder (default: the "
                         "workload's; spec: its four)")
     parser.add_argument("--baselines", default=None, help="comma-separated; empty for none (default: all; spec: none)")
+    parser.add_argument("--baselines-after", default=None, metavar="POLICY",
+                        help="run the outside baselines right after this policy's row (default: after the last)")
     parser.add_argument("--step-delimiter", default=None, metavar="TEXT",
                         help="replace the workload's step delimiter (spec: auto); e.g. a fixed one for --plan-only")
     parser.add_argument("--plan-only", action="store_true", help="bytes and peaks only, no weights (any machine)")
@@ -85,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.json_path, {"workload_name": args.workload, "complete": False}, announce=False)  # fail now
         report = run_bench(
             workload, policies, plan_only=args.plan_only, baselines=baselines, progress=progress, repeats=args.repeat,
-            time_limit=TimeLimit(args.time_limit), on_row=save,
+            time_limit=TimeLimit(args.time_limit), on_row=save, baselines_after=args.baselines_after,
         )  # fmt: skip
         print(format_report(report))
         write_json(args.json_path, _named(args.workload, report))

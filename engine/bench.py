@@ -251,6 +251,7 @@ def run_bench(
     repeats: int = 1,
     time_limit: TimeLimit | None = None,
     on_row: Callable[[BenchReport], None] = lambda _: None,
+    baselines_after: str | None = None,
 ) -> BenchReport:
     """Every policy on one workload in one process; on CUDA after a warm-up, beside the outside baselines.
 
@@ -258,11 +259,16 @@ def run_bench(
     and bytes of every run are the same; run order and a busy host only add time). `time_limit` (its
     clock starts when it is made) stops the run it overtakes and the rows after it; `on_row` gets the
     report as it stands after each row (`complete` False), e.g. to save it, so a bench killed from
-    outside keeps every finished row."""
+    outside keeps every finished row. The outside baselines run after the policies, or right after the row of
+    `baselines_after` (one of `policies`): a time limit then reaches the policies after it first."""
     limit = time_limit or TimeLimit()
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1 (got {repeats}).")
     check_names(policies, baselines)
+    if baselines_after is not None and baselines_after not in policies:
+        raise ValueError(f"the baselines are to run after {baselines_after!r}, which is not one of the policies "
+                         f"({', '.join(policies)}).")
+    split = len(policies) if baselines_after is None else list(policies).index(baselines_after) + 1
     for name in policies:  # settings every row would refuse (a zero KV budget): said once, before the model loads
         workload.search(), workload.cache(name)
     loaded = _load(workload, plan_only)
@@ -291,16 +297,18 @@ def run_bench(
         progress("recording in_device's tokens for teacher forcing")
         reference = observe_run(loaded, workload, "in_device", prompt, should_stop=limit.passed)
         report.reference_max_abs_logit = largest_abs_logit(reference) if reference else None
-    for name in policies:
+    for index, name in enumerate(policies):
+        if index == split and not plan_only:
+            _baselines(loaded, workload, prompt, baselines, progress, limit, report, on_row)
         row = _policy_row(loaded, workload, name, prompt, repeats, limit, reference, progress)
         progress(f"{name}: {_row_line(row, plan_only)}")
         report.results.append(row)
         add_ratios(report.results)
         on_row(report)
+    if split == len(policies) and not plan_only:
+        _baselines(loaded, workload, prompt, baselines, progress, limit, report, on_row)
     digests = {r.tokens_digest for r in report.results if r.ok}
     report.same_tokens = plan_only or len(digests) <= 1
-    if not plan_only:
-        _baselines(loaded, workload, prompt, baselines, progress, limit, report, on_row)
     report.notes = _notes(report, reference is not None or not teacher_forcing or plan_only)
     report.complete = True
     return report

@@ -107,3 +107,28 @@ def test_the_ladder_refuses_an_unwritable_json_path_before_it_runs(monkeypatch, 
     blocker.write_text("x")
     assert main(["w16", "--plan-only", "--json", str(blocker / "w16.json")]) == 2
     assert "cannot write" in capsys.readouterr().err
+
+
+def test_the_ladder_runs_the_outside_baselines_after_the_policy_it_is_given(monkeypatch, tmp_path, capsys):
+    """--baselines-after: a time limit then stops the slow rows after it, not the baselines (CPU: each baseline's row
+    says why it did not run, in the place it would have run)."""
+    from benchmarks import gpu_ladder
+    from engine.bench import Workload
+
+    monkeypatch.setitem(WORKLOADS, "w16", Workload(beams=2, width=2, step_tokens=4, prompt_tokens=16, gen_tokens=8))
+    rows = []
+    real_save = gpu_ladder.write_json
+
+    def record(path, data, announce=True):
+        rows.append(([r["name"] for r in data.get("results", [])], [b["name"] for b in data.get("baselines", [])]))
+        real_save(path, data, announce)
+
+    monkeypatch.setattr(gpu_ladder, "write_json", record)
+    out = tmp_path / "w16.json"
+    args = ["w16", "--policies", "in_device,lbs:inter_token", "--baselines", "generate", "--json", str(out)]
+    assert main([*args, "--baselines-after", "in_device"]) == 0
+    assert rows == [([], []), (["in_device"], []), (["in_device"], ["generate"]),
+                    (["in_device", "lbs:inter_token"], ["generate"]), (["in_device", "lbs:inter_token"], ["generate"])]
+    assert "only on CUDA" in json.loads(out.read_text())["baselines"][0]["message"]
+    assert main([*args, "--baselines-after", "layerwise"]) == 2
+    assert "after 'layerwise', which is not one of the policies (in_device, lbs:inter_token)" in capsys.readouterr().err
