@@ -22,6 +22,7 @@ def _interrupted() -> int:
 try:  # a Ctrl+C in a command's first ~0.3 s lands here (sqlite_utils, numpy) and printed a traceback
     from app import bench_cli, eval_cli, models_cli, plan_cli, sessions_cli
     from app.options import OneLineParser, UsageError, add_backend_options, add_search_options
+    from app.question import add_question_option
     from app.threads import limit_threads
     from engine.errors import BeamwiseError
 except KeyboardInterrupt:
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="answer a question headless, printing the search as it goes")
     run.add_argument("question", nargs="?", default=None,
                      help="the question, in quotes; - reads it from standard input")
+    add_question_option(run)
     run.add_argument("--question-file", default=None, metavar="PATH",
                      help="read the question from this UTF-8 file (- for standard input), for long questions")
     add_search_options(run)
@@ -74,8 +76,9 @@ def _default_db() -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from app.question import check_given
+    from app.question import check_given, take_question_option
 
+    take_question_option(args)
     check_given(args.question, args.question_file)  # before the engine's import: a missing question is said at once
     from app.run_cli import run_command  # here, not at the top: `beamwise --help` stays light
 

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from app.options import add_search_options, configs_from_args
+from app.question import add_question_option, take_question_option
 
 EXIT_BY_STATE = {"green": 0, "amber": 0, "red": 3}  # red: the run would fail; scripts can test for it
 
@@ -14,6 +15,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="will it fit? weights, KV, activations and PCIe traffic, without loading weights")
     p.add_argument("question", nargs="?", default=None,
                    help="the question (its tokens are counted with the model's tokenizer, else estimated)")
+    add_question_option(p)
     add_search_options(p)
     p.add_argument("--session", type=int, default=None, metavar="ID",
                    help="plan a follow-up in the conversation of session ID: the prompt holds its earlier turns, "
@@ -27,6 +29,7 @@ def plan_command(args: argparse.Namespace) -> int:
     from app.planner import plan
     from app.run_cli import conversation_of
 
+    take_question_option(args)
     model, search, cache = configs_from_args(args)
     _, history = conversation_of(args)
     result = plan(model, search, cache, question=args.question, history=history)

@@ -27,6 +27,23 @@ def read_question(argument: str | None, file: str | None, default: str | None = 
     return text
 
 
+def add_question_option(parser) -> None:
+    """`--question TEXT`, as `gui` and `bench` take it, beside the positional QUESTION. Without it argparse read
+    `run --question "..."` as an abbreviation of --question-file and said it could not read a file so named."""
+    parser.add_argument("--question", dest="question_option", default=None, metavar="TEXT",
+                        help="the question, as the positional QUESTION (gui and bench take it this way)")
+
+
+def take_question_option(args) -> None:
+    """Move `--question TEXT` into `args.question` (the positional), refusing both at once."""
+    option = getattr(args, "question_option", None)
+    if option is None:
+        return
+    if args.question is not None:
+        raise UsageError("give the question once: in quotes or with --question, not both.")
+    args.question = option
+
+
 def check_given(argument: str | None, file: str | None, default: str | None = None) -> None:
     """The checks that need no reading, so that `beamwise run` says them before it loads the engine (seconds)."""
     if argument is not None and file is not None:

@@ -4,6 +4,7 @@ one ratio format, one size format."""
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 
@@ -65,6 +66,24 @@ def test_an_unknown_option_points_to_its_commands_help(argv, help_of, capsys):
 def test_run_without_a_question_is_an_error(capsys):
     assert main(["run", *TINY, "--no-save"]) == 2
     assert "no question given" in capsys.readouterr().err
+
+
+def test_run_and_plan_take_the_question_with_question_as_gui_and_bench_do(capsys):
+    """`run --question "..."` was read as an abbreviation of --question-file: "cannot read the question file ...".
+    Both commands take it as the question; given twice, one line says to give it once."""
+    assert main(["run", "--question", "What is 2+3?", *TINY, "--no-save", "--json"]) == 0
+    assert '"question": "What is 2+3?"' in capsys.readouterr().out.splitlines()[0]
+    prompt_tokens = []
+    for question in (["--question", "What is 2+3?"], ["What is 2+3?"], []):
+        assert main(["plan", *question, *TINY, "--json"]) == 0
+        prompt_tokens.append(json.loads(capsys.readouterr().out)["prompt_tokens"])
+    assert prompt_tokens[0] == prompt_tokens[1] > prompt_tokens[2]  # the question counted, either way
+    for command in (["run", "--no-save"], ["plan"]):
+        assert main([*command, "What is 2+3?", "--question", "Why?", *TINY]) == 2
+        err = capsys.readouterr().err
+        assert err == "beamwise: error: give the question once: in quotes or with --question, not both.\n"
+    assert main(["run", "--question", "hi", "--question-file", "q.txt", *TINY]) == 2
+    assert "either as an argument or with --question-file, not both" in capsys.readouterr().err
 
 
 def test_bad_db_is_refused_before_the_model_loads(tmp_path, monkeypatch, capsys):
