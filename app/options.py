@@ -51,6 +51,9 @@ class OneLineParser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", DefaultsFormatter)
+        # No abbreviations: argparse read `bench --verifier prm` as --verifier-endpoint and `run --question "..."`
+        # as --question-file, and refused them in those options' words. A command's own options only, whole.
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
@@ -59,11 +62,30 @@ class OneLineParser(argparse.ArgumentParser):
     def parse_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
                    ) -> argparse.Namespace:
         """As argparse's, but an unknown option is answered by the subcommand it was given to, so the line points
-        to `beamwise run --help` and not to the top level's help, which lists no run option."""
+        to `beamwise run --help` and not to the top level's help, which lists no run option; an option another
+        command takes is said to be that command's."""
         namespace, extras = self.parse_known_args(args, namespace)
         if extras:
-            self._chosen(namespace).error(f"unrecognized arguments: {' '.join(extras)}")
+            chosen = self._chosen(namespace)
+            chosen.error(f"unrecognized arguments: {' '.join(extras)}{self._elsewhere(extras, chosen)}")
         return namespace
+
+    def _elsewhere(self, extras: Sequence[str], chosen: OneLineParser) -> str:
+        """'; --verifier is an option of beamwise run, ...' for the first unknown option other commands take."""
+        for option in (extra.split("=", 1)[0] for extra in extras if extra.startswith("--")):
+            owners = [p.prog for p in self._commands() if p is not chosen and option in p._option_string_actions]
+            if owners:
+                return f"; {option} is an option of {', '.join(owners)}, not of {chosen.prog}"
+        return ""
+
+    def _commands(self) -> list[OneLineParser]:
+        """This parser and every subcommand parser below it."""
+        found = [self]
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for parser in dict.fromkeys(action.choices.values()):  # an alias maps to the same parser
+                    found += parser._commands()
+        return found
 
     def _chosen(self, namespace: argparse.Namespace) -> OneLineParser:
         """The innermost subcommand parser `namespace` was parsed by (self when it has none)."""

@@ -63,6 +63,29 @@ def test_an_unknown_option_points_to_its_commands_help(argv, help_of, capsys):
                                        f"(see `{help_of} --help`)\n")
 
 
+@pytest.mark.parametrize(("argv", "read_as"), [(["bench", "--verifier", "prm"], "--verifier-endpoint"),
+                                              (["bench", "--lookahead", "1"], "--lookahead-verify"),
+                                              (["run", "--quest", "hi"], "--question-file")])
+def test_an_option_is_never_read_as_a_longer_one_it_begins(argv, read_as, capsys):
+    """argparse took a prefix of a command's option as that option: `bench --verifier prm` was refused in the words
+    of --verifier-endpoint. Options are whole now; one another command takes is said to be that command's."""
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and read_as not in err
+    assert err.startswith(f"beamwise: error: unrecognized arguments: {argv[1]}")
+    if argv[1] != "--quest":
+        assert f"; {argv[1]} is an option of beamwise run, beamwise plan, beamwise eval, beamwise gui, not of " \
+               "beamwise bench (see `beamwise bench --help`)" in err
+
+
+def test_no_command_takes_abbreviated_options():
+    """Whole options only: a command's parsers take no abbreviation, its subcommands' neither."""
+    parser = build_parser()
+    assert all(not command.allow_abbrev for command in parser._commands())
+    assert len(parser._commands()) > 8  # run, bench, plan, eval, gui, models and sessions with their subcommands
+
+
 def test_run_without_a_question_is_an_error(capsys):
     assert main(["run", *TINY, "--no-save"]) == 2
     assert "no question given" in capsys.readouterr().err
