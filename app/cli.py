@@ -29,8 +29,28 @@ except KeyboardInterrupt:
     sys.exit(_interrupted())  # SystemExit ends the console script's `from app.cli import console` quietly
 
 
+DESCRIPTION = ("Beamwise answers a question by step-wise beam search over a local language model, a verifier "
+               "scoring each step, with the KV cache offloaded to CPU memory. Commands: run (a headless search), "
+               "plan, bench, eval, models, sessions and gui (the window, also with no command).")
+
+
+class _PrintVersion(argparse.Action):
+    """`--version`: Beamwise's and its main libraries' versions, read only when asked (no import of torch)."""
+
+    def __init__(self, option_strings, dest, default=None, help=None) -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> NoReturn:
+        from app.version import version_line
+
+        print(version_line())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="beamwise", description=__doc__)
+    parser = OneLineParser(prog="beamwise", description=DESCRIPTION)
+    parser.add_argument("--version", action=_PrintVersion, dest=argparse.SUPPRESS,
+                        help="print the versions of Beamwise, torch, transformers, Qt and Python, and exit")
     sub = parser.add_subparsers(dest="command")
 
     run = sub.add_parser("run", help="answer a question headless, printing the search as it goes")

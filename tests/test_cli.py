@@ -113,6 +113,19 @@ def test_help_sessions_and_a_run_without_a_question_do_not_import_torch(tmp_path
     assert out.stdout.splitlines()[-1] == f"[] {code}", out.stdout + out.stderr
 
 
+def test_version_names_beamwise_torch_transformers_qt_and_python_without_importing_them():
+    """What a bug report needs, from the installed metadata: `beamwise --version` stays instant."""
+    from app.version import version
+
+    script = ("import sys\nfrom app.cli import main\ntry:\n    main(['--version'])\nexcept SystemExit as end:\n"
+              "    print(sorted(m for m in ('torch', 'transformers', 'PySide6') if m in sys.modules), end.code)")
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    line, imported = out.stdout.splitlines()
+    expected = f"beamwise {version()} (torch {version('torch')}, transformers {version('transformers')}, "
+    assert line.startswith(expected) and "PySide6-Essentials 6." in line and ", Python 3." in line
+    assert imported in ("[] 0", "[] None") and version() != "not installed"
+
+
 @pytest.mark.parametrize("typed", ["→\\n", "\\n\\n", "none", "§\\t"])
 def test_the_command_line_and_the_window_read_a_delimiter_alike(typed):
     from app.cli import build_parser

@@ -167,7 +167,6 @@ def test_the_dialogs_have_a_default_button_and_close_with_esc(window, qtbot):
         qtbot.keyClick(dialog.endpoint, Qt.Key.Key_Escape)
 
 
-
 def test_the_shortcuts_box_shown_again_and_again_is_one_box(window):
     """F1 made a new box each time, a child of the window kept for its life: a window open all day gathered one
     box (and its buttons and labels) per F1."""
@@ -175,6 +174,19 @@ def test_the_shortcuts_box_shown_again_and_again_is_one_box(window):
         window.show_shortcuts()
         QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     assert window.findChildren(QMessageBox) == [window.shortcuts_box]
+
+
+def test_help_about_names_the_versions_a_bug_report_needs(window, monkeypatch):
+    from app.version import version_line
+
+    shown = []
+    monkeypatch.setattr(QMessageBox, "about", lambda parent, title, text: shown.append((parent, title, text)))
+    about = next(a for a in window.findChildren(QAction) if a.shortcut() == QKeySequence("Shift+F1"))
+    about.trigger()
+    [(parent, title, text)] = shown
+    assert parent is window and title == "About Beamwise" and text.endswith(f"<p>{version_line()}</p>")
+    assert "beamwise not installed" not in text
+
 
 def test_at_1366x768_the_window_fits_and_every_part_keeps_a_usable_size(window, qtbot):
     """A laptop screen less its task bar and title bar: the window's minimum must fit in it, and at that size the

@@ -43,6 +43,17 @@ def test_built_app_finds_the_bundled_model(built: Path, tmp_path: Path) -> None:
     assert "135M" in bundled and "generator" in bundled
 
 
+def test_built_app_says_its_version_and_its_libraries(built: Path, tmp_path: Path) -> None:
+    from app.version import version
+
+    program = built / "Beamwise" / f"beamwise{EXE}"
+    result = subprocess.run([str(program), "--version"], cwd=tmp_path, env=frozen_env(tmp_path),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"beamwise {version()} (torch {version('torch')}, transformers ")
+    assert "not installed" not in result.stdout
+
+
 def test_built_app_runs_and_takes_a_screenshot(built: Path, tmp_path: Path) -> None:
     from PySide6.QtGui import QImage
 

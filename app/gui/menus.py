@@ -16,6 +16,13 @@ ABOUT = ("<b>Beamwise</b><p>Answers a question by step-wise beam search over a l
          "that KV crosses PCIe as rarely as possible.</p><p>The tree shows every candidate step, its score, "
          "where its KV lives and the traffic it caused.</p>")
 
+def about_text() -> str:
+    """The About box: what Beamwise does, and the versions a bug report needs (read when the box opens)."""
+    from app.version import version_line
+
+    return f"{ABOUT}<p>{html.escape(version_line())}</p>"
+
+
 WIDGET_KEYS = [("Tab / Shift+Tab", "the next / previous control (in a list or table the arrows choose a row)"),
                ("Ctrl+= / Ctrl+- / Ctrl+wheel", "Tree > zoom in / out"),
                ("Left / Right / Up / Down", "Tree > select the parent, first child, or box above / below"),
@@ -54,7 +61,7 @@ def build_menus(window: QMainWindow) -> None:
     help_menu = bar.addMenu("&Help")
     keys = help_menu.addAction("&Keyboard shortcuts", window.show_shortcuts)
     keys.setShortcut(QKeySequence(QKeySequence.StandardKey.HelpContents))
-    about = help_menu.addAction("&About Beamwise", lambda: QMessageBox.about(window, "About Beamwise", ABOUT))
+    about = help_menu.addAction("&About Beamwise", lambda: QMessageBox.about(window, "About Beamwise", about_text()))
     about.setShortcut(QKeySequence("Shift+F1"))
 
 
