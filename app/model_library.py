@@ -144,8 +144,23 @@ def _bundled_entry() -> ModelEntry:
     return ModelEntry(BUNDLED_NAME, "bundled", where, size, False, "generator", facts_of("bundled"), problem)
 
 
+def synthetic_entry(source: str) -> ModelEntry:
+    """`synthetic:NAME` as an entry: a config built in code with seeded random weights, nothing on disk. An unknown
+    NAME is refused in the words `--model` uses."""
+    from app.model_facts import facts_of
+    from engine.prm_folders import SYNTHETIC_PRM_FAMILIES
+
+    name = source.removeprefix("synthetic:")
+    family = SYNTHETIC_PRM_FAMILIES.get(name)
+    role = "generator" if family is None else f"PRM ({family})"
+    return ModelEntry(source, source, "built in code (seeded random weights, nothing on disk)", 0, False, role,
+                      facts_of(source))
+
+
 def find(name: str) -> ModelEntry:
     """The entry named `name` (its folder name or its source); ValueError listing the names otherwise."""
+    if name.startswith("synthetic:"):
+        return synthetic_entry(name)
     entries = list_models()
     for entry in entries:
         if name in (entry.name, entry.source):
@@ -193,9 +208,11 @@ def _dtype(path: Path) -> str:
 
     if path.suffix.lower() == ".gguf":
         return "GGUF (dequantised on load)"
+    if str(path).startswith("synthetic:"):
+        return "as --dtype asks (float32 by default)"
     return str(config_json(path).get("torch_dtype") or config_json(path).get("dtype") or "-")
 
 
 __all__ = ["ADDED", "MARKER", "AddedListDamaged", "ModelEntry", "add_folder", "added_folders", "added_list_path",
            "describe", "entry_for", "find", "forget_folder", "list_models", "models_dir", "remove", "role_of",
-           "size_on_disk"]
+           "size_on_disk", "synthetic_entry"]

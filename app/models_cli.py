@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c = cmds.add_parser("list", help="every model here: bundled, the models folder, folders you added")
     c.set_defaults(handler=cmd_list)
     c = cmds.add_parser("info", help="one model: architecture, parameters, dtype, size, context, KV per token")
-    c.add_argument("name", help="a name from `models list`, or a path")
+    c.add_argument("name", help="a name from `models list`, a path, or synthetic:NAME")
     c.set_defaults(handler=cmd_info)
     c = cmds.add_parser("pull", help="download a model from a Hugging Face hub into the models folder")
     c.add_argument("repo", help="owner/name on the hub")

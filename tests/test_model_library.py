@@ -109,6 +109,21 @@ def test_a_prm_as_the_generator_is_refused_with_where_it_goes(tmp_path, capsys):
     assert "add --verifier prm to score the steps with it" in capsys.readouterr().err  # it was ignored
 
 
+def test_models_info_describes_a_synthetic_model_as_run_builds_it(capsys):
+    """`--model synthetic:llama2-7b` runs, so `models info` names its facts too (it said "no model named ...")."""
+    from app.model_facts import facts_of
+
+    assert main(["models", "info", "synthetic:llama2-7b"]) == 0
+    rows = {line[:24].strip(): line[24:] for line in capsys.readouterr().out.splitlines()}  # label, value
+    facts = facts_of("synthetic:llama2-7b")
+    assert rows["role"] == "generator" and rows["parameters"] == f"{facts.parameters / 1e6:,.1f} M" == "6,738.4 M"
+    assert rows["KV per token"].startswith("1.0 MB") and rows["where"].startswith("built in code")
+    assert main(["models", "info", "synthetic:tiny-qwen-prm"]) == 0
+    assert "PRM (qwen-prm)" in capsys.readouterr().out
+    assert main(["models", "info", "synthetic:nope"]) == 2
+    assert "unknown synthetic model 'nope'" in capsys.readouterr().err
+
+
 def test_a_path_too_long_for_the_file_system_is_one_line(capsys):
     long = "/tmp/" + "x" * 300
     assert main(["run", "2+2?", "--model", long, *RUN]) == 2
