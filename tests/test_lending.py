@@ -36,7 +36,8 @@ def lending_setup(slots: list[int], parent_width: int, pool_slots: int = 64):
     arena.copy_(torch.arange(arena.numel(), dtype=torch.float32).view(arena.shape))
     parents = ParentHistory((), None, torch.tensor(slots), parent_width)
     saved, runs = {}, []
-    return store, arena, Lending(store, arena, WIDTH, OWN, OWNERS, parents, saved, runs), saved, runs
+    placed = {100 + row: (arena[:, :, row], WIDTH - OWN[row]) for row in range(3)}  # each row's one loaded block
+    return store, arena, Lending(store, arena, WIDTH, OWN, OWNERS, parents, saved, runs, placed), saved, runs
 
 
 def test_a_lent_row_keeps_what_it_decoded_and_takes_the_lenders_columns_and_family():
@@ -57,6 +58,8 @@ def test_a_lent_row_keeps_what_it_decoded_and_takes_the_lenders_columns_and_fami
     assert columns(arena, WIDTH, saved, 0, 0, 2).data_ptr() == arena[:, :, 0, :, WIDTH:].data_ptr()
     # row 1 now reads the lender's family: a free query slot of family 1 (slots 2 and 3)
     assert lend.parents.slots.tolist() == [0, 3, 2]
+    # row 1's loaded block is overwritten: a group loaded after this is not to carry it from there
+    assert sorted(lend.placed) == [100, 102]
     # exact bytes: the saved columns and the lender's own and step columns, all on the device
     token_bytes = 2 * L * H * D * 4
     assert store.counters.total["d2d"] == (forward + OWN[2] + tokens) * token_bytes
@@ -70,6 +73,7 @@ def test_a_row_is_not_lent_without_a_free_slot_in_the_lenders_family_or_room_to_
     before = arena.clone()
     assert not lend(2, 0, 2, 5)  # family 0's two slots are rows 0 and 1
     assert torch.equal(arena, before) and not saved and not runs and store.counters.total["d2d"] == 0
+    assert sorted(lend.placed) == [100, 101, 102]  # nothing lent: every loaded block where it was
     assert lend.parents.slots.tolist() == [0, 1, 2]
 
     store, arena, lend, saved, runs = lending_setup(slots=[0, 1, 2], parent_width=2, pool_slots=9)

@@ -25,6 +25,7 @@ import torch
 from engine.kv.blocks import BlockManager, Tier
 from engine.kv.policy import Live, Work, common_prefix
 from engine.kv.store import KVStore
+from engine.kv.streams import device_tensor
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def query_slots(groups: Sequence[Family], count: int, device, spare: bool = Fals
             slots[row] = g * width + i
     if slots == list(range(count)) and len(groups) * width == count:
         return None, width
-    return torch.tensor(slots, dtype=torch.long, device=device), width
+    return device_tensor(slots, torch.long, device), width
 
 
 def split_runs(block_ids: Sequence[int], continues: Callable[[int, int], bool]) -> list[list[int]]:

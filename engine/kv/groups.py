@@ -26,7 +26,9 @@ has room for both (`_load_beside`); without room it loads after the unload, with
 Why a carried copy is safe on CUDA: loads run on the copy stream (`KVStore.loading`, which first
 waits for compute), and so do write-backs (`KVStore.writing`). A prefetch's d2d copies read this
 group's parent level and the arena's columns before `W`, which hold loaded blocks; decode writes
-only the arena's new columns (`W .. W + k`), so the reads may overlap compute. When this group's
+only the arena's new columns (`W .. W + k`), so the reads may overlap compute. A lent row is the
+exception (engine/kv/lending.py): its copy overwrites its loaded columns, so compute first waits for
+the copy stream, and the row's blocks leave the carry for any group loaded later. When this group's
 runs are released, a later load that reuses them writes there on the copy stream, after the
 carried reads in stream order. What a carried column holds stays right: blocks are freed only
 between steps, and a block that the next group's tables hold too has a refcount above one, so the
@@ -61,6 +63,7 @@ from engine.kv.policy import (
 from engine.kv.pool import PoolExhausted, Run
 from engine.kv.staging import CopyAhead, Staged, blocks_ahead, stage_ahead, stage_room
 from engine.kv.store import KVStore
+from engine.kv.streams import device_tensor
 from engine.kv.working import group_shape
 from engine.rows import Row, RowResult
 
@@ -223,7 +226,10 @@ class GroupExecutor:
         previous = self.kept
         try:
             batch = self._load(group, live, carry, early=True)
-        except PoolExhausted:  # the kept prefix stays for the load after this group (it was dropped to stage anew)
+        except OUT_OF_MEMORY as error:  # no room now: the group loads after this one (never split for it); the kept
+            # prefix stays for that load (it was dropped to stage anew)
+            if isinstance(error, torch.OutOfMemoryError):  # runs given back with copies still queued into them
+                self.store.wait_copies()
             if self.kept is not previous:
                 failed, self.kept = self.kept, previous
                 self._release_if_unused(failed)
@@ -308,7 +314,7 @@ class GroupExecutor:
         if self.lend:
             parents = batch.prefix.parents if batch.prefix is not None else None
             forward["lend"] = Lending(self.store, batch.arena, batch.width, batch.own, [m.id for m in batch.members],
-                                      parents, batch.saved, batch.runs)  # fmt: skip
+                                      parents, batch.saved, batch.runs, batch.placed)  # fmt: skip
         return self.decode(cache, batch.mask, rows, should_stop, **forward)
 
     # -- loading ----------------------------------------------------------------------------
@@ -432,7 +438,7 @@ class GroupExecutor:
         mask = None
         if min(heights) < parents.shape[4]:
             places = torch.arange(parents.shape[4], device=self.store.device)
-            mask = places[None, :] < torch.tensor(heights, device=self.store.device)[:, None]  # [G, Wp]
+            mask = places[None, :] < device_tensor(heights, torch.long, self.store.device)[:, None]  # [G, Wp]
         slots, width = query_slots(kin, rows, self.store.device, spare=self.lend)
         layers = tuple((parents[i, 0], parents[i, 1]) for i in range(parents.shape[0]))
         return ParentHistory(layers, mask, slots, width)

@@ -190,6 +190,7 @@ class HeadwisePolicy:
                 results, compute = self.context.decode(cache, mask, rows, should_stop, kv_heads=stream)
                 self.store.sync()
             except OUT_OF_MEMORY as error:
+                self.store.sync()  # the failed attempt's copies to the host arena land before the retry rewrites it
                 self._close(stream, timing)
                 queue[:0] = halves = split_for_retry(group, error, timing)
                 self.heads.update((half.candidates, heads) for half in halves)

@@ -11,6 +11,9 @@ decodes next lands in later columns. What the row decoded before (its own step a
 earlier lent run) is first saved in a run of the device pool, from which the group's write-back
 takes it: the candidates' tables change only at the write-back, so a group that runs out of
 memory is retried from the same state. With no room in the pool for that, the row is not lent.
+On CUDA the copy stream may still read what a lend writes (the last group's write-back, the next
+group's prefetch of this one's loaded columns): compute waits for it before a group's first lend,
+and the lent row's loaded blocks leave the group's carry.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
+from engine.kv.arena import Placed
 from engine.kv.attention import ParentHistory
 from engine.kv.pool import PoolExhausted, Run
 from engine.kv.store import KVStore
@@ -30,11 +34,13 @@ class Lending:
     """The `Lend` callable of one loaded group (engine.runner.Lend): a save and a copy on the device, and a slot."""
 
     def __init__(self, store: KVStore, arena: torch.Tensor, width: int, own: Sequence[int], owners: Sequence[int],
-                 parents: ParentHistory | None, saved: Saved, runs: list[Run]) -> None:  # fmt: skip
+                 parents: ParentHistory | None, saved: Saved, runs: list[Run], placed: Placed) -> None:  # fmt: skip
         self.store, self.arena, self.width = store, arena, width
         self.own, self.owners, self.parents = list(own), list(owners), parents
         self.saved, self.runs = saved, runs  # the group's: the write-back reads them, the unload releases them
+        self.placed = placed  # the group's carry: where its load put each block, for the next group to copy from
         self.slots: list[int] | None = None  # each row's query slot of the parent level, read once when first lent
+        self.waited = False  # compute has waited for the copy stream (once a group, before its first lend)
 
     def __call__(self, row: int, lender: int, tokens: int, forward: int) -> bool:
         """Before `forward`: make `row` hold the lender's history and its step's first `tokens` tokens. False
@@ -42,16 +48,29 @@ class Lending:
         slot = self._free_slot(lender) if self.parents is not None else None
         if self.parents is not None and slot is None:
             return False
+        if not self.waited:  # on CUDA the copy stream may still read what a lend writes: the last group's
+            # write-back reads runs `_save` may take, and the next group's prefetch carries the lent row's loaded
+            # columns (before `width`), which the lend overwrites; one wait a group, late in its step
+            self.store.wait_copies()
+            self.waited = True
         if forward and not self._save(row, forward):
             return False
         start, end = self.width - self.own[lender], self.width + tokens
         if end > start:  # [L, 2, H, n, D] of the arena [L, 2, B, H, W + k, D]
             lent = self.arena[:, :, lender, :, start:end]
             self.store.copy(self.arena[:, :, row, :, start:end], lent, "d2d", (self.owners[lender],))
+            self._forget_placed(row)
         if slot is not None:
             self.parents.slots[row] = slot
             self.slots[row] = slot
         return True
+
+    def _forget_placed(self, row: int) -> None:
+        """The row's loaded blocks are overwritten: a group loaded after this lend must not carry them from here
+        (one loaded before it, a prefetch on CUDA, read them before the lend's wait for the copy stream)."""
+        start = self.arena[:, :, row].data_ptr()
+        for block_id in [b for b, (tensor, _) in self.placed.items() if tensor.data_ptr() == start]:
+            del self.placed[block_id]
 
     def _save(self, row: int, forward: int) -> bool:
         """Copy the row's columns of forwards `0 .. forward - 1` into a run of the pool, for the write-back."""

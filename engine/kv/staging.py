@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from engine.kv.arena import BlockCopier, Placed, block_users
 from engine.kv.blocks import BlockManager, Tier
-from engine.kv.policy import Group, Live
+from engine.kv.policy import OUT_OF_MEMORY, Group, Live
 from engine.kv.pool import PoolExhausted, Run
 from engine.kv.store import KVStore
 
@@ -97,11 +97,15 @@ def stage_ahead(store: KVStore, blocks: BlockManager, group: Group, members: Seq
     if not chosen:
         return None
     L, _, H, _, D = store.slot_shape
+    run = None
     try:
         with store.loading():
             (stage,), run = store.working([(L, 2, H, tokens, D)], from_end=False)
             copier = BlockCopier(store, blocks, True, block_users(members, 0), carry)
             copier.copy(stage, 0, chosen)
-    except PoolExhausted:  # fragmented: no run that long
+    except OUT_OF_MEMORY:  # fragmented (no run that long), or a copy's staging buffer found no device memory
+        if run is not None:  # copies already queued into it may still write it: compute waits before it reuses it
+            store.wait_copies()
+            store.release(run)
         return None
     return Staged(group, copier.placed, run, ahead.members)

@@ -283,6 +283,13 @@ class KVStore:
         with self.loading():
             yield
 
+    def wait_copies(self) -> None:
+        """Compute waits for every copy issued so far on the copy stream (a write-back still reading a freed run,
+        a prefetch reading the arena's loaded columns) before it writes device memory those copies may read.
+        Without CUDA copies run when issued: nothing to wait for."""
+        if self.streams is not None:
+            self.streams.current_stream().wait_stream(self.copy_stream)
+
     def wait_loaded(self, event: torch.cuda.Event | None) -> None:
         """Make compute wait for a load; the time compute stood still is measured between two CUDA events."""
         if event is None:

@@ -72,6 +72,15 @@ def on_copy_stream(streams: CudaStreams | None) -> Iterator[torch.cuda.Event | N
         done.record()
 
 
+def device_tensor(values, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """`values` as a tensor on `device` without a host sync. `torch.tensor(values, device=cuda)` copies with
+    `non_blocking=False`, which synchronizes the current stream: inside a load that is the copy stream, so the host
+    stood still until every copy queued before it had crossed PCIe, and a prefetch no longer overlapped the decode
+    it was issued before. A non-blocking copy from pageable host memory is staged before the call returns (the
+    host tensor may go at once) and runs in stream order."""
+    return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
+
+
 def pinned_block_bytes(nbytes: int) -> int:
     """The bytes torch's caching host allocator pins for a request of `nbytes`: the next power of two (a
     request that fills its block costs no more pinned memory than one a little over the last power)."""
