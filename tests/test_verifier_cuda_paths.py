@@ -220,3 +220,16 @@ def test_a_segment_offloaded_and_loaded_straight_back_is_read_after_its_copy_to_
     kv.load(node.handle, arena[:, :, 0])
     assert torch.equal(arena[:, :, 0], want)
     assert kv.streams.staged == [] and kv.streams.syncs == 1
+
+
+def test_closing_waits_for_copies_still_queued_before_giving_the_pools_back(fakes):
+    """A run that ends (failed or cancelled too) with a segment's copy to the host still queued: closing runs it
+    before the pools go, so memory torch hands out next is never written by it."""
+    fakes.on = True
+    kv = pools(8)
+    chain_of(kv, [8])
+    kv._offload_one([])
+    fake = kv.streams
+    assert any(op.accesses for op in (*fake.compute.queue, *fake.copy_stream.queue)), "the copy to the host is queued"
+    kv.close()
+    assert not fake.compute.queue and not fake.copy_stream.queue and fake.syncs == 1

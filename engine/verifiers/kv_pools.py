@@ -268,6 +268,10 @@ class VerifierKV:
         self.peak_slots = self.pools[Tier.DEVICE].allocator.used
 
     def close(self) -> None:
+        """Wait for pending copies (a failed or cancelled run may leave some queued on either stream), then give
+        both pools' memory back: memory torch reuses at once must not still be read or written by them."""
+        if self.streams is not None:
+            self.streams.synchronize()
         for pool in self.pools.values():
             pool.close()
         self.segments.clear()
