@@ -233,3 +233,34 @@ def test_closing_waits_for_copies_still_queued_before_giving_the_pools_back(fake
     assert any(op.accesses for op in (*fake.compute.queue, *fake.copy_stream.queue)), "the copy to the host is queued"
     kv.close()
     assert not fake.compute.queue and not fake.copy_stream.queue and fake.syncs == 1
+
+
+def test_a_load_that_fails_part_way_gives_its_arena_back_only_after_its_queued_copies(fakes, monkeypatch):
+    """Out of device memory in the middle of a group's load (a piece's staging buffer): the arena's run goes back
+    to the pool once compute has waited for the copies already queued into it, never while they may write it."""
+    fakes.on = True
+    kv = pools(64)
+    fake = kv.streams
+    root, _ = chain_of(kv, [4])
+    a, _ = chain_of(kv, [4], root, seed=10)
+    kv._offload_one([root.handle, a.handle])
+    kv.start_step()
+    load, loads = kv.load, []
+
+    def failing(handle, target):
+        loads.append(handle)
+        load(handle, target)
+        if len(loads) == 2:
+            raise torch.OutOfMemoryError("injected: a staging buffer does not fit")
+
+    monkeypatch.setattr(kv, "load", failing)
+    release, released = kv.release, []
+
+    def noting(run):
+        released.append(any(op.accesses for op in fake.copy_stream.queue))  # a copy still queued when it goes back
+        release(run)
+
+    monkeypatch.setattr(kv, "release", noting)
+    with pytest.raises(torch.OutOfMemoryError):
+        GroupScheduler(kv).run([group(a, 4, 2)], lambda g, arena: None)
+    assert len(loads) == 2 and released == [False], "no copy was queued into the run when it went back"

@@ -267,6 +267,12 @@ class VerifierKV:
         self.calls = dict.fromkeys(DIRECTIONS, 0)
         self.peak_slots = self.pools[Tier.DEVICE].allocator.used
 
+    def wait_copies(self) -> None:
+        """Compute waits for every copy issued so far on the copy stream (before it reuses memory they may still
+        write); without CUDA copies run when issued."""
+        if self.streams is not None:
+            self.streams.current_stream().wait_stream(self.copy_stream)
+
     def close(self) -> None:
         """Wait for pending copies (a failed or cancelled run may leave some queued on either stream), then give
         both pools' memory back: memory torch reuses at once must not still be read or written by them."""

@@ -207,6 +207,7 @@ class GroupScheduler:
         try:
             self._fill(batch, group, source, early)
         except BaseException:
+            self.kv.wait_copies()  # loads queued into the run may still write it: they land before it is reused
             self.kv.release(batch.run)
             raise
         return batch
