@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.set_defaults(handler=cmd_pull)
     c = cmds.add_parser("remove", help="delete a model Beamwise downloaded (never anything else), or take an "
                                        "added folder off the list (its files stay)")
-    c.add_argument("name")
+    c.add_argument("name", help="a name from `beamwise models list`")
     c.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     c.set_defaults(handler=cmd_remove)
     c = cmds.add_parser("add", help="list a model folder or .gguf you keep elsewhere (Beamwise never deletes it)")

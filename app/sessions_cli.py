@@ -13,6 +13,8 @@ from app.export.report import conversation_reports
 from app.journal_import import open_session_store
 from app.store import SessionStore, StoreError, default_db_path
 
+ID_HELP = "the session's id (`beamwise sessions list` shows them)"
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sessions", help="list, show, export, import or delete recorded sessions")
@@ -26,23 +28,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--limit", type=int, default=50, help="list at most this many, newest first")
     c.set_defaults(handler=cmd_list)
     c = cmds.add_parser("show", parents=[db], help="one session: settings, chosen path and answer")
-    c.add_argument("id", type=int)
+    c.add_argument("id", type=int, help=ID_HELP)
     c.set_defaults(handler=cmd_show)
     c = cmds.add_parser("export", parents=[db], help="write a session as Markdown, JSON or HTML")
-    c.add_argument("id", type=int)
+    c.add_argument("id", type=int, help=ID_HELP)
     c.add_argument("--format", choices=FORMATS, default=None, help="default: from the -o suffix, else md")
     c.add_argument("-o", "--output", default=None, help="file to write (default: print to stdout)")
     c.add_argument("--force", action="store_true", help="replace the output file if it exists")
     c.set_defaults(handler=cmd_export)
     c = cmds.add_parser("import", parents=[db], help="add a session from a JSON export")
-    c.add_argument("path")
+    c.add_argument("path", help="a JSON file `beamwise sessions export --format json` wrote")
     c.set_defaults(handler=cmd_import)
     c = cmds.add_parser("rename", parents=[db], help="give a session a new title")
-    c.add_argument("id", type=int)
-    c.add_argument("title")
+    c.add_argument("id", type=int, help=ID_HELP)
+    c.add_argument("title", help="the new title, in quotes")
     c.set_defaults(handler=cmd_rename)
     c = cmds.add_parser("delete", parents=[db], help="remove a session and everything recorded for it")
-    c.add_argument("id", type=int)
+    c.add_argument("id", type=int, help=ID_HELP)
     c.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     c.set_defaults(handler=cmd_delete)
     c = cmds.add_parser("move-aside", parents=[db], help="rename a damaged database so a fresh one can start")

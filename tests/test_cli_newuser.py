@@ -86,6 +86,14 @@ def test_no_command_takes_abbreviated_options():
     assert len(parser._commands()) > 8  # run, bench, plan, eval, gui, models and sessions with their subcommands
 
 
+def test_every_argument_of_every_command_says_what_it_is_in_help():
+    """`beamwise sessions export --help` listed `id` with no word on what it is (and so did show, rename, delete,
+    import's path and models remove's name)."""
+    silent = [(command.prog, action.dest) for command in build_parser()._commands() for action in command._actions
+              if not action.help and action.dest != "help" and not isinstance(action, argparse._SubParsersAction)]
+    assert silent == []
+
+
 def test_run_without_a_question_is_an_error(capsys):
     assert main(["run", *TINY, "--no-save"]) == 2
     assert "no question given" in capsys.readouterr().err
