@@ -14,6 +14,10 @@ which raises on a copy that touches memory a queued copy of the other stream rea
   failed); the prefetch is dropped instead and the group loads after the one before it.
 - A load on the copy stream made `torch.tensor(values, device=cuda)` copies, which synchronize the current
   stream: the host stood still until every copy queued before had crossed PCIe.
+- `auto`'s move of in_device's KV to the host (free device memory fell) dropped each run's device copy as soon
+  as its copy to the host was queued, and waited only after the last; a copy that failed part way left host
+  blocks not yet written, which the failed run's close kept in the prefix cache (RAM and disk: later runs with
+  that prompt would load them).
 """
 
 from __future__ import annotations
@@ -24,14 +28,26 @@ import pytest
 import torch
 
 from engine.config import CacheConfig
-from engine.kv import head_stream, headwise
+from engine.kv import cache as cache_module
+from engine.kv import head_stream, headwise, prefix_cache
 from engine.kv import store as store_module
 from engine.kv.groups import GroupExecutor
 from engine.kv.lbs import LbsPolicy
+from engine.kv.offload import move_to_host
 from engine.kv.policy import Group, StepPlan
-from tests.fake_cuda import Fakes
+from engine.search import run
+from tests.fake_cuda import FakeCuda, Fakes
 from tests.test_cuda_paths import LENDING, emulated_and_cuda, one_candidate_groups
-from tests.test_equivalence import SEARCH, assert_same_observed, assert_same_run, footprint_budget, search_trace
+from tests.test_equivalence import (
+    QUESTION,
+    SEARCH,
+    assert_same_observed,
+    assert_same_run,
+    footprint_budget,
+    search_trace,
+)
+from tests.test_kv_spill import SEARCH as SPILLING
+from tests.test_kv_spill import falling_free_memory
 
 
 @pytest.fixture
@@ -202,3 +218,50 @@ def test_out_of_memory_while_copying_ahead_gives_its_run_back_and_copies_nothing
         fakes.on = False
     assert taken and all(any(run is back for back in given_back) for run in taken)
     assert_same_run(emulated, cuda)
+
+
+def kept_prefix_blocks() -> dict[bytes, torch.Tensor]:
+    (cache,) = prefix_cache._SHARED.values()
+    return {key: entry.kv.clone() for key, entry in cache.entries.items()}
+
+
+def test_a_move_to_the_host_that_fails_part_way_keeps_no_unwritten_block_in_the_prefix_cache(tiny, tmp_path,
+                                                                                            monkeypatch):  # fmt: skip
+    """`auto` with the prefix cache: free memory falls at step 3 (the move to the host), whose second run's copy
+    runs out of device memory. The run fails with that error, and the prompt's blocks it keeps are those a run
+    where nothing failed keeps."""
+    monkeypatch.setenv("BEAMWISE_PREFIX_CACHE_DIR", str(tmp_path / "prefix-kv"))
+    prefix_cache.forget_shared()
+    list(run(QUESTION, tiny, SPILLING, CacheConfig(policy="in_device", prefix_cache=True)))
+    want = kept_prefix_blocks()
+    prefix_cache.forget_shared()
+    monkeypatch.setenv("BEAMWISE_PREFIX_CACHE_DIR", str(tmp_path / "cold"))  # the failed run keeps them anew
+
+    made: list[FakeCuda] = []
+    monkeypatch.setattr(store_module, "streams_for", lambda device: made.append(FakeCuda(staged=True)) or made[-1])
+    falling_free_memory(monkeypatch, after_calls=3, left=0.35)
+
+    def failing_move(store, blocks, tables):
+        copies, real = [], store.copy
+
+        def copy(dst, src, direction, owners=()):
+            copies.append(direction)
+            if len(copies) == 2:  # the first run's copy (the prompt's blocks) is queued
+                raise torch.OutOfMemoryError("injected: the device temporary of a run's copy")
+            real(dst, src, direction, owners)
+
+        store.copy = copy
+        try:
+            return move_to_host(store, blocks, tables)
+        finally:
+            del store.copy
+
+    monkeypatch.setattr(cache_module, "move_to_host", failing_move)
+    try:
+        events = list(run(QUESTION, tiny, SPILLING, CacheConfig(policy="auto", prefix_cache=True)))
+        got = kept_prefix_blocks()
+    finally:
+        prefix_cache.forget_shared()
+    assert made and events[-1].type == "run_failed" and events[-1].error == "OutOfMemoryError", events[-1]
+    assert want and got and set(got) <= set(want)  # the prompt's blocks (the finished run kept its answer's too)
+    assert all(torch.equal(values, want[key]) for key, values in got.items()), "a block kept before it was written"

@@ -341,8 +341,10 @@ class KVCache:
 
     def close(self) -> None:
         """End of the run (finished, cancelled or failed): keep its blocks in the prefix cache, free every
-        block and give the pools back."""
+        block and give the pools back. Copies still queued (a failed step's) land first: `_keep` reads blocks
+        on the host."""
         try:
+            self.store.sync()
             self._keep()
         finally:
             if self.prefix is not None:

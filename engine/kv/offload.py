@@ -26,15 +26,18 @@ def move_to_host(store: KVStore, blocks: BlockManager, tables: Iterable[tuple[in
             if store.holds(block_id, Tier.DEVICE) and owner not in users.setdefault(block_id, []):
                 users[block_id].append(owner)
     moved = 0
-    for run in split_runs(list(users), lambda previous, block_id: _continues(store, blocks, previous, block_id, users)):
-        tokens = blocks.num_tokens(run)
-        if not store.holds(run[0], Tier.HOST):
-            store.place(run, Tier.HOST)
-            store.copy(store.span(run[0], Tier.HOST, tokens), store.span(run[0], Tier.DEVICE, tokens), "d2h",
-                       users[run[0]])  # fmt: skip
-            moved += tokens * store.token_bytes
-        store.evict(run, Tier.DEVICE)
-    store.sync()  # on CUDA the copies are asynchronous: the host blocks hold their KV from here on
+    try:
+        for run in split_runs(list(users), lambda previous, block_id: _continues(store, blocks, previous, block_id,
+                                                                                 users)):  # fmt: skip
+            tokens = blocks.num_tokens(run)
+            if not store.holds(run[0], Tier.HOST):
+                store.place(run, Tier.HOST)
+                store.copy(store.span(run[0], Tier.HOST, tokens), store.span(run[0], Tier.DEVICE, tokens), "d2h",
+                           users[run[0]])  # fmt: skip
+                moved += tokens * store.token_bytes
+            store.evict(run, Tier.DEVICE)
+    finally:  # on CUDA the copies are asynchronous: the host blocks hold their KV from here on, also when a later
+        store.sync()  # run's copy failed (the failed run then keeps its prompt's blocks from the host)
     return moved
 
 
