@@ -148,9 +148,11 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
                                                shape.row_bytes(search.step_tokens, steps))
     activations = _activations(gen, prompt, search.candidates_per_step)
     fixed = gen.weights_bytes + (prm.weights_bytes if prm and not on_cpu else 0) + activations
+    prefill_kv = 2 * prompt * gen.kv_token_bytes  # what the run's prefill holds beside the pool (prefill_reserve;
+    # its activations are in `activations`)
     budget = cache.kv_budget_bytes or _automatic_budget(
         info, policy_whole_bytes(cache.policy, whole, prompt, search, gen.kv_token_bytes, gen.kv.num_layers), batch,
-        cache.verifier_kv_share, fixed)
+        cache.verifier_kv_share, fixed + prefill_kv)
     try:
         verifier_kv = split_budget(budget, cache.verifier_kv_share, batch, row).verifier_bytes
         share = cache.verifier_kv_share

@@ -68,6 +68,13 @@ def default_chunk(budget: int, act_token: int) -> int:
     return max(MIN_CHUNK, min(MAX_CHUNK, chunk))
 
 
+def prefill_reserve(prompt_tokens: int, kv_token: int, act_token: int, chunk: int) -> int:
+    """Device bytes a prefill holds beside the KV pool, which an automatic budget leaves free: the prompt's KV
+    twice (the model's cache, and its layers stacked to be written into the pool's blocks) and one chunk's
+    activations while it runs."""
+    return 2 * prompt_tokens * kv_token + min(chunk, prompt_tokens) * act_token
+
+
 def standard_bytes(m: ModelFacts, tokens: int) -> int:
     return m.weights + tokens * m.kv_token + tokens * m.act_token
 

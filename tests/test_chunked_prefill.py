@@ -57,3 +57,33 @@ def test_default_chunk_is_sized_to_the_budget():
 def test_a_bad_chunk_says_what_to_do():
     with pytest.raises(ValueError, match="prefill chunk must be at least 1 token"):
         CacheConfig(prefill_chunk=0)
+
+
+def test_the_prompts_kv_is_stacked_for_its_blocks_letting_each_layer_go(tiny):
+    """Writing the prompt's KV into blocks held it three times (the cache, each layer stacked, their stack); each
+    layer now goes as it is copied, so it is on the device twice at most."""
+    from engine.kv.cache import stacked_layers
+
+    cache, _ = prefill(tiny.model, [5, 9, 14, 200, 31, 7, 40], tiny.device)
+    want = torch.stack([torch.stack((layer.keys[0], layer.values[0])) for layer in cache.layers])
+    assert torch.equal(stacked_layers(cache), want)
+    assert all(layer.keys is None and layer.values is None for layer in cache.layers)
+
+
+@pytest.mark.parametrize("chunk", [None, 32])
+def test_an_automatic_budget_leaves_the_prefill_what_it_holds_beside_the_pool(tiny, chunk):
+    """Read from free device memory, the budget is what is free less the margin and the prefill's reserve: the
+    prompt's KV twice and one chunk's activations (the pool took the rest, and a long prompt ran out of memory
+    in its prefill)."""
+    from engine.context_plan import activation_token_bytes, prefill_reserve
+    from engine.kv.cache import KVCache
+
+    prompt_tokens, free, margin = 900, 50_000_000, 1_000_000
+    kv = KVCache(tiny, SEARCH, CacheConfig(policy="lbs", prefill_chunk=chunk), prompt_tokens, decode=None,
+                 prefill=None, free_bytes=lambda: free, margin=margin)  # fmt: skip
+    act = activation_token_bytes(tiny.model.config, 4)
+    used_chunk = chunk or default_chunk(free - margin, act)
+    reserve = prefill_reserve(prompt_tokens, kv.store.token_bytes, act, used_chunk)
+    assert reserve == 2 * prompt_tokens * kv.store.token_bytes + min(used_chunk, prompt_tokens) * act
+    assert kv.budget == free - margin - reserve
+    kv.close()

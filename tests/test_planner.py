@@ -233,3 +233,16 @@ def test_a_windows_path_is_no_prm_family(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "\\PRMs\\missing").mkdir()  # on Windows: the folder \\PRMs\\missing of the current drive
     assert model_key("C:\\PRMs\\missing") == "C:\\PRMs\\missing"  # not family "C" of that folder
+
+
+def test_on_a_gpu_the_automatic_budget_leaves_the_prefill_the_prompts_kv_twice():
+    """The run's automatic budget leaves its prefill the prompt's KV twice beside the pool (engine.context_plan
+    .prefill_reserve); the plan's does the same, beside the activations it counts."""
+    card = DeviceInfo("cuda (24 GB card)", False, 24_000_000_000)
+    model, search = ModelSpec("synthetic:llama2-7b", dtype="bfloat16"), SearchConfig(beams=2, width=2)
+    short, long = (plan(model, search, CacheConfig(), question=q, device=card) for q in ("Hi?", "word " * 500))
+    kv_token = short.generator.kv_token_bytes
+    grown = long.prompt_tokens - short.prompt_tokens
+    assert grown > 1000
+    assert short.kv_budget_bytes - long.kv_budget_bytes == 2 * grown * kv_token + (
+        long.activation_bytes - short.activation_bytes)

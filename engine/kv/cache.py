@@ -7,10 +7,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+from transformers import DynamicCache
 
 from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
-from engine.context_plan import activation_token_bytes, default_chunk
+from engine.context_plan import activation_token_bytes, default_chunk, prefill_reserve
 from engine.errors import KVBudgetTooSmall
 from engine.kv.attention import uses_cascade
 from engine.kv.blocks import BlockManager, Tier
@@ -175,9 +176,11 @@ class KVCache:
         self._probe = free_bytes  # None: read CUDA (a bound method here would make a reference cycle)
         self._read_free = False  # the budget was read from free device memory (no --kv-budget)
         self._shortfall = 0  # device bytes other programs took from the budget at its last re-read
+        act = activation_token_bytes(loaded.model.config, _element_size(loaded.dtype))
         total = cache.kv_budget_bytes or self._automatic_budget(
             policy_whole_bytes(cache.policy, whole, prompt_tokens, search, token_bytes, shape.num_layers),
-            verifier_batch_bytes, cache.verifier_kv_share)
+            verifier_batch_bytes, cache.verifier_kv_share, lambda room: prefill_reserve(
+                prompt_tokens, token_bytes, act, cache.prefill_chunk or default_chunk(room, act)))
         split = split_budget(total, cache.verifier_kv_share, verifier_batch_bytes, verifier_row_bytes)
         self.budget, self.verifier_budget = split.generator_bytes, split.verifier_bytes
         one = one_candidate_bytes(prompt_tokens, search, token_bytes, cache.block_size)
@@ -216,7 +219,6 @@ class KVCache:
         self.changes: list[tuple[str, str, str, int]] = []  # auto's policy changes not yet reported
         self.live: dict[int, Live] = {}
         self.timing = StepTiming()
-        act = activation_token_bytes(loaded.model.config, _element_size(loaded.dtype))
         self.prefill_chunk = cache.prefill_chunk or default_chunk(self.budget, act)
 
     def _make_policy(self, context: PolicyContext) -> Policy:
@@ -254,12 +256,16 @@ class KVCache:
         # memory torch's caching allocator holds but no tensor uses is free to this process too
         return free + torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
 
-    def _automatic_budget(self, whole: int, verifier_bytes: int, share: float | None) -> int:
-        """Free device memory less the margin; where none can be read (the emulated device), a budget that
-        holds the generator's `whole` search and the verifier's batch, in the shares the user set."""
+    def _automatic_budget(self, whole: int, verifier_bytes: int, share: float | None,
+                          reserve: Callable[[int], int]) -> int:  # fmt: skip
+        """Free device memory less the margin and what the prefill holds beside the pool (`reserve` of the room
+        left after the margin); where none can be read (the emulated device), a budget that holds the
+        generator's `whole` search and the verifier's batch, in the shares the user set."""
         free = self._free_bytes()
         self._read_free = free is not None
-        return emulated_budget(whole, verifier_bytes, share) if free is None else max(free - self.margin, 1)
+        if free is None:
+            return emulated_budget(whole, verifier_bytes, share)
+        return max(free - self.margin - reserve(free - self.margin), 1)
 
     @property
     def home(self) -> Tier:
@@ -307,8 +313,7 @@ class KVCache:
                     refused = KVBudgetTooSmall(self.budget, need, "keeping the whole search on the device (in_device)",
                                                needed_for="the question's KV")  # fmt: skip
                     raise self._refused(refused) from error
-                layers = [torch.stack((layer.keys[0], layer.values[0])) for layer in cache.layers]  # [2, H, P, D]
-                self.store.write(plan, torch.stack(layers), self.home, PROMPT_ID)
+                self.store.write(plan, stacked_layers(cache), self.home, PROMPT_ID)
         self.live[PROMPT_ID] = Live(PROMPT_ID, plan.table, prompt[-1], None)
         self.store.sync()
         self.cached_tokens, self.computed_tokens = done, len(prompt) - done
@@ -505,6 +510,19 @@ class KVCache:
             self.timing.speculative_runs,
             self.timing.speculative_lent_runs,
         )
+
+
+def stacked_layers(cache: DynamicCache) -> torch.Tensor:
+    """A batch-1 cache's KV as `[L, 2, H, P, D]`, each layer let go as soon as it is copied: while the prompt's
+    KV is written into blocks it is on the device twice at most (engine.context_plan.prefill_reserve), not three
+    times (the cache, a stack of each layer, their stack). The cache is spent."""
+    first = cache.layers[0].keys[0]  # [H, P, D]
+    kv = first.new_empty((len(cache.layers), 2, *first.shape))
+    for index, layer in enumerate(cache.layers):
+        kv[index, 0].copy_(layer.keys[0])
+        kv[index, 1].copy_(layer.values[0])
+        layer.keys = layer.values = None
+    return kv
 
 
 def _element_size(dtype: torch.dtype) -> int:
