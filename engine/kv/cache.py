@@ -453,11 +453,19 @@ class KVCache:
             self.store.start_peak()
             self.timing = StepTiming()
         plan = self.plan(candidates) if candidates else None  # none: every child's step was speculated whole
-        if plan is not None:
-            for done in self.policy.run_step(plan, self.live, self.timing, should_stop):
-                self.timing.forwards += max((len(r.fed) for r in done.results.values()), default=0)
-                yield done
-        self.store.sync()
+        steps = iter(()) if plan is None else self.policy.run_step(plan, self.live, self.timing, should_stop)
+        while True:
+            started = time.perf_counter()  # the policy's own time, not the caller's between groups (verifying)
+            try:
+                done = next(steps, None)
+                if done is None:
+                    self.store.sync()
+            finally:
+                self.timing.decode_seconds += time.perf_counter() - started
+            if done is None:
+                return
+            self.timing.forwards += max((len(r.fed) for r in done.results.values()), default=0)
+            yield done
 
     # -- reporting ------------------------------------------------------------------------------
     def step_events(self, step: int, verifier: VerifierMemory | None = None,
@@ -488,6 +496,8 @@ class KVCache:
         pcie = (counters.step["h2d"] + counters.step["d2h"]) / self.store.bandwidth
         compute = self.timing.compute_seconds
         stall = self.timing.modelled_stall_seconds if self.emulated else counters.step_stall_seconds
+        if not self.emulated:  # measured stall: a wait inside a forward call (layer-wise's) is in the decode loop's
+            compute = max(self.timing.decode_seconds - stall, 0.0)  # host time too; compute is the step's time less it
         yield ev.TransferStats(
             step,
             self.emulated,

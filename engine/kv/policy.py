@@ -71,6 +71,7 @@ class StepPlan:
 @dataclass
 class StepTiming:
     compute_seconds: float = 0.0
+    decode_seconds: float = 0.0  # host time inside the policy's step (loads, waits, decode, write-back, last sync)
     modelled_stall_seconds: float = 0.0
     peak_device_bytes: int = 0  # the device pool's high-water mark during the step
     idle_row_slots: int = 0  # row x forward slots spent on rows whose step had ended (stragglers' waste)
