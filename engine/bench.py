@@ -291,7 +291,7 @@ def run_bench(
         progress(f"step delimiter {report.step_delimiter_auto!r}")
     if not emulated and not plan_only:
         progress("warming up (not timed)")
-        _warm_up(loaded, workload, prompt, policies[0] if policies else "in_device")
+        warm_up(loaded, workload, prompt, policies, baselines, limit)
     reference = None
     if teacher_forcing and not plan_only:
         progress("recording in_device's tokens for teacher forcing")
@@ -354,12 +354,24 @@ def pick_delimiter(loaded, workload: Workload, prompt: Sequence[int]) -> str:
     return text
 
 
-def _warm_up(loaded, workload: Workload, prompt: Sequence[int], policy: str = "in_device") -> None:
-    """One short run of the engine (the first policy timed) and of `generate` in this process, untimed (kernels,
-    allocator, caches)."""
-    short = replace(workload, gen_tokens=workload.step_tokens)
-    run_policy(loaded, short, policy, prompt)
-    run_baseline(loaded, "generate", prompt, 1, 4, workload.seed)
+WARM_UP_TOKENS = 4  # each policy's and baseline's untimed run: one step of this many tokens
+
+
+def warm_up(loaded, workload: Workload, prompt: Sequence[int], policies: Sequence[str], baselines: Sequence[str],
+            limit: TimeLimit | None = None) -> None:  # fmt: skip
+    """An untimed run of one short step of each policy, and of each outside baseline on all the workload's rows, in
+    this process: a first run's costs (kernels loaded and tuned for its shapes, cuBLAS handles, allocator and pinned
+    blocks) are not in any timed row. Only the first policy warmed up before: later rows paid theirs."""
+    limit = limit or TimeLimit()
+    tokens = min(WARM_UP_TOKENS, workload.step_tokens)
+    short = replace(workload, step_tokens=tokens, gen_tokens=tokens)
+    for name in policies or ("in_device",):
+        release_cached_memory()
+        run_policy(loaded, short, name, prompt, limit)
+    rows = workload.search().candidates_per_step
+    for name in baselines or ("generate",):
+        release_cached_memory()
+        run_baseline(loaded, name, prompt, rows, tokens, workload.seed, limit.passed)
 
 
 def _baselines(

@@ -389,3 +389,21 @@ def test_bench_cli_times_the_baselines_it_is_given(tmp_path, capsys):
     capsys.readouterr()
     assert main([*base, "--baselines", "vllm"]) == 2
     assert "unknown baselines ['vllm']; choose from generate, generate:offloaded" in capsys.readouterr().err
+
+
+def test_on_cuda_every_policy_and_baseline_is_warmed_up_untimed_on_the_workloads_rows(tiny, monkeypatch):
+    """Only the first policy and a one-row `generate` were warmed up, so later rows (layer-wise, the offloaded
+    cache, generate on 64 rows) paid their first run's costs in their timed wall. Each now runs one short step
+    first, the baselines on every row."""
+    from engine import bench
+
+    ran = []
+    monkeypatch.setattr(bench, "release_cached_memory", lambda host=False: None)
+    monkeypatch.setattr(bench, "run_policy", lambda loaded, workload, name, prompt, limit=None: ran.append(
+        (name, workload.step_tokens, workload.gen_tokens)))  # fmt: skip
+    monkeypatch.setattr(bench, "run_baseline", lambda loaded, name, prompt, rows, tokens, seed, stop: ran.append(
+        (name, rows, tokens)))  # fmt: skip
+    workload = Workload(beams=4, width=4, step_tokens=32, gen_tokens=128, prompt_tokens=16)
+    bench.warm_up(tiny, workload, [1, 2, 3], ["in_device", "layerwise", "lbs:+prefix_order"], list(BASELINES))
+    assert ran == [("in_device", 4, 4), ("layerwise", 4, 4), ("lbs:+prefix_order", 4, 4),
+                   ("generate", 16, 4), ("generate:offloaded", 16, 4)]  # fmt: skip
