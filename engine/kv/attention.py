@@ -136,7 +136,7 @@ def _prefix_part(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
     """Every row against the shared prefix in one product: the prefix is read once, not once per row."""
     batch, heads, group, dim = q.shape
     rows = q.permute(1, 0, 2, 3).reshape(heads, batch * group, dim)  # [H, B*G, D]
-    scores = torch.matmul(rows, k.transpose(-1, -2)).float() * scale  # [H, B*G, P]
+    scores = _scores(rows, k, scale)  # [H, B*G, P]
     lse = torch.logsumexp(scores, dim=-1)  # [H, B*G]
     out = torch.matmul(torch.softmax(scores, dim=-1).to(v.dtype), v).float()  # [H, B*G, D]
     out = out.view(heads, batch, group, dim).permute(1, 0, 2, 3)  # [B, H, G, D]
@@ -153,7 +153,7 @@ def _parent_part(q: torch.Tensor, parents: ParentHistory, layer: int, scale: flo
     else:  # rows to their parent's query slots; unused slots stay zero
         slots = q.new_zeros((count * width, heads, group, dim)).index_copy_(0, parents.slots, q)
     rows = slots.reshape(count, width, heads, group, dim).transpose(1, 2).reshape(count, heads, width * group, dim)
-    scores = torch.matmul(rows, k.transpose(-1, -2)).float() * scale  # [G, H, M*Gq, Wp]
+    scores = _scores(rows, k, scale)  # [G, H, M*Gq, Wp]
     if parents.mask is not None:
         scores = scores.masked_fill(~parents.mask[:, None, None, :], float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)  # [G, H, M*Gq]; -inf for a parent with no history
@@ -166,8 +166,14 @@ def _parent_part(q: torch.Tensor, parents: ParentHistory, layer: int, scale: flo
     return out, lse  # [B, H, Gq, D], [B, H, Gq]
 
 
+def _scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    """`q @ k^T * scale` in float32. A bf16 product is rounded to bf16 before it could be widened (a score of 15 to
+    1/16, 6% in its weight); SDPA's kernels keep scores in float32, and so does this. A no-op copy in float32."""
+    return torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+
+
 def _suffix_part(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float):
-    scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale  # [B, H, G, S]
+    scores = _scores(q, k, scale)  # [B, H, G, S]
     if mask is not None:  # [B, 1, 1, S] (True: attend) or additive
         allowed = mask if mask.dtype == torch.bool else mask == 0
         scores = scores.masked_fill(~allowed[..., -scores.shape[-1] :], float("-inf"))
