@@ -107,8 +107,8 @@ def step_mask(mask: torch.Tensor | None, forwards: int) -> torch.Tensor | None:
     # mask: [B, T] -> [B, T + forwards] or None
     if mask is None or mask.is_meta or bool(mask.all()):
         return None
-    full = torch.ones((mask.shape[0], mask.shape[1] + forwards), dtype=mask.dtype, device=mask.device)
-    full[:, : mask.shape[1]] = mask
+    full = torch.ones((mask.shape[0], mask.shape[1] + forwards), dtype=torch.bool, device=mask.device)
+    full[:, : mask.shape[1]] = mask.bool()
     return full
 
 
@@ -154,7 +154,10 @@ def forward_and_sample(
 ) -> torch.Tensor:
     """Forward call j of the step, its tokens, log-probs and top-1 probabilities written into the buffers;
     returns logits [B, V]."""
-    mask = None if buffers.mask is None else buffers.mask[:, : buffers.width + j + 1]  # [B, T + j + 1]
+    # [B, 1, 1, T + j + 1], True: attend. Given 2D, transformers asks on every call whether any row is padded
+    # (a read of the device: a host sync per token on CUDA); Beamwise passes a mask only when one is, and a 4D
+    # boolean mask is taken as it is (a decode step's one query attends every column its row holds)
+    mask = None if buffers.mask is None else buffers.mask[:, None, None, : buffers.width + j + 1]
     out = model(
         input_ids=buffers.tokens[:, j : j + 1].to(buffers.positions.device),  # [B, 1]; no copy unless plan-only
         attention_mask=mask,
@@ -319,7 +322,7 @@ def _begin_run(results: Sequence[RowResult], rows: Sequence[Row], rules: StepRul
     buffers.positions[row, forward:] = torch.tensor([base + min(j, room - 1) for j in range(n - forward)])
     buffers.draws[row, forward:] = uniforms([child_stream(source.generator, k)], [base], n - forward)[0]
     if buffers.mask is None:
-        ones = torch.ones((len(rows), columns + n), dtype=torch.long, device=buffers.positions.device)
+        ones = torch.ones((len(rows), columns + n), dtype=torch.bool, device=buffers.positions.device)
         buffers = dataclasses.replace(buffers, mask=ones, width=columns)
     width = buffers.width
     if row == owner:
