@@ -11,6 +11,7 @@ import torch
 from transformers import DynamicCache
 
 from engine.hf_compat import cache_kwargs
+from engine.kv.streams import device_tensor
 from engine.rng import child_stream, uniforms
 from engine.rows import Row, RowResult, StepRules
 from engine.sampling import sample_tokens, token_stats
@@ -134,15 +135,16 @@ def allocate_buffers(
     n = max(budgets)
     sampling = torch.device("cpu") if device.type == "meta" else device  # plan_only.ShapeOnlyModel: host logits
     tokens = torch.empty((len(rows), 1 + n), dtype=torch.long, device=sampling)
-    tokens[:, 0] = torch.tensor([row.pending for row in rows], device=sampling)
+    tokens[:, 0] = device_tensor([row.pending for row in rows], torch.long, sampling)  # no host sync (CUDA)
     rooms = [context_room(row.position, rules) for row in rows]  # past its step a row runs on (speculation)
     positions = [[row.position + min(j, room - 1) for j in range(n)] for row, room in zip(rows, rooms, strict=True)]
+    draws = uniforms([row.generator for row in rows], [row.position for row in rows], n)  # [B, n] on the host
     return StepBuffers(
         tokens=tokens,
         logprobs=torch.empty((len(rows), n), dtype=torch.float32, device=sampling),
         top1=torch.empty((len(rows), n), dtype=torch.float32, device=sampling),
-        positions=torch.tensor(positions, dtype=torch.long, device=device),
-        draws=uniforms([row.generator for row in rows], [row.position for row in rows], n).to(sampling),
+        positions=device_tensor(positions, torch.long, device),
+        draws=draws.to(sampling, non_blocking=True),
         mask=step_mask(mask, n),
         forced=forced_tokens(rows, rules, n, sampling),
         width=0 if mask is None else mask.shape[1],
@@ -319,8 +321,10 @@ def _begin_run(results: Sequence[RowResult], rows: Sequence[Row], rules: StepRul
     base = _child_position(source, result)
     room = context_room(base, rules)
     buffers.tokens[row, forward] = result.sampled[-1]
-    buffers.positions[row, forward:] = torch.tensor([base + min(j, room - 1) for j in range(n - forward)])
-    buffers.draws[row, forward:] = uniforms([child_stream(source.generator, k)], [base], n - forward)[0]
+    positions = [base + min(j, room - 1) for j in range(n - forward)]  # both copied without a host sync (CUDA)
+    buffers.positions[row, forward:] = device_tensor(positions, torch.long, buffers.positions.device)
+    draws = uniforms([child_stream(source.generator, k)], [base], n - forward)[0]
+    buffers.draws[row, forward:] = draws.to(buffers.draws.device, non_blocking=True)
     if buffers.mask is None:
         ones = torch.ones((len(rows), columns + n), dtype=torch.bool, device=buffers.positions.device)
         buffers = dataclasses.replace(buffers, mask=ones, width=columns)

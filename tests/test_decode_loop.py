@@ -201,36 +201,3 @@ def test_forced_tokens_are_emitted_and_scored_under_the_model(tiny):
     assert_same_results(forced[3], reference[3])  # same tokens, so the same log-probs
     assert_same_results(forced[8], free[8])  # an unforced row samples from its own stream
     assert free[3].sampled != reference[3].sampled
-
-
-HOST_READS = frozenset({torch.Tensor.__bool__, torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.cpu,
-                        torch.Tensor.__int__, torch.Tensor.__float__, torch.Tensor.__index__})  # fmt: skip
-
-
-class DeviceReads(torch.overrides.TorchFunctionMode):
-    """Counts reads of a tensor's value on the host (each a host sync on a GPU) while `inside` is set."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.inside, self.reads = False, 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.reads += self.inside and func in HOST_READS
-        return func(*args, **(kwargs or {}))
-
-
-def test_a_padded_groups_forward_calls_read_nothing_back_from_the_device(tiny):
-    """Given a 2D mask, transformers asked on every forward call whether any row was padded (`padding_mask.all()`
-    read on the host): on a GPU a host sync per token for the rest of any step whose rows differ in length (a step
-    delimiter, speculation's runs). The 4D mask is taken as it is: no read inside a forward call."""
-    cache, mask, rows = group(tiny, [3, 8])  # prompts of 5 and 2 KV tokens: padded
-    watch = DeviceReads()
-    handles = [tiny.model.register_forward_pre_hook(lambda *_: setattr(watch, "inside", True)),
-               tiny.model.register_forward_hook(lambda *_: setattr(watch, "inside", False))]  # fmt: skip
-    try:
-        with watch:
-            results, _ = decode_step(tiny.model, cache, mask, rows, rules_for(tiny, max_tokens=16), sync_every=8)
-    finally:
-        for handle in handles:
-            handle.remove()
-    assert max(len(r.fed) for r in results) == 16 and watch.reads == 0
