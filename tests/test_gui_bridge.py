@@ -13,6 +13,8 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from PySide6.QtCore import QObject
+
 from app.gui.bridge import SearchBridge, describe_device, describe_error
 from benchmarks.fake_search import fake_run
 from engine import events as ev
@@ -57,6 +59,17 @@ def make_bridge(qtbot):
     yield make
     for bridge in bridges:
         bridge.shutdown()
+
+
+def captured(function: Any, depth: int) -> list[Any]:
+    """What `function` holds through its closure (and a bound method through its object), `depth` closures deep."""
+    found, frontier = [], [function]
+    for _ in range(depth):
+        held = [getattr(f, "__self__", None) for f in frontier]
+        held += [cell.cell_contents for f in frontier for cell in (getattr(f, "__closure__", None) or ())]
+        found += [h for h in held if h is not None]
+        frontier = [h for h in held if callable(h)]
+    return found
 
 
 def collect(bridge: SearchBridge) -> list[Any]:
@@ -234,6 +247,11 @@ def test_closing_while_a_model_loads_does_not_wait_for_the_load(qtbot, make_brid
         bridge.shutdown()
         assert not done.is_set() and not bridge.thread.isRunning()  # it returned with the load still reading
         qtbot.waitUntil(lambda: bool(finished), timeout=1000)  # the request ended as every request does
+        # the abandoned load ends last: it must hold no Qt object, whose last reference would then go on its
+        # plain Python thread, deleting it there (a full CI run crashed so, in this test's teardown)
+        (load,) = [t for t in threading.enumerate() if t.name == "beamwise-load"]
+        held = captured(load._target, depth=4)
+        assert held and not [o for o in held if isinstance(o, QObject)]
     finally:
         release.set()
 

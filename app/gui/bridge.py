@@ -232,7 +232,9 @@ class SearchWorker(QObject):
             if self._closing.is_set():
                 raise LoadAbandoned
 
-        loaded = abandonable(lambda: self._loader(spec, device, lambda *report: reports.put(report)),
+        loader = self._loader  # the load thread holds no reference to this QObject: abandoned, it may end last, and
+        # a QObject whose last reference goes on a plain Python thread is deleted there (a segfault beside the GUI's)
+        loaded = abandonable(lambda: loader(spec, device, lambda *report: reports.put(report)),
                              "beamwise-load", pass_on, LOAD_SLICE_S)
         pass_on()
         return loaded
