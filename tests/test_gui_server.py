@@ -136,7 +136,7 @@ def test_closing_the_dialog_ends_a_test_that_waits_on_a_silent_server(qtbot) -> 
             dialog.reject()
             while connection.recv(4096):  # TimeoutError if the client keeps waiting: it must hang up, not time out
                 pass
-        qtbot.waitUntil(lambda: background._RELAY._out == 0)  # the test's thread ended and its answer was handed on
+        qtbot.waitUntil(lambda: background._RELAY.pending == 0)  # the test's thread ended and its answer was handed on
         assert answers == [] and "Asking" in dialog.answer.text()  # no late result in the closed dialog
 
 
