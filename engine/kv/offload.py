@@ -25,10 +25,10 @@ def move_to_host(store: KVStore, blocks: BlockManager, tables: Iterable[tuple[in
         for block_id in table:
             if store.holds(block_id, Tier.DEVICE) and owner not in users.setdefault(block_id, []):
                 users[block_id].append(owner)
+    runs = split_runs(list(users), lambda previous, block_id: _continues(store, blocks, previous, block_id, users))
     moved = 0
     try:
-        for run in split_runs(list(users), lambda previous, block_id: _continues(store, blocks, previous, block_id,
-                                                                                 users)):  # fmt: skip
+        for run in runs:
             tokens = blocks.num_tokens(run)
             if not store.holds(run[0], Tier.HOST):
                 store.place(run, Tier.HOST)

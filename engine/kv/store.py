@@ -24,7 +24,7 @@ import torch
 from engine.kv import pieces
 from engine.kv.blocks import AppendPlan, BlockManager, Tier
 from engine.kv.pool import PoolExhausted, Run, SlotPool
-from engine.kv.streams import on_copy_stream, streams_for
+from engine.kv.streams import on_copy_stream, streams_for, wait_for_copy_stream
 
 DIRECTIONS = ("h2d", "d2h", "d2d", "h2h")
 HOST_CHUNK_BYTES = 256 << 20  # the host pool grows by this much at a time
@@ -287,8 +287,7 @@ class KVStore:
         """Compute waits for every copy issued so far on the copy stream (a write-back still reading a freed run,
         a prefetch reading the arena's loaded columns) before it writes device memory those copies may read.
         Without CUDA copies run when issued: nothing to wait for."""
-        if self.streams is not None:
-            self.streams.current_stream().wait_stream(self.copy_stream)
+        wait_for_copy_stream(self.streams)
 
     def wait_loaded(self, event: torch.cuda.Event | None) -> None:
         """Make compute wait for a load; the time compute stood still is measured between two CUDA events."""

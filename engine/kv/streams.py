@@ -72,6 +72,14 @@ def on_copy_stream(streams: CudaStreams | None) -> Iterator[torch.cuda.Event | N
         done.record()
 
 
+def wait_for_copy_stream(streams: CudaStreams | None) -> None:
+    """Compute waits for every copy issued so far on the copy stream, before it writes or reuses memory those copies
+    may still read or write. Without CUDA (None) copies ran when issued: nothing to wait for. The generator's store
+    and the verifier's pools both call it."""
+    if streams is not None:
+        streams.current_stream().wait_stream(streams.copy_stream)
+
+
 def device_tensor(values, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
     """`values` as a tensor on `device` without a host sync. `torch.tensor(values, device=cuda)` copies with
     `non_blocking=False`, which synchronizes the current stream: inside a load that is the copy stream, so the host

@@ -27,7 +27,7 @@ from engine.kv.blocks import Tier
 from engine.kv.pool import PoolExhausted, Run, SlotPool
 from engine.kv.split import share_too_small
 from engine.kv.store import DIRECTIONS, HOST_CHUNK_BYTES
-from engine.kv.streams import on_copy_stream, streams_for
+from engine.kv.streams import on_copy_stream, streams_for, wait_for_copy_stream
 from engine.verifiers.base import VerifierMemory
 
 UNBUDGETED_CHUNK_BYTES = 64 << 20  # a verifier without a budget grows its device pool by this much
@@ -270,8 +270,7 @@ class VerifierKV:
     def wait_copies(self) -> None:
         """Compute waits for every copy issued so far on the copy stream (before it reuses memory they may still
         write); without CUDA copies run when issued."""
-        if self.streams is not None:
-            self.streams.current_stream().wait_stream(self.copy_stream)
+        wait_for_copy_stream(self.streams)
 
     def close(self) -> None:
         """Wait for pending copies (a failed or cancelled run may leave some queued on either stream), then give
