@@ -411,7 +411,7 @@ def _notes(report: BenchReport, forced: bool) -> list[str]:
         notes.append(
             f"teacher-forced logit differences in {dtype} of a few rounding steps are not a policy error: "
             "in_device and lbs with inter_beam read the shared prefix through cascade attention (float32 scores, "
-            "softmaxes merged by log-sum-exp), lbs:inter_token and layerwise through SDPA over padded rows, so "
+            "one softmax over the parts), lbs:inter_token and layerwise through SDPA over padded rows, so "
             "their sums are rounded differently, and each layer passes the difference on. The largest |logit| is "
             f"{report.reference_max_abs_logit:.3g}, where one {dtype} step is {spacing:.3g}; on the CPU every path is "
             "about equally far from a float32 run of the same weights (python -m benchmarks.bf16_numerics)"

@@ -9,8 +9,29 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import engine.kv.attention as attention
 from engine.hf_compat import cache_kwargs, returned_cache
 from engine.kv.attention import ParentHistory, SharedPrefix, arena_cache, cascade_attention
+
+
+@pytest.fixture(params=["widened", "bmm-float32-out"])
+def products(request, monkeypatch):
+    """How `engine.kv.attention.product` multiplies: operands widened to float32 (the CPU's way), or CUDA's batched
+    product that writes float32 from bf16 operands (`torch.bmm(..., out_dtype=torch.float32)`, which the CPU lacks:
+    stood in for by the same product of widened operands, so the reshapes around it are what is checked)."""
+    calls = []
+    if request.param == "bmm-float32-out":
+        bmm = torch.bmm
+
+        def float32_bmm(a, b, out_dtype=None):
+            assert out_dtype == torch.float32 and a.dim() == b.dim() == 3, "a 3D product that writes float32"
+            calls.append((tuple(a.shape), tuple(b.shape)))
+            return bmm(a.float(), b.float())
+
+        monkeypatch.setattr(attention, "_float32_products", lambda device, dtype: True)
+        monkeypatch.setattr(torch, "bmm", float32_bmm)
+    yield calls
+    assert (len(calls) > 0) == (request.param == "bmm-float32-out")
 
 
 @pytest.mark.parametrize("model", ["tiny", "tiny_qwen2", "tiny_opt"])
@@ -57,10 +78,10 @@ def test_prefix_in_place_and_padded_suffixes_match_whole_sequences(request, mode
     [([0, 0, 1, 1, 2, 2], True), ([0, 0, 0, 1, 2, 2], False), ([2, 0, 1, 0, 2, 0], False)],
     ids=["by-parent-even", "by-parent-uneven", "mixed"],
 )
-def test_three_levels_match_sdpa_over_the_concatenated_kv(heads_q, heads, family, identity):
+def test_three_levels_match_sdpa_over_the_concatenated_kv(heads_q, heads, family, identity, products):
     """Prefix read once, each parent's history read once by its rows (parents of different lengths,
-    one with none, families of different sizes), each row's own left-padded suffix: merged by
-    log-sum-exp, every row equals SDPA over prefix + its parent's history + its own tokens."""
+    one with none, families of different sizes), each row's own left-padded suffix: one softmax over
+    the three parts' scores, every row equals SDPA over prefix + its parent's history + its own tokens."""
     torch.manual_seed(1)
     dim, prefix_len, layer = 8, 7, SimpleNamespace(layer_idx=0)
     heights = [5, 0, 3]  # parent 1 has no history after the prefix
@@ -101,7 +122,7 @@ def test_three_levels_match_sdpa_over_the_concatenated_kv(heads_q, heads, family
         torch.testing.assert_close(out[r, 0], want[:, 0], atol=1e-5, rtol=0)
 
 
-def test_parents_without_a_shared_prefix():
+def test_parents_without_a_shared_prefix(products):
     """No prefix common to every row (`layers` empty): the parent level and the rows' own tokens alone."""
     torch.manual_seed(2)
     heads, dim, layer = 2, 4, SimpleNamespace(layer_idx=0)

@@ -243,3 +243,36 @@ def test_torch_reports_the_pinned_memory_a_run_holds_and_idle_gives_both_caches_
     released = release_cached_memory()
     assert released.device_bytes > 0 and released.host_bytes > 0, released
     assert release_cached_memory() == type(released)(), "nothing is left cached to give back"
+
+
+def test_cascade_attention_in_bf16_multiplies_into_float32_without_widening_the_keys(monkeypatch):
+    """On CUDA, cascade attention's products read bf16 and write float32 (`torch.bmm(..., out_dtype=...)`), and
+    give what the products of widened operands (the CPU's way) give, on a prefix, parents and padded suffixes."""
+    import math
+    from types import SimpleNamespace
+
+    import engine.kv.attention as attention
+    from engine.kv.attention import ParentHistory, SharedPrefix, cascade_attention
+
+    cuda = torch.device("cuda")
+    assert attention._float32_products(cuda, torch.bfloat16), "torch.bmm has out_dtype=float32 for bf16 on CUDA"
+    generator = torch.Generator(device=cuda).manual_seed(0)
+    randn = lambda *shape: torch.randn(*shape, generator=generator, device=cuda).bfloat16()  # noqa: E731
+    batch, heads_q, heads, dim = 6, 8, 4, 128
+    prefix = SharedPrefix(((randn(heads, 64, dim) * 2, randn(heads, 64, dim)),), ParentHistory(
+        ((randn(3, heads, 20, dim) * 2, randn(3, heads, 20, dim)),),
+        torch.arange(20, device=cuda)[None, :] < torch.tensor([20, 0, 7], device=cuda)[:, None],
+        torch.tensor([0, 1, 2, 4, 6, 7], device=cuda), 3))  # fmt: skip
+    own_k, own_v, query = randn(batch, heads, 9, dim) * 2, randn(batch, heads, 9, dim), randn(batch, heads_q, 1, dim)
+    mask = (torch.arange(9, device=cuda)[None, :] >= torch.tensor([0, 3, 8, 5, 1, 2], device=cuda)[:, None])
+    layer, scale = SimpleNamespace(layer_idx=0), 1 / math.sqrt(dim)
+    products = []
+    bmm = torch.bmm
+    monkeypatch.setattr(torch, "bmm", lambda *a, **k: products.append(k.get("out_dtype")) or bmm(*a, **k))
+    fast, _ = cascade_attention(layer, query, own_k, own_v, mask[:, None, None, :], scaling=scale, kv_prefix=prefix)
+    assert products and set(products) == {torch.float32}
+    monkeypatch.setattr(attention, "_float32_products", lambda device, dtype: False)
+    widened, _ = cascade_attention(layer, query, own_k, own_v, mask[:, None, None, :], scaling=scale,
+                                   kv_prefix=prefix)  # fmt: skip
+    assert fast.dtype == widened.dtype == torch.bfloat16
+    torch.testing.assert_close(fast.float(), widened.float(), atol=2e-2, rtol=2e-2)

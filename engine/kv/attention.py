@@ -8,8 +8,10 @@ as `[H, P, D]` per layer, and every row's query attends to it in one matrix prod
 after that prefix: it is gathered once per parent into `[G, H, Wp, D]` (masked where a parent
 is shorter), and the sibling queries of parent `g` read `K[g]` together. Each row's own tokens
 (its new ones, and any it does not share with its siblings) sit in a preallocated *arena*
-`[B, H, W, D]` (left-padded). The partial softmaxes are merged exactly by their log-sum-exp in
-float32 (cascade attention), so the result equals attention over the concatenated KV.
+`[B, H, W, D]` (left-padded). Each part's scores come out in float32 in the rows' layout and one
+softmax runs over all of them side by side (cascade attention), so the result is attention over the
+concatenated KV without ever concatenating the keys; each part's values are then read with its slice
+of the weights, in the layout it was scored in.
 
 The model runs through a registered attention function, `beamwise`, that does this when the
 forward call passes `kv_prefix=`, hands the layer to the head-wise policy when it passes
@@ -18,6 +20,7 @@ forward call passes `kv_prefix=`, hands the layer to the head-wise policy when i
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Protocol
@@ -112,74 +115,105 @@ def cascade_attention(
     batch, heads_q, _, dim = query.shape
     heads = key.shape[1]
     q = query.view(batch, heads, heads_q // heads, dim)  # [B, H, G, D]: query heads grouped by KV head
-    parts = [_suffix_part(q, key, value, attention_mask, scale)]
-    if kv_prefix.layers:
-        parts.append(_prefix_part(q, *kv_prefix.layers[module.layer_idx], scale))
-    if kv_prefix.parents is not None:
-        parts.append(_parent_part(q, kv_prefix.parents, module.layer_idx, scale))
-    return merge(parts).to(query.dtype).reshape(batch, 1, heads_q, dim), None  # [B, Q=1, Hq, D]
+    layer, parents = module.layer_idx, kv_prefix.parents
+    prefix = kv_prefix.layers[layer] if kv_prefix.layers else None
+    scores = []  # each [B, H, G, N_part] in float32, one softmax over all of them
+    if prefix is not None:
+        scores.append(_prefix_scores(q, prefix[0]))
+    if parents is not None:
+        scores.append(_parent_scores(q, parents, layer))
+    scores.append(_suffix_scores(q, key, attention_mask))
+    weights = torch.softmax(torch.cat(scores, dim=-1) * scale, dim=-1).to(value.dtype)  # [B, H, G, N]
+    pieces = weights.split([part.shape[-1] for part in scores], dim=-1)
+    out = product(pieces[-1], value)  # [B, H, G, D] float32: the rows' own tokens
+    if prefix is not None:
+        out += _prefix_values(pieces[0], prefix[1])
+    if parents is not None:
+        out += _parent_values(pieces[-2], parents, layer)
+    return out.to(query.dtype).reshape(batch, 1, heads_q, dim), None  # [B, Q=1, Hq, D]
 
 
-def merge(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-    """Attention over the union of the parts' keys, from each part's (output `[..., D]`, log-sum-exp `[...]`)
-    in float32; a part whose keys are all masked has log-sum-exp -inf and weight 0."""
-    lse = parts[0][1]
-    for _, part_lse in parts[1:]:
-        lse = torch.logaddexp(lse, part_lse)
-    out = torch.zeros_like(parts[0][0])
-    for part_out, part_lse in parts:
-        out = out + part_out * torch.exp(part_lse - lse).unsqueeze(-1)
-    return out
-
-
-def _prefix_part(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
-    """Every row against the shared prefix in one product: the prefix is read once, not once per row."""
+def _prefix_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Every row against the shared prefix `[H, P, D]` in one product: the prefix is read once, not once per row."""
     batch, heads, group, dim = q.shape
     rows = q.permute(1, 0, 2, 3).reshape(heads, batch * group, dim)  # [H, B*G, D]
-    scores = _scores(rows, k, scale)  # [H, B*G, P]
-    lse = torch.logsumexp(scores, dim=-1)  # [H, B*G]
-    out = torch.matmul(torch.softmax(scores, dim=-1).to(v.dtype), v).float()  # [H, B*G, D]
-    out = out.view(heads, batch, group, dim).permute(1, 0, 2, 3)  # [B, H, G, D]
-    return out, lse.view(heads, batch, group).permute(1, 0, 2)
+    scores = product(rows, k.transpose(-1, -2))  # [H, B*G, P]
+    return scores.view(heads, batch, group, -1).permute(1, 0, 2, 3)  # [B, H, G, P]
 
 
-def _parent_part(q: torch.Tensor, parents: ParentHistory, layer: int, scale: float):
-    """Each parent's sibling queries against its history `[G, H, Wp, D]` in one batched product."""
-    k, v = parents.layers[layer]
-    _, heads, group, dim = q.shape
-    count, width = k.shape[0], parents.width
-    if parents.slots is None:
-        slots = q
-    else:  # rows to their parent's query slots; unused slots stay zero
-        slots = q.new_zeros((count * width, heads, group, dim)).index_copy_(0, parents.slots, q)
-    rows = slots.reshape(count, width, heads, group, dim).transpose(1, 2).reshape(count, heads, width * group, dim)
-    scores = _scores(rows, k, scale)  # [G, H, M*Gq, Wp]
+def _prefix_values(weights: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """`[B, H, G, D]` from the rows' weights `[B, H, G, P]` on the shared prefix's values `[H, P, D]`."""
+    batch, heads, group, _ = weights.shape
+    rows = weights.permute(1, 0, 2, 3).reshape(heads, batch * group, -1)  # [H, B*G, P]
+    return product(rows, v).view(heads, batch, group, -1).permute(1, 0, 2, 3)
+
+
+def _parent_scores(q: torch.Tensor, parents: ParentHistory, layer: int) -> torch.Tensor:
+    """Each parent's sibling queries against its history `[G', H, Wp, D]` in one batched product: `[B, H, G, Wp]`,
+    -inf where a parent is shorter than Wp."""
+    k = parents.layers[layer][0]
+    scores = product(_to_parents(q, parents), k.transpose(-1, -2))  # [G', H, M*G, Wp]
     if parents.mask is not None:
-        scores = scores.masked_fill(~parents.mask[:, None, None, :], float("-inf"))
-    lse = torch.logsumexp(scores, dim=-1)  # [G, H, M*Gq]; -inf for a parent with no history
-    weights = torch.exp(scores - torch.where(torch.isinf(lse), 0.0, lse).unsqueeze(-1))
-    out = torch.matmul(weights.to(v.dtype), v).float()  # [G, H, M*Gq, D]
-    out = out.view(count, heads, width, group, dim).transpose(1, 2).reshape(count * width, heads, group, dim)
-    lse = lse.view(count, heads, width, group).transpose(1, 2).reshape(count * width, heads, group)
+        scores = torch.where(parents.mask[:, None, None, :], scores, float("-inf"))
+    return _to_rows(scores, parents, q.shape[2])
+
+
+def _parent_values(weights: torch.Tensor, parents: ParentHistory, layer: int) -> torch.Tensor:
+    """`[B, H, G, D]` from the rows' weights `[B, H, G, Wp]` on their parents' values `[G', H, Wp, D]`."""
+    v = parents.layers[layer][1]
+    return _to_rows(product(_to_parents(weights, parents), v), parents, weights.shape[2])
+
+
+def _to_parents(rows: torch.Tensor, parents: ParentHistory) -> torch.Tensor:
+    """`[B, H, G, X]` per row to `[G', H, M*G, X]` per parent: row r is query slot `slots[r]`; unused slots are 0."""
+    _, heads, group, extent = rows.shape
+    count, width = parents.parents, parents.width
     if parents.slots is not None:
-        out, lse = out.index_select(0, parents.slots), lse.index_select(0, parents.slots)
-    return out, lse  # [B, H, Gq, D], [B, H, Gq]
+        rows = rows.new_zeros((count * width, heads, group, extent)).index_copy_(0, parents.slots, rows)
+    return rows.reshape(count, width, heads, group, extent).transpose(1, 2).reshape(count, heads, width * group, extent)
 
 
-def _scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
-    """`q @ k^T * scale` in float32. A bf16 product is rounded to bf16 before it could be widened (a score of 15 to
-    1/16, 6% in its weight); SDPA's kernels keep scores in float32, and so does this. A no-op copy in float32."""
-    return torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+def _to_rows(slots: torch.Tensor, parents: ParentHistory, group: int) -> torch.Tensor:
+    """`[G', H, M*G, X]` per parent back to `[B, H, G, X]` per row (`_to_parents` reversed)."""
+    count, heads, _, extent = slots.shape
+    rows = slots.view(count, heads, parents.width, group, extent).transpose(1, 2)
+    rows = rows.reshape(count * parents.width, heads, group, extent)
+    return rows if parents.slots is None else rows.index_select(0, parents.slots)
 
 
-def _suffix_part(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float):
-    scores = _scores(q, k, scale)  # [B, H, G, S]
+def _suffix_scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The rows against their own tokens `[B, H, S, D]`: `[B, H, G, S]`, -inf on padding."""
+    scores = product(q, k.transpose(-1, -2))  # [B, H, G, S]
     if mask is not None:  # [B, 1, 1, S] (True: attend) or additive
         allowed = mask if mask.dtype == torch.bool else mask == 0
-        scores = scores.masked_fill(~allowed[..., -scores.shape[-1] :], float("-inf"))
-    lse = torch.logsumexp(scores, dim=-1)  # [B, H, G]
-    out = torch.matmul(torch.softmax(scores, dim=-1).to(v.dtype), v).float()  # [B, H, G, D]
-    return out, lse
+        scores = torch.where(allowed[..., -scores.shape[-1] :], scores, float("-inf"))
+    return scores
+
+def product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`a @ b` in float32, for `a` `[..., m, k]` and `b` `[..., k, n]` with the same leading dimensions.
+
+    A bf16 product rounded to bf16 before it is widened loses a score of 15 to 1/16, 6% in its weight; SDPA's
+    kernels keep scores in float32, and so does this. On CUDA one batched product reads bf16 and writes float32
+    (`torch.bmm(..., out_dtype=torch.float32)`): widening the operands first would write and read the rows' keys
+    again in float32, 5x their bytes, every layer of every token. Elsewhere the operands are widened (a no-op for
+    float32)."""
+    if not _float32_products(a.device, a.dtype):
+        return torch.matmul(a.float(), b.float())
+    lead = a.shape[:-2]
+    out = torch.bmm(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]), out_dtype=torch.float32)
+    return out.view(*lead, a.shape[-2], b.shape[-1])
+
+
+@functools.cache
+def _float32_products(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether `torch.bmm` gives float32 from `dtype` operands on `device` (CUDA, bf16 or fp16; asked once)."""
+    if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16):
+        return False
+    try:
+        one = torch.ones((1, 1, 1), dtype=dtype, device=device)
+        return torch.bmm(one, one, out_dtype=torch.float32).dtype == torch.float32
+    except (RuntimeError, TypeError, NotImplementedError):  # a torch without `out_dtype` for this device
+        return False
 
 
 class ArenaLayer(DynamicLayer):
