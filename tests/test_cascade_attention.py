@@ -136,3 +136,21 @@ def test_parents_without_a_shared_prefix(products):
         values = torch.cat([v_par[r // 2], v_own[r]], dim=1)
         want = F.scaled_dot_product_attention(query[r], keys, values)
         torch.testing.assert_close(out[r, 0], want[:, 0], atol=1e-5, rtol=0)
+
+
+def test_parents_with_no_history_yet_are_not_read(products):
+    """At a search's first step the parents have no tokens after the prompt (`[G, H, 0, D]`): that part is skipped,
+    so no product has an empty dimension, and each row attends to the prefix and its own tokens."""
+    torch.manual_seed(3)
+    heads, dim, layer = 2, 4, SimpleNamespace(layer_idx=0)
+    k_pre, v_pre = torch.randn(heads, 5, dim), torch.randn(heads, 5, dim)
+    empty = torch.zeros(2, heads, 0, dim)
+    k_own, v_own = torch.randn(4, heads, 1, dim), torch.randn(4, heads, 1, dim)
+    query = torch.randn(4, heads, 1, dim)
+    parents = ParentHistory(((empty, empty),), None, None, 2)
+    out, _ = cascade_attention(layer, query, k_own, v_own, None, kv_prefix=SharedPrefix(((k_pre, v_pre),), parents))
+    assert all(0 not in shape for pair in products for shape in pair), products
+    for r in range(4):
+        keys, values = torch.cat([k_pre, k_own[r]], dim=1), torch.cat([v_pre, v_own[r]], dim=1)
+        want = F.scaled_dot_product_attention(query[r], keys, values)
+        torch.testing.assert_close(out[r, 0], want[:, 0], atol=1e-5, rtol=0)

@@ -60,6 +60,11 @@ class ParentHistory:
     def parents(self) -> int:
         return self.layers[0][0].shape[0] if self.layers else 0
 
+    @property
+    def tokens(self) -> int:
+        """Wp: 0 at a search's first step, when no parent has history after the prefix yet (nothing to read)."""
+        return self.layers[0][0].shape[-2] if self.layers else 0
+
 
 @dataclass(frozen=True)
 class SharedPrefix:
@@ -115,8 +120,9 @@ def cascade_attention(
     batch, heads_q, _, dim = query.shape
     heads = key.shape[1]
     q = query.view(batch, heads, heads_q // heads, dim)  # [B, H, G, D]: query heads grouped by KV head
-    layer, parents = module.layer_idx, kv_prefix.parents
-    prefix = kv_prefix.layers[layer] if kv_prefix.layers else None
+    layer = module.layer_idx
+    prefix = kv_prefix.layers[layer] if kv_prefix.tokens else None
+    parents = kv_prefix.parents if kv_prefix.parents is not None and kv_prefix.parents.tokens else None
     scores = []  # each [B, H, G, N_part] in float32, one softmax over all of them
     if prefix is not None:
         scores.append(_prefix_scores(q, prefix[0]))
