@@ -215,9 +215,9 @@ def _float32_products(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether `torch.bmm` gives float32 from `dtype` operands on `device` (CUDA, bf16 or fp16; asked once)."""
     if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16):
         return False
-    try:
-        one = torch.ones((1, 1, 1), dtype=dtype, device=device)
-        return torch.bmm(one, one, out_dtype=torch.float32).dtype == torch.float32
+    try:  # shaped as the products are: several matrices, the second one a transposed view
+        a, b = torch.ones((2, 3, 8), dtype=dtype, device=device), torch.ones((2, 5, 8), dtype=dtype, device=device)
+        return torch.bmm(a, b.transpose(1, 2), out_dtype=torch.float32).dtype == torch.float32
     except (RuntimeError, TypeError, NotImplementedError):  # a torch without `out_dtype` for this device
         return False
 
