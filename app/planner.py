@@ -21,6 +21,7 @@ from app.plan_run import planned_run
 from app.prompt_size import PromptSize, prompt_size, verifier_reading
 from engine.chat import Turn
 from engine.config import CacheConfig, ModelSpec, SearchConfig
+from engine.context_plan import prefill_reserve
 from engine.errors import KVBudgetTooSmall
 from engine.kv.cache import CUDA_MARGIN, auto_policy, one_candidate_bytes, policy_whole_bytes, search_kv_bytes
 from engine.kv.headwise_traffic import HeadwiseTraffic, KVGeometry, headwise_traffic
@@ -148,8 +149,8 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
                                                shape.row_bytes(search.step_tokens, steps))
     activations = _activations(gen, prompt, search.candidates_per_step)
     fixed = gen.weights_bytes + (prm.weights_bytes if prm and not on_cpu else 0) + activations
-    prefill_kv = 2 * prompt * gen.kv_token_bytes  # what the run's prefill holds beside the pool (prefill_reserve;
-    # its activations are in `activations`)
+    prefill_kv = prefill_reserve(prompt, gen.kv_token_bytes, act_token=0, chunk=0)  # the prefill's KV beside the
+    # pool, as the run leaves it free (its activations are in `activations`)
     budget = cache.kv_budget_bytes or _automatic_budget(
         info, policy_whole_bytes(cache.policy, whole, prompt, search, gen.kv_token_bytes, gen.kv.num_layers), batch,
         cache.verifier_kv_share, fixed + prefill_kv)
