@@ -112,3 +112,12 @@ def refusals(monkeypatch) -> list:
 
     monkeypatch.setattr(KVCache, "_refused", recorded)
     return seen
+
+
+@pytest.fixture
+def watch_kernels():
+    """Checks every torch call of the test against the fakes of CUDA's streams it makes (tests/fake_cuda.py)."""
+    from tests.fake_cuda import KernelWatch
+
+    with KernelWatch():
+        yield

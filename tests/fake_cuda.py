@@ -33,13 +33,33 @@ stream's clock, and a stream that waits takes the clock of what it waited for.
 from __future__ import annotations
 
 import contextlib
+import functools
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.fake_pinned import PinnedModel
+
+_QUEUED: weakref.WeakSet = weakref.WeakSet()  # the fakes whose copy stream has copies queued: what kernels meet
+_inside = [0]  # > 0 while a fake runs its own torch calls (its copies, clones and checks are not the engine's kernels)
+
+
+def _internal(method):
+    """A FakeCuda method whose own torch calls are the fake's, not kernels of the code under test."""
+
+    @functools.wraps(method)
+    def wrapped(*args, **kwargs):
+        _inside[0] += 1
+        try:
+            return method(*args, **kwargs)
+        finally:
+            _inside[0] -= 1
+
+    return wrapped
 
 
 class HazardError(AssertionError):
@@ -74,16 +94,21 @@ class FakeStream:
 
     def push(self, op: Op) -> None:
         self.queue.append(op)
+        if self is self.fake.copy_stream:
+            _QUEUED.add(self.fake)
 
     def next_index(self) -> int:
         index, self.issued = self.issued, self.issued + 1
         return index
 
+    @_internal
     def run_until(self, position: int) -> None:
         """Run every queued op issued before `position` (as CUDA would have, whatever the host's autograd mode)."""
         with torch.inference_mode():
             while self.queue and self.queue[0].index < position:
                 self.queue.popleft().run()
+        if not self.queue:
+            _QUEUED.discard(self.fake)
 
     def completed(self, position: int) -> bool:
         return not self.queue or self.queue[0].index >= position
@@ -152,14 +177,17 @@ class FakeCuda:
     def event(self, timing: bool = False) -> FakeEvent:
         return FakeEvent(self, timing)
 
+    @_internal
     def empty_host(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         tensor = torch.empty(shape, dtype=dtype)
         self.pinned.add(_storage(tensor))
         return self.allocator.take(tensor)
 
+    @_internal
     def release_host_cache(self) -> None:
         self.allocator.release()
 
+    @_internal
     def copy(self, dst: torch.Tensor, src: torch.Tensor, direction: str) -> None:
         host = {"h2d": src, "d2h": dst}.get(direction)
         if host is not None and _storage(host) not in self.pinned:
@@ -192,6 +220,7 @@ class FakeCuda:
         else:
             dst.copy_(src)
 
+    @_internal
     def host_copy(self, dst: torch.Tensor, src: torch.Tensor) -> None:
         self.copies["host"] += 1
         label = f"h2h {tuple(src.shape)} by the host"
@@ -199,12 +228,14 @@ class FakeCuda:
             self._check(stream, src, dst, label)
         dst.copy_(src)
 
+    @_internal
     def synchronize(self) -> None:
         self.syncs += 1
         self.copy_stream.run_until(self.copy_stream.issued)
         self.compute.run_until(self.compute.issued)
 
     # -- ordering ---------------------------------------------------------------------------------
+    @_internal
     def wait(self, waiter: FakeStream, target: FakeStream, position: int, time: float) -> None:
         """`waiter`'s later work runs after `target`'s first `position` ops."""
         waiter.clock = max(waiter.clock, time)
@@ -217,6 +248,25 @@ class FakeCuda:
             return
         index = waiter.next_index()  # the copy stream runs later: a barrier in its queue
         waiter.push(Op(index, lambda: target.run_until(position), [], f"wait for {target.name} op {position}"))
+
+    def check_kernel(self, name: str, reads: list[torch.Tensor], writes: list[torch.Tensor]) -> None:
+        """A kernel launched now (a torch call of the code under test), on the stream current for this fake: on
+        the compute stream it has no order with the copy stream's queued copies, so it must not read memory one
+        of them writes, nor write memory one of them reads or writes."""
+        queue = self.copy_stream.queue
+        if self.current is self.copy_stream or not queue:
+            return  # queued behind those copies, or none is queued
+        touched = {_storage(access.tensor) for op in queue for access in op.accesses}
+        if not any(_storage(t) in touched for t in (*reads, *writes)):
+            return
+        for op in queue:
+            for access in op.accesses:
+                kind = "writes" if access.write else "reads"
+                where = f"{name} on the compute stream"
+                if any(_overlap(access.tensor, t) for t in writes):
+                    raise HazardError(f"{where} writes memory that {op.label}, still queued, {kind}")
+                if access.write and any(_overlap(access.tensor, t) for t in reads):
+                    raise HazardError(f"{where} reads memory that {op.label}, still queued, writes")
 
     def _check(self, stream: FakeStream, src: torch.Tensor, dst: torch.Tensor, label: str) -> None:
         """Raise if `src` or `dst` meets memory that a queued op of `stream` writes, or `dst` meets memory it reads."""
@@ -281,3 +331,38 @@ class Fakes:
             return None
         self.made.append(FakeCuda(staged=True))
         return self.made[-1]
+
+
+class KernelWatch(TorchDispatchMode):
+    """While active, every torch call of the code under test is a kernel on the stream current for each
+    FakeCuda with copies queued, checked against that fake's queued copy-stream copies (`FakeCuda.check_kernel`).
+    The fakes check copies themselves; this finds compute kernels (`zero_`, `index_select(out=)`, a decode's writes
+    into an arena) that touch memory a queued copy still reads or writes. Views and metadata read nothing."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if _QUEUED and not _inside[0] and not _is_view(func):
+            waiting = [f for f in _QUEUED if f.current is not f.copy_stream]
+            if waiting:
+                reads, writes = _kernel_accesses(func, args, kwargs)
+                for fake in waiting:
+                    fake.check_kernel(str(func.overloadpacket), reads, writes)
+        return func(*args, **kwargs)
+
+
+@functools.cache
+def _is_view(func) -> bool:
+    returns = func._schema.returns
+    return bool(returns) and returns[0].alias_info is not None and not returns[0].alias_info.is_write
+
+
+def _kernel_accesses(func, args, kwargs) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The tensors a call reads and those it writes (its schema's mutable arguments, `out=` included)."""
+    reads, writes = [], []
+    for index, argument in enumerate(func._schema.arguments):
+        value = args[index] if index < len(args) else kwargs.get(argument.name)
+        tensors = [t for t in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(t, torch.Tensor)]
+        written = argument.alias_info is not None and argument.alias_info.is_write
+        (writes if written else reads).extend(t for t in tensors if not t.is_meta)
+    return reads, writes
+

@@ -23,7 +23,7 @@ from tests.test_equivalence import SEARCH, SPECULATING, assert_same_run, footpri
 
 
 @pytest.fixture
-def fakes(monkeypatch) -> Fakes:
+def fakes(monkeypatch, watch_kernels) -> Fakes:
     made = Fakes()
     monkeypatch.setattr(store_module, "streams_for", made.streams_for)
     return made
@@ -234,6 +234,27 @@ def test_layerwise_rows_selected_on_the_host_are_read_after_their_copy_there(tin
     assert len(refused) == 2, "one refusal in each run"
     assert_same_run(emulated, cuda)
     assert step_bytes(cuda) == step_bytes(emulated)
+
+
+def test_the_kernel_watch_catches_compute_touching_memory_a_queued_copy_uses(watch_kernels):
+    """The fake's kernel watch (`watch_kernels`, on in every test that drives the engine through the fake): a torch
+    call on the compute stream that reads what a queued copy-stream copy writes, or writes what one reads, is a
+    race; the same call after compute waited for the copy's event, or on the copy stream itself, is not."""
+    fake = FakeCuda()
+    host, device, spare = fake.empty_host((4,), torch.float32).fill_(1.0), torch.zeros(4), torch.zeros(4)
+    with fake.stream(fake.copy_stream):
+        fake.copy(device, host, "h2d")  # a load
+        fake.copy(host, spare, "d2h")  # a write-back reading `spare`
+        device.add(0)  # queued behind both on the copy stream: no race
+        loaded = fake.event()
+        loaded.record()
+    with pytest.raises(HazardError, match=r"aten.sum on the compute stream reads memory that h2d"):
+        device.sum()
+    with pytest.raises(HazardError, match=r"aten.fill_ on the compute stream writes memory that d2h .* reads"):
+        spare.fill_(2.0)
+    torch.ones(4).sum()  # memory no copy touches
+    fake.current_stream().wait_event(loaded)
+    assert device.sum() == 4 and spare.fill_(2.0).sum() == 8
 
 
 def test_the_fake_catches_a_load_read_before_waiting():

@@ -51,7 +51,7 @@ from tests.test_kv_spill import falling_free_memory
 
 
 @pytest.fixture
-def fakes(monkeypatch) -> Fakes:
+def fakes(monkeypatch, watch_kernels) -> Fakes:
     made = Fakes()
     monkeypatch.setattr(store_module, "streams_for", made.streams_for)
     return made
@@ -225,8 +225,9 @@ def kept_prefix_blocks() -> dict[bytes, torch.Tensor]:
     return {key: entry.kv.clone() for key, entry in cache.entries.items()}
 
 
-def test_a_move_to_the_host_that_fails_part_way_keeps_no_unwritten_block_in_the_prefix_cache(tiny, tmp_path,
-                                                                                            monkeypatch):  # fmt: skip
+def test_a_move_to_the_host_that_fails_part_way_keeps_no_unwritten_block_in_the_prefix_cache(
+    tiny, tmp_path, monkeypatch, watch_kernels
+):
     """`auto` with the prefix cache: free memory falls at step 3 (the move to the host), whose second run's copy
     runs out of device memory. The run fails with that error, and the prompt's blocks it keeps are those a run
     where nothing failed keeps."""

@@ -21,6 +21,8 @@ from tests.fake_cuda import FakeCuda
 from tests.test_equivalence import QUESTION, assert_same_run, search_trace
 from tests.test_kv_faults import observed_rules
 
+pytestmark = pytest.mark.usefixtures("watch_kernels")  # every compute kernel checked against queued copies
+
 SEARCH = SearchConfig(beams=2, width=3, step_tokens=6, max_steps=4, step_delimiter=None, seed=7)
 
 

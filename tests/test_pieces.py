@@ -14,6 +14,8 @@ from engine.kv.pool import SlotPool
 from engine.kv.store import KVStore
 from tests.fake_cuda import FakeCuda
 
+pytestmark = pytest.mark.usefixtures("watch_kernels")  # every compute kernel checked against queued copies
+
 L, H, D, BLOCK = 3, 4, 5, 4
 
 

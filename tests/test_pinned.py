@@ -115,7 +115,7 @@ def test_layerwise_at_paper_scale_keeps_pinned_only_what_it_uses():
     assert model.peak < 6 * 10**9
 
 
-def test_layerwise_keeps_no_freed_pinned_block_as_layers_move_and_buffers_regrow(tiny, monkeypatch):
+def test_layerwise_keeps_no_freed_pinned_block_as_layers_move_and_buffers_regrow(tiny, monkeypatch, watch_kernels):
     """Twelve steps: layers move between the tiers as the rows change and host buffers outgrow their length;
     a host buffer a layer leaves is a spare, and a spare no later step fits is freed and given back at once."""
     from engine.config import CacheConfig, SearchConfig

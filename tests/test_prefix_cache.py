@@ -171,7 +171,7 @@ def test_old_prefill_events_read_back():
 
 
 @pytest.mark.parametrize("policy", ["in_device", "lbs", "layerwise"])
-def test_on_cuda_the_cached_prefix_crosses_from_pinned_memory(tiny, cache_dir, policy, monkeypatch):
+def test_on_cuda_the_cached_prefix_crosses_from_pinned_memory(tiny, cache_dir, policy, monkeypatch, watch_kernels):
     """Through the CUDA branches (tests/fake_cuda.py): the cached blocks are gathered into the store's pinned
     memory, so their one host-to-device copy is asynchronous, with the emulated run's tokens and logits. (Blocks
     kept after the run go to pageable RAM, where the cache keeps them, in a copy the run waits for anyway.)"""

@@ -23,7 +23,7 @@ from tests.test_verifier_schedule import CPU, PRMS, QUESTION, TOKEN, beam_tree, 
 
 
 @pytest.fixture
-def fakes(monkeypatch) -> Fakes:
+def fakes(monkeypatch, watch_kernels) -> Fakes:
     made = Fakes()
     monkeypatch.setattr(pools_module, "streams_for", made.streams_for)
     return made
