@@ -32,9 +32,12 @@ def data_folder() -> Path:
 
 
 def open_session_store(path: Path | str | None = None, *, notify: Notify | None = None) -> SessionStore:
-    """`SessionStore(path)`, then the journals waiting for it imported (a busy database leaves them for later)."""
+    """`SessionStore(path)`, its pages read once if it may be written (a damaged file is refused before a run, not
+    at its first write), then the journals waiting for it imported (a busy database leaves them for later)."""
     store = SessionStore(path)
     try:
+        if not store.read_only:
+            store.check_pages()
         import_journals(store, notify=notify)
     except BaseException:
         store.close()

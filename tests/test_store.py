@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.processes import alive_since, started_at
+from app.journal_import import open_session_store
 from app.recorder import SessionRecorder
 from app.store import (
     SCHEMA_VERSION,
@@ -151,6 +152,28 @@ def test_malformed_pages_are_reported_as_damaged(db_path: Path) -> None:
     with pytest.raises(StoreDamaged):
         store = SessionStore(db_path)
         store.list_sessions()
+
+
+def test_a_file_whose_later_pages_are_damaged_takes_no_write(db_path: Path) -> None:
+    """The header and schema open, so opening alone did not see it: a run was recorded over the damage (under a
+    session id read from a wrecked page), rename and import wrote too. Before its first write a store reads every
+    page once; the file is refused, byte for byte unchanged, and so is every writing command."""
+    with SessionStore(db_path) as store:
+        for _ in range(4):
+            record(store, "x" * 3000)
+        store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(db_path.read_bytes())
+    for page in range(8192, len(data), 4096):  # the first two pages (header, schema) intact
+        data[page + 200 : page + 1200] = b"\xab" * 1000
+    db_path.write_bytes(bytes(data))
+    store = SessionStore(db_path)  # opens: what it read so far is whole
+    for write in (lambda: record(store), lambda: store.rename(1, "x"), lambda: store.delete(1)):
+        with pytest.raises(StoreDamaged, match="is damaged"):
+            write()
+    store.close()
+    with pytest.raises(StoreDamaged, match="it was left untouched"):
+        open_session_store(db_path)  # every command's way in: refused before a run starts
+    assert db_path.read_bytes() == bytes(data)
 
 
 def test_locked_database_waits_then_says_so_and_loses_nothing(db_path: Path) -> None:
