@@ -48,6 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     c.set_defaults(handler=cmd_delete)
     c = cmds.add_parser("move-aside", parents=[db], help="rename a damaged database so a fresh one can start")
+    c.add_argument("--force", action="store_true", help="move it aside even when it is not damaged")
     c.set_defaults(handler=cmd_move_aside)
 
 
@@ -176,6 +177,10 @@ def cmd_move_aside(args: argparse.Namespace) -> int:
     path = Path(args.db) if args.db else default_db_path()
     if not path.exists():
         raise StoreError(f"there is no database at {path} to move aside.")
+    if not args.force and SessionStore.damage(path) is None:
+        raise StoreError(f"the session database {path} is not damaged; nothing was moved.",
+                         hint="`beamwise sessions list` shows its sessions; add --force to move it aside anyway and "
+                              "start a fresh database.")
     target = SessionStore.move_aside(path)
     print(f"moved {path} to {target}; the next run starts a fresh database")
     return 0

@@ -279,6 +279,23 @@ class SessionStore:
             return dead
 
     @staticmethod
+    def damage(path: Path | str, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> str | None:
+        """What SQLite finds wrong with the database file at `path` (its header, then every page), or None when it
+        is whole; read only. A file another program holds locked is `StoreLocked`, not damage."""
+        try:
+            conn = _connect_read_only(Path(path), busy_timeout)
+            try:
+                found = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError as error:
+            if "locked" in str(error).lower() or "busy" in str(error).lower():
+                raise StoreLocked(f"the session database {path} is busy: another program or Beamwise process holds "
+                                  "its lock; nothing was moved.") from error
+            return str(error)
+        return None if found == "ok" else found.splitlines()[-1]
+
+    @staticmethod
     def move_aside(path: Path | str) -> Path:
         """Rename a damaged database (and its -wal/-shm files) to NAME.damaged-YYYYmmdd-HHMMSS; never deletes."""
         path = Path(path)
@@ -290,11 +307,15 @@ class SessionStore:
         while target.exists():
             n += 1
             target = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
-        path.rename(target)
-        for suffix in ("-wal", "-shm"):
-            side = path.with_name(path.name + suffix)
-            if side.exists():
-                side.rename(target.with_name(target.name + suffix))
+        try:
+            path.rename(target)
+            for suffix in ("-wal", "-shm"):
+                side = path.with_name(path.name + suffix)
+                if side.exists():
+                    side.rename(target.with_name(target.name + suffix))
+        except OSError as error:
+            why = f"Check that the folder {path.parent} is writable, or move the file yourself."
+            raise StoreError(f"cannot move {path} aside: {error.strerror or error}.", hint=why) from error
         return target
 
     # -------------------------------------------------------- reading

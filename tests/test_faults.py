@@ -376,6 +376,21 @@ def test_export_refuses_to_overwrite_without_force(db, tmp_path, capsys):
     assert out.read_text() != "mine"
 
 
+@pytest.mark.parametrize("tail", ["", "-wal", "-shm"])
+def test_export_over_the_session_database_itself_is_refused_even_with_force(db, capsys, tail):
+    """`sessions export 1 -o sessions.db --force` replaced every session with one session's Markdown."""
+    from app.recorder import SessionRecorder
+
+    with SessionStore(db) as store, SessionRecorder(store) as recorder:
+        for event in fake(1):
+            recorder.write(event)
+    target = db.with_name(db.name + tail)
+    assert main(["sessions", "export", "1", "-o", str(target), "--force", "--db", str(db)]) == 2
+    assert "it is the session database itself; nothing was written" in capsys.readouterr().err
+    with SessionStore(db) as store:
+        assert [s["id"] for s in store.list_sessions()] == [1]
+
+
 @pytest.mark.parametrize(("output", "said"), [
     ("{tmp}", "cannot export to {tmp}: it is a folder; nothing was written. Give a file in it, e.g. "),
     ("", "-o was given an empty file name"),

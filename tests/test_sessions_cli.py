@@ -112,6 +112,27 @@ def test_damaged_database_message_and_move_aside(tmp_path: Path, capsys) -> None
     assert code == 2 and "no database" in err
 
 
+def test_move_aside_leaves_a_whole_database_where_it_is_unless_forced(db: Path, capsys, monkeypatch) -> None:
+    """`sessions move-aside` renamed a healthy database without a word, and `list` then said "no sessions"; in a
+    folder it could not write, it ended in a PermissionError traceback."""
+    before = db.read_bytes()
+    code, _, err = run(capsys, "sessions", "move-aside", "--db", str(db))
+    assert code == 2 and "is not damaged; nothing was moved" in err and "--force" in err
+    assert db.read_bytes() == before
+    code, out, _ = run(capsys, "sessions", "list", "--db", str(db))
+    assert code == 0 and "no sessions" not in out
+
+    def refused(self, target):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "rename", refused)
+    code, _, err = run(capsys, "sessions", "move-aside", "--force", "--db", str(db))
+    assert code == 2 and err.startswith(f"beamwise: error: cannot move {db} aside: Permission denied.")
+    monkeypatch.undo()
+    code, out, _ = run(capsys, "sessions", "move-aside", "--force", "--db", str(db))
+    assert code == 0 and not db.exists() and len(list(db.parent.glob(db.name + ".damaged-*"))) >= 1
+
+
 def test_newer_schema_is_refused(db: Path, capsys) -> None:
     conn = sqlite3.connect(db)
     conn.execute("PRAGMA user_version = 7")

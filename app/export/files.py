@@ -44,7 +44,26 @@ def render_session(store: SessionStore, session_id: int, fmt: str) -> str:
 
 def export_session(store: SessionStore, session_id: int, fmt: str, path: Path | str) -> Path:
     """Write one session to `path` in `fmt`; all or nothing. Returns the path written."""
+    refuse_the_database(store, Path(path))
     return write_atomically(Path(path), render_session(store, session_id, fmt))
+
+
+def refuse_the_database(store: SessionStore, path: Path) -> None:
+    """An export over the session database (or its -wal, -shm or -journal file) would replace every session with
+    one session's text: `sessions export 1 -o sessions.db --force` did."""
+    if store.path is None:
+        return
+    ours = [store.path.with_name(store.path.name + tail) for tail in ("", "-wal", "-shm", "-journal")]
+    if any(_same_file(path, file) for file in ours):
+        raise ExportError(f"cannot export to {path}: it is the session database itself; nothing was written.",
+                          hint="Choose another file name, e.g. session.md.")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
 
 
 def default_file_stem(title: str) -> str:
