@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
+from decimal import Decimal
 from typing import Any
 
 AGGREGATIONS = ("last", "min", "prod", "mean")
@@ -234,11 +235,12 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
 
 def parse_bytes(text: str) -> int:
-    """'64MB' -> 64_000_000, '1.5GiB' -> 1_610_612_736, '4096' -> 4096."""
+    """'64MB' -> 64_000_000, '1.5GiB' -> 1_610_612_736, '4096' -> 4096. Read in decimal, exactly: a size a
+    refusal printed ('32.3 kB') is the bytes shown (a float product read 32,299 B, a byte short)."""
     match = _SIZE.match(str(text))
     if not match:
         raise ValueError(f"{text!r} is not a size; write it like 512MB, 7GB or 1.5GiB.")
-    number, unit = float(match.group(1)), (match.group(2) or "").lower()
+    number, unit = Decimal(match.group(1)), (match.group(2) or "").lower()
     binary = "i" in unit
     prefix = unit.replace("i", "").replace("b", "")
     scale = 1024 ** "_kmgt".index(prefix) if binary and prefix else _UNITS[prefix]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,14 +49,15 @@ class KVBudgetTooSmall(BeamwiseError):
         """`usable_bytes`: the part of the budget the step could use (less than `budget_bytes` while other
         programs hold device memory); `whole_bytes`: a budget that holds the whole search, where a later
         step may need more than `needed_bytes` (what `needed_for` needs); `smallest`: what `needed_bytes` is
-        ("the smallest share that holds it" for the verifier's part, which is not the KV budget)."""
+        ("the smallest share that holds it" for the verifier's part, which is not the KV budget). The budgets
+        it suggests are printed rounded up (`format_bytes_up`): typed back as shown, they are enough."""
         usable = "" if usable_bytes is None else (
             f" ({format_bytes(usable_bytes)} of it usable now: other programs hold device memory)")
         if whole_bytes is None:
-            need = f"{smallest} is {format_bytes(needed_bytes)}"
+            need = f"{smallest} is {format_bytes_up(needed_bytes)}"
         else:
-            need = (f"{needed_for} needs {format_bytes(needed_bytes)}, "
-                    f"and {format_bytes(whole_bytes)} holds the whole search")
+            need = (f"{needed_for} needs {format_bytes_up(needed_bytes)}, "
+                    f"and {format_bytes_up(whole_bytes)} holds the whole search")
         super().__init__(
             f"{budget_name} {format_bytes(budget_bytes)}{usable} is too small for {what}; {need}.",
             hint="Raise the KV budget, shorten the step or the question, or use a smaller model.",
@@ -74,7 +76,7 @@ class PrefixCacheTooSmall(BeamwiseError):
     def __init__(self, cap_bytes: int, needed_bytes: int, what: str) -> None:
         super().__init__(
             f"the prefix cache's RAM cap {format_bytes(cap_bytes)} is too small for {what}; the smallest cap "
-            f"that works is {needed_bytes:,} bytes ({format_bytes(needed_bytes)}).",
+            f"that works is {needed_bytes:,} bytes ({format_bytes_up(needed_bytes)}).",
             hint=f"Use --prefix-cache-ram {needed_bytes} or more, or run with --no-prefix-cache.",
         )
         self.cap_bytes = cap_bytes
@@ -103,6 +105,19 @@ def format_bytes(n: float) -> str:
         if abs(value) < 1000 or unit == units[-1]:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1000
+    raise AssertionError("unreachable")
+
+
+def format_bytes_up(n: float) -> str:
+    """`format_bytes` rounded up at the precision shown, for a size the user is told is enough: typed back as
+    printed (`--kv-budget 61.5kB`) it is never less than `n` (61,440 B -> '61.5 kB', where nearest gives 61.4)."""
+    whole = math.ceil(n)
+    if whole < 1000:
+        return f"{whole} B"
+    for power, unit in enumerate(["kB", "MB", "GB", "TB"], start=1):
+        tenths = -(-whole // 10 ** (3 * power - 1))  # `n` in tenths of `unit`, rounded up
+        if tenths < 10_000 or unit == "TB":  # 999.95 kB rounds up to 1.0 MB, not 1000.0 kB
+            return f"{tenths // 10}.{tenths % 10} {unit}"
     raise AssertionError("unreachable")
 
 

@@ -15,7 +15,7 @@ from engine.context_plan import activation_token_bytes, default_chunk, prefill_r
 from engine.errors import KVBudgetTooSmall
 from engine.kv.attention import uses_cascade
 from engine.kv.blocks import BlockManager, Tier
-from engine.kv.headwise import HeadwisePolicy
+from engine.kv.headwise import HeadwisePolicy, least_budget
 from engine.kv.in_device import InDevicePolicy
 from engine.kv.layer_budget import every_layer_bytes, pool_overhead, staging_bytes
 from engine.kv.layerwise import LayerwisePolicy
@@ -192,7 +192,11 @@ class KVCache:
             whole = search_kv_bytes(prompt_tokens, search, cache, token_bytes, cascade=False)
         layer_floor = staging_bytes(search.rows_per_step, longest_tokens(prompt_tokens, search),
                                     token_bytes // shape.num_layers)  # layer-wise's min_budget at the last step
-        self._no_refusal = {"in_device": whole, "lbs": one, "layerwise": layer_floor}  # budgets no step exceeds
+        head_token_bytes = token_bytes // (shape.num_layers * shape.num_kv_heads)
+        head_floor = least_budget(prompt_tokens - 1, longest_tokens(prompt_tokens, search) - 1, cache.block_size,
+                                  head_token_bytes, token_bytes * cache.block_size)  # head-wise's last step's need
+        self._no_refusal = {"in_device": whole, "lbs": one, "layerwise": layer_floor,
+                            "headwise": head_floor}  # budgets no step exceeds
         self.layer_overhead = 0  # layer-wise: device bytes its buffers hold beyond its Eq. 1 budget
         pool = min(self.budget, whole)  # the others never need more than the whole search
         if self.policy_name == "layerwise":
@@ -398,7 +402,8 @@ class KVCache:
         """A policy's refusal in the user's terms, so that one raise of the budget is enough. The policy saw the
         budget in whole slots of the pool, less what other programs took from it: the refusal names the budget
         the run was given (and what of it was usable, when other programs took some), the step's need in whole
-        slots, and a budget under which no later step is refused either (in_device, lbs and layerwise)."""
+        slots, and a budget under which no later step is refused either (every policy's: head-wise's prompt needs
+        less than its steps)."""
         slot = 1 if isinstance(self.policy, LayerwisePolicy) else self.store.block_bytes  # its budget is not in slots
         need = -(-error.needed_bytes // slot) * slot
         whole = self._no_refusal.get(self.policy_name)

@@ -70,6 +70,16 @@ def buffer_bytes(heads: int, prefix: int, rows: int, width: int, head_token_byte
     return BUFFERS * heads * (prefix + rows * width) * head_token_bytes
 
 
+def least_budget(body_tokens: int, longest: int, block_size: int, head_token_bytes: int, block_bytes: int) -> int:
+    """The budget under which no part of a search is refused: one KV head of the prompt's host run (its
+    `body_tokens` in whole blocks, the prefill's need) and of one candidate at its longest (`longest` columns:
+    its KV and the last step's tokens, what `need` counts at the last step), with a slot's rounding. The step's
+    need grows past the prompt's, so a refusal of the prompt that named only its own need sent the user back
+    twice. In bytes, not whole slots."""
+    prompt_run = -(-body_tokens // block_size) * block_size
+    return buffer_bytes(1, 0, 1, max(prompt_run, longest), head_token_bytes) + block_bytes
+
+
 class HeadwisePolicy:
     """Blocks rest on the host; a step's groups decode token by token, each layer head group by head group."""
 
@@ -162,7 +172,8 @@ class HeadwisePolicy:
         need = lambda g: buffer_bytes(g, 0, 1, rows.shape[4], self.head_token_bytes) + self.store.block_bytes  # noqa: E731
         heads = next((g for g in head_group_sizes(self.num_kv_heads) if need(g) <= budget), None)
         if heads is None:
-            raise KVBudgetTooSmall(budget, need(1), "one KV head of the prompt (headwise)")
+            raise KVBudgetTooSmall(budget, need(1), "one KV head of the prompt (headwise)",
+                                   needed_for="the question's KV")
         grouped = rows.unflatten(3, (self.num_kv_heads // heads, heads))  # [L, 2, 1, G, g, T, D]
         stream = HeadStream(self.store, None, grouped, done, heads, [0])
         try:

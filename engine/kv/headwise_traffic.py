@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import KVBudgetTooSmall
-from engine.kv.headwise import buffer_bytes, head_group_sizes
+from engine.kv.headwise import buffer_bytes, head_group_sizes, least_budget
 
 
 @dataclass(frozen=True)
@@ -62,13 +62,15 @@ def headwise_traffic(kv: KVGeometry, prompt_tokens: int, search: SearchConfig, c
     """Every step's bytes for a prompt of `prompt_tokens` (its last token is fed at step 1) under the generator's
     KV `budget`; the pool holds at most the whole search (`whole_bytes`, without cascade attention) and the policy
     plans in its whole slots (engine/kv/cache.py). Refused as the run is, in the same words: the prompt's prefill,
-    or a step whose one candidate's one KV head does not fit."""
+    or a step whose one candidate's one KV head does not fit, with the budget that holds the whole search."""
     slot, body = cache.block_size * kv.token_bytes, prompt_tokens - 1
     usable = min(budget, whole_bytes) // slot * slot
-    refused = lambda need, what: KVBudgetTooSmall(budget, -(-need // slot) * slot, what)  # noqa: E731
+    longest = body + (search.max_steps + search.lookahead) * search.step_tokens  # the last step's columns
+    floor = -(-least_budget(body, longest, cache.block_size, kv.head_token_bytes, slot) // slot) * slot
     prefill = buffer_bytes(1, 0, 1, _whole_blocks(body, cache.block_size), kv.head_token_bytes) + slot
     if prefill > usable:
-        return HeadwiseTraffic((), refused(prefill, "one KV head of the prompt (headwise)"))
+        return HeadwiseTraffic((), _refused(budget, prefill, slot, floor, "one KV head of the prompt (headwise)",
+                                            "the question's KV"))
     steps = []
     for step in range(1, search.max_steps + 1):
         moved = 0
@@ -77,10 +79,19 @@ def headwise_traffic(kv: KVGeometry, prompt_tokens: int, search: SearchConfig, c
             prefix = _prefix(body, tokens, search.rows_per_step, cache)
             one = _need(kv, prefix.read, 1, tokens - prefix.read + search.step_tokens, 1, cache.block_size)
             if one > usable:
-                return HeadwiseTraffic(tuple(steps), refused(one, "one KV head of one candidate (headwise)"))
+                what = "one KV head of one candidate (headwise)"
+                return HeadwiseTraffic(tuple(steps), _refused(budget, one, slot, floor, what))
             moved += _decode_bytes(kv, prefix, tokens, search, cache, usable)
         steps.append(moved)
     return HeadwiseTraffic(tuple(steps))
+
+
+def _refused(budget: int, need: int, slot: int, floor: int, what: str, needed_for: str = "this step"
+             ) -> KVBudgetTooSmall:  # fmt: skip
+    """The run's refusal (engine/kv/cache.py `KVCache._refused`): the need in whole slots, and `floor` (whole
+    slots) where a later step needs more."""
+    need = -(-need // slot) * slot
+    return KVBudgetTooSmall(budget, need, what, whole_bytes=floor if floor > need else None, needed_for=needed_for)
 
 
 def _decode_bytes(kv: KVGeometry, prefix: _Prefix, tokens: int, search: SearchConfig, cache: CacheConfig,
