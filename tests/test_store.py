@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.processes import alive_since, started_at
 from app.journal_import import open_session_store
+from app.processes import alive_since, started_at
 from app.recorder import SessionRecorder
 from app.store import (
     SCHEMA_VERSION,
