@@ -14,6 +14,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import app.formatting as fmt
 from app.model_library import MARKER, models_dir
@@ -79,6 +80,7 @@ def pull(repo_id: str, *, filename: str | None = None, endpoint: str = DEFAULT_E
     ends the pull within about REPORT_EVERY while bytes are awaited, and within TIMEOUT while the hub is asked."""
     cancel = cancel or threading.Event()
     _check_repo_id(repo_id)
+    _check_endpoint(endpoint)
     try:
         with online():
             return _pull(repo_id, filename, endpoint, revision, report, cancel)
@@ -155,6 +157,18 @@ def _check_repo_id(repo_id: str) -> None:
     except HFValidationError as error:
         raise PullError(f"{repo_id!r} is not a valid repository id; give it as owner/name, e.g. "
                         "HuggingFaceTB/SmolLM2-360M-Instruct.") from error
+
+
+def _check_endpoint(endpoint: str) -> None:
+    """An address the hub's client can ask, checked before any request: a retry cannot mend a malformed one."""
+    try:
+        parts = urlsplit(endpoint)
+        fine = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
+    except ValueError:  # a bracketed host that is no IPv6 address, a port that is no number
+        fine = False
+    if not fine:
+        raise PullError(f"--endpoint must be an http:// or https:// URL, such as {DEFAULT_ENDPOINT} "
+                        f"(got {endpoint!r}).")
 
 
 @contextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -21,6 +22,11 @@ from engine.config import (
     SearchConfig,
     parse_bytes,
 )
+
+# What argparse must read as an option's value though it starts with '-': -5MB and -1e-3 as well as its own -5 and
+# -.5. Taken for an option, `--kv-budget -5MB` was refused as "expected one argument"; read as the value, the
+# option's own parser says what is wrong with it.
+NEGATIVE_VALUE = re.compile(r"^-\.?\d")
 
 DEFAULT_QUESTION = "A train travels 60 km in 45 minutes. What is its average speed in km/h?"
 
@@ -55,6 +61,7 @@ class OneLineParser(argparse.ArgumentParser):
         # as --question-file, and refused them in those options' words. A command's own options only, whole.
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        self._negative_number_matcher = NEGATIVE_VALUE  # argparse's own: only -5 and -.5 (Python 3.11, 3.12)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"beamwise: error: {message} (see `{self.prog} --help`)\n")
@@ -134,7 +141,14 @@ def _argument_type(parse):
     return convert
 
 
-size_type = _argument_type(parse_bytes)  # sizes such as 64MB or 7GB
+def parse_size(text: str) -> int:
+    """A size option's bytes: '64MB' -> 64_000_000; a negative one is refused as negative, not as no size."""
+    if text.strip().startswith("-"):
+        raise ValueError(f"{text!r} is negative; a size must be positive, such as 512MB, 7GB or 1.5GiB.")
+    return parse_bytes(text)
+
+
+size_type = _argument_type(parse_size)  # sizes such as 64MB or 7GB
 delimiter_type = _argument_type(parse_delimiter)
 
 

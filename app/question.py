@@ -14,17 +14,26 @@ EXAMPLE = 'beamwise run "What is 12*7?"'
 def read_question(argument: str | None, file: str | None, default: str | None = None) -> str:
     """The question as text; every way it can be unusable is one UsageError (exit 2) saying what to do."""
     check_given(argument, file, default)
-    if file is not None:
-        text = _decode(_read_bytes(file), "standard input" if file == "-" else file)
-    elif argument == "-":
-        text = _decode(_read_bytes("-"), "standard input")
+    source = file if file is not None else "-" if argument == "-" else None
+    if source is not None:
+        text = _decode(_read_bytes(source), "standard input" if source == "-" else source)
     elif argument is None:
         text = default
     else:
         text = _checked_argument(argument)
     if not text.strip():
-        raise UsageError(f"the question is empty; pass a question in quotes, e.g. {EXAMPLE}, or --question-file PATH.")
+        raise UsageError(empty_message(source))
     return text
+
+
+def empty_message(source: str | None = None) -> str:
+    """Why the question is empty, naming where it was read from: a file, standard input (`-`) or, with None, the
+    argument (also `gui --question`'s)."""
+    if source == "-":
+        return f"standard input is empty; pipe the question into it, or pass it in quotes, e.g. {EXAMPLE}."
+    if source is not None:
+        return f"the question file {source} is empty; write the question in it, or pass it in quotes, e.g. {EXAMPLE}."
+    return f"the question is empty; pass a question in quotes, e.g. {EXAMPLE}, or --question-file PATH."
 
 
 def add_question_option(parser) -> None:
@@ -32,6 +41,12 @@ def add_question_option(parser) -> None:
     `run --question "..."` as an abbreviation of --question-file and said it could not read a file so named."""
     parser.add_argument("--question", dest="question_option", default=None, metavar="TEXT",
                         help="the question, as the positional QUESTION (gui and bench take it this way)")
+
+
+def add_question_file_option(parser) -> None:
+    """`--question-file PATH`, as `run` and `plan` take it."""
+    parser.add_argument("--question-file", default=None, metavar="PATH",
+                        help="read the question from this UTF-8 file (- for standard input), for long questions")
 
 
 def take_question_option(args) -> None:

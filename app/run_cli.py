@@ -12,6 +12,7 @@ from threading import Event
 from typing import TextIO
 
 from app import formatting
+from app.export.md_escape import without_controls
 from app.gpu_check import emulated_hint
 from app.heartbeat import Heartbeat, StepProgress
 from app.options import configs_from_args, server_from_args
@@ -100,7 +101,7 @@ class Printer:
             p(f"{event.candidate_tokens} candidate tokens in {event.seconds:.1f} s ({event.tokens_per_second:.1f}/s)")
             p(f"goodput {event.goodput:.1f} tokens/s (each kept beam's path tokens per second of its completion time)"
               f"{formatting.speculation_text(event, '; ')}")
-            p(f"\nanswer:\n{event.answer}")
+            p(f"\nanswer:\n{without_controls(event.answer)}")  # as `sessions show`: no byte drives the terminal
         elif event.type == "run_cancelled":
             p(f"\ncancelled after step {event.step}")
         elif event.type == "run_failed":

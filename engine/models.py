@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -116,7 +117,42 @@ def checked_folder(source: str) -> Path:
             f"model folder {path} has no config.json.",
             hint="Point to a transformers model folder (with config.json and weights) or a .gguf file.",
         )
+    _check_model_type(path / "config.json")
     return path
+
+
+# Files a tokenizer is built from: fast (tokenizer.json), SentencePiece or tiktoken (*.model, *.tiktoken), BPE or
+# WordPiece vocabularies (vocab.json with merges.txt, vocab.txt). tokenizer_config.json alone builds nothing.
+TOKENIZER_NAMES = ("tokenizer.json", "merges.txt")
+TOKENIZER_SUFFIXES = (".model", ".tiktoken")
+
+
+def _check_model_type(config: Path) -> None:
+    """A config.json that names no model_type: transformers said only "Unrecognized model", or, as the tokenizer is
+    read first, that sentencepiece or tiktoken were not installed. JSON it cannot read is left to transformers."""
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if not isinstance(data, dict) or not data.get("model_type"):
+        raise ModelLoadError(f"{config} has no model_type, so it does not say which model it is (such as "
+                             '"model_type": "llama").',
+                             hint="The file may be incomplete or damaged: download the model again, or pick "
+                                  "another model.")
+
+
+def _check_tokenizer_files(folder: Path) -> None:
+    """A folder without tokenizer files (weights saved alone): transformers said sentencepiece or tiktoken were not
+    installed, which installing does not mend."""
+    try:
+        names = [p.name for p in folder.iterdir() if p.is_file()]
+    except OSError:
+        return  # said by transformers, with the folder's name
+    if not any(n in TOKENIZER_NAMES or n.endswith(TOKENIZER_SUFFIXES) or n.startswith("vocab.") for n in names):
+        raise ModelLoadError(f"model folder {folder} has no tokenizer (no tokenizer.json, tokenizer.model, "
+                             "vocab.json with merges.txt, or vocab.txt).",
+                             hint="Copy the tokenizer files from where the model came from (or download it again), "
+                                  "or pick another model.")
 
 
 def checked_gguf(source: str) -> Path:
@@ -235,6 +271,8 @@ def _finish(source: str, name: str, model: PreTrainedModel, tokenizer: PreTraine
 
 def _tokenizer(folder: Path, what: str, gguf_file: str | None = None) -> PreTrainedTokenizerBase:
     extra = {"gguf_file": gguf_file} if gguf_file else {}
+    if not gguf_file:  # a GGUF file holds its own tokenizer
+        _check_tokenizer_files(folder)
     with load_errors(folder / gguf_file if gguf_file else folder, f"the {what} tokenizer"):
         return AutoTokenizer.from_pretrained(folder, local_files_only=True, **extra)
 

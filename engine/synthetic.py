@@ -19,6 +19,7 @@ from transformers import (
 )
 
 from engine.errors import ModelLoadError, format_bytes
+from engine.prm_names import SYNTHETIC_PRM_FAMILIES
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2 as in SmolLM2
 EOS_TOKEN = "<|im_end|>"
@@ -109,7 +110,13 @@ SYNTHETIC_MODELS: dict[str, SyntheticModel] = {
 
 
 def synthetic_entry(name: str) -> SyntheticModel:
-    """The recipe for `name`; unknown names raise ModelLoadError listing the known ones."""
+    """The recipe for `name`; unknown names raise ModelLoadError listing the known ones, and a synthetic PRM's
+    name says to use it as the verifier (as a PRM folder given as the generator does, engine/models.py)."""
+    if name in SYNTHETIC_PRM_FAMILIES:
+        raise ModelLoadError(f"synthetic:{name} is a process reward model (a PRM: it scores steps, it writes none); "
+                             "it cannot be the generator.",
+                             hint=f"Use it as the verifier (--verifier prm --verifier-model synthetic:{name}, or the "
+                                  "window's Verifier), and pick a generator model.")
     if name not in SYNTHETIC_MODELS:
         known = ", ".join(f"synthetic:{key}" for key in SYNTHETIC_MODELS)
         raise ModelLoadError(f"unknown synthetic model {name!r}.", hint=f"Use one of: {known}.")

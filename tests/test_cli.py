@@ -218,3 +218,60 @@ def test_a_run_prints_to_a_cp1252_console_without_stopping(monkeypatch, tmp_path
     assert main(["run", "Πόσα μήλα; 苹果 🍎", *TINY, "--db", str(tmp_path / "s.db")]) == 0
     shown = raw.getvalue().decode("cp1252")
     assert "answer:" in shown and "?" in shown
+
+
+def test_the_answer_line_replaces_control_characters_as_the_step_lines_and_sessions_show_do():
+    """A model's answer is data: an escape or a DEL in it must not drive the terminal (README, "control characters
+    are replaced in the terminal"); line breaks and tabs stay."""
+    from app.run_cli import Printer
+    from engine.events import RunFinished
+
+    out = io.StringIO()
+    answer = "o\x18dk7bwr\x7fbj \x1b[31mred\tx\nnext"
+    Printer(out)(RunFinished(answer=answer, path=(1,), score=0.5, steps=1, candidate_tokens=8, seconds=1.0,
+                             tokens_per_second=8.0))
+    shown = out.getvalue().split("\nanswer:\n", 1)[1]
+    assert shown == "o\ufffddk7bwr\ufffdbj \ufffd[31mred\tx\nnext\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "hi", "--kv-budget", "-5MB"], "argument --kv-budget: '-5MB' is negative; a size must be positive"),
+        (["run", "hi", "--kv-budget", "-5"], "argument --kv-budget: '-5' is negative; a size must be positive"),
+        (["run", "hi", "--prefix-cache-ram", "-1GB"], "argument --prefix-cache-ram: '-1GB' is negative"),
+        (["run", "hi", "--prefix-cache-disk", "-1GB"], "argument --prefix-cache-disk: '-1GB' is negative"),
+        (["bench", "--max-context", "--gpu-memory", "-24GB"], "argument --gpu-memory: '-24GB' is negative"),
+        (["run", "hi", "--seed", "-1e3"], "argument --seed: invalid int value: '-1e3'"),
+    ],
+)
+def test_a_negative_value_is_read_as_the_options_value_and_refused_in_its_words(capsys, args, message):
+    """argparse took -5MB and -1e3 for options ("expected one argument"); they are the option's value."""
+    assert exit_code(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and "expected one argument" not in err
+
+
+def test_a_negative_float_in_exponent_form_reaches_the_settings_check(capsys):
+    assert exit_code(["run", "hi", *TINY, "--no-save", "--temperature", "-1e-3"]) == 2
+    assert "temperature must be 0 (greedy) or more (got -0.001)" in capsys.readouterr().err
+
+
+def test_an_option_without_its_value_is_still_said_to_lack_one(capsys):
+    assert exit_code(["run", "hi", "--kv-budget", "--no-save"]) == 2
+    assert "argument --kv-budget: expected one argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", ["", "  \n\t\n"])
+def test_an_empty_question_file_is_named_not_asked_for(tmp_path, capsys, content):
+    empty = tmp_path / "empty.txt"
+    empty.write_text(content, encoding="utf-8")
+    assert exit_code(["run", "--question-file", str(empty), *TINY, "--no-save"]) == 2
+    err = capsys.readouterr().err
+    assert f"the question file {empty} is empty" in err and "or --question-file PATH" not in err
+
+
+def test_an_empty_standard_input_is_named(monkeypatch, capsys):
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    assert exit_code(["run", "-", *TINY, "--no-save"]) == 2
+    assert "standard input is empty" in capsys.readouterr().err

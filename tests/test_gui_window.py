@@ -332,6 +332,36 @@ def test_screenshot_needs_a_question(tmp_path, capsys):
     assert "--screenshot needs --question" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("question", ["", "  \n"])
+def test_a_screenshot_of_an_empty_question_is_refused_as_run_refuses_it(tmp_path, capsys, question):
+    """It said "--screenshot needs --question", though --question was given."""
+    from app.gui.launch import main
+
+    assert main(gui_args(tmp_path, "--question", question, "--screenshot", str(tmp_path / "x.png"))) == 2
+    err = capsys.readouterr().err
+    assert "the question is empty" in err and "needs --question" not in err
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, which no one can write to")
+@pytest.mark.parametrize("shot", ["/proc/x.png", "/proc/beamwise/x.png", "/proc/version"])
+def test_a_screenshot_path_no_one_can_write_is_refused_before_the_window(tmp_path, capsys, monkeypatch, shot):
+    """os.access says yes to root in /proc: the whole search ran, then "could not write the screenshot"."""
+    from app.gui import launch
+
+    monkeypatch.setattr(launch, "_build_window", lambda *a, **k: pytest.fail("the window was built"))
+    assert launch.main(gui_args(tmp_path, "--question", "q", "--screenshot", shot)) == 2
+    assert f"cannot save the screenshot to {shot}: " in capsys.readouterr().err
+
+
+def test_a_screenshot_check_leaves_a_file_already_there_and_its_folder_as_they_were(tmp_path):
+    from app.gui.launch import unwritable
+
+    old = tmp_path / "old.png"
+    old.write_bytes(b"picture")
+    assert unwritable(old) is None and unwritable(tmp_path / "new" / "x.png") is None
+    assert old.read_bytes() == b"picture" and sorted(p.name for p in tmp_path.iterdir()) == ["old.png"]
+
+
 def test_a_screenshot_run_the_settings_refuse_says_why(tmp_path, capsys):
     """It said only "check the question and the settings"."""
     from app.gui.launch import main

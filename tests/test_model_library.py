@@ -109,6 +109,13 @@ def test_a_prm_as_the_generator_is_refused_with_where_it_goes(tmp_path, capsys):
     assert "add --verifier prm to score the steps with it" in capsys.readouterr().err  # it was ignored
 
 
+def test_a_synthetic_prm_as_the_generator_is_refused_with_where_it_goes(capsys):
+    assert main(["run", "2+2?", "--model", "synthetic:tiny-qwen-prm", *RUN]) == 2
+    err = capsys.readouterr().err
+    assert "synthetic:tiny-qwen-prm is a process reward model" in err
+    assert "--verifier prm --verifier-model synthetic:tiny-qwen-prm" in err and "unknown synthetic model" not in err
+
+
 def test_models_info_describes_a_synthetic_model_as_run_builds_it(capsys):
     """`--model synthetic:llama2-7b` runs, so `models info` names its facts too (it said "no model named ...")."""
     from app.model_facts import facts_of

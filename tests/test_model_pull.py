@@ -123,6 +123,24 @@ def test_a_malformed_repo_id_is_named_without_asking_the_hub(repo):
     assert not model_library.models_dir().exists()
 
 
+@pytest.mark.parametrize("endpoint", ["notaurl", "huggingface.co", "ftp://example.org", "http://", "http://x:port"])
+def test_a_malformed_endpoint_is_refused_without_asking_and_without_pull_again(endpoint):
+    """It said "...missing an 'http://' or 'https://' protocol.); pull again to resume": no pull can mend it."""
+    with pytest.raises(PullError, match=r"^--endpoint must be an http:// or https:// URL") as e:
+        pull("a/b", endpoint=endpoint)
+    assert "pull again" not in str(e.value) and repr(endpoint) in str(e.value)
+    assert not model_library.models_dir().exists()
+
+
+def test_the_cli_refuses_a_malformed_endpoint_in_one_line(capsys):
+    from app.cli import main
+
+    assert main(["models", "pull", "a/b", "--endpoint", "notaurl"]) == 2
+    err = capsys.readouterr().err
+    assert err == "beamwise: error: --endpoint must be an http:// or https:// URL, such as https://huggingface.co " \
+                  "(got 'notaurl').\n"
+
+
 def test_a_data_folder_that_is_a_file_is_named_with_what_to_do(monkeypatch, tmp_path):
     data = tmp_path / "not-a-folder"
     data.write_text("x")

@@ -224,6 +224,38 @@ def test_folder_without_config_json(tmp_path: Path) -> None:
     assert str(tmp_path) in str(error) and "config.json" in str(error)
 
 
+def test_a_folder_with_weights_and_no_tokenizer_says_so(tmp_path: Path, tiny: LoadedModel) -> None:
+    """transformers said sentencepiece or tiktoken were not installed, which installing them does not mend."""
+    tiny.model.save_pretrained(tmp_path)  # config.json and model.safetensors only
+    with pytest.raises(ModelLoadError) as plan_error:
+        load_tokenizer(str(tmp_path))  # as a plan reads it
+    for error in (_load_error(str(tmp_path)), plan_error.value):
+        message = error.user_message()
+        assert f"model folder {tmp_path} has no tokenizer" in message and "tokenizer.json" in message
+        assert "sentencepiece" not in message
+
+
+@pytest.mark.parametrize("config", ["{}", '{"architectures": ["LlamaForCausalLM"]}', "[]"])
+def test_a_config_without_a_model_type_says_so(tmp_path: Path, tiny: LoadedModel, config: str) -> None:
+    """`{}` was read after the tokenizer: the message said sentencepiece or tiktoken were not installed."""
+    tiny.model.save_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(config, encoding="utf-8")
+    message = _load_error(str(tmp_path)).user_message()
+    assert f"{tmp_path / 'config.json'} has no model_type" in message and "sentencepiece" not in message
+    with pytest.raises(ModelLoadError, match="has no model_type"):
+        kv_shape_of(str(tmp_path))
+
+
+def test_a_folder_with_a_tokenizer_of_any_kind_is_left_to_transformers(tmp_path: Path) -> None:
+    from engine.models import _check_tokenizer_files
+
+    for name in ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "a.tiktoken"):
+        folder = tmp_path / name.replace(".", "-")
+        folder.mkdir()
+        (folder / name).write_text("x", encoding="utf-8")
+        _check_tokenizer_files(folder)
+
+
 def test_garbage_gguf(tmp_path: Path) -> None:
     garbage = tmp_path / "model.gguf"
     garbage.write_bytes(b"this is not a model at all" * 100)
@@ -264,6 +296,14 @@ def test_unknown_synthetic_name_lists_the_known_ones() -> None:
     message = _load_error("synthetic:gpt-17").user_message()
     assert "'gpt-17'" in message
     assert all(f"synthetic:{name}" in message for name in SYNTHETIC_MODELS)
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen-prm", "tiny-skywork-prm", "tiny-math-shepherd", "tiny-rlhflow-prm"])
+def test_a_synthetic_prm_as_the_generator_is_told_to_go_to_the_verifier(name: str) -> None:
+    """It said "unknown synthetic model 'tiny-qwen-prm'", though `--verifier-model synthetic:tiny-qwen-prm` runs."""
+    message = _load_error(f"synthetic:{name}").user_message()
+    assert f"synthetic:{name} is a process reward model" in message and "unknown" not in message
+    assert f"--verifier prm --verifier-model synthetic:{name}" in message
 
 
 def test_missing_bundled_package_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from app.gui.loop_monitor import LoopGapMonitor
 from app.gui.main_window import MainWindow
 from app.journal_import import open_session_store
 from app.options import add_search_options, configs_from_args
+from app.question import empty_message
 from app.store import SessionStore, StoreDamaged, default_db_path
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
@@ -139,8 +140,11 @@ class Screenshot:
 def main(args: argparse.Namespace) -> int:
     """Open the window; with --question run it; with --screenshot save a PNG after the run and exit."""
     screenshot = Path(args.screenshot) if getattr(args, "screenshot", None) else None
-    if screenshot is not None and not args.question:
+    if screenshot is not None and args.question is None:
         print("beamwise: error: --screenshot needs --question (the run to take a picture of).", file=sys.stderr)
+        return 2
+    if screenshot is not None and not args.question.strip():
+        print(f"beamwise: error: {empty_message()}", file=sys.stderr)  # as `beamwise run ""` says it
         return 2
     if screenshot is not None and (problem := unwritable(screenshot)):
         print(f"beamwise: error: cannot save the screenshot to {screenshot}: {problem}; "
@@ -198,9 +202,25 @@ def unwritable(path: Path) -> str | None:
     folder = next((p for p in (path.parent, *path.parent.parents) if p.exists()), None)
     if folder is None or not folder.is_dir():
         return f"{folder} is not a folder"
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        return f"{folder if not path.exists() else path} is not writable"
-    return None
+    if path.exists() and not _can_write(path):
+        return f"{path} is not writable"
+    return None if _can_write(folder) else f"{folder} is not writable"
+
+
+def _can_write(path: Path) -> bool:
+    """Tried, as `--json` paths are (app/json_out.py): a file made and removed in a folder, a file opened to append
+    (left as it was). os.access says yes to root everywhere, /proc included, and the run then ended in "could not
+    write the screenshot"."""
+    try:
+        if path.is_dir():
+            handle, probe = tempfile.mkstemp(prefix=".beamwise-", suffix=".part", dir=path)
+            os.close(handle)
+            os.unlink(probe)
+        else:
+            path.open("ab").close()
+    except OSError:
+        return False
+    return True
 
 
 def _start(window: MainWindow, app: QApplication, *, exit_on_refusal: bool) -> None:
