@@ -23,6 +23,7 @@ from app.options import (
     server_from_args,
     size_type,
 )
+from app.question import empty_message
 from engine.workload import BASELINES, LADDER, Workload, check_names
 
 if TYPE_CHECKING:
@@ -91,6 +92,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def bench_command(args: argparse.Namespace) -> int:
+    if args.question is not None and not args.question.strip():  # '' would bench the default question unasked
+        raise UsageError(empty_message())  # as `beamwise run ""` and `gui --question ""` say it
     for name in ("beams", "width", "step_tokens", "prompt_tokens", "gen_tokens"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)}).")

@@ -22,7 +22,7 @@ def _interrupted() -> int:
 try:  # a Ctrl+C in a command's first ~0.3 s lands here (sqlite_utils, numpy) and printed a traceback
     from app import bench_cli, eval_cli, models_cli, plan_cli, sessions_cli
     from app.options import OneLineParser, UsageError, add_backend_options, add_search_options
-    from app.question import add_question_option
+    from app.question import add_question_file_option, add_question_option
     from app.threads import limit_threads
     from engine.errors import BeamwiseError
 except KeyboardInterrupt:
@@ -57,8 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("question", nargs="?", default=None,
                      help="the question, in quotes; - reads it from standard input")
     add_question_option(run)
-    run.add_argument("--question-file", default=None, metavar="PATH",
-                     help="read the question from this UTF-8 file (- for standard input), for long questions")
+    add_question_file_option(run)
     add_search_options(run)
     add_backend_options(run)
     run.add_argument("--json", action="store_true", help="print JSON Lines, one object per event")

@@ -82,7 +82,8 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def eval_command(args: argparse.Namespace) -> int:
-    """Exit 0 when every problem ran, 2 on bad input, 130 when interrupted (the partial table is printed), 1 when
+    """Exit 0 when every problem ran, 2 on bad input or when every run failed for the same error of the settings
+    (as `run` refuses them; the table is printed), 130 when interrupted (the partial table is printed), 1 when
     --calibrate had no scored step to save thresholds from."""
     from app.eval_runs import Evaluation
 
@@ -103,7 +104,13 @@ def eval_command(args: argparse.Namespace) -> int:
     finally:
         evaluation.close()
     saved = _report(args, evaluation, problems, interrupted)
-    return 130 if interrupted else 0 if saved else 1
+    if interrupted:
+        return 130
+    failed = evaluation.settings_failure()
+    if failed is not None:
+        print(f"beamwise: error: every run failed: {failed.message}", file=sys.stderr)
+        return 2
+    return 0 if saved else 1
 
 
 def _report(args: argparse.Namespace, evaluation, problems: list[Problem], interrupted: bool) -> bool:

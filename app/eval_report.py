@@ -73,8 +73,8 @@ def _final_texts(tree: SearchTree, kept: Sequence[int]) -> list[str]:
 class MethodSummary:
     method: str
     problems: int
-    accuracy: float  # fraction of problems answered correctly
-    pass_at_n: float  # fraction where some final candidate is correct
+    accuracy: float | None  # fraction of problems answered correctly (None: no problem finished)
+    pass_at_n: float | None  # fraction where some final candidate is correct (None: no problem finished)
     n: int  # the most final candidates a problem had
     mean_tokens: float
     mean_verifier_tokens: float
@@ -103,7 +103,7 @@ def summarize(method: str, results: Sequence[ProblemResult], seconds: float) -> 
     audited = sum(r.audited for r in results)
     exits = sum((r.exit for r in results), ExitTally())
     return MethodSummary(
-        method, count, _mean([r.correct for r in results]), _mean([r.any_correct for r in results]),
+        method, count, _mean_or_none([r.correct for r in results]), _mean_or_none([r.any_correct for r in results]),
         max((r.candidates for r in results), default=0), _mean([r.tokens for r in results]),
         _mean([r.verifier_tokens for r in results]), seconds,
         sum(r.skipped_steps for r in results) / steps if steps else 0.0,
@@ -121,8 +121,8 @@ def _mean_or_none(values: Sequence[float]) -> float | None:
 
 _ROWS = (
     ("problems", lambda s: str(s.problems)),
-    ("accuracy", lambda s: f"{s.accuracy:.1%}"),
-    ("pass@N", lambda s: f"{s.pass_at_n:.1%} (N={s.n})"),
+    ("accuracy", lambda s: "-" if s.accuracy is None else f"{s.accuracy:.1%}"),
+    ("pass@N", lambda s: "-" if s.pass_at_n is None else f"{s.pass_at_n:.1%} (N={s.n})"),
     ("mean tokens", lambda s: f"{s.mean_tokens:,.0f}"),
     ("mean verifier tokens", lambda s: f"{s.mean_verifier_tokens:,.0f}"),
     ("wall seconds", lambda s: f"{s.seconds:,.1f}"),

@@ -14,6 +14,7 @@ from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
 
 FEW_STEPS = 50  # fewer calibration steps than this fit thresholds to chance: saved, with a word of warning
+PROBLEM_ERRORS = frozenset({"InvalidPrompt"})  # a question the model cannot read: its problem's failure, not the eval's
 
 
 class Evaluation:
@@ -40,6 +41,7 @@ class Evaluation:
             raise
         self.results: dict[str, list[ProblemResult]] = {m: [] for m in configs}
         self.walls: dict[str, list[float]] = {m: [] for m in configs}  # wall seconds per problem
+        self.ends: list = []  # each run's last event, in the order they ran
         self.steps: list[StepStat] = []
         self.lens_steps: list = []  # --calibrate: each step's recorded verifier passes (StepSelected.lens_trace)
         self.done = 0
@@ -54,7 +56,8 @@ class Evaluation:
                 result = result_of(method, problem.line, problem.answer, events)
                 self.results[method].append(result)
                 self._collect_steps(events)
-                self._progress(index, len(problems), result, events[-1] if events else None)
+                self.ends.append(events[-1] if events else None)
+                self._progress(index, len(problems), result, self.ends[-1])
             self.done = index
 
     def _search(self, problem: Problem, method: str, search: SearchConfig) -> list:
@@ -106,6 +109,17 @@ class Evaluation:
         answered = "no answer found" if r.predicted is None else f"answered {r.predicted}"  # not 'answered None'
         print(f"[eval] {index}/{total} {r.method}: {mark} ({answered}, expected {r.expected}); "
               f"{r.tokens} tokens, {r.seconds:.1f} s", file=sys.stderr, flush=True)
+
+    def settings_failure(self) -> ev.RunFailed | None:
+        """The first run's failure when every run failed with one error of the user's settings, the kind `run`
+        refuses with exit 2 (a KV budget too small for the search); None otherwise. Whether the settings can run
+        depends on each question's length, so the eval cannot refuse them before its first problem."""
+        from app.run_cli import user_errors
+
+        if not self.ends or not all(isinstance(end, ev.RunFailed) for end in self.ends):
+            return None
+        kinds = {end.error for end in self.ends}
+        return self.ends[0] if len(kinds) == 1 and kinds <= user_errors() - PROBLEM_ERRORS else None
 
     def summaries(self) -> list[MethodSummary]:
         """Per method, over the problems every method finished (an interrupted problem is left out)."""

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from app.options import add_search_options, configs_from_args
-from app.question import add_question_option, take_question_option
+from app.question import add_question_file_option, add_question_option, read_question, take_question_option
 
 EXIT_BY_STATE = {"green": 0, "amber": 0, "red": 3}  # red: the run would fail; scripts can test for it
 
@@ -14,8 +14,10 @@ EXIT_BY_STATE = {"green": 0, "amber": 0, "red": 3}  # red: the run would fail; s
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="will it fit? weights, KV, activations and PCIe traffic, without loading weights")
     p.add_argument("question", nargs="?", default=None,
-                   help="the question (its tokens are counted with the model's tokenizer, else estimated)")
+                   help="the question (its tokens are counted with the model's tokenizer, else estimated); - reads "
+                        "it from standard input")
     add_question_option(p)
+    add_question_file_option(p)
     add_search_options(p)
     p.add_argument("--session", type=int, default=None, metavar="ID",
                    help="plan a follow-up in the conversation of session ID: the prompt holds its earlier turns, "
@@ -29,10 +31,10 @@ def plan_command(args: argparse.Namespace) -> int:
     from app.planner import plan
     from app.run_cli import conversation_of
 
-    take_question_option(args)
+    question = _question(args)
     model, search, cache = configs_from_args(args)
     _, history = conversation_of(args)
-    result = plan(model, search, cache, question=args.question, history=history)
+    result = plan(model, search, cache, question=question, history=history)
     if args.json:
         print(json.dumps(plan_dict(result)))
     else:
@@ -40,6 +42,15 @@ def plan_command(args: argparse.Namespace) -> int:
               f"{result.prompt_tokens} prompt tokens")
         print("\n".join(result.lines()))
     return EXIT_BY_STATE[result.state]
+
+
+def _question(args: argparse.Namespace) -> str | None:
+    """The question as `beamwise run` reads it (quotes, --question, - for standard input, --question-file), or
+    None when none is given: a plan without one plans a typical question."""
+    take_question_option(args)
+    if args.question is None and args.question_file is None:
+        return None
+    return read_question(args.question, args.question_file)
 
 
 def plan_dict(result) -> dict:

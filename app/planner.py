@@ -22,7 +22,7 @@ from app.prompt_size import PromptSize, prompt_size, verifier_reading
 from engine.chat import Turn
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.context_plan import prefill_reserve
-from engine.errors import KVBudgetTooSmall
+from engine.errors import InvalidPrompt, KVBudgetTooSmall
 from engine.kv.cache import CUDA_MARGIN, auto_policy, one_candidate_bytes, policy_whole_bytes, search_kv_bytes
 from engine.kv.headwise_traffic import HeadwiseTraffic, KVGeometry, headwise_traffic
 from engine.kv.split import VerifierShape, emulated_budget, share_too_small, split_budget
@@ -166,7 +166,7 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
                        search.candidates_per_step, prompt, whole, verifier_kv, activations, 0,
                        cache.pcie_gbps, "green", "", policy_chosen_by="auto picks it" if cache.policy == "auto"
                        else "as set", verifier_on_cpu=on_cpu, prompt=counted)
-    refused = _does_not_fit(draft) or too_small
+    refused = _context_refusal(search, gen, prompt, history) or _does_not_fit(draft) or too_small
     if refused is None:  # only a plan that can run is worth scheduling
         planned = planned_run(model, search, cache, prompt, budget - verifier_kv, policy, PLAN_SECONDS)
         draft = dataclasses.replace(draft, step_pcie_bytes=planned.step_bytes)
@@ -183,6 +183,20 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
         refused = why and f"It cannot run with these settings: {why}"
     state, sentence = ("red", refused) if refused else judge(draft)
     return dataclasses.replace(draft, state=state, sentence=sentence)
+
+
+def _context_refusal(search: SearchConfig, gen: ModelFacts, prompt: int, history: Sequence[Turn]) -> str | None:
+    """Why the run refuses a prompt of `prompt` tokens (the question, or the conversation, longer than the model's
+    context holds with one step), in its words; None where the context is unknown."""
+    from engine.search import check_prompt_fits  # the run's own check (engine.search is loaded only to plan)
+
+    if gen.context_length is None:
+        return None
+    try:
+        check_prompt_fits(prompt, gen.context_length, search.step_tokens, len(history))
+    except InvalidPrompt as error:
+        return f"It cannot run with these settings: {error.user_message()}"
+    return None
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,24 @@ def run(
         yield failure(error)
 
 
+def check_prompt_fits(prompt_tokens: int, context_length: int, step_tokens: int, earlier_turns: int = 0) -> None:
+    """`InvalidPrompt` when a prompt of `prompt_tokens` (the question, or a conversation of `earlier_turns` turns
+    before it) leaves no room in the model's context for a step; `beamwise plan` asks the same."""
+    if prompt_tokens <= context_length - step_tokens:
+        return
+    if earlier_turns:
+        raise InvalidPrompt(
+            f"The conversation is {prompt_tokens} tokens over {earlier_turns + 1} turns; the model's context "
+            f"holds {context_length} and a step needs {step_tokens} more.",
+            hint="Start a new conversation (Ctrl+N in the window, or `beamwise run` without --session).",
+        )
+    raise InvalidPrompt(
+        f"The question is {prompt_tokens} tokens; the model's context holds {context_length} "
+        f"and a step needs {step_tokens} more.",
+        hint="Shorten the question or use a model with a longer context.",
+    )
+
+
 class _Search:
     def __init__(
         self, question, loaded, search: SearchConfig, cache: CacheConfig, should_stop, observe, prompt_ids, replay,
@@ -113,19 +131,7 @@ class _Search:
         if self.prompt_ids is None and not self.question.strip():
             raise InvalidPrompt("The question is empty.", hint="Type a question.")
         prompt = self.prompt_ids or prompt_ids(self.loaded.encode_chat, self.question, self.history)
-        room = self.loaded.context_length - self.cfg.step_tokens
-        if len(prompt) > room and self.history:
-            raise InvalidPrompt(
-                f"The conversation is {len(prompt)} tokens over {len(self.history) + 1} turns; the model's context "
-                f"holds {self.loaded.context_length} and a step needs {self.cfg.step_tokens} more.",
-                hint="Start a new conversation (Ctrl+N in the window, or `beamwise run` without --session).",
-            )
-        if len(prompt) > room:
-            raise InvalidPrompt(
-                f"The question is {len(prompt)} tokens; the model's context holds {self.loaded.context_length} "
-                f"and a step needs {self.cfg.step_tokens} more.",
-                hint="Shorten the question or use a model with a longer context.",
-            )
+        check_prompt_fits(len(prompt), self.loaded.context_length, self.cfg.step_tokens, len(self.history))
         return prompt
 
     def events(self) -> Iterator[ev.Event]:

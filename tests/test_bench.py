@@ -180,6 +180,18 @@ def test_bench_runs_a_question_and_reports_stall_seconds(capsys):
     assert "failed" not in table
 
 
+@pytest.mark.parametrize("question", ["", "   "])
+def test_an_empty_question_is_refused_as_run_refuses_it(capsys, question):
+    """The bench ran on the question '   ' (and '' on the default question) and exited 0."""
+    assert main(["run", question, "--model", "synthetic:tiny-llama", "--no-save"]) == 2
+    refusal = capsys.readouterr().err
+    argv = ["bench", "--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2", "--step-tokens", "8",
+            "--gen-tokens", "16", "--question", question, "--policies", "lbs:inter_token"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == refusal and err.startswith("beamwise: error: the question is empty") and "[bench]" not in err
+
+
 def test_plan_only_refuses_a_question(capsys):
     assert main(["bench", "--plan-only", "--question", "What is 2+3?"]) == 2
     assert "--prompt-tokens" in capsys.readouterr().err

@@ -221,9 +221,33 @@ def test_a_database_busy_mid_eval_journals_the_runs_and_the_eval_finishes(tmp_pa
 def test_a_failed_run_says_why_on_its_progress_line(tmp_path, capsys):
     """Before, it read 'failed (answered None, expected 5); 0 tokens, 0.0 s' and the reason was nowhere."""
     problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
-    assert main(["eval", str(problems), *TINY, "--policy", "lbs", "--kv-budget", "10KB", "--no-save"]) == 0
+    assert main(["eval", str(problems), *TINY, "--policy", "lbs", "--kv-budget", "10KB", "--no-save"]) == 2
     (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[eval]")]
     assert line.startswith("[eval] 1/1 beam: failed: KV budget 10.0 kB is too small for one candidate"), line
+
+
+def test_every_run_failing_for_a_budget_too_small_exits_2_in_the_runs_words(tmp_path, capsys):
+    """Each run failed 'KV budget 1.0 kB is too small' and the eval printed 'failed runs 2' and exited 0."""
+    problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}',
+                     '{"question": "What is 1+1?", "answer": "2"}')
+    assert main(["run", "What is 2+3?", *TINY, "--kv-budget", "1KB", "--no-save"]) == 2
+    refusal = capsys.readouterr().err.strip().splitlines()[-1].removeprefix("beamwise: error: ")
+    assert refusal.startswith("KV budget 1.0 kB is too small")
+    assert main(["eval", str(problems), *TINY, "--kv-budget", "1KB", "--no-save"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == f"beamwise: error: every run failed: {refusal}", err
+
+
+def test_an_eval_stopped_before_any_problem_finished_shows_no_accuracy(tmp_path, capsys, monkeypatch):
+    """It printed 'problems 0' beside 'accuracy 0.0%', an accuracy of nothing."""
+    interrupt_search(monkeypatch, at=1)
+    out_json = tmp_path / "r.json"
+    assert main(["eval", str(three_problems(tmp_path)), *TINY, "--no-save", "--json", str(out_json)]) == 130
+    out = capsys.readouterr().out
+    rows = dict(re.split(r"\s{2,}", line) for line in out.splitlines() if re.fullmatch(r"\S.*?\s{2,}\S.*", line))
+    assert (rows["problems"], rows["accuracy"], rows["pass@N"]) == ("0", "-", "-"), out
+    method = json.loads(out_json.read_text())["methods"][0]
+    assert method["accuracy"] is None and method["pass_at_n"] is None
 
 
 def three_problems(tmp_path):

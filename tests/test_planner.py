@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 
 import pytest
 
@@ -246,3 +248,37 @@ def test_on_a_gpu_the_automatic_budget_leaves_the_prefill_the_prompts_kv_twice()
     assert grown > 1000
     assert short.kv_budget_bytes - long.kv_budget_bytes == 2 * grown * kv_token + (
         long.activation_bytes - short.activation_bytes)
+
+
+PLAN_TINY = ["--model", "synthetic:tiny-llama", "--device", "cpu", "--beams", "2", "--width", "2", "--max-steps", "2",
+             "--step-tokens", "8"]
+
+
+def test_a_question_longer_than_the_context_is_red_in_the_runs_words(capsys):
+    """The run refuses a question its model's context cannot hold (exit 2): the plan says so, red, exit 3."""
+    long = "What is 2+2? " * 400
+    assert main(["run", long, *PLAN_TINY, "--no-save"]) == 2
+    refusal = capsys.readouterr().err.strip().splitlines()[-1].removeprefix("beamwise: error: ")
+    assert refusal.startswith("The question is ") and "the model's context holds 2048" in refusal
+    assert main(["plan", long, *PLAN_TINY]) == 3
+    assert f"[red] It cannot run with these settings: {refusal}" in capsys.readouterr().out
+    assert main(["plan", "What is 2+2?", *PLAN_TINY]) == 0
+
+
+def test_plan_reads_the_question_as_run_does(tmp_path, capsys, monkeypatch):
+    """Standard input (`-`), --question-file and --question plan the same prompt as the question in quotes."""
+    question = "What is 17 * 23? Show each step."
+    assert main(["plan", question, *PLAN_TINY, "--json"]) == 0
+    quoted = json.loads(capsys.readouterr().out)["prompt_tokens"]
+    path = tmp_path / "q.txt"
+    path.write_text(question, encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(question.encode("utf-8"))))
+    assert main(["plan", "-", *PLAN_TINY, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["prompt_tokens"] == quoted
+    for given in (["--question-file", str(path)], ["--question", question]):
+        assert main(["plan", *given, *PLAN_TINY, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["prompt_tokens"] == quoted
+    assert main(["plan", "q", "--question-file", str(path), *PLAN_TINY]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert main(["plan", "   ", *PLAN_TINY]) == 2
+    assert "the question is empty" in capsys.readouterr().err
