@@ -151,12 +151,14 @@ def conversation_of(args: argparse.Namespace) -> tuple[int | None, list[tuple[st
 
 @contextmanager
 def _ctrl_c_cancels(stop: Event) -> Iterator[None]:
-    """The first Ctrl+C stops the search at its next step boundary (recorded as cancelled); a second one quits."""
+    """The first Ctrl+C stops the search within its step, at the next token; the steps chosen before it are kept
+    and the run is recorded as cancelled. A second one quits."""
     def on_sigint(signum, frame):
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()
-        print("beamwise: cancelling after this step (Ctrl+C again to quit now)", file=sys.stderr, flush=True)
+        print("beamwise: stopping: the step in progress is dropped, the steps chosen so far are kept "
+              "(Ctrl+C again to quit now)", file=sys.stderr, flush=True)
 
     try:
         previous = signal.signal(signal.SIGINT, on_sigint)
@@ -187,6 +189,10 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         loaded = load_model(model_spec, device=cache.device, progress=_progress)  # "auto": CUDA when there is one
         check_memory(loaded, question, search, cache, history=history)  # before anything is allocated
+    except KeyboardInterrupt:
+        _close(recorder)
+        _note("interrupted while the model loaded, before the search began: nothing was recorded")
+        raise
     except BaseException:
         _close(recorder)
         raise
@@ -206,15 +212,26 @@ def _drive(args: argparse.Namespace, recorder, events) -> int:
                 _record(recorder, event)
                 show(event)
                 status = _status(event, status, args.json)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # the second Ctrl+C
         _record(recorder, ev.RunCancelled(step=last_step))  # the same name the window records
+        _say_recorded(recorder, 130, last_step)
         raise
     finally:
         _close(recorder)
-    if status == 0 and recorder is not None and recorder.session_id is not None and recorder.journal_path is None:
-        _note(f"recorded as session {recorder.session_id}; ask a follow-up with: beamwise run --session "
-              f"{recorder.session_id} \"...\"")  # a journalled run's warning names its journal instead
+    _say_recorded(recorder, status, last_step)
     return status
+
+
+def _say_recorded(recorder, status: int, last_step: int) -> None:
+    """The last line on stderr names the session a finished or cancelled run was recorded as (a journalled run's
+    warning names its journal instead)."""
+    if recorder is None or recorder.session_id is None or recorder.journal_path is not None:
+        return
+    if status == 0:
+        _note(f"recorded as session {recorder.session_id}; ask a follow-up with: beamwise run --session "
+              f"{recorder.session_id} \"...\"")
+    elif status == 130:
+        _note(f"recorded as session {recorder.session_id}, cancelled after step {last_step}")
 
 
 def _status(event, status: int, json_lines: bool) -> int:

@@ -550,3 +550,30 @@ def test_the_first_ctrl_c_asks_the_run_to_stop_and_is_recorded_as_cancelled(db, 
     recorder.store.close()
     with SessionStore(db) as store:
         assert store.list_sessions()[0]["status"] == "cancelled"  # the window's name for the same thing
+
+
+def test_a_cancelled_run_says_what_it_kept_and_which_session_holds_it(db, capsys):
+    """The first Ctrl+C said "cancelling after this step", but the search stops within its step and drops it; and
+    no line named the session the cancelled run was recorded as (a finished run's last line does)."""
+    import signal
+
+    from app.run_cli import _drive, _open_recorder
+    from engine import events as ev
+
+    args = type("Args", (), {"no_save": False, "db": str(db), "json": False})()
+
+    def events(should_stop):
+        for event in fake(3):
+            yield event
+            if event.type == "step_selected":  # Ctrl+C during step 2
+                os.kill(os.getpid(), signal.SIGINT)
+                assert should_stop()
+                yield ev.RunCancelled(step=event.step)
+                return
+
+    assert _drive(args, _open_recorder(args), events) == 130
+    err = capsys.readouterr().err
+    assert "stopping: the step in progress is dropped, the steps chosen so far are kept" in err
+    assert err.rstrip().splitlines()[-1] == "beamwise: recorded as session 1, cancelled after step 1"
+    with SessionStore(db) as store:
+        assert store.get_session(1)["status"] == "cancelled"
