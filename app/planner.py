@@ -22,7 +22,7 @@ from app.prompt_size import PromptSize, prompt_size, verifier_reading
 from engine.chat import Turn
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.context_plan import prefill_reserve
-from engine.errors import InvalidPrompt, KVBudgetTooSmall
+from engine.errors import InvalidPrompt, KVBudgetTooSmall, format_bytes_up
 from engine.kv.cache import CUDA_MARGIN, auto_policy, one_candidate_bytes, policy_whole_bytes, search_kv_bytes
 from engine.kv.headwise_traffic import HeadwiseTraffic, KVGeometry, headwise_traffic
 from engine.kv.split import VerifierShape, emulated_budget, share_too_small, split_budget
@@ -251,7 +251,7 @@ def _share_refusal(shape: VerifierShape, search: SearchConfig, share_bytes: int,
         return None
     error = share_too_small(share_bytes, 1, refused, shape.arena_bytes(1, refused))
     need = shape.arena_bytes(1, widths[-1])
-    holds = f"a KV budget of {fmt.size(math.ceil(need / share))} at this share"
+    holds = f"a KV budget of {format_bytes_up(math.ceil(need / share))} at this share"
     enough = math.ceil(100 * need / budget) / 100
     if enough < 1:  # a share is below 1 (engine.config): 0.996 of the budget is told as the budget alone
         holds = f"--verifier-kv-share {enough:g} or {holds}"

@@ -74,3 +74,19 @@ def test_a_size_typed_with_a_decimal_is_read_exactly():
     for tenths in range(10, 10_000):
         assert parse_bytes(f"{tenths // 10}.{tenths % 10}kB") == tenths * 100
     assert parse_bytes("1.5GiB") == 1_610_612_736 and parse_bytes("4096") == 4096
+
+
+@pytest.mark.parametrize("share", [0.5, 0.25, 0.75])  # (an automatic share refuses for the verifier's half first)
+def test_a_refused_generator_part_names_the_kv_budget_that_gives_it_that(tiny, share):
+    """With a PRM keeping KV, a refusal of the generator's part named that part's figures: typed as --kv-budget
+    they left the generator less than they name (half of it at a share of 0.5). The hint names the total, one at which
+    the verifier's part holds its path too (at a share of 0.25 the generator's total alone left the verifier short)."""
+    cache = lambda budget: CacheConfig(policy="headwise", kv_budget_bytes=budget, verifier_kv_share=share)  # noqa: E731
+    failed = list(run(QUESTIONS[0], tiny, PRM, cache(2_000)))[-1]
+    assert failed.type == "run_failed" and "the generator's share of the KV budget" in failed.message, failed
+    found = re.search(rf"The generator gets that with --kv-budget {SIZE}", failed.message)
+    assert found, failed.message
+    total = parse_bytes(found.group(1).replace(" ", ""))
+    assert list(run(QUESTIONS[0], tiny, PRM, cache(total)))[-1].type == "run_finished"
+    # the part's own figure, typed as the budget, is not enough
+    assert list(run(QUESTIONS[0], tiny, PRM, cache(suggested(failed.message))))[-1].type == "run_failed"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -12,7 +13,7 @@ from transformers import DynamicCache
 from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
 from engine.context_plan import activation_token_bytes, default_chunk, prefill_reserve
-from engine.errors import KVBudgetTooSmall
+from engine.errors import KVBudgetTooSmall, format_bytes_up
 from engine.kv.attention import uses_cascade
 from engine.kv.blocks import BlockManager, Tier
 from engine.kv.headwise import HeadwisePolicy, least_budget
@@ -35,7 +36,7 @@ from engine.kv.policy import (
 from engine.kv.pool import PoolExhausted
 from engine.kv.prefix_cache import PrefixCache
 from engine.kv.prefix_io import device_cache, keep_layers, keep_table, load_prefix
-from engine.kv.split import emulated_budget, split_budget
+from engine.kv.split import emulated_budget, split_budget, total_for
 from engine.kv.store import KVStore
 from engine.loaded import Generator
 from engine.verifiers.base import VerifierMemory
@@ -183,6 +184,9 @@ class KVCache:
                 prompt_tokens, token_bytes, act, cache.prefill_chunk or default_chunk(room, act)))
         split = split_budget(total, cache.verifier_kv_share, verifier_batch_bytes, verifier_row_bytes)
         self.budget, self.verifier_budget = split.generator_bytes, split.verifier_bytes
+        self._total_for = functools.partial(total_for, share=cache.verifier_kv_share,
+                                            verifier_batch_bytes=verifier_batch_bytes,
+                                            verifier_row_bytes=verifier_row_bytes)  # a generator part's --kv-budget
         one = one_candidate_bytes(prompt_tokens, search, token_bytes, cache.block_size)
         self.policy_name = cache.policy if cache.policy != "auto" else auto_policy(whole, one, self.budget)
         # speculative beam extension keeps a row's speculated KV: the group executor's policies do
@@ -417,7 +421,9 @@ class KVCache:
         if self.policy_name == "in_device":
             refused.hint = "Raise the KV budget, or pick lbs or auto to offload the KV to the CPU."
         elif self.verifier_budget:
-            refused.hint += " Or give the verifier less of it (--verifier-kv-share)."
+            total = self._total_for(max(need, whole or 0))
+            refused.hint = (f"The generator gets that with --kv-budget {format_bytes_up(total)} (the verifier's part "
+                            f"as now), or give the verifier less of it (--verifier-kv-share). {refused.hint}")
         return refused
 
     def _go_on_with_lbs(self, error: KVBudgetTooSmall) -> None:

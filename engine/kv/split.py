@@ -122,6 +122,28 @@ def split_budget(total_bytes: int, share: float | None, verifier_batch_bytes: in
     return BudgetSplit(total_bytes - verifier, verifier)
 
 
+def total_for(generator_bytes: int, share: float | None, verifier_batch_bytes: int, verifier_row_bytes: int = 0
+              ) -> int:  # fmt: skip
+    """The smallest KV budget whose generator part (`split_budget`, the verifier's part as set) holds
+    `generator_bytes` while the verifier's part still holds its longest path (`verifier_row_bytes`): what to type as
+    --kv-budget when the generator's part was refused, so that the raise is not refused for the verifier's part."""
+
+    def enough(total: int) -> bool:
+        try:
+            split = split_budget(total, share, verifier_batch_bytes, verifier_row_bytes)
+        except KVBudgetTooSmall:  # the verifier's automatic half cannot hold its path at this total
+            return False
+        return split.generator_bytes >= generator_bytes and split.verifier_bytes >= verifier_row_bytes
+
+    low, high = generator_bytes, 2 * generator_bytes + verifier_batch_bytes + 2 * verifier_row_bytes + 1
+    if share is not None and 0 < share < 1:
+        high = max(high, math.ceil(generator_bytes / (1 - share)) + 2, math.ceil(verifier_row_bytes / share) + 2)
+    while low < high:  # the generator's part grows with the total
+        middle = (low + high) // 2
+        low, high = (low, middle) if enough(middle) else (middle + 1, high)
+    return low
+
+
 def emulated_budget(whole: int, verifier_bytes: int, share: float | None) -> int:
     """The automatic KV budget where no free device memory can be read (the emulated device): room for the
     generator's `whole` search and the verifier's batch, in the shares `split_budget` gives them."""
