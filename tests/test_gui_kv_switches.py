@@ -8,6 +8,7 @@ pytest.importorskip("PySide6")
 
 from app.gui.controls import SearchControls
 from engine.config import CacheConfig, ModelSpec, SearchConfig
+from engine.errors import format_bytes
 
 
 def test_kv_switches_and_bandwidth_round_trip(qtbot, tmp_path, monkeypatch):
@@ -226,8 +227,22 @@ def test_a_size_the_sliders_cannot_show_exactly_is_run_as_set_until_the_slider_m
     _, _, built = controls.configs()
     assert (built.kv_budget_bytes, built.prefix_cache_ram_bytes, built.prefix_cache_disk_bytes) == (
         budget, budget, 1_500_000_000)
+    exact = format_bytes(budget)  # the slider showed "1 MB" and the run used 200 kB: the size used is written under it
+    assert controls.kv_budget.note.isVisibleTo(controls) and exact in controls.kv_budget.note.text()
+    assert controls.prefix_disk.note.isVisibleTo(controls) and "1.5 GB" in controls.prefix_disk.note.text()
     controls.kv_budget.set_value(32)
     controls.prefix_disk.set_value(0)
+    assert not controls.kv_budget.note.isVisibleTo(controls) and not controls.prefix_disk.note.isVisibleTo(controls)
     _, _, built = controls.configs()
     assert (built.kv_budget_bytes, built.prefix_cache_ram_bytes, built.prefix_cache_disk_bytes) == (
         32_000_000, budget, None)
+    controls.kv_budget.set_value(shown)  # back where the exact size was shown: it is used, and said, again
+    assert controls.kv_budget.note.isVisibleTo(controls) and controls.configs()[2].kv_budget_bytes == budget
+
+
+def test_a_size_the_sliders_show_exactly_has_no_note(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path))
+    controls = SearchControls()
+    qtbot.addWidget(controls)
+    controls.set_configs(ModelSpec(), SearchConfig(), CacheConfig(kv_budget_bytes=64_000_000))
+    assert controls.kv_budget.value() == 64 and not controls.kv_budget.note.isVisibleTo(controls)

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+import app.formatting as fmt
 from app.early_exit import entropy_mismatch, load_thresholds, thresholds_text, verifier_key
 from app.gui.model_picker import ModelPicker
 from app.gui.slider_spin import SliderSpin
@@ -119,7 +120,8 @@ class SearchControls(QWidget):
     def _show_size(self, name: str, nbytes: int | None, unit: int) -> None:
         """Show a size on its slider in `unit`s (a set size under one unit as one, never as "auto")."""
         control = getattr(self, name)
-        control.set_value(max(1, round(nbytes / unit)) if nbytes else 0)
+        shown = min(max(1, round(nbytes / unit)), control.spin.maximum()) if nbytes else 0
+        control.pin(shown, fmt.size(nbytes) if nbytes and nbytes != shown * unit else None)
         self._sizes[name] = (control.value(), nbytes)
 
     def _bytes(self, name: str, unit: int) -> int | None:

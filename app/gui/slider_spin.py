@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QSlider, QSpinBox, QWidget
+from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QLabel, QSlider, QSpinBox, QVBoxLayout, QWidget
 
 
 class SliderSpin(QWidget):
@@ -26,10 +26,18 @@ class SliderSpin(QWidget):
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setRange(round(low * self._scale), round(high * self._scale))
         self.slider.setSingleStep(round(step * self._scale))
-        layout = QHBoxLayout(self)
+        self.note = QLabel()  # what an exact value pinned to the control is, while the control shows it
+        self.note.hide()
+        self._pinned: tuple[float, str] | None = None
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.slider, 3)
+        row.addWidget(self.spin, 1)
+        layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.slider, 3)
-        layout.addWidget(self.spin, 1)
+        layout.setSpacing(0)
+        layout.addLayout(row)
+        layout.addWidget(self.note)
         self.setToolTip(tooltip)
         self.slider.valueChanged.connect(self._from_slider)
         self.spin.valueChanged.connect(self._from_spin)
@@ -45,6 +53,20 @@ class SliderSpin(QWidget):
     def set_value(self, value: float) -> None:
         self.spin.setValue(value)
 
+    def pin(self, value: float, exact: str | None) -> None:
+        """Show `value`, and under it `exact` (what the setting really is) for as long as the control shows that
+        value: a size its unit cannot show (300 kB given by --kv-budget on a control of whole MB showed "1 MB")."""
+        self._pinned = None
+        self.set_value(value)
+        self._pinned = None if exact is None else (self.spin.value(), exact)  # within the control's range
+        self._show_pin()
+
+    def _show_pin(self) -> None:
+        shown = self._pinned is not None and self.spin.value() == self._pinned[0]
+        self.note.setVisible(shown)
+        if shown:
+            self.note.setText(f"set to {self._pinned[1]}; move it to change")
+
     def _from_slider(self, raw: int) -> None:
         self.spin.setValue(raw / self._scale if self._scale > 1 else raw)
 
@@ -52,4 +74,5 @@ class SliderSpin(QWidget):
         self.slider.blockSignals(True)
         self.slider.setValue(round(value * self._scale))
         self.slider.blockSignals(False)
+        self._show_pin()
         self.value_changed.emit(float(value))
