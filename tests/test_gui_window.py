@@ -181,6 +181,28 @@ def test_stop_mid_run_leaves_a_consistent_tree_and_a_second_run_works(qtbot, mak
     assert_tree_matches(window, expected_events(max_steps=5))
 
 
+def test_stop_while_the_model_loads_says_nothing_was_recorded(qtbot, make_window):
+    """Esc while the model loaded ended the request without a search, and the status bar went on reading the
+    heartbeat's "loading the model, 3.2 s" with "step 0/3" beside it."""
+    loaded = threading.Event()
+
+    class SlowLoader(CountingLoader):
+        def __call__(self, spec: ModelSpec, device: str, progress: Any) -> Any:
+            loaded.wait(5)
+            return super().__call__(spec, device, progress)
+
+    window = make_window(loader=SlowLoader())
+    small(window)
+    with qtbot.waitSignal(window.run_ended, timeout=5000) as blocker:
+        assert window.start_run()
+        window.stop_action.trigger()
+        loaded.set()
+    assert blocker.args[0] is None  # no search ran: no terminal event
+    assert window.statusBar().currentMessage() == "Stopped before the search started: nothing was recorded."
+    assert window.status.step.text() == "step -"
+    assert window.run_action.isEnabled()
+
+
 def test_a_bad_model_path_shows_a_dialog_and_the_window_stays_usable(qtbot, make_window, warnings):
     window = make_window()
     small(window, source="bad/model/folder")

@@ -121,6 +121,7 @@ class MainWindow(QMainWindow):
         self._settings_focus: QWidget | None = None  # the settings field a run started from, given back at its end
         self.current_session: int | None = None
         self.last_terminal: Any = None
+        self._stop_asked = False  # Stop was pressed during the running request
         self.shortcuts_box: QMessageBox | None = None  # Help > Keyboard shortcuts, the last one shown
         self.setWindowTitle("Beamwise")
         self.resize(1400, 900)
@@ -321,11 +322,13 @@ class MainWindow(QMainWindow):
 
     def stop_run(self) -> None:
         if self.running:
+            self._stop_asked = True
             self.bridge.stop()
             self.statusBar().showMessage("Stopping after the current decode step…")
 
     def _begin(self, search: SearchConfig) -> None:
         self.running, self.last_terminal, self.current_session = True, None, None
+        self._stop_asked = False
         self.session.reset()
         self.status.begin(search.max_steps)
         focus = self.focusWidget()
@@ -365,6 +368,9 @@ class MainWindow(QMainWindow):
         self.status.progress.hide()
         self.status.banner.hide()
         self.status.stop_heartbeat()
+        if self.last_terminal is None and self._stop_asked:  # stopped while the model loaded (its line stayed)
+            self.status.step.setText("step -")
+            self.statusBar().showMessage("Stopped before the search started: nothing was recorded.")
         self._update_actions()
         if self._settings_focus is not None and self._settings_focus.isEnabled():  # where Ctrl+Enter was pressed
             self._settings_focus.setFocus(Qt.FocusReason.OtherFocusReason)
