@@ -203,6 +203,22 @@ def test_stop_while_the_model_loads_says_nothing_was_recorded(qtbot, make_window
     assert window.run_action.isEnabled()
 
 
+def test_a_run_cancelled_inside_a_step_counts_the_steps_it_kept(qtbot, make_window):
+    """Stopped in step 2, the status bar went on reading "step 2/3" beside "Stopped after step 1"."""
+    def cancelled_in_step_two(question: str, loaded: Any, search: SearchConfig, cache: CacheConfig, *,
+                              should_stop: Any) -> Iterator:  # fmt: skip
+        stream = list(fake_run(question, search, cache))
+        second = next(i for i, e in enumerate(stream) if isinstance(e, ev.StepStarted) and e.step == 2)
+        yield from stream[: second + 6]  # step 2 started, a group, a few candidates' texts
+        yield ev.RunCancelled(step=1)
+
+    window = make_window(run=cancelled_in_step_two)
+    small(window)
+    assert isinstance(run_to_end(qtbot, window), ev.RunCancelled)
+    assert window.status.step.text() == "step 1/3"
+    assert window.statusBar().currentMessage() == "Stopped after step 1."
+
+
 def test_a_bad_model_path_shows_a_dialog_and_the_window_stays_usable(qtbot, make_window, warnings):
     window = make_window()
     small(window, source="bad/model/folder")

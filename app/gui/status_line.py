@@ -250,7 +250,8 @@ class StatusLine:
             self.bar.showMessage(
                 f"Done: {event.steps} steps, score {event.score:.2f}, goodput {event.goodput:.1f} tok/s", 15000
             )
-        elif isinstance(event, ev.RunCancelled):
+        elif isinstance(event, ev.RunCancelled):  # the step it was in is dropped: the count ends at the last kept
+            self.step.setText(f"step {event.step}/{self._max_steps}")
             self.bar.showMessage(f"Stopped after step {event.step}.", 15000)
         elif isinstance(event, ev.RunFailed):
             self.speed.setText("- cand-tok/s")  # a failed run has no speed to show
