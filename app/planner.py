@@ -307,4 +307,4 @@ def judge(p: MemoryPlan) -> tuple[str, str]:
         return "amber", (f"It fits, but takes {p.needed_bytes / memory:.0%} of "
                          f"{'free memory' if p.emulated else 'GPU memory'}; other programs may push it out.")
     return "green", f"Everything fits on the {'emulated ' if p.emulated else ''}GPU: {p.candidates} candidates, " \
-                    "no KV crosses PCIe."
+                    "no KV crosses PCIe during the steps."  # a prompt found in the prefix cache crosses once before
