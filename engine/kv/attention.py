@@ -125,7 +125,7 @@ def cascade_attention(
     parents = kv_prefix.parents if kv_prefix.parents is not None and kv_prefix.parents.tokens else None
     scores = []  # each [B, H, G, N_part] in float32, one softmax over all of them
     if prefix is not None:
-        scores.append(_prefix_scores(q, prefix[0]))
+        scores.append(_per_head(q, prefix[0].transpose(-1, -2)))  # [B, H, G, P]
     if parents is not None:
         scores.append(_parent_scores(q, parents, layer))
     scores.append(_suffix_scores(q, key, attention_mask))
@@ -133,25 +133,18 @@ def cascade_attention(
     pieces = weights.split([part.shape[-1] for part in scores], dim=-1)
     out = product(pieces[-1], value)  # [B, H, G, D] float32: the rows' own tokens
     if prefix is not None:
-        out += _prefix_values(pieces[0], prefix[1])
+        out += _per_head(pieces[0], prefix[1])
     if parents is not None:
         out += _parent_values(pieces[-2], parents, layer)
     return out.to(query.dtype).reshape(batch, 1, heads_q, dim), None  # [B, Q=1, Hq, D]
 
 
-def _prefix_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """Every row against the shared prefix `[H, P, D]` in one product: the prefix is read once, not once per row."""
-    batch, heads, group, dim = q.shape
-    rows = q.permute(1, 0, 2, 3).reshape(heads, batch * group, dim)  # [H, B*G, D]
-    scores = product(rows, k.transpose(-1, -2))  # [H, B*G, P]
-    return scores.view(heads, batch, group, -1).permute(1, 0, 2, 3)  # [B, H, G, P]
-
-
-def _prefix_values(weights: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """`[B, H, G, D]` from the rows' weights `[B, H, G, P]` on the shared prefix's values `[H, P, D]`."""
-    batch, heads, group, _ = weights.shape
-    rows = weights.permute(1, 0, 2, 3).reshape(heads, batch * group, -1)  # [H, B*G, P]
-    return product(rows, v).view(heads, batch, group, -1).permute(1, 0, 2, 3)
+def _per_head(rows: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
+    """`rows` `[B, H, G, X]` times one matrix per head, `matrix` `[H, X, Y]`, in one product over every row: the
+    shared prefix (its keys for the scores, its values for the output) is read once, not once per row."""
+    batch, heads, group, extent = rows.shape
+    flat = rows.permute(1, 0, 2, 3).reshape(heads, batch * group, extent)  # [H, B*G, X]
+    return product(flat, matrix).view(heads, batch, group, -1).permute(1, 0, 2, 3)  # [B, H, G, Y]
 
 
 def _parent_scores(q: torch.Tensor, parents: ParentHistory, layer: int) -> torch.Tensor:
