@@ -191,9 +191,9 @@ class SessionStore:
         if self._pages_checked:
             return
         with self._guard() as conn:
-            found = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
-        if found != "ok":  # e.g. "*** in database main ***\nOn tree page 28 cell 3: Extends off end of page"
-            raise self._damaged(found.splitlines()[-1])
+            found = _quick_check(conn)
+        if found is not None:
+            raise self._damaged(found)
         self._pages_checked = True
 
     def _damaged(self, error: Exception | str) -> StoreDamaged:
@@ -285,7 +285,7 @@ class SessionStore:
         try:
             conn = _connect_read_only(Path(path), busy_timeout)
             try:
-                found = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
+                return _quick_check(conn)
             finally:
                 conn.close()
         except sqlite3.DatabaseError as error:
@@ -293,7 +293,6 @@ class SessionStore:
                 raise StoreLocked(f"the session database {path} is busy: another program or Beamwise process holds "
                                   "its lock; nothing was moved.") from error
             return str(error)
-        return None if found == "ok" else found.splitlines()[-1]
 
     @staticmethod
     def move_aside(path: Path | str) -> Path:
@@ -482,6 +481,13 @@ def search_params(search: str) -> list[Any]:
 def _writable(path: Path) -> bool:
     """SQLite writes beside the file (-wal, -shm): the file and its folder must both be writable."""
     return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+
+
+def _quick_check(conn: sqlite3.Connection) -> str | None:
+    """SQLite's first complaint after reading every page, or None when the file is whole."""
+    found = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
+    # e.g. "*** in database main ***\nOn tree page 28 cell 3: Extends off end of page"
+    return None if found == "ok" else found.splitlines()[-1]
 
 
 def _connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
