@@ -94,8 +94,9 @@ class StepBuffers:
     """One step's device state, allocated once at the step's final length (no per-token allocation)."""
 
     tokens: torch.Tensor  # [B, 1 + n]: column 0 the pending tokens, column j + 1 the token sampled by forward j
-    logprobs: torch.Tensor  # [B, n] float32: log p of the token sampled by forward j, temperature 1
-    top1: torch.Tensor  # [B, n] float32: the top-1 probability of forward j's distribution, temperature 1
+    # float64 holding float32 values (exactly), so that a sync reads them beside the tokens in one copy
+    logprobs: torch.Tensor  # [B, n]: log p of the token sampled by forward j, temperature 1
+    top1: torch.Tensor  # [B, n]: the top-1 probability of forward j's distribution, temperature 1
     positions: torch.Tensor  # [B, n]: position id fed at forward j (held at the context's last one)
     draws: torch.Tensor  # [B, n] float32 in (0, 1]: the rows' random draws for forward j
     mask: torch.Tensor | None  # [B, T + n], or None when no row has padding (SDPA's fastest path)
@@ -104,9 +105,10 @@ class StepBuffers:
 
 
 def step_mask(mask: torch.Tensor | None, forwards: int) -> torch.Tensor | None:
-    """The attention mask at the step's final width, or None when no row is padded (one check per step)."""
+    """The attention mask at the step's final width; None when the caller gave none (no row is padded). The
+    callers know their rows' lengths on the host, so the mask is not read back (a host sync on CUDA)."""
     # mask: [B, T] -> [B, T + forwards] or None
-    if mask is None or mask.is_meta or bool(mask.all()):
+    if mask is None or mask.is_meta:
         return None
     full = torch.ones((mask.shape[0], mask.shape[1] + forwards), dtype=torch.bool, device=mask.device)
     full[:, : mask.shape[1]] = mask.bool()
@@ -141,8 +143,8 @@ def allocate_buffers(
     draws = uniforms([row.generator for row in rows], [row.position for row in rows], n)  # [B, n] on the host
     return StepBuffers(
         tokens=tokens,
-        logprobs=torch.empty((len(rows), n), dtype=torch.float32, device=sampling),
-        top1=torch.empty((len(rows), n), dtype=torch.float32, device=sampling),
+        logprobs=torch.empty((len(rows), n), dtype=torch.float64, device=sampling),
+        top1=torch.empty((len(rows), n), dtype=torch.float64, device=sampling),
         positions=device_tensor(positions, torch.long, device),
         draws=draws.to(sampling, non_blocking=True),
         mask=step_mask(mask, n),
@@ -184,9 +186,7 @@ def record(
     """Host decisions for forwards `first .. first + count - 1`, from one copy of their tokens, log-probs
     and top-1 probabilities. `lent`: each row lent to another row's candidate (`start_runs`), and to which."""
     lent = lent or {}
-    tokens = buffers.tokens[:, first : first + count + 1].tolist()  # [B][count + 1]: waits for the device
-    logprobs = buffers.logprobs[:, first : first + count].tolist()  # [B][count]
-    top1 = buffers.top1[:, first : first + count].tolist()  # [B][count]
+    tokens, logprobs, top1 = _host_results(buffers, first, count)  # waits for the device
     for i, (row, result) in enumerate(zip(rows, results, strict=True)):
         for c in range(count):
             j = first + c
@@ -202,6 +202,24 @@ def record(
             owner, run = feeding
             _take(run, tokens[i][c], tokens[i][c + 1], (logprobs[i][c], top1[i][c]), rules)
             run.done = _row_is_done(run, rules, _child_position(rows[owner], results[owner]) + len(run.fed) - 1)
+
+
+def _device_of(cache: DynamicCache) -> torch.device:
+    """Where the cache's KV is: its first layer's keys, or the device a layer names whose KV is placed before each
+    forward call (the layer-wise policy's `LayerKV`)."""
+    layer = cache.layers[0]
+    return layer.keys.device if layer.keys is not None else layer.device
+
+
+def _host_results(buffers: StepBuffers, first: int, count: int) -> tuple[list, list, list]:
+    """Forwards `first .. first + count - 1`'s tokens `[B][count + 1]` (with the one fed before them), log-probs
+    and top-1 probabilities `[B][count]`, read in one copy to the host (one wait for the device, not three).
+    The tokens travel as float64 beside them, which holds every token id exactly."""
+    stop = first + count
+    tokens = buffers.tokens[:, first : stop + 1].double()
+    packed = torch.cat([tokens, buffers.logprobs[:, first:stop], buffers.top1[:, first:stop]], dim=1).tolist()
+    tokens = [[int(t) for t in row[: count + 1]] for row in packed]  # packed: [B][3 * count + 1]
+    return tokens, [row[count + 1 : 2 * count + 1] for row in packed], [row[2 * count + 1 :] for row in packed]
 
 
 def _feeding(results: Sequence[RowResult], i: int, lent: dict[int, int]) -> tuple[int, RowResult] | None:
@@ -386,7 +404,7 @@ def decode_step(
     """Decode every row for one step in batched forward calls; rows that finish early idle, or speculate.
 
     `mask` `[B, T]` marks real (1) and padding (0) columns of the cache, or is None when no row is
-    padded; a mask of ones is dropped too, so SDPA can take its fastest path. Tokens are sampled
+    padded (so SDPA can take its fastest path; it is not read to find out). Tokens are sampled
     on the device and copied to the host every `sync_every` forward calls (every call when
     `rules.observe` is set, which gets each row's logits on the host), where each row's
     stop rules are applied token by token, so results do not depend on `sync_every`. A row may be
@@ -410,7 +428,7 @@ def decode_step(
     if not rows:
         return results, 0.0
     budgets = [token_budget(row, rules) for row in rows]
-    device = mask.device if mask is not None else cache.layers[0].keys.device
+    device = mask.device if mask is not None else _device_of(cache)
     buffers = allocate_buffers(mask, device, rows, budgets, rules)
     sync_every = 1 if rules.observe is not None else sync_every
     runs = rules.speculate > 0 and any(row.continuations > 1 for row in rows)

@@ -8,10 +8,12 @@ import math
 import pytest
 import torch
 
+from engine.config import CacheConfig
 from engine.kv.attention import arena_cache
 from engine.rows import Row, RowResult, StepRules
 from engine.runner import decode_step, prefill
 from engine.sampling import candidate_generator
+from tests.test_equivalence import SEARCH, UNEVEN, footprint_budget, search_trace
 
 PROMPTS = {3: [5, 9, 14, 200, 31, 7], 5: [5, 9, 14, 200, 31, 7], 8: [40, 41, 42], 11: [300, 12, 9, 9, 100]}
 PROMPTS |= {c: [7, 8, 9, c] for c in (13, 14, 15, 16)}
@@ -123,10 +125,28 @@ def test_sync_every_does_not_change_any_result(tiny):
             assert_same_results(batched[c], per_token[c])
 
 
-def test_no_attention_mask_when_rows_have_no_padding(tiny):
-    for drop_mask in (False, True):  # a mask of ones, or none from the caller
-        _, masks = decode_watched(tiny, [3, 5], rules_for(tiny, max_tokens=5), drop_mask)  # equal prompts
-        assert masks == [None] * 5
+def test_no_attention_mask_when_the_caller_gives_none(tiny):
+    _, masks = decode_watched(tiny, [3, 5], rules_for(tiny, max_tokens=5), drop_mask=True)  # equal prompts
+    assert masks == [None] * 5
+
+
+@pytest.mark.parametrize(("policy", "candidates"), [("in_device", None), ("lbs", 1.2), ("layerwise", 4.2),
+                                                    ("headwise", 100)])  # fmt: skip
+def test_no_policy_gives_a_mask_to_rows_of_equal_length(tiny, policy, candidates):
+    """The decode loop no longer reads a mask to see whether it has padding (a host sync a step on CUDA): each
+    policy gives none when its rows are equal (fixed-length steps), so SDPA takes its fastest path, and one when
+    they are not (in_device and lbs attend their rows' own columns by cascade, never by a mask)."""
+    masks = {}
+    for search in (SEARCH, UNEVEN):
+        budget = footprint_budget(tiny, search, candidates) if candidates else None
+        spy = ForwardSpy(tiny.model)
+        try:
+            search_trace(tiny, search, CacheConfig(policy=policy, kv_budget_bytes=budget))
+        finally:
+            masks[search.step_delimiter] = spy.close()
+    assert set(masks[None]) == {None}
+    padded = [mask for mask in masks[" "] if mask is not None]
+    assert bool(padded) == (policy in ("layerwise", "headwise")), padded
 
 
 def test_padded_rows_get_a_mask_growing_by_one_column_per_forward(tiny):

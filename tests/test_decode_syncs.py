@@ -11,8 +11,9 @@ without a device, or the draws `engine.rng.uniforms` returns). A non-blocking co
 (`engine.kv.streams.device_tensor`, `.to(device, non_blocking=True)`) is not counted.
 
 `allocate_buffers` moved a step's pending tokens, positions and draws with three blocking copies, and `_begin_run`
-each child's run's positions and draws with two more; none is left. Still read per step: whether the mask has
-padding (`step_mask`, once), and the results at each sync in three copies where one would do (`record`).
+each child's run's positions and draws with two more; none is left. `step_mask` read whether the mask had padding
+once a step (the policies that pass a mask know that on the host; only the layer-wise baseline reads it, in
+`engine/kv/layerwise.py`), and `record` read the results at each sync in three copies (one now).
 """
 
 from __future__ import annotations
@@ -150,13 +151,20 @@ def test_a_padded_groups_forward_calls_read_nothing_back_from_the_device(tiny, t
     assert traffic.count("forward") == 0, traffic.listed("forward")
 
 
-def test_a_steps_buffers_reach_the_device_without_blocking_copies(tiny, traffic):
+def test_a_steps_buffers_reach_the_device_without_blocking_copies_or_reads(tiny, traffic):
     """Per step and group, outside its forward calls and syncs, the pending tokens, positions and draws cross
-    without a blocking copy; what is still read is the one check of the mask for padding."""
+    without a blocking copy, and nothing is read back (the mask was read once a step to see if it had padding)."""
     padded_decode(tiny, traffic, temperature=1.0, top_p=1.0)
-    assert [site for site in traffic.listed("step") if "blocking copy" in site] == []
-    (left,) = traffic.listed("step")
-    assert left.endswith("(step_mask): reads a device value (__bool__) x1")
+    assert traffic.listed("step") == []
+
+
+def test_each_sync_reads_the_results_in_one_copy(tiny, traffic):
+    """The tokens, log-probs and top-1 probabilities of the forwards since the last sync cross in one copy (three
+    before), the only wait for the device in 8 forward calls."""
+    padded_decode(tiny, traffic)
+    assert traffic.counts["records"] == 2
+    (read,) = traffic.listed("record")
+    assert read.endswith("(_host_results): reads a device value (tolist) x2"), read
 
 
 def test_starting_a_childs_run_makes_no_blocking_copy(tiny, traffic):

@@ -192,11 +192,13 @@ class LayerwisePolicy:
         width, blocks = self.length, self.context.blocks
         rows = [Row(c, live[c].pending, blocks.num_tokens(live[c].table), live[c].generator) for c in self.rows]
         hook = functools.partial(self._before_forward, timing)
+        # the rows' real columns live on the device (pruning and restored rows change them): one read a step
+        mask = None if self.mask.is_meta or bool(self.mask.all()) else self.mask
         while True:
             cache = DynamicCache(config=self.context.config)
             cache.layers = list(self.layers)
             try:
-                results, compute = self.context.decode(cache, self.mask, rows, should_stop, hook)
+                results, compute = self.context.decode(cache, mask, rows, should_stop, hook)
             except OUT_OF_MEMORY as error:
                 self._rewind(width)
                 self._lower(error, timing)
