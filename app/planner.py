@@ -22,7 +22,7 @@ from app.prompt_size import PromptSize, prompt_size, verifier_reading
 from engine.chat import Turn
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.context_plan import prefill_reserve
-from engine.errors import InvalidPrompt, KVBudgetTooSmall, format_bytes_up
+from engine.errors import InvalidPrompt, KVBudgetTooSmall, ModelLoadError, format_bytes_up
 from engine.kv.cache import CUDA_MARGIN, auto_policy, one_candidate_bytes, policy_whole_bytes, search_kv_bytes
 from engine.kv.headwise_traffic import HeadwiseTraffic, KVGeometry, headwise_traffic
 from engine.kv.split import VerifierShape, emulated_budget, share_too_small, split_budget
@@ -166,7 +166,8 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
                        search.candidates_per_step, prompt, whole, verifier_kv, activations, 0,
                        cache.pcie_gbps, "green", "", policy_chosen_by="auto picks it" if cache.policy == "auto"
                        else "as set", verifier_on_cpu=on_cpu, prompt=counted)
-    refused = _context_refusal(search, gen, prompt, history) or _does_not_fit(draft) or too_small
+    refused = (_tokenizer_refusal(model.source, search) or _context_refusal(search, gen, prompt, history)
+               or _does_not_fit(draft) or too_small)
     if refused is None:  # only a plan that can run is worth scheduling
         planned = planned_run(model, search, cache, prompt, budget - verifier_kv, policy, PLAN_SECONDS)
         draft = dataclasses.replace(draft, step_pcie_bytes=planned.step_bytes)
@@ -183,6 +184,26 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
         refused = why and f"It cannot run with these settings: {why}"
     state, sentence = ("red", refused) if refused else judge(draft)
     return dataclasses.replace(draft, state=state, sentence=sentence)
+
+
+def _tokenizer_refusal(source: str, search: SearchConfig) -> str | None:
+    """Why the run refuses a model folder (the generator's, or the PRM's) that holds no tokenizer files, in its
+    words; None for every other source (synthetic models, GGUF files and the bundled model carry their own)."""
+    from pathlib import Path
+
+    from engine.models import check_tokenizer_files
+    from engine.prm_names import named_family
+
+    prm = [named_family(search.verifier_model)[1]] if search.verifier == "prm" and search.verifier_model else []
+    for name in [source, *prm]:
+        folder = Path(name).expanduser()
+        if name in ("bundled", "default") or name.startswith("synthetic:") or not folder.is_dir():
+            continue
+        try:
+            check_tokenizer_files(folder)
+        except ModelLoadError as error:
+            return f"It cannot run with this model: {error.user_message()}"
+    return None
 
 
 def _context_refusal(search: SearchConfig, gen: ModelFacts, prompt: int, history: Sequence[Turn]) -> str | None:

@@ -141,7 +141,7 @@ def _check_model_type(config: Path) -> None:
                                   "another model.")
 
 
-def _check_tokenizer_files(folder: Path) -> None:
+def check_tokenizer_files(folder: Path) -> None:
     """A folder without tokenizer files (weights saved alone): transformers said sentencepiece or tiktoken were not
     installed, which installing does not mend."""
     try:
@@ -272,7 +272,7 @@ def _finish(source: str, name: str, model: PreTrainedModel, tokenizer: PreTraine
 def _tokenizer(folder: Path, what: str, gguf_file: str | None = None) -> PreTrainedTokenizerBase:
     extra = {"gguf_file": gguf_file} if gguf_file else {}
     if not gguf_file:  # a GGUF file holds its own tokenizer
-        _check_tokenizer_files(folder)
+        check_tokenizer_files(folder)
     with load_errors(folder / gguf_file if gguf_file else folder, f"the {what} tokenizer"):
         return AutoTokenizer.from_pretrained(folder, local_files_only=True, **extra)
 

@@ -247,13 +247,13 @@ def test_a_config_without_a_model_type_says_so(tmp_path: Path, tiny: LoadedModel
 
 
 def test_a_folder_with_a_tokenizer_of_any_kind_is_left_to_transformers(tmp_path: Path) -> None:
-    from engine.models import _check_tokenizer_files
+    from engine.models import check_tokenizer_files
 
     for name in ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "a.tiktoken"):
         folder = tmp_path / name.replace(".", "-")
         folder.mkdir()
         (folder / name).write_text("x", encoding="utf-8")
-        _check_tokenizer_files(folder)
+        check_tokenizer_files(folder)
 
 
 def test_garbage_gguf(tmp_path: Path) -> None:

@@ -265,6 +265,22 @@ def test_a_question_longer_than_the_context_is_red_in_the_runs_words(capsys):
     assert main(["plan", "What is 2+2?", *PLAN_TINY]) == 0
 
 
+def test_a_model_folder_without_a_tokenizer_is_red_in_the_runs_words(tiny, tmp_path, capsys):
+    """`plan` counted a tokenizer-less folder's prompt by estimate and said it fits, where `run` refuses it (exit 2):
+    the plan is red in the run's words, for the generator's folder and for a PRM's."""
+    tiny.model.save_pretrained(tmp_path / "weights")  # config.json and the weights, no tokenizer files
+    folder = tmp_path / "weights"
+    flags = [*PLAN_TINY[2:], "--no-save"]
+    assert main(["run", "What is 2+2?", "--model", str(folder), *flags]) == 2
+    refusal = capsys.readouterr().err.strip().splitlines()[-1].removeprefix("beamwise: error: ")
+    assert refusal.startswith(f"model folder {folder} has no tokenizer"), refusal
+    assert main(["plan", "What is 2+2?", "--model", str(folder), *PLAN_TINY[2:]]) == 3
+    assert f"[red] It cannot run with this model: {refusal}" in capsys.readouterr().out
+    as_prm = ["--verifier", "prm", "--verifier-model", f"math-shepherd:{folder}"]
+    assert main(["plan", "What is 2+2?", *PLAN_TINY, *as_prm]) == 3
+    assert f"[red] It cannot run with this model: {refusal}" in capsys.readouterr().out
+
+
 def test_plan_reads_the_question_as_run_does(tmp_path, capsys, monkeypatch):
     """Standard input (`-`), --question-file and --question plan the same prompt as the question in quotes."""
     question = "What is 17 * 23? Show each step."
