@@ -166,8 +166,8 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
                        search.candidates_per_step, prompt, whole, verifier_kv, activations, 0,
                        cache.pcie_gbps, "green", "", policy_chosen_by="auto picks it" if cache.policy == "auto"
                        else "as set", verifier_on_cpu=on_cpu, prompt=counted)
-    refused = (_tokenizer_refusal(model.source, search) or _context_refusal(search, gen, prompt, history)
-               or _does_not_fit(draft) or too_small)
+    refused = (_context_refusal(search, gen, prompt, history) or _does_not_fit(draft) or too_small
+               or _tokenizer_refusal(model.source, search))
     if refused is None:  # only a plan that can run is worth scheduling
         planned = planned_run(model, search, cache, prompt, budget - verifier_kv, policy, PLAN_SECONDS)
         draft = dataclasses.replace(draft, step_pcie_bytes=planned.step_bytes)

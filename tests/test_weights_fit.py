@@ -93,7 +93,8 @@ def test_only_a_prm_can_move_to_the_cpu():
 
 
 def big_prm_folder(tmp_path):
-    """config.json of a 7B Qwen2.5-Math-PRM (the planner reads configs only)."""
+    """config.json of a 7B Qwen2.5-Math-PRM, and a tokenizer file (the planner reads configs, and asks only
+    whether a tokenizer is there)."""
     folder = tmp_path / "Qwen2.5-Math-PRM-7B"
     folder.mkdir()
     config = {
@@ -108,6 +109,7 @@ def big_prm_folder(tmp_path):
         "max_position_embeddings": 4096,
     }
     (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    (folder / "tokenizer.json").write_text("{}", encoding="utf-8")
     return folder
 
 
