@@ -105,12 +105,13 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def parse_delimiter(text: str) -> str | None:
-    """'\\n\\n' (as typed, with backslashes) -> two newlines; '' or 'none' -> None (cut steps by length).
+    """'\\n\\n' (as typed, with backslashes) -> two newlines; '', 'none' or 'off' -> None (cut steps by length).
+    Whitespace is a delimiter like any other text: argparse passes the default (two real newlines) through here.
 
     Characters outside Latin-1 stay as typed ('→\\n' is an arrow and a newline), which a plain
     `unicode_escape` decode would turn into mojibake.
     """
-    if text.strip().lower() in ("", "none", "off"):
+    if text == "" or text.strip().lower() in ("none", "off"):
         return None
     try:
         return text.encode("latin-1", "backslashreplace").decode("unicode_escape")

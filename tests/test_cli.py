@@ -136,6 +136,21 @@ def test_the_command_line_and_the_window_read_a_delimiter_alike(typed):
     assert build_parser().parse_args(["run", "q", "--step-delimiter", "→\\n"]).step_delimiter == "→\n"
 
 
+@pytest.mark.parametrize("command", ["run", "plan", "eval", "gui"])
+def test_the_default_delimiter_reaches_the_search(command):
+    """argparse passes a string default through `type`: the default of two real newlines was read as whitespace,
+    so None, and every command-line search cut its steps by length only."""
+    from app.cli import build_parser
+    from app.options import configs_from_args
+    from engine.config import SearchConfig
+
+    extra = ["p.jsonl"] if command == "eval" else []
+    args = build_parser().parse_args([command, *extra])
+    assert configs_from_args(args)[1].step_delimiter == SearchConfig().step_delimiter == "\n\n"
+    assert build_parser().parse_args(["run", "q", "--step-delimiter", " "]).step_delimiter == " "
+    assert build_parser().parse_args(["run", "q", "--step-delimiter", ""]).step_delimiter is None
+
+
 def test_a_broken_delimiter_escape_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["run", "q", "--step-delimiter", "\\x4"])
