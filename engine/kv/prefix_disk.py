@@ -1,10 +1,12 @@
 """The prefix cache's disk tier: one file per block in the user cache folder, written atomically.
 
-A block's file is `<folder>/d<depth>-<key>.kv`: `torch.save` of its token ids and its KV
-`[L, 2, H, block_size, D]` on the CPU. It is written to a temporary file in the same folder and
-moved into place with `os.replace`, so a reader sees a whole file or none, and two processes
-writing the same block both leave a whole file (the same bytes). A file that cannot be read,
-has the wrong shape or dtype, or holds other tokens is removed and counted as a miss. Another
+A block's file is `<folder>/d<depth>-<key>.kv`: `torch.save` of its token ids, its KV
+`[L, 2, H, block_size, D]` on the CPU and the CRC-32 of the KV's bytes. It is written to a temporary file in
+the same folder and moved into place with `os.replace`, so a reader sees a whole file or none, and two
+processes writing the same block both leave a whole file (the same bytes). A file that cannot be read, has the
+wrong shape or dtype, holds other tokens, or whose KV bytes are not the ones written (damaged on the disk: a
+few flipped bytes still load, and would feed every later run that shares the block) is removed and counted as
+a miss. Another
 process may remove a file at any time (its own eviction): that is a miss too, never an error.
 """
 
@@ -15,6 +17,7 @@ import hashlib
 import os
 import re
 import uuid
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +56,8 @@ def write_block(folder: Path, key: bytes, depth: int, tokens: tuple[int, ...], k
     temp = folder / f".{target.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        torch.save({"tokens": list(tokens), "kv": kv.contiguous()}, temp)
+        kv = kv.contiguous()
+        torch.save({"tokens": list(tokens), "kv": kv, "crc32": checksum(kv)}, temp)
         os.replace(temp, target)
         return target.stat().st_size
     except OSError:
@@ -77,7 +81,7 @@ def read_block(
     kv = data.get("kv") if isinstance(data, dict) else None
     ok = (
         isinstance(kv, torch.Tensor) and tuple(kv.shape) == tuple(shape) and kv.dtype == dtype
-        and list(data.get("tokens", ())) == list(tokens)
+        and list(data.get("tokens", ())) == list(tokens) and data.get("crc32") == checksum(kv)
     )
     if not ok:
         remove(path)
@@ -85,6 +89,11 @@ def read_block(
     with contextlib.suppress(OSError):
         os.utime(path)  # a hit makes it recent for every process's eviction
     return kv
+
+
+def checksum(kv: torch.Tensor) -> int:
+    """CRC-32 of a contiguous CPU tensor's bytes (damage on the disk, not tampering, is what it finds)."""
+    return zlib.crc32(kv.reshape(-1).view(torch.uint8).numpy())
 
 
 def scan(folder: Path) -> list[DiskBlock]:
