@@ -22,7 +22,7 @@ from app.prompt_size import PromptSize, prompt_size, verifier_reading
 from engine.chat import Turn
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.context_plan import prefill_reserve
-from engine.errors import InvalidPrompt, KVBudgetTooSmall, ModelLoadError, format_bytes_up
+from engine.errors import InvalidPrompt, KVBudgetTooSmall, ModelLoadError, PrefixCacheTooSmall, format_bytes_up
 from engine.kv.cache import CUDA_MARGIN, auto_policy, one_candidate_bytes, policy_whole_bytes, search_kv_bytes
 from engine.kv.headwise_traffic import HeadwiseTraffic, KVGeometry, headwise_traffic
 from engine.kv.split import VerifierShape, emulated_budget, share_too_small, split_budget
@@ -167,7 +167,7 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
                        cache.pcie_gbps, "green", "", policy_chosen_by="auto picks it" if cache.policy == "auto"
                        else "as set", verifier_on_cpu=on_cpu, prompt=counted)
     refused = (_context_refusal(search, gen, prompt, history) or _does_not_fit(draft) or too_small
-               or _tokenizer_refusal(model.source, search))
+               or _prefix_cache_refusal(cache, prompt, gen) or _tokenizer_refusal(model.source, search))
     if refused is None:  # only a plan that can run is worth scheduling
         planned = planned_run(model, search, cache, prompt, budget - verifier_kv, policy, PLAN_SECONDS)
         draft = dataclasses.replace(draft, step_pcie_bytes=planned.step_bytes)
@@ -184,6 +184,19 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
         refused = why and f"It cannot run with these settings: {why}"
     state, sentence = ("red", refused) if refused else judge(draft)
     return dataclasses.replace(draft, state=state, sentence=sentence)
+
+
+def _prefix_cache_refusal(cache: CacheConfig, prompt: int, gen: ModelFacts) -> str | None:
+    """Why the run refuses a prefix cache RAM cap below the blocks it pins (the full blocks of every prompt token
+    but the last: `engine.kv.prefix_io.load_prefix`), in its words; None when it holds them or is not capped."""
+    if not cache.prefix_cache or cache.prefix_cache_ram_bytes is None:
+        return None
+    blocks = max(prompt - 1, 0) // cache.block_size
+    need = blocks * cache.block_size * gen.kv_token_bytes
+    if need <= cache.prefix_cache_ram_bytes:
+        return None
+    refused = PrefixCacheTooSmall(cache.prefix_cache_ram_bytes, need, f"this prompt's {blocks} cached blocks")
+    return f"It cannot run with these settings: {refused.user_message()}"
 
 
 def _tokenizer_refusal(source: str, search: SearchConfig) -> str | None:

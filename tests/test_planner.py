@@ -281,6 +281,20 @@ def test_a_model_folder_without_a_tokenizer_is_red_in_the_runs_words(tiny, tmp_p
     assert f"[red] It cannot run with this model: {refusal}" in capsys.readouterr().out
 
 
+def test_a_prefix_cache_ram_cap_below_the_prompts_blocks_is_red_in_the_runs_words(capsys):
+    """`plan --prefix-cache-ram 1kB` said green where `run` refuses the cap (exit 2); the smallest cap the refusal
+    names is the one that plans green."""
+    assert main(["run", "What is 2+2?", *PLAN_TINY, "--no-save", "--prefix-cache-ram", "1kB"]) == 2
+    refusal = capsys.readouterr().err.strip().splitlines()[-1].removeprefix("beamwise: error: ")
+    assert refusal.startswith("the prefix cache's RAM cap 1.0 kB is too small"), refusal
+    assert main(["plan", "What is 2+2?", *PLAN_TINY, "--prefix-cache-ram", "1kB"]) == 3
+    assert f"[red] It cannot run with these settings: {refusal}" in capsys.readouterr().out
+    smallest = refusal.split("Use --prefix-cache-ram ")[1].split()[0]
+    assert main(["plan", "What is 2+2?", *PLAN_TINY, "--prefix-cache-ram", smallest]) == 0
+    assert main(["plan", "What is 2+2?", *PLAN_TINY, "--prefix-cache-ram", str(int(smallest) - 1)]) == 3
+    assert main(["plan", "What is 2+2?", *PLAN_TINY, "--prefix-cache-ram", "1kB", "--no-prefix-cache"]) == 0
+
+
 def test_plan_reads_the_question_as_run_does(tmp_path, capsys, monkeypatch):
     """Standard input (`-`), --question-file and --question plan the same prompt as the question in quotes."""
     question = "What is 17 * 23? Show each step."
