@@ -47,8 +47,9 @@ class KVBudgetTooSmall(BeamwiseError):
                  whole_bytes: int | None = None, needed_for: str = "this step",
                  smallest: str = "the smallest budget that works") -> None:  # fmt: skip
         """`usable_bytes`: the part of the budget the step could use (less than `budget_bytes` while other
-        programs hold device memory); `whole_bytes`: a budget that holds the whole search, where a later
-        step may need more than `needed_bytes` (what `needed_for` needs); `smallest`: what `needed_bytes` is
+        programs hold device memory); `whole_bytes`: a budget with which no step of the search is refused, where
+        a later step may need more than `needed_bytes` (what `needed_for` needs): an offloading policy's is less
+        than the whole search's KV, which it moves through the budget; `smallest`: what `needed_bytes` is
         ("the smallest share that holds it" for the verifier's part, which is not the KV budget). The budgets
         it suggests are printed rounded up (`format_bytes_up`): typed back as shown, they are enough."""
         usable = "" if usable_bytes is None else (
@@ -57,7 +58,7 @@ class KVBudgetTooSmall(BeamwiseError):
             need = f"{smallest} is {format_bytes_up(needed_bytes)}"
         else:
             need = (f"{needed_for} needs {format_bytes_up(needed_bytes)}, "
-                    f"and {format_bytes_up(whole_bytes)} holds the whole search")
+                    f"and {format_bytes_up(whole_bytes)} is enough for every step of this search")
         super().__init__(
             f"{budget_name} {format_bytes(budget_bytes)}{usable} is too small for {what}; {need}.",
             hint="Raise the KV budget, shorten the step or the question, or use a smaller model.",

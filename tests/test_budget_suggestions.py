@@ -27,7 +27,7 @@ def last_event(tiny, search: SearchConfig, policy: str, budget: int, question: s
 
 def suggested(message: str) -> int:
     """The budget a refusal tells the user to raise to, read from its words as they would type it."""
-    found = re.search(rf"and {SIZE} holds the whole search", message) or re.search(
+    found = re.search(rf"and {SIZE} is enough for every step of this search", message) or re.search(
         rf"the smallest budget that works is {SIZE}", message)  # fmt: skip
     assert found, message
     return parse_bytes(found.group(1))

@@ -65,7 +65,8 @@ def test_the_questions_own_kv_traffic_is_printed_before_step_1s(capsys):
         (["run", "hi", *TINY, "--width", "-1"], "width"),
         (["run", "hi", *TINY, "--max-steps", "0"], "max steps"),
         (["run", "hi", *TINY, "--kv-budget", "lots"], "is not a size"),
-        (["run", "hi", *TINY, "--policy", "lbs", "--kv-budget", "1KB", "--no-save"], "holds the whole search"),
+        (["run", "hi", *TINY, "--policy", "lbs", "--kv-budget", "1KB", "--no-save"],
+         "is enough for every step of this search"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(capsys, args, message):

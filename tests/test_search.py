@@ -88,7 +88,7 @@ def test_self_judge_scores_are_probabilities(tiny):
 def test_budget_too_small_names_the_budget_the_step_needs_and_the_one_the_search_needs(tiny):
     evs = events_of(tiny, cache=CacheConfig(policy="lbs", kv_budget_bytes=1000))
     assert evs[-1].type == "run_failed" and evs[-1].error == "KVBudgetTooSmall"
-    assert "this step needs" in evs[-1].message and "holds the whole search" in evs[-1].message
+    assert "this step needs" in evs[-1].message and "is enough for every step of this search" in evs[-1].message
 
 
 @pytest.mark.parametrize("question", ["", "   \n"])

@@ -1,6 +1,7 @@
 """Drawn combinations of search shapes, methods, policies, switches and budgets (seeded), beyond the hand-picked
 cases of the other tests: every policy gives in_device's tokens and logits (with speculation, the tokens and
-logits it observes), and a budget refusal's "holds the whole search" figure lets the same run finish.
+logits it observes), and a budget refusal's "is enough for every step of this search" figure lets the same run
+finish.
 
 Logits agree to float32 rounding, not bit for bit (another batch composition sums in another order), so once in
 a few hundred runs a draw falls on the boundary between two tokens and the sampled token differs where the

@@ -62,7 +62,7 @@ def headwise_traffic(kv: KVGeometry, prompt_tokens: int, search: SearchConfig, c
     """Every step's bytes for a prompt of `prompt_tokens` (its last token is fed at step 1) under the generator's
     KV `budget`; the pool holds at most the whole search (`whole_bytes`, without cascade attention) and the policy
     plans in its whole slots (engine/kv/cache.py). Refused as the run is, in the same words: the prompt's prefill,
-    or a step whose one candidate's one KV head does not fit, with the budget that holds the whole search."""
+    or a step whose one candidate's one KV head does not fit, with the budget under which no step is refused."""
     slot, body = cache.block_size * kv.token_bytes, prompt_tokens - 1
     usable = min(budget, whole_bytes) // slot * slot
     longest = body + (search.max_steps + search.lookahead) * search.step_tokens  # the last step's columns
