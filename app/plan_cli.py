@@ -54,7 +54,11 @@ def _question(args: argparse.Namespace) -> str | None:
 
 
 def plan_dict(result) -> dict:
-    """The plan's figures as plain JSON values."""
+    """The plan's figures as plain JSON values (the PCIe figures null where red settings were not planned)."""
+    from app.planner import NOT_PLANNED
+
+    planned = result.traffic_source != NOT_PLANNED
+
     return {
         "state": result.state, "sentence": result.sentence, "device": result.device, "emulated": result.emulated,
         "memory_bytes": result.memory_bytes, "weights_bytes": result.weights_bytes,
@@ -65,6 +69,7 @@ def plan_dict(result) -> dict:
         "policy": result.policy, "candidates": result.candidates, "prompt_tokens": result.prompt_tokens,
         "prompt_counted": result.prompt.how if result.prompt else None,
         "prompt_turns": result.prompt.turns if result.prompt else 0,
-        "step_pcie_bytes": result.step_pcie_bytes, "step_pcie_seconds": result.step_pcie_seconds,
+        "step_pcie_bytes": result.step_pcie_bytes if planned else None,
+        "step_pcie_seconds": result.step_pcie_seconds if planned else None,
         "traffic_source": result.traffic_source,
     }

@@ -5,7 +5,11 @@ policy the plan resolved) on `engine.plan_only`'s shape-only model, whose steps 
 length and whose candidates a content hash scores. A step's bytes are the run's per-step counters
 (`step_h2d_bytes` + `step_d2h_bytes`); the question's own traffic (its offload before step 1) is in none of
 them, as in a real run's. A run that would refuse does so before its first decode (the prompt's or the
-first step's plan), so a time limit that stops a long plan-only run still sees most refusals.
+first step's plan), so a limit that stops a long plan-only run still sees most refusals.
+
+The limit is the run's work, counted in layer forward calls (a forward call over every layer of the model counts
+its layers), so the same settings give the same figure on an idle machine and on a busy one; a time limit far
+above it only keeps a machine too slow for that work from waiting for long.
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ from dataclasses import dataclass
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 
 FIRST_TOKEN = 3  # the plan's prompt is made of token ids from here on (below it sit a vocabulary's special tokens)
+PLAN_WORK = 200_000  # layer forward calls a plan-only run may make (about 2-7 s here, 2 cores, idle)
 
 
 @dataclass(frozen=True)
 class PlannedRun:
     """What the plan-only run did: bytes over PCIe per step (averaged over its steps), or why it failed;
-    `finished` False: the time limit stopped it, and `step_bytes` is 0."""
+    `finished` False: its work (or time) limit stopped it, and `step_bytes` is 0."""
 
     step_bytes: int
     refused: str | None = None
@@ -30,9 +35,10 @@ class PlannedRun:
 
 
 def planned_run(model: ModelSpec, search: SearchConfig, cache: CacheConfig, prompt_tokens: int, budget: int,
-                policy: str, seconds: float) -> PlannedRun:
+                policy: str, seconds: float, work: int | None = None) -> PlannedRun:
     """Run the search on meta tensors with `policy` and the generator's KV `budget` (the verifier's share
-    already taken off: the plan-only run's verifier keeps no KV), for at most about `seconds`."""
+    already taken off: the plan-only run's verifier keeps no KV), for at most `work` layer forward calls
+    (`PLAN_WORK` when None) and about `seconds`."""
     from engine.plan_only import planned_model
     from engine.search import run
 
@@ -41,8 +47,11 @@ def planned_run(model: ModelSpec, search: SearchConfig, cache: CacheConfig, prom
                                    prefix_cache=False)
     prompt = [FIRST_TOKEN + i % 13 for i in range(prompt_tokens)]
     steps: list[int] = []
-    deadline = time.monotonic() + seconds
-    for event in run("", loaded, search, settings, prompt_ids=prompt, should_stop=lambda: time.monotonic() > deadline):
+    deadline, done, layers = time.monotonic() + seconds, [0], loaded.kv_shape.num_layers
+    loaded.model.register_forward_pre_hook(lambda *_: done.__setitem__(0, done[0] + layers))
+    work = PLAN_WORK if work is None else work
+    stop = lambda: done[0] > work or time.monotonic() > deadline  # noqa: E731
+    for event in run("", loaded, search, settings, prompt_ids=prompt, should_stop=stop):
         if event.type == "run_failed":
             return PlannedRun(0, event.message)
         if event.type == "run_cancelled":

@@ -32,10 +32,12 @@ from engine.verifiers.synthetic_prm import synthetic_prm_entry
 
 TIGHT = 0.8  # above this share of memory a plan is amber: other programs need room too
 STEP_TAG_TOKENS = 4  # a PRM's own tokens around one step (a tag, a separator)
-PLAN_SECONDS = 1.0  # a plan-only run still going after this is stopped; Eq. 4-5 bound the traffic instead
+PLAN_SECONDS = 30.0  # a plan-only run past its work limit (app.plan_run.PLAN_WORK), or still going after this
+# on a machine too slow for that work, is stopped; Eq. 4-5 bound the traffic instead
 EQ45_SOURCE = "Eq. 4-5, no prefix sharing: an upper bound"  # each candidate's KV crosses once a step
 HEADWISE_SOURCE = "head-wise's closed form, its roll-outs included; a path kept alone may read more in place"
 SHARING = ("lbs", "headwise")  # groups share the prefix of the paths kept, and the verifier picks those
+NOT_PLANNED = "not planned: these settings cannot run"  # red before the plan-only run
 SHARED_SOURCE = "the engine's plan-only run; the paths a run keeps change what its groups share"
 
 
@@ -116,7 +118,8 @@ class MemoryPlan:
             ("activations", f"about {fmt.size(self.activation_bytes)}"),
             (where, memory),
             ("policy", f"{self.policy} ({self.policy_chosen_by})"),
-            ("PCIe per step", f"{fmt.size(self.step_pcie_bytes)}, about {fmt.seconds(self.step_pcie_seconds)} "
+            ("PCIe per step", f"- ({self.traffic_source})" if self.traffic_source == NOT_PLANNED else
+                              f"{fmt.size(self.step_pcie_bytes)}, about {fmt.seconds(self.step_pcie_seconds)} "
                               f"at {self.pcie_gbps:g} GB/s ({self.traffic_source})"),
         ]
 
@@ -182,6 +185,8 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
         elif policy in SHARING and search.candidates_per_step > 1:
             draft = dataclasses.replace(draft, traffic_source=SHARED_SOURCE)
         refused = why and f"It cannot run with these settings: {why}"
+    if refused and not draft.step_pcie_bytes:  # red with no bytes counted: none to show, not "0 B"
+        draft = dataclasses.replace(draft, traffic_source=NOT_PLANNED)
     state, sentence = ("red", refused) if refused else judge(draft)
     return dataclasses.replace(draft, state=state, sentence=sentence)
 
@@ -335,8 +340,9 @@ def judge(p: MemoryPlan) -> tuple[str, str]:
     """Amber: it runs but moves KV over PCIe or fills memory; green: it fits. (Red is `_does_not_fit`'s.)"""
     memory = p.memory_bytes
     if p.step_pcie_bytes:
-        return "amber", (f"{p.candidates} candidates will move {fmt.size(p.step_pcie_bytes)} per step over PCIe: "
-                         f"about {fmt.seconds(p.step_pcie_seconds)} a step.")
+        most = "up to " if p.traffic_source == EQ45_SOURCE else ""  # an upper bound: no run counted the bytes
+        return "amber", (f"{p.candidates} candidates will move {most}{fmt.size(p.step_pcie_bytes)} per step over "
+                         f"PCIe: {most}about {fmt.seconds(p.step_pcie_seconds)} a step.")
     if memory is not None and p.needed_bytes > TIGHT * memory:
         return "amber", (f"It fits, but takes {p.needed_bytes / memory:.0%} of "
                          f"{'free memory' if p.emulated else 'GPU memory'}; other programs may push it out.")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from app import planner
@@ -86,6 +88,36 @@ def test_an_lbs_plan_only_run_past_its_time_falls_back_to_eq_4_5_and_says_how_fa
     search = SearchConfig(beams=4, width=2, max_steps=2, step_tokens=8)
     p = plan(TINY, search, CacheConfig(policy="lbs", kv_budget_bytes=400_000), question=QUESTION, device=EMULATED)
     assert p.traffic_source == EQ45_SOURCE and p.step_pcie_bytes > 0 and p.state == "amber"
+
+
+def test_a_plan_only_run_stops_at_a_count_of_work_not_a_time(monkeypatch):
+    """A plan-only run was stopped after one second: the README's own example printed 226.1 MB on an idle machine
+    and the Eq. 4-5 bound of 666.5 MB on a busy one. Its limit is now its layer forward calls, whatever the clock
+    says; a plan stopped by it says the figure is at most that."""
+    from app import plan_run
+
+    search = SearchConfig(beams=4, width=2, max_steps=2, step_tokens=8)
+    cache = CacheConfig(policy="lbs", kv_budget_bytes=400_000)
+    whole = plan(TINY, search, cache, question=QUESTION, device=EMULATED)
+    assert whole.traffic_source.startswith("the engine's plan-only run") and whole.step_pcie_bytes > 0
+    monkeypatch.setattr(plan_run, "PLAN_WORK", 30)  # 3 layers: stopped within the prompt's step
+    stopped = plan(TINY, search, cache, question=QUESTION, device=EMULATED)
+    assert stopped.traffic_source == EQ45_SOURCE and stopped.step_pcie_bytes > whole.step_pcie_bytes
+    assert " will move up to " in stopped.sentence and "PCIe: up to about " in stopped.sentence
+    assert " up to " not in whole.sentence
+
+
+def test_a_red_plan_that_was_not_planned_shows_no_pcie_figure(capsys):
+    """A question longer than the context is red before any plan-only run: the row said "0 B, about 0 s (the
+    engine's plan-only run)" and the JSON 0, as if a run had counted nothing."""
+    from app.cli import main
+
+    flags = ["--model", "synthetic:tiny-llama", "--device", "cpu"]
+    assert main(["plan", "What is 2+2? " * 400, *flags]) == 3
+    assert "PCIe per step           - (not planned: these settings cannot run)" in capsys.readouterr().out
+    assert main(["plan", "What is 2+2? " * 400, *flags, "--json"]) == 3
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["state"] == "red" and figures["step_pcie_bytes"] is None and figures["step_pcie_seconds"] is None
 
 
 @pytest.mark.parametrize(("search", "budget", "inter_beam"), [
