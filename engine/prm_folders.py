@@ -52,15 +52,27 @@ def exit_refusal(verifier: str, verifier_model: str | None) -> LayersUnavailable
 
 def locate_prm(source: str) -> tuple[Path, str]:
     """The folder and family key of a PRM folder source (`FOLDER` or `FAMILY:FOLDER`)."""
-    forced, rest = named_family(source)
-    folder = _checked_folder(rest)
+    forced, folder = _family_and_folder(source)
     return folder, forced or detect_family(folder)
 
 
 def checked_prm_folder(source: str) -> Path:
     """The folder of a PRM folder source (`FOLDER` or `FAMILY:FOLDER`), refused when it is missing or has no
     config.json; what a plan reads (a config is enough to plan a PRM not yet downloaded whole)."""
-    return _checked_folder(named_family(source)[1])
+    return _family_and_folder(source)[1]
+
+
+def _family_and_folder(source: str) -> tuple[str | None, Path]:
+    """`FAMILY:FOLDER` or `FOLDER` as (the family named or None, the checked folder). A prefix before a colon that
+    names no family, where no such path exists, is refused as a family (it said the folder did not exist)."""
+    forced, rest = named_family(source)
+    prefix, colon, tail = source.partition(":")
+    if (forced is None and colon and tail and len(prefix) > 1 and not any(c in prefix for c in "/\\.~")
+            and not Path(source).expanduser().exists()):  # C:\PRMs (a drive), ./a:b and ~/a:b are paths
+        raise NotAPRM(f"{prefix!r} in {source} is no PRM family Beamwise knows.",
+                      hint=f"Name one of {', '.join(FAMILY_LABELS)} before the colon (FAMILY:FOLDER), or give the "
+                           "folder alone and its family is read from its config.")
+    return forced, _checked_folder(rest)
 
 
 def detect_family(folder: Path) -> str:
@@ -116,6 +128,9 @@ def tensor_names(file: Path) -> list[str]:
 
 def _checked_folder(source: str) -> Path:
     folder = Path(source).expanduser()
+    if folder.is_file():
+        raise NotAPRM(f"{folder} is a file; a PRM is a transformers folder (config.json and its weights).",
+                      hint="Give the folder that holds it (a GGUF file can be the generator, not the PRM).")
     if not folder.is_dir():
         raise NotAPRM(f"the PRM folder {folder} does not exist.")
     if not (folder / "config.json").is_file():

@@ -225,6 +225,18 @@ def test_plan_refuses_a_missing_model_or_prm_as_a_run_does(tmp_path, capsys, fla
     assert message.format(tmp=tmp_path) in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("given", "message"), [
+    ("{tmp}/prm.gguf", "{tmp}/prm.gguf is a file; a PRM is a transformers folder"),
+    ("bogus-family:{tmp}", "'bogus-family' in bogus-family:{tmp} is no PRM family Beamwise knows"),
+])  # fmt: skip
+def test_a_prm_file_or_an_unknown_family_is_named_as_such(tmp_path, capsys, given, message):
+    """Both said "the PRM folder ... does not exist": a file that exists, and a family that does not."""
+    (tmp_path / "prm.gguf").write_bytes(b"GGUF")
+    flags = ["--model", "synthetic:tiny-llama", "--verifier", "prm", "--verifier-model", given.format(tmp=tmp_path)]
+    assert main(["plan", "q", *flags]) == 2
+    assert message.format(tmp=tmp_path) in capsys.readouterr().err
+
+
 def test_a_windows_path_is_no_prm_family(tmp_path, monkeypatch):
     from app.early_exit import model_key
     from engine.prm_names import named_family
