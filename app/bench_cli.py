@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import app.formatting as fmt
 from app.formatting import size as format_bytes
-from app.json_out import write_json
+from app.json_out import refuse_the_database, write_json
 from app.models_folder import source_of
 from app.options import (
     DEFAULT_QUESTION,
@@ -102,6 +102,7 @@ def bench_command(args: argparse.Namespace) -> int:
                          f"(got {args.speculative_continuations}).")
     if args.time_limit is not None and not args.time_limit > 0:
         raise UsageError(f"--time-limit must be a positive number of seconds (got {args.time_limit:g}).")
+    refuse_the_database(args.json_path)  # before anything runs: bench has no --db, so the default one
     dtype = args.dtype or ("bfloat16" if args.plan_only else "float32")
     if args.max_context:
         return _max_context(args, dtype)

@@ -3,10 +3,11 @@
 Each step of the run reports its highest candidate confidence, that candidate's lead over the
 next, and whether the verifier ranked the same candidate first. Candidate thresholds are the
 percentiles (50th..95th) of the observed confidences and gaps; the pair kept skips the most steps
-while the verifier agrees on at least `target` of the steps it would skip. Percentiles always skip
-some step (the 95th of one step's confidence skips it), so the highest thresholds (tau_conf 1, r_gap
-0.999), which skip next to nothing, are a candidate too: where no percentile pair reaches the target,
-the verifier keeps ranking every step rather than skip where it was seen to disagree.
+while the verifier agrees on at least `target` of the steps it would skip. A pair that skips no step
+agrees on none: it is no candidate (a high confidence percentile with a high gap percentile can miss
+every step, and was saved as "skip 0%, verifier agrees on 100%"). The highest thresholds (tau_conf 1,
+r_gap 0.999), which skip next to nothing, are the fallback: where no percentile pair reaches the
+target, the verifier keeps ranking every step rather than skip where it was seen to disagree.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def calibrate(stats: Sequence[StepStat], target: float = 0.9) -> Thresholds:
         found = _measured(stats, max(min(tau, 1.0), 1e-6), min(gap, 0.999))
         if (tau, gap) == pairs[-1]:
             strictest = found
-        if found.agreement >= target and (best is None or found.skip_rate > best.skip_rate):
+        skips = found.skip_rate > 0 or (tau, gap) == HIGHEST  # agreement on no skipped step is no agreement
+        if skips and found.agreement >= target and (best is None or found.skip_rate > best.skip_rate):
             best = found
     return best or strictest
 

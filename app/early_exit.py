@@ -7,14 +7,16 @@ and, when the calibration's verifier has a logit lens, the layer-entropy exit's 
 It names the generator and the verifier the calibration ran on ({"generator": "synthetic:tiny-llama",
 "verifier": "self-judge on synthetic:tiny-llama"}): an entropy threshold is a property of one verifier's
 layers and vocabulary, so the exit refuses (command line) or sets aside (window) thresholds calibrated on
-another. Files written before these fields load as "verifier not recorded" and are used as they are.
+another. A calibration replaces only the thresholds it measured: one with no logit lens (logprob) keeps the
+entropy exit's from an earlier one, with the verifier they came from ("entropy_verifier"). Files written before
+these fields load as "verifier not recorded" and are used as they are.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import platformdirs
@@ -41,6 +43,7 @@ class Thresholds:
     entropy_agreement: float | None = None  # share of exiting steps where the early choice is the full pass's
     generator: str | None = None  # the calibration's generator (`model_key`), None in files written before it
     verifier: str | None = None  # its verifier (`verifier_key`), None in files written before it
+    entropy_verifier: str | None = None  # the verifier the entropy thresholds came from (None: `verifier`)
 
     def __post_init__(self) -> None:
         if not 0 < self.tau_conf <= 1 or not 0 <= self.r_gap < 1:
@@ -98,6 +101,19 @@ def check_thresholds_writable(path: Path | None = None) -> None:
                          "folder you can write to.")
 
 
+ENTROPY_FIELDS = ("entropy_theta", "entropy_delta", "entropy_vocab", "entropy_layers", "entropy_steps",
+                  "entropy_mean_layer", "entropy_agreement")
+
+
+def keep_entropy_of(found: Thresholds, earlier: Thresholds | None) -> Thresholds:
+    """`found` (a calibration without a logit lens) with `earlier`'s entropy exit thresholds, which it did not
+    measure: a logprob calibration wrote "entropy_theta": null over a self-judge one's, and said nothing."""
+    if earlier is None or earlier.entropy_theta is None:
+        return found
+    kept = {name: getattr(earlier, name) for name in ENTROPY_FIELDS}
+    return replace(found, **kept, entropy_verifier=earlier.entropy_verifier or earlier.verifier)
+
+
 def model_key(source: str) -> str:
     """A model source as a calibration records it: a folder or file as its absolute path (FAMILY:FOLDER keeps its
     family), so the same model named two ways is the same; bundled, synthetic:NAME and the like as given."""
@@ -122,16 +138,31 @@ def calibrated_on(saved: Thresholds) -> str:
     """Which verifier (and generator) the saved thresholds were calibrated on, as the window and the CLI say it."""
     if saved.verifier is None:
         return "verifier not recorded"
-    return f"verifier {saved.verifier}, generator {saved.generator or 'not recorded'}"
+    text = f"verifier {saved.verifier}, generator {saved.generator or 'not recorded'}"
+    if saved.entropy_verifier not in (None, saved.verifier):  # kept from an earlier calibration
+        text += f"; entropy exit on {saved.entropy_verifier}"
+    return text
 
 
 def entropy_mismatch(saved: Thresholds | None, verifier: str) -> str | None:
     """Why the saved entropy thresholds do not fit `verifier` (a `verifier_key`); None when they fit, when none
     are saved, or when the file does not say which verifier they came from."""
-    if saved is None or saved.entropy_theta is None or saved.verifier is None or saved.verifier == verifier:
+    measured_on = None if saved is None else saved.entropy_verifier or saved.verifier
+    if saved is None or saved.entropy_theta is None or measured_on is None or measured_on == verifier:
         return None
     return (f"the calibrated entropy exit thresholds (θ {saved.entropy_theta:.3f}, δ {saved.entropy_delta:.3f} in "
-            f"{thresholds_path()}) were measured on {saved.verifier}, not on this search's {verifier}")
+            f"{thresholds_path()}) were measured on {measured_on}, not on this search's {verifier}")
+
+
+def skip_mismatch(saved: Thresholds | None, generator: str, verifier: str) -> str | None:
+    """A warning naming the calibration verify-skip's saved thresholds come from, when it ran on another generator
+    (`model_key`) or verifier (`verifier_key`) than this search: a confidence of one model says little of another's.
+    None when they match, when none are saved, or when the file does not say."""
+    if saved is None or saved.verifier is None or (saved.generator, saved.verifier) == (generator, verifier):
+        return None
+    return (f"the calibrated verify-skip thresholds (tau_conf {saved.tau_conf:.3f}, r_gap {saved.r_gap:.3f} in "
+            f"{thresholds_path()}) were measured on verifier {saved.verifier}, generator {saved.generator}, not on "
+            f"this search's verifier {verifier}, generator {generator}")
 
 
 def thresholds_text(saved: Thresholds | None, search, verifier: str | None = None) -> str:

@@ -81,6 +81,16 @@ def _check(args: argparse.Namespace) -> None:
                          "(or leave it out for the default).")
 
 
+def _check_calibration(configs: dict[str, SearchConfig]) -> None:
+    """--calibrate compares the verifier's first candidate with the most confident one: with one candidate a step
+    they are the same, so the verifier "agrees" on every step and the thresholds saved mean nothing."""
+    for method, search in configs.items():
+        if search.rows_per_step == 1:
+            why = "greedy has one" if method == "greedy" else f"{method} with --beams 1 --width 1 has one"
+            raise UsageError(f"--calibrate needs several candidates a step ({why}); calibrate with beam, dvts or "
+                             "best-of-n and --beams x --width of 2 or more.")
+
+
 def eval_command(args: argparse.Namespace) -> int:
     """Exit 0 when every problem ran, 2 on bad input or when every run failed for the same error of the settings
     (as `run` refuses them; the table is printed), 130 when interrupted (the partial table is printed), 1 when
@@ -89,12 +99,13 @@ def eval_command(args: argparse.Namespace) -> int:
 
     _check(args)
     problems = load_problems(args.problems, args.limit)
-    _, search, cache = configs_from_args(args)
+    model_spec, search, cache = configs_from_args(args)
     configs = {m: config_for(search, m, args.calibrate) for m in methods_of(args)}
-    check_json_path(args.json_path)  # fail now, not after every problem ran
+    check_json_path(args.json_path, args.db)  # fail now, not after every problem ran
     if args.calibrate:
+        _check_calibration(configs)
         check_thresholds_writable()  # not after every problem ran
-    evaluation = Evaluation(args, configs, cache)
+    evaluation = Evaluation(args, model_spec, configs, cache)
     interrupted = False
     try:
         evaluation.run(problems)

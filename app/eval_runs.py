@@ -8,10 +8,11 @@ import sys
 import time
 
 from app.calibrate import StepStat, calibrate
+from app.early_exit import Thresholds
 from app.eval_report import MethodSummary, ProblemResult, result_of, summarize
 from app.problems import Problem
 from engine import events as ev
-from engine.config import CacheConfig, SearchConfig
+from engine.config import CacheConfig, ModelSpec, SearchConfig
 
 FEW_STEPS = 50  # fewer calibration steps than this fit thresholds to chance: saved, with a word of warning
 PROBLEM_ERRORS = frozenset({"InvalidPrompt"})  # a question the model cannot read: its problem's failure, not the eval's
@@ -20,13 +21,12 @@ PROBLEM_ERRORS = frozenset({"InvalidPrompt"})  # a question the model cannot rea
 class Evaluation:
     """Loads the model on creation; `run(problems)` may be interrupted and keeps what finished."""
 
-    def __init__(self, args: argparse.Namespace, configs: dict[str, SearchConfig], cache: CacheConfig) -> None:
-        from app.options import configs_from_args
+    def __init__(self, args: argparse.Namespace, model_spec: ModelSpec, configs: dict[str, SearchConfig],
+                 cache: CacheConfig) -> None:  # fmt: skip
         from app.run_cli import _progress
         from engine.models import load_model
 
         self.args, self.configs, self.cache = args, configs, cache
-        model_spec, _, _ = configs_from_args(args)
         self.model_source = model_spec.source  # a calibration records what it ran on
         self.store = None
         if not args.no_save:  # before the model: a --db it cannot open is said at once, not after a minute's load
@@ -131,32 +131,21 @@ class Evaluation:
         return [r for m in self.configs for r in self.results[m][: self.done]]
 
     def save_calibration(self, target: float) -> bool:
-        """Fit verify-skip's thresholds and, when the verifier's lens was recorded, the entropy exit's; save both.
+        """Fit verify-skip's thresholds and, when the verifier's lens was recorded, the entropy exit's; save them,
+        keeping an earlier calibration's entropy exit thresholds when this one has no lens to measure its own.
         False when no step was scored, so nothing was saved."""
-        from app.calibrate_exit import calibrate_exit
         from app.early_exit import calibrated_on, model_key, save_thresholds, verifier_key
 
         if not self.steps:
             print("beamwise: no steps to calibrate from (did every run fail?); nothing was saved", file=sys.stderr)
             return False
         search = next(iter(self.configs.values()))  # every method runs the same generator and verifier
+        verifier = verifier_key(self.model_source, search.verifier, search.verifier_model)
         found = dataclasses.replace(calibrate(self.steps, target), generator=model_key(self.model_source),
-                                    verifier=verifier_key(self.model_source, search.verifier, search.verifier_model))
+                                    verifier=verifier)
         print(f"verify-skip thresholds: tau_conf {found.tau_conf:.4f}, r_gap {found.r_gap:.4f} "
-              f"(skip {found.skip_rate:.0%} of {found.steps} steps, verifier agrees on {found.agreement:.0%})")
-        if self.lens_steps:
-            fit = calibrate_exit(self.lens_steps, target)
-            found = dataclasses.replace(
-                found, entropy_theta=fit.theta, entropy_delta=fit.delta, entropy_vocab=fit.vocab,
-                entropy_layers=fit.layers, entropy_steps=fit.steps, entropy_mean_layer=fit.mean_layer,
-                entropy_agreement=fit.agreement)
-            print(f"entropy exit thresholds: theta {fit.theta:.4f}, delta {fit.delta:.4f} on the ~150k-vocabulary "
-                  f"scale ({fit.theta_nats:.4f} and {fit.delta_nats:.4f} nats for this verifier's {fit.vocab:,} "
-                  f"tokens): exit at layer {fit.mean_layer:.1f} of {fit.layers} on average, on {fit.exit_rate:.0%} "
-                  f"of {fit.steps} steps, full pass agrees on {fit.agreement:.0%}")
-        else:
-            print("entropy exit: not calibrated (the verifier has no logit lens: use --verifier self-judge or a "
-                  "Math-Shepherd or RLHFlow PRM)")
+              f"({_skips(found, target)})")
+        found = self._with_entropy_exit(found, target)
         print(f"calibrated on {calibrated_on(found)}; saved to {save_thresholds(found)}")
         if found.steps < FEW_STEPS:
             print(f"beamwise: warning: thresholds from {found.steps} steps are a rough guess; calibrate on "
@@ -164,6 +153,38 @@ class Evaluation:
                   file=sys.stderr)
         return True
 
+    def _with_entropy_exit(self, found: Thresholds, target: float) -> Thresholds:
+        """`found` with the entropy exit's thresholds fitted to the recorded lens; without one (logprob), with the
+        saved ones: a logprob calibration wrote "entropy_theta": null over a self-judge one's and said nothing."""
+        from app.calibrate_exit import calibrate_exit
+        from app.early_exit import keep_entropy_of, load_thresholds
+
+        if not self.lens_steps:
+            found = keep_entropy_of(found, load_thresholds())
+            kept = "" if found.entropy_theta is None else (
+                f"; the saved θ {found.entropy_theta:.4f}, δ {found.entropy_delta:.4f} measured on "
+                f"{found.entropy_verifier or 'a verifier not recorded'} are kept")
+            print("entropy exit: not calibrated (the verifier has no logit lens: use --verifier self-judge or a "
+                  f"Math-Shepherd or RLHFlow PRM){kept}")
+            return found
+        fit = calibrate_exit(self.lens_steps, target)
+        print(f"entropy exit thresholds: theta {fit.theta:.4f}, delta {fit.delta:.4f} on the ~150k-vocabulary "
+              f"scale ({fit.theta_nats:.4f} and {fit.delta_nats:.4f} nats for this verifier's {fit.vocab:,} "
+              f"tokens): exit at layer {fit.mean_layer:.1f} of {fit.layers} on average, on {fit.exit_rate:.0%} "
+              f"of {fit.steps} steps, full pass agrees on {fit.agreement:.0%}")
+        return dataclasses.replace(
+            found, entropy_theta=fit.theta, entropy_delta=fit.delta, entropy_vocab=fit.vocab,
+            entropy_layers=fit.layers, entropy_steps=fit.steps, entropy_mean_layer=fit.mean_layer,
+            entropy_agreement=fit.agreement, entropy_verifier=found.verifier)
+
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
+
+
+def _skips(found: Thresholds, target: float) -> str:
+    """What verify-skip's calibrated thresholds skip; the fallback's "verifier agrees on 100%" was of no step."""
+    if found.skip_rate == 0:
+        return (f"no threshold pair skipped any of {found.steps} steps at {target:.0%} agreement: the verifier "
+                "ranks every step")
+    return f"skip {found.skip_rate:.0%} of {found.steps} steps, verifier agrees on {found.agreement:.0%}"

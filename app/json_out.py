@@ -1,5 +1,5 @@
 """The JSON a command writes beside its table (`bench --json`, `eval --json`): whole or not at all, and a path it
-cannot write said before the work starts."""
+cannot write (or must not: the session database) said before the work starts."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from app.db_files import database_part
 from app.options import UsageError
 
 
@@ -26,9 +27,11 @@ def write_json(json_path: str | None, data: dict, announce: bool = True) -> None
         print(f"wrote {path}")
 
 
-def check_json_path(json_path: str | None) -> None:
+def check_json_path(json_path: str | None, db: str | None = None) -> None:
     """UsageError now when `json_path` cannot be written, without touching a file already there: the results of
-    an earlier run stay whole until this run has its own to put in their place."""
+    an earlier run stay whole until this run has its own to put in their place. The session database (`db`, and
+    the default one) is refused too, as `sessions export -o` refuses it."""
+    refuse_the_database(json_path, db)
     if not json_path:
         return
     path = Path(json_path)
@@ -42,9 +45,28 @@ def check_json_path(json_path: str | None) -> None:
     _beside(path, probe)
 
 
+def refuse_the_database(json_path: str | None, db: str | None = None) -> None:
+    """UsageError when `json_path` is a session database (`db` or the default one) or its -wal, -shm or -journal
+    file: `eval --db s.db --json s.db` replaced every session in s.db with the results."""
+    from app.store import default_db_path
+
+    if not json_path:
+        return
+    path = Path(json_path)
+    for base in (default_db_path(), *([Path(db).expanduser()] if db else [])):
+        tail = database_part(path, base)
+        if tail is not None:
+            what = f"the {tail[1:]} file of the session database {base}" if tail else "the session database"
+            raise UsageError(f"--json {path} is {what}; the results would replace every session in it. "
+                             "Pick another --json path.")
+
+
 def _beside(path: Path, write: Callable[[Path], None]) -> None:
     """`write(part)` with the scratch file beside `path`, its folder made first; a failure is one UsageError."""
     try:
+        blocker = next((folder for folder in path.parents if folder.exists() and not folder.is_dir()), None)
+        if blocker is not None:  # mkdir said "File exists", which read as if the JSON file were the trouble
+            raise UsageError(f"cannot write {path}: {blocker} is a file, not a folder; pick a writable --json path.")
         path.parent.mkdir(parents=True, exist_ok=True)
         write(path.with_name(path.name + ".part"))
     except OSError as error:

@@ -4,7 +4,8 @@ torch starts one OpenMP thread per core, and each parallel region ends at a barr
 for all of them. When another process (or the window's own thread) takes one of those cores,
 every small operation waits for the descheduled thread: the engine's many small per-step
 operations slow down far more than a plain `generate` (BENCHMARKS.md, the busy machine). So
-the pool is sized to the cores that are free now; `--threads N` or `BEAMWISE_THREADS=N` overrides the choice.
+the pool is sized to the cores that are free now; `--threads N` or `BEAMWISE_THREADS=N` overrides the choice,
+up to the usable cores (a count above them is lowered, and said to be).
 
 The count also moves a seeded run's numbers: a batched decode's float sums split by thread, so 1 and 2
 threads give logits about 1e-5 apart and, rarely, another sampled token. A run records its count
@@ -55,8 +56,10 @@ def choose_threads(env: dict[str, str] | None = None, cores: int | None = None,
 
 
 def limit_threads(env: dict[str, str] | None = None, reserve: int = 0, given: int | None = None) -> ThreadChoice:
-    """Apply `choose_threads` to torch's intra-op pool (through OMP_NUM_THREADS if torch has not loaded yet)."""
-    choice = choose_threads(env, reserve=reserve, given=given)
+    """Apply `choose_threads` to torch's intra-op pool (through OMP_NUM_THREADS if torch has not loaded yet), at
+    most one thread per usable core. A count given above them is lowered with a word: torch lowered `--threads 4`
+    to 2 threads unsaid, and eval's JSON then said threads_chosen_by "--threads 4" beside numerics.threads 2."""
+    choice = within_cores(choose_threads(env, reserve=reserve, given=given), usable_cores())
     if "torch" not in sys.modules:
         os.environ["OMP_NUM_THREADS"] = str(choice.threads)
         return choice
@@ -64,6 +67,16 @@ def limit_threads(env: dict[str, str] | None = None, reserve: int = 0, given: in
 
     torch.set_num_threads(choice.threads)
     return choice
+
+
+def within_cores(choice: ThreadChoice, cores: int) -> ThreadChoice:
+    """`choice` lowered to `cores` (more threads than cores wait for each other at every barrier), with a line on
+    stderr and a reason that say so."""
+    if choice.threads <= cores:
+        return choice
+    print(f"beamwise: {choice.reason} is more than the {cores} usable core(s): using {cores} thread(s), so a "
+          f"seeded run's numerics are those of --threads {cores}", file=sys.stderr)
+    return ThreadChoice(cores, f"{choice.reason}, lowered to the {cores} usable core(s)")
 
 
 def numerics_line(seed: int | None, facts: dict) -> str:

@@ -52,3 +52,12 @@ def test_gate_needs_both_confidence_and_gap():
     assert not decisiveness([0.95, 0.9], 0.9, 0.1).skip  # no clear lead
     assert not decisiveness([0.85, 0.1], 0.9, 0.1).skip  # not confident enough
     assert decisiveness([0.95], 0.9, 0.5).gap == 0.95
+
+
+def test_a_pair_that_skips_no_step_is_not_kept_over_the_documented_fallback():
+    """A high confidence percentile with a high gap percentile skipped no step, so its "verifier agrees on 100%"
+    was of nothing; it was kept over tau_conf 1 / r_gap 0.999 (which skips no more) and saved as tau_conf 0.65,
+    r_gap 0.51, "skip 0% of 4 steps, verifier agrees on 100%"."""
+    stats = [StepStat(0.9, 0.5, False), StepStat(0.8, 0.1, False), StepStat(0.5, 0.6, True), StepStat(0.3, 0.05, True)]
+    found = calibrate(stats, target=0.9)
+    assert (found.tau_conf, found.r_gap, found.skip_rate) == (1.0, 0.999, 0.0)

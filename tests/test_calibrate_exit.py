@@ -8,7 +8,15 @@ import math
 import pytest
 
 from app.calibrate_exit import calibrate_exit, exit_layer
-from app.early_exit import Thresholds, load_thresholds, save_thresholds, thresholds_text
+from app.early_exit import (
+    Thresholds,
+    calibrated_on,
+    entropy_mismatch,
+    keep_entropy_of,
+    load_thresholds,
+    save_thresholds,
+    thresholds_text,
+)
 from engine.config import CacheConfig, SearchConfig
 from engine.search import run
 from engine.verifiers.entropy_exit import REFERENCE_VOCAB, ExitRule
@@ -141,6 +149,20 @@ def test_a_run_refuses_entropy_thresholds_calibrated_on_another_verifier(tmp_pat
     assert (same.entropy_theta, same.entropy_delta) == (3.5, 0.7)
     assert "(verifier prm synthetic:tiny-qwen-prm, generator synthetic:tiny-llama)" in capsys.readouterr().err
     _configs(*TINY_RUN, "--verifier", "self-judge")  # the exit is off: nothing to refuse
+
+
+def test_a_calibration_without_a_lens_keeps_the_entropy_thresholds_and_their_verifier():
+    """A logprob --calibrate wrote "entropy_theta": null over a PRM's calibrated entropy exit, and said nothing."""
+    logprob = Thresholds(0.7, 0.1, 20, 0.4, 0.95, generator="synthetic:tiny-llama",
+                         verifier="logprob on synthetic:tiny-llama")
+    kept = keep_entropy_of(logprob, PRM_FIT)
+    assert (kept.tau_conf, kept.r_gap, kept.verifier) == (0.7, 0.1, "logprob on synthetic:tiny-llama")
+    assert (kept.entropy_theta, kept.entropy_delta, kept.entropy_layers) == (3.5, 0.7, 4)
+    assert kept.entropy_verifier == "prm synthetic:tiny-qwen-prm"
+    assert entropy_mismatch(kept, "prm synthetic:tiny-qwen-prm") is None  # still the PRM's to use
+    assert "measured on prm synthetic:tiny-qwen-prm" in entropy_mismatch(kept, "logprob on synthetic:tiny-llama")
+    assert calibrated_on(kept).endswith("; entropy exit on prm synthetic:tiny-qwen-prm")
+    assert keep_entropy_of(logprob, None) == logprob
 
 
 def test_a_file_from_before_the_verifier_was_recorded_still_loads_and_says_so(tmp_path, monkeypatch, capsys):

@@ -153,6 +153,41 @@ def test_a_json_path_that_is_the_problems_file_is_refused(tmp_path, capsys):
     assert "is the problems file" in capsys.readouterr().err and problems.read_text() == before
 
 
+@pytest.mark.parametrize("tail", ["", "-wal", "-shm"])
+def test_a_json_path_that_is_the_session_database_is_refused(tmp_path, capsys, tail):
+    """`eval --db s.db --json s.db` wrote the results over the database: its 12 sessions were lost."""
+    problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
+    db = tmp_path / "s.db"
+    db.write_bytes(b"SQLite format 3\0")
+    target = tmp_path / f"s.db{tail}"
+    assert main(["eval", str(problems), *TINY, "--db", str(db), "--json", str(target)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--json {target} is the " in err[0] and "Pick another --json path." in err[0], err
+    assert db.read_bytes() == b"SQLite format 3\0" and not (tmp_path / f"{target.name}.part").exists()
+
+
+@pytest.mark.parametrize("command", ["eval", "bench"])
+def test_a_json_path_that_is_the_default_session_database_is_refused(tmp_path, capsys, monkeypatch, command):
+    """`--json` naming the default sessions.db replaced it too (eval without --db; bench, which has no --db)."""
+    from app.store import default_db_path
+
+    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
+    args = [str(write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}'))] if command == "eval" else []
+    assert main([command, *args, "--model", "synthetic:tiny-llama", "--json", str(default_db_path())]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is the session database; the results would replace every session" in err[0], err
+    assert not default_db_path().exists()
+
+
+def test_a_json_path_under_a_file_says_the_file_is_not_a_folder(tmp_path, capsys):
+    """`--json notes.txt/r.json` said "File exists", as if r.json were the trouble."""
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("x", encoding="utf-8")
+    assert main(["eval", str(SHIPPED), *TINY, "--no-save", "--limit", "1", "--json", str(blocker / "r.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{blocker} is a file, not a folder; pick a writable --json path." in err[0], err
+
+
 def test_a_db_path_that_is_the_problems_file_is_refused(tmp_path, capsys):
     """`--db p.jsonl` called the problems file a damaged session database and said to move it aside."""
     problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
@@ -325,6 +360,26 @@ def test_eval_sizes_torchs_thread_pool_as_run_does(tmp_path, monkeypatch, comman
     assert calls[-1] == (0, 3)  # --threads pins it
 
 
+def test_threads_above_the_cores_are_lowered_and_the_json_says_so(tmp_path, capsys, monkeypatch):
+    """`--threads 4` on 2 cores wrote threads_chosen_by "--threads 4" beside numerics.threads 2, unsaid."""
+    import torch
+
+    import app.threads
+
+    monkeypatch.setattr(app.threads, "usable_cores", lambda: 1)
+    out_json = tmp_path / "r.json"
+    problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
+    pool = torch.get_num_threads()
+    try:
+        assert main(["eval", str(problems), *TINY, "--no-save", "--threads", "4", "--json", str(out_json)]) == 0
+    finally:
+        torch.set_num_threads(pool)  # the tests after this one keep their pool
+    assert "--threads 4 is more than the 1 usable core(s): using 1 thread(s)" in capsys.readouterr().err
+    data = json.loads(out_json.read_text())
+    assert data["threads_chosen_by"] == "--threads 4, lowered to the 1 usable core(s)"
+    assert data["numerics"]["threads"] == 1
+
+
 def test_calibrate_saves_thresholds_that_run_and_the_window_read(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path / "config"))
     problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
@@ -344,7 +399,56 @@ def test_calibrate_saves_thresholds_that_run_and_the_window_read(tmp_path, capsy
     _, given, _ = configs_from_args(build_parser().parse_args(["run", "--entropy-theta", "4", "--tau-conf", "0.5"]))
     assert (given.entropy_theta, given.entropy_delta, given.tau_conf) == (4.0, saved.entropy_delta, 0.5)
     assert main(["eval", str(problems), *TINY, "--calibrate", "--no-save"]) == 0  # logprob: no lens to record
-    assert "entropy exit: not calibrated" in capsys.readouterr().out and load_thresholds().entropy_theta is None
+    out = capsys.readouterr().out  # it wrote "entropy_theta": null over the self-judge calibration, unsaid
+    assert "entropy exit: not calibrated" in out and "self-judge on synthetic:tiny-llama are kept" in out
+    kept = load_thresholds()
+    assert (kept.entropy_theta, kept.entropy_delta) == (saved.entropy_theta, saved.entropy_delta)
+    assert kept.verifier == "logprob on synthetic:tiny-llama"
+    assert kept.entropy_verifier == "self-judge on synthetic:tiny-llama"
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_calibrating_with_one_candidate_a_step_is_refused(tmp_path, capsys, monkeypatch, method):
+    """With one candidate a step the verifier always "agrees" and the lead is the confidence itself: `--calibrate
+    --method greedy` saved tau_conf 0.0032, r_gap 0.0032 at "100%" agreement."""
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path / "config"))
+    one = ["--beams", "1", "--width", "1"] if method == "beam" else []
+    assert main(["eval", str(SHIPPED), *TINY, *one, "--method", method, "--calibrate", "--no-save"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--calibrate needs several candidates a step" in err[0], err
+    assert load_thresholds() is None
+
+
+def test_entropy_exit_with_logprob_says_logprob_cannot_exit_before_any_calibration(tmp_path, capsys, monkeypatch):
+    """With a self-judge calibration saved, --entropy-exit on logprob said to calibrate for logprob (which has no
+    lens to calibrate) and to give --entropy-theta, which then gave the real error."""
+    from app.early_exit import Thresholds, save_thresholds
+
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path))
+    save_thresholds(Thresholds(0.8, 0.2, 10, 0.3, 0.95, entropy_theta=3.5, entropy_delta=0.7,
+                               generator="synthetic:tiny-llama", verifier="self-judge on synthetic:tiny-llama"))
+    for command in (["eval", str(SHIPPED), "--no-save"], ["run", "What is 2+3?", "--no-save"], ["plan", "q"]):
+        assert main([*command, *TINY, "--entropy-exit"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "needs a verifier that runs a model (self-judge or prm), not logprob" in err[0], err
+
+
+def test_verify_skip_names_thresholds_calibrated_on_another_model(tmp_path, capsys, monkeypatch):
+    """Thresholds calibrated on synthetic:tiny-llama skipped the bundled model's verifier with no word of it."""
+    from app.early_exit import Thresholds, save_thresholds
+
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path))
+    save_thresholds(Thresholds(0.5, 0.01, 10, 0.3, 0.95, generator="synthetic:tiny-qwen2",
+                               verifier="logprob on synthetic:tiny-qwen2"))
+    problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
+    for command in (["eval", str(problems)], ["run", "What is 2+3?"]):  # the window's run reads the same thresholds
+        assert main([*command, *TINY, "--no-save", "--verify-skip"]) == 0
+        warned = [line for line in capsys.readouterr().err.splitlines() if "verify-skip thresholds" in line]
+        assert len(warned) == 1 and "measured on verifier logprob on synthetic:tiny-qwen2, generator " \
+            "synthetic:tiny-qwen2, not on this search's verifier logprob on synthetic:tiny-llama" in warned[0]
+    assert main(["eval", str(problems), *TINY, "--no-save", "--verify-skip", "--tau-conf", "0.9", "--r-gap",
+                 "0.1"]) == 0
+    assert "verify-skip thresholds" not in capsys.readouterr().err  # the user's own: nothing calibrated is used
 
 
 def test_a_problems_result_reads_the_runs_events_as_the_window_does():

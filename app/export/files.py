@@ -13,6 +13,7 @@ import tempfile
 import unicodedata
 from pathlib import Path
 
+from app.db_files import database_part
 from app.export.dump import finite, session_dump, turns_of
 from app.export.html_page import render_html
 from app.export.markdown import render_conversation
@@ -53,17 +54,9 @@ def refuse_the_database(store: SessionStore, path: Path) -> None:
     one session's text: `sessions export 1 -o sessions.db --force` did."""
     if store.path is None:
         return
-    ours = [store.path.with_name(store.path.name + tail) for tail in ("", "-wal", "-shm", "-journal")]
-    if any(_same_file(path, file) for file in ours):
+    if database_part(path, store.path) is not None:
         raise ExportError(f"cannot export to {path}: it is the session database itself; nothing was written.",
                           hint="Choose another file name, e.g. session.md.")
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
-    except OSError:
-        return False
 
 
 def default_file_stem(title: str) -> str:

@@ -1,0 +1,21 @@
+"""Which file of a session database a path is: an export or a JSON written there would replace every session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+TAILS = ("", "-wal", "-shm", "-journal")  # the database and the files SQLite keeps beside it
+
+
+def database_part(path: Path, db: Path) -> str | None:
+    """The tail of the file of database `db` that `path` is ("" for the database itself, "-wal", "-shm",
+    "-journal"), by name or as one file by two names; None when it is none of them."""
+    return next((tail for tail in TAILS if _same_file(path, db.with_name(db.name + tail))), None)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
