@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
-from app.options import DEFAULT_QUESTION, server_from_args
+from app.options import DEFAULT_QUESTION, UsageError, server_from_args
 from engine.remote_bench import SearchCost, measure
 from engine.workload import Workload
 
@@ -13,9 +14,14 @@ from engine.workload import Workload
 def remote_bench(args: argparse.Namespace, workload: Workload) -> tuple[list[SearchCost], str]:
     """The server's run (after a connection check that fails with the server's own error), then the local one."""
     from engine import remote_search
-    from engine.backends.openai import OpenAICompletions, check_connection
+    from engine.backends.openai import OpenAICompletions, check_address, check_connection
 
-    server = server_from_args(args)
+    if args.endpoint:  # said in bench's own word for it, as its errors below are
+        check_address(args.endpoint, "--server")
+    if args.verifier_endpoint:  # it used to be ignored: bench scores with the server's log-probabilities
+        raise UsageError("bench --backend openai scores steps with the server's log-probabilities; leave "
+                         "--verifier-endpoint out.")
+    server = replace(server_from_args(args), endpoint_option="--server")
     question = workload.question or DEFAULT_QUESTION
     search = workload.search()
     _progress(f"checking {server.endpoint}")

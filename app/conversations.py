@@ -50,10 +50,13 @@ def follow_up_of(store: SessionStore, session_id: int) -> tuple[int, list[Turn]]
     last = line_of(store, session_id)[-1]
     if last["status"] != "finished" or not last["answer"]:
         state = {"running": "still running", "interrupted": "was interrupted"}.get(last["status"], last["status"])
+        again = "Run that turn again in the window"
+        if last["status"] == "running":  # it may yet answer: running it again would only duplicate it
+            again = "Wait for that turn to finish (or stop it) and ask again"
         raise FollowUpRefused(
             f"the last turn of conversation {last['conversation_id']} (session {last['id']}, turn {last['turn']}) "
             f"{state} without an answer, so there is nothing to follow up.",
-            hint="Run that turn again in the window, or start a new conversation (`beamwise run` without --session).")
+            hint=f"{again}, or start a new conversation (`beamwise run` without --session).")
     return last["id"], _through(store, last)
 
 

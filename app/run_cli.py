@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from threading import Event
 from typing import TextIO
 
@@ -36,16 +38,18 @@ class Printer:
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.remote = False
+        self.started = False
         self.first_traffic = True
 
     def __call__(self, event) -> None:
         p = self._print
+        self.started = self.started or event.type == "run_started"
         if event.type == "run_started" and event.device.startswith("remote"):
             self.remote = True
             p(f"model {event.model} at {event.cache.get('endpoint')} ({event.device})")
             p(f"verifier {event.verifier}; method {event.search.get('method', 'beam')}")
         elif event.type == "run_started":
-            p(f"model {event.model} on {event.device}; policy {event.policy}, KV budget {event.kv_budget_bytes:,} B")
+            p(f"model {event.model} on {event.device}; policy {event.policy}, KV budget {_budget_text(event)}")
             if event.emulated and (hint := emulated_hint()):
                 print(f"beamwise: note: running on the emulated GPU: {hint}", file=sys.stderr)
             p(f"verifier {event.verifier}; method {event.search.get('method', 'beam')}")
@@ -56,6 +60,8 @@ class Printer:
         elif event.type == "prefill_done":
             p(f"prompt: {event.prompt_tokens} tokens ({event.cached_tokens} cached, {event.computed_tokens} computed), "
               f"prefill {event.seconds:.2f} s")
+            if event.prefix_disk_problem:
+                print(f"beamwise: note: {formatting.prefix_disk_text(event.prefix_disk_problem)}", file=sys.stderr)
         elif event.type == "step_started":
             p(f"\n== step {event.step} (expanding {', '.join(map(str, event.beams)) or 'the prompt'})")
         elif event.type == "candidate_scored":
@@ -103,7 +109,7 @@ class Printer:
               f"{formatting.speculation_text(event, '; ')}")
             p(f"\nanswer:\n{without_controls(event.answer)}")  # as `sessions show`: no byte drives the terminal
         elif event.type == "run_cancelled":
-            p(f"\ncancelled after step {event.step}")
+            p(f"\ncancelled after step {event.step}" if self.started else "\ncancelled before the search began")
         elif event.type == "run_failed":
             print(f"beamwise: error: {event.message}", file=sys.stderr)
             if event.details:  # a fault in Beamwise: what its report needs
@@ -111,6 +117,27 @@ class Printer:
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
+
+
+def _budget_text(started: ev.RunStarted) -> str:
+    """The whole KV budget (--kv-budget's exact bytes), and the generator's part where a verifier keeps KV: before,
+    `--kv-budget 1MB --verifier self-judge` printed 'KV budget 500,000 B', the generator's part alone."""
+    generator = started.kv_budget_bytes
+    if not started.verifier_kv_budget_bytes:
+        return f"{generator:,} B"
+    whole = started.cache.get("kv_budget_bytes") or generator + started.verifier_kv_budget_bytes
+    return f"{whole:,} B ({generator:,} B for the generator)"
+
+
+class ServerProgress(StepProgress):
+    """A server run's progress: before its first event it asks the server for its models (it loads no model
+    here), and the server reads the question while it writes its first answer."""
+
+    def line(self) -> str:
+        if self.phase not in ("loading", "prefill"):
+            return super().line()
+        doing = "checking the server" if self.phase == "loading" else "waiting for the server's first answer"
+        return f"{doing}, {formatting.seconds(self._clock() - self.since)}"
 
 
 def _progress(stage: str, fraction: float | None) -> None:
@@ -142,23 +169,37 @@ def conversation_of(args: argparse.Namespace) -> tuple[int | None, list[tuple[st
         return None, []
     from app.conversations import follow_up_of
     from app.journal_import import open_session_store
+    from app.store import SessionNotFound, StoreError, default_db_path
 
-    with open_session_store(args.db, notify=_note) as store:
-        previous, history = follow_up_of(store, session)
+    path = Path(args.db) if args.db is not None else default_db_path()
+    if not path.exists():  # opening it would make an empty database there, as a mistyped --db did
+        hint = ("Ask a question without --session first." if args.db is None else
+                "Check the --db path, or leave --db out for the default database.")
+        raise StoreError(f"there is no session database at {path}, so there is no session {session} to follow up.",
+                         hint=hint)
+    with open_session_store(path, notify=_note) as store:
+        try:
+            previous, history = follow_up_of(store, session)
+        except SessionNotFound as error:  # the ids of the database it looked in, not the default one's
+            named = "" if args.db is None else f" --db {shlex.quote(args.db)}"
+            error.hint = f"Run `beamwise sessions list{named}` to see the ids."
+            raise
     _note(f"follow-up: turn {len(history) + 1} of the conversation of session {session}")
     return previous, history
 
 
 @contextmanager
-def _ctrl_c_cancels(stop: Event) -> Iterator[None]:
+def _ctrl_c_cancels(stop: Event, started: Callable[[], bool] = lambda: True) -> Iterator[None]:
     """The first Ctrl+C stops the search within its step, at the next token; the steps chosen before it are kept
-    and the run is recorded as cancelled. A second one quits."""
+    and the run is recorded as cancelled. A second one quits. Before the search has `started` (a server being
+    checked), there is nothing to keep, and the line says so."""
     def on_sigint(signum, frame):
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()
-        print("beamwise: stopping: the step in progress is dropped, the steps chosen so far are kept "
-              "(Ctrl+C again to quit now)", file=sys.stderr, flush=True)
+        kept = "the step in progress is dropped, the steps chosen so far are kept" if started() else (
+            "the search has not begun, so nothing will be recorded")
+        print(f"beamwise: stopping: {kept} (Ctrl+C again to quit now)", file=sys.stderr, flush=True)
 
     try:
         previous = signal.signal(signal.SIGINT, on_sigint)
@@ -179,13 +220,17 @@ def run_command(args: argparse.Namespace) -> int:
     question = read_question(args.question, args.question_file, None)
     model_spec, search, cache = configs_from_args(args)
     server = server_from_args(args)
+    if server is not None and server.prm_endpoint and search.verifier != "prm":  # it used to be ignored
+        raise ValueError(f"--verifier-endpoint names a PRM server, but the verifier is {search.verifier}: add "
+                         "--verifier prm and --verifier-model NAME (the PRM's served name) to score the steps with "
+                         "it, or leave --verifier-endpoint out.")
     previous, history = conversation_of(args)  # a bad --db or --session is said before the model loads
     recorder = _open_recorder(args, previous)
     if server is not None:
         from engine import remote_search
 
         return _drive(args, recorder, lambda stop: remote_search.run(question, server, search, should_stop=stop,
-                                                                     history=history))
+                                                                     history=history), ServerProgress())
     try:
         loaded = load_model(model_spec, device=cache.device, progress=_progress)  # "auto": CUDA when there is one
         check_memory(loaded, question, search, cache, history=history)  # before anything is allocated
@@ -199,32 +244,38 @@ def run_command(args: argparse.Namespace) -> int:
     return _drive(args, recorder, lambda stop: run(question, loaded, search, cache, should_stop=stop, history=history))
 
 
-def _drive(args: argparse.Namespace, recorder, events) -> int:
+def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | None = None) -> int:
     """Show and record the events of `events(should_stop)`; the exit status of the run."""
     show = (lambda e: print(json.dumps(ev.to_dict(e)), flush=True)) if args.json else Printer(sys.stdout)
-    status, stop, last_step = 1, Event(), 0
-    beat = Heartbeat(StepProgress(), lambda line: print(f"  ... {line}", file=sys.stderr, flush=True))
+    status, stop, last_step, started = 1, Event(), 0, Event()
+    beat = Heartbeat(progress or StepProgress(), lambda line: print(f"  ... {line}", file=sys.stderr, flush=True))
     try:
-        with _ctrl_c_cancels(stop), beat:  # a silent second inside a step says what the step is doing
+        with _ctrl_c_cancels(stop, started.is_set), beat:  # a silent second inside a step says what it is doing
             for event in events(stop.is_set):
                 beat.saw(event)
+                if event.type == "run_started":
+                    started.set()
                 last_step = event.step if event.type == "step_selected" else last_step
                 _record(recorder, event)
                 show(event)
                 status = _status(event, status, args.json)
     except KeyboardInterrupt:  # the second Ctrl+C
         _record(recorder, ev.RunCancelled(step=last_step))  # the same name the window records
-        _say_recorded(recorder, 130, last_step)
+        _say_recorded(recorder, 130, last_step, started.is_set())
         raise
     finally:
         _close(recorder)
-    _say_recorded(recorder, status, last_step)
+    _say_recorded(recorder, status, last_step, started.is_set())
     return status
 
 
-def _say_recorded(recorder, status: int, last_step: int) -> None:
+def _say_recorded(recorder, status: int, last_step: int, started: bool = True) -> None:
     """The last line on stderr names the session a finished or cancelled run was recorded as (a journalled run's
-    warning names its journal instead)."""
+    warning names its journal instead), or says that a run stopped before it began (a server still being
+    checked) was not recorded: before, it said nothing, after a line that said the steps so far were kept."""
+    if status == 130 and not started:
+        _note("stopped before the search began: nothing was recorded")
+        return
     if recorder is None or recorder.session_id is None or recorder.journal_path is not None:
         return
     if status == 0:

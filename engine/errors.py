@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -176,6 +177,19 @@ class RemoteError(BeamwiseError):
     """A generator server (OpenAI-compatible: vLLM, SGLang, llama.cpp) could not do what the search asked."""
 
     hint = "Check --endpoint and --served-model, and that the server is running (see README, Using a server)."
+
+    def naming(self, endpoint_option: str, model_option: str) -> RemoteError:
+        """This error with its hint naming the options its server was given by: `bench --server`, or a PRM
+        server's --verifier-endpoint and --verifier-model, where the hints name the generator's by default."""
+        hint = re.sub(r"(?<![\w-])--endpoint\b", endpoint_option, self.hint)
+        self.hint = re.sub(r"(?<![\w-])--served-model\b", model_option, hint)
+        return self
+
+
+ANSWER_SHAPE_HINT = (
+    "The server is running but did not answer in the shape asked for: check that --endpoint is its "
+    "OpenAI-compatible API (http://host:port or .../v1), not another program on that port."
+)  # an HTTP 200 whose body is not the answer: the server runs, so its address or its kind is what to check
 
 
 class ServerUnreachable(RemoteError):

@@ -79,7 +79,8 @@ def make_verifier(search: SearchConfig, backend: OpenAICompletions) -> Verifier:
     if search.verifier == "self-judge":
         return RemoteSelfJudge(backend)
     if search.verifier == "prm" and backend.cfg.prm_endpoint:
-        prm = replace(backend.cfg, endpoint=backend.cfg.prm_endpoint, served_model=search.verifier_model or "")
+        prm = replace(backend.cfg, endpoint=backend.cfg.prm_endpoint, served_model=search.verifier_model or "",
+                      endpoint_option="--verifier-endpoint", model_option="--verifier-model")  # what its errors name
         return ServedPRM(OpenAICompletions(prm, should_stop=backend.should_stop))
     if search.verifier == "prm":
         import torch
@@ -128,6 +129,8 @@ class _RemoteSearch:
             raise InvalidPrompt("The question is empty.", hint="Type a question.")
         started = self.started = time.perf_counter()
         self.backend.check_model()
+        if isinstance(self.verifier, ServedPRM):  # its name too, before step 1 (it was found wrong after it)
+            self.verifier.backend.check_model()
         yield ev.RunStarted(
             self.question,
             self.backend.name,

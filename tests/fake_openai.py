@@ -14,6 +14,10 @@ listing whose "data" is not a list.
 "nested" answers each completion with 100,000 nested JSON lists (valid JSON, deeper than Python's stack).
 "long" answers each completion with 16 MB of spaces before its JSON (valid, and far larger than an answer).
 "redirect" answers every request 301 to https://elsewhere.example (as a proxy that wants TLS does).
+"prm" also lists the PRM in /v1/models, as the PRM's own vLLM server does (it serves /pooling in every mode).
+"silent" takes every request, the model listing too, and answers nothing for `delay` seconds or until the client
+leaves (a server stuck under load); `asked` is set at the first. "not-http" answers bytes that are not HTTP, a NUL
+and a CR among them (another program on the port).
 `tls` = (certificate file, key file) serves https with that certificate.
 `key` makes it answer 401 to a request without that bearer key; `fail_after` answers 500 from that
 many completions on (a server that dies in the middle of a run); `busy` answers the first completions 429,
@@ -47,6 +51,7 @@ class FakeServer:
         self.headers: list[dict] = []
         self.abandoned: list[float] = []  # "slow": when a client closed its connection before the answer
         self.pooled: list[dict] = []  # /pooling requests
+        self.asked = threading.Event()  # any request came
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         if tls is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -138,6 +143,21 @@ class FakeServer:
 
 def _handler(server: FakeServer):
     class Handler(BaseHTTPRequestHandler):
+        def handle_one_request(self) -> None:
+            server.asked.set()
+            if server.mode == "silent":
+                self.raw_requestline = self.rfile.readline(65537)
+                if self.parse_request():  # the request read whole, so that a hang-up is what the socket shows
+                    self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                    self._client_left_within(server.delay)
+                self.close_connection = True
+            elif server.mode == "not-http":
+                self.rfile.readline()
+                self.wfile.write(b"\x00\xffTHIS IS NOT HTTP\r\n\r\ngarbage\n")
+                self.close_connection = True
+            else:
+                super().handle_one_request()
+
         def do_GET(self) -> None:
             if server.mode == "redirect":
                 self._redirect()
@@ -146,7 +166,8 @@ def _handler(server: FakeServer):
             elif self.path == "/v1/models" and server.mode == "odd-shapes":
                 self._send(200, {"object": "list", "data": {"id": MODEL}})
             elif self.path == "/v1/models" and server.mode != "404":
-                self._send(200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+                served = [MODEL, PRM] if server.mode == "prm" else [MODEL]
+                self._send(200, {"object": "list", "data": [{"id": name, "object": "model"} for name in served]})
             else:
                 self._send(404, {"error": {"message": "not found"}})
 

@@ -162,6 +162,21 @@ def test_a_recorded_run_names_its_session_for_a_follow_up(tmp_path, capsys):
     assert "recorded as" not in capsys.readouterr().err
 
 
+def test_runs_first_line_gives_the_whole_kv_budget_and_the_generators_part(capsys):
+    """Before, `--kv-budget 1MB --verifier self-judge` printed 'KV budget 500,000 B', the generator's part alone,
+    where the README says the line gives --kv-budget's exact bytes. --json keeps its fields' meanings."""
+    budget = [*TINY, "--kv-budget", "1MB", "--no-save"]
+    assert main(["run", "What is 2+3?", *budget, "--verifier", "self-judge"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith("KV budget 1,000,000 B (500,000 B for the generator)"), first
+    assert main(["run", "What is 2+3?", *budget]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("KV budget 1,000,000 B")
+    assert main(["run", "What is 2+3?", *budget, "--verifier", "self-judge", "--json"]) == 0
+    started = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert (started["kv_budget_bytes"], started["verifier_kv_budget_bytes"]) == (500_000, 500_000)
+    assert started["cache"]["kv_budget_bytes"] == 1_000_000
+
+
 def test_the_top_level_help_names_every_command():
     """`beamwise --help` opens with a sentence of its commands; it had left out plan and models."""
     parser = build_parser()

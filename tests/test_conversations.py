@@ -12,7 +12,7 @@ import pytest
 
 import app.store
 from app.cli import main
-from app.conversations import follow_up_of, history, line_of, list_conversations
+from app.conversations import FollowUpRefused, follow_up_of, history, line_of, list_conversations
 from app.recorder import SessionRecorder
 from app.store import SCHEMA_VERSION, SessionStore
 from benchmarks.fake_search import fake_run
@@ -40,6 +40,8 @@ def record(store: SessionStore, question: str, previous: int | None = None, end:
         before = store.get_session(previous)
         sent = (*history(store, previous), (before["question"], before["answer"] or ""))
     for event in fake_run(question, SearchConfig(beams=2, width=2, max_steps=2)):
+        if event.type == "run_finished" and end == "running":  # this process's run, still going
+            break
         if event.type == "run_finished" and end == "cancelled":
             event = ev.RunCancelled(step=1)
         recorder.write(dataclasses.replace(event, history=sent) if isinstance(event, ev.RunStarted) else event)
@@ -109,9 +111,11 @@ def test_cli_follow_up_end_to_end(db: Path, capsys) -> None:
 
 
 def test_cli_follow_up_refusals_are_one_line(db: Path, capsys) -> None:
+    SessionStore(db).close()
     assert main(["run", "--session", "7", "x?", *TINY, "--db", str(db)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"beamwise: error: there is no session 7 in {db}. Run `beamwise sessions list` to see the ids."]
+    assert err == [f"beamwise: error: there is no session 7 in {db}. Run `beamwise sessions list --db {db}` to see "
+                   "the ids."]  # the database it looked in: `sessions list` alone lists the default one
     with SessionStore(db) as store:
         cancelled = record(store, "What is 2+3?", end="cancelled")
     assert main(["run", "--session", str(cancelled), "x?", *TINY, "--db", str(db)]) == 2
@@ -119,6 +123,28 @@ def test_cli_follow_up_refusals_are_one_line(db: Path, capsys) -> None:
     assert len(err) == 1 and "cancelled without an answer" in err[0] and "start a new conversation" in err[0]
     with SessionStore(db) as store:
         assert len(store.list_sessions()) == 1  # nothing was recorded
+
+
+@pytest.mark.parametrize("command", ["run", "plan"])
+def test_a_follow_up_in_a_database_that_is_not_there_makes_none(db: Path, capsys, command: str) -> None:
+    """Before, `run --session 99 --db X` (and `plan`) made an empty database at a mistyped X, then said there was
+    no session 99 and to run `beamwise sessions list`, which lists the default database, not X."""
+    assert main([command, "--session", "99", "x?", *TINY, "--db", str(db)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"beamwise: error: there is no session database at {db}, so there is no session 99 to follow "
+                   "up. Check the --db path, or leave --db out for the default database."]
+    assert not db.exists()
+
+
+def test_a_follow_up_to_a_turn_still_running_is_told_to_wait(db: Path) -> None:
+    """Before, a follow-up to a turn still running was told to 'Run that turn again', which would only repeat it."""
+    with SessionStore(db) as store:
+        running = record(store, "What is 2+3?", end="running")
+        with pytest.raises(FollowUpRefused) as refused:
+            follow_up_of(store, running)
+    said = refused.value.user_message()
+    assert "still running without an answer" in said and "Wait for that turn to finish (or stop it)" in said
+    assert "Run that turn again" not in said
 
 
 def test_a_follow_up_under_a_held_lock_is_journalled_and_imported_as_the_next_turn(db: Path, capsys) -> None:

@@ -87,7 +87,7 @@ def test_a_prm_served_by_vllm_scores_each_path() -> None:
     """--verifier-endpoint: each candidate's path goes to /pooling as a Qwen2.5-Math-PRM chat; the reward is
     P(+) at its last <extra_0> (the fake pools 0.2 for a step with "idea 0", else 0.9)."""
     search = SearchConfig(beams=2, width=2, step_tokens=16, max_steps=4, verifier="prm", verifier_model=PRM)
-    with FakeServer() as server:
+    with FakeServer(mode="prm") as server:  # the PRM's name is checked against its server's model list first
         events = events_of(server.url, search, prm_endpoint=server.url)
     assert events[-1].type == "run_finished"
     scored = [e for e in events if e.type == "candidate_scored"]
@@ -101,10 +101,10 @@ def test_a_prm_served_by_vllm_scores_each_path() -> None:
 
 def test_a_wrong_prm_name_on_the_prm_server_is_said() -> None:
     search = SearchConfig(beams=1, width=2, step_tokens=16, max_steps=2, verifier="prm", verifier_model="no-prm")
-    with FakeServer() as server:
+    with FakeServer(mode="prm") as server:
         events = events_of(server.url, search, prm_endpoint=server.url)
     assert events[-1].type == "run_failed" and events[-1].error == "ServedModelNotFound"
-    assert "has no model 'no-prm'" in events[-1].message
+    assert "not 'no-prm'. Pass --verifier-model as the server names it" in events[-1].message
 
 
 def test_the_entropy_exit_runs_for_a_local_prm_and_is_refused_for_a_verifier_on_a_server() -> None:

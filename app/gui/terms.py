@@ -28,7 +28,7 @@ CLI_ONLY = {  # options whose messages the window never shows: it has no such se
     "--max-candidates",  # its sliders stop at 64 x 16, the default cap of 1,024
     "--verifier-device",  # derived from "run the PRM on the CPU"
     "--device", "--dtype",  # the window loads on the default device and dtype
-    "--calibrate", "--question", "--prompt-tokens", "--policies", "--baselines", "--runner", "--backend",
+    "--calibrate", "--question", "--prompt-tokens", "--policies", "--baselines", "--runner", "--backend", "--server",
     "--no-deps",  # eval, bench and packaging
     "--session",  # its message names the window's way too (Ctrl+N)
     "--verifier-endpoint",  # a PRM server: the window loads the PRM itself

@@ -19,7 +19,8 @@ import os
 import ssl
 import time
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from engine.backends.replies import (
@@ -27,6 +28,7 @@ from engine.backends.replies import (
     error_detail,
     first_top_logprobs,
     model_names,
+    one_line,
     read_completion,
     read_retry_after,
     read_usage,
@@ -34,6 +36,7 @@ from engine.backends.replies import (
 )
 from engine.backends.sockets import POLL_S, AnswerTooLarge, RequestCancelled, SlicedSocket, StopFn, connect, never
 from engine.errors import (
+    ANSWER_SHAPE_HINT,
     LogprobsUnavailable,
     RemoteError,
     ServedModelNotFound,
@@ -61,11 +64,13 @@ class ServerConfig:
     prm_endpoint: str | None = None  # --verifier prm: a vLLM server of the PRM (its /pooling route)
     api_key: str | None = field(default=None, repr=False, compare=False)  # given directly (the window's keyring)
     key_source: str | None = None  # where `api_key` came from, for the record ("keyring"); never the key
+    endpoint_option: str = "--endpoint"  # the options the user gave these by, which errors name: `bench --server`,
+    model_option: str = "--served-model"  # a PRM server's --verifier-endpoint and --verifier-model
 
     def __post_init__(self) -> None:
-        _check_address(self.endpoint, "--endpoint")
+        check_address(self.endpoint, self.endpoint_option)
         if self.prm_endpoint is not None:
-            _check_address(self.prm_endpoint, "--verifier-endpoint")
+            check_address(self.prm_endpoint, "--verifier-endpoint")
 
     @property
     def base_url(self) -> str:
@@ -85,7 +90,7 @@ class ServerConfig:
         }
 
 
-def _check_address(url: str, flag: str) -> None:
+def check_address(url: str, flag: str) -> None:
     """Refuse an address the client cannot ask, before any request. Before, 'gpu-box:8000' (no scheme) read as
     host '' and failed three times with 'Name or service not known', and 'ftp://...' was asked over http."""
     why = address_problem(url)
@@ -95,7 +100,8 @@ def _check_address(url: str, flag: str) -> None:
 
 
 def address_problem(url: str) -> str:
-    """What keeps `url` from being http(s)://host[:port][/path], or ''."""
+    """What keeps `url` from being http://host:port[/path] or https://host[:port][/path], or ''. An http address
+    names its port: without one it was asked on port 80, where a local server rarely listens (https means 443)."""
     try:
         parts = urllib.parse.urlsplit(url.strip())
         parts.port  # noqa: B018 (reading it raises ValueError for a port that is not a number from 0 to 65535)
@@ -105,6 +111,8 @@ def address_problem(url: str) -> str:
         return "it must begin with http:// or https://"
     if not parts.hostname:
         return "it names no host"
+    if parts.scheme == "http" and parts.port is None:
+        return "it names no port (write :80 for a server on http's default port)"
     if parts.query or parts.fragment:
         return "a query (?...) or fragment (#...) cannot be part of it"
     return ""
@@ -125,9 +133,23 @@ class OpenAICompletions:
     def name(self) -> str:
         return self.cfg.served_model
 
+    @contextmanager
+    def _naming_options(self) -> Iterator[None]:
+        """A failure's hint names the options this server was given by: before, a PRM server's errors said to
+        check --endpoint and --served-model, and `bench --server`'s said --endpoint."""
+        try:
+            yield
+        except RemoteError as error:
+            error.naming(self.cfg.endpoint_option, self.cfg.model_option)
+            raise
+
     def check_model(self) -> tuple[str, ...]:
         """The served models' names; fails early and clearly when none is `served_model`.
         Servers without /models pass with an empty list (the first completion will tell)."""
+        with self._naming_options():
+            return self._check_model()
+
+    def _check_model(self) -> tuple[str, ...]:
         try:
             listing = self._request("GET", "/models", None)
         except ServedModelNotFound:
@@ -166,6 +188,12 @@ class OpenAICompletions:
         seed: int,
     ) -> list[Completion]:
         """`n` continuations of `prompt` in one request; a server that answers fewer does not honour n."""
+        with self._naming_options():
+            return self._complete_many(prompt, n, max_tokens, stop, temperature, top_p, seed)
+
+    def _complete_many(
+        self, prompt: str, n: int, max_tokens: int, stop: Sequence[str], temperature: float, top_p: float, seed: int
+    ) -> list[Completion]:
         body = {
             "model": self.cfg.served_model,
             "prompt": prompt,
@@ -181,9 +209,9 @@ class OpenAICompletions:
         answer = self._request("POST", "/completions", body)
         choices = answer.get("choices") if isinstance(answer, dict) else None
         if not isinstance(choices, list) or not choices:
-            raise ServerError(200, f"an answer without choices: {str(answer)[:200]}")
+            raise _shape_error(f"an answer without choices: {str(answer)[:200]}")
         if not all(isinstance(c, dict) and isinstance(c.get("text", 0), str | None) for c in choices):  # None: empty
-            raise ServerError(200, f"an answer whose choices hold no text: {str(answer)[:200]}")
+            raise _shape_error(f"an answer whose choices hold no text: {str(answer)[:200]}")
         if len(choices) != n:
             raise RemoteError(
                 f"the server answered {len(choices)} continuation(s) to a request for n={n}: it does not honour n.",
@@ -196,6 +224,10 @@ class OpenAICompletions:
     def first_token_choices(self, prompt: str, k: int) -> tuple[dict[str, float], int]:
         """The `k` likeliest first tokens of a greedy reply to `prompt` with their log-probabilities, and the
         prompt's tokens as the server counted them (0 when it does not say)."""
+        with self._naming_options():
+            return self._first_token_choices(prompt, k)
+
+    def _first_token_choices(self, prompt: str, k: int) -> tuple[dict[str, float], int]:
         body = {
             "model": self.cfg.served_model,
             "prompt": prompt,
@@ -208,7 +240,7 @@ class OpenAICompletions:
         try:
             logprobs = answer["choices"][0].get("logprobs")
         except (KeyError, IndexError, TypeError, AttributeError) as error:  # AttributeError: a choice that is text
-            raise ServerError(200, f"an answer without choices: {str(answer)[:200]}") from error
+            raise _shape_error(f"an answer without choices: {str(answer)[:200]}") from error
         top = first_top_logprobs(logprobs)
         if not top:
             raise LogprobsUnavailable(
@@ -219,14 +251,15 @@ class OpenAICompletions:
     # -- HTTP ----------------------------------------------------------------------------------
     def pool(self, messages: list[dict]) -> list:
         """vLLM's /pooling on a chat: the served model's pooled output (for a PRM, one [P(-), P(+)] per step tag)."""
-        answer = self._request("POST", "/pooling", {"model": self.cfg.served_model, "messages": messages}, v1=False)
-        try:
-            data = answer["data"][0]["data"]
-        except (KeyError, IndexError, TypeError) as error:
-            raise ServerError(200, f"a /pooling answer without data: {str(answer)[:200]}") from error
-        if not isinstance(data, list):
-            raise ServerError(200, f"a /pooling answer whose data is not a list: {str(data)[:200]}")
-        return data
+        with self._naming_options():
+            answer = self._request("POST", "/pooling", {"model": self.cfg.served_model, "messages": messages}, v1=False)
+            try:
+                data = answer["data"][0]["data"]
+            except (KeyError, IndexError, TypeError) as error:
+                raise _shape_error(f"a /pooling answer without data: {str(answer)[:200]}") from error
+            if not isinstance(data, list):
+                raise _shape_error(f"a /pooling answer whose data is not a list: {str(data)[:200]}")
+            return data
 
     def _request(self, method: str, path: str, body: dict | None, *, v1: bool = True) -> dict:
         """JSON in, JSON out; retries connection errors, timeouts, 429 and 5xx with bounded backoff."""
@@ -307,7 +340,9 @@ class OpenAICompletions:
                 "(an answer is a few kB); Beamwise stopped reading it.",
                 hint="Check that the address is the server's OpenAI-compatible API, not a file or a stream.",
             ) from error
-        except (OSError, http.client.HTTPException) as error:
+        except http.client.HTTPException as error:  # a status line that is not one: not 'cannot reach', and not raw
+            raise self._not_http(error) from error
+        except OSError as error:
             raise ServerUnreachable(f"cannot reach the server at {self.cfg.endpoint}: {_reason(error)}.") from error
         finally:
             connection.close()  # on a Stop too: the server drops a request whose client left
@@ -320,7 +355,19 @@ class OpenAICompletions:
         try:
             return json.loads(raw.decode())
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:  # nested past Python's stack
-            raise ServerError(status, f"an answer that is not JSON ({error})") from error
+            raise _shape_error(f"an answer that is not JSON ({error})", status) from error
+
+    def _not_http(self, error: http.client.HTTPException) -> RemoteError:
+        """Bytes that are not an HTTP answer (another program on that port, TLS where http:// was written): the
+        server was reached. Before, it was 'cannot reach the server' with the bytes, a NUL and a CR among them,
+        printed raw over two lines. Not retried: the next answer would be the same."""
+        came = one_line(str(error))[:60]
+        shown = f" (it began {came!r})" if came else ""
+        return RemoteError(
+            f"the server at {self.cfg.endpoint} answered with something that is not HTTP{shown}.",
+            hint="Check that --endpoint is the address of an OpenAI-compatible server (https:// if it wants TLS), "
+            "not another program's port.",
+        )
 
     def _timeout(self) -> ServerUnreachable:
         tries = f" ({self.cfg.retries + 1} tries)" if self.cfg.retries else ""  # the connection check tries once
@@ -384,6 +431,11 @@ def check_connection(config: ServerConfig, *, should_stop: StopFn = never) -> Co
     served = backend.check_model()
     backend.complete("Hello", max_tokens=1, stop=[], temperature=0.0, top_p=1.0, seed=0)
     return ConnectionCheck(served, time.perf_counter() - started)
+
+
+def _shape_error(what: str, status: int = 200) -> ServerError:
+    """An answer that came but is not the one asked for: it says what was missing, not that the server may be down."""
+    return ServerError(status, what, hint=ANSWER_SHAPE_HINT)
 
 
 def _reason(error: Exception) -> str:

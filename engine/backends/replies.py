@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from engine.errors import LogprobsUnavailable, ServerError
+from engine.errors import ANSWER_SHAPE_HINT, LogprobsUnavailable, ServerError
 
 ROUNDING = 1e-3  # a log-probability this far above 0 is a probability of 1 rounded, read as 0
 
@@ -104,7 +104,8 @@ def _logprob(value: object) -> float:
     would end the run as a fault in Beamwise; NaN, +inf or 5.0 would score paths with nonsense (NaN sorts
     anywhere, exp(1e308) overflows)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) or value > ROUNDING:
-        raise ServerError(200, f"an answer whose log-probabilities are not log-probabilities (one is {value!r:.60})")
+        raise ServerError(200, f"an answer whose log-probabilities are not log-probabilities (one is {value!r:.60})",
+                          hint=ANSWER_SHAPE_HINT)
     return min(float(value), 0.0)
 
 
@@ -141,13 +142,13 @@ def error_detail(raw: bytes) -> str:
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, RecursionError):
-        return _one_line(_page_text(text))[:200]
+        return one_line(_page_text(text))[:200]
     if not isinstance(data, dict):
-        return _one_line(text)[:200]
+        return one_line(text)[:200]
     message = data.get("message") or (data.get("error") or {})
     if isinstance(message, dict):
         message = message.get("message", "")
-    return _one_line(str(message or text))[:200]
+    return one_line(str(message or text))[:200]
 
 
 def _page_text(text: str) -> str:
@@ -162,11 +163,11 @@ def _page_text(text: str) -> str:
 
 def model_names(models: Sequence[str], shown: int = 8) -> str:
     """Served model names for a one-line message: a gateway may list hundreds, and a name may hold a newline."""
-    names = ", ".join(_one_line(name)[:80] for name in models[:shown])
+    names = ", ".join(one_line(name)[:80] for name in models[:shown])
     return names + (f" and {len(models) - shown} more (GET /v1/models lists them)" if len(models) > shown else "")
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     """A server's words as one line: an HTML error page or a traceback spans many, which broke the one-line
     error, and a control character (a NUL, an escape) is for the terminal, not the reader."""
     return " ".join("".join(c if c.isprintable() else " " for c in text).split())
