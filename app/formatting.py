@@ -106,3 +106,9 @@ def speculation_text(event: RunFinished, separator: str) -> str:
 def _lent(runs: int) -> str:
     """', 2 runs in other beams' rows' (speculative runs decoded in rows lent to them), or nothing for none."""
     return f", {runs} run{'' if runs == 1 else 's'} in other beams' rows" if runs else ""
+
+
+def prefix_disk_text(problem: str) -> str:
+    """What the window and the command line say when the prefix cache's disk tier cannot write its folder."""
+    return (f"the prefix cache cannot write its disk folder ({problem}): this run's blocks are kept in memory "
+            "only, for this process. Set BEAMWISE_PREFIX_CACHE_DIR to a folder you can write.")

@@ -35,6 +35,7 @@ class PrefillDone:
     seconds: float
     cached_tokens: int = 0  # loaded from the prefix cache instead of computed
     computed_tokens: int | None = None  # computed by this run (None, in events stored before: all of them)
+    prefix_disk_problem: str | None = None  # why the prefix cache's disk tier cannot keep this run's blocks
 
     def __post_init__(self) -> None:
         if self.computed_tokens is None:

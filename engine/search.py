@@ -177,7 +177,8 @@ class _Search:
 
     def _steps(self, kv: KVCache, prompt: list[int], started: float) -> Iterator[ev.Event]:
         seconds = kv.prefill(prompt)
-        yield ev.PrefillDone(len(prompt), seconds, kv.cached_tokens, kv.computed_tokens)
+        problem = kv.prefix.disk_problem if kv.prefix is not None else None
+        yield ev.PrefillDone(len(prompt), seconds, kv.cached_tokens, kv.computed_tokens, problem)
         kept: list[int] = []
         step = 0
         for step in range(1, self.cfg.max_steps + 1):

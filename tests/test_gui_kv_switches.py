@@ -90,6 +90,22 @@ def test_the_status_line_shows_cached_prompt_tokens():
     assert prompt_text(ev.PrefillDone(120, 0.1, 96, 24)) == "prompt: 120 tok (96 cached)"
 
 
+def test_the_status_bar_says_when_the_prefix_cache_cannot_write_its_folder(qtbot):
+    from PySide6.QtWidgets import QMainWindow
+
+    from app.gui.status_line import StatusLine
+    from engine import events as ev
+
+    window = QMainWindow()
+    qtbot.addWidget(window)
+    line = StatusLine(window)
+    line.apply(ev.PrefillDone(120, 0.1, 96, 24), live=True)
+    assert line.bar.currentMessage() == ""
+    line.apply(ev.PrefillDone(120, 0.1, 0, 120, "/x/prefix-kv: Permission denied"), live=True)
+    assert line.bar.currentMessage().startswith(
+        "The prefix cache cannot write its disk folder (/x/prefix-kv: Permission denied)")
+
+
 def test_speculated_children_round_trip_and_follow_the_speculative_switch(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path))
     controls = SearchControls()

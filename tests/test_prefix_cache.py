@@ -111,6 +111,35 @@ def test_disk_tier_serves_a_new_process(tiny, cache_dir):
     assert_same_run(trace(tiny, PROMPT, "lbs", cached=False), again)
 
 
+def test_a_disk_folder_that_cannot_be_written_is_said_and_the_run_goes_on(tiny, tmp_path, monkeypatch, capsys):
+    """BEAMWISE_PREFIX_CACHE_DIR under a file (or on a read-only disk): the disk tier stored nothing and nothing said
+    so. The prefill's event names the folder and the OS's reason, the window's status bar and `run` say it, and
+    the run goes on with the RAM tier (its answer the same)."""
+    from app.cli import main
+    from app.formatting import prefix_disk_text
+
+    (tmp_path / "a-file").write_text("x", encoding="utf-8")
+    monkeypatch.setenv("BEAMWISE_PREFIX_CACHE_DIR", str(tmp_path / "a-file" / "prefix-kv"))
+    prefix_cache.forget_shared()
+    events = trace(tiny, PROMPT, "in_device", cached=True)[0]
+    problem = prefill_of(events).prefix_disk_problem
+    assert problem is not None and str(tmp_path / "a-file") in problem and "Not a directory" in problem
+    assert prefix_disk_text(problem).startswith(f"the prefix cache cannot write its disk folder ({problem})")
+    flags = ["--model", "synthetic:tiny-llama", "--max-steps", "1", "--no-save"]
+    assert main(["run", "What is 2+2?", *flags]) == 0
+    assert f"beamwise: note: {prefix_disk_text(problem)}" in capsys.readouterr().err
+    monkeypatch.setenv("BEAMWISE_PREFIX_CACHE_DIR", str(tmp_path / "prefix-kv"))
+    prefix_cache.forget_shared()
+    assert prefill_of(trace(tiny, PROMPT, "in_device", cached=True)[0]).prefix_disk_problem is None
+
+
+def test_a_disk_cap_below_the_prompts_blocks_holds_once_the_run_ends(tiny, cache_dir):
+    """`--prefix-cache-disk 1kB` left the prompt's blocks on disk (119,016 bytes): they were pinned while the run
+    trimmed the tiers, and nothing trimmed them after."""
+    trace(tiny, PROMPT, "in_device", cached=True, prefix_cache_disk_bytes=1000)
+    assert sum(f.stat().st_size for f in cache_dir.rglob("*.kv")) <= 1000
+
+
 def test_different_model_misses(tiny, tiny_qwen2, cache_dir):
     trace(tiny, PROMPT, "in_device", cached=True)
     other = trace(tiny_qwen2, PROMPT, "in_device", cached=True)

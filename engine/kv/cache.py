@@ -362,6 +362,7 @@ class KVCache:
         finally:
             if self.prefix is not None:
                 self.prefix.unpin(self._pinned)
+                self.prefix.trim()  # the prompt's blocks, pinned until now, count against the caps again
             self._pinned = []
             for candidate in list(self.live):
                 self.release(candidate)

@@ -94,6 +94,7 @@ class PrefixCache:
         self.pins: Counter[bytes] = Counter()
         self.disk_uses: Counter[bytes] = Counter()  # hits on disk blocks in this process
         self.evicted = {"ram": 0, "disk": 0}  # blocks evicted past each cap (for tests and the log)
+        self.disk_problem: str | None = None  # why the disk tier cannot write its folder (shared_prefix_cache)
 
     def keys(self, token_ids: Sequence[int]) -> list[bytes]:
         return chain_keys(token_ids, self.block_size, self.seed)
@@ -233,6 +234,7 @@ def shared_prefix_cache(loaded, block_size: int, ram_bytes: int | None, disk_byt
         cache = _SHARED[key] = PrefixCache(block, loaded.dtype, seed=key.encode(), ram_bytes=ram_bytes,
                                            disk_bytes=disk_bytes, folder=folder)
     cache.ram_bytes, cache.disk_bytes, cache.folder = ram_bytes, disk_bytes, folder
+    cache.disk_problem = prefix_disk.unwritable(folder) if disk_bytes else None  # asked again each run
     return cache
 
 

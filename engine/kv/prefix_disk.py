@@ -66,6 +66,19 @@ def write_block(folder: Path, key: bytes, depth: int, tokens: tuple[int, ...], k
         return 0
 
 
+def unwritable(folder: Path) -> str | None:
+    """Why no block can be written in `folder` (the OS's reason, with the path), or None when a file can be:
+    `write_block` says nothing of a failed write (the disk tier is a cache), so a run asks once."""
+    probe = folder / f".probe.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        return f"{error.filename or folder}: {error.strerror or error}"
+    return None
+
+
 def read_block(
     folder: Path, key: bytes, depth: int, tokens: tuple[int, ...], shape: tuple[int, ...], dtype: torch.dtype
 ) -> torch.Tensor | None:
