@@ -47,7 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def methods_of(args: argparse.Namespace) -> list[str]:
-    if not args.compare:
+    if args.compare is None:  # --compare "" ran --method alone, unsaid
         return [args.method]
     methods = [m.strip() for m in args.compare.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]

@@ -387,11 +387,37 @@ def _note_skip_calibration(args: argparse.Namespace, saved) -> None:
               "same --model and --verifier) or give --tau-conf and --r-gap.", file=sys.stderr)
 
 
+def _refuse_unused(args: argparse.Namespace) -> None:
+    """An option that would do nothing as given is refused, as --verifier-model without --verifier prm is: each of
+    these was taken without a word, and the search ran as if it had not been given."""
+    unused = [
+        ((args.tau_conf, args.r_gap) != (None, None) and not args.verify_skip,
+         "--tau-conf and --r-gap set verify-skip's thresholds: add --verify-skip, or leave them out"),
+        ((args.entropy_theta, args.entropy_delta) != (None, None) and not args.entropy_exit,
+         "--entropy-theta and --entropy-delta set the entropy exit's thresholds: add --entropy-exit, or leave them "
+         "out"),
+        (args.audit_early_exit and not (args.verify_skip or args.entropy_exit),
+         "--audit-early-exit audits an early exit: add --verify-skip or --entropy-exit, or leave it out"),
+        (args.verifier_kv_share is not None and args.verifier == "logprob",
+         "--verifier-kv-share gives the verifier part of the KV budget, and logprob keeps no KV: pick --verifier "
+         "self-judge or prm, or leave it out"),
+        (args.speculative and args.policy in ("layerwise", "headwise"),
+         f"--speculative extends beams with in_device and lbs (and auto, which picks them where they fit), not "
+         f"with {args.policy}: pick one of those, or leave it out"),
+        (getattr(args, "no_save", False) and getattr(args, "db", None) is not None,
+         "--db names the database to record in, and --no-save records nothing: give one of them"),
+    ]
+    why = next((why for given, why in unused if given), None)
+    if why is not None:
+        raise ValueError(f"{why}.")
+
+
 def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig, CacheConfig]:
     """Build the validated configs; a ValueError here is the user's to fix."""
     if args.verifier_model is not None and args.verifier != "prm":  # it used to be ignored: a logprob run
         raise ValueError(f"--verifier-model names a PRM, but the verifier is {args.verifier}: add --verifier prm to "
                          "score the steps with it, or leave --verifier-model out.")
+    _refuse_unused(args)
     model = ModelSpec(source=args.model, dtype=args.dtype)
     search = SearchConfig(
         beams=args.beams, width=args.width, max_candidates=args.max_candidates, step_tokens=args.step_tokens,

@@ -152,6 +152,21 @@ def test_the_default_delimiter_reaches_the_search(command):
     assert build_parser().parse_args(["run", "q", "--step-delimiter", ""]).step_delimiter is None
 
 
+@pytest.mark.parametrize(("given", "said"), [
+    (["--tau-conf", "0.8"], "--tau-conf and --r-gap set verify-skip's thresholds: add --verify-skip"),
+    (["--entropy-delta", "1"], "--entropy-theta and --entropy-delta set the entropy exit's thresholds"),
+    (["--audit-early-exit"], "--audit-early-exit audits an early exit: add --verify-skip or --entropy-exit"),
+    (["--verifier-kv-share", "0.2"], "--verifier-kv-share gives the verifier part of the KV budget, and logprob"),
+    (["--speculative", "--policy", "headwise"], "--speculative extends beams with in_device and lbs"),
+    (["--no-save", "--db", "x.db"], "--db names the database to record in, and --no-save records nothing"),
+])  # fmt: skip
+def test_an_option_that_would_do_nothing_is_refused(capsys, given, said):
+    """Each was taken without a word and the search ran as if it had not been given (--verifier-model without
+    --verifier prm was the one refused)."""
+    assert main(["run", "q", "--model", "synthetic:tiny-llama", *given]) == 2
+    assert said in capsys.readouterr().err
+
+
 def test_a_broken_delimiter_escape_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["run", "q", "--step-delimiter", "\\x4"])

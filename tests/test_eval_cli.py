@@ -396,7 +396,9 @@ def test_calibrate_saves_thresholds_that_run_and_the_window_read(tmp_path, capsy
     assert (search.tau_conf, search.r_gap) == (saved.tau_conf, saved.r_gap)
     assert saved.entropy_theta is not None and saved.entropy_steps == 2 and saved.entropy_layers > 2
     assert (search.entropy_theta, search.entropy_delta) == (saved.entropy_theta, saved.entropy_delta)
-    _, given, _ = configs_from_args(build_parser().parse_args(["run", "--entropy-theta", "4", "--tau-conf", "0.5"]))
+    given = ["run", "--model", "synthetic:tiny-llama", "--verifier", "self-judge", "--entropy-exit", "--entropy-theta",
+             "4", "--verify-skip", "--tau-conf", "0.5"]  # each threshold given needs its switch
+    _, given, _ = configs_from_args(build_parser().parse_args(given))
     assert (given.entropy_theta, given.entropy_delta, given.tau_conf) == (4.0, saved.entropy_delta, 0.5)
     assert main(["eval", str(problems), *TINY, "--calibrate", "--no-save"]) == 0  # logprob: no lens to record
     out = capsys.readouterr().out  # it wrote "entropy_theta": null over the self-judge calibration, unsaid
@@ -585,3 +587,10 @@ def test_eval_help_says_its_prefix_cache_is_off_and_run_says_on(capsys):
             main([command, "--help"])
         shown = " ".join(capsys.readouterr().out.split())
         assert f"prefills only the rest (default: {default}" in shown
+
+
+def test_an_empty_compare_is_refused(tmp_path, capsys):
+    """`--compare ""` ran --method alone, unsaid."""
+    problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
+    assert main(["eval", str(problems), *TINY, "--no-save", "--compare", ""]) == 2
+    assert "--compare takes methods from" in capsys.readouterr().err
