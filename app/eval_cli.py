@@ -26,6 +26,8 @@ from app.problems import Problem, load_problems
 from app.threads import numerics_line
 from engine.config import METHODS, SearchConfig
 
+TARGET_AGREEMENT = 0.9  # --calibrate: the least share of skipped steps where the verifier picks the same child
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="accuracy and cost of search methods on a JSON Lines problem set")
@@ -40,15 +42,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--calibrate", action="store_true",
                    help="run the verifier on every step and at every layer; save verify-skip and entropy exit "
                    "thresholds to the user config")
-    p.add_argument("--target-agreement", type=float, default=0.9,
+    p.add_argument("--target-agreement", type=float, default=None,
                    help="--calibrate: least share of skipped (or exited) steps where the verifier (or the full "
-                   "pass) would pick the same child")
+                   f"pass) would pick the same child (default: {TARGET_AGREEMENT})")
     p.set_defaults(handler=eval_command)
 
 
 def methods_of(args: argparse.Namespace) -> list[str]:
     if args.compare is None:  # --compare "" ran --method alone, unsaid
-        return [args.method]
+        return [args.method or SearchConfig().method]
+    if args.method is not None:  # it was dropped, unsaid
+        raise UsageError(f"--compare {args.compare} runs its own methods, so --method {args.method} would do nothing: "
+                         "name it in --compare, or leave --method out.")
     methods = [m.strip() for m in args.compare.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
@@ -70,7 +75,9 @@ def config_for(search: SearchConfig, method: str, calibrate: bool) -> SearchConf
 def _check(args: argparse.Namespace) -> None:
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit must be at least 1 (got {args.limit}).")
-    if not 0 < args.target_agreement <= 1:
+    if args.target_agreement is not None and not args.calibrate:  # it was taken and did nothing
+        raise UsageError("--target-agreement sets what --calibrate aims for: add --calibrate, or leave it out.")
+    if args.target_agreement is not None and not 0 < args.target_agreement <= 1:
         raise UsageError(f"--target-agreement must be in (0, 1] (got {args.target_agreement}).")
     problems = Path(args.problems).resolve()
     if args.json_path and Path(args.json_path).resolve() == problems:
@@ -141,4 +148,4 @@ def _report(args: argparse.Namespace, evaluation, problems: list[Problem], inter
                 "methods": [s.to_dict() for s in summaries],
                 "runs": [dataclasses.asdict(r) for r in evaluation.finished_runs()]}
         write_json(args.json_path, data)
-    return evaluation.save_calibration(args.target_agreement) if args.calibrate else True
+    return evaluation.save_calibration(args.target_agreement or TARGET_AGREEMENT) if args.calibrate else True

@@ -311,9 +311,10 @@ def server_from_args(args: argparse.Namespace):
 def _add_method_options(parser: argparse.ArgumentParser) -> None:
     d = SearchConfig()
     g = parser.add_argument_group("search method and early exit")
-    g.add_argument("--method", default=d.method, choices=METHODS,
+    g.add_argument("--method", default=None, choices=METHODS,  # None: not given (eval --compare refuses it then)
                    help="beam (N best of N x M each step), dvts (N subtrees, each keeps its best of M), "
-                   "best-of-n (N x M complete samples), greedy (one pass at temperature 0; ignores N, M)")
+                   f"best-of-n (N x M complete samples), greedy (one pass at temperature 0; ignores N, M) "
+                   f"(default: {d.method})")
     g.add_argument("--lookahead", type=int, default=d.lookahead, metavar="K",
                    help="beam: roll each child out K greedy steps and score the end of the roll-out")
     g.add_argument("--select", default=d.select, choices=SELECTIONS,
@@ -439,6 +440,6 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig
 
 
 def _method_fields(args: argparse.Namespace) -> dict:
-    return {"method": args.method, "lookahead": args.lookahead, "select": args.select,
+    return {"method": args.method or SearchConfig().method, "lookahead": args.lookahead, "select": args.select,
             "verify_skip": args.verify_skip, "audit_early_exit": args.audit_early_exit,
             "entropy_exit": args.entropy_exit, **early_exit_thresholds(args)}

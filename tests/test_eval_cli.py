@@ -589,8 +589,14 @@ def test_eval_help_says_its_prefix_cache_is_off_and_run_says_on(capsys):
         assert f"prefills only the rest (default: {default}" in shown
 
 
-def test_an_empty_compare_is_refused(tmp_path, capsys):
-    """`--compare ""` ran --method alone, unsaid."""
+@pytest.mark.parametrize(("given", "said"), [
+    (["--compare", ""], "--compare takes methods from"),
+    (["--compare", "beam,greedy", "--method", "dvts"], "--compare beam,greedy runs its own methods, so --method dvts"),
+    (["--target-agreement", "0.8"], "--target-agreement sets what --calibrate aims for: add --calibrate"),
+])  # fmt: skip
+def test_options_eval_would_drop_are_refused(tmp_path, capsys, given, said):
+    """`--compare ""` ran --method alone, --method beside --compare was dropped, --target-agreement without
+    --calibrate did nothing: each unsaid."""
     problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
-    assert main(["eval", str(problems), *TINY, "--no-save", "--compare", ""]) == 2
-    assert "--compare takes methods from" in capsys.readouterr().err
+    assert main(["eval", str(problems), *TINY, "--no-save", *given]) == 2
+    assert said in capsys.readouterr().err
