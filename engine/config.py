@@ -14,6 +14,7 @@ VERIFIERS = ("logprob", "self-judge", "prm")
 VERIFIER_DEVICES = ("auto", "cpu")  # auto: the generator's device
 DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
+LEAST_GBPS, MOST_GBPS = 0.001, 10_000  # PCIe bandwidths: 1 MB/s to 10 TB/s (a PCIe 5 x16 link is 64 GB/s)
 MAX_CANDIDATES_PER_STEP = 1024  # beams x width; more is refused at once (raise it with max_candidates)
 SEED_RANGE = (0, 2**63 - 1)  # candidate seeds are taken mod 2**63: a seed outside would equal one inside
 METHODS = ("beam", "best-of-n", "dvts", "greedy")
@@ -192,7 +193,8 @@ class CacheConfig:
         )
         _require(1 <= self.block_size <= 4096, f"block size must be 1..4096 tokens (got {self.block_size}).")
         _finite(self.pcie_gbps, "PCIe bandwidth")
-        _require(self.pcie_gbps > 0, f"PCIe bandwidth must be positive GB/s (got {self.pcie_gbps}).")
+        _require(MOST_GBPS >= self.pcie_gbps >= LEAST_GBPS,  # 1e-300 printed a time of 300 digits
+                 f"PCIe bandwidth must be {LEAST_GBPS:g} to {MOST_GBPS:,} GB/s (got {self.pcie_gbps:g}).")
         _require(self.device in DEVICES, "device must be auto, cpu or cuda.")
         _finite(self.speculative_ratio, "the speculation ratio")
         _require(0 < self.speculative_ratio <= 1,
@@ -234,6 +236,9 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
 
+MOST_BYTES = 10**18  # a size larger than this (an exabyte) is a typing slip, not a machine
+
+
 def parse_bytes(text: str) -> int:
     """'64MB' -> 64_000_000, '1.5GiB' -> 1_610_612_736, '4096' -> 4096. Read in decimal, exactly: a size a
     refusal printed ('32.3 kB') is the bytes shown (a float product read 32,299 B, a byte short)."""
@@ -244,4 +249,8 @@ def parse_bytes(text: str) -> int:
     binary = "i" in unit
     prefix = unit.replace("i", "").replace("b", "")
     scale = 1024 ** "_kmgt".index(prefix) if binary and prefix else _UNITS[prefix]
-    return int(number * scale)
+    size = int(number * scale)
+    if size > MOST_BYTES:  # it was taken and shown as 100000000000000008388608.0 TB, and planned green
+        raise ValueError(f"{text!r} is more than any machine holds (at most {MOST_BYTES // 10**12:,} TB); write it "
+                         "like 512MB, 7GB or 1.5GiB.")
+    return size

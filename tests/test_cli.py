@@ -167,6 +167,20 @@ def test_an_option_that_would_do_nothing_is_refused(capsys, given, said):
     assert said in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("given", "said"), [
+    (["--pcie-gbps", "1e-300"], "PCIe bandwidth must be 0.001 to 10,000 GB/s (got 1e-300)"),
+    (["--kv-budget", "99999999999999999999999TB"], "is more than any machine holds (at most 1,000,000 TB)"),
+])  # fmt: skip
+def test_absurd_sizes_and_bandwidths_are_refused(capsys, given, said):
+    """A PCIe of 1e-300 GB/s printed a step time of 300 digits; a budget of 1e23 TB was shown as
+    100000000000000008388608.0 TB and planned green."""
+    try:
+        code = main(["plan", "q", "--model", "synthetic:tiny-llama", *given])
+    except SystemExit as stop:  # argparse's own refusal of a --kv-budget it cannot read
+        code = stop.code
+    assert code == 2 and said in capsys.readouterr().err
+
+
 def test_a_broken_delimiter_escape_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["run", "q", "--step-delimiter", "\\x4"])
