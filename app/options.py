@@ -270,7 +270,8 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--backend", default="local", choices=BACKENDS,
                    help="local: load --model here; openai: a /v1/completions server at --endpoint")
     g.add_argument("--endpoint", "--server", default=None, metavar="URL",
-                   help="openai: the server, e.g. http://gpu-box:8000")
+                   help="openai: the server, e.g. http://gpu-box:8000 (http:// needs its port; https:// is 443 "
+                        "without one)")
     g.add_argument("--served-model", default=None, metavar="NAME", help="openai: the model name the server serves")
     g.add_argument("--api-key-env", default=None, metavar="NAME",
                    help="openai: the environment variable holding the API key (the key is never recorded)")
