@@ -117,7 +117,7 @@ def parse_delimiter(text: str) -> str | None:
         return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
     except UnicodeDecodeError as error:
         raise ValueError(
-            f"the step delimiter {text!r} has a broken escape ({error.reason}); write it like \\n\\n, "
+            f"the step delimiter \"{text}\" has a broken escape ({error.reason}); write it like \\n\\n, "
             "or leave it empty to cut steps by length only."
         ) from error
 

@@ -184,7 +184,8 @@ def test_absurd_sizes_and_bandwidths_are_refused(capsys, given, said):
 def test_a_broken_delimiter_escape_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["run", "q", "--step-delimiter", "\\x4"])
-    assert stop.value.code == 2 and "broken escape" in capsys.readouterr().err
+    # as typed: it said '\\\\x4' (Python's repr), which is another, whole delimiter
+    assert stop.value.code == 2 and 'the step delimiter "\\x4" has a broken escape' in capsys.readouterr().err
 
 
 SWITCH_ARGS = [
