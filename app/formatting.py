@@ -22,6 +22,11 @@ def score(value: float | None, missing: str = "-") -> str:
     return missing if value is None else f"{value:.3f}"
 
 
+def steps(count: int) -> str:
+    """'1 step', '3 steps'."""
+    return f"{count} step{'' if count == 1 else 's'}"
+
+
 def size(value: float | None) -> str:
     """Bytes in decimal units (32.0 MB, the units of --kv-budget and the settings); '-' when not recorded."""
     return "-" if value is None else format_bytes(value)

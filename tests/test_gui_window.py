@@ -86,8 +86,8 @@ def test_a_run_fills_the_tree_status_bar_and_transcript(qtbot, make_window):
     assert window.status.speed.text() == "8.0 cand-tok/s"
     assert f"goodput: {terminal.goodput:.1f}" in window.status.speed.toolTip()
     assert "completion time" in window.status.speed.toolTip()
-    done = f"Done: {terminal.steps} steps, score {terminal.score:.2f}, goodput {terminal.goodput:.1f} tok/s"
-    assert window.statusBar().currentMessage() == done  # short: the fields beside it leave little room
+    done = f"Done: {terminal.steps} steps, score {terminal.score:.3f}, goodput {terminal.goodput:.1f} tok/s"
+    assert window.statusBar().currentMessage() == done  # the score to three places, as the tree and transcript
     assert "80 km/h" in window.panels.transcript.plain_text()
     assert window.run_action.isEnabled() and not window.stop_action.isEnabled()
 

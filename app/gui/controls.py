@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 import app.formatting as fmt
 from app.early_exit import entropy_mismatch, load_thresholds, thresholds_text, verifier_key
 from app.gui.model_picker import ModelPicker
+from app.gui.seed_box import SeedBox
 from app.gui.slider_spin import SliderSpin
 from app.gui.terms import window_terms
 from app.gui.verifier_picker import VerifierPicker
@@ -164,7 +165,7 @@ class SearchControls(QWidget):
                                (self.step_tokens, search.step_tokens), (self.max_steps, search.max_steps),
                                (self.temperature, search.temperature), (self.top_p, search.top_p)):
             control.set_value(value)
-        self.seed.setValue(search.seed)
+        self.seed.set_value(search.seed)
         self.delimiter.setText(format_delimiter(search.step_delimiter))
         self._show_size("kv_budget", cache.kv_budget_bytes, MB)
         self.pcie_gbps.set_value(cache.pcie_gbps)
@@ -240,10 +241,9 @@ class SearchControls(QWidget):
         self.top_p = self._slider(0, 1, decimals=2, step=0.01,
                                   tooltip="Nucleus sampling: sample from the smallest set of tokens whose "
                                   "probability adds up to top-p; must be above 0.")
-        self.seed = QSpinBox()
-        self.seed.setRange(0, 2**31 - 1)
-        self.seed.setToolTip("Random seed: the same seed and settings give the same search.")
-        self.seed.valueChanged.connect(self._revalidate)
+        self.seed = SeedBox()
+        self.seed.setToolTip("Random seed, 0 to 2**63-1: the same seed and settings give the same search.")
+        self.seed.value_changed.connect(self._revalidate)
         self.aggregation = self._combo({a: a for a in AGGREGATIONS},
                                        "How a path's step scores combine into its ranking score.")
         self._method_controls()

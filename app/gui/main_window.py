@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QDockWidget,
     QHBoxLayout,
@@ -50,6 +50,7 @@ from app.gui.terms import window_terms
 from app.gui.transcript import TranscriptPanel
 from app.gui.tree_view import ReasoningTreeView
 from app.session import SessionModel
+from app.session.model import failure_title
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import BeamwiseError
@@ -59,6 +60,7 @@ BUNDLED_NAMES = ("SmolLM2-135M-Instruct",)
 RUN_OVER = object()  # queued after a run's events: the search request is over
 
 FAILURE_TITLES = {"WeightsDoNotFit": "The PRM does not fit beside the generator"}  # by RunFailed.error
+STOP_TIP = "Stop the search (Esc): the step in progress is dropped, the steps chosen so far are kept"
 
 
 @dataclass
@@ -122,6 +124,7 @@ class MainWindow(QMainWindow):
         self.current_session: int | None = None
         self.last_terminal: Any = None
         self._stop_asked = False  # Stop was pressed during the running request
+        self._settings_error = ""  # the settings' error the status bar said last
         self.shortcuts_box: QMessageBox | None = None  # Help > Keyboard shortcuts, the last one shown
         self.setWindowTitle("Beamwise")
         self.resize(1400, 900)
@@ -154,11 +157,15 @@ class MainWindow(QMainWindow):
         self.question.setTabChangesFocus(True)
         self.question.setAccessibleName("Question")  # a screen reader does not read the placeholder as a name
         self.run_action = QAction("&Run", self)  # Alt+R on the button, R in the Search menu
-        self.run_action.setShortcuts([QKeySequence("Ctrl+Return"), QKeySequence("Ctrl+Enter")])
+        run_keys = [QKeySequence("Ctrl+Return"), QKeySequence("Ctrl+Enter")]
+        self.run_action.setShortcuts(run_keys)
         self.run_action.setToolTip("Start the search (Ctrl+Enter)")
+        self.refused_run = QShortcut(self)  # Ctrl+Enter while Run is greyed out: says why instead of nothing
+        self.refused_run.setKeys(run_keys)
+        self.refused_run.setEnabled(False)
         self.stop_action = QAction("&Stop", self)
         self.stop_action.setShortcut(QKeySequence(Qt.Key.Key_Escape))
-        self.stop_action.setToolTip("Stop after the current decode step (Esc)")
+        self.stop_action.setToolTip(STOP_TIP)
         self.stop_action.setEnabled(False)
         buttons = QVBoxLayout()
         for action in (self.run_action, self.stop_action):
@@ -221,6 +228,7 @@ class MainWindow(QMainWindow):
 
     def _connect(self) -> None:
         self.run_action.triggered.connect(lambda: self.start_run())
+        self.refused_run.activated.connect(lambda: self.start_run())  # start_run says what to fix first
         self.stop_action.triggered.connect(self.stop_run)
         self.controls.changed.connect(self._update_actions)
         self.controls.verifier.refused.connect(lambda message: self.report_error("Not a PRM Beamwise knows", message))
@@ -324,7 +332,7 @@ class MainWindow(QMainWindow):
         if self.running:
             self._stop_asked = True
             self.bridge.stop()
-            self.statusBar().showMessage("Stopping after the current decode step…")
+            self.statusBar().showMessage("Stopping: the step in progress is dropped, the steps chosen so far are kept…")
 
     def _begin(self, search: SearchConfig) -> None:
         self.running, self.last_terminal, self.current_session = True, None, None
@@ -345,7 +353,7 @@ class MainWindow(QMainWindow):
         if event.type in ev.TERMINAL_TYPES:
             self.last_terminal = event
             if isinstance(event, ev.RunFailed) and self.running:
-                self.report_error(FAILURE_TITLES.get(event.error, "The search could not run"), event.message,
+                self.report_error(FAILURE_TITLES.get(event.error, failure_title(self.session.run)), event.message,
                                   event.details)
 
     def _take(self, item: Any) -> None:
@@ -431,12 +439,26 @@ class MainWindow(QMainWindow):
         valid = self.controls.is_valid()
         has_question = bool(self.question.toPlainText().strip())
         self.run_action.setEnabled(not self.running and valid and has_question)
+        self.refused_run.setEnabled(not self.running and not self.run_action.isEnabled())
         tip = "Start the search (Ctrl+Enter)" if has_question else "Type a question first"
         self.run_action.setToolTip(tip if valid else f"Fix the settings: {self.controls.error_text()}")
+        self._say_settings_error()
         self.stop_action.setEnabled(self.running)
         self.controls.setEnabled(not self.running)
         self.plan_bar.set_paused(self.running)
         self.talk.update()
+
+    def _say_settings_error(self) -> None:
+        """Why Run went grey, in the status bar as the setting changes: the settings' own red line sits at the
+        bottom of their scrolled panel, out of sight, and Run went grey with no reason shown."""
+        error = self.controls.error_text()
+        if error == self._settings_error:
+            return
+        self._settings_error = error
+        if error:
+            self.statusBar().showMessage(f"Fix the settings first: {error}")
+        elif self.statusBar().currentMessage().startswith("Fix the settings first: "):
+            self.statusBar().clearMessage()
 
     def report_error(self, title: str, text: str, details: str = "") -> None:
         """Tell the user what happened and what to do; the window stays usable. `details` (a fault's traceback)

@@ -8,6 +8,7 @@ so one legend explains both. `use_dark` switches the variant before views build 
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt
@@ -134,11 +135,13 @@ def ui_font(point_size: float = 9.0, bold: bool = False) -> QFont:
 
 
 class TreeLegend(QLabel):
-    """Explains state colours and the GPU/CPU fill; says 'emulated GPU' when the run is emulated."""
+    """Explains state colours and the GPU/CPU fill; says 'emulated GPU' when the run is emulated. `compact`: one
+    line of the state colours, the whole legend in its tooltip (a short tree view, where it covered the boxes)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setTextFormat(Qt.TextFormat.RichText)
+        self.compact = False
         self.restyle()
         self.set_emulated(False)
 
@@ -157,20 +160,34 @@ class TreeLegend(QLabel):
         )
         if remote:  # nothing to place: the server's prefix cache holds the KV
             kv = "KV: remote: KV is managed by the server  ·  box: score, id, first line"
-        self.setText(f"{states}<br>{kv}")
+        self._full = f"{states}<br>{kv}"
+        self._show()
+
+    def _show(self) -> None:
+        colours = "".join(f'<span style="color:{s.border}">■</span>' for s in STATE_STYLES.values())
+        self.setText(f"{colours} legend: point here" if self.compact else self._full)
+        self.setToolTip(self._full if self.compact else "")
+        self.setAccessibleDescription(self.plain_text())
         self.adjustSize()
 
-    def fit_width(self, room: int) -> None:
-        """One line per row when `room` pixels allow it; wrapped to `room` when not."""
-        self.setWordWrap(False)
-        self.setMinimumSize(0, 0)
-        self.setMaximumSize(16_777_215, 16_777_215)
-        self.adjustSize()
-        if self.width() > room:
-            self.setWordWrap(True)
-            self.setFixedWidth(room)
-            self.setFixedHeight(self.heightForWidth(room))
+    def fit_width(self, room: int, most_height: int | None = None) -> None:
+        """One line per row when `room` pixels allow it; wrapped to `room` when not; compact when even so it
+        would be taller than `most_height`."""
+        for compact in (False, True):
+            if compact != self.compact:
+                self.compact = compact
+                self._show()
+            self.setWordWrap(False)
+            self.setMinimumSize(0, 0)
+            self.setMaximumSize(16_777_215, 16_777_215)
+            self.adjustSize()
+            if self.width() > room:
+                self.setWordWrap(True)
+                self.setFixedWidth(room)
+                self.setFixedHeight(self.heightForWidth(room))
+            if most_height is None or self.height() <= most_height:
+                return
 
     def plain_text(self) -> str:
         """The legend's words without markup (for tests and accessibility)."""
-        return html.unescape(self.text().replace("<br>", "\n")).replace("■", "").strip()
+        return html.unescape(re.sub(r"<[^>]+>", "", self._full.replace("<br>", "\n"))).replace("■", "").strip()

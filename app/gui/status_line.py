@@ -20,7 +20,8 @@ from engine import events as ev
 
 HEARTBEAT_MS = 1000
 MODEL_WIDTH = 320  # px: a longer model name is shortened in the middle (whole in the tooltip)
-MESSAGE_ROOM_PX = 320  # the bar's own line ("Done: 6 steps, score 0.87, …", the heartbeat) keeps at least this
+MESSAGE_ROOM_PX = 320  # the bar's own line ("Done: 6 steps, score 0.872, …", the heartbeat) keeps at least this
+MESSAGE_PAD_PX = 24  # beside a message's words: the bar's margin before them and a gap after
 FIELD_GAP_PX = 8  # what the status bar puts beside each field
 BANNER_LINES = 2  # the load banner's words above the tree
 BANNER_SIDE_BY_SIDE_PX = 560  # narrower, the banner's bar goes under its words
@@ -118,14 +119,19 @@ class StatusLine:
         for field in self.fields:
             bar.addPermanentWidget(self._slots[field])
         self._fitter = _OnResize(bar, self.fit)
+        bar.messageChanged.connect(self.fit)  # a longer message takes room from the least telling fields
         self.speed.setToolTip("Candidate tokens generated per second (all beams together)")
         self.device.setToolTip("Where the KV cache lives; without CUDA a budgeted CPU pool emulates the GPU")
 
-    def fit(self) -> None:
-        """Show the fields that fit beside MESSAGE_ROOM_PX of the bar's line, the most telling first; on a narrow
-        window the rest step aside rather than run over the line. A field's own show/hide (idle, exit) is its
-        label's; room is its slot's, so the two never fight."""
-        room = self.bar.width() - MESSAGE_ROOM_PX
+    def fit(self, *_args: object) -> None:
+        """Show the fields that fit beside the bar's line (the message's words, at least MESSAGE_ROOM_PX), the
+        most telling first; the rest step aside rather than run over the line, which the window's 400-600 px
+        messages did at every size when the line kept only MESSAGE_ROOM_PX. A field's own show/hide (idle, exit)
+        is its label's; room is its slot's, so the two never fight."""
+        message = self.bar.currentMessage()
+        words = self.bar.fontMetrics().horizontalAdvance(message) + MESSAGE_PAD_PX if message else 0
+        room = self.bar.width() - max(MESSAGE_ROOM_PX, words)
+        self.bar.setToolTip(message if words > self.bar.width() else "")  # wider than the window: whole here
         if not self.progress.isHidden():
             room -= self.progress.sizeHint().width() + FIELD_GAP_PX
         for field in self._by_worth:
@@ -172,10 +178,11 @@ class StatusLine:
         self.fit()  # the mark widens the field
 
     def begin(self, max_steps: int) -> None:
-        """A search request starts: step 0/S, no speed yet."""
+        """A search request starts: step 0/S, no speed yet, and none of the last run's figures (a load stopped
+        by Esc left the previous session's prompt, idle slots and policy beside the new model)."""
+        self._clear_run_fields()
         self._tokens, self._max_steps = 0, max_steps
         self.step.setText(f"step 0/{max_steps}")
-        self.speed.setText("- cand-tok/s")
         self.bar.showMessage("Running…")
         self.live = StepProgress()
         self._quiet.start()
@@ -186,16 +193,21 @@ class StatusLine:
         """Before a recorded session is shown: nothing of the previous run stays (a stale speed, a step)."""
         self._beat.stop()
         self._tokens, self._max_steps = 0, 0
+        self._clear_run_fields()
         self.step.setText("step -")
+        self.bar.clearMessage()
+        self.fit()
+
+    def _clear_run_fields(self) -> None:
+        """The fields a run fills in, back to "-": speed, policy, verifier, prompt, idle slots, exit."""
         self.speed.setText("- cand-tok/s")
         self.policy.setText("policy: -")
+        self.policy.setToolTip("")
         self.verifier.setText("verifier: -")
         self._show_exit(None)
         self.idle.hide()
         self.prompt.setText("prompt: -")
         self.prompt.setToolTip(PROMPT_TIP)  # not the last run's cached and computed counts
-        self.bar.clearMessage()
-        self.fit()
 
     def stop_heartbeat(self) -> None:
         self._beat.stop()
@@ -250,12 +262,11 @@ class StatusLine:
             self.speed.setText(f"{event.tokens_per_second:.1f} cand-tok/s")
             self.speed.setToolTip(formatting.goodput_text(event) + formatting.speculation_text(event, "\n"))
             # short enough to show beside the fields on a 1400-px window; what speculation did is in the speed's tooltip
-            self.bar.showMessage(
-                f"Done: {event.steps} steps, score {event.score:.2f}, goodput {event.goodput:.1f} tok/s", 15000
-            )
+            self.bar.showMessage(f"Done: {formatting.steps(event.steps)}, score {formatting.score(event.score)}, "
+                                 f"goodput {event.goodput:.1f} tok/s", 15000)
         elif isinstance(event, ev.RunCancelled):  # the step it was in is dropped: the count ends at the last kept
             self.step.setText(f"step {event.step}/{self._max_steps}")
-            self.bar.showMessage(f"Stopped after step {event.step}.", 15000)
+            self.bar.showMessage(f"{cancelled_text(event)}.", 15000)
         elif isinstance(event, ev.RunFailed):
             self.speed.setText("- cand-tok/s")  # a failed run has no speed to show
             self.bar.showMessage(f"Failed: {window_terms(event.message)[:120]}", 15000)
@@ -307,3 +318,8 @@ def prompt_text(event: ev.PrefillDone) -> str:
     if not event.cached_tokens:
         return f"prompt: {event.prompt_tokens} tok"
     return f"prompt: {event.prompt_tokens} tok ({event.cached_tokens} cached)"
+
+
+def cancelled_text(event: ev.RunCancelled) -> str:
+    """What Stop kept: the step in progress is dropped, so a stop inside step 1 kept no step at all."""
+    return f"Stopped after step {event.step}" if event.step else "Stopped before step 1 finished"

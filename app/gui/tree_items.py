@@ -46,6 +46,7 @@ class Ink:
         self.text = pal.ui_font(10.0)
         self.small = pal.ui_font(8.5)
         self.text_metrics = QFontMetrics(self.text)
+        self.small_metrics = QFontMetrics(self.small)
         styles = {**pal.STATE_STYLES, "root": pal.ROOT_STYLE}
         self.border = {name: QPen(pal.color(s.border), s.width) for name, s in styles.items()}
         self.fill = {name: QBrush(pal.color(s.fill)) for name, s in styles.items()}
@@ -78,6 +79,20 @@ class Labels:
     line: str
     meta: str
     traffic: str
+
+
+def traffic_label(where: str, h2d: int | None, d2h: int | None, metrics: QFontMetrics, width: int) -> str:
+    """'GPU 0% · H2D 656.6 kB  D2H 737.3 kB' in `width` pixels: the sizes in whole units when the tenths do not fit,
+    then cut at the end with an ellipsis; never a figure without its unit ('D2H 737.3 k' was cut by the box)."""
+    def whole(nbytes: int | None) -> str:
+        number, _, unit = format_bytes(nbytes).partition(" ")
+        return f"{float(number):.0f} {unit}" if unit else number
+
+    for h2d_text, d2h_text in ((format_bytes(h2d), format_bytes(d2h)), (whole(h2d), whole(d2h))):
+        label = f"{where}H2D {h2d_text}  D2H {d2h_text}"
+        if metrics.horizontalAdvance(label) <= width:
+            return label
+    return metrics.elidedText(label, Qt.TextElideMode.ElideRight, width)
 
 
 class NodeItem(QGraphicsItem):
@@ -142,7 +157,7 @@ class NodeItem(QGraphicsItem):
         meta = f"{lane}  {'' if group is None else f'g{group}'}  #{self.node_id}".strip()
         where = "" if self._share is None else f"GPU {self._share:.0%} · "  # placement in words, not only colour
         return Labels(fmt.score(score, "…"), line, meta,
-                      f"{where}H2D {format_bytes(h2d)}  D2H {format_bytes(d2h)}")
+                      traffic_label(where, h2d, d2h, self._ink.small_metrics, int(NODE_W - 2 * PAD)))
 
     def style(self) -> pal.StateStyle:
         return pal.ROOT_STYLE if self._state == "root" else pal.STATE_STYLES[self._state]

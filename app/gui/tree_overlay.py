@@ -30,9 +30,13 @@ class TreeControls(QWidget):
             row.addWidget(button)
 
 
+LEGEND_SHARE = 4  # the whole legend takes at most 1/4 of the view's height; on a shorter view it is one line
+
+
 def place(view: QGraphicsView, controls: QWidget, legend: TreeLegend) -> None:
-    """Margins so that neither covers a node: the controls above the viewport, the legend below it."""
-    legend.fit_width(max(200, view.width() - 24))
+    """Margins so that neither covers a node: the controls above the viewport, the legend below it. At 1024x640
+    the wrapped legend took most of the tree's 220 px and no box could be read: there it goes compact."""
+    legend.fit_width(max(200, view.width() - 24), view.height() // LEGEND_SHARE)
     controls.adjustSize()
     top = controls.height() + 8
     view.setViewportMargins(0, top, 0, legend.height() + 8)

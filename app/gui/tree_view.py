@@ -170,6 +170,7 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         remote = self.data.device.startswith("remote")
         if (self.data.emulated, remote) != (self.legend.emulated, self.legend.remote):
             self.legend.set_emulated(self.data.emulated, remote=remote)
+            place_overlay(self, self._buttons, self.legend)  # the words changed: fitted and placed again
 
     def fit_to_view(self) -> None:
         """Show the whole tree (never magnified past 100 %) and resume following."""
@@ -248,6 +249,7 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         self.setBackgroundBrush(pal.color(pal.BACKGROUND))
         self.legend.restyle()
         self.legend.set_emulated(self.legend.emulated, remote=self.legend.remote)
+        place_overlay(self, self._buttons, self.legend)
 
     def is_shown(self, node_id: int) -> bool:
         return self._items[node_id].isVisible()

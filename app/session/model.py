@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+import app.formatting as fmt
 from app.session.series import ChartSeries
 from app.session.steps import RunRecord
 from app.session.tree import SearchTree
@@ -123,11 +124,23 @@ class SessionModel:
             o.status = f"Best path after step {event.step}"
         elif isinstance(event, ev.RunFinished):
             o.answer, o.best_path = event.answer, list(self.tree.chosen_path)
-            o.status = f"Chosen path · score {event.score:.3f} · {event.steps} steps in {event.seconds:.1f} s"
-        elif isinstance(event, ev.RunCancelled):
-            o.status = f"Stopped after step {event.step}; the best path so far"
-        elif isinstance(event, ev.RunFailed):
-            o.status = f"The run failed ({event.error}): {event.message}"
+            o.status = (f"Chosen path · score {fmt.score(event.score)} · {fmt.steps(len(event.path))} · "
+                        f"search {fmt.steps(event.steps)} in {event.seconds:.1f} s")  # the path can end earlier
+        elif isinstance(event, ev.RunCancelled):  # the step in progress was dropped
+            o.status = (f"Stopped after step {event.step}; the best path so far" if event.step
+                        else "Stopped before step 1 finished; no step was chosen")
+        elif isinstance(event, ev.RunFailed):  # the message says what to do; no exception class name for users
+            o.status = f"{failure_title(self.run)}: {event.message}"
         else:
             return False
         return True
+
+
+def failure_title(run: RunRecord) -> str:
+    """A failed run named by what happened: 'The search could not run' before any step, else the step it was in
+    ('The search stopped at step 2'), so a run whose first steps are drawn is not said never to have run."""
+    started = [step for step, record in run.steps.items() if record.started is not None]
+    if not started:
+        return "The search could not run"
+    last = max(started)
+    return f"The search stopped {'after' if run.steps[last].selected is not None else 'at'} step {last}"
