@@ -87,11 +87,14 @@ def _download_complete(marker: Path) -> bool:
         return False
 
 
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin")  # a transformers folder's weights, sharded or not
+
+
 def add_folder(path: Path) -> Path:
     """Remember a model folder or .gguf file the user keeps elsewhere (Beamwise never deletes it); returns it
     resolved. Refused when it is no model Beamwise can read, and when the list cannot be read (never rewritten)."""
     from app.model_facts import facts_of
-    from engine.models import checked_folder, checked_gguf
+    from engine.models import check_tokenizer_files, checked_folder, checked_gguf
 
     checked = checked_gguf(str(path)) if path.suffix.lower() == ".gguf" else checked_folder(str(path))
     try:
@@ -101,6 +104,12 @@ def add_folder(path: Path) -> Path:
     except Exception as error:  # a config of the right form with values of the wrong kind
         raise ModelLoadError(f"{checked}'s config.json cannot be read as a model's ({type(error).__name__}: "
                              f"{error}).") from error
+    if checked.is_dir():  # a config alone was listed as a model and failed only at `run`
+        check_tokenizer_files(checked)
+        if not any(next(checked.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
+            raise ModelLoadError(f"model folder {checked} has no weight files (*.safetensors, *.bin).",
+                                 hint="The download may be incomplete: copy the weights from where the model came "
+                                      "from, or pick another folder.")
     resolved = checked.resolve()
     if resolved.parent == models_dir().resolve():
         raise ValueError(f"{resolved} is in Beamwise's models folder, so it is listed already.")

@@ -360,4 +360,7 @@ def _explain(error: Exception, endpoint: str, repo_id: str, part: Path | None = 
         return PullError(f"the connection to {endpoint} broke off{kept}; pull again to resume.")
     if "404" in text or "RepositoryNotFound" in text or "EntryNotFound" in text:
         return PullError(f"{repo_id} was not found on {endpoint}; check the repository id (owner/name).")
+    if kinds & {"JSONDecodeError", "DecodingError"}:  # it said "pull again to resume", with nothing to resume
+        return PullError(f"{endpoint} answered, but not as a model hub does (its reply to the file list was not "
+                         "JSON); check --endpoint: it should be a Hugging Face hub or a mirror of one.")
     return PullError(f"the download from {endpoint} failed ({text.splitlines()[0][:200]}); pull again to resume.")

@@ -112,7 +112,11 @@ def cmd_remove(args: argparse.Namespace) -> int:
     if not args.yes:
         if not sys.stdin.isatty():
             raise ValueError(f"removing {entry.name} needs confirmation; add --yes to remove it.")
-        reply = input(f"Delete {entry.source} ({fmt.size(entry.size_bytes)})? [y/N] ")
+        try:
+            reply = input(f"Delete {entry.source} ({fmt.size(entry.size_bytes)})? [y/N] ")
+        except EOFError:  # Ctrl+D (Ctrl+Z, Enter on Windows): no answer is no, not a traceback
+            print()
+            reply = ""
         if reply.strip().lower() not in ("y", "yes"):
             print("kept it")
             return 1

@@ -62,9 +62,16 @@ def test_models_add_takes_only_a_model_it_can_read(tmp_path, model_folder, capsy
     (tmp_path / "empty").mkdir()
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config.json").write_text("{", encoding="utf-8")
+    (tmp_path / "config-only").mkdir()  # both were listed as models and failed only at `run`
+    (tmp_path / "config-only" / "config.json").write_bytes((model_folder / "config.json").read_bytes())
+    (tmp_path / "no-weights").mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / "no-weights" / name).write_bytes((model_folder / name).read_bytes())
     for path, said in ((tmp_path / "notes.txt", "is neither a .gguf file nor a model folder"),
                        (tmp_path / "empty", "has no config.json"), (tmp_path / "missing", "does not exist"),
-                       (tmp_path / "broken", "could not load the model config")):
+                       (tmp_path / "broken", "could not load the model config"),
+                       (tmp_path / "config-only", "has no tokenizer"),
+                       (tmp_path / "no-weights", "has no weight files (*.safetensors, *.bin)")):
         assert main(["models", "add", str(path)]) == 2
         assert said in capsys.readouterr().err
     assert lib.added_folders() == []

@@ -72,6 +72,8 @@ def test_remove_only_touches_what_beamwise_downloaded(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "config.json").write_bytes(CONFIG)
+    (mine / "tokenizer.json").write_text("{}", encoding="utf-8")  # `models add` takes a folder with both
+    (mine / "model.safetensors").write_bytes(WEIGHTS)
     model_library.add_folder(mine)
     with pytest.raises(ValueError, match="not downloaded by Beamwise"):
         model_library.remove(model_library.find("mine"))
@@ -93,6 +95,23 @@ def test_models_cli_pull_list_info_remove(capsys):
     assert "KV per token" in info and "context length" in info and "2,048 tokens" in info
     assert main(["models", "remove", "tiny--llama"]) == 2  # no terminal to ask: needs --yes
     assert main(["models", "remove", "tiny--llama", "--yes"]) == 0
+
+
+def test_ctrl_d_at_the_remove_question_keeps_the_model(capsys, monkeypatch):
+    """End of input (Ctrl+D) at "Delete ...? [y/N]" raised EOFError with a traceback: it is a no."""
+    from app.cli import main
+
+    with Hub(REPO) as hub:
+        assert main(["models", "pull", "tiny/llama", "--endpoint", hub.endpoint]) == 0
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+
+    def no_more_input(prompt: str) -> str:
+        raise EOFError
+
+    monkeypatch.setattr("builtins.input", no_more_input)
+    assert main(["models", "remove", "tiny--llama"]) == 1
+    assert "kept it" in capsys.readouterr().out
+    assert main(["models", "info", "tiny--llama"]) == 0
 
 
 def test_a_prm_folder_is_listed_as_a_prm_with_its_family():
@@ -130,6 +149,34 @@ def test_a_malformed_endpoint_is_refused_without_asking_and_without_pull_again(e
         pull("a/b", endpoint=endpoint)
     assert "pull again" not in str(e.value) and repr(endpoint) in str(e.value)
     assert not model_library.models_dir().exists()
+
+
+def test_an_endpoint_that_is_no_hub_is_named_so_without_pull_again():
+    """A web server that answers every path with a page said "failed (JSONDecodeError ...); pull again to resume",
+    with nothing to resume and no pull that could mend it."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # http.server's name for it
+            body = b"<html><body>a blog</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(PullError) as e:
+            pull("a/b", endpoint=f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "answered, but not as a model hub does" in str(e.value) and "pull again" not in str(e.value)
 
 
 def test_the_cli_refuses_a_malformed_endpoint_in_one_line(capsys):
