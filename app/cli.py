@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print JSON Lines, one object per event")
     run.add_argument("--db", default=None, help=f"session database (default: {_default_db()})")
     run.add_argument("--no-save", action="store_true", help="do not record this run")
-    run.add_argument("--session", type=int, default=None, metavar="ID",
+    run.add_argument("--session", type=sessions_cli.session_id, default=None, metavar="ID",
                      help="ask a follow-up in the conversation of session ID (any of its turns): the prompt holds "
                           "its earlier questions and chosen answers, and the run is recorded as its next turn")
     run.set_defaults(handler=_run)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import unicodedata
 from pathlib import Path
@@ -11,9 +12,21 @@ import app.formatting as fmt
 from app.export import FORMATS, ExportError, export_session, import_session, render_session
 from app.export.report import conversation_reports
 from app.journal_import import open_session_store
-from app.store import SessionStore, StoreError, default_db_path
+from app.store import LARGEST_ID, SessionStore, StoreError, default_db_path
 
 ID_HELP = "the session's id (`beamwise sessions list` shows them)"
+
+
+def session_id(text: str) -> int:
+    """An argparse type: a session id, 1 to SQLite's largest integer (a larger one ended in SQLite's
+    OverflowError traceback, in `sessions show` and every command that takes an id)."""
+    try:
+        number = int(text)
+    except ValueError:
+        number = None
+    if number is None or not 1 <= number <= LARGEST_ID:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a session id: give a whole number from 1 to {LARGEST_ID}")
+    return number
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -28,10 +41,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--limit", type=int, default=50, help="list at most this many, newest first")
     c.set_defaults(handler=cmd_list)
     c = cmds.add_parser("show", parents=[db], help="one session: settings, chosen path and answer")
-    c.add_argument("id", type=int, help=ID_HELP)
+    c.add_argument("id", type=session_id, help=ID_HELP)
     c.set_defaults(handler=cmd_show)
     c = cmds.add_parser("export", parents=[db], help="write a session as Markdown, JSON or HTML")
-    c.add_argument("id", type=int, help=ID_HELP)
+    c.add_argument("id", type=session_id, help=ID_HELP)
     c.add_argument("--format", choices=FORMATS, default=None, help="default: from the -o suffix, else md")
     c.add_argument("-o", "--output", default=None, help="file to write (default: print to stdout)")
     c.add_argument("--force", action="store_true", help="replace the output file if it exists")
@@ -40,11 +53,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("path", help="a JSON file `beamwise sessions export --format json` wrote")
     c.set_defaults(handler=cmd_import)
     c = cmds.add_parser("rename", parents=[db], help="give a session a new title")
-    c.add_argument("id", type=int, help=ID_HELP)
+    c.add_argument("id", type=session_id, help=ID_HELP)
     c.add_argument("title", help="the new title, in quotes")
     c.set_defaults(handler=cmd_rename)
     c = cmds.add_parser("delete", parents=[db], help="remove a session and everything recorded for it")
-    c.add_argument("id", type=int, help=ID_HELP)
+    c.add_argument("id", type=session_id, help=ID_HELP)
     c.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     c.set_defaults(handler=cmd_delete)
     c = cmds.add_parser("move-aside", parents=[db], help="rename a damaged database so a fresh one can start")
@@ -52,14 +65,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.set_defaults(handler=cmd_move_aside)
 
 
-def _open(args: argparse.Namespace) -> SessionStore:
-    """The store, with any run journals waiting for it imported first (each import is said on stderr)."""
+def _open(args: argparse.Namespace, *, create: bool = False) -> SessionStore:
+    """The store, with any run journals waiting for it imported first (each import is said on stderr). Only a
+    command that adds a session (`create`: import) makes a --db file that is not there: `sessions list --db
+    nonexist.db` made an empty database there and said "no sessions", hiding the typo."""
+    if args.db is not None and not create and not Path(args.db).exists():
+        raise StoreError(f"there is no session database at {args.db}; nothing was made.",
+                         hint="Check the --db path, or leave --db out for the default database.")
     return open_session_store(args.db, notify=lambda text: print(f"beamwise: {text}", file=sys.stderr))
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    if args.limit < 1:
-        raise ValueError(f"--limit must be at least 1 (got {args.limit}).")
+    if not 1 <= args.limit < LARGEST_ID:  # one more row is read: SQLite's largest integer, less one
+        raise ValueError(f"--limit must be a whole number from 1 to {LARGEST_ID - 1} (got {args.limit}).")
     with _open(args) as store:
         rows = store.list_sessions(args.search, limit=args.limit + 1)
     more, rows = len(rows) > args.limit, rows[: args.limit]
@@ -112,7 +130,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.output not in (None, "-") and Path(args.output).is_dir():
         raise ExportError(f"cannot export to {args.output}: it is a folder; nothing was written.",
                           hint=f"Give a file in it, e.g. {Path(args.output) / 'session.md'}.")
-    if args.output not in (None, "-") and Path(args.output).exists() and not args.force:
+    # only a file is replaced (a link's file too); a FIFO or a device such as /dev/stdout is written into
+    if args.output not in (None, "-") and Path(args.output).is_file() and not args.force:
         raise ExportError(f"{args.output} already exists; nothing was written.",
                          hint="Add --force to replace it, or choose another file name.")
     with _open(args) as store:
@@ -120,7 +139,8 @@ def cmd_export(args: argparse.Namespace) -> int:
             _write_utf8(render_session(store, args.id, fmt))
             return 0
         path = export_session(store, args.id, fmt, Path(args.output))
-    print(f"wrote session {args.id} as {fmt} to {path}")
+    into_file = Path(path).is_file()  # else on stderr: the stream written into (/dev/stdout) holds the export only
+    print(f"wrote session {args.id} as {fmt} to {path}", file=sys.stdout if into_file else sys.stderr)
     return 0
 
 
@@ -143,7 +163,7 @@ def _format_from_suffix(output: str | None) -> str:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    with _open(args) as store:
+    with _open(args, create=True) as store:
         new_id = import_session(store, Path(args.path))
         turns = store.get_session(new_id)["turn"]
     more = f" (turn {turns} of a conversation of {turns} turns)" if turns > 1 else ""
@@ -160,12 +180,11 @@ def cmd_rename(args: argparse.Namespace) -> int:
 
 def cmd_delete(args: argparse.Namespace) -> int:
     with _open(args) as store:
-        title = store.get_session(args.id)["title"]
+        title = store.deletable(args.id)["title"]  # a refusal comes before the question, not after a y
         if not args.yes:
             if not sys.stdin.isatty():
                 raise ValueError(f"deleting session {args.id} needs confirmation; add --yes to delete it.")
-            reply = input(f"Delete session {args.id} {title!r} and everything recorded for it? [y/N] ")
-            if reply.strip().lower() not in ("y", "yes"):
+            if not _confirmed(f"Delete session {args.id} {title!r} and everything recorded for it? [y/N] "):
                 print("kept it")
                 return 1
         store.delete(args.id)
@@ -173,14 +192,25 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def _confirmed(question: str) -> bool:
+    """Whether the user answers y to `question`; Ctrl+D (end of input) is a no, as Enter is (it raised EOFError)."""
+    try:
+        reply = input(question)
+    except EOFError:
+        print()  # the prompt's line ends before the answer is said
+        return False
+    return reply.strip().lower() in ("y", "yes")
+
+
 def cmd_move_aside(args: argparse.Namespace) -> int:
     path = Path(args.db) if args.db else default_db_path()
     if not path.exists():
         raise StoreError(f"there is no database at {path} to move aside.")
     if not args.force and SessionStore.damage(path) is None:
+        named = f" --db {shlex.quote(args.db)}" if args.db else ""
         raise StoreError(f"the session database {path} is not damaged; nothing was moved.",
-                         hint="`beamwise sessions list` shows its sessions; add --force to move it aside anyway and "
-                              "start a fresh database.")
+                         hint=f"`beamwise sessions list{named}` shows its sessions; add --force to move it aside "
+                              "anyway and start a fresh database.")
     target = SessionStore.move_aside(path)
     print(f"moved {path} to {target}; the next run starts a fresh database")
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import sqlite3
 import threading
@@ -33,6 +34,8 @@ from engine.text_cut import cut
 DB_NAME = "sessions.db"
 JSON_COLUMNS = ("search", "cache")
 DEFAULT_BUSY_TIMEOUT = 5.0  # seconds a write waits for another program's lock
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+LARGEST_ID = 2**63 - 1  # SQLite's largest INTEGER: no row can have a larger id
 
 
 class StoreError(BeamwiseError):
@@ -60,6 +63,12 @@ class StoreFull(StoreError):
 
 class StoreDamaged(StoreError):
     """The file is not a SQLite database, or its pages are malformed."""
+
+
+class NotADatabase(StoreError):
+    """The file is no SQLite database at all (an export, notes): a wrong --db, not damage, so never moved aside."""
+
+    hint = "Check the --db path: pass the session database, or a new file name to start one; this file was not changed."
 
 
 class StoreTooNew(StoreError):
@@ -131,6 +140,8 @@ class SessionStore:
             return sqlite3.connect(":memory:", check_same_thread=False)
         if self.path.is_dir():
             raise StoreError(f"{self.path} is a folder; pass a session database file such as {self.path / DB_NAME}.")
+        if (looks := foreign_file(self.path)) is not None:
+            raise NotADatabase(f"{self.path} is not a session database: it holds {looks}, not SQLite data.")
         if self.read_only:
             return _connect_read_only(self.path, self.busy_timeout)
         try:
@@ -296,10 +307,14 @@ class SessionStore:
 
     @staticmethod
     def move_aside(path: Path | str) -> Path:
-        """Rename a damaged database (and its -wal/-shm files) to NAME.damaged-YYYYmmdd-HHMMSS; never deletes."""
+        """Rename a damaged database (and its -wal/-shm files) to NAME.damaged-YYYYmmdd-HHMMSS; never deletes. A
+        file that is no SQLite database (notes.md, an export given as --db) is refused: it is not damaged."""
         path = Path(path)
         if not path.exists():
             raise StoreError(f"there is no file {path} to move aside.")
+        if (looks := foreign_file(path)) is not None:
+            raise NotADatabase(f"{path} is not a session database (it holds {looks}, not SQLite data); nothing "
+                               "was moved.", hint="Check the --db path; move-aside renames only a damaged database.")
         stamp = time.strftime("%Y%m%d-%H%M%S")
         target = path.with_name(f"{path.name}.damaged-{stamp}")
         n = 1
@@ -330,10 +345,17 @@ class SessionStore:
         return [decode_session(row) for row in rows]
 
     def get_session(self, session_id: int) -> dict:
-        with self._guard() as conn:
-            rows = self._dicts(conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)))
+        """The session row; SessionNotFound for an id no row has, also one past SQLite's integers (which SQLite
+        itself answered with OverflowError). Its hint names this database's --db when it is not the default."""
+        rows = []
+        if -LARGEST_ID - 1 <= session_id <= LARGEST_ID:
+            with self._guard() as conn:
+                rows = self._dicts(conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)))
         if not rows:
-            raise SessionNotFound(f"there is no session {session_id} in {self.path or 'this database'}.")
+            error = SessionNotFound(f"there is no session {session_id} in {self.path or 'this database'}.")
+            if self.path is not None and self.path != default_db_path():
+                error.hint = f"Run `beamwise sessions list --db {shlex.quote(str(self.path))}` to see the ids."
+            raise error
         return decode_session(rows[0])
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict]:
@@ -426,26 +448,38 @@ class SessionStore:
             conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, session_id))
 
     def delete(self, session_id: int) -> None:
-        """Remove a session and everything recorded for it, in one transaction. A turn that later turns follow
-        is refused: their prompts held it, and a rerun or follow-up of them would silently lose it. So is a run
-        still being recorded by a live process on this machine: its next step would find no session to write to,
-        and the rest of the run would be lost while it went on."""
+        """Remove a session and everything recorded for it, in one transaction, when `deletable` allows it."""
+        self.deletable(session_id)
+        with self.transaction() as conn:
+            _refuse_later_turns(conn, session_id)  # again under the write lock: a follow-up may have landed since
+            for table in ("events", "steps", "candidates"):
+                conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+            conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+
+    def deletable(self, session_id: int) -> dict:
+        """The session row when `delete` may remove it, else the StoreError `delete` raises; asked before a
+        confirmation too, so no one answers y only to be refused. A turn that later turns follow is refused: their
+        prompts held it, and a rerun or follow-up of them would silently lose it. So is a run still being recorded
+        by a live process on this machine: its next step would find no session to write to, and the rest of the
+        run would be lost while it went on."""
         row = self.get_session(session_id)
         if _recording(row):
             raise StoreError(f"session {session_id} is still being recorded by its run (process {row['pid']}); "
                              "nothing was deleted.",
                              hint="Stop the run first (Stop or Esc in the window, Ctrl+C for `beamwise run`), then "
                                   "delete it.")
-        with self.transaction() as conn:
-            later = [row[0] for row in conn.execute("SELECT id FROM sessions WHERE previous_id = ? ORDER BY id",
-                                                    (session_id,))]
-            if later:
-                raise StoreError(f"session {session_id} is a turn that session(s) {', '.join(map(str, later))} "
-                                 "follow in their conversation; nothing was deleted.",
-                                 hint="Delete the later turns first (newest first).")
-            for table in ("events", "steps", "candidates"):
-                conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
-            conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+        with self._guard() as conn:
+            _refuse_later_turns(conn, session_id)
+        return row
+
+
+def _refuse_later_turns(conn: sqlite3.Connection, session_id: int) -> None:
+    later = [row[0] for row in conn.execute("SELECT id FROM sessions WHERE previous_id = ? ORDER BY id",
+                                            (session_id,))]
+    if later:
+        raise StoreError(f"session {session_id} is a turn that session(s) {', '.join(map(str, later))} "
+                         "follow in their conversation; nothing was deleted.",
+                         hint="Delete the later turns first (newest first).")
 
 
 def _recording(row: dict) -> bool:
@@ -476,6 +510,32 @@ def search_params(search: str) -> list[Any]:
     folded = needle(search)
     like = "%" + folded.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     return [NOT_ASCII, folded.encode("utf-8"), like] * 3
+
+
+def foreign_file(path: Path) -> str | None:
+    """What the file at `path` holds ("text", "binary data", ...) when it is no SQLite database at all (its first
+    bytes are not SQLite's header), or None: a SQLite file (whole or damaged), an empty file (SQLite makes one a
+    database), or no regular file (reading a FIFO would wait for a writer)."""
+    if not path.is_file():
+        return None
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(512)
+    except OSError:  # missing or unreadable: SQLite says why when it opens it
+        return None
+    if SQLITE_HEADER.startswith(head[:16]):  # also empty, or a database cut off inside its header
+        return None
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text[:1] in (b"{", b"["):
+        return "JSON (a session export?)"
+    if text[:1] == b"<":
+        return "HTML or XML"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as error:
+        if error.start < len(head) - 3:  # not only a letter cut off at the end of the bytes read
+            return "binary data"
+    return "text"
 
 
 def _writable(path: Path) -> bool:

@@ -16,6 +16,7 @@ from app.processes import alive_since, started_at
 from app.recorder import SessionRecorder
 from app.store import (
     SCHEMA_VERSION,
+    SQLITE_HEADER,
     SessionNotFound,
     SessionStore,
     StoreDamaged,
@@ -123,7 +124,7 @@ def test_another_programs_database_is_refused(db_path: Path) -> None:
 
 
 def test_damaged_file_is_reported_untouched_and_can_be_moved_aside(db_path: Path) -> None:
-    garbage = bytes(range(256)) * 64
+    garbage = SQLITE_HEADER + bytes(range(256)) * 64  # SQLite's header, wrecked pages after it
     db_path.write_bytes(garbage)
     with pytest.raises(StoreDamaged, match="damaged") as info:
         SessionStore(db_path)

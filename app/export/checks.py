@@ -7,9 +7,10 @@ never leaves a session that later views or exports cannot read.
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from typing import Any
 
-from app.json_types import conforms, described, field_types, mistyped_field
+from app.json_types import conforms, described, field_types, mistyped_field, sqlite_int, utf8
 from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import BeamwiseError
@@ -18,6 +19,7 @@ STATES = ("running", "kept", "pruned", "final")
 REQUIRED = {"sessions": ("question", "created", "status"), "candidates": ("id", "step", "text", "state"),
             "steps": ("step",)}
 ID_LISTS = ("beams", "kept", "pruned")
+TIMES = ("created", "finished")  # a session's ISO date-times: the list sorts by `created` as text
 
 
 class SessionFileInvalid(BeamwiseError):
@@ -46,8 +48,10 @@ def check_values(table: str, rows: list[dict], columns: dict[str, type], path: o
                     raise SessionFileInvalid(f"{where} is missing.")
                 continue
             if not _fits(value, kind):
-                got = f"{type(value).__name__} ({value!r:.40})"
-                raise SessionFileInvalid(f"{where} should be {kind.__name__}, not {got}.")
+                raise SessionFileInvalid(f"{where} {_why_not(value, kind)}.")
+            if table == "sessions" and key in TIMES and not _iso_time(value):
+                raise SessionFileInvalid(f"{where} should be a date and time such as 2026-12-07T07:22:15+00:00, "
+                                         f"not {value!r:.40}.")
 
 
 def _fits(value: Any, kind: type) -> bool:
@@ -56,6 +60,32 @@ def _fits(value: Any, kind: type) -> bool:
     if kind not in (int, float, str):
         return True
     return conforms(value, kind) and (kind is not float or math.isfinite(value))
+
+
+def _why_not(value: Any, hint: Any) -> str:
+    """What is wrong with a value that does not fit its type `hint`, said: "should be int, not int (...)" told
+    nothing of a number too large for SQLite, an infinity or a lone surrogate."""
+    if isinstance(value, int) and not isinstance(value, bool) and not sqlite_int(value):
+        if conforms(0, hint) and not conforms(0.5, hint):
+            return f"should be {described(hint)} from -2**63 to 2**63-1 (what SQLite holds), not {value!r:.40}"
+        if conforms(0.5, hint):
+            return (f"should be {described(hint)}, and the whole number {value!r:.40} is beyond SQLite's integers "
+                    "(write it with a decimal point)")
+    if isinstance(value, float) and not math.isfinite(value) and conforms(0.0, hint):
+        return f"should be a finite number, not {value!r}"
+    if isinstance(value, str) and not utf8(value) and conforms("", hint):
+        return f"should be valid Unicode text, not {value!r:.40} (it holds a lone surrogate)"
+    return f"should be {described(hint)}, not {type(value).__name__} ({value!r:.40})"
+
+
+def _iso_time(text: str) -> bool:
+    """Whether `text` is a date and time as Beamwise writes them (2026-12-07T07:22:15+00:00): any other text,
+    "not a date" say, sorted as the newest session and was shown as its date."""
+    try:
+        datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    return len(text) >= 19 and text[10] == "T"
 
 
 def check_tree(session: dict, candidates: list[dict], timeline: list[dict], path: object) -> None:
@@ -153,7 +183,7 @@ def _field_problem(data: dict) -> str | None:
     hints = field_types(ev.EVENT_TYPES[data["type"]])
     for name, value in data.items():
         if name != "type" and not conforms(value, hints[name]):
-            return f"field {name!r} should be {described(hints[name])}, not {type(value).__name__} ({value!r:.40})"
+            return f"field {name!r} {_why_not(value, hints[name])}"
     return _settings_problem(data)
 
 

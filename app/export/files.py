@@ -1,7 +1,8 @@
 """Writing exports: render a session in a format, and write files all or nothing.
 
 Files are written to a temporary file in the target folder and then moved into place, so a
-failed export never leaves a half-written file behind.
+failed export never leaves a half-written file behind; a FIFO or a device (/dev/stdout) is written
+into, never replaced (`write_atomically`).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import tempfile
 import unicodedata
 from pathlib import Path
@@ -80,15 +82,44 @@ def _within_bytes(text: str, most: int) -> str:
 
 
 def write_atomically(path: Path, text: str) -> Path:
-    """Write to a temporary file next to `path`, then replace: readers never see half a file."""
-    folder = path.parent
-    if path.is_dir():
+    """Write `text` to `path`, as a careful tool treats what is there already:
+
+    - nothing, or a regular file: a temporary file next to it, then renamed over it, so readers never see half a
+      file and a failed export leaves the old file whole;
+    - a symlink: the same at the file it points to; the link stays a link (it was replaced, its file left stale);
+    - a FIFO or a character device (/dev/stdout, /dev/null, a terminal): written into directly, as a shell's `>`
+      does, and a failed write (/dev/full's "No space left on device") is an error: the rename had replaced the
+      device node itself with a plain file, /dev/null too when run as root, and "succeeded";
+    - a block device, a socket or anything else: refused, untouched.
+    """
+    try:
+        mode = os.stat(path).st_mode  # through every link, /dev/stdout's too
+    except FileNotFoundError:  # a new file, or a link to one
+        mode = None
+    except OSError as error:
+        raise ExportError(f"cannot export to {path} ({error.strerror or error}); nothing was written.",
+                          hint="Choose another file name, e.g. session.md.") from error
+    if mode is not None and (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+        return _write_into(path, text)
+    if stat.S_ISDIR(mode or 0):
         raise ExportError(f"cannot export to {path}: it is a folder.", hint="Give a file name, e.g. session.md.")
+    if mode is not None and not stat.S_ISREG(mode):
+        kind = "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "no regular file"
+        raise ExportError(f"cannot export to {path}: it is {kind}; nothing was written.",
+                          hint="Give a file name, e.g. session.md, or - for standard output.")
+    _replace(Path(os.path.realpath(path)), path, text)
+    return path
+
+
+def _replace(target: Path, path: Path, text: str) -> None:
+    """Write `text` to a temporary file in `target`'s folder, then rename it over `target` (`path` names it to the
+    user: the link when `target` is a link's file)."""
+    folder = target.parent
     if not folder.is_dir():
         raise ExportError(f"cannot export to {path}: the folder {folder} does not exist.",
                           hint="Create the folder first or choose another one.")
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{_within_bytes(path.name, 100)}.", suffix=".part", dir=folder)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{_within_bytes(target.name, 100)}.", suffix=".part", dir=folder)
     except OSError as error:
         raise ExportError(f"cannot write to the folder {folder} ({error.strerror or error}).",
                           hint="Choose a folder you can write to, such as your Documents folder.") from error
@@ -98,9 +129,21 @@ def write_atomically(path: Path, text: str) -> Path:
             handle.write(text)
         if os.name != "nt":
             tmp.chmod(0o644)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except OSError as error:
         tmp.unlink(missing_ok=True)
         raise ExportError(f"cannot write {path} ({error.strerror or error}); nothing was written.",
                           hint="Check free disk space and that the file is not open in another program.") from error
+
+
+def _write_into(path: Path, text: str) -> Path:
+    """Write `text` into a FIFO or a character device as it is: there is no file to replace, so no temporary
+    file either (and no O_CREAT: should the path change meanwhile, no plain file is made in its place)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | getattr(os, "O_NOCTTY", 0))
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+    except OSError as error:
+        raise ExportError(f"cannot write {path} ({error.strerror or error}); the export did not finish.",
+                          hint="Check that the device or the pipe's reader can take it, or write to a file.") from error
     return path
