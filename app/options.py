@@ -78,8 +78,12 @@ class OneLineParser(argparse.ArgumentParser):
         return namespace
 
     def _elsewhere(self, extras: Sequence[str], chosen: OneLineParser) -> str:
-        """'; --verifier is an option of beamwise run, ...' for the first unknown option other commands take."""
+        """'; --verifier is an option of beamwise run, ...' for the first unknown option other commands take. An option
+        the chosen command takes was left over only because it came after `--` (which ends the options): said so."""
         for option in (extra.split("=", 1)[0] for extra in extras if extra.startswith("--")):
+            if option in chosen._option_string_actions:  # `sessions show -- 999 --db a.db` said --db was not its
+                return f"; after -- every word is read as an argument, so {option} was not read as an option: put " \
+                       "the options before --"
             owners = [p.prog for p in self._commands() if p is not chosen and option in p._option_string_actions]
             if owners:
                 return f"; {option} is an option of {', '.join(owners)}, not of {chosen.prog}"

@@ -107,6 +107,10 @@ def test_console_script_runs_as_a_process(tmp_path):
                                             (["run", "q", "--question-file", "f"], 2)])
 def test_help_sessions_and_a_run_without_a_question_do_not_import_torch(tmp_path, argv, code):
     """Every command builds the whole parser; only the commands that run a model may pay torch's seconds."""
+    from app.store import SessionStore
+
+    with SessionStore(tmp_path / "s.db"):  # `sessions list --db` makes no database: it reads one
+        pass
     argv = [str(tmp_path / "s.db") if a == "DB" else a for a in argv]
     script = (f"import sys; from app.cli import main; code = main({argv!r}); "
               "print(sorted(m for m in ('torch', 'transformers', 'PySide6') if m in sys.modules), code)")
@@ -179,6 +183,15 @@ def test_absurd_sizes_and_bandwidths_are_refused(capsys, given, said):
     except SystemExit as stop:  # argparse's own refusal of a --kv-budget it cannot read
         code = stop.code
     assert code == 2 and said in capsys.readouterr().err
+
+
+def test_an_option_after_double_dash_is_not_called_another_commands(capsys):
+    """`sessions show -- 999 --db a.db` said --db was an option of other commands, not of sessions show."""
+    with pytest.raises(SystemExit) as stop:
+        main(["sessions", "show", "--", "999", "--db", "a.db"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "after -- every word is read as an argument, so --db was not read" in err
+    assert "not of beamwise sessions show" not in err
 
 
 def test_a_broken_delimiter_escape_is_a_usage_error(capsys):
