@@ -7,6 +7,7 @@ import json
 
 from app.options import add_search_options, configs_from_args
 from app.question import add_question_file_option, add_question_option, read_question, take_question_option
+from app.sessions_cli import session_id
 
 EXIT_BY_STATE = {"green": 0, "amber": 0, "red": 3}  # red: the run would fail; scripts can test for it
 
@@ -19,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_question_option(p)
     add_question_file_option(p)
     add_search_options(p)
-    p.add_argument("--session", type=int, default=None, metavar="ID",
+    p.add_argument("--session", type=session_id, default=None, metavar="ID",
                    help="plan a follow-up in the conversation of session ID: the prompt holds its earlier turns, "
                         "as `beamwise run --session ID` sends them")
     p.add_argument("--db", default=None, help="session database for --session (default: in the user data folder)")
