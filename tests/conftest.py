@@ -121,3 +121,35 @@ def watch_kernels():
 
     with KernelWatch():
         yield
+
+
+@pytest.fixture
+def qsettings(tmp_path):
+    """Never the user's settings: an ini file in the test's folder."""
+    from PySide6.QtCore import QSettings
+
+    return QSettings(str(tmp_path / "beamwise.ini"), QSettings.Format.IniFormat)
+
+
+@pytest.fixture
+def warnings(monkeypatch) -> list[tuple[str, str]]:
+    """The (title, text) of every warning dialog the window would have shown."""
+    from PySide6.QtWidgets import QMessageBox
+
+    shown: list[tuple[str, str]] = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, title, text, *a: shown.append((title, text)))
+    return shown
+
+
+@pytest.fixture
+def make_window(keep_window, qsettings):
+    """`make(run=..., loader=...)`: a main window over a bridge with a stand-in loader and search (a fake run)."""
+    from app.gui.bridge import SearchBridge
+    from app.gui.main_window import MainWindow
+    from tests.test_gui_bridge import CountingLoader, run_fake
+
+    def make(run=run_fake, loader=None, store=None, settings=None, store_factory=None) -> MainWindow:
+        bridge = SearchBridge(loader=loader or CountingLoader(), run=run, store_factory=store_factory)
+        return keep_window(MainWindow(bridge, settings=settings or qsettings, store=store))
+
+    return make

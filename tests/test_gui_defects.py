@@ -9,41 +9,19 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontMetrics
-from PySide6.QtWidgets import QApplication, QMessageBox
+from PySide6.QtWidgets import QApplication
 
-from app.gui.bridge import SearchBridge
 from app.gui.main_window import MainWindow
 from app.gui.tree_items import NODE_W, PAD, Ink, NodeItem
 from app.session import Node, SessionModel
 from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import SEED_RANGE, CacheConfig, ModelSpec, SearchConfig
-from tests.test_gui_bridge import CountingLoader, run_fake
+from tests.test_gui_bridge import CountingLoader
 
 QUESTION = "How fast is the train?"
-
-
-@pytest.fixture
-def qsettings(tmp_path) -> QSettings:
-    return QSettings(str(tmp_path / "beamwise.ini"), QSettings.Format.IniFormat)
-
-
-@pytest.fixture
-def warnings(monkeypatch) -> list[tuple[str, str]]:
-    shown: list[tuple[str, str]] = []
-    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, title, text, *a: shown.append((title, text)))
-    return shown
-
-
-@pytest.fixture
-def make_window(keep_window, qsettings):
-    def make(run: Any = run_fake, loader: Any = None) -> MainWindow:
-        bridge = SearchBridge(loader=loader or CountingLoader(), run=run)
-        return keep_window(MainWindow(bridge, settings=qsettings))
-
-    return make
 
 
 def small(window: MainWindow, source: str = "synthetic:fake", **search: Any) -> None:

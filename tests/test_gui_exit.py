@@ -9,10 +9,7 @@ pytest.importorskip("PySide6")
 
 from app.eval_exit import ExitTally
 from engine import search as engine_search
-from tests import test_gui_window as window_tests
 from tests.test_gui_window import run_to_end, small
-
-make_window, qsettings = window_tests.make_window, window_tests.qsettings  # the window tests' fixtures
 
 
 @pytest.fixture

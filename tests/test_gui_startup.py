@@ -18,10 +18,7 @@ from app.gui import engine_import
 from app.gui.bridge import SearchBridge
 from app.gui.main_window import MainWindow
 from benchmarks.fake_search import fake_run
-from tests import test_gui_window as window_tests
 from tests.test_gui_window import small
-
-make_window, qsettings = window_tests.make_window, window_tests.qsettings  # the window tests' fixtures
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,35 +13,11 @@ import pytest
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QMessageBox
 
-from app.gui.bridge import SearchBridge
 from app.gui.main_window import MainWindow, source_for_model_name
 from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
-from tests.test_gui_bridge import CountingLoader, CycleLoader, gated, run_fake
-
-
-@pytest.fixture
-def qsettings(tmp_path: Path) -> QSettings:
-    """Never the user's settings: an ini file in the test's folder."""
-    return QSettings(str(tmp_path / "beamwise.ini"), QSettings.Format.IniFormat)
-
-
-@pytest.fixture
-def warnings(monkeypatch) -> list[tuple[str, str]]:
-    shown: list[tuple[str, str]] = []
-    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, title, text, *a: shown.append((title, text)))
-    return shown
-
-
-@pytest.fixture
-def make_window(keep_window, qsettings):
-    def make(run: Any = run_fake, loader: Any = None, store: Any = None, settings: QSettings | None = None,
-             store_factory: Any = None) -> MainWindow:
-        bridge = SearchBridge(loader=loader or CountingLoader(), run=run, store_factory=store_factory)
-        return keep_window(MainWindow(bridge, settings=settings or qsettings, store=store))
-
-    return make
+from tests.test_gui_bridge import CountingLoader, CycleLoader, gated
 
 
 def small(window: MainWindow, source: str = "synthetic:fake", **search: Any) -> None:
