@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import types
 import typing
 from typing import Any
@@ -40,7 +41,24 @@ def mistyped_field(kind: type, data: dict[str, Any], *, unknown: bool = False) -
         if name not in hints and unknown:
             continue
         if name not in hints or not conforms(value, hints[name]):
-            return f"{kind.__name__}'s {name!r} should be {described(hints.get(name))}, not {value!r:.40}"
+            said = out_of_kind(value, hints[name]) if name in hints else None
+            return f"{kind.__name__}'s {name!r} {said or f'should be {described(hints.get(name))}, not {value!r:.40}'}"
+    return None
+
+
+def out_of_kind(value: Any, hint: Any) -> str | None:
+    """Why a value of the right kind does not fit `hint`, said: a number too large for SQLite, an infinity, a lone
+    surrogate ("should be int, not int (...)" told nothing); None when its kind is what is wrong."""
+    if isinstance(value, int) and not isinstance(value, bool) and not sqlite_int(value):
+        if conforms(0, hint) and not conforms(0.5, hint):
+            return f"should be {described(hint)} from -2**63 to 2**63-1 (what SQLite holds), not {value!r:.40}"
+        if conforms(0.5, hint):
+            return (f"should be {described(hint)}, and the whole number {value!r:.40} is beyond SQLite's integers "
+                    "(write it with a decimal point)")
+    if isinstance(value, float) and not math.isfinite(value) and conforms(0.0, hint):
+        return f"should be a finite number, not {value!r}"
+    if isinstance(value, str) and not utf8(value) and conforms("", hint):
+        return f"should be valid Unicode text, not {value!r:.40} (it holds a lone surrogate)"
     return None
 
 

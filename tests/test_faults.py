@@ -430,6 +430,8 @@ def test_export_to_a_folder_or_no_name_says_so_with_or_without_force(db, tmp_pat
          "(run_started), search settings: SearchConfig's 'width' should be int, not [1]"),
         (lambda d: d["session"]["cache"].update(kv_budget_bytes="big"),
          "the session's cache settings: CacheConfig's 'kv_budget_bytes' should be int or null"),
+        (lambda d: d["events"][0]["search"].update(seed=2**70),  # it said "should be int, not 1180591620717411303424"
+         "SearchConfig's 'seed' should be int from -2**63 to 2**63-1 (what SQLite holds), not 1180591620717411303424"),
     ],
 )
 def test_a_corrupted_import_is_refused_whole_before_anything_is_written(db, tmp_path, capsys, edit, message):

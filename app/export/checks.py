@@ -10,7 +10,7 @@ import math
 from datetime import datetime
 from typing import Any
 
-from app.json_types import conforms, described, field_types, mistyped_field, sqlite_int, utf8
+from app.json_types import conforms, described, field_types, mistyped_field, out_of_kind
 from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import BeamwiseError
@@ -63,19 +63,8 @@ def _fits(value: Any, kind: type) -> bool:
 
 
 def _why_not(value: Any, hint: Any) -> str:
-    """What is wrong with a value that does not fit its type `hint`, said: "should be int, not int (...)" told
-    nothing of a number too large for SQLite, an infinity or a lone surrogate."""
-    if isinstance(value, int) and not isinstance(value, bool) and not sqlite_int(value):
-        if conforms(0, hint) and not conforms(0.5, hint):
-            return f"should be {described(hint)} from -2**63 to 2**63-1 (what SQLite holds), not {value!r:.40}"
-        if conforms(0.5, hint):
-            return (f"should be {described(hint)}, and the whole number {value!r:.40} is beyond SQLite's integers "
-                    "(write it with a decimal point)")
-    if isinstance(value, float) and not math.isfinite(value) and conforms(0.0, hint):
-        return f"should be a finite number, not {value!r}"
-    if isinstance(value, str) and not utf8(value) and conforms("", hint):
-        return f"should be valid Unicode text, not {value!r:.40} (it holds a lone surrogate)"
-    return f"should be {described(hint)}, not {type(value).__name__} ({value!r:.40})"
+    """What is wrong with a value that does not fit its type `hint`, said."""
+    return out_of_kind(value, hint) or f"should be {described(hint)}, not {type(value).__name__} ({value!r:.40})"
 
 
 def _iso_time(text: str) -> bool:
