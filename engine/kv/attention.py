@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -187,6 +188,17 @@ def _suffix_scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None) 
         allowed = mask if mask.dtype == torch.bool else mask == 0
         scores = torch.where(allowed[..., -scores.shape[-1] :], scores, float("-inf"))
     return scores
+
+def padding_mask(lengths: Sequence[int], width: int, device) -> torch.Tensor | None:
+    """`[B, W]` with 1 on each row's own columns (right-aligned), or None when no row is padded: the decode loop
+    does not read a mask to find out (a host sync on CUDA), so a group of equal rows gives none."""
+    if width == 0 or all(length == width for length in lengths):
+        return None
+    mask = torch.zeros((len(lengths), width), dtype=torch.long, device=device)
+    for row, length in enumerate(lengths):
+        mask[row, width - length :] = 1
+    return mask
+
 
 def product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """`a @ b` in float32, for `a` `[..., m, k]` and `b` `[..., k, n]` with the same leading dimensions.

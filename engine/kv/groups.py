@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from engine.kv.arena import BlockCopier, Family, Placed, block_users, families, placements, query_slots
-from engine.kv.attention import ParentHistory, SharedPrefix, arena_cache, uses_cascade
+from engine.kv.attention import ParentHistory, SharedPrefix, arena_cache, padding_mask, uses_cascade
 from engine.kv.blocks import BlockManager, Tier
 from engine.kv.lending import Lending, Saved, columns
 from engine.kv.policy import (
@@ -451,12 +451,7 @@ class GroupExecutor:
             if column:
                 arena[:, :, row, :, :column].zero_()  # padding is masked, but must not hold NaN
             copier.copy(arena[:, :, row], column, table, () if self.share else [member.id])
-        if width == 0 or all(length == width for length in lengths):
-            return arena, None
-        mask = torch.zeros((len(members), width), dtype=torch.long, device=self.store.device)
-        for row, length in enumerate(lengths):
-            mask[row, width - length :] = 1
-        return arena, mask
+        return arena, padding_mask(lengths, width, self.store.device)
 
     def _unload(self, batch: LoadedGroup | None) -> None:
         if batch is None:

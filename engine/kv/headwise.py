@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 
 from engine.errors import KVBudgetTooSmall
-from engine.kv.attention import ATTENTION
+from engine.kv.attention import ATTENTION, padding_mask
 from engine.kv.blocks import Tier
 from engine.kv.head_stream import BUFFERS, HeadStream
 from engine.kv.lbs import block_placement
@@ -243,7 +243,7 @@ class HeadwisePolicy:
                 self.store.copy(arena[:, :, row, :, :, column : column + n], src, "h2h", [member.id])
                 column += n
         stream = HeadStream(self.store, prefix, arena, width, heads, [m.id for m in members], prefix_tokens)
-        return stream, width, _padding_mask(lengths, width, self.store.device)
+        return stream, width, padding_mask(lengths, width, self.store.device)
 
     def _host_arena(self, shape: tuple[int, ...]) -> torch.Tensor:
         """`[L, 2, B, G, g, C, D]` of host memory (pinned on CUDA), `G` groups of `g` heads, group-major in memory
@@ -292,13 +292,3 @@ def group_major(memory: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     one head group."""
     L, two, B, G, g, C, D = shape
     return memory[: math.prod(shape)].view(L, G, C, two, B, g, D).permute(0, 3, 4, 1, 5, 2, 6)
-
-
-def _padding_mask(lengths: Sequence[int], width: int, device):
-    """`[B, W]` with 1 on each row's own columns (right-aligned), or None when no row is padded."""
-    if width == 0 or all(length == width for length in lengths):
-        return None
-    mask = torch.zeros((len(lengths), width), dtype=torch.long, device=device)
-    for row, length in enumerate(lengths):
-        mask[row, width - length :] = 1
-    return mask
