@@ -25,6 +25,7 @@ from engine.context_plan import prefill_reserve
 from engine.errors import InvalidPrompt, KVBudgetTooSmall, ModelLoadError, PrefixCacheTooSmall, format_bytes_up
 from engine.kv.cache import CUDA_MARGIN, auto_policy, one_candidate_bytes, policy_whole_bytes, search_kv_bytes
 from engine.kv.headwise_traffic import HeadwiseTraffic, KVGeometry, headwise_traffic
+from engine.kv.prefix_cache import require_ram
 from engine.kv.split import VerifierShape, emulated_budget, share_too_small, split_budget
 from engine.verifiers.families import checked_prm_folder
 from engine.verifiers.fit import WeightsDoNotFit, pair_does_not_fit
@@ -194,14 +195,14 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
 def _prefix_cache_refusal(cache: CacheConfig, prompt: int, gen: ModelFacts) -> str | None:
     """Why the run refuses a prefix cache RAM cap below the blocks it pins (the full blocks of every prompt token
     but the last: `engine.kv.prefix_io.load_prefix`), in its words; None when it holds them or is not capped."""
-    if not cache.prefix_cache or cache.prefix_cache_ram_bytes is None:
+    if not cache.prefix_cache:
         return None
-    blocks = max(prompt - 1, 0) // cache.block_size
-    need = blocks * cache.block_size * gen.kv_token_bytes
-    if need <= cache.prefix_cache_ram_bytes:
-        return None
-    refused = PrefixCacheTooSmall(cache.prefix_cache_ram_bytes, need, f"this prompt's {blocks} cached blocks")
-    return f"It cannot run with these settings: {refused.user_message()}"
+    try:
+        require_ram(cache.prefix_cache_ram_bytes, max(prompt - 1, 0) // cache.block_size,
+                    cache.block_size * gen.kv_token_bytes)
+    except PrefixCacheTooSmall as refused:
+        return f"It cannot run with these settings: {refused.user_message()}"
+    return None
 
 
 def _tokenizer_refusal(source: str, search: SearchConfig) -> str | None:

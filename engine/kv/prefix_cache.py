@@ -106,9 +106,7 @@ class PrefixCache:
     # -- a run's use ----------------------------------------------------------------------------
     def require(self, blocks: int) -> None:
         """A search that will pin `blocks` blocks needs a RAM cap that holds them; else one clear error."""
-        need = blocks * self.block_bytes
-        if self.ram_bytes is not None and need > self.ram_bytes:
-            raise PrefixCacheTooSmall(self.ram_bytes, need, f"this prompt's {blocks} cached blocks")
+        require_ram(self.ram_bytes, blocks, self.block_bytes)
 
     def lookup(self, token_ids: Sequence[int]) -> list[Entry]:
         """The cached leading full blocks of `token_ids` (host RAM first, then disk), up to the first miss.
@@ -196,6 +194,14 @@ class PrefixCache:
             prefix_disk.remove(block.path)
             used -= block.size
             self.evicted["disk"] += 1
+
+
+def require_ram(ram_bytes: int | None, blocks: int, block_bytes: int) -> None:
+    """PrefixCacheTooSmall when a RAM cap (None: none) cannot hold the `blocks` a search pins: what a run refuses
+    before it starts, and what `beamwise plan` calls to say so in the same words."""
+    need = blocks * block_bytes
+    if ram_bytes is not None and need > ram_bytes:
+        raise PrefixCacheTooSmall(ram_bytes, need, f"this prompt's {blocks} cached blocks")
 
 
 # -- one cache per model for the process --------------------------------------------------------
