@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import app.formatting as fmt
+from app.confirm import confirmed
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -112,12 +113,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
     if not args.yes:
         if not sys.stdin.isatty():
             raise ValueError(f"removing {entry.name} needs confirmation; add --yes to remove it.")
-        try:
-            reply = input(f"Delete {entry.source} ({fmt.size(entry.size_bytes)})? [y/N] ")
-        except EOFError:  # Ctrl+D (Ctrl+Z, Enter on Windows): no answer is no, not a traceback
-            print()
-            reply = ""
-        if reply.strip().lower() not in ("y", "yes"):
+        if not confirmed(f"Delete {entry.source} ({fmt.size(entry.size_bytes)})? [y/N] "):
             print("kept it")
             return 1
     lib.remove(entry)

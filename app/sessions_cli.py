@@ -9,6 +9,7 @@ import unicodedata
 from pathlib import Path
 
 import app.formatting as fmt
+from app.confirm import confirmed
 from app.export import FORMATS, ExportError, export_session, import_session, render_session
 from app.export.report import conversation_reports
 from app.journal_import import open_session_store
@@ -184,22 +185,12 @@ def cmd_delete(args: argparse.Namespace) -> int:
         if not args.yes:
             if not sys.stdin.isatty():
                 raise ValueError(f"deleting session {args.id} needs confirmation; add --yes to delete it.")
-            if not _confirmed(f"Delete session {args.id} {title!r} and everything recorded for it? [y/N] "):
+            if not confirmed(f"Delete session {args.id} {title!r} and everything recorded for it? [y/N] "):
                 print("kept it")
                 return 1
         store.delete(args.id)
     print(f"deleted session {args.id} {title!r}")
     return 0
-
-
-def _confirmed(question: str) -> bool:
-    """Whether the user answers y to `question`; Ctrl+D (end of input) is a no, as Enter is (it raised EOFError)."""
-    try:
-        reply = input(question)
-    except EOFError:
-        print()  # the prompt's line ends before the answer is said
-        return False
-    return reply.strip().lower() in ("y", "yes")
 
 
 def cmd_move_aside(args: argparse.Namespace) -> int:
