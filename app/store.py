@@ -24,6 +24,7 @@ import platformdirs
 from sqlite_utils import Database
 
 from app import event_log
+from app.json_types import sqlite_int
 from app.migrations import MIGRATIONS, SCHEMA_VERSION
 from app.processes import alive_since
 from app.text_search import NOT_ASCII, FoldedTexts, needle
@@ -348,7 +349,7 @@ class SessionStore:
         """The session row; SessionNotFound for an id no row has, also one past SQLite's integers (which SQLite
         itself answered with OverflowError). Its hint names this database's --db when it is not the default."""
         rows = []
-        if -LARGEST_ID - 1 <= session_id <= LARGEST_ID:
+        if sqlite_int(session_id):
             with self._guard() as conn:
                 rows = self._dicts(conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)))
         if not rows:
