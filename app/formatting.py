@@ -32,6 +32,15 @@ def size(value: float | None) -> str:
     return "-" if value is None else format_bytes(value)
 
 
+def kv_budget(generator: int, verifier: int, whole: int | None, show=size) -> str:
+    """The whole KV budget, and the generator's part beside it where a verifier keeps KV (`--kv-budget 1MB
+    --verifier self-judge`: '1.0 MB (500.0 kB for the generator)'); `whole` is None when the budget was read
+    from free memory, and is then the two parts' sum."""
+    if not verifier:
+        return show(generator)
+    return f"{show(whole or generator + verifier)} ({show(generator)} for the generator)"
+
+
 def verifier_place(device: int, host: int, missing: str = "-") -> str:
     """Where the verifier keeps a step's KV: '12.3 kB on GPU' or '... on CPU'; `missing` when it keeps none."""
     if device:

@@ -120,13 +120,9 @@ class Printer:
 
 
 def _budget_text(started: ev.RunStarted) -> str:
-    """The whole KV budget (--kv-budget's exact bytes), and the generator's part where a verifier keeps KV: before,
-    `--kv-budget 1MB --verifier self-judge` printed 'KV budget 500,000 B', the generator's part alone."""
-    generator = started.kv_budget_bytes
-    if not started.verifier_kv_budget_bytes:
-        return f"{generator:,} B"
-    whole = started.cache.get("kv_budget_bytes") or generator + started.verifier_kv_budget_bytes
-    return f"{whole:,} B ({generator:,} B for the generator)"
+    """--kv-budget's exact bytes (and the generator's part where a verifier keeps KV)."""
+    return formatting.kv_budget(started.kv_budget_bytes, started.verifier_kv_budget_bytes,
+                                started.cache.get("kv_budget_bytes"), show=lambda b: f"{b:,} B")
 
 
 class ServerProgress(StepProgress):

@@ -22,6 +22,7 @@ from app.export import (
 from app.export.html_page import COL, MARGIN, ROW, embed_json, layout, render_html
 from app.export.markdown import render_markdown
 from app.export.report import report_of
+from app.formatting import size
 from app.recorder import SessionRecorder
 from app.session import ROOT_ID, SearchTree, SessionModel
 from app.session.series import prompt_traffic
@@ -372,3 +373,21 @@ def test_html_lets_right_to_left_text_read_right_to_left() -> None:
     assert len(parser.blocks) >= 4 and all(block.get("dir") == "auto" for block in parser.blocks)
     assert "unicode-bidi:plaintext" in page  # each line of a block takes its own direction
     assert "كم عدد التفاح؟" in page
+
+
+def test_exports_give_the_whole_kv_budget_and_the_generators_part_as_run_does(store: SessionStore) -> None:
+    """The session row keeps the generator's part of the budget: the exports showed it alone as 'KV budget',
+    where `beamwise run`'s first line gives the whole budget and the generator's part beside it."""
+    def with_verifier_kv(stream):
+        for event in stream:
+            if isinstance(event, ev.RunStarted):
+                event = dataclasses.replace(event, kv_budget_bytes=500_000, verifier_kv_budget_bytes=500_000,
+                                            cache={**event.cache, "kv_budget_bytes": 1_000_000})
+            yield event
+
+    shared = record(store, with_verifier_kv(fake_run("Two parts?", SearchConfig(beams=2, width=2, max_steps=2))))
+    alone = record(store, fake_run("One part?", SearchConfig(beams=2, width=2, max_steps=2)))
+    assert "KV budget 1.0 MB (500.0 kB for the generator)" in render_session(store, shared, "md")
+    assert "<td>KV budget</td><td>1.0 MB (500.0 kB for the generator)</td>" in render_session(store, shared, "html")
+    budget = store.get_session(alone)["kv_budget_bytes"]
+    assert f"KV budget {size(budget)}\n" in render_session(store, alone, "md")

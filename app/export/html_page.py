@@ -68,7 +68,7 @@ def render_html(report: Report, dump: dict[str, Any], conversation: list[Report]
         f"<title>{escape(s['title'])} · Beamwise</title><style>{STYLE}</style></head><body>",
         f"<h1 dir=\"auto\">{escape(s['title'])}</h1>", *_conversation(turns, index),
         "<h2>Question" + (f" (turn {index + 1})" if turns else "") + "</h2>", _pre(s["question"]),
-        _meta_table(s), *_error_details(s),
+        _meta_table(report), *_error_details(s),
         "<h2>Search tree</h2>", _legend(), _tree_svg(report, {c["id"] for c in path}),
         '<pre id="detail" class="small" dir="auto">Click a node to read its text.</pre>',
         "<h2>Transcript</h2>", _transcript(report),
@@ -104,9 +104,10 @@ def _error_details(s: dict[str, Any]) -> list[str]:
         if details else []
 
 
-def _meta_table(s: dict[str, Any]) -> str:
+def _meta_table(report: Report) -> str:
+    s = report.session
     rows = [("Model", s["model"]), ("Verifier", s["verifier"]), ("Device", s["device"]), ("Policy", s["policy"]),
-            ("KV budget", fmt.size(s["kv_budget_bytes"])), ("Status", s["status"] + (f": {s['error']}" if s.get("error")
+            ("KV budget", report.kv_budget()), ("Status", s["status"] + (f": {s['error']}" if s.get("error")
                                                                                     else "")),
             ("Started", s["created"]), ("Steps", s["steps"]), ("Candidates", s["candidates"]),
             ("Seconds", f"{s['seconds'] or 0:.2f}"), ("Search", json.dumps(s["search"])),

@@ -28,7 +28,7 @@ def render_markdown(report: Report) -> str:
     lines = [f"# {literal_line(s['title'])}", "", "## Question", "", *_quote(s["question"]), ""]
     lines += ["## Run", "", f"- Model: {literal_line(s['model'])}", f"- Verifier: {literal_line(s['verifier'])}",
               f"- Device: {literal_line(s['device'])}",
-              f"- Policy: {s['policy']}, KV budget {fmt.size(s['kv_budget_bytes'])}",
+              f"- Policy: {s['policy']}, KV budget {report.kv_budget()}",
               f"- Status: {s['status']}" + (f" ({literal_line(s['error'])})" if s.get("error") else ""),
               f"- Started: {s['created']}; {s['steps']} steps, {s['candidates']} candidates, "
               f"{s['candidate_tokens']} candidate tokens, {s['seconds'] or 0:.2f} s",

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import app.formatting as fmt
 from app.conversations import line_of
 from app.session import SearchTree, SessionModel
 from app.session.rows import candidate_rows, session_facts, session_settings, step_rows
@@ -37,6 +38,13 @@ class Report:
         others = [c for c in self.by_step.get(node["step"], []) if c["id"] != node["id"]]
         return sorted(others, key=lambda c: -(c["score"] if c["score"] is not None else -1))
 
+    def kv_budget(self) -> str:
+        """The KV budget as `beamwise run`'s first line gives it: the whole, and the generator's part where a
+        verifier keeps KV (the row's `kv_budget_bytes` is the generator's part alone)."""
+        s = self.session
+        cache = s.get("cache") if isinstance(s.get("cache"), dict) else {}
+        return fmt.kv_budget(s["kv_budget_bytes"], s.get("verifier_kv_budget_bytes") or 0, cache.get("kv_budget_bytes"))
+
 
 def report_of(model: SessionModel, stored: dict[str, Any]) -> Report:
     """The report of a folded run; `stored` is its session row (for the recorder's own columns)."""
@@ -44,6 +52,7 @@ def report_of(model: SessionModel, stored: dict[str, Any]) -> Report:
     if model.run.started is not None:  # an imported session may carry no events: its row is all there is
         session.update(session_settings(model), **session_facts(model))
         session.update({key: stored[key] for key in RECORDED_ONLY if key in stored})
+        session["verifier_kv_budget_bytes"] = model.run.started.verifier_kv_budget_bytes
     if isinstance(model.run.end, ev.RunFailed) and model.run.end.details:  # a fault: what its report needs
         session["error_details"] = model.run.end.details
     candidates = candidate_rows(model)
