@@ -140,12 +140,17 @@ def test_cancel_in_the_middle_of_a_step_keeps_its_events_and_marks_its_candidate
 
 
 def test_failed_run_keeps_the_message() -> None:
+    """A user's error is stored in the words the window shows (the exception's class was in front of them); a
+    fault in Beamwise keeps its class, which its report needs."""
     store = SessionStore(memory=True)
-    recorder = SessionRecorder(store)
-    stream = list(fake_run("q"))[:3]
-    feed(recorder, [*stream, ev.RunFailed(error="KVBudgetTooSmall", message="Raise the KV budget.")])
-    session = store.get_session(recorder.session_id)
-    assert session["status"] == "failed" and session["error"] == "KVBudgetTooSmall: Raise the KV budget."
+    for failed, error in [(ev.RunFailed(error="KVBudgetTooSmall", message="Raise the KV budget."),
+                           "Raise the KV budget."),
+                          (ev.RunFailed(error="IndexError", message="A fault in Beamwise.", details="Traceback ..."),
+                           "IndexError: A fault in Beamwise.")]:
+        recorder = SessionRecorder(store)
+        feed(recorder, [*list(fake_run("q"))[:3], failed])
+        session = store.get_session(recorder.session_id)
+        assert session["status"] == "failed" and session["error"] == error
 
 
 def test_close_without_an_end_marks_interrupted() -> None:

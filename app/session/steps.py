@@ -73,8 +73,12 @@ class RunRecord:
 
     @property
     def error(self) -> str | None:
-        """'KVBudgetTooSmall: what to do' for a failed run, else None."""
-        return f"{self.end.error}: {self.end.message}" if isinstance(self.end, ev.RunFailed) else None
+        """A failed run's message ('what happened and what to do'), else None. A fault in Beamwise (one with
+        details) keeps its exception's class in front ('IndexError: ...'), which its report needs; a user's
+        error is said in the window's words alone (`sessions show` and the exports printed 'KVBudgetTooSmall: ')."""
+        if not isinstance(self.end, ev.RunFailed):
+            return None
+        return f"{self.end.error}: {self.end.message}" if self.end.details else self.end.message
 
     @property
     def traffic(self) -> ev.TransferStats | None:
