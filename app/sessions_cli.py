@@ -10,6 +10,7 @@ from pathlib import Path
 
 import app.formatting as fmt
 from app.confirm import confirmed
+from app.db_files import TAILS
 from app.export import FORMATS, ExportError, export_session, import_session, render_session
 from app.export.report import conversation_reports
 from app.journal_import import open_session_store
@@ -164,9 +165,21 @@ def _format_from_suffix(output: str | None) -> str:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    with _open(args, create=True) as store:
-        new_id = import_session(store, Path(args.path))
-        turns = store.get_session(new_id)["turn"]
+    db = Path(args.db) if args.db is not None else default_db_path()
+    made = not db.exists()
+    try:
+        with _open(args, create=True) as store:
+            try:
+                new_id = import_session(store, Path(args.path))
+            except BaseException:
+                made = made and not store.list_sessions(limit=1)  # a journal imported on opening stays
+                raise
+            turns = store.get_session(new_id)["turn"]
+    except BaseException:
+        if made:  # a refused import into a database it made leaves no empty database behind
+            for tail in TAILS:
+                db.with_name(db.name + tail).unlink(missing_ok=True)
+        raise
     more = f" (turn {turns} of a conversation of {turns} turns)" if turns > 1 else ""
     print(f"imported {args.path} as session {new_id}{more}")
     return 0

@@ -72,6 +72,25 @@ def test_export_to_files_and_stdout_then_import(db: Path, tmp_path: Path, capsys
         assert store.events(3) == store.events(1)
 
 
+def test_a_refused_import_into_a_new_database_leaves_no_database_there(db: Path, tmp_path: Path, capsys) -> None:
+    """Before, `sessions import bad.json --db new.db` refused the file and left an empty new.db behind; an
+    existing database keeps its sessions, and a good import still makes the file."""
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"not": "a session"}', encoding="utf-8")
+    new = tmp_path / "new.db"
+    code, _, err = run(capsys, "sessions", "import", str(bad), "--db", str(new))
+    assert code == 2 and "bad.json" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "s.db"]
+    code, _, _ = run(capsys, "sessions", "import", str(bad), "--db", str(db))
+    assert code == 2 and db.exists()
+    with SessionStore(db) as store:
+        assert len(store.list_sessions()) == 2
+    good = tmp_path / "one.json"
+    assert run(capsys, "sessions", "export", "1", "-o", str(good), "--db", str(db))[0] == 0
+    code, out, _ = run(capsys, "sessions", "import", str(good), "--db", str(new))
+    assert code == 0 and "as session 1" in out and new.exists()
+
+
 def test_rename_and_delete(db: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
     code, out, _ = run(capsys, "sessions", "rename", "1", "Train speed", "--db", str(db))
     assert code == 0 and "'Train speed'" in out
