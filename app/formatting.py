@@ -22,6 +22,11 @@ def score(value: float | None, missing: str = "-") -> str:
     return missing if value is None else f"{value:.3f}"
 
 
+def sentence(text: str) -> str:
+    """A message as a sentence of its own: its first letter upper-case ('cannot reach ...' -> 'Cannot reach ...')."""
+    return text[:1].upper() + text[1:]
+
+
 def steps(count: int) -> str:
     """'1 step', '3 steps'."""
     return f"{count} step{'' if count == 1 else 's'}"

@@ -397,7 +397,7 @@ class SearchControls(QWidget):
             self._error = self._exit_refusal() if search.entropy_exit else ""
         except ValueError as error:
             message = str(error)
-            self._error = message[:1].upper() + message[1:]
+            self._error = fmt.sentence(message)
         self.error_label.setText(self._error)
         self.error_label.setVisible(bool(self._error))
         self.changed.emit()
@@ -409,6 +409,6 @@ class SearchControls(QWidget):
         if self._lens is None or self._lens[0] != choice:
             refusal = exit_refusal(*choice)
             text = window_terms(refusal.user_message()) if refusal else ""
-            self._lens = (choice, text[:1].upper() + text[1:])
+            self._lens = (choice, fmt.sentence(text))
         return self._lens[1]
 

@@ -367,11 +367,11 @@ class ModelsPage(QWidget):
 
     @Slot(str)
     def _on_failed(self, message: str) -> None:
-        self._end("failed", message[:1].upper() + message[1:])
+        self._end("failed", fmt.sentence(message))
 
     @Slot(str)
     def _on_cancelled(self, message: str) -> None:
-        self._end("cancelled", message[:1].upper() + message[1:])
+        self._end("cancelled", fmt.sentence(message))
 
     def _end(self, outcome: str, message: str) -> None:
         self._show_progress()  # the last report, a finished file's 100%

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+import app.formatting as fmt
 from app.gui.background import run_in_background
 from app.gui.controls import ERROR_STYLE
 from app.gui.model_picker import SERVER_SOURCE, ModelPicker
@@ -218,7 +219,7 @@ class ServerDialog(QDialog):
             return  # an older test, overtaken by a newer one
         self.test_button.setEnabled(True)
         self.answer.setStyleSheet(OK_STYLE if ok else ERROR_STYLE)
-        self.answer.setText(text[:1].upper() + text[1:])
+        self.answer.setText(fmt.sentence(text))
         self.tested.emit(ok, text)
 
     def accept(self) -> None:

@@ -239,7 +239,7 @@ class StatusLine:
             self.prompt.setToolTip(f"{PROMPT_TIP}: {event.cached_tokens} cached, {event.computed_tokens} computed")
             if event.prefix_disk_problem:
                 said = formatting.prefix_disk_text(event.prefix_disk_problem)
-                self.bar.showMessage(said[:1].upper() + said[1:], 15000)
+                self.bar.showMessage(formatting.sentence(said), 15000)
         elif isinstance(event, ev.PolicyChanged):
             self.policy.setText(f"policy: {event.policy} (was {event.previous})")
             self.policy.setToolTip(policy_change_text(event))
