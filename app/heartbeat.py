@@ -57,9 +57,13 @@ class StepProgress:
     def _begin(self, phase: str) -> None:
         self.phase, self.since = phase, self._clock()
 
+    def took(self) -> str:
+        """How long the current phase has run, for a person ('12 s')."""
+        return fmt.seconds(self._clock() - self.since)
+
     def line(self) -> str:
         """'step 3: decoding, 12 s, 2 group(s), 8/16 candidates written (120 tokens)'."""
-        took = fmt.seconds(self._clock() - self.since)
+        took = self.took()
         if self.phase in ("loading", "prefill"):
             return f"{'loading the model' if self.phase == 'loading' else 'reading the question'}, {took}"
         done = f"{self.generated}/{self.candidates} candidates written ({self.tokens} tokens)"

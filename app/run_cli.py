@@ -133,7 +133,7 @@ class ServerProgress(StepProgress):
         if self.phase not in ("loading", "prefill"):
             return super().line()
         doing = "checking the server" if self.phase == "loading" else "waiting for the server's first answer"
-        return f"{doing}, {formatting.seconds(self._clock() - self.since)}"
+        return f"{doing}, {self.took()}"
 
 
 def _progress(stage: str, fraction: float | None) -> None:
