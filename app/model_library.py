@@ -132,10 +132,18 @@ def list_models() -> list[ModelEntry]:
                     or path.suffix.lower() == ".gguf"):  # a pull that failed early is listed, to resume or remove
                 entries.append(entry_for(path, "models folder"))
     try:
-        entries += [entry_for(p, "added") for p in added_folders() if p.exists()]
+        entries += [entry_for(p, "added") if p.exists() else _gone(p) for p in added_folders()]
     except AddedListDamaged as error:
         entries.append(ModelEntry(ADDED, str(added_list_path()), "added", 0, False, "-", None, error.user_message()))
     return entries
+
+
+def _gone(path: Path) -> ModelEntry:
+    """An added folder that is no longer there: listed with the problem (it was left out, and then no name could
+    take it off the list)."""
+    return ModelEntry(path.name, str(path), "added", 0, False, "-", None,
+                      f"{path} is not there any more (moved or deleted): add it again where it is now, or take it "
+                      "off the list (`beamwise models remove NAME`, the window's Remove from list).")
 
 
 def _bundled_entry() -> ModelEntry:
@@ -164,6 +172,22 @@ def synthetic_entry(source: str) -> ModelEntry:
     role = "generator" if family is None else f"PRM ({family})"
     return ModelEntry(source, source, "built in code (seeded random weights, nothing on disk)", 0, False, role,
                       facts_of(source))
+
+
+def source_of_name(name: str) -> str | None:
+    """The `--model` source of the model name a session recorded (a run records its model's name, not its path):
+    the bundled model, a synthetic one (`synthetic:tiny-llama (random weights)`), or the listed model of that
+    name (a folder's name, a GGUF file's name without `.gguf`); None when no model here has it."""
+    from engine.bundled import BUNDLED_NAME
+    from engine.synthetic import SYNTHETIC_MODELS
+
+    if name == BUNDLED_NAME:
+        return "bundled"
+    bare = name.removeprefix("synthetic:").removesuffix(" (random weights)")
+    if bare in SYNTHETIC_MODELS:
+        return f"synthetic:{bare}"
+    return next((entry.source for entry in list_models()[1:]
+                 if name in (entry.name, Path(entry.name).stem) and not entry.problem), None)
 
 
 def find(name: str) -> ModelEntry:

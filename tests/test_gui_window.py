@@ -13,7 +13,7 @@ import pytest
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QMessageBox
 
-from app.gui.main_window import MainWindow, source_for_model_name
+from app.gui.main_window import MainWindow
 from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
@@ -327,10 +327,31 @@ def test_recorded_sessions_reopen_and_run_again(qtbot, make_window, tmp_path, wa
     assert warnings == []
 
 
-def test_model_names_map_back_to_sources():
-    assert source_for_model_name("SmolLM2-135M-Instruct", "x") == "bundled"
-    assert source_for_model_name("tiny-llama", "x") == "synthetic:tiny-llama"
-    assert source_for_model_name("my-folder-model", "/models/mine") == "/models/mine"
+@pytest.mark.usefixtures("scratch_models")
+def test_run_again_picks_the_sessions_model_or_says_it_is_not_here(make_window, tmp_path):
+    """Sessions record the model's name: Run again on a synthetic model's session ('synthetic:tiny-qwen2 (random
+    weights)') kept the model set before and said nothing; a name no model here has keeps it and says so."""
+    import dataclasses
+
+    from app.recorder import SessionRecorder
+    from app.store import SessionStore
+
+    store = SessionStore(tmp_path / "s.db")
+    ids = {}
+    for name in ("synthetic:tiny-qwen2 (random weights)", "my-own-model"):
+        recorder = SessionRecorder(store)
+        for event in fake_run("How fast is the train?"):
+            recorder.write(dataclasses.replace(event, model=name) if isinstance(event, ev.RunStarted) else event)
+        ids[name] = recorder.session_id
+    window = make_window(store=store, store_factory=lambda: SessionStore(tmp_path / "s.db"))
+    small(window, source="synthetic:tiny-llama")
+    window.sessions.run_again_requested.emit(ids["synthetic:tiny-qwen2 (random weights)"])
+    assert window.controls.configs()[0].source == "synthetic:tiny-qwen2"
+    assert "not in Models" not in window.statusBar().currentMessage()
+    window.sessions.run_again_requested.emit(ids["my-own-model"])
+    assert window.controls.configs()[0].source == "synthetic:tiny-qwen2"
+    said = window.statusBar().currentMessage()
+    assert "it ran on my-own-model, which is not in Models, so the model stays as it was" in said, said
 
 
 def gui_args(tmp_path: Path, *extra: str) -> argparse.Namespace:

@@ -172,3 +172,31 @@ def test_a_name_from_the_list_is_a_model_source(model_folder, capsys):
     assert main(["plan", "2+2?", "--model", "tiny--llama", *prm]) == 2
     assert "the PRM folder nothing-here does not exist" in capsys.readouterr().err
     assert source_of("synthetic:tiny-llama") == "synthetic:tiny-llama" and source_of("bundled") == "bundled"
+
+
+def test_an_added_folder_that_was_moved_is_listed_with_the_problem_and_can_be_taken_off(tmp_path, model_folder,
+                                                                                         capsys):
+    """Before, it vanished from `models list` while staying in the list of added folders, and `models remove`
+    said there was no model of its name: nothing could take it off."""
+    assert main(["models", "add", str(model_folder)]) == 0
+    moved = model_folder.rename(tmp_path / "elsewhere")
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny" in out and "is not there any more (moved or deleted)" in out
+    assert lib.source_of_name("tiny") is None  # "Run again" does not pick a model that is gone
+    assert main(["models", "remove", "tiny"]) == 0
+    assert "off the list" in capsys.readouterr().out and lib.added_folders() == []
+    assert (moved / "config.json").is_file()
+
+
+def test_a_recorded_model_name_maps_back_to_the_source_that_runs_it(tmp_path, model_folder):
+    """A session records its model's name, not its path: "Run again" in the window mapped
+    'synthetic:tiny-llama (random weights)' and every added folder's name to the model set before, unsaid."""
+    assert lib.source_of_name("SmolLM2-135M-Instruct") == "bundled"
+    assert lib.source_of_name("synthetic:tiny-llama (random weights)") == "synthetic:tiny-llama"
+    assert lib.source_of_name("synthetic:llama2-7b (random weights)") == "synthetic:llama2-7b"
+    assert lib.source_of_name("tiny-qwen2") == "synthetic:tiny-qwen2"  # as sessions of old versions recorded it
+    assert lib.source_of_name("tiny") is None
+    assert main(["models", "add", str(model_folder)]) == 0
+    assert lib.source_of_name("tiny") == str(model_folder.resolve())
+    assert lib.source_of_name("no-such-model") is None

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import formatting
+from app import formatting, model_library
 from app.gui import palette as pal
 from app.gui import settings as saved
 from app.gui.background import run_in_background
@@ -39,7 +39,7 @@ from app.gui.engine_import import engine_failure, engine_ready, import_failed
 from app.gui.event_pump import EventPump
 from app.gui.gc_freeze import freeze_long_lived, thaw
 from app.gui.menus import build_menus, menu_shortcuts, shortcuts_box
-from app.gui.model_picker import SERVER_SOURCE, SYNTHETIC_CHOICES
+from app.gui.model_picker import SERVER_SOURCE
 from app.gui.models_page import ModelsPage
 from app.gui.panel import Panel
 from app.gui.plan_bar import PlanBar
@@ -55,7 +55,6 @@ from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import BeamwiseError
 
-BUNDLED_NAMES = ("SmolLM2-135M-Instruct",)
 
 RUN_OVER = object()  # queued after a run's events: the search request is over
 
@@ -96,14 +95,6 @@ def lines_high(edit: QPlainTextEdit, lines: int) -> int:
     """The height that shows `lines` lines of `edit`'s text, frame and margins included."""
     margins = edit.frameWidth() + int(edit.document().documentMargin())
     return lines * edit.fontMetrics().lineSpacing() + 2 * margins
-
-
-def source_for_model_name(name: str, fallback: str) -> str:
-    """The ModelSpec source of a recorded model name (sessions keep the name, not the path)."""
-    if name in BUNDLED_NAMES:
-        return "bundled"
-    bare = name.removeprefix("synthetic:")
-    return f"synthetic:{bare}" if bare in SYNTHETIC_CHOICES else fallback
 
 
 class MainWindow(QMainWindow):
@@ -518,7 +509,10 @@ class MainWindow(QMainWindow):
             current, current_cache = ModelSpec(), CacheConfig()
         try:
             remote = self.server.recorded(row.get("cache") or {})  # a server's run: that server again
-            source = SERVER_SOURCE if remote else source_for_model_name(row.get("model") or "", current.source)
+            source = SERVER_SOURCE if remote else model_library.source_of_name(row.get("model") or "")
+            kept = f"; it ran on {row.get('model')}, which is not in Models, so the model stays as it was" \
+                if source is None else ""
+            source = source or current.source
             model = ModelSpec(source=source, dtype=current.dtype)
             search = SearchConfig(**row["search"])
             cache = current_cache if remote else CacheConfig(**row["cache"])
@@ -530,7 +524,8 @@ class MainWindow(QMainWindow):
         self.question.setPlainText(row.get("question") or "")
         self.talk.load_rerun(session_id, row)  # a later turn reruns after its own earlier turns
         self.docks["settings"].raise_()
-        self.statusBar().showMessage(f"Settings of session {session_id} loaded; press Run to run it again.", 10000)
+        self.statusBar().showMessage(f"Settings of session {session_id} loaded{kept}; press Run to run it again.",
+                                     10000)
 
     def export_current(self) -> None:
         if self.store is None or self.sessions is None:
