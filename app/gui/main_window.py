@@ -55,7 +55,6 @@ from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import BeamwiseError
 
-
 RUN_OVER = object()  # queued after a run's events: the search request is over
 
 FAILURE_TITLES = {"WeightsDoNotFit": "The PRM does not fit beside the generator"}  # by RunFailed.error
