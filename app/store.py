@@ -142,6 +142,8 @@ class SessionStore:
         if self.path.is_dir():
             raise StoreError(f"{self.path} is a folder; pass a session database file such as {self.path / DB_NAME}.")
         if (looks := foreign_file(self.path)) is not None:
+            if _is_default(self.path):  # Beamwise's own file: whatever it holds, it is a damaged database
+                raise self._damaged(f"it holds {looks}, not SQLite data")
             raise NotADatabase(f"{self.path} is not a session database: it holds {looks}, not SQLite data.")
         if self.read_only:
             return _connect_read_only(self.path, self.busy_timeout)
@@ -309,11 +311,12 @@ class SessionStore:
     @staticmethod
     def move_aside(path: Path | str) -> Path:
         """Rename a damaged database (and its -wal/-shm files) to NAME.damaged-YYYYmmdd-HHMMSS; never deletes. A
-        file that is no SQLite database (notes.md, an export given as --db) is refused: it is not damaged."""
+        file that is no SQLite database (notes.md, an export given as --db) is refused: it is not damaged; at the
+        default database's path, a file Beamwise made, anything is damage."""
         path = Path(path)
         if not path.exists():
             raise StoreError(f"there is no file {path} to move aside.")
-        if (looks := foreign_file(path)) is not None:
+        if (looks := foreign_file(path)) is not None and not _is_default(path):
             raise NotADatabase(f"{path} is not a session database (it holds {looks}, not SQLite data); nothing "
                                "was moved.", hint="Check the --db path; move-aside renames only a damaged database.")
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -524,19 +527,39 @@ def foreign_file(path: Path) -> str | None:
             head = handle.read(512)
     except OSError:  # missing or unreadable: SQLite says why when it opens it
         return None
-    if SQLITE_HEADER.startswith(head[:16]):  # also empty, or a database cut off inside its header
+    if SQLITE_HEADER.startswith(head[:16]) or _damaged_header(head):  # also empty, or cut off inside its header
         return None
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text[:1] in (b"{", b"["):
         return "JSON (a session export?)"
     if text[:1] == b"<":
         return "HTML or XML"
+    if any(byte < 0x09 or 0x0E <= byte < 0x20 for byte in head):  # NUL and other controls decode as UTF-8
+        return "binary data"
     try:
         head.decode("utf-8")
     except UnicodeDecodeError as error:
         if error.start < len(head) - 3:  # not only a letter cut off at the end of the bytes read
             return "binary data"
     return "text"
+
+
+def _is_default(path: Path) -> bool:
+    """Whether `path` is the default session database (a file Beamwise made, never one the user named)."""
+    try:
+        return path.resolve() == default_db_path().resolve()
+    except OSError:
+        return False
+
+
+def _damaged_header(head: bytes) -> bool:
+    """The first page of a SQLite database whose first 16 bytes were overwritten or wiped: the fixed bytes of its
+    header that follow them (file format versions 1 or 2, payload fractions 64/32/32) are there, or the first
+    100 bytes are all zero (a zeroed first page). A damaged database, to be moved aside, not another program's
+    file (it was called 'binary data' or 'text', and then no command could move it aside)."""
+    if len(head) >= 100 and not any(head[:100]):
+        return True
+    return len(head) >= 24 and head[18] in (1, 2) and head[19] in (1, 2) and head[21:24] == b"\x40\x20\x20"
 
 
 def _writable(path: Path) -> bool:

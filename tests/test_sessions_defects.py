@@ -190,6 +190,7 @@ def test_deleting_a_turn_others_follow_is_refused_before_the_question(db: Path, 
     (b'{"format": "beamwise-session", "version": 1}', "JSON (a session export?)"),
     (b"<!DOCTYPE html><html></html>", "HTML or XML"),
     (bytes(range(256)) * 8, "binary data"),
+    (b"\x00" * 40 + b"text after NUL bytes", "binary data"),  # NUL decodes as UTF-8: it was called "text"
 ])  # fmt: skip
 def test_a_file_that_is_no_sqlite_database_is_not_called_damaged_nor_moved_aside(tmp_path: Path, capsys, content,
                                                                                  looks) -> None:
@@ -204,6 +205,34 @@ def test_a_file_that_is_no_sqlite_database_is_not_called_damaged_nor_moved_aside
         code, _, err = run(capsys, "sessions", "move-aside", *force, "--db", str(path))
         assert code == 2 and one_line(err) and "nothing was moved" in err
     assert path.read_bytes() == content and [p.name for p in tmp_path.iterdir()] == ["notes.md"]
+
+
+@pytest.mark.parametrize("wreck", ["magic", "first page"])
+def test_a_database_whose_header_is_damaged_is_damage_and_moves_aside(db: Path, capsys, wreck) -> None:
+    """Random first 16 bytes were called 'binary data' and a zeroed first page 'text': "not a session database",
+    so `move-aside` refused it (also with --force) and no command could start a fresh database."""
+    with db.open("r+b") as handle:
+        handle.write(bytes(range(7, 23)) if wreck == "magic" else bytes(4096))
+    code, _, err = run(capsys, "sessions", "list", "--db", str(db))
+    assert code == 2 and one_line(err) and f"the session database {db} is damaged" in err and "move-aside" in err
+    code, out, _ = run(capsys, "sessions", "move-aside", "--db", str(db))
+    assert code == 0 and "moved" in out and not db.exists()
+    assert len(list(db.parent.glob("s.db.damaged-*"))) == 1
+
+
+def test_anything_at_the_default_databases_path_is_a_damaged_database(tmp_path: Path, capsys,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beamwise made that file, so whatever it holds now is damage: "not a session database ... Check the --db
+    path" was said to a user who gave no --db, and move-aside refused it, leaving no way to a fresh database."""
+    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path))
+    default = tmp_path / "sessions.db"
+    default.write_bytes(b"# not SQLite\n")
+    code, _, err = run(capsys, "sessions", "list")
+    assert code == 2 and one_line(err) and f"the session database {default} is damaged (it holds text" in err
+    assert "--db path" not in err
+    code, out, _ = run(capsys, "sessions", "move-aside")
+    assert code == 0 and not default.exists()
+    assert run(capsys, "sessions", "list")[:2] == (0, "no sessions\n")
 
 
 # ---------------------------------------------------------------- 5: a mistyped --db
