@@ -231,6 +231,7 @@ def test_anything_at_the_default_databases_path_is_a_damaged_database(tmp_path: 
     assert code == 2 and one_line(err) and f"the session database {default} is damaged (it holds text" in err
     assert "--db path" not in err
     code, out, _ = run(capsys, "sessions", "move-aside")
+    assert "moved" in out
     assert code == 0 and not default.exists()
     assert run(capsys, "sessions", "list")[:2] == (0, "no sessions\n")
 
