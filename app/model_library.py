@@ -142,8 +142,8 @@ def _gone(path: Path) -> ModelEntry:
     """An added folder that is no longer there: listed with the problem (it was left out, and then no name could
     take it off the list)."""
     return ModelEntry(path.name, str(path), "added", 0, False, "-", None,
-                      f"{path} is not there any more (moved or deleted): add it again where it is now, or take it "
-                      "off the list (`beamwise models remove NAME`, the window's Remove from list).")
+                      f"the folder {path} is not there any more (moved or deleted): add it again where it is now, or "
+                      "take it off the list (`beamwise models remove NAME`, the window's Remove from list).")
 
 
 def _bundled_entry() -> ModelEntry:

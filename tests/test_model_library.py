@@ -152,7 +152,7 @@ def test_the_models_page_adds_only_models_and_takes_added_ones_off_the_list(qtbo
     qtbot.addWidget(page)
     (tmp_path / "empty").mkdir()
     assert page.add_folder(tmp_path / "empty") is False
-    assert "Could not add" in page.pull_status.text() and "has no config.json" in page.pull_status.text()
+    assert "Could not add" in page.folder_status.text() and "has no config.json" in page.folder_status.text()
     assert page.add_folder(model_folder) is True and page.selected().name == "tiny"
     assert page.remove_button.isEnabled() and page.remove_button.text() == "Remove from list"
     page.remove_selected()

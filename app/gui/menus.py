@@ -35,10 +35,15 @@ WIDGET_KEYS = [("Tab / Shift+Tab", "the next / previous control (in a list or ta
                ("Esc in a dialog", "close it")]
 DOCK_TEXTS = {"settings": "&Settings", "sessions": "S&essions", "models": "&Models", "details": "&Node details",
               "transcript": "&Transcript", "charts": "Memory and &PCIe"}  # View's toggles, one letter each
+DOCK_KEYS = {name: f"Ctrl+{number}" for number, name in enumerate(DOCK_TEXTS, start=1)}  # fixed: README and F1 say
+NO_SESSIONS = ("Sessions are not available: the session database could not be opened when Beamwise started (the "
+               "warning then said why), so this window saves nothing. Fix the database or move it aside "
+               "(`beamwise sessions move-aside --db FILE`), then start Beamwise again.")
 
 
-def build_menus(window: QMainWindow) -> None:
-    """File, Search, View and Help of `window` (a MainWindow: its actions, docks and tree)."""
+def build_menus(window: QMainWindow, sessions_problem: str = NO_SESSIONS) -> None:
+    """File, Search, View and Help of `window` (a MainWindow: its actions, docks and tree). Each panel keeps its
+    key when another is absent; Sessions' key then says `sessions_problem` in the status bar."""
     bar = window.menuBar()
     file_menu = bar.addMenu("&File")
     file_menu.addAction(window.talk.new_action)
@@ -51,8 +56,13 @@ def build_menus(window: QMainWindow) -> None:
     search_menu.addAction(window.stop_action)
     search_menu.addAction(window.talk.box.action)
     view_menu = bar.addMenu("&View")
-    for number, (name, dock) in enumerate(window.docks.items(), start=1):  # Ctrl+1 … brings each panel forward
-        view_menu.addAction(panel_action(dock, DOCK_TEXTS[name], f"Ctrl+{number}"))
+    for name, keys in DOCK_KEYS.items():  # Ctrl+1 … brings each panel forward
+        dock = window.docks.get(name)
+        if dock is not None:
+            view_menu.addAction(panel_action(dock, DOCK_TEXTS[name], keys))
+        else:  # no database: Ctrl+2 says why rather than nothing (or another panel)
+            absent = view_menu.addAction(DOCK_TEXTS[name], lambda: window.statusBar().showMessage(sessions_problem))
+            absent.setShortcut(QKeySequence(keys))
     view_menu.addSeparator()
     tree = window.panels.tree
     view_menu.addAction("&Fit tree to view", tree.fit_to_view).setShortcut(QKeySequence("Ctrl+0"))

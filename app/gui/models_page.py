@@ -19,7 +19,7 @@ from PySide6.QtCore import (
     Signal,
     Slot,
 )
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction, QColor, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
@@ -46,6 +46,8 @@ from engine.errors import BeamwiseError
 COLUMNS = ("name", "role", "architecture", "parameters", "dtype", "size on disk", "context length", "KV per token")
 HEADERS = ("Name", "Role", "Architecture", "Params", "Dtype", "Size", "Context", "KV/token")  # the rest: tooltips
 PROGRESS_MS = 100  # how often the page shows a running download's latest progress
+PROBLEM_CHARS = 60  # of a problem in its row's name cell; the selected row's whole problem shows below the list
+PROBLEM_COLOUR = "#c0504d"  # the sessions list's "failed"
 AnyIndex = QModelIndex | QPersistentModelIndex
 Confirm = Callable[[str, str], bool]
 
@@ -74,11 +76,14 @@ class ModelsTableModel(QAbstractTableModel):
         if not index.isValid():
             return None
         cells = self.cells[index.row()]
+        entry = self.entries[index.row()]
         if role == Qt.ItemDataRole.DisplayRole:
+            if index.column() == 0:
+                return _name_cell(entry)
             text = cells.get(COLUMNS[index.column()], "-")
-            if index.column() == 0 and self.entries[index.row()].downloaded:
-                text += "  (downloaded)"
             return text.split(" (")[0].removesuffix(" tokens") if index.column() > 1 else text
+        if role == Qt.ItemDataRole.ForegroundRole and entry.problem:
+            return QColor(PROBLEM_COLOUR)
         if role == Qt.ItemDataRole.ToolTipRole:
             return "\n".join(f"{label}: {value}" for label, value in cells.items())
         return None
@@ -87,6 +92,14 @@ class ModelsTableModel(QAbstractTableModel):
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
             return HEADERS[section]
         return None
+
+
+def _name_cell(entry: lib.ModelEntry) -> str:
+    """The name, then what `models list` prints beside or below it: "(downloaded)", or the start of its problem (an
+    unfinished download, a damaged list of added folders); the selected row's whole problem shows below the list."""
+    if entry.problem:  # its path left out: the row names it, and a long path left no room for what is wrong
+        return f"{entry.name}  - {fmt.brief(entry.problem.replace(f' {entry.source}', ''), PROBLEM_CHARS)}"
+    return f"{entry.name}  (downloaded)" if entry.downloaded else entry.name
 
 
 class PullWorker(QObject):
@@ -128,8 +141,40 @@ class PullWorker(QObject):
         return latest
 
 
+def fit_longest(button: QPushButton, labels: tuple[str, ...]) -> None:
+    """Wide enough for the longest of the labels it will show: a button sized for its first label cut a longer
+    one at both ends ("emove from li")."""
+    shown = button.text()
+    widths = []
+    for label in labels:
+        button.setText(label)
+        widths.append(button.sizeHint().width())
+    button.setText(shown)
+    button.setMinimumWidth(max(widths))
+
+
+def _message_label() -> QLabel:
+    """A wrapped, selectable line of the page, hidden while it has nothing to say."""
+    label = QLabel()
+    label.setWordWrap(True)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    label.hide()
+    return label
+
+
+def _say(label: QLabel, text: str) -> None:
+    label.setText(text)
+    label.setVisible(bool(text))
+
+
 def ask(parent: QWidget) -> Confirm:
     return lambda title, text: QMessageBox.question(parent, title, text) == QMessageBox.StandardButton.Yes
+
+
+def usable(entry: lib.ModelEntry | None) -> bool:
+    """Whether Use may put `entry` into the settings: its facts read, and no problem (an unfinished download has a
+    config but not all its weights)."""
+    return entry is not None and entry.facts is not None and not entry.problem
 
 
 class ModelsPage(QWidget):
@@ -192,14 +237,20 @@ class ModelsPage(QWidget):
         self.add_button.clicked.connect(self._add_folder)
         self.refresh_button = QPushButton("Refresh")
         self.refresh_button.clicked.connect(self.refresh)
+        fit_longest(self.use_button, ("Use as generator", "Use as verifier"))  # labels _update_buttons sets
+        fit_longest(self.remove_button, ("Remove…", "Remove from list"))
+        self.problem_label = _message_label()  # the selected row's problem: why Use is off
+        self.folder_label = _message_label()
+        self.folder_label.show()
+        self.folder_status = _message_label()  # what Add folder… and Remove did, beside them (the pull box's own
+        # line was cut off at the window's default size)
         rows = QGridLayout()  # two by two, and the folder below: the page fits a 330-pixel dock on a laptop
+        rows.addWidget(self.problem_label, 0, 0, 1, 3)
         for place, button in enumerate((self.use_button, self.remove_button, self.add_button, self.refresh_button)):
-            rows.addWidget(button, place // 2, place % 2)
+            rows.addWidget(button, 1 + place // 2, place % 2)
         rows.setColumnStretch(2, 1)
-        self.folder_label = QLabel()
-        self.folder_label.setWordWrap(True)
-        self.folder_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        rows.addWidget(self.folder_label, 2, 0, 1, 3)
+        rows.addWidget(self.folder_label, 3, 0, 1, 3)
+        rows.addWidget(self.folder_status, 4, 0, 1, 3)
         return rows
 
     def _build_pull(self) -> QGroupBox:
@@ -261,13 +312,15 @@ class ModelsPage(QWidget):
         listed = entry is not None and entry.where == "added"  # only taken off the list, never deleted
         self.remove_button.setEnabled(entry is not None and (entry.downloaded or listed))
         self.remove_button.setText("Remove from list" if listed else "Remove…")
-        self.use_button.setEnabled(entry is not None and entry.facts is not None)
+        self.use_button.setEnabled(usable(entry))
         is_prm = entry is not None and entry.role.startswith("PRM")
         self.use_button.setText("Use as verifier" if is_prm else "Use as generator")
+        problem = entry.problem if entry is not None else ""
+        _say(self.problem_label, f"{entry.name}: {fmt.sentence(problem)}" if problem else "")
 
     def use_selected(self) -> None:
         entry = self.selected()
-        if entry is not None and entry.facts is not None:
+        if usable(entry):
             self.use_requested.emit(entry.source, entry.role.startswith("PRM"))
 
     def remove_selected(self) -> None:
@@ -283,7 +336,7 @@ class ModelsPage(QWidget):
         try:
             lib.remove(entry)
         except (OSError, ValueError) as error:
-            self.pull_status.setText(f"Could not remove {entry.name}: {error}")
+            _say(self.folder_status, f"Could not remove {entry.name}: {error}")
         self.refresh()
 
     def _forget(self, entry: lib.ModelEntry) -> None:
@@ -291,9 +344,9 @@ class ModelsPage(QWidget):
         try:
             lib.forget_folder(Path(entry.source))
         except BeamwiseError as error:
-            self.pull_status.setText(f"Could not take {entry.name} off the list: {error.user_message()}")
+            _say(self.folder_status, f"Could not take {entry.name} off the list: {error.user_message()}")
         else:
-            self.pull_status.setText(f"Took {entry.name} off the list; its files were not touched.")
+            _say(self.folder_status, f"Took {entry.name} off the list; its files were not touched.")
         self.refresh()
 
     def _add_folder(self) -> None:
@@ -307,11 +360,11 @@ class ModelsPage(QWidget):
             added = lib.add_folder(folder)
         except (BeamwiseError, ValueError) as error:
             text = error.user_message() if isinstance(error, BeamwiseError) else str(error)
-            self.pull_status.setText(f"Could not add {folder}: {text}")
+            _say(self.folder_status, f"Could not add {folder}: {text}")
             return False
         self.refresh()
         self.select_name(added.name)
-        self.pull_status.setText(f"Added {added}.")
+        _say(self.folder_status, f"Added {added}.")
         return True
 
     # ------------------------------------------------------------ pulling

@@ -41,6 +41,7 @@ from PySide6.QtWidgets import (
 import app.formatting as fmt
 from app.conversations import list_conversations
 from app.export import FORMATS, default_file_stem, export_session
+from app.export.md_escape import without_controls
 from app.store import SessionStore
 from engine.errors import BeamwiseError
 
@@ -120,12 +121,32 @@ class SessionsTableModel(QAbstractTableModel):
 
 
 def _display(row: dict, key: str) -> str:
+    """A cell's text; a model's control characters (random weights write ESC, DEL, ...) shown as U+FFFD, as the
+    transcript and `beamwise sessions` show them."""
     value = row.get(key)
     if key == "created":
         return (value or "")[:16].replace("T", " ")
     if key == "answer":
-        return fmt.brief(value, 80)
-    return "" if value is None else str(value)
+        return fmt.brief(without_controls(value or ""), 80)
+    return "" if value is None else without_controls(str(value))
+
+
+def _no_match(search: str) -> str | None:
+    """What an empty list means: no session matches the search (None when nothing was searched for)."""
+    if not search.strip():
+        return None
+    return f"No sessions match “{search.strip()}”. Search for other words, or clear the search to list them all."
+
+
+def delete_question(row: dict) -> str:
+    """The confirmation for deleting a listed conversation: what `SessionStore.delete` removes, which is its newest
+    turn only (as `beamwise sessions delete` removes the one session it is given); earlier turns stay."""
+    title, turn = without_controls(row["title"]), row["turns"]
+    if turn <= 1:
+        return f"Delete “{title}” and everything recorded for it?\n\nThis cannot be undone."
+    earlier = "Turn 1 stays" if turn == 2 else f"Turns 1 to {turn - 1} stay"
+    return (f"Delete turn {turn} of the conversation “{title}” and everything recorded for that turn?\n\n"
+            f"{earlier}, listed as the conversation. This cannot be undone.")
 
 
 class SessionsPanel(QWidget):
@@ -294,7 +315,7 @@ class SessionsPanel(QWidget):
             self.model.set_rows([])
             self.older.hide()
         else:
-            self._show_message(None)
+            self._show_message(_no_match(self.search.text()) if not rows else None)
             self.model.set_rows(rows[: self._shown])
             self.older.setVisible(len(rows) > self._shown)
             if keep is not None:
@@ -361,10 +382,8 @@ class SessionsPanel(QWidget):
         if busy:
             QMessageBox.warning(self, "Could not delete the session", busy)
             return
-        row = self.model.rows[self.model.row_of(session_id)]
-        text = f"Delete “{row['title']}” and everything recorded for it?\n\nThis cannot be undone."
         answer = QMessageBox.question(
-            self, "Delete session", text,
+            self, "Delete session", delete_question(self.model.rows[self.model.row_of(session_id)]),
             QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
         if answer != QMessageBox.StandardButton.Yes:
             return
