@@ -33,7 +33,7 @@ def test_the_loan_asks_the_ladder_for_the_targets_rows_with_the_baselines_before
     assert asked["workload"] == gpu_ladder.WORKLOADS["w64"]
     assert asked["policies"] == ["in_device", "lbs:+prefix_order", "layerwise", "lbs:inter_token"]
     assert asked["baselines"] == ["generate", "generate:offloaded"] and asked["baselines_after"] == "lbs:+prefix_order"
-    assert asked["time_limit"].seconds == 420 - 90 - gpu_loan.STOP_GRACE and not asked["plan_only"]
+    assert asked["time_limit"].seconds == 420 - 90 - gpu_loan.STOP_GRACE - gpu_loan.IMPORTS and not asked["plan_only"]
     assert not (tmp_path / "loan.json").exists()  # a dry run writes nothing
 
 
@@ -45,20 +45,35 @@ def test_a_loan_too_short_for_the_ladder_is_refused(tmp_path, capsys):
 
 def test_without_cuda_the_loan_says_what_is_missing_and_runs_nothing(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(gpu_loan, "run_step", lambda *a: pytest.fail("ran a step without CUDA"))
-    real_import = gpu_loan.importlib.import_module
-
-    def no_sqlite_utils(name):
-        if name == "sqlite_utils":
-            raise ImportError("No module named 'sqlite_utils'")
-        return real_import(name)
-
-    machine, missing = gpu_loan.machine_checks(no_sqlite_utils)
-    assert machine["torch"] and "sqlite_utils" not in machine
-    assert missing[0] == "sqlite_utils (No module named 'sqlite_utils')"
     assert gpu_loan.main(["--out", str(tmp_path)]) == 2  # this CPU has no CUDA device
     err = capsys.readouterr().err
-    assert "missing: a CUDA device" in err and "pip download --no-deps" in err
+    assert "missing: a CUDA device" in err and "pip download" not in err  # wheels would not bring a GPU
     assert json.loads((tmp_path / "loan.json").read_text())["machine"]["python"]
+
+
+def test_a_package_only_the_tests_need_leaves_the_ladder_to_run_alone(tmp_path, capsys, monkeypatch):
+    """sqlite_utils imports dateutil and click, which the carried wheels did not hold: the whole loan stopped at
+    its checks, where the ladder needs neither."""
+    real_import = gpu_loan.importlib.import_module
+
+    def no_dateutil(name):
+        if name == "sqlite_utils":
+            raise ImportError("No module named 'dateutil'")
+        return real_import(name)
+
+    machine, missing = gpu_loan.machine_checks(no_dateutil)
+    assert machine["torch"] and "sqlite_utils" not in machine
+    assert machine["tests_missing"] == ["sqlite_utils (No module named 'dateutil')"]
+    assert not any(m.startswith("sqlite_utils") for m in missing)
+    ran = []
+    monkeypatch.setattr(gpu_loan, "machine_checks", lambda: ({"device": "fake", "tests_missing": ["pytest (x)"]}, []))
+    monkeypatch.setattr(gpu_loan, "run_step", lambda step, log, left: ran.append(step.name))
+    monkeypatch.setattr(gpu_loan, "targets", lambda out: "targets")
+    gpu_loan.main(["--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert ran == ["ladder"] and "the CUDA tests not run: missing pytest (x)" in err and "python-dateutil" in err
+    tests = json.loads((tmp_path / "loan.json").read_text())["steps"][1]
+    assert tests["status"] is None and tests["note"] == "not run: missing pytest (x)"
 
 
 def test_the_loan_runs_its_steps_kills_one_at_its_deadline_and_keeps_every_file(tmp_path, capsys, monkeypatch):
