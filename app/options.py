@@ -279,23 +279,30 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--served-model", default=None, metavar="NAME", help="openai: the model name the server serves")
     g.add_argument("--api-key-env", default=None, metavar="NAME",
                    help="openai: the environment variable holding the API key (the key is never recorded)")
-    g.add_argument("--request-timeout", type=float, default=60.0, metavar="SECONDS",
-                   help="openai: seconds to wait for one answer before retrying")
+    g.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
+                   help=f"openai: seconds to wait for one answer before retrying (default: {REQUEST_TIMEOUT:g})")
     g.add_argument("--verifier-endpoint", default=None, metavar="URL",
                    help="openai, --verifier prm: a vLLM server of the PRM (--verifier-model is its served name)")
     g.add_argument("--one-request-per-path", action="store_true",
                    help="openai: one request with n=M for each kept path instead of M with n=1 (vLLM, SGLang)")
 
 
+REQUEST_TIMEOUT = 60.0  # seconds, --request-timeout's default
 SERVER_ONLY = (("--endpoint", "endpoint"), ("--served-model", "served_model"), ("--api-key-env", "api_key_env"),
+               ("--request-timeout", "request_timeout"),
                ("--verifier-endpoint", "verifier_endpoint"), ("--one-request-per-path", "one_request_per_path"))
+
+
+def _given(value: object) -> bool:
+    """Whether an option left at None/False (its 'not given') was given: `--request-timeout 0` is given."""
+    return value is not None and value is not False and value != ""
 
 
 def server_from_args(args: argparse.Namespace):
     """The ServerConfig of `--backend openai`, or None for a local run; missing options are a UsageError, and so
     are a server's options on a local run (they would be ignored: the run would load a model here instead)."""
     if getattr(args, "backend", "local") != "openai":
-        given = [flag for flag, name in SERVER_ONLY if getattr(args, name, None)]
+        given = [flag for flag, name in SERVER_ONLY if _given(getattr(args, name, None))]
         if given:
             them = "it" if len(given) == 1 else "them"
             raise UsageError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for a server: add "
@@ -307,9 +314,10 @@ def server_from_args(args: argparse.Namespace):
                if not value]
     if missing:
         raise UsageError(f"--backend openai needs {' and '.join(missing)}")
-    if args.request_timeout <= 0:
+    timeout = REQUEST_TIMEOUT if args.request_timeout is None else args.request_timeout
+    if not timeout > 0:
         raise UsageError("--request-timeout must be more than 0 seconds")
-    return ServerConfig(args.endpoint, args.served_model, args.api_key_env, timeout_s=args.request_timeout,
+    return ServerConfig(args.endpoint, args.served_model, args.api_key_env, timeout_s=timeout,
                         one_request_per_path=args.one_request_per_path, prm_endpoint=args.verifier_endpoint)
 
 
@@ -412,6 +420,16 @@ def _refuse_unused(args: argparse.Namespace) -> None:
          f"with {args.policy}: pick one of those, or leave it out"),
         (getattr(args, "no_save", False) and getattr(args, "db", None) is not None,
          "--db names the database to record in, and --no-save records nothing: give one of them"),
+        (args.policy not in ("lbs", "auto") and (args.no_inter_beam or args.no_prefetch or not args.prefix_order),
+         f"--no-inter-beam, --no-prefetch and --no-prefix-order switch parts of lbs off, and --policy {args.policy} "
+         "has none of them: pick --policy lbs (or auto), or leave them out"),
+        (not args.prefix_cache and (args.prefix_cache_ram, args.prefix_cache_disk) != (None, None),
+         "--prefix-cache-ram and --prefix-cache-disk size the prefix cache, which is off (--no-prefix-cache, or "
+         "eval's default): add --prefix-cache, or leave them out"),
+        ((args.method or SearchConfig().method) == "greedy" and (args.temperature, args.top_p) != (
+            SearchConfig().temperature, SearchConfig().top_p),
+         "--temperature and --top-p shape sampling, and greedy takes the most likely token: pick --method beam, "
+         "dvts or best-of-n to sample, or leave them out"),
     ]
     why = next((why for given, why in unused if given), None)
     if why is not None:

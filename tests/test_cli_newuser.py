@@ -182,3 +182,27 @@ def test_the_top_level_help_names_every_command():
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     assert [name for name in commands if name not in parser.description] == []
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    (["--request-timeout", "5"], "--request-timeout is for a server"),
+    (["--request-timeout", "0"], "--request-timeout is for a server"),
+    (["--policy", "in_device", "--no-inter-beam"], "--policy in_device has none of them"),
+    (["--policy", "layerwise", "--no-prefix-order"], "--policy layerwise has none of them"),
+    (["--policy", "headwise", "--no-prefetch"], "--policy headwise has none of them"),
+    (["--no-prefix-cache", "--prefix-cache-ram", "1GB"], "size the prefix cache, which is off"),
+    (["--method", "greedy", "--temperature", "0.5"], "greedy takes the most likely token"),
+    (["--method", "greedy", "--top-p", "0.5"], "greedy takes the most likely token"),
+])  # fmt: skip
+def test_options_that_would_do_nothing_are_refused_before_the_model_loads(capsys, extra, said):
+    """Each ran as if it had not been given while its neighbours were refused: a local run's --request-timeout, lbs's
+    switches under another policy, a prefix cache's size with the cache off, a greedy run's sampling settings (which
+    its session recorded as used)."""
+    assert main(["run", "What is 2+3?", *TINY, "--no-save", *extra]) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_the_same_options_run_where_they_do_something(capsys):
+    for extra in (["--policy", "auto", "--no-prefetch"], ["--policy", "lbs", "--kv-budget", "1MB", "--no-inter-beam"],
+                  ["--method", "beam", "--temperature", "0.5"], ["--prefix-cache-ram", "1GB"]):
+        assert main(["run", "What is 2+3?", *TINY, "--no-save", *extra]) == 0, extra

@@ -304,7 +304,9 @@ def test_a_prefix_cache_ram_cap_below_the_prompts_blocks_is_red_in_the_runs_word
     smallest = refusal.split("Use --prefix-cache-ram ")[1].split()[0]
     assert main(["plan", "What is 2+2?", *PLAN_TINY, "--prefix-cache-ram", smallest]) == 0
     assert main(["plan", "What is 2+2?", *PLAN_TINY, "--prefix-cache-ram", str(int(smallest) - 1)]) == 3
-    assert main(["plan", "What is 2+2?", *PLAN_TINY, "--prefix-cache-ram", "1kB", "--no-prefix-cache"]) == 0
+    capsys.readouterr()
+    assert main(["plan", "What is 2+2?", *PLAN_TINY, "--prefix-cache-ram", "1kB", "--no-prefix-cache"]) == 2
+    assert "--prefix-cache-ram and --prefix-cache-disk size the prefix cache, which is off" in capsys.readouterr().err
 
 
 def test_plan_reads_the_question_as_run_does(tmp_path, capsys, monkeypatch):
