@@ -31,14 +31,22 @@ def check_memory(loaded, question: str, search: SearchConfig, cache: CacheConfig
     if available is None:
         return  # this platform cannot say; the engine's own budget checks still apply
     prompt = len(prompt_ids(loaded.encode_chat, question, history))  # the run's own prompt: every turn
+    search = within_context(search, prompt, loaded.context_length)
     need = needed_bytes(loaded, prompt, search, cache)
     limit = int(available * SHARE)
     if need <= limit:
         return
     beams = _most_beams(loaded, prompt, search, cache, limit)
     largest = (f"--beams {beams} with --width {search.width}" if beams else
-               f"none with --width {search.width} and {search.step_tokens} step tokens; lower --width or --step-tokens")
-    raise SearchTooLarge(need, available, largest)
+               f"none: --beams 1 with --width {search.width} needs more; lower --width or --step-tokens")
+    raise SearchTooLarge(need, available, largest, SHARE)
+
+
+def within_context(search: SearchConfig, prompt_tokens: int, context_length: int) -> SearchConfig:
+    """The search as its paths can grow: a path stops at the model's context, so steps past it hold no KV
+    (`--max-steps 1000` on an 8,192-token model was refused as 20.7 GB where its paths hold 3 GB)."""
+    room = max(context_length - prompt_tokens, 1)
+    return dataclasses.replace(search, max_steps=min(search.max_steps, -(-room // search.step_tokens)))
 
 
 def _most_beams(loaded, prompt: int, search: SearchConfig, cache: CacheConfig, limit: int) -> int:

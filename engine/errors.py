@@ -88,10 +88,13 @@ class PrefixCacheTooSmall(BeamwiseError):
 class SearchTooLarge(BeamwiseError):
     """The search would need more memory than the machine has; refused before anything is allocated."""
 
-    def __init__(self, needed_bytes: int, available_bytes: int, largest: str) -> None:
+    def __init__(self, needed_bytes: int, available_bytes: int, largest: str, share: float = 1.0) -> None:
+        room = (f"the {format_bytes(available_bytes)} of memory free" if share >= 1 else
+                f"the {format_bytes(available_bytes * share)} a search may take ({share:.0%} of the "
+                f"{format_bytes(available_bytes)} of memory free: the model and the app need the rest)")
         super().__init__(
-            f"this search needs about {format_bytes(needed_bytes)} of KV cache, more than the "
-            f"{format_bytes(available_bytes)} of memory free; the largest setting that fits is {largest}.",
+            f"this search needs about {format_bytes(needed_bytes)} of KV cache, more than {room}; the largest "
+            f"setting that fits is {largest}.",
             hint="Lower --beams, --width, --max-steps or --step-tokens.",
         )
         self.needed_bytes = needed_bytes

@@ -314,6 +314,25 @@ def test_a_search_too_large_for_memory_is_refused_with_the_figure_and_the_larges
     check_memory(tiny, "hi", SearchConfig(beams=2), CacheConfig(), free=lambda: 10_000_000)
 
 
+def test_the_memory_check_counts_paths_only_up_to_the_models_context_and_says_its_share(tiny):
+    """`--max-steps 1000` was refused as '20.7 GB, more than the 24.4 GB free' on an 8,192-token model whose paths
+    hold 3 GB: its steps past the context were counted, and the 80% share it compares with was never said."""
+    from app.preflight import SHARE, check_memory, needed_bytes, within_context
+    from engine.config import CacheConfig, SearchConfig
+    from engine.errors import SearchTooLarge
+
+    endless = SearchConfig(beams=4, width=2, step_tokens=16, max_steps=1_000_000)
+    capped = within_context(endless, 20, tiny.context_length)
+    assert capped.max_steps == -(-(tiny.context_length - 20) // 16) and capped.max_steps < 200
+    room = needed_bytes(tiny, 40, capped, CacheConfig()) * 2
+    check_memory(tiny, "hi", endless, CacheConfig(), free=lambda: room)  # before: refused as terabytes
+    with pytest.raises(SearchTooLarge) as refused:
+        check_memory(tiny, "hi", endless, CacheConfig(), free=lambda: 10_000)
+    said = refused.value.user_message()
+    assert f"({SHARE:.0%} of the 10.0 kB of memory free: the model and the app need the rest)" in said, said
+    assert "the largest setting that fits is none: --beams 1 with --width 2 needs more" in said
+
+
 ARGUMENT = st.one_of(st.text(max_size=12).filter(lambda a: not a.startswith(("-h", "--h"))), st.sampled_from(
     ["--beams", "--width", "--seed", "--temperature", "--kv-budget", "--step-delimiter", "--max-candidates",
      "-1", "0", "inf", "nan", "1e309", "\\", "\\u12", "99999999999999999999999", "--policy", "--question-file"]))
