@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import app.formatting as fmt
 from app.formatting import size as format_bytes
-from app.json_out import refuse_the_database, write_json
+from app.json_out import is_stream, refuse_the_database, write_json
 from app.models_folder import source_of
 from app.options import (
     DEFAULT_QUESTION,
@@ -76,7 +76,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu-memory", type=size_type, default=None, help="--max-context: device memory, e.g. 24GB")
     p.add_argument("--host-ram", type=size_type, default=None, help="--max-context: host RAM for offloaded KV")
     p.add_argument("--json", dest="json_path", default=None,
-                   help="also write the report as JSON here (after every row, complete: false until the last)")
+                   help="also write the report as JSON here (after every row, complete: false until the last; "
+                   "into a FIFO or a device such as /dev/stdout once, at the end)")
     p.add_argument("--baselines", default=",".join(BASELINES), metavar="NAMES",
                    help=f"outside baselines (CUDA only), comma-separated, from: {', '.join(BASELINES)}; empty for none")
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
@@ -92,6 +93,32 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def bench_command(args: argparse.Namespace) -> int:
+    """Exit 0 when a row produced a figure, 1 when none did (each row says why), 2 on settings it refuses, 130 on
+    Ctrl+C (the finished rows' table printed first)."""
+    _check(args)
+    refuse_the_database(args.json_path)  # before anything runs: bench has no --db, so the default one
+    dtype = args.dtype or ("bfloat16" if args.plan_only else "float32")
+    if args.max_context:
+        return _max_context(args, dtype)
+    workload = _workload(args, dtype)
+    if args.backend == "openai":
+        if args.verifier_model:
+            raise UsageError("--prm scores a local search; leave it out with --backend openai.")
+        return _remote(args, workload)
+    server_from_args(args)  # a local bench: a server's options given anyway are said, not ignored
+    if args.versus_generate:
+        return _versus_generate(args, dtype)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if not policies:  # it printed an empty table and exited 0
+        raise UsageError(f"--policies names no policy (got {args.policies!r}); give one or more of: "
+                         f"{', '.join(LADDER)}.")
+    baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
+    check_names(policies, baselines)  # before the JSON's placeholder: nothing is written for a typo
+    return _ladder(args, workload, policies, baselines)
+
+
+def _check(args: argparse.Namespace) -> None:
+    """UsageError for settings the bench would refuse, or take without using, before anything loads."""
     if args.question is not None and not args.question.strip():  # '' would bench the default question unasked
         raise UsageError(empty_message())  # as `beamwise run ""` and `gui --question ""` say it
     for name in ("beams", "width", "step_tokens", "prompt_tokens", "gen_tokens"):
@@ -102,11 +129,41 @@ def bench_command(args: argparse.Namespace) -> int:
                          f"(got {args.speculative_continuations}).")
     if args.time_limit is not None and not args.time_limit > 0:
         raise UsageError(f"--time-limit must be a positive number of seconds (got {args.time_limit:g}).")
-    refuse_the_database(args.json_path)  # before anything runs: bench has no --db, so the default one
-    dtype = args.dtype or ("bfloat16" if args.plan_only else "float32")
-    if args.max_context:
-        return _max_context(args, dtype)
-    workload = Workload(
+    if args.versus_generate:
+        _refuse_unused_by_versus_generate(args)
+    if not args.max_context and (args.gpu_memory is not None or args.host_ram is not None):  # they did nothing
+        raise UsageError("--gpu-memory and --host-ram size the machine for --max-context; add --plan-only "
+                         "--max-context, or leave them out.")
+
+
+def _refuse_unused_by_versus_generate(args: argparse.Namespace) -> None:
+    """--versus-generate times one engine step beside model.generate: --beams x --width candidates of --step-tokens
+    tokens on --question (or the default one), with --model, --dtype and --seed. Every other bench option was taken
+    without a word (a misspelt --policies too); refused, as `run` refuses an option that would do nothing
+    (app/options.py `_refuse_unused`, whose checks are `run`'s). An option given at its default value cannot be told
+    from one left out: it does what leaving it out does."""
+    d = Workload()
+    left_out = (
+        ("--plan-only", args.plan_only, False), ("--max-context", args.max_context, False),
+        ("--gpu-memory", args.gpu_memory, None), ("--host-ram", args.host_ram, None),
+        ("--policies", args.policies, ",".join(LADDER)), ("--baselines", args.baselines, ",".join(BASELINES)),
+        ("--kv-budget", args.kv_budget, None), ("--prompt-tokens", args.prompt_tokens, d.prompt_tokens),
+        ("--gen-tokens", args.gen_tokens, d.gen_tokens), ("--time-limit", args.time_limit, None),
+        ("--step-delimiter", args.step_delimiter, None), ("--pcie-gbps", args.pcie_gbps, d.pcie_gbps),
+        ("--block-size", args.block_size, d.block_size), ("--prm", args.verifier_model, None),
+        ("--speculative", args.speculative, None), ("--lookahead-verify", args.lookahead_verify, None),
+        ("--speculative-continuations", args.speculative_continuations, d.speculative_continuations),
+        ("--prefix-order", args.prefix_order, None), (f"--backend {args.backend}", args.backend, "local"),
+    )  # fmt: skip
+    given = [flag for flag, value, default in left_out if value != default]
+    if given:
+        raise UsageError(f"--versus-generate times one engine step beside model.generate on --beams x --width "
+                         f"candidates of --step-tokens tokens, and does not use {', '.join(given)}: leave "
+                         f"{'it' if len(given) == 1 else 'them'} out, or leave out --versus-generate.")
+
+
+def _workload(args: argparse.Namespace, dtype: str) -> Workload:
+    return Workload(
         model=args.model,
         dtype=dtype,
         beams=args.beams,
@@ -126,26 +183,57 @@ def bench_command(args: argparse.Namespace) -> int:
         lookahead_verify=args.lookahead_verify,
         verifier_model=args.verifier_model,
     )
-    if args.backend == "openai":
-        if args.verifier_model:
-            raise UsageError("--prm scores a local search; leave it out with --backend openai.")
-        return _remote(args, workload)
-    server_from_args(args)  # a local bench: a server's options given anyway are said, not ignored
-    if args.versus_generate:
-        return _versus_generate(args, dtype)
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
-    check_names(policies, baselines)  # before the JSON's placeholder: nothing is written for a typo
+
+
+def _ladder(args: argparse.Namespace, workload: Workload, policies: list[str], baselines: list[str]) -> int:
+    """The policies and baselines on `workload`: the table, and the JSON after every row (`complete` false until
+    the last). A FIFO or a device (/dev/stdout) as --json takes the report once, whole, at the end: each version
+    written into it would reach its reader as another document (a FIFO's reader takes the first and goes)."""
     from engine.bench import TimeLimit, run_bench  # torch: only a bench that runs imports it
 
+    stream = is_stream(args.json_path)
+    finished: list[BenchReport] = []  # the report as its last finished row left it: what a Ctrl+C prints
+
+    def on_row(report: BenchReport) -> None:
+        finished[:] = [report]
+        if not stream:
+            write_json(args.json_path, report.to_dict(), announce=False)
+
     progress = lambda text: print(f"[bench] {text}", file=sys.stderr, flush=True)  # noqa: E731
-    save = lambda report: write_json(args.json_path, report.to_dict(), announce=False)  # noqa: E731
-    write_json(args.json_path, {"workload": asdict(workload), "complete": False}, announce=False)  # fail now, not after
-    report = run_bench(workload, policies, plan_only=args.plan_only, progress=progress, baselines=baselines,
-                       time_limit=TimeLimit(args.time_limit), on_row=save)  # fmt: skip
+    if not stream:  # fail now, not after
+        write_json(args.json_path, {"workload": asdict(workload), "complete": False}, announce=False)
+    try:
+        report = run_bench(workload, policies, plan_only=args.plan_only, progress=progress, baselines=baselines,
+                           time_limit=TimeLimit(args.time_limit), on_row=on_row)  # fmt: skip
+    except KeyboardInterrupt:
+        return _interrupted(args, finished[0] if finished else None, stream)
     print(format_report(report))
     write_json(args.json_path, report.to_dict())
-    return 0
+    return _measured(report)
+
+
+def _interrupted(args: argparse.Namespace, report: BenchReport | None, stream: bool) -> int:
+    """Ctrl+C: the finished rows' table (as a time limit prints it), where the JSON stands, and 130."""
+    if report is None:
+        kept = f"; {args.json_path} holds the workload only (complete: false)" if args.json_path and not stream else ""
+        print(f"\nbeamwise: interrupted before any row finished{kept}", file=sys.stderr)
+        return 130
+    print(format_report(report))
+    if stream:  # nothing was written into it yet (a FIFO with no reader waits here; a second Ctrl+C ends it)
+        write_json(args.json_path, report.to_dict(), announce=False)
+    rows = len(report.results) + len(report.baselines)
+    kept = f"; {args.json_path} keeps them (complete: false)" if args.json_path else ""
+    print(f"beamwise: interrupted; the table above holds the {rows} finished row(s){kept}", file=sys.stderr)
+    return 130
+
+
+def _measured(report: BenchReport) -> int:
+    """0 when some row produced a figure; else 1, said in one line (every row failed, was cut or did not run)."""
+    if any(r.ok for r in report.results) or any(b.ok for b in report.baselines):
+        return 0
+    print(f"beamwise: error: none of the {len(report.results)} rows produced a figure; each says above why and what "
+          "to change.", file=sys.stderr)
+    return 1
 
 
 def _remote(args: argparse.Namespace, workload: Workload) -> int:
@@ -168,14 +256,17 @@ def _versus_generate(args: argparse.Namespace, dtype: str) -> int:
     from engine.search import SYSTEM_PROMPT
 
     loaded = load_model(ModelSpec(args.model, dtype=dtype))
-    prompt = loaded.encode_chat(DEFAULT_QUESTION, system=SYSTEM_PROMPT)
+    question = args.question or DEFAULT_QUESTION
+    prompt = loaded.encode_chat(question, system=SYSTEM_PROMPT)
     candidates = args.beams * args.width
     result = versus_generate(loaded, prompt, candidates, args.step_tokens, args.seed)
-    print(f"{loaded.name}: {candidates} candidates x {args.step_tokens} tokens, prompt {len(prompt)} tokens")
+    print(f"{loaded.name}: {candidates} candidates x {args.step_tokens} tokens, question {question[:40]!r} "
+          f"(prompt {len(prompt)} tokens), seed {args.seed}")
     print(f"engine step        {result['engine_tokens_per_second']:8.1f} candidate-tokens/s")
     print(f"model.generate     {result['generate_tokens_per_second']:8.1f} candidate-tokens/s")
     print(f"engine / generate  {result['engine_vs_generate']:8.2f}x")
-    write_json(args.json_path, result)
+    write_json(args.json_path, {"model": args.model, "dtype": dtype, "seed": args.seed, "question": question,
+                                **result})  # fmt: skip
     return 0
 
 
@@ -240,7 +331,7 @@ def _footnotes(report: BenchReport) -> list[str]:
         if r.ok and r.h2d_bytes_eq1 is not None:
             lines.append(
                 f"{r.name}: H2D {format_bytes(r.h2d_bytes)} measured, {format_bytes(r.h2d_bytes_eq1)} by the paper's "
-                "Eq. 1-3 (which holds no staging layers back from the budget)"
+                "Eq. 1-3 over the rows it decoded (which holds no staging layers back from the budget)"
             )
         if r.ok and r.pinned_peak_bytes is not None:
             lines.append(
@@ -295,10 +386,20 @@ def format_report(report: BenchReport) -> str:
     lines += _baseline_rows(report)
     lines += _footnotes(report)
     if not report.plan_only and sum(r.ok for r in report.results) > 1:
-        lines.append("")
-        lines.append(
-            "every policy produced the same tokens"
-            if report.same_tokens
-            else "WARNING: the policies produced different tokens"
-        )
+        lines += ["", _tokens_line(report)]
     return "\n".join(lines)
+
+
+def _tokens_line(report: BenchReport) -> str:
+    """Whether the policies' tokens agree, over the rows that ran: it said "every policy" when a time limit (or
+    Ctrl+C) had kept some from running."""
+    ran = sum(r.ok for r in report.results)
+    if ran == len(report.results) and report.complete:
+        return "every policy produced the same tokens" if report.same_tokens else (
+            "WARNING: the policies produced different tokens")
+    line = f"the {ran} policies that ran produced {'the same' if report.same_tokens else 'different'} tokens"
+    line = line if report.same_tokens else f"WARNING: {line}"
+    others = len(report.results) - ran
+    left = f"; {others} did not run or did not finish" if others else ""
+    left += "" if report.complete else "; the bench was interrupted before the rest"
+    return f"{line} (the check covers only them{left})"

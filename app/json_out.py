@@ -4,6 +4,8 @@ cannot write (or must not: the session database) said before the work starts."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,19 +14,39 @@ from app.options import UsageError
 
 
 def write_json(json_path: str | None, data: dict, announce: bool = True) -> None:
-    """`data` written whole to a temporary file beside `json_path`, then moved over it: a reader (or a bench
-    killed while writing) never leaves half a file."""
+    """`data` written whole, as `sessions export` writes (app/export/files.py `write_atomically`): over a file by a
+    temporary file renamed over it, so a reader (or a bench killed while writing) never sees half a file; through a
+    symlink to the file it names, the link kept; into a FIFO or a character device (/dev/stdout) as it is, never
+    replacing it (as root, /dev/null became a plain file); anything else refused, untouched."""
     if not json_path:
         return
+    from app.export.files import ExportError, write_atomically
+
     path = Path(json_path)
 
-    def write(part: Path) -> None:
-        part.write_text(json.dumps(data, indent=2), encoding="utf-8")
-        part.replace(path)
+    def write() -> None:
+        try:
+            write_atomically(path, json.dumps(data, indent=2))
+        except ExportError as error:  # its words without its hint, which names an export's session.md
+            said = str(error).replace("cannot export to", "cannot write", 1).replace("the export", "the JSON", 1)
+            raise UsageError(f"{said} Pick a writable --json path (a file, a FIFO or /dev/stdout).") from error
 
-    _beside(path, write)
+    _in_folder(path, write)
     if announce:
         print(f"wrote {path}")
+
+
+def is_stream(json_path: str | None) -> bool:
+    """True when `json_path` is a FIFO or a character device (/dev/stdout, a terminal): what is written there goes
+    to a reader as it comes, so it is written once, whole, never after every row (a FIFO's reader would take the
+    first, partial report and go; a terminal would show every version)."""
+    if not json_path:
+        return False
+    try:
+        mode = os.stat(json_path).st_mode  # through links, as write_atomically looks
+    except OSError:  # nothing there yet (or unreadable: writing it will say why)
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
 
 
 def check_json_path(json_path: str | None, db: str | None = None) -> None:
@@ -36,13 +58,14 @@ def check_json_path(json_path: str | None, db: str | None = None) -> None:
         return
     path = Path(json_path)
 
-    def probe(part: Path) -> None:
+    def probe() -> None:
+        part = path.with_name(path.name + ".part")
         part.write_text("", encoding="utf-8")
         part.unlink()
         if path.is_dir():
             raise IsADirectoryError(21, "Is a directory")
 
-    _beside(path, probe)
+    _in_folder(path, probe)
 
 
 def refuse_the_database(json_path: str | None, db: str | None = None) -> None:
@@ -61,13 +84,13 @@ def refuse_the_database(json_path: str | None, db: str | None = None) -> None:
                              "Pick another --json path.")
 
 
-def _beside(path: Path, write: Callable[[Path], None]) -> None:
-    """`write(part)` with the scratch file beside `path`, its folder made first; a failure is one UsageError."""
+def _in_folder(path: Path, write: Callable[[], None]) -> None:
+    """`write()` once `path`'s folder is there (made first); an OSError is one UsageError."""
     try:
         blocker = next((folder for folder in path.parents if folder.exists() and not folder.is_dir()), None)
         if blocker is not None:  # mkdir said "File exists", which read as if the JSON file were the trouble
             raise UsageError(f"cannot write {path}: {blocker} is a file, not a folder; pick a writable --json path.")
         path.parent.mkdir(parents=True, exist_ok=True)
-        write(path.with_name(path.name + ".part"))
+        write()
     except OSError as error:
         raise UsageError(f"cannot write {path}: {error.strerror}; pick a writable --json path.") from error

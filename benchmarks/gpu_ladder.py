@@ -35,7 +35,7 @@ import sys
 from dataclasses import replace
 
 from app.bench_cli import format_report
-from app.json_out import write_json
+from app.json_out import is_stream, write_json
 from app.options import parse_delimiter
 from engine.auto_delimiter import AUTO_DELIMITER
 from engine.baselines import BASELINES
@@ -82,10 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     policies = [p for p in policies_given.split(",") if p]
     baselines = [b for b in baselines_given.split(",") if b]
     progress = lambda text: print(f"[ladder {args.workload}] {text}", file=sys.stderr, flush=True)  # noqa: E731
-    save = lambda report: write_json(args.json_path, _named(args.workload, report), announce=False)  # noqa: E731
+    once = is_stream(args.json_path)  # a FIFO or a device takes the whole report once, as bench's --json does
+    save = (lambda _: None) if once else (
+        lambda report: write_json(args.json_path, _named(args.workload, report), announce=False))
     try:
         check_names(policies, baselines)  # an unknown baseline would otherwise run as plain generate under its name
-        write_json(args.json_path, {"workload_name": args.workload, "complete": False}, announce=False)  # fail now
+        if not once:
+            write_json(args.json_path, {"workload_name": args.workload, "complete": False}, announce=False)  # fail now
         report = run_bench(
             workload, policies, plan_only=args.plan_only, baselines=baselines, progress=progress, repeats=args.repeat,
             time_limit=TimeLimit(args.time_limit), on_row=save, baselines_after=args.baselines_after,

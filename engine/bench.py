@@ -15,13 +15,15 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 
 from engine.auto_delimiter import AUTO_DELIMITER, most_sampled_text
-from engine.baselines import BaselineRun, run_baseline
+from engine.baselines import BaselineRun, run_baseline, why_not
 from engine.errors import InvalidPrompt, format_bytes
 from engine.idle import release_cached_memory
 from engine.kv.layer_budget import paper_h2d_bytes
 from engine.kv.streams import host_allocator_stats
 from engine.replay import Observed, Replay, max_logit_diff
 from engine.workload import BASELINES, LADDER, Workload, check_names
+
+REFERENCE = "in_device"  # the policy whose tokens every row is teacher-forced on (every block on the device)
 
 
 @dataclass
@@ -61,10 +63,11 @@ class PolicyResult:
     lookahead_used: int = 0  # of them, taken by their child
     timed_out: bool = False  # the bench's time limit stopped this run (wall_seconds: how long it ran) or kept it
     # from starting (see `message`)
-    h2d_bytes_eq1: int | None = None  # layer-wise only: the paper's Eq. 1-3 for the same workload
+    h2d_bytes_eq1: int | None = None  # layer-wise only: the paper's Eq. 1-3 over the rows and tokens the run decoded
     pinned_peak_bytes: int | None = None  # CUDA: pinned host memory torch's caching allocator held at most
     pin_seconds: float | None = None  # CUDA: of the wall time, spent pinning new host blocks (a first use's cost)
-    teacher_forced_max_logit_diff: float | None = None  # largest |logit - in_device's| on in_device's tokens
+    teacher_forced_max_logit_diff: float | None = None  # largest |logit - in_device's| on in_device's tokens (0.0
+    # for in_device itself, by definition: it is the reference, and is not replayed against itself)
     h2d_vs_layerwise: float | None = None
     wall_vs_in_device: float | None = None
     wall_vs_layerwise: float | None = None
@@ -127,6 +130,7 @@ def run_policy(
 
     limit = limit or TimeLimit()
     texts: dict[int, str] = {}
+    rows: dict[int, int] = {}  # step: candidates its groups decoded
     pinned = host_allocator_stats(reset_peak=True)
     stats, selected, peak, started = [], [], 0, time.perf_counter()
     question = workload.question or ""  # what a PRM reads as the question (the prompt is `prompt_ids`)
@@ -139,6 +143,8 @@ def run_policy(
             selected.append(event)
         elif event.type == "candidate_text":
             texts[event.id] = event.text
+        elif event.type == "group_scheduled":
+            rows[event.step] = rows.get(event.step, 0) + len(event.candidates)
         elif event.type == "memory_snapshot":
             peak = max(peak, event.peak_device_bytes)
         elif event.type == "run_failed":
@@ -154,6 +160,7 @@ def run_policy(
     compute = sum(s.compute_seconds for s in stats)
     stall = sum(s.stall_share * s.compute_seconds / (1 - s.stall_share) for s in stats if s.stall_share < 1)
     last = stats[-1]
+    decoded = [(rows.get(s.step, 0), s.forwards) for s in stats]
     return PolicyResult(
         name=name, ok=True, h2d_bytes=last.h2d_bytes, d2h_bytes=last.d2h_bytes, d2d_bytes=last.d2d_bytes,
         peak_device_bytes=peak, max_groups=max(s.groups for s in stats), wall_seconds=wall,
@@ -173,6 +180,7 @@ def run_policy(
         tokens_digest=hashlib.sha256(repr(sorted(texts.items())).encode()).hexdigest()[:16],
         pinned_peak_bytes=None if pinned_after is None else pinned_after.peak,
         pin_seconds=None if pinned is None or pinned_after is None else pinned_after.pin_seconds - pinned.pin_seconds,
+        h2d_bytes_eq1=layerwise_eq1(workload, loaded, prompt_ids, decoded) if name == "layerwise" else None,
     )
 
 
@@ -215,15 +223,24 @@ def observe_run(
     return observed if events and events[-1].type == "run_finished" else None
 
 
-def layerwise_eq1(workload: Workload, loaded, prompt_ids: Sequence[int]) -> int | None:
-    """The paper's Eq. 1-3 for this workload (no staging layers held back), or None without a budget."""
+def layerwise_eq1(
+    workload: Workload, loaded, prompt_ids: Sequence[int], decoded: Sequence[tuple[int, int]]
+) -> int | None:
+    """The paper's Eq. 1-3 (no staging layers held back) over what the run decoded, or None without a budget.
+
+    `decoded` is each step's (rows, tokens): the candidates its group ran and its forward calls, the KV length
+    growing by one a token from the prompt's. Rows fall as candidates end (EOS): a figure that assumed every step
+    had all `candidates_per_step` rows was twice the measured bytes on tiny-llama 8x4, though Eq. 1, holding no
+    staging layers back, keeps more layers resident and can only copy less for the same rows."""
     if workload.kv_budget_bytes is None:
         return None
-    shape, search = loaded.kv_shape, workload.search()
-    tokens = search.max_steps * search.step_tokens
-    rows = search.candidates_per_step
-    first = len(prompt_ids) - 1
-    return paper_h2d_bytes(workload.kv_budget_bytes, rows, shape.layer_token_bytes(), shape.num_layers, first, tokens)
+    shape, total = loaded.kv_shape, 0
+    length = len(prompt_ids) - 1  # the last prompt token is fed by the first step
+    for rows, tokens in decoded:
+        total += paper_h2d_bytes(workload.kv_budget_bytes, rows, shape.layer_token_bytes(), shape.num_layers,
+                                 length, tokens)  # fmt: skip
+        length += tokens
+    return total
 
 
 def add_ratios(results: list[PolicyResult]) -> None:
@@ -294,23 +311,34 @@ def run_bench(
         warm_up(loaded, workload, prompt, policies, baselines, limit)
     reference = None
     if teacher_forcing and not plan_only:
-        progress("recording in_device's tokens for teacher forcing")
-        reference = observe_run(loaded, workload, "in_device", prompt, should_stop=limit.passed)
+        progress(f"recording {REFERENCE}'s tokens for teacher forcing")
+        reference = observe_run(loaded, workload, REFERENCE, prompt, should_stop=limit.passed)
         report.reference_max_abs_logit = largest_abs_logit(reference) if reference else None
+    forced = reference is not None or not teacher_forcing or plan_only
+
+    def row_done(report: BenchReport) -> None:
+        on_row(_settled(report, forced))
+
     for index, name in enumerate(policies):
         if index == split and not plan_only:
-            _baselines(loaded, workload, prompt, baselines, progress, limit, report, on_row)
+            _baselines(loaded, workload, prompt, baselines, progress, limit, report, row_done)
         row = _policy_row(loaded, workload, name, prompt, repeats, limit, reference, progress)
         progress(f"{name}: {_row_line(row, plan_only)}")
         report.results.append(row)
         add_ratios(report.results)
-        on_row(report)
+        row_done(report)
     if split == len(policies) and not plan_only:
-        _baselines(loaded, workload, prompt, baselines, progress, limit, report, on_row)
+        _baselines(loaded, workload, prompt, baselines, progress, limit, report, row_done)
+    _settled(report, forced).complete = True
+    return report
+
+
+def _settled(report: BenchReport, forced: bool) -> BenchReport:
+    """`report` with its token check and notes over the rows in it so far: what `on_row` saves (and what a Ctrl+C
+    prints) reads as a report of the finished rows, not of a bench that had none."""
     digests = {r.tokens_digest for r in report.results if r.ok}
-    report.same_tokens = plan_only or len(digests) <= 1
-    report.notes = _notes(report, reference is not None or not teacher_forcing or plan_only)
-    report.complete = True
+    report.same_tokens = report.plan_only or len(digests) <= 1
+    report.notes = _notes(report, forced)
     return report
 
 
@@ -321,9 +349,11 @@ def _policy_row(loaded, workload: Workload, name: str, prompt, repeats: int, lim
         return PolicyResult(name, False, limit.not_run(f"--policies {name}"), timed_out=True)
     progress(f"running {name}")
     result = fastest_run(loaded, workload, name, prompt, repeats, limit)
-    if result.ok and name == "layerwise":
-        result.h2d_bytes_eq1 = layerwise_eq1(workload, loaded, prompt)
-    if result.ok and reference is not None and not limit.passed():
+    if result.ok and reference is not None and name == REFERENCE:
+        # 0.0 by definition: `reference` is this policy's own run, and replaying it on its own tokens computes the
+        # same logits (always 0 on the CPU); on a GPU the replay cost a whole extra in_device run
+        result.teacher_forced_max_logit_diff = 0.0
+    elif result.ok and reference is not None and not limit.passed():
         progress(f"teacher-forcing {name}")
         release_cached_memory()
         forced = observe_run(loaded, workload, name, prompt, reference.replay(), limit.passed)
@@ -381,7 +411,10 @@ def _baselines(
     rows = workload.search().candidates_per_step
     tokens = workload.search().max_steps * workload.step_tokens
     for name in names:
-        if limit.passed():
+        reason = why_not(name, loaded.device)  # first: on the CPU no time limit would have let it run
+        if reason is not None:
+            run = BaselineRun(name, False, reason)
+        elif limit.passed():
             run = BaselineRun(name, False, limit.not_run(f"--baselines {name}"), timed_out=True)
         else:
             progress(f"running {name} ({rows} rows)")

@@ -52,6 +52,13 @@ class Workload:
     lookahead_verify: bool | None = None  # None: CacheConfig's default (on); only with speculation and a PRM
     verifier_model: str | None = None  # a PRM (folder or synthetic:NAME) scores the steps; None: logprob
 
+    def __post_init__(self) -> None:
+        # in_device rows run without the budget, so a zero one went unread there: `bench --kv-budget 0 --policies
+        # in_device` ran and its header said "KV budget auto"; the offloading rows refused it
+        if self.kv_budget_bytes is not None and self.kv_budget_bytes <= 0:
+            raise ValueError(f"the KV budget must be a positive size such as 64MB (got {self.kv_budget_bytes} "
+                             "bytes); leave --kv-budget out for automatic.")
+
     def search(self) -> SearchConfig:
         steps = max(1, math.ceil(self.gen_tokens / self.step_tokens))
         return SearchConfig(
@@ -84,7 +91,6 @@ class Workload:
         vocab_size = getattr(getattr(loaded.model, "config", None), "vocab_size", 16)
         generator = torch.Generator().manual_seed(self.seed)
         return torch.randint(3, max(4, vocab_size), (self.prompt_tokens,), generator=generator).tolist()
-
 
 
 def check_names(policies: Sequence[str], baselines: Sequence[str]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -153,3 +154,16 @@ def make_window(keep_window, qsettings):
         return keep_window(MainWindow(bridge, settings=settings or qsettings, store=store))
 
     return make
+
+
+@pytest.fixture
+def device_nodes(tmp_path):
+    """`(null, full)`: character devices like /dev/null and /dev/full made under the test's folder, for writes into
+    devices that must never touch /dev itself (as root, an export once replaced /dev/null with a plain file)."""
+    null, full = tmp_path / "null", tmp_path / "full"
+    try:
+        os.mknod(null, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        os.mknod(full, 0o600 | stat.S_IFCHR, os.makedev(1, 7))
+    except (OSError, AttributeError):
+        pytest.skip("making device nodes needs root (CAP_MKNOD) on Linux")
+    return null, full

@@ -226,14 +226,14 @@ def test_bench_switches_reach_every_policys_cache_config(flags, prefix_order, sp
     """bench forces a switch for every policy of the ladder; without the flag each rung's name decides."""
     import app.bench_cli as bench_cli
     import engine.bench
-    from engine.bench import LADDER, BenchReport
+    from engine.bench import LADDER, BenchReport, PolicyResult
     from engine.config import CacheConfig
 
     seen = []
 
     def fake_bench(workload, policies, **options):
         seen.append(workload)
-        return BenchReport(workload, "cpu", emulated=True, plan_only=True)
+        return BenchReport(workload, "cpu", emulated=True, plan_only=True, results=[PolicyResult("in_device", True)])
 
     monkeypatch.setattr(engine.bench, "run_bench", fake_bench)  # bench_cli imports it when a bench runs
     monkeypatch.setattr(bench_cli, "format_report", lambda report: "")

@@ -93,17 +93,12 @@ def test_an_export_to_a_symlink_replaces_the_file_it_points_to_and_keeps_the_lin
 
 
 @posix_only
-def test_an_export_into_a_character_device_writes_into_it_and_a_full_one_is_an_error(db: Path, tmp_path: Path,
+def test_an_export_into_a_character_device_writes_into_it_and_a_full_one_is_an_error(db: Path, device_nodes,
                                                                                       capsys) -> None:
     """As root, `-o /dev/null --force` replaced /dev/null with a plain file, and `-o /dev/full --force` "succeeded".
     Nodes of the same devices made under the test's folder (never /dev itself): null takes the export, full
     says there is no space, and both stay device nodes."""
-    null, full = tmp_path / "null", tmp_path / "full"
-    try:
-        os.mknod(null, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
-        os.mknod(full, 0o600 | stat.S_IFCHR, os.makedev(1, 7))
-    except (OSError, AttributeError):
-        pytest.skip("making device nodes needs root (CAP_MKNOD) on Linux")
+    null, full = device_nodes
     code, _, err = run(capsys, "sessions", "export", "1", "-o", str(null), "--force", "--db", str(db))
     assert code == 0 and "wrote session 1" in err
     code, _, err = run(capsys, "sessions", "export", "1", "-o", str(full), "--db", str(db))
