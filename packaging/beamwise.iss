@@ -1,7 +1,10 @@
 ; Inno Setup script for Beamwise on Windows: installs the one-folder app that packaging/build.py made and adds
-; a Start-menu entry (and an optional desktop icon). build.py runs:
-;   iscc /DAppVersion=0.1.0 /DSourceDir=dist\Beamwise /Odist packaging\beamwise.iss
-; Per-user install: no administrator rights needed.
+; a Start-menu entry (and an optional desktop icon). build.py runs it with absolute paths, as in (from the
+; repository's folder, in cmd):
+;   iscc /DAppVersion=0.1.0 /DSourceDir=%CD%\dist\Beamwise /O%CD%\dist packaging\beamwise.iss
+; A relative SourceDir would be read from this script's folder (packaging\), not the current one; left out,
+; it is ..\dist\Beamwise from here. Per-user install: no administrator rights needed. 64-bit Windows only
+; (x64, or Arm64 with x64 emulation): the app's torch and Qt are x64 builds.
 
 #ifndef AppVersion
   #define AppVersion "0.1.0"
@@ -23,6 +26,7 @@ SetupIconFile=beamwise.ico
 UninstallDisplayIcon={app}\beamwise-gui.exe
 Compression=lzma2
 SolidCompression=yes
+ArchitecturesAllowed=x64compatible
 ArchitecturesInstallIn64BitMode=x64compatible
 WizardStyle=modern
 

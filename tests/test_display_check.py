@@ -5,7 +5,13 @@ from __future__ import annotations
 from app.cli import main
 from app.display_check import NO_DISPLAY, NO_XCB_CURSOR, display_problem
 
-HAVE = {"xcb-cursor": "libxcb-cursor.so.0"}.get
+
+def HAVE(name: str) -> str:  # every library the xcb plugin links
+    return f"lib{name}.so"
+
+
+def REACHED(display: str) -> bool:  # an X server listens at every DISPLAY
+    return True
 
 
 def test_no_display_is_said_plainly():
@@ -14,13 +20,16 @@ def test_no_display_is_said_plainly():
 
 
 def test_missing_xcb_cursor_names_the_package():
-    assert display_problem({"DISPLAY": ":0"}, "linux", lambda name: None) == NO_XCB_CURSOR
+    lacking_cursor = lambda name: None if name == "xcb-cursor" else HAVE(name)  # noqa: E731
+    assert display_problem({"DISPLAY": ":0"}, "linux", lacking_cursor, REACHED) == NO_XCB_CURSOR
     assert "libxcb-cursor0" in NO_XCB_CURSOR
 
 
-def test_working_setups_pass():
-    assert display_problem({"DISPLAY": ":0"}, "linux", HAVE) is None
-    assert display_problem({"WAYLAND_DISPLAY": "wayland-0"}, "linux", lambda name: None) is None
+def test_working_setups_pass(tmp_path):
+    assert display_problem({"DISPLAY": ":0"}, "linux", HAVE, REACHED) is None
+    (tmp_path / "wayland-0").touch()  # the compositor's socket
+    wayland = {"WAYLAND_DISPLAY": "wayland-0", "XDG_RUNTIME_DIR": str(tmp_path)}
+    assert display_problem(wayland, "linux", lambda name: None) is None
     assert display_problem({"QT_QPA_PLATFORM": "offscreen"}, "linux", lambda name: None) is None
     assert display_problem({}, "win32", lambda name: None) is None
 
