@@ -40,6 +40,7 @@ class Printer:
         self.remote = False
         self.started = False
         self.first_traffic = True
+        self.context_full: set[int] = set()  # candidates whose paths filled the model's context
 
     def __call__(self, event) -> None:
         p = self._print
@@ -64,10 +65,12 @@ class Printer:
                 print(f"beamwise: note: {formatting.prefix_disk_text(event.prefix_disk_problem)}", file=sys.stderr)
         elif event.type == "step_started":
             p(f"\n== step {event.step} (expanding {', '.join(map(str, event.beams)) or 'the prompt'})")
+        elif event.type == "candidate_text" and event.context_full:
+            self.context_full.add(event.id)
         elif event.type == "candidate_scored":
             parent = "-" if event.parent is None else event.parent
             first = next((line for line in event.text.splitlines() if line.strip()), "").strip()[:70]
-            done = " [finished]" if event.finished else ""
+            done = (" [context full]" if event.id in self.context_full else " [finished]") if event.finished else ""
             scores = f"score {event.score:.3f} path {event.aggregate:.3f}"
             p(f"  #{event.id:<4} parent {parent:<4} {scores}  {first!r}{done}")
         elif event.type == "policy_changed":
@@ -103,6 +106,8 @@ class Printer:
                 p(f"  entropy exit: mean layer {event.exit_layer:.1f} of {event.verifier_layers}, "
                   f"{saved:.0%} of the verifier's layer work saved")
         elif event.type == "run_finished":
+            if event.context_full:
+                p(f"\n{context_full_text(event)}")
             p(f"\nchosen path: {' -> '.join(map(str, event.path))} (score {event.score:.3f})")
             p(f"{event.candidate_tokens} candidate tokens in {event.seconds:.1f} s ({event.tokens_per_second:.1f}/s)")
             p(f"goodput {event.goodput:.1f} tokens/s (each kept beam's path tokens per second of its completion time)"
@@ -117,6 +122,15 @@ class Printer:
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
+
+
+def context_full_text(finished: ev.RunFinished) -> str:
+    """The line that says the search ended (or some of its paths did) because the model's context is full."""
+    kept = len(finished.completions) or finished.context_full
+    context = f"the model's context ({finished.context_length:,} tokens) is full"
+    if finished.context_full >= kept:
+        return f"{context}: the paths stop here"
+    return f"{context} for {finished.context_full} of the {kept} kept paths: they stop there"
 
 
 def _budget_text(started: ev.RunStarted) -> str:
@@ -243,7 +257,7 @@ def run_command(args: argparse.Namespace) -> int:
 def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | None = None) -> int:
     """Show and record the events of `events(should_stop)`; the exit status of the run."""
     show = (lambda e: print(json.dumps(ev.to_dict(e)), flush=True)) if args.json else Printer(sys.stdout)
-    status, stop, last_step, started = 1, Event(), 0, Event()
+    status, stop, last_step, started, begun = 1, Event(), 0, Event(), 0  # begun: the last step started
     beat = Heartbeat(progress or StepProgress(), lambda line: print(f"  ... {line}", file=sys.stderr, flush=True))
     try:
         with _ctrl_c_cancels(stop, started.is_set), beat:  # a silent second inside a step says what it is doing
@@ -252,6 +266,7 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
                 if event.type == "run_started":
                     started.set()
                 last_step = event.step if event.type == "step_selected" else last_step
+                begun = event.step if event.type == "step_started" else begun
                 _record(recorder, event)
                 show(event)
                 status = _status(event, status, args.json)
@@ -261,14 +276,15 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
         raise
     finally:
         _close(recorder)
-    _say_recorded(recorder, status, last_step, started.is_set())
+    _say_recorded(recorder, status, last_step, started.is_set(), begun)
     return status
 
 
-def _say_recorded(recorder, status: int, last_step: int, started: bool = True) -> None:
-    """The last line on stderr names the session a finished or cancelled run was recorded as (a journalled run's
-    warning names its journal instead), or says that a run stopped before it began (a server still being
-    checked) was not recorded: before, it said nothing, after a line that said the steps so far were kept."""
+def _say_recorded(recorder, status: int, last_step: int, started: bool = True, begun: int = 0) -> None:
+    """The last line on stderr names the session a finished, cancelled or failed run was recorded as (a journalled
+    run's warning names its journal instead), or says that a run stopped before it began (a server still being
+    checked) was not recorded: before, it said nothing, after a line that said the steps so far were kept. A
+    failed run's line (it said nothing, its error the last line) says the step it failed at, `begun`."""
     if status == 130 and not started:
         _note("stopped before the search began: nothing was recorded")
         return
@@ -279,6 +295,15 @@ def _say_recorded(recorder, status: int, last_step: int, started: bool = True) -
               f"{recorder.session_id} \"...\"")
     elif status == 130:
         _note(f"recorded as session {recorder.session_id}, cancelled after step {last_step}")
+    else:
+        _note(f"recorded as session {recorder.session_id} ({failed_at(begun, last_step)})")
+
+
+def failed_at(begun: int, selected: int) -> str:
+    """Where a run failed, from the last step it started and the last it finished (0: none)."""
+    if begun == 0:
+        return "failed before step 1"
+    return f"failed {'after' if selected >= begun else 'at'} step {begun}"
 
 
 def _status(event, status: int, json_lines: bool) -> int:

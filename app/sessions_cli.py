@@ -12,6 +12,7 @@ import app.formatting as fmt
 from app.confirm import confirmed
 from app.db_files import TAILS
 from app.export import FORMATS, ExportError, export_session, import_session, render_session
+from app.export.markdown import no_path_chosen
 from app.export.report import conversation_reports
 from app.journal_import import open_session_store
 from app.store import LARGEST_ID, SessionStore, StoreError, default_db_path
@@ -111,7 +112,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"  model {s['model']}, verifier {s['verifier']}, {s['device']}, policy {s['policy']}")
     print(f"  {s['steps']} steps, {s['candidates']} candidates, {s['candidate_tokens']} tokens, "
           f"{s['seconds'] or 0:.2f} s, H2D {s['h2d_bytes']:,} B, D2H {s['d2h_bytes']:,} B")
-    print(f"\nquestion:\n{_safe(s['question'])}\n\nchosen path:")
+    unchosen = no_path_chosen(report)  # a run that did not finish chose none: its best beam so far follows
+    print(f"\nquestion:\n{_safe(s['question'])}\n\n{unchosen or 'chosen path:'}")
     for node in report.path:
         print(f"  step {node['step']} #{node['id']} score {fmt.score(node['score'])}: {_cut(node['text'], 100)}")
     print(f"\nanswer:\n{_safe(s['answer']) or '(none: the run did not finish)'}")

@@ -17,7 +17,8 @@ class Candidate:
     step_tokens: int = 0
     scores: list[float] = field(default_factory=list)
     aggregate: float = 0.0
-    finished: bool = False
+    finished: bool = False  # its path ends here: EOS, or `context_full`
+    context_full: bool = False  # its path filled the model's context: finished there, not by EOS
     group: int | None = 0  # None: its whole step was speculated in its parent's step
     logprobs: tuple[float, ...] = ()
     top1: tuple[float, ...] = ()  # each step token's top-1 probability (RKSC's confidence); () when not known
@@ -26,11 +27,12 @@ class Candidate:
     speculated: int = 0  # leading tokens of its step made speculatively in its parent's step
     prefix: Any = None  # that speculation (a RowResult) until its step is recorded
     ahead: Any = None  # what its own row speculated for its children: run k for child k (RowResults)
-    completed_at: float | None = None  # seconds from the run's start when its path finished (EOS or the search's end)
+    completed_at: float | None = None  # seconds from the run's start when its path finished (EOS, the context's end)
 
 
 def completion(c: Candidate, path_tokens: int, end: float) -> tuple[int, int, float]:
-    """A final kept beam's (id, path tokens, completion seconds): when EOS ended its path, else the search's end."""
+    """A final kept beam's (id, path tokens, completion seconds): when its path ended (EOS, the context's
+    end), else the search's end."""
     return c.id, path_tokens, end if c.completed_at is None else c.completed_at
 
 

@@ -66,9 +66,10 @@ class CandidateText:
     parent: int | None  # None for the first step's candidates (their parent is the prompt)
     text: str  # this step's text only
     tokens: int
-    finished: bool  # emitted EOS: the answer is complete
+    finished: bool  # its path ends here: emitted EOS (the answer is complete), or `context_full`
     group: int | None  # None: the whole step was made speculatively in its parent's step (no group ran it)
     speculated: int = 0  # leading tokens of this step made speculatively in its parent's step, then used
+    context_full: bool = False  # finished because its path filled the model's context (not by EOS): it ends here
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,8 @@ class RunFinished:
     answer_tokens_per_second: float = 0.0  # the answer path's tokens per second of the whole run
     completions: tuple[tuple[int, int, float], ...] = ()  # each final kept beam: (id, path tokens, completion s)
     speculative_lent_runs: int = 0  # speculative runs decoded in rows other candidates lent (their own work over)
+    context_full: int = 0  # final kept paths that filled the model's context: they end there, not by EOS
+    context_length: int = 0  # the model's context in tokens (0: not recorded, in events stored before)
 
 
 @dataclass(frozen=True)

@@ -72,16 +72,28 @@ def delimiter_reached(sampled: Sequence[int], delimiter: str, decode: Callable[[
 
 
 def _row_is_done(result: RowResult, rules: StepRules, position: int, prefix: Sequence[int] = ()) -> bool:
-    """The step's stop rules on the row's step so far (`prefix`: its tokens sampled before this decode)."""
+    """The step's stop rules on the row's step so far (`prefix`: its tokens sampled before this decode);
+    `position`: where the row's newest token was sampled from."""
     sampled = [*prefix, *result.sampled] if prefix else result.sampled
-    if result.finished or len(sampled) >= rules.max_tokens or position + 1 >= rules.context_length:
+    if result.finished or len(sampled) >= rules.max_tokens or fills_context(position, rules):
         return True
     return rules.delimiter is not None and delimiter_reached(sampled, rules.delimiter, rules.decode)
 
 
+def fills_context(position: int, rules: StepRules) -> bool:
+    """Whether the token sampled from `position` takes the context's last slot, so its path is full.
+
+    A path (prompt and steps) holds at most `context_length` tokens, as transformers' `max_length`
+    counts them: its last token is sampled from position `context_length - 2` and is never fed, so no
+    token of a path is ever computed at a position the model does not have (the search ends such a
+    path there: engine/search.py)."""
+    return position + 2 >= rules.context_length
+
+
 def context_room(position: int, rules: StepRules) -> int:
-    """Positions left in the model's context from `position` on (at least one: the stop rules end it there)."""
-    return max(1, rules.context_length - position)
+    """Tokens a row fed at `position` may sample before its path fills the context (`fills_context`); at least
+    one, so a row always runs (a path never reaches the search with less: it ended at the context)."""
+    return max(1, rules.context_length - 1 - position)
 
 
 def token_budget(row: Row, rules: StepRules) -> int:
@@ -97,7 +109,7 @@ class StepBuffers:
     # float64 holding float32 values (exactly), so that a sync reads them beside the tokens in one copy
     logprobs: torch.Tensor  # [B, n]: log p of the token sampled by forward j, temperature 1
     top1: torch.Tensor  # [B, n]: the top-1 probability of forward j's distribution, temperature 1
-    positions: torch.Tensor  # [B, n]: position id fed at forward j (held at the context's last one)
+    positions: torch.Tensor  # [B, n]: position id fed at forward j (held where the row's path fills the context)
     draws: torch.Tensor  # [B, n] float32 in (0, 1]: the rows' random draws for forward j
     mask: torch.Tensor | None  # [B, T + n], or None when no row has padding (SDPA's fastest path)
     forced: tuple[torch.Tensor, torch.Tensor] | None  # teacher forcing: tokens [B, n] and where they apply [B, n]
@@ -249,13 +261,13 @@ def _take(result: RowResult, fed: int, token: int, probs: tuple[float, float], r
 
 def _may_speculate(result: RowResult, rules: StepRules, row: Row) -> bool:
     """Whether a row whose step is over may decode its children's steps: it did not end the answer (EOS)
-    and a child's first token still fits in the context.
+    and its path did not fill the context (a child's first token still fits).
 
     Past its step a row is fed its own samples drawn from its own stream, which its first child
     continues (engine/rng.py): so these are exactly the tokens that child would sample. Child k > 0
     draws from its own stream from the same position on (`start_runs`).
     """
-    return rules.speculate > 0 and not result.finished and row.position + len(result.fed) < rules.context_length
+    return rules.speculate > 0 and not result.finished and not fills_context(_child_position(row, result) - 1, rules)
 
 
 def _running(run: RowResult, rules: StepRules) -> bool:

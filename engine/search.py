@@ -4,7 +4,9 @@ One step loop serves every method (engine/methods): each step, every unfinished 
 the method's number of children (the prompt expands `method.roots()`); each child decodes one step
 (beam with lookahead then rolls it out K greedy steps); the verifier scores the step, unless RKSC's
 verify-skip finds the generator decisive; the method keeps its survivors. Finished paths stay kept
-without expanding. The answer is picked from the finished kept paths (else all kept) by `select`.
+without expanding; a path that fills the model's context is finished there too (`Candidate.context_full`), so
+no token is computed past the context. The answer is picked from the finished kept paths (else all kept) by
+`select`.
 """
 
 from __future__ import annotations
@@ -107,6 +109,7 @@ class _Search:
         self.prompt_ids = list(prompt_ids) if prompt_ids is not None else None
         self.candidates: dict[int, Candidate] = {}
         self.next_id = 1
+        self.prompt_tokens = 0  # the prompt's length, set when it is built: a path is it and its steps
         self.started = time.perf_counter()  # the run's start: candidates' completion times count from it
         self.verifier = make_verifier(search.verifier, loaded, search.verifier_model, search.verifier_device,
                                       exit_rule(search))
@@ -132,6 +135,7 @@ class _Search:
             raise InvalidPrompt("The question is empty.", hint="Type a question.")
         prompt = self.prompt_ids or prompt_ids(self.loaded.encode_chat, self.question, self.history)
         check_prompt_fits(len(prompt), self.loaded.context_length, self.cfg.step_tokens, len(self.history))
+        self.prompt_tokens = len(prompt)
         return prompt
 
     def events(self) -> Iterator[ev.Event]:
@@ -300,7 +304,8 @@ class _Search:
         return prefix is not None and prefix.done
 
     def _text(self, step: int, c: Candidate) -> ev.CandidateText:
-        return ev.CandidateText(step, c.id, c.parent, c.text, c.step_tokens, c.finished, c.group, c.speculated)
+        return ev.CandidateText(step, c.id, c.parent, c.text, c.step_tokens, c.finished, c.group, c.speculated,
+                                c.context_full)
 
     def _take(self, c: Candidate, result: RowResult | None, group: int | None) -> Candidate:
         """Record the candidate's step: `result` after the tokens its parent speculated for it, if any."""
@@ -309,15 +314,21 @@ class _Search:
         before = list(c.generated)
         c.generated += result.sampled
         c.step_tokens = len(result.sampled)
-        c.finished = result.finished
+        c.context_full = not result.finished and self._fills_context(c)
+        c.finished = result.finished or c.context_full
         c.text = step_text(self.loaded.decode, before, result.sampled, c.finished)
-        if c.finished:  # its path ends here (EOS): FlashTTS's completion time
+        if c.finished:  # its path ends here (EOS, or the context's end): FlashTTS's completion time
             c.completed_at = time.perf_counter() - self.started
         c.group = group
         c.logprobs = tuple(result.logprobs)
         c.top1 = tuple(result.top1)
         c.ahead = result.aheads  # what its own row speculated for its children (run k: child k)
         return c
+
+    def _fills_context(self, c: Candidate) -> bool:
+        """Whether the candidate's path (the prompt and its steps) holds the model's whole context: the runner
+        stopped its step there (engine/runner.py `fills_context`), and no later step would have room."""
+        return self.prompt_tokens + len(c.generated) >= self.loaded.context_length
 
     def _look_ahead(self, kv: KVCache, children: list[int]) -> dict[int, list[RolledStep]]:
         """Beam with lookahead: each unfinished child's greedy roll-out texts, for scoring (else none)."""
@@ -406,4 +417,6 @@ class _Search:
             answer_tokens_per_second=len(winner.generated) / seconds if seconds > 0 else 0.0,
             completions=completions,
             speculative_lent_runs=self.speculation.lent,
+            context_full=sum(self.candidates[c].context_full for c in kept),
+            context_length=self.loaded.context_length,
         )

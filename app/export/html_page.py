@@ -13,7 +13,7 @@ from typing import Any
 
 import app.formatting as fmt
 from app.export.dump import finite
-from app.export.markdown import TRAFFIC_HEADERS, memory_summary, traffic_rows
+from app.export.markdown import TRAFFIC_HEADERS, memory_summary, no_path_chosen, traffic_rows
 from app.export.md_escape import without_controls
 from app.export.report import Report
 from app.session.tree import ROOT_ID, SearchTree
@@ -166,15 +166,23 @@ def _conversation(turns: list[Report], index: int) -> list[str]:
         s = report.session
         here = " (this page)" if turn == index + 1 else ""
         out += [f"<h3>Turn {turn}{here}</h3>", _pre(s["question"]),
-                f"<details><summary>Chosen path ({len(report.path)} steps)</summary>{_transcript(report)}</details>",
+                f"<details><summary>{_path_title(report)} ({len(report.path)} steps)</summary>{_transcript(report)}"
+                "</details>",
                 _pre(s["answer"] or "(no answer: the run did not finish)")]
     return out
 
 
+def _path_title(report: Report) -> str:
+    return "Chosen path" if no_path_chosen(report) is None else "Best beam so far"
+
+
 def _transcript(report: Report) -> str:
+    """The path step by step with each step's alternatives; a run that chose none says so first (its best beam)."""
+    unchosen = no_path_chosen(report)
+    note = [] if unchosen is None else [f'<p class="unchosen">{escape(unchosen)}</p>']
     if not report.path:
-        return "<p>No step finished.</p>"
-    out = []
+        return "\n".join([*note, "<p>No step finished.</p>"])
+    out = note
     for node in report.path:
         out.append(f"<h3>Step {node['step']} <span class='small'>candidate {node['id']}, score "
                    f"{fmt.score(node['score'])}, path {fmt.score(node['aggregate'])}</span></h3>")

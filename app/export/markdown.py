@@ -34,8 +34,9 @@ def render_markdown(report: Report) -> str:
               f"{s['candidate_tokens']} candidate tokens, {s['seconds'] or 0:.2f} s",
               f"- Search: {literal_line(fmt.settings(s['search']))}",
               f"- Cache: {literal_line(fmt.settings(s['cache']))}", ""]
-    lines += ["## Chosen path", ""]
-    path = report.path
+    path, unchosen = report.path, no_path_chosen(report)
+    lines += ["## Chosen path" if unchosen is None else "## Best beam so far", ""]
+    lines += [] if unchosen is None else [literal_line(unchosen), ""]
     for node in path:
         lines += [f"### Step {node['step']} (candidate {node['id']}, score {fmt.score(node['score'])}, "
                   f"path {fmt.score(node['aggregate'])})", "", *_quote(node["text"]), ""]
@@ -52,6 +53,27 @@ def render_markdown(report: Report) -> str:
     lines += ["## Answer", "", *(_quote(s["answer"]) if s.get("answer") else ["(no answer: the run did not finish)"]),
               "", *_error_details(s), "## Memory and PCIe", "", *memory_summary(report)]
     return "\n".join(lines) + "\n"
+
+
+def no_path_chosen(report: Report) -> str | None:
+    """What the path a run that did not finish shows is, said: no path was chosen, why, and that it follows the best
+    beam so far (the exports and `sessions show` titled it "chosen path", also for a run that failed); None for a
+    finished run, whose path is its answer's."""
+    status, tree = report.session.get("status"), report.tree
+    if status == "finished":
+        return None
+    if status == "failed" and tree.current_step == 0:
+        why = "the run failed before step 1"
+    elif status == "failed":
+        where = "after" if tree.last_selected_step >= tree.current_step else "at"
+        why = f"the run failed {where} step {tree.current_step}"
+    elif status == "cancelled":
+        why = f"the run was cancelled after step {tree.last_selected_step}"
+    elif status == "interrupted":
+        why = f"the run was interrupted (its process ended) after step {tree.last_selected_step}"
+    else:
+        why = "the run has not finished"
+    return f"No path was chosen: {why}" + ("; the best beam so far:" if report.path else ".")
 
 
 def memory_summary(report: Report) -> list[str]:
