@@ -335,9 +335,9 @@ class _Search:
         if self.cfg.lookahead == 0:
             return {}
         todo = {c: self.candidates[c].generated for c in children if not self.candidates[c].finished}
-        rolled = roll_out(
-            kv, todo, self.cfg.lookahead, self._new_id, self.loaded.decode, self._greedy, self.should_stop
-        )
+        room = self.loaded.context_length - self.prompt_tokens  # a roll-out ends at the context, as a path does
+        rolled = roll_out(kv, todo, self.cfg.lookahead, self._new_id, self.loaded.decode, self._greedy,
+                          self.should_stop, room=room)
         self.extra_tokens += rolled.tokens
         return rolled.steps
 

@@ -130,6 +130,17 @@ def test_speculation_stops_at_the_context(tiny, policy, candidates):
         assert_stops_at_the_context(events, prompt, loaded.context_length, SPECULATING.max_steps)
 
 
+def test_a_lookahead_roll_out_stops_at_the_context(tiny):
+    """Beam with lookahead rolls each child out greedily for scoring: a roll-out went on past the context's end
+    (feeding its last position and beyond), where the path's own steps stop."""
+    loaded, prompt = short_context(tiny)
+    search = dataclasses.replace(FIXED, method="beam", lookahead=3)
+    with fed_positions(tiny) as positions:
+        events, _, _ = search_trace(loaded, search, CacheConfig(policy="in_device", prefix_cache=False))
+    assert max(positions) < loaded.context_length - 1, "a roll-out fed a position past where a path may feed"
+    assert_stops_at_the_context(events, prompt, loaded.context_length, search.max_steps)
+
+
 def test_the_command_says_the_context_is_full(tmp_path, capsys):
     """The reproduction from the report: a 2,031-token prompt in a 2,048-token context."""
     question = tmp_path / "mid.txt"

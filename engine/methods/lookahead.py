@@ -35,9 +35,12 @@ def roll_out(
     decode: Callable[[Sequence[int]], str],
     greedy: Callable[[], AbstractContextManager[None]],
     should_stop: Callable[[], bool],
+    room: int | None = None,
 ) -> RollOut:
     """Roll every child (by id, its path's tokens) out; `should_stop` is checked between decode calls and between
-    steps. Each step's text is decoded after the tokens before it, as the path's own steps are (engine/step_text.py)."""
+    steps. Each step's text is decoded after the tokens before it, as the path's own steps are (engine/step_text.py).
+    `room`: the tokens a path may hold after the prompt (the model's context less the prompt): a roll-out that
+    fills it ends there, as EOS ends it (it went on, feeding positions past the context)."""
     result = RollOut({c: [] for c in children})
     leaves = {c: c for c in children}  # child -> the roll-out's newest candidate
     written = {c: list(path) for c, path in children.items()}  # child -> its path's tokens and the roll-out's
@@ -52,7 +55,7 @@ def roll_out(
                     written[child] += row.sampled
                     result.steps[child].append(RolledStep(text, tuple(row.logprobs)))
                     result.tokens += len(row.sampled)
-                    if row.finished:
+                    if row.finished or (room is not None and len(written[child]) >= room):
                         finished.add(cid)
         leaves = {child: cid for cid, child in heads.items()}
         for cid in finished:
