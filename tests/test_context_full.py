@@ -152,3 +152,16 @@ def test_the_command_says_the_context_is_full(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "the model's context (2,048 tokens) is full: the paths stop here" in out
     assert "== step 3" not in out and out.count("[context full]") == 4
+
+
+def test_the_windows_tree_marks_the_paths_that_filled_the_context(tiny):
+    """The tree drew such a node as any finished one, whose legend read "complete (EOS)"."""
+    from app.session import SessionModel
+
+    loaded, _ = short_context(tiny)
+    events, _, _ = search_trace(loaded, FIXED, CacheConfig(policy="in_device", prefix_cache=False))
+    model = SessionModel()
+    model.apply_many(events)
+    full = {e.id for e in events if e.type == "candidate_text" and e.context_full}
+    assert full and {n.id for n in model.tree.nodes.values() if n.context_full} == full
+    assert all(model.tree.nodes[cid].eos for cid in full)

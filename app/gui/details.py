@@ -110,7 +110,8 @@ class NodeDetails(SessionView, QWidget):
         if node_id == ROOT_ID:
             self.heading.setText("The prompt")
         else:
-            eos = ", ends the answer" if node.eos else ""
+            eos = ", fills the model's context: its path ends here" if node.context_full else (
+                ", ends the answer" if node.eos else "")
             self.heading.setText(f"Candidate #{node.id} · step {node.step} · {node.state}{eos}")
         values = {
             "state": node.state,

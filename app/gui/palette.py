@@ -31,7 +31,7 @@ STATE_STYLES: dict[str, StateStyle] = {
     "running": StateStyle("#5b7fb8", "#f2f6fc", "#1f2933", 1.6, "running"),
     "kept": StateStyle("#2f8a57", "#eef7f1", "#1f2933", 2.0, "kept"),
     "pruned": StateStyle("#b9bec6", "#f5f6f7", "#8a929c", 1.0, "pruned"),
-    "finished": StateStyle("#7a5bb5", "#f4f0fa", "#1f2933", 2.0, "complete (EOS)"),
+    "finished": StateStyle("#7a5bb5", "#f4f0fa", "#1f2933", 2.0, "complete (EOS or full context)"),
     "final": StateStyle("#c77c0e", "#fff5e1", "#1f2933", 3.2, "chosen path"),
 }
 ROOT_STYLE = StateStyle("#3d4a5c", "#e9edf2", "#1f2933", 1.6, "prompt")
@@ -63,7 +63,7 @@ DARK = {
         "running": StateStyle("#6f95d0", "#243041", "#e6e9ee", 1.6, "running"),
         "kept": StateStyle("#4fb27a", "#1f3328", "#e6e9ee", 2.0, "kept"),
         "pruned": StateStyle("#5c636d", "#25282d", "#8a929c", 1.0, "pruned"),
-        "finished": StateStyle("#9c7fd6", "#2d2740", "#e6e9ee", 2.0, "complete (EOS)"),
+        "finished": StateStyle("#9c7fd6", "#2d2740", "#e6e9ee", 2.0, "complete (EOS or full context)"),
         "final": StateStyle("#e39a2d", "#3d2f17", "#f5f5f5", 3.2, "chosen path"),
     },
     "ROOT_STYLE": StateStyle("#8fa0b5", "#2a313a", "#e6e9ee", 1.6, "prompt"),

@@ -33,7 +33,8 @@ class Node:
     """One candidate step (or the prompt, `ROOT_ID`). Mutable: events fill it in over a step.
 
     state: running (generated, not yet selected), kept, pruned, finished (kept and ended
-    with EOS: a complete answer), final (on the chosen path after the run finished).
+    with EOS: a complete answer, or with the model's context full), final (on the chosen path after the run
+    finished).
     """
 
     id: int
@@ -44,7 +45,8 @@ class Node:
     score: float | None = None
     aggregate: float | None = None
     state: str = "running"
-    eos: bool = False
+    eos: bool = False  # its path ends with this step: EOS, or `context_full`
+    context_full: bool = False  # its path filled the model's context (not EOS)
     group: int | None = None
     prefetched: bool = False
     speculated: int = 0  # leading tokens of its step made speculatively in its parent's step (FlashTTS)
@@ -234,8 +236,8 @@ class SearchTree:
             node, moved = self._add_node(e.id, e.parent, e.step)
             changed |= moved
         node.text, node.tokens, node.eos, node.group = e.text, e.tokens, e.finished, e.group
-        if isinstance(e, ev.CandidateText):
-            node.speculated = e.speculated
+        if isinstance(e, ev.CandidateText):  # the score event that follows repeats the text, not these
+            node.speculated, node.context_full = e.speculated, e.context_full
         if isinstance(e, ev.CandidateScored):
             node.score, node.aggregate = e.score, e.aggregate
         return changed
