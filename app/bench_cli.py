@@ -24,6 +24,7 @@ from app.options import (
     size_type,
 )
 from app.question import empty_message
+from engine.config import DTYPES
 from engine.workload import BASELINES, LADDER, Workload, check_names
 
 if TYPE_CHECKING:
@@ -35,7 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="compare KV offloading policies on one workload")
     p.add_argument("--model", default=d.model, type=source_of,
                    help="synthetic:NAME, bundled, a name from `beamwise models list`, a folder or a .gguf")
-    p.add_argument("--dtype", default=None, help="float32 (default on CPU) or bfloat16 (default for --plan-only)")
+    p.add_argument("--dtype", default=None, choices=DTYPES,
+                   help="weights' number format (default: float32, or bfloat16 with --plan-only)")
     p.add_argument("--beams", type=int, default=d.beams, help="kept beams N")
     p.add_argument("--width", type=int, default=d.width, help="children per beam M")
     p.add_argument("--step-tokens", type=int, default=d.step_tokens, help="most tokens in one step")
@@ -295,9 +297,10 @@ def _max_context(args: argparse.Namespace, dtype: str) -> int:
 
 
 def torch_bytes(dtype: str) -> int:
-    from engine.models import DTYPES
+    """Bytes per element of a --dtype, which argparse has already checked against engine.config.DTYPES."""
+    from engine.models import DTYPES as TORCH_DTYPES
 
-    return DTYPES[dtype].itemsize
+    return TORCH_DTYPES[dtype].itemsize
 
 
 def _ratio(value: float | None) -> str:

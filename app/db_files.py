@@ -8,6 +8,20 @@ from pathlib import Path
 TAILS = ("", "-wal", "-shm", "-journal")  # the database and the files SQLite keeps beside it
 
 
+def database_written_over(path: Path, db: Path | None = None) -> tuple[Path, str] | None:
+    """The session database that a file written at `path` would replace, `db` or the default one, with the tail
+    of the file `path` is (as `database_part` says); None when it is none of their files. `sessions export -o
+    sessions.db --force` and `eval --db s.db --json s.db` replaced every session with one file's text: each caller
+    refuses with its own error."""
+    from app.store import default_db_path
+
+    for base in (*([db] if db is not None else []), default_db_path()):
+        tail = database_part(path, base)
+        if tail is not None:
+            return base, tail
+    return None
+
+
 def database_part(path: Path, db: Path) -> str | None:
     """The tail of the file of database `db` that `path` is ("" for the database itself, "-wal", "-shm",
     "-journal"), by name or as one file by two names; None when it is none of them."""

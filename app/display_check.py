@@ -48,9 +48,6 @@ def missing_libraries_sentence(names: list[str]) -> str:
             f"install {' '.join(debian)}; Fedora: sudo dnf install {' '.join(fedora)}) and start Beamwise again.")
 
 
-NO_XCB_CURSOR = missing_libraries_sentence(["xcb-cursor"])
-
-
 def _connects(family: socket.AddressFamily, address: str, timeout: float) -> bool:
     try:
         with socket.socket(family, socket.SOCK_STREAM) as connection:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import platformdirs
 
+from app.file_replace import replace_text
 from engine.config import SearchConfig
 from engine.prm_names import named_family
 
@@ -73,11 +74,9 @@ def load_thresholds(path: Path | None = None) -> Thresholds | None:
 def save_thresholds(thresholds: Thresholds, path: Path | None = None) -> Path:
     """Write the thresholds whole (a temporary file moved over the old one); ValueError says why it cannot."""
     path = path or thresholds_path()
-    part = path.with_name(f".{path.name}.part")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        part.write_text(json.dumps(asdict(thresholds), indent=2) + "\n", encoding="utf-8")
-        part.replace(path)
+        replace_text(path, json.dumps(asdict(thresholds), indent=2) + "\n")
     except OSError as error:
         raise ValueError(f"cannot save the thresholds to {path} ({error.strerror or error}); make {path.parent} "
                          "writable or set BEAMWISE_CONFIG_DIR to a folder you can write to.") from error

@@ -7,6 +7,7 @@ import dataclasses
 import sys
 import time
 
+from app import run_output
 from app.calibrate import StepStat, calibrate
 from app.early_exit import Thresholds
 from app.eval_report import MethodSummary, ProblemResult, result_of, summarize
@@ -23,7 +24,6 @@ class Evaluation:
 
     def __init__(self, args: argparse.Namespace, model_spec: ModelSpec, configs: dict[str, SearchConfig],
                  cache: CacheConfig) -> None:  # fmt: skip
-        from app.run_cli import _progress
         from engine.models import load_model
 
         self.args, self.configs, self.cache = args, configs, cache
@@ -31,11 +31,10 @@ class Evaluation:
         self.store = None
         if not args.no_save:  # before the model: a --db it cannot open is said at once, not after a minute's load
             from app.journal_import import open_session_store
-            from app.run_cli import _note
 
-            self.store = open_session_store(args.db, notify=_note)
+            self.store = open_session_store(args.db, notify=run_output.note)
         try:
-            self.loaded = load_model(model_spec, device=cache.device, progress=_progress)
+            self.loaded = load_model(model_spec, device=cache.device, progress=run_output.load_progress)
         except BaseException:
             self.close()
             raise
@@ -61,7 +60,6 @@ class Evaluation:
             self.done = index
 
     def _search(self, problem: Problem, method: str, search: SearchConfig) -> list:
-        from app.run_cli import _end_recording, _record
         from engine.search import run
 
         recorder = self._recorder(problem, method)
@@ -71,14 +69,14 @@ class Evaluation:
                 events.append(event)
                 if event.type == "run_started" and not self.numerics:
                     self.numerics = dict(event.numerics)
-                _record(recorder, event)
+                run_output.record(recorder, event)
         except KeyboardInterrupt:  # recorded as `run` records Ctrl+C; 'interrupted' is for a process that died
             steps = [e.step for e in events if e.type == "step_selected"]
-            _record(recorder, ev.RunCancelled(step=steps[-1] if steps else 0))
+            run_output.record(recorder, ev.RunCancelled(step=steps[-1] if steps else 0))
             raise
         finally:
             if recorder is not None:
-                _end_recording(recorder)
+                run_output.end_recording(recorder)
         return events
 
     def _recorder(self, problem: Problem, method: str):
@@ -87,10 +85,9 @@ class Evaluation:
         if self.store is None:
             return None
         from app.journal_import import recorder_for
-        from app.run_cli import _warn
 
         title = f"eval {method} line {problem.line}: {problem.question[:40]}"
-        return recorder_for(self.store, notify=_warn, title=title)
+        return recorder_for(self.store, notify=run_output.warn, title=title)
 
     def _collect_steps(self, events: list) -> None:
         for e in events:

@@ -20,9 +20,9 @@ SHARED_FIELDS = ("step", "parent", "text", "tokens", "finished", "group")
 SCORED_FIELDS = tuple(f.name for f in dataclasses.fields(ev.CandidateScored))  # the engine's order
 
 
-def compact(events: Iterable[dict[str, Any]], texts: dict[int, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """The dicts to store, in order. `texts` (id -> text event) carries candidates seen in earlier batches."""
-    texts = {} if texts is None else texts
+def compact(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The dicts to store, in order; a scored event whose text event is not among `events` is stored whole."""
+    texts: dict[int, dict[str, Any]] = {}
     out = []
     for data in events:
         kind = data["type"]
@@ -50,10 +50,9 @@ def expand(stored: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def rows(session_id: int, items: Iterable[tuple[int, dict[str, Any]]],
-         texts: dict[int, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def rows(session_id: int, items: Iterable[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
     """`events` table rows for (seq, event dict) pairs, compacted."""
     items = list(items)
-    stored = compact((data for _, data in items), texts)
+    stored = compact(data for _, data in items)
     return [{"session_id": session_id, "seq": seq, "type": data["type"], "data": json.dumps(data)}
             for (seq, _), data in zip(items, stored, strict=True)]

@@ -17,18 +17,14 @@ from pathlib import Path
 
 from app.export.checks import event_problem
 from app.journal import SUFFIX, Journal, JournalError, folders_for, journal_folders, journals_of, read_journal
+from app.models_folder import data_folder
 from app.processes import alive_since
 from app.recorder import SessionRecorder
-from app.store import RowsRefused, SessionStore, StoreError, default_db_path
+from app.store import RowsRefused, SessionStore, StoreError
 from engine import events as ev
 
 Notify = Callable[[str], None]
 TAKEN = ".importing"  # a journal being imported: renamed inside its transaction, deleted once that committed
-
-
-def data_folder() -> Path:
-    """The user data folder (BEAMWISE_DATA_DIR in tests): the journals' fallback home."""
-    return default_db_path().parent
 
 
 def open_session_store(path: Path | str | None = None, *, notify: Notify | None = None) -> SessionStore:
@@ -60,57 +56,77 @@ def recorder_for(store: SessionStore, notify: Notify, previous: int | None = Non
 
 
 def import_journals(store: SessionStore, *, only: Path | None = None, notify: Notify | None = None) -> list[int]:
-    """Replay the finished journals of this database; returns the session ids written."""
+    """Replay the finished journals of this database; returns the session ids written. A journal's own problem
+    leaves it in place, said, and the next one is imported; the database's (busy, read-only, full) stops them all."""
     say = notify or (lambda _text: None)
     if store.path is None or store.read_only:
         return []
-    target = str(store.path.resolve())
     written: list[int] = []
     if only is None:
-        _settle_taken(store, target)
+        _settle_taken(store, str(store.path.resolve()))
     for path in [only] if only is not None else journals_of(store.path, data_folder()):
         try:
-            journal = read_journal(path)
-        except JournalError as error:
-            if path.exists():  # gone: another process imported it since the folder was read
-                say(error.user_message())
-            continue
-        if journal.header.db != target or (path != only and _still_written(journal)):
-            continue
-        if not journal.events:  # the writer died before its first event: nothing to keep
-            path.unlink(missing_ok=True)
-            continue
-        problem = _first_problem(journal)
-        if problem is not None:  # damaged, or written by a newer Beamwise: never a reason to stop opening the store
-            say(f"the run journal {path} was not imported: {problem}. It was left in place: a newer Beamwise may "
-                "import it; otherwise delete it.")
-            continue
-        try:
-            session_id = replay(store, journal)
-            if session_id is None:  # another process imported it while this one waited for the lock
-                continue
-        except RowsRefused as error:  # the journal's rows, not the database: the next one may import
-            say(f"the run journal {path} was not imported: {str(error).rstrip('.')}. It was left in place; delete "
-                "it, or keep it for a report.")
-            continue
+            session_id = _import_one(store, path, only, say)
         except StoreError as error:  # busy, read-only, full or damaged: the database, not the journal; try later
             if only is None:  # with `only`, the caller says what happens to its own run's journal
                 say(f"the run journal {path} was not imported yet ({str(error).rstrip('.')}); it stays until the "
                     "database can be written.")
             break
-        except OSError as error:  # its folder does not let it be renamed or deleted: importing it would repeat
-            say(f"the run journal {path} was not imported: it cannot be moved ({error.strerror or error}). It was "
-                "left in place; make its folder writable.")
-            continue
-        except Exception as error:  # events that do not make a run (a damaged file): its transaction rolled back
-            say(f"the run journal {path} was not imported: its events do not make a session this Beamwise can show "
-                f"({type(error).__name__}: {str(error).rstrip('.')}). It was left in place; delete it, or keep it "
-                "for a report.")
-            continue
-        written.append(session_id)
+        if session_id is not None:
+            written.append(session_id)
+    return written
+
+
+def _import_one(store: SessionStore, path: Path, only: Path | None, say: Notify) -> int | None:
+    """The session the journal at `path` was imported as; None when it is another database's, still being written,
+    empty (deleted), gone, or cannot be imported (said, and left in place). The database's errors are raised."""
+    try:
+        journal = read_journal(path)
+    except JournalError as error:
+        if path.exists():  # gone: another process imported it since the folder was read
+            say(error.user_message())
+        return None
+    if journal.header.db != str(store.path.resolve()) or (path != only and _still_written(journal)):
+        return None
+    if not journal.events:  # the writer died before its first event: nothing to keep
+        path.unlink(missing_ok=True)
+        return None
+    problem = _first_problem(journal)
+    if problem is not None:  # damaged, or written by a newer Beamwise: never a reason to stop opening the store
+        say(f"the run journal {path} was not imported: {problem}. It was left in place: a newer Beamwise may "
+            "import it; otherwise delete it.")
+        return None
+    session_id = _replayed(store, journal, say)
+    if session_id is not None:  # None: another process imported it while this one waited for the lock
         say(f"saved the run journal {path.name} into {store.path} as session {session_id} "
             f"({_steps(journal)} steps).")
-    return written
+    return session_id
+
+
+def _replayed(store: SessionStore, journal: Journal, say: Notify) -> int | None:
+    """`replay(store, journal)`; a journal that cannot be imported is said, left in place, and None. Each event
+    was read already (`_first_problem`): what fails here is the run they make, the folders, or Beamwise itself,
+    and none of them stops the store from opening. A StoreError (the database's) is raised."""
+    path = journal.path
+    try:
+        return replay(store, journal)
+    except RowsRefused as error:  # the journal's rows, not the database: the next one may import
+        say(f"the run journal {path} was not imported: {str(error).rstrip('.')}. It was left in place; delete "
+            "it, or keep it for a report.")
+    except StoreError:
+        raise
+    except OSError as error:  # its folder does not let it be renamed or deleted: importing it would repeat
+        say(f"the run journal {path} was not imported: it cannot be moved ({error.strerror or error}). It was "
+            "left in place; make its folder writable.")
+    except (ValueError, KeyError) as error:  # events that do not make a run (out of order, a candidate never
+        # generated): the recorder's and the tree's refusals; its transaction rolled back
+        say(f"the run journal {path} was not imported: its events do not make a session this Beamwise can show "
+            f"({type(error).__name__}: {str(error).rstrip('.')}). It was left in place; delete it, or keep it "
+            "for a report.")
+    except Exception as error:  # a fault in Beamwise, not the journal's: said as one, and the store still opens
+        say(f"the run journal {path} was not imported: a fault in Beamwise stopped its import "
+            f"({type(error).__name__}: {str(error).rstrip('.')}). It was left in place; keep it for a report.")
+    return None
 
 
 def _first_problem(journal: Journal) -> str | None:

@@ -9,7 +9,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from app.db_files import database_part
+from app.db_files import database_written_over
 from app.options import UsageError
 
 
@@ -69,19 +69,18 @@ def check_json_path(json_path: str | None, db: str | None = None) -> None:
 
 
 def refuse_the_database(json_path: str | None, db: str | None = None) -> None:
-    """UsageError when `json_path` is a session database (`db` or the default one) or its -wal, -shm or -journal
-    file: `eval --db s.db --json s.db` replaced every session in s.db with the results."""
-    from app.store import default_db_path
-
+    """UsageError when `json_path` is a session database (`db`, opened as the store opens it, or the default one)
+    or its -wal, -shm or -journal file (app/db_files.py): `eval --db s.db --json s.db` replaced every session in
+    s.db with the results."""
     if not json_path:
         return
     path = Path(json_path)
-    for base in (default_db_path(), *([Path(db).expanduser()] if db else [])):
-        tail = database_part(path, base)
-        if tail is not None:
-            what = f"the {tail[1:]} file of the session database {base}" if tail else "the session database"
-            raise UsageError(f"--json {path} is {what}; the results would replace every session in it. "
-                             "Pick another --json path.")
+    found = database_written_over(path, Path(db) if db else None)
+    if found is not None:
+        base, tail = found
+        what = f"the {tail[1:]} file of the session database {base}" if tail else "the session database"
+        raise UsageError(f"--json {path} is {what}; the results would replace every session in it. "
+                         "Pick another --json path.")
 
 
 def _in_folder(path: Path, write: Callable[[], None]) -> None:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import app.formatting as fmt
+from app.file_replace import replace_text
 from app.model_library import MARKER, models_dir
 from engine.abandon import abandonable
 
@@ -184,9 +185,7 @@ def _writing(path: Path) -> Iterator[None]:
 
 def _mark(target: Path, marker: dict) -> None:
     """Written whole and then renamed, so that a crash never leaves a half-written marker behind."""
-    draft = target / f"{MARKER}.new"
-    draft.write_text(json.dumps(marker), encoding="utf-8")
-    draft.replace(target / MARKER)
+    replace_text(target / MARKER, json.dumps(marker))
 
 
 def _files(repo_id: str, filename: str | None, endpoint: str, revision: str) -> tuple[dict[str, int], str | None]:

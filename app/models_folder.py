@@ -1,5 +1,5 @@
-"""Where models live (the models folder, the list of folders the user added) and a model's name from
-`models list` as a path: no torch, so the options every command parses can read them."""
+"""Where Beamwise's data lives (the data folder, its models folder, the list of folders the user added) and a
+model's name from `models list` as a path: no torch, so the options every command parses can read them."""
 
 from __future__ import annotations
 
@@ -9,16 +9,22 @@ from pathlib import Path
 
 import platformdirs
 
+from app.file_replace import replace_text
 from engine.errors import BeamwiseError
 
 MARKER = ".beamwise-download.json"  # written into every folder Beamwise downloads; remove needs it
 ADDED = "added-models.json"
 
 
+def data_folder() -> Path:
+    """BEAMWISE_DATA_DIR when set (tests), else the user's data folder: the session database, the journals'
+    fallback folder, the models folder and the list of added folders all live here."""
+    return Path(os.environ.get("BEAMWISE_DATA_DIR") or platformdirs.user_data_dir("beamwise", appauthor=False))
+
+
 def models_dir() -> Path:
-    """BEAMWISE_DATA_DIR/models when set (tests), else the user data folder's models/."""
-    base = os.environ.get("BEAMWISE_DATA_DIR") or platformdirs.user_data_dir("beamwise", appauthor=False)
-    return Path(base) / "models"
+    """The data folder's models/: what `models pull` downloads."""
+    return data_folder() / "models"
 
 
 class AddedListDamaged(BeamwiseError):
@@ -26,7 +32,7 @@ class AddedListDamaged(BeamwiseError):
 
 
 def added_list_path() -> Path:
-    return models_dir().parent / ADDED
+    return data_folder() / ADDED
 
 
 def added_folders() -> list[Path]:
@@ -49,11 +55,17 @@ ADDED_HINT = ("It only names folders (no model is in it): fix it, or delete it a
 
 
 def write_added(folders: list[Path]) -> None:
+    """The list of added folders replaced whole (a crash leaves the old list or the new one, never half of one);
+    a data folder that takes no file is a BeamwiseError naming it, the old list kept."""
     target = added_list_path()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.part")
-    temporary.write_text(json.dumps([str(p) for p in folders], indent=1), encoding="utf-8")
-    temporary.replace(target)  # a crash leaves the old list or the new one, never half of one
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        replace_text(target, json.dumps([str(p) for p in folders], indent=1))
+    except OSError as error:
+        raise BeamwiseError(f"cannot save the list of added model folders {target} ({error.strerror or error}); "
+                            "it was not changed.",
+                            hint=f"Make {target.parent} writable, or set BEAMWISE_DATA_DIR to a folder you can "
+                                 "write to.") from error
 
 
 def source_of(text: str) -> str:

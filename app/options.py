@@ -1,12 +1,13 @@
-"""Command-line options shared by `run`, `gui` and `bench`, and the text parsers the window shares with them."""
+"""Command-line options shared by `run`, `gui` and `bench`, and the text parsers the window shares with them.
+
+The parser itself is app/parser.py; the early exits' thresholds, given or calibrated, app/exit_options.py.
+"""
 
 from __future__ import annotations
 
 import argparse
-import re
-from collections.abc import Sequence
-from typing import NoReturn
 
+from app.exit_options import early_exit_thresholds
 from app.models_folder import source_of
 from engine.config import (
     AGGREGATIONS,
@@ -23,89 +24,11 @@ from engine.config import (
     parse_bytes,
 )
 
-# What argparse must read as an option's value though it starts with '-': -5MB and -1e-3 as well as its own -5 and
-# -.5. Taken for an option, `--kv-budget -5MB` was refused as "expected one argument"; read as the value, the
-# option's own parser says what is wrong with it.
-NEGATIVE_VALUE = re.compile(r"^-\.?\d")
-
 DEFAULT_QUESTION = "A train travels 60 km in 45 minutes. What is its average speed in km/h?"
 
 
 class UsageError(ValueError):
     """Bad command-line input: printed as one line, exit status 2."""
-
-
-class DefaultsFormatter(argparse.HelpFormatter):
-    """`--help` names each option's default, unless the help already says it or there is none to name."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        default = action.default
-        nothing = default is None or default is False or default is argparse.SUPPRESS  # `is`: 0 == False
-        if "default" in text or nothing or not action.option_strings:
-            return text
-        shown = format_delimiter(default) if action.dest == "step_delimiter" else default
-        return f"{text} (default: {str(shown).replace('%', '%%')})".strip()
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that answers bad options with one line (what to change and where help is), exit status 2.
-
-    Its subcommands are OneLineParsers too (argparse makes them of the parent's class), so every
-    `--help` shows the defaults.
-    """
-
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("formatter_class", DefaultsFormatter)
-        # No abbreviations: argparse read `bench --verifier prm` as --verifier-endpoint and `run --question "..."`
-        # as --question-file, and refused them in those options' words. A command's own options only, whole.
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-        self._negative_number_matcher = NEGATIVE_VALUE  # argparse's own: only -5 and -.5 (Python 3.11, 3.12)
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"beamwise: error: {message} (see `{self.prog} --help`)\n")
-
-    def parse_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
-                   ) -> argparse.Namespace:
-        """As argparse's, but an unknown option is answered by the subcommand it was given to, so the line points
-        to `beamwise run --help` and not to the top level's help, which lists no run option; an option another
-        command takes is said to be that command's."""
-        namespace, extras = self.parse_known_args(args, namespace)
-        if extras:
-            chosen = self._chosen(namespace)
-            chosen.error(f"unrecognized arguments: {' '.join(extras)}{self._elsewhere(extras, chosen)}")
-        return namespace
-
-    def _elsewhere(self, extras: Sequence[str], chosen: OneLineParser) -> str:
-        """'; --verifier is an option of beamwise run, ...' for the first unknown option other commands take. An option
-        the chosen command takes was left over only because it came after `--` (which ends the options): said so."""
-        for option in (extra.split("=", 1)[0] for extra in extras if extra.startswith("--")):
-            if option in chosen._option_string_actions:  # `sessions show -- 999 --db a.db` said --db was not its
-                return f"; after -- every word is read as an argument, so {option} was not read as an option: put " \
-                       "the options before --"
-            owners = [p.prog for p in self._commands() if p is not chosen and option in p._option_string_actions]
-            if owners:
-                return f"; {option} is an option of {', '.join(owners)}, not of {chosen.prog}"
-        return ""
-
-    def _commands(self) -> list[OneLineParser]:
-        """This parser and every subcommand parser below it."""
-        found = [self]
-        for action in self._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for parser in dict.fromkeys(action.choices.values()):  # an alias maps to the same parser
-                    found += parser._commands()
-        return found
-
-    def _chosen(self, namespace: argparse.Namespace) -> OneLineParser:
-        """The innermost subcommand parser `namespace` was parsed by (self when it has none)."""
-        for action in self._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                chosen = action.choices.get(getattr(namespace, action.dest, None))
-                if chosen is not None:
-                    return chosen._chosen(namespace)
-        return self
 
 
 def parse_delimiter(text: str) -> str | None:
@@ -184,7 +107,8 @@ def add_search_options(parser: argparse.ArgumentParser, prefix_cache: bool = Tru
                    help="refuse more candidates (beams x width) per step than this")
     g.add_argument("--step-tokens", type=int, default=d.step_tokens, help="most tokens in one step")
     g.add_argument("--step-delimiter", type=delimiter_type, default=d.step_delimiter,
-                   help=r"text that ends a step, with escapes; 'none' for length only")
+                   help=rf"text that ends a step, with escapes; 'none' for length only "
+                        f"(default: {format_delimiter(d.step_delimiter)})")
     g.add_argument("--max-steps", type=int, default=d.max_steps, help="most reasoning steps")
     g.add_argument("--temperature", type=float, default=d.temperature, help="sampling temperature")
     g.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling mass")
@@ -349,56 +273,6 @@ def _add_method_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--entropy-delta", type=float, default=None,
                    help="entropy exit: and changed by less than this since the previous layer (scaled the same way; "
                    f"default: calibrated, else {d.entropy_delta})")
-
-
-def early_exit_thresholds(args: argparse.Namespace) -> dict[str, float]:
-    """--tau-conf, --r-gap, --entropy-theta and --entropy-delta as given, else the calibrated ones
-    (beamwise eval --calibrate), else the defaults: as SearchConfig fields. The entropy exit refuses calibrated
-    thresholds measured on another verifier (a ValueError saying what to do) and says which ones it uses."""
-    from app.early_exit import load_thresholds
-
-    d = SearchConfig()
-    given = {"tau_conf": args.tau_conf, "r_gap": args.r_gap,
-             "entropy_theta": args.entropy_theta, "entropy_delta": args.entropy_delta}
-    saved = load_thresholds() if None in given.values() else None
-    if saved is not None and saved.entropy_theta is not None and args.entropy_exit and args.verifier != "logprob" \
-            and None in (args.entropy_theta, args.entropy_delta):  # logprob: SearchConfig refuses the exit itself
-        _check_entropy_calibration(args, saved)
-    if args.verify_skip and not getattr(args, "calibrate", False) and None in (args.tau_conf, args.r_gap):
-        _note_skip_calibration(args, saved)
-    chosen = {}
-    for name, value in given.items():
-        calibrated = getattr(saved, name) if saved is not None else None
-        chosen[name] = value if value is not None else calibrated if calibrated is not None else getattr(d, name)
-    return chosen
-
-
-def _check_entropy_calibration(args: argparse.Namespace, saved) -> None:
-    """--entropy-exit with calibrated thresholds: refused when they come from another verifier, else named."""
-    import sys
-
-    from app.early_exit import calibrated_on, entropy_mismatch, verifier_key
-
-    verifier = verifier_key(args.model, args.verifier, args.verifier_model)
-    mismatch = entropy_mismatch(saved, verifier)
-    if mismatch is not None:
-        raise ValueError(f"{mismatch}. Calibrate them for this verifier (beamwise eval PROBLEMS --calibrate with the "
-                         "same --model and --verifier), or give --entropy-theta and --entropy-delta.")
-    print(f"beamwise: entropy exit: calibrated θ {saved.entropy_theta:.3f}, δ {saved.entropy_delta:.3f} "
-          f"({calibrated_on(saved)}{'' if saved.verifier else ': calibrate again to record it'})", file=sys.stderr)
-
-
-def _note_skip_calibration(args: argparse.Namespace, saved) -> None:
-    """--verify-skip with calibrated thresholds from another model or verifier: said on stderr, as the entropy
-    exit says which calibration its thresholds come from (they were used with no word)."""
-    import sys
-
-    from app.early_exit import model_key, skip_mismatch, verifier_key
-
-    mismatch = skip_mismatch(saved, model_key(args.model), verifier_key(args.model, args.verifier, args.verifier_model))
-    if mismatch is not None:
-        print(f"beamwise: warning: {mismatch}; calibrate for this search (beamwise eval PROBLEMS --calibrate with the "
-              "same --model and --verifier) or give --tau-conf and --r-gap.", file=sys.stderr)
 
 
 def _refuse_unused(args: argparse.Namespace) -> None:

@@ -138,7 +138,8 @@ def _prm_facts(source: str, dtype: str) -> ModelFacts:
 def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question: str | None = None,
          history: Sequence[Turn] = (), device: DeviceInfo | None = None) -> MemoryPlan:
     """The plan for these settings; reads configs (and the tokenizer) only, runs the policy on meta tensors,
-    loads no weights. `history` holds a follow-up's earlier turns: its prompt is the whole conversation."""
+    loads no weights. `history` holds a follow-up's earlier turns: its prompt is the whole conversation.
+    Red when the run would refuse the settings (each refusal below in the run's words), else `judge`'s."""
     gen = facts_of(model.source, model.dtype)
     prm = _prm_facts(search.verifier_model, model.dtype) if search.verifier == "prm" and search.verifier_model else None
     info = device or DeviceInfo.probe(cache.device)
@@ -148,22 +149,9 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
     on_cpu = search.verifier_device == "cpu"
     judge_kv = gen if search.verifier == "self-judge" else prm  # self-judge keeps the generator's own KV
     shape = None if judge_kv is None or on_cpu else _verifier_shape(model.source, search, judge_kv, question, prompt)
-    steps = search.max_steps + search.lookahead  # a roll-out's steps are verified too
-    batch, row = (0, 0) if shape is None else (shape.share_bytes(search.candidates_per_step, search.step_tokens, steps),
-                                               shape.row_bytes(search.step_tokens, steps))
     activations = _activations(gen, prompt, search.candidates_per_step)
     fixed = gen.weights_bytes + (prm.weights_bytes if prm and not on_cpu else 0) + activations
-    prefill_kv = prefill_reserve(prompt, gen.kv_token_bytes, act_token=0, chunk=0)  # the prefill's KV beside the
-    # pool, as the run leaves it free (its activations are in `activations`)
-    budget = cache.kv_budget_bytes or _automatic_budget(
-        info, policy_whole_bytes(cache.policy, whole, prompt, search, gen.kv_token_bytes, gen.kv.num_layers), batch,
-        cache.verifier_kv_share, fixed + prefill_kv)
-    try:
-        verifier_kv = split_budget(budget, cache.verifier_kv_share, batch, row).verifier_bytes
-        share = cache.verifier_kv_share
-        too_small = _share_refusal(shape, search, verifier_kv, budget, share) if share and shape else None
-    except KVBudgetTooSmall as error:  # the run refuses it before its first step
-        verifier_kv, too_small = budget // 2, f"It cannot run with these settings: {error.user_message()}"
+    budget, verifier_kv, too_small = _budget_and_share(info, search, cache, gen, shape, prompt, whole, fixed)
     one = one_candidate_bytes(prompt, search, gen.kv_token_bytes, cache.block_size)
     policy = cache.policy if cache.policy != "auto" else auto_policy(whole, one, budget - verifier_kv)
     draft = MemoryPlan(gen, prm, info.label, info.emulated, info.memory_bytes, budget, policy,
@@ -173,23 +161,56 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
     refused = (_context_refusal(search, gen, prompt, history) or _does_not_fit(draft) or too_small
                or _prefix_cache_refusal(cache, prompt, gen) or _tokenizer_refusal(model.source, search))
     if refused is None:  # only a plan that can run is worth scheduling
-        planned = planned_run(model, search, cache, prompt, budget - verifier_kv, policy, PLAN_SECONDS)
-        draft = dataclasses.replace(draft, step_pcie_bytes=planned.step_bytes)
-        why = planned.refused
-        if policy == "headwise":  # every step's bytes and refusal at once, however long its plan-only run
-            traffic = _headwise(prompt, search, cache, gen, budget - verifier_kv)
-            draft = dataclasses.replace(draft, step_pcie_bytes=traffic.average, traffic_source=HEADWISE_SOURCE)
-            why = why or (traffic.refused and traffic.refused.user_message())
-        elif not planned.finished and policy != "in_device":  # too long to wait for: the paper's bound at once
-            draft = dataclasses.replace(draft, step_pcie_bytes=_eq45_step_bytes(prompt, search, gen),
-                                        traffic_source=EQ45_SOURCE)
-        elif policy in SHARING and search.candidates_per_step > 1:
-            draft = dataclasses.replace(draft, traffic_source=SHARED_SOURCE)
-        refused = why and f"It cannot run with these settings: {why}"
+        draft, refused = _traffic(draft, model, search, cache)
     if refused and not draft.step_pcie_bytes:  # red with no bytes counted: none to show, not "0 B"
         draft = dataclasses.replace(draft, traffic_source=NOT_PLANNED)
     state, sentence = ("red", refused) if refused else judge(draft)
     return dataclasses.replace(draft, state=state, sentence=sentence)
+
+
+def _budget_and_share(info: DeviceInfo, search: SearchConfig, cache: CacheConfig, gen: ModelFacts,
+                      shape: VerifierShape | None, prompt: int, whole: int, fixed: int
+                      ) -> tuple[int, int, str | None]:  # fmt: skip
+    """The KV budget (--kv-budget, or the engine's automatic one beside the `fixed` weights and activations), the
+    verifier's part of it as the run splits it (`shape`: the verifier that keeps KV on the device, or None), and
+    why the run refuses that split before its first step (None when it does not)."""
+    steps = search.max_steps + search.lookahead  # a roll-out's steps are verified too
+    batch, row = (0, 0) if shape is None else (shape.share_bytes(search.candidates_per_step, search.step_tokens, steps),
+                                               shape.row_bytes(search.step_tokens, steps))
+    prefill_kv = prefill_reserve(prompt, gen.kv_token_bytes, act_token=0, chunk=0)  # the prefill's KV beside the
+    # pool, as the run leaves it free (its activations are in `fixed`)
+    budget = cache.kv_budget_bytes or _automatic_budget(
+        info, policy_whole_bytes(cache.policy, whole, prompt, search, gen.kv_token_bytes, gen.kv.num_layers), batch,
+        cache.verifier_kv_share, fixed + prefill_kv)
+    try:
+        verifier_kv = split_budget(budget, cache.verifier_kv_share, batch, row).verifier_bytes
+        share = cache.verifier_kv_share
+        too_small = _share_refusal(shape, search, verifier_kv, budget, share) if share and shape else None
+    except KVBudgetTooSmall as error:  # the run refuses it before its first step
+        verifier_kv, too_small = budget // 2, f"It cannot run with these settings: {error.user_message()}"
+    return budget, verifier_kv, too_small
+
+
+def _traffic(draft: MemoryPlan, model: ModelSpec, search: SearchConfig, cache: CacheConfig
+             ) -> tuple[MemoryPlan, str | None]:  # fmt: skip
+    """`draft` with the bytes a step moves over PCIe and where the figure comes from: the engine's plan-only run,
+    head-wise's closed form, or Eq. 4-5's bound for a run too long to wait for; and why the run refuses these
+    settings in the middle of the search (a step that does not fit), None when it does not."""
+    prompt, policy, gen = draft.prompt_tokens, draft.policy, draft.generator
+    budget = draft.kv_budget_bytes - draft.verifier_kv_bytes  # the generator's part
+    planned = planned_run(model, search, cache, prompt, budget, policy, PLAN_SECONDS)
+    draft = dataclasses.replace(draft, step_pcie_bytes=planned.step_bytes)
+    why = planned.refused
+    if policy == "headwise":  # every step's bytes and refusal at once, however long its plan-only run
+        traffic = _headwise(prompt, search, cache, gen, budget)
+        draft = dataclasses.replace(draft, step_pcie_bytes=traffic.average, traffic_source=HEADWISE_SOURCE)
+        why = why or (traffic.refused and traffic.refused.user_message())
+    elif not planned.finished and policy != "in_device":  # too long to wait for: the paper's bound at once
+        draft = dataclasses.replace(draft, step_pcie_bytes=_eq45_step_bytes(prompt, search, gen),
+                                    traffic_source=EQ45_SOURCE)
+    elif policy in SHARING and search.candidates_per_step > 1:
+        draft = dataclasses.replace(draft, traffic_source=SHARED_SOURCE)
+    return draft, why and f"It cannot run with these settings: {why}"
 
 
 def _prefix_cache_refusal(cache: CacheConfig, prompt: int, gen: ModelFacts) -> str | None:
@@ -338,7 +359,9 @@ def _does_not_fit(p: MemoryPlan) -> str | None:
 
 
 def judge(p: MemoryPlan) -> tuple[str, str]:
-    """Amber: it runs but moves KV over PCIe or fills memory; green: it fits. (Red is `_does_not_fit`'s.)"""
+    """Amber: it runs but moves KV over PCIe or fills memory; green: it fits. For a plan the run would not refuse:
+    `plan` makes red itself, from every refusal it checks (the context, `_does_not_fit`, the verifier's share, the
+    prefix cache, the tokenizer files, a step the plan-only run or head-wise cannot fit)."""
     memory = p.memory_bytes
     if p.step_pcie_bytes:
         most = "up to " if p.traffic_source == EQ45_SOURCE else ""  # an upper bound: no run counted the bytes

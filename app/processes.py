@@ -69,10 +69,12 @@ def started_at(pid: int) -> float | None:
 
 
 def _linux_started_at(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()  # the name may hold spaces
+    # Bytes: the name may hold spaces, and bytes no encoding decodes (its UnicodeDecodeError read as "no start
+    # time", so a dead run's reused pid kept it "running").
+    fields = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()
     ticks = int(fields[19])  # field 22, starttime: clock ticks after boot
-    boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                if line.startswith("btime "))
+    boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_bytes().splitlines()
+                if line.startswith(b"btime "))
     return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 

@@ -11,15 +11,13 @@ from app.text_files import decode_text
 EXAMPLE = 'beamwise run "What is 12*7?"'
 
 
-def read_question(argument: str | None, file: str | None, default: str | None = None) -> str:
+def read_question(argument: str | None, file: str | None) -> str:
     """The question as text; every way it can be unusable is one UsageError (exit 2) saying what to do."""
-    check_given(argument, file, default)
+    check_given(argument, file)
     source = file if file is not None else "-" if argument == "-" else None
     if source is not None:
         text = _decode(_read_bytes(source), "standard input" if source == "-" else source)
-    elif argument is None:
-        text = default
-    else:
+    else:  # check_given: without a file there is an argument
         text = _checked_argument(argument)
     if not text.strip():
         raise UsageError(empty_message(source))
@@ -59,11 +57,11 @@ def take_question_option(args) -> None:
     args.question = option
 
 
-def check_given(argument: str | None, file: str | None, default: str | None = None) -> None:
+def check_given(argument: str | None, file: str | None) -> None:
     """The checks that need no reading, so that `beamwise run` says them before it loads the engine (seconds)."""
     if argument is not None and file is not None:
         raise UsageError("give the question either as an argument or with --question-file, not both.")
-    if argument is None and file is None and default is None:
+    if argument is None and file is None:
         raise UsageError(f"no question given; pass one in quotes, e.g. {EXAMPLE}, or --question-file PATH "
                          "(- reads standard input).")
 

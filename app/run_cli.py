@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from threading import Event
-from typing import TextIO
+from typing import Any, TextIO
 
 from app import formatting
 from app.export.md_escape import without_controls
@@ -20,7 +20,10 @@ from app.heartbeat import Heartbeat, StepProgress
 from app.options import configs_from_args, server_from_args
 from app.preflight import check_memory
 from app.question import read_question
+from app.run_output import close, load_progress, note, record, warn
 from app.session.series import prompt_traffic
+from app.session.steps import failure_point
+from app.session.tree import first_line
 from app.threads import numerics_line
 from engine import events as ev
 from engine.errors import BeamwiseError
@@ -33,7 +36,8 @@ def user_errors(kind: type = BeamwiseError) -> set[str]:
 
 
 class Printer:
-    """Human-readable progress on stdout; load progress on stderr."""
+    """Human-readable progress on stdout; load progress on stderr. One method per event type (`_PRINTERS`); the
+    types it does not show print nothing."""
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
@@ -43,85 +47,125 @@ class Printer:
         self.context_full: set[int] = set()  # candidates whose paths filled the model's context
 
     def __call__(self, event) -> None:
-        p = self._print
         self.started = self.started or event.type == "run_started"
-        if event.type == "run_started" and event.device.startswith("remote"):
-            self.remote = True
-            p(f"model {event.model} at {event.cache.get('endpoint')} ({event.device})")
-            p(f"verifier {event.verifier}; method {event.search.get('method', 'beam')}")
-        elif event.type == "run_started":
-            p(f"model {event.model} on {event.device}; policy {event.policy}, KV budget {_budget_text(event)}")
-            if event.emulated and (hint := emulated_hint()):
-                print(f"beamwise: note: running on the emulated GPU: {hint}", file=sys.stderr)
-            p(f"verifier {event.verifier}; method {event.search.get('method', 'beam')}")
-            if event.numerics:  # what an exact rerun of this seed must match (README, "Reproducing a run")
-                p(numerics_line(event.search.get("seed"), event.numerics))
-            if event.verifier_kv_budget_bytes:
-                p(f"verifier KV budget {event.verifier_kv_budget_bytes:,} B (its share of the device KV budget)")
-        elif event.type == "prefill_done":
-            p(f"prompt: {event.prompt_tokens} tokens ({event.cached_tokens} cached, {event.computed_tokens} computed), "
-              f"prefill {event.seconds:.2f} s")
-            if event.prefix_disk_problem:
-                print(f"beamwise: note: {formatting.prefix_disk_text(event.prefix_disk_problem)}", file=sys.stderr)
-        elif event.type == "step_started":
-            p(f"\n== step {event.step} (expanding {', '.join(map(str, event.beams)) or 'the prompt'})")
-        elif event.type == "candidate_text" and event.context_full:
-            self.context_full.add(event.id)
-        elif event.type == "candidate_scored":
-            parent = "-" if event.parent is None else event.parent
-            first = next((line for line in event.text.splitlines() if line.strip()), "").strip()[:70]
-            done = (" [context full]" if event.id in self.context_full else " [finished]") if event.finished else ""
-            scores = f"score {event.score:.3f} path {event.aggregate:.3f}"
-            p(f"  #{event.id:<4} parent {parent:<4} {scores}  {first!r}{done}")
-        elif event.type == "policy_changed":
-            p(f"  free device memory fell below what {event.previous} needs: {event.moved_bytes:,} B of KV moved to "
-              f"the host, going on with {event.policy}")
-        elif event.type == "group_retried":
-            p(f"  out of device memory: candidates {list(event.candidates)} run again ({event.reason})")
-        elif event.type == "transfer_stats":
-            traffic = f"H2D {event.step_h2d_bytes:,} B, D2H {event.step_d2h_bytes:,} B"
-            if self.remote:
-                return  # the server holds the KV: no traffic to show
-            where = " (emulated GPU)" if event.emulated else ""
-            before, self.first_traffic = prompt_traffic(event) if self.first_traffic else (0, 0), False
-            if any(before):  # counted in the totals, not in step 1's own figures
-                p(f"  KV traffic of the question before step 1{where}: H2D {before[0]:,} B, D2H {before[1]:,} B")
-            p(f"  KV traffic{where}: {traffic} in {event.groups} group(s)")
-            if event.idle_row_slots or event.speculative_tokens:  # stragglers' waste, and what speculation filled
-                p(f"  decode: {event.forwards} forward call(s), {formatting.idle_text(event)}")
-        elif event.type == "memory_snapshot" and event.verifier_budget_bytes:
-            p(f"  verifier KV: {event.verifier_device_bytes:,} B on the device, {event.verifier_host_bytes:,} B on "
-              f"the host; H2D {event.verifier_h2d_bytes:,} B, D2H {event.verifier_d2h_bytes:,} B")
-        elif event.type == "step_selected":
-            p(f"  kept {list(event.kept)}; pruned {list(event.pruned)}")
-            if event.speculative_discarded:
-                p(f"  {event.speculative_discarded} speculated token(s) of pruned candidates freed")
-            if event.verify_skipped:
-                p(f"  verifier skipped: confidence {event.confidence:.3f}, lead {event.confidence_gap:.3f}")
-            if event.verifier_tokens_full:
-                full = f"{event.verifier_tokens_full:,} to rescore every path"
-                p(f"  verifier ran {event.verifier_tokens:,} tokens ({full})")
-            if event.exit_layer is not None:
-                saved = 1 - event.verifier_layer_tokens / max(event.verifier_layer_tokens_full, 1)
-                p(f"  entropy exit: mean layer {event.exit_layer:.1f} of {event.verifier_layers}, "
-                  f"{saved:.0%} of the verifier's layer work saved")
-        elif event.type == "run_finished":
-            if event.context_full:
-                p(f"\n{context_full_text(event)}")
-            p(f"\nchosen path: {' -> '.join(map(str, event.path))} (score {event.score:.3f})")
-            p(f"{event.candidate_tokens} candidate tokens in {event.seconds:.1f} s ({event.tokens_per_second:.1f}/s)")
-            p(f"goodput {event.goodput:.1f} tokens/s (each kept beam's path tokens per second of its completion time)"
-              f"{formatting.speculation_text(event, '; ')}")
-            p(f"\nanswer:\n{without_controls(event.answer)}")  # as `sessions show`: no byte drives the terminal
-        elif event.type == "run_cancelled":
-            p(f"\ncancelled after step {event.step}" if self.started else "\ncancelled before the search began")
-        elif event.type == "run_failed":
-            print(f"beamwise: error: {event.message}", file=sys.stderr)
-            if event.details:  # a fault in Beamwise: what its report needs
-                print(f"\ndetails for the report:\n{event.details.rstrip()}", file=sys.stderr)
+        show = _PRINTERS.get(event.type)
+        if show is not None:
+            show(self, event)
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
+
+    def _on_run_started(self, event: ev.RunStarted) -> None:
+        p = self._print
+        if event.device.startswith("remote"):
+            self.remote = True
+            p(f"model {event.model} at {event.cache.get('endpoint')} ({event.device})")
+            p(f"verifier {event.verifier}; method {event.search.get('method', 'beam')}")
+            return
+        p(f"model {event.model} on {event.device}; policy {event.policy}, KV budget {_budget_text(event)}")
+        if event.emulated and (hint := emulated_hint()):
+            print(f"beamwise: note: running on the emulated GPU: {hint}", file=sys.stderr)
+        p(f"verifier {event.verifier}; method {event.search.get('method', 'beam')}")
+        if event.numerics:  # what an exact rerun of this seed must match (README, "Reproducing a run")
+            p(numerics_line(event.search.get("seed"), event.numerics))
+        if event.verifier_kv_budget_bytes:
+            p(f"verifier KV budget {event.verifier_kv_budget_bytes:,} B (its share of the device KV budget)")
+
+    def _on_prefill_done(self, event: ev.PrefillDone) -> None:
+        self._print(f"prompt: {event.prompt_tokens} tokens ({event.cached_tokens} cached, {event.computed_tokens} "
+                    f"computed), prefill {event.seconds:.2f} s")
+        if event.prefix_disk_problem:
+            print(f"beamwise: note: {formatting.prefix_disk_text(event.prefix_disk_problem)}", file=sys.stderr)
+
+    def _on_step_started(self, event: ev.StepStarted) -> None:
+        self._print(f"\n== step {event.step} (expanding {', '.join(map(str, event.beams)) or 'the prompt'})")
+
+    def _on_candidate_text(self, event: ev.CandidateText) -> None:
+        if event.context_full:
+            self.context_full.add(event.id)
+
+    def _on_candidate_scored(self, event: ev.CandidateScored) -> None:
+        parent = "-" if event.parent is None else event.parent
+        first = first_line(event.text)[:70]
+        done = (" [context full]" if event.id in self.context_full else " [finished]") if event.finished else ""
+        scores = f"score {event.score:.3f} path {event.aggregate:.3f}"
+        self._print(f"  #{event.id:<4} parent {parent:<4} {scores}  {first!r}{done}")
+
+    def _on_policy_changed(self, event: ev.PolicyChanged) -> None:
+        self._print(f"  free device memory fell below what {event.previous} needs: {event.moved_bytes:,} B of KV "
+                    f"moved to the host, going on with {event.policy}")
+
+    def _on_group_retried(self, event: ev.GroupRetried) -> None:
+        self._print(f"  out of device memory: candidates {list(event.candidates)} run again ({event.reason})")
+
+    def _on_transfer_stats(self, event: ev.TransferStats) -> None:
+        if self.remote:
+            return  # the server holds the KV: no traffic to show
+        p = self._print
+        traffic = f"H2D {event.step_h2d_bytes:,} B, D2H {event.step_d2h_bytes:,} B"
+        where = " (emulated GPU)" if event.emulated else ""
+        before, self.first_traffic = prompt_traffic(event) if self.first_traffic else (0, 0), False
+        if any(before):  # counted in the totals, not in step 1's own figures
+            p(f"  KV traffic of the question before step 1{where}: H2D {before[0]:,} B, D2H {before[1]:,} B")
+        p(f"  KV traffic{where}: {traffic} in {event.groups} group(s)")
+        if event.idle_row_slots or event.speculative_tokens:  # stragglers' waste, and what speculation filled
+            p(f"  decode: {event.forwards} forward call(s), {formatting.idle_text(event)}")
+
+    def _on_memory_snapshot(self, event: ev.MemorySnapshot) -> None:
+        if event.verifier_budget_bytes:
+            self._print(f"  verifier KV: {event.verifier_device_bytes:,} B on the device, "
+                        f"{event.verifier_host_bytes:,} B on the host; H2D {event.verifier_h2d_bytes:,} B, "
+                        f"D2H {event.verifier_d2h_bytes:,} B")
+
+    def _on_step_selected(self, event: ev.StepSelected) -> None:
+        p = self._print
+        p(f"  kept {list(event.kept)}; pruned {list(event.pruned)}")
+        if event.speculative_discarded:
+            p(f"  {event.speculative_discarded} speculated token(s) of pruned candidates freed")
+        if event.verify_skipped:
+            p(f"  verifier skipped: confidence {event.confidence:.3f}, lead {event.confidence_gap:.3f}")
+        if event.verifier_tokens_full:
+            full = f"{event.verifier_tokens_full:,} to rescore every path"
+            p(f"  verifier ran {event.verifier_tokens:,} tokens ({full})")
+        if event.exit_layer is not None:
+            saved = 1 - event.verifier_layer_tokens / max(event.verifier_layer_tokens_full, 1)
+            p(f"  entropy exit: mean layer {event.exit_layer:.1f} of {event.verifier_layers}, "
+              f"{saved:.0%} of the verifier's layer work saved")
+
+    def _on_run_finished(self, event: ev.RunFinished) -> None:
+        p = self._print
+        if event.context_full:
+            p(f"\n{context_full_text(event)}")
+        p(f"\nchosen path: {' -> '.join(map(str, event.path))} (score {event.score:.3f})")
+        p(f"{event.candidate_tokens} candidate tokens in {event.seconds:.1f} s ({event.tokens_per_second:.1f}/s)")
+        p(f"goodput {event.goodput:.1f} tokens/s (each kept beam's path tokens per second of its completion time)"
+          f"{formatting.speculation_text(event, '; ')}")
+        p(f"\nanswer:\n{without_controls(event.answer)}")  # as `sessions show`: no byte drives the terminal
+
+    def _on_run_cancelled(self, event: ev.RunCancelled) -> None:
+        self._print(f"\ncancelled after step {event.step}" if self.started else "\ncancelled before the search began")
+
+    def _on_run_failed(self, event: ev.RunFailed) -> None:
+        print(f"beamwise: error: {event.message}", file=sys.stderr)
+        if event.details:  # a fault in Beamwise: what its report needs
+            print(f"\ndetails for the report:\n{event.details.rstrip()}", file=sys.stderr)
+
+
+_PRINTERS: dict[str, Callable[[Printer, Any], None]] = {
+    ev.RunStarted.type: Printer._on_run_started,
+    ev.PrefillDone.type: Printer._on_prefill_done,
+    ev.StepStarted.type: Printer._on_step_started,
+    ev.CandidateText.type: Printer._on_candidate_text,
+    ev.CandidateScored.type: Printer._on_candidate_scored,
+    ev.PolicyChanged.type: Printer._on_policy_changed,
+    ev.GroupRetried.type: Printer._on_group_retried,
+    ev.TransferStats.type: Printer._on_transfer_stats,
+    ev.MemorySnapshot.type: Printer._on_memory_snapshot,
+    ev.StepSelected.type: Printer._on_step_selected,
+    ev.RunFinished.type: Printer._on_run_finished,
+    ev.RunCancelled.type: Printer._on_run_cancelled,
+    ev.RunFailed.type: Printer._on_run_failed,
+}
 
 
 def context_full_text(finished: ev.RunFinished) -> str:
@@ -150,26 +194,13 @@ class ServerProgress(StepProgress):
         return f"{doing}, {self.took()}"
 
 
-def _progress(stage: str, fraction: float | None) -> None:
-    share = f" {fraction:.0%}" if fraction is not None else ""
-    print(f"[model] {stage}{share}", file=sys.stderr, flush=True)
-
-
-def _warn(text: str) -> None:
-    print(f"beamwise: warning: {text}", file=sys.stderr, flush=True)
-
-
-def _note(text: str) -> None:
-    print(f"beamwise: {text}", file=sys.stderr, flush=True)
-
-
 def _open_recorder(args: argparse.Namespace, previous: int | None = None):
     """The run's recorder (None with --no-save); `previous` makes it the next turn of that session's conversation."""
     if args.no_save:
         return None
     from app.journal_import import open_session_store, recorder_for
 
-    return recorder_for(open_session_store(args.db, notify=_note), notify=_warn, previous=previous)
+    return recorder_for(open_session_store(args.db, notify=note), notify=warn, previous=previous)
 
 
 def conversation_of(args: argparse.Namespace) -> tuple[int | None, list[tuple[str, str]]]:
@@ -187,14 +218,14 @@ def conversation_of(args: argparse.Namespace) -> tuple[int | None, list[tuple[st
                 "Check the --db path, or leave --db out for the default database.")
         raise StoreError(f"there is no session database at {path}, so there is no session {session} to follow up.",
                          hint=hint)
-    with open_session_store(path, notify=_note) as store:
+    with open_session_store(path, notify=note) as store:
         try:
             previous, history = follow_up_of(store, session)
         except SessionNotFound as error:  # the ids of the database it looked in, not the default one's
             named = "" if args.db is None else f" --db {shlex.quote(args.db)}"
             error.hint = f"Run `beamwise sessions list{named}` to see the ids."
             raise
-    _note(f"follow-up: turn {len(history) + 1} of the conversation of session {session}")
+    note(f"follow-up: turn {len(history) + 1} of the conversation of session {session}")
     return previous, history
 
 
@@ -227,7 +258,7 @@ def run_command(args: argparse.Namespace) -> int:
     from engine.models import load_model
     from engine.search import run
 
-    question = read_question(args.question, args.question_file, None)
+    question = read_question(args.question, args.question_file)
     model_spec, search, cache = configs_from_args(args)
     server = server_from_args(args)
     if server is not None and server.prm_endpoint and search.verifier != "prm":  # it used to be ignored
@@ -242,14 +273,14 @@ def run_command(args: argparse.Namespace) -> int:
         return _drive(args, recorder, lambda stop: remote_search.run(question, server, search, should_stop=stop,
                                                                      history=history), ServerProgress())
     try:
-        loaded = load_model(model_spec, device=cache.device, progress=_progress)  # "auto": CUDA when there is one
+        loaded = load_model(model_spec, device=cache.device, progress=load_progress)  # "auto": CUDA when there is one
         check_memory(loaded, question, search, cache, history=history)  # before anything is allocated
     except KeyboardInterrupt:
-        _close(recorder)
-        _note("interrupted while the model loaded, before the search began: nothing was recorded")
+        close(recorder)
+        note("interrupted while the model loaded, before the search began: nothing was recorded")
         raise
     except BaseException:
-        _close(recorder)
+        close(recorder)
         raise
     return _drive(args, recorder, lambda stop: run(question, loaded, search, cache, should_stop=stop, history=history))
 
@@ -267,15 +298,15 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
                     started.set()
                 last_step = event.step if event.type == "step_selected" else last_step
                 begun = event.step if event.type == "step_started" else begun
-                _record(recorder, event)
+                record(recorder, event)
                 show(event)
                 status = _status(event, status, args.json)
     except KeyboardInterrupt:  # the second Ctrl+C
-        _record(recorder, ev.RunCancelled(step=last_step))  # the same name the window records
+        record(recorder, ev.RunCancelled(step=last_step))  # the same name the window records
         _say_recorded(recorder, 130, last_step, started.is_set())
         raise
     finally:
-        _close(recorder)
+        close(recorder)
     _say_recorded(recorder, status, last_step, started.is_set(), begun)
     return status
 
@@ -286,24 +317,17 @@ def _say_recorded(recorder, status: int, last_step: int, started: bool = True, b
     checked) was not recorded: before, it said nothing, after a line that said the steps so far were kept. A
     failed run's line (it said nothing, its error the last line) says the step it failed at, `begun`."""
     if status == 130 and not started:
-        _note("stopped before the search began: nothing was recorded")
+        note("stopped before the search began: nothing was recorded")
         return
     if recorder is None or recorder.session_id is None or recorder.journal_path is not None:
         return
     if status == 0:
-        _note(f"recorded as session {recorder.session_id}; ask a follow-up with: beamwise run --session "
-              f"{recorder.session_id} \"...\"")
+        note(f"recorded as session {recorder.session_id}; ask a follow-up with: beamwise run --session "
+             f"{recorder.session_id} \"...\"")
     elif status == 130:
-        _note(f"recorded as session {recorder.session_id}, cancelled after step {last_step}")
+        note(f"recorded as session {recorder.session_id}, cancelled after step {last_step}")
     else:
-        _note(f"recorded as session {recorder.session_id} ({failed_at(begun, last_step)})")
-
-
-def failed_at(begun: int, selected: int) -> str:
-    """Where a run failed, from the last step it started and the last it finished (0: none)."""
-    if begun == 0:
-        return "failed before step 1"
-    return f"failed {'after' if selected >= begun else 'at'} step {begun}"
+        note(f"recorded as session {recorder.session_id} (failed {failure_point(begun, last_step)})")
 
 
 def _status(event, status: int, json_lines: bool) -> int:
@@ -316,33 +340,3 @@ def _status(event, status: int, json_lines: bool) -> int:
             print(f"beamwise: error: {event.message}", file=sys.stderr)
         return 2 if event.error in user_errors() else 1
     return status
-
-
-def _record(recorder, event) -> None:
-    """A busy database does not stop the search: the recorder moves the run to a journal and says so once."""
-    if recorder is None or recorder.finished or (recorder.session_id is None and not recorder.journal
-                                                  and event.type != "run_started"):
-        return  # not recording, or a run that failed before it started: nothing to record
-    recorder.write(event)
-
-
-def _close(recorder) -> None:
-    """Close the recording and its database."""
-    if recorder is None:
-        return
-    _end_recording(recorder)
-    recorder.store.close()
-
-
-def _end_recording(recorder) -> None:
-    """Close one run's recording; a journalled run is imported at once if the database is free again (the store
-    stays open: `beamwise eval` records every problem's run into one). A journal gone by then was imported by
-    another Beamwise process that opened the database first."""
-    from app.journal_import import import_journals
-
-    recorder.close()
-    path = recorder.journal_path
-    if path is not None and not import_journals(recorder.store, only=path, notify=_note) and path.exists():
-        _warn(f"the session database {recorder.store.path} still cannot be written (busy, read-only or its disk "
-              f"full); this run is kept whole in the journal {path} and is saved into the database the next time "
-              "Beamwise opens it (any command or the window).")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-import unicodedata
 from pathlib import Path
 
 import app.formatting as fmt
@@ -13,6 +12,7 @@ from app.confirm import confirmed
 from app.db_files import TAILS
 from app.export import FORMATS, ExportError, export_session, import_session, render_session
 from app.export.markdown import no_path_chosen
+from app.export.md_escape import without_controls
 from app.export.report import conversation_reports
 from app.journal_import import open_session_store
 from app.store import LARGEST_ID, SessionStore, StoreError, default_db_path
@@ -223,8 +223,9 @@ def cmd_move_aside(args: argparse.Namespace) -> int:
 
 
 def _safe(text: str | None) -> str:
-    """Model text without terminal control characters (an escape sequence must not drive the terminal)."""
-    return "".join(ch if ch in "\n\t" or unicodedata.category(ch) != "Cc" else "\ufffd" for ch in text or "")
+    """Model text without terminal control characters (an escape sequence must not drive the terminal, a carriage
+    return must not write over the line): the Markdown export's rule, \r a line break."""
+    return without_controls(text or "")
 
 
 def _cut(text: str | None, width: int) -> str:

@@ -20,12 +20,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import platformdirs
 from sqlite_utils import Database
 
 from app import event_log
 from app.json_types import sqlite_int
 from app.migrations import MIGRATIONS, SCHEMA_VERSION
+from app.models_folder import data_folder
 from app.processes import alive_since
 from app.text_search import NOT_ASCII, FoldedTexts, needle
 from engine import events as ev
@@ -89,9 +89,8 @@ class SessionNotFound(StoreError):
 
 
 def default_db_path() -> Path:
-    """BEAMWISE_DATA_DIR/sessions.db when set (tests), else the user's data folder."""
-    folder = os.environ.get("BEAMWISE_DATA_DIR") or platformdirs.user_data_dir("beamwise", appauthor=False)
-    return Path(folder) / DB_NAME
+    """sessions.db in the data folder (app/models_folder.py `data_folder`)."""
+    return data_folder() / DB_NAME
 
 
 def now_iso() -> str:
@@ -224,7 +223,8 @@ class SessionStore:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One atomic write: everything inside lands, or nothing does."""
+        """One atomic write: everything inside lands, or nothing does. A COMMIT that fails (busy, disk full, I/O
+        error) is rolled back too: SQLite leaves the transaction open then, and every later BEGIN would fail."""
         if self.read_only:
             raise self._read_only()
         self.check_pages()
@@ -232,10 +232,10 @@ class SessionStore:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
+                conn.commit()
             except BaseException:
                 conn.rollback()
                 raise
-            conn.commit()
 
     # -------------------------------------------------------- opening
 
@@ -325,27 +325,31 @@ class SessionStore:
         while target.exists():
             n += 1
             target = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
+        # The side files first, the database last: a database moved without its WAL left that WAL beside the
+        # next, fresh database. A failed rename moves back what had moved.
+        sides = [(path.with_name(path.name + end), target.with_name(target.name + end)) for end in ("-wal", "-shm")]
+        moves = [*((side, dest) for side, dest in sides if side.exists()), (path, target)]
+        moved: list[tuple[Path, Path]] = []
         try:
-            path.rename(target)
-            for suffix in ("-wal", "-shm"):
-                side = path.with_name(path.name + suffix)
-                if side.exists():
-                    side.rename(target.with_name(target.name + suffix))
+            for source, dest in moves:
+                source.rename(dest)
+                moved.append((source, dest))
         except OSError as error:
-            why = f"Check that the folder {path.parent} is writable, or move the file yourself."
-            raise StoreError(f"cannot move {path} aside: {error.strerror or error}.", hint=why) from error
+            raise StoreError(f"cannot move {path} aside: {error.strerror or error}; {_move_back(moved)}.",
+                             hint=f"Check that the folder {path.parent} is writable, or move the files yourself."
+                             ) from error
         return target
 
     # -------------------------------------------------------- reading
 
-    def list_sessions(self, search: str | None = None, limit: int | None = 200, offset: int = 0) -> list[dict]:
+    def list_sessions(self, search: str | None = None, limit: int | None = 200) -> list[dict]:
         """Newest first; `search` matches title, question or answer (a substring, whatever its case or form)."""
         where, params = "", []
         if search and search.strip():
             where, params = "WHERE " + text_match(""), search_params(search)
-        sql = f"SELECT * FROM sessions {where} ORDER BY created DESC, id DESC LIMIT ? OFFSET ?"
+        sql = f"SELECT * FROM sessions {where} ORDER BY created DESC, id DESC LIMIT ?"
         with self._guard() as conn:
-            rows = self._dicts(conn.execute(sql, [*params, -1 if limit is None else limit, offset]))
+            rows = self._dicts(conn.execute(sql, [*params, -1 if limit is None else limit]))
         return [decode_session(row) for row in rows]
 
     def get_session(self, session_id: int) -> dict:
@@ -433,7 +437,8 @@ class SessionStore:
 
     @staticmethod
     def insert_rows(conn: sqlite3.Connection, table: str, rows: list[dict[str, Any]]) -> int:
-        """Inside `transaction()`: insert rows sharing the first row's keys; returns the last rowid."""
+        """Inside `transaction()`: insert rows sharing the first row's keys; returns the new row's id when `rows`
+        holds one row, else 0 (executemany reports no id)."""
         if not rows:
             return 0
         keys = list(rows[0])
@@ -542,6 +547,17 @@ def foreign_file(path: Path) -> str | None:
         if error.start < len(head) - 3:  # not only a letter cut off at the end of the bytes read
             return "binary data"
     return "text"
+
+
+def _move_back(moved: list[tuple[Path, Path]]) -> str:
+    """Undo a move-aside's renames, last first; says what is left where."""
+    stuck = []
+    for source, dest in reversed(moved):
+        try:
+            dest.rename(source)
+        except OSError:
+            stuck.append(f"{source.name} stays moved to {dest.name}")
+    return "; ".join(stuck) if stuck else "nothing was moved"
 
 
 def _is_default(path: Path) -> bool:

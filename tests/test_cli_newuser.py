@@ -10,7 +10,7 @@ import pytest
 
 import app.formatting as fmt
 from app.cli import build_parser, main
-from app.options import DefaultsFormatter
+from app.parser import DefaultsFormatter
 
 TINY = ["--model", "synthetic:tiny-llama", "--max-steps", "1", "--step-tokens", "4"]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.cli import main
-from app.display_check import NO_DISPLAY, NO_XCB_CURSOR, display_problem
+from app.display_check import NO_DISPLAY, display_problem, missing_libraries_sentence
 
 
 def HAVE(name: str) -> str:  # every library the xcb plugin links
@@ -21,8 +21,8 @@ def test_no_display_is_said_plainly():
 
 def test_missing_xcb_cursor_names_the_package():
     lacking_cursor = lambda name: None if name == "xcb-cursor" else HAVE(name)  # noqa: E731
-    assert display_problem({"DISPLAY": ":0"}, "linux", lacking_cursor, REACHED) == NO_XCB_CURSOR
-    assert "libxcb-cursor0" in NO_XCB_CURSOR
+    problem = display_problem({"DISPLAY": ":0"}, "linux", lacking_cursor, REACHED)
+    assert problem == missing_libraries_sentence(["xcb-cursor"]) and "libxcb-cursor0" in problem
 
 
 def test_working_setups_pass(tmp_path):

@@ -166,6 +166,19 @@ def test_a_json_path_that_is_the_session_database_is_refused(tmp_path, capsys, t
     assert db.read_bytes() == b"SQLite format 3\0" and not (tmp_path / f"{target.name}.part").exists()
 
 
+def test_a_db_path_with_a_tilde_is_checked_as_the_store_opens_it(tmp_path, monkeypatch):
+    """The check expanded `~` in --db while the store opens the path as given (a folder named '~' here): `eval
+    --db '~/s.db' --json '~/s.db'` compared the JSON with a file in the home folder and wrote over the database."""
+    from app.json_out import refuse_the_database
+    from app.options import UsageError
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    with pytest.raises(UsageError, match="is the session database; the results would replace every session"):
+        refuse_the_database("~/s.db", "~/s.db")
+    refuse_the_database(str(tmp_path / "home" / "s.db"), "~/s.db")  # the home folder's file is another one
+
+
 @pytest.mark.parametrize("command", ["eval", "bench"])
 def test_a_json_path_that_is_the_default_session_database_is_refused(tmp_path, capsys, monkeypatch, command):
     """`--json` naming the default sessions.db replaced it too (eval without --db; bench, which has no --db)."""
@@ -327,16 +340,16 @@ def test_ctrl_c_mid_comparison_leaves_the_unfinished_problem_out_of_the_json_run
 
 def test_ctrl_c_mid_run_records_that_run_cancelled_as_run_does(tmp_path, capsys, monkeypatch):
     """The run Ctrl+C stopped was saved 'interrupted', the status of a process that died; `run` says 'cancelled'."""
-    import app.run_cli
+    import app.run_output
 
-    real = app.run_cli._record
+    real = app.run_output.record
 
     def record(recorder, event):
         real(recorder, event)
         if event.type == "step_selected" and "line 2" in (recorder.title or ""):
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(app.run_cli, "_record", record)
+    monkeypatch.setattr(app.run_output, "record", record)
     problems, db = three_problems(tmp_path), tmp_path / "s.db"
     assert main(["eval", str(problems), *TINY, "--db", str(db)]) == 130
     assert "1 of 3 problems" in capsys.readouterr().out

@@ -333,7 +333,7 @@ def test_a_folder_that_refuses_new_files_is_a_clear_error(store: SessionStore, s
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("app.export.files.tempfile.mkstemp", refuse)
+    monkeypatch.setattr("app.file_replace.tempfile.mkstemp", refuse)
     with pytest.raises(ExportError, match="cannot write to the folder") as info:
         export_session(store, sid, "html", tmp_path / "s.html")
     assert str(tmp_path) in str(info.value) and "Permission denied" in str(info.value)
@@ -391,3 +391,21 @@ def test_exports_give_the_whole_kv_budget_and_the_generators_part_as_run_does(st
     assert "<td>KV budget</td><td>1.0 MB (500.0 kB for the generator)</td>" in render_session(store, shared, "html")
     budget = store.get_session(alone)["kv_budget_bytes"]
     assert f"KV budget {size(budget)}\n" in render_session(store, alone, "md")
+
+
+@pytest.mark.parametrize("tail", ["", "-wal"])
+def test_an_export_over_the_default_database_is_refused_when_another_is_open(sid: int, tmp_path: Path, monkeypatch,
+                                                                          tail: str) -> None:
+    """Only the open store's database was refused: `sessions export 1 --db other.db -o ~/.../sessions.db --force`
+    replaced every session of the default database (`--json` refused it already)."""
+    from app.store import default_db_path
+
+    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
+    with SessionStore(tmp_path / "other.db") as other, SessionStore() as default:  # open: its -wal is there
+        other_sid = record(other, fake_run("2+2?", SearchConfig(beams=1, width=1, max_steps=1)))
+        record(default, fake_run("3+3?", SearchConfig(beams=1, width=1, max_steps=1)))
+        target = default_db_path().with_name(default_db_path().name + tail)
+        before = target.read_bytes()
+        with pytest.raises(ExportError, match="it is the session database itself; nothing was written"):
+            export_session(other, other_sid, "md", target)
+        assert target.read_bytes() == before

@@ -52,11 +52,40 @@ def test_nothing_is_said_recorded_without_a_database(capsys):
 
 
 def test_where_a_run_failed():
-    from app.run_cli import failed_at
+    from app.session.steps import failure_point
 
-    assert failed_at(0, 0) == "failed before step 1"
-    assert failed_at(2, 1) == "failed at step 2"
-    assert failed_at(3, 3) == "failed after step 3"  # every step it started was chosen: it failed in the answer
+    assert failure_point(0, 0) == "before step 1"
+    assert failure_point(2, 1) == "at step 2"
+    assert failure_point(3, 3) == "after step 3"  # every step it started was chosen: it failed in the answer
+
+
+def failed_in(last: type, step: int | None) -> list[object]:
+    """A fake run cut after its first `last` event of `step` (None: after it started), then failed."""
+    events = []
+    for event in fake_run("q"):
+        events.append(event)
+        if isinstance(event, last) and getattr(event, "step", None) == step:
+            break
+    return [*events, ev.RunFailed(error="KVBudgetTooSmall", message="too small")]
+
+
+@pytest.mark.parametrize(("last", "step", "where", "title"), [
+    (ev.PrefillDone, None, "before step 1", "The search could not run"),
+    (ev.StepStarted, 2, "at step 2", "The search stopped at step 2"),
+    (ev.StepSelected, 2, "after step 2", "The search stopped after step 2"),
+])
+def test_the_window_the_exports_and_run_place_a_failure_alike(last, step, where, title):
+    """The step a failed run stopped at was decided three times, from the window's run record, the exports' tree
+    and `run`'s own counters; each now reads `failure_point`, and the tree's steps give the record's answer."""
+    from app.session import SessionModel
+    from app.session.model import failure_title
+    from app.session.steps import failure_point
+
+    model = SessionModel(layout=False)
+    model.apply_many(failed_in(last, step))
+    assert model.run.failed_where == where
+    assert failure_point(model.tree.current_step, model.tree.last_selected_step) == where
+    assert failure_title(model.run) == title
 
 
 def test_sessions_show_of_a_failed_run_chose_no_path(failed_db, capsys):

@@ -227,7 +227,7 @@ def test_a_runs_journal_another_process_imported_first_is_not_said_to_wait(db, c
     """`beamwise run` imports its own journal at its end; when another process opening the database did it first,
     the run said the database 'still cannot be written' and that the run 'is kept whole in the journal'."""
     from app.journal_import import import_journals, recorder_for
-    from app.run_cli import _end_recording
+    from app.run_output import end_recording
 
     lock = HeldLock(db)
     store = SessionStore(db)
@@ -240,7 +240,7 @@ def test_a_runs_journal_another_process_imported_first_is_not_said_to_wait(db, c
     recorder.journal.close()
     with SessionStore(db) as other:
         assert len(import_journals(other)) == 1
-    _end_recording(recorder)
+    end_recording(recorder)
     store.close()
     err = capsys.readouterr().err
     assert "still cannot be written" not in err and "cannot read" not in err
@@ -557,7 +557,8 @@ def test_the_first_ctrl_c_asks_the_run_to_stop_and_is_recorded_as_cancelled(db, 
     import signal
     import threading
 
-    from app.run_cli import _ctrl_c_cancels, _open_recorder, _record
+    from app.run_cli import _ctrl_c_cancels, _open_recorder
+    from app.run_output import record
     from engine import events as ev
 
     stop = threading.Event()
@@ -566,7 +567,7 @@ def test_the_first_ctrl_c_asks_the_run_to_stop_and_is_recorded_as_cancelled(db, 
         assert stop.is_set()  # no KeyboardInterrupt: the search stops at its next step boundary
     recorder = _open_recorder(type("Args", (), {"no_save": False, "db": str(db)})())
     for event in fake(2):
-        _record(recorder, ev.RunCancelled(step=1) if event.type == "run_finished" else event)
+        record(recorder, ev.RunCancelled(step=1) if event.type == "run_finished" else event)
     recorder.close()
     recorder.store.close()
     with SessionStore(db) as store:

@@ -130,3 +130,33 @@ def test_a_database_that_cannot_take_the_rows_keeps_the_journal_for_later(db, ca
     err = capsys.readouterr().err
     assert f"the run journal {path} was not imported yet" in err and "stays until the database can be written" in err
     assert "delete it" not in err and path.exists()
+
+
+def test_events_that_make_no_run_are_named_and_the_journals_after_them_still_imported(db, capsys):  # noqa: F811
+    """Each line reads as an event, but without run_started first they make no session: the recorder refuses them,
+    and that is the journal's problem, said as one."""
+    bad = journal(db, "2026-01-01-aaaaaaaa",
+                  lambda number, line: [] if line.get("event", {}).get("type") == "run_started" else line)
+    good = journal(db, "2026-01-02-bbbbbbbb")
+    assert main(["sessions", "list", "--db", str(db)]) == 0
+    err = capsys.readouterr().err
+    assert f"the run journal {bad} was not imported: its events do not make a session this Beamwise can show " \
+           "(ValueError: the recorder got prefill_done before run_started" in err
+    assert bad.exists() and not good.exists()
+
+
+def test_a_fault_in_the_import_is_not_called_a_damaged_journal(db, capsys, monkeypatch):  # noqa: F811
+    """A fault in Beamwise's replay read "its events do not make a session", the words for a damaged journal, and
+    told the user to delete a healthy one; it is said as a fault, the journal kept and the database still opened."""
+    import app.journal_import
+
+    def faulty(store, conn, journal):
+        raise AttributeError("'NoneType' object has no attribute 'step'")
+
+    bad = journal(db, "2026-01-01-aaaaaaaa")
+    monkeypatch.setattr(app.journal_import, "_replay_rows", faulty)
+    assert main(["sessions", "list", "--db", str(db)]) == 0
+    err = capsys.readouterr().err
+    assert f"the run journal {bad} was not imported: a fault in Beamwise stopped its import (AttributeError: " in err
+    assert "do not make a session" not in err and "delete it" not in err and "keep it for a report" in err
+    assert bad.exists()

@@ -72,3 +72,18 @@ def test_the_command_prints_one_line_per_method(capsys):
     assert "context window is 131,072 tokens" in lines[-1]
     assert main(argv) == 2  # without the memory sizes: a usage error that says what to add
     assert "--gpu-memory SIZE and --host-ram SIZE" in capsys.readouterr().err
+
+
+def test_an_unknown_dtype_is_refused_by_name_and_float16_counts_two_bytes(capsys):
+    """`--dtype fp16` raised a KeyError traceback from the bytes-per-element lookup."""
+    argv = ["bench", "--plan-only", "--max-context", "--model", "synthetic:llama3.1-8b",
+            "--gpu-memory", "24GB", "--host-ram", "64GB"]  # fmt: skip
+    with pytest.raises(SystemExit) as stop:
+        main([*argv, "--dtype", "fp16"])
+    assert stop.value.code == 2
+    assert "argument --dtype: invalid choice: 'fp16' (choose from" in capsys.readouterr().err
+    assert main([*argv, "--dtype", "float16"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.startswith("synthetic:llama3.1-8b (float16): weights ")
+    assert main([*argv]) == 0  # --plan-only's default, bfloat16, is two bytes too: the same figures
+    assert capsys.readouterr().out.splitlines()[0] == header.replace("(float16)", "(bfloat16)")

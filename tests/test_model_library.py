@@ -200,3 +200,40 @@ def test_a_recorded_model_name_maps_back_to_the_source_that_runs_it(tmp_path, mo
     assert main(["models", "add", str(model_folder)]) == 0
     assert lib.source_of_name("tiny") == str(model_folder.resolve())
     assert lib.source_of_name("no-such-model") is None
+
+
+def test_a_list_that_cannot_be_written_is_one_error_and_the_old_list_stays(tmp_path, model_folder, capsys,
+                                                                          monkeypatch):
+    """A data folder that took no file made `models add` and `models remove` a traceback, and the temporary file
+    had one fixed name (the window and a command writing at once wrote into one file) left behind on failure."""
+    assert main(["models", "add", str(model_folder)]) == 0
+    listed = lib.added_list_path()
+    before = listed.read_bytes()
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"):
+        (other / name).write_bytes((model_folder / name).read_bytes())
+
+    def refuse(source, target):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("app.file_replace.os.replace", refuse)
+    for argv in (["models", "add", str(other)], ["models", "remove", "tiny"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"cannot save the list of added model folders {listed} (Permission denied); it was not changed" in err
+        assert "set BEAMWISE_DATA_DIR to a folder you can write to" in err and "Traceback" not in err
+        assert listed.read_bytes() == before and sorted(p.name for p in listed.parent.iterdir()) == [listed.name]
+
+
+def test_a_data_folder_that_takes_no_new_file_is_one_error_for_models_add(model_folder, capsys, monkeypatch):
+    """What a read-only data folder does, also when the tests run as root."""
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("app.file_replace.tempfile.mkstemp", refuse)
+    assert main(["models", "add", str(model_folder)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot save the list of added model folders {lib.added_list_path()} (Permission denied)" in err
+    assert "Traceback" not in err and lib.added_folders() == []

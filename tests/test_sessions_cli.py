@@ -146,7 +146,8 @@ def test_move_aside_leaves_a_whole_database_where_it_is_unless_forced(db: Path, 
 
     monkeypatch.setattr(Path, "rename", refused)
     code, _, err = run(capsys, "sessions", "move-aside", "--force", "--db", str(db))
-    assert code == 2 and err.startswith(f"beamwise: error: cannot move {db} aside: Permission denied.")
+    assert code == 2 and err.startswith(f"beamwise: error: cannot move {db} aside: Permission denied; nothing was "
+                                        "moved.")
     monkeypatch.undo()
     code, out, _ = run(capsys, "sessions", "move-aside", "--force", "--db", str(db))
     assert code == 0 and not db.exists() and len(list(db.parent.glob(db.name + ".damaged-*"))) >= 1
@@ -174,6 +175,18 @@ def test_model_text_cannot_drive_the_terminal(tmp_path: Path, capsys) -> None:
         code, out, _ = run(capsys, "sessions", command, *(["1"] if command == "show" else []), "--db", str(path))
         assert code == 0 and "\x1b" not in out and "\x07" not in out and "boom" in out
 
+
+
+def test_a_carriage_return_in_model_text_is_a_line_break_as_in_the_export(tmp_path: Path, capsys) -> None:
+    """`sessions show` printed a lone \r as U+FFFD where the Markdown export made it a line break: one rule now,
+    and never a raw \r that writes over the line."""
+    path = tmp_path / "s.db"
+    with SessionStore(path) as store:
+        store.create_session({"question": "q", "status": "finished", "answer": "line one\r\nline two\rthree"})
+    code, out, _ = run(capsys, "sessions", "show", "1", "--db", str(path))
+    assert code == 0 and "\r" not in out and "\ufffd" not in out and "line one\nline two\nthree" in out
+    code, out, _ = run(capsys, "sessions", "list", "--db", str(path))
+    assert code == 0 and "\r" not in out and "line one line two three" in out
 
 WORLD = "Äpfel ΣΟΦΙΑ 苹果 🍎 עברית مرحبا नमस्ते e\u0301"
 

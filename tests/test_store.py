@@ -288,3 +288,94 @@ def test_search_does_not_find_a_different_letter() -> None:
     with SessionStore(memory=True) as store:
         store.create_session({"question": "Wie viele Apfel?", "status": "finished"})
         assert store.list_sessions("äpfel") == [] and store.list_sessions("100%") == []
+
+
+class _CommitFails:
+    """A connection whose next COMMIT fails as SQLite's does when another process holds the lock."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def commit(self) -> None:
+        raise sqlite3.OperationalError("database is locked")
+
+    def __getattr__(self, name: str):
+        return getattr(self._conn, name)
+
+
+def test_a_failed_commit_is_rolled_back_and_the_next_write_works(db_path: Path) -> None:
+    """The COMMIT sat outside the rollback: it left the transaction open, and every later BEGIN IMMEDIATE failed
+    as a generic StoreError ("cannot start a transaction within a transaction")."""
+    with SessionStore(db_path) as store:
+        real = store._conn
+        store._conn = _CommitFails(real)
+        with pytest.raises(StoreLocked, match="busy"):
+            store.create_session({"question": "lost", "status": "finished"})
+        store._conn = real
+        assert not real.in_transaction
+        kept = store.create_session({"question": "kept", "status": "finished"})
+        assert [s["id"] for s in store.list_sessions()] == [kept]
+
+
+@pytest.mark.parametrize("failing", ["-shm", ""])
+def test_a_failed_move_aside_moves_back_what_it_moved(db_path: Path, monkeypatch, failing: str) -> None:
+    """It renamed the database, then its -wal and -shm: a failed side rename left the WAL beside the old name,
+    where the next, fresh database found it."""
+    store = SessionStore(db_path)
+    record(store)  # an open store keeps its -wal and -shm beside the file
+    names = {db_path.name, f"{db_path.name}-wal", f"{db_path.name}-shm"}
+    assert {p.name for p in db_path.parent.iterdir()} == names
+    rename = Path.rename
+
+    def refuse(self: Path, target: Path) -> Path:
+        if self.name == db_path.name + failing:
+            raise PermissionError(13, "Permission denied")
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", refuse)
+    with pytest.raises(StoreError) as info:
+        SessionStore.move_aside(db_path)
+    assert info.value.args[0] == f"cannot move {db_path} aside: Permission denied; nothing was moved."
+    assert {p.name for p in db_path.parent.iterdir()} == names
+    monkeypatch.undo()
+    moved = SessionStore.move_aside(db_path)
+    assert {p.name for p in db_path.parent.iterdir()} == {moved.name, f"{moved.name}-wal", f"{moved.name}-shm"}
+    store.close()
+
+
+def test_a_move_aside_that_cannot_move_back_says_what_stays_moved(db_path: Path, monkeypatch) -> None:
+    store = SessionStore(db_path)
+    record(store)
+    rename = Path.rename
+
+    def refuse(self: Path, target: Path) -> Path:
+        if self.name == db_path.name or ".damaged-" in self.name:  # the database, then every move back
+            raise PermissionError(13, "Permission denied")
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", refuse)
+    with pytest.raises(StoreError) as info:
+        SessionStore.move_aside(db_path)
+    message = info.value.args[0]
+    assert message.startswith(f"cannot move {db_path} aside: Permission denied; sessions.db-shm stays moved to ")
+    assert "; sessions.db-wal stays moved to sessions.db.damaged-" in message
+    store.close()
+
+
+@pytest.mark.skipif(not Path("/proc/stat").is_file(), reason="reads Linux's /proc")
+def test_the_start_of_a_process_whose_name_is_no_text_is_read(tmp_path: Path) -> None:
+    """/proc/PID/stat was decoded as text: a name with bytes no encoding reads raised UnicodeDecodeError, taken
+    as "no start time", so a process given a dead run's pid counted as its writer and the run stayed 'running'."""
+    named = os.fsencode(tmp_path) + b"/\xff\xfe-sleeper"  # the process's name is the file it ran
+    os.symlink(os.fsencode(sys.executable), named)
+    sleeper = subprocess.Popen([named, "-c", "import time; time.sleep(60)"])
+    try:
+        deadline = time.monotonic() + 10
+        while b"\xff" not in Path(f"/proc/{sleeper.pid}/stat").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)  # between fork and exec the child still bears this process's name
+        started = started_at(sleeper.pid)
+        assert started is not None and abs(started - time.time()) < 60
+        assert not alive_since(sleeper.pid, "2020-01-01T00:00:00+00:00")  # started after that run: another one
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -11,15 +11,15 @@ import json
 import os
 import re
 import stat
-import tempfile
 import unicodedata
 from pathlib import Path
 
-from app.db_files import database_part
+from app.db_files import database_written_over
 from app.export.dump import finite, session_dump, turns_of
 from app.export.html_page import render_html
 from app.export.markdown import render_conversation
 from app.export.report import conversation_reports, dump_report
+from app.file_replace import NoTemporaryFile, replace_text
 from app.store import SessionStore
 from engine.errors import BeamwiseError
 from engine.text_cut import cut
@@ -46,19 +46,13 @@ def render_session(store: SessionStore, session_id: int, fmt: str) -> str:
 
 
 def export_session(store: SessionStore, session_id: int, fmt: str, path: Path | str) -> Path:
-    """Write one session to `path` in `fmt`; all or nothing. Returns the path written."""
-    refuse_the_database(store, Path(path))
-    return write_atomically(Path(path), render_session(store, session_id, fmt))
-
-
-def refuse_the_database(store: SessionStore, path: Path) -> None:
-    """An export over the session database (or its -wal, -shm or -journal file) would replace every session with
-    one session's text: `sessions export 1 -o sessions.db --force` did."""
-    if store.path is None:
-        return
-    if database_part(path, store.path) is not None:
+    """Write one session to `path` in `fmt`; all or nothing. Returns the path written. A path that is a session
+    database, this store's or the default one, or its -wal, -shm or -journal file is refused (app/db_files.py)."""
+    path = Path(path)
+    if database_written_over(path, store.path) is not None:
         raise ExportError(f"cannot export to {path}: it is the session database itself; nothing was written.",
                           hint="Choose another file name, e.g. session.md.")
+    return write_atomically(path, render_session(store, session_id, fmt))
 
 
 def default_file_stem(title: str) -> str:
@@ -112,26 +106,18 @@ def write_atomically(path: Path, text: str) -> Path:
 
 
 def _replace(target: Path, path: Path, text: str) -> None:
-    """Write `text` to a temporary file in `target`'s folder, then rename it over `target` (`path` names it to the
-    user: the link when `target` is a link's file)."""
+    """Write `text` over `target` whole (app/file_replace.py; `path` names it to the user: the link when `target`
+    is a link's file)."""
     folder = target.parent
     if not folder.is_dir():
         raise ExportError(f"cannot export to {path}: the folder {folder} does not exist.",
                           hint="Create the folder first or choose another one.")
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{_within_bytes(target.name, 100)}.", suffix=".part", dir=folder)
-    except OSError as error:
+        replace_text(target, text)
+    except NoTemporaryFile as error:
         raise ExportError(f"cannot write to the folder {folder} ({error.strerror or error}).",
                           hint="Choose a folder you can write to, such as your Documents folder.") from error
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        if os.name != "nt":
-            tmp.chmod(0o644)
-        os.replace(tmp, target)
     except OSError as error:
-        tmp.unlink(missing_ok=True)
         raise ExportError(f"cannot write {path} ({error.strerror or error}); nothing was written.",
                           hint="Check free disk space and that the file is not open in another program.") from error
 

@@ -8,6 +8,7 @@ import app.formatting as fmt
 from app.export.md_escape import literal_line, literal_text, without_controls
 from app.export.report import Report
 from app.session.series import prompt_traffic
+from app.session.steps import failure_point
 
 
 def render_conversation(reports: list[Report]) -> str:
@@ -62,11 +63,8 @@ def no_path_chosen(report: Report) -> str | None:
     status, tree = report.session.get("status"), report.tree
     if status == "finished":
         return None
-    if status == "failed" and tree.current_step == 0:
-        why = "the run failed before step 1"
-    elif status == "failed":
-        where = "after" if tree.last_selected_step >= tree.current_step else "at"
-        why = f"the run failed {where} step {tree.current_step}"
+    if status == "failed":
+        why = f"the run failed {failure_point(tree.current_step, tree.last_selected_step)}"
     elif status == "cancelled":
         why = f"the run was cancelled after step {tree.last_selected_step}"
     elif status == "interrupted":

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import app.formatting as fmt
 from app.session.series import ChartSeries
-from app.session.steps import RunRecord
+from app.session.steps import BEFORE_STEP_1, RunRecord
 from app.session.tree import SearchTree
 from engine import events as ev
 
@@ -139,8 +139,5 @@ class SessionModel:
 def failure_title(run: RunRecord) -> str:
     """A failed run named by what happened: 'The search could not run' before any step, else the step it was in
     ('The search stopped at step 2'), so a run whose first steps are drawn is not said never to have run."""
-    started = [step for step, record in run.steps.items() if record.started is not None]
-    if not started:
-        return "The search could not run"
-    last = max(started)
-    return f"The search stopped {'after' if run.steps[last].selected is not None else 'at'} step {last}"
+    where = run.failed_where
+    return "The search could not run" if where == BEFORE_STEP_1 else f"The search stopped {where}"

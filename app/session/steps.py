@@ -14,6 +14,18 @@ from engine import events as ev
 STATUS_OF_END = {ev.RunFinished.type: "finished", ev.RunCancelled.type: "cancelled", ev.RunFailed.type: "failed"}
 
 
+BEFORE_STEP_1 = "before step 1"  # `failure_point` of a run that failed before it started a step
+
+
+def failure_point(begun: int, selected: int) -> str:
+    """Where a failed run stopped, from the last step it started and the last it chose (0: none): 'before step 1';
+    'at step N' inside step N; 'after step N' when every step it started was chosen (it failed in the answer).
+    The one place that decides it: `beamwise run`'s last line, the exports and the window's title say these words."""
+    if begun == 0:
+        return BEFORE_STEP_1
+    return f"{'after' if selected >= begun else 'at'} step {begun}"
+
+
 @dataclass
 class StepRecord:
     """One step's events; a field stays None until its event arrives."""
@@ -79,6 +91,12 @@ class RunRecord:
         if not isinstance(self.end, ev.RunFailed):
             return None
         return f"{self.end.error}: {self.end.message}" if self.end.details else self.end.message
+
+    @property
+    def failed_where(self) -> str:
+        """`failure_point` of this run's last started and last chosen steps."""
+        started = max((step for step, record in self.steps.items() if record.started is not None), default=0)
+        return failure_point(started, max((record.step for record in self.selected_steps), default=0))
 
     @property
     def traffic(self) -> ev.TransferStats | None:

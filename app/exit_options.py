@@ -1,0 +1,57 @@
+"""The early exits' thresholds from the command line: as given, else the calibrated ones, else the defaults."""
+
+from __future__ import annotations
+
+import argparse
+
+from engine.config import SearchConfig
+
+
+def early_exit_thresholds(args: argparse.Namespace) -> dict[str, float]:
+    """--tau-conf, --r-gap, --entropy-theta and --entropy-delta as given, else the calibrated ones
+    (beamwise eval --calibrate), else the defaults: as SearchConfig fields. The entropy exit refuses calibrated
+    thresholds measured on another verifier (a ValueError saying what to do) and says which ones it uses."""
+    from app.early_exit import load_thresholds
+
+    d = SearchConfig()
+    given = {"tau_conf": args.tau_conf, "r_gap": args.r_gap,
+             "entropy_theta": args.entropy_theta, "entropy_delta": args.entropy_delta}
+    saved = load_thresholds() if None in given.values() else None
+    if saved is not None and saved.entropy_theta is not None and args.entropy_exit and args.verifier != "logprob" \
+            and None in (args.entropy_theta, args.entropy_delta):  # logprob: SearchConfig refuses the exit itself
+        _check_entropy_calibration(args, saved)
+    if args.verify_skip and not getattr(args, "calibrate", False) and None in (args.tau_conf, args.r_gap):
+        _note_skip_calibration(args, saved)
+    chosen = {}
+    for name, value in given.items():
+        calibrated = getattr(saved, name) if saved is not None else None
+        chosen[name] = value if value is not None else calibrated if calibrated is not None else getattr(d, name)
+    return chosen
+
+
+def _check_entropy_calibration(args: argparse.Namespace, saved) -> None:
+    """--entropy-exit with calibrated thresholds: refused when they come from another verifier, else named."""
+    import sys
+
+    from app.early_exit import calibrated_on, entropy_mismatch, verifier_key
+
+    verifier = verifier_key(args.model, args.verifier, args.verifier_model)
+    mismatch = entropy_mismatch(saved, verifier)
+    if mismatch is not None:
+        raise ValueError(f"{mismatch}. Calibrate them for this verifier (beamwise eval PROBLEMS --calibrate with the "
+                         "same --model and --verifier), or give --entropy-theta and --entropy-delta.")
+    print(f"beamwise: entropy exit: calibrated θ {saved.entropy_theta:.3f}, δ {saved.entropy_delta:.3f} "
+          f"({calibrated_on(saved)}{'' if saved.verifier else ': calibrate again to record it'})", file=sys.stderr)
+
+
+def _note_skip_calibration(args: argparse.Namespace, saved) -> None:
+    """--verify-skip with calibrated thresholds from another model or verifier: said on stderr, as the entropy
+    exit says which calibration its thresholds come from (they were used with no word)."""
+    import sys
+
+    from app.early_exit import model_key, skip_mismatch, verifier_key
+
+    mismatch = skip_mismatch(saved, model_key(args.model), verifier_key(args.model, args.verifier, args.verifier_model))
+    if mismatch is not None:
+        print(f"beamwise: warning: {mismatch}; calibrate for this search (beamwise eval PROBLEMS --calibrate with the "
+              "same --model and --verifier) or give --tau-conf and --r-gap.", file=sys.stderr)

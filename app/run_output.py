@@ -1,0 +1,49 @@
+"""What `beamwise run` and `beamwise eval` share around a search: their stderr lines and the recording of a run."""
+
+from __future__ import annotations
+
+import sys
+
+
+def load_progress(stage: str, fraction: float | None) -> None:
+    """The model load's progress, a line per stage ('[model] weights 40%')."""
+    share = f" {fraction:.0%}" if fraction is not None else ""
+    print(f"[model] {stage}{share}", file=sys.stderr, flush=True)
+
+
+def warn(text: str) -> None:
+    print(f"beamwise: warning: {text}", file=sys.stderr, flush=True)
+
+
+def note(text: str) -> None:
+    print(f"beamwise: {text}", file=sys.stderr, flush=True)
+
+
+def record(recorder, event) -> None:
+    """A busy database does not stop the search: the recorder moves the run to a journal and says so once."""
+    if recorder is None or recorder.finished or (recorder.session_id is None and not recorder.journal
+                                                  and event.type != "run_started"):
+        return  # not recording, or a run that failed before it started: nothing to record
+    recorder.write(event)
+
+
+def close(recorder) -> None:
+    """Close the recording and its database."""
+    if recorder is None:
+        return
+    end_recording(recorder)
+    recorder.store.close()
+
+
+def end_recording(recorder) -> None:
+    """Close one run's recording; a journalled run is imported at once if the database is free again (the store
+    stays open: `beamwise eval` records every problem's run into one). A journal gone by then was imported by
+    another Beamwise process that opened the database first."""
+    from app.journal_import import import_journals
+
+    recorder.close()
+    path = recorder.journal_path
+    if path is not None and not import_journals(recorder.store, only=path, notify=note) and path.exists():
+        warn(f"the session database {recorder.store.path} still cannot be written (busy, read-only or its disk "
+             f"full); this run is kept whole in the journal {path} and is saved into the database the next time "
+             "Beamwise opens it (any command or the window).")
