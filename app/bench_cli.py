@@ -255,11 +255,11 @@ def _versus_generate(args: argparse.Namespace, dtype: str) -> int:
     from engine.baselines import versus_generate
     from engine.config import ModelSpec
     from engine.models import load_model
-    from engine.search import SYSTEM_PROMPT
+    from engine.search import prompt_ids
 
     loaded = load_model(ModelSpec(args.model, dtype=dtype))
     question = args.question or DEFAULT_QUESTION
-    prompt = loaded.encode_chat(question, system=SYSTEM_PROMPT)
+    prompt = prompt_ids(loaded.encode_chat, question)  # the prompt a search sends for it
     candidates = args.beams * args.width
     result = versus_generate(loaded, prompt, candidates, args.step_tokens, args.seed)
     print(f"{loaded.name}: {candidates} candidates x {args.step_tokens} tokens, question {question[:40]!r} "

@@ -2,8 +2,7 @@
 
 On CUDA the group executor loads the whole next group beside the one computing when the device pool
 has room for both (engine/kv/groups.py `_prefetch`); elsewhere it never tries. This runs that
-branch on `meta` tensors (no weights, any machine) and counts, per policy, the groups the plan marks
-as partly prefetched (`Group.prefetched`, what the emulated device's stall model hides) and the
+branch on `meta` tensors (no weights, any machine) and counts, per policy, the groups and the whole-group
 prefetches that found room or not. When a whole group finds no room, CUDA copies what fits of it into
 the room left (engine/kv/staging.py): the last columns are the PCIe bytes copied that way while the
 group before computed, against all PCIe bytes of the groups after each step's first:
@@ -24,9 +23,9 @@ from engine.kv.groups import GroupExecutor
 
 
 def count(workload, policy: str) -> dict[str, int]:
-    """Groups planned, groups the plan marks as prefetched, whole-group prefetches that found room or not, and the
-    PCIe bytes loaded ahead (by a prefetch or copy-ahead) and in all of the groups after each step's first."""
-    seen = dict.fromkeys(("groups", "marked", "room", "no room", "ahead", "later"), 0)
+    """Groups planned, whole-group prefetches that found room or not, and the PCIe bytes loaded ahead (by a
+    prefetch or copy-ahead) and in all of the groups after each step's first."""
+    seen = dict.fromkeys(("groups", "room", "no room", "ahead", "later"), 0)
     run_step, prefetch, stage, load = (GroupExecutor.run_step, GroupExecutor._prefetch, GroupExecutor._stage_next,
                                        GroupExecutor._load)  # fmt: skip
     first: dict[int, object] = {}  # executor -> its step's first group
@@ -35,7 +34,6 @@ def count(workload, policy: str) -> dict[str, int]:
         executor.overlap = True  # the CUDA branches, on `meta` tensors
         first[id(executor)] = groups[0] if groups else None
         seen["groups"] += len(groups)
-        seen["marked"] += sum(1 for g in groups if g.prefetched)
         return run_step(executor, groups, live, timing, should_stop)
 
     def ahead(method, counted: bool):
@@ -78,10 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.kv_budget is not None:
         workload = replace(workload, kv_budget_bytes=int(args.kv_budget))
     print(f"{args.workload} at {workload.kv_budget_bytes / 1e9:.2f} GB")
-    print(f"{'policy':<24} {'groups':>6} {'marked':>6} {'room':>5} {'no room':>7} {'ahead':>10} {'of later':>10}")
+    print(f"{'policy':<24} {'groups':>6} {'room':>5} {'no room':>7} {'ahead':>10} {'of later':>10}")
     for policy in args.policies.split(","):
         seen = count(workload, policy)
-        print(f"{policy:<24} {seen['groups']:>6} {seen['marked']:>6} {seen['room']:>5} {seen['no room']:>7} "
+        print(f"{policy:<24} {seen['groups']:>6} {seen['room']:>5} {seen['no room']:>7} "
               f"{seen['ahead'] / 1e6:>8.1f}MB {seen['later'] / 1e6:>8.1f}MB")  # fmt: skip
     return 0
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, StoppingCriteria, StoppingCriteriaList
 
+from engine.errors import BeamwiseError
 from engine.hf_compat import cache_kwargs
 from engine.workload import BASELINES
 
@@ -29,6 +30,13 @@ class BaselineRun:
     candidate_tokens: int = 0
     tokens_per_second: float = 0.0  # candidate-tokens/s, as the policies' rows report it
     timed_out: bool = False  # the bench's time limit (`should_stop`) ended it early or kept it from starting
+
+
+class EngineStepFailed(BeamwiseError):
+    """`versus_generate`'s engine step did not finish: there is no engine rate to compare."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the engine step did not finish, so nothing was compared with model.generate: {reason}")
 
 
 def why_not(name: str, device: torch.device) -> str | None:
@@ -53,8 +61,7 @@ def run_baseline(
     try:
         started = time.perf_counter()
         made = _generate(loaded, name, prompt_ids, rows, gen_tokens, seed, stop)
-        torch.cuda.synchronize(loaded.device)
-        wall = time.perf_counter() - started
+        wall = _seconds_since(started, loaded.device)
         if stop.asked:
             return BaselineRun(name, False, "stopped before its last token", wall_seconds=wall, timed_out=True)
         return BaselineRun(name, True, wall_seconds=wall, candidate_tokens=made,
@@ -110,7 +117,8 @@ def versus_generate(loaded, prompt_ids: Sequence[int], candidates: int = 8, toke
     `model.generate(num_return_sequences=candidates, do_sample=True)` on the same prompt, in one run.
 
     Both include their prefill; EOS is not allowed to end either early, so both make
-    `candidates * tokens` tokens.
+    `candidates * tokens` tokens. `EngineStepFailed` when the engine's step fails or is cancelled (its
+    message says why): a failed run has no rate to compare.
     """
     from engine.config import CacheConfig, SearchConfig
     from engine.search import run
@@ -123,14 +131,15 @@ def versus_generate(loaded, prompt_ids: Sequence[int], candidates: int = 8, toke
     loaded.eos_token_ids = ()
     try:
         started = time.perf_counter()
-        for _ in run("", loaded, search, CacheConfig(policy="in_device"), prompt_ids=prompt_ids):
-            pass
-        engine_seconds = time.perf_counter() - started
+        *_, last = run("", loaded, search, CacheConfig(policy="in_device"), prompt_ids=prompt_ids)
+        engine_seconds = _seconds_since(started, loaded.device)
     finally:
         loaded.eos_token_ids = eos
+    if last.type != "run_finished":  # the search never raises: it ends with RunFailed or RunCancelled instead
+        raise EngineStepFailed(last.message if last.type == "run_failed" else "it was cancelled")
     started = time.perf_counter()
     made = _generate(loaded, "generate", prompt_ids, candidates, tokens, seed)
-    generate_seconds = time.perf_counter() - started
+    generate_seconds = _seconds_since(started, loaded.device)
     return {
         "candidates": candidates,
         "tokens": tokens,
@@ -139,3 +148,10 @@ def versus_generate(loaded, prompt_ids: Sequence[int], candidates: int = 8, toke
         "generate_tokens_per_second": made / generate_seconds,
         "engine_vs_generate": (candidates * tokens / engine_seconds) / (made / generate_seconds),
     }
+
+
+def _seconds_since(started: float, device: torch.device) -> float:
+    """Seconds since `started`, once the device has run everything queued (CUDA kernels run after the call returns)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - started

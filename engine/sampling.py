@@ -14,16 +14,11 @@ def candidate_generator(seed: int, candidate_id: int) -> CandidateStream:
 
 
 def logits_to_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """The reference semantics of sampling, for one row: what `sample_tokens` draws from."""
+    """What `sample_tokens` draws from, for one row at a temperature above 0: its own softmax and `nucleus`,
+    renormalised (the sampler's inverse CDF scales by the total instead)."""
     # logits: [V] float32 -> probs: [V]
-    probs = torch.softmax(logits / temperature, dim=-1)
-    if top_p < 1.0:
-        sorted_probs, order = torch.sort(probs, descending=True)
-        outside = sorted_probs.cumsum(-1) - sorted_probs > top_p  # keep the smallest set reaching top_p
-        sorted_probs[outside] = 0.0
-        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
-        probs /= probs.sum()
-    return probs
+    probs = nucleus(torch.softmax(logits / temperature, dim=-1)[None], top_p)[0]
+    return probs / probs.sum()
 
 
 def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:

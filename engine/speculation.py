@@ -2,8 +2,8 @@
 
 Each candidate's first child continues its random stream (engine/rng.py), so what a row samples
 after its own step ends is exactly what that child would sample; child k > 0 has a stream keyed by
-its place in the tree, so the row can decode its step too, from the same position (engine/runner.
-start_runs). A candidate whose parent ranks j-th of the B kept beams by path score gets up to
+its place in the tree, so the row can decode its step too, from the same position
+(engine/speculative_runs.start_runs). A candidate whose parent ranks j-th of the B kept beams by path score gets up to
 M_i = B - j + 1 such runs (`continuations`), one after another in its row's idle slots, each
 truncated by the length rule (`speculation_cap`). The KV layer keeps each run's KV as a
 copy-on-write fork of the row's blocks (`Live.ahead[k]`); when the candidate is kept, child k takes

@@ -83,9 +83,9 @@ class Workload:
 
     def prompt_ids(self, loaded) -> list[int]:
         if self.question is not None:
-            from engine.search import SYSTEM_PROMPT
+            from engine.search import prompt_ids  # late: this module loads without torch
 
-            return loaded.encode_chat(self.question, system=SYSTEM_PROMPT)
+            return prompt_ids(loaded.encode_chat, self.question)  # what a search asks with this question
         import torch
 
         vocab_size = getattr(getattr(loaded.model, "config", None), "vocab_size", 16)

@@ -420,3 +420,12 @@ def test_on_cuda_every_policy_and_baseline_is_warmed_up_untimed_on_the_workloads
     bench.warm_up(tiny, workload, [1, 2, 3], ["in_device", "layerwise", "lbs:+prefix_order"], list(BASELINES))
     assert ran == [("in_device", 4, 4), ("layerwise", 4, 4), ("lbs:+prefix_order", 4, 4),
                    ("generate", 16, 4), ("generate:offloaded", 16, 4)]  # fmt: skip
+
+
+def test_a_workloads_question_is_the_prompt_a_search_sends_for_it(tiny):
+    """The workload built its own chat prompt and kept the spaces the search strips from a question."""
+    from engine.search import prompt_ids
+
+    question = "  What is 2+3?\n"
+    assert Workload(question=question).prompt_ids(tiny) == prompt_ids(tiny.encode_chat, question)
+    assert Workload(question=question).prompt_ids(tiny) == Workload(question=question.strip()).prompt_ids(tiny)

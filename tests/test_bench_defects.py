@@ -135,6 +135,23 @@ def test_versus_generate_runs_on_the_question_and_its_json_names_the_model_and_s
     assert data["candidates"] == 2 and data["tokens"] == 4
 
 
+def test_versus_generate_rates_no_engine_step_that_failed(tmp_path, capsys, tiny) -> None:
+    """The search never raises: its RunFailed was thrown away, and the failed step's tokens/s and its ratio to
+    model.generate were printed and written with exit 0."""
+    from engine.baselines import EngineStepFailed, versus_generate
+
+    eos = tiny.eos_token_ids
+    with pytest.raises(EngineStepFailed, match=r"did not finish.*context holds 2048"):
+        versus_generate(tiny, [5] * tiny.context_length, candidates=2, tokens=4)  # no room for a step
+    assert tiny.eos_token_ids == eos
+    out = tmp_path / "vg.json"
+    code, printed, err = bench(capsys, "--versus-generate", "--model", "synthetic:tiny-llama", "--beams", "1",
+                               "--width", "2", "--step-tokens", "4", "--question", "7 " * 2100,
+                               "--json", str(out))  # fmt: skip
+    assert code == 2 and "candidate-tokens/s" not in printed and not out.exists()
+    assert "the engine step did not finish" in error_line(err) and "context holds" in error_line(err)
+
+
 # ---------------------------------------------------------------- 3: Ctrl+C keeps the finished rows
 
 

@@ -68,7 +68,7 @@ class LoadSpy:
     @staticmethod
     def estimate(kv: KVCache, members: list[Work], groups: list[list[Work]]) -> int:
         """The group's working bytes as the executor loads it; with prefix order a staged prefix is sized
-        for the step's longest shared prefix (engine/kv/groups.py `_prefix`)."""
+        for the step's longest shared prefix (engine/kv/kept_prefix.py `PrefixKeeper.load`)."""
         store, executor, block = kv.store, kv.policy.executor, kv.store.blocks.block_size
         in_place = store.contiguous(common_prefix([m.table for m in members]), Tier.DEVICE) is not None
         floor = max(group_shape(g, block, cascade=True).prefix for g in groups) if executor.keep_prefix else 0

@@ -27,6 +27,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import engine.runner as runner
+import engine.speculative_runs as speculative_runs
 from engine.runner import decode_step
 from tests.test_decode_loop import group, rules_for
 
@@ -128,6 +129,7 @@ def traffic(tiny, monkeypatch):
 
     monkeypatch.setattr(runner, "record", watched_record)
     monkeypatch.setattr(runner, "uniforms", lambda *a, **k: watch.mark_host(uniforms(*a, **k)))
+    monkeypatch.setattr(speculative_runs, "uniforms", lambda *a, **k: watch.mark_host(uniforms(*a, **k)))  # child runs
     watch.counts = counts
     yield watch
     for handle in handles:

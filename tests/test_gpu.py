@@ -150,7 +150,7 @@ def test_lbs_loads_and_writes_back_on_the_copy_stream(tiny_cuda, monkeypatch):
 
     def spy(self, dst, src, direction, owners=()):
         if inside and direction in streams:
-            streams[direction].add(torch.cuda.current_stream(self.device) == self.copy_stream)
+            streams[direction].add(torch.cuda.current_stream(self.device) == self.streams.copy_stream)
         return copy(self, dst, src, direction, owners)
 
     def flagged(method):

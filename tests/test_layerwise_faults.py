@@ -261,3 +261,33 @@ def test_out_of_memory_inside_a_layer_while_streaming_leaves_no_trace(tiny_qwen2
     (retried,) = retries(events)
     assert retried.step == 2 and retried.reason.startswith("resident layers 3 -> 1")  # 4 at the start, 3 by then
     assert resident[3] == 6
+
+
+def test_rows_are_selected_with_the_parent_index_copied_to_the_device_without_blocking(tiny_qwen2, reference,
+                                                                                        monkeypatch):
+    """Selecting a step's rows copied the parents' index from the host with a blocking `.to` for every layer and
+    for the mask (on CUDA a host stall each); it now goes to the device once a step, without blocking
+    (engine/kv/streams.py `device_tensor`), and host layers read the host index. Tokens stay in_device's."""
+    select, to, selected, inside, blocking = layerwise.LayerwisePolicy._select_rows, torch.Tensor.to, [], [], []
+
+    def selecting(policy, *args):
+        selected.append(policy.resident)
+        inside.append(True)
+        try:
+            return select(policy, *args)
+        finally:
+            inside.pop()
+
+    def watched(tensor, *args, **kwargs):
+        if inside and not kwargs.get("non_blocking"):
+            blocking.append(args)
+        return to(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(layerwise.LayerwisePolicy, "_select_rows", selecting)
+    monkeypatch.setattr(torch.Tensor, "to", watched)
+    two_layers = {2: lambda kv: (2 + layer_budget.STAGING_LAYERS) * kv.policy.layer_bytes(ROWS)}
+    tokens, logits, _ = drive(tiny_qwen2, LAYERWISE, budget_at=two_layers)
+    assert tokens == reference[0]
+    torch.testing.assert_close(logits, reference[1], atol=1e-4, rtol=0)
+    assert len(selected) == 3 and 0 < min(selected) < 6, "rows selected each step, with layers on both tiers"
+    assert blocking == []

@@ -76,6 +76,15 @@ def test_top_p_excludes_the_tail_and_renormalises():
     assert chi_square(observed, want) < CHI2_4_DOF_P001
 
 
+def test_top_p_keeps_the_earlier_of_two_tied_tokens_at_its_edge():
+    """A tie at the nucleus's edge goes to the lower token id (a stable sort), in the reference as in the sampler."""
+    logits = torch.tensor([0.4, 0.3, 0.3]).log()
+    want = logits_to_probs(logits, 1.0, 0.5)
+    torch.testing.assert_close(want, torch.tensor([4 / 7, 3 / 7, 0.0]))
+    tokens = sample_tokens(logits.expand(2000, -1).contiguous(), many_draws(2000, seed=2), 1.0, 0.5)
+    assert set(tokens.tolist()) == {0, 1}
+
+
 def test_extreme_draws_never_pick_a_zero_probability_token():
     logits = torch.tensor([[0.0, 0.0, -float("inf"), 1.0, -float("inf")]] * 3)
     draws = torch.tensor([2.0**-24, 0.5, 1.0])

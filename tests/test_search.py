@@ -102,6 +102,59 @@ def test_question_longer_than_the_context_fails_clearly(tiny):
     assert evs[-1].error == "InvalidPrompt" and "context" in evs[-1].message
 
 
+@pytest.fixture
+def closed(monkeypatch) -> list[str]:
+    """What the run closed, in order: "kv" (its KV cache) and "verifier"."""
+    import engine.search as search_module
+    from engine.kv.cache import KVCache
+
+    seen: list[str] = []
+    close_kv, make = KVCache.close, search_module.make_verifier
+
+    def made(*args, **kwargs):
+        verifier = make(*args, **kwargs)
+        close = verifier.close
+        verifier.close = lambda: (seen.append("verifier"), close())[1]
+        return verifier
+
+    monkeypatch.setattr(KVCache, "close", lambda kv: (seen.append("kv"), close_kv(kv))[1])
+    monkeypatch.setattr(search_module, "make_verifier", made)
+    return seen
+
+
+def test_a_run_closed_by_its_consumer_at_run_started_closes_its_kv_cache_and_verifier(tiny, closed):
+    """The cleanup began only after RunStarted's yield: closing the generator there closed neither."""
+    events = run("What is 2+3?", tiny, SEARCH, CacheConfig())
+    assert next(events).type == "run_started" and closed == []
+    events.close()
+    assert closed == ["kv", "verifier"]
+
+
+def test_a_run_that_fails_setting_up_closes_what_it_made(tiny, closed, monkeypatch):
+    """The verifier's budget failing left the KV cache and the verifier open; a prompt that fails left the
+    verifier open (it was made before the prompt was checked)."""
+    import engine.search as search_module
+
+    make = search_module.make_verifier  # the fixture's, which spies on close
+
+    def refusing(*args, **kwargs):
+        verifier = make(*args, **kwargs)
+
+        def use_budget(device_bytes, block_size=16):
+            raise RuntimeError("injected: no share for the verifier")
+
+        verifier.use_budget = use_budget
+        return verifier
+
+    monkeypatch.setattr(search_module, "make_verifier", refusing)
+    evs = list(run("What is 2+3?", tiny, SEARCH, CacheConfig()))
+    assert [e.type for e in evs] == ["run_failed"] and "injected" in evs[0].message
+    assert closed == ["kv", "verifier"]
+    closed.clear()
+    assert [e.type for e in run("", tiny, SEARCH, CacheConfig())] == ["run_failed"]
+    assert closed == ["verifier"]
+
+
 def test_auto_policy_is_in_device_when_it_fits_else_lbs(tiny):
     started = lambda cache: events_of(tiny, cache=cache)[0]  # noqa: E731
     assert started(CacheConfig()).policy == "in_device"

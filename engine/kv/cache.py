@@ -20,9 +20,10 @@ from engine.kv.headwise import HeadwisePolicy, least_budget
 from engine.kv.in_device import InDevicePolicy
 from engine.kv.layer_budget import every_layer_bytes, pool_overhead, staging_bytes
 from engine.kv.layerwise import LayerwisePolicy
-from engine.kv.lbs import SLACK_BLOCKS, LbsPolicy, Switches
+from engine.kv.lbs import LbsPolicy, Switches
 from engine.kv.offload import move_to_host
 from engine.kv.policy import (
+    SLACK_BLOCKS,
     Decode,
     GroupDone,
     Live,
@@ -39,6 +40,7 @@ from engine.kv.prefix_io import device_cache, keep_layers, keep_table, load_pref
 from engine.kv.split import emulated_budget, split_budget, total_for
 from engine.kv.store import KVStore
 from engine.loaded import Generator
+from engine.models import KVShape
 from engine.verifiers.base import VerifierMemory
 
 PROMPT_ID = 0
@@ -170,7 +172,7 @@ class KVCache:
         self._config = loaded.model.config
         shape, self.device = loaded.kv_shape, loaded.device
         self.blocks = BlockManager(cache.block_size)
-        token_bytes = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * _element_size(loaded.dtype)
+        token_bytes = shape.token_bytes()
         attention = uses_cascade(loaded.model.config)  # in_device's groups read a parent's history once
         whole = search_kv_bytes(prompt_tokens, search, cache, token_bytes, cascade=attention)
         self.emulated = self.device.type != "cuda"  # until the store says (a CPU fake of CUDA in tests)
@@ -178,15 +180,7 @@ class KVCache:
         self._read_free = False  # the budget was read from free device memory (no --kv-budget)
         self._shortfall = 0  # device bytes other programs took from the budget at its last re-read
         act = activation_token_bytes(loaded.model.config, _element_size(loaded.dtype))
-        total = cache.kv_budget_bytes or self._automatic_budget(
-            policy_whole_bytes(cache.policy, whole, prompt_tokens, search, token_bytes, shape.num_layers),
-            verifier_batch_bytes, cache.verifier_kv_share, lambda room: prefill_reserve(
-                prompt_tokens, token_bytes, act, cache.prefill_chunk or default_chunk(room, act)))
-        split = split_budget(total, cache.verifier_kv_share, verifier_batch_bytes, verifier_row_bytes)
-        self.budget, self.verifier_budget = split.generator_bytes, split.verifier_bytes
-        self._total_for = functools.partial(total_for, share=cache.verifier_kv_share,
-                                            verifier_batch_bytes=verifier_batch_bytes,
-                                            verifier_row_bytes=verifier_row_bytes)  # a generator part's --kv-budget
+        self._resolve_budget(prompt_tokens, shape, whole, act, verifier_batch_bytes, verifier_row_bytes)
         one = one_candidate_bytes(prompt_tokens, search, token_bytes, cache.block_size)
         self.policy_name = cache.policy if cache.policy != "auto" else auto_policy(whole, one, self.budget)
         # speculative beam extension keeps a row's speculated KV: the group executor's policies do
@@ -194,29 +188,9 @@ class KVCache:
         grouped = self.policy_name == "in_device" or (self.policy_name == "lbs" and cache.inter_beam)
         if not (attention and grouped):  # its rows hold their whole history: the pool may need that much
             whole = search_kv_bytes(prompt_tokens, search, cache, token_bytes, cascade=False)
-        layer_floor = staging_bytes(search.rows_per_step, longest_tokens(prompt_tokens, search),
-                                    token_bytes // shape.num_layers)  # layer-wise's min_budget at the last step
-        head_token_bytes = token_bytes // (shape.num_layers * shape.num_kv_heads)
-        head_floor = least_budget(prompt_tokens - 1, longest_tokens(prompt_tokens, search) - 1, cache.block_size,
-                                  head_token_bytes, token_bytes * cache.block_size)  # head-wise's last step's need
-        self._no_refusal = {"in_device": whole, "lbs": one, "layerwise": layer_floor,
-                            "headwise": head_floor}  # budgets no step exceeds
+        self._no_refusal = self._refusal_floors(prompt_tokens, shape, whole, one)  # budgets no step exceeds
         self.layer_overhead = 0  # layer-wise: device bytes its buffers hold beyond its Eq. 1 budget
-        pool = min(self.budget, whole)  # the others never need more than the whole search
-        if self.policy_name == "layerwise":
-            pool = self._layerwise_pool(prompt_tokens, shape, token_bytes, from_free_memory=self._read_free)
-        self.store = KVStore(
-            self.blocks,
-            num_layers=shape.num_layers,
-            num_kv_heads=shape.num_kv_heads,
-            head_dim=shape.head_dim,
-            dtype=loaded.dtype,
-            device=self.device,
-            budget_bytes=pool,
-            pcie_gbps=cache.pcie_gbps,
-            host_device="meta" if self.device.type == "meta" else "cpu",  # plan-only runs hold no data
-            host_layout="head" if self.policy_name == "headwise" else "token",  # how its copies read the host
-        )
+        self.store = self._make_store(loaded, prompt_tokens, whole)
         self.emulated = self.store.emulated
         context = PolicyContext(
             loaded.model.config, self.blocks, self.store, decode, search.step_tokens, self.speculative,
@@ -228,6 +202,54 @@ class KVCache:
         self.live: dict[int, Live] = {}
         self.timing = StepTiming()
         self.prefill_chunk = cache.prefill_chunk or default_chunk(self.budget, act)
+
+    def _resolve_budget(self, prompt_tokens: int, shape: KVShape, whole: int, act: int, verifier_batch_bytes: int,
+                        verifier_row_bytes: int) -> None:  # fmt: skip
+        """The run's KV budget (--kv-budget, else free device memory less the margin and the prefill's
+        activations `act` per token, else what the whole search needs), split between the generator
+        (`budget`) and the verifier (`verifier_budget`); `_total_for` gives the --kv-budget of a generator
+        part. `whole`: in_device's bound (`search_kv_bytes`)."""
+        cache, token_bytes = self.cfg, shape.token_bytes()
+        total = cache.kv_budget_bytes or self._automatic_budget(
+            policy_whole_bytes(cache.policy, whole, prompt_tokens, self.search, token_bytes, shape.num_layers),
+            verifier_batch_bytes, cache.verifier_kv_share, lambda room: prefill_reserve(
+                prompt_tokens, token_bytes, act, cache.prefill_chunk or default_chunk(room, act)))
+        split = split_budget(total, cache.verifier_kv_share, verifier_batch_bytes, verifier_row_bytes)
+        self.budget, self.verifier_budget = split.generator_bytes, split.verifier_bytes
+        self._total_for = functools.partial(total_for, share=cache.verifier_kv_share,
+                                            verifier_batch_bytes=verifier_batch_bytes,
+                                            verifier_row_bytes=verifier_row_bytes)  # a generator part's --kv-budget
+
+    def _refusal_floors(self, prompt_tokens: int, shape: KVShape, whole: int, one: int) -> dict[str, int]:
+        """Per policy, a budget no step of the search exceeds (a refusal names it, `_refused`): `whole` for
+        in_device, `one` (its largest group of one) for lbs, layer-wise's min_budget and head-wise's need at
+        the last step."""
+        token_bytes, longest = shape.token_bytes(), longest_tokens(prompt_tokens, self.search)
+        layer_floor = staging_bytes(self.search.rows_per_step, longest, token_bytes // shape.num_layers)
+        head_token_bytes = token_bytes // (shape.num_layers * shape.num_kv_heads)
+        head_floor = least_budget(prompt_tokens - 1, longest - 1, self.cfg.block_size, head_token_bytes,
+                                  token_bytes * self.cfg.block_size)  # fmt: skip
+        return {"in_device": whole, "lbs": one, "layerwise": layer_floor, "headwise": head_floor}
+
+    def _make_store(self, loaded: Generator, prompt_tokens: int, whole: int) -> KVStore:
+        """The store, its device pool sized for the policy: layer-wise's budget and buffers (`_layerwise_pool`),
+        else the budget, at most what the whole search needs (`whole`)."""
+        shape = loaded.kv_shape
+        pool = min(self.budget, whole)  # the others never need more than the whole search
+        if self.policy_name == "layerwise":
+            pool = self._layerwise_pool(prompt_tokens, shape, shape.token_bytes(), from_free_memory=self._read_free)
+        return KVStore(
+            self.blocks,
+            num_layers=shape.num_layers,
+            num_kv_heads=shape.num_kv_heads,
+            head_dim=shape.head_dim,
+            dtype=loaded.dtype,
+            device=self.device,
+            budget_bytes=pool,
+            pcie_gbps=self.cfg.pcie_gbps,
+            host_device="meta" if self.device.type == "meta" else "cpu",  # plan-only runs hold no data
+            host_layout="head" if self.policy_name == "headwise" else "token",  # how its copies read the host
+        )
 
     def _make_policy(self, context: PolicyContext) -> Policy:
         if self.policy_name == "layerwise":

@@ -42,9 +42,10 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from engine.kv.arena import BlockCopier, Family, Placed, block_users, families, placements, query_slots
+from engine.kv.arena import BlockCopier, Family, Placed, block_users, families, query_slots
 from engine.kv.attention import ParentHistory, SharedPrefix, arena_cache, padding_mask, uses_cascade
 from engine.kv.blocks import BlockManager, Tier
+from engine.kv.kept_prefix import KeptPrefix, PrefixKeeper
 from engine.kv.lending import Lending, Saved, columns
 from engine.kv.policy import (
     OUT_OF_MEMORY,
@@ -54,13 +55,12 @@ from engine.kv.policy import (
     GroupDone,
     Live,
     StepTiming,
-    Work,
     common_prefix,
     group_done,
     split_for_retry,
     work_of,
 )
-from engine.kv.pool import PoolExhausted, Run
+from engine.kv.pool import Run
 from engine.kv.staging import CopyAhead, Staged, blocks_ahead, stage_ahead, stage_room
 from engine.kv.store import KVStore
 from engine.kv.streams import device_tensor
@@ -89,32 +89,6 @@ class LoadedGroup:
     saved: Saved = field(default_factory=dict)  # what lent rows had decoded before (engine/kv/lending.py)
 
 
-@dataclass
-class KeptPrefix:
-    """A staged prefix held on the device across a group boundary (prefix-aware order)."""
-
-    ids: tuple[int, ...]
-    full: torch.Tensor  # [L, 2, H, capacity, D]: the prefix in its first columns
-    run: Run
-    users: int = 0  # loaded groups reading it now
-
-    def shared_with(self, prefix_ids: Sequence[int]) -> int:
-        """How many leading blocks `prefix_ids` has in common with this prefix."""
-        n = 0
-        while n < min(len(self.ids), len(prefix_ids)) and self.ids[n] == prefix_ids[n]:
-            n += 1
-        return n
-
-    def holds(self, prefix_ids: Sequence[int], tokens: int) -> tuple[str | None, int]:
-        """How it can hold `prefix_ids` (`tokens` tokens): "read" (a leading part of it, in place), "refill"
-        (its shared blocks stay and the rest is copied in, once no loaded group reads it), or None; and how
-        many leading blocks it shares with them."""
-        shared = self.shared_with(prefix_ids)
-        if shared == len(prefix_ids):
-            return "read", shared
-        return ("refill" if shared and self.full.shape[3] >= tokens else None), shared
-
-
 class GroupExecutor:
     """Decodes groups of candidates whose KV is loaded from blocks in the store."""
 
@@ -126,14 +100,21 @@ class GroupExecutor:
         self.decode, self.step_tokens, self.share = decode, step_tokens, share
         self.cascade = share and uses_cascade(config)  # else rows hold all
         self.lend = lend  # rows may decode other candidates' children once theirs are over (engine/kv/lending.py)
-        self.keep_prefix = False  # prefix-aware order: a staged prefix stays for the next group that shares it
-        self.prefix_capacity = 0  # tokens of the step's longest shared prefix (a kept run is sized for it)
-        self.kept: KeptPrefix | None = None
+        self.prefixes = PrefixKeeper(store, blocks)  # each group's shared prefix; with prefix order, the one kept
         self._moved_ahead = 0  # H2D bytes of a load beside the group before that did not fit (the next load's)
         self._staged: Staged | None = None  # the next group's blocks copied ahead into the room left (CUDA)
         self._modelled: tuple[Group, CopyAhead, int] | None = None  # emulated: what copy-ahead would take, PCIe bytes
         self.prefetch = False  # balanced prefetch: copy the next group's blocks into the room this one leaves
         self.overlap = not store.emulated  # loads may run beside compute (CUDA): prefetch and copy-ahead really copy
+
+    @property
+    def keep_prefix(self) -> bool:
+        """Prefix-aware order: a staged prefix stays for the next group that shares it."""
+        return self.prefixes.keep
+
+    @keep_prefix.setter
+    def keep_prefix(self, keep: bool) -> None:
+        self.prefixes.keep = keep
 
     def run_step(
         self, groups: Sequence[Group], live: dict[int, Live], timing: StepTiming, should_stop: Callable[[], bool]
@@ -146,41 +127,27 @@ class GroupExecutor:
         """
         self._ahead, self._moved_ahead, self._modelled = None, 0, None
         tables = [[live[c].table for c in g.candidates] for g in groups]
-        self.prefix_capacity = max((self.blocks.num_tokens(common_prefix(t)) for t in tables), default=0)
+        self.prefixes.capacity = max((self.blocks.num_tokens(common_prefix(t)) for t in tables), default=0)
         try:
             yield from self._run_groups(list(groups), live, timing, should_stop)
         finally:
             self._ahead = self._unload(self._ahead)
             self._drop_staged()
-            self.drop_kept()
+            self.prefixes.drop()
 
     def _run_groups(self, queue: list[Group], live, timing: StepTiming, should_stop) -> Iterator[GroupDone]:
         previous_compute, index = 0.0, 0
         while queue:
             group, batch = queue.pop(0), None
             try:
-                ahead, self._ahead = self._ahead, None
-                if ahead is not None and ahead.group is group:
-                    batch = ahead
-                else:
-                    staged = self._staged_carry(group)
-                    batch = self._load(group, live, staged)
-                    batch.staged = self._staged.members if staged is not None else ()
-                self._take_modelled(batch)
-                self._drop_staged()  # its copies are issued: stream order keeps them before the run's reuse
-                batch.h2d_bytes, self._moved_ahead = batch.h2d_bytes + self._moved_ahead, 0
-                self._ahead = self._prefetch(queue[0], live, self._carry(batch)) if queue else None
-                if queue and self._ahead is None:
-                    self._staged = self._stage_next(queue[0], live, batch)
+                batch = self._take_or_load(group, live)
+                self._settle_ahead(batch)
+                self._start_next(queue, live, batch)
                 self.store.wait_loaded(batch.loaded)
                 results, compute = self._decode(batch, should_stop)
             except OUT_OF_MEMORY as error:
                 self._unload(batch)
-                self._ahead = self._unload(self._ahead)
-                self._drop_staged()
-                self._modelled = None
-                self.drop_kept()
-                queue[:0] = split_for_retry(group, error, timing)
+                queue[:0] = self._retry_smaller(group, error, timing)
                 continue
             except BaseException:
                 self._unload(batch)
@@ -199,6 +166,39 @@ class GroupExecutor:
             index += 1
             if should_stop():
                 return
+
+    def _take_or_load(self, group: Group, live: dict[int, Live]) -> LoadedGroup:
+        """The group as a prefetch loaded it, else loaded now (taking what copy-ahead staged for it)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.group is group:
+            return ahead
+        staged = self._staged_carry(group)
+        batch = self._load(group, live, staged)
+        batch.staged = self._staged.members if staged is not None else ()
+        return batch
+
+    def _settle_ahead(self, batch: LoadedGroup) -> None:
+        """What was done ahead for `batch` becomes its own: copy-ahead's modelled share (emulated), the staged
+        run given back, and the bytes a load beside the group before moved early."""
+        self._take_modelled(batch)
+        self._drop_staged()  # its copies are issued: stream order keeps them before the run's reuse
+        batch.h2d_bytes, self._moved_ahead = batch.h2d_bytes + self._moved_ahead, 0
+
+    def _start_next(self, queue: list[Group], live: dict[int, Live], batch: LoadedGroup) -> None:
+        """While `batch` computes, the next group loads beside it (a prefetch), else what fits of its blocks is
+        copied ahead into the room `batch` leaves (or, emulated, noted for the timing model)."""
+        self._ahead = self._prefetch(queue[0], live, self._carry(batch)) if queue else None
+        if queue and self._ahead is None:
+            self._staged = self._stage_next(queue[0], live, batch)
+
+    def _retry_smaller(self, group: Group, error: BaseException, timing: StepTiming) -> list[Group]:
+        """Out of device memory: what was loaded, staged or kept ahead goes, and the group is split in two to be
+        retried (a single candidate that cannot fit is an error: `split_for_retry`)."""
+        self._ahead = self._unload(self._ahead)
+        self._drop_staged()
+        self._modelled = None
+        self.prefixes.drop()
+        return split_for_retry(group, error, timing)
 
     def _account(self, batch: LoadedGroup, compute: float, previous_compute: float, timing: StepTiming) -> None:
         """The emulated device's stall: the group's PCIe bytes at the modelled bandwidth, less what copy-ahead
@@ -223,16 +223,14 @@ class GroupExecutor:
         """Load the next group now on the copy stream (CUDA), if the pool has room beside this one."""
         if not self.overlap or self.home is Tier.DEVICE:
             return None
-        previous = self.kept
+        previous = self.prefixes.kept
         try:
             batch = self._load(group, live, carry, early=True)
         except OUT_OF_MEMORY as error:  # no room now: the group loads after this one (never split for it); the kept
             # prefix stays for that load (it was dropped to stage anew)
             if isinstance(error, torch.OutOfMemoryError):  # runs given back with copies still queued into them
                 self.store.wait_copies()
-            if self.kept is not previous:
-                failed, self.kept = self.kept, previous
-                self._release_if_unused(failed)
+            self.prefixes.restore(previous)
             return None
         batch.early = True
         return batch
@@ -266,20 +264,13 @@ class GroupExecutor:
         """(the next group's members, the slots copy-ahead may take for a number wanted, the kept prefix's blocks)."""
         members = [live[c] for c in group.candidates]
         work = [work_of(m, self.blocks) for m in members]
-        floor = self.prefix_capacity if self.keep_prefix else 0
+        floor = self.prefixes.capacity if self.keep_prefix else 0
         shape = group_shape(work, self.blocks.block_size, cascade=self.cascade, prefix_floor=floor,
-                            prefix_in_place=self._kept_serves(work))  # fmt: skip
+                            prefix_in_place=self.cascade and self.prefixes.serves(work))  # fmt: skip
         need = shape.slots(self.step_tokens, self.blocks.block_size)
         room = lambda wanted: stage_room(self.store, batch.runs, need, wanted)  # noqa: E731
-        return members, room, self.kept.ids if self.kept is not None else ()
-
-    def _kept_serves(self, work: Sequence[Work]) -> bool:
-        """Whether the kept prefix will hold `work`'s shared prefix when it loads (read in place, or refilled in
-        place once the group computing lets go of it): then that load stages no prefix of its own."""
-        if self.kept is None or not self.cascade:
-            return False
-        prefix_ids = common_prefix([w.table for w in work])
-        return self.kept.holds(prefix_ids, self.blocks.num_tokens(prefix_ids))[0] is not None
+        kept = self.prefixes.kept
+        return members, room, kept.ids if kept is not None else ()
 
     def _staged_carry(self, group: Group) -> Placed | None:
         """Where the blocks copied ahead for `group` are (a carry for its load), if any were."""
@@ -344,7 +335,7 @@ class GroupExecutor:
                 if early:
                     tensors, run = self.store.working(shapes)
                     runs.append(run)
-                kv, kept = self._prefix(prefix_ids, group, runs, carry or {}, strict)
+                kv, kept = self.prefixes.load(prefix_ids, group, runs, carry or {}, strict)
                 if not early:
                     tensors, run = self.store.working(shapes)
                     runs.append(run)
@@ -355,8 +346,7 @@ class GroupExecutor:
             for held in runs:
                 self.store.release(held)
             if kept is not None:
-                kept.users -= 1
-                self._release_if_unused(kept)
+                self.prefixes.release(kept)
             raise
         layers = tuple((kv[i, 0], kv[i, 1]) for i in range(L)) if kv is not None else ()
         prefix = SharedPrefix(layers, parents) if layers or parents is not None else None
@@ -365,68 +355,6 @@ class GroupExecutor:
             group, members, prefix_ids, prefix, width, arena, mask, runs, h2d, loaded, kept, copier.placed,
             own=tuple(lengths),
         )
-
-    def _prefix(self, prefix_ids: list[int], group: Group, runs: list[Run], carry: Placed, strict: bool):
-        """(`[L, 2, H, P, D]`, the kept prefix it reads or None) for the group's shared blocks."""
-        if not prefix_ids:
-            return None, None
-        in_place = self.store.contiguous(prefix_ids, Tier.DEVICE)
-        if in_place is not None:
-            return in_place, None
-        tokens = self.blocks.num_tokens(prefix_ids)
-        kept = self.kept
-        holds, shared = kept.holds(prefix_ids, tokens) if kept is not None else (None, 0)
-        if holds == "read":
-            kept.users += 1  # a leading part of the kept prefix: read in place
-            return kept.full[:, :, :, :tokens], kept
-        if holds == "refill" and kept.users == 0:
-            self._fill(kept.full, prefix_ids, shared, group, carry)  # the shared blocks stay; only the rest crosses
-            kept.ids, kept.users = tuple(prefix_ids), 1
-            return kept.full[:, :, :, :tokens], kept
-        if kept is not None and shared and kept.users:  # a prefetch while a group reads it: its part is copied d2d
-            carry = {**carry, **self._kept_placements(kept, shared)}
-        self.drop_kept()
-        capacity = max(tokens, self.prefix_capacity) if self.keep_prefix else tokens  # a run not kept holds its own
-        try:
-            return self._stage(prefix_ids, group, runs, capacity, carry)
-        except PoolExhausted:
-            if capacity <= tokens or strict:
-                raise
-            return self._stage(prefix_ids, group, runs, tokens, carry)  # no room to keep it for the longest prefix
-
-    def _kept_placements(self, kept: KeptPrefix, shared: int) -> Placed:
-        """Where the kept prefix holds its first `shared` blocks (a carry: the next stage copies them on the device)."""
-        return placements(self.blocks, kept.ids[:shared], kept.full)
-
-    def drop_kept(self) -> None:
-        """At step end, on a retry, or for a group that shares nothing with it: the kept prefix goes
-        once no loaded group reads it."""
-        kept, self.kept = self.kept, None
-        self._release_if_unused(kept)
-
-    def _release_if_unused(self, kept: KeptPrefix | None) -> None:
-        if kept is not None and kept.users == 0 and kept is not self.kept:
-            self.store.release(kept.run)
-
-    def _stage(self, prefix_ids: list[int], group: Group, runs: list[Run], capacity: int, carry: Placed):
-        """Copy the shared prefix once into a run of its own; with prefix order the run (sized for the
-        step's longest shared prefix) is kept for the next group instead of released."""
-        L, _, H, _, D = self.store.slot_shape
-        (full,), run = self.store.working([(L, 2, H, capacity, D)])
-        self._fill(full, prefix_ids, 0, group, carry)
-        kv = full[:, :, :, : self.blocks.num_tokens(prefix_ids)]
-        if not self.keep_prefix:
-            runs.append(run)
-            return kv, None
-        self.kept = KeptPrefix(tuple(prefix_ids), full, run, users=1)
-        return kv, self.kept
-
-    def _fill(self, full: torch.Tensor, prefix_ids: list[int], start: int, group: Group, carry: Placed) -> None:
-        """Copy blocks `prefix_ids[start:]` into their columns of `full` (d2d those the previous group
-        placed); bytes are split among the members."""
-        column = self.blocks.num_tokens(prefix_ids[:start])
-        copier = BlockCopier(self.store, self.blocks, False, {}, carry)
-        copier.copy(full, column, prefix_ids[start:], group.candidates)
 
     def _load_parents(self, kin: list[Family], heights: list[int], parents, copier: BlockCopier, rows: int):
         """Each family's shared blocks once, into its row `g` of `[L, 2, G, H, Wp, D]` (padding zeroed:
@@ -464,8 +392,7 @@ class GroupExecutor:
 
     def _stop_reading_kept(self, batch: LoadedGroup) -> None:
         if batch.kept is not None:
-            batch.kept.users -= 1
-            self._release_if_unused(batch.kept)
+            self.prefixes.release(batch.kept)
             batch.kept = None
 
     # -- writing back -----------------------------------------------------------------------

@@ -40,7 +40,6 @@ from engine.errors import KVBudgetTooSmall
 from engine.kv.attention import ATTENTION, padding_mask
 from engine.kv.blocks import Tier
 from engine.kv.head_stream import BUFFERS, HeadStream
-from engine.kv.lbs import block_placement
 from engine.kv.policy import (
     OUT_OF_MEMORY,
     Group,
@@ -50,6 +49,7 @@ from engine.kv.policy import (
     StepPlan,
     StepTiming,
     Work,
+    block_placement,
     common_prefix,
     group_done,
     split_for_retry,

@@ -7,8 +7,17 @@ from collections.abc import Sequence
 from engine.errors import KVBudgetTooSmall
 from engine.kv.blocks import Tier
 from engine.kv.groups import GroupExecutor
-from engine.kv.lbs import SLACK_BLOCKS, block_placement
-from engine.kv.policy import Group, PolicyContext, StepPlan, Work, common_prefix, growth_tokens, tail_blocks
+from engine.kv.policy import (
+    SLACK_BLOCKS,
+    Group,
+    PolicyContext,
+    StepPlan,
+    Work,
+    block_placement,
+    common_prefix,
+    growth_tokens,
+    tail_blocks,
+)
 from engine.kv.working import group_working_bytes
 
 

@@ -57,7 +57,7 @@ from engine.kv.policy import (
     group_done,
 )
 from engine.kv.pool import PoolExhausted, Run
-from engine.kv.streams import filling_pinned_block
+from engine.kv.streams import device_tensor, filling_pinned_block
 from engine.rows import Row, RowResult
 
 HOST_GROWTH_STEPS = 4  # a new host buffer has room for this many more steps
@@ -247,7 +247,9 @@ class LayerwisePolicy:
         A host layer's old buffer takes the next host layer's rows (the host holds one buffer more than
         its layers, not two sets) when it has this step's rows and length, else it is freed; what is left
         over is spare for the next step."""
-        index = torch.tensor([self.rows.index(s) if s in self.rows else 0 for s in sources])
+        parents = [self.rows.index(s) if s in self.rows else 0 for s in sources]  # each new row's row before the step
+        index = torch.tensor(parents)  # [B], for host layers
+        device_index = device_tensor(parents, torch.long, self.store.device)  # once a step, not a host stall per layer
         restored = {i: self.saved[s] for i, s in enumerate(sources) if s not in self.rows}  # rows 0 stand in
         spares, self.spares = self.spares, []
         from_end, failed, reason = not self.high, self.num_layers, None
@@ -267,7 +269,7 @@ class LayerwisePolicy:
                 layer.kv = self._buffer(len(index), False, like=old, spares=spares)[0]
             part = layer.kv[:n]
             if not part.is_meta:
-                torch.index_select(old[:n], 2, index.to(old.device), out=part)
+                torch.index_select(old[:n], 2, device_index if on_device else index, out=part)
             row_bytes = part.numel() * part.element_size() // len(index)
             self.store.counters.add("d2d" if on_device else "h2h", row_bytes * (len(index) - len(restored)))
             first: dict[int, int] = {}  # a saved row crosses once; its other children copy it on the tier
@@ -285,7 +287,7 @@ class LayerwisePolicy:
                 self._drop_spares(spares, len(index))
         self.spares = spares
         self.high = from_end
-        self.mask = self.mask[index.to(self.mask.device)]
+        self.mask = self.mask[device_index]  # the mask lives on the store's device
         for i, saved in restored.items():
             self.mask[i] = 0
             self.mask[i, : len(saved.mask)] = saved.mask

@@ -16,10 +16,8 @@ from functools import partial
 from engine.errors import KVBudgetTooSmall
 from engine.kv.blocks import Tier
 from engine.kv.groups import GroupExecutor
-from engine.kv.policy import Group, PolicyContext, StepPlan, Work
+from engine.kv.policy import SLACK_BLOCKS, Group, PolicyContext, StepPlan, Work, block_placement
 from engine.kv.working import group_shape, group_working_bytes
-
-SLACK_BLOCKS = 2  # rounding to whole slots a figure in tokens leaves out (lbs without cascade, in_device's growth)
 
 
 @dataclass(frozen=True)
@@ -66,8 +64,9 @@ def plan_lbs(
     group is counted as the slots that load takes (its prefix staged once, a family's history once).
     With prefix order a staged prefix is kept across groups, sized for the step's longest shared
     prefix, so every group counts its prefix at least that long (planned again until it holds).
-    Balanced grouping makes as many groups as greedy packing needs, of even size, and marks the
-    next group's candidates that fit beside the largest group as prefetched.
+    Balanced grouping makes as many groups as greedy packing needs, of even size: the room a group leaves
+    is for the next one. What of the next group loads there while a group computes, the executor finds at
+    run time and its GroupDone says (engine/kv/groups.py): no planned group is marked prefetched.
     """
     if not work:
         return StepPlan("lbs", ())
@@ -86,11 +85,7 @@ def plan_lbs(
         if kept <= floor:  # floor only grows, up to the longest candidate: this ends
             break
         floor = kept
-    ids = [tuple(w.id for w in g) for g in groups]
-    if not switches.balanced_prefetch:
-        return StepPlan("lbs", tuple(Group(g) for g in ids))
-    spare = (budget - max(need(g) for g in groups)) // largest  # whole candidates of the next group that fit beside
-    return StepPlan("lbs", (Group(ids[0]), *(Group(g, g[: min(spare, len(g))]) for g in ids[1:])))
+    return StepPlan("lbs", tuple(Group(tuple(w.id for w in g)) for g in groups))
 
 
 def _fitting_groups(work: Sequence[Work], budget: int, need, switches: Switches) -> list[list[Work]]:
@@ -107,7 +102,7 @@ def _fitting_groups(work: Sequence[Work], budget: int, need, switches: Switches)
 
 
 def _kept_prefix(groups: list[list[Work]], block_size: int | None, switches: Switches) -> int:
-    """Tokens of the staged prefix that prefix order keeps across groups (engine/kv/groups.py `_prefix`):
+    """Tokens of the staged prefix that prefix order keeps across groups (engine/kv/kept_prefix.py `PrefixKeeper.load`):
     sized for the longest shared prefix of the step's groups; 0 when none is kept."""
     if block_size is None or not switches.prefix_order:
         return 0
@@ -188,10 +183,3 @@ class LbsPolicy:
     def tier_bytes(self) -> tuple[int, int]:
         store = self.context.store
         return store.resident_bytes(Tier.DEVICE), store.resident_bytes(Tier.HOST)
-
-
-def block_placement(blocks, store, table) -> tuple[int, int, int, int]:
-    """(device blocks, host blocks, device bytes, host bytes) of a table of blocks at rest."""
-    on_device = sum(1 for b in table if blocks.blocks[b].on_device)
-    on_host = len(table) - on_device
-    return on_device, on_host, on_device * store.block_bytes, on_host * store.block_bytes

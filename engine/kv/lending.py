@@ -31,7 +31,8 @@ Saved = dict[int, list[tuple[int, torch.Tensor]]]  # row -> (forwards saved, the
 
 
 class Lending:
-    """The `Lend` callable of one loaded group (engine.runner.Lend): a save and a copy on the device, and a slot."""
+    """The `Lend` callable of one loaded group (engine.speculative_runs.Lend): a save and a copy on the device,
+    and a slot."""
 
     def __init__(self, store: KVStore, arena: torch.Tensor, width: int, own: Sequence[int], owners: Sequence[int],
                  parents: ParentHistory | None, saved: Saved, runs: list[Run], placed: Placed) -> None:  # fmt: skip

@@ -17,6 +17,8 @@ import torch
 from engine.kv.blocks import BlockManager, Tier
 from engine.kv.pool import PoolExhausted
 
+SLACK_BLOCKS = 2  # rounding to whole slots a figure in tokens leaves out (lbs without cascade, in_device's growth)
+
 
 @dataclass
 class Ahead:
@@ -86,7 +88,7 @@ class StepTiming:
 def tail_blocks(speculative: bool, continuations: bool) -> int:
     """Blocks a row may open or copy on write in a step, beyond its tokens: its step's tail; with
     speculation one for its first child's run (which continues the row's own tail); with more
-    continuations two for each extra run a group may start (one per row: engine/runner.start_runs),
+    continuations two for each extra run a group may start (one per row: engine/speculative_runs.start_runs),
     each a fork of the row's tail."""
     return 1 + (1 if speculative else 0) + (2 if speculative and continuations else 0)
 
@@ -123,7 +125,7 @@ class Decode(Protocol):
 
     `mask` `[B, T]` marks real (1) and padding (0) columns of the cache, or is None when no row
     is padded; `forward` is passed to every model call (e.g. `kv_prefix=`); `lend` lets rows decode
-    other rows' candidates' children (engine.runner.Lend, engine/kv/lending.py). Returns each row's
+    other rows' candidates' children (engine.speculative_runs.Lend, engine/kv/lending.py). Returns each row's
     result and the seconds spent in forward calls.
     """
 
@@ -209,3 +211,10 @@ def common_prefix(tables: Sequence[Sequence[int]]) -> list[int]:
             break
         prefix.append(block)
     return prefix
+
+
+def block_placement(blocks, store, table) -> tuple[int, int, int, int]:
+    """(device blocks, host blocks, device bytes, host bytes) of a table of blocks at rest."""
+    on_device = sum(1 for b in table if blocks.blocks[b].on_device)
+    on_host = len(table) - on_device
+    return on_device, on_host, on_device * store.block_bytes, on_host * store.block_bytes

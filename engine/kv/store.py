@@ -112,7 +112,6 @@ class KVStore:
         self._slots: dict[Tier, dict[int, Slot]] = {Tier.DEVICE: {}, Tier.HOST: {}}
         self._run_users: dict[tuple[Tier, int], int] = {}  # live blocks in each run (freed at zero)
         self.counters = Counters()
-        self.copy_stream = None if self.streams is None else self.streams.copy_stream
         self._timed: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []  # copies on CUDA (PCIe and on the device)
         self._stalls: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []  # compute waiting for a load
         self._written: set[int] = set()  # host blocks asynchronous copies write, until `sync` (CUDA)

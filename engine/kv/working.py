@@ -40,7 +40,7 @@ def group_shape(members: Sequence[Work], block_size: int, *, cascade: bool, pref
                 prefix_floor: int = 0) -> GroupShape:  # fmt: skip
     """The parts `GroupExecutor._load` allocates for `members`; `prefix_in_place`: the shared prefix is one
     run of device slots (in_device's prompt), so it takes none; `prefix_floor`: stage it at least this long
-    (a prefix kept across groups is sized for the step's longest, engine/kv/groups.py `_prefix`)."""
+    (a prefix kept across groups is sized for the step's longest, engine/kv/kept_prefix.py `PrefixKeeper.load`)."""
     longest = max((m.tokens for m in members), default=0)
     if not cascade:
         return GroupShape(0, 0, 0, len(members), longest)

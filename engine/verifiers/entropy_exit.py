@@ -95,7 +95,9 @@ class ExitCost:
     exit_layers: tuple[int, ...]  # layers run for each scored candidate
     layer_tokens: int  # tokens x layers run, completions of kept candidates included
     layer_tokens_full: int  # tokens x layers had every pass run every layer
-    agrees: bool | None = None  # audit: early and full scores put the same candidate first (None: not audited)
+    # audit: the early and the full scores put the same candidate first. None when not audited, or when no pass of
+    # the step exited early: its scores are the full ones, nothing to compare (app/eval_exit.py audits fired steps)
+    agrees: bool | None = None
     trace: tuple[LensPass, ...] = ()  # calibration: the step's passes, layer by layer
 
     def event_fields(self) -> dict:
@@ -186,7 +188,8 @@ class EntropyExit:
         self.tally.exit_layers += [decided or passed.layers] * len(lengths)
         self.tally.layer_tokens += tokens * passed.layers
         self.tally.layer_tokens_full += tokens * self.body.count
-        if self.rule.audit and decided is None:  # audited pass that never exited: early and full scores agree
+        if self.rule.audit and decided is None:  # an audited pass that never exited: its early scores are the full
+            # ones, compared beside the candidates of the step's passes that did exit (`settle`: only if one did)
             scores = self.readout(passed.last).float().tolist()
             self.tally.early += scores
             self.tally.full += scores
