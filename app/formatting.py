@@ -46,6 +46,15 @@ def kv_budget(generator: int, verifier: int, whole: int | None, show=size) -> st
     return f"{show(whole or generator + verifier)} ({show(generator)} for the generator)"
 
 
+def context_full_text(finished: RunFinished) -> str:
+    """The line that says the search ended (or some of its paths did) because the model's context is full."""
+    kept = len(finished.completions) or finished.context_full
+    context = f"the model's context ({finished.context_length:,} tokens) is full"
+    if finished.context_full >= kept:
+        return f"{context}: the paths stop here"
+    return f"{context} for {finished.context_full} of the {kept} kept paths: they stop there"
+
+
 def verifier_place(device: int, host: int, missing: str = "-") -> str:
     """Where the verifier keeps a step's KV: '12.3 kB on GPU' or '... on CPU'; `missing` when it keeps none."""
     if device:

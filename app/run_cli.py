@@ -135,7 +135,7 @@ class Printer:
     def _on_run_finished(self, event: ev.RunFinished) -> None:
         p = self._print
         if event.context_full:
-            p(f"\n{context_full_text(event)}")
+            p(f"\n{formatting.context_full_text(event)}")
         p(f"\nchosen path: {' -> '.join(map(str, event.path))} (score {event.score:.3f})")
         p(f"{event.candidate_tokens} candidate tokens in {event.seconds:.1f} s ({event.tokens_per_second:.1f}/s)")
         p(f"goodput {event.goodput:.1f} tokens/s (each kept beam's path tokens per second of its completion time)"
@@ -166,15 +166,6 @@ _PRINTERS: dict[str, Callable[[Printer, Any], None]] = {
     ev.RunCancelled.type: Printer._on_run_cancelled,
     ev.RunFailed.type: Printer._on_run_failed,
 }
-
-
-def context_full_text(finished: ev.RunFinished) -> str:
-    """The line that says the search ended (or some of its paths did) because the model's context is full."""
-    kept = len(finished.completions) or finished.context_full
-    context = f"the model's context ({finished.context_length:,} tokens) is full"
-    if finished.context_full >= kept:
-        return f"{context}: the paths stop here"
-    return f"{context} for {finished.context_full} of the {kept} kept paths: they stop there"
 
 
 def _budget_text(started: ev.RunStarted) -> str:

@@ -110,10 +110,13 @@ def cmd_show(args: argparse.Namespace) -> int:
               f"{', '.join(str(r.session['id']) for r in reports)})")
     print(f"  {s['created']}  {s['status']}" + (f" ({s['error']})" if s["error"] else ""))
     print(f"  model {s['model']}, verifier {s['verifier']}, {s['device']}, policy {s['policy']}")
-    print(f"  {s['steps']} steps, {s['candidates']} candidates, {s['candidate_tokens']} tokens, "
+    print(f"  {fmt.steps(s['steps'])}, {s['candidates']} candidates, {s['candidate_tokens']} tokens, "
           f"{s['seconds'] or 0:.2f} s, H2D {s['h2d_bytes']:,} B, D2H {s['d2h_bytes']:,} B")
     unchosen = no_path_chosen(report)  # a run that did not finish chose none: its best beam so far follows
-    print(f"\nquestion:\n{_safe(s['question'])}\n\n{unchosen or 'chosen path:'}")
+    print(f"\nquestion:\n{_safe(s['question'])}\n")
+    if s.get("context_note"):
+        print(fmt.sentence(s["context_note"]) + ".")
+    print(unchosen or "chosen path:")
     for node in report.path:
         print(f"  step {node['step']} #{node['id']} score {fmt.score(node['score'])}: {_cut(node['text'], 100)}")
     print(f"\nanswer:\n{_safe(s['answer']) or '(none: the run did not finish)'}")

@@ -165,3 +165,26 @@ def test_the_windows_tree_marks_the_paths_that_filled_the_context(tiny):
     full = {e.id for e in events if e.type == "candidate_text" and e.context_full}
     assert full and {n.id for n in model.tree.nodes.values() if n.context_full} == full
     assert all(model.tree.nodes[cid].eos for cid in full)
+
+
+def test_sessions_show_and_the_exports_say_the_context_filled_the_paths(tiny, tmp_path, capsys):
+    """`run` said it; the stored session's `sessions show` and exports did not (and counted '1 steps')."""
+    from html import escape
+
+    from app.export import render_session
+    from app.recorder import SessionRecorder
+    from app.store import SessionStore
+
+    loaded, _ = short_context(tiny)
+    events, _, _ = search_trace(loaded, FIXED, CacheConfig(policy="in_device", prefix_cache=False))
+    db = tmp_path / "s.db"
+    with SessionStore(db) as store:
+        recorder = SessionRecorder(store)
+        for event in events:
+            recorder.write(event)
+        said = f"The model's context ({loaded.context_length:,} tokens) is full: the paths stop here."
+        assert said in render_session(store, recorder.session_id, "md")
+        assert f"<td>Context</td><td>{escape(said[:-1])}</td>" in render_session(store, recorder.session_id, "html")
+    assert main(["sessions", "show", "1", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert said in out and "  3 steps, " in out

@@ -110,6 +110,7 @@ def _meta_table(report: Report) -> str:
             ("KV budget", report.kv_budget()), ("Status", s["status"] + (f": {s['error']}" if s.get("error")
                                                                                     else "")),
             ("Started", s["created"]), ("Steps", s["steps"]), ("Candidates", s["candidates"]),
+            *([("Context", fmt.sentence(s["context_note"]))] if s.get("context_note") else []),
             ("Seconds", f"{s['seconds'] or 0:.2f}"), ("Search", json.dumps(s["search"])),
             ("Cache", json.dumps(s["cache"]))]
     body = "".join(f"<tr><td>{escape(k)}</td><td>{escape(str(v))}</td></tr>" for k, v in rows)
@@ -166,8 +167,8 @@ def _conversation(turns: list[Report], index: int) -> list[str]:
         s = report.session
         here = " (this page)" if turn == index + 1 else ""
         out += [f"<h3>Turn {turn}{here}</h3>", _pre(s["question"]),
-                f"<details><summary>{_path_title(report)} ({len(report.path)} steps)</summary>{_transcript(report)}"
-                "</details>",
+                f"<details><summary>{_path_title(report)} ({fmt.steps(len(report.path))})</summary>"
+                f"{_transcript(report)}</details>",
                 _pre(s["answer"] or "(no answer: the run did not finish)")]
     return out
 

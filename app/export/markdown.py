@@ -31,13 +31,14 @@ def render_markdown(report: Report) -> str:
               f"- Device: {literal_line(s['device'])}",
               f"- Policy: {s['policy']}, KV budget {report.kv_budget()}",
               f"- Status: {s['status']}" + (f" ({literal_line(s['error'])})" if s.get("error") else ""),
-              f"- Started: {s['created']}; {s['steps']} steps, {s['candidates']} candidates, "
+              f"- Started: {s['created']}; {fmt.steps(s['steps'])}, {s['candidates']} candidates, "
               f"{s['candidate_tokens']} candidate tokens, {s['seconds'] or 0:.2f} s",
               f"- Search: {literal_line(fmt.settings(s['search']))}",
               f"- Cache: {literal_line(fmt.settings(s['cache']))}", ""]
     path, unchosen = report.path, no_path_chosen(report)
     lines += ["## Chosen path" if unchosen is None else "## Best beam so far", ""]
     lines += [] if unchosen is None else [literal_line(unchosen), ""]
+    lines += [f"{fmt.sentence(s['context_note'])}.", ""] if s.get("context_note") else []
     for node in path:
         lines += [f"### Step {node['step']} (candidate {node['id']}, score {fmt.score(node['score'])}, "
                   f"path {fmt.score(node['aggregate'])})", "", *_quote(node["text"]), ""]

@@ -53,6 +53,9 @@ def report_of(model: SessionModel, stored: dict[str, Any]) -> Report:
         session.update(session_settings(model), **session_facts(model))
         session.update({key: stored[key] for key in RECORDED_ONLY if key in stored})
         session["verifier_kv_budget_bytes"] = model.run.started.verifier_kv_budget_bytes
+    end = model.run.end
+    session["context_note"] = fmt.context_full_text(end) if isinstance(end, ev.RunFinished) and end.context_full \
+        else None  # the model's context filled the paths: said as `run` says it
     if isinstance(model.run.end, ev.RunFailed) and model.run.end.details:  # a fault: what its report needs
         session["error_details"] = model.run.end.details
     candidates = candidate_rows(model)
