@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.errors import format_bytes
+from engine.errors import format_bytes, format_bytes_up
 from engine.events import RunFinished, TransferStats
 from engine.text_cut import shorten
 
@@ -53,6 +53,14 @@ def context_full_text(finished: RunFinished) -> str:
     if finished.context_full >= kept:
         return f"{context}: the paths stop here"
     return f"{context} for {finished.context_full} of the {kept} kept paths: they stop there"
+
+
+def every_step_text(every_step_bytes: int) -> str:
+    """Said when a run starts whose KV budget is below what its longest step may need (a run failed at a later
+    step unwarned, though the budget every step needs is known at the start)."""
+    return (f"this KV budget is below what the search's longest step may need, so a step may be refused: "
+            f"--kv-budget {format_bytes_up(every_step_bytes)} is enough for every step (paths that end early need "
+            "less)")
 
 
 def verifier_place(device: int, host: int, missing: str = "-") -> str:

@@ -70,6 +70,8 @@ class Printer:
             p(numerics_line(event.search.get("seed"), event.numerics))
         if event.verifier_kv_budget_bytes:
             p(f"verifier KV budget {event.verifier_kv_budget_bytes:,} B (its share of the device KV budget)")
+        if event.every_step_kv_budget_bytes:
+            print(f"beamwise: note: {formatting.every_step_text(event.every_step_kv_budget_bytes)}", file=sys.stderr)
 
     def _on_prefill_done(self, event: ev.PrefillDone) -> None:
         self._print(f"prompt: {event.prompt_tokens} tokens ({event.cached_tokens} cached, {event.computed_tokens} "

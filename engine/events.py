@@ -26,6 +26,8 @@ class RunStarted:
     verifier_kv_budget_bytes: int = 0  # the verifier's part (--verifier-kv-share); 0 when it keeps no KV
     history: tuple[tuple[str, str], ...] = ()  # a conversation's earlier turns: (question, chosen path's text)
     numerics: dict[str, Any] = dataclasses.field(default_factory=dict)  # torch, threads, cpu... (engine/numerics.py)
+    every_step_kv_budget_bytes: int = 0  # a --kv-budget under which no step is refused, when the run's is below it
+    # (its first steps fit, a later one may not: a path that ends early needs less); 0 when it holds every step
 
 
 @dataclass(frozen=True)

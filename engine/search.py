@@ -164,6 +164,7 @@ class _Search:
                 kv.verifier_budget,
                 self.history,
                 numerics(self.loaded.device, self.loaded.dtype),
+                kv.every_step_budget(),
             )
             yield from self._steps(kv, prompt)
 

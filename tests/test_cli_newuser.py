@@ -206,3 +206,24 @@ def test_the_same_options_run_where_they_do_something(capsys):
     for extra in (["--policy", "auto", "--no-prefetch"], ["--policy", "lbs", "--kv-budget", "1MB", "--no-inter-beam"],
                   ["--method", "beam", "--temperature", "0.5"], ["--prefix-cache-ram", "1GB"]):
         assert main(["run", "What is 2+3?", *TINY, "--no-save", *extra]) == 0, extra
+
+
+@pytest.mark.parametrize(("policy", "small", "enough"), [("lbs", "140KB", "184.4kB"),
+                                                        ("layerwise", "700KB", "831.5kB")])
+def test_a_budget_below_what_a_later_step_needs_is_said_when_the_run_starts(capsys, policy, small, enough):
+    """It failed at step 2 with no word before, though the budget every step needs is known at the start."""
+    from engine.errors import format_bytes_up
+
+    argv = ["run", "What is 17 * 23?", "--model", "synthetic:tiny-llama", "--beams", "4", "--width", "2",
+            "--max-steps", "3", "--step-tokens", "16", "--seed", "5", "--threads", "1", "--step-delimiter", "none",
+            "--no-save", "--policy", policy]
+    assert main([*argv, "--kv-budget", small]) == 2
+    err = capsys.readouterr().err
+    note = f"beamwise: note: this KV budget is below what the search's longest step may need, so a step may be " \
+           f"refused: --kv-budget {enough.replace('kB', ' kB')} is enough for every step"
+    assert note in err and err.index(note) < err.index("error:")
+    assert main([*argv, "--kv-budget", enough]) == 0
+    assert "note: this KV budget" not in capsys.readouterr().err
+    assert main([*argv, "--kv-budget", small, "--json"]) == 2
+    started = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert format_bytes_up(started["every_step_kv_budget_bytes"]) == enough.replace("kB", " kB")  # exact bytes

@@ -231,6 +231,18 @@ class KVCache:
                                   token_bytes * self.cfg.block_size)  # fmt: skip
         return {"in_device": whole, "lbs": one, "layerwise": layer_floor, "headwise": head_floor}
 
+    def every_step_budget(self) -> int:
+        """A --kv-budget under which no step of this search is refused (`_refused` names the same), when the run's
+        is below it; 0 when it holds every step. in_device refuses at once, so it says nothing here."""
+        floor = self._no_refusal.get(self.policy_name)
+        if floor is None or self.policy_name == "in_device":
+            return 0
+        slot = 1 if self.policy_name == "layerwise" else self.store.block_bytes  # layer-wise's is not in slots
+        floor = -(-floor // slot) * slot
+        if floor <= self.budget:
+            return 0
+        return self._total_for(floor) if self.verifier_budget else floor
+
     def _make_store(self, loaded: Generator, prompt_tokens: int, whole: int) -> KVStore:
         """The store, its device pool sized for the policy: layer-wise's budget and buffers (`_layerwise_pool`),
         else the budget, at most what the whole search needs (`whole`)."""
