@@ -23,7 +23,14 @@ from engine.chat import Turn
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.context_plan import prefill_reserve
 from engine.errors import InvalidPrompt, KVBudgetTooSmall, ModelLoadError, PrefixCacheTooSmall, format_bytes_up
-from engine.kv.cache import CUDA_MARGIN, auto_policy, one_candidate_bytes, policy_whole_bytes, search_kv_bytes
+from engine.kv.cache import (
+    CUDA_MARGIN,
+    auto_policy,
+    one_candidate_bytes,
+    policy_whole_bytes,
+    search_kv_bytes,
+    within_context,
+)
 from engine.kv.headwise_traffic import HeadwiseTraffic, KVGeometry, headwise_traffic
 from engine.kv.prefix_cache import require_ram
 from engine.kv.split import VerifierShape, emulated_budget, share_too_small, split_budget
@@ -145,14 +152,15 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
     info = device or DeviceInfo.probe(cache.device)
     counted = prompt_size(model.source, question, history)
     prompt = counted.tokens
-    whole = search_kv_bytes(prompt, search, cache, gen.kv_token_bytes, cascade=True)  # engine.models routes to it
+    bound = within_context(search, prompt, gen.context_length) if gen.context_length else search  # as the run's
+    whole = search_kv_bytes(prompt, bound, cache, gen.kv_token_bytes, cascade=True)  # engine.models routes to it
     on_cpu = search.verifier_device == "cpu"
     judge_kv = gen if search.verifier == "self-judge" else prm  # self-judge keeps the generator's own KV
     shape = None if judge_kv is None or on_cpu else _verifier_shape(model.source, search, judge_kv, question, prompt)
     activations = _activations(gen, prompt, search.candidates_per_step)
     fixed = gen.weights_bytes + (prm.weights_bytes if prm and not on_cpu else 0) + activations
-    budget, verifier_kv, too_small = _budget_and_share(info, search, cache, gen, shape, prompt, whole, fixed)
-    one = one_candidate_bytes(prompt, search, gen.kv_token_bytes, cache.block_size)
+    budget, verifier_kv, too_small = _budget_and_share(info, search, cache, gen, shape, prompt, whole, fixed, bound)
+    one = one_candidate_bytes(prompt, bound, gen.kv_token_bytes, cache.block_size)
     policy = cache.policy if cache.policy != "auto" else auto_policy(whole, one, budget - verifier_kv)
     draft = MemoryPlan(gen, prm, info.label, info.emulated, info.memory_bytes, budget, policy,
                        search.candidates_per_step, prompt, whole, verifier_kv, activations, 0,
@@ -161,7 +169,7 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
     refused = (_context_refusal(search, gen, prompt, history) or _does_not_fit(draft) or too_small
                or _prefix_cache_refusal(cache, prompt, gen) or _tokenizer_refusal(model.source, search))
     if refused is None:  # only a plan that can run is worth scheduling
-        draft, refused = _traffic(draft, model, search, cache)
+        draft, refused = _traffic(draft, model, bound, cache)  # steps past the context hold and move nothing
     if refused and not draft.step_pcie_bytes:  # red with no bytes counted: none to show, not "0 B"
         draft = dataclasses.replace(draft, traffic_source=NOT_PLANNED)
     state, sentence = ("red", refused) if refused else judge(draft)
@@ -169,18 +177,19 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
 
 
 def _budget_and_share(info: DeviceInfo, search: SearchConfig, cache: CacheConfig, gen: ModelFacts,
-                      shape: VerifierShape | None, prompt: int, whole: int, fixed: int
+                      shape: VerifierShape | None, prompt: int, whole: int, fixed: int, bound: SearchConfig
                       ) -> tuple[int, int, str | None]:  # fmt: skip
     """The KV budget (--kv-budget, or the engine's automatic one beside the `fixed` weights and activations), the
     verifier's part of it as the run splits it (`shape`: the verifier that keeps KV on the device, or None), and
-    why the run refuses that split before its first step (None when it does not)."""
+    why the run refuses that split before its first step (None when it does not). `bound`: the search as its
+    paths can grow (`within_context`), which the generator's KV cache sizes itself by, as the run's does."""
     steps = search.max_steps + search.lookahead  # a roll-out's steps are verified too
     batch, row = (0, 0) if shape is None else (shape.share_bytes(search.candidates_per_step, search.step_tokens, steps),
                                                shape.row_bytes(search.step_tokens, steps))
     prefill_kv = prefill_reserve(prompt, gen.kv_token_bytes, act_token=0, chunk=0)  # the prefill's KV beside the
     # pool, as the run leaves it free (its activations are in `fixed`)
     budget = cache.kv_budget_bytes or _automatic_budget(
-        info, policy_whole_bytes(cache.policy, whole, prompt, search, gen.kv_token_bytes, gen.kv.num_layers), batch,
+        info, policy_whole_bytes(cache.policy, whole, prompt, bound, gen.kv_token_bytes, gen.kv.num_layers), batch,
         cache.verifier_kv_share, fixed + prefill_kv)
     try:
         verifier_kv = split_budget(budget, cache.verifier_kv_share, batch, row).verifier_bytes

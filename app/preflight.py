@@ -10,7 +10,7 @@ import torch
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import SearchTooLarge
 from engine.kv.attention import uses_cascade
-from engine.kv.cache import search_kv_bytes
+from engine.kv.cache import search_kv_bytes, within_context
 from engine.search import prompt_ids
 from engine.synthetic import free_memory_bytes
 
@@ -40,13 +40,6 @@ def check_memory(loaded, question: str, search: SearchConfig, cache: CacheConfig
     largest = (f"--beams {beams} with --width {search.width}" if beams else
                f"none: --beams 1 with --width {search.width} needs more; lower --width or --step-tokens")
     raise SearchTooLarge(need, available, largest, SHARE)
-
-
-def within_context(search: SearchConfig, prompt_tokens: int, context_length: int) -> SearchConfig:
-    """The search as its paths can grow: a path stops at the model's context, so steps past it hold no KV
-    (`--max-steps 1000` on an 8,192-token model was refused as 20.7 GB where its paths hold 3 GB)."""
-    room = max(context_length - prompt_tokens, 1)
-    return dataclasses.replace(search, max_steps=min(search.max_steps, -(-room // search.step_tokens)))
 
 
 def _most_beams(loaded, prompt: int, search: SearchConfig, cache: CacheConfig, limit: int) -> int:

@@ -188,3 +188,27 @@ def test_sessions_show_and_the_exports_say_the_context_filled_the_paths(tiny, tm
     assert main(["sessions", "show", "1", "--db", str(db)]) == 0
     out = capsys.readouterr().out
     assert said in out and "  3 steps, " in out
+
+
+def test_the_bounds_count_no_step_past_the_context(tiny):
+    """`--max-steps 1000`: the whole-search bound, `auto`'s choice and the plan counted every step at full length,
+    though a path ends at the model's context; they are those of the steps that fit."""
+    from app.planner import plan
+    from engine.config import ModelSpec
+    from engine.kv.cache import KVCache, within_context
+
+    endless = SearchConfig(beams=2, width=2, step_tokens=16, max_steps=1000, step_delimiter=None)
+    prompt = 40
+    fitting = within_context(endless, prompt, tiny.context_length)
+    assert fitting.max_steps == -(-(tiny.context_length - prompt) // 16)
+    kvs = [KVCache(tiny, search, CacheConfig(prefix_cache=False), prompt, decode=None, prefill=None)
+           for search in (endless, fitting)]
+    try:
+        assert kvs[0].budget == kvs[1].budget and kvs[0].policy_name == kvs[1].policy_name == "in_device"
+    finally:
+        for kv in kvs:
+            kv.close()
+    spec, cache = ModelSpec("synthetic:tiny-llama"), CacheConfig(device="cpu")
+    planned = plan(spec, endless, cache, question="What is 2+3?")
+    fitting = within_context(endless, planned.prompt_tokens, tiny.context_length)
+    assert planned.generator_kv_bytes == plan(spec, fitting, cache, question="What is 2+3?").generator_kv_bytes

@@ -317,9 +317,10 @@ def test_a_search_too_large_for_memory_is_refused_with_the_figure_and_the_larges
 def test_the_memory_check_counts_paths_only_up_to_the_models_context_and_says_its_share(tiny):
     """`--max-steps 1000` was refused as '20.7 GB, more than the 24.4 GB free' on an 8,192-token model whose paths
     hold 3 GB: its steps past the context were counted, and the 80% share it compares with was never said."""
-    from app.preflight import SHARE, check_memory, needed_bytes, within_context
+    from app.preflight import SHARE, check_memory, needed_bytes
     from engine.config import CacheConfig, SearchConfig
     from engine.errors import SearchTooLarge
+    from engine.kv.cache import within_context
 
     endless = SearchConfig(beams=4, width=2, step_tokens=16, max_steps=1_000_000)
     capped = within_context(endless, 20, tiny.context_length)

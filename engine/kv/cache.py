@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -48,6 +49,14 @@ CUDA_MARGIN = 1 << 30  # leave this much device memory free for activations when
 
 Prefill = Callable[..., Any]  # token ids, chunk=, cache=, **forward -> the prompt's cache (engine.runner.prefill)
 BudgetProbe = Callable[[], int | None]  # free device bytes now, or None when it cannot change (emulated)
+
+
+def within_context(search: SearchConfig, prompt_tokens: int, context_length: int) -> SearchConfig:
+    """The search as its paths can grow: a path ends at the model's context (engine/step_buffers.py
+    `fills_context`), so steps past it hold no KV. Its bounds count only these (`--max-steps 1000` on an
+    8,192-token model was 20.7 GB where its paths hold 3 GB, and `auto` offloaded a search that fit)."""
+    room = max(context_length - prompt_tokens, 1)
+    return dataclasses.replace(search, max_steps=min(search.max_steps, -(-room // search.step_tokens)))
 
 
 def longest_tokens(prompt_tokens: int, search: SearchConfig) -> int:
@@ -166,6 +175,7 @@ class KVCache:
         budget is split between the generator (`budget`) and the verifier (`verifier_budget`), a budget whose
         automatic share cannot hold `verifier_row_bytes` (one path's longest) refused at once. `prefix`: the
         prefix cache the prompt's cached blocks come from and this run's blocks go to (None: none)."""
+        search = within_context(search, prompt_tokens, loaded.context_length)  # every bound below: paths end there
         self.cfg, self.search, self._prefill, self.margin = cache, search, prefill, margin
         self.prefix, self._pinned, self.chosen, self._body = prefix, [], None, []
         self.cached_tokens = self.computed_tokens = 0
