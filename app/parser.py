@@ -19,6 +19,8 @@ class DefaultsFormatter(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         default = action.default
+        if isinstance(action, argparse.BooleanOptionalAction) and "default" not in text:  # --x / --no-x
+            return f"{text} (default: {'on' if default else 'off'})".strip()  # False was shown as nothing
         nothing = default is None or default is False or default is argparse.SUPPRESS  # `is`: 0 == False
         if "default" in text or nothing or not action.option_strings:
             return text  # a default not shown as it is (--step-delimiter's newlines) is named in its help

@@ -227,3 +227,20 @@ def test_a_budget_below_what_a_later_step_needs_is_said_when_the_run_starts(caps
     assert main([*argv, "--kv-budget", small, "--json"]) == 2
     started = json.loads(capsys.readouterr().out.splitlines()[0])
     assert format_bytes_up(started["every_step_kv_budget_bytes"]) == enough.replace("kB", " kB")  # exact bytes
+
+
+def test_every_on_off_option_shows_its_default_in_help():
+    """`--speculative, --no-speculative` showed no default (a False default read as nothing to show), where README
+    says every option is listed with its default; `--prefix-order` showed `True`."""
+    import argparse
+
+    from app.cli import build_parser
+
+    parser = build_parser()
+    for command in ("run", "eval", "gui", "plan"):
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+        formatter = sub._get_formatter()
+        for action in sub._actions:
+            if isinstance(action, argparse.BooleanOptionalAction):
+                shown = formatter._get_help_string(action)
+                assert "(default: on" in shown or "(default: off" in shown, (command, action.option_strings, shown)
