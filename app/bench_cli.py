@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 import app.formatting as fmt
+from app.deferred_interrupt import import_torch
 from app.formatting import size as format_bytes
 from app.json_out import is_stream, refuse_the_database, write_json
 from app.models_folder import source_of
@@ -98,6 +99,7 @@ def bench_command(args: argparse.Namespace) -> int:
     """Exit 0 when a row produced a figure, 1 when none did (each row says why), 2 on settings it refuses, 130 on
     Ctrl+C (the finished rows' table printed first)."""
     _check(args)
+    import_torch()  # a Ctrl+C inside torch's import aborted the process
     refuse_the_database(args.json_path)  # before anything runs: bench has no --db, so the default one
     dtype = args.dtype or ("bfloat16" if args.plan_only else "float32")
     if args.max_context:

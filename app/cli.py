@@ -100,6 +100,9 @@ def _run(args: argparse.Namespace) -> int:
 
     take_question_option(args)
     check_given(args.question, args.question_file)  # before the engine's import: a missing question is said at once
+    from app.deferred_interrupt import import_torch
+
+    import_torch()  # a Ctrl+C inside torch's import aborted the process (app.run_cli imports it)
     from app.run_cli import run_command  # here, not at the top: `beamwise --help` stays light
 
     return run_command(args)

@@ -102,6 +102,9 @@ def eval_command(args: argparse.Namespace) -> int:
     """Exit 0 when every problem ran, 2 on bad input or when every run failed for the same error of the settings
     (as `run` refuses them; the table is printed), 130 when interrupted (the partial table is printed), 1 when
     --calibrate had no scored step to save thresholds from."""
+    from app.deferred_interrupt import import_torch
+
+    import_torch()  # a Ctrl+C inside torch's import aborted the process
     from app.eval_runs import Evaluation
 
     _check(args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from app.deferred_interrupt import import_torch
 from app.options import add_search_options, configs_from_args
 from app.question import add_question_file_option, add_question_option, read_question, take_question_option
 from app.sessions_cli import session_id
@@ -29,6 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def plan_command(args: argparse.Namespace) -> int:
+    import_torch()  # a Ctrl+C inside torch's import aborted the process
     from app.planner import plan
     from app.run_cli import conversation_of
 
