@@ -22,22 +22,30 @@ COMMAND = ["-X", "importtime", "-m", "app.cli", "run", "What is 2+3?", "--model"
            "cpu", "--no-save"]
 
 
+def read_stderr(proc: subprocess.Popen[str], stderr: list[str]) -> tuple[threading.Event, threading.Thread]:
+    """Set once the child's interpreter has imported `site`: before that, Python itself (not Beamwise) answers a
+    Ctrl+C, with a traceback of its own start-up that no program can catch. `-X importtime` writes one stderr line
+    per import, so the moment is seen without a hook in the command; the reader keeps every line for the test."""
+    ready = threading.Event()
+
+    def read() -> None:
+        for line in proc.stderr:
+            stderr.append(line)
+            if line.rstrip().endswith("| site"):
+                ready.set()
+        ready.set()  # the child ended (or never imported site): let the test see why
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return ready, reader
+
+
 def one_run(delay: float) -> str:
     """How a run sent SIGINT `delay` seconds after its interpreter imported `site` ended."""
     proc = subprocess.Popen([sys.executable, *COMMAND], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
     lines: list[str] = []
-    ready = threading.Event()
-
-    def read() -> None:
-        for line in proc.stderr:
-            lines.append(line)
-            if line.rstrip().endswith("| site"):
-                ready.set()
-        ready.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    ready, reader = read_stderr(proc, lines)
     ready.wait(60)
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)

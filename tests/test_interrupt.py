@@ -6,31 +6,14 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from benchmarks.ctrl_c_stress import read_stderr
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _read_stderr(proc: subprocess.Popen[str], stderr: list[str]) -> tuple[threading.Event, threading.Thread]:
-    """Set once the child's interpreter has imported `site`: before that, Python itself (not Beamwise) answers a
-    Ctrl+C, with a traceback of its own start-up that no program can catch. `-X importtime` writes one stderr line
-    per import, so the moment is seen without a hook in the command; the reader keeps every line for the test."""
-    ready = threading.Event()
-
-    def read() -> None:
-        for line in proc.stderr:
-            stderr.append(line)
-            if line.rstrip().endswith("| site"):
-                ready.set()
-        ready.set()  # the child ended (or never imported site): let the test see why
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    return ready, reader
 
 
 @pytest.mark.skipif(os.name == "nt", reason="SIGINT to a child process is POSIX")
@@ -47,7 +30,7 @@ def test_ctrl_c_while_the_command_loads_exits_130_without_a_traceback(tmp_path, 
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     stderr: list[str] = []
-    ready, reader = _read_stderr(proc, stderr)
+    ready, reader = read_stderr(proc, stderr)
     try:
         assert ready.wait(timeout=60)
         time.sleep(delay)
