@@ -56,8 +56,8 @@ def report_of(model: SessionModel, stored: dict[str, Any]) -> Report:
     end = model.run.end
     session["context_note"] = fmt.context_full_text(end) if isinstance(end, ev.RunFinished) and end.context_full \
         else None  # the model's context filled the paths: said as `run` says it
-    if isinstance(model.run.end, ev.RunFailed) and model.run.end.details:  # a fault: what its report needs
-        session["error_details"] = model.run.end.details
+    if isinstance(end, ev.RunFailed) and end.details:  # a fault: what its report needs
+        session["error_details"] = end.details
     candidates = candidate_rows(model)
     by_id, by_step = {c["id"]: c for c in candidates}, {}
     for c in candidates:

@@ -244,14 +244,19 @@ class KVCache:
     def every_step_budget(self) -> int:
         """A --kv-budget under which no step of this search is refused (`_refused` names the same), when the run's
         is below it; 0 when it holds every step. in_device refuses at once, so it says nothing here."""
-        floor = self._no_refusal.get(self.policy_name)
-        if floor is None or self.policy_name == "in_device":
-            return 0
-        slot = 1 if self.policy_name == "layerwise" else self.store.block_bytes  # layer-wise's is not in slots
-        floor = -(-floor // slot) * slot
-        if floor <= self.budget:
+        floor = self._no_refusal_budget()
+        if floor is None or floor <= self.budget or self.policy_name == "in_device":
             return 0
         return self._total_for(floor) if self.verifier_budget else floor
+
+    def _slot(self) -> int:
+        """The unit the policy sees its budget in: whole slots of the pool (layer-wise's is not in slots)."""
+        return 1 if isinstance(self.policy, LayerwisePolicy) else self.store.block_bytes
+
+    def _no_refusal_budget(self) -> int | None:
+        """The policy's budget under which no step is refused (`_refusal_floors`), in whole slots; None if unknown."""
+        floor, slot = self._no_refusal.get(self.policy_name), self._slot()
+        return None if floor is None else -(-floor // slot) * slot
 
     def _make_store(self, loaded: Generator, prompt_tokens: int, whole: int) -> KVStore:
         """The store, its device pool sized for the policy: layer-wise's budget and buffers (`_layerwise_pool`),
@@ -453,10 +458,9 @@ class KVCache:
         the run was given (and what of it was usable, when other programs took some), the step's need in whole
         slots, and a budget under which no later step is refused either (every policy's: head-wise's prompt needs
         less than its steps)."""
-        slot = 1 if isinstance(self.policy, LayerwisePolicy) else self.store.block_bytes  # its budget is not in slots
+        slot = self._slot()
         need = -(-error.needed_bytes // slot) * slot
-        whole = self._no_refusal.get(self.policy_name)
-        whole = None if whole is None else -(-whole // slot) * slot
+        whole = self._no_refusal_budget()
         refused = KVBudgetTooSmall(
             self.budget, need, error.what,
             "the generator's share of the KV budget" if self.verifier_budget else "KV budget",
