@@ -4,8 +4,6 @@ cannot write (or must not: the session database) said before the work starts."""
 from __future__ import annotations
 
 import json
-import os
-import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,13 +38,9 @@ def is_stream(json_path: str | None) -> bool:
     """True when `json_path` is a FIFO or a character device (/dev/stdout, a terminal): what is written there goes
     to a reader as it comes, so it is written once, whole, never after every row (a FIFO's reader would take the
     first, partial report and go; a terminal would show every version)."""
-    if not json_path:
-        return False
-    try:
-        mode = os.stat(json_path).st_mode  # through links, as write_atomically looks
-    except OSError:  # nothing there yet (or unreadable: writing it will say why)
-        return False
-    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
+    from app.export.files import is_stream as streams
+
+    return bool(json_path) and streams(json_path)
 
 
 def check_json_path(json_path: str | None, db: str | None = None) -> None:

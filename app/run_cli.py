@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -203,7 +202,7 @@ def conversation_of(args: argparse.Namespace) -> tuple[int | None, list[tuple[st
         return None, []
     from app.conversations import follow_up_of
     from app.journal_import import open_session_store
-    from app.store import SessionNotFound, StoreError, default_db_path
+    from app.store import StoreError, default_db_path
 
     path = Path(args.db) if args.db is not None else default_db_path()
     if not path.exists():  # opening it would make an empty database there, as a mistyped --db did
@@ -211,13 +210,8 @@ def conversation_of(args: argparse.Namespace) -> tuple[int | None, list[tuple[st
                 "Check the --db path, or leave --db out for the default database.")
         raise StoreError(f"there is no session database at {path}, so there is no session {session} to follow up.",
                          hint=hint)
-    with open_session_store(path, notify=note) as store:
-        try:
-            previous, history = follow_up_of(store, session)
-        except SessionNotFound as error:  # the ids of the database it looked in, not the default one's
-            named = "" if args.db is None else f" --db {shlex.quote(args.db)}"
-            error.hint = f"Run `beamwise sessions list{named}` to see the ids."
-            raise
+    with open_session_store(path, notify=note) as store:  # SessionNotFound names its --db (get_session)
+        previous, history = follow_up_of(store, session)
     note(f"follow-up: turn {len(history) + 1} of the conversation of session {session}")
     return previous, history
 

@@ -361,7 +361,7 @@ class SessionStore:
                 rows = self._dicts(conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)))
         if not rows:
             error = SessionNotFound(f"there is no session {session_id} in {self.path or 'this database'}.")
-            if self.path is not None and self.path != default_db_path():
+            if self.path is not None and not _is_default(self.path):
                 error.hint = f"Run `beamwise sessions list --db {shlex.quote(str(self.path))}` to see the ids."
             raise error
         return decode_session(rows[0])

@@ -244,3 +244,18 @@ def test_every_on_off_option_shows_its_default_in_help():
             if isinstance(action, argparse.BooleanOptionalAction):
                 shown = formatter._get_help_string(action)
                 assert "(default: on" in shown or "(default: off" in shown, (command, action.option_strings, shown)
+
+
+def test_a_follow_up_to_a_missing_session_names_the_database_it_looked_in(tmp_path, capsys, monkeypatch):
+    """The store's hint names a --db that is not the default database (compared resolved: the default one under
+    another spelling is the default), so `run --session` needs no hint of its own."""
+    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
+    assert main(["run", "What is 2+3?", *TINY]) == 0
+    other = tmp_path / "other.db"
+    assert main(["run", "What is 2+3?", *TINY, "--db", str(other)]) == 0
+    capsys.readouterr()
+    for db, hint in [(None, "Run `beamwise sessions list` to see the ids."),
+                     (str(tmp_path / "data" / ".." / "data" / "sessions.db"), "Run `beamwise sessions list` to see"),
+                     (str(other), f"Run `beamwise sessions list --db {other}` to see the ids.")]:
+        assert main(["run", "--session", "99", "again", *TINY, *(["--db", db] if db else [])]) == 2
+        assert hint in capsys.readouterr().err

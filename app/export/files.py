@@ -75,6 +75,19 @@ def _within_bytes(text: str, most: int) -> str:
     return text
 
 
+def is_stream(path: Path | str) -> bool:
+    """Whether `path` (through its links) is a FIFO or a character device (/dev/stdout, a terminal): written into
+    as it is, never replaced (`write_atomically`); False when nothing is there or it cannot be read."""
+    try:
+        return _streams(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _streams(mode: int | None) -> bool:
+    return mode is not None and (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode))
+
+
 def write_atomically(path: Path, text: str) -> Path:
     """Write `text` to `path`, as a careful tool treats what is there already:
 
@@ -93,7 +106,7 @@ def write_atomically(path: Path, text: str) -> Path:
     except OSError as error:
         raise ExportError(f"cannot export to {path} ({error.strerror or error}); nothing was written.",
                           hint="Choose another file name, e.g. session.md.") from error
-    if mode is not None and (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+    if _streams(mode):
         return _write_into(path, text)
     if stat.S_ISDIR(mode or 0):
         raise ExportError(f"cannot export to {path}: it is a folder.", hint="Give a file name, e.g. session.md.")
