@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,11 +22,15 @@ class BeamwiseError(Exception):
         self.hint = hint or self.hint
 
     def user_message(self) -> str:
-        text = str(self).strip()
-        if not self.hint:
+        text, hint = str(self).strip(), self.advice()
+        if not hint:
             return text
         stop = "" if not text or text.endswith((".", "!", "?")) else "."  # a server's own words may end bare
-        return f"{text}{stop} {self.hint}".strip()
+        return f"{text}{stop} {hint}".strip()
+
+    def advice(self) -> str:
+        """The hint as the user reads it."""
+        return self.hint
 
 
 class ModelLoadError(BeamwiseError):
@@ -179,18 +182,25 @@ class LayersUnavailable(BeamwiseError):
 class RemoteError(BeamwiseError):
     """A generator server (OpenAI-compatible: vLLM, SGLang, llama.cpp) could not do what the search asked."""
 
-    hint = "Check --endpoint and --served-model, and that the server is running (see README, Using a server)."
+    hint = "Check {endpoint} and {model}, and that the server is running (see README, Using a server)."
+    endpoint_option = "--endpoint"  # the options its server was given by, which a hint names as {endpoint} and
+    model_option = "--served-model"  # {model}: the generator's, unless `naming` says otherwise
 
     def naming(self, endpoint_option: str, model_option: str) -> RemoteError:
         """This error with its hint naming the options its server was given by: `bench --server`, or a PRM
         server's --verifier-endpoint and --verifier-model, where the hints name the generator's by default."""
-        hint = re.sub(r"(?<![\w-])--endpoint\b", endpoint_option, self.hint)
-        self.hint = re.sub(r"(?<![\w-])--served-model\b", model_option, hint)
+        self.endpoint_option, self.model_option = endpoint_option, model_option
         return self
+
+    def advice(self) -> str:
+        """The hint with its {endpoint} and {model} as the options this server was given by. Before, the hint was
+        written with the generator's options and a regex rewrote them; other braces stay as they are (a hint
+        may quote what the user typed)."""
+        return self.hint.replace("{endpoint}", self.endpoint_option).replace("{model}", self.model_option)
 
 
 ANSWER_SHAPE_HINT = (
-    "The server is running but did not answer in the shape asked for: check that --endpoint is its "
+    "The server is running but did not answer in the shape asked for: check that {endpoint} is its "
     "OpenAI-compatible API (http://host:port or .../v1), not another program on that port."
 )  # an HTTP 200 whose body is not the answer: the server runs, so its address or its kind is what to check
 
@@ -202,7 +212,7 @@ class ServerUnreachable(RemoteError):
 class ServedModelNotFound(RemoteError):
     """The server answered 404 or 'model not found': it serves no model of that name."""
 
-    hint = "Pass --served-model as the server names it (GET /v1/models lists them)."
+    hint = "Pass {model} as the server names it (GET /v1/models lists them)."
 
 
 class LogprobsUnavailable(RemoteError):

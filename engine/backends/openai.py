@@ -365,7 +365,7 @@ class OpenAICompletions:
         shown = f" (it began {came!r})" if came else ""
         return RemoteError(
             f"the server at {self.cfg.endpoint} answered with something that is not HTTP{shown}.",
-            hint="Check that --endpoint is the address of an OpenAI-compatible server (https:// if it wants TLS), "
+            hint="Check that {endpoint} is the address of an OpenAI-compatible server (https:// if it wants TLS), "
             "not another program's port.",
         )
 
