@@ -52,11 +52,9 @@ def run_baseline(
     loaded, name: str, prompt_ids: Sequence[int], rows: int, gen_tokens: int, seed: int,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> BaselineRun:  # fmt: skip
-    """Time one baseline; an out-of-memory error becomes a result that says so, and so does a run that
-    `should_stop` (asked before each token) ends early."""
-    reason = why_not(name, loaded.device)
-    if reason is not None:
-        return BaselineRun(name, False, reason)
+    """Time one baseline that can run here (`why_not` is None: the caller asks it, before its time limit); an
+    out-of-memory error becomes a result that says so, and so does a run that `should_stop` (asked before each
+    token) ends early."""
     stop = _AskedToStop(should_stop)
     try:
         started = time.perf_counter()

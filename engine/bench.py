@@ -391,7 +391,8 @@ def warm_up(loaded, workload: Workload, prompt: Sequence[int], policies: Sequenc
             limit: TimeLimit | None = None) -> None:  # fmt: skip
     """An untimed run of one short step of each policy, and of each outside baseline on all the workload's rows, in
     this process: a first run's costs (kernels loaded and tuned for its shapes, cuBLAS handles, allocator and pinned
-    blocks) are not in any timed row. Only the first policy warmed up before: later rows paid theirs."""
+    blocks) are not in any timed row. Only the first policy warmed up before: later rows paid theirs. Run on CUDA
+    only, after `check_names`: every baseline can run (`why_not` is None)."""
     limit = limit or TimeLimit()
     tokens = min(WARM_UP_TOKENS, workload.step_tokens)
     short = replace(workload, step_tokens=tokens, gen_tokens=tokens)
