@@ -1,7 +1,7 @@
 """Will it fit? A memory plan for a generator, a verifier and search settings, before any weights load.
 
 Weights and KV bytes per token come from the models' configs (`app.model_facts`); the whole search's KV
-from `engine.kv.cache.search_kv_bytes`; the policy `auto` would pick by the engine's own rule; and the
+from `engine.kv.sizing.search_kv_bytes`; the policy `auto` would pick by the engine's own rule; and the
 bytes over PCIe from the engine's plan-only run (the real policies on `meta` tensors), so the plan agrees
 with a real run's counters; head-wise's from its closed form (`engine.kv.headwise_traffic`), as its
 plan-only runs are too slow to wait for. The result is a red/amber/green state and one sentence a person
@@ -23,16 +23,10 @@ from engine.chat import Turn
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.context_plan import prefill_reserve
 from engine.errors import InvalidPrompt, KVBudgetTooSmall, ModelLoadError, PrefixCacheTooSmall, format_bytes_up
-from engine.kv.cache import (
-    CUDA_MARGIN,
-    auto_policy,
-    one_candidate_bytes,
-    policy_whole_bytes,
-    search_kv_bytes,
-    within_context,
-)
+from engine.kv.cache import CUDA_MARGIN
 from engine.kv.headwise_traffic import HeadwiseTraffic, KVGeometry, headwise_traffic
 from engine.kv.prefix_cache import require_ram
+from engine.kv.sizing import auto_policy, one_candidate_bytes, policy_whole_bytes, search_kv_bytes, within_context
 from engine.kv.split import VerifierShape, emulated_budget, share_too_small, split_budget
 from engine.verifiers.families import checked_prm_folder
 from engine.verifiers.fit import WeightsDoNotFit, pair_does_not_fit

@@ -10,7 +10,7 @@ import torch
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import SearchTooLarge
 from engine.kv.attention import uses_cascade
-from engine.kv.cache import search_kv_bytes, within_context
+from engine.kv.sizing import search_kv_bytes, within_context
 from engine.search import prompt_ids
 from engine.synthetic import free_memory_bytes
 

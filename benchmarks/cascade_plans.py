@@ -23,8 +23,8 @@ from app.model_facts import facts_of
 from benchmarks.gpu_ladder import WORKLOADS
 from engine.bench import Workload, run_bench
 from engine.kv import lbs
-from engine.kv.cache import whole_search_bytes
 from engine.kv.policy import Work, common_prefix
+from engine.kv.sizing import whole_search_bytes
 
 POLICIES = ("lbs:+inter_beam", "lbs:+balanced_prefetch", "lbs:+prefix_order")
 

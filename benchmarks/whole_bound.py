@@ -5,7 +5,7 @@ what sizes in_device's device pool, and the plan's generator KV in the window an
 Before, it held every candidate's blocks of every step at rest and staged each family's history from
 the prompt on; now it holds only the paths each step keeps (pruned candidates are freed at selection)
 and the history after the prompt's full blocks (the prompt is read in place), and counts a lookahead's
-roll-outs itself (engine/kv/cache.py `whole_search_bytes`). The peak is a plan-only in_device run of
+roll-outs itself (engine/kv/sizing.py `whole_search_bytes`). The peak is a plan-only in_device run of
 the same workload with no budget, so its pool is the bound: it would fail if the bound were too small.
 Everything here is deterministic (plan-only: the real policy and store on `meta` tensors):
 
@@ -23,8 +23,8 @@ from app.model_facts import facts_of
 from benchmarks.gpu_ladder import WORKLOADS
 from engine.bench import Workload, run_bench
 from engine.config import CacheConfig, SearchConfig
-from engine.kv.cache import auto_policy, one_candidate_bytes, search_kv_bytes
 from engine.kv.policy import growth_tokens, tail_blocks
+from engine.kv.sizing import auto_policy, one_candidate_bytes, search_kv_bytes
 
 
 def previous_whole_bytes(prompt_tokens: int, search: SearchConfig, cache: CacheConfig, token_bytes: int) -> int:

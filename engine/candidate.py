@@ -30,6 +30,14 @@ class Candidate:
     completed_at: float | None = None  # seconds from the run's start when its path finished (EOS, the context's end)
 
 
+def path_room(prompt_tokens: int, context_length: int) -> int:
+    """The tokens a path may hold after its prompt: a path (the prompt and its steps) holds at most the model's
+    context, and one that fills it ends there (`Candidate.context_full`; a lookahead roll-out ends there too).
+    The runner stops a step at that token (engine/step_buffers.py `fills_context`, by the position it feeds);
+    the KV cache's bounds count no step past it (engine/kv/sizing.py `within_context`)."""
+    return context_length - prompt_tokens
+
+
 def completion(c: Candidate, path_tokens: int, end: float) -> tuple[int, int, float]:
     """A final kept beam's (id, path tokens, completion seconds): when its path ended (EOS, the context's
     end), else the search's end."""

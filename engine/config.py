@@ -131,7 +131,7 @@ class SearchConfig:
     def candidates_per_step(self) -> int:
         return self.beams * self.width
 
-    # the method's shape, for what sizes the search ahead of it (engine/kv/cache.py); engine/methods does it
+    # the method's shape, for what sizes the search ahead of it (engine/kv/sizing.py); engine/methods does it
     @property
     def rows_per_step(self) -> int:
         """Candidates a step decodes at most: N x M, one for greedy (one path whatever N and M)."""

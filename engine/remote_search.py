@@ -55,7 +55,8 @@ def run(
     backend: OpenAICompletions | None = None,
     history: Sequence[Turn] = (),
 ) -> Iterator[ev.Event]:
-    """Answer `question` on the server; never raises for user errors (yields RunFailed), like search.run.
+    """Answer `question` on the server; never raises for user errors (yields RunFailed), like search.run, and
+    in its order: a failure or a Stop before RunStarted (the server checked) is its end event alone.
 
     A Stop ends a request in flight too (`should_stop` is asked while the client waits for the server);
     `history` holds a conversation's earlier turns, (question, chosen path's text), as in search.run.

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from engine import events as ev
-from engine.candidate import Candidate, completion, goodput
+from engine.candidate import Candidate, completion, goodput, path_room
 from engine.chat import Turn
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import InvalidPrompt, failure
@@ -65,6 +65,11 @@ def run(
     history: Sequence[Turn] = (),
 ) -> Iterator[ev.Event]:
     """Answer `question` by step-wise beam search; never raises for user errors (yields RunFailed).
+
+    The last event is the run's end: RunFinished, RunFailed or RunCancelled. RunStarted comes first once the
+    run has started (its KV cache made, the prompt checked); a failure before that (an empty or too long
+    question, a verifier that does not load, a KV cache that cannot be set up) is its RunFailed alone, not
+    recorded: there is no run to record (app/run_output.py `record`). engine/remote_search.py keeps the same order.
 
     `observe_logits(candidate, logits, token)` sees every decode position (tests compare policies with it);
     `prompt_ids` replaces the chat prompt built from `question` (benchmarks use exact prompt lengths);
@@ -336,14 +341,14 @@ class _Search:
     def _fills_context(self, c: Candidate) -> bool:
         """Whether the candidate's path (the prompt and its steps) holds the model's whole context: the runner
         stopped its step there (engine/step_buffers.py `fills_context`), and no later step would have room."""
-        return self.prompt_tokens + len(c.generated) >= self.loaded.context_length
+        return len(c.generated) >= path_room(self.prompt_tokens, self.loaded.context_length)
 
     def _look_ahead(self, kv: KVCache, children: list[int]) -> dict[int, list[RolledStep]]:
         """Beam with lookahead: each unfinished child's greedy roll-out texts, for scoring (else none)."""
         if self.cfg.lookahead == 0:
             return {}
         todo = {c: self.candidates[c].generated for c in children if not self.candidates[c].finished}
-        room = self.loaded.context_length - self.prompt_tokens  # a roll-out ends at the context, as a path does
+        room = path_room(self.prompt_tokens, self.loaded.context_length)  # a roll-out ends there, as a path does
         rolled = roll_out(kv, todo, self.cfg.lookahead, self._new_id, self.loaded.decode, self._greedy,
                           self.should_stop, room=room)
         self.extra_tokens += rolled.tokens

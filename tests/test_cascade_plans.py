@@ -12,9 +12,10 @@ from engine.config import CacheConfig, SearchConfig
 from engine.errors import KVBudgetTooSmall
 from engine.kv import in_device
 from engine.kv.blocks import Tier
-from engine.kv.cache import KVCache, search_kv_bytes
+from engine.kv.cache import KVCache
 from engine.kv.groups import GroupExecutor
 from engine.kv.policy import Work, common_prefix, work_of
+from engine.kv.sizing import search_kv_bytes
 from engine.kv.working import group_shape, group_working_bytes
 from engine.search import SYSTEM_PROMPT
 from tests.test_equivalence import QUESTION, assert_same_run, footprint_budget, search_trace
@@ -71,7 +72,7 @@ class LoadSpy:
         for the step's longest shared prefix (engine/kv/kept_prefix.py `PrefixKeeper.load`)."""
         store, executor, block = kv.store, kv.policy.executor, kv.store.blocks.block_size
         in_place = store.contiguous(common_prefix([m.table for m in members]), Tier.DEVICE) is not None
-        floor = max(group_shape(g, block, cascade=True).prefix for g in groups) if executor.keep_prefix else 0
+        floor = max(group_shape(g, block, cascade=True).prefix for g in groups) if executor.prefixes.keep else 0
         return group_working_bytes(members, kv.search.step_tokens, store.token_bytes, block,
                                    cascade=executor.cascade, prefix_in_place=in_place, prefix_floor=floor)  # fmt: skip
 

@@ -195,7 +195,8 @@ def test_the_bounds_count_no_step_past_the_context(tiny):
     though a path ends at the model's context; they are those of the steps that fit."""
     from app.planner import plan
     from engine.config import ModelSpec
-    from engine.kv.cache import KVCache, within_context
+    from engine.kv.cache import KVCache
+    from engine.kv.sizing import within_context
 
     endless = SearchConfig(beams=2, width=2, step_tokens=16, max_steps=1000, step_delimiter=None)
     prompt = 40

@@ -320,7 +320,7 @@ def test_the_memory_check_counts_paths_only_up_to_the_models_context_and_says_it
     from app.preflight import SHARE, check_memory, needed_bytes
     from engine.config import CacheConfig, SearchConfig
     from engine.errors import SearchTooLarge
-    from engine.kv.cache import within_context
+    from engine.kv.sizing import within_context
 
     endless = SearchConfig(beams=4, width=2, step_tokens=16, max_steps=1_000_000)
     capped = within_context(endless, 20, tiny.context_length)

@@ -9,10 +9,11 @@ import pytest
 
 from engine.config import CacheConfig, SearchConfig
 from engine.errors import KVBudgetTooSmall
-from engine.kv.cache import KVCache, search_kv_bytes
+from engine.kv.cache import KVCache
 from engine.kv.headwise import buffer_bytes, head_group_sizes
 from engine.kv.headwise_traffic import HeadwiseTraffic, KVGeometry, headwise_traffic
 from engine.kv.policy import Work
+from engine.kv.sizing import search_kv_bytes
 from engine.plan_only import planned_model
 from engine.runner import prefill
 from engine.sampling import candidate_generator

@@ -43,7 +43,7 @@ def test_every_method_streams_the_same_event_kinds(tiny):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_each_methods_policy_has_the_shape_its_settings_give(method):
-    """What sizes the search ahead of its policy (in_device's whole-search bound, engine/kv/cache.py) reads the
+    """What sizes the search ahead of its policy (in_device's whole-search bound, engine/kv/sizing.py) reads the
     method's shape from the settings: the policy must decode, expand and keep exactly that."""
     config = SearchConfig(method=method, beams=3, width=2)
     policy = method_for(config)

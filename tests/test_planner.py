@@ -16,7 +16,7 @@ from engine import events as ev
 from engine.bench import Workload, run_bench
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import SearchTooLarge
-from engine.kv.cache import search_kv_bytes
+from engine.kv.sizing import search_kv_bytes
 from engine.models import load_model
 from engine.search import run
 

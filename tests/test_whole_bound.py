@@ -1,6 +1,6 @@
 """in_device's whole-search bound (issue 9): an upper bound of every real in_device peak over methods, lookahead,
 speculation, block sizes and step delimiters, yet close to it, so that `auto` keeps the search on the device
-whenever it fits instead of offloading it (engine/kv/cache.py `whole_search_bytes`)."""
+whenever it fits instead of offloading it (engine/kv/sizing.py `whole_search_bytes`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from benchmarks.gpu_ladder import WORKLOADS
 from benchmarks.whole_bound import in_device_peak, previous_whole_bytes
 from engine import events as ev
 from engine.config import CacheConfig, SearchConfig
-from engine.kv.cache import auto_policy, one_candidate_bytes, search_kv_bytes
+from engine.kv.sizing import auto_policy, one_candidate_bytes, search_kv_bytes
 from engine.search import SYSTEM_PROMPT, run
 from tests.test_equivalence import QUESTION
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -17,28 +16,26 @@ from engine.context_plan import activation_token_bytes, default_chunk, prefill_r
 from engine.errors import KVBudgetTooSmall, format_bytes_up
 from engine.kv.attention import uses_cascade
 from engine.kv.blocks import BlockManager, Tier
-from engine.kv.headwise import HeadwisePolicy, least_budget
+from engine.kv.headwise import HeadwisePolicy
 from engine.kv.in_device import InDevicePolicy
-from engine.kv.layer_budget import every_layer_bytes, pool_overhead, staging_bytes
 from engine.kv.layerwise import LayerwisePolicy
 from engine.kv.lbs import LbsPolicy, Switches
 from engine.kv.offload import move_to_host
-from engine.kv.policy import (
-    SLACK_BLOCKS,
-    Decode,
-    GroupDone,
-    Live,
-    Policy,
-    PolicyContext,
-    StepTiming,
-    growth_tokens,
-    tail_blocks,
-    work_of,
-)
+from engine.kv.policy import Decode, GroupDone, Live, Policy, PolicyContext, StepTiming, work_of
 from engine.kv.pool import PoolExhausted
 from engine.kv.prefix_cache import PrefixCache
 from engine.kv.prefix_io import device_cache, keep_layers, keep_table, load_prefix
+from engine.kv.sizing import (
+    auto_policy,
+    layerwise_pool,
+    one_candidate_bytes,
+    policy_whole_bytes,
+    refusal_floors,
+    search_kv_bytes,
+    within_context,
+)
 from engine.kv.split import emulated_budget, split_budget, total_for
+from engine.kv.step_report import candidates_memory, transfer_stats
 from engine.kv.store import KVStore
 from engine.loaded import Generator
 from engine.models import KVShape
@@ -50,107 +47,6 @@ CUDA_MARGIN = 1 << 30  # leave this much device memory free for activations when
 Prefill = Callable[..., Any]  # token ids, chunk=, cache=, **forward -> the prompt's cache (engine.runner.prefill)
 BudgetProbe = Callable[[], int | None]  # free device bytes now, or None when it cannot change (emulated)
 
-
-def within_context(search: SearchConfig, prompt_tokens: int, context_length: int) -> SearchConfig:
-    """The search as its paths can grow: a path ends at the model's context (engine/step_buffers.py
-    `fills_context`), so steps past it hold no KV. Its bounds count only these (`--max-steps 1000` on an
-    8,192-token model was 20.7 GB where its paths hold 3 GB, and `auto` offloaded a search that fit)."""
-    room = max(context_length - prompt_tokens, 1)
-    return dataclasses.replace(search, max_steps=min(search.max_steps, -(-room // search.step_tokens)))
-
-
-def longest_tokens(prompt_tokens: int, search: SearchConfig) -> int:
-    """The most tokens one row's KV reaches: the prompt, every step and a lookahead roll-out's steps."""
-    return prompt_tokens + (search.max_steps + search.lookahead) * search.step_tokens
-
-
-def whole_search_bytes(
-    prompt_tokens: int,
-    search: SearchConfig,
-    token_bytes: int,
-    block_size: int,
-    tails: int = 1,
-    *,
-    cascade: bool = False,
-    speculative: bool = False,
-) -> int:
-    """Upper bound of in_device's peak: the KV at rest at any moment of the search, and a step's working KV.
-
-    At rest during step `t`: the prompt's blocks; the paths step `t - 1` kept (pruned candidates are
-    freed at selection), each with at most `t - 1` steps' blocks of its own; and the growth of step `t`
-    of every candidate and of each roll-out (lookahead). A row's step and its speculation together hold
-    at most a step's tokens, in whole blocks; besides, each candidate and step opens or copies on write
-    up to `tails` blocks (engine.kv.policy.growth_tokens). `3 x block_size` covers the prompt's partial
-    block, a run kept for one block still in use, and the plan's slack. The working KV is
-    `working_tokens`'s.
-    """
-    n, steps, k = search.rows_per_step, search.max_steps, search.step_tokens
-    per_step = growth_tokens(k, block_size, tails)
-    kept = search.kept_per_step * (steps - 1) * per_step  # kept paths' blocks rest until their children fork them
-    at_rest = prompt_tokens + 3 * block_size + kept + n * (1 + search.lookahead) * per_step
-    return (at_rest + working_tokens(prompt_tokens, search, block_size, cascade, speculative)) * token_bytes
-
-
-def working_tokens(prompt_tokens: int, search: SearchConfig, block_size: int, cascade: bool, speculative: bool
-                   ) -> int:  # fmt: skip
-    """Tokens of in_device's working KV in any step (engine/kv/working.py), the largest step first.
-
-    A row's history at a step's start is under `prompt + steps x k` tokens (its speculated start
-    included); a lookahead roll-out's, `(lookahead - 1) x k` longer. Without cascade attention each of
-    the `n` rows holds its whole history plus the step. With it the prefix every row shares is read
-    in place or staged once (at most a row's history), the rows forked from one kept path (a family)
-    read the history after the prompt's full blocks once from the parent level, and a row holds only
-    what it no longer shares with its siblings: nothing, or with speculation a copied partial block and
-    its speculated start (under a block and a step). A method whose paths have one child each
-    (best-of-N, greedy) makes every row a family of its own, and so do lookahead's roll-outs: each a
-    family's history and no own tokens. With `G` families the prefix `p` (at least the prompt's full
-    blocks, `s`) and the families' histories after it take at most `p + G x (h - p) <= h + (G - 1) x
-    (h - s)` for histories of at most `h`, staged or not. One slot of rounding for each of the load's
-    two runs.
-    """
-    n, k = search.rows_per_step, search.step_tokens
-    decoded = prompt_tokens + search.max_steps * k  # a sampled step's rows
-    longest = decoded + max(search.lookahead - 1, 0) * k  # a roll-out's rows
-    if not cascade:
-        return n * (longest + k)
-    shared = prompt_tokens // block_size * block_size  # every row's table starts with these blocks
-    own = min(decoded, block_size + k) if speculative and search.children_per_path > 1 else 0
-    sampled = decoded + (min(search.kept_per_step, n) - 1) * (decoded - shared) + n * (own + k)
-    rolled = longest + (n - 1) * (longest - shared) + n * k if search.lookahead else 0
-    return max(sampled, rolled) + 2 * block_size
-
-
-def search_kv_bytes(prompt_tokens: int, search: SearchConfig, cache: CacheConfig, token_bytes: int, *,
-                    cascade: bool) -> int:  # fmt: skip
-    """`whole_search_bytes` under these cache settings (speculation's blocks and tokens counted); `cascade`:
-    the model attends through Beamwise's cascade attention (engine.kv.attention.uses_cascade)."""
-    tails = tail_blocks(cache.speculative, cache.speculative_continuations != 1)
-    return whole_search_bytes(prompt_tokens, search, token_bytes, cache.block_size, tails, cascade=cascade,
-                              speculative=cache.speculative)  # fmt: skip
-
-
-def one_candidate_bytes(prompt_tokens: int, search: SearchConfig, token_bytes: int, block_size: int) -> int:
-    """Upper bound of what lbs needs for its largest group of one: a candidate's KV at the last step's end."""
-    return (longest_tokens(prompt_tokens, search) + SLACK_BLOCKS * block_size) * token_bytes
-
-
-def policy_whole_bytes(policy: str, whole: int, prompt_tokens: int, search: SearchConfig, token_bytes: int,
-                       num_layers: int) -> int:  # fmt: skip
-    """What the whole search needs under `policy`, given `whole`, in_device's bound (`search_kv_bytes`): the
-    automatic budget where no free memory can be read. Layer-wise's rows hold their whole history, the
-    prompt too, in every layer (and never less than its two staging layers)."""
-    if policy != "layerwise":
-        return whole
-    longest, layer_token_bytes = longest_tokens(prompt_tokens, search), token_bytes // num_layers
-    return max(every_layer_bytes(search.candidates_per_step, longest, num_layers, layer_token_bytes),
-               staging_bytes(search.rows_per_step, longest, layer_token_bytes))
-
-
-def auto_policy(whole: int, one: int, budget: int) -> str:
-    """in_device when the whole search fits, lbs when one candidate does, else headwise (HeadInfer)."""
-    if whole <= budget:
-        return "in_device"
-    return "lbs" if one <= budget else "headwise"
 
 
 class KVCache:
@@ -182,7 +78,7 @@ class KVCache:
         self._config = loaded.model.config
         shape, self.device = loaded.kv_shape, loaded.device
         self.blocks = BlockManager(cache.block_size)
-        token_bytes = shape.token_bytes()
+        token_bytes = shape.token_bytes()  # one token's KV in every layer: the unit of every bound below
         attention = uses_cascade(loaded.model.config)  # in_device's groups read a parent's history once
         whole = search_kv_bytes(prompt_tokens, search, cache, token_bytes, cascade=attention)
         self.emulated = self.device.type != "cuda"  # until the store says (a CPU fake of CUDA in tests)
@@ -190,7 +86,7 @@ class KVCache:
         self._read_free = False  # the budget was read from free device memory (no --kv-budget)
         self._shortfall = 0  # device bytes other programs took from the budget at its last re-read
         act = activation_token_bytes(loaded.model.config, _element_size(loaded.dtype))
-        self._resolve_budget(prompt_tokens, shape, whole, act, verifier_batch_bytes, verifier_row_bytes)
+        self._resolve_budget(prompt_tokens, shape, token_bytes, whole, act, verifier_batch_bytes, verifier_row_bytes)
         one = one_candidate_bytes(prompt_tokens, search, token_bytes, cache.block_size)
         self.policy_name = cache.policy if cache.policy != "auto" else auto_policy(whole, one, self.budget)
         # speculative beam extension keeps a row's speculated KV: the group executor's policies do
@@ -198,9 +94,10 @@ class KVCache:
         grouped = self.policy_name == "in_device" or (self.policy_name == "lbs" and cache.inter_beam)
         if not (attention and grouped):  # its rows hold their whole history: the pool may need that much
             whole = search_kv_bytes(prompt_tokens, search, cache, token_bytes, cascade=False)
-        self._no_refusal = self._refusal_floors(prompt_tokens, shape, whole, one)  # budgets no step exceeds
+        # budgets no step exceeds (a refusal names them, `_refused`)
+        self._no_refusal = refusal_floors(prompt_tokens, search, shape, token_bytes, cache.block_size, whole, one)
         self.layer_overhead = 0  # layer-wise: device bytes its buffers hold beyond its Eq. 1 budget
-        self.store = self._make_store(loaded, prompt_tokens, whole)
+        self.store = self._make_store(loaded, prompt_tokens, token_bytes, whole)
         self.emulated = self.store.emulated
         context = PolicyContext(
             loaded.model.config, self.blocks, self.store, decode, search.step_tokens, self.speculative,
@@ -213,13 +110,13 @@ class KVCache:
         self.timing = StepTiming()
         self.prefill_chunk = cache.prefill_chunk or default_chunk(self.budget, act)
 
-    def _resolve_budget(self, prompt_tokens: int, shape: KVShape, whole: int, act: int, verifier_batch_bytes: int,
-                        verifier_row_bytes: int) -> None:  # fmt: skip
+    def _resolve_budget(self, prompt_tokens: int, shape: KVShape, token_bytes: int, whole: int, act: int,
+                        verifier_batch_bytes: int, verifier_row_bytes: int) -> None:  # fmt: skip
         """The run's KV budget (--kv-budget, else free device memory less the margin and the prefill's
         activations `act` per token, else what the whole search needs), split between the generator
         (`budget`) and the verifier (`verifier_budget`); `_total_for` gives the --kv-budget of a generator
         part. `whole`: in_device's bound (`search_kv_bytes`)."""
-        cache, token_bytes = self.cfg, shape.token_bytes()
+        cache = self.cfg
         total = cache.kv_budget_bytes or self._automatic_budget(
             policy_whole_bytes(cache.policy, whole, prompt_tokens, self.search, token_bytes, shape.num_layers),
             verifier_batch_bytes, cache.verifier_kv_share, lambda room: prefill_reserve(
@@ -229,17 +126,6 @@ class KVCache:
         self._total_for = functools.partial(total_for, share=cache.verifier_kv_share,
                                             verifier_batch_bytes=verifier_batch_bytes,
                                             verifier_row_bytes=verifier_row_bytes)  # a generator part's --kv-budget
-
-    def _refusal_floors(self, prompt_tokens: int, shape: KVShape, whole: int, one: int) -> dict[str, int]:
-        """Per policy, a budget no step of the search exceeds (a refusal names it, `_refused`): `whole` for
-        in_device, `one` (its largest group of one) for lbs, layer-wise's min_budget and head-wise's need at
-        the last step."""
-        token_bytes, longest = shape.token_bytes(), longest_tokens(prompt_tokens, self.search)
-        layer_floor = staging_bytes(self.search.rows_per_step, longest, token_bytes // shape.num_layers)
-        head_token_bytes = token_bytes // (shape.num_layers * shape.num_kv_heads)
-        head_floor = least_budget(prompt_tokens - 1, longest - 1, self.cfg.block_size, head_token_bytes,
-                                  token_bytes * self.cfg.block_size)  # fmt: skip
-        return {"in_device": whole, "lbs": one, "layerwise": layer_floor, "headwise": head_floor}
 
     def every_step_budget(self) -> int:
         """A --kv-budget under which no step of this search is refused (`_refused` names the same), when the run's
@@ -254,17 +140,18 @@ class KVCache:
         return 1 if isinstance(self.policy, LayerwisePolicy) else self.store.block_bytes
 
     def _no_refusal_budget(self) -> int | None:
-        """The policy's budget under which no step is refused (`_refusal_floors`), in whole slots; None if unknown."""
+        """The policy's budget under which no step is refused (`refusal_floors`), in whole slots; None if unknown."""
         floor, slot = self._no_refusal.get(self.policy_name), self._slot()
         return None if floor is None else -(-floor // slot) * slot
 
-    def _make_store(self, loaded: Generator, prompt_tokens: int, whole: int) -> KVStore:
-        """The store, its device pool sized for the policy: layer-wise's budget and buffers (`_layerwise_pool`),
+    def _make_store(self, loaded: Generator, prompt_tokens: int, token_bytes: int, whole: int) -> KVStore:
+        """The store, its device pool sized for the policy: layer-wise's budget and buffers (`layerwise_pool`),
         else the budget, at most what the whole search needs (`whole`)."""
         shape = loaded.kv_shape
         pool = min(self.budget, whole)  # the others never need more than the whole search
         if self.policy_name == "layerwise":
-            pool = self._layerwise_pool(prompt_tokens, shape, shape.token_bytes(), from_free_memory=self._read_free)
+            pool, self.layer_overhead = layerwise_pool(self.budget, prompt_tokens, self.search, shape, token_bytes,
+                                                       self.cfg.block_size, from_free_memory=self._read_free)
         return KVStore(
             self.blocks,
             num_layers=shape.num_layers,
@@ -287,22 +174,6 @@ class KVCache:
             return HeadwisePolicy(context, share=self.cfg.inter_beam)
         switches = Switches(self.cfg.inter_beam, self.cfg.balanced_prefetch, self.cfg.prefix_order)
         return LbsPolicy(context, switches)
-
-    def _layerwise_pool(self, prompt_tokens: int, shape, token_bytes: int, from_free_memory: bool) -> int:
-        """Layer-wise's device pool: its budget's layers (at most every layer of every row at the longest
-        length) and the overhead of buffers sized for a step's end (`pool_overhead`). A budget read from
-        free memory (less the margin) holds the overhead too, so the pool fits beside the margin."""
-        rows, layer_token_bytes = self.search.candidates_per_step, token_bytes // shape.num_layers
-        longest = longest_tokens(prompt_tokens, self.search)
-        block_bytes = token_bytes * self.cfg.block_size
-        budget = min(self.budget, every_layer_bytes(rows, longest, shape.num_layers, layer_token_bytes))
-        self.layer_overhead = pool_overhead(
-            budget, rows, prompt_tokens - 1, longest, self.search.step_tokens, shape.num_layers, layer_token_bytes,
-            block_bytes,
-        )  # fmt: skip
-        if from_free_memory:  # the smaller budget left needs less overhead than this: it fits
-            budget = max(0, budget - self.layer_overhead)
-        return -(-(budget + self.layer_overhead) // block_bytes) * block_bytes  # whole slots: all of it is there
 
     def _free_bytes(self) -> int | None:
         if self._probe is not None:
@@ -538,48 +409,14 @@ class KVCache:
         self.changes.clear()
         for candidates, reason in self.timing.retries:
             yield ev.GroupRetried(step, candidates, reason)
-        counters = self.store.counters
-        memory, traffic_of = [], counters.per_candidate()
-        for cid, live in self.live.items():
-            if cid == PROMPT_ID:
-                continue
-            traffic = traffic_of.get(cid, {})
-            group = self.timing.group_of.get(cid)
-            placement = self.policy.placement(live)
-            memory.append(ev.CandidateMemory(cid, group, *placement, traffic.get("h2d", 0), traffic.get("d2h", 0),
-                                             *verifier_placement(cid)))
+        rows = {cid: live for cid, live in self.live.items() if cid != PROMPT_ID}
+        memory = candidates_memory(rows, self.policy, self.timing, self.store.counters, verifier_placement)
         device_bytes, host_bytes = self.policy.tier_bytes()
         yield ev.MemorySnapshot(
-            step, self.emulated, self.budget, device_bytes, host_bytes, self.timing.peak_device_bytes, tuple(memory),
+            step, self.emulated, self.budget, device_bytes, host_bytes, self.timing.peak_device_bytes, memory,
             v.budget_bytes, v.device_bytes, v.host_bytes, v.peak_device_bytes, v.h2d_bytes, v.d2h_bytes,
         )
-        pcie = (counters.step["h2d"] + counters.step["d2h"]) / self.store.bandwidth
-        compute = self.timing.compute_seconds
-        stall = self.timing.modelled_stall_seconds if self.emulated else counters.step_stall_seconds
-        if not self.emulated:  # measured stall: a wait inside a forward call (layer-wise's) is in the decode loop's
-            compute = max(self.timing.decode_seconds - stall, 0.0)  # host time too; compute is the step's time less it
-        yield ev.TransferStats(
-            step,
-            self.emulated,
-            counters.total["h2d"],
-            counters.total["d2h"],
-            counters.total["d2d"],
-            counters.step["h2d"],
-            counters.step["d2h"],
-            counters.step["d2d"],
-            counters.step_copy_seconds,
-            pcie,
-            compute,
-            stall / (stall + compute) if stall + compute > 0 else 0.0,
-            len(set(self.timing.group_of.values())),
-            self.timing.idle_row_slots,
-            counters.calls["h2d"],
-            counters.calls["d2h"],
-            self.timing.speculative_tokens,
-            self.timing.forwards,
-            self.timing.speculative_runs,
-            self.timing.speculative_lent_runs,
-        )
+        yield transfer_stats(step, self.emulated, self.store.counters, self.timing, self.store.bandwidth)
 
 
 def stacked_layers(cache: DynamicCache) -> torch.Tensor:

@@ -1,12 +1,7 @@
 """Runs a step group by group (in_device, lbs): load a group's KV, decode it, write the new KV back.
 
-A loaded group is a shared prefix (the blocks every member's table starts with) read in place
-when it already sits in consecutive device slots, else staged once; with cascade attention, a
-parent level `[L, 2, G, H, Wp, D]` holding once the history each parent's children share
-(engine/kv/arena.py); and an *arena* `[L, 2, B, H, W + k, D]` holding each member's own
-remaining blocks left-padded to `W` columns, with room for the step's `k` new tokens. All are
-runs of the one device pool, so nothing is allocated per step and a shared block is never
-duplicated per row.
+A loaded group (engine/kv/loaded_group.py) is a shared prefix, with cascade attention a parent
+level, and an arena, all runs of the one device pool.
 
 Timing model for the emulated device: a group's copies to the device stall compute unless
 they were prefetched while the previous group computed; write-back is not counted as a stall.
@@ -38,15 +33,16 @@ write-back copies it on write instead of appending to it in place.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import torch
 
-from engine.kv.arena import BlockCopier, Family, Placed, block_users, families, query_slots
-from engine.kv.attention import ParentHistory, SharedPrefix, arena_cache, padding_mask, uses_cascade
+from engine.kv.arena import BlockCopier, Placed, block_users
+from engine.kv.attention import SharedPrefix, arena_cache, uses_cascade
 from engine.kv.blocks import BlockManager, Tier
-from engine.kv.kept_prefix import KeptPrefix, PrefixKeeper
-from engine.kv.lending import Lending, Saved, columns
+from engine.kv.kept_prefix import PrefixKeeper
+from engine.kv.lending import Lending, columns
+from engine.kv.loaded_group import LoadedGroup, layout_of, load_parents, load_rows
 from engine.kv.policy import (
     OUT_OF_MEMORY,
     Ahead,
@@ -60,33 +56,10 @@ from engine.kv.policy import (
     split_for_retry,
     work_of,
 )
-from engine.kv.pool import Run
 from engine.kv.staging import CopyAhead, Staged, blocks_ahead, stage_ahead, stage_room
 from engine.kv.store import KVStore
-from engine.kv.streams import device_tensor
 from engine.kv.working import group_shape
 from engine.rows import Row, RowResult
-
-
-@dataclass
-class LoadedGroup:
-    group: Group
-    members: list[Live]
-    prefix_ids: list[int]
-    prefix: SharedPrefix | None
-    width: int  # W: arena columns that hold the members' own KV
-    arena: torch.Tensor  # [L, 2, B, H, W + k, D]
-    mask: torch.Tensor | None  # [B, W]: 1 real, 0 padding; None when no row is padded
-    runs: list[Run]  # device runs to release after the group
-    h2d_bytes: int  # what loading it moved over PCIe
-    loaded: object = None  # CUDA event recorded after the load's copies (None: already in order)
-    kept: KeptPrefix | None = None  # the executor's kept prefix, when this group reads it
-    placed: Placed = field(default_factory=dict)  # where its load first copied each host block (the carry)
-    early: bool = False  # loaded by a prefetch, while the group before it computed (CUDA)
-    staged: tuple[int, ...] = ()  # members whose blocks were copied ahead into the room left (staging.py)
-    ahead_bytes: int = 0  # emulated device: PCIe bytes copy-ahead would have moved for it (its timing model)
-    own: tuple[int, ...] = ()  # each member's own tokens, in the arena's columns just before `width`
-    saved: Saved = field(default_factory=dict)  # what lent rows had decoded before (engine/kv/lending.py)
 
 
 class GroupExecutor:
@@ -100,21 +73,12 @@ class GroupExecutor:
         self.decode, self.step_tokens, self.share = decode, step_tokens, share
         self.cascade = share and uses_cascade(config)  # else rows hold all
         self.lend = lend  # rows may decode other candidates' children once theirs are over (engine/kv/lending.py)
-        self.prefixes = PrefixKeeper(store, blocks)  # each group's shared prefix; with prefix order, the one kept
+        self.prefixes = PrefixKeeper(store, blocks)  # each group's shared prefix; `.keep`: prefix-aware order
         self._moved_ahead = 0  # H2D bytes of a load beside the group before that did not fit (the next load's)
         self._staged: Staged | None = None  # the next group's blocks copied ahead into the room left (CUDA)
         self._modelled: tuple[Group, CopyAhead, int] | None = None  # emulated: what copy-ahead would take, PCIe bytes
         self.prefetch = False  # balanced prefetch: copy the next group's blocks into the room this one leaves
         self.overlap = not store.emulated  # loads may run beside compute (CUDA): prefetch and copy-ahead really copy
-
-    @property
-    def keep_prefix(self) -> bool:
-        """Prefix-aware order: a staged prefix stays for the next group that shares it."""
-        return self.prefixes.keep
-
-    @keep_prefix.setter
-    def keep_prefix(self, keep: bool) -> None:
-        self.prefixes.keep = keep
 
     def run_step(
         self, groups: Sequence[Group], live: dict[int, Live], timing: StepTiming, should_stop: Callable[[], bool]
@@ -217,7 +181,7 @@ class GroupExecutor:
     def _carry(self, batch: LoadedGroup) -> Placed | None:
         """What the next group may take on from `batch` (prefix-aware order with sharing only, so every
         other switch moves exactly what it did without the carry)."""
-        return batch.placed if self.keep_prefix and self.share else None
+        return batch.placed if self.prefixes.keep and self.share else None
 
     def _prefetch(self, group: Group, live: dict[int, Live], carry: Placed | None) -> LoadedGroup | None:
         """Load the next group now on the copy stream (CUDA), if the pool has room beside this one."""
@@ -264,7 +228,7 @@ class GroupExecutor:
         """(the next group's members, the slots copy-ahead may take for a number wanted, the kept prefix's blocks)."""
         members = [live[c] for c in group.candidates]
         work = [work_of(m, self.blocks) for m in members]
-        floor = self.prefixes.capacity if self.keep_prefix else 0
+        floor = self.prefixes.capacity if self.prefixes.keep else 0
         shape = group_shape(work, self.blocks.block_size, cascade=self.cascade, prefix_floor=floor,
                             prefix_in_place=self.cascade and self.prefixes.serves(work))  # fmt: skip
         need = shape.slots(self.step_tokens, self.blocks.block_size)
@@ -317,69 +281,36 @@ class GroupExecutor:
         kept at the step's longest is an error (PoolExhausted) instead of staged at its own length;
         `early` (a prefetch): the arena's run is taken first, so a load that finds no room copies nothing."""
         members = [live[c] for c in group.candidates]
-        prefix_ids = common_prefix([m.table for m in members]) if self.cascade else []
-        skip = len(prefix_ids)
-        kin = families(members, skip) if self.cascade else []
-        kin = kin if any(f.blocks for f in kin) else []  # no parent history after the prefix: no such level
-        shared = {row: len(f.blocks) for f in kin for row in f.rows}
-        own = [m.table[skip + shared.get(row, 0) :] for row, m in enumerate(members)]
-        lengths = [self.blocks.num_tokens(t) for t in own]
-        width = max(lengths, default=0)
-        heights = [self.blocks.num_tokens(f.blocks) for f in kin]
-        L, _, H, _, D = self.store.slot_shape
-        shapes = [(L, 2, len(members), H, width + self.step_tokens, D)]
-        shapes += [(L, 2, len(kin), H, max(heights), D)] if kin else []
+        layout = layout_of(members, self.blocks, self.cascade)
+        shapes = layout.shapes(self.store.slot_shape, len(members), self.step_tokens)
         runs, kept, before = [], None, self.store.counters.step["h2d"]
         try:
             with self.store.loading() as loaded:
                 if early:
                     tensors, run = self.store.working(shapes)
                     runs.append(run)
-                kv, kept = self.prefixes.load(prefix_ids, group, runs, carry or {}, strict)
+                kv, kept = self.prefixes.load(layout.prefix_ids, group, runs, carry or {}, strict)
                 if not early:
                     tensors, run = self.store.working(shapes)
                     runs.append(run)
-                copier = BlockCopier(self.store, self.blocks, self.share, block_users(members, skip), carry)
-                parents = self._load_parents(kin, heights, tensors[1], copier, len(members)) if kin else None
-                arena, mask = self._load_rows(members, own, lengths, width, tensors[0], copier)
+                users = block_users(members, len(layout.prefix_ids))
+                copier = BlockCopier(self.store, self.blocks, self.share, users, carry)
+                rows = len(members)
+                parents = load_parents(self.store, layout, tensors[1], copier, rows, self.lend) if layout.kin else None
+                arena, mask = load_rows(self.store, members, layout, tensors[0], copier, self.share)
         except BaseException:
             for held in runs:
                 self.store.release(held)
             if kept is not None:
                 self.prefixes.release(kept)
             raise
-        layers = tuple((kv[i, 0], kv[i, 1]) for i in range(L)) if kv is not None else ()
+        layers = tuple((kv[i, 0], kv[i, 1]) for i in range(self.store.slot_shape[0])) if kv is not None else ()
         prefix = SharedPrefix(layers, parents) if layers or parents is not None else None
         h2d = self.store.counters.step["h2d"] - before
         return LoadedGroup(
-            group, members, prefix_ids, prefix, width, arena, mask, runs, h2d, loaded, kept, copier.placed,
-            own=tuple(lengths),
+            group, members, layout.prefix_ids, prefix, layout.width, arena, mask, runs, h2d, loaded, kept,
+            copier.placed, own=tuple(layout.lengths),
         )
-
-    def _load_parents(self, kin: list[Family], heights: list[int], parents, copier: BlockCopier, rows: int):
-        """Each family's shared blocks once, into its row `g` of `[L, 2, G, H, Wp, D]` (padding zeroed:
-        it is masked, but must not hold NaN)."""
-        for g, (family, height) in enumerate(zip(kin, heights, strict=True)):
-            copier.copy(parents[:, :, g], 0, family.blocks)
-            if height < parents.shape[4]:
-                parents[:, :, g, :, height:].zero_()
-        mask = None
-        if min(heights) < parents.shape[4]:
-            places = torch.arange(parents.shape[4], device=self.store.device)
-            mask = places[None, :] < device_tensor(heights, torch.long, self.store.device)[:, None]  # [G, Wp]
-        slots, width = query_slots(kin, rows, self.store.device, spare=self.lend)
-        layers = tuple((parents[i, 0], parents[i, 1]) for i in range(parents.shape[0]))
-        return ParentHistory(layers, mask, slots, width)
-
-    def _load_rows(self, members: list[Live], own: list[list[int]], lengths: list[int], width: int, arena,
-                   copier: BlockCopier):  # fmt: skip
-        """Each member's own blocks, left-padded into the arena `[L, 2, B, H, W + k, D]`."""
-        for row, (member, table, length) in enumerate(zip(members, own, lengths, strict=True)):
-            column = width - length
-            if column:
-                arena[:, :, row, :, :column].zero_()  # padding is masked, but must not hold NaN
-            copier.copy(arena[:, :, row], column, table, () if self.share else [member.id])
-        return arena, padding_mask(lengths, width, self.store.device)
 
     def _unload(self, batch: LoadedGroup | None) -> None:
         if batch is None:

@@ -163,7 +163,7 @@ class LbsPolicy:
             context.config, context.blocks, context.store, self.home, context.decode, context.step_tokens,
             share=switches.inter_beam, lend=context.continuations,
         )
-        self.executor.keep_prefix = switches.prefix_order
+        self.executor.prefixes.keep = switches.prefix_order
         self.executor.prefetch = switches.balanced_prefetch
 
     def plan(self, work: Sequence[Work], budget: int) -> StepPlan:

@@ -24,7 +24,7 @@ import torch
 from engine.kv import pieces
 from engine.kv.blocks import AppendPlan, BlockManager, Tier
 from engine.kv.pool import PoolExhausted, Run, SlotPool
-from engine.kv.streams import on_copy_stream, streams_for, wait_for_copy_stream
+from engine.kv.streams import CudaStreams, on_copy_stream, streams_for, wait_for_copy_stream
 
 DIRECTIONS = ("h2d", "d2h", "d2d", "h2h")
 HOST_CHUNK_BYTES = 256 << 20  # the host pool grows by this much at a time
@@ -252,21 +252,22 @@ class KVStore:
         host timer would see only the launch); the host reads a host block only after `sync`, which
         the KV cache calls at the end of every step (a block written back in a step is read in it only by
         a speculative fork's copy-on-write, and `write` syncs first)."""
-        split = pieces.split_copy(dst, src, direction)
+        counted_copy(self.streams, self.counters, dst, src, direction, owners, self._timing(direction))
+
+    @contextlib.contextmanager
+    def _timing(self, direction: str) -> Iterator[None]:
+        """Times the copy inside: on the host where it runs there (the emulated device, host to host), else
+        between CUDA events on its stream, read at `sync`."""
         if self.emulated or direction == "h2h":
             start = time.perf_counter()
-            if self.emulated:
-                dst.copy_(src)
-            else:
-                self.streams.host_copy(dst, src)
+            yield
             self.counters.step_copy_seconds += time.perf_counter() - start
-        else:
-            begin, end = self.streams.event(timing=True), self.streams.event(timing=True)
-            begin.record()
-            pieces.copy(self.streams, dst, src, direction, split)
-            end.record()
-            self._timed.append((begin, end))
-        self.counters.add(direction, src.numel() * src.element_size(), owners, 1 if split is None else split.pieces)
+            return
+        begin, end = self.streams.event(timing=True), self.streams.event(timing=True)
+        begin.record()
+        yield
+        end.record()
+        self._timed.append((begin, end))
 
     def loading(self) -> contextlib.AbstractContextManager[torch.cuda.Event | None]:
         """Issue the copies inside on the copy stream (engine.kv.streams.on_copy_stream); compute must
@@ -354,6 +355,25 @@ class KVStore:
         self._timed.clear()
         self._stalls.clear()
         self._written.clear()
+
+
+def counted_copy(
+    streams: CudaStreams | None, counters: Counters, dst: torch.Tensor, src: torch.Tensor, direction: str,
+    owners: Sequence[int] = (), timed: contextlib.AbstractContextManager | None = None,
+) -> None:
+    """Copy `src` into `dst` and count it in `counters` (bytes and calls, for the KV store and the verifier's
+    pools alike). Without CUDA (`streams` None) the copy runs at once; on CUDA a host-to-host copy runs on the
+    host, any other is issued on the current stream, a strided host side sent as its contiguous pieces
+    (engine/kv/pieces.py, one call each). `timed` wraps the copy alone."""
+    split = pieces.split_copy(dst, src, direction)
+    with timed or contextlib.nullcontext():
+        if streams is None:
+            dst.copy_(src)
+        elif direction == "h2h":
+            streams.host_copy(dst, src)
+        else:
+            pieces.copy(streams, dst, src, direction, split)
+    counters.add(direction, src.numel() * src.element_size(), owners, 1 if split is None else split.pieces)
 
 
 def _flag(tier: Tier) -> str:

@@ -22,11 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.kv import pieces
 from engine.kv.blocks import Tier
 from engine.kv.pool import PoolExhausted, Run, SlotPool
 from engine.kv.split import share_too_small
-from engine.kv.store import DIRECTIONS, HOST_CHUNK_BYTES
+from engine.kv.store import HOST_CHUNK_BYTES, Counters, counted_copy
 from engine.kv.streams import on_copy_stream, streams_for, wait_for_copy_stream
 from engine.verifiers.base import VerifierMemory
 
@@ -87,14 +86,31 @@ class VerifierKV:
         self._written: set[int] = set()  # host segments an asynchronous copy may still be writing (CUDA)
         self._on_device: dict[int, None] = {}  # device segments, least recently used first
         self._next = 0
-        self.traffic = dict.fromkeys(DIRECTIONS, 0)  # bytes this step
-        self.calls = dict.fromkeys(DIRECTIONS, 0)  # copy calls this step
-        self.total = dict.fromkeys(DIRECTIONS, 0)  # bytes over the run
-        self.total_calls = dict.fromkeys(DIRECTIONS, 0)
+        self.counters = Counters()  # bytes and copy calls per direction, this step and over the run
         self.bandwidth = pcie_gbps * 1e9  # modelled PCIe bytes per second (the CPU)
         self.stall_seconds = 0.0  # modelled (CPU): loads compute waited for, over the run
         self.copy_stream = None if self.streams is None else self.streams.copy_stream
         self.peak_slots = 0
+
+    @property
+    def traffic(self) -> dict[str, int]:
+        """Bytes per direction this step."""
+        return self.counters.step
+
+    @property
+    def calls(self) -> dict[str, int]:
+        """Copy calls per direction this step."""
+        return self.counters.step_calls
+
+    @property
+    def total(self) -> dict[str, int]:
+        """Bytes per direction over the run."""
+        return self.counters.total
+
+    @property
+    def total_calls(self) -> dict[str, int]:
+        """Copy calls per direction over the run."""
+        return self.counters.calls
 
     # -- segments -----------------------------------------------------------------------------
     def put(self, kv: torch.Tensor) -> int:
@@ -263,8 +279,7 @@ class VerifierKV:
 
     def start_step(self) -> None:
         """Traffic and the peak count from here (the search settled a step)."""
-        self.traffic = dict.fromkeys(DIRECTIONS, 0)
-        self.calls = dict.fromkeys(DIRECTIONS, 0)
+        self.counters.start_step()
         self.peak_slots = self.pools[Tier.DEVICE].allocator.used
 
     def wait_copies(self) -> None:
@@ -291,18 +306,10 @@ class VerifierKV:
         return self.pools[segment.tier].segment(segment.run)[:, :, :, : segment.tokens]
 
     def _copy(self, dst: torch.Tensor, src: torch.Tensor, direction: str) -> None:
-        """Copy and count. On CUDA the copy is issued on the current stream, asynchronous to the host (pinned
-        host memory, sent as its contiguous pieces: engine/kv/pieces.py, one call each); a host segment it
-        writes is read again only by `load`, which waits for it."""
-        split = pieces.split_copy(dst, src, direction)
-        if self.streams is None:
-            dst.copy_(src)
-        else:
-            pieces.copy(self.streams, dst, src, direction, split)
-        nbytes, calls = src.numel() * src.element_size(), 1 if split is None else split.pieces
-        for counts, value in ((self.traffic, nbytes), (self.total, nbytes), (self.calls, calls),
-                              (self.total_calls, calls)):  # fmt: skip
-            counts[direction] += value
+        """Copy and count (engine/kv/store.py `counted_copy`). On CUDA the copy is issued on the current stream,
+        asynchronous to the host (pinned host memory); a host segment it writes is read again only by `load`,
+        which waits for it."""
+        counted_copy(self.streams, self.counters, dst, src, direction)
 
     def _note_written(self, handle: int) -> None:
         """On CUDA, a copy to a host segment is asynchronous (pinned memory): note it until a synchronize."""
