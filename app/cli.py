@@ -140,27 +140,53 @@ def tolerate_console_encoding() -> None:
             stream.reconfigure(errors="replace")
 
 
+# Commands whose modules still refuse what the user gave with a plain ValueError (bench: engine/workload.py and
+# engine/bench.py; eval: app/early_exit.py, app/calibrate.py and app/calibrate_exit.py; models: app/models_cli.py,
+# app/model_library.py and app/model_pull.py's PullError): there it is said as the user's until they raise
+# UsageError. Anywhere else a plain ValueError is a fault in Beamwise and goes on as every other exception does:
+# a traceback, exit 1, never "beamwise: error:" as if the user had typed something wrong.
+PLAIN_VALUE_ERRORS = ("bench", "eval", "models")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Every command, returning its exit status (`console` is the console script that exits with it)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     tolerate_console_encoding()
+    command = None
     try:
         args = build_parser().parse_args(argv or ["gui"])
-        if args.command in ("run", "eval", "gui", "bench"):  # every command that runs a model
-            # torch's pool: the free cores (one kept for the window), or --threads; eval records the choice
-            given = getattr(args, "threads", None)
-            args.thread_choice = limit_threads(reserve=int(args.command == "gui"), given=given)
+        command = args.command
+        if command in ("run", "eval", "gui", "bench"):  # every command that runs a model
+            _limit_threads(args)
             _quiet_progress_bars()
         return args.handler(args)
-    except (UsageError, ValueError, BeamwiseError) as error:
-        message = error.user_message() if isinstance(error, BeamwiseError) else str(error)
-        print(f"beamwise: error: {message}", file=sys.stderr)
-        return 2
+    except (UsageError, BeamwiseError) as error:
+        return _said(error)
+    except ValueError as error:
+        if command not in PLAIN_VALUE_ERRORS:
+            raise
+        return _said(error)
     except KeyboardInterrupt:
         return _interrupted()
     except BrokenPipeError:  # `beamwise ... | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush cannot fail again
         return 0
+
+
+def _limit_threads(args: argparse.Namespace) -> None:
+    """torch's pool: the free cores (one kept for the window), or --threads; eval records the choice. A --threads
+    or BEAMWISE_THREADS that is no count is the user's to fix (app/threads.py says which)."""
+    try:
+        args.thread_choice = limit_threads(reserve=int(args.command == "gui"), given=getattr(args, "threads", None))
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+
+
+def _said(error: ValueError | BeamwiseError) -> int:
+    """The user's error as one line on stderr; exit status 2."""
+    message = error.user_message() if isinstance(error, BeamwiseError) else str(error)
+    print(f"beamwise: error: {message}", file=sys.stderr)
+    return 2
 
 
 def exit_with(code: int) -> NoReturn:

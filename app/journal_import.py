@@ -20,16 +20,26 @@ from app.journal import SUFFIX, Journal, JournalError, folders_for, journal_fold
 from app.models_folder import data_folder
 from app.processes import alive_since
 from app.recorder import SessionRecorder
-from app.store import RowsRefused, SessionStore, StoreError
+from app.store import RowsRefused, SessionStore, StoreError, default_db_path
 from engine import events as ev
 
 Notify = Callable[[str], None]
 TAKEN = ".importing"  # a journal being imported: renamed inside its transaction, deleted once that committed
+CHECK_DB = "Check the --db path, or leave --db out for the default database."
 
 
-def open_session_store(path: Path | str | None = None, *, notify: Notify | None = None) -> SessionStore:
+def open_session_store(path: Path | str | None = None, *, notify: Notify | None = None, missing: str | None = None,
+                       missing_hint: str = CHECK_DB) -> SessionStore:
     """`SessionStore(path)`, its pages read once if it may be written (a damaged file is refused before a run, not
-    at its first write), then the journals waiting for it imported (a busy database leaves them for later)."""
+    at its first write), then the journals waiting for it imported (a busy database leaves them for later).
+
+    `missing` is what it means to the caller that there is no database at `path` (the default one when None):
+    given, such a path is refused with a StoreError ("... so `missing`.", `missing_hint`) instead of opened, since
+    opening makes an empty database there: a mistyped --db then read as a database with no sessions."""
+    if missing is not None:
+        where = Path(path) if path is not None else default_db_path()
+        if not where.exists():
+            raise StoreError(f"there is no session database at {where}, so {missing}.", hint=missing_hint)
     store = SessionStore(path)
     try:
         if not store.read_only:

@@ -24,10 +24,9 @@ def write_json(json_path: str | None, data: dict, announce: bool = True) -> None
 
     def write() -> None:
         try:
-            write_atomically(path, json.dumps(data, indent=2))
+            write_atomically(path, json.dumps(data, indent=2), what="the JSON")
         except ExportError as error:  # its words without its hint, which names an export's session.md
-            said = str(error).replace("cannot export to", "cannot write", 1).replace("the export", "the JSON", 1)
-            raise UsageError(f"{said} Pick a writable --json path (a file, a FIFO or /dev/stdout).") from error
+            raise UsageError(f"{error} Pick a writable --json path (a file, a FIFO or /dev/stdout).") from error
 
     _in_folder(path, write)
     if announce:

@@ -278,6 +278,7 @@ def _add_method_options(parser: argparse.ArgumentParser) -> None:
 def _refuse_unused(args: argparse.Namespace) -> None:
     """An option that would do nothing as given is refused, as --verifier-model without --verifier prm is: each of
     these was taken without a word, and the search ran as if it had not been given."""
+    d = SearchConfig()
     unused = [
         ((args.tau_conf, args.r_gap) != (None, None) and not args.verify_skip,
          "--tau-conf and --r-gap set verify-skip's thresholds: add --verify-skip, or leave them out"),
@@ -300,22 +301,31 @@ def _refuse_unused(args: argparse.Namespace) -> None:
         (not args.prefix_cache and (args.prefix_cache_ram, args.prefix_cache_disk) != (None, None),
          "--prefix-cache-ram and --prefix-cache-disk size the prefix cache, which is off (--no-prefix-cache, or "
          "eval's default): add --prefix-cache, or leave them out"),
-        ((args.method or SearchConfig().method) == "greedy" and (args.temperature, args.top_p) != (
-            SearchConfig().temperature, SearchConfig().top_p),
+        ((args.method or d.method) == "greedy" and (args.temperature, args.top_p) != (d.temperature, d.top_p),
          "--temperature and --top-p shape sampling, and greedy takes the most likely token: pick --method beam, "
          "dvts or best-of-n to sample, or leave them out"),
     ]
     why = next((why for given, why in unused if given), None)
     if why is not None:
-        raise ValueError(f"{why}.")
+        raise UsageError(f"{why}.")
 
 
 def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig, CacheConfig]:
-    """Build the validated configs; a ValueError here is the user's to fix."""
+    """Build the validated configs; every refusal is a UsageError, the user's to fix: the configs' own checks
+    (engine/config.py) and the calibrated thresholds' (app/exit_options.py) raise ValueErrors that say what to
+    change, and only here, where they come from the options, are they known to be the user's."""
     if args.verifier_model is not None and args.verifier != "prm":  # it used to be ignored: a logprob run
-        raise ValueError(f"--verifier-model names a PRM, but the verifier is {args.verifier}: add --verifier prm to "
+        raise UsageError(f"--verifier-model names a PRM, but the verifier is {args.verifier}: add --verifier prm to "
                          "score the steps with it, or leave --verifier-model out.")
     _refuse_unused(args)
+    try:
+        return _configs(args)
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+
+
+def _configs(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig, CacheConfig]:
+    """The configs as the options give them; each checks itself as it is made (a ValueError)."""
     model = ModelSpec(source=args.model, dtype=args.dtype)
     search = SearchConfig(
         beams=args.beams, width=args.width, max_candidates=args.max_candidates, step_tokens=args.step_tokens,

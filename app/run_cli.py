@@ -8,7 +8,6 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from threading import Event
 from typing import Any, TextIO
 
@@ -16,7 +15,7 @@ from app import formatting
 from app.export.md_escape import without_controls
 from app.gpu_check import emulated_hint
 from app.heartbeat import Heartbeat, StepProgress
-from app.options import configs_from_args, server_from_args
+from app.options import UsageError, configs_from_args, server_from_args
 from app.preflight import check_memory
 from app.question import read_question
 from app.run_output import close, load_progress, note, record, warn
@@ -201,16 +200,11 @@ def conversation_of(args: argparse.Namespace) -> tuple[int | None, list[tuple[st
     if session is None:
         return None, []
     from app.conversations import follow_up_of
-    from app.journal_import import open_session_store
-    from app.store import StoreError, default_db_path
+    from app.journal_import import CHECK_DB, open_session_store
 
-    path = Path(args.db) if args.db is not None else default_db_path()
-    if not path.exists():  # opening it would make an empty database there, as a mistyped --db did
-        hint = ("Ask a question without --session first." if args.db is None else
-                "Check the --db path, or leave --db out for the default database.")
-        raise StoreError(f"there is no session database at {path}, so there is no session {session} to follow up.",
-                         hint=hint)
-    with open_session_store(path, notify=note) as store:  # SessionNotFound names its --db (get_session)
+    hint = "Ask a question without --session first." if args.db is None else CHECK_DB
+    with open_session_store(args.db, notify=note, missing=f"there is no session {session} to follow up",
+                            missing_hint=hint) as store:  # SessionNotFound names its --db (get_session)
         previous, history = follow_up_of(store, session)
     note(f"follow-up: turn {len(history) + 1} of the conversation of session {session}")
     return previous, history
@@ -249,7 +243,7 @@ def run_command(args: argparse.Namespace) -> int:
     model_spec, search, cache = configs_from_args(args)
     server = server_from_args(args)
     if server is not None and server.prm_endpoint and search.verifier != "prm":  # it used to be ignored
-        raise ValueError(f"--verifier-endpoint names a PRM server, but the verifier is {search.verifier}: add "
+        raise UsageError(f"--verifier-endpoint names a PRM server, but the verifier is {search.verifier}: add "
                          "--verifier prm and --verifier-model NAME (the PRM's served name) to score the steps with "
                          "it, or leave --verifier-endpoint out.")
     previous, history = conversation_of(args)  # a bad --db or --session is said before the model loads

@@ -15,6 +15,7 @@ from app.export.markdown import no_path_chosen
 from app.export.md_escape import without_controls
 from app.export.report import conversation_reports
 from app.journal_import import open_session_store
+from app.options import UsageError
 from app.store import LARGEST_ID, SessionStore, StoreError, default_db_path
 
 ID_HELP = "the session's id (`beamwise sessions list` shows them)"
@@ -72,15 +73,14 @@ def _open(args: argparse.Namespace, *, create: bool = False) -> SessionStore:
     """The store, with any run journals waiting for it imported first (each import is said on stderr). Only a
     command that adds a session (`create`: import) makes a --db file that is not there: `sessions list --db
     nonexist.db` made an empty database there and said "no sessions", hiding the typo."""
-    if args.db is not None and not create and not Path(args.db).exists():
-        raise StoreError(f"there is no session database at {args.db}; nothing was made.",
-                         hint="Check the --db path, or leave --db out for the default database.")
-    return open_session_store(args.db, notify=lambda text: print(f"beamwise: {text}", file=sys.stderr))
+    missing = None if create or args.db is None else "nothing was read and no empty database was made"
+    return open_session_store(args.db, notify=lambda text: print(f"beamwise: {text}", file=sys.stderr),
+                              missing=missing)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     if not 1 <= args.limit < LARGEST_ID:  # one more row is read: SQLite's largest integer, less one
-        raise ValueError(f"--limit must be a whole number from 1 to {LARGEST_ID - 1} (got {args.limit}).")
+        raise UsageError(f"--limit must be a whole number from 1 to {LARGEST_ID - 1} (got {args.limit}).")
     with _open(args) as store:
         rows = store.list_sessions(args.search, limit=args.limit + 1)
     more, rows = len(rows) > args.limit, rows[: args.limit]
@@ -192,7 +192,10 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_rename(args: argparse.Namespace) -> int:
     with _open(args) as store:
-        store.rename(args.id, args.title)
+        try:
+            store.rename(args.id, args.title)
+        except ValueError as error:  # a title with no text (app/store.py): the user's to change
+            raise UsageError(str(error)) from error
     print(f"session {args.id} is now {' '.join(args.title.split())!r}")
     return 0
 
@@ -202,7 +205,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
         title = store.deletable(args.id)["title"]  # a refusal comes before the question, not after a y
         if not args.yes:
             if not sys.stdin.isatty():
-                raise ValueError(f"deleting session {args.id} needs confirmation; add --yes to delete it.")
+                raise UsageError(f"deleting session {args.id} needs confirmation; add --yes to delete it.")
             if not confirmed(f"Delete session {args.id} {title!r} and everything recorded for it? [y/N] "):
                 print("kept it")
                 return 1

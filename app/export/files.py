@@ -88,7 +88,7 @@ def _streams(mode: int | None) -> bool:
     return mode is not None and (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode))
 
 
-def write_atomically(path: Path, text: str) -> Path:
+def write_atomically(path: Path, text: str, what: str | None = None) -> Path:
     """Write `text` to `path`, as a careful tool treats what is there already:
 
     - nothing, or a regular file: a temporary file next to it, then renamed over it, so readers never see half a
@@ -98,32 +98,36 @@ def write_atomically(path: Path, text: str) -> Path:
       does, and a failed write (/dev/full's "No space left on device") is an error: the rename had replaced the
       device node itself with a plain file, /dev/null too when run as root, and "succeeded";
     - a block device, a socket or anything else: refused, untouched.
+
+    `what` names a file that is no export ("the JSON"): its errors say "cannot write P" and "the JSON did not
+    finish" where an export's say "cannot export to P" and "the export did not finish".
     """
+    cannot = f"cannot export to {path}" if what is None else f"cannot write {path}"
     try:
         mode = os.stat(path).st_mode  # through every link, /dev/stdout's too
     except FileNotFoundError:  # a new file, or a link to one
         mode = None
     except OSError as error:
-        raise ExportError(f"cannot export to {path} ({error.strerror or error}); nothing was written.",
+        raise ExportError(f"{cannot} ({error.strerror or error}); nothing was written.",
                           hint="Choose another file name, e.g. session.md.") from error
     if _streams(mode):
-        return _write_into(path, text)
+        return _write_into(path, text, what or "the export")
     if stat.S_ISDIR(mode or 0):
-        raise ExportError(f"cannot export to {path}: it is a folder.", hint="Give a file name, e.g. session.md.")
+        raise ExportError(f"{cannot}: it is a folder.", hint="Give a file name, e.g. session.md.")
     if mode is not None and not stat.S_ISREG(mode):
         kind = "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "no regular file"
-        raise ExportError(f"cannot export to {path}: it is {kind}; nothing was written.",
+        raise ExportError(f"{cannot}: it is {kind}; nothing was written.",
                           hint="Give a file name, e.g. session.md, or - for standard output.")
-    _replace(Path(os.path.realpath(path)), path, text)
+    _replace(Path(os.path.realpath(path)), path, text, cannot)
     return path
 
 
-def _replace(target: Path, path: Path, text: str) -> None:
+def _replace(target: Path, path: Path, text: str, cannot: str) -> None:
     """Write `text` over `target` whole (app/file_replace.py; `path` names it to the user: the link when `target`
-    is a link's file)."""
+    is a link's file; `cannot` begins the refusal of a missing folder: "cannot export to P")."""
     folder = target.parent
     if not folder.is_dir():
-        raise ExportError(f"cannot export to {path}: the folder {folder} does not exist.",
+        raise ExportError(f"{cannot}: the folder {folder} does not exist.",
                           hint="Create the folder first or choose another one.")
     try:
         replace_text(target, text)
@@ -135,14 +139,15 @@ def _replace(target: Path, path: Path, text: str) -> None:
                           hint="Check free disk space and that the file is not open in another program.") from error
 
 
-def _write_into(path: Path, text: str) -> Path:
-    """Write `text` into a FIFO or a character device as it is: there is no file to replace, so no temporary
-    file either (and no O_CREAT: should the path change meanwhile, no plain file is made in its place)."""
+def _write_into(path: Path, text: str, what: str) -> Path:
+    """Write `text` (`what` names it: "the export") into a FIFO or a character device as it is: there is no file
+    to replace, so no temporary file either (and no O_CREAT: should the path change meanwhile, no plain file is
+    made in its place)."""
     try:
         fd = os.open(path, os.O_WRONLY | getattr(os, "O_NOCTTY", 0))
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
     except OSError as error:
-        raise ExportError(f"cannot write {path} ({error.strerror or error}); the export did not finish.",
+        raise ExportError(f"cannot write {path} ({error.strerror or error}); {what} did not finish.",
                           hint="Check that the device or the pipe's reader can take it, or write to a file.") from error
     return path
