@@ -18,7 +18,7 @@ from app.heartbeat import Heartbeat, StepProgress
 from app.options import UsageError, configs_from_args, server_from_args
 from app.preflight import check_memory
 from app.question import read_question
-from app.run_output import close, load_progress, note, record, warn
+from app.run_output import close, failures_in_json, load_progress, note, record, warn
 from app.session.series import prompt_traffic
 from app.session.steps import failure_point
 from app.session.tree import first_line
@@ -239,23 +239,25 @@ def run_command(args: argparse.Namespace) -> int:
     from engine.models import load_model
     from engine.search import run
 
-    question = read_question(args.question, args.question_file)
-    model_spec, search, cache = configs_from_args(args)
-    server = server_from_args(args)
-    if server is not None and server.prm_endpoint and search.verifier != "prm":  # it used to be ignored
-        raise UsageError(f"--verifier-endpoint names a PRM server, but the verifier is {search.verifier}: add "
-                         "--verifier prm and --verifier-model NAME (the PRM's served name) to score the steps with "
-                         "it, or leave --verifier-endpoint out.")
-    previous, history = conversation_of(args)  # a bad --db or --session is said before the model loads
-    recorder = _open_recorder(args, previous)
+    with failures_in_json(args.json):
+        question = read_question(args.question, args.question_file)
+        model_spec, search, cache = configs_from_args(args)
+        server = server_from_args(args)
+        if server is not None and server.prm_endpoint and search.verifier != "prm":  # it used to be ignored
+            raise UsageError(f"--verifier-endpoint names a PRM server, but the verifier is {search.verifier}: add "
+                             "--verifier prm and --verifier-model NAME (the PRM's served name) to score the steps "
+                             "with it, or leave --verifier-endpoint out.")
+        previous, history = conversation_of(args)  # a bad --db or --session is said before the model loads
+        recorder = _open_recorder(args, previous)
     if server is not None:
         from engine import remote_search
 
         return _drive(args, recorder, lambda stop: remote_search.run(question, server, search, should_stop=stop,
                                                                      history=history), ServerProgress())
     try:
-        loaded = load_model(model_spec, device=cache.device, progress=load_progress)  # "auto": CUDA when there is one
-        check_memory(loaded, question, search, cache, history=history)  # before anything is allocated
+        with failures_in_json(args.json):
+            loaded = load_model(model_spec, device=cache.device, progress=load_progress)  # "auto": CUDA if any
+            check_memory(loaded, question, search, cache, history=history)  # before anything is allocated
     except KeyboardInterrupt:
         close(recorder)
         note("interrupted while the model loaded, before the search began: nothing was recorded")

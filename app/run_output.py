@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def load_progress(stage: str, fraction: float | None) -> None:
@@ -17,6 +20,24 @@ def warn(text: str) -> None:
 
 def note(text: str) -> None:
     print(f"beamwise: {text}", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def failures_in_json(json_lines: bool) -> Iterator[None]:
+    """With `run --json`, a failure before the search starts (the question file, the options, --session, the model's
+    load, the memory check) is the stream's one line, a run_failed, as a failure the engine meets before RunStarted
+    is: every stream a run prints ends with its end event. It is raised on, so stderr and the exit status say it
+    as before (app/cli.py `main`)."""
+    from engine.errors import BeamwiseError
+    from engine.events import RunFailed, to_dict
+
+    try:
+        yield
+    except (ValueError, BeamwiseError) as error:  # the errors `main` reports as the user's (UsageError is one)
+        if json_lines:
+            message = error.user_message() if isinstance(error, BeamwiseError) else str(error)
+            print(json.dumps(to_dict(RunFailed(type(error).__name__, message))), flush=True)
+        raise
 
 
 def record(recorder, event) -> None:
