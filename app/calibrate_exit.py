@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.calibrate import percentile
+from engine.exit_note import FIRST_LAYER
 from engine.methods.confidence import best_index
 from engine.verifiers.entropy_exit import REFERENCE_VOCAB
 
@@ -43,7 +44,8 @@ class ExitFit:
     agreement: float  # share of those steps where the early scores put the full pass's first candidate first
 
 
-def exit_layer(entropies: Sequence[Sequence[float]], theta: float, delta: float, first_layer: int = 2) -> int | None:
+def exit_layer(entropies: Sequence[Sequence[float]], theta: float, delta: float,
+               first_layer: int = FIRST_LAYER) -> int | None:
     """The layer (from 1) a pass with these per-layer entropies ([layer][candidate]) exits at, None for none:
     the exit's rule (engine/verifiers/entropy_exit.py) replayed."""
     for layer in range(max(first_layer, 2), len(entropies) + 1):

@@ -25,6 +25,7 @@ from app.session.tree import first_line
 from app.threads import numerics_line
 from engine import events as ev
 from engine.errors import BeamwiseError
+from engine.exit_note import earliest_exit_note
 
 
 def user_errors(kind: type = BeamwiseError) -> set[str]:
@@ -43,6 +44,7 @@ class Printer:
         self.started = False
         self.first_traffic = True
         self.context_full: set[int] = set()  # candidates whose paths filled the model's context
+        self.exit_noted = False  # the entropy exit's earliest-layer warning was given
 
     def __call__(self, event) -> None:
         self.started = self.started or event.type == "run_started"
@@ -131,6 +133,14 @@ class Printer:
             saved = 1 - event.verifier_layer_tokens / max(event.verifier_layer_tokens_full, 1)
             p(f"  entropy exit: mean layer {event.exit_layer:.1f} of {event.verifier_layers}, "
               f"{saved:.0%} of the verifier's layer work saved")
+            self._exit_note(event)
+
+    def _exit_note(self, event: ev.StepSelected) -> None:
+        """Once a run: the exit stopped every candidate at its earliest layer, so the scores may say nothing."""
+        said = earliest_exit_note(event.exit_layer, event.verifier_layers)
+        if said is not None and not self.exit_noted:
+            self.exit_noted = True
+            warn(said)
 
     def _on_run_finished(self, event: ev.RunFinished) -> None:
         p = self._print

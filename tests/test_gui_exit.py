@@ -43,7 +43,9 @@ def test_a_run_with_the_entropy_exit_shows_its_layer_and_work_saved(qtbot, make_
     node = next(e for e in real_run.seen if e.type == "candidate_scored" and e.step == 2)
     details.show_node(node.id)
     step = ExitTally.of_steps([selected[1]])
-    assert details.value("verifier_exit") == f"layer 2.0 of 6, {step.saved:.0%} of the verifier's layer work saved"
+    assert details.value("verifier_exit") == (f"layer 2.0 of 6, {step.saved:.0%} of the verifier's layer work saved"
+                                              " · earliest layer: scores may be noise")
+    assert "stopped every candidate at layer 2 of 6" in details.values["verifier_exit"].toolTip()  # and what to do
 
     real_run.seen.clear()
     small(window, beams=2, width=2, max_steps=1, step_tokens=4, step_delimiter=None, verifier="self-judge")
@@ -51,3 +53,4 @@ def test_a_run_with_the_entropy_exit_shows_its_layer_and_work_saved(qtbot, make_
     assert window.status.exit.isHidden()  # exit off: no figure
     details.show_node(next(e.id for e in real_run.seen if e.type == "candidate_scored"))
     assert details.value("verifier_exit") == "–"
+    assert details.values["verifier_exit"].toolTip() == ""

@@ -1,13 +1,14 @@
 """The layer-entropy exit that stops every candidate at its earliest layer: why the bundled model's self-judge
-scores read 0.000 with --entropy-exit, and the note that tells the user so (engine/verifiers/entropy_exit.py)."""
+scores read 0.000 with --entropy-exit, and the note that tells the user so (engine/exit_note.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from engine.config import CacheConfig, SearchConfig
+from engine.exit_note import FIRST_LAYER, earliest_exit_note
 from engine.search import run
-from engine.verifiers.entropy_exit import FIRST_LAYER, ExitRule, earliest_exit_note
+from engine.verifiers.entropy_exit import ExitRule
 
 QUESTION = "Tom has 3 apples and buys 4 more. How many?"
 
@@ -60,3 +61,17 @@ def test_bundled_self_judge_with_the_papers_thresholds_exits_at_layer_2_and_scor
     assert len(early) == len(full) == 4
     assert max(early) < 0.005  # printed as 0.000
     assert min(full) > 0.05 and max(full) - min(full) > 0.01
+
+
+@pytest.mark.parametrize(("theta", "warned"), [("1000", True), ("0.000001", False)])
+def test_run_warns_once_when_the_exit_stops_every_candidate_at_its_earliest_layer(capsys, tmp_path, theta, warned):
+    from app.cli import main
+
+    args = ["run", QUESTION, "--model", "synthetic:tiny-qwen2", "--beams", "2", "--width", "2", "--step-tokens", "4",
+            "--max-steps", "2", "--verifier", "self-judge", "--entropy-exit", "--entropy-theta", theta,
+            "--entropy-delta", "1000", "--no-save"]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert out.count("entropy exit: mean layer") == 2  # both steps print their exit figures
+    assert err.count("the entropy exit stopped every candidate at layer 2 of 6") == int(warned)
+    assert ("beamwise: warning: " in err) == warned

@@ -28,6 +28,7 @@ from app.formatting import size as format_bytes
 from app.gui import palette as pal
 from app.gui.panel import SessionView
 from app.session import ROOT_ID, Change, SearchTree, SessionModel
+from engine.exit_note import earliest_exit_note
 
 FIELDS = ("state", "score", "aggregate", "tokens", "group", "kv_device", "kv_host", "verifier_kv", "verifier_exit",
           "h2d", "d2h")
@@ -128,18 +129,30 @@ class NodeDetails(SessionView, QWidget):
         }
         for name, value in values.items():
             self.values[name].setText(value)
+        self.values["verifier_exit"].setToolTip(self._exit_note(node.step) if node_id != ROOT_ID else "")
         if self.text.toPlainText() != node.text:
             self.text.setPlainText(node.text)
         self._fill_path(node_id)
         self._fit_form()
 
     def _exit_of(self, step: int) -> str:
-        """The layer-entropy exit of the node's step (all its candidates), '–' when the step had none."""
-        record = self.session.run.steps.get(step)
-        selected = record.selected if record is not None else None
+        """The layer-entropy exit of the node's step (all its candidates), '–' when the step had none; marked when
+        it stopped every candidate at its earliest layer (`_exit_note`)."""
+        selected = self._selected(step)
         if selected is None or selected.exit_layer is None:
             return "–"
-        return ExitTally.of_steps([selected]).text()
+        mark = " · earliest layer: scores may be noise" if self._exit_note(step) else ""
+        return ExitTally.of_steps([selected]).text() + mark
+
+    def _exit_note(self, step: int) -> str:
+        """Why a step's scores may say nothing (engine/exit_note.py), or ''."""
+        selected = self._selected(step)
+        return "" if selected is None else earliest_exit_note(selected.exit_layer, selected.verifier_layers) or ""
+
+    def _selected(self, step: int):
+        """The step's step_selected event, None before it was selected."""
+        record = self.session.run.steps.get(step)
+        return record.selected if record is not None else None
 
     def value(self, name: str) -> str:
         """The shown value of field `name` (one of FIELDS)."""
