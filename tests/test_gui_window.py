@@ -481,3 +481,36 @@ def test_the_status_bar_says_what_an_idle_engine_gave_back(make_window):
     assert "gave back 7.5 GB of GPU memory and 2.9 GB of pinned RAM" in message and "model stays loaded" in message
     window.bridge.memory_released.emit(0, 1_000_000_000)
     assert "gave back 1.0 GB of pinned RAM for other programs" in window.statusBar().currentMessage()
+
+
+@pytest.mark.usefixtures("scratch_models")
+def test_run_again_before_the_engine_is_in_waits_for_it_and_imports_nothing_on_the_gui_thread(make_window, tmp_path,
+                                                                                              monkeypatch):
+    """Run again in the first seconds, while the background thread imported transformers, imported engine.bundled
+    on the GUI thread beside it: an ImportError traceback, nothing loaded. It waits for the import now."""
+    import dataclasses
+
+    from app.gui import main_window
+    from app.recorder import SessionRecorder
+    from app.store import SessionStore
+
+    store = SessionStore(tmp_path / "s.db")
+    recorder = SessionRecorder(store)
+    for event in fake_run("How fast is the train?"):
+        recorder.write(dataclasses.replace(event, model="synthetic:tiny-qwen2 (random weights)")
+                       if isinstance(event, ev.RunStarted) else event)
+    window = make_window(store=store, store_factory=lambda: SessionStore(tmp_path / "s.db"))
+    small(window, source="synthetic:tiny-llama")
+    window.question.setPlainText("")
+    asked = []
+    monkeypatch.setattr(main_window, "engine_in_reach", lambda: False)
+    monkeypatch.setattr(main_window.model_library, "source_of_name", lambda name: asked.append(name))
+    monkeypatch.setattr(window, "import_engine", lambda: asked.append("import"))
+    window.sessions.run_again_requested.emit(recorder.session_id)
+    assert asked == ["import"]  # the import asked for, no engine name read
+    assert window.controls.configs()[0].source == "synthetic:tiny-llama" and window.question.toPlainText() == ""
+    assert f"the settings of session {recorder.session_id} load once they are in" in window.statusBar().currentMessage()
+    monkeypatch.undo()
+    window._on_engine_imported("")  # the import ended
+    assert window.controls.configs()[0].source == "synthetic:tiny-qwen2"
+    assert window.question.toPlainText() == "How fast is the train?"

@@ -108,6 +108,13 @@ def engine_ready() -> bool:
     return _done.is_set()
 
 
+def engine_in_reach() -> bool:
+    """True when the GUI thread may read the engine's modules (a few names, no model): the import has ended, or
+    none is running and torch and transformers are in already (a process that imported them itself: tests).
+    Reached for beside the background import, a half-imported transformers raised ImportError."""
+    return _done.is_set() or (not _lock.locked() and {"torch", "transformers"} <= sys.modules.keys())
+
+
 def _first_line(error: BaseException, name: str) -> str:
     text = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
     where = {"torch": "PyTorch", "app.gui.chart_canvas": "pyqtgraph (the charts)"}.get(name, name)

@@ -35,7 +35,7 @@ from app.gui.controls import SearchControls
 from app.gui.conversation import ConversationControls, with_follow_up
 from app.gui.details import NodeDetails
 from app.gui.dock_tabs import hide_when_covered
-from app.gui.engine_import import engine_failure, engine_ready, import_failed
+from app.gui.engine_import import engine_failure, engine_in_reach, engine_ready, import_failed
 from app.gui.event_pump import EventPump
 from app.gui.gc_freeze import freeze_long_lived, thaw
 from app.gui.menus import build_menus, menu_shortcuts, shortcuts_box
@@ -136,6 +136,7 @@ class MainWindow(QMainWindow):
         self._restore()
         self.plan_bar.schedule()
         self._engine_asked = self._models_unlisted = False
+        self._pending_rerun: int | None = None  # a Run again asked before the engine was in (see load_session_settings)
 
     # ------------------------------------------------------------ building
 
@@ -403,6 +404,9 @@ class MainWindow(QMainWindow):
         else:  # it reads each model's config (~70 ms): in the next pass, or after a run the engine starts at once
             self._models_unlisted = True
             QTimer.singleShot(0, self, self._list_models)
+        if self._pending_rerun is not None:
+            session_id, self._pending_rerun = self._pending_rerun, None
+            self.load_session_settings(session_id)
 
     def _list_models(self) -> None:
         if self._models_unlisted and not self.running:
@@ -496,7 +500,16 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(f"Session {session_id} opened.", 8000)
 
     def load_session_settings(self, session_id: int) -> None:
-        """"Run again": the session's question and settings go into the controls; Run starts it."""
+        """"Run again": the session's question and settings go into the controls; Run starts it. Its model is found
+        among the models here (model_library.source_of_name reads the engine's names): asked before PyTorch and
+        transformers are in, it waits for them, as a Run does (the GUI thread never imports them itself: an import
+        there beside the background one failed with a half-imported transformers and froze the window)."""
+        if not engine_in_reach():
+            self._pending_rerun = session_id
+            self.import_engine()
+            self.statusBar().showMessage(f"Loading PyTorch and transformers; the settings of session {session_id} load "
+                                         "once they are in.")
+            return
         try:
             row = self.store.get_session(session_id)
         except BeamwiseError as error:
@@ -508,7 +521,8 @@ class MainWindow(QMainWindow):
             current, current_cache = ModelSpec(), CacheConfig()
         try:
             remote = self.server.recorded(row.get("cache") or {})  # a server's run: that server again
-            source = SERVER_SOURCE if remote else model_library.source_of_name(row.get("model") or "")
+            source = SERVER_SOURCE if remote else None if import_failed() else model_library.source_of_name(
+                row.get("model") or "")  # without the engine no model can run: the model stays as it was
             kept = f"; it ran on {row.get('model')}, which is not in Models, so the model stays as it was" \
                 if source is None else ""
             source = source or current.source
