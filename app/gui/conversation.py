@@ -170,6 +170,11 @@ class ConversationControls:
         if window.store is None or window.current_session is None:
             window.report_error("Nothing to follow up", "Run a question or open a session first.")
             return
+        if window.sessions is not None and window.sessions.waiting == ("delete", window.current_session):
+            # landing first, the delete would leave the follow-up nothing to follow, and its run unsaved
+            window.statusBar().showMessage(f"Session {window.current_session} is being deleted (the Sessions tab "
+                                           "is waiting for the database); nothing to follow up.", 8000)
+            return
         try:
             turns = turns_through(window.store, window.current_session)
         except BeamwiseError as error:

@@ -16,6 +16,7 @@ from app.gpu_check import emulated_hint
 from app.gui.hints import first_lines
 from app.gui.terms import window_terms
 from app.heartbeat import StepProgress
+from app.session.model import cancelled_text
 from engine import events as ev
 
 HEARTBEAT_MS = 1000
@@ -318,8 +319,3 @@ def prompt_text(event: ev.PrefillDone) -> str:
     if not event.cached_tokens:
         return f"prompt: {event.prompt_tokens} tok"
     return f"prompt: {event.prompt_tokens} tok ({event.cached_tokens} cached)"
-
-
-def cancelled_text(event: ev.RunCancelled) -> str:
-    """What Stop kept: the step in progress is dropped, so a stop inside step 1 kept no step at all."""
-    return f"Stopped after step {event.step}" if event.step else "Stopped before step 1 finished"

@@ -127,13 +127,18 @@ class SessionModel:
             o.status = (f"Chosen path · score {fmt.score(event.score)} · {fmt.steps(len(event.path))} · "
                         f"search {fmt.steps(event.steps)} in {event.seconds:.1f} s")  # the path can end earlier
         elif isinstance(event, ev.RunCancelled):  # the step in progress was dropped
-            o.status = (f"Stopped after step {event.step}; the best path so far" if event.step
-                        else "Stopped before step 1 finished; no step was chosen")
+            o.status = f"{cancelled_text(event)}; {'the best path so far' if event.step else 'no step was chosen'}"
         elif isinstance(event, ev.RunFailed):  # the message says what to do; no exception class name for users
             o.status = f"{failure_title(self.run)}: {event.message}"
         else:
             return False
         return True
+
+
+def cancelled_text(event: ev.RunCancelled) -> str:
+    """What Stop kept, for the transcript and the status bar alike: the step in progress is dropped, so a stop
+    inside step 1 kept no step at all (not "Stopped after step 0")."""
+    return f"Stopped after step {event.step}" if event.step else "Stopped before step 1 finished"
 
 
 def failure_title(run: RunRecord) -> str:
