@@ -180,13 +180,24 @@ def _workload(args: argparse.Namespace, dtype: str) -> Workload:
         block_size=args.block_size,
         seed=args.seed,
         question=args.question,
-        step_delimiter=parse_delimiter(args.step_delimiter) if args.step_delimiter else None,
+        step_delimiter=_delimiter(args.step_delimiter),
         prefix_order=args.prefix_order,
         speculative=args.speculative,
         speculative_continuations=args.speculative_continuations,
         lookahead_verify=args.lookahead_verify,
         verifier_model=args.verifier_model,
     )
+
+
+def _delimiter(text: str | None) -> str | None:
+    """--step-delimiter with its escapes read ('auto' stays as it is), None when not given: fixed-length steps.
+    A broken escape (`\\x`) is the user's to fix, said in parse_delimiter's words."""
+    if not text:
+        return None
+    try:
+        return parse_delimiter(text)
+    except ValueError as error:
+        raise UsageError(str(error)) from error
 
 
 def _ladder(args: argparse.Namespace, workload: Workload, policies: list[str], baselines: list[str]) -> int:

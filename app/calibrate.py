@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.early_exit import Thresholds
+from app.options import UsageError
 
 PERCENTILES = (50, 60, 70, 80, 90, 95)
 HIGHEST = (1.0, 0.999)  # the highest tau_conf and r_gap Thresholds takes
@@ -45,7 +46,7 @@ def calibrate(stats: Sequence[StepStat], target: float = 0.9) -> Thresholds:
     so the user sees what it costs.
     """
     if not stats:
-        raise ValueError("the calibration run produced no scored steps; use more problems or more steps.")
+        raise UsageError("the calibration run produced no scored steps; use more problems or more steps.")
     best: Thresholds | None = None
     strictest: Thresholds | None = None
     taus = [percentile([s.confidence for s in stats], q) for q in PERCENTILES]

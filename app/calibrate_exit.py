@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.calibrate import percentile
+from app.options import UsageError
 from engine.exit_note import FIRST_LAYER
 from engine.methods.confidence import best_index
 from engine.verifiers.entropy_exit import REFERENCE_VOCAB
@@ -86,7 +87,7 @@ def calibrate_exit(steps: Sequence[Sequence], target: float = 0.9, first_layer: 
     sequence of (vocab, entropies, scores) passes, as StepSelected.lens_trace carries them)."""
     steps = [passes for passes in steps if passes]
     if not steps:
-        raise ValueError("the calibration run recorded no verifier layers; the entropy exit needs the self-judge, "
+        raise UsageError("the calibration run recorded no verifier layers; the entropy exit needs the self-judge, "
                          "Math-Shepherd or RLHFlow verifier (--verifier self-judge or --verifier prm).")
     vocab, layers = int(steps[0][0][0]), len(steps[0][0][2])
     entropies = [e for passes in steps for _, per_layer, _ in passes for row in per_layer for e in row]
@@ -94,7 +95,7 @@ def calibrate_exit(steps: Sequence[Sequence], target: float = 0.9, first_layer: 
                for now, before in zip(per_layer[1:], per_layer[:-1], strict=False)
                for e, b in zip(now, before, strict=True)]
     if not changes:
-        raise ValueError("the verifier has too few layers to exit early (it needs at least 3).")
+        raise UsageError("the verifier has too few layers to exit early (it needs at least 3).")
     best, strictest = None, None
     for q_theta in EXIT_PERCENTILES:
         for q_delta in EXIT_PERCENTILES:

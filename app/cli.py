@@ -9,6 +9,7 @@ import io
 import os
 import sys
 import threading
+import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -140,31 +141,25 @@ def tolerate_console_encoding() -> None:
             stream.reconfigure(errors="replace")
 
 
-# Commands whose modules still refuse what the user gave with a plain ValueError (bench: engine/workload.py and
-# engine/bench.py; eval: app/early_exit.py, app/calibrate.py and app/calibrate_exit.py; models: app/models_cli.py,
-# app/model_library.py and app/model_pull.py's PullError): there it is said as the user's until they raise
-# UsageError. Anywhere else a plain ValueError is a fault in Beamwise and goes on as every other exception does:
-# a traceback, exit 1, never "beamwise: error:" as if the user had typed something wrong.
-PLAIN_VALUE_ERRORS = ("bench", "eval", "models")
+INTERNAL_ERROR = ("beamwise: internal error (a fault in Beamwise, not in what you gave): please report it with the "
+                  "lines above.")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Every command, returning its exit status (`console` is the console script that exits with it)."""
+    """Every command, returning its exit status (`console` is the console script that exits with it).
+
+    The user's errors are UsageError (app) and BeamwiseError (engine; a config's checks raise ConfigError): one line,
+    exit status 2. Any other exception, a plain ValueError too, is a fault in Beamwise and is raised on, for
+    `console` to show with its traceback (it was said as one line, as if the user had typed something wrong)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     tolerate_console_encoding()
-    command = None
     try:
         args = build_parser().parse_args(argv or ["gui"])
-        command = args.command
-        if command in ("run", "eval", "gui", "bench"):  # every command that runs a model
+        if args.command in ("run", "eval", "gui", "bench"):  # every command that runs a model
             _limit_threads(args)
             _quiet_progress_bars()
         return args.handler(args)
     except (UsageError, BeamwiseError) as error:
-        return _said(error)
-    except ValueError as error:
-        if command not in PLAIN_VALUE_ERRORS:
-            raise
         return _said(error)
     except KeyboardInterrupt:
         return _interrupted()
@@ -182,7 +177,7 @@ def _limit_threads(args: argparse.Namespace) -> None:
         raise UsageError(str(error)) from error
 
 
-def _said(error: ValueError | BeamwiseError) -> int:
+def _said(error: UsageError | BeamwiseError) -> int:
     """The user's error as one line on stderr; exit status 2."""
     message = error.user_message() if isinstance(error, BeamwiseError) else str(error)
     print(f"beamwise: error: {message}", file=sys.stderr)
@@ -206,8 +201,16 @@ def exit_with(code: int) -> NoReturn:
 
 
 def console() -> NoReturn:
-    """The `beamwise` console script (pyproject's [project.scripts]) and `python -m app.cli`."""
-    exit_with(main())
+    """The `beamwise` console script (pyproject's [project.scripts]) and `python -m app.cli`. A fault in Beamwise
+    (an exception `main` raises on) ends with Python's traceback, then a line that says it is Beamwise's to fix, and
+    exit status 1. Not for Ctrl+C or a closed pipe (`main` says those and returns) nor SystemExit (`--help`)."""
+    try:
+        code = main()
+    except Exception:
+        traceback.print_exc()
+        print(INTERNAL_ERROR, file=sys.stderr, flush=True)
+        code = 1
+    exit_with(code)
 
 
 if __name__ == "__main__":

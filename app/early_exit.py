@@ -23,9 +23,16 @@ import platformdirs
 
 from app.file_replace import replace_text
 from engine.config import SearchConfig
+from engine.errors import BeamwiseError
 from engine.prm_names import named_family
 
 FILE_NAME = "early_exit.json"
+
+
+class ThresholdsNotSaved(BeamwiseError, ValueError):
+    """The thresholds cannot be written in the config folder: the user's to fix, and the message says how. A
+    BeamwiseError as app/store.py's StoreError is (app/options.py's UsageError would close an import circle:
+    app.options -> app.exit_options -> this module), and a ValueError as it was."""
 
 
 @dataclass(frozen=True)
@@ -72,32 +79,34 @@ def load_thresholds(path: Path | None = None) -> Thresholds | None:
 
 
 def save_thresholds(thresholds: Thresholds, path: Path | None = None) -> Path:
-    """Write the thresholds whole (a temporary file moved over the old one); ValueError says why it cannot."""
+    """Write the thresholds whole (a temporary file moved over the old one); ThresholdsNotSaved says why it
+    cannot."""
     path = path or thresholds_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         replace_text(path, json.dumps(asdict(thresholds), indent=2) + "\n")
     except OSError as error:
-        raise ValueError(f"cannot save the thresholds to {path} ({error.strerror or error}); make {path.parent} "
-                         "writable or set BEAMWISE_CONFIG_DIR to a folder you can write to.") from error
+        raise ThresholdsNotSaved(f"cannot save the thresholds to {path} ({error.strerror or error}); make "
+                                 f"{path.parent} writable or set BEAMWISE_CONFIG_DIR to a folder you can write "
+                                 "to.") from error
     return path
 
 
 def check_thresholds_writable(path: Path | None = None) -> None:
-    """ValueError before a calibration runs when its result could not be saved."""
+    """ThresholdsNotSaved before a calibration runs when its result could not be saved."""
     path = path or thresholds_path()
     folder = path.parent
     if path.is_dir():  # found only at the end, after every problem ran, the calibration was lost
-        raise ValueError(f"cannot save thresholds to {path}: a folder has that name; move it away or set "
-                         "BEAMWISE_CONFIG_DIR to another folder.")
+        raise ThresholdsNotSaved(f"cannot save thresholds to {path}: a folder has that name; move it away or set "
+                                 "BEAMWISE_CONFIG_DIR to another folder.")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise ValueError(f"cannot save thresholds in {folder} ({error.strerror or error}); set "
-                         "BEAMWISE_CONFIG_DIR to a folder you can write to.") from error
+        raise ThresholdsNotSaved(f"cannot save thresholds in {folder} ({error.strerror or error}); set "
+                                 "BEAMWISE_CONFIG_DIR to a folder you can write to.") from error
     if not os.access(folder, os.W_OK):
-        raise ValueError(f"cannot save thresholds in {folder}: it is read-only; set BEAMWISE_CONFIG_DIR to a "
-                         "folder you can write to.")
+        raise ThresholdsNotSaved(f"cannot save thresholds in {folder}: it is read-only; set BEAMWISE_CONFIG_DIR "
+                                 "to a folder you can write to.")
 
 
 ENTROPY_FIELDS = ("entropy_theta", "entropy_delta", "entropy_vocab", "entropy_layers", "entropy_steps",

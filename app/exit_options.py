@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 
 from engine.config import SearchConfig
+from engine.errors import ConfigError
 
 
 def early_exit_thresholds(args: argparse.Namespace) -> dict[str, float]:
     """--tau-conf, --r-gap, --entropy-theta and --entropy-delta as given, else the calibrated ones
     (beamwise eval --calibrate), else the defaults: as SearchConfig fields. The entropy exit refuses calibrated
-    thresholds measured on another verifier (a ValueError saying what to do) and says which ones it uses."""
+    thresholds measured on another verifier (a ConfigError saying what to do) and says which ones it uses."""
     from app.early_exit import load_thresholds
 
     d = SearchConfig()
@@ -38,7 +39,7 @@ def _check_entropy_calibration(args: argparse.Namespace, saved) -> None:
     verifier = verifier_key(args.model, args.verifier, args.verifier_model)
     mismatch = entropy_mismatch(saved, verifier)
     if mismatch is not None:
-        raise ValueError(f"{mismatch}. Calibrate them for this verifier (beamwise eval PROBLEMS --calibrate with the "
+        raise ConfigError(f"{mismatch}. Calibrate them for this verifier (beamwise eval PROBLEMS --calibrate with the "
                          "same --model and --verifier), or give --entropy-theta and --entropy-delta.")
     print(f"beamwise: entropy exit: calibrated θ {saved.entropy_theta:.3f}, δ {saved.entropy_delta:.3f} "
           f"({calibrated_on(saved)}{'' if saved.verifier else ': calibrate again to record it'})", file=sys.stderr)

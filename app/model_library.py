@@ -19,6 +19,7 @@ from app.models_folder import (
     models_dir,
     write_added,
 )
+from app.options import UsageError
 from engine.errors import BeamwiseError, ModelLoadError
 
 if TYPE_CHECKING:  # app.model_facts imports torch: the window imports this module before torch is in
@@ -112,7 +113,7 @@ def add_folder(path: Path) -> Path:
                                       "from, or pick another folder.")
     resolved = checked.resolve()
     if resolved.parent == models_dir().resolve():
-        raise ValueError(f"{resolved} is in Beamwise's models folder, so it is listed already.")
+        raise UsageError(f"{resolved} is in Beamwise's models folder, so it is listed already.")
     write_added([p for p in added_folders() if p != resolved] + [resolved])
     return resolved
 
@@ -191,7 +192,7 @@ def source_of_name(name: str) -> str | None:
 
 
 def find(name: str) -> ModelEntry:
-    """The entry named `name` (its folder name or its source); ValueError listing the names otherwise."""
+    """The entry named `name` (its folder name or its source); UsageError listing the names otherwise."""
     if name.startswith("synthetic:"):
         return synthetic_entry(name)
     entries = list_models()
@@ -199,7 +200,7 @@ def find(name: str) -> ModelEntry:
         if name in (entry.name, entry.source):
             return entry
     known = ", ".join(e.name for e in entries)
-    raise ValueError(f"no model named {name!r} here; `beamwise models list` shows them ({known}).")
+    raise UsageError(f"no model named {name!r} here; `beamwise models list` shows them ({known}).")
 
 
 def remove(entry: ModelEntry) -> None:
@@ -208,7 +209,7 @@ def remove(entry: ModelEntry) -> None:
     path = Path(entry.source)
     inside = path.resolve().parent == models_dir().resolve()
     if not (entry.downloaded and inside):
-        raise ValueError(f"{entry.source} was not downloaded by Beamwise into its models folder, so Beamwise will "
+        raise UsageError(f"{entry.source} was not downloaded by Beamwise into its models folder, so Beamwise will "
                          "not delete it.")
     if path.is_dir():
         shutil.rmtree(path)

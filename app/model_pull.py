@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import app.formatting as fmt
 from app.file_replace import replace_text
 from app.model_library import MARKER, models_dir
+from app.options import UsageError
 from engine.abandon import abandonable
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -31,8 +32,9 @@ T = TypeVar("T")
 CANCELLED = "the download was cancelled; `beamwise models pull` again resumes it."
 
 
-class PullError(ValueError):
-    """A download that could not start or finish; the message says what to do (exit 2)."""
+class PullError(UsageError):
+    """A download that could not start or finish; the message says what to do (exit 2). A UsageError (so a
+    ValueError, as the window catches it): the network, the hub or the disk are the user's to fix, not Beamwise."""
 
 
 class PullCancelled(PullError):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import app.formatting as fmt
 from app.confirm import confirmed
+from app.options import UsageError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -63,7 +64,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     if _exists(path):
         entry = lib.entry_for(path, "path")
     elif path.is_absolute() or len(path.parts) > 1:  # a path, not a name from the list
-        raise ValueError(f"{path} does not exist; give a name from `beamwise models list` or a model's path.")
+        raise UsageError(f"{path} does not exist; give a name from `beamwise models list` or a model's path.")
     else:
         entry = lib.find(args.name)
     for label, value in lib.describe(entry):
@@ -112,7 +113,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
         lib.remove(entry)  # raises: it says why Beamwise will not delete it
     if not args.yes:
         if not sys.stdin.isatty():
-            raise ValueError(f"removing {entry.name} needs confirmation; add --yes to remove it.")
+            raise UsageError(f"removing {entry.name} needs confirmation; add --yes to remove it.")
         if not confirmed(f"Delete {entry.source} ({fmt.size(entry.size_bytes)})? [y/N] "):
             print("kept it")
             return 1

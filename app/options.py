@@ -311,21 +311,17 @@ def _refuse_unused(args: argparse.Namespace) -> None:
 
 
 def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig, CacheConfig]:
-    """Build the validated configs; every refusal is a UsageError, the user's to fix: the configs' own checks
-    (engine/config.py) and the calibrated thresholds' (app/exit_options.py) raise ValueErrors that say what to
-    change, and only here, where they come from the options, are they known to be the user's."""
+    """Build the validated configs; every refusal is the user's to fix and says what to change: a UsageError here,
+    a ConfigError from the configs' checks (engine/config.py) and the calibrated thresholds' (exit_options.py)."""
     if args.verifier_model is not None and args.verifier != "prm":  # it used to be ignored: a logprob run
         raise UsageError(f"--verifier-model names a PRM, but the verifier is {args.verifier}: add --verifier prm to "
                          "score the steps with it, or leave --verifier-model out.")
     _refuse_unused(args)
-    try:
-        return _configs(args)
-    except ValueError as error:
-        raise UsageError(str(error)) from error
+    return _configs(args)
 
 
 def _configs(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig, CacheConfig]:
-    """The configs as the options give them; each checks itself as it is made (a ValueError)."""
+    """The configs as the options give them; each checks itself as it is made (engine/config.py: a ConfigError)."""
     model = ModelSpec(source=args.model, dtype=args.dtype)
     search = SearchConfig(
         beams=args.beams, width=args.width, max_candidates=args.max_candidates, step_tokens=args.step_tokens,

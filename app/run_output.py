@@ -33,7 +33,7 @@ def failures_in_json(json_lines: bool) -> Iterator[None]:
 
     try:
         yield
-    except (ValueError, BeamwiseError) as error:  # the errors `main` reports as the user's (UsageError is one)
+    except Exception as error:  # the user's (UsageError, BeamwiseError) or a fault's: the stream ends either way
         if json_lines:
             message = error.user_message() if isinstance(error, BeamwiseError) else str(error)
             print(json.dumps(to_dict(RunFailed(type(error).__name__, message))), flush=True)

@@ -16,7 +16,7 @@ import torch
 
 from engine.auto_delimiter import AUTO_DELIMITER, most_sampled_text
 from engine.baselines import BaselineRun, run_baseline, why_not
-from engine.errors import InvalidPrompt, format_bytes
+from engine.errors import ConfigError, InvalidPrompt, format_bytes
 from engine.idle import release_cached_memory
 from engine.kv.layer_budget import paper_h2d_bytes
 from engine.kv.streams import host_allocator_stats
@@ -103,7 +103,7 @@ class TimeLimit:
 
     def __post_init__(self) -> None:
         if self.seconds is not None and not self.seconds > 0:
-            raise ValueError(f"the time limit must be a positive number of seconds (got {self.seconds}).")
+            raise ConfigError(f"the time limit must be a positive number of seconds (got {self.seconds}).")
         self.started = self.clock()
 
     def passed(self) -> bool:
@@ -290,9 +290,9 @@ def run_bench(
         workload.search(), workload.cache(name)
     loaded = _load(workload, plan_only)
     if plan_only and workload.question is not None:
-        raise ValueError("a plan has no tokenizer to read a question; give --prompt-tokens instead of --question.")
+        raise ConfigError("a plan has no tokenizer to read a question; give --prompt-tokens instead of --question.")
     if plan_only and workload.step_delimiter == AUTO_DELIMITER:
-        raise ValueError("a plan samples no tokens to pick a step delimiter from; give --step-delimiter TEXT.")
+        raise ConfigError("a plan samples no tokens to pick a step delimiter from; give --step-delimiter TEXT.")
     prompt = workload.prompt_ids(loaded)
     if len(prompt) > loaded.context_length - workload.step_tokens:  # every row would fail as the search does
         raise InvalidPrompt(f"the workload's prompt is {len(prompt)} tokens; the model's context holds "
@@ -380,7 +380,7 @@ def pick_delimiter(loaded, workload: Workload, prompt: Sequence[int]) -> str:
     sampled = [t for tokens in (observed.tokens.values() if observed else ()) for t in tokens]
     text = most_sampled_text(sampled, loaded.decode, loaded.eos_token_ids)
     if text is None:
-        raise ValueError("the warm-up sampled no token that can end a step; give --step-delimiter TEXT.")
+        raise ConfigError("the warm-up sampled no token that can end a step; give --step-delimiter TEXT.")
     return text
 
 

@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from engine.errors import ConfigError
+
 AGGREGATIONS = ("last", "min", "prod", "mean")
 POLICIES = ("auto", "in_device", "layerwise", "lbs", "headwise")
 VERIFIERS = ("logprob", "self-judge", "prm")
@@ -22,8 +24,9 @@ SELECTIONS = ("best", "majority", "weighted")
 
 
 def _require(ok: bool, message: str) -> None:
+    """A ConfigError (a ValueError) saying what to change: every check here refuses what the user gave."""
     if not ok:
-        raise ValueError(message)
+        raise ConfigError(message)
 
 
 def _finite(value: float, name: str) -> None:
@@ -34,7 +37,7 @@ def _utf8(text: str | None, name: str) -> None:
     try:
         (text or "").encode("utf-8")
     except UnicodeEncodeError as error:
-        raise ValueError(f"{name} has a character that is not valid text ({text[error.start]!r} at {error.start}, "
+        raise ConfigError(f"{name} has a character that is not valid text ({text[error.start]!r} at {error.start}, "
                          "a lone surrogate); write a real character or its \\n-style escape.") from error
 
 
@@ -244,13 +247,13 @@ def parse_bytes(text: str) -> int:
     refusal printed ('32.3 kB') is the bytes shown (a float product read 32,299 B, a byte short)."""
     match = _SIZE.match(str(text))
     if not match:
-        raise ValueError(f"{text!r} is not a size; write it like 512MB, 7GB or 1.5GiB.")
+        raise ConfigError(f"{text!r} is not a size; write it like 512MB, 7GB or 1.5GiB.")
     number, unit = Decimal(match.group(1)), (match.group(2) or "").lower()
     binary = "i" in unit
     prefix = unit.replace("i", "").replace("b", "")
     scale = 1024 ** "_kmgt".index(prefix) if binary and prefix else _UNITS[prefix]
     size = int(number * scale)
     if size > MOST_BYTES:  # it was taken and shown as 100000000000000008388608.0 TB, and planned green
-        raise ValueError(f"{text!r} is more than any machine holds (at most {MOST_BYTES // 10**12:,} TB); write it "
+        raise ConfigError(f"{text!r} is more than any machine holds (at most {MOST_BYTES // 10**12:,} TB); write it "
                          "like 512MB, 7GB or 1.5GiB.")
     return size

@@ -33,6 +33,12 @@ class BeamwiseError(Exception):
         return self.hint
 
 
+class ConfigError(BeamwiseError, ValueError):
+    """Settings the user gave that cannot run (a config's own checks, a bench's names and budget): the message says
+    what to change. A ValueError too, so code that catches the configs' ValueErrors (the window's settings, argparse
+    types) keeps catching them; the CLI says it as the user's error, where a plain ValueError is a fault."""
+
+
 class ModelLoadError(BeamwiseError):
     """The model could not be found, read or built."""
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.config import CacheConfig, SearchConfig
+from engine.errors import ConfigError
 
 BASELINES = ("generate", "generate:offloaded")  # engine/baselines.py runs them
 LADDER: dict[str, dict] = {
@@ -56,7 +57,7 @@ class Workload:
         # in_device rows run without the budget, so a zero one went unread there: `bench --kv-budget 0 --policies
         # in_device` ran and its header said "KV budget auto"; the offloading rows refused it
         if self.kv_budget_bytes is not None and self.kv_budget_bytes <= 0:
-            raise ValueError(f"the KV budget must be a positive size such as 64MB (got {self.kv_budget_bytes} "
+            raise ConfigError(f"the KV budget must be a positive size such as 64MB (got {self.kv_budget_bytes} "
                              "bytes); leave --kv-budget out for automatic.")
 
     def search(self) -> SearchConfig:
@@ -94,11 +95,12 @@ class Workload:
 
 
 def check_names(policies: Sequence[str], baselines: Sequence[str]) -> None:
-    """ValueError, saying what to choose from, for a policy not in the LADDER or a baseline not in BASELINES."""
+    """ConfigError (a ValueError), saying what to choose from, for a policy not in the LADDER or a baseline not in
+    BASELINES."""
     unknown = set(policies) - set(LADDER)
     if unknown:
-        raise ValueError(f"unknown policies {sorted(unknown)}; choose from {', '.join(LADDER)}.")
+        raise ConfigError(f"unknown policies {sorted(unknown)}; choose from {', '.join(LADDER)}.")
     unknown = set(baselines) - set(BASELINES)
     if unknown:
-        raise ValueError(f"unknown baselines {sorted(unknown)}; choose from {', '.join(BASELINES)} "
+        raise ConfigError(f"unknown baselines {sorted(unknown)}; choose from {', '.join(BASELINES)} "
                          "(or give --baselines '').")
