@@ -28,20 +28,21 @@ def line_of(store: SessionStore, session_id: int) -> list[dict]:
     return [start]
 
 
+def runs_of_turns(store: SessionStore, line: list[dict]) -> list[list[dict]]:
+    """For each turn of `line` (as `line_of` gives it), every run of that turn, oldest first: the sessions of the
+    conversation that follow the same earlier turn. "Run again" of a later turn adds one (the conversation branches
+    there); a turn run once is a list of itself. Each run opens the line through it (`line_of`)."""
+    if not line:
+        return []
+    by_id = _sessions_of(store, line[0]["conversation_id"])
+    return [[row] if row["previous_id"] is None else
+            [run for run in by_id.values() if run["previous_id"] == row["previous_id"]] for row in line]
+
+
 def history(store: SessionStore, session_id: int) -> list[Turn]:
     """The turns before `session_id` on its own chain, oldest first: what its prompt was built from."""
     chain = _chain(_sessions_of(store, store.get_session(session_id)["conversation_id"]), session_id)
     return [(row["question"], row["answer"] or "") for row in chain[:-1]]
-
-
-def turns_through(store: SessionStore, session_id: int) -> list[Turn]:
-    """The turns of `session_id`'s chain up to and including it: the history of a follow-up to it.
-    Raises FollowUpRefused when that session has no answer."""
-    session = store.get_session(session_id)
-    if session["status"] != "finished" or not session["answer"]:
-        raise FollowUpRefused(f"session {session_id} ended {session['status']} without an answer, so there is "
-                              "nothing to follow up.", hint="Run it again, or start a new conversation (Ctrl+N).")
-    return _through(store, session)
 
 
 def follow_up_of(store: SessionStore, session_id: int) -> tuple[int, list[Turn]]:

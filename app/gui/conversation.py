@@ -3,9 +3,11 @@ New conversation (Ctrl+N).
 
 A run in the window is one turn. After a finished turn the follow-up box asks the next question
 in the open conversation (Enter, or Ctrl+Shift+Enter from anywhere): its prompt holds every
-earlier question and chosen path, and it is recorded as the next turn. The turn tabs show the
-turns of the open conversation; choosing one opens (replays) that turn. "Run again" of a turn
-reruns it after the same earlier turns.
+earlier question and chosen path, and it is recorded as the next turn after the newest turn of the
+branch shown, whichever tab is open (as `beamwise run --session` does; the box says so when an
+earlier tab is open). The turn tabs show the turns of the open conversation; choosing one opens
+(replays) that turn. "Run again" of a turn reruns it after the same earlier turns: the conversation
+branches there, and that turn's tab gets an "N runs" button whose menu opens each run's branch.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from typing import Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QAction, QKeySequence, QResizeEvent
-from PySide6.QtWidgets import QHBoxLayout, QLineEdit, QTabBar, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLineEdit, QMenu, QTabBar, QToolButton, QVBoxLayout, QWidget
 
-from app.conversations import history, line_of, turns_through
+import app.formatting as fmt
+from app.conversations import follow_up_of, history, line_of, runs_of_turns
+from app.export.md_escape import without_controls
 from app.gui.bridge import Conversation
 from app.gui.hints import fit_placeholder
 from engine.chat import Turn
@@ -27,6 +31,16 @@ HINTS = {  # the placeholder, longest first: the field shows the longest that fi
     True: (FOLLOW_UP_HINT, "Ask a follow-up (Enter)", "Follow-up"),
     False: ("Follow-ups come after a finished answer", "Follow-ups come after an answer", "After an answer"),
 }
+
+
+def after_hints(turn: int, answered: bool) -> tuple[str, ...]:
+    """The placeholder while an earlier tab is open: a follow-up goes after the branch's newest turn, `turn`, and
+    only when that turn has an answer."""
+    if answered:
+        return (f"Follow up after Turn {turn}, the newest turn (Enter)", f"Follow up after Turn {turn} (Enter)",
+                f"After Turn {turn}")
+    return (f"Turn {turn}, the newest, has no answer to follow up", f"Turn {turn} has no answer to follow up",
+            f"Turn {turn}: no answer")
 
 
 class TurnBar(QTabBar):
@@ -44,17 +58,23 @@ class TurnBar(QTabBar):
         self.currentChanged.connect(self._chosen)
         self.hide()
 
-    def show_line(self, rows: list[dict[str, Any]], current: int | None) -> None:
-        """The turns of a conversation line (store rows, first turn first), `current` selected."""
+    def show_line(self, rows: list[dict[str, Any]], current: int | None,
+                  runs: list[list[dict[str, Any]]] | None = None) -> None:
+        """The turns of a conversation line (store rows, first turn first), `current` selected. `runs` holds each
+        turn's runs (app/conversations.py runs_of_turns): a turn run more than once gets a button that opens the
+        others (the older branch of a conversation is reached there)."""
         self._quiet = True
         try:
             while self.count():
-                self.removeTab(0)
+                self.removeTab(0)  # deletes a tab's runs button too
             self.session_ids = [row["id"] for row in rows]
             for turn, row in enumerate(rows, 1):
                 mark = "" if row["status"] == "finished" else f" ({row['status']})"
                 self.addTab(f"Turn {turn}{mark}")
                 self.setTabToolTip(turn - 1, f"Session {row['id']}: {row['question']}")
+                if runs is not None and len(runs[turn - 1]) > 1:
+                    self.setTabButton(turn - 1, QTabBar.ButtonPosition.RightSide,
+                                      self._runs_button(turn, row["id"], runs[turn - 1]))
             if current in self.session_ids:
                 self.setCurrentIndex(self.session_ids.index(current))
         finally:
@@ -65,6 +85,34 @@ class TurnBar(QTabBar):
         if not self._quiet and 0 <= index < len(self.session_ids):
             self.turn_chosen.emit(self.session_ids[index])
 
+    def runs_button(self, turn: int) -> QToolButton | None:
+        """Turn `turn`'s (1-based) "N runs" button, or None when that turn ran once."""
+        button = self.tabButton(turn - 1, QTabBar.ButtonPosition.RightSide)
+        return button if isinstance(button, QToolButton) else None
+
+    def _runs_button(self, turn: int, shown: int, runs: list[dict[str, Any]]) -> QToolButton:
+        """"2 runs ▾" on a turn's tab: its menu lists every run of the turn, oldest first, and opens the one chosen
+        with the turns that follow it."""
+        button = QToolButton(self)
+        button.setText(f"{len(runs)} runs")
+        button.setAutoRaise(True)
+        button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        button.setToolTip(f"Turn {turn} was run {len(runs)} times (Run again branches a conversation there): "
+                          "open another run and the turns after it")
+        button.setAccessibleName(f"Runs of turn {turn}")
+        menu = QMenu(button)
+        newest = max(run["id"] for run in runs)
+        for number, run in enumerate(runs, 1):
+            mark = "" if run["status"] == "finished" else f", {run['status']}"
+            when = ", newest" if run["id"] == newest else ""
+            action = menu.addAction(f"Run {number} (session {run['id']}{when}{mark}): "
+                                    f"{fmt.brief(without_controls(run['question'] or ''), 50)}")
+            action.setCheckable(True)
+            action.setChecked(run["id"] == shown)
+            action.triggered.connect(lambda _=False, session_id=run["id"]: self.turn_chosen.emit(session_id))
+        button.setMenu(menu)
+        return button
+
 
 class FollowUpBox(QWidget):
     """A line for the next question of the open conversation and its button; `asked(text)` on Enter."""
@@ -74,7 +122,7 @@ class FollowUpBox(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.field = QLineEdit(placeholderText=FOLLOW_UP_HINT, clearButtonEnabled=True)
-        self._open = True
+        self._hints = HINTS[True]
         self.field.setAccessibleName("Follow-up question")
         self.field.returnPressed.connect(self.submit)
         self.action = QAction("&Follow up", self)
@@ -95,11 +143,12 @@ class FollowUpBox(QWidget):
             return
         self.asked.emit(text)
 
-    def set_open(self, open_turn: bool) -> None:
-        """Usable only when a finished turn is open and nothing runs."""
+    def set_open(self, open_turn: bool, after: int | None = None) -> None:
+        """Usable only when the turn a follow-up continues is finished and nothing runs. `after`: that turn's number,
+        when an earlier tab is open (the placeholder says where the follow-up goes)."""
         self.field.setEnabled(open_turn)
         self.action.setEnabled(open_turn)
-        self._open = open_turn
+        self._hints = after_hints(after, open_turn) if after is not None else HINTS[open_turn]
         self._fit_hint()
 
     def resizeEvent(self, event: QResizeEvent) -> None:
@@ -108,7 +157,7 @@ class FollowUpBox(QWidget):
 
     def _fit_hint(self) -> None:
         """The longest hint that fits the field whole; a shorter one has the whole sentence as the tooltip."""
-        hints = HINTS[self._open]
+        hints = self._hints
         self.field.setToolTip("" if fit_placeholder(self.field, hints) == hints[0] else hints[0])
 
 
@@ -135,7 +184,8 @@ class ConversationControls:
         self.new_action.triggered.connect(self.new_conversation)
         self.rerun: tuple[str, Conversation] | None = None  # "Run again" of a later turn: its question and history
         self.follows: int | None = None  # the session the run in progress is the next turn of
-        self.asked: tuple[int, str] | None = None  # the follow-up in progress: the turn it follows, its text
+        self.asked: tuple[int, str] | None = None  # the follow-up in progress: the turn open then, its text
+        self.line: list[dict[str, Any]] = []  # the turns the tabs show (store rows): the branch of the open turn
         self.box.asked.connect(self.ask)
         self.turns.turn_chosen.connect(window.open_session)
         window.addAction(self.box.action)
@@ -148,13 +198,13 @@ class ConversationControls:
         return None
 
     def planned_prompt(self) -> tuple[str, tuple[Turn, ...]]:
-        """What the next run would send, for the plan bar: a follow-up typed in the box after the open turn's
-        conversation (as `ask` builds it); else the question box's text, a new conversation or a loaded rerun's."""
+        """What the next run would send, for the plan bar: a follow-up typed in the box after the open branch's
+        newest turn (as `ask` builds it); else the question box's text, a new conversation or a loaded rerun's."""
         window = self.window
         follow_up = self.box.field.text().strip()
         if follow_up and self.box.field.isEnabled():
             try:
-                return follow_up, tuple(turns_through(window.store, window.current_session))
+                return follow_up, tuple(follow_up_of(window.store, window.current_session)[1])
             except BeamwiseError:
                 pass  # the open turn cannot be followed up: Run would start a new conversation
         question = window.question.toPlainText()
@@ -162,7 +212,9 @@ class ConversationControls:
         return question, conversation.history if conversation is not None else ()
 
     def ask(self, text: str) -> None:
-        """Run `text` as the next turn after the open session."""
+        """Run `text` as the next turn of the open conversation: after the newest turn of the branch shown, whichever
+        of its tabs is open, as `beamwise run --session ID` does for any turn ID (app/conversations.py follow_up_of).
+        Branching from an earlier turn is what "Run again" of the turn after it does."""
         window = self.window
         if window.running:
             window.statusBar().showMessage("Wait for the search to end (or Stop it) before a follow-up.", 8000)
@@ -170,25 +222,26 @@ class ConversationControls:
         if window.store is None or window.current_session is None:
             window.report_error("Nothing to follow up", "Run a question or open a session first.")
             return
-        if window.sessions is not None and window.sessions.waiting == ("delete", window.current_session):
-            # landing first, the delete would leave the follow-up nothing to follow, and its run unsaved
-            window.statusBar().showMessage(f"Session {window.current_session} is being deleted (the Sessions tab "
-                                           "is waiting for the database); nothing to follow up.", 8000)
-            return
         try:
-            turns = turns_through(window.store, window.current_session)
+            follows, turns = follow_up_of(window.store, window.current_session)
         except BeamwiseError as error:
             window.report_error("Cannot ask a follow-up", error.user_message())
             return
+        waiting = window.sessions.waiting if window.sessions is not None else None
+        if waiting is not None and waiting[0] == "delete" and waiting[1] in (window.current_session, follows):
+            # landing first, the delete would leave the follow-up nothing to follow, and its run unsaved
+            window.statusBar().showMessage(f"Session {waiting[1]} is being deleted (the Sessions tab is waiting for "
+                                           "the database); nothing to follow up.", 8000)
+            return
+        opened = window.current_session
         window.question.setPlainText(text)
-        follows = window.current_session
         if window.start_run(Conversation(follows, tuple(turns))):
-            self.asked = (follows, text)
+            self.asked = (opened, text)
             self.box.field.clear()
 
     def run_over(self) -> None:
         """A follow-up that recorded nothing (its model did not load, its prompt was refused, or Stop came before
-        it started) goes back to the turn it followed, its text back in the box: the window had dropped the
+        it started) goes back to the turn that was open, its text back in the box: the window had dropped the
         conversation, and the follow-up could not be asked again."""
         window = self.window
         asked, self.asked = self.asked, None
@@ -253,19 +306,27 @@ class ConversationControls:
         """The turn tabs of the open session's conversation, and whether a follow-up can be asked."""
         window = self.window
         rows: list[dict[str, Any]] = []
+        runs: list[list[dict[str, Any]]] = []
         if window.store is not None and window.current_session is not None:
             try:
                 rows = line_of(window.store, window.current_session)
+                runs = runs_of_turns(window.store, rows)
             except BeamwiseError:
-                rows = []
-        self.turns.show_line(rows, window.current_session)
+                rows, runs = [], []
+        self.line = rows
+        self.turns.show_line(rows, window.current_session, runs)
         self.update()
         window.plan_bar.schedule()  # the open turn changed: so did a follow-up's conversation
 
     def update(self) -> None:
-        """The follow-up box and the turn tabs follow the window: a turn opens only while nothing runs."""
+        """The follow-up box and the turn tabs follow the window: a turn opens only while nothing runs. A follow-up
+        goes after the branch's newest turn: that turn must have an answer (the open one, when it is the newest)."""
         window = self.window
         self.turns.setEnabled(not window.running)
+        newest = self.line[-1] if self.line and window.current_session is not None and not window.running else None
+        after = None
         finished = getattr(window.last_terminal, "type", "") == "run_finished"
+        if newest is not None and newest["id"] != window.current_session:  # an earlier tab is open
+            finished, after = newest["status"] == "finished" and bool(newest["answer"]), len(self.line)
         self.box.set_open(window.store is not None and window.current_session is not None and finished
-                          and not window.running)
+                          and not window.running, after)

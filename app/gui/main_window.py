@@ -243,6 +243,9 @@ class MainWindow(QMainWindow):
             self.sessions.open_requested.connect(self.open_session)
             self.sessions.run_again_requested.connect(self.load_session_settings)
             self.sessions.session_deleted.connect(self.talk.forget)
+            self.sessions.exported.connect(  # File > Export and the Sessions tab's Export…: said, as the CLI does
+                lambda session_id, path: self.statusBar().showMessage(f"Exported session {session_id} to {path}",
+                                                                      15000))
 
     def _restore(self) -> None:
         configs = saved.load_configs(self.settings)

@@ -4,7 +4,7 @@ One row per conversation (its newest turn, with its turn count; app/conversation
 dicts from the store; `SessionsTableModel` only adapts
 them for a QTableView. The panel asks for opening or re-running a session through signals and
 leaves that to the main window. A rename or delete never freezes the window while another process
-holds the database's write lock: it waits for the lock off the GUI thread (`SessionsPanel._write`).
+holds the database's write lock: it waits for the lock off the GUI thread (app/gui/session_writes.py).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ import app.formatting as fmt
 from app.conversations import list_conversations
 from app.export import FORMATS, default_file_stem, export_session
 from app.export.md_escape import without_controls
-from app.gui.background import run_in_background
-from app.store import SessionStore, StoreLocked
+from app.gui.session_writes import SessionWrites
+from app.store import SessionStore
 from engine.errors import BeamwiseError
 
 COLUMNS = ("title", "turns", "created", "model", "status", "answer")
@@ -53,12 +53,10 @@ COLUMN_WIDTHS = (220, 56, 124, 150, 80, 240)  # px; the user can drag them, the 
 PAGE = 200  # conversations listed at a time: a long history opens at once, "Show older" lists more
 SEARCH_WAIT_MS = 200  # the search box lists once typing pauses this long (a search over 2,000 sessions: ~25 ms)
 BUTTON_PADDING_PX = 20  # a push button's frame and margins around its words
-QUICK_WAIT_S = 0.1  # a rename or delete waits this long for the lock on the GUI thread, then in a worker thread
 STATUS_COLOURS = {"failed": "#c0504d", "interrupted": "#b07a12", "cancelled": "#5f6b7a", "running": "#3b7dd8"}
 EXPORT_FILTERS = {"md": "Markdown (*.md)", "html": "Web page (*.html)", "json": "JSON, can be imported (*.json)"}
 AnyIndex = QModelIndex | QPersistentModelIndex
 StoreSource = SessionStore | Callable[[], SessionStore]
-StoreWrite = Callable[[SessionStore], object]  # a rename or delete, made through the store it is given
 
 
 class SessionsTableModel(QAbstractTableModel):
@@ -184,8 +182,7 @@ class SessionsPanel(QWidget):
         self._in_use = in_use or (lambda _session_id: None)
         self._shown = PAGE  # conversations listed; "Show older" adds a page
         self._menu: QMenu | None = None  # the right click's, built on the first
-        self._quick: SessionStore | None = None  # the file once more, for writes that barely wait (`_write`)
-        self.waiting: tuple[str, int] | None = None  # ("rename" or "delete", session id) waiting for the database
+        self.writes = SessionWrites(self, self.store, self._show_message, self._update_buttons)  # rename, delete
         self.model = SessionsTableModel(self._rename, self)
         self._build()
         if export_dialog:
@@ -300,6 +297,11 @@ class SessionsPanel(QWidget):
         source = self._store_source
         return source if isinstance(source, SessionStore) else source()
 
+    @property
+    def waiting(self) -> tuple[str, int] | None:
+        """("rename" or "delete", session id) while that write waits for the database, else None."""
+        return self.writes.waiting
+
     def selected_id(self) -> int | None:
         rows = self.view.selectionModel().selectedRows()
         return self.model.session_id(rows[0].row()) if rows else None
@@ -369,20 +371,20 @@ class SessionsPanel(QWidget):
 
     def _emit_for_selected(self, signal: Any) -> None:
         session_id = self.selected_id()
-        if session_id is not None and not self._still_waiting():
+        if session_id is not None and not self.writes.still_waiting():
             signal.emit(session_id)
 
     # ---------------------------------------------------------------- actions
 
     def rename_selected(self) -> None:
         rows = self.view.selectionModel().selectedRows()
-        if rows and not self._still_waiting():
+        if rows and not self.writes.still_waiting():
             self.view.edit(self.model.index(rows[0].row(), COLUMNS.index("title")))
 
     def _rename(self, session_id: int, title: str) -> bool:
         """The model's rename: True when the title is saved now; False when it failed (said) or waits for the
         database (the old title stays shown until it is saved, and stays for good if it cannot be)."""
-        if self._still_waiting():
+        if self.writes.still_waiting():
             return False
         old = without_controls(self.model.rows[self.model.row_of(session_id)]["title"])
 
@@ -390,13 +392,13 @@ class SessionsPanel(QWidget):
             self.model.set_title(session_id, title)
             self.session_renamed.emit(session_id, title)
 
-        return self._write(("rename", session_id), lambda store: store.rename(session_id, title), saved,
-                           lambda error: self._warn("Could not rename the session", error,
-                                                    f"The title stays “{old}”."))
+        return self.writes.write(("rename", session_id), lambda store: store.rename(session_id, title), saved,
+                                  lambda error: self._warn("Could not rename the session", error,
+                                                           f"The title stays “{old}”."))
 
     def delete_selected(self) -> None:
         session_id = self.selected_id()
-        if session_id is None or self._still_waiting():
+        if session_id is None or self.writes.still_waiting():
             return
         busy = self._in_use(session_id)
         if busy:
@@ -412,76 +414,15 @@ class SessionsPanel(QWidget):
             self.refresh()
             self.session_deleted.emit(session_id)
 
-        self._write(("delete", session_id), lambda store: store.delete(session_id), deleted,
-                    lambda error: self._warn("Could not delete the session", error))
-
-    def _write(self, what: tuple[str, int], change: StoreWrite, done: Callable[[], None],
-               failed: Callable[[Exception], None]) -> bool:
-        """Make `change` without freezing the window. First at once, on a connection that waits at most QUICK_WAIT_S
-        for a lock: usually done (`done()` called) before this returns True. If another program or Beamwise holds
-        the database's write lock, it waits for it (the store's busy timeout) in a worker thread on a connection of
-        its own (the shared store's would hold the store's lock that long, and every read of the window with it),
-        the buttons off and a line saying so meanwhile; `done()` or `failed(error)` on the GUI thread after."""
-        try:
-            store = self.store()
-        except BeamwiseError as error:
-            failed(error)
-            return False
-        try:
-            change(self._quick_store(store))
-        except StoreLocked:
-            pass  # another process is writing: wait for it below, off the GUI thread
-        except (BeamwiseError, ValueError) as error:
-            failed(error)
-            return False
-        else:
-            done()
-            return True
-        self.waiting = what
-        self._update_buttons()
-        self._show_message(f"{'Saving the new title' if what[0] == 'rename' else 'Deleting the session'}: another "
-                           "program or Beamwise process is writing to the session database; waiting up to "
-                           f"{store.busy_timeout:g} s for it…")
-        run_in_background(self, f"beamwise-{what[0]}", lambda: (_waited(store, change),),
-                          lambda error: self._written(error, done, failed))
-        return False
-
-    def _quick_store(self, store: SessionStore) -> SessionStore:
-        """`store`'s file opened once more, waiting QUICK_WAIT_S at most for a lock: unnoticed, and long enough for
-        the window's own recorder to commit a step (an in-memory store is private: itself)."""
-        if store.path is None:
-            return store
-        if self._quick is None or self._quick.path != store.path:
-            if self._quick is not None:
-                self._quick.close()
-            self._quick = SessionStore(store.path, busy_timeout=QUICK_WAIT_S)
-            self.destroyed.connect(self._quick.close)
-        return self._quick
-
-    def _written(self, error: Exception | None, done: Callable[[], None],
-                 failed: Callable[[Exception], None]) -> None:
-        self.waiting = None
-        self._show_message(None)
-        self._update_buttons()
-        if error is None:
-            done()
-        else:
-            failed(error)
-
-    def _still_waiting(self) -> bool:
-        """A rename or delete is waiting for the database: say so instead of starting another."""
-        if self.waiting is not None:
-            self._show_message(f"Still waiting for the session database to {self.waiting[0]} session "
-                               f"{self.waiting[1]}; try again once it is done.")
-        return self.waiting is not None
+        self.writes.write(("delete", session_id), lambda store: store.delete(session_id), deleted,
+                          lambda error: self._warn("Could not delete the session", error))
 
     def export_with_dialog(self, session_id: int) -> Path | None:
         """Ask where to save, then export; the format follows the chosen filter or the file's suffix. A suffix added
         here names a file the dialog did not check: it asks before replacing that one itself."""
-        row = self.model.row_of(session_id)
-        title = self.model.rows[row]["title"] if row is not None else f"session {session_id}"
-        name, chosen = QFileDialog.getSaveFileName(self, "Export session", f"{default_file_stem(title)}.md",
-                                                   ";;".join(EXPORT_FILTERS.values()))
+        suggested = f"{default_file_stem(self._title(session_id))}.md"  # any turn's: the listed row's or the store's
+        filters = ";;".join(EXPORT_FILTERS.values())
+        name, chosen = QFileDialog.getSaveFileName(self, "Export session", suggested, filters)
         if not name:
             return None
         path = Path(name)
@@ -502,21 +443,17 @@ class SessionsPanel(QWidget):
         self.exported.emit(session_id, str(written))
         return written
 
+    def _title(self, session_id: int) -> str:
+        """A session's title: its row's when listed, else the store's (an earlier turn, an older branch's)."""
+        row = self.model.row_of(session_id)
+        if row is not None:
+            return self.model.rows[row]["title"]
+        try:
+            return self.store().get_session(session_id)["title"] or f"session {session_id}"
+        except BeamwiseError:
+            return f"session {session_id}"  # the export itself says what is wrong
+
     def _warn(self, title: str, error: Exception, after: str = "") -> None:
         text = error.user_message() if isinstance(error, BeamwiseError) else str(error)
         QMessageBox.warning(self, title, f"{fmt.sentence(text)} {after}".strip())
 
-
-def _waited(store: SessionStore, change: StoreWrite) -> Exception | None:
-    """In a worker thread: `change` through a connection of its own to `store`'s file that waits for the write
-    lock as long as `store` would; its error as data (an exception left in the thread would never reach the
-    panel, whose buttons would stay off)."""
-    try:
-        if store.path is None:
-            change(store)
-        else:
-            with SessionStore(store.path, busy_timeout=store.busy_timeout) as own:
-                change(own)
-    except Exception as error:
-        return error
-    return None
