@@ -7,8 +7,10 @@ candidate's logit-lens entropy and lens score after every layer (engine/verifier
 between neighbouring layers. Each pair is replayed on the recorded passes with the exit's own rule
 (every candidate under theta and changed by less than delta, from layer `first_layer` on), and the
 pair kept exits earliest while the early scores put the same candidate first as the full pass on at
-least `target` of the steps where it exits. With no pair reaching the target, the strictest pair (10th
-percentiles) is kept with its measured agreement, so the user sees what it costs.
+least `target` of the steps where it exits (a pair that never exits qualifies). With no pair reaching the
+target, the fit is the fallback NEVER, thresholds under which the exit does not fire (every layer runs), as
+verify-skip falls back to thresholds that skip next to nothing: the strictest pair (10th percentiles) was saved
+with the agreement it missed by, and `run --entropy-exit` then used it unwarned.
 
 The thresholds are measured in nats of the verifier's own vocabulary and saved on the paper's scale
 (a ~150k vocabulary), the scale `--entropy-theta` and `--entropy-delta` are given in.
@@ -27,6 +29,11 @@ from engine.methods.confidence import best_index
 from engine.verifiers.entropy_exit import REFERENCE_VOCAB
 
 EXIT_PERCENTILES = (10, 25, 50, 75, 90)
+NEVER = 1e-6  # the fallback's theta and delta (paper scale): every lens one-hot and unchanged, in effect never
+
+
+class TooFewLayers(UsageError):
+    """The verifier's passes record no change between layers to calibrate delta from (fewer than 3 layers)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,7 @@ class ExitFit:
     mean_layer: float  # mean exit layer over the steps' candidates with these thresholds
     exit_rate: float  # share of steps where some pass exited before the last layer
     agreement: float  # share of those steps where the early scores put the full pass's first candidate first
+    missed: float | None = None  # no pair reached the target: the strictest pair's agreement (the fit is NEVER)
 
 
 def exit_layer(entropies: Sequence[Sequence[float]], theta: float, delta: float,
@@ -95,7 +103,7 @@ def calibrate_exit(steps: Sequence[Sequence], target: float = 0.9, first_layer: 
                for now, before in zip(per_layer[1:], per_layer[:-1], strict=False)
                for e, b in zip(now, before, strict=True)]
     if not changes:
-        raise UsageError("the verifier has too few layers to exit early (it needs at least 3).")
+        raise TooFewLayers(f"the verifier has too few layers to exit early ({layers}; it needs at least 3)")
     best, strictest = None, None
     for q_theta in EXIT_PERCENTILES:
         for q_delta in EXIT_PERCENTILES:
@@ -105,7 +113,11 @@ def calibrate_exit(steps: Sequence[Sequence], target: float = 0.9, first_layer: 
                 strictest = found
             if found[2].agreement >= target and (best is None or found[2].mean_layer < best[2].mean_layer):
                 best = found
-    theta, delta, replay = best or strictest
     scale = math.log(vocab) / math.log(REFERENCE_VOCAB)
+    missed = None
+    if best is None:  # the fallback, replayed to say what it does on these steps
+        missed = strictest[2].agreement
+        best = (NEVER * scale, NEVER * scale, _replay(steps, NEVER * scale, NEVER * scale, first_layer))
+    theta, delta, replay = best
     return ExitFit(theta / scale, delta / scale, theta, delta, vocab, len(steps), layers, replay.mean_layer,
-                   replay.exit_rate, replay.agreement)
+                   replay.exit_rate, replay.agreement, missed)

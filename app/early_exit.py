@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
@@ -68,14 +69,42 @@ def thresholds_path() -> Path:
     return Path(folder) / FILE_NAME
 
 
-def load_thresholds(path: Path | None = None) -> Thresholds | None:
-    """The calibrated thresholds, or None when none were saved (or the file is unreadable)."""
+def load_thresholds(path: Path | None = None, warn: Callable[[str], None] | None = None) -> Thresholds | None:
+    """The calibrated thresholds, or None when none were saved or the file cannot be used; `warn` (the command
+    line's, which then runs on the defaults) is told why it cannot, in one line saying what to do."""
     path = path or thresholds_path()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return Thresholds(**{f.name: data[f.name] for f in fields(Thresholds) if f.name in data})
-    except (OSError, ValueError, TypeError, KeyError):
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError) as error:  # ValueError: not UTF-8
+        problem = f"cannot be read ({getattr(error, 'strerror', None) or error})"
+    else:
+        try:
+            return _thresholds_of(json.loads(text))
+        except ValueError as error:  # json's JSONDecodeError is one
+            problem = f"is damaged ({str(error).removesuffix('; run beamwise eval --calibrate again.')})"
+    if warn is not None:
+        warn(f"{path}, the calibrated thresholds, {problem}; run beamwise eval --calibrate again. Using the "
+             "default thresholds meanwhile.")
+    return None
+
+
+def _thresholds_of(data: object) -> Thresholds:
+    """Thresholds from the saved JSON; a ValueError naming what is wrong (a TypeError from comparing a string)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"not a JSON object of thresholds: {type(data).__name__}")
+    missing = [name for name in ("tau_conf", "r_gap") if name not in data]
+    if missing:
+        raise ValueError(f"no {' or '.join(missing)}")
+    for f in fields(Thresholds):
+        value = data.get(f.name)
+        if f.name not in data or (value is None and "None" in f.type):
+            continue
+        text = f.type.startswith("str")
+        if isinstance(value, bool) or not isinstance(value, str if text else int | float):
+            raise ValueError(f"{f.name} is {json.dumps(value)}, not {'text' if text else 'a number'}")
+    return Thresholds(**{f.name: data[f.name] for f in fields(Thresholds) if f.name in data})
 
 
 def save_thresholds(thresholds: Thresholds, path: Path | None = None) -> Path:
@@ -152,13 +181,29 @@ def calibrated_on(saved: Thresholds) -> str:
     return text
 
 
+def nats_text(value: float) -> str:
+    """An entropy threshold as the CLI and the window show it: 3.500, and calibration's fallback 1e-06 (not 0.000)."""
+    return f"{value:.3f}" if value >= 0.001 else f"{value:.0e}"
+
+
+def entropy_calibrated_on(saved: Thresholds) -> str:
+    """Which verifier the saved entropy exit thresholds were measured on, as `run --entropy-exit` says it: their own
+    verifier, which is not `calibrated_on`'s first (verify-skip's) when they were kept from an earlier calibration."""
+    if saved.verifier is None:
+        return "verifier not recorded"
+    if saved.entropy_verifier in (None, saved.verifier):
+        return calibrated_on(saved)
+    return f"verifier {saved.entropy_verifier}, kept when verify-skip was calibrated on {saved.verifier}"
+
+
 def entropy_mismatch(saved: Thresholds | None, verifier: str) -> str | None:
     """Why the saved entropy thresholds do not fit `verifier` (a `verifier_key`); None when they fit, when none
     are saved, or when the file does not say which verifier they came from."""
     measured_on = None if saved is None else saved.entropy_verifier or saved.verifier
     if saved is None or saved.entropy_theta is None or measured_on is None or measured_on == verifier:
         return None
-    return (f"the calibrated entropy exit thresholds (θ {saved.entropy_theta:.3f}, δ {saved.entropy_delta:.3f} in "
+    return (f"the calibrated entropy exit thresholds (θ {nats_text(saved.entropy_theta)}, "
+            f"δ {nats_text(saved.entropy_delta)} in "
             f"{thresholds_path()}) were measured on {measured_on}, not on this search's {verifier}")
 
 
@@ -189,7 +234,8 @@ def thresholds_text(saved: Thresholds | None, search, verifier: str | None = Non
     if saved is not None and saved.entropy_theta is not None:
         layer = "-" if saved.entropy_mean_layer is None else f"{saved.entropy_mean_layer:.1f}"
         agrees = "-" if saved.entropy_agreement is None else f"{saved.entropy_agreement:.0%}"
-        return text + (f"\nentropy exit θ {saved.entropy_theta:.3f}, δ {saved.entropy_delta:.3f} (calibrated on "
+        return text + (f"\nentropy exit θ {nats_text(saved.entropy_theta)}, δ {nats_text(saved.entropy_delta)} "
+                       "(calibrated on "
                        f"{saved.entropy_steps} steps of a {saved.entropy_layers}-layer verifier: exits at layer "
                        f"{layer} on average, full pass agrees {agrees})")
     return text + (f"\nentropy exit θ {search.entropy_theta:.3f}, δ {search.entropy_delta:.3f} "

@@ -79,6 +79,7 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError("--target-agreement sets what --calibrate aims for: add --calibrate, or leave it out.")
     if args.target_agreement is not None and not 0 < args.target_agreement <= 1:
         raise UsageError(f"--target-agreement must be in (0, 1] (got {args.target_agreement}).")
+    _refuse_unused(args)
     problems = Path(args.problems).resolve()
     if args.json_path and Path(args.json_path).resolve() == problems:
         raise UsageError(f"--json {args.json_path} is the problems file; the results would replace the problems. "
@@ -86,6 +87,20 @@ def _check(args: argparse.Namespace) -> None:
     if args.db and not args.no_save and Path(args.db).resolve() == problems:  # it was called a damaged database
         raise UsageError(f"--db {args.db} is the problems file, not a session database. Pick another --db path "
                          "(or leave it out for the default).")
+
+
+def _refuse_unused(args: argparse.Namespace) -> None:
+    """Options `config_for` would drop, refused as app/options.py refuses options that do nothing: each was taken
+    and the eval ran as if it had not been given."""
+    exits = [name for name, given in (("--verify-skip", args.verify_skip), ("--entropy-exit", args.entropy_exit),
+                                      ("--audit-early-exit", args.audit_early_exit)) if given]
+    if args.calibrate and exits:
+        raise UsageError(f"--calibrate runs the verifier on every step and at every layer, so {' and '.join(exits)} "
+                         "would do nothing: leave them out (and their thresholds), calibrate, then use the saved "
+                         "thresholds in a run without --calibrate.")
+    if args.compare is not None and args.lookahead and "beam" not in methods_of(args):
+        raise UsageError(f"--lookahead works with the beam method only, and --compare {args.compare} runs none: "
+                         "add beam to --compare, or leave --lookahead out.")
 
 
 def _check_calibration(configs: dict[str, SearchConfig]) -> None:
@@ -135,7 +150,8 @@ def eval_command(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, evaluation, problems: list[Problem], interrupted: bool) -> bool:
-    """Print the table, write the JSON and save a calibration; False when a calibration asked for was not saved."""
+    """Print the table, write the JSON and save a calibration (an interrupted one is not saved); False when a
+    calibration asked for was not saved for want of scored steps."""
     from app.eval_report import table
 
     summaries = evaluation.summaries()
@@ -151,4 +167,16 @@ def _report(args: argparse.Namespace, evaluation, problems: list[Problem], inter
                 "methods": [s.to_dict() for s in summaries],
                 "runs": [dataclasses.asdict(r) for r in evaluation.finished_runs()]}
         write_json(args.json_path, data)
+    if args.calibrate and interrupted:  # thresholds from the problems that finished would replace a whole calibration
+        _say_calibration_kept()
+        return True
     return evaluation.save_calibration(args.target_agreement or TARGET_AGREEMENT) if args.calibrate else True
+
+
+def _say_calibration_kept() -> None:
+    from app.early_exit import thresholds_path
+
+    path = thresholds_path()
+    kept = f"the thresholds in {path} are kept" if path.is_file() else "no thresholds were saved before either"
+    print(f"beamwise: the calibration was interrupted, so it saved nothing ({kept}); run it to the end to save "
+          "thresholds.", file=sys.stderr)

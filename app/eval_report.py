@@ -73,8 +73,8 @@ def _final_texts(tree: SearchTree, kept: Sequence[int]) -> list[str]:
 class MethodSummary:
     method: str
     problems: int
-    accuracy: float | None  # fraction of problems answered correctly (None: no problem finished)
-    pass_at_n: float | None  # fraction where some final candidate is correct (None: no problem finished)
+    accuracy: float | None  # fraction of finished runs answered correctly (None: no problem finished)
+    pass_at_n: float | None  # fraction of finished runs where some final candidate is correct (None: none finished)
     n: int  # the most final candidates a problem had
     mean_tokens: float
     mean_verifier_tokens: float
@@ -98,12 +98,15 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def summarize(method: str, results: Sequence[ProblemResult], seconds: float) -> MethodSummary:
+    """One method's figures; accuracy and pass@N are over its finished runs: a failed run gave no answer to be
+    wrong (it was averaged in as wrong, 0.0% when every run failed), and is counted in `failed` instead."""
     count = len(results)
     steps = sum(r.steps for r in results)
     audited = sum(r.audited for r in results)
     exits = sum((r.exit for r in results), ExitTally())
+    finished = [r for r in results if r.status == "finished"]
     return MethodSummary(
-        method, count, _mean_or_none([r.correct for r in results]), _mean_or_none([r.any_correct for r in results]),
+        method, count, _mean_or_none([r.correct for r in finished]), _mean_or_none([r.any_correct for r in finished]),
         max((r.candidates for r in results), default=0), _mean([r.tokens for r in results]),
         _mean([r.verifier_tokens for r in results]), seconds,
         sum(r.skipped_steps for r in results) / steps if steps else 0.0,

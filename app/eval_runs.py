@@ -153,22 +153,16 @@ class Evaluation:
     def _with_entropy_exit(self, found: Thresholds, target: float) -> Thresholds:
         """`found` with the entropy exit's thresholds fitted to the recorded lens; without one (logprob), with the
         saved ones: a logprob calibration wrote "entropy_theta": null over a self-judge one's and said nothing."""
-        from app.calibrate_exit import calibrate_exit
-        from app.early_exit import keep_entropy_of, load_thresholds
+        from app.calibrate_exit import TooFewLayers, calibrate_exit
 
         if not self.lens_steps:
-            found = keep_entropy_of(found, load_thresholds())
-            kept = "" if found.entropy_theta is None else (
-                f"; the saved θ {found.entropy_theta:.4f}, δ {found.entropy_delta:.4f} measured on "
-                f"{found.entropy_verifier or 'a verifier not recorded'} are kept")
-            print("entropy exit: not calibrated (the verifier has no logit lens: use --verifier self-judge or a "
-                  f"Math-Shepherd or RLHFlow PRM){kept}")
-            return found
-        fit = calibrate_exit(self.lens_steps, target)
-        print(f"entropy exit thresholds: theta {fit.theta:.4f}, delta {fit.delta:.4f} on the ~150k-vocabulary "
-              f"scale ({fit.theta_nats:.4f} and {fit.delta_nats:.4f} nats for this verifier's {fit.vocab:,} "
-              f"tokens): exit at layer {fit.mean_layer:.1f} of {fit.layers} on average, on {fit.exit_rate:.0%} "
-              f"of {fit.steps} steps, full pass agrees on {fit.agreement:.0%}")
+            return _keep_earlier_exit(found, "the verifier has no logit lens: use --verifier self-judge or a "
+                                      "Math-Shepherd or RLHFlow PRM")
+        try:
+            fit = calibrate_exit(self.lens_steps, target)
+        except TooFewLayers as error:  # verify-skip's thresholds are still saved (they were lost with an error)
+            return _keep_earlier_exit(found, str(error))
+        print(_exit_line(fit, target))
         return dataclasses.replace(
             found, entropy_theta=fit.theta, entropy_delta=fit.delta, entropy_vocab=fit.vocab,
             entropy_layers=fit.layers, entropy_steps=fit.steps, entropy_mean_layer=fit.mean_layer,
@@ -177,6 +171,31 @@ class Evaluation:
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
+
+
+def _keep_earlier_exit(found: Thresholds, why: str) -> Thresholds:
+    """`found` with the entropy exit thresholds saved before, when this calibration could not fit its own."""
+    from app.early_exit import keep_entropy_of, load_thresholds
+
+    found = keep_entropy_of(found, load_thresholds())
+    kept = "" if found.entropy_theta is None else (
+        f"; the saved θ {found.entropy_theta:.4f}, δ {found.entropy_delta:.4f} measured on "
+        f"{found.entropy_verifier or 'a verifier not recorded'} are kept")
+    print(f"entropy exit: not calibrated ({why}){kept}")
+    return found
+
+
+def _exit_line(fit, target: float) -> str:
+    """What the entropy exit's calibration found (an ExitFit); when no pair reached the target, that and what to do."""
+    if fit.missed is not None:
+        return (f"entropy exit: no threshold pair reached {target:.0%} agreement on {fit.steps} steps (the strictest, "
+                f"the 10th percentiles, agreed on {fit.missed:.0%} of the steps it exits); saved theta {fit.theta:g}, "
+                f"delta {fit.delta:g}, under which the exit does not fire: --entropy-exit runs all {fit.layers} "
+                "layers. Calibrate on more problems, or lower --target-agreement, to find thresholds that exit early")
+    return (f"entropy exit thresholds: theta {fit.theta:.4f}, delta {fit.delta:.4f} on the ~150k-vocabulary "
+            f"scale ({fit.theta_nats:.4f} and {fit.delta_nats:.4f} nats for this verifier's {fit.vocab:,} "
+            f"tokens): exit at layer {fit.mean_layer:.1f} of {fit.layers} on average, on {fit.exit_rate:.0%} "
+            f"of {fit.steps} steps, full pass agrees on {fit.agreement:.0%}")
 
 
 def _skips(found: Thresholds, target: float) -> str:

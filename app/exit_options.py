@@ -17,7 +17,9 @@ def early_exit_thresholds(args: argparse.Namespace) -> dict[str, float]:
     d = SearchConfig()
     given = {"tau_conf": args.tau_conf, "r_gap": args.r_gap,
              "entropy_theta": args.entropy_theta, "entropy_delta": args.entropy_delta}
-    saved = load_thresholds() if None in given.values() else None
+    uses_saved = (args.verify_skip and None in (args.tau_conf, args.r_gap)) or (
+        args.entropy_exit and None in (args.entropy_theta, args.entropy_delta))
+    saved = load_thresholds(warn=_warn if uses_saved else None) if None in given.values() else None
     if saved is not None and saved.entropy_theta is not None and args.entropy_exit and args.verifier != "logprob" \
             and None in (args.entropy_theta, args.entropy_delta):  # logprob: SearchConfig refuses the exit itself
         _check_entropy_calibration(args, saved)
@@ -30,19 +32,27 @@ def early_exit_thresholds(args: argparse.Namespace) -> dict[str, float]:
     return chosen
 
 
+def _warn(message: str) -> None:
+    """A damaged thresholds file, said where a run would use it (it ran on the defaults unsaid)."""
+    import sys
+
+    print(f"beamwise: warning: {message}", file=sys.stderr)
+
+
 def _check_entropy_calibration(args: argparse.Namespace, saved) -> None:
     """--entropy-exit with calibrated thresholds: refused when they come from another verifier, else named."""
     import sys
 
-    from app.early_exit import calibrated_on, entropy_mismatch, verifier_key
+    from app.early_exit import entropy_calibrated_on, entropy_mismatch, nats_text, verifier_key
 
     verifier = verifier_key(args.model, args.verifier, args.verifier_model)
     mismatch = entropy_mismatch(saved, verifier)
     if mismatch is not None:
         raise ConfigError(f"{mismatch}. Calibrate them for this verifier (beamwise eval PROBLEMS --calibrate with the "
                          "same --model and --verifier), or give --entropy-theta and --entropy-delta.")
-    print(f"beamwise: entropy exit: calibrated θ {saved.entropy_theta:.3f}, δ {saved.entropy_delta:.3f} "
-          f"({calibrated_on(saved)}{'' if saved.verifier else ': calibrate again to record it'})", file=sys.stderr)
+    print(f"beamwise: entropy exit: calibrated θ {nats_text(saved.entropy_theta)}, δ {nats_text(saved.entropy_delta)} "
+          f"({entropy_calibrated_on(saved)}{'' if saved.verifier else ': calibrate again to record it'})",
+          file=sys.stderr)
 
 
 def _note_skip_calibration(args: argparse.Namespace, saved) -> None:

@@ -94,7 +94,8 @@ def share_too_small(share_bytes: int, rows: int, width: int, need_bytes: int) ->
     error = KVBudgetTooSmall(share_bytes, need_bytes, f"the verifier's batch of {rows} x {width} tokens",
                              budget_name="the verifier's KV share",
                              smallest="the smallest share that holds it")  # a share, not the KV budget
-    error.hint = "Raise --verifier-kv-share or the KV budget, shorten the steps, or use a smaller PRM."
+    error.hint = ("Raise --verifier-kv-share or the KV budget, shorten the steps, or use a smaller verifier (a "
+                  "smaller PRM; with self-judge, a smaller model, which is its own verifier).")
     return error
 
 
@@ -116,7 +117,8 @@ def split_budget(total_bytes: int, share: float | None, verifier_batch_bytes: in
         error = KVBudgetTooSmall(total_bytes, 2 * verifier_row_bytes,
                                  "the verifier's longest path in its half (its automatic share)")
         error.hint = ("Raise the KV budget, set the verifier's part with --verifier-kv-share, shorten the steps "
-                      "or the search, or use a smaller PRM.")
+                      "or the search, or use a smaller verifier (a smaller PRM; with self-judge, a smaller model, "
+                      "which is its own verifier).")
         raise error
     verifier = round(total_bytes * share) if share is not None else min(verifier_batch_bytes, total_bytes // 2)
     return BudgetSplit(total_bytes - verifier, verifier)
