@@ -140,7 +140,8 @@ class Printer:
         said = earliest_exit_note(event.exit_layer, event.verifier_layers)
         if said is not None and not self.exit_noted:
             self.exit_noted = True
-            warn(said)
+            warn(f"{said} Calibrate theta and delta for this verifier (beamwise eval PROBLEMS --calibrate with the "
+                 "same --model and --verifier), give a lower --entropy-theta, or run without --entropy-exit.")
 
     def _on_run_finished(self, event: ev.RunFinished) -> None:
         p = self._print

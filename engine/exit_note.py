@@ -21,7 +21,5 @@ def earliest_exit_note(exit_layer: float | None, layers: int | None, first_layer
         return None
     return (f"the entropy exit stopped every candidate at layer {first_layer} of {layers}, the earliest it may: the "
             "verifier's lens entropy was under theta and steady as soon as it was checked, before the verifier had "
-            "judged, so these scores may rank by noise. Calibrate theta and delta for this verifier (beamwise eval "
-            "PROBLEMS --calibrate with the same --verifier), give a lower --entropy-theta, or run without "
-            "--entropy-exit.")
+            "judged, so these scores may rank by noise.")  # what to do is the caller's: the CLI's and window's differ
 

@@ -45,7 +45,8 @@ def test_a_run_with_the_entropy_exit_shows_its_layer_and_work_saved(qtbot, make_
     step = ExitTally.of_steps([selected[1]])
     assert details.value("verifier_exit") == (f"layer 2.0 of 6, {step.saved:.0%} of the verifier's layer work saved"
                                               " · earliest layer: scores may be noise")
-    assert "stopped every candidate at layer 2 of 6" in details.values["verifier_exit"].toolTip()  # and what to do
+    tip = details.values["verifier_exit"].toolTip()
+    assert "stopped every candidate at layer 2 of 6" in tip and "switch Entropy exit off" in tip  # and what to do
 
     real_run.seen.clear()
     small(window, beams=2, width=2, max_steps=1, step_tokens=4, step_delimiter=None, verifier="self-judge")

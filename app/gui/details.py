@@ -147,7 +147,10 @@ class NodeDetails(SessionView, QWidget):
     def _exit_note(self, step: int) -> str:
         """Why a step's scores may say nothing (engine/exit_note.py), or ''."""
         selected = self._selected(step)
-        return "" if selected is None else earliest_exit_note(selected.exit_layer, selected.verifier_layers) or ""
+        said = None if selected is None else earliest_exit_note(selected.exit_layer, selected.verifier_layers)
+        return "" if said is None else (f"{fmt.sentence(said)} Calibrate the exit for this verifier (beamwise eval "
+                                        "PROBLEMS --calibrate with the same model and verifier), or switch Entropy "
+                                        "exit off.")
 
     def _selected(self, step: int):
         """The step's step_selected event, None before it was selected."""
