@@ -30,8 +30,24 @@ class StepProgress:
         self.width = 1
         self.first = 1
         self.since = clock()
+        self.waiting_for = ""  # what the run waits on outside the search, while `phase` is "waiting"
+        self._held: str | None = None  # the phase the wait holds up (its clock runs on)
+
+    @property
+    def waiting(self) -> bool:
+        return self._held is not None
+
+    def wait(self, what: str) -> None:
+        """The run waits on something outside the search (the session database, locked by another program):
+        `line()` is `what` (which says for how long) until the next event puts back the phase the wait held up.
+        The heartbeat went on saying "loading the model" for the database's 5 s busy timeout."""
+        if self._held is None:
+            self._held = self.phase
+        self.phase, self.waiting_for = "waiting", what
 
     def apply(self, event: Any) -> None:
+        if self._held is not None:  # the search spoke: whatever held it up is over
+            self.phase, self._held = self._held, None
         kind = event.type
         if kind == "run_started":
             self.width = int(event.search.get("width", 1))
@@ -63,6 +79,8 @@ class StepProgress:
 
     def line(self) -> str:
         """'step 3: decoding, 12 s, 2 group(s), 8/16 candidates written (120 tokens)'."""
+        if self.phase == "waiting":
+            return self.waiting_for
         took = self.took()
         if self.phase in ("loading", "prefill"):
             return f"{'loading the model' if self.phase == 'loading' else 'reading the question'}, {took}"

@@ -117,6 +117,13 @@ class SessionRecorder:
         if event.type in ev.TERMINAL_TYPES and (self.journal is not None or not self._pending):
             self.finished = True
 
+    def writes_database(self, event: Any) -> bool:
+        """Whether `write(event)` writes the database file, and so may wait up to its busy timeout for another
+        program's lock: the run's start, each step's end and the run's end, until the run goes to a journal."""
+        if self.unsaved or self.finished or self.journal is not None or self.store.path is None:
+            return False
+        return self.session_id is None or event.type == "step_selected" or event.type in ev.TERMINAL_TYPES
+
     def _write_rows(self, event: Any, boundary: bool) -> None:
         try:
             if self.session_id is None:

@@ -10,6 +10,7 @@ Exceptions never kill the thread: they become `failed` / `load_failed` with a me
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
+from PySide6.QtCore import QElapsedTimer, QObject, QThread, QTimer, Signal, Slot
 
 from app.gui.engine_import import engine_modules, engine_ready
 from app.gui.gc_freeze import collect_all
@@ -34,6 +35,7 @@ StoreFactory = Callable[[], Any]  # opens a SessionStore; called in the worker t
 ReleaseFn = Callable[[], Any]  # gives cached memory back; returns engine.idle.Released
 IDLE_RELEASE_MS = 60_000  # idle this long after a run, the engine hands back the memory torch keeps cached
 LOAD_SLICE_S = 0.05  # how often a load in progress passes on its progress and looks whether the window closes
+DATABASE_WAIT_SAID_MS = 500  # a session database write still waiting after this long is said, then each such time
 
 
 class LoadAbandoned(Exception):
@@ -106,6 +108,12 @@ def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}"
 
 
+def database_wait_text(waited_s: float, limit_s: float) -> str:
+    """What the window says while a write waits for the session database's lock (another program holds it)."""
+    most = f" of at most {limit_s:g} s" if limit_s > 0 else ""
+    return f"Waiting for the session database, {waited_s:.1f} s{most}: another program holds it locked"
+
+
 def describe_device(loaded: Any) -> str:
     """'cuda:0' as is; anything else is the emulated GPU (a budgeted CPU pool)."""
     device = str(getattr(loaded, "device", "cpu"))
@@ -124,6 +132,8 @@ class SearchWorker(QObject):
     failed = Signal(object)  # the run raised (a fault in Beamwise): its RunFailed, with the traceback
     run_finished = Signal()  # always the last signal of every run request, whatever happened
     memory_released = Signal(object, object)  # device bytes, pinned host bytes given back (ints: they pass 2 GB)
+    database_write_began = Signal(float)  # the session database is written now; it may wait this many s for its lock
+    database_write_ended = Signal()
 
     def __init__(self, stop_flag: threading.Event, *, loader: LoaderFn | None = None, run: RunFn | None = None,
                  store_factory: StoreFactory | None = None, remote_run: RemoteRunFn | None = None,
@@ -253,11 +263,40 @@ class SearchWorker(QObject):
             from app.journal_import import recorder_for  # imported late: the store is optional for the window
 
             if self._store is None:
-                self._store = self._store_factory()
+                from app.store import DEFAULT_BUSY_TIMEOUT
+
+                with self._writing(DEFAULT_BUSY_TIMEOUT):  # opening may write (a dead process's session marked)
+                    self._store = self._store_factory()
             return recorder_for(self._store, notify=self.recording_failed.emit, previous=previous)  # busy: a journal
         except Exception as error:
             self.recording_failed.emit(f"This run is not being saved: {describe_error(error)}")
             return None
+
+    @staticmethod
+    def _lock_wait(recorder: Any, event: Any = None) -> float | None:
+        """How long recording `event` (None: closing the run) may wait for another program's lock: the database
+        file's busy timeout, or None where it writes no file (an in-memory store, a test's stand-in)."""
+        store = recorder.store
+        if getattr(store, "path", None) is None:
+            return None
+        if event is None:
+            writes = recorder.journal_path is not None or not recorder.finished
+        else:
+            writes = recorder.writes_database(event)
+        return float(store.busy_timeout) if writes else None
+
+    @contextlib.contextmanager
+    def _writing(self, limit_s: float | None) -> Iterator[None]:
+        """Around a write to the session database (`limit_s` None: none): it waits up to `limit_s` for another
+        program's lock before the event it records reaches the window, so the bridge says so if it lasts."""
+        if limit_s is None:
+            yield
+            return
+        self.database_write_began.emit(float(limit_s))
+        try:
+            yield
+        finally:
+            self.database_write_ended.emit()
 
     def close_store(self) -> None:
         if self._store is not None:
@@ -269,10 +308,11 @@ class SearchWorker(QObject):
         if recorder is None:
             return
         try:
-            recorder.close()
-            path = getattr(recorder, "journal_path", None)
-            if path is not None:
-                self._import_journal(recorder.store, path)
+            with self._writing(self._lock_wait(recorder)):  # the Run button waits on it too
+                recorder.close()
+                path = getattr(recorder, "journal_path", None)  # closing may have moved the run to a journal
+                if path is not None:
+                    self._import_journal(recorder.store, path)
         except Exception as error:
             self.recording_failed.emit(f"The end of this run was not saved: {describe_error(error)}")
 
@@ -297,7 +337,11 @@ class SearchWorker(QObject):
         if recorder is None:
             return None
         try:
-            recorder.write(event)
+            limit = self._lock_wait(recorder, event)
+            if limit is not None:  # its first write reads every page (0.15 s per 100 MB), not a wait for the lock
+                recorder.store.check_pages()
+            with self._writing(limit):
+                recorder.write(event)
         except Exception as error:
             if type(error).__name__ == "StoreLocked":  # the recorder keeps the step and retries on the next write
                 self.recording_failed.emit(f"The session database is busy; steps are kept and saved when it frees: "
@@ -324,7 +368,7 @@ class SearchBridge(QObject):
     remote_run_requested = Signal(str, object, object, object)
     release_requested = Signal()
 
-    load_progress = Signal(str, float)
+    load_progress = Signal(str, float)  # a stage before the search speaks (a model load, a wait for the database)
     model_loaded = Signal(str, str)
     load_failed = Signal(str)
     event_emitted = Signal(object)
@@ -360,7 +404,27 @@ class SearchBridge(QObject):
         self.idle.setInterval(idle_release_ms)
         self.idle.timeout.connect(self.release_requested)
         self.run_finished.connect(self.idle.start)
+        self._database_wait = QTimer(self)  # a database write that lasts: said as a stage of the request
+        self._database_wait.setInterval(DATABASE_WAIT_SAID_MS)
+        self._database_wait.timeout.connect(self._say_database_wait)
+        self._database_waited, self._database_limit = QElapsedTimer(), 0.0
+        self.worker.database_write_began.connect(self._database_write_began)
+        self.worker.database_write_ended.connect(self._database_wait.stop)
         self.thread.start()
+
+    @Slot(float)
+    def _database_write_began(self, limit_s: float) -> None:
+        self._database_limit = limit_s
+        self._database_waited.start()
+        self._database_wait.start()
+
+    @Slot()
+    def _say_database_wait(self) -> None:
+        """Each half second a write still waits: the wait as a stage (load_progress), filling up to the busy timeout.
+        The heartbeat said "loading the model, 5.1 s" for the 5 s the database's lock held the run's start."""
+        waited = self._database_waited.elapsed() / 1000
+        fraction = min(1.0, waited / self._database_limit) if self._database_limit > 0 else -1.0
+        self.load_progress.emit(database_wait_text(waited, self._database_limit), fraction)
 
     def request_load(self, spec: ModelSpec, device: str = "auto") -> None:
         self.idle.stop()
@@ -388,6 +452,7 @@ class SearchBridge(QObject):
     def shutdown(self) -> None:
         """Stop any search, abandon a model load, and join the engine thread. Safe to call twice."""
         self.idle.stop()
+        self._database_wait.stop()
         if not self.thread.isRunning():
             return
         self.stop_flag.set()

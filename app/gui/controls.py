@@ -22,7 +22,7 @@ import app.formatting as fmt
 from app.early_exit import entropy_mismatch, load_thresholds, thresholds_text, verifier_key
 from app.gui.model_picker import ModelPicker
 from app.gui.seed_box import SeedBox
-from app.gui.slider_spin import SliderSpin
+from app.gui.slider_spin import QT_INT_MAX, SliderSpin
 from app.gui.terms import window_terms
 from app.gui.verifier_picker import VerifierPicker
 from app.options import format_delimiter, parse_delimiter
@@ -89,8 +89,8 @@ class SearchControls(QWidget):
         self._model, self._search, self._cache = ModelSpec(), SearchConfig(), CacheConfig(prefix_cache=True)
         self._error = ""
         self._lens: tuple[tuple[str, str | None], str] | None = None  # the last verifier asked and its refusal
-        self._sizes: dict[str, tuple[float, int | None]] = {}  # a size slider: the value it showed when set, and
-        self._build()  # the exact bytes set then (the command line's 200k, a stored 1.5 GB), kept until it moves
+        self._continuations = (0, 0)  # the spin box's value when set, and the count set then (past 2**31-1)
+        self._build()
         self.set_configs(self._model, self._search, self._cache)
 
     # ------------------------------------------------------------ public
@@ -100,9 +100,10 @@ class SearchControls(QWidget):
         model = dataclasses.replace(self._model, source=self.model_picker.source())
         verifier, verifier_model = self.verifier.choice()
         search = dataclasses.replace(
-            self._search, beams=int(self.beams.value()), width=int(self.width.value()),
-            step_tokens=int(self.step_tokens.value()), step_delimiter=parse_delimiter(self.delimiter.text()),
-            max_steps=int(self.max_steps.value()), temperature=self.temperature.value(), top_p=self.top_p.value(),
+            self._search, beams=int(self.beams.number()), width=int(self.width.number()),
+            step_tokens=int(self.step_tokens.number()), step_delimiter=parse_delimiter(self.delimiter.text()),
+            max_steps=int(self.max_steps.number()), temperature=self.temperature.number(),
+            top_p=self.top_p.number(),
             seed=self.seed.value(), aggregation=self.aggregation.currentData(), verifier=verifier,
             verifier_model=verifier_model, verifier_device=self._verifier_device(verifier), **self._method_fields(),
         )
@@ -110,10 +111,11 @@ class SearchControls(QWidget):
         switches = {name: box.isChecked() for name, box in self.switches.items()}
         cache = dataclasses.replace(self._cache, policy=self.policy.currentData(),
                                     kv_budget_bytes=self._bytes("kv_budget", MB),
-                                    pcie_gbps=float(self.pcie_gbps.value()),
-                                    prefill_chunk=int(self.prefill_chunk.value()) or None,
-                                    speculative_continuations=self.continuations.value(),
-                                    verifier_kv_share=share / 100 if share else None, **switches,
+                                    pcie_gbps=float(self.pcie_gbps.number()),
+                                    prefill_chunk=int(self.prefill_chunk.number()) or None,
+                                    speculative_continuations=self._continuations_set(),
+                                    verifier_kv_share=self.verifier_share.kept(share / 100 if share else None),
+                                    **switches,
                                     prefix_cache_ram_bytes=self._bytes("prefix_ram", MB),
                                     prefix_cache_disk_bytes=self._bytes("prefix_disk", GB))
         return model, search, cache
@@ -122,16 +124,12 @@ class SearchControls(QWidget):
         """Show a size on its slider in `unit`s (a set size under one unit as one, never as "auto")."""
         control = getattr(self, name)
         shown = min(max(1, round(nbytes / unit)), control.spin.maximum()) if nbytes else 0
-        control.pin(shown, fmt.size(nbytes) if nbytes and nbytes != shown * unit else None)
-        self._sizes[name] = (control.value(), nbytes)
+        control.show_setting(shown, fmt.size(nbytes) if nbytes and nbytes != shown * unit else None, nbytes)
 
     def _bytes(self, name: str, unit: int) -> int | None:
         """A size slider's bytes (None: auto): the exact bytes last set while it still shows them, else its own."""
-        value = getattr(self, name).value()
-        shown, nbytes = self._sizes.get(name, (None, None))
-        if value == shown:
-            return nbytes
-        return int(value) * unit if int(value) else None
+        value = int(getattr(self, name).value())
+        return getattr(self, name).kept(value * unit if value else None)
 
     def _verifier_device(self, verifier: str) -> str:
         return "cpu" if verifier == "prm" and self.verifier_on_cpu.isChecked() else "auto"
@@ -163,15 +161,15 @@ class SearchControls(QWidget):
         self.model_picker.set_source(model.source)
         for control, value in ((self.beams, search.beams), (self.width, search.width),
                                (self.step_tokens, search.step_tokens), (self.max_steps, search.max_steps),
-                               (self.temperature, search.temperature), (self.top_p, search.top_p)):
-            control.set_value(value)
+                               (self.temperature, search.temperature), (self.top_p, search.top_p),
+                               (self.pcie_gbps, cache.pcie_gbps)):
+            control.show_number(value)  # the command line's and a session's every value, the range grown to it
         self.seed.set_value(search.seed)
         self.delimiter.setText(format_delimiter(search.step_delimiter))
         self._show_size("kv_budget", cache.kv_budget_bytes, MB)
-        self.pcie_gbps.set_value(cache.pcie_gbps)
-        self.prefill_chunk.set_value(cache.prefill_chunk or 0)
-        self.continuations.setValue(cache.speculative_continuations)
-        self.verifier_share.set_value(round(cache.verifier_kv_share * 100) if cache.verifier_kv_share else 0)
+        self.prefill_chunk.show_number(cache.prefill_chunk or 0)
+        self._show_continuations(cache.speculative_continuations)
+        self._show_share(cache.verifier_kv_share)
         self._show_size("prefix_ram", cache.prefix_cache_ram_bytes, MB)
         self._show_size("prefix_disk", cache.prefix_cache_disk_bytes, GB)
         self.verifier_on_cpu.setChecked(search.verifier_device == "cpu")
@@ -186,6 +184,24 @@ class SearchControls(QWidget):
             combo.setCurrentIndex(max(0, combo.findData(value)))
         self.blockSignals(False)
         self._revalidate()
+
+    def _show_share(self, share: float | None) -> None:
+        """The verifier's KV share in whole percent, a set share never as 0 ("auto") nor as 100 (all of it)."""
+        percent = share * 100 if share else 0
+        shown = min(max(1, self.verifier_share.nearest(percent)), 99) if share else 0
+        exact = None if not share or shown / 100 == share else f"{percent:g} %"
+        self.verifier_share.show_setting(shown, exact, share)
+
+    def _show_continuations(self, count: int) -> None:
+        """A plain spin box: its range grows to hold a larger count, as a slider's does."""
+        box = self.continuations
+        box.setMaximum(max(box.maximum(), min(count, QT_INT_MAX)))
+        box.setValue(min(count, box.maximum()))
+        self._continuations = (box.value(), count)  # past 2**31-1 (no row has so many children): run as set
+
+    def _continuations_set(self) -> int:
+        shown, count = self._continuations
+        return count if self.continuations.value() == shown else self.continuations.value()
 
     def is_valid(self) -> bool:
         return not self._error
@@ -385,7 +401,7 @@ class SearchControls(QWidget):
     def _revalidate(self, *_args: object) -> None:
         if self.signalsBlocked():
             return
-        n, m = int(self.beams.value()), int(self.width.value())
+        n, m = int(self.beams.number()), int(self.width.number())
         self.candidates_label.setText(f"{n * m} candidates per step (N {n} × M {m})")
         self.lookahead.setEnabled(self.method.currentData() == "beam")
         self.verifier_on_cpu.setEnabled(self.verifier.choice()[0] == "prm")

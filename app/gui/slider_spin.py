@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QLabel, QSlider, QSpinBox, QVBoxLayout, QWidget
+
+QT_INT_MAX = 2**31 - 1  # a slider and a QSpinBox count in 32-bit ints
 
 
 class SliderSpin(QWidget):
@@ -29,6 +33,7 @@ class SliderSpin(QWidget):
         self.note = QLabel()  # what an exact value pinned to the control is, while the control shows it
         self.note.hide()
         self._pinned: tuple[float, str] | None = None
+        self._setting: tuple[float | None, object] = (None, None)  # the value shown when set, and the setting then
         row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(self.slider, 3)
@@ -51,7 +56,47 @@ class SliderSpin(QWidget):
         return self.spin.value()
 
     def set_value(self, value: float) -> None:
-        self.spin.setValue(value)
+        """Show `value`; one past the range's end grows the range to hold it (`gui --max-steps 200` ran 64 steps on
+        a 1-64 slider). Below the start, or past what the control can count, it shows `nearest(value)`."""
+        if value > self.spin.maximum():
+            self._grow_to(value)
+        self.spin.setValue(self.nearest(value))
+
+    def nearest(self, value: float) -> float:
+        """What the control shows for `value`: within its range (grown as `set_value` grows it), to its decimals."""
+        top = max(self.spin.maximum(), min(value, self._most()))
+        clamped = min(max(value, self.spin.minimum()), top)
+        return round(clamped, self.spin.decimals()) if self._scale > 1 else round(clamped)
+
+    def _most(self) -> float:
+        """The largest value both the spin box and the slider (counting in 1/10**decimals) can hold."""
+        return QT_INT_MAX // self._scale if self._scale > 1 else QT_INT_MAX
+
+    def _grow_to(self, value: float) -> None:
+        top = min(math.ceil(value * self._scale), QT_INT_MAX)  # in the slider's counts
+        self.slider.setMaximum(top)
+        self.spin.setMaximum(top / self._scale if self._scale > 1 else top)
+
+    def show_number(self, value: float) -> None:
+        """Show a setting in the control's own unit (`nearest` it, and the setting written under it where the two
+        differ: 0.333 on a control of hundredths, 0.5 GB/s on one of whole GB/s); `number()` gives it back as set."""
+        shown = self.nearest(value)
+        self.show_setting(shown, None if shown == value else f"{value:,}{self.spin.suffix()}", value)
+
+    def show_setting(self, shown: float, exact: str | None, setting: object) -> None:
+        """Show `shown` (`exact` under it, when given) and keep `setting`, the config's own value, for as long as the
+        control shows `shown`: a run uses what was set (200 kB, 0.333), not what the control rounds it to."""
+        self.pin(shown, exact)
+        self._setting = (self.spin.value(), setting)
+
+    def kept(self, own: object) -> object:
+        """The setting last shown while the control still shows it, else `own` (what the control's value means)."""
+        shown, setting = self._setting
+        return setting if self.spin.value() == shown else own
+
+    def number(self) -> float:
+        """The control's value, or the setting it was shown for while it still shows that (`show_number`)."""
+        return self.kept(self.spin.value())
 
     def pin(self, value: float, exact: str | None) -> None:
         """Show `value`, and under it `exact` (what the setting really is) for as long as the control shows that

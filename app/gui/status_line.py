@@ -107,6 +107,7 @@ class StatusLine:
         self.progress.hide()
         self.banner = LoadBanner()  # the window places it above the tree: the status bar would clip its words
         self.live = StepProgress()
+        self._model_in = False  # this request's model is loaded: a stage said after it is a wait, not the load
         self._beat = QTimer(window)
         self._beat.setInterval(HEARTBEAT_MS)
         self._beat.timeout.connect(self._heartbeat)
@@ -157,11 +158,16 @@ class StatusLine:
                                 + " %p%")  # cut to the bar: 40 characters ran over it in two lines
         self.progress.setToolTip(message)
         self.banner.show_stage(message, fraction)
+        if self._beat.isActive() and self._model_in:  # a wait between the search's events (the database's lock):
+            self.live.wait(message)  # the heartbeat says it until the search speaks again, the banner shows its bar
+            self.progress.hide()  # and the line gets the room the bar's copy here took (it ran over the line)
+            self.bar.showMessage(message)
         self.fit()
 
     def loaded(self, name: str | None, device: str | None) -> None:
         self.progress.hide()
         self.banner.hide()
+        self._model_in = name is not None
         text = f"model: {name or 'not loaded'}"
         self.model.setText(self.model.fontMetrics().elidedText(text, Qt.TextElideMode.ElideMiddle, MODEL_WIDTH))
         self.model.setToolTip(text if self.model.text() != text else "")
@@ -185,7 +191,7 @@ class StatusLine:
         self._tokens, self._max_steps = 0, max_steps
         self.step.setText(f"step 0/{max_steps}")
         self.bar.showMessage("Running…")
-        self.live = StepProgress()
+        self.live, self._model_in = StepProgress(), False
         self._quiet.start()
         self._beat.start()
         self.fit()
@@ -221,8 +227,14 @@ class StatusLine:
     def apply(self, event: Any, live: bool) -> None:
         """Follow the run: policy, step i/S, candidate-tokens/s (measured live; recorded when replayed)."""
         if live:
+            waited = self.live.waiting
             self.live.apply(event)
             self._quiet.start()
+            if waited:  # the wait is over: the search spoke
+                self.progress.hide()
+                self.banner.hide()
+                if self.bar.currentMessage() == self.live.waiting_for:  # not what came meanwhile (a journal's note)
+                    self.bar.showMessage("Running…")
         if isinstance(event, ev.RunStarted):
             self._clock.start()
             self._tokens = 0
