@@ -298,7 +298,13 @@ class SearchControls(QWidget):
         self.thresholds_label.setWordWrap(True)
 
     def _show_thresholds(self) -> None:
-        self.thresholds_label.setText(thresholds_text(load_thresholds(), self._search, self._verifier_key()))
+        """The thresholds a run would use; a damaged thresholds file said above them while an exit that reads it
+        is on, as `run` warns (the run goes on with the defaults, which showed as merely "not calibrated")."""
+        problems: list[str] = []
+        uses_saved = self.verify_skip.isChecked() or self.entropy_exit.isChecked()
+        saved = load_thresholds(warn=problems.append if uses_saved else None)
+        text = thresholds_text(saved, self._search, self._verifier_key())
+        self.thresholds_label.setText("\n".join([*(f"⚠ {problem}" for problem in problems), text]))  # seen first
 
     def _cache_box(self) -> QGroupBox:
         box = QGroupBox("KV cache")

@@ -35,11 +35,12 @@ PLAN_WAIT_MS = 15_000  # a screenshot waits this long at most for the plan bar a
 EXPOSE_WAIT_MS = 300  # at most, for the window manager to map the window before its first paint
 
 
-def explicit_configs(args: argparse.Namespace, base: Configs) -> Configs:
-    """`base` (the remembered settings) with only the options the user actually typed applied on top."""
+def explicit_configs(args: argparse.Namespace, base: Configs, typed: Configs | None = None) -> Configs:
+    """`base` (the remembered settings) with only the options the user actually typed applied on top; `typed`:
+    the configs `args` gave already (built again, their notes on stderr, a damaged thresholds file, came twice)."""
     parser = argparse.ArgumentParser(add_help=False)
     add_search_options(parser)
-    typed, defaults = configs_from_args(args), configs_from_args(parser.parse_args([]))
+    typed, defaults = typed or configs_from_args(args), configs_from_args(parser.parse_args([]))
     merged = []
     for mine, given, default in zip(base, typed, defaults, strict=True):
         changes = {f.name: getattr(given, f.name) for f in dataclasses.fields(given)
@@ -150,7 +151,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"beamwise: error: cannot save the screenshot to {screenshot}: {problem}; "
               "choose a file in a folder you can write to.", file=sys.stderr)
         return 2
-    configs_from_args(args)  # a ValueError here reaches the CLI as a one-line error, before any window
+    typed = configs_from_args(args)  # a ValueError here reaches the CLI as a one-line error, before any window
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setOrganizationName(saved.ORGANIZATION)
     app.setApplicationName(saved.APPLICATION)
@@ -159,7 +160,7 @@ def main(args: argparse.Namespace) -> int:
     settings = (QSettings(str(Path(scratch.name) / "beamwise.ini"), QSettings.Format.IniFormat) if scratch
                 else saved.default_settings())
     store = open_store(getattr(args, "db", None), ask=screenshot is None)  # its dialogs come before the window
-    window = _build_window(args, settings, store, interactive=screenshot is None)
+    window = _build_window(args, settings, store, interactive=screenshot is None, typed=typed)
     follow_theme(app, window, getattr(args, "theme", "system"))
     try:
         window.show()
@@ -246,8 +247,9 @@ def _exposed(window: QWidget) -> bool:
     return handle is not None and handle.isExposed()
 
 
-def _build_window(args: argparse.Namespace, settings: QSettings, store: Any, *, interactive: bool) -> MainWindow:
-    """The window over `store` (None: it runs without saving)."""
+def _build_window(args: argparse.Namespace, settings: QSettings, store: Any, *, interactive: bool,
+                  typed: Configs | None = None) -> MainWindow:
+    """The window over `store` (None: it runs without saving); `typed`: the configs `args` gave, when built."""
     factory = None
     if store is not None:
         path = store.path
@@ -255,7 +257,7 @@ def _build_window(args: argparse.Namespace, settings: QSettings, store: Any, *, 
     bridge = SearchBridge(store_factory=factory)
     window = MainWindow(bridge, settings=settings, store=store, dialogs=interactive)
     base = saved.load_configs(settings) or (ModelSpec(), SearchConfig(), CacheConfig(prefix_cache=True))
-    window.controls.set_configs(*explicit_configs(args, base))
+    window.controls.set_configs(*explicit_configs(args, base, typed))
     if not interactive:
         window.resize(1400, 900)
     return window

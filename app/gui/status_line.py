@@ -4,6 +4,7 @@ model-load banner; and a once-a-second line saying what the current step is doin
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import PureWindowsPath
 from typing import Any
 
 from PySide6.QtCore import QElapsedTimer, QEvent, QObject, Qt, QTimer
@@ -18,9 +19,12 @@ from app.gui.terms import window_terms
 from app.heartbeat import StepProgress
 from app.session.model import cancelled_text
 from engine import events as ev
+from engine.prm_names import FAMILY_LABELS, named_family
 
 HEARTBEAT_MS = 1000
 MODEL_WIDTH = 320  # px: a longer model name is shortened in the middle (whole in the tooltip)
+VERIFIER_WIDTH = 360  # px: the same for the verifier (a PRM folder by its name alone); the tiny PRMs fit whole
+VERIFIER_TIP = "What scores each step; a PRM shows its family and where it was loaded from"
 MESSAGE_ROOM_PX = 320  # the bar's own line ("Done: 6 steps, score 0.872, …", the heartbeat) keeps at least this
 MESSAGE_PAD_PX = 24  # beside a message's words: the bar's margin before them and a gap after
 FIELD_GAP_PX = 8  # what the status bar puts beside each field
@@ -88,7 +92,7 @@ class StatusLine:
         self._tokens, self._max_steps, self._clock = 0, 0, QElapsedTimer()
         self.model, self.device, self.policy = QLabel("model: -"), QLabel("device: -"), QLabel("policy: -")
         self.verifier = QLabel("verifier: -")
-        self.verifier.setToolTip("What scores each step; a PRM shows its family and where it was loaded from")
+        self.verifier.setToolTip(VERIFIER_TIP)
         self.step, self.speed = QLabel("step -"), QLabel("- cand-tok/s")
         self.idle = QLabel()  # the last step's idle row-slots and speculated tokens, shown once a step reports them
         self.idle.setToolTip(IDLE_TIP)
@@ -115,8 +119,9 @@ class StatusLine:
         bar.addPermanentWidget(self.progress)
         self.fields = (self.model, self.verifier, self.device, self.policy, self.prompt, self.step, self.idle,
                        self.exit, self.speed)  # in the bar's order
-        self._by_worth = (self.step, self.speed, self.model, self.device, self.prompt, self.idle, self.exit,
-                          self.policy, self.verifier)  # who keeps a place on a narrow window first
+        self._by_worth = (self.step, self.speed, self.model, self.device, self.verifier, self.prompt, self.idle,
+                          self.exit, self.policy)  # who keeps a place on a narrow window first: the verifier, last
+        # here, was dropped at the default 1400 px whenever a PRM was named (the README says the bar names it)
         self._slots = {field: _slot(field) for field in self.fields}
         for field in self.fields:
             bar.addPermanentWidget(self._slots[field])
@@ -210,7 +215,7 @@ class StatusLine:
         self.speed.setText("- cand-tok/s")
         self.policy.setText("policy: -")
         self.policy.setToolTip("")
-        self.verifier.setText("verifier: -")
+        self._show_verifier("-")
         self._show_exit(None)
         self.idle.hide()
         self.prompt.setText("prompt: -")
@@ -242,7 +247,7 @@ class StatusLine:
             self.loaded(event.model, event.device)
             self.policy.setText(f"policy: {event.policy}")
             self.policy.setToolTip("")
-            self.verifier.setText(f"verifier: {event.verifier}")
+            self._show_verifier(event.verifier)
             self.step.setText(f"step 0/{self._max_steps}")
             self._show_exit(None)
             self.idle.hide()
@@ -289,6 +294,14 @@ class StatusLine:
                       | ev.RunFinished | ev.RunFailed):  # a field came, went or grew (the speed: once a step is enough)
             self.fit()
 
+    def _show_verifier(self, name: str) -> None:
+        """The verifier as the run names it, a PRM folder by its folder's name and cut in the middle past
+        VERIFIER_WIDTH; the whole name, its path too, in the tooltip."""
+        text = f"verifier: {short_verifier(name)}"
+        shown = self.verifier.fontMetrics().elidedText(text, Qt.TextElideMode.ElideMiddle, VERIFIER_WIDTH)
+        self.verifier.setText(shown)
+        self.verifier.setToolTip(VERIFIER_TIP if shown == f"verifier: {name}" else f"{VERIFIER_TIP}\n\n{name}")
+
     def _show_exit(self, tally: ExitTally | None) -> None:
         """The exit's figures over the run's steps so far; None: a new run, hidden until a step exits."""
         self._exit = tally or ExitTally()
@@ -323,6 +336,18 @@ def policy_change_text(event: ev.PolicyChanged) -> str:
     """What `auto` did when free GPU memory fell mid-run, in one line."""
     return (f"Step {event.step}: free GPU memory fell below what {event.previous} needs; "
             f"{formatting.size(event.moved_bytes)} of KV moved to the CPU, going on with {event.policy}.")  # fmt: skip
+
+
+def short_verifier(name: str) -> str:
+    """A PRM's `FAMILY (FOLDER)` (or `FAMILY (FAMILY:FOLDER)`) as `FAMILY (its folder's name)`: a whole path took the
+    status bar's room; other names (logprob, self-judge, `FAMILY (synthetic:NAME)`) as they are."""
+    label, _, rest = name.partition(" (")
+    if label not in FAMILY_LABELS.values() or not rest.endswith(")"):
+        return name
+    source = named_family(rest[:-1])[1]
+    if source.startswith("synthetic:"):
+        return name
+    return f"{label} ({PureWindowsPath(source).name or source})"  # also a Windows path (at / and at a backslash)
 
 
 def prompt_text(event: ev.PrefillDone) -> str:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QComboBox, QFileDialog
+from PySide6.QtWidgets import QComboBox, QDialog, QFileDialog, QInputDialog, QLabel
 
-from engine.errors import BeamwiseError
+from engine.errors import BeamwiseError, NotAPRM
 from engine.prm_folders import detect_family
-from engine.prm_names import FAMILY_LABELS, SYNTHETIC_PRM_FAMILIES
+from engine.prm_names import FAMILY_LABELS, LENS_FAMILIES, SYNTHETIC_PRM_FAMILIES, named_family
 
 PLAIN = {"logprob": "log-prob (fast)", "self-judge": "self-judge (asks the model)"}
 FOLDER_CHOICE = "<prm-folder>"
+FAMILY_DIALOG_PX = 460  # the family question's width: its words wrap in it
+NAMEABLE = LENS_FAMILIES  # plain causal LMs (Math-Shepherd, RLHFlow): only a name can tell one from any chat model
 
 
 class VerifierPicker(QComboBox):
@@ -44,7 +47,7 @@ class VerifierPicker(QComboBox):
         index = self.findData(key)
         if index < 0 and key.startswith("prm:"):
             index = self.findData(FOLDER_CHOICE)  # a folder goes just above "PRM from a folder…"
-            self.insertItem(index, f"PRM {Path(model or '').name}", key)
+            self.insertItem(index, folder_label(model or ""), key)
             self.setItemData(index, model, Qt.ItemDataRole.ToolTipRole)
         self._select(max(0, index))
 
@@ -57,12 +60,34 @@ class VerifierPicker(QComboBox):
         if not folder:
             return
         try:
-            family = detect_family(Path(folder))
-        except BeamwiseError as error:  # not a PRM, its head missing, or its config unreadable
-            self.refused.emit(error.user_message())
-            return
-        self.set_choice("prm", folder)
-        self.setItemText(self._last, f"PRM {Path(folder).name} ({FAMILY_LABELS[family]})")
+            detect_family(Path(folder))
+            source: str | None = folder
+        except BeamwiseError as error:  # not a PRM, its head missing, or its config or weights unreadable
+            if type(error) is not NotAPRM or not causal_lm(Path(folder)):  # PRMHeadMissing is a NotAPRM too
+                self.refused.emit(error.user_message())
+                return
+            source = self._named_by_user(Path(folder))  # a causal LM whose name says no family: the user may know
+        if source is not None:
+            self.set_choice("prm", source)
+
+    def _named_by_user(self, folder: Path) -> str | None:
+        """`FAMILY:FOLDER` for a causal LM the user says is a PRM of FAMILY (as the command line's
+        `rlhflow-prm:PATH`); None when they cancel, and the previous verifier stays."""
+        labels = [FAMILY_LABELS[family] for family in NAMEABLE]
+        dialog = QInputDialog(self)
+        dialog.setWindowTitle("Which PRM family is it?")
+        dialog.setLabelText(f"{folder.name} is a causal language model with no reward head, and neither its folder "
+                            "nor its config names a PRM family. Math-Shepherd and RLHFlow PRMs are such models: if "
+                            "it is one, choose its family (Beamwise reads its step labels as that family writes "
+                            "them). If it is not a PRM, cancel and choose another verifier.")
+        dialog.findChild(QLabel).setWordWrap(True)  # QInputDialog.getItem's one line was 1,874 px wide
+        dialog.setMinimumWidth(FAMILY_DIALOG_PX)
+        dialog.setComboBoxItems(labels)
+        dialog.setComboBoxEditable(False)
+        accepted = dialog.exec() == QDialog.DialogCode.Accepted
+        label = dialog.textValue()
+        dialog.deleteLater()
+        return f"{NAMEABLE[labels.index(label)]}:{folder}" if accepted and label in labels else None
 
     def _select(self, index: int) -> None:
         changed = index != self._last
@@ -70,3 +95,26 @@ class VerifierPicker(QComboBox):
         self.setCurrentIndex(index)
         if changed:
             self.choice_changed.emit()
+
+
+def folder_label(source: str) -> str:
+    """A PRM folder's item: `PRM NAME (FAMILY)`, the family named in `FAMILY:FOLDER` or read from the folder
+    (its config and weight names, no weights); `PRM NAME` when it cannot be read (the run then says why)."""
+    family, rest = named_family(source)
+    if family is None:
+        try:
+            family = detect_family(Path(rest).expanduser())
+        except BeamwiseError:
+            family = None
+    name = Path(rest).expanduser().name or rest
+    return f"PRM {name} ({FAMILY_LABELS[family]})" if family else f"PRM {name}"
+
+
+def causal_lm(folder: Path) -> bool:
+    """Whether `folder`'s config.json names a causal LM (`...ForCausalLM`): a family can be named for it."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    architectures = config.get("architectures") if isinstance(config, dict) else None
+    return isinstance(architectures, list) and any(str(a).endswith("ForCausalLM") for a in architectures)
