@@ -32,6 +32,7 @@ class StepProgress:
         self.since = clock()
         self.waiting_for = ""  # what the run waits on outside the search, while `phase` is "waiting"
         self._held: str | None = None  # the phase the wait holds up (its clock runs on)
+        self._database_wait: tuple[float, float] | None = None  # (since, busy timeout) of a wait for the database
 
     @property
     def waiting(self) -> bool:
@@ -43,11 +44,22 @@ class StepProgress:
         The heartbeat went on saying "loading the model" for the database's 5 s busy timeout."""
         if self._held is None:
             self._held = self.phase
+        self._database_wait = None
         self.phase, self.waiting_for = "waiting", what
 
+    def wait_for_database(self, limit_s: float) -> None:
+        """A write to the session database may wait up to `limit_s` for another program's lock: `line()` says so,
+        with the seconds waited (`beamwise run` said "reading the question, 2.0 s" while its start waited 5 s)."""
+        self.wait(database_wait_line(0.0, limit_s))
+        self._database_wait = (self._clock(), limit_s)
+
+    def resume(self) -> None:
+        """The wait is over before the search spoke: the phase it held up is back."""
+        if self._held is not None:
+            self.phase, self._held, self._database_wait = self._held, None, None
+
     def apply(self, event: Any) -> None:
-        if self._held is not None:  # the search spoke: whatever held it up is over
-            self.phase, self._held = self._held, None
+        self.resume()  # the search spoke: whatever held it up is over
         kind = event.type
         if kind == "run_started":
             self.width = int(event.search.get("width", 1))
@@ -80,7 +92,8 @@ class StepProgress:
     def line(self) -> str:
         """'step 3: decoding, 12 s, 2 group(s), 8/16 candidates written (120 tokens)'."""
         if self.phase == "waiting":
-            return self.waiting_for
+            wait = self._database_wait
+            return self.waiting_for if wait is None else database_wait_line(self._clock() - wait[0], wait[1])
         took = self.took()
         if self.phase in ("loading", "prefill"):
             return f"{'loading the model' if self.phase == 'loading' else 'reading the question'}, {took}"
@@ -88,6 +101,12 @@ class StepProgress:
         if self.phase == "scoring":
             done = f"{self.scored}/{self.candidates} candidates scored"
         return f"step {self.step}: {self.phase}, {took}, {self.groups} group(s) done, {done}"
+
+
+def database_wait_line(waited_s: float, limit_s: float) -> str:
+    """The heartbeat's line while a write waits for the session database's lock (the window says the same)."""
+    most = f" of at most {limit_s:g} s" if limit_s > 0 else ""
+    return f"waiting for the session database, {waited_s:.1f} s{most}: another program holds it locked"
 
 
 class Heartbeat:

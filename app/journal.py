@@ -15,6 +15,7 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -39,6 +40,7 @@ class JournalHeader:
     pid: int
     host: str
     previous_id: int | None = None  # a follow-up: the session (turn) this run follows
+    title: str | None = None  # the title the run was given (an eval's "eval beam line 3: ..."); None: its question
 
 
 def folders_for(db_path: Path, data_folder: Path) -> tuple[Path, ...]:
@@ -125,7 +127,8 @@ def read_journal(path: Path) -> Journal:
     if problem is not None:
         raise JournalError(f"the run journal {path} has a damaged first line ({problem}).", hint=LEFT_IN_PLACE)
     header = JournalHeader(db=head["db"], created=head["created"], session_id=head.get("session_id"),
-                           pid=head["pid"], host=head["host"], previous_id=head.get("previous_id"))
+                           pid=head["pid"], host=head["host"], previous_id=head.get("previous_id"),
+                           title=head.get("title"))
     events = []
     for number, record in enumerate(records[1:], 2):
         if "event" not in record:
@@ -148,6 +151,8 @@ def _header_problem(head: dict[str, Any]) -> str | None:
             return f"{key} is {head.get(key)!r}, not text"
     if type(head.get("pid")) is not int or not 0 <= head["pid"] < 2**32:
         return f"pid is {head.get('pid')!r}, not a process id"
+    if head.get("title") is not None and not isinstance(head["title"], str):
+        return f"title is {head['title']!r}, not text"
     for key in ("session_id", "previous_id"):
         value = head.get(key)
         if value is not None and (type(value) is not int or not 0 < value < 2**63):
@@ -170,15 +175,30 @@ def _records(path: Path, lines: list[str]) -> list[dict[str, Any]]:
     return records
 
 
-def header_for(db_path: Path, created: str, session_id: int | None, previous_id: int | None = None) -> JournalHeader:
+def header_for(db_path: Path, created: str, session_id: int | None, previous_id: int | None = None,
+               title: str | None = None) -> JournalHeader:
     return JournalHeader(db=str(db_path.resolve()), created=created, session_id=session_id, pid=os.getpid(),
-                         host=socket.gethostname(), previous_id=previous_id)
+                         host=socket.gethostname(), previous_id=previous_id, title=title)
 
 
 def journals_of(db_path: Path, data_folder: Path) -> list[Path]:
-    """Journal files that may belong to `db_path`, oldest name first (headers decide)."""
-    found: list[Path] = []
-    for folder in folders_for(db_path, data_folder):
-        if folder.is_dir():
-            found += sorted(p for p in folder.glob(f"*{SUFFIX}") if p.is_file())
-    return found
+    """Journal files that may belong to `db_path` (headers decide), the run that started first first: they are
+    imported in this order, so their sessions' ids follow their runs'. By name (a random part), an eval's line 2
+    was imported before its line 1."""
+    found = [p for folder in folders_for(db_path, data_folder) if folder.is_dir()
+             for p in folder.glob(f"*{SUFFIX}") if p.is_file()]
+    return sorted(found, key=_run_order)
+
+
+def _run_order(path: Path) -> tuple[float, int, str]:
+    """When the journal's run started (its header's `created`, to the second), then when the journal was last
+    written (one process's runs, an eval's, end in the order they start, often within one second), then its
+    name. A header that cannot be read sorts first: its import says what is wrong with it."""
+    try:
+        with path.open(encoding="utf-8") as file:
+            head = json.loads(file.readline())
+        started = datetime.fromisoformat(head["created"]).timestamp()  # offsets differ across a DST change
+        written = path.stat().st_mtime_ns
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):
+        return -math.inf, 0, path.name
+    return started, written, path.name

@@ -11,7 +11,7 @@ write transaction, so each journal becomes exactly one session, however many pro
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -19,8 +19,8 @@ from app.export.checks import event_problem
 from app.journal import SUFFIX, Journal, JournalError, folders_for, journal_folders, journals_of, read_journal
 from app.models_folder import data_folder
 from app.processes import alive_since
-from app.recorder import SessionRecorder
-from app.store import RowsRefused, SessionStore, StoreError, default_db_path
+from app.recorder import LockSeen, SessionRecorder
+from app.store import RowsRefused, SessionStore, StoreError, StoreLocked, default_db_path
 from engine import events as ev
 
 Notify = Callable[[str], None]
@@ -29,13 +29,14 @@ CHECK_DB = "Check the --db path, or leave --db out for the default database."
 
 
 def open_session_store(path: Path | str | None = None, *, notify: Notify | None = None, missing: str | None = None,
-                       missing_hint: str = CHECK_DB) -> SessionStore:
+                       missing_hint: str = CHECK_DB, lock: LockSeen | None = None) -> SessionStore:
     """`SessionStore(path)`, its pages read once if it may be written (a damaged file is refused before a run, not
     at its first write), then the journals waiting for it imported (a busy database leaves them for later).
 
     `missing` is what it means to the caller that there is no database at `path` (the default one when None):
     given, such a path is refused with a StoreError ("... so `missing`.", `missing_hint`) instead of opened, since
-    opening makes an empty database there: a mistyped --db then read as a database with no sessions."""
+    opening makes an empty database there: a mistyped --db then read as a database with no sessions.
+    `lock` learns of a lock the import met, so the runs recorded next do not wait for it again (app/recorder.py)."""
     if missing is not None:
         where = Path(path) if path is not None else default_db_path()
         if not where.exists():
@@ -44,7 +45,7 @@ def open_session_store(path: Path | str | None = None, *, notify: Notify | None 
     try:
         if not store.read_only:
             store.check_pages()
-        import_journals(store, notify=notify)
+        import_journals(store, notify=notify, lock=lock)
     except BaseException:
         store.close()
         raise
@@ -58,14 +59,16 @@ def journal_folders_of(store: SessionStore) -> list[Path]:
 
 
 def recorder_for(store: SessionStore, notify: Notify, previous: int | None = None,
-                 title: str | None = None) -> SessionRecorder:
+                 title: str | None = None, lock: LockSeen | None = None) -> SessionRecorder:
     """A recorder that journals instead of failing when the database is busy (file databases only);
-    `previous` makes the run the next turn of that session's conversation."""
+    `previous` makes the run the next turn of that session's conversation; `lock` is shared by the runs of one
+    process (an eval's) so that a lock one met is not waited for again by the next (app/recorder.py)."""
     folder = None if store.path is None else (lambda: journal_folders_of(store))
-    return SessionRecorder(store, title=title, journal_folder=folder, notify=notify, previous=previous)
+    return SessionRecorder(store, title=title, journal_folder=folder, notify=notify, previous=previous, lock=lock)
 
 
-def import_journals(store: SessionStore, *, only: Path | None = None, notify: Notify | None = None) -> list[int]:
+def import_journals(store: SessionStore, *, only: Path | None = None, notify: Notify | None = None,
+                    lock: LockSeen | None = None) -> list[int]:
     """Replay the finished journals of this database; returns the session ids written. A journal's own problem
     leaves it in place, said, and the next one is imported; the database's (busy, read-only, full) stops them all."""
     say = notify or (lambda _text: None)
@@ -78,6 +81,8 @@ def import_journals(store: SessionStore, *, only: Path | None = None, notify: No
         try:
             session_id = _import_one(store, path, only, say)
         except StoreError as error:  # busy, read-only, full or damaged: the database, not the journal; try later
+            if lock is not None and isinstance(error, StoreLocked):
+                lock.saw()
             if only is None:  # with `only`, the caller says what happens to its own run's journal
                 say(f"the run journal {path} was not imported yet ({str(error).rstrip('.')}); it stays until the "
                     "database can be written.")
@@ -85,6 +90,18 @@ def import_journals(store: SessionStore, *, only: Path | None = None, notify: No
         if session_id is not None:
             written.append(session_id)
     return written
+
+
+def import_runs(store: SessionStore, paths: Sequence[Path], notify: Notify) -> tuple[list[Path], StoreError | None]:
+    """Replay these journals of this process's runs (closed), oldest first: the ones still waiting, from the first
+    the database did not take, and its error (StoreLocked: another program's lock), or ([], None). A journal that
+    cannot be imported for its own sake is said and left in place, not waited on."""
+    for index, path in enumerate(paths):
+        try:
+            _import_one(store, path, path, notify)
+        except StoreError as error:
+            return [p for p in paths[index:] if p.exists()], error
+    return [], None
 
 
 def _import_one(store: SessionStore, path: Path, only: Path | None, say: Notify) -> int | None:
@@ -225,8 +242,8 @@ def _replay_rows(store: SessionStore, conn, journal: Journal) -> int:
     if previous is not None and keep_id is not None and keep_id in _earlier_turns(conn, previous):
         raise ValueError(f"its session {keep_id} would follow session {previous}, a later turn of its own "
                          "conversation")
-    recorder = SessionRecorder(store, created=header.created, session_id=keep_id, clock=lambda: now[0],
-                               transaction=lambda: nullcontext(conn), previous=previous)
+    recorder = SessionRecorder(store, title=header.title, created=header.created, session_id=keep_id,
+                               clock=lambda: now[0], transaction=lambda: nullcontext(conn), previous=previous)
     for seconds, data in journal.events:
         now[0] = seconds
         recorder.write(ev.from_dict(data))

@@ -9,6 +9,8 @@ cancelled, fails or is killed keeps exactly the steps that finished. If the data
 recorder was given journal folders, it stops writing the database for this run and keeps the whole
 run in a journal (`app.journal`) in the first folder that takes it, flushed per step, which the next
 open of the database imports. When no folder takes it, the run goes on unsaved and says so once.
+Recorders that share a `LockSeen` (the runs of one `beamwise eval`) do not wait for a lock one of them met just
+now: a later run goes to its journal at once.
 """
 
 from __future__ import annotations
@@ -32,6 +34,26 @@ from engine import events as ev
 
 UNAVAILABLE = (StoreLocked, StoreReadOnly, StoreFull)  # the database is there but cannot take this run's rows now
 Folders = Path | Sequence[Path]  # where a journal may go, best first
+LOCK_RETRY_S = 60.0  # after a write met another program's lock, the next runs go to journals this long, not waiting
+
+
+class LockSeen:
+    """When a write last found the session database locked by another program, shared by the recorders of one
+    process's runs into one store (`beamwise eval`'s problems). For `retry_s` after it, a new run goes to its
+    journal at once instead of waiting the whole busy timeout first: each run of an eval under a held lock waited
+    it (5 s) before its journal, so the eval took 5 s more per problem. After `retry_s` a run tries again."""
+
+    def __init__(self, retry_s: float = LOCK_RETRY_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.retry_s, self._clock = retry_s, clock
+        self.at: float | None = None
+
+    def saw(self) -> None:
+        self.at = self._clock()
+
+    def ago(self) -> float | None:
+        """Seconds since the lock was met, while under `retry_s`; None when a write should try the database."""
+        ago = None if self.at is None else self._clock() - self.at
+        return ago if ago is not None and ago < self.retry_s else None
 
 
 @dataclass
@@ -53,6 +75,9 @@ class SessionRecorder:
     `unsaved` is True once neither the database nor any journal folder could take the run.
     `clock`, `created`, `session_id` and `transaction` let `app.journal_import` replay a journal.
     `previous` (a session id) records the run as the next turn of that session's conversation (app/conversations.py).
+    `lock` is shared by the recorders of one process's runs (above); with no journal folder it is not used.
+    Times (the journal's, each step's seconds) leave out the time `write` itself took: a write that waited 5 s
+    for the lock is not the search's time (engine/candidate.py `SearchClock`).
     """
 
     def __init__(
@@ -67,6 +92,7 @@ class SessionRecorder:
         session_id: int | None = None,
         transaction: Callable[[], AbstractContextManager] | None = None,
         previous: int | None = None,
+        lock: LockSeen | None = None,
     ) -> None:
         self.store = store
         self.title = title
@@ -76,7 +102,7 @@ class SessionRecorder:
         self.journal: RunJournal | None = None
         self.model = SessionModel(layout=False)  # the recorder reads rows, never row positions
         self._journal_folder, self._notify, self._clock = journal_folder, notify or (lambda _text: None), clock
-        self._created, self._forced_id, self.previous = created, session_id, previous
+        self._created, self._forced_id, self.previous, self._lock = created, session_id, previous, lock
         self._transaction = transaction or store.transaction
         self._log: list[tuple[float, dict]] = []  # every event of the run, for a journal started mid-run
         self._open: list[tuple[int, dict]] = []  # (seq, event dict) of the step in progress
@@ -85,6 +111,7 @@ class SessionRecorder:
         self._touched: set[int] = set()  # nodes the events since the last batch changed (the model says which)
         self._seq = 0
         self._started = clock()
+        self._held = 0.0  # seconds spent inside `write` since the run started (waits for the lock among them)
 
     def __enter__(self) -> SessionRecorder:
         return self
@@ -105,7 +132,17 @@ class SessionRecorder:
             self._started = self._clock()
         elif not self._log:
             raise ValueError(f"the recorder got {event.type} before run_started; feed it the whole event stream.")
-        self._log.append((self._clock() - self._started, ev.to_dict(event)))
+        entered = self._clock()
+        try:
+            self._record(event)
+        finally:
+            self._held += self._clock() - entered
+
+    def _elapsed(self) -> float:
+        return self._clock() - self._started - self._held
+
+    def _record(self, event: Any) -> None:
+        self._log.append((self._elapsed(), ev.to_dict(event)))
         self._touched |= self.model.apply(event).nodes
         boundary = event.type == "step_selected" or event.type in ev.TERMINAL_TYPES
         if self.unsaved:
@@ -119,12 +156,24 @@ class SessionRecorder:
 
     def writes_database(self, event: Any) -> bool:
         """Whether `write(event)` writes the database file, and so may wait up to its busy timeout for another
-        program's lock: the run's start, each step's end and the run's end, until the run goes to a journal."""
+        program's lock: the run's start, each step's end and the run's end, until the run goes to a journal (at
+        its start, while a run sharing its `lock` met the lock moments ago)."""
         if self.unsaved or self.finished or self.journal is not None or self.store.path is None:
             return False
-        return self.session_id is None or event.type == "step_selected" or event.type in ev.TERMINAL_TYPES
+        if self.session_id is None:
+            return self._lock_ago() is None
+        return event.type == "step_selected" or event.type in ev.TERMINAL_TYPES
+
+    def _lock_ago(self) -> float | None:
+        """Seconds since a run sharing this recorder's `lock` met the lock, while the next runs journal at once."""
+        return None if self._lock is None or self._journal_folder is None else self._lock.ago()
 
     def _write_rows(self, event: Any, boundary: bool) -> None:
+        ago = self._lock_ago() if self.session_id is None else None
+        if ago is not None:  # a run met the lock moments ago: this one goes to its journal without waiting too
+            self._divert(StoreLocked(f"the session database {self.store.path} was locked by another program "
+                                     f"{ago:.1f} s ago, so this run does not wait for its lock again."))
+            return
         try:
             if self.session_id is None:
                 self._start()  # a start that found the database busy is retried here
@@ -138,7 +187,13 @@ class SessionRecorder:
         except UNAVAILABLE as error:
             if self._journal_folder is None:
                 raise
+            self._met(error)
             self._divert(error)
+
+    def _met(self, error: StoreError) -> None:
+        """A lock met is said to the next runs sharing `lock`; their own skips are not (the lock ages, and is tried)."""
+        if isinstance(error, StoreLocked) and self._lock is not None:
+            self._lock.saw()
 
     @property
     def journal_path(self) -> Path | None:
@@ -152,7 +207,7 @@ class SessionRecorder:
         for folder in self._folders():
             try:
                 self.journal = RunJournal(folder, header_for(self.store.path, self._created or now_iso(),
-                                                             self.session_id, self.previous))
+                                                             self.session_id, self.previous, self.title))
                 for seconds, data in self._log:
                     self.journal.append(seconds, data)
                 self.journal.sync()
@@ -231,6 +286,7 @@ class SessionRecorder:
         except UNAVAILABLE as error:
             if self._journal_folder is None:
                 raise
+            self._met(error)
             self._divert(error)
             if self.journal is not None:
                 self.journal.close()
@@ -266,7 +322,7 @@ class SessionRecorder:
             elif self._stored[node.id] != state:
                 batch.states.setdefault(state, []).append(node.id)
             self._stored[node.id] = state
-        now = round(self._clock() - self._started, 6)
+        now = round(self._elapsed(), 6)
         batch.steps = [
             {"session_id": sid, **_encoded(step_row(model.run.steps[data["step"]])), "seconds": now}
             for _, data in self._open

@@ -292,7 +292,8 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
                     started.set()
                 last_step = event.step if event.type == "step_selected" else last_step
                 begun = event.step if event.type == "step_started" else begun
-                record(recorder, event)
+                with _database_wait(beat.progress, recorder, event):
+                    record(recorder, event)
                 show(event)
                 status = _status(event, status, args.json)
     except KeyboardInterrupt:  # the second Ctrl+C
@@ -303,6 +304,20 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
         close(recorder)
     _say_recorded(recorder, status, last_step, started.is_set(), begun)
     return status
+
+
+@contextmanager
+def _database_wait(progress: StepProgress, recorder, event) -> Iterator[None]:
+    """Around recording `event`: a write that may wait for another program's lock on the session database is said
+    as that wait by the heartbeat (after a silent second, so an unlocked write, a few ms, says nothing)."""
+    if recorder is None or not recorder.writes_database(event):
+        yield
+        return
+    progress.wait_for_database(recorder.store.busy_timeout)
+    try:
+        yield
+    finally:
+        progress.resume()
 
 
 def _say_recorded(recorder, status: int, last_step: int, started: bool = True, begun: int = 0) -> None:

@@ -1,10 +1,15 @@
-"""One candidate of a search: a path's latest step, its tokens and its scores (the search's own record)."""
+"""One candidate of a search: a path's latest step, its tokens and its scores (the search's own record), and the
+search's clock its completion times are read on."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import time
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -28,6 +33,34 @@ class Candidate:
     prefix: Any = None  # that speculation (a RowResult) until its step is recorded
     ahead: Any = None  # what its own row speculated for its children: run k for child k (RowResults)
     completed_at: float | None = None  # seconds from the run's start when its path finished (EOS, the context's end)
+
+
+class SearchClock:
+    """Seconds of a search's own work since `start()`. The search is a generator: from each `yield` until its
+    consumer asks for the next event, the consumer holds the thread (printing the event, or recording it into a
+    session database another program has locked, 5 s), and `events_of` leaves that time out. So a run's seconds,
+    tokens per second, completion times and goodput are the search's, whoever consumes it: they read 5.1 s for a
+    0.06 s run whose recorder waited for the database's lock."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self._started, self._held = clock(), 0.0
+
+    def start(self) -> None:
+        self._started, self._held = self._clock(), 0.0
+
+    def seconds(self) -> float:
+        return self._clock() - self._started - self._held
+
+    def events_of(self, events: Generator[T, None, None]) -> Iterator[T]:
+        """`events`, each one's time in its consumer's hands not counted; closing this closes `events`."""
+        with contextlib.closing(events):  # a consumer that stops early ends the search (its KV cache freed) now
+            for event in events:
+                handed = self._clock()
+                try:
+                    yield event
+                finally:
+                    self._held += self._clock() - handed
 
 
 def path_room(prompt_tokens: int, context_length: int) -> int:

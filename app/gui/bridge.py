@@ -20,8 +20,10 @@ from typing import Any
 
 from PySide6.QtCore import QElapsedTimer, QObject, QThread, QTimer, Signal, Slot
 
+from app.formatting import sentence
 from app.gui.engine_import import engine_modules, engine_ready
 from app.gui.gc_freeze import collect_all
+from app.heartbeat import database_wait_line
 from engine import events as ev
 from engine.abandon import abandonable
 from engine.config import CacheConfig, ModelSpec, SearchConfig
@@ -109,9 +111,8 @@ def describe_error(error: BaseException) -> str:
 
 
 def database_wait_text(waited_s: float, limit_s: float) -> str:
-    """What the window says while a write waits for the session database's lock (another program holds it)."""
-    most = f" of at most {limit_s:g} s" if limit_s > 0 else ""
-    return f"Waiting for the session database, {waited_s:.1f} s{most}: another program holds it locked"
+    """What the window says while a write waits for the session database's lock: the CLI's heartbeat line."""
+    return sentence(database_wait_line(waited_s, limit_s))
 
 
 def describe_device(loaded: Any) -> str:
