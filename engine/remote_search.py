@@ -77,7 +77,10 @@ def make_verifier(search: SearchConfig, backend: OpenAICompletions) -> Verifier:
     rule = exit_rule(search)
     if rule is not None and (search.verifier == "self-judge" or backend.cfg.prm_endpoint):
         raise LayersUnavailable("a verifier on a server returns scores, not its layers, so the entropy exit "
-                                "cannot run there; only a PRM loaded here (--verifier-model PATH) can exit early.")
+                                "cannot run there; only a PRM loaded here can exit early.",
+                                hint="Run without --entropy-exit, or score the steps with a Math-Shepherd or RLHFlow "
+                                     "PRM loaded here (--verifier prm --verifier-model PATH).")  # not the default
+        # hint's "or with the self-judge": here the self-judge runs on the server and cannot exit either
     if search.verifier == "self-judge":
         return RemoteSelfJudge(backend)
     if search.verifier == "prm" and backend.cfg.prm_endpoint:

@@ -118,6 +118,8 @@ def test_the_entropy_exit_runs_for_a_local_prm_and_is_refused_for_a_verifier_on_
     selected = [e for e in events if e.type == "step_selected"]
     assert all(s.exit_layer == s.verifier_layers == 2 for s in selected)  # 2 layers: nothing after layer 2
     assert refused[-1].type == "run_failed" and "cannot run there" in refused[-1].message
+    advice = refused[-1].message.split("cannot run there", 1)[1]  # not "or with the self-judge", which it runs
+    assert "self-judge" not in advice and "Math-Shepherd or RLHFlow PRM loaded here" in advice
 
 
 class Pools:
