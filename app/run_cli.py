@@ -217,8 +217,26 @@ def conversation_of(args: argparse.Namespace) -> tuple[int | None, list[tuple[st
     with open_session_store(args.db, notify=note, missing=f"there is no session {session} to follow up",
                             missing_hint=hint) as store:  # SessionNotFound names its --db (get_session)
         previous, history = follow_up_of(store, session)
+        recorded = store.get_session(previous).get("cache") or {}
     note(f"follow-up: turn {len(history) + 1} of the conversation of session {session}")
+    if recorded.get("backend") == "openai" and getattr(args, "backend", "local") != "openai":
+        warn(f"session {previous} ran on the server at {recorded.get('endpoint')}; this follow-up runs on "
+             f"{args.model} here. To go on there, add {server_options(recorded)}.")  # it switched unsaid
     return previous, history
+
+
+def _again(args: argparse.Namespace) -> str:
+    """The options a follow-up to this run repeats: a server run's server, else none."""
+    if getattr(args, "backend", "local") != "openai":
+        return ""
+    return " " + server_options({"endpoint": args.endpoint.strip(), "served_model": args.served_model,
+                                 "api_key_env": args.api_key_env})
+
+
+def server_options(server: dict) -> str:
+    """The options that name a server run's server again (`ServerConfig.to_dict`, as a session records it)."""
+    options = f"--backend openai --endpoint {server.get('endpoint')} --served-model {server.get('served_model')}"
+    return options + (f" --api-key-env {server['api_key_env']}" if server.get("api_key_env") else "")
 
 
 @contextmanager
@@ -302,7 +320,7 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
         raise
     finally:
         close(recorder)
-    _say_recorded(recorder, status, last_step, started.is_set(), begun)
+    _say_recorded(recorder, status, last_step, started.is_set(), begun, _again(args))
     return status
 
 
@@ -320,11 +338,12 @@ def _database_wait(progress: StepProgress, recorder, event) -> Iterator[None]:
         progress.resume()
 
 
-def _say_recorded(recorder, status: int, last_step: int, started: bool = True, begun: int = 0) -> None:
+def _say_recorded(recorder, status: int, last_step: int, started: bool = True, begun: int = 0, again: str = "") -> None:
     """The last line on stderr names the session a finished, cancelled or failed run was recorded as (a journalled
     run's warning names its journal instead), or says that a run stopped before it began (a server still being
     checked) was not recorded: before, it said nothing, after a line that said the steps so far were kept. A
-    failed run's line (it said nothing, its error the last line) says the step it failed at, `begun`."""
+    failed run's line (it said nothing, its error the last line) says the step it failed at, `begun`. `again`: the
+    options a follow-up repeats (a server's: without them it ran on the local model)."""
     if status == 130 and not started:
         note("stopped before the search began: nothing was recorded")
         return
@@ -332,7 +351,7 @@ def _say_recorded(recorder, status: int, last_step: int, started: bool = True, b
         return
     if status == 0:
         note(f"recorded as session {recorder.session_id}; ask a follow-up with: beamwise run --session "
-             f"{recorder.session_id} \"...\"")
+             f"{recorder.session_id}{again} \"...\"")
     elif status == 130:
         note(f"recorded as session {recorder.session_id}, cancelled after step {last_step}")
     else:
