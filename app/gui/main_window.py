@@ -47,7 +47,7 @@ from app.gui.server_panel import ServerPicker
 from app.gui.sessions_panel import SessionsPanel
 from app.gui.status_line import StatusLine
 from app.gui.terms import window_terms
-from app.gui.transcript import TranscriptPanel
+from app.gui.transcript import NOT_STARTED, TranscriptPanel, stopped_unstarted
 from app.gui.tree_view import ReasoningTreeView
 from app.session import SessionModel
 from app.session.model import failure_title
@@ -370,9 +370,9 @@ class MainWindow(QMainWindow):
         self.status.progress.hide()
         self.status.banner.hide()
         self.status.stop_heartbeat()
-        if self.last_terminal is None and self._stop_asked:  # stopped while the model loaded (its line stayed)
-            self.status.step.setText("step -")
-            self.statusBar().showMessage("Stopped before the search started: nothing was recorded.")
+        if self._stop_asked and stopped_unstarted(self.session.run):  # while the model loaded or the server was
+            self.status.step.setText("step -")  # checked: the line said "Stopped before step 1 finished"
+            self.statusBar().showMessage(f"{NOT_STARTED}.")
         self._update_actions()
         if self._settings_focus is not None and self._settings_focus.isEnabled():  # where Ctrl+Enter was pressed
             self._settings_focus.setFocus(Qt.FocusReason.OtherFocusReason)

@@ -9,6 +9,7 @@ when a run starts and travels only inside the ServerConfig handed to the engine 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import urllib.parse
 from collections.abc import Callable
@@ -33,6 +34,7 @@ import app.formatting as fmt
 from app.gui.background import run_in_background
 from app.gui.controls import ERROR_STYLE
 from app.gui.model_picker import SERVER_SOURCE, ModelPicker
+from app.gui.terms import window_terms
 from app.json_types import typed_fields
 from app.server_keys import has_key, load_key, save_key
 from engine.backends.openai import RequestCancelled, ServerConfig, address_problem, check_connection
@@ -49,6 +51,8 @@ NEW_CHOICE = {
     "timeout_s": 60.0,
     "one_request_per_path": False,
 }  # the dialog's fields before any server was chosen
+UNSET_KEY_HINT = ("Set it to the server's API key before starting Beamwise, or choose 'System keyring' as the API key "
+                  "under Settings > Generator > Server… and type the key there.")  # a key variable the window lacks
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,11 @@ class ServerChoice:
         return f"Server: {self.served_model} at {urllib.parse.urlsplit(self.endpoint).netloc}"
 
     def config(self, typed_key: str = "") -> ServerConfig:
-        """The engine's config; a keyring key is read now (KeyringUnavailable / KeyMissing say why not)."""
+        """The engine's config. A keyring key is read now (KeyringUnavailable / KeyMissing say why not) and a key
+        variable checked now, said in the window's words (the engine's own message names --api-key-env)."""
+        variable = self.key_env.strip()
+        if self.key_from == "env" and not os.environ.get(variable):
+            raise BeamwiseError(f"the environment variable {variable} is not set or is empty.", hint=UNSET_KEY_HINT)
         key = typed_key or (load_key(self.endpoint) if self.key_from == "keyring" else None)
         return ServerConfig(
             self.endpoint.strip(),
@@ -220,7 +228,14 @@ class ServerDialog(QDialog):
         self.test_button.setEnabled(True)
         self.answer.setStyleSheet(OK_STYLE if ok else ERROR_STYLE)
         self.answer.setText(fmt.sentence(text))
+        self._grow()
         self.tested.emit(ok, text)
+
+    def _grow(self) -> None:
+        """At least as large as the fields and the message now need: a message wrapped over several lines (the
+        keyring unavailable) squashed the fields of a dialog sized for none, Address over Timeout."""
+        need = self.sizeHint()
+        self.resize(max(self.width(), need.width()), max(self.height(), need.height()))
 
     def accept(self) -> None:
         """Keep the choice; a typed key goes to the keyring first (the dialog stays open if it cannot)."""
@@ -288,16 +303,20 @@ def _message(error: Exception) -> str:
 
 
 def _window_message(error: BeamwiseError) -> str:
-    """A server's error with advice in the dialog's words (the engine's hints name command-line options)."""
+    """A server's error with advice in the dialog's words: the engine's hints name command-line options
+    (--endpoint), which the window names by its fields (Server… > Address), as its run-error dialog does."""
     if isinstance(error, ServedModelNotFound):
         hint = "Type the served model's name as the server lists it."
     elif isinstance(error, ServerError) and error.status in (401, 403):
         hint = "Check the API key and where it comes from."
+    elif isinstance(error, ServerError) and (error.status == 429 or error.retry_after is not None):
+        wait = f" and asks to wait {error.retry_after:.0f} s" if error.retry_after is not None else ""
+        hint = f"The server is busy{wait}: test again later, or ask the server's owner about its limits."
     elif isinstance(error, ServerUnreachable):
         hint = "Check the address and that the server is running."
     else:
-        return error.user_message()
-    return f"{error} {hint}"
+        return window_terms(error.user_message())
+    return BeamwiseError(str(error), hint=hint).user_message()  # with its full stop before the hint
 
 
 def _test(config: ServerConfig, should_stop: Callable[[], bool]) -> tuple[bool, str]:

@@ -15,11 +15,15 @@ import app.formatting as fmt
 from app.gui import palette as pal
 from app.gui.hints import fit_placeholder
 from app.gui.panel import SessionView
+from app.gui.terms import window_terms
 from app.session import Change, SessionModel
 from app.session.model import RESET
+from app.session.steps import RunRecord
+from engine import events as ev
 
 PLACEHOLDER = "The best path so far shows here during a run."
 PLACEHOLDERS = (PLACEHOLDER, "The best path shows here.", "Best path")  # a placeholder does not wrap: one fits
+NOT_STARTED = "Stopped before the search started: nothing was recorded"  # the status bar says it too
 
 
 class TranscriptPanel(SessionView, QWidget):
@@ -72,7 +76,7 @@ class TranscriptPanel(SessionView, QWidget):
             title = f"Turn {len(outline.history) + 1} · Question" if outline.history else "Question"
             parts.append(_heading(title) + _para(outline.question))
         if outline.status:
-            parts.append(_heading(outline.status))
+            parts.append(_heading(self._status()))
         for node in (tree.node(cid) for cid in outline.best_path):
             note = f"step {node.step} · #{node.id} · score {fmt.score(node.score)}"
             parts.append(f'<p style="margin:6px 0 0 0; color:{pal.MUTED_TEXT}; font-size:small">'
@@ -82,6 +86,21 @@ class TranscriptPanel(SessionView, QWidget):
         self.view.setHtml("".join(parts))
         bar = self.view.verticalScrollBar()
         bar.setValue(bar.maximum())
+
+    def _status(self) -> str:
+        """The outline's status in the window's words: a failure's advice names the controls, as the error dialog
+        says it (the engine names --endpoint), and a Stop before the search started says nothing was recorded."""
+        run = self.session.run
+        if isinstance(run.end, ev.RunCancelled) and stopped_unstarted(run):
+            return NOT_STARTED
+        return window_terms(self.session.outline.status)
+
+
+def stopped_unstarted(run: RunRecord) -> bool:
+    """Whether a Stop came before the search started (RunStarted): a model still loading ends with no event, a
+    server still being checked with RunCancelled alone. No session was stored, and no step was there to choose:
+    the window says so as the CLI does, not "Stopped before step 1 finished; no step was chosen"."""
+    return run.started is None and (run.end is None or isinstance(run.end, ev.RunCancelled))
 
 
 def _heading(text: str) -> str:
