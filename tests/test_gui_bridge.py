@@ -395,3 +395,21 @@ def test_nothing_is_released_without_a_model_and_a_failed_release_is_only_a_mess
     with qtbot.waitSignal(bridge.recording_failed, timeout=5000) as said:
         bridge.release_requested.emit()
     assert calls == ["release"] and "driver says no" in said.args[0]
+
+
+@pytest.mark.parametrize("end", [ev.RunCancelled(0),
+                                 ev.RunFailed("ServerUnreachable", "nothing answered")])
+def test_an_end_before_the_start_is_shown_not_recorded(qtbot, make_bridge, tmp_path, end):
+    """A Stop or a failure while a server is checked comes as its end event alone: the recorder refused it and the
+    status bar said "Saving this run stopped: ValueError: the recorder got run_cancelled before run_started"."""
+    store_mod = pytest.importorskip("app.store")
+    path = tmp_path / "sessions.db"
+    bridge = make_bridge(store_factory=lambda: store_mod.SessionStore(path),
+                         remote_run=lambda question, server, search, *, should_stop, **_: iter([end]))
+    seen, problems = collect(bridge), []
+    bridge.recording_failed.connect(problems.append)
+    with qtbot.waitSignal(bridge.run_finished, timeout=5000):
+        bridge.request_remote_run("q", object(), SEARCH)
+    assert seen == [end] and problems == []
+    with store_mod.SessionStore(path) as reader:
+        assert reader.list_sessions() == []

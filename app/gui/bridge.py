@@ -221,7 +221,8 @@ class SearchWorker(QObject):
         try:
             for event in events(self._stop.is_set):
                 started = started or isinstance(event, ev.RunStarted)
-                recorder = self._record(recorder, event)
+                if started:  # an end before the start (a Stop or failure while a server is checked) has no run to
+                    recorder = self._record(recorder, event)  # record: the recorder refused it, said as a fault
                 self.event_emitted.emit(event)
         except Exception as error:  # the engine yields RunFailed for its own; this is a fault around it
             failed = failure(error)
