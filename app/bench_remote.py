@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 
 from app.options import DEFAULT_QUESTION, UsageError, server_from_args
 from engine.remote_bench import SearchCost, measure
@@ -12,20 +11,19 @@ from engine.workload import Workload
 
 
 def remote_bench(args: argparse.Namespace, workload: Workload) -> tuple[list[SearchCost], str]:
-    """The server's run (after a connection check that fails with the server's own error), then the local one."""
+    """The server's run (after a connection check that fails with the server's own error, retried as the run's
+    requests are: it was tried once, where `run` tries three times), then the local one."""
     from engine import remote_search
-    from engine.backends.openai import OpenAICompletions, check_address, check_connection
+    from engine.backends.openai import OpenAICompletions, check_connection
 
-    if args.endpoint:  # said in bench's own word for it, as its errors below are
-        check_address(args.endpoint, "--server")
     if args.verifier_endpoint:  # it used to be ignored: bench scores with the server's log-probabilities
         raise UsageError("bench --backend openai scores steps with the server's log-probabilities; leave "
                          "--verifier-endpoint out.")
-    server = replace(server_from_args(args), endpoint_option="--server")
+    server = server_from_args(args, endpoint_option="--server")  # its errors in bench's own word for the address
     question = workload.question or DEFAULT_QUESTION
     search = workload.search()
     _progress(f"checking {server.endpoint}")
-    check_connection(server)
+    check_connection(server, retries=server.retries)
     _progress(f"searching on {server.served_model} at {server.endpoint}")
     backend = OpenAICompletions(server)
     costs = [measure("openai", remote_search.run(question, server, search, backend=backend), lambda: backend.requests)]

@@ -211,7 +211,7 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
                    help="openai: one request with n=M for each kept path instead of M with n=1 (vLLM, SGLang)")
 
 
-REQUEST_TIMEOUT = 60.0  # seconds, --request-timeout's default
+REQUEST_TIMEOUT = 60.0  # seconds, --request-timeout's default; the largest is the client's (MAX_TIMEOUT_S)
 SERVER_ONLY = (("--endpoint", "endpoint"), ("--served-model", "served_model"), ("--api-key-env", "api_key_env"),
                ("--request-timeout", "request_timeout"),
                ("--verifier-endpoint", "verifier_endpoint"), ("--one-request-per-path", "one_request_per_path"))
@@ -222,9 +222,12 @@ def _given(value: object) -> bool:
     return value is not None and value is not False and value != ""
 
 
-def server_from_args(args: argparse.Namespace):
+def server_from_args(args: argparse.Namespace, endpoint_option: str = "--endpoint"):
     """The ServerConfig of `--backend openai`, or None for a local run; missing options are a UsageError, and so
-    are a server's options on a local run (they would be ignored: the run would load a model here instead)."""
+    are a server's options on a local run (they would be ignored: the run would load a model here instead).
+    `endpoint_option`: the address's option as the command names it (`bench --server`), which its errors say.
+    The address and the model's name are trimmed, as the window trims them: '  http://host:8000 ' read as a
+    port '8000 ' that is not a number."""
     if getattr(args, "backend", "local") != "openai":
         given = [flag for flag, name in SERVER_ONLY if _given(getattr(args, name, None))]
         if given:
@@ -232,17 +235,19 @@ def server_from_args(args: argparse.Namespace):
             raise UsageError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for a server: add "
                              f"--backend openai to use {them}, or leave {them} out to run --model on this machine")
         return None
-    from engine.backends.openai import ServerConfig
+    from engine.backends.openai import MAX_TIMEOUT_S, ServerConfig
 
-    missing = [flag for flag, value in (("--endpoint", args.endpoint), ("--served-model", args.served_model))
-               if not value]
+    endpoint, model = (args.endpoint or "").strip(), (args.served_model or "").strip()
+    missing = [flag for flag, value in ((endpoint_option, endpoint), ("--served-model", model)) if not value]
     if missing:
         raise UsageError(f"--backend openai needs {' and '.join(missing)}")
     timeout = REQUEST_TIMEOUT if args.request_timeout is None else args.request_timeout
-    if not timeout > 0:
-        raise UsageError("--request-timeout must be more than 0 seconds")
-    return ServerConfig(args.endpoint, args.served_model, args.api_key_env, timeout_s=timeout,
-                        one_request_per_path=args.one_request_per_path, prm_endpoint=args.verifier_endpoint)
+    if not 0 < timeout <= MAX_TIMEOUT_S:  # inf and 1e10 failed inside the socket as a fault in Beamwise; NaN too
+        raise UsageError(f"--request-timeout must be more than 0 and at most {MAX_TIMEOUT_S:,.0f} seconds (a "
+                         f"day), not {timeout:g}")
+    prm_endpoint = args.verifier_endpoint.strip() if args.verifier_endpoint is not None else None
+    return ServerConfig(endpoint, model, args.api_key_env, timeout_s=timeout, endpoint_option=endpoint_option,
+                        one_request_per_path=args.one_request_per_path, prm_endpoint=prm_endpoint)
 
 
 def _add_method_options(parser: argparse.ArgumentParser) -> None:
@@ -275,11 +280,32 @@ def _add_method_options(parser: argparse.ArgumentParser) -> None:
                    f"default: calibrated, else {d.entropy_delta})")
 
 
+# the model and its KV cache here, by dest (--kv-budget: kv_budget): `--backend openai` reads none (a server holds both)
+LOCAL_ONLY = ("model", "dtype", "device", "policy", "kv_budget", "block_size", "prefill_chunk", "no_inter_beam",
+              "no_prefetch", "prefix_order", "speculative", "speculative_ratio", "speculative_continuations",
+              "lookahead_verify", "pcie_gbps", "verifier_kv_share", "prefix_cache", "prefix_cache_ram",
+              "prefix_cache_disk")
+
+
+def _local_only_given(args: argparse.Namespace) -> list[str]:
+    """The options of LOCAL_ONLY that differ from their defaults, as typed (`--no-prefix-cache` for a switch
+    turned off); their defaults are not refused, as the user did not give them."""
+    if getattr(args, "backend", "local") != "openai":
+        return []
+    defaults = argparse.ArgumentParser(add_help=False)
+    add_search_options(defaults)
+    default = defaults.parse_args([])
+    given = [name for name in LOCAL_ONLY if getattr(args, name) != getattr(default, name)]
+    return [f"--{'no-' if getattr(args, name) is False else ''}{name.replace('_', '-')}" for name in given]
+
+
 def _refuse_unused(args: argparse.Namespace) -> None:
     """An option that would do nothing as given is refused, as --verifier-model without --verifier prm is: each of
     these was taken without a word, and the search ran as if it had not been given."""
     d = SearchConfig()
+    local = _local_only_given(args)
     unused = [
+        (local, _local_only_refusal(local)),
         ((args.tau_conf, args.r_gap) != (None, None) and not args.verify_skip,
          "--tau-conf and --r-gap set verify-skip's thresholds: add --verify-skip, or leave them out"),
         ((args.entropy_theta, args.entropy_delta) != (None, None) and not args.entropy_exit,
@@ -308,6 +334,17 @@ def _refuse_unused(args: argparse.Namespace) -> None:
     why = next((why for given, why in unused if given), None)
     if why is not None:
         raise UsageError(f"{why}.")
+
+
+def _local_only_refusal(flags: list[str]) -> str:
+    """Why the local model's `flags` are refused with --backend openai ('' for none): before, `--policy lbs
+    --kv-budget 1MB` ran as "policy remote" without a word."""
+    if not flags:
+        return ""
+    named = flags[0] if len(flags) == 1 else f"{', '.join(flags[:-1])} and {flags[-1]}"
+    verb, them = ("applies", "it") if len(flags) == 1 else ("apply", "them")
+    return (f"{named} {verb} to a model run on this machine, and --backend openai runs the search on the server: "
+            f"leave {them} out, or leave out --backend openai to run --model here")
 
 
 def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig, CacheConfig]:

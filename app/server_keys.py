@@ -58,5 +58,16 @@ def _call(name: str, *args: str):
     try:
         return getattr(keyring, name)(*args)
     except KeyringError as error:
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise KeyringUnavailable(f"the system keyring cannot be used here ({first[:160]}).") from error
+        raise KeyringUnavailable(f"the system keyring cannot be used here ({_reason(error)}).") from error
+
+
+def _reason(error: Exception, limit: int = 200) -> str:
+    """The keyring's own words (their first line) without a final full stop, cut after the last whole sentence
+    within `limit` characters, else after a whole word: a cut at 160 characters ended mid-word ("non-recommend")."""
+    line = (str(error).strip().splitlines() or [""])[0].strip() or type(error).__name__
+    if len(line) <= limit:
+        return line.removesuffix(".")
+    sentence = line[: limit + 1].rfind(". ")
+    if sentence > 0:
+        return line[:sentence]
+    return line[:limit].rsplit(" ", 1)[0] + "…"

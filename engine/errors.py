@@ -210,6 +210,11 @@ ANSWER_SHAPE_HINT = (
     "OpenAI-compatible API (http://host:port or .../v1), not another program on that port."
 )  # an HTTP 200 whose body is not the answer: the server runs, so its address or its kind is what to check
 
+LOGPROB_VALUES_HINT = (
+    "The server answered in the OpenAI shape, but its log-probabilities are broken: check its version and its "
+    "settings (vLLM, SGLang and llama.cpp's server send log-probabilities of 0 or less), or use another server."
+)  # an answer of the right shape whose values are not log-probabilities (NaN, above 0, text): not its address
+
 
 class ServerUnreachable(RemoteError):
     """No connection to the server, or it did not answer within the timeout (after the retries)."""
@@ -232,8 +237,11 @@ class ServerError(RemoteError):
 
     retry_after: float | None = None  # seconds the server asked to wait (Retry-After), if it said
 
-    def __init__(self, status: int, detail: str, hint: str = "") -> None:
-        super().__init__(f"the server answered HTTP {status}: {detail}", hint=hint)
+    def __init__(self, status: int, detail: str, hint: str = "", endpoint: str = "") -> None:
+        """`endpoint`: the server's address, said where the run asks more than one (a PRM server beside the
+        generator's: a 401 named neither)."""
+        at = f" at {endpoint}" if endpoint else ""
+        super().__init__(f"the server{at} answered HTTP {status}: {detail}", hint=hint)
         self.status = status
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import ssl
 import time
 import urllib.parse
@@ -37,6 +38,8 @@ from engine.backends.replies import (
 from engine.backends.sockets import POLL_S, AnswerTooLarge, RequestCancelled, SlicedSocket, StopFn, connect, never
 from engine.errors import (
     ANSWER_SHAPE_HINT,
+    LOGPROB_VALUES_HINT,
+    ConfigError,
     LogprobsUnavailable,
     RemoteError,
     ServedModelNotFound,
@@ -44,10 +47,17 @@ from engine.errors import (
     ServerUnreachable,
     format_bytes,
 )
+from engine.text_cut import shorten
 
 RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
 RETRY_AFTER_MAX_S = 30.0  # a server asking for a longer wait (Retry-After) is said to be busy instead of waited on
 MAX_ANSWER_BYTES = 64_000_000  # an answer is kB; past this the address answers with something else
+MAX_TIMEOUT_S = 86_400.0  # a day: a socket cannot wait 1e10 s (time_t overflows), and no answer takes longer
+ADDRESS_HINT = "Write the scheme, the host and the port, e.g. http://127.0.0.1:8000 (or .../v1)."
+CREDENTIALS_HINT = (
+    "Leave user:password@ out of the address; give the server's API key by the environment variable that holds "
+    "it (--api-key-env NAME)."
+)
 
 
 @dataclass(frozen=True)
@@ -71,6 +81,9 @@ class ServerConfig:
         check_address(self.endpoint, self.endpoint_option)
         if self.prm_endpoint is not None:
             check_address(self.prm_endpoint, "--verifier-endpoint")
+        if not 0 < self.timeout_s <= MAX_TIMEOUT_S:  # NaN too
+            raise ConfigError(f"a server's timeout must be more than 0 and at most {MAX_TIMEOUT_S:,.0f} seconds "
+                              f"(a day), not {self.timeout_s:g}.")
 
     @property
     def base_url(self) -> str:
@@ -95,13 +108,15 @@ def check_address(url: str, flag: str) -> None:
     host '' and failed three times with 'Name or service not known', and 'ftp://...' was asked over http."""
     why = address_problem(url)
     if why:
-        raise RemoteError(f"the {flag} {url!r} is not a server address like http://gpu-box:8000: {why}.",
-                          hint="Write the scheme, the host and the port, e.g. http://127.0.0.1:8000 (or .../v1).")
+        raise RemoteError(f"the {flag} {masked(url)!r} is not a server address like http://gpu-box:8000: {why}.",
+                          hint=CREDENTIALS_HINT if _credentials(url) else ADDRESS_HINT)
 
 
 def address_problem(url: str) -> str:
     """What keeps `url` from being http://host:port[/path] or https://host[:port][/path], or ''. An http address
-    names its port: without one it was asked on port 80, where a local server rarely listens (https means 443)."""
+    names its port: without one it was asked on port 80, where a local server rarely listens (https means 443).
+    A user name or password in it (user:password@host) is refused: http.client never sends it, so a server that
+    wants a key said 401, and the address with its password went into the session database and exports."""
     try:
         parts = urllib.parse.urlsplit(url.strip())
         parts.port  # noqa: B018 (reading it raises ValueError for a port that is not a number from 0 to 65535)
@@ -109,6 +124,9 @@ def address_problem(url: str) -> str:
         return str(error)
     if parts.scheme not in ("http", "https"):
         return "it must begin with http:// or https://"
+    if _credentials(url):
+        return ("it holds a user name or password before the host (user:password@), which Beamwise does not send "
+                "but would save with the address")
     if not parts.hostname:
         return "it names no host"
     if parts.scheme == "http" and parts.port is None:
@@ -116,6 +134,19 @@ def address_problem(url: str) -> str:
     if parts.query or parts.fragment:
         return "a query (?...) or fragment (#...) cannot be part of it"
     return ""
+
+
+USER_INFO = re.compile(r"^(\s*(?:[A-Za-z][A-Za-z0-9+.-]*:)?//)?[^/?#]*@")  # [scheme://]user:password@
+
+
+def _credentials(url: str) -> bool:
+    """Whether the address `url` holds user information (user@ or user:password@) before its host."""
+    return USER_INFO.match(url) is not None
+
+
+def masked(url: str) -> str:
+    """The address `url` with its user information as ***: a refusal is printed, and may be recorded."""
+    return USER_INFO.sub(lambda found: f"{found.group(1) or ''}***@", url)
 
 
 class OpenAICompletions:
@@ -209,9 +240,10 @@ class OpenAICompletions:
         answer = self._request("POST", "/completions", body)
         choices = answer.get("choices") if isinstance(answer, dict) else None
         if not isinstance(choices, list) or not choices:
-            raise _shape_error(f"an answer without choices: {str(answer)[:200]}")
-        if not all(isinstance(c, dict) and isinstance(c.get("text", 0), str | None) for c in choices):  # None: empty
-            raise _shape_error(f"an answer whose choices hold no text: {str(answer)[:200]}")
+            raise _shape_error(f"an answer without choices ({_outline(answer)})")
+        textless = [c for c in choices if not (isinstance(c, dict) and isinstance(c.get("text", 0), str | None))]
+        if textless:  # a text of None is an empty one
+            raise _shape_error(f"an answer whose choices hold no text ({_outline(textless[0], 'a choice')})")
         if len(choices) != n:
             raise RemoteError(
                 f"the server answered {len(choices)} continuation(s) to a request for n={n}: it does not honour n.",
@@ -219,7 +251,8 @@ class OpenAICompletions:
             )
         usage = read_usage(answer)
         ordered = sorted(choices, key=lambda c: c["index"] if isinstance(c.get("index"), int) else 0)
-        return [read_completion(choice, usage, stop) for choice in ordered]
+        with _broken_values():
+            return [read_completion(choice, usage, stop) for choice in ordered]
 
     def first_token_choices(self, prompt: str, k: int) -> tuple[dict[str, float], int]:
         """The `k` likeliest first tokens of a greedy reply to `prompt` with their log-probabilities, and the
@@ -240,8 +273,9 @@ class OpenAICompletions:
         try:
             logprobs = answer["choices"][0].get("logprobs")
         except (KeyError, IndexError, TypeError, AttributeError) as error:  # AttributeError: a choice that is text
-            raise _shape_error(f"an answer without choices: {str(answer)[:200]}") from error
-        top = first_top_logprobs(logprobs)
+            raise _shape_error(f"an answer without choices ({_outline(answer)})") from error
+        with _broken_values():
+            top = first_top_logprobs(logprobs)
         if not top:
             raise LogprobsUnavailable(
                 "the server returned no top log-probabilities (`logprobs` > 1), which the self-judge reads."
@@ -256,9 +290,9 @@ class OpenAICompletions:
             try:
                 data = answer["data"][0]["data"]
             except (KeyError, IndexError, TypeError) as error:
-                raise _shape_error(f"a /pooling answer without data: {str(answer)[:200]}") from error
+                raise _shape_error(f"a /pooling answer without data ({_outline(answer)})") from error
             if not isinstance(data, list):
-                raise _shape_error(f"a /pooling answer whose data is not a list: {str(data)[:200]}")
+                raise _shape_error(f"a /pooling answer whose data is not a list ({_outline(data, 'its data')})")
             return data
 
     def _request(self, method: str, path: str, body: dict | None, *, v1: bool = True) -> dict:
@@ -310,9 +344,11 @@ class OpenAICompletions:
             connection = http.client.HTTPConnection(
                 parts.hostname or "", parts.port or (443 if tls else 80), timeout=self.cfg.timeout_s
             )
-        except (http.client.InvalidURL, ValueError) as error:
-            raise ServerUnreachable(
-                f"the endpoint {self.cfg.endpoint!r} is not a URL like http://host:8000 ({error})."
+        except (http.client.InvalidURL, ValueError) as error:  # the address's fault: not retried, nothing to run
+            raise RemoteError(
+                f"the {self.cfg.endpoint_option} {masked(self.cfg.endpoint)!r} is not a URL like http://host:8000 "
+                f"({error}).",
+                hint=ADDRESS_HINT,
             ) from error
         connection._create_connection = lambda address, timeout, source=None: connect(  # http.client's hook
             address, timeout, deadline, self.should_stop, tls
@@ -398,13 +434,16 @@ class OpenAICompletions:
                 f"nothing is served at {url} ({detail or 'no details'})",
                 hint="Check the address: the OpenAI-compatible API is at http://host:port or http://host:port/v1.",
             )
-        if status in (401, 403):
+        if status in (401, 403):  # said with the address and its option: a PRM server's said neither
+            both = "; it goes to both servers" if self.cfg.prm_endpoint else ""
             return ServerError(
                 status,
                 f"the API key was refused ({detail or 'no details'})",
-                hint="Check the API key (--api-key-env NAME: the variable that holds it).",
+                hint=f"Check the API key of the {{endpoint}} server (--api-key-env NAME: the variable that holds "
+                f"it{both}).",
+                endpoint=self.cfg.endpoint,
             )
-        return ServerError(status, detail)
+        return ServerError(status, detail, endpoint=self.cfg.endpoint)
 
 
 @dataclass(frozen=True)
@@ -423,10 +462,11 @@ class ConnectionCheck:
         )
 
 
-def check_connection(config: ServerConfig, *, should_stop: StopFn = never) -> ConnectionCheck:
+def check_connection(config: ServerConfig, *, should_stop: StopFn = never, retries: int = 0) -> ConnectionCheck:
     """The model list, then one token with log-probabilities: raises the RemoteError that a search would meet
-    first (unreachable, refused key, wrong model, no log-probabilities). No retries: an answer now or why not."""
-    backend = OpenAICompletions(replace(config, retries=0), should_stop=should_stop)
+    first (unreachable, refused key, wrong model, no log-probabilities). No retries by default ("Test
+    connection": an answer now or why not); `bench` retries as the run after it does (`config.retries`)."""
+    backend = OpenAICompletions(replace(config, retries=retries), should_stop=should_stop)
     started = time.perf_counter()
     served = backend.check_model()
     backend.complete("Hello", max_tokens=1, stop=[], temperature=0.0, top_p=1.0, seed=0)
@@ -436,6 +476,32 @@ def check_connection(config: ServerConfig, *, should_stop: StopFn = never) -> Co
 def _shape_error(what: str, status: int = 200) -> ServerError:
     """An answer that came but is not the one asked for: it says what was missing, not that the server may be down."""
     return ServerError(status, what, hint=ANSWER_SHAPE_HINT)
+
+
+def _outline(value: object, what: str = "it") -> str:
+    """What came instead, said whole: an object by its keys, anything else by its kind and start. Before, the
+    answer's text was cut at 200 characters, mid-structure ("...'usage': {'prompt_tokens':.")."""
+    if isinstance(value, dict):
+        keys = [one_line(str(k))[:40] for k in list(value)[:10]]
+        more = f" and {len(value) - 10} more" if len(value) > 10 else ""
+        return f"{what} holds {', '.join(keys) + more}" if keys else f"{what} is an empty object"
+    if isinstance(value, list):
+        return f"{what} is a list of {len(value)} item(s)"
+    if isinstance(value, str):
+        return f"{what} is the text {shorten(one_line(value), 60)!r}"
+    return f"{what} is {'null' if value is None else one_line(repr(value))[:40]}"
+
+
+@contextmanager
+def _broken_values() -> Iterator[None]:
+    """Around reading a choice's log-probabilities, which raises ServerError only for a value that is not one
+    (NaN, above 0, text; a missing one is LogprobsUnavailable): the server answered in the OpenAI shape, so its
+    address is right, and the advice is about its log-probabilities."""
+    try:
+        yield
+    except ServerError as error:
+        error.hint = LOGPROB_VALUES_HINT
+        raise
 
 
 def _reason(error: Exception) -> str:

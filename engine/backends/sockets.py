@@ -52,12 +52,12 @@ def connect(
             code = _wait_connected(sock, where, deadline, should_stop)
             if code == 0 and tls:
                 sock = _handshake(sock, address[0], deadline, should_stop)
+            if code == 0:
+                sock.settimeout(timeout)  # inside: a timeout too large for the system (1e10 s) left it open
+                return sock
         except BaseException:  # a Stop, the deadline, a certificate refused
             sock.close()
             raise
-        if code == 0:
-            sock.settimeout(timeout)
-            return sock
         sock.close()
         error = OSError(code, os.strerror(code))
     raise error

@@ -40,15 +40,39 @@ class ServedPRM(KeepsNoKV):  # the server holds its KV: none here
     def _reward(self, item: StepToScore) -> float:
         pooled = self.backend.pool(prm_chat(item))
         steps = 1 + len(item.previous_steps)
-        if len(pooled) != steps or not all(isinstance(p, list) and len(p) == 2 for p in pooled):
+        came = _pooled_shape(pooled, steps)
+        if came:
             raise RemoteError(
-                f"the PRM server pooled {len(pooled)} value(s) for {steps} step(s), not one [P(-), P(+)] per step.",
+                f"the PRM server pooled {came} instead of one [P(-), P(+)] pair per step.",
                 hint="Serve a Qwen2.5-Math-PRM with vLLM's pooling runner (it pools at each <extra_0>).",
             )
         return _probability(pooled[-1][1])
 
     def settle(self, kept: Sequence[PathKey]) -> VerifierCost:
         return VerifierCost()
+
+
+def _pooled_shape(pooled: list, steps: int) -> str:
+    """What the server pooled instead of a [P(-), P(+)] pair for each of `steps` steps, or '' when it did. Before,
+    three numbers or a bare number for one step read as "1 value(s) for 1 step(s)", which sounds right."""
+    if len(pooled) != steps:
+        bare = " bare number(s)" if pooled and all(_number(v) for v in pooled) else " value(s)"
+        return f"{len(pooled)}{bare} for {steps} step(s)"
+    for value in pooled:
+        if isinstance(value, list) and len(value) != 2:
+            return f"{len(value)} {'numbers' if all(_number(v) for v in value) else 'values'} per step"
+        if not isinstance(value, list):
+            return "a bare number per step" if _number(value) else f"{_kind(value)} per step"
+    return ""
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _kind(value: object) -> str:
+    kinds = {str: "text", dict: "an object", bool: "true or false"}
+    return "null" if value is None else kinds.get(type(value), type(value).__name__)
 
 
 def _probability(value: object) -> float:
