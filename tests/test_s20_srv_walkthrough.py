@@ -16,7 +16,8 @@ from keyring.backends.fail import Keyring as NoKeyring
 
 from app.cli import main
 from app.server_keys import KeyringUnavailable, load_key
-from engine.backends.openai import OpenAICompletions, ServerConfig, address_problem
+from engine.backends.addresses import address_problem
+from engine.backends.openai import OpenAICompletions, ServerConfig
 from engine.backends.sockets import connect, never
 from engine.config import SearchConfig
 from engine.errors import ConfigError, RemoteError, ServerError
@@ -238,3 +239,12 @@ def test_a_socket_whose_timeout_the_system_refuses_is_closed() -> None:
         with pytest.raises(OverflowError):
             connect(("127.0.0.1", port), 1e10, time.monotonic() + 5, never, False)
         gc.collect()  # an unclosed socket warns here, inside the test
+
+
+def test_the_window_refuses_an_address_with_a_password_without_showing_the_password():
+    pytest.importorskip("PySide6")
+    from app.gui.server_panel import ServerChoice
+
+    with pytest.raises(ValueError) as refused:
+        ServerChoice("http://me:SECRETPW@gpu-box:8000", "m")
+    assert "SECRETPW" not in str(refused.value) and "***@gpu-box" in str(refused.value)

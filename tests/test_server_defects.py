@@ -14,7 +14,8 @@ import pytest
 from app.cli import main
 from app.run_cli import ServerProgress
 from app.store import SessionStore
-from engine.backends.openai import ServerConfig, address_problem
+from engine.backends.addresses import address_problem
+from engine.backends.openai import ServerConfig
 from engine.config import SearchConfig
 from engine.remote_search import run
 from tests.fake_openai import MODEL, PRM, FakeServer, closed_port

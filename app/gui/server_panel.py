@@ -37,7 +37,8 @@ from app.gui.model_picker import SERVER_SOURCE, ModelPicker
 from app.gui.terms import window_terms
 from app.json_types import typed_fields
 from app.server_keys import has_key, load_key, save_key
-from engine.backends.openai import RequestCancelled, ServerConfig, address_problem, check_connection
+from engine.backends.addresses import address_problem, masked
+from engine.backends.openai import RequestCancelled, ServerConfig, check_connection
 from engine.errors import BeamwiseError, ServedModelNotFound, ServerError, ServerUnreachable, failure
 
 KEY_SOURCES = {"none": "No key", "env": "Environment variable", "keyring": "System keyring"}
@@ -69,7 +70,7 @@ class ServerChoice:
     def __post_init__(self) -> None:
         why = address_problem(self.endpoint)  # the engine's own check, said here in the dialog's words
         if why:
-            raise ValueError(f"the server address {self.endpoint!r} is not a URL ({why}); write it like "
+            raise ValueError(f"the server address {masked(self.endpoint)!r} is not a URL ({why}); write it like "
                              "http://gpu-box:8000.")
         if not self.served_model.strip():
             raise ValueError("name the served model (as the server lists it at /v1/models).")

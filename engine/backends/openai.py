@@ -16,7 +16,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import re
 import ssl
 import time
 import urllib.parse
@@ -24,6 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
+from engine.backends.addresses import ADDRESS_HINT, check_address, masked
 from engine.backends.replies import (
     Completion,
     error_detail,
@@ -38,7 +38,6 @@ from engine.backends.replies import (
 from engine.backends.sockets import POLL_S, AnswerTooLarge, RequestCancelled, SlicedSocket, StopFn, connect, never
 from engine.errors import (
     ANSWER_SHAPE_HINT,
-    LOGPROB_VALUES_HINT,
     ConfigError,
     LogprobsUnavailable,
     RemoteError,
@@ -53,11 +52,6 @@ RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
 RETRY_AFTER_MAX_S = 30.0  # a server asking for a longer wait (Retry-After) is said to be busy instead of waited on
 MAX_ANSWER_BYTES = 64_000_000  # an answer is kB; past this the address answers with something else
 MAX_TIMEOUT_S = 86_400.0  # a day: a socket cannot wait 1e10 s (time_t overflows), and no answer takes longer
-ADDRESS_HINT = "Write the scheme, the host and the port, e.g. http://127.0.0.1:8000 (or .../v1)."
-CREDENTIALS_HINT = (
-    "Leave user:password@ out of the address; give the server's API key by the environment variable that holds "
-    "it (--api-key-env NAME)."
-)
 
 
 @dataclass(frozen=True)
@@ -101,52 +95,6 @@ class ServerConfig:
             "one_request_per_path": self.one_request_per_path,
             "prm_endpoint": self.prm_endpoint,
         }
-
-
-def check_address(url: str, flag: str) -> None:
-    """Refuse an address the client cannot ask, before any request. Before, 'gpu-box:8000' (no scheme) read as
-    host '' and failed three times with 'Name or service not known', and 'ftp://...' was asked over http."""
-    why = address_problem(url)
-    if why:
-        raise RemoteError(f"the {flag} {masked(url)!r} is not a server address like http://gpu-box:8000: {why}.",
-                          hint=CREDENTIALS_HINT if _credentials(url) else ADDRESS_HINT)
-
-
-def address_problem(url: str) -> str:
-    """What keeps `url` from being http://host:port[/path] or https://host[:port][/path], or ''. An http address
-    names its port: without one it was asked on port 80, where a local server rarely listens (https means 443).
-    A user name or password in it (user:password@host) is refused: http.client never sends it, so a server that
-    wants a key said 401, and the address with its password went into the session database and exports."""
-    try:
-        parts = urllib.parse.urlsplit(url.strip())
-        parts.port  # noqa: B018 (reading it raises ValueError for a port that is not a number from 0 to 65535)
-    except ValueError as error:
-        return str(error)
-    if parts.scheme not in ("http", "https"):
-        return "it must begin with http:// or https://"
-    if _credentials(url):
-        return ("it holds a user name or password before the host (user:password@), which Beamwise does not send "
-                "but would save with the address")
-    if not parts.hostname:
-        return "it names no host"
-    if parts.scheme == "http" and parts.port is None:
-        return "it names no port (write :80 for a server on http's default port)"
-    if parts.query or parts.fragment:
-        return "a query (?...) or fragment (#...) cannot be part of it"
-    return ""
-
-
-USER_INFO = re.compile(r"^(\s*(?:[A-Za-z][A-Za-z0-9+.-]*:)?//)?[^/?#]*@")  # [scheme://]user:password@
-
-
-def _credentials(url: str) -> bool:
-    """Whether the address `url` holds user information (user@ or user:password@) before its host."""
-    return USER_INFO.match(url) is not None
-
-
-def masked(url: str) -> str:
-    """The address `url` with its user information as ***: a refusal is printed, and may be recorded."""
-    return USER_INFO.sub(lambda found: f"{found.group(1) or ''}***@", url)
 
 
 class OpenAICompletions:
@@ -251,8 +199,7 @@ class OpenAICompletions:
             )
         usage = read_usage(answer)
         ordered = sorted(choices, key=lambda c: c["index"] if isinstance(c.get("index"), int) else 0)
-        with _broken_values():
-            return [read_completion(choice, usage, stop) for choice in ordered]
+        return [read_completion(choice, usage, stop) for choice in ordered]
 
     def first_token_choices(self, prompt: str, k: int) -> tuple[dict[str, float], int]:
         """The `k` likeliest first tokens of a greedy reply to `prompt` with their log-probabilities, and the
@@ -274,8 +221,7 @@ class OpenAICompletions:
             logprobs = answer["choices"][0].get("logprobs")
         except (KeyError, IndexError, TypeError, AttributeError) as error:  # AttributeError: a choice that is text
             raise _shape_error(f"an answer without choices ({_outline(answer)})") from error
-        with _broken_values():
-            top = first_top_logprobs(logprobs)
+        top = first_top_logprobs(logprobs)
         if not top:
             raise LogprobsUnavailable(
                 "the server returned no top log-probabilities (`logprobs` > 1), which the self-judge reads."
@@ -491,17 +437,6 @@ def _outline(value: object, what: str = "it") -> str:
         return f"{what} is the text {shorten(one_line(value), 60)!r}"
     return f"{what} is {'null' if value is None else one_line(repr(value))[:40]}"
 
-
-@contextmanager
-def _broken_values() -> Iterator[None]:
-    """Around reading a choice's log-probabilities, which raises ServerError only for a value that is not one
-    (NaN, above 0, text; a missing one is LogprobsUnavailable): the server answered in the OpenAI shape, so its
-    address is right, and the advice is about its log-probabilities."""
-    try:
-        yield
-    except ServerError as error:
-        error.hint = LOGPROB_VALUES_HINT
-        raise
 
 
 def _reason(error: Exception) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from engine.errors import ANSWER_SHAPE_HINT, LogprobsUnavailable, ServerError
+from engine.errors import LOGPROB_VALUES_HINT, LogprobsUnavailable, ServerError
 
 ROUNDING = 1e-3  # a log-probability this far above 0 is a probability of 1 rounded, read as 0
 
@@ -105,7 +105,7 @@ def _logprob(value: object) -> float:
     anywhere, exp(1e308) overflows)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) or value > ROUNDING:
         raise ServerError(200, f"an answer whose log-probabilities are not log-probabilities (one is {value!r:.60})",
-                          hint=ANSWER_SHAPE_HINT)
+                          hint=LOGPROB_VALUES_HINT)  # it answered in the OpenAI shape: its address is right
     return min(float(value), 0.0)
 
 

@@ -1,0 +1,59 @@
+"""A server's address as the user gives it: refused before any request when the client cannot ask it, and shown
+without the user name or password it may hold."""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+
+from engine.errors import RemoteError
+
+ADDRESS_HINT = "Write the scheme, the host and the port, e.g. http://127.0.0.1:8000 (or .../v1)."
+CREDENTIALS_HINT = (
+    "Leave user:password@ out of the address; give the server's API key by the environment variable that holds "
+    "it (--api-key-env NAME)."
+)
+USER_INFO = re.compile(r"^(\s*(?:[A-Za-z][A-Za-z0-9+.-]*:)?//)?[^/?#]*@")  # [scheme://]user:password@
+
+
+def check_address(url: str, flag: str) -> None:
+    """Refuse an address the client cannot ask, before any request. Before, 'gpu-box:8000' (no scheme) read as
+    host '' and failed three times with 'Name or service not known', and 'ftp://...' was asked over http."""
+    why = address_problem(url)
+    if why:
+        raise RemoteError(f"the {flag} {masked(url)!r} is not a server address like http://gpu-box:8000: {why}.",
+                          hint=CREDENTIALS_HINT if _credentials(url) else ADDRESS_HINT)
+
+
+def address_problem(url: str) -> str:
+    """What keeps `url` from being http://host:port[/path] or https://host[:port][/path], or ''. An http address
+    names its port: without one it was asked on port 80, where a local server rarely listens (https means 443).
+    A user name or password in it (user:password@host) is refused: http.client never sends it, so a server that
+    wants a key said 401, and the address with its password went into the session database and exports."""
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        parts.port  # noqa: B018 (reading it raises ValueError for a port that is not a number from 0 to 65535)
+    except ValueError as error:
+        return str(error)
+    if parts.scheme not in ("http", "https"):
+        return "it must begin with http:// or https://"
+    if _credentials(url):
+        return ("it holds a user name or password before the host (user:password@), which Beamwise does not send "
+                "but would save with the address")
+    if not parts.hostname:
+        return "it names no host"
+    if parts.scheme == "http" and parts.port is None:
+        return "it names no port (write :80 for a server on http's default port)"
+    if parts.query or parts.fragment:
+        return "a query (?...) or fragment (#...) cannot be part of it"
+    return ""
+
+
+def _credentials(url: str) -> bool:
+    """Whether the address `url` holds user information (user@ or user:password@) before its host."""
+    return USER_INFO.match(url) is not None
+
+
+def masked(url: str) -> str:
+    """The address `url` with its user information as ***: a refusal is printed, and may be recorded."""
+    return USER_INFO.sub(lambda found: f"{found.group(1) or ''}***@", url)
