@@ -289,7 +289,7 @@ def _max_context(args: argparse.Namespace, dtype: str) -> int:
     """One line per method: the longest context that fits, computed analytically (engine/context_plan.py)."""
     if not args.plan_only or args.gpu_memory is None or args.host_ram is None:
         raise UsageError("--max-context goes with --plan-only, --gpu-memory SIZE and --host-ram SIZE.")
-    from engine.context_plan import max_context, model_facts
+    from engine.context_plan import max_context, model_facts, why_no_context
     from engine.models import model_config
     from engine.synthetic import parameter_count
 
@@ -303,6 +303,8 @@ def _max_context(args: argparse.Namespace, dtype: str) -> int:
     for r in results:
         chunk = f" (prefill chunks of {r.chunk})" if r.chunk else ""
         print(f"{r.method}: {r.tokens:,} tokens{chunk}")
+    if why := why_no_context(facts, args.gpu_memory, args.host_ram, results):
+        print(f"note: {why}")
     if facts.context_window and any(r.tokens > facts.context_window for r in results):
         print(f"note: the model's context window is {facts.context_window:,} tokens; longer prompts are refused")
     write_json(args.json_path, {"model": args.model, "dtype": dtype, "results": [vars(r) for r in results]})

@@ -72,6 +72,11 @@ class Printer:
             p(f"verifier KV budget {event.verifier_kv_budget_bytes:,} B (its share of the device KV budget)")
         if event.every_step_kv_budget_bytes:
             print(f"beamwise: note: {formatting.every_step_text(event.every_step_kv_budget_bytes)}", file=sys.stderr)
+        from engine.kv.cache import speculation_off_note  # the run has loaded torch by now; `--help` has not
+
+        if off := speculation_off_note(event.cache.get("policy", event.policy), event.policy,
+                                       bool(event.cache.get("speculative"))):  # fmt: skip
+            print(f"beamwise: note: {off}", file=sys.stderr)
 
     def _on_prefill_done(self, event: ev.PrefillDone) -> None:
         self._print(f"prompt: {event.prompt_tokens} tokens ({event.cached_tokens} cached, {event.computed_tokens} "
@@ -151,6 +156,8 @@ class Printer:
         p(f"{event.candidate_tokens} candidate tokens in {event.seconds:.1f} s ({event.tokens_per_second:.1f}/s)")
         p(f"goodput {event.goodput:.1f} tokens/s (each kept beam's path tokens per second of its completion time)"
           f"{formatting.speculation_text(event, '; ')}")
+        if event.prefix_kept_d2h_bytes:
+            p(f"prefix cache: kept blocks copied to the host, D2H {event.prefix_kept_d2h_bytes:,} B")
         p(f"\nanswer:\n{without_controls(event.answer)}")  # as `sessions show`: no byte drives the terminal
 
     def _on_run_cancelled(self, event: ev.RunCancelled) -> None:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 from transformers import PretrainedConfig
 
+from engine.errors import format_bytes
+
 MAX_CHUNK = 4096
 MIN_CHUNK = 16
 CHUNK_SHARE = 4  # the default chunk's activations take at most a quarter of the KV budget
@@ -122,5 +124,22 @@ def max_context(m: ModelFacts, gpu_bytes: int, host_bytes: int) -> list[MaxConte
     return [
         MaxContext("standard", standard),
         MaxContext("layer-wise", layerwise),
-        MaxContext("head-wise", headwise, head_chunk(headwise)),
+        MaxContext("head-wise", headwise, head_chunk(headwise) if headwise else None),  # no context: no chunk
     ]
+
+
+def why_no_context(m: ModelFacts, gpu_bytes: int, host_bytes: int, results: list[MaxContext]) -> str | None:
+    """Why the methods of `results` at 0 tokens fit not even one (a bare 0 says nothing); None when each fits some.
+    The weights come first: past the device memory, no method fits any context."""
+    none = [r.method for r in results if r.tokens == 0]
+    if not none:
+        return None
+    if m.weights >= gpu_bytes:
+        return (f"the weights, {format_bytes(m.weights)}, do not fit the {format_bytes(gpu_bytes)} GPU, so no "
+                "context does: every method keeps the weights on the GPU beside its KV")
+    offloading = [method for method in none if method != "standard"]
+    if offloading and host_bytes < m.kv_token:
+        return (f"{' and '.join(offloading)} keep the KV in host RAM, and {format_bytes(host_bytes)} holds not one "
+                f"token's KV ({format_bytes(m.kv_token)})")
+    room = format_bytes(gpu_bytes - m.weights)
+    return f"{' and '.join(none)}: the {room} the weights leave on the GPU holds not one token's KV and activations"

@@ -86,7 +86,8 @@ class PrefixCacheTooSmall(BeamwiseError):
 
     def __init__(self, cap_bytes: int, needed_bytes: int, what: str) -> None:
         super().__init__(
-            f"the prefix cache's RAM cap {format_bytes(cap_bytes)} is too small for {what}; the smallest cap "
+            f"the prefix cache's RAM cap {cap_bytes:,} bytes ({format_bytes(cap_bytes)}) is too small for {what}; "
+            "the smallest cap "
             f"that works is {needed_bytes:,} bytes ({format_bytes_up(needed_bytes)}).",
             hint=f"Use --prefix-cache-ram {needed_bytes} or more, or run with --no-prefix-cache.",
         )

@@ -221,6 +221,8 @@ class RunFinished:
     speculative_lent_runs: int = 0  # speculative runs decoded in rows other candidates lent (their own work over)
     context_full: int = 0  # final kept paths that filled the model's context: they end there, not by EOS
     context_length: int = 0  # the model's context in tokens (0: not recorded, in events stored before)
+    prefix_kept_d2h_bytes: int = 0  # the prefix cache's copies of kept blocks to the host, after the last step's
+    # transfer_stats (engine.kv.cache.KVCache.keep): in none of its totals
 
 
 @dataclass(frozen=True)

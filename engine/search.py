@@ -409,6 +409,7 @@ class _Search:
         winner = choose(pool, self.cfg.select, lambda c: self.loaded.decode(c.generated))
         best = kv.chosen = winner.id  # its path's blocks go to the prefix cache
         seconds = self.clock.seconds()
+        kept_bytes = kv.keep()  # the prefix cache's copies of the run's blocks, in its figures (after the clock: not search)
         total = sum(c.step_tokens for c in self.candidates.values()) + self.extra_tokens
         completions = tuple(completion(self.candidates[c], len(self.candidates[c].generated), seconds) for c in kept)
         return ev.RunFinished(
@@ -433,4 +434,5 @@ class _Search:
             speculative_lent_runs=self.speculation.lent,
             context_full=sum(self.candidates[c].context_full for c in kept),
             context_length=self.loaded.context_length,
+            prefix_kept_d2h_bytes=kept_bytes,
         )

@@ -298,7 +298,7 @@ def test_a_prefix_cache_ram_cap_below_the_prompts_blocks_is_red_in_the_runs_word
     names is the one that plans green."""
     assert main(["run", "What is 2+2?", *PLAN_TINY, "--no-save", "--prefix-cache-ram", "1kB"]) == 2
     refusal = capsys.readouterr().err.strip().splitlines()[-1].removeprefix("beamwise: error: ")
-    assert refusal.startswith("the prefix cache's RAM cap 1.0 kB is too small"), refusal
+    assert refusal.startswith("the prefix cache's RAM cap 1,000 bytes (1.0 kB) is too small"), refusal
     assert main(["plan", "What is 2+2?", *PLAN_TINY, "--prefix-cache-ram", "1kB"]) == 3
     assert f"[red] It cannot run with these settings: {refusal}" in capsys.readouterr().out
     smallest = refusal.split("Use --prefix-cache-ram ")[1].split()[0]

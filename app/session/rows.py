@@ -109,8 +109,9 @@ def session_facts(model: SessionModel) -> dict[str, Any]:
         "candidate_tokens": sum(n.tokens for n in counted),
         "error": run.error,
     }
-    if run.traffic is not None:
-        facts.update(h2d_bytes=run.traffic.h2d_bytes, d2h_bytes=run.traffic.d2h_bytes)
+    if run.traffic is not None:  # and the prefix cache's copies of the run's blocks at its end (not in a step)
+        kept = run.end.prefix_kept_d2h_bytes if isinstance(run.end, ev.RunFinished) else 0
+        facts.update(h2d_bytes=run.traffic.h2d_bytes, d2h_bytes=run.traffic.d2h_bytes + kept)
     if run.policy_changes and run.started is not None:
         facts["policy"] = policy_label(run.started.policy, run.policy_changes)
     end = run.end

@@ -44,9 +44,20 @@ from engine.verifiers.base import VerifierMemory
 PROMPT_ID = 0
 CUDA_MARGIN = 1 << 30  # leave this much device memory free for activations when the budget is automatic
 
+SPECULATING = ("in_device", "lbs")  # speculative beam extension keeps a row's speculated KV: the group executor's do
+
 Prefill = Callable[..., Any]  # token ids, chunk=, cache=, **forward -> the prompt's cache (engine.runner.prefill)
 BudgetProbe = Callable[[], int | None]  # free device bytes now, or None when it cannot change (emulated)
 
+
+
+def speculation_off_note(requested: str, policy: str, speculative: bool) -> str | None:
+    """What to tell the user when --speculative was asked for and `auto` (`requested`) picked a `policy` that does
+    not speculate (the CLI refuses an explicit one at once); None otherwise. A pure function of
+    RunStarted's `cache` and `policy`, so the CLI and the window can say it from the event."""
+    if not speculative or requested != "auto" or policy in SPECULATING:
+        return None
+    return f"auto picked {policy}, which does not speculate: --speculative is off for this run"
 
 
 class KVCache:
@@ -74,6 +85,7 @@ class KVCache:
         search = within_context(search, prompt_tokens, loaded.context_length)  # every bound below: paths end there
         self.cfg, self.search, self._prefill, self.margin = cache, search, prefill, margin
         self.prefix, self._pinned, self.chosen, self._body = prefix, [], None, []
+        self.kept_d2h_bytes: int | None = None  # what `keep` copied to the host (None: not kept yet)
         self.cached_tokens = self.computed_tokens = 0
         self._config = loaded.model.config
         shape, self.device = loaded.kv_shape, loaded.device
@@ -89,8 +101,7 @@ class KVCache:
         self._resolve_budget(prompt_tokens, shape, token_bytes, whole, act, verifier_batch_bytes, verifier_row_bytes)
         one = one_candidate_bytes(prompt_tokens, search, token_bytes, cache.block_size)
         self.policy_name = cache.policy if cache.policy != "auto" else auto_policy(whole, one, self.budget)
-        # speculative beam extension keeps a row's speculated KV: the group executor's policies do
-        self.speculative = cache.speculative and self.policy_name in ("in_device", "lbs")
+        self.speculative = cache.speculative and self.policy_name in SPECULATING
         grouped = self.policy_name == "in_device" or (self.policy_name == "lbs" and cache.inter_beam)
         if not (attention and grouped):  # its rows hold their whole history: the pool may need that much
             whole = search_kv_bytes(prompt_tokens, search, cache, token_bytes, cascade=False)
@@ -272,13 +283,25 @@ class KVCache:
         live.ahead.clear()
         return discarded
 
-    def close(self) -> None:
-        """End of the run (finished, cancelled or failed): keep its blocks in the prefix cache, free every
-        block and give the pools back. Copies still queued (a failed step's) land first: `_keep` reads blocks
-        on the host."""
-        try:
+    def keep(self) -> int:
+        """Keep the run's blocks in the prefix cache now, once (`close` keeps them if no one did): for the search
+        to call once `chosen` is set and before its last event, so that the copies are in the run's figures.
+        Returns the bytes those copies moved from the device to the host (`d2h`; a block kept from the host pool
+        crosses no PCIe). Copies still queued (a failed step's) land first: `_keep` reads blocks on the host."""
+        if self.kept_d2h_bytes is None:
+            before = self.store.counters.total["d2h"]
+            self.kept_d2h_bytes = 0  # a keep that fails part way is not tried again by `close`
             self.store.sync()
             self._keep()
+            self.kept_d2h_bytes = self.store.counters.total["d2h"] - before
+        return self.kept_d2h_bytes
+
+    def close(self) -> None:
+        """End of the run (finished, cancelled or failed): keep its blocks in the prefix cache (`keep`), free
+        every block and give the pools back."""
+        try:
+            self.store.sync()
+            self.keep()
         finally:
             if self.prefix is not None:
                 self.prefix.unpin(self._pinned)

@@ -7,7 +7,8 @@ processes writing the same block both leave a whole file (the same bytes). A fil
 wrong shape or dtype, holds other tokens, or whose KV bytes are not the ones written (damaged on the disk: a
 few flipped bytes still load, and would feed every later run that shares the block) is removed and counted as
 a miss. Another
-process may remove a file at any time (its own eviction): that is a miss too, never an error.
+process may remove a file at any time (its own eviction): that is a miss too, never an error. A temporary file
+that a process killed mid-write left is removed by the next `scan` (each eviction's) once an hour old.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import hashlib
 import os
 import re
+import time
 import uuid
 import zlib
 from dataclasses import dataclass
@@ -28,6 +30,8 @@ from engine.bundled import cache_root
 FOLDER_ENV = "BEAMWISE_PREFIX_CACHE_DIR"  # overrides <user cache>/prefix-kv (tests, portable installs)
 SUFFIX = ".kv"
 _NAME = re.compile(r"^d(\d+)-([0-9a-f]+)\.kv$")
+_TEMP = re.compile(r"^\.(?:d\d+-[0-9a-f]+|probe)\.\d+\.[0-9a-f]+\.tmp$")  # write_block's and unwritable's
+STALE_TEMP_S = 3600.0  # a temporary file this old is a killed process's: no write of a block takes that long
 
 
 def prefix_root() -> Path:
@@ -109,9 +113,11 @@ def checksum(kv: torch.Tensor) -> int:
     return zlib.crc32(kv.reshape(-1).view(torch.uint8).numpy())
 
 
-def scan(folder: Path) -> list[DiskBlock]:
-    """Every block file in `folder` (temporary files and strangers are skipped)."""
-    found = []
+def scan(folder: Path, stale_after_s: float = STALE_TEMP_S) -> list[DiskBlock]:
+    """Every block file in `folder` (strangers are skipped). A temporary file older than `stale_after_s` is what a
+    process killed mid-write left: it is removed (else it would stay forever, outside the disk cap); a younger one
+    may be a write under way, and is skipped."""
+    found, now = [], time.time()  # file times are wall-clock
     try:
         entries = list(os.scandir(folder))
     except OSError:
@@ -119,6 +125,8 @@ def scan(folder: Path) -> list[DiskBlock]:
     for entry in entries:
         match = _NAME.match(entry.name)
         if not match:
+            if _TEMP.match(entry.name):
+                _remove_if_stale(entry, now - stale_after_s)
             continue
         try:
             stat = entry.stat()
@@ -127,6 +135,12 @@ def scan(folder: Path) -> list[DiskBlock]:
         found.append(DiskBlock(bytes.fromhex(match.group(2)), int(match.group(1)), stat.st_size, stat.st_mtime,
                                Path(entry.path)))
     return found
+
+
+def _remove_if_stale(entry: os.DirEntry, before: float) -> None:
+    with contextlib.suppress(OSError):  # gone already: its write ended, or another process cleaned it
+        if entry.stat().st_mtime < before:
+            Path(entry.path).unlink()
 
 
 def remove(path: Path) -> None:
