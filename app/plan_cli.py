@@ -10,7 +10,7 @@ from app.options import add_search_options, configs_from_args
 from app.question import add_question_file_option, add_question_option, read_question, take_question_option
 from app.sessions_cli import session_id
 
-EXIT_BY_STATE = {"green": 0, "amber": 0, "red": 3}  # red: the run would fail; scripts can test for it
+EXIT_BY_STATE = {"green": 0, "amber": 0, "red": 3}  # red: the run refuses it, or may at a later step; scripts test it
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

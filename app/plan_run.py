@@ -26,12 +26,14 @@ PLAN_WORK = 200_000  # layer forward calls a plan-only run may make (about 2-7 s
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """What the plan-only run did: bytes over PCIe per step (averaged over its steps), or why it failed;
-    `finished` False: its work (or time) limit stopped it, and `step_bytes` is 0."""
+    """What the plan-only run did: bytes over PCIe per step (averaged over its steps), or why it failed and in
+    which `step` (1-based; 0: before the first, the prompt's); `finished` False: its work (or time) limit stopped
+    it, and `step_bytes` is 0."""
 
     step_bytes: int
     refused: str | None = None
     finished: bool = True
+    step: int = 0
 
 
 def planned_run(model: ModelSpec, search: SearchConfig, cache: CacheConfig, prompt_tokens: int, budget: int,
@@ -47,13 +49,16 @@ def planned_run(model: ModelSpec, search: SearchConfig, cache: CacheConfig, prom
                                    prefix_cache=False)
     prompt = [FIRST_TOKEN + i % 13 for i in range(prompt_tokens)]
     steps: list[int] = []
+    started = 0  # the step under way
     deadline, done, layers = time.monotonic() + seconds, [0], loaded.kv_shape.num_layers
     loaded.model.register_forward_pre_hook(lambda *_: done.__setitem__(0, done[0] + layers))
     work = PLAN_WORK if work is None else work
     stop = lambda: done[0] > work or time.monotonic() > deadline  # noqa: E731
     for event in run("", loaded, search, settings, prompt_ids=prompt, should_stop=stop):
+        if event.type == "step_started":
+            started = event.step
         if event.type == "run_failed":
-            return PlannedRun(0, event.message)
+            return PlannedRun(0, event.message, step=started)
         if event.type == "run_cancelled":
             return PlannedRun(0, finished=False)
         if event.type == "transfer_stats":

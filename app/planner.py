@@ -40,6 +40,7 @@ EQ45_SOURCE = "Eq. 4-5, no prefix sharing: an upper bound"  # each candidate's K
 HEADWISE_SOURCE = "head-wise's closed form, its roll-outs included; a path kept alone may read more in place"
 SHARING = ("lbs", "headwise")  # groups share the prefix of the paths kept, and the verifier picks those
 NOT_PLANNED = "not planned: these settings cannot run"  # red before the plan-only run
+CANNOT_RUN = "It cannot run with these settings: "  # a red plan's sentence where the run refuses before step 2
 SHARED_SOURCE = "the engine's plan-only run; the paths a run keeps change what its groups share"
 
 
@@ -151,6 +152,7 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
     on_cpu = search.verifier_device == "cpu"
     judge_kv = gen if search.verifier == "self-judge" else prm  # self-judge keeps the generator's own KV
     shape = None if judge_kv is None or on_cpu else _verifier_shape(model.source, search, judge_kv, question, prompt)
+    longest = shape and _longest_shape(shape, model.source, search, question)
     activations = _activations(gen, prompt, search.candidates_per_step)
     fixed = gen.weights_bytes + (prm.weights_bytes if prm and not on_cpu else 0) + activations
     budget, verifier_kv, too_small = _budget_and_share(info, search, cache, gen, shape, prompt, whole, fixed, bound)
@@ -160,7 +162,8 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
                        search.candidates_per_step, prompt, whole, verifier_kv, activations, 0,
                        cache.pcie_gbps, "green", "", policy_chosen_by="auto picks it" if cache.policy == "auto"
                        else "as set", verifier_on_cpu=on_cpu, prompt=counted)
-    refused = (_context_refusal(search, gen, prompt, history) or _does_not_fit(draft) or too_small
+    share_short = longest and _share_refusal(longest, search, verifier_kv, budget, cache.verifier_kv_share)
+    refused = (_context_refusal(search, gen, prompt, history) or _does_not_fit(draft) or too_small or share_short
                or _prefix_cache_refusal(cache, prompt, gen) or _tokenizer_refusal(model.source, search))
     if refused is None:  # only a plan that can run is worth scheduling
         draft, refused = _traffic(draft, model, bound, cache)  # steps past the context hold and move nothing
@@ -175,8 +178,9 @@ def _budget_and_share(info: DeviceInfo, search: SearchConfig, cache: CacheConfig
                       ) -> tuple[int, int, str | None]:  # fmt: skip
     """The KV budget (--kv-budget, or the engine's automatic one beside the `fixed` weights and activations), the
     verifier's part of it as the run splits it (`shape`: the verifier that keeps KV on the device, or None), and
-    why the run refuses that split before its first step (None when it does not). `bound`: the search as its
-    paths can grow (`within_context`), which the generator's KV cache sizes itself by, as the run's does."""
+    why the run refuses that split before its first step (None when it does not; a share too small for one path
+    is `_share_refusal`'s). `bound`: the search as its paths can grow (`within_context`), which the generator's KV
+    cache sizes itself by, as the run's does."""
     steps = search.max_steps + search.lookahead  # a roll-out's steps are verified too
     batch, row = (0, 0) if shape is None else (shape.share_bytes(search.candidates_per_step, search.step_tokens, steps),
                                                shape.row_bytes(search.step_tokens, steps))
@@ -186,11 +190,9 @@ def _budget_and_share(info: DeviceInfo, search: SearchConfig, cache: CacheConfig
         info, policy_whole_bytes(cache.policy, whole, prompt, bound, gen.kv_token_bytes, gen.kv.num_layers), batch,
         cache.verifier_kv_share, fixed + prefill_kv)
     try:
-        verifier_kv = split_budget(budget, cache.verifier_kv_share, batch, row).verifier_bytes
-        share = cache.verifier_kv_share
-        too_small = _share_refusal(shape, search, verifier_kv, budget, share) if share and shape else None
+        verifier_kv, too_small = split_budget(budget, cache.verifier_kv_share, batch, row).verifier_bytes, None
     except KVBudgetTooSmall as error:  # the run refuses it before its first step
-        verifier_kv, too_small = budget // 2, f"It cannot run with these settings: {error.user_message()}"
+        verifier_kv, too_small = budget // 2, f"{CANNOT_RUN}{error.user_message()}"
     return budget, verifier_kv, too_small
 
 
@@ -203,17 +205,27 @@ def _traffic(draft: MemoryPlan, model: ModelSpec, search: SearchConfig, cache: C
     budget = draft.kv_budget_bytes - draft.verifier_kv_bytes  # the generator's part
     planned = planned_run(model, search, cache, prompt, budget, policy, PLAN_SECONDS)
     draft = dataclasses.replace(draft, step_pcie_bytes=planned.step_bytes)
-    why = planned.refused
+    why, step = planned.refused, planned.step
     if policy == "headwise":  # every step's bytes and refusal at once, however long its plan-only run
         traffic = _headwise(prompt, search, cache, gen, budget)
         draft = dataclasses.replace(draft, step_pcie_bytes=traffic.average, traffic_source=HEADWISE_SOURCE)
-        why = why or (traffic.refused and traffic.refused.user_message())
+        if not why and traffic.refused:  # refused in the step after the ones it counted
+            why, step = traffic.refused.user_message(), len(traffic.step_bytes) + 1
     elif not planned.finished and policy != "in_device":  # too long to wait for: the paper's bound at once
         draft = dataclasses.replace(draft, step_pcie_bytes=_eq45_step_bytes(prompt, search, gen),
                                     traffic_source=EQ45_SOURCE)
     elif policy in SHARING and search.candidates_per_step > 1:
         draft = dataclasses.replace(draft, traffic_source=SHARED_SOURCE)
-    return draft, why and f"It cannot run with these settings: {why}"
+    return draft, why and refusal_sentence(why, step)
+
+
+def refusal_sentence(why: str, step: int) -> str:
+    """A red plan's sentence for the run's refusal `why` in `step` (1-based; 0: before the first). Up to step 1 it
+    is certain; a later step's was found with every path at its full length, and paths that end early need less:
+    red all the same, as amber and green promise that no step is refused however long the paths run."""
+    if step <= 1:
+        return f"{CANNOT_RUN}{why}"
+    return f"It may be refused at step {step}, where its paths run to their full length: {why}"
 
 
 def _prefix_cache_refusal(cache: CacheConfig, prompt: int, gen: ModelFacts) -> str | None:
@@ -225,7 +237,7 @@ def _prefix_cache_refusal(cache: CacheConfig, prompt: int, gen: ModelFacts) -> s
         require_ram(cache.prefix_cache_ram_bytes, max(prompt - 1, 0) // cache.block_size,
                     cache.block_size * gen.kv_token_bytes)
     except PrefixCacheTooSmall as refused:
-        return f"It cannot run with these settings: {refused.user_message()}"
+        return f"{CANNOT_RUN}{refused.user_message()}"
     return None
 
 
@@ -259,7 +271,7 @@ def _context_refusal(search: SearchConfig, gen: ModelFacts, prompt: int, history
     try:
         check_prompt_fits(prompt, gen.context_length, search.step_tokens, len(history))
     except InvalidPrompt as error:
-        return f"It cannot run with these settings: {error.user_message()}"
+        return f"{CANNOT_RUN}{error.user_message()}"
     return None
 
 
@@ -304,22 +316,51 @@ def _verifier_shape(source: str, search: SearchConfig, verifier: ModelFacts, que
                          reading.reads_per_token)
 
 
-def _share_refusal(shape: VerifierShape, search: SearchConfig, share_bytes: int, budget: int, share: float
+def _longest_shape(shape: VerifierShape, source: str, search: SearchConfig, question: str | None) -> VerifierShape:
+    """`shape` with the tokens a PRM's format adds around a step at their most: engine.verifiers.path_kv's
+    format_tokens counts the first step's, and RLHFlow's later steps close the turn before (tiny-rlhflow-prm: 22
+    tokens to 12). Math-Shepherd's one more (a newline) is within the one-token step that format_tokens counts."""
+    if search.verifier != "prm" or not search.verifier_model:
+        return shape
+    from app.prompt_size import _COUNTING, _prm_layout
+    from engine.errors import BeamwiseError
+
+    try:
+        layout = _prm_layout(source, search.verifier_model)
+        with _COUNTING:
+            later = len(layout.body(question or "", ("1",), "1"))
+    except (BeamwiseError, OSError, ValueError):  # no layout: verifier_reading gave the estimate's shape
+        return shape
+    return dataclasses.replace(shape, per_step=max(shape.per_step, later))
+
+
+def _share_refusal(shape: VerifierShape, search: SearchConfig, share_bytes: int, budget: int, share: float | None
                    ) -> str | None:  # fmt: skip
-    """Why a `share` the user set cannot run: its `share_bytes` do not hold one path (each step read in k
-    tokens), and the run refuses the first arena that does not fit when it comes, in these words; with the
-    share or budget that holds the path at its last step."""
-    widths = shape.path_widths(search.step_tokens, search.max_steps + search.lookahead)
-    refused = next((width for width in widths if shape.arena_bytes(1, width) > share_bytes), None)
+    """Why the verifier's `share_bytes` (`share` of the budget as set, None: the automatic part) may be refused, in
+    the run's words, with the share or budget that holds one path at its longest: each step of k generator tokens
+    read in k x f (f: the most verifier tokens a generator token reads as) with its format's (`_longest_shape`).
+    kv_pools splits a group down to one row and widens no arena past the share, so a share this passes is never
+    refused (where the tokenizers can be read: else `_verifier_shape`'s is an estimate)."""
+    steps = search.max_steps + search.lookahead  # a roll-out's steps are verified in their step
+    widths = shape.path_widths(search.step_tokens * shape.reads_per_token, steps)
+    refused = next((i for i, width in enumerate(widths) if shape.arena_bytes(1, width) > share_bytes), None)
     if refused is None:
         return None
-    error = share_too_small(share_bytes, 1, refused, shape.arena_bytes(1, refused))
+    error = share_too_small(share_bytes, 1, widths[refused], shape.arena_bytes(1, widths[refused]))
     need = shape.arena_bytes(1, widths[-1])
-    holds = f"a KV budget of {format_bytes_up(math.ceil(need / share))} at this share"
     enough = math.ceil(100 * need / budget) / 100
+    if share is None:  # the automatic part: a share set instead holds it
+        holds = f"--verifier-kv-share 0.5 and a KV budget of {format_bytes_up(2 * need)}"
+    else:
+        holds = f"a KV budget of {format_bytes_up(math.ceil(need / share))} at this share"
     if enough < 1:  # a share is below 1 (engine.config): 0.996 of the budget is told as the budget alone
-        holds = f"--verifier-kv-share {enough:g} or {holds}"
-    return f"It cannot run with these settings: {error} {error.hint} With {holds}, the verifier's part holds one path."
+        holds = f"--verifier-kv-share {enough:g}" if share is None else f"--verifier-kv-share {enough:g} or {holds}"
+    why = f"{error} {error.hint} With {holds}, the verifier's part holds one path."
+    if refused == 0:
+        return f"{CANNOT_RUN}{why}"
+    step = max(1, refused - search.lookahead)
+    return (f"It may be refused at step {step}, where its steps run to their full length and the verifier reads "
+            f"each generator token in as many tokens as it can ({shape.reads_per_token}): {why}")
 
 
 def _activations(gen: ModelFacts, prompt: int, candidates: int) -> int:
