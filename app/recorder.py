@@ -31,6 +31,7 @@ from app.session import ROOT_ID, SessionModel
 from app.session.rows import candidate_row, row_state, session_facts, session_settings, step_row
 from app.store import SessionStore, StoreError, StoreFull, StoreLocked, StoreReadOnly, now_iso, short_title
 from engine import events as ev
+from engine.candidate import outside_the_search
 
 UNAVAILABLE = (StoreLocked, StoreReadOnly, StoreFull)  # the database is there but cannot take this run's rows now
 Folders = Path | Sequence[Path]  # where a journal may go, best first
@@ -77,7 +78,7 @@ class SessionRecorder:
     `previous` (a session id) records the run as the next turn of that session's conversation (app/conversations.py).
     `lock` is shared by the recorders of one process's runs (above); with no journal folder it is not used.
     Times (the journal's, each step's seconds) leave out the time `write` itself took: a write that waited 5 s
-    for the lock is not the search's time (engine/candidate.py `SearchClock`).
+    for the lock is not the search's time (engine/candidate.py `outside_the_search`, which the search's clock reads).
     """
 
     def __init__(
@@ -134,7 +135,8 @@ class SessionRecorder:
             raise ValueError(f"the recorder got {event.type} before run_started; feed it the whole event stream.")
         entered = self._clock()
         try:
-            self._record(event)
+            with outside_the_search():  # the search's own seconds leave it out, as the run's times here do
+                self._record(event)
         finally:
             self._held += self._clock() - entered
 

@@ -4,12 +4,11 @@ search's clock its completion times are read on."""
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
-
-T = TypeVar("T")
+from typing import Any
 
 
 @dataclass
@@ -35,32 +34,41 @@ class Candidate:
     completed_at: float | None = None  # seconds from the run's start when its path finished (EOS, the context's end)
 
 
-class SearchClock:
-    """Seconds of a search's own work since `start()`. The search is a generator: from each `yield` until its
-    consumer asks for the next event, the consumer holds the thread (printing the event, or recording it into a
-    session database another program has locked, 5 s), and `events_of` leaves that time out. So a run's seconds,
-    tokens per second, completion times and goodput are the search's, whoever consumes it: they read 5.1 s for a
-    0.06 s run whose recorder waited for the database's lock."""
+_outside = threading.local()  # per thread: a search runs in its caller's thread, between the caller's own work
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
-        self._clock = clock
-        self._started, self._held = clock(), 0.0
+
+@contextlib.contextmanager
+def outside_the_search() -> Iterator[None]:
+    """Around work a search's caller does while it holds an event that is no part of the search: a recorder's write
+    to the session database, which waits up to 5 s for another program's lock. `SearchClock` leaves it out; any other
+    time the caller takes counts (wall time: on CUDA the device keeps computing while the caller holds an event, so
+    leaving out all of it would count that compute nowhere)."""
+    entered = time.perf_counter()
+    try:
+        yield
+    finally:
+        _outside.seconds = outside_seconds() + time.perf_counter() - entered
+
+
+def outside_seconds() -> float:
+    """Seconds this thread has spent `outside_the_search` so far."""
+    return getattr(_outside, "seconds", 0.0)
+
+
+class SearchClock:
+    """A search's seconds since `start()`: wall time, less the time its caller spent `outside_the_search` meanwhile
+    (they read 5.1 s for a 0.06 s run whose recorder waited for the database's lock, and goodput with them)."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter,
+                 outside: Callable[[], float] = outside_seconds) -> None:
+        self._clock, self._outside = clock, outside
+        self._started, self._outside_at_start = clock(), outside()
 
     def start(self) -> None:
-        self._started, self._held = self._clock(), 0.0
+        self._started, self._outside_at_start = self._clock(), self._outside()
 
     def seconds(self) -> float:
-        return self._clock() - self._started - self._held
-
-    def events_of(self, events: Generator[T, None, None]) -> Iterator[T]:
-        """`events`, each one's time in its consumer's hands not counted; closing this closes `events`."""
-        with contextlib.closing(events):  # a consumer that stops early ends the search (its KV cache freed) now
-            for event in events:
-                handed = self._clock()
-                try:
-                    yield event
-                finally:
-                    self._held += self._clock() - handed
+        return self._clock() - self._started - (self._outside() - self._outside_at_start)
 
 
 def path_room(prompt_tokens: int, context_length: int) -> int:

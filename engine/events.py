@@ -205,7 +205,7 @@ class RunFinished:
     score: float
     steps: int
     candidate_tokens: int
-    seconds: float  # the search's own, from its start: the time its caller held an event is left out (SearchClock)
+    seconds: float  # wall time from the search's start, less its caller's time `outside_the_search` (SearchClock)
     tokens_per_second: float
     goodput: float = 0.0  # FlashTTS: the mean over the final kept beams of path tokens / its completion seconds
     speculative_tokens: int = 0  # made in idle row slots for children (speculative beam extension)

@@ -65,7 +65,7 @@ def run(
         backend = backend or OpenAICompletions(server, should_stop=should_stop)
         turns = tuple((str(q), str(a)) for q, a in history)
         searching = _RemoteSearch(question, server, backend, search, should_stop, turns)
-        yield from searching.clock.events_of(searching.events())  # the caller's time with an event is not the run's
+        yield from searching.events()
     except Exception as error:  # the user's error or a fault in Beamwise: report it, keep the caller alive
         yield failure(error)
 

@@ -69,8 +69,8 @@ def run(
     run has started (its KV cache made, the prompt checked); a failure before that (an empty or too long
     question, a verifier that does not load, a KV cache that cannot be set up) is its RunFailed alone, not
     recorded: there is no run to record (app/run_output.py `record`). engine/remote_search.py keeps the same order.
-    RunFinished's seconds, and the completion times its goodput is read from, are the search's own: the time the
-    caller holds an event (a recorder waiting for a locked session database) is left out (`SearchClock`).
+    RunFinished's seconds, and the completion times its goodput is read from, are wall time less what the caller
+    spent `outside_the_search` (engine/candidate.py: a recorder waiting for a locked session database).
 
     `observe_logits(candidate, logits, token)` sees every decode position (tests compare policies with it);
     `prompt_ids` replaces the chat prompt built from `question` (benchmarks use exact prompt lengths);
@@ -81,7 +81,7 @@ def run(
     try:
         turns = tuple((str(q), str(a)) for q, a in history)
         searching = _Search(question, loaded, search, cache, should_stop, observe_logits, prompt_ids, replay, turns)
-        yield from searching.clock.events_of(searching.events())  # the caller's time with an event is not the run's
+        yield from searching.events()
     except Exception as error:  # the user's error, out of memory or a fault in Beamwise: report, keep the caller alive
         yield failure(error)
 
@@ -409,7 +409,7 @@ class _Search:
         winner = choose(pool, self.cfg.select, lambda c: self.loaded.decode(c.generated))
         best = kv.chosen = winner.id  # its path's blocks go to the prefix cache
         seconds = self.clock.seconds()
-        kept_bytes = kv.keep()  # the prefix cache's copies of the run's blocks, in its figures (after the clock: not search)
+        kept_bytes = kv.keep()  # the prefix cache's copies of the run's blocks, in its figures (after the clock)
         total = sum(c.step_tokens for c in self.candidates.values()) + self.extra_tokens
         completions = tuple(completion(self.candidates[c], len(self.candidates[c].generated), seconds) for c in kept)
         return ev.RunFinished(

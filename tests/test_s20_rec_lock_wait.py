@@ -22,7 +22,7 @@ from app.journal import RunJournal, header_for, journals_of
 from app.journal_import import import_journals, open_session_store
 from app.store import SessionStore, StoreLocked
 from engine import events as ev
-from engine.candidate import SearchClock
+from engine.candidate import SearchClock, outside_the_search
 from engine.config import CacheConfig, SearchConfig
 from engine.search import run
 
@@ -72,46 +72,38 @@ def busy(tmp_path, monkeypatch) -> list[float]:
     return waits
 
 
-def test_the_search_clock_leaves_out_the_time_its_consumer_holds_an_event():
-    clock = Clock()
-    timed = SearchClock(clock)
-    closed = []
-
-    def events():
-        try:
-            clock.now += 1.0  # the search's own work
-            yield "a"
-            clock.now += 2.0
-            yield "b"
-            yield "c"
-        finally:
-            closed.append(True)
-
+def test_the_search_clock_leaves_out_only_the_time_its_caller_spent_outside_the_search():
+    clock, outside = Clock(), Clock()
+    timed = SearchClock(clock, outside)
     timed.start()
-    stream = timed.events_of(events())
-    assert next(stream) == "a" and timed.seconds() == 1.0
-    clock.now += 5.0  # the consumer holds "a" (a write waiting for the database's lock)
-    assert next(stream) == "b" and timed.seconds() == 3.0
+    clock.now += 1.0  # the search's own work
+    assert timed.seconds() == 1.0
+    clock.now += 5.0  # the caller printing an event: wall time (a device may compute meanwhile), counted
+    assert timed.seconds() == 6.0
     clock.now += 7.0
-    assert timed.seconds() == 10.0  # read while the consumer holds it: the hold counts once it hands it back
-    stream.close()  # a consumer that stops early ends the search
-    assert closed == [True] and timed.seconds() == 3.0
+    outside.now += 7.0  # a recorder's write waiting for the database's lock: left out
+    assert timed.seconds() == 6.0
 
 
-def test_a_runs_seconds_and_goodput_leave_out_its_consumers_wait(tiny):
-    """A consumer that held RunStarted 1 s (a recorder waiting for a locked database) made the run's seconds 1 s
-    longer: "120 tokens, 5.1 s" for a run of 0.06 s, and goodput as wrong."""
+@pytest.mark.parametrize("declared", [True, False])
+def test_a_runs_seconds_leave_out_a_wait_outside_the_search_and_count_any_other(tiny, declared):
+    """A recorder that waited 1 s for a locked database at RunStarted made the run's seconds 1 s longer ("120
+    tokens, 5.1 s" for a run of 0.06 s, and goodput as wrong); a caller's other time is wall time, counted."""
     search = SearchConfig(beams=2, width=2, step_tokens=16, max_steps=2)
     events = []
     began = time.perf_counter()
     for event in run("What is 2+3?", tiny, search, CacheConfig()):
         events.append(event)
         if event.type == "run_started":
-            time.sleep(1.0)
+            with outside_the_search() if declared else contextlib.nullcontext():
+                time.sleep(1.0)
     wall = time.perf_counter() - began
     finished = events[-1]
     assert finished.type == "run_finished"
-    assert finished.seconds < wall - 0.95, (finished.seconds, wall)  # a loaded machine's search may take seconds
+    if declared:
+        assert finished.seconds < wall - 0.95, (finished.seconds, wall)  # a loaded machine's search may take seconds
+    else:
+        assert finished.seconds >= 1.0, finished.seconds
     assert all(seconds <= finished.seconds for _, _, seconds in finished.completions)
     assert finished.tokens_per_second == pytest.approx(finished.candidate_tokens / finished.seconds)
 
