@@ -25,6 +25,7 @@ try:  # a Ctrl+C in a command's first ~0.3 s lands here (sqlite_utils, numpy) an
     from app.options import UsageError, add_backend_options, add_search_options
     from app.parser import OneLineParser
     from app.question import add_question_file_option, add_question_option
+    from app.run_output import failures_in_json
     from app.threads import limit_threads
     from engine.errors import BeamwiseError
 except KeyboardInterrupt:
@@ -156,7 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv or ["gui"])
         if args.command in ("run", "eval", "gui", "bench"):  # every command that runs a model
-            _limit_threads(args)
+            with failures_in_json(args.command == "run" and args.json):  # --threads 0: a run's stream ends too
+                _limit_threads(args)
             _quiet_progress_bars()
         return args.handler(args)
     except (UsageError, BeamwiseError) as error:

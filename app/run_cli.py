@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -224,26 +225,36 @@ def conversation_of(args: argparse.Namespace) -> tuple[int | None, list[tuple[st
     with open_session_store(args.db, notify=note, missing=f"there is no session {session} to follow up",
                             missing_hint=hint) as store:  # SessionNotFound names its --db (get_session)
         previous, history = follow_up_of(store, session)
-        recorded = store.get_session(previous).get("cache") or {}
+        row = store.get_session(previous)
+        recorded, verifier_model = row.get("cache") or {}, (row.get("search") or {}).get("verifier_model")
     note(f"follow-up: turn {len(history) + 1} of the conversation of session {session}")
-    if recorded.get("backend") == "openai" and getattr(args, "backend", "local") != "openai":
+    if recorded.get("backend") == "openai" and getattr(args, "backend", "local") != "openai":  # it switched unsaid
         warn(f"session {previous} ran on the server at {recorded.get('endpoint')}; this follow-up runs on "
-             f"{args.model} here. To go on there, add {server_options(recorded)}.")  # it switched unsaid
+             f"{args.model} here. To go on there, add {server_options(recorded, verifier_model)}.")
     return previous, history
 
 
 def _again(args: argparse.Namespace) -> str:
-    """The options a follow-up to this run repeats: a server run's server, else none."""
+    """The options a follow-up to this run repeats: a server run's server (and its PRM server), else none."""
     if getattr(args, "backend", "local") != "openai":
         return ""
     return " " + server_options({"endpoint": args.endpoint.strip(), "served_model": args.served_model,
-                                 "api_key_env": args.api_key_env})
+                                 "api_key_env": args.api_key_env, "prm_endpoint": args.verifier_endpoint},
+                                args.verifier_model)
 
 
-def server_options(server: dict) -> str:
-    """The options that name a server run's server again (`ServerConfig.to_dict`, as a session records it)."""
-    options = f"--backend openai --endpoint {server.get('endpoint')} --served-model {server.get('served_model')}"
-    return options + (f" --api-key-env {server['api_key_env']}" if server.get("api_key_env") else "")
+def server_options(server: dict, verifier_model: str | None = None) -> str:
+    """The options that name a server run's servers again (`ServerConfig.to_dict`, as a session records it, and the
+    PRM's served name), each value quoted for a shell where it needs it."""
+    q = shlex.quote
+    options = f"--backend openai --endpoint {q(str(server.get('endpoint')))} --served-model " \
+              f"{q(str(server.get('served_model')))}"
+    if server.get("api_key_env"):
+        options += f" --api-key-env {q(server['api_key_env'])}"
+    if server.get("prm_endpoint"):
+        options += f" --verifier prm --verifier-endpoint {q(server['prm_endpoint'].strip())} --verifier-model " \
+                   f"{q(str(verifier_model))}"
+    return options
 
 
 @contextmanager

@@ -17,8 +17,8 @@ def earliest_exit_note(exit_layer: float | None, layers: int | None, first_layer
     what it says, but its scores then say nothing about the steps, so the user is told, with what to do, beside
     the step's exit figures (the CLI's "entropy exit: mean layer ..." line, the window's).
     """
-    if exit_layer is None or not layers or exit_layer > first_layer:
-        return None
+    if exit_layer is None or not layers or exit_layer > first_layer or exit_layer >= layers:
+        return None  # the last: a verifier of `first_layer` layers or fewer ran them all, nothing was cut short
     return (f"the entropy exit stopped every candidate at layer {first_layer} of {layers}, the earliest it may: the "
             "verifier's lens entropy was under theta and steady as soon as it was checked, before the verifier had "
             "judged, so these scores may rank by noise.")  # what to do is the caller's: the CLI's and window's differ

@@ -176,7 +176,7 @@ class _Search:
 
     def _kv_cache(self, prompt: list[int]) -> KVCache:
         """The run's KV cache, sized with the verifier's share; its whole-search bound counts lookahead's roll-outs
-        (engine.kv.cache.whole_search_bytes)."""
+        (engine.kv.sizing.whole_search_bytes)."""
         sized = dataclasses.replace(self.cfg, max_steps=self.cfg.max_steps + self.cfg.lookahead, lookahead=0)
         rows = sized.candidates_per_step
         need = self.verifier.batch_bytes(self.question, rows, sized.step_tokens, sized.max_steps)

@@ -44,3 +44,15 @@ def test_a_run_that_started_begins_with_run_started_and_ends_with_its_end(capsys
     events, _ = stream(capsys)
     assert events[0]["type"] == "run_started" and events[-1]["type"] == "run_finished"
     assert [e["type"] for e in events].count("run_started") == 1
+
+
+def test_a_bad_threads_count_ends_the_json_stream_too(capsys):
+    """--threads is checked before the run's handler: its refusal printed no JSON though the README says every
+    run --json stream ends with its end event (only the parser's refusals print none)."""
+    from app.cli import main
+
+    assert main(["run", "hi", "--json", "--threads", "0", "--model", "synthetic:tiny-llama", "--no-save"]) == 2
+    out, err = capsys.readouterr()
+    (line,) = out.splitlines()
+    assert json.loads(line)["type"] == "run_failed" and "--threads" in json.loads(line)["message"]
+    assert "--threads" in err

@@ -33,6 +33,7 @@ def test_the_note_names_the_layer_and_what_to_do_only_for_an_exit_at_the_earlies
     assert earliest_exit_note(30.0, 30) is None  # it never fired: the scores are the full pass's
     assert earliest_exit_note(2.5, 30) is None  # some candidate ran on: the entropy moved, the rule had a say
     assert earliest_exit_note(3.0, 30, first_layer=3) is not None
+    assert earliest_exit_note(2.0, 2) is None  # a 2-layer verifier ran every layer: nothing cut short
 
 
 def test_a_search_whose_exit_fires_at_once_gets_the_note_and_one_that_never_fires_does_not(tiny_qwen2):

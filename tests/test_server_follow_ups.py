@@ -30,3 +30,17 @@ def test_a_server_runs_follow_up_hint_names_the_server_and_a_local_follow_up_say
         assert f"To go on there, add {again}." in said
         assert "ask a follow-up with: beamwise run --session 2 \"...\"" in said  # a local turn: no server to repeat
 
+
+
+def test_a_prm_servers_follow_up_hint_names_it_too(capsys, tmp_path: Path):
+    """The hint repeated the generator's server only: a pasted follow-up scored with the default verifier unsaid."""
+    from tests.fake_openai import PRM
+
+    db = str(tmp_path / "s.db")
+    with FakeServer(mode="prm") as server:
+        assert main(["run", "What is 2+3?", "--backend", "openai", "--endpoint", server.url, "--served-model", MODEL,
+                     "--verifier", "prm", "--verifier-endpoint", server.url, "--verifier-model", PRM,
+                     "--beams", "1", "--width", "2", "--max-steps", "2", "--step-tokens", "16", "--db", db]) == 0
+    said = capsys.readouterr().err
+    assert (f"--session 1 --backend openai --endpoint {server.url} --served-model {MODEL} --verifier prm "
+            f"--verifier-endpoint {server.url} --verifier-model {PRM} \"...\"") in said, said
