@@ -8,9 +8,10 @@ between neighbouring layers. Each pair is replayed on the recorded passes with t
 (every candidate under theta and changed by less than delta, from layer `first_layer` on), and the
 pair kept exits earliest while the early scores put the same candidate first as the full pass on at
 least `target` of the steps where it exits (a pair that never exits qualifies). With no pair reaching the
-target, the fit is the fallback NEVER, thresholds under which the exit does not fire (every layer runs), as
-verify-skip falls back to thresholds that skip next to nothing: the strictest pair (10th percentiles) was saved
-with the agreement it missed by, and `run --entropy-exit` then used it unwarned.
+target, the fit is the exit turned off (`ExitFit.off`, the strictest pair's agreement in `missed`): saved as
+such, `run --entropy-exit` runs every layer and says why. No pair of thresholds could stand for "off": the rule
+is a strict `<` on entropies that reach 0.0 exactly (a bf16 one-hot lens), so a saturated lens meets any
+positive pair. The fit still carries NEVER as theta and delta, positive numbers the file has always held.
 
 The thresholds are measured in nats of the verifier's own vocabulary and saved on the paper's scale
 (a ~150k vocabulary), the scale `--entropy-theta` and `--entropy-delta` are given in.
@@ -29,7 +30,7 @@ from engine.methods.confidence import best_index
 from engine.verifiers.entropy_exit import REFERENCE_VOCAB
 
 EXIT_PERCENTILES = (10, 25, 50, 75, 90)
-NEVER = 1e-6  # the fallback's theta and delta (paper scale): every lens one-hot and unchanged, in effect never
+NEVER = 1e-6  # the fallback's theta and delta (paper scale); a saturated lens meets them, so the fit is `off` too
 
 
 class TooFewLayers(UsageError):
@@ -50,7 +51,12 @@ class ExitFit:
     mean_layer: float  # mean exit layer over the steps' candidates with these thresholds
     exit_rate: float  # share of steps where some pass exited before the last layer
     agreement: float  # share of those steps where the early scores put the full pass's first candidate first
-    missed: float | None = None  # no pair reached the target: the strictest pair's agreement (the fit is NEVER)
+    missed: float | None = None  # no pair reached the target: the strictest pair's agreement (the exit is off)
+
+    @property
+    def off(self) -> bool:
+        """No pair reached the target: the exit stays off for this verifier (theta and delta are NEVER)."""
+        return self.missed is not None
 
 
 def exit_layer(entropies: Sequence[Sequence[float]], theta: float, delta: float,
@@ -115,9 +121,9 @@ def calibrate_exit(steps: Sequence[Sequence], target: float = 0.9, first_layer: 
                 best = found
     scale = math.log(vocab) / math.log(REFERENCE_VOCAB)
     missed = None
-    if best is None:  # the fallback, replayed to say what it does on these steps
+    if best is None:  # the fallback: the exit off, every layer run on every step
         missed = strictest[2].agreement
-        best = (NEVER * scale, NEVER * scale, _replay(steps, NEVER * scale, NEVER * scale, first_layer))
+        best = (NEVER * scale, NEVER * scale, _Replay(float(layers), 0.0, 1.0))
     theta, delta, replay = best
     return ExitFit(theta / scale, delta / scale, theta, delta, vocab, len(steps), layers, replay.mean_layer,
                    replay.exit_rate, replay.agreement, missed)

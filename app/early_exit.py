@@ -9,7 +9,10 @@ It names the generator and the verifier the calibration ran on ({"generator": "s
 layers and vocabulary, so the exit refuses (command line) or sets aside (window) thresholds calibrated on
 another. A calibration replaces only the thresholds it measured: one with no logit lens (logprob) keeps the
 entropy exit's from an earlier one, with the verifier they came from ("entropy_verifier"). Files written before
-these fields load as "verifier not recorded" and are used as they are.
+these fields load as "verifier not recorded" and are used as they are. A calibration where no threshold pair
+reached its target agreement saves the exit as off ("entropy_missed": the strictest pair's agreement): `run
+--entropy-exit` then runs every layer and says why, and the window says so. Files written before it (1e-06 for
+both thresholds, no "entropy_missed") load and are used as they are.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ class Thresholds:
     entropy_steps: int = 0  # calibration steps with a recorded verifier pass
     entropy_mean_layer: float | None = None  # mean exit layer they give on those steps
     entropy_agreement: float | None = None  # share of exiting steps where the early choice is the full pass's
+    # no pair reached the target: the strictest pair's agreement, and the exit is off (entropy_theta is NEVER then)
+    entropy_missed: float | None = None
     generator: str | None = None  # the calibration's generator (`model_key`), None in files written before it
     verifier: str | None = None  # its verifier (`verifier_key`), None in files written before it
     entropy_verifier: str | None = None  # the verifier the entropy thresholds came from (None: `verifier`)
@@ -62,6 +67,14 @@ class Thresholds:
                 self.entropy_theta is not None and not (self.entropy_theta > 0 and self.entropy_delta > 0)):
             raise ValueError(f"entropy exit thresholds out of range: theta {self.entropy_theta} and delta "
                              f"{self.entropy_delta} must both be positive; run beamwise eval --calibrate again.")
+        if self.entropy_missed is not None and (self.entropy_theta is None or not 0 <= self.entropy_missed <= 1):
+            raise ValueError(f"entropy_missed {self.entropy_missed} must be a share in [0, 1] beside the entropy "
+                             "exit's thresholds; run beamwise eval --calibrate again.")
+
+    @property
+    def entropy_off(self) -> bool:
+        """The calibration turned the entropy exit off: no threshold pair reached its target agreement."""
+        return self.entropy_missed is not None
 
 
 def thresholds_path() -> Path:
@@ -139,7 +152,7 @@ def check_thresholds_writable(path: Path | None = None) -> None:
 
 
 ENTROPY_FIELDS = ("entropy_theta", "entropy_delta", "entropy_vocab", "entropy_layers", "entropy_steps",
-                  "entropy_mean_layer", "entropy_agreement")
+                  "entropy_mean_layer", "entropy_agreement", "entropy_missed")
 
 
 def keep_entropy_of(found: Thresholds, earlier: Thresholds | None) -> Thresholds:
@@ -196,6 +209,14 @@ def entropy_calibrated_on(saved: Thresholds) -> str:
     return f"verifier {saved.entropy_verifier}, kept when verify-skip was calibrated on {saved.verifier}"
 
 
+def entropy_off_text(saved: Thresholds) -> str:
+    """Why a calibration turned the entropy exit off and how to retry, as `run --entropy-exit` and the window say it."""
+    return (f"its calibration on {saved.entropy_steps} steps found no thresholds that reached the target agreement "
+            f"(the strictest agreed on {saved.entropy_missed:.0%} of the steps it exits), so every layer runs; "
+            "calibrate on more problems or with a lower --target-agreement, or give --entropy-theta and "
+            "--entropy-delta")
+
+
 def entropy_mismatch(saved: Thresholds | None, verifier: str) -> str | None:
     """Why the saved entropy thresholds do not fit `verifier` (a `verifier_key`); None when they fit, when none
     are saved, or when the file does not say which verifier they came from."""
@@ -231,6 +252,8 @@ def thresholds_text(saved: Thresholds | None, search, verifier: str | None = Non
         paper = SearchConfig()
         return text + (f"\nentropy exit θ {paper.entropy_theta:.3f}, δ {paper.entropy_delta:.3f} (the paper's: "
                        f"{mismatch}; run beamwise eval --calibrate with this verifier)")
+    if saved is not None and saved.entropy_off:
+        return text + f"\nentropy exit off for this verifier: {entropy_off_text(saved)}"
     if saved is not None and saved.entropy_theta is not None:
         layer = "-" if saved.entropy_mean_layer is None else f"{saved.entropy_mean_layer:.1f}"
         agrees = "-" if saved.entropy_agreement is None else f"{saved.entropy_agreement:.0%}"

@@ -199,7 +199,7 @@ class Evaluation:
         return dataclasses.replace(
             found, entropy_theta=fit.theta, entropy_delta=fit.delta, entropy_vocab=fit.vocab,
             entropy_layers=fit.layers, entropy_steps=fit.steps, entropy_mean_layer=fit.mean_layer,
-            entropy_agreement=fit.agreement, entropy_verifier=found.verifier)
+            entropy_agreement=fit.agreement, entropy_missed=fit.missed, entropy_verifier=found.verifier)
 
     def close(self) -> None:
         """The journalled runs are tried once more (the database's lock may be gone), then said once."""
@@ -233,9 +233,9 @@ def _exit_line(fit, target: float) -> str:
     """What the entropy exit's calibration found (an ExitFit); when no pair reached the target, that and what to do."""
     if fit.missed is not None:
         return (f"entropy exit: no threshold pair reached {target:.0%} agreement on {fit.steps} steps (the strictest, "
-                f"the 10th percentiles, agreed on {fit.missed:.0%} of the steps it exits); saved theta {fit.theta:g}, "
-                f"delta {fit.delta:g}, under which the exit does not fire: --entropy-exit runs all {fit.layers} "
-                "layers. Calibrate on more problems, or lower --target-agreement, to find thresholds that exit early")
+                f"the 10th percentiles, agreed on {fit.missed:.0%} of the steps it exits); saved the exit as off for "
+                f"this verifier, so the exit does not fire: --entropy-exit runs all {fit.layers} layers and says "
+                "why. Calibrate on more problems, or lower --target-agreement, to find thresholds that exit early")
     return (f"entropy exit thresholds: theta {fit.theta:.4f}, delta {fit.delta:.4f} on the ~150k-vocabulary "
             f"scale ({fit.theta_nats:.4f} and {fit.delta_nats:.4f} nats for this verifier's {fit.vocab:,} "
             f"tokens): exit at layer {fit.mean_layer:.1f} of {fit.layers} on average, on {fit.exit_rate:.0%} "

@@ -8,10 +8,12 @@ from engine.config import SearchConfig
 from engine.errors import ConfigError
 
 
-def early_exit_thresholds(args: argparse.Namespace) -> dict[str, float]:
+def early_exit_thresholds(args: argparse.Namespace) -> dict[str, float | bool]:
     """--tau-conf, --r-gap, --entropy-theta and --entropy-delta as given, else the calibrated ones
     (beamwise eval --calibrate), else the defaults: as SearchConfig fields. The entropy exit refuses calibrated
-    thresholds measured on another verifier (a ConfigError saying what to do) and says which ones it uses."""
+    thresholds measured on another verifier (a ConfigError saying what to do) and says which ones it uses; where
+    that calibration turned the exit off (no pair reached its target), "entropy_exit": False with a word on stderr,
+    to be laid over --entropy-exit: the saved 1e-06 thresholds are met by a saturated lens (entropy 0.0)."""
     from app.early_exit import load_thresholds
 
     d = SearchConfig()
@@ -20,16 +22,17 @@ def early_exit_thresholds(args: argparse.Namespace) -> dict[str, float]:
     uses_saved = (args.verify_skip and None in (args.tau_conf, args.r_gap)) or (
         args.entropy_exit and None in (args.entropy_theta, args.entropy_delta))
     saved = load_thresholds(warn=_warn if uses_saved else None) if None in given.values() else None
+    exit_off = False
     if saved is not None and saved.entropy_theta is not None and args.entropy_exit and args.verifier != "logprob" \
             and None in (args.entropy_theta, args.entropy_delta):  # logprob: SearchConfig refuses the exit itself
-        _check_entropy_calibration(args, saved)
+        exit_off = _check_entropy_calibration(args, saved)
     if args.verify_skip and not getattr(args, "calibrate", False) and None in (args.tau_conf, args.r_gap):
         _note_skip_calibration(args, saved)
     chosen = {}
     for name, value in given.items():
         calibrated = getattr(saved, name) if saved is not None else None
         chosen[name] = value if value is not None else calibrated if calibrated is not None else getattr(d, name)
-    return chosen
+    return {**chosen, "entropy_exit": False} if exit_off else chosen
 
 
 def _warn(message: str) -> None:
@@ -39,20 +42,26 @@ def _warn(message: str) -> None:
     print(f"beamwise: warning: {message}", file=sys.stderr)
 
 
-def _check_entropy_calibration(args: argparse.Namespace, saved) -> None:
-    """--entropy-exit with calibrated thresholds: refused when they come from another verifier, else named."""
+def _check_entropy_calibration(args: argparse.Namespace, saved) -> bool:
+    """--entropy-exit with calibrated thresholds: refused when they come from another verifier, else named; True
+    (said on stderr) when that calibration turned the exit off."""
     import sys
 
-    from app.early_exit import entropy_calibrated_on, entropy_mismatch, nats_text, verifier_key
+    from app.early_exit import entropy_calibrated_on, entropy_mismatch, entropy_off_text, nats_text, verifier_key
 
     verifier = verifier_key(args.model, args.verifier, args.verifier_model)
     mismatch = entropy_mismatch(saved, verifier)
     if mismatch is not None:
         raise ConfigError(f"{mismatch}. Calibrate them for this verifier (beamwise eval PROBLEMS --calibrate with the "
                          "same --model and --verifier), or give --entropy-theta and --entropy-delta.")
+    if saved.entropy_off:
+        print(f"beamwise: entropy exit: off ({entropy_calibrated_on(saved)}): {entropy_off_text(saved)}.",
+              file=sys.stderr)
+        return True
     print(f"beamwise: entropy exit: calibrated θ {nats_text(saved.entropy_theta)}, δ {nats_text(saved.entropy_delta)} "
           f"({entropy_calibrated_on(saved)}{'' if saved.verifier else ': calibrate again to record it'})",
           file=sys.stderr)
+    return False
 
 
 def _note_skip_calibration(args: argparse.Namespace, saved) -> None:

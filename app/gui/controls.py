@@ -146,6 +146,8 @@ class SearchControls(QWidget):
             if entropy_mismatch(saved, self._verifier_key()) is not None:  # another verifier's: the paper's instead
                 paper = SearchConfig()
                 fields.update(entropy_theta=paper.entropy_theta, entropy_delta=paper.entropy_delta)
+            elif saved.entropy_off:  # its calibration missed the target: off, as the thresholds text says
+                fields["entropy_exit"] = False
             elif saved.entropy_theta is not None:
                 fields.update(entropy_theta=saved.entropy_theta, entropy_delta=saved.entropy_delta)
         return fields
