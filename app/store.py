@@ -112,10 +112,12 @@ class SessionStore:
     Opening never writes to a file it cannot read as a Beamwise database: a damaged file raises
     `StoreDamaged`, a newer schema `StoreTooNew`, and a busy one `StoreLocked` after `busy_timeout`
     seconds. Sessions left 'running' by a process that no longer exists are marked 'interrupted'.
+    `pages_checked`: another open store of this file has read its pages (`check_pages`), so this one's first write
+    does not read them all again (a second connection of the window's, opened on the GUI thread).
     """
 
     def __init__(self, path: Path | str | None = None, *, memory: bool = False,
-                 busy_timeout: float | None = None) -> None:
+                 busy_timeout: float | None = None, pages_checked: bool = False) -> None:
         busy_timeout = DEFAULT_BUSY_TIMEOUT if busy_timeout is None else busy_timeout
         if busy_timeout < 0:
             raise ValueError(f"busy_timeout must be 0 or more seconds (got {busy_timeout}).")
@@ -123,7 +125,7 @@ class SessionStore:
         self.busy_timeout = busy_timeout
         self.read_only = self.path is not None and self.path.is_file() and not _writable(self.path)
         self._lock = threading.RLock()
-        self._pages_checked = self.path is None  # a private in-memory database cannot be damaged on disk
+        self._pages_checked = self.path is None or pages_checked  # a private in-memory one cannot be damaged on disk
         self._conn = self._connect()
         self._conn.create_function("holds", 2, FoldedTexts().holds, deterministic=True)
         try:
@@ -196,6 +198,11 @@ class SessionStore:
                                   "written.") from error
             except sqlite3.DatabaseError as error:
                 raise self._damaged(error) from error
+
+    @property
+    def pages_checked(self) -> bool:
+        """This store's pages were read whole (`check_pages`), or need not be: a store opened beside it may say so."""
+        return self._pages_checked
 
     def check_pages(self) -> None:
         """Before this store's first write, read every page once (SQLite's quick_check, about 0.15 s for 100 MB):

@@ -115,6 +115,12 @@ def database_wait_text(waited_s: float, limit_s: float) -> str:
     return sentence(database_wait_line(waited_s, limit_s))
 
 
+def is_database_wait(message: str) -> bool:
+    """`message`, a `load_progress` stage, is the bridge's wait for the session database's lock (`database_wait_text`),
+    not a stage of a model load: the only stage a server run, which loads no model, is ever said."""
+    return message.startswith(database_wait_text(0.0, 0.0).partition(",")[0] + ",")
+
+
 def describe_device(loaded: Any) -> str:
     """'cuda:0' as is; anything else is the emulated GPU (a budgeted CPU pool)."""
     device = str(getattr(loaded, "device", "cpu"))

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QBoxLayout, QFrame, QHBoxLayout, QLabel, QMainWind
 from app import formatting
 from app.eval_exit import ExitTally
 from app.gpu_check import emulated_hint
+from app.gui.bridge import is_database_wait
 from app.gui.hints import first_lines
 from app.gui.terms import window_terms
 from app.heartbeat import StepProgress
@@ -111,7 +112,6 @@ class StatusLine:
         self.progress.hide()
         self.banner = LoadBanner()  # the window places it above the tree: the status bar would clip its words
         self.live = StepProgress()
-        self._model_in = False  # this request's model is loaded: a stage said after it is a wait, not the load
         self._beat = QTimer(window)
         self._beat.setInterval(HEARTBEAT_MS)
         self._beat.timeout.connect(self._heartbeat)
@@ -163,7 +163,8 @@ class StatusLine:
                                 + " %p%")  # cut to the bar: 40 characters ran over it in two lines
         self.progress.setToolTip(message)
         self.banner.show_stage(message, fraction)
-        if self._beat.isActive() and self._model_in:  # a wait between the search's events (the database's lock):
+        if self._beat.isActive() and is_database_wait(message):  # a wait between the search's events (not a load
+            # stage): decided by the stage itself, as a server run loads no model (it said "loading the model")
             self.live.wait(message)  # the heartbeat says it until the search speaks again, the banner shows its bar
             self.progress.hide()  # and the line gets the room the bar's copy here took (it ran over the line)
             self.bar.showMessage(message)
@@ -172,7 +173,6 @@ class StatusLine:
     def loaded(self, name: str | None, device: str | None) -> None:
         self.progress.hide()
         self.banner.hide()
-        self._model_in = name is not None
         text = f"model: {name or 'not loaded'}"
         self.model.setText(self.model.fontMetrics().elidedText(text, Qt.TextElideMode.ElideMiddle, MODEL_WIDTH))
         self.model.setToolTip(text if self.model.text() != text else "")
@@ -196,7 +196,7 @@ class StatusLine:
         self._tokens, self._max_steps = 0, max_steps
         self.step.setText(f"step 0/{max_steps}")
         self.bar.showMessage("Running…")
-        self.live, self._model_in = StepProgress(), False
+        self.live = StepProgress()
         self._quiet.start()
         self._beat.start()
         self.fit()
