@@ -25,24 +25,18 @@ import app.store
 from app.gui.bridge import SearchBridge, database_wait_text, is_database_wait
 from app.gui.main_window import MainWindow
 from app.gui.sessions_panel import COLUMNS, SessionsPanel
-from app.recorder import SessionRecorder
 from app.store import SessionStore
-from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from tests.fake_openai import FakeServer
 from tests.test_gui_bridge import CountingLoader, run_fake
 from tests.test_gui_server import choose_server
+from tests.test_s20_gui_ctl_db_wait import locked  # noqa: F401 (a fixture)
+from tests.test_s20_gui_session_writes import record
 
 BUSY_S = 3.0  # the store's busy timeout here (5 s in the app)
 TRAIN = "How fast is the train?"
 
-
-def record(store: SessionStore, question: str) -> int:
-    recorder = SessionRecorder(store)
-    for event in fake_run(question, SearchConfig(beams=2, width=2, max_steps=2)):
-        recorder.write(event)
-    return recorder.session_id
 
 
 @pytest.fixture
@@ -117,20 +111,8 @@ def test_only_the_bridges_database_wait_is_a_wait() -> None:
     assert not is_database_wait("Loading synthetic:fake") and not is_database_wait("Asking http://127.0.0.1:1")
 
 
-@pytest.fixture
-def locked(tmp_path: Path) -> Iterator[tuple[Path, sqlite3.Connection]]:
-    """`(path, holder)`: a session database and a second connection holding BEGIN EXCLUSIVE on it."""
-    path = tmp_path / "sessions.db"
-    SessionStore(path).close()
-    holder = sqlite3.connect(str(path), isolation_level=None)
-    holder.execute("BEGIN EXCLUSIVE")
-    yield path, holder
-    if holder.in_transaction:
-        holder.execute("COMMIT")
-    holder.close()
 
-
-def test_a_server_run_says_it_waits_for_the_database_not_for_the_model(qtbot, locked, tmp_path,
+def test_a_server_run_says_it_waits_for_the_database_not_for_the_model(qtbot, locked, tmp_path,  # noqa: F811
                                                                       monkeypatch) -> None:
     path, holder = locked
     bridge = SearchBridge(loader=CountingLoader(), run=run_fake,
