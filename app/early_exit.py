@@ -246,12 +246,13 @@ def thresholds_text(saved: Thresholds | None, search, verifier: str | None = Non
         text = (f"τ_conf {saved.tau_conf:.3f}, r_gap {saved.r_gap:.3f} (calibrated on {saved.steps} steps: "
                 f"skips {saved.skip_rate:.0%}, verifier agrees {saved.agreement:.0%}; {calibrated_on(saved)})")
     else:
-        text = f"τ_conf {search.tau_conf:.3f}, r_gap {search.r_gap:.3f} (not calibrated: beamwise eval --calibrate)"
+        text = (f"τ_conf {search.tau_conf:.3f}, r_gap {search.r_gap:.3f} (not calibrated: run `beamwise eval PROBLEMS "
+                "--calibrate` in a terminal)")
     mismatch = entropy_mismatch(saved, verifier) if verifier is not None else None
     if mismatch is not None:
         paper = SearchConfig()
         return text + (f"\nentropy exit θ {paper.entropy_theta:.3f}, δ {paper.entropy_delta:.3f} (the paper's: "
-                       f"{mismatch}; run beamwise eval --calibrate with this verifier)")
+                       f"{mismatch}; run `beamwise eval PROBLEMS --calibrate` in a terminal with this verifier)")
     if saved is not None and saved.entropy_off:
         return text + f"\nentropy exit off for this verifier: {entropy_off_text(saved)}"
     if saved is not None and saved.entropy_theta is not None:

@@ -38,14 +38,14 @@ def test_a_run_with_the_entropy_exit_shows_its_layer_and_work_saved(qtbot, make_
     whole = ExitTally.of_steps(selected)
     assert whole.mean_layer == 2.0 and 0 < whole.saved < 1
     assert not window.status.exit.isHidden()
-    assert window.status.exit.text() == f"exit: layer 2.0 of 6, {whole.saved:.0%} of the verifier's layer work saved"
+    assert window.status.exit.text() == f"exit: layer 2 of 6 · {whole.saved:.0%} saved"
     details = window.panels.details
     node = next(e for e in real_run.seen if e.type == "candidate_scored" and e.step == 2)
     details.show_node(node.id)
     step = ExitTally.of_steps([selected[1]])
-    assert details.value("verifier_exit") == (f"layer 2.0 of 6, {step.saved:.0%} of the verifier's layer work saved"
-                                              " · earliest layer: scores may be noise")
+    assert details.value("verifier_exit") == f"⚠ layer 2 of 6 · {step.saved:.0%} saved"  # the mark: see the tooltip
     tip = details.values["verifier_exit"].toolTip()
+    assert f"saving {step.saved:.0%} of its layer work" in tip  # the figures in words
     assert "stopped every candidate at layer 2 of 6" in tip and "switch Entropy exit off" in tip  # and what to do
 
     real_run.seen.clear()

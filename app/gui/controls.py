@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -23,7 +23,7 @@ from app.early_exit import entropy_mismatch, load_thresholds, thresholds_text, v
 from app.gui.model_picker import ModelPicker
 from app.gui.seed_box import SeedBox
 from app.gui.slider_spin import QT_INT_MAX, SliderSpin
-from app.gui.terms import window_terms
+from app.gui.terms import commands_html, window_terms
 from app.gui.verifier_picker import VerifierPicker
 from app.options import format_delimiter, parse_delimiter
 from engine.config import AGGREGATIONS, CacheConfig, ModelSpec, SearchConfig
@@ -42,8 +42,6 @@ POLICY_LABELS = {
 MB = 1_000_000  # the CLI's 64MB means 64,000,000 bytes; the slider agrees with it
 GB = 1_000_000_000
 ERROR_STYLE = "color: #c62828;"
-
-
 def narrow(combo: QComboBox) -> QComboBox:
     """A combo box that asks for 16 characters, not its longest item: the settings fit a laptop's dock."""
     combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
@@ -298,6 +296,7 @@ class SearchControls(QWidget):
         self.thresholds_label = QLabel()
         self.thresholds_label.setObjectName("earlyExitThresholds")
         self.thresholds_label.setWordWrap(True)
+        self.thresholds_label.setTextFormat(Qt.TextFormat.RichText)  # a command is one unbreakable span: commands_html
 
     def _show_thresholds(self) -> None:
         """The thresholds a run would use; a damaged thresholds file said above them while an exit that reads it
@@ -306,7 +305,8 @@ class SearchControls(QWidget):
         uses_saved = self.verify_skip.isChecked() or self.entropy_exit.isChecked()
         saved = load_thresholds(warn=problems.append if uses_saved else None)
         text = thresholds_text(saved, self._search, self._verifier_key())
-        self.thresholds_label.setText("\n".join([*(f"⚠ {problem}" for problem in problems), text]))  # seen first
+        shown = "\n".join([*(f"⚠ {problem}" for problem in problems), text])  # seen first
+        self.thresholds_label.setText(commands_html(shown))
 
     def _cache_box(self) -> QGroupBox:
         box = QGroupBox("KV cache")

@@ -27,6 +27,7 @@ from app.eval_exit import ExitTally
 from app.formatting import size as format_bytes
 from app.gui import palette as pal
 from app.gui.panel import SessionView
+from app.gui.terms import commands_html
 from app.session import ROOT_ID, Change, SearchTree, SessionModel
 from engine.exit_note import earliest_exit_note
 
@@ -129,28 +130,42 @@ class NodeDetails(SessionView, QWidget):
         }
         for name, value in values.items():
             self.values[name].setText(value)
-        self.values["verifier_exit"].setToolTip(self._exit_note(node.step) if node_id != ROOT_ID else "")
+        self.values["verifier_exit"].setToolTip(self._exit_tip(node.step) if node_id != ROOT_ID else "")
         if self.text.toPlainText() != node.text:
             self.text.setPlainText(node.text)
         self._fill_path(node_id)
         self._fit_form()
 
     def _exit_of(self, step: int) -> str:
-        """The layer-entropy exit of the node's step (all its candidates), '–' when the step had none; marked when
-        it stopped every candidate at its earliest layer (`_exit_note`)."""
+        """The layer-entropy exit of the node's step (all its candidates) in a few words, 'layer 2 of 6 · 66% saved'
+        (the form stays side by side on the dock: a sentence here cut mid-word and stacked the whole form), '–'
+        when the step had none; marked '⚠ ' when it stopped every candidate at its earliest layer (`_exit_tip`)."""
         selected = self._selected(step)
         if selected is None or selected.exit_layer is None:
             return "–"
-        mark = " · earliest layer: scores may be noise" if self._exit_note(step) else ""
-        return ExitTally.of_steps([selected]).text() + mark
+        mark = "⚠ " if self._exit_note(step) else ""
+        return mark + ExitTally.of_steps([selected]).text()
+
+    def _exit_tip(self, step: int) -> str:
+        """The exit's figures in a sentence, then why the step's scores may say nothing (rich text: the command
+        in it never breaks across lines); '' when the step had no exit."""
+        selected = self._selected(step)
+        if selected is None or selected.exit_layer is None:
+            return ""
+        tally = ExitTally.of_steps([selected])
+        mean = f"{tally.mean_layer:.1f}".removesuffix(".0")
+        said = f"The verifier's layer-entropy exit stopped this step's candidates at layer {mean} of {tally.layers}"
+        said += "." if tally.saved is None else (f", saving {tally.saved:.0%} of its layer work (tokens x layers, "
+                                                 "kept candidates' completed layers paid back).")
+        return commands_html("\n\n".join(t for t in (said, self._exit_note(step)) if t))
 
     def _exit_note(self, step: int) -> str:
         """Why a step's scores may say nothing (engine/exit_note.py), or ''."""
         selected = self._selected(step)
         said = None if selected is None else earliest_exit_note(selected.exit_layer, selected.verifier_layers)
-        return "" if said is None else (f"{fmt.sentence(said)} Calibrate the exit for this verifier (beamwise eval "
-                                        "PROBLEMS --calibrate with the same model and verifier), or switch Entropy "
-                                        "exit off.")
+        return "" if said is None else (f"{fmt.sentence(said)} Calibrate the exit for this verifier: run `beamwise "
+                                        "eval PROBLEMS --calibrate` in a terminal with the same model and verifier, "
+                                        "or switch Entropy exit off.")
 
     def _selected(self, step: int):
         """The step's step_selected event, None before it was selected."""

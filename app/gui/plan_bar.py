@@ -15,6 +15,7 @@ from app.gui.background import run_in_background
 from app.gui.engine_import import engine_modules, engine_ready
 from app.gui.hints import first_lines
 from app.gui.model_picker import SERVER_SOURCE
+from app.gui.terms import window_terms
 from engine.chat import Turn
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 
@@ -82,7 +83,7 @@ class PlanBar(QWidget):
         try:
             configs = self._configs()
         except ValueError as error:
-            self._show(self._generation, None, f"Fix the settings to see a plan: {error}")
+            self._show(self._generation, None, f"Fix the settings to see a plan: {window_terms(str(error))}")
             return
         if configs[0].source == SERVER_SOURCE:
             self._show(self._generation, None, "Remote: the server holds the model and its KV cache; "
@@ -138,4 +139,4 @@ def _plan(configs: Configs, question: str, history: Sequence[Turn]) -> tuple[Mem
         return plan(*configs, question=question.strip() or None, history=tuple(history)), ""
     except Exception as failure:  # said in the bar, not raised
         message = failure.user_message() if hasattr(failure, "user_message") else str(failure)
-        return None, f"No plan: {message}"
+        return None, f"No plan: {window_terms(message)}"  # the window's labels, as the Transcript says it

@@ -119,9 +119,10 @@ class StatusLine:
         bar.addPermanentWidget(self.progress)
         self.fields = (self.model, self.verifier, self.device, self.policy, self.prompt, self.step, self.idle,
                        self.exit, self.speed)  # in the bar's order
-        self._by_worth = (self.step, self.speed, self.model, self.device, self.verifier, self.prompt, self.idle,
-                          self.exit, self.policy)  # who keeps a place on a narrow window first: the verifier, last
-        # here, was dropped at the default 1400 px whenever a PRM was named (the README says the bar names it)
+        self._by_worth = (self.step, self.speed, self.model, self.device, self.verifier, self.exit, self.prompt,
+                          self.idle, self.policy)  # who keeps a place on a narrow window first: the verifier, last
+        # here, was dropped at the default 1400 px whenever a PRM was named (the README says the bar names it); the
+        # exit, shown only while a run has it on, lost its place at 1400 px to "idle 0 slots" below it
         self._slots = {field: _slot(field) for field in self.fields}
         for field in self.fields:
             bar.addPermanentWidget(self._slots[field])

@@ -3,6 +3,7 @@ in its own: the label of the control that makes the same change."""
 
 from __future__ import annotations
 
+import html
 import re
 
 WINDOW_LABELS = {  # option -> the control that sets it, as the settings panel and the Server dialog label it
@@ -46,3 +47,15 @@ def window_terms(text: str) -> str:
         return WINDOW_LABELS.get(option, match.group(0))
 
     return _OPTION.sub(label, text)
+
+
+_COMMAND = re.compile(r"`?(beamwise eval(?: PROBLEMS)? --calibrate)`?")
+
+
+def commands_html(text: str) -> str:
+    """`text` as Qt rich text in which each `beamwise eval PROBLEMS --calibrate` is one unbreakable span: the
+    thresholds note wrapped it as 'beamwise eval --' / 'calibrate)' when the panel narrowed. `<nobr>` keeps its
+    spaces; Qt still breaks after a '-', so its hyphens are non-breaking ones (U+2011: the note and the tooltips
+    that show this are not selectable, so no one copies them into a terminal)."""
+    escaped = html.escape(text, quote=False).replace("\n", "<br>")
+    return _COMMAND.sub(lambda m: f"<nobr>{m.group(1).replace('-', chr(0x2011))}</nobr>", escaped)

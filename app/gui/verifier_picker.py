@@ -6,7 +6,17 @@ import json
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QComboBox, QDialog, QFileDialog, QInputDialog, QLabel
+from PySide6.QtGui import QPaintEvent, QResizeEvent
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QFileDialog,
+    QInputDialog,
+    QLabel,
+    QStyle,
+    QStyleOptionComboBox,
+    QStylePainter,
+)
 
 from engine.errors import BeamwiseError, NotAPRM
 from engine.prm_folders import detect_family
@@ -16,6 +26,8 @@ PLAIN = {"logprob": "log-prob (fast)", "self-judge": "self-judge (asks the model
 FOLDER_CHOICE = "<prm-folder>"
 FAMILY_DIALOG_PX = 460  # the family question's width: its words wrap in it
 NAMEABLE = LENS_FAMILIES  # plain causal LMs (Math-Shepherd, RLHFlow): only a name can tell one from any chat model
+TIP = ("How each step is scored: the generator's own token log-probabilities, the same model asked whether the step "
+       "is correct, or a process reward model (PRM).")
 
 
 class VerifierPicker(QComboBox):
@@ -26,8 +38,7 @@ class VerifierPicker(QComboBox):
 
     def __init__(self) -> None:
         super().__init__()
-        self.setToolTip("How each step is scored: the generator's own token log-probabilities, the same "
-                        "model asked whether the step is correct, or a process reward model (PRM).")
+        self.setToolTip(TIP)
         for key, label in PLAIN.items():
             self.addItem(label, key)
         self.insertSeparator(self.count())
@@ -36,6 +47,33 @@ class VerifierPicker(QComboBox):
         self.addItem("PRM from a folder…", FOLDER_CHOICE)
         self._last = 0
         self.activated.connect(self._on_activated)
+        self.currentIndexChanged.connect(self._fit_tip)
+
+    def shown_text(self) -> str:
+        """The current item as drawn: cut in the middle with '…' where the box is narrower than it (Qt cut a PRM's
+        name mid-word with no mark: 'PRM synthetic:tiny-qwen-prm (Qwen2.5-Math-PF')."""
+        option = QStyleOptionComboBox()
+        self.initStyleOption(option)
+        room = self.style().subControlRect(QStyle.ComplexControl.CC_ComboBox, option,
+                                           QStyle.SubControl.SC_ComboBoxEditField, self).width()
+        return self.fontMetrics().elidedText(self.currentText(), Qt.TextElideMode.ElideMiddle, room)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QStylePainter(self)
+        option = QStyleOptionComboBox()
+        self.initStyleOption(option)
+        painter.drawComplexControl(QStyle.ComplexControl.CC_ComboBox, option)
+        option.currentText = self.shown_text()
+        painter.drawControl(QStyle.ControlElement.CE_ComboBoxLabel, option)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_tip()
+
+    def _fit_tip(self, *_args: object) -> None:
+        """The whole current item under the tooltip's words while the box shows it cut."""
+        whole = self.currentText()
+        self.setToolTip(TIP if self.shown_text() == whole else f"{TIP}\n\nChosen: {whole}")
 
     def choice(self) -> tuple[str, str | None]:
         """(verifier, verifier_model) as SearchConfig takes them."""
