@@ -19,6 +19,7 @@ WINDOW_LABELS = {  # option -> the control that sets it, as the settings panel a
     "--kv-budget": '"KV budget"',
     "--prefix-cache-ram": '"Prefix cache RAM"',
     "--no-prefix-cache": 'the "prefix cache" switch off',
+    "--speculative": 'the "speculative extension" switch',
     "--endpoint": "Server… > Address",
     "--served-model": "Server… > Served model",
     "--api-key-env": "Server… > API key",
