@@ -76,8 +76,11 @@ class ShareAxis(pg.AxisItem):
 
 def fit_ranges(plot: pg.PlotItem, steps: list[int], values: list[float], first: int = 1) -> None:
     """x: the steps recorded (`first` … n, or 1 when empty; first 0 shows the prompt); y: from 0 to a little above
-    the largest value (0 … 1 when nothing moved), so an empty or all-zero plot shows no negative ticks."""
+    the largest value (0 … 1 when nothing moved), so an empty or all-zero plot shows no negative ticks; no y ticks
+    at all without values (a time plot showed 200 … 800 ms before any run)."""
     last = max(steps, default=1)
     plot.setXRange(first - 0.5, max(1, last) + 0.5, padding=0)
-    top = max((v for v in values if v is not None and math.isfinite(v)), default=0.0)
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    plot.getAxis("left").setTicks(None if finite else [[]])
+    top = max(finite, default=0.0)
     plot.setYRange(0, top * 1.15 if top > 0 else 1.0, padding=0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from PySide6.QtCore import QEvent, QObject, Qt
-from PySide6.QtGui import QPen
+from PySide6.QtGui import QPen, QWheelEvent
 from PySide6.QtWidgets import QApplication, QFrame, QGraphicsItem, QScrollArea
 
 import pyqtgraph as pg  # isort: skip  (after Qt, so pyqtgraph binds to PySide6)
@@ -17,9 +17,13 @@ from app.gui import palette as pal
 from app.gui.chart_axes import BytesAxis, SecondsAxis, ShareAxis, StepAxis, fit_ranges
 from app.session.series import ChartSeries
 
+QWIDGETSIZE_MAX = 16_777_215  # Qt's "no maximum"
 LEFT_AXIS_PX = 58  # room for tick labels such as "500 kB" or "12.5 ms"
 PLOT_PREFERRED_PX = 200  # the same for every plot, whatever its title says
 AXIS_COLOUR = "#9aa3ad"
+BAR_MIN_PX = 3  # a bar at least this wide: at 250 steps a 0.38-step bar was under a pixel and the plot looked empty
+BAR_WIDTHS = {"step_h2d": 0.38, "step_d2h": 0.38, "stall": 0.6}  # in steps, while a step is wide enough
+BAR_PLOTS = {"traffic": ("step_h2d", "step_d2h"), "stall": ("stall",)}
 
 
 class ChartCanvas(QObject):
@@ -43,10 +47,14 @@ class ChartCanvas(QObject):
         grid.arrange(self.canvas.ci, list(self.plots.values()), self.columns)
         self.canvas.installEventFilter(self)
         self.canvas.viewport().installEventFilter(self)
+        self.scroll.viewport().installEventFilter(self)  # a shorter panel: rows as tall as the view again
+        self.row_pitch = 0  # px from one row's top to the next when the rows scroll (0: they all show)
         self._line_looks: dict[pg.PlotDataItem, tuple[str, bool]] = {}  # colour, dashed: _scale_pens sets the pens
         self.curves = self._make_curves()
         self.budget_line = pg.InfiniteLine(angle=0, movable=False)  # its size is in the title's key, off the lines
         self.plots["device"].addItem(self.budget_line)
+        for name in BAR_PLOTS:
+            self.plots[name].vb.sigResized.connect(lambda _vb, name=name: self._fit_bars(name))
         self.pen_ratio = 0.0  # the device pixel ratio the pens are drawn for
         self._scale_pens()
 
@@ -68,13 +76,13 @@ class ChartCanvas(QObject):
             self.fit_width()  # the new title wraps to its plot's width
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if watched is self.canvas and event.type() == QEvent.Type.Resize:  # the panel, or its scroll bar came
-            self.fit_width()
+        if event.type() == QEvent.Type.Resize and watched in (self.canvas, self.scroll.viewport()):
+            self.fit_width()  # the panel, or its scroll bar came
         elif watched is self.canvas and event.type() == QEvent.Type.DevicePixelRatioChange:  # another screen's
             self._scale_pens()
         elif watched is self.canvas.viewport() and event.type() == QEvent.Type.Wheel:
             # the plots neither zoom nor pan, yet pyqtgraph's scene takes the wheel: it scrolls the rows instead
-            QApplication.sendEvent(self.scroll.verticalScrollBar(), event)
+            self._wheel(event)
             return True
         return False
 
@@ -89,8 +97,51 @@ class ChartCanvas(QObject):
         plot_width = grid.column_width(width, columns)
         for plot in self.plots.values():
             grid.wrap_title(plot, plot_width)
-        needed = self.canvas.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).height()
-        self.canvas.setMinimumHeight(int(needed) + 1)
+        self._fit_rows()
+
+    def _fit_rows(self) -> None:
+        """One row of plots: it shrinks to the panel where it can, so no axis is cut (a verifier's key took two
+        more lines and the step axes went under the panel's edge). Several rows: each as tall as the view (or its
+        least), so a row shows whole, not the next one's title cut in half under it, and the wheel steps by rows."""
+        layout = self.canvas.ci.layout
+        rows = -(-len(self.plots) // self.columns)
+        layout.setContentsMargins(*(grid.MARGIN_PX,) * 4)
+        for row in range(layout.rowCount()):  # pyqtgraph's own row heights, as the titles now need
+            layout.setRowMinimumHeight(row, 0)
+            layout.setRowMaximumHeight(row, QWIDGETSIZE_MAX)
+        needed = int(self.canvas.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).height()) + 1
+        view = self.scroll.viewport().height()
+        if rows == 1 and needed > view:
+            grid.fit_one_row(self.canvas.ci, list(self.plots.values()), needed - view)
+            needed = int(self.canvas.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).height()) + 1
+        self.row_pitch = 0
+        if rows > 1 and needed > view:
+            tallest = max(p.effectiveSizeHint(Qt.SizeHint.MinimumSize).height() for p in self.plots.values())
+            self.row_pitch = max(view, int(tallest) + grid.SPACING_PX)
+            for row in range(rows):
+                layout.setRowFixedHeight(row, self.row_pitch - grid.SPACING_PX)
+            needed = rows * self.row_pitch + 2 * grid.MARGIN_PX - grid.SPACING_PX
+        self.canvas.setMinimumHeight(needed)
+
+    def _wheel(self, event: QWheelEvent) -> None:
+        """A notch of the wheel scrolls to the next row's top (rows that fit the view), else as a scroll bar does."""
+        bar = self.scroll.verticalScrollBar()
+        if not self.row_pitch:
+            QApplication.sendEvent(bar, event)
+            return
+        notches = -event.angleDelta().y() / 120
+        step = round(notches) if abs(notches) >= 1 else (1 if notches > 0 else -1 if notches < 0 else 0)
+        row = round(bar.value() / self.row_pitch) + step
+        bar.setValue(row * self.row_pitch)
+
+    def _fit_bars(self, name: str) -> None:
+        """Bars at least BAR_MIN_PX wide, however many steps share the plot's width."""
+        pixel = self.plots[name].vb.viewPixelSize()[0]  # steps per pixel
+        for key in BAR_PLOTS[name]:
+            bar = self.curves[key]
+            width = max(BAR_WIDTHS[key], BAR_MIN_PX * pixel)
+            if bar.opts["width"] != width:
+                bar.setOpts(width=width)
 
     def _scale_pens(self) -> None:
         """Give every line its width in device pixels. pyqtgraph's pens are cosmetic: Qt draws them so many device
@@ -117,12 +168,15 @@ class ChartCanvas(QObject):
     def _make_curves(self) -> dict[str, pg.GraphicsObject]:
         p = self.plots
         bars = {
-            "step_h2d": pg.BarGraphItem(x=[], height=[], width=0.38, brush=pal.H2D, pen=None, name="H2D"),
-            "step_d2h": pg.BarGraphItem(x=[], height=[], width=0.38, brush=pal.D2H, pen=None, name="D2H"),
+            "step_h2d": pg.BarGraphItem(x=[], height=[], width=BAR_WIDTHS["step_h2d"], brush=pal.H2D, pen=None,
+                                        name="H2D"),
+            "step_d2h": pg.BarGraphItem(x=[], height=[], width=BAR_WIDTHS["step_d2h"], brush=pal.D2H, pen=None,
+                                        name="D2H"),
         }
         for bar in bars.values():
             p["traffic"].addItem(bar)
-        bars["stall"] = pg.BarGraphItem(x=[], height=[], width=0.6, brush=pal.color(pal.D2H, 170), pen=None)
+        bars["stall"] = pg.BarGraphItem(x=[], height=[], width=BAR_WIDTHS["stall"], brush=pal.color(pal.D2H, 170),
+                                        pen=None)
         p["stall"].addItem(bars["stall"])
         return {
             **bars,
@@ -174,6 +228,8 @@ class ChartCanvas(QObject):
             shown = [*s.device_bytes, *s.peak_device_bytes, *s.host_bytes, *budget, *s.verifier_device_bytes,
                      *s.verifier_host_bytes]
             fit_ranges(self.plots[name], s.memory_steps, shown)
+        if name in BAR_PLOTS:
+            self._fit_bars(name)
 
     def _redraw_budget(self, budget: int | None) -> None:
         self.budget_line.setVisible(budget is not None)

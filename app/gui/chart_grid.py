@@ -16,7 +16,9 @@ from PySide6.QtGui import QTextOption
 
 PLOT_MIN_WIDTH_PX = 250  # narrower, a title takes more lines than the plot has height and step ticks crowd
 BODY_MIN_PX = 120  # a plot below its title: the plotting area and the step axis with its label
+BODY_FLOOR_PX = 100  # as short as a plot's body gets so a row fits its panel: the plotting area keeps ~60 px
 MARGIN_PX = 8  # around the grid of plots
+TIGHT_MARGIN_PX = 2  # above and below a single row that must shrink to fit the panel
 SPACING_PX = 10  # between two plots, across and down
 TITLE_SLACK_PX = 6  # a wrapped title stays this much inside its column, so rounding never widens the layout
 
@@ -59,4 +61,20 @@ def wrap_title(plot: pg.PlotItem, plot_width: float) -> None:
     height = text.boundingRect().height()
     label.setMaximumHeight(height)
     plot.layout.setRowFixedHeight(0, height)
-    plot.setMinimumHeight(height + BODY_MIN_PX)
+    set_body(plot, BODY_MIN_PX)
+
+
+def set_body(plot: pg.PlotItem, body: float) -> None:
+    """The plot at least its wrapped title's height and `body` px below it."""
+    plot.setMinimumHeight(plot.titleLabel.maximumHeight() + body)
+
+
+def fit_one_row(layout: pg.GraphicsLayout, plots: list[pg.PlotItem], over: float) -> None:
+    """A single row `over` px taller than its panel: thinner margins above and below, then shorter bodies (down
+    to BODY_FLOOR_PX), so the titles and the step axes all show without a scroll bar cutting them."""
+    grid = layout.layout
+    grid.setContentsMargins(MARGIN_PX, TIGHT_MARGIN_PX, MARGIN_PX, TIGHT_MARGIN_PX)
+    over -= 2 * (MARGIN_PX - TIGHT_MARGIN_PX)
+    body = max(BODY_FLOOR_PX, BODY_MIN_PX - max(0.0, over))
+    for plot in plots:
+        set_body(plot, body)

@@ -48,7 +48,9 @@ KEYS = {  # (label, colour, dashed) per curve, shown in the title
     "copy": [("step", pal.STEP_TIME, False), ("copy", pal.MEASURED, False), ("PCIe model", pal.MODELLED, True)],
     "stall": [("waiting for copies", pal.D2H, False)],
 }
-PLOT_MIN_PX = 150  # the panel at least this tall (and its margins): a row of plots shows whole
+PANEL_MIN_PX = 120  # the panel's least height on a window with several rows of plots (they scroll a row at a time)
+DOCK_PX = 220  # the charts' dock on a window 720 px tall or more: a row of five plots with three-line titles
+DOCK_MIN_PX = 150  # and on a shorter window, where the tree (the main content) keeps the rest
 WAITING = "The memory and PCIe charts are drawn once PyTorch has loaded…"  # the window builds them then
 REDRAW_GAP_MS = 16  # between two plots' redraws: the window paints and takes input in between
 
@@ -69,7 +71,7 @@ class ChartsPanel(SessionView, QWidget):
         self._waiting.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self._layout.addWidget(self._waiting)
         self._canvas: ChartCanvas | None = None
-        self.setMinimumHeight(PLOT_MIN_PX + 40)
+        self.setMinimumHeight(PANEL_MIN_PX)  # one row of plots asks for its own height (chart_canvas.fit_width)
         self._dirty: list[str] = []  # plots whose curves lag the series, drawn one per pass
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
@@ -167,6 +169,12 @@ class ChartsPanel(SessionView, QWidget):
     def point_count(self, curve: str) -> int:
         """How many points curve `curve` shows (bars count their bars)."""
         return self.build().point_count(curve)
+
+
+def dock_height(window_height: int) -> int:
+    """The charts' dock height on a window `window_height` px tall: DOCK_PX, less on a window under 720 px (at
+    1024x640 the dock kept 220 px and the tree got 190), down to DOCK_MIN_PX."""
+    return max(DOCK_MIN_PX, min(DOCK_PX, window_height - 500))
 
 
 def _key_entry(label: str, colour: str, dashed: bool, size: int | None) -> str:

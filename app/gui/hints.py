@@ -15,7 +15,11 @@ def fit_placeholder(field: QLineEdit | QTextEdit, wordings: tuple[str, ...]) -> 
     """Show the longest of `wordings` (longest first) that fits `field`'s width, else the last; returns it."""
     room = field.width() - 2 * MARGIN_PX
     if isinstance(field, QTextEdit):
-        room = field.viewport().width() - 2 * int(field.document().documentMargin())
+        # its own width less its frame, not its viewport's: before the field is shown the viewport keeps its old
+        # size, and the placeholder at 1024 px was picked for a wider one and cut mid-sentence
+        bar = field.verticalScrollBar()
+        scrolled = bar.width() if field.verticalScrollBarPolicy() == Qt.ScrollBarPolicy.ScrollBarAlwaysOn else 0
+        room = field.width() - 2 * field.frameWidth() - scrolled - 2 * int(field.document().documentMargin())
     metrics = field.fontMetrics()
     shown = next((w for w in wordings if metrics.horizontalAdvance(w) <= room), wordings[-1])
     field.setPlaceholderText(shown)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut, QShowEvent
 from PySide6.QtWidgets import (
     QDockWidget,
     QHBoxLayout,
@@ -30,7 +30,7 @@ from app.gui import palette as pal
 from app.gui import settings as saved
 from app.gui.background import run_in_background
 from app.gui.bridge import Conversation, SearchBridge
-from app.gui.charts import ChartsPanel
+from app.gui.charts import ChartsPanel, dock_height
 from app.gui.controls import SearchControls
 from app.gui.conversation import ConversationControls, with_follow_up
 from app.gui.details import NodeDetails
@@ -199,11 +199,19 @@ class MainWindow(QMainWindow):
         self.docks["transcript"] = self._dock("Transcript", "transcriptDock",
                                               with_follow_up(self.panels.transcript, self.talk.box), right)
         self.docks["charts"] = self._dock("Memory and PCIe", "chartsDock", self.panels.charts, bottom)
-        self.resizeDocks([self.docks["charts"]], [220], Qt.Orientation.Vertical)
+        self.resizeDocks([self.docks["charts"]], [dock_height(self.height())], Qt.Orientation.Vertical)
+        self._charts_sized = False  # again at the first show, for the size the window opens at
         self.resizeDocks([self.docks["settings"], self.docks["details"]], [440, 320], Qt.Orientation.Horizontal)
         self.resizeDocks([self.docks["details"], self.docks["transcript"]], [3, 2], Qt.Orientation.Vertical)
         for dock in self.docks.values():
             hide_when_covered(dock)
+
+    def showEvent(self, event: QShowEvent) -> None:
+        """The first time: the charts' dock for the window's height, so a short window leaves the tree most of it."""
+        super().showEvent(event)
+        if not self._charts_sized:
+            self._charts_sized = True
+            self.resizeDocks([self.docks["charts"]], [dock_height(self.height())], Qt.Orientation.Vertical)
 
     def shortcuts(self) -> list[tuple[str, str]]:
         """(keys, what) for every menu action and the widgets' own keys: what Help > Keyboard shortcuts lists."""
@@ -252,7 +260,8 @@ class MainWindow(QMainWindow):
         if configs is not None:
             self.controls.set_configs(*configs)
         self.question.setPlainText(saved.load_question(self.settings))
-        saved.restore_window(self.settings, self)
+        if saved.restore_window(self.settings, self):
+            self._charts_sized = True  # the docks as the user left them, not sized again at the first show
         self._update_actions()
 
     def apply_theme(self, dark: bool) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtGui import QResizeEvent
+from PySide6.QtGui import QResizeEvent, QShowEvent
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 import app.formatting as fmt
@@ -46,6 +46,10 @@ class TranscriptPanel(SessionView, QWidget):
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         fit_placeholder(self.view, PLACEHOLDERS)
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        fit_placeholder(self.view, PLACEHOLDERS)  # the view has its final width now
 
     @property
     def best_path(self) -> list[int]:
