@@ -144,13 +144,21 @@ class PrefixCache:
 
     def add(self, key: bytes, depth: int, tokens: Sequence[int], kv: Callable[[], torch.Tensor]) -> bool:
         """Keep a block (its KV from `kv()`, a CPU tensor, asked only when the block is new); write it to disk.
-        Returns whether it was new. The caller evicts after adding a run's blocks (`trim`)."""
+        A block the disk tier holds already (an earlier process's) is not new: it joins the RAM tier from its
+        file, with no copy from the run's pools and no write. Returns whether it was new. The caller evicts
+        after adding a run's blocks (`trim`)."""
         now = self.clock()
         entry = self.entries.get(key)
         if entry is not None:
             entry.last_used = now
             return False
-        entry = Entry(key, depth, tuple(tokens), kv(), last_used=now)
+        tokens = tuple(tokens)
+        on_disk = None if self.folder is None else prefix_disk.read_block(
+            self.folder, key, depth, tokens, self.block_shape, self.dtype)  # a damaged file is removed: a miss
+        if on_disk is not None:  # a keep is no hit: its uses stay the disk hits'
+            self.entries[key] = Entry(key, depth, tokens, on_disk, uses=self.disk_uses[key], last_used=now)
+            return False
+        entry = Entry(key, depth, tokens, kv(), last_used=now)
         self.entries[key] = entry
         if self.folder is not None:
             prefix_disk.write_block(self.folder, key, depth, entry.tokens, entry.kv)
