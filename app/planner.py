@@ -152,7 +152,6 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
     on_cpu = search.verifier_device == "cpu"
     judge_kv = gen if search.verifier == "self-judge" else prm  # self-judge keeps the generator's own KV
     shape = None if judge_kv is None or on_cpu else _verifier_shape(model.source, search, judge_kv, question, prompt)
-    longest = shape and _longest_shape(shape, model.source, search, question)
     activations = _activations(gen, prompt, search.candidates_per_step)
     fixed = gen.weights_bytes + (prm.weights_bytes if prm and not on_cpu else 0) + activations
     budget, verifier_kv, too_small = _budget_and_share(info, search, cache, gen, shape, prompt, whole, fixed, bound)
@@ -162,7 +161,7 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
                        search.candidates_per_step, prompt, whole, verifier_kv, activations, 0,
                        cache.pcie_gbps, "green", "", policy_chosen_by="auto picks it" if cache.policy == "auto"
                        else "as set", verifier_on_cpu=on_cpu, prompt=counted)
-    share_short = longest and _share_refusal(longest, search, verifier_kv, budget, cache.verifier_kv_share)
+    share_short = shape and _share_refusal(shape, search, verifier_kv, budget, cache.verifier_kv_share)
     refused = (_context_refusal(search, gen, prompt, history) or _does_not_fit(draft) or too_small or share_short
                or _prefix_cache_refusal(cache, prompt, gen) or _tokenizer_refusal(model.source, search))
     if refused is None:  # only a plan that can run is worth scheduling
@@ -316,29 +315,12 @@ def _verifier_shape(source: str, search: SearchConfig, verifier: ModelFacts, que
                          reading.reads_per_token)
 
 
-def _longest_shape(shape: VerifierShape, source: str, search: SearchConfig, question: str | None) -> VerifierShape:
-    """`shape` with the tokens a PRM's format adds around a step at their most: engine.verifiers.path_kv's
-    format_tokens counts the first step's, and RLHFlow's later steps close the turn before (tiny-rlhflow-prm: 22
-    tokens to 12). Math-Shepherd's one more (a newline) is within the one-token step that format_tokens counts."""
-    if search.verifier != "prm" or not search.verifier_model:
-        return shape
-    from app.prompt_size import _COUNTING, _prm_layout
-    from engine.errors import BeamwiseError
-
-    try:
-        layout = _prm_layout(source, search.verifier_model)
-        with _COUNTING:
-            later = len(layout.body(question or "", ("1",), "1"))
-    except (BeamwiseError, OSError, ValueError):  # no layout: verifier_reading gave the estimate's shape
-        return shape
-    return dataclasses.replace(shape, per_step=max(shape.per_step, later))
-
-
 def _share_refusal(shape: VerifierShape, search: SearchConfig, share_bytes: int, budget: int, share: float | None
                    ) -> str | None:  # fmt: skip
     """Why the verifier's `share_bytes` (`share` of the budget as set, None: the automatic part) may be refused, in
     the run's words, with the share or budget that holds one path at its longest: each step of k generator tokens
-    read in k x f (f: the most verifier tokens a generator token reads as) with its format's (`_longest_shape`).
+    read in k x f (f: the most verifier tokens a generator token reads as) with its format's tokens at their most
+    (engine.verifiers.path_kv `format_tokens`).
     kv_pools splits a group down to one row and widens no arena past the share, so a share this passes is never
     refused (where the tokenizers can be read: else `_verifier_shape`'s is an estimate)."""
     steps = search.max_steps + search.lookahead  # a roll-out's steps are verified in their step

@@ -4,7 +4,6 @@ verifier's tokens as the step can be (the PRM re-reads the decoded text with its
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
 import pytest
@@ -68,18 +67,19 @@ def test_a_share_under_the_question_alone_cannot_run():
 
 
 def test_rlhflows_later_steps_are_counted_at_their_longest():
-    """RLHFlow's later step closes the turn before it: its format adds more tokens around it than around the first,
-    which is all the run's share counts (engine.verifiers.path_kv.format_tokens)."""
+    """RLHFlow's later step closes the turn before it: its format adds more tokens around it than around the first
+    (tiny-rlhflow-prm: 23 to 13), and the plan's shape, as the run's share (engine.verifiers.path_kv.format_tokens),
+    counts the later one."""
+    from app.prompt_size import _COUNTING, _prm_layout
+
     search = SearchConfig(beams=1, width=1, max_steps=3, step_tokens=8, verifier="prm",
                           verifier_model="synthetic:tiny-rlhflow-prm")
     facts = facts_of("synthetic:tiny-rlhflow-prm", "float32")
     shape = planner._verifier_shape(TINY.source, search, facts, QUESTION, 60)
-    longest = planner._longest_shape(shape, TINY.source, search, QUESTION)
-    assert longest.per_step > shape.per_step
-    assert longest.path_widths(8, 3)[-1] - shape.path_widths(8, 3)[-1] == 3 * (longest.per_step - shape.per_step)
-    qwen = dataclasses.replace(search, verifier_model="synthetic:tiny-qwen-prm")  # its steps all read alike
-    qwen_shape = planner._verifier_shape(TINY.source, qwen, facts, QUESTION, 60)
-    assert planner._longest_shape(qwen_shape, TINY.source, qwen, QUESTION) == qwen_shape
+    layout = _prm_layout(TINY.source, search.verifier_model)
+    with _COUNTING:
+        first, later = (len(layout.body(QUESTION, done, "1")) for done in ((), ("1",)))
+    assert later > first and shape.per_step >= later
 
 
 def test_a_refusal_at_a_later_step_is_red_and_says_the_run_may_be_refused_there(tiny, capsys):

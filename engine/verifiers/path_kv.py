@@ -51,8 +51,11 @@ class Layout(Protocol):
 
 def format_tokens(layout: Layout, question: str) -> tuple[int, int, int]:
     """The tokens `layout` adds to a path for `question`: its prefix (the question as the verifier reads it),
-    around a one-token step (that token included) and its probe. The run's share and the plan count these."""
-    return len(layout.prefix(question)), len(layout.body(question, (), "1")), len(layout.probe(question))
+    around a one-token step (that token included), at the most of the first step and a later one (RLHFlow's later
+    step also closes the turn before it: tiny-rlhflow-prm 23 tokens to the first's 13), and its probe. The run's
+    share and the plan count these."""
+    around = max(len(layout.body(question, previous, "1")) for previous in ((), ("1",)))
+    return len(layout.prefix(question)), around, len(layout.probe(question))
 
 
 class PathVerifier:
