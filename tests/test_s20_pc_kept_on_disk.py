@@ -3,23 +3,16 @@ from the device again nor writing their files again: the disk tier holds them al
 
 from __future__ import annotations
 
-import pytest
-
 from engine.config import CacheConfig, SearchConfig
 from engine.kv import prefix_cache, prefix_disk
 from engine.search import run
+from tests.test_prefix_cache import cache_dir  # noqa: F401 (a fixture)
 
 BLOCK = 16
 SEARCH = SearchConfig(beams=2, width=2, step_tokens=6, max_steps=2, step_delimiter=None, seed=5)
 PROMPT = [(7 * i + 3) % 250 + 2 for i in range(48)]  # 2 full blocks with KV at prefill; the kept path has 3
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("BEAMWISE_PREFIX_CACHE_DIR", str(tmp_path / "prefix-kv"))
-    prefix_cache.forget_shared()
-    yield tmp_path / "prefix-kv"
-    prefix_cache.forget_shared()
 
 
 def finished(loaded):
@@ -29,7 +22,7 @@ def finished(loaded):
     return events[-1]
 
 
-def test_a_new_process_keeps_blocks_on_disk_without_copying_or_writing_them(tiny, cache_dir, monkeypatch):
+def test_a_new_process_keeps_blocks_on_disk_without_copying_or_writing_them(tiny, cache_dir, monkeypatch):  # noqa: F811
     first = finished(tiny)
     files = sorted(cache_dir.rglob("d*.kv"))
     block_bytes = BLOCK * tiny.kv_shape.token_bytes()
@@ -51,7 +44,7 @@ def test_a_new_process_keeps_blocks_on_disk_without_copying_or_writing_them(tiny
     assert len(shared.entries) == 3  # the path's block joined the RAM tier from its file
 
 
-def test_a_damaged_file_is_copied_and_written_again(tiny, cache_dir):
+def test_a_damaged_file_is_copied_and_written_again(tiny, cache_dir):  # noqa: F811
     first = finished(tiny)
     deepest = max(cache_dir.rglob("d*.kv"), key=lambda f: f.name)
     assert deepest.name.startswith("d2-")
