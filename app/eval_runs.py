@@ -5,9 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from app import run_output
@@ -16,6 +13,7 @@ from app.early_exit import Thresholds
 from app.eval_report import MethodSummary, ProblemResult, result_of, summarize
 from app.problems import Problem
 from engine import events as ev
+from engine.candidate import SearchClock, outside_the_search
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 
 FEW_STEPS = 50  # fewer calibration steps than this fit thresholds to chance: saved, with a word of warning
@@ -35,7 +33,6 @@ class Evaluation:
         self.store = None
         self.lock = LockSeen()  # a lock one run (or the import at opening) met is not waited for again by the next
         self.journalled: list[Path] = []  # runs kept in journals, not yet in the database, oldest first
-        self.recording_s = 0.0  # seconds spent recording the runs, waits for the database's lock among them
         if not args.no_save:  # before the model: a --db it cannot open is said at once, not after a minute's load
             from app.journal_import import open_session_store
 
@@ -56,9 +53,9 @@ class Evaluation:
     def run(self, problems: list[Problem]) -> None:
         for index, problem in enumerate(problems, 1):
             for method, search in self.configs.items():
-                started, recorded = time.perf_counter(), self.recording_s
+                clock = SearchClock()  # the recorder's writes and the journals' import are not the method's time
                 events = self._search(problem, method, search)
-                self.walls[method].append(time.perf_counter() - started - (self.recording_s - recorded))
+                self.walls[method].append(clock.seconds())
                 result = result_of(method, problem.line, problem.answer, events)
                 self.results[method].append(result)
                 self._collect_steps(events)
@@ -70,7 +67,7 @@ class Evaluation:
         from engine.search import run
 
         if self.journalled and self.lock.ago() is None:
-            with self._recording():
+            with outside_the_search():
                 self._save_journalled()  # before this run's session, so that the sessions keep the runs' order
         recorder = self._recorder(problem, method)
         events = []
@@ -79,8 +76,7 @@ class Evaluation:
                 events.append(event)
                 if event.type == "run_started" and not self.numerics:
                     self.numerics = dict(event.numerics)
-                with self._recording():
-                    run_output.record(recorder, event)
+                run_output.record(recorder, event)  # its writes are outside_the_search (app/recorder.py)
         except KeyboardInterrupt:  # recorded as `run` records Ctrl+C; 'interrupted' is for a process that died
             steps = [e.step for e in events if e.type == "step_selected"]
             run_output.record(recorder, ev.RunCancelled(step=steps[-1] if steps else 0))
@@ -92,25 +88,12 @@ class Evaluation:
                     self.journalled.append(recorder.journal_path)
         return events
 
-    @contextmanager
-    def _recording(self) -> Iterator[None]:
-        """Time spent recording is not the method's: the table's wall seconds leave it out (an eval under another
-        program's lock said 20.3 wall seconds for two runs of 0.06 s, each waiting 5 s twice)."""
-        began = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.recording_s += time.perf_counter() - began
-
     def _save_journalled(self) -> None:
         """The journalled runs into the database, oldest first, until it refuses one: a lock then is remembered,
         so the next runs do not wait for it either (each run waited 5 s for it, then 5 s more to import)."""
         from app.journal_import import import_runs
-        from app.store import StoreLocked
 
-        self.journalled, error = import_runs(self.store, self.journalled, notify=run_output.note)
-        if isinstance(error, StoreLocked):
-            self.lock.saw()
+        self.journalled = import_runs(self.store, self.journalled, notify=run_output.note, lock=self.lock)
 
     def _recorder(self, problem: Problem, method: str):
         """As `beamwise run` records: a database that turns busy mid-eval moves the run to a journal, not the

@@ -92,16 +92,18 @@ def import_journals(store: SessionStore, *, only: Path | None = None, notify: No
     return written
 
 
-def import_runs(store: SessionStore, paths: Sequence[Path], notify: Notify) -> tuple[list[Path], StoreError | None]:
+def import_runs(store: SessionStore, paths: Sequence[Path], notify: Notify, lock: LockSeen | None = None) -> list[Path]:
     """Replay these journals of this process's runs (closed), oldest first: the ones still waiting, from the first
-    the database did not take, and its error (StoreLocked: another program's lock), or ([], None). A journal that
-    cannot be imported for its own sake is said and left in place, not waited on."""
+    the database did not take (another program's lock is remembered in `lock`, as `import_journals` does), or [].
+    A journal that cannot be imported for its own sake is said and left in place, not waited on."""
     for index, path in enumerate(paths):
         try:
             _import_one(store, path, path, notify)
         except StoreError as error:
-            return [p for p in paths[index:] if p.exists()], error
-    return [], None
+            if lock is not None and isinstance(error, StoreLocked):
+                lock.saw()
+            return [p for p in paths[index:] if p.exists()]
+    return []
 
 
 def _import_one(store: SessionStore, path: Path, only: Path | None, say: Notify) -> int | None:
