@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from app.run_output import warn
 from engine.config import SearchConfig
 from engine.errors import ConfigError
 
@@ -21,7 +22,7 @@ def early_exit_thresholds(args: argparse.Namespace) -> dict[str, float | bool]:
              "entropy_theta": args.entropy_theta, "entropy_delta": args.entropy_delta}
     uses_saved = (args.verify_skip and None in (args.tau_conf, args.r_gap)) or (
         args.entropy_exit and None in (args.entropy_theta, args.entropy_delta))
-    saved = load_thresholds(warn=_warn if uses_saved else None) if None in given.values() else None
+    saved = load_thresholds(warn=warn if uses_saved else None) if None in given.values() else None
     exit_off = False
     if saved is not None and saved.entropy_theta is not None and args.entropy_exit and args.verifier != "logprob" \
             and None in (args.entropy_theta, args.entropy_delta):  # logprob: SearchConfig refuses the exit itself
@@ -33,13 +34,6 @@ def early_exit_thresholds(args: argparse.Namespace) -> dict[str, float | bool]:
         calibrated = getattr(saved, name) if saved is not None else None
         chosen[name] = value if value is not None else calibrated if calibrated is not None else getattr(d, name)
     return {**chosen, "entropy_exit": False} if exit_off else chosen
-
-
-def _warn(message: str) -> None:
-    """A damaged thresholds file, said where a run would use it (it ran on the defaults unsaid)."""
-    import sys
-
-    print(f"beamwise: warning: {message}", file=sys.stderr)
 
 
 def _check_entropy_calibration(args: argparse.Namespace, saved) -> bool:
@@ -67,11 +61,9 @@ def _check_entropy_calibration(args: argparse.Namespace, saved) -> bool:
 def _note_skip_calibration(args: argparse.Namespace, saved) -> None:
     """--verify-skip with calibrated thresholds from another model or verifier: said on stderr, as the entropy
     exit says which calibration its thresholds come from (they were used with no word)."""
-    import sys
-
     from app.early_exit import model_key, skip_mismatch, verifier_key
 
     mismatch = skip_mismatch(saved, model_key(args.model), verifier_key(args.model, args.verifier, args.verifier_model))
     if mismatch is not None:
-        print(f"beamwise: warning: {mismatch}; calibrate for this search (beamwise eval PROBLEMS --calibrate with the "
-              "same --model and --verifier) or give --tau-conf and --r-gap.", file=sys.stderr)
+        warn(f"{mismatch}; calibrate for this search (beamwise eval PROBLEMS --calibrate with the same --model and "
+             "--verifier) or give --tau-conf and --r-gap.")

@@ -62,7 +62,7 @@ class SearchClock:
     def __init__(self, clock: Callable[[], float] = time.perf_counter,
                  outside: Callable[[], float] = outside_seconds) -> None:
         self._clock, self._outside = clock, outside
-        self._started, self._outside_at_start = clock(), outside()
+        self.start()
 
     def start(self) -> None:
         self._started, self._outside_at_start = self._clock(), self._outside()

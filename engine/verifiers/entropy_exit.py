@@ -35,7 +35,7 @@ from engine.verifiers.layered import LayeredBody, LayersUnavailable
 
 REFERENCE_VOCAB = 150_000  # the vocabulary size the paper's thresholds are stated for
 
-__all__ = ["FIRST_LAYER", "EntropyExit", "ExitCost", "ExitPass", "ExitRule", "LayersUnavailable", "LensPass",
+__all__ = ["EntropyExit", "ExitCost", "ExitPass", "ExitRule", "LayersUnavailable", "LensPass",
            "exit_fields", "exit_rule", "lens_entropy", "no_lens", "with_exit"]
 
 

@@ -78,7 +78,7 @@ def _kind(value: object) -> str:
 def _probability(value: object) -> float:
     """P(+) as the server pooled it, checked: text ended the run as a fault in Beamwise, and NaN or 5.0 were
     scored as rewards (NaN sorts anywhere) with nothing said."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+    if not _number(value) or not 0.0 <= value <= 1.0:
         raise RemoteError(
             f"the PRM server pooled {value!r:.60} for P(+), which is not a probability.",
             hint="Serve a Qwen2.5-Math-PRM with vLLM's pooling runner (it pools softmax probabilities).",
