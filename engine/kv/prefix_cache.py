@@ -124,14 +124,16 @@ class PrefixCache:
             found.append(entry)
         return found
 
-    def _from_disk(self, key: bytes, depth: int, tokens: tuple[int, ...]) -> Entry | None:
+    def _from_disk(self, key: bytes, depth: int, tokens: tuple[int, ...], hit: bool = True) -> Entry | None:
+        """The block from the disk tier into the RAM tier, or None (no folder, no file, a damaged one: removed).
+        `hit`: a lookup's use of it, counted; a run's keep (`add`) is none, its uses stay the disk hits'."""
         if self.folder is None:
             return None
         kv = prefix_disk.read_block(self.folder, key, depth, tokens, self.block_shape, self.dtype)
         if kv is None:
             return None
-        self.disk_uses[key] += 1
-        entry = Entry(key, depth, tokens, kv, uses=self.disk_uses[key] - 1)
+        self.disk_uses[key] += int(hit)
+        entry = Entry(key, depth, tokens, kv, uses=self.disk_uses[key] - int(hit))
         self.entries[key] = entry
         return entry
 
@@ -153,10 +155,9 @@ class PrefixCache:
             entry.last_used = now
             return False
         tokens = tuple(tokens)
-        on_disk = None if self.folder is None else prefix_disk.read_block(
-            self.folder, key, depth, tokens, self.block_shape, self.dtype)  # a damaged file is removed: a miss
-        if on_disk is not None:  # a keep is no hit: its uses stay the disk hits'
-            self.entries[key] = Entry(key, depth, tokens, on_disk, uses=self.disk_uses[key], last_used=now)
+        entry = self._from_disk(key, depth, tokens, hit=False)
+        if entry is not None:
+            entry.last_used = now
             return False
         entry = Entry(key, depth, tokens, kv(), last_used=now)
         self.entries[key] = entry
