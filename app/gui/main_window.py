@@ -199,8 +199,7 @@ class MainWindow(QMainWindow):
         self.docks["transcript"] = self._dock("Transcript", "transcriptDock",
                                               with_follow_up(self.panels.transcript, self.talk.box), right)
         self.docks["charts"] = self._dock("Memory and PCIe", "chartsDock", self.panels.charts, bottom)
-        self.resizeDocks([self.docks["charts"]], [dock_height(self.height())], Qt.Orientation.Vertical)
-        self._charts_sized = False  # again at the first show, for the size the window opens at
+        self._charts_sized = False  # its height is set at the first show, for the size the window opens at
         self.resizeDocks([self.docks["settings"], self.docks["details"]], [440, 320], Qt.Orientation.Horizontal)
         self.resizeDocks([self.docks["details"], self.docks["transcript"]], [3, 2], Qt.Orientation.Vertical)
         for dock in self.docks.values():
