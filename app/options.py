@@ -16,6 +16,7 @@ from engine.config import (
     METHODS,
     POLICIES,
     SELECTIONS,
+    SPECULATING,
     VERIFIER_DEVICES,
     VERIFIERS,
     CacheConfig,
@@ -316,7 +317,7 @@ def _refuse_unused(args: argparse.Namespace) -> None:
         (args.verifier_kv_share is not None and args.verifier == "logprob",
          "--verifier-kv-share gives the verifier part of the KV budget, and logprob keeps no KV: pick --verifier "
          "self-judge or prm, or leave it out"),
-        (args.speculative and args.policy in ("layerwise", "headwise"),
+        (args.speculative and args.policy not in ("auto", *SPECULATING),
          f"--speculative extends beams with in_device and lbs (and auto, which picks them where they fit), not "
          f"with {args.policy}: pick one of those, or leave it out"),
         (getattr(args, "no_save", False) and getattr(args, "db", None) is not None,

@@ -25,6 +25,7 @@ from app.session.steps import failure_point
 from app.session.tree import first_line
 from app.threads import numerics_line
 from engine import events as ev
+from engine.config import speculation_off_note
 from engine.errors import BeamwiseError
 from engine.exit_note import earliest_exit_note
 
@@ -73,8 +74,6 @@ class Printer:
             p(f"verifier KV budget {event.verifier_kv_budget_bytes:,} B (its share of the device KV budget)")
         if event.every_step_kv_budget_bytes:
             print(f"beamwise: note: {formatting.every_step_text(event.every_step_kv_budget_bytes)}", file=sys.stderr)
-        from engine.kv.cache import speculation_off_note  # the run has loaded torch by now; `--help` has not
-
         if off := speculation_off_note(event.cache.get("policy", event.policy), event.policy,
                                        bool(event.cache.get("speculative"))):  # fmt: skip
             print(f"beamwise: note: {off}", file=sys.stderr)

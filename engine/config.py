@@ -12,6 +12,7 @@ from engine.errors import ConfigError
 
 AGGREGATIONS = ("last", "min", "prod", "mean")
 POLICIES = ("auto", "in_device", "layerwise", "lbs", "headwise")
+SPECULATING = ("in_device", "lbs")  # speculative beam extension keeps a row's speculated KV: the group executor's do
 VERIFIERS = ("logprob", "self-judge", "prm")
 VERIFIER_DEVICES = ("auto", "cpu")  # auto: the generator's device
 DTYPES = ("float32", "bfloat16", "float16")
@@ -257,3 +258,12 @@ def parse_bytes(text: str) -> int:
         raise ConfigError(f"{text!r} is more than any machine holds (at most {MOST_BYTES // 10**12:,} TB); write it "
                          "like 512MB, 7GB or 1.5GiB.")
     return size
+
+
+def speculation_off_note(requested: str, policy: str, speculative: bool) -> str | None:
+    """What to tell the user when --speculative was asked for and `auto` (`requested`) picked a `policy` that does
+    not speculate (the CLI refuses an explicit one at once); None otherwise. A pure function of
+    RunStarted's `cache` and `policy`, so the CLI and the window can say it from the event."""
+    if not speculative or requested != "auto" or policy in SPECULATING:
+        return None
+    return f"auto picked {policy}, which does not speculate: --speculative is off for this run"

@@ -14,9 +14,9 @@ import torch
 from app.cli import main
 from app.run_cli import Printer
 from engine import events as ev
+from engine.config import speculation_off_note
 from engine.context_plan import max_context, model_facts, why_no_context
 from engine.kv import prefix_disk
-from engine.kv.cache import speculation_off_note
 from engine.synthetic import parameter_count, synthetic_config
 
 GB = 10**9

@@ -11,7 +11,7 @@ import torch
 from transformers import DynamicCache
 
 from engine import events as ev
-from engine.config import CacheConfig, SearchConfig
+from engine.config import SPECULATING, CacheConfig, SearchConfig
 from engine.context_plan import activation_token_bytes, default_chunk, prefill_reserve
 from engine.errors import KVBudgetTooSmall, format_bytes_up
 from engine.kv.attention import uses_cascade
@@ -44,20 +44,9 @@ from engine.verifiers.base import VerifierMemory
 PROMPT_ID = 0
 CUDA_MARGIN = 1 << 30  # leave this much device memory free for activations when the budget is automatic
 
-SPECULATING = ("in_device", "lbs")  # speculative beam extension keeps a row's speculated KV: the group executor's do
-
 Prefill = Callable[..., Any]  # token ids, chunk=, cache=, **forward -> the prompt's cache (engine.runner.prefill)
 BudgetProbe = Callable[[], int | None]  # free device bytes now, or None when it cannot change (emulated)
 
-
-
-def speculation_off_note(requested: str, policy: str, speculative: bool) -> str | None:
-    """What to tell the user when --speculative was asked for and `auto` (`requested`) picked a `policy` that does
-    not speculate (the CLI refuses an explicit one at once); None otherwise. A pure function of
-    RunStarted's `cache` and `policy`, so the CLI and the window can say it from the event."""
-    if not speculative or requested != "auto" or policy in SPECULATING:
-        return None
-    return f"auto picked {policy}, which does not speculate: --speculative is off for this run"
 
 
 class KVCache:
