@@ -80,8 +80,9 @@ def split_run(loaded, verifier: str, share: str, args: argparse.Namespace, sched
         row = _split_events(loaded, name, model, share, args)
     kv = getattr(made[0], "kv", None) if made else None
     if kv is not None:
-        row.update(v_h2d=kv.total["h2d"], v_d2h=kv.total["d2h"], d2d=kv.total["d2d"],  # settles included
-                   h2d_calls=kv.total_calls["h2d"], d2h_calls=kv.total_calls["d2h"], stall=kv.stall_seconds)
+        total, calls = kv.counters.total, kv.counters.calls  # over the run, settles included
+        row.update(v_h2d=total["h2d"], v_d2h=total["d2h"], d2d=total["d2d"],
+                   h2d_calls=calls["h2d"], d2h_calls=calls["d2h"], stall=kv.stall_seconds)
     return row
 
 

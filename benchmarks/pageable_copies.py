@@ -43,7 +43,7 @@ def main() -> int:
     for prm in PRMS:  # a beam tree scored at a share that holds one path: segments go to the host and back
         verifier = tight(prm, 1.0, True)
         beam_tree(verifier)
-        calls = verifier.kv.total_calls["h2d"] + verifier.kv.total_calls["d2h"]
+        calls = verifier.kv.counters.calls["h2d"] + verifier.kv.counters.calls["d2h"]
         print(f"{'verifier ' + prm:<34} {calls:>12} {len(made[-1].staged):>30}")
     return 0
 

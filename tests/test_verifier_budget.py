@@ -40,19 +40,19 @@ def test_every_copy_is_counted_exactly_and_offloading_keeps_the_values():
     a, b = kv.put(first), kv.put(second)  # 2 + 2 blocks: the device share is full
     c = kv.put(third)
     assert (kv.tier(a), kv.tier(b), kv.tier(c)) == (Tier.DEVICE, Tier.DEVICE, Tier.HOST)
-    assert kv.traffic["d2d"] == 11 * TOKEN and kv.traffic["d2h"] == 3 * TOKEN
+    assert kv.counters.step["d2d"] == 11 * TOKEN and kv.counters.step["d2h"] == 3 * TOKEN
     assert (kv.memory().device_bytes, kv.memory().host_bytes) == (4 * BLOCK, 1 * BLOCK)
 
     arena, run = kv.arena(2, 4, keep=[a])  # 2 blocks: the least recently used segment outside `keep` moves out
     assert arena.shape == (2, 2, 2, 2, 4, 4)  # [L, 2, B, H, W, D]
     assert kv.tier(b) is Tier.HOST and kv.tier(a) is Tier.DEVICE
-    assert kv.traffic["d2h"] == (3 + 5) * TOKEN
+    assert kv.counters.step["d2h"] == (3 + 5) * TOKEN
     kv.release(run)
 
     arena, run = kv.arena(1, 5, keep=[b])
     kv.load(b, arena[:, :, 0, :, :5])  # the host copy crosses back: its 5 tokens, exactly
     assert torch.equal(arena[:, :, 0, :, :5], second)
-    assert kv.traffic["h2d"] == 5 * TOKEN
+    assert kv.counters.step["h2d"] == 5 * TOKEN
     kv.release(run)
     assert kv.memory().peak_device_bytes == 4 * BLOCK  # never past the share
 
@@ -64,7 +64,7 @@ def test_a_batch_row_copies_the_shared_prefix_once_per_other_row():
     kv.load(handle, arena[:, :, 0, :, :3])
     kv.repeat_row(arena, 3)
     assert torch.equal(arena[:, :, 2, :, :3], arena[:, :, 0, :, :3])
-    assert kv.traffic["d2d"] == 3 * TOKEN + 3 * TOKEN + 2 * 3 * TOKEN  # put, load, two more rows
+    assert kv.counters.step["d2d"] == 3 * TOKEN + 3 * TOKEN + 2 * 3 * TOKEN  # put, load, two more rows
     kv.release(run)
 
 

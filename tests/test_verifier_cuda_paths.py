@@ -48,7 +48,7 @@ def assert_same_kv_work(emulated: PathVerifier, cuda: PathVerifier) -> None:
     """The same bytes and copy calls in every direction, over the run and in the last step, and the same
     memory at rest; every PCIe copy's host side pinned and crossing in contiguous pieces (never through
     PyTorch's pageable temporaries: the host pool is token-major); no copy left queued on the copy stream."""
-    assert cuda.kv.total == emulated.kv.total and cuda.kv.total_calls == emulated.kv.total_calls
+    assert cuda.kv.counters.total == emulated.kv.counters.total and cuda.kv.counters.calls == emulated.kv.counters.calls
     assert cuda.memory() == emulated.memory()
     fake = cuda.kv.streams
     assert fake.unpinned == [] and fake.staged == []
@@ -66,7 +66,8 @@ def test_a_prm_gives_the_emulated_scores_and_bytes_through_the_cuda_branches(fak
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-5, atol=1e-6)
     assert_same_kv_work(emulated, cuda)
     if times == 1.0:
-        assert cuda.kv.total["h2d"] > 0 and cuda.kv.total["d2h"] > 0, "the tight share moved KV both ways"
+        total = cuda.kv.counters.total
+        assert total["h2d"] > 0 and total["d2h"] > 0, "the tight share moved KV both ways"
     if grouped:
         assert cuda.kv.streams.copies["copy"] > 0, "the scheduled loads ran on the copy stream"
 
@@ -82,7 +83,7 @@ def test_self_judge_gives_the_emulated_scores_and_bytes_through_the_cuda_branche
     (emulated, (_, want)), (cuda, (_, got)) = emulated_and_cuda(fakes, build, lambda v: beam_tree(v, steps=3))
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-5, atol=1e-6)
     assert_same_kv_work(emulated, cuda)
-    assert cuda.kv.total["h2d"] > 0 and cuda.kv.streams.copies["copy"] > 0
+    assert cuda.kv.counters.total["h2d"] > 0 and cuda.kv.streams.copies["copy"] > 0
 
 
 @pytest.fixture
@@ -170,7 +171,7 @@ def test_a_prefetched_group_loads_while_the_group_before_computes(fakes, monkeyp
     (emulated, want), (cuda, got) = emulated_and_cuda(fakes, build, uneven_tree)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-5, atol=1e-6)
     assert_same_kv_work(emulated, cuda)
-    assert cuda.kv.traffic["h2d"] > 0, "the second step loaded its chains from the host"
+    assert cuda.kv.counters.step["h2d"] > 0, "the second step loaded its chains from the host"
     computes = [entry for entry in log if entry[0] == "compute"]
     assert computes and all(ready for _, ready, _ in computes)
     prefetches = [at for at, entry in enumerate(log) if entry[0] == "prefetch"]
@@ -202,7 +203,7 @@ def test_the_next_group_is_prefetched_beside_and_loads_during_this_compute(fakes
     GroupScheduler(kv).run([group(a, 4, 2), group(b, 1, 60, 4)], compute)
     assert seen == [0, 4]
     assert queued[0] > 0 and queued[1] == 0, "the narrow group's copies waited while the wide group computed"
-    assert kv.traffic["h2d"] == 1 * TOKEN and kv.traffic["d2h"] == 0
+    assert kv.counters.step["h2d"] == 1 * TOKEN and kv.counters.step["d2h"] == 0
     assert fake.unpinned == []
 
 

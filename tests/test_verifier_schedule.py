@@ -62,18 +62,19 @@ def test_grouped_verification_gives_the_same_scores_and_never_more_bytes_or_call
     today, grouped = tight(name, times, False), tight(name, times, True)
     assert beam_tree(grouped)[1] == beam_tree(today)[1]  # the same batches: the same floats, exactly
     for direction in ("h2d", "d2h", "d2d"):
-        assert grouped.kv.total[direction] <= today.kv.total[direction], direction
-        assert grouped.kv.total_calls[direction] <= today.kv.total_calls[direction], direction
-    assert grouped.kv.total["d2d"] < today.kv.total["d2d"]  # consecutive groups share the question at least
+        assert grouped.kv.counters.total[direction] <= today.kv.counters.total[direction], direction
+        assert grouped.kv.counters.calls[direction] <= today.kv.counters.calls[direction], direction
+    # consecutive groups share the question at least
+    assert grouped.kv.counters.total["d2d"] < today.kv.counters.total["d2d"]
 
 
 @pytest.mark.parametrize("times", [1.0, 1.3])
 def test_a_tight_share_moves_fewer_bytes_over_pcie_when_groups_share(times):
     today, grouped = tight("tiny-qwen-prm", times, False), tight("tiny-qwen-prm", times, True)
     beam_tree(today), beam_tree(grouped)
-    assert grouped.kv.total["h2d"] < today.kv.total["h2d"]
-    assert grouped.kv.total_calls["h2d"] < today.kv.total_calls["h2d"]
-    assert grouped.kv.total["d2h"] == today.kv.total["d2h"]
+    assert grouped.kv.counters.total["h2d"] < today.kv.counters.total["h2d"]
+    assert grouped.kv.counters.calls["h2d"] < today.kv.counters.calls["h2d"]
+    assert grouped.kv.counters.total["d2h"] == today.kv.counters.total["d2h"]
     assert grouped.memory().peak_device_bytes <= grouped.kv.budget_bytes
 
 
@@ -87,7 +88,7 @@ def test_grouped_scores_equal_full_rescoring(tiny, name):
     seen, scores = beam_tree(verifier, steps=3)
     expected = [full_rescore(verifier, item) for items in seen for item in items]
     assert scores == pytest.approx(expected, abs=1e-4)
-    assert verifier.kv.total["h2d"] > 0 or name == "self-judge"  # the PRMs' tight share did offload
+    assert verifier.kv.counters.total["h2d"] > 0 or name == "self-judge"  # the PRMs' tight share did offload
 
 
 # -- the scheduler on segments of known values ---------------------------------------------------------
@@ -136,8 +137,8 @@ def test_groups_in_prefix_order_keep_the_shared_chain_in_place_and_copy_only_wha
     GroupScheduler(kv).run(ordered, checking(expected, seen))
     assert seen == [0, 6, 3]
     # a's chain (11 tokens) into row 0, then rows 1-2; a's second group: nothing; b: its 3 tokens, then rows 1-2
-    assert kv.traffic["d2d"] == (11 + 2 * 11 + 3 + 2 * 3) * TOKEN
-    assert kv.calls["d2d"] == 2 + 1 + 1 + 1
+    assert kv.counters.step["d2d"] == (11 + 2 * 11 + 3 + 2 * 3) * TOKEN
+    assert kv.counters.step_calls["d2d"] == 2 + 1 + 1 + 1
     assert kv.pools[Tier.DEVICE].allocator.used == sum(s.run.length for s in kv.segments.values())  # released
 
 
@@ -151,7 +152,8 @@ def test_host_segments_cross_pcie_once_for_consecutive_groups():
     kv.start_step()
     expected = {a.handle: torch.cat([root_kv, a_tail], 3)}
     GroupScheduler(kv).run([group(a, 2, 4, 0), group(a, 2, 4, 2), group(a, 2, 4, 4)], checking(expected, []))
-    assert kv.traffic["h2d"] == 12 * TOKEN and kv.calls["h2d"] == 2  # once for three groups (today: three times)
+    # once for three groups (today: three times)
+    assert kv.counters.step["h2d"] == 12 * TOKEN and kv.counters.step_calls["h2d"] == 2
 
 
 def test_the_next_group_is_prefetched_beside_and_its_load_hides_behind_this_compute():
@@ -167,8 +169,8 @@ def test_the_next_group_is_prefetched_beside_and_its_load_hides_behind_this_comp
     seen = []
     GroupScheduler(kv).run([wide, narrow], checking(expected, seen, sleep=0.3))
     assert seen == [0, 4]
-    assert kv.traffic["h2d"] == 1 * TOKEN  # b's own token; the root came from the first arena, on the device
-    assert kv.traffic["d2d"] == (8 + 3 * 8 + 4) * TOKEN
+    assert kv.counters.step["h2d"] == 1 * TOKEN  # b's own token; the root came from the first arena, on the device
+    assert kv.counters.step["d2d"] == (8 + 3 * 8 + 4) * TOKEN
     assert kv.stall_seconds == 0.0  # loaded before the first group computed: hidden behind its 0.3 s
     assert kv.memory().peak_device_bytes <= kv.budget_bytes
 
@@ -181,7 +183,7 @@ def test_without_room_to_prefetch_the_load_stalls_by_its_modelled_time():
     kv.start_step()
     expected = {root.handle: root_kv, b.handle: torch.cat([root_kv, b_tail], 3)}
     GroupScheduler(kv).run([group(root, 4, 2), group(b, 1, 60, 4)], checking(expected, []))
-    assert kv.traffic["h2d"] == 1 * TOKEN
+    assert kv.counters.step["h2d"] == 1 * TOKEN
     assert kv.stall_seconds == pytest.approx(TOKEN / 1e3)  # loaded after the first group, nothing hid it
 
 

@@ -87,7 +87,7 @@ class KVCache:
         self._read_free = False  # the budget was read from free device memory (no --kv-budget)
         self._shortfall = 0  # device bytes other programs took from the budget at its last re-read
         act = activation_token_bytes(loaded.model.config, _element_size(loaded.dtype))
-        self._resolve_budget(prompt_tokens, shape, token_bytes, whole, act, verifier_batch_bytes, verifier_row_bytes)
+        self._resolve_budget(prompt_tokens, shape, whole, act, verifier_batch_bytes, verifier_row_bytes)
         one = one_candidate_bytes(prompt_tokens, search, token_bytes, cache.block_size)
         self.policy_name = cache.policy if cache.policy != "auto" else auto_policy(whole, one, self.budget)
         self.speculative = cache.speculative and self.policy_name in SPECULATING
@@ -95,9 +95,9 @@ class KVCache:
         if not (attention and grouped):  # its rows hold their whole history: the pool may need that much
             whole = search_kv_bytes(prompt_tokens, search, cache, token_bytes, cascade=False)
         # budgets no step exceeds (a refusal names them, `_refused`)
-        self._no_refusal = refusal_floors(prompt_tokens, search, shape, token_bytes, cache.block_size, whole, one)
+        self._no_refusal = refusal_floors(prompt_tokens, search, shape, cache.block_size, whole, one)
         self.layer_overhead = 0  # layer-wise: device bytes its buffers hold beyond its Eq. 1 budget
-        self.store = self._make_store(loaded, prompt_tokens, token_bytes, whole)
+        self.store = self._make_store(loaded, prompt_tokens, whole)
         self.emulated = self.store.emulated
         context = PolicyContext(
             loaded.model.config, self.blocks, self.store, decode, search.step_tokens, self.speculative,
@@ -110,13 +110,13 @@ class KVCache:
         self.timing = StepTiming()
         self.prefill_chunk = cache.prefill_chunk or default_chunk(self.budget, act)
 
-    def _resolve_budget(self, prompt_tokens: int, shape: KVShape, token_bytes: int, whole: int, act: int,
-                        verifier_batch_bytes: int, verifier_row_bytes: int) -> None:  # fmt: skip
+    def _resolve_budget(self, prompt_tokens: int, shape: KVShape, whole: int, act: int, verifier_batch_bytes: int,
+                        verifier_row_bytes: int) -> None:  # fmt: skip
         """The run's KV budget (--kv-budget, else free device memory less the margin and the prefill's
         activations `act` per token, else what the whole search needs), split between the generator
         (`budget`) and the verifier (`verifier_budget`); `_total_for` gives the --kv-budget of a generator
         part. `whole`: in_device's bound (`search_kv_bytes`)."""
-        cache = self.cfg
+        cache, token_bytes = self.cfg, shape.token_bytes()
         total = cache.kv_budget_bytes or self._automatic_budget(
             policy_whole_bytes(cache.policy, whole, prompt_tokens, self.search, token_bytes, shape.num_layers),
             verifier_batch_bytes, cache.verifier_kv_share, lambda room: prefill_reserve(
@@ -144,13 +144,13 @@ class KVCache:
         floor, slot = self._no_refusal.get(self.policy_name), self._slot()
         return None if floor is None else -(-floor // slot) * slot
 
-    def _make_store(self, loaded: Generator, prompt_tokens: int, token_bytes: int, whole: int) -> KVStore:
+    def _make_store(self, loaded: Generator, prompt_tokens: int, whole: int) -> KVStore:
         """The store, its device pool sized for the policy: layer-wise's budget and buffers (`layerwise_pool`),
         else the budget, at most what the whole search needs (`whole`)."""
         shape = loaded.kv_shape
         pool = min(self.budget, whole)  # the others never need more than the whole search
         if self.policy_name == "layerwise":
-            pool, self.layer_overhead = layerwise_pool(self.budget, prompt_tokens, self.search, shape, token_bytes,
+            pool, self.layer_overhead = layerwise_pool(self.budget, prompt_tokens, self.search, shape,
                                                        self.cfg.block_size, from_free_memory=self._read_free)
         return KVStore(
             self.blocks,

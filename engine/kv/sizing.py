@@ -115,25 +115,26 @@ def auto_policy(whole: int, one: int, budget: int) -> str:
     return "lbs" if one <= budget else "headwise"
 
 
-def refusal_floors(prompt_tokens: int, search: SearchConfig, shape: KVShape, token_bytes: int, block_size: int,
-                   whole: int, one: int) -> dict[str, int]:  # fmt: skip
+def refusal_floors(prompt_tokens: int, search: SearchConfig, shape: KVShape, block_size: int, whole: int, one: int
+                   ) -> dict[str, int]:  # fmt: skip
     """Per policy, a budget no step of the search exceeds (a refusal names it): `whole` for in_device, `one`
     (its largest group of one) for lbs, layer-wise's min_budget and head-wise's need at the last step."""
     longest = longest_tokens(prompt_tokens, search)
-    layer_floor = staging_bytes(search.rows_per_step, longest, token_bytes // shape.num_layers)
-    head_token_bytes = token_bytes // (shape.num_layers * shape.num_kv_heads)
-    head_floor = least_budget(prompt_tokens - 1, longest - 1, block_size, head_token_bytes, token_bytes * block_size)
+    layer_floor = staging_bytes(search.rows_per_step, longest, shape.layer_token_bytes())
+    head_token_bytes = shape.layer_token_bytes() // shape.num_kv_heads
+    head_floor = least_budget(prompt_tokens - 1, longest - 1, block_size, head_token_bytes,
+                              shape.token_bytes() * block_size)  # fmt: skip
     return {"in_device": whole, "lbs": one, "layerwise": layer_floor, "headwise": head_floor}
 
 
-def layerwise_pool(budget: int, prompt_tokens: int, search: SearchConfig, shape: KVShape, token_bytes: int,
-                   block_size: int, *, from_free_memory: bool) -> tuple[int, int]:  # fmt: skip
+def layerwise_pool(budget: int, prompt_tokens: int, search: SearchConfig, shape: KVShape, block_size: int, *,
+                   from_free_memory: bool) -> tuple[int, int]:  # fmt: skip
     """Layer-wise's device pool and the overhead of its buffers in it: its budget's layers (at most every layer of
     every row at the longest length) and the overhead of buffers sized for a step's end (`pool_overhead`). A
     budget read from free memory (less the margin) holds the overhead too, so the pool fits beside the margin."""
-    rows, layer_token_bytes = search.candidates_per_step, token_bytes // shape.num_layers
+    rows, layer_token_bytes = search.candidates_per_step, shape.layer_token_bytes()
     longest = longest_tokens(prompt_tokens, search)
-    block_bytes = token_bytes * block_size
+    block_bytes = shape.token_bytes() * block_size
     budget = min(budget, every_layer_bytes(rows, longest, shape.num_layers, layer_token_bytes))
     overhead = pool_overhead(
         budget, rows, prompt_tokens - 1, longest, search.step_tokens, shape.num_layers, layer_token_bytes, block_bytes,

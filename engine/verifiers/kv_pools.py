@@ -92,26 +92,6 @@ class VerifierKV:
         self.copy_stream = None if self.streams is None else self.streams.copy_stream
         self.peak_slots = 0
 
-    @property
-    def traffic(self) -> dict[str, int]:
-        """Bytes per direction this step."""
-        return self.counters.step
-
-    @property
-    def calls(self) -> dict[str, int]:
-        """Copy calls per direction this step."""
-        return self.counters.step_calls
-
-    @property
-    def total(self) -> dict[str, int]:
-        """Bytes per direction over the run."""
-        return self.counters.total
-
-    @property
-    def total_calls(self) -> dict[str, int]:
-        """Copy calls per direction over the run."""
-        return self.counters.calls
-
     # -- segments -----------------------------------------------------------------------------
     def put(self, kv: torch.Tensor) -> int:
         """Keep `kv` `[l, 2, H, T, D]` (on the device) as a new segment: on the device while there is room.
@@ -269,12 +249,12 @@ class VerifierKV:
             device,
             host,
             self.peak_slots * self.block_bytes,
-            self.traffic["h2d"],
-            self.traffic["d2h"],
-            self.traffic["d2d"],
-            self.calls["h2d"],
-            self.calls["d2h"],
-            self.calls["d2d"],
+            self.counters.step["h2d"],
+            self.counters.step["d2h"],
+            self.counters.step["d2d"],
+            self.counters.step_calls["h2d"],
+            self.counters.step_calls["d2h"],
+            self.counters.step_calls["d2d"],
         )
 
     def start_step(self) -> None:

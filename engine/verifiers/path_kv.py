@@ -336,13 +336,13 @@ class PathVerifier:
     def _fill(self, arena: torch.Tensor, chain: list[KVNode]) -> None:
         """Row 0 of the arena gets the parent's chain from its segments; the other rows copy row 0's.
         Nothing overlaps these loads: on the CPU their modelled PCIe time is all stall."""
-        offset, before = 0, self.kv.traffic["h2d"]
+        offset, before = 0, self.kv.counters.step["h2d"]
         for node in chain:
             tokens = node.length - offset
             self.kv.load(node.handle, arena[:, :, 0, :, offset : node.length])
             offset += tokens
         self.kv.repeat_row(arena, offset)
-        self.kv.model_stall(self.kv.traffic["h2d"] - before, 0.0)
+        self.kv.model_stall(self.kv.counters.step["h2d"] - before, 0.0)
 
     def _store(self, parent: KVNode | None, kv: torch.Tensor, length: int, pending: torch.Tensor | None) -> KVNode:
         """A new segment of `kv` `[l, 2, H, T, D]`: every layer, or the first `l` with `pending` (an exited pass)."""

@@ -215,7 +215,7 @@ class GroupScheduler:
     def _fill(self, batch: LoadedArena, group: VerifyGroup, source: LoadedArena | None, early: bool) -> None:
         """Row 0 gets the chain past what it holds already: what `source`'s row 0 shares in one device copy,
         the rest segment by segment; every other row then copies from row 0 the columns it lacks."""
-        chain, arena, before = group.chain, batch.arena, self.kv.traffic["h2d"]
+        chain, arena, before = group.chain, batch.arena, self.kv.counters.step["h2d"]
         start, rows = group.start, len(group.rows)
         try:
             with self.kv.loading() as loaded:
@@ -244,4 +244,4 @@ class GroupScheduler:
             raise
         batch.row_chains[:rows] = [chain] * rows
         batch.group, batch.loaded, batch.early = group, loaded, early
-        batch.h2d_bytes = self.kv.traffic["h2d"] - before
+        batch.h2d_bytes = self.kv.counters.step["h2d"] - before
