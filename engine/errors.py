@@ -180,6 +180,11 @@ class PRMHeadMissing(NotAPRM):
     hint = "The download may be incomplete: get the PRM's weight files (*.safetensors) again."
 
 
+class PRMFamilyUnnamed(NotAPRM):
+    """The folder holds a causal LM with no reward head whose folder and config name no PRM family: it may be a
+    Math-Shepherd or RLHFlow PRM (plain causal LMs), which only a name the user gives can tell."""
+
+
 class LayersUnavailable(BeamwiseError):
     """The verifier cannot be run layer by layer (its body or its readout is not a logit-lens one)."""
 

@@ -9,7 +9,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from engine.errors import BeamwiseError, LayersUnavailable, NotAPRM, PRMHeadMissing, load_errors
+from engine.errors import BeamwiseError, LayersUnavailable, NotAPRM, PRMFamilyUnnamed, PRMHeadMissing, load_errors
 from engine.prm_names import FAMILY_LABELS, LENS_FAMILIES, SYNTHETIC_PRM_FAMILIES, named_family
 
 CAUSAL_HINTS = {"math-shepherd": ("shepherd",), "rlhflow-prm": ("rlhflow",)}
@@ -94,7 +94,7 @@ def detect_family(folder: Path) -> str:
     for family, words in CAUSAL_HINTS.items():
         if any(word in hint for word in words):
             return family
-    raise NotAPRM(
+    raise PRMFamilyUnnamed(
         f"{folder} holds a causal LM ({', '.join(architectures)}) with no reward head and no name of a PRM "
         "family (Math-Shepherd, RLHFlow).",
         hint="If it is one, name the family before the path: math-shepherd:PATH or rlhflow-prm:PATH.",

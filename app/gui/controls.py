@@ -22,7 +22,7 @@ import app.formatting as fmt
 from app.early_exit import entropy_mismatch, load_thresholds, thresholds_text, verifier_key
 from app.gui.model_picker import ModelPicker
 from app.gui.seed_box import SeedBox
-from app.gui.slider_spin import QT_INT_MAX, SliderSpin
+from app.gui.slider_spin import QT_INT_MAX, SliderSpin, kept_setting
 from app.gui.terms import commands_html, window_terms
 from app.gui.verifier_picker import VerifierPicker
 from app.options import format_delimiter, parse_delimiter
@@ -200,8 +200,8 @@ class SearchControls(QWidget):
         self._continuations = (box.value(), count)  # past 2**31-1 (no row has so many children): run as set
 
     def _continuations_set(self) -> int:
-        shown, count = self._continuations
-        return count if self.continuations.value() == shown else self.continuations.value()
+        """The count last set while the box still shows it (SliderSpin.kept's rule), else the box's value."""
+        return kept_setting(self._continuations, self.continuations.value(), self.continuations.value())
 
     def is_valid(self) -> bool:
         return not self._error

@@ -29,6 +29,7 @@ from app.gui import palette as pal
 from app.gui.panel import SessionView
 from app.gui.terms import commands_html
 from app.session import ROOT_ID, Change, SearchTree, SessionModel
+from engine.events import StepSelected
 from engine.exit_note import earliest_exit_note
 
 FIELDS = ("state", "score", "aggregate", "tokens", "group", "kv_device", "kv_host", "verifier_kv", "verifier_exit",
@@ -115,6 +116,7 @@ class NodeDetails(SessionView, QWidget):
             eos = ", fills the model's context: its path ends here" if node.context_full else (
                 ", ends the answer" if node.eos else "")
             self.heading.setText(f"Candidate #{node.id} · step {node.step} · {node.state}{eos}")
+        selected = None if node_id == ROOT_ID else self._selected(node.step)  # its step's exit: none for the prompt
         values = {
             "state": node.state,
             "score": fmt.score(node.score, "–"),
@@ -124,50 +126,19 @@ class NodeDetails(SessionView, QWidget):
             "kv_device": _kv(node.device_bytes, node.device_share),
             "kv_host": _kv(node.host_bytes, None if node.device_share is None else 1 - node.device_share),
             "verifier_kv": fmt.verifier_place(node.verifier_device_bytes, node.verifier_host_bytes, "–"),
-            "verifier_exit": self._exit_of(node.step) if node_id != ROOT_ID else "–",
+            "verifier_exit": _exit_of(selected),
             "h2d": format_bytes(node.h2d_bytes),
             "d2h": format_bytes(node.d2h_bytes),
         }
         for name, value in values.items():
             self.values[name].setText(value)
-        self.values["verifier_exit"].setToolTip(self._exit_tip(node.step) if node_id != ROOT_ID else "")
+        self.values["verifier_exit"].setToolTip(_exit_tip(selected))
         if self.text.toPlainText() != node.text:
             self.text.setPlainText(node.text)
         self._fill_path(node_id)
         self._fit_form()
 
-    def _exit_of(self, step: int) -> str:
-        """The layer-entropy exit of the node's step (all its candidates) in a few words, 'layer 2 of 6 · 66% saved'
-        (the form stays side by side on the dock: a sentence here cut mid-word and stacked the whole form), '–'
-        when the step had none; marked '⚠ ' when it stopped every candidate at its earliest layer (`_exit_tip`)."""
-        selected = self._selected(step)
-        if selected is None or selected.exit_layer is None:
-            return "–"
-        mark = "⚠ " if self._exit_note(step) else ""
-        return mark + ExitTally.of_steps([selected]).text()
-
-    def _exit_tip(self, step: int) -> str:
-        """The exit's figures in a sentence, then why the step's scores may say nothing (rich text: the command
-        in it never breaks across lines); '' when the step had no exit."""
-        selected = self._selected(step)
-        if selected is None or selected.exit_layer is None:
-            return ""
-        tally = ExitTally.of_steps([selected])
-        mean = f"{tally.mean_layer:.1f}".removesuffix(".0")
-        said = f"The verifier's layer-entropy exit stopped this step's candidates at layer {mean} of {tally.layers}"
-        said += "." if tally.saved is None else (f", saving {tally.saved:.0%} of its layer work (tokens x layers, "
-                                                 "kept candidates' completed layers paid back).")
-        return commands_html("\n\n".join(t for t in (said, self._exit_note(step)) if t))
-
-    def _exit_note(self, step: int) -> str:
-        """Why a step's scores may say nothing (engine/exit_note.py), or ''."""
-        selected = self._selected(step)
-        said = None if selected is None else earliest_exit_note(selected.exit_layer, selected.verifier_layers)
-        return "" if said is None else (f"{fmt.sentence(said)} Calibrate the exit for this verifier: run `beamwise "
-                                        "eval PROBLEMS --calibrate` in a terminal with the same model and verifier, "
-                                        "or switch Entropy exit off.")
-
-    def _selected(self, step: int):
+    def _selected(self, step: int) -> StepSelected | None:
         """The step's step_selected event, None before it was selected."""
         record = self.session.run.steps.get(step)
         return record.selected if record is not None else None
@@ -265,3 +236,34 @@ def _group(node) -> str:
     if node.group is None:
         return "none: its whole step was speculated" if node.speculated and node.tokens == node.speculated else "–"
     return f"{node.group}" + (" (prefetched)" if node.prefetched else "")
+
+
+def _exit_of(selected: StepSelected | None) -> str:
+    """The layer-entropy exit of the node's step (all its candidates) in a few words, 'layer 2 of 6 · 66% saved'
+    (the form stays side by side on the dock: a sentence here cut mid-word and stacked the whole form), '–'
+    when the step had none; marked '⚠ ' when it stopped every candidate at its earliest layer (`_exit_tip`)."""
+    if selected is None or selected.exit_layer is None:
+        return "–"
+    mark = "⚠ " if _exit_note(selected) else ""
+    return mark + ExitTally.of_steps([selected]).text()
+
+
+def _exit_tip(selected: StepSelected | None) -> str:
+    """The exit's figures in a sentence, then why the step's scores may say nothing (rich text: the command
+    in it never breaks across lines); '' when the step had no exit."""
+    if selected is None or selected.exit_layer is None:
+        return ""
+    tally = ExitTally.of_steps([selected])
+    mean = f"{tally.mean_layer:.1f}".removesuffix(".0")
+    said = f"The verifier's layer-entropy exit stopped this step's candidates at layer {mean} of {tally.layers}"
+    said += "." if tally.saved is None else (f", saving {tally.saved:.0%} of its layer work (tokens x layers, "
+                                             "kept candidates' completed layers paid back).")
+    return commands_html("\n\n".join(t for t in (said, _exit_note(selected)) if t))
+
+
+def _exit_note(selected: StepSelected | None) -> str:
+    """Why a step's scores may say nothing (engine/exit_note.py), or ''."""
+    said = None if selected is None else earliest_exit_note(selected.exit_layer, selected.verifier_layers)
+    return "" if said is None else (f"{fmt.sentence(said)} Calibrate the exit for this verifier: run `beamwise "
+                                    "eval PROBLEMS --calibrate` in a terminal with the same model and verifier, "
+                                    "or switch Entropy exit off.")

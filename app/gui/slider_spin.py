@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QLabel, QSlider, QSpinBox, QVBoxLayout, QWidget
 
 QT_INT_MAX = 2**31 - 1  # a slider and a QSpinBox count in 32-bit ints
+S = TypeVar("S")
+
+
+def kept_setting(held: tuple[float | None, S], value: float, own: S) -> S:
+    """The setting in `held` (the value a control showed when that setting was shown on it, the setting) while the
+    control's `value` is still that one, else `own` (what its value means): a run uses what was set (200 kB, 0.333,
+    a count past what a spin box holds), not what the control rounds it to."""
+    shown, setting = held
+    return setting if value == shown else own
 
 
 class SliderSpin(QWidget):
@@ -91,8 +101,7 @@ class SliderSpin(QWidget):
 
     def kept(self, own: object) -> object:
         """The setting last shown while the control still shows it, else `own` (what the control's value means)."""
-        shown, setting = self._setting
-        return setting if self.spin.value() == shown else own
+        return kept_setting(self._setting, self.spin.value(), own)
 
     def number(self) -> float:
         """The control's value, or the setting it was shown for while it still shows that (`show_number`)."""

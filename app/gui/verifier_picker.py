@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -18,7 +17,7 @@ from PySide6.QtWidgets import (
     QStylePainter,
 )
 
-from engine.errors import BeamwiseError, NotAPRM
+from engine.errors import BeamwiseError, PRMFamilyUnnamed
 from engine.prm_folders import detect_family
 from engine.prm_names import FAMILY_LABELS, LENS_FAMILIES, SYNTHETIC_PRM_FAMILIES, named_family
 
@@ -100,11 +99,11 @@ class VerifierPicker(QComboBox):
         try:
             detect_family(Path(folder))
             source: str | None = folder
+        except PRMFamilyUnnamed:  # a causal LM whose name says no family: the user may know
+            source = self._named_by_user(Path(folder))
         except BeamwiseError as error:  # not a PRM, its head missing, or its config or weights unreadable
-            if type(error) is not NotAPRM or not causal_lm(Path(folder)):  # PRMHeadMissing is a NotAPRM too
-                self.refused.emit(error.user_message())
-                return
-            source = self._named_by_user(Path(folder))  # a causal LM whose name says no family: the user may know
+            self.refused.emit(error.user_message())
+            return
         if source is not None:
             self.set_choice("prm", source)
 
@@ -146,13 +145,3 @@ def folder_label(source: str) -> str:
             family = None
     name = Path(rest).expanduser().name or rest
     return f"PRM {name} ({FAMILY_LABELS[family]})" if family else f"PRM {name}"
-
-
-def causal_lm(folder: Path) -> bool:
-    """Whether `folder`'s config.json names a causal LM (`...ForCausalLM`): a family can be named for it."""
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    architectures = config.get("architectures") if isinstance(config, dict) else None
-    return isinstance(architectures, list) and any(str(a).endswith("ForCausalLM") for a in architectures)
