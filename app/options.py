@@ -320,6 +320,9 @@ def _refuse_unused(args: argparse.Namespace) -> None:
         (args.speculative and args.policy not in ("auto", *SPECULATING),
          f"--speculative extends beams with in_device and lbs (and auto, which picks them where they fit), not "
          f"with {args.policy}: pick one of those, or leave it out"),
+        (args.verifier_device == "cpu" and getattr(args, "verifier_endpoint", None) is not None,
+         "--verifier-device cpu places a PRM loaded on this machine, and --verifier-endpoint scores the steps on the "
+         "PRM server: leave one of them out"),
         (getattr(args, "no_save", False) and getattr(args, "db", None) is not None,
          "--db names the database to record in, and --no-save records nothing: give one of them"),
         (args.policy not in ("lbs", "auto") and (args.no_inter_beam or args.no_prefetch or not args.prefix_order),

@@ -93,7 +93,7 @@ def make_verifier(search: SearchConfig, backend: OpenAICompletions) -> Verifier:
         from engine.verifiers import LENS_FAMILIES, prm_verifier
         from engine.verifiers.families import load_prm
 
-        cuda = torch.cuda.is_available()
+        cuda = torch.cuda.is_available() and search.verifier_device != "cpu"  # cpu: beside a server on this GPU
         device, dtype = torch.device("cuda" if cuda else "cpu"), torch.bfloat16 if cuda else torch.float32
         parts = load_prm(search.verifier_model or "", device, dtype)
         return with_exit(prm_verifier(parts), parts.head if parts.family in LENS_FAMILIES else None, rule)
