@@ -109,7 +109,7 @@ def bench_command(args: argparse.Namespace) -> int:
         if args.verifier_model:
             raise UsageError("--prm scores a local search; leave it out with --backend openai.")
         return _remote(args, workload)
-    server_from_args(args)  # a local bench: a server's options given anyway are said, not ignored
+    server_from_args(args, endpoint_option="--server")  # a local bench: a server's options given are said
     if args.versus_generate:
         return _versus_generate(args, dtype)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]

@@ -230,7 +230,8 @@ def server_from_args(args: argparse.Namespace, endpoint_option: str = "--endpoin
     The address and the model's name are trimmed, as the window trims them: '  http://host:8000 ' read as a
     port '8000 ' that is not a number."""
     if getattr(args, "backend", "local") != "openai":
-        given = [flag for flag, name in SERVER_ONLY if _given(getattr(args, name, None))]
+        given = [endpoint_option if name == "endpoint" else flag for flag, name in SERVER_ONLY
+                 if _given(getattr(args, name, None))]
         if given:
             them = "it" if len(given) == 1 else "them"
             raise UsageError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for a server: add "

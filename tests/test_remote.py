@@ -286,14 +286,16 @@ def test_cli_usage_errors_exit_2(capsys, args: list[str], message: str) -> None:
 
 @pytest.mark.parametrize("command", ["run", "bench"])
 @pytest.mark.parametrize(("args", "named"), [
-    (["--endpoint", "http://127.0.0.1:9"], "--endpoint is for a server: add --backend openai to use it"),
+    (["--endpoint", "http://127.0.0.1:9"], "{address} is for a server: add --backend openai to use it"),
     (["--server", "http://127.0.0.1:9", "--served-model", MODEL, "--one-request-per-path"],
-     "--endpoint and --served-model and --one-request-per-path are for a server: add --backend openai to use them"),
+     "{address} and --served-model and --one-request-per-path are for a server: add --backend openai to use them"),
 ])  # fmt: skip
 def test_a_servers_options_without_the_openai_backend_are_said_not_ignored(capsys, command, args, named) -> None:
-    """Before, `run --endpoint URL` loaded the bundled model here and never asked the server."""
+    """Before, `run --endpoint URL` loaded the bundled model here and never asked the server. The address is
+    named as the command names it (bench's is --server; it said --endpoint)."""
     assert main([command, *([QUESTION] if command == "run" else []), "--model", "synthetic:tiny-llama", *args,
                  "--no-save" if command == "run" else "--plan-only"]) == 2
+    named = named.format(address="--endpoint" if command == "run" else "--server")
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"beamwise: error: {named}") and len(err.splitlines()) == 1, err
     assert "or leave" in err and "to run --model on this machine" in err
