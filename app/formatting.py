@@ -4,6 +4,7 @@ row-slots, a run's goodput and what it speculated."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from engine.errors import format_bytes, format_bytes_up
@@ -15,6 +16,18 @@ def brief(text: str | None, limit: int = 80) -> str:
     """Whitespace collapsed, cut at `limit` characters with an ellipsis (never inside a letter and its accent, a
     flag or an emoji: engine/text_cut.py)."""
     return shorten(" ".join((text or "").split()), limit)
+
+
+def local_time(stamp: str | None, seconds: bool = False) -> str:
+    """A session's stored time ('2026-12-07T14:39:30+00:00', in the zone of the machine that recorded it) in this
+    machine's local time: '2026-12-07 23:39' in Tokyo (with `seconds`, '2026-12-07 23:39:30'). A time stored
+    without a zone is shown as written; text that is no time, cut to the same width, as it is."""
+    try:
+        when = datetime.fromisoformat(stamp or "")
+        when = when.astimezone() if when.tzinfo is not None else when
+        return when.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+    except (ValueError, OverflowError, OSError):  # no time, or one the local zone cannot hold (year 1, 9999)
+        return (stamp or "")[:19 if seconds else 16].replace("T", " ")
 
 
 def score(value: float | None, missing: str = "-") -> str:

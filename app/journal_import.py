@@ -16,6 +16,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from app.export.checks import event_problem
+from app.formatting import steps
 from app.journal import SUFFIX, Journal, JournalError, folders_for, journal_folders, journals_of, read_journal
 from app.models_folder import data_folder
 from app.processes import alive_since
@@ -128,7 +129,7 @@ def _import_one(store: SessionStore, path: Path, only: Path | None, say: Notify)
     session_id = _replayed(store, journal, say)
     if session_id is not None:  # None: another process imported it while this one waited for the lock
         say(f"saved the run journal {path.name} into {store.path} as session {session_id} "
-            f"({_steps(journal)} steps).")
+            f"({steps(_steps(journal))}).")
     return session_id
 
 

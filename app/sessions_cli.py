@@ -16,7 +16,7 @@ from app.export.md_escape import without_controls
 from app.export.report import conversation_reports
 from app.journal_import import open_session_store
 from app.options import UsageError
-from app.store import LARGEST_ID, SessionStore, StoreError, default_db_path
+from app.store import LARGEST_ID, SessionStore, StoreError, StoreTooNew, default_db_path
 
 ID_HELP = "the session's id (`beamwise sessions list` shows them)"
 
@@ -89,10 +89,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 0
     print(f"{'id':>5}  {'date':16}  {'status':11}  {'model':22}  {'turn':>8}  title / answer")
     for s in rows:
-        answer = " ".join(_safe(s["answer"]).split())
-        answer = f"  -> {answer[:40]}" if answer else ""
+        answer = _cut(s["answer"], 40)  # never between a letter and its accent or inside an emoji
+        answer = f"  -> {answer}" if answer else ""
         turn = f"{s['turn']} of #{s['conversation_id']}" if s["turn"] > 1 else "1"
-        print(f"{s['id']:>5}  {s['created'][:16].replace('T', ' '):16}  {s['status']:11}  {_cut(s['model'], 22):22}  "
+        print(f"{s['id']:>5}  {fmt.local_time(s['created']):16}  {s['status']:11}  {_cut(s['model'], 22):22}  "
               f"{turn:>8}  {_cut(s['title'], 50)}{answer}")
     if more:  # on stderr: a script reading the table reads only rows
         print(f"(the newest {args.limit} are listed; more sessions match: --limit {args.limit * 4} lists more)",
@@ -108,7 +108,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if len(reports) > 1:
         print(f"  turn {index + 1} of {len(reports)} of conversation {s['conversation_id']} (sessions "
               f"{', '.join(str(r.session['id']) for r in reports)})")
-    print(f"  {s['created']}  {s['status']}" + (f" ({s['error']})" if s["error"] else ""))
+    print(f"  {fmt.local_time(s['created'], seconds=True)}  {s['status']}" + (f" ({s['error']})" if s["error"] else ""))
     print(f"  model {s['model']}, verifier {s['verifier']}, {s['device']}, policy {s['policy']}")
     print(f"  {fmt.steps(s['steps'])}, {s['candidates']} candidates, {s['candidate_tokens']} tokens, "
           f"{s['seconds'] or 0:.2f} s, H2D {s['h2d_bytes']:,} B, D2H {s['d2h_bytes']:,} B")
@@ -171,7 +171,7 @@ def _format_from_suffix(output: str | None) -> str:
 
 def cmd_import(args: argparse.Namespace) -> int:
     db = Path(args.db) if args.db is not None else default_db_path()
-    made = not db.exists()
+    made = not db.exists() and db.parent.is_dir()  # in no folder (a missing one, a file) nothing is made
     try:
         with _open(args, create=True) as store:
             try:
@@ -219,6 +219,16 @@ def cmd_move_aside(args: argparse.Namespace) -> int:
     if not path.exists():
         raise StoreError(f"there is no database at {path} to move aside.")
     if not args.force and SessionStore.damage(path) is None:
+        refused = SessionStore.schema_refusal(path)  # `sessions list` would refuse it too: say what will work
+        if isinstance(refused, StoreTooNew):
+            raise StoreError(f"the session database {path} is not damaged: a newer Beamwise wrote it, with a schema "
+                             "this one does not know; nothing was moved.",
+                             hint="Update Beamwise to read its sessions, or add --force to move it aside (it is kept "
+                                  "next to it) and start a fresh database with this version.")
+        if refused is not None:
+            raise StoreError(f"{path} is not damaged: it is a SQLite database of another program, not Beamwise "
+                             "sessions; nothing was moved.",
+                             hint="Check the --db path, or add --force to move it aside anyway.")
         named = f" --db {shlex.quote(args.db)}" if args.db else ""
         raise StoreError(f"the session database {path} is not damaged; nothing was moved.",
                          hint=f"`beamwise sessions list{named}` shows its sessions; add --force to move it aside "

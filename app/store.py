@@ -30,13 +30,15 @@ from app.processes import alive_since
 from app.text_search import NOT_ASCII, FoldedTexts, needle
 from engine import events as ev
 from engine.errors import BeamwiseError
-from engine.text_cut import cut
+from engine.text_cut import cut, is_blank
 
 DB_NAME = "sessions.db"
 JSON_COLUMNS = ("search", "cache")
 DEFAULT_BUSY_TIMEOUT = 5.0  # seconds a write waits for another program's lock
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 LARGEST_ID = 2**63 - 1  # SQLite's largest INTEGER: no row can have a larger id
+SCHEMA_TEXT = b"CREATE TABLE"  # in the schema table's rows of every database with a table
+SCHEMA_READ = 1 << 20  # bytes of a file without SQLite's header read for the rest of page 1 and the schema's text
 
 
 class StoreError(BeamwiseError):
@@ -147,9 +149,13 @@ class SessionStore:
                 raise self._damaged(f"it holds {looks}, not SQLite data")
             raise NotADatabase(f"{self.path} is not a session database: it holds {looks}, not SQLite data.")
         if self.read_only:
-            return _connect_read_only(self.path, self.busy_timeout)
+            try:
+                return _connect_read_only(self.path, self.busy_timeout)
+            except sqlite3.DatabaseError as error:  # "file is not a database": it rose as an internal error
+                raise self._damaged(error) from error
+        _check_folder(self.path)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(parents=True, exist_ok=True)  # only the default database's folder is missing here
             if not self.path.exists() and not os.access(self.path.parent, os.W_OK):
                 raise StoreReadOnly(f"cannot create the session database {self.path}: the folder "
                                     f"{self.path.parent} is read-only.")
@@ -248,17 +254,9 @@ class SessionStore:
 
     def _check_and_migrate(self) -> None:
         conn = self._conn
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = set(self.db.table_names())
-        applied = {row[0] for row in conn.execute("SELECT name FROM migrations")} if "migrations" in tables else set()
-        known = {m.__name__ for m in MIGRATIONS}
-        if version > SCHEMA_VERSION or applied - known:
-            raise StoreTooNew(
-                f"the session database {self.path} has schema version {version}, newer than this Beamwise "
-                f"understands ({SCHEMA_VERSION}); it was not changed.")
-        if tables and "migrations" not in tables:
-            raise StoreError(f"{self.path} is a SQLite database of another program, not Beamwise sessions; "
-                             "it was not changed.", hint="Pass --db with a new file name.")
+        if (refused := _schema_refusal(conn, self.path)) is not None:
+            raise refused
+        applied = _applied(conn)
         pending = [m for m in MIGRATIONS if m.__name__ not in applied]
         if self.read_only:
             if pending:
@@ -314,6 +312,20 @@ class SessionStore:
                 raise StoreLocked(f"the session database {path} is busy: another program or Beamwise process holds "
                                   "its lock; nothing was moved.") from error
             return str(error)
+
+    @staticmethod
+    def schema_refusal(path: Path | str, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> StoreError | None:
+        """Why a whole SQLite file at `path` cannot be opened as this Beamwise's session database (a newer
+        Beamwise's schema, another program's tables), or None; read only. `move-aside` says it before calling such a
+        file "not damaged" and pointing at `sessions list`, which would refuse it."""
+        try:
+            conn = _connect_read_only(Path(path), busy_timeout)
+            try:
+                return _schema_refusal(conn, Path(path))
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError:  # busy or damaged: `damage` says so
+            return None
 
     @staticmethod
     def move_aside(path: Path | str) -> Path:
@@ -457,7 +469,7 @@ class SessionStore:
 
     def rename(self, session_id: int, title: str) -> None:
         title = " ".join(title.split())
-        if not title:
+        if is_blank(title):  # none, or zero-width characters alone
             raise ValueError("a session title must contain some text.")
         self.get_session(session_id)
         with self.transaction() as conn:
@@ -530,16 +542,18 @@ def search_params(search: str) -> list[Any]:
 
 def foreign_file(path: Path) -> str | None:
     """What the file at `path` holds ("text", "binary data", ...) when it is no SQLite database at all (its first
-    bytes are not SQLite's header), or None: a SQLite file (whole or damaged), an empty file (SQLite makes one a
-    database), or no regular file (reading a FIFO would wait for a writer)."""
+    bytes are not SQLite's header, and no page 1 of one follows them), or None: a SQLite file (whole or damaged),
+    an empty file (SQLite makes one a database), or no regular file (reading a FIFO would wait for a writer)."""
     if not path.is_file():
         return None
     try:
         with path.open("rb") as handle:
             head = handle.read(512)
+            if SQLITE_HEADER.startswith(head[:16]) or _damaged_header(head):  # also empty, or cut off in its header
+                return None
+            if _damaged_page_one(head + handle.read(SCHEMA_READ - len(head))):
+                return None
     except OSError:  # missing or unreadable: SQLite says why when it opens it
-        return None
-    if SQLITE_HEADER.startswith(head[:16]) or _damaged_header(head):  # also empty, or cut off inside its header
         return None
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text[:1] in (b"{", b"["):
@@ -583,6 +597,65 @@ def _damaged_header(head: bytes) -> bool:
     if len(head) >= 100 and not any(head[:100]):
         return True
     return len(head) >= 24 and head[18] in (1, 2) and head[19] in (1, 2) and head[21:24] == b"\x40\x20\x20"
+
+
+def _applied(conn: sqlite3.Connection) -> set[str]:
+    """The names of the migrations the database at `conn` records as applied (none when it has no such table)."""
+    tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return {name for (name,) in conn.execute("SELECT name FROM migrations")} if "migrations" in tables else set()
+
+
+def _schema_refusal(conn: sqlite3.Connection, path: Path | None) -> StoreError | None:
+    """The refusal of a SQLite database this Beamwise cannot use for its sessions: a schema newer than it knows
+    (`StoreTooNew`), or tables of another program; None for a Beamwise database (or an empty one) it can open."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if version > SCHEMA_VERSION or _applied(conn) - {m.__name__ for m in MIGRATIONS}:
+        return StoreTooNew(f"the session database {path} has schema version {version}, newer than this Beamwise "
+                           f"understands ({SCHEMA_VERSION}); it was not changed.")
+    if tables and "migrations" not in tables:
+        return StoreError(f"{path} is a SQLite database of another program, not Beamwise sessions; it was not "
+                          "changed.", hint="Pass --db with a new file name.")
+    return None
+
+
+def _check_folder(path: Path) -> None:
+    """Refuse a session database whose folder is missing, or is a file: an explicit --db with a typo in its folder
+    made that folder tree and a new database in it, and a file where a folder should be read "[Errno 17] File
+    exists". Only the default database's folder (the data folder) is made when missing."""
+    try:
+        if path.parent.is_dir():
+            return
+        chain = [path.parent, *path.parent.parents]
+        blocker = next((folder for folder in chain if folder.exists() and not folder.is_dir()), None)
+    except OSError:  # a folder on the way cannot be read: SQLite says why when it opens the file
+        return
+    if blocker is not None:
+        hint = ("Move that file away, or set BEAMWISE_DATA_DIR to another folder." if _is_default(path) else
+                "Check the --db path, or choose a file in another folder.")
+        raise StoreError(f"cannot open the session database {path}: {blocker} is a file, not a folder; nothing "
+                         "was made.", hint=hint)
+    if not _is_default(path):
+        raise StoreError(f"cannot open the session database {path}: the folder {path.parent} does not exist; "
+                         "nothing was made.", hint="Create the folder first or choose another one (check the --db "
+                                                   "path for a typo).")
+
+
+def _damaged_page_one(data: bytes) -> bool:
+    """A SQLite database whose whole file header (its first 100 bytes) was overwritten: page 1's b-tree header that
+    follows it is whole (the page type of the schema table, interior 5 or leaf 13, at most 60 fragmented bytes, and
+    1 or more cell pointers that end before the cell content and point into it), and the file holds the schema's
+    "CREATE TABLE" text. Random bytes, a PNG or a text file hold neither: they are still no database."""
+    if len(data) < 108 or data[100] not in (0x05, 0x0D) or data[107] > 60:
+        return False
+    cells = int.from_bytes(data[103:105], "big")
+    content = int.from_bytes(data[105:107], "big") or 65536  # 0 stands for 65536 (a page of 64 KiB)
+    start = 100 + (12 if data[100] == 0x05 else 8)
+    end = start + 2 * cells
+    if cells < 1 or end > content or end > len(data):
+        return False
+    pointers = (int.from_bytes(data[i:i + 2], "big") for i in range(start, end, 2))
+    return all(content <= pointer for pointer in pointers) and SCHEMA_TEXT in data
 
 
 def _writable(path: Path) -> bool:
