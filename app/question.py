@@ -7,6 +7,7 @@ from pathlib import Path
 
 from app.options import UsageError
 from app.text_files import decode_text
+from engine.text_cut import is_blank
 
 EXAMPLE = 'beamwise run "What is 12*7?"'
 
@@ -19,7 +20,7 @@ def read_question(argument: str | None, file: str | None) -> str:
         text = _decode(_read_bytes(source), "standard input" if source == "-" else source)
     else:  # check_given: without a file there is an argument
         text = _checked_argument(argument)
-    if not text.strip():
+    if is_blank(text):
         raise UsageError(empty_message(source))
     return text
 

@@ -38,7 +38,7 @@ def render_session(store: SessionStore, session_id: int, fmt: str) -> str:
         raise ValueError(f"export format must be one of {', '.join(FORMATS)} (got {fmt!r}).")
     reports, index = conversation_reports(store, session_id)  # one turn, or each turn of its conversation
     if fmt == "md":
-        return render_conversation(reports)
+        return render_conversation(reports, index)
     dump = session_dump(store, session_id)
     if fmt == "json":
         return json.dumps(finite(dump), indent=1, ensure_ascii=False, allow_nan=False) + "\n"

@@ -201,9 +201,9 @@ def _transcript(report: Report) -> str:
 def _memory_table(report: Report) -> str:
     summary = memory_summary(report)
     head = f"<p>{escape(summary[0])}</p>"
-    if not report.timeline:
+    cells = traffic_rows(report)
+    if not cells:
         return head
     headers = "".join(f"<th>{escape(h)}</th>" for h in TRAFFIC_HEADERS)
-    rows = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>"
-                   for row in traffic_rows(report.timeline))
+    rows = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in cells)
     return f"{head}<table><tr>{headers}</tr>{rows}</table>"

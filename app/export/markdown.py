@@ -11,12 +11,13 @@ from app.session.series import prompt_traffic
 from app.session.steps import failure_point
 
 
-def render_conversation(reports: list[Report]) -> str:
-    """The Markdown of a conversation: each turn's transcript in turn, headings one level down under the first
-    question's title; one turn is `render_markdown` itself."""
+def render_conversation(reports: list[Report], index: int = 0) -> str:
+    """The Markdown of a conversation: each turn's transcript in turn, headings one level down under the title of
+    the turn exported (`index`: the session asked for, whose title the list, the window and the HTML page show,
+    renamed or not); one turn is `render_markdown` itself."""
     if len(reports) == 1:
         return render_markdown(reports[0])
-    lines = [f"# {literal_line(reports[0].session['title'])}", "", f"A conversation of {len(reports)} turns.", ""]
+    lines = [f"# {literal_line(reports[index].session['title'])}", "", f"A conversation of {len(reports)} turns.", ""]
     for turn, report in enumerate(reports, 1):
         body = render_markdown(report).split("\n")
         lines.append(f"## Turn {turn}: {body[0].removeprefix('# ')}")
@@ -81,24 +82,31 @@ def memory_summary(report: Report) -> list[str]:
     lines = [f"Host to device {fmt.size(s['h2d_bytes'])}, device to host {fmt.size(s['d2h_bytes'])}, "
              f"peak KV on the device {fmt.size(peak)} of {fmt.size(s['kv_budget_bytes'])}"
              + (" (emulated device)" if s.get("emulated") else "") + ".", ""]
-    if steps:
+    rows = traffic_rows(report)
+    if rows:
         lines += [f"| {' | '.join(TRAFFIC_HEADERS)} |", "|---" * len(TRAFFIC_HEADERS) + "|"]
-        lines += [f"| {' | '.join(row)} |" for row in traffic_rows(steps)]
+        lines += [f"| {' | '.join(row)} |" for row in rows]
     return lines
 
 
 TRAFFIC_HEADERS = ("step", "groups", "H2D", "D2H", "KV on device", "KV on host", "stall")
 
 
-def traffic_rows(timeline: list[dict]) -> list[tuple[str, ...]]:
-    """The memory table's cells, a row per step: first a `prompt` row when the question's KV moved bytes before
-    step 1 (a prefix-cache load, an offload), which the cumulative figures hold and no step's own does."""
+def traffic_rows(report: Report) -> list[tuple[str, ...]]:
+    """The memory table's cells, a row per step, so that they add up to the totals above them: first a `prompt` row
+    when the question's KV moved bytes before step 1 (a prefix-cache load, an offload), which the cumulative figures
+    hold and no step's own does; last a `prefix cache` row for its copies of the run's kept blocks to the host after
+    the last step (`RunFinished.prefix_kept_d2h_bytes`), which the session's D2H total holds and no step does."""
+    timeline = report.timeline
     rows = [(str(t["step"]), str(t["groups"]), fmt.size(t["step_h2d_bytes"]), fmt.size(t["step_d2h_bytes"]),
              fmt.size(t["device_bytes"]), fmt.size(t["host_bytes"]), f"{(t['stall_share'] or 0) * 100:.0f}%")
             for t in timeline]
     before = prompt_traffic(timeline[0]) if timeline else (0, 0)
     if any(before):
         rows.insert(0, ("prompt", "", fmt.size(before[0]), fmt.size(before[1]), "", "", ""))
+    kept = report.session.get("prefix_kept_d2h_bytes") or 0
+    if kept:
+        rows.append(("prefix cache", "", fmt.size(0), fmt.size(kept), "", "", ""))
     return rows
 
 

@@ -56,6 +56,8 @@ def report_of(model: SessionModel, stored: dict[str, Any]) -> Report:
     end = model.run.end
     session["context_note"] = fmt.context_full_text(end) if isinstance(end, ev.RunFinished) and end.context_full \
         else None  # the model's context filled the paths: said as `run` says it
+    # the prefix cache's copies of the kept blocks after the last step: in the D2H total (session_facts), no step's
+    session["prefix_kept_d2h_bytes"] = end.prefix_kept_d2h_bytes if isinstance(end, ev.RunFinished) else 0
     if isinstance(end, ev.RunFailed) and end.details:  # a fault: what its report needs
         session["error_details"] = end.details
     candidates = candidate_rows(model)

@@ -25,6 +25,7 @@ from app.gui.bridge import Conversation
 from app.gui.hints import fit_placeholder
 from engine.chat import Turn
 from engine.errors import BeamwiseError
+from engine.text_cut import is_blank
 
 FOLLOW_UP_HINT = "Ask a follow-up about this answer (Enter)"
 HINTS = {  # the placeholder, longest first: the field shows the longest that fits it whole (app/gui/hints.py)
@@ -138,7 +139,7 @@ class FollowUpBox(QWidget):
 
     def submit(self) -> None:
         text = self.field.text().strip()
-        if not text:
+        if is_blank(text):  # zero-width characters alone too (app/question.py)
             self.field.setFocus()
             return
         self.asked.emit(text)

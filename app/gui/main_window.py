@@ -54,6 +54,7 @@ from app.session.model import failure_title
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import BeamwiseError
+from engine.text_cut import is_blank
 
 RUN_OVER = object()  # queued after a run's events: the search request is over
 
@@ -301,7 +302,7 @@ class MainWindow(QMainWindow):
         if self.running:
             return False
         question = self.question.toPlainText().strip()
-        if not question:
+        if is_blank(question):  # zero-width characters alone too, as `beamwise run` refuses them
             self.statusBar().showMessage("Type a question first.", 5000)
             self.question.setFocus()
             return False
@@ -442,7 +443,7 @@ class MainWindow(QMainWindow):
 
     def _update_actions(self) -> None:
         valid = self.controls.is_valid()
-        has_question = bool(self.question.toPlainText().strip())
+        has_question = not is_blank(self.question.toPlainText())
         self.run_action.setEnabled(not self.running and valid and has_question)
         self.refused_run.setEnabled(not self.running and not self.run_action.isEnabled())
         tip = "Start the search (Ctrl+Enter)" if has_question else "Type a question first"

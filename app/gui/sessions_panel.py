@@ -46,6 +46,7 @@ from app.export.md_escape import without_controls
 from app.gui.session_writes import SessionWrites
 from app.store import SessionStore
 from engine.errors import BeamwiseError
+from engine.text_cut import is_blank
 
 COLUMNS = ("title", "turns", "created", "model", "status", "answer")
 HEADERS = ("Title", "Turns", "Date", "Model", "Status", "Answer")
@@ -115,7 +116,7 @@ class SessionsTableModel(QAbstractTableModel):
             return False
         title = " ".join(str(value).split())
         row = self.rows[index.row()]
-        if not title or title == row["title"] or not self._rename(row["id"], title):
+        if is_blank(title) or title == row["title"] or not self._rename(row["id"], title):
             return False  # refused, failed or still waiting for the database: the old title stays shown
         self.set_title(row["id"], title)
         return True
@@ -135,7 +136,7 @@ def _display(row: dict, key: str) -> str:
     transcript and `beamwise sessions` show them."""
     value = row.get(key)
     if key == "created":
-        return (value or "")[:16].replace("T", " ")
+        return fmt.local_time(value)  # stored with the recording machine's offset: as this one's clock said it
     if key == "answer":
         return fmt.brief(without_controls(value or ""), 80)
     return "" if value is None else without_controls(str(value))
