@@ -38,6 +38,8 @@ class PrefillDone:
     cached_tokens: int = 0  # loaded from the prefix cache instead of computed
     computed_tokens: int | None = None  # computed by this run (None, in events stored before: all of them)
     prefix_disk_problem: str | None = None  # why the prefix cache's disk tier cannot keep this run's blocks
+    h2d_bytes: int = 0  # KV traffic of the question before step 1 (a prefix-cache load, an offload), which the first
+    d2h_bytes: int = 0  # step's TransferStats totals hold beyond its own; 0 in events stored before
 
     def __post_init__(self) -> None:
         if self.computed_tokens is None:

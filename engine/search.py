@@ -196,7 +196,9 @@ class _Search:
     def _steps(self, kv: KVCache, prompt: list[int]) -> Iterator[ev.Event]:
         seconds = kv.prefill(prompt)
         problem = kv.prefix.disk_problem if kv.prefix is not None else None
-        yield ev.PrefillDone(len(prompt), seconds, kv.cached_tokens, kv.computed_tokens, problem)
+        moved = kv.store.counters.total  # the question's own traffic: a run cancelled in step 1 has no other record
+        yield ev.PrefillDone(len(prompt), seconds, kv.cached_tokens, kv.computed_tokens, problem, moved["h2d"],
+                             moved["d2h"])
         kept: list[int] = []
         step = 0
         for step in range(1, self.cfg.max_steps + 1):

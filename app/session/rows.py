@@ -112,6 +112,8 @@ def session_facts(model: SessionModel) -> dict[str, Any]:
     if run.traffic is not None:  # and the prefix cache's copies of the run's blocks at its end (not in a step)
         kept = run.end.prefix_kept_d2h_bytes if isinstance(run.end, ev.RunFinished) else 0
         facts.update(h2d_bytes=run.traffic.h2d_bytes, d2h_bytes=run.traffic.d2h_bytes + kept)
+    elif run.prefill is not None:  # no step finished (cancelled in step 1): the question's traffic is all it moved
+        facts.update(h2d_bytes=run.prefill.h2d_bytes, d2h_bytes=run.prefill.d2h_bytes)
     if run.policy_changes and run.started is not None:
         facts["policy"] = policy_label(run.started.policy, run.policy_changes)
     end = run.end

@@ -47,6 +47,7 @@ class RunRecord:
 
     started: ev.RunStarted | None = None
     prompt_tokens: int | None = None
+    prefill: ev.PrefillDone | None = None
     steps: dict[int, StepRecord] = field(default_factory=dict)
     end: ev.RunFinished | ev.RunCancelled | ev.RunFailed | None = None
     policy_changes: list[ev.PolicyChanged] = field(default_factory=list)  # auto went on with another policy
@@ -56,7 +57,7 @@ class RunRecord:
         if isinstance(event, ev.RunStarted):
             self.started = event
         elif isinstance(event, ev.PrefillDone):
-            self.prompt_tokens = event.prompt_tokens
+            self.prompt_tokens, self.prefill = event.prompt_tokens, event
         elif isinstance(event, ev.StepStarted):
             self._step(event.step).started = event
         elif isinstance(event, ev.MemorySnapshot):
