@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
+from app.db_kind import foreign_file
 from app.recorder import SessionRecorder
-from app.store import NotADatabase, SessionStore, StoreError, foreign_file
+from app.store import NotADatabase, SessionStore, StoreError
 from benchmarks.fake_search import fake_run
 
 TINY = ["--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2", "--step-tokens", "4", "--max-steps", "1"]

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from app.db_kind import SQLITE_HEADER
 from app.journal_import import open_session_store
 from app.processes import alive_since, started_at
 from app.recorder import SessionRecorder
 from app.store import (
     SCHEMA_VERSION,
-    SQLITE_HEADER,
     SessionNotFound,
     SessionStore,
     StoreDamaged,
