@@ -25,9 +25,11 @@ def read_question(argument: str | None, file: str | None) -> str:
     return text
 
 
-def empty_message(source: str | None = None) -> str:
+def empty_message(source: str | None = None, command: str = "run") -> str:
     """Why the question is empty, naming where it was read from: a file, standard input (`-`) or, with None, the
-    argument (also `gui --question`'s)."""
+    argument; for `gui` and `bench` (`command`), which read no question file, in their own options."""
+    if command != "run":
+        return f'the question is empty; pass one in quotes, e.g. beamwise {command} --question "What is 12*7?".'
     if source == "-":
         return f"standard input is empty; pipe the question into it, or pass it in quotes, e.g. {EXAMPLE}."
     if source is not None:

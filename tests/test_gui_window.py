@@ -375,6 +375,7 @@ def test_a_screenshot_of_an_empty_question_is_refused_as_run_refuses_it(tmp_path
     assert main(gui_args(tmp_path, "--question", question, "--screenshot", str(tmp_path / "x.png"))) == 2
     err = capsys.readouterr().err
     assert "the question is empty" in err and "needs --question" not in err
+    assert 'beamwise gui --question "What is 12*7?"' in err and "--question-file" not in err  # gui reads no file
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, which no one can write to")

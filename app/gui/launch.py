@@ -29,6 +29,7 @@ from app.store import SessionStore, StoreDamaged, default_db_path
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import BeamwiseError
+from engine.text_cut import is_blank
 
 Configs = tuple[ModelSpec, SearchConfig, CacheConfig]
 PLAN_WAIT_MS = 15_000  # a screenshot waits this long at most for the plan bar after the run
@@ -144,8 +145,8 @@ def main(args: argparse.Namespace) -> int:
     if screenshot is not None and args.question is None:
         print("beamwise: error: --screenshot needs --question (the run to take a picture of).", file=sys.stderr)
         return 2
-    if screenshot is not None and not args.question.strip():
-        print(f"beamwise: error: {empty_message()}", file=sys.stderr)  # as `beamwise run ""` says it
+    if screenshot is not None and is_blank(args.question):
+        print(f"beamwise: error: {empty_message(command='gui')}", file=sys.stderr)  # as `beamwise run ""` says it
         return 2
     if screenshot is not None and (problem := unwritable(screenshot)):
         print(f"beamwise: error: cannot save the screenshot to {screenshot}: {problem}; "
