@@ -14,18 +14,19 @@ from app.json_out import is_stream, refuse_the_database, write_json
 from app.models_folder import source_of
 from app.options import (
     DEFAULT_QUESTION,
-    LOOKAHEAD_VERIFY_HELP,
     SPECULATIVE_CONTINUATIONS_HELP,
     SPECULATIVE_HELP,
     UsageError,
     add_backend_options,
     add_threads_option,
+    lookahead_verify_help,
     parse_delimiter,
     server_from_args,
     size_type,
 )
 from app.question import empty_message
 from engine.config import DTYPES
+from engine.text_cut import is_blank
 from engine.workload import BASELINES, LADDER, Workload, check_names
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--speculative-continuations", type=int, default=d.speculative_continuations, metavar="N",
                    help=SPECULATIVE_CONTINUATIONS_HELP)
     p.add_argument("--lookahead-verify", action=argparse.BooleanOptionalAction, default=None,
-                   help=f"force LookAhead verification on or off (default: on); {LOOKAHEAD_VERIFY_HELP}")
+                   help=f"force LookAhead verification on or off (default: on); {lookahead_verify_help('--prm PATH')}")
     p.add_argument("--prm", dest="verifier_model", default=None, metavar="PATH", type=source_of,
                    help="score steps with this PRM (a folder or synthetic:tiny-qwen-prm and the like) instead of "
                    "the generator's log-probabilities; adds the verifier's columns")
@@ -90,7 +91,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="instead: candidate-tokens/s of one engine step beside model.generate(num_return_sequences)",
     )
-    add_backend_options(p)
+    add_backend_options(p, prm_server=False)  # --verifier-endpoint is parsed only to be refused (`_check`)
     p.add_argument("--no-local", action="store_true", help="--backend openai: do not run the same search here")
     p.set_defaults(handler=bench_command)
 
@@ -123,14 +124,20 @@ def bench_command(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> None:
     """UsageError for settings the bench would refuse, or take without using, before anything loads."""
-    if args.question is not None and not args.question.strip():  # '' would bench the default question unasked
-        raise UsageError(empty_message())  # as `beamwise run ""` and `gui --question ""` say it
+    if args.question is not None and is_blank(args.question):  # '' would bench the default question unasked
+        raise UsageError(empty_message(command="bench"))  # in bench's own option: it reads no question file
     for name in ("beams", "width", "step_tokens", "prompt_tokens", "gen_tokens"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)}).")
     if args.speculative_continuations < 0:
         raise UsageError(f"--speculative-continuations must be 0 (FlashTTS's B - j + 1) or a count of 1 or more "
                          f"(got {args.speculative_continuations}).")
+    if args.verifier_endpoint is not None:  # once ignored by --backend openai; a local bench sent it to --backend
+        raise UsageError("bench scores steps with the generator's log-probabilities (the server's with --backend "
+                         "openai) or with --prm PATH here, never on a PRM server; leave --verifier-endpoint out.")
+    if args.no_local and args.backend != "openai":  # it was taken without a word, and the bench ran here
+        raise UsageError("--no-local leaves out the run here beside a server's: add --backend openai (and --server, "
+                         "--served-model), or leave --no-local out.")
     if args.time_limit is not None and not args.time_limit > 0:
         raise UsageError(f"--time-limit must be a positive number of seconds (got {args.time_limit:g}).")
     if args.versus_generate:

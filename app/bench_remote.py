@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from app.options import DEFAULT_QUESTION, UsageError, server_from_args
+from app.options import DEFAULT_QUESTION, server_from_args
 from engine.remote_bench import SearchCost, measure
 from engine.workload import Workload
 
@@ -16,9 +16,6 @@ def remote_bench(args: argparse.Namespace, workload: Workload) -> tuple[list[Sea
     from engine import remote_search
     from engine.backends.openai import OpenAICompletions, check_connection
 
-    if args.verifier_endpoint:  # it used to be ignored: bench scores with the server's log-probabilities
-        raise UsageError("bench --backend openai scores steps with the server's log-probabilities; leave "
-                         "--verifier-endpoint out.")
     server = server_from_args(args, endpoint_option="--server")  # its errors in bench's own word for the address
     question = workload.question or DEFAULT_QUESTION
     search = workload.search()

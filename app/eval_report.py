@@ -18,8 +18,8 @@ class ProblemResult:
     expected: str
     predicted: str | None
     correct: bool
-    any_correct: bool  # some final candidate states the expected answer (pass@N)
-    candidates: int  # final candidates the answer was chosen from (N of pass@N)
+    any_correct: bool  # some compared final path states the expected answer (pass@N)
+    candidates: int  # final paths compared (N of pass@N): those the answer was chosen from, see `_final_texts`
     tokens: int  # generated tokens, every candidate (and lookahead roll-out) together
     verifier_tokens: int
     seconds: float
@@ -29,7 +29,7 @@ class ProblemResult:
     disagreed: int  # of those, steps where it would have ranked another child first
     status: str  # finished, failed or cancelled
     exit: ExitTally = field(default_factory=ExitTally)  # the layer-entropy exit (empty when it is off)
-    agreement: float | None = None  # share of the final candidates stating the answer given (None: no answer)
+    agreement: float | None = None  # share of the compared final paths stating the answer given (None: no answer)
 
 
 def result_of(method: str, line: int, expected: str, events: Sequence) -> ProblemResult:
@@ -56,14 +56,17 @@ def result_of(method: str, line: int, expected: str, events: Sequence) -> Proble
 
 
 def _agreement(predicted: str | None, answers: Sequence[str | None]) -> float | None:
-    """How one-sided the final paths were: the share stating the answer given, compared as votes count them."""
+    """How one-sided the compared paths were: the share stating the answer given, compared as votes count them."""
     if predicted is None or not answers:
         return None
     return sum(a is not None and answer_key(a) == answer_key(predicted) for a in answers) / len(answers)
 
 
 def _final_texts(tree: SearchTree, kept: Sequence[int]) -> list[str]:
-    """Each final candidate's whole text (its path's steps joined); finished ones when any finished."""
+    """The whole text (its steps joined) of each final path the answer was chosen from, as the engine chooses
+    (engine/methods/selection.py `final_pool`): the kept paths that finished (EOS) when any did, else every kept
+    path. A path cut off at max_steps beside a finished one may stop mid-sentence, so it is not taken as an
+    answer; pass@N and the vote's agreement count these paths, and their number is the N the table shows."""
     kept = [c for c in kept if c in tree]
     finished = [c for c in kept if tree.node(c).eos]
     return ["".join(tree.node(i).text for i in tree.path_to(cid)) for cid in finished or kept]
@@ -75,7 +78,7 @@ class MethodSummary:
     problems: int
     accuracy: float | None  # fraction of finished runs answered correctly (None: no problem finished)
     pass_at_n: float | None  # fraction of finished runs where some final candidate is correct (None: none finished)
-    n: int  # the most final candidates a problem had
+    n: int  # the most final paths a finished run compared (pass@N's N; see `_final_texts`)
     mean_tokens: float
     mean_verifier_tokens: float
     seconds: float  # wall seconds, all problems
@@ -87,7 +90,8 @@ class MethodSummary:
     verifier_compute_saved: float | None = None  # share of the verifier's layer work (tokens x layers) saved
     exit_disagreement: float | None = None  # share of audited exits where the full pass picks another child
     no_answer: int = 0  # finished runs whose answer states nothing the reader takes for an answer
-    agreement: float | None = None  # mean share of a run's final paths stating its answer (how split the vote was)
+    agreement: float | None = None  # mean share of a run's compared paths stating its answer (how split the vote was)
+    n_min: int = 0  # the fewest final paths a finished run compared: N varies between problems when it is below `n`
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -105,16 +109,17 @@ def summarize(method: str, results: Sequence[ProblemResult], seconds: float) -> 
     audited = sum(r.audited for r in results)
     exits = sum((r.exit for r in results), ExitTally())
     finished = [r for r in results if r.status == "finished"]
+    compared = [r.candidates for r in finished]  # pass@N is over the finished runs, so N is too
     return MethodSummary(
         method, count, _mean_or_none([r.correct for r in finished]), _mean_or_none([r.any_correct for r in finished]),
-        max((r.candidates for r in results), default=0), _mean([r.tokens for r in results]),
+        max(compared, default=0), _mean([r.tokens for r in results]),
         _mean([r.verifier_tokens for r in results]), seconds,
         sum(r.skipped_steps for r in results) / steps if steps else 0.0,
         sum(r.disagreed for r in results) / audited if audited else None,
         sum(r.status == "failed" for r in results),
         exits.mean_layer, exits.layers, exits.saved, exits.disagreement,
         sum(r.status == "finished" and r.predicted is None for r in results),
-        _mean_or_none([r.agreement for r in results if r.agreement is not None]),
+        _mean_or_none([r.agreement for r in results if r.agreement is not None]), min(compared, default=0),
     )
 
 
@@ -122,10 +127,20 @@ def _mean_or_none(values: Sequence[float]) -> float | None:
     return _mean(values) if values else None
 
 
-_ROWS = (
+def _compared(s: MethodSummary) -> str:
+    """pass@N's N: the final paths a finished run compared, as a range when problems differ ('-': none finished)."""
+    if s.pass_at_n is None:
+        return "-"
+    return str(s.n) if s.n_min == s.n else f"{s.n_min}-{s.n}"
+
+
+_ANSWER_ROWS = (  # pass@N's N used to read as "(N=2)" beside best-of-n's 4 samples: it counts the paths compared
     ("problems", lambda s: str(s.problems)),
     ("accuracy", lambda s: "-" if s.accuracy is None else f"{s.accuracy:.1%}"),
-    ("pass@N", lambda s: "-" if s.pass_at_n is None else f"{s.pass_at_n:.1%} (N={s.n})"),
+    ("pass@N", lambda s: "-" if s.pass_at_n is None else f"{s.pass_at_n:.1%}"),
+    ("N: final paths compared", _compared),
+)
+_ROWS = (
     ("mean tokens", lambda s: f"{s.mean_tokens:,.0f}"),
     ("mean verifier tokens", lambda s: f"{s.mean_verifier_tokens:,.0f}"),
     ("wall seconds", lambda s: f"{s.seconds:,.1f}"),
@@ -134,7 +149,7 @@ _ROWS = (
     ("no answer found", lambda s: str(s.no_answer)),
     ("failed runs", lambda s: str(s.failed)),
 )
-_VOTE_ROWS = (  # shown when the answer is a vote (--select majority or weighted)
+_VOTE_ROWS = (  # shown when the answer is a vote (--select majority or weighted): a share of the N paths compared
     ("vote: paths agreeing", lambda s: "-" if s.agreement is None else f"{s.agreement:.0%}"),
 )
 _EXIT_ROWS = (  # shown when some method ran with the layer-entropy exit
@@ -147,9 +162,10 @@ _EXIT_ROWS = (  # shown when some method ran with the layer-entropy exit
 
 
 def table(summaries: Sequence[MethodSummary], vote: bool = False) -> str:
-    """Methods side by side, one row per measure; `vote` adds how split the final paths' answers were."""
+    """Methods side by side, one row per measure; `vote` adds how split the compared paths' answers were (under
+    the row that says how many paths were compared)."""
     head = ["", *(s.method for s in summaries)]
-    measures = _ROWS + (_VOTE_ROWS if vote else ())
+    measures = _ANSWER_ROWS + (_VOTE_ROWS if vote else ()) + _ROWS
     measures += _EXIT_ROWS if any(s.mean_exit_layer is not None for s in summaries) else ()
     rows = [head] + [[name, *(cell(s) for s in summaries)] for name, cell in measures]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]

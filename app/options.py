@@ -171,11 +171,14 @@ SPECULATIVE_CONTINUATIONS_HELP = (
 )
 
 
-LOOKAHEAD_VERIFY_HELP = (
-    "with --speculative and a PRM (--verifier prm): a candidate whose row speculated its first child's whole next "
-    "step has that step verified in the same pass as its own, and the child's score is not computed again "
-    "(FlashTTS's LookAhead verification; the same scores either way)"
-)
+def lookahead_verify_help(prm_option: str = "--verifier prm") -> str:
+    """--lookahead-verify's help, naming the PRM as the command takes it (`bench --prm PATH` has no --verifier)."""
+    return (f"with --speculative and a PRM ({prm_option}): a candidate whose row speculated its first child's whole "
+            "next step has that step verified in the same pass as its own, and the child's score is not computed "
+            "again (FlashTTS's LookAhead verification; the same scores either way)")
+
+
+LOOKAHEAD_VERIFY_HELP = lookahead_verify_help()
 
 
 def add_speculation_options(group, default: bool | None) -> None:
@@ -193,8 +196,10 @@ def add_speculation_options(group, default: bool | None) -> None:
 BACKENDS = ("local", "openai")
 
 
-def add_backend_options(parser: argparse.ArgumentParser) -> None:
-    """Where the generator runs: this machine, or an OpenAI-compatible server (vLLM, SGLang, llama.cpp)."""
+def add_backend_options(parser: argparse.ArgumentParser, prm_server: bool = True) -> None:
+    """Where the generator runs: this machine, or an OpenAI-compatible server (vLLM, SGLang, llama.cpp).
+    `prm_server` False: the command refuses --verifier-endpoint (bench scores with the server's log-probabilities),
+    so its help does not list it; it is still parsed, to be refused in words that say why."""
     g = parser.add_argument_group("generator server (see README, Using a server)")
     g.add_argument("--backend", default="local", choices=BACKENDS,
                    help="local: load --model here; openai: a /v1/completions server at --endpoint")
@@ -207,7 +212,8 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
                    help=f"openai: seconds to wait for one answer before retrying (default: {REQUEST_TIMEOUT:g})")
     g.add_argument("--verifier-endpoint", default=None, metavar="URL",
-                   help="openai, --verifier prm: a vLLM server of the PRM (--verifier-model is its served name)")
+                   help="openai, --verifier prm: a vLLM server of the PRM (--verifier-model is its served name)"
+                   if prm_server else argparse.SUPPRESS)
     g.add_argument("--one-request-per-path", action="store_true",
                    help="openai: one request with n=M for each kept path instead of M with n=1 (vLLM, SGLang)")
 

@@ -34,7 +34,8 @@ def session_id(text: str) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sessions", help="list, show, export, import or delete recorded sessions")
+    p = sub.add_parser("sessions", help="recorded sessions: list, show, export, import, rename, delete, or "
+                       "move-aside a damaged database")
     p.set_defaults(handler=lambda args: (p.print_help(), 0)[1])
     db = argparse.ArgumentParser(add_help=False)
     db.add_argument("--db", default=None, help=f"session database (default: {default_db_path()})")

@@ -440,7 +440,8 @@ def _notes(report: BenchReport, forced: bool) -> list[str]:
             f"sampled tokens may differ between policies in {dtype} on CUDA: a different batch "
             "composition changes low bits of the logits; teacher_forced_max_logit_diff compares them on the same tokens"
         )
-    if dtype != "float32" and report.reference_max_abs_logit:
+    forced_rows = any(r.ok and r.teacher_forced_max_logit_diff is not None for r in report.results)
+    if dtype != "float32" and report.reference_max_abs_logit and forced_rows:
         spacing = torch.finfo(getattr(torch, dtype)).eps * report.reference_max_abs_logit
         notes.append(
             f"teacher-forced logit differences in {dtype} of a few rounding steps are not a policy error: "
@@ -452,7 +453,7 @@ def _notes(report: BenchReport, forced: bool) -> list[str]:
         )
     if not forced:
         notes.append("in_device's reference run did not finish, so no policy was teacher-forced against it")
-    unbounded = [r.name for r in report.results if r.name.startswith("in_device")]
+    unbounded = [r.name for r in report.results if r.name.startswith("in_device") and r.ok]  # rows that ran
     if unbounded and report.workload.kv_budget_bytes is not None:
         notes.append(f"{', '.join(unbounded)} ran without the KV budget: every block on the device, the reference "
                      "the other rows are compared with (its peak is what the whole search takes)")

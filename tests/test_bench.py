@@ -189,7 +189,9 @@ def test_an_empty_question_is_refused_as_run_refuses_it(capsys, question):
             "--gen-tokens", "16", "--question", question, "--policies", "lbs:inter_token"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err == refusal and err.startswith("beamwise: error: the question is empty") and "[bench]" not in err
+    assert refusal.startswith("beamwise: error: the question is empty") and "[bench]" not in err
+    assert err == 'beamwise: error: the question is empty; pass one in quotes, e.g. beamwise bench --question "What ' \
+                  'is 12*7?".\n'  # bench reads no question file: run's hint named --question-file
 
 
 def test_plan_only_refuses_a_question(capsys):
