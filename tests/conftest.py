@@ -31,12 +31,14 @@ from engine.config import ModelSpec  # noqa: E402  (after the environment above)
 from engine.models import load_model  # noqa: E402
 
 
-def join_background_threads(seconds: float) -> None:
-    """Wait for the app's daemon threads still at work (a window's plan, a load), `seconds` at most in all."""
+def join_background_threads(seconds: float) -> list[str]:
+    """Wait for the app's daemon threads still at work (a window's plan, a load), `seconds` at most in all; the
+    names of those still running then."""
     deadline = time.monotonic() + seconds
-    for thread in threading.enumerate():
-        if thread.daemon and thread.name.startswith("beamwise-"):
-            thread.join(max(0.0, deadline - time.monotonic()))
+    threads = [t for t in threading.enumerate() if t.daemon and t.name.startswith("beamwise-")]
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [thread.name for thread in threads if thread.is_alive()]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -49,6 +51,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Every test module is imported (torch, transformers, Qt and the app with them: ~380,000 objects): freeze them
     out of the cyclic collector, so the collection after each window test (below) scans only what tests made."""
+    gc.collect()  # the imports' own garbage first: frozen, it would never be freed
     gc.freeze()
 
 
@@ -59,15 +62,20 @@ def collected_after_window_tests(request):
     of it is left to the next test. Once in five full runs the whole run aborted ("pure virtual method called")
     with the collector running inside a later test's event processing, beside an earlier window's plan still being
     made; the cycles it was freeing were not found, and neither can happen there now (~3 s over the window tests)."""
+    frozen = gc.get_freeze_count()
     yield
     if "qtbot" not in request.fixturenames:
         return
     from PySide6.QtCore import QCoreApplication, QEvent
 
-    join_background_threads(30)
+    running = join_background_threads(30)
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    if gc.get_freeze_count() > frozen:  # a window's run froze what was alive at its start and ended before its
+        gc.unfreeze()  # thaw (app/gui/gc_freeze.py): its window and cycles are this test's garbage too
     gc.collect()
-    gc.freeze()  # again: a window's run thaws everything at its end (app/gui/gc_freeze.py)
+    gc.freeze()  # again: a window's run that ended thawed everything
+    if running:  # a thread that outlives its window's test would run beside every later one
+        pytest.fail(f"the app's background threads {', '.join(running)} were still running 30 s after the test")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
