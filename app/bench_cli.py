@@ -25,8 +25,8 @@ from app.options import (
     size_type,
 )
 from app.question import empty_message
+from engine.blank_text import is_blank
 from engine.config import DTYPES
-from engine.text_cut import is_blank
 from engine.workload import BASELINES, LADDER, Workload, check_names
 
 if TYPE_CHECKING:

@@ -4,10 +4,11 @@ or something else (text, an export, binary data), which is never called damaged.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import BinaryIO
 
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 SCHEMA_TEXT = b"CREATE TABLE"  # in the schema table's rows of every database with a table
-SCHEMA_READ = 1 << 20  # bytes of a file without SQLite's header read for the rest of page 1 and the schema's text
+SCHEMA_READ = 1 << 20  # bytes of a file without SQLite's header read at a time: page 1, then the schema's text
 
 
 def foreign_file(path: Path) -> str | None:
@@ -21,7 +22,8 @@ def foreign_file(path: Path) -> str | None:
             head = handle.read(512)
             if SQLITE_HEADER.startswith(head[:16]) or damaged_header(head):  # also empty, or cut off in its header
                 return None
-            if damaged_page_one(head + handle.read(SCHEMA_READ - len(head))):
+            data = head + handle.read(SCHEMA_READ - len(head))
+            if damaged_page_one(data) and holds_schema_text(data, handle):
                 return None
     except OSError:  # missing or unreadable: SQLite says why when it opens it
         return None
@@ -51,10 +53,10 @@ def damaged_header(head: bytes) -> bool:
 
 
 def damaged_page_one(data: bytes) -> bool:
-    """A SQLite database whose whole file header (its first 100 bytes) was overwritten: page 1's b-tree header that
-    follows it is whole (the page type of the schema table, interior 5 or leaf 13, at most 60 fragmented bytes, and
-    1 or more cell pointers that end before the cell content and point into it), and the file holds the schema's
-    "CREATE TABLE" text. Random bytes, a PNG or a text file hold neither: they are still no database."""
+    """The start of a SQLite database whose whole file header (its first 100 bytes) was overwritten: page 1's
+    b-tree header that follows it is whole (the page type of the schema table, interior 5 or leaf 13, at most 60
+    fragmented bytes, and 1 or more cell pointers that end before the cell content and point into it). Random
+    bytes, a PNG or a text file fail it; `holds_schema_text` tells the few that pass from a database."""
     if len(data) < 108 or data[100] not in (0x05, 0x0D) or data[107] > 60:
         return False
     cells = int.from_bytes(data[103:105], "big")
@@ -63,5 +65,20 @@ def damaged_page_one(data: bytes) -> bool:
     end = start + 2 * cells
     if cells < 1 or end > content or end > len(data):
         return False
-    pointers = (int.from_bytes(data[i:i + 2], "big") for i in range(start, end, 2))
-    return all(content <= pointer for pointer in pointers) and SCHEMA_TEXT in data
+    return all(content <= int.from_bytes(data[i:i + 2], "big") for i in range(start, end, 2))
+
+
+def holds_schema_text(data: bytes, rest: BinaryIO) -> bool:
+    """Whether the file holds the schema's "CREATE TABLE" text: `data`, its first bytes, or what `rest` (the file,
+    read on from there) still holds. A page 1 that is an interior page (its schema grew past one page) keeps the
+    schema's rows on pages anywhere in the file, 3 MB into one whose tables were made after its data: the file is
+    read SCHEMA_READ bytes at a time, never whole, each search overlapping the last by the text's length less one
+    (a text across two reads)."""
+    overlap = len(SCHEMA_TEXT) - 1
+    kept = b""
+    while data:
+        joined = kept + data
+        if SCHEMA_TEXT in joined:
+            return True
+        kept, data = joined[-overlap:], rest.read(SCHEMA_READ)
+    return False

@@ -9,6 +9,7 @@ from app.eval_exit import ExitTally
 from app.session import SearchTree, SessionModel
 from engine import events as ev
 from engine.answers import answer_key, extract_answer, same_answer
+from engine.methods.selection import final_pool
 
 
 @dataclass(frozen=True)
@@ -63,13 +64,12 @@ def _agreement(predicted: str | None, answers: Sequence[str | None]) -> float | 
 
 
 def _final_texts(tree: SearchTree, kept: Sequence[int]) -> list[str]:
-    """The whole text (its steps joined) of each final path the answer was chosen from, as the engine chooses
-    (engine/methods/selection.py `final_pool`): the kept paths that finished (EOS) when any did, else every kept
-    path. A path cut off at max_steps beside a finished one may stop mid-sentence, so it is not taken as an
-    answer; pass@N and the vote's agreement count these paths, and their number is the N the table shows."""
-    kept = [c for c in kept if c in tree]
-    finished = [c for c in kept if tree.node(c).eos]
-    return ["".join(tree.node(i).text for i in tree.path_to(cid)) for cid in finished or kept]
+    """The whole text (its steps joined) of each final path the answer was chosen from, by the engine's own rule
+    (engine/methods/selection.py `final_pool`): the kept paths that finished (EOS, or the model's context filled:
+    the step's `finished` flag, the tree's `eos`) when any did, else every kept path. pass@N and the vote's
+    agreement count these paths, and their number is the N the table shows."""
+    pool = final_pool([c for c in kept if c in tree], lambda cid: tree.node(cid).eos)
+    return ["".join(tree.node(i).text for i in tree.path_to(cid)) for cid in pool]
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from app.options import UsageError
 from app.text_files import read_text
 from engine.answers import extract_answer
+from engine.blank_text import is_blank
 
 
 class ProblemsError(UsageError):
@@ -104,7 +105,7 @@ def _problem(path: Path, number: int, line: str) -> Problem:
                             '{"question": ..., "answer": ...} object per line.')
     if not isinstance(row, dict):
         raise ProblemsError(f'{where}: expected an object with "question" and "answer", got {type(row).__name__}.')
-    missing = [k for k in ("question", "answer") if row.get(k) is None or not str(row[k]).strip()]  # 0 is an answer
+    missing = [k for k in ("question", "answer") if row.get(k) is None or is_blank(str(row[k]))]  # 0 is an answer
     if missing:
         raise ProblemsError(f"{where}: the row has no {' and no '.join(missing)}{_keys_of(row)}.")
     wrong = _kind_problem(row["question"], row["answer"])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from app.options import UsageError
 from app.text_files import decode_text
-from engine.text_cut import is_blank
+from engine.blank_text import is_blank
 
 EXAMPLE = 'beamwise run "What is 12*7?"'
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import sys
 from pathlib import Path
@@ -172,7 +173,8 @@ def _format_from_suffix(output: str | None) -> str:
 
 def cmd_import(args: argparse.Namespace) -> int:
     db = Path(args.db) if args.db is not None else default_db_path()
-    made = not db.exists() and db.parent.is_dir()  # in no folder (a missing one, a file) nothing is made
+    made = not db.exists() and not db.is_symlink()  # a link's target is not removed through it
+    folders = _missing_folders(db.parent)  # the default database's data folder is made with it on a fresh install
     try:
         with _open(args, create=True) as store:
             try:
@@ -182,13 +184,37 @@ def cmd_import(args: argparse.Namespace) -> int:
                 raise
             turns = store.get_session(new_id)["turn"]
     except BaseException:
-        if made:  # a refused import into a database it made leaves no empty database behind
-            for tail in TAILS:
-                db.with_name(db.name + tail).unlink(missing_ok=True)
+        if made:  # a refused import into a database it made leaves no empty database, nor the folders made for it
+            _remove_made(db, folders)
         raise
     more = f" (turn {turns} of a conversation of {turns} turns)" if turns > 1 else ""
     print(f"imported {args.path} as session {new_id}{more}")
     return 0
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """The folders from `folder` up that are not there, deepest first: those opening a database in `folder` makes.
+    None under a file or a broken link, or where a folder on the way cannot be read (nothing is made there)."""
+    missing = []
+    try:
+        for step in [folder, *folder.parents]:
+            if step.is_symlink() or step.exists():
+                return missing if step.is_dir() else []
+            missing.append(step)
+    except OSError:
+        return []
+    return missing
+
+
+def _remove_made(db: Path, folders: list[Path]) -> None:
+    """Remove the database `db` and its side files, then the `folders` made for it, each while it is empty. What
+    cannot be removed stays: a folder another file was put in, a path under a file (NotADirectoryError)."""
+    for tail in TAILS:
+        with contextlib.suppress(OSError):
+            db.with_name(db.name + tail).unlink(missing_ok=True)
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def cmd_rename(args: argparse.Namespace) -> int:

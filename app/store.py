@@ -30,8 +30,9 @@ from app.models_folder import data_folder
 from app.processes import alive_since
 from app.text_search import NOT_ASCII, FoldedTexts, needle
 from engine import events as ev
+from engine.blank_text import is_blank
 from engine.errors import BeamwiseError
-from engine.text_cut import cut, is_blank
+from engine.text_cut import cut
 
 DB_NAME = "sessions.db"
 JSON_COLUMNS = ("search", "cache")
@@ -64,6 +65,14 @@ class StoreFull(StoreError):
 
 class StoreDamaged(StoreError):
     """The file is not a SQLite database, or its pages are malformed."""
+
+
+class StoreUnreadable(StoreError):
+    """The file is there but cannot be opened to be read (its permissions; on Windows, a program holding it open):
+    not damage, so never moved aside."""
+
+    hint = ("Check the file's permissions (your user must be able to read it), or close the program that holds it "
+            "open, then try again.")
 
 
 class NotADatabase(StoreError):
@@ -149,6 +158,8 @@ class SessionStore:
         if self.read_only:
             try:
                 return _connect_read_only(self.path, self.busy_timeout)
+            except sqlite3.OperationalError as error:  # "unable to open database file": not damage
+                raise _unreadable(self.path, error, "it was left untouched") from error
             except sqlite3.DatabaseError as error:  # "file is not a database": it rose as an internal error
                 raise self._damaged(error) from error
         _check_folder(self.path)
@@ -252,9 +263,10 @@ class SessionStore:
 
     def _check_and_migrate(self) -> None:
         conn = self._conn
-        if (refused := _schema_refusal(conn, self.path)) is not None:
+        tables = _tables(conn)
+        if (refused := _schema_refusal(conn, self.path, tables)) is not None:
             raise refused
-        applied = _applied(conn)
+        applied = _applied(conn, tables)
         pending = [m for m in MIGRATIONS if m.__name__ not in applied]
         if self.read_only:
             if pending:
@@ -298,7 +310,8 @@ class SessionStore:
     @staticmethod
     def damage(path: Path | str, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> str | None:
         """What SQLite finds wrong with the database file at `path` (its header, then every page), or None when it
-        is whole; read only. A file another program holds locked is `StoreLocked`, not damage."""
+        is whole; read only. A file another program holds locked is `StoreLocked`, one that cannot be opened to be
+        read (its permissions, a program holding it open) `StoreUnreadable`: neither is damage, to be moved aside."""
         try:
             conn = _connect_read_only(Path(path), busy_timeout)
             try:
@@ -306,9 +319,12 @@ class SessionStore:
             finally:
                 conn.close()
         except sqlite3.DatabaseError as error:
-            if "locked" in str(error).lower() or "busy" in str(error).lower():
+            text = str(error).lower()
+            if "locked" in text or "busy" in text:
                 raise StoreLocked(f"the session database {path} is busy: another program or Beamwise process holds "
                                   "its lock; nothing was moved.") from error
+            if isinstance(error, sqlite3.OperationalError) and "malformed" not in text:
+                raise _unreadable(Path(path), error, "nothing was moved") from error
             return str(error)
 
     @staticmethod
@@ -319,7 +335,7 @@ class SessionStore:
         try:
             conn = _connect_read_only(Path(path), busy_timeout)
             try:
-                return _schema_refusal(conn, Path(path))
+                return _schema_refusal(conn, Path(path), _tables(conn))
             finally:
                 conn.close()
         except sqlite3.DatabaseError:  # busy or damaged: `damage` says so
@@ -557,20 +573,29 @@ def _is_default(path: Path) -> bool:
         return False
 
 
-def _applied(conn: sqlite3.Connection) -> set[str]:
-    """The names of the migrations the database at `conn` records as applied (none when it has no such table)."""
-    tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _applied(conn: sqlite3.Connection, tables: set[str]) -> set[str]:
+    """The names of the migrations the database at `conn` (whose tables are `tables`) records as applied (none
+    when it has no such table)."""
     return {name for (name,) in conn.execute("SELECT name FROM migrations")} if "migrations" in tables else set()
 
 
-def _schema_refusal(conn: sqlite3.Connection, path: Path | None) -> StoreError | None:
-    """The refusal of a SQLite database this Beamwise cannot use for its sessions: a schema newer than it knows
-    (`StoreTooNew`), or tables of another program; None for a Beamwise database (or an empty one) it can open."""
+def _schema_refusal(conn: sqlite3.Connection, path: Path | None, tables: set[str]) -> StoreError | None:
+    """The refusal of a SQLite database (whose tables are `tables`) this Beamwise cannot use for its sessions: a
+    schema newer than it knows (`StoreTooNew`: a higher version, or a migration it does not know, named since the
+    version may be no higher), or tables of another program; None for a Beamwise database (or an empty one)."""
     version = conn.execute("PRAGMA user_version").fetchone()[0]
-    tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if version > SCHEMA_VERSION or _applied(conn) - {m.__name__ for m in MIGRATIONS}:
+    if version > SCHEMA_VERSION:
         return StoreTooNew(f"the session database {path} has schema version {version}, newer than this Beamwise "
                            f"understands ({SCHEMA_VERSION}); it was not changed.")
+    unknown = sorted(_applied(conn, tables) - {m.__name__ for m in MIGRATIONS})
+    if unknown:
+        named = ", ".join(unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
+        return StoreTooNew(f"the session database {path} records schema changes this Beamwise does not know ({named}): "
+                           "a newer Beamwise wrote it; it was not changed.")
     if tables and "migrations" not in tables:
         return StoreError(f"{path} is a SQLite database of another program, not Beamwise sessions; it was not "
                           "changed.", hint="Pass --db with a new file name.")
@@ -578,25 +603,46 @@ def _schema_refusal(conn: sqlite3.Connection, path: Path | None) -> StoreError |
 
 
 def _check_folder(path: Path) -> None:
-    """Refuse a session database whose folder is missing, or is a file: an explicit --db with a typo in its folder
-    made that folder tree and a new database in it, and a file where a folder should be read "[Errno 17] File
-    exists". Only the default database's folder (the data folder) is made when missing."""
+    """Refuse a session database whose folder is missing, or is a file or a link to a missing folder: an explicit
+    --db with a typo in its folder made that folder tree and a new database in it, and a file or a broken link where
+    a folder should be read "[Errno 17] File exists". Only the default database's folder (the data folder) is made
+    when missing."""
     try:
         if path.parent.is_dir():
             return
-        chain = [path.parent, *path.parent.parents]
-        blocker = next((folder for folder in chain if folder.exists() and not folder.is_dir()), None)
+        # the nearest folder on the way that is there: a folder, a file, or a link (whose target may be missing)
+        nearest = next((f for f in [path.parent, *path.parent.parents] if f.is_symlink() or f.exists()), None)
+        blocked = nearest is not None and not nearest.is_dir()
+        broken = blocked and not nearest.exists()
     except OSError:  # a folder on the way cannot be read: SQLite says why when it opens the file
         return
-    if blocker is not None:
+    if broken:
+        hint = ("Create the folder it points to, remove the link, or set BEAMWISE_DATA_DIR to another folder."
+                if _is_default(path) else "Create the folder it points to, or check the --db path.")
+        raise StoreError(f"cannot open the session database {path}: {nearest} is a link to a missing folder "
+                         f"({_link_target(nearest)}); nothing was made.", hint=hint)
+    if blocked:
         hint = ("Move that file away, or set BEAMWISE_DATA_DIR to another folder." if _is_default(path) else
                 "Check the --db path, or choose a file in another folder.")
-        raise StoreError(f"cannot open the session database {path}: {blocker} is a file, not a folder; nothing "
+        raise StoreError(f"cannot open the session database {path}: {nearest} is a file, not a folder; nothing "
                          "was made.", hint=hint)
     if not _is_default(path):
         raise StoreError(f"cannot open the session database {path}: the folder {path.parent} does not exist; "
                          "nothing was made.", hint="Create the folder first or choose another one (check the --db "
                                                    "path for a typo).")
+
+
+def _link_target(link: Path) -> str:
+    try:
+        return os.readlink(link)
+    except OSError:
+        return "unreadable"
+
+
+def _unreadable(path: Path, error: sqlite3.Error, outcome: str) -> StoreUnreadable:
+    """A file SQLite cannot open to read ("unable to open database file": permission denied, or on Windows a file
+    another program holds open): it was called damaged, and move-aside moved a healthy database away."""
+    return StoreUnreadable(f"cannot read the session database {path} ({error}); {outcome}.")
 
 
 def _writable(path: Path) -> bool:

@@ -20,6 +20,7 @@ from engine import events as ev
 from engine.backends.openai import OpenAICompletions, ServerConfig
 from engine.backends.replies import Completion
 from engine.backends.sockets import RequestCancelled
+from engine.blank_text import is_blank
 from engine.candidate import Candidate, SearchClock, completion, goodput
 from engine.chat import Turn
 from engine.config import SearchConfig
@@ -130,7 +131,7 @@ class _RemoteSearch:
             yield ev.RunCancelled(max(0, self.step - 1))
 
     def _steps(self) -> Iterator[ev.Event]:
-        if not self.question.strip():
+        if is_blank(self.question):
             raise InvalidPrompt("The question is empty.", hint="Type a question.")
         self.clock.start()
         self.backend.check_model()

@@ -17,6 +17,7 @@ import functools
 from collections.abc import Callable, Iterator, Sequence
 
 from engine import events as ev
+from engine.blank_text import is_blank
 from engine.candidate import Candidate, SearchClock, completion, goodput, path_room
 from engine.chat import Turn
 from engine.config import CacheConfig, SearchConfig
@@ -135,7 +136,7 @@ class _Search:
         )
 
     def _prompt(self) -> list[int]:
-        if self.prompt_ids is None and not self.question.strip():
+        if self.prompt_ids is None and is_blank(self.question):
             raise InvalidPrompt("The question is empty.", hint="Type a question.")
         prompt = self.prompt_ids or prompt_ids(self.loaded.encode_chat, self.question, self.history)
         check_prompt_fits(len(prompt), self.loaded.context_length, self.cfg.step_tokens, len(self.history))

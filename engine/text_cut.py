@@ -53,9 +53,3 @@ def shorten(text: str, limit: int, mark: str = "…") -> str:
     """`text` whole when it has at most `limit` characters, else cut (`cut`) to end in `mark` within `limit`."""
     return text if len(text) <= limit else cut(text, limit - len(mark)) + mark
 
-
-def is_blank(text: str) -> bool:
-    """Whether `text` shows nothing: only whitespace (NBSP too) and format characters (Unicode's Cf: zero-width
-    spaces and joiners U+200B-U+200D, U+2060, a BOM U+FEFF, direction marks), so a question or a session title
-    of them alone is refused as empty. Within text they stay (a ZWJ joins the emoji of a family)."""
-    return all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in text)

@@ -16,8 +16,8 @@ from app.question import read_question
 from app.recorder import SessionRecorder
 from app.store import SessionStore
 from benchmarks.fake_search import fake_run
+from engine.blank_text import is_blank
 from engine.config import SearchConfig
-from engine.text_cut import is_blank
 from tests.test_gui_window import small
 
 INVISIBLE = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", " \u200b\n\ufeff\u2060 ", "\xa0\u200b"]

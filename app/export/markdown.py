@@ -7,7 +7,6 @@ import re
 import app.formatting as fmt
 from app.export.md_escape import literal_line, literal_text, without_controls
 from app.export.report import Report
-from app.session.series import prompt_traffic
 from app.session.steps import failure_point
 
 
@@ -95,13 +94,14 @@ TRAFFIC_HEADERS = ("step", "groups", "H2D", "D2H", "KV on device", "KV on host",
 def traffic_rows(report: Report) -> list[tuple[str, ...]]:
     """The memory table's cells, a row per step, so that they add up to the totals above them: first a `prompt` row
     when the question's KV moved bytes before step 1 (a prefix-cache load, an offload), which the cumulative figures
-    hold and no step's own does; last a `prefix cache` row for its copies of the run's kept blocks to the host after
-    the last step (`RunFinished.prefix_kept_d2h_bytes`), which the session's D2H total holds and no step does."""
+    hold and no step's own does (`Report.before_step_1`: a run cancelled in step 1 has this row alone); last a
+    `prefix cache` row for its copies of the run's kept blocks to the host after the last step
+    (`RunFinished.prefix_kept_d2h_bytes`), which the session's D2H total holds and no step does."""
     timeline = report.timeline
     rows = [(str(t["step"]), str(t["groups"]), fmt.size(t["step_h2d_bytes"]), fmt.size(t["step_d2h_bytes"]),
              fmt.size(t["device_bytes"]), fmt.size(t["host_bytes"]), f"{(t['stall_share'] or 0) * 100:.0f}%")
             for t in timeline]
-    before = prompt_traffic(timeline[0]) if timeline else (0, 0)
+    before = report.before_step_1
     if any(before):
         rows.insert(0, ("prompt", "", fmt.size(before[0]), fmt.size(before[1]), "", "", ""))
     kept = report.session.get("prefix_kept_d2h_bytes") or 0

@@ -16,6 +16,7 @@ import app.formatting as fmt
 from app.conversations import line_of
 from app.session import SearchTree, SessionModel
 from app.session.rows import candidate_rows, session_facts, session_settings, step_rows
+from app.session.series import question_traffic
 from app.store import SessionStore
 from engine import events as ev
 
@@ -32,6 +33,7 @@ class Report:
     path: list[dict[str, Any]]  # the answer's candidates (or the best beam's so far), first step first
     tree: SearchTree  # laid out as the window lays it out
     by_step: dict[int, list[dict[str, Any]]]  # the candidates again, per step
+    before_step_1: tuple[int, int] = (0, 0)  # H2D, D2H of the question's KV before step 1 (`question_traffic`)
 
     def alternatives(self, node: dict[str, Any]) -> list[dict[str, Any]]:
         """The other candidates of `node`'s step, best score first (unscored last)."""
@@ -65,7 +67,9 @@ def report_of(model: SessionModel, stored: dict[str, Any]) -> Report:
     for c in candidates:
         by_step.setdefault(c["step"], []).append(c)
     path = [by_id[i] for i in model.outline.best_path if i in by_id]
-    return Report(session, candidates, step_rows(model), path, model.tree, by_step)
+    timeline = step_rows(model)
+    before = question_traffic(model.run.prefill, timeline[0] if timeline else None)
+    return Report(session, candidates, timeline, path, model.tree, by_step, before)
 
 
 def replayed(events: Iterable[object]) -> SessionModel:

@@ -23,9 +23,9 @@ from app.conversations import follow_up_of, history, line_of, runs_of_turns
 from app.export.md_escape import without_controls
 from app.gui.bridge import Conversation
 from app.gui.hints import fit_placeholder
+from engine.blank_text import is_blank
 from engine.chat import Turn
 from engine.errors import BeamwiseError
-from engine.text_cut import is_blank
 
 FOLLOW_UP_HINT = "Ask a follow-up about this answer (Enter)"
 HINTS = {  # the placeholder, longest first: the field shows the longest that fits it whole (app/gui/hints.py)

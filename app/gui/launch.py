@@ -27,9 +27,9 @@ from app.options import add_search_options, configs_from_args
 from app.question import empty_message
 from app.store import SessionStore, StoreDamaged, default_db_path
 from engine import events as ev
+from engine.blank_text import is_blank
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import BeamwiseError
-from engine.text_cut import is_blank
 
 Configs = tuple[ModelSpec, SearchConfig, CacheConfig]
 PLAN_WAIT_MS = 15_000  # a screenshot waits this long at most for the plan bar after the run

@@ -52,9 +52,9 @@ from app.gui.tree_view import ReasoningTreeView
 from app.session import SessionModel
 from app.session.model import failure_title
 from engine import events as ev
+from engine.blank_text import is_blank
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import BeamwiseError
-from engine.text_cut import is_blank
 
 RUN_OVER = object()  # queued after a run's events: the search request is over
 

@@ -45,8 +45,8 @@ from app.export import FORMATS, default_file_stem, export_session
 from app.export.md_escape import without_controls
 from app.gui.session_writes import SessionWrites
 from app.store import SessionStore
+from engine.blank_text import is_blank
 from engine.errors import BeamwiseError
-from engine.text_cut import is_blank
 
 COLUMNS = ("title", "turns", "created", "model", "status", "answer")
 HEADERS = ("Title", "Turns", "Date", "Model", "Status", "Answer")

@@ -80,6 +80,17 @@ def prompt_traffic(first: ev.TransferStats | Mapping[str, Any]) -> tuple[int, in
     return h2d, d2h
 
 
+def question_traffic(prefill: ev.PrefillDone | None, first: ev.TransferStats | Mapping[str, Any] | None,
+                     ) -> tuple[int, int]:
+    """H2D and D2H bytes the question's KV moved before step 1, the exports' `prompt` row: the run's PrefillDone
+    figures, the only record of them in a run cancelled in step 1 (whose headline holds them: a table of no rows
+    did not add up to it); else the first step's (`prompt_traffic` of `first`), as sessions stored before
+    PrefillDone carried them read 0 there. A run with both counts the same transfers (the store's, to step 1)."""
+    if prefill is not None and (prefill.h2d_bytes or prefill.d2h_bytes):
+        return prefill.h2d_bytes, prefill.d2h_bytes
+    return prompt_traffic(first) if first is not None else (0, 0)
+
+
 def step_seconds(compute: float, stall_share: float) -> float:
     """The step's time in the KV layer: compute plus the stall (stall = share x (compute + stall))."""
     return compute / (1.0 - stall_share) if stall_share < 1.0 else compute

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import attrgetter
+from typing import TypeVar
 
 from engine.answers import answer_key, extract_answer
 from engine.candidate import Candidate
 from engine.methods.base import ranked
 
+T = TypeVar("T")
 
-def final_pool(kept: Sequence[Candidate]) -> list[Candidate]:
-    """The candidates the answer is chosen from: the finished kept paths, else every kept path."""
-    finished = [c for c in kept if c.finished]
-    return list(finished or kept)
+
+def final_pool(kept: Sequence[T], finished: Callable[[T], bool] = attrgetter("finished")) -> list[T]:
+    """The candidates the answer is chosen from: the finished kept paths, else every kept path. Finished is
+    `Candidate.finished`: the model ended the answer (EOS) or the path filled the model's context (it could go no
+    further, though it may stop mid-sentence); through a server, also a step that is empty or writes "The answer
+    is". A path cut off at max_steps may stop mid-sentence too, so beside a finished one it is left out.
+    `finished` reads the flag from another record of a candidate: the eval's, the session tree's `Node.eos`."""
+    done = [c for c in kept if finished(c)]
+    return list(done or kept)
 
 
 def choose(pool: Sequence[Candidate], how: str, text_of: Callable[[Candidate], str]) -> Candidate:
