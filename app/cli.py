@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _default_db() -> str:
-    from app.store import default_db_path
+    from app.db_path import default_db_path
 
     return str(default_db_path())
 

@@ -8,7 +8,8 @@ of turns that ends at its newest session, and that is the conversation a follow-
 
 from __future__ import annotations
 
-from app.store import SessionStore, StoreError, decode_session, search_params, text_match
+from app.store import SessionStore, decode_session, search_params, text_match
+from app.store_errors import StoreError
 from engine.chat import Turn
 
 

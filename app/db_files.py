@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from app.db_path import default_db_path
+
 TAILS = ("", "-wal", "-shm", "-journal")  # the database and the files SQLite keeps beside it
 
 
@@ -13,8 +15,6 @@ def database_written_over(path: Path, db: Path | None = None) -> tuple[Path, str
     of the file `path` is (as `database_part` says); None when it is none of their files. `sessions export -o
     sessions.db --force` and `eval --db s.db --json s.db` replaced every session with one file's text: each caller
     refuses with its own error."""
-    from app.store import default_db_path
-
     for base in (*([db] if db is not None else []), default_db_path()):
         tail = database_part(path, base)
         if tail is not None:

@@ -15,13 +15,15 @@ from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
 
+from app.db_path import default_db_path
 from app.export.checks import event_problem
 from app.formatting import steps
 from app.journal import SUFFIX, Journal, JournalError, folders_for, journal_folders, journals_of, read_journal
 from app.models_folder import data_folder
 from app.processes import alive_since
 from app.recorder import LockSeen, SessionRecorder
-from app.store import RowsRefused, SessionStore, StoreError, StoreLocked, default_db_path
+from app.store import SessionStore
+from app.store_errors import RowsRefused, StoreError, StoreLocked
 from engine import events as ev
 
 Notify = Callable[[str], None]

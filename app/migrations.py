@@ -7,11 +7,14 @@ it opens the file, and records each by name in the `migrations` table.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 
 from sqlite_utils import Database
 
 from app import event_log
+from app.store_errors import StoreError, StoreTooNew
 
 
 def m001_initial(db: Database) -> None:
@@ -69,3 +72,32 @@ def m003_conversations(db: Database) -> None:
 
 MIGRATIONS: tuple[Callable[[Database], None], ...] = (m001_initial, m002_scored_text_once, m003_conversations)
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def table_names(conn: sqlite3.Connection) -> set[str]:
+    return {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def applied_migrations(conn: sqlite3.Connection, tables: set[str]) -> set[str]:
+    """The names of the migrations the database at `conn` (whose tables are `tables`) records as applied (none
+    when it has no such table)."""
+    return {name for (name,) in conn.execute("SELECT name FROM migrations")} if "migrations" in tables else set()
+
+
+def unusable_schema(conn: sqlite3.Connection, path: Path | None, tables: set[str]) -> StoreError | None:
+    """The refusal of a SQLite database (whose tables are `tables`) this Beamwise cannot use for its sessions: a
+    schema newer than it knows (`StoreTooNew`: a higher version, or a migration it does not know, named since the
+    version may be no higher), or tables of another program; None for a Beamwise database (or an empty one)."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        return StoreTooNew(f"the session database {path} has schema version {version}, newer than this Beamwise "
+                           f"understands ({SCHEMA_VERSION}); it was not changed.")
+    unknown = sorted(applied_migrations(conn, tables) - {m.__name__ for m in MIGRATIONS})
+    if unknown:
+        named = ", ".join(unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
+        return StoreTooNew(f"the session database {path} records schema changes this Beamwise does not know ({named}): "
+                           "a newer Beamwise wrote it; it was not changed.")
+    if tables and "migrations" not in tables:
+        return StoreError(f"{path} is a SQLite database of another program, not Beamwise sessions; it was not "
+                          "changed.", hint="Pass --db with a new file name.")
+    return None

@@ -29,7 +29,8 @@ from app import event_log
 from app.journal import RunJournal, header_for
 from app.session import ROOT_ID, SessionModel
 from app.session.rows import candidate_row, row_state, session_facts, session_settings, step_row
-from app.store import SessionStore, StoreError, StoreFull, StoreLocked, StoreReadOnly, now_iso, short_title
+from app.store import SessionStore, now_iso, short_title
+from app.store_errors import StoreError, StoreFull, StoreLocked, StoreReadOnly
 from engine import events as ev
 from engine.candidate import outside_the_search
 

@@ -11,13 +11,15 @@ from pathlib import Path
 import app.formatting as fmt
 from app.confirm import confirmed
 from app.db_files import TAILS
+from app.db_path import default_db_path
 from app.export import FORMATS, ExportError, export_session, import_session, render_session
 from app.export.markdown import no_path_chosen
 from app.export.md_escape import without_controls
 from app.export.report import conversation_reports
 from app.journal_import import open_session_store
 from app.options import UsageError
-from app.store import LARGEST_ID, SessionStore, StoreError, StoreTooNew, default_db_path
+from app.store import LARGEST_ID, SessionStore
+from app.store_errors import StoreError, StoreTooNew
 
 ID_HELP = "the session's id (`beamwise sessions list` shows them)"
 

@@ -24,82 +24,29 @@ from sqlite_utils import Database
 
 from app import event_log
 from app.db_kind import foreign_file
+from app.db_path import DB_NAME, check_folder, default_db_path, is_default
 from app.json_types import sqlite_int
-from app.migrations import MIGRATIONS, SCHEMA_VERSION
-from app.models_folder import data_folder
+from app.migrations import MIGRATIONS, SCHEMA_VERSION, applied_migrations, table_names, unusable_schema
 from app.processes import alive_since
+from app.store_errors import (
+    NotADatabase,
+    RowsRefused,
+    SessionNotFound,
+    StoreDamaged,
+    StoreError,
+    StoreFull,
+    StoreLocked,
+    StoreReadOnly,
+    StoreUnreadable,
+)
 from app.text_search import NOT_ASCII, FoldedTexts, needle
 from engine import events as ev
 from engine.blank_text import is_blank
-from engine.errors import BeamwiseError
 from engine.text_cut import cut
 
-DB_NAME = "sessions.db"
 JSON_COLUMNS = ("search", "cache")
 DEFAULT_BUSY_TIMEOUT = 5.0  # seconds a write waits for another program's lock
 LARGEST_ID = 2**63 - 1  # SQLite's largest INTEGER: no row can have a larger id
-
-
-class StoreError(BeamwiseError):
-    """The session database cannot be used as it is."""
-
-
-class StoreLocked(StoreError):
-    """Another Beamwise process holds the database's write lock for longer than the wait."""
-
-    hint = ("Close the other program or Beamwise window, or wait for its run to finish, then try again; "
-            "nothing was changed.")
-
-
-class StoreReadOnly(StoreError):
-    """The database can be read but not written (its folder or the file is read-only)."""
-
-    hint = "Make the folder writable, or pass --db with a file in a folder you can write to."
-
-
-class StoreFull(StoreError):
-    """The disk (or the file system's quota) holding the database has no room for the rows."""
-
-    hint = "Free some disk space (or pass --db with a file on another drive); nothing of this write was kept."
-
-
-class StoreDamaged(StoreError):
-    """The file is not a SQLite database, or its pages are malformed."""
-
-
-class StoreUnreadable(StoreError):
-    """The file is there but cannot be opened to be read (its permissions; on Windows, a program holding it open):
-    not damage, so never moved aside."""
-
-    hint = ("Check the file's permissions (your user must be able to read it), or close the program that holds it "
-            "open, then try again.")
-
-
-class NotADatabase(StoreError):
-    """The file is no SQLite database at all (an export, notes): a wrong --db, not damage, so never moved aside."""
-
-    hint = "Check the --db path: pass the session database, or a new file name to start one; this file was not changed."
-
-
-class StoreTooNew(StoreError):
-    """The database was written by a newer Beamwise with a schema this one does not know."""
-
-    hint = "Update Beamwise, or pass --db with another file to keep using this version."
-
-
-class RowsRefused(StoreError):
-    """Rows that break a constraint of the schema (a repeated step, say): the data is at fault, not the file."""
-
-
-class SessionNotFound(StoreError):
-    """No session has this id."""
-
-    hint = "Run `beamwise sessions list` to see the ids."
-
-
-def default_db_path() -> Path:
-    """sessions.db in the data folder (app/models_folder.py `data_folder`)."""
-    return data_folder() / DB_NAME
 
 
 def now_iso() -> str:
@@ -152,7 +99,7 @@ class SessionStore:
         if self.path.is_dir():
             raise StoreError(f"{self.path} is a folder; pass a session database file such as {self.path / DB_NAME}.")
         if (looks := foreign_file(self.path)) is not None:
-            if _is_default(self.path):  # Beamwise's own file: whatever it holds, it is a damaged database
+            if is_default(self.path):  # Beamwise's own file: whatever it holds, it is a damaged database
                 raise self._damaged(f"it holds {looks}, not SQLite data")
             raise NotADatabase(f"{self.path} is not a session database: it holds {looks}, not SQLite data.")
         if self.read_only:
@@ -162,7 +109,7 @@ class SessionStore:
                 raise _unreadable(self.path, error, "it was left untouched") from error
             except sqlite3.DatabaseError as error:  # "file is not a database": it rose as an internal error
                 raise self._damaged(error) from error
-        _check_folder(self.path)
+        check_folder(self.path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)  # only the default database's folder is missing here
             if not self.path.exists() and not os.access(self.path.parent, os.W_OK):
@@ -263,10 +210,10 @@ class SessionStore:
 
     def _check_and_migrate(self) -> None:
         conn = self._conn
-        tables = _tables(conn)
-        if (refused := _schema_refusal(conn, self.path, tables)) is not None:
+        tables = table_names(conn)
+        if (refused := unusable_schema(conn, self.path, tables)) is not None:
             raise refused
-        applied = _applied(conn, tables)
+        applied = applied_migrations(conn, tables)
         pending = [m for m in MIGRATIONS if m.__name__ not in applied]
         if self.read_only:
             if pending:
@@ -335,7 +282,7 @@ class SessionStore:
         try:
             conn = _connect_read_only(Path(path), busy_timeout)
             try:
-                return _schema_refusal(conn, Path(path), _tables(conn))
+                return unusable_schema(conn, Path(path), table_names(conn))
             finally:
                 conn.close()
         except sqlite3.DatabaseError:  # busy or damaged: `damage` says so
@@ -349,7 +296,7 @@ class SessionStore:
         path = Path(path)
         if not path.exists():
             raise StoreError(f"there is no file {path} to move aside.")
-        if (looks := foreign_file(path)) is not None and not _is_default(path):
+        if (looks := foreign_file(path)) is not None and not is_default(path):
             raise NotADatabase(f"{path} is not a session database (it holds {looks}, not SQLite data); nothing "
                                "was moved.", hint="Check the --db path; move-aside renames only a damaged database.")
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -394,7 +341,7 @@ class SessionStore:
                 rows = self._dicts(conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)))
         if not rows:
             error = SessionNotFound(f"there is no session {session_id} in {self.path or 'this database'}.")
-            if self.path is not None and not _is_default(self.path):
+            if self.path is not None and not is_default(self.path):
                 error.hint = f"Run `beamwise sessions list --db {shlex.quote(str(self.path))}` to see the ids."
             raise error
         return decode_session(rows[0])
@@ -563,80 +510,6 @@ def _move_back(moved: list[tuple[Path, Path]]) -> str:
         except OSError:
             stuck.append(f"{source.name} stays moved to {dest.name}")
     return "; ".join(stuck) if stuck else "nothing was moved"
-
-
-def _is_default(path: Path) -> bool:
-    """Whether `path` is the default session database (a file Beamwise made, never one the user named)."""
-    try:
-        return path.resolve() == default_db_path().resolve()
-    except OSError:
-        return False
-
-
-def _tables(conn: sqlite3.Connection) -> set[str]:
-    return {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-
-
-def _applied(conn: sqlite3.Connection, tables: set[str]) -> set[str]:
-    """The names of the migrations the database at `conn` (whose tables are `tables`) records as applied (none
-    when it has no such table)."""
-    return {name for (name,) in conn.execute("SELECT name FROM migrations")} if "migrations" in tables else set()
-
-
-def _schema_refusal(conn: sqlite3.Connection, path: Path | None, tables: set[str]) -> StoreError | None:
-    """The refusal of a SQLite database (whose tables are `tables`) this Beamwise cannot use for its sessions: a
-    schema newer than it knows (`StoreTooNew`: a higher version, or a migration it does not know, named since the
-    version may be no higher), or tables of another program; None for a Beamwise database (or an empty one)."""
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if version > SCHEMA_VERSION:
-        return StoreTooNew(f"the session database {path} has schema version {version}, newer than this Beamwise "
-                           f"understands ({SCHEMA_VERSION}); it was not changed.")
-    unknown = sorted(_applied(conn, tables) - {m.__name__ for m in MIGRATIONS})
-    if unknown:
-        named = ", ".join(unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
-        return StoreTooNew(f"the session database {path} records schema changes this Beamwise does not know ({named}): "
-                           "a newer Beamwise wrote it; it was not changed.")
-    if tables and "migrations" not in tables:
-        return StoreError(f"{path} is a SQLite database of another program, not Beamwise sessions; it was not "
-                          "changed.", hint="Pass --db with a new file name.")
-    return None
-
-
-def _check_folder(path: Path) -> None:
-    """Refuse a session database whose folder is missing, or is a file or a link to a missing folder: an explicit
-    --db with a typo in its folder made that folder tree and a new database in it, and a file or a broken link where
-    a folder should be read "[Errno 17] File exists". Only the default database's folder (the data folder) is made
-    when missing."""
-    try:
-        if path.parent.is_dir():
-            return
-        # the nearest folder on the way that is there: a folder, a file, or a link (whose target may be missing)
-        nearest = next((f for f in [path.parent, *path.parent.parents] if f.is_symlink() or f.exists()), None)
-        blocked = nearest is not None and not nearest.is_dir()
-        broken = blocked and not nearest.exists()
-    except OSError:  # a folder on the way cannot be read: SQLite says why when it opens the file
-        return
-    if broken:
-        hint = ("Create the folder it points to, remove the link, or set BEAMWISE_DATA_DIR to another folder."
-                if _is_default(path) else "Create the folder it points to, or check the --db path.")
-        raise StoreError(f"cannot open the session database {path}: {nearest} is a link to a missing folder "
-                         f"({_link_target(nearest)}); nothing was made.", hint=hint)
-    if blocked:
-        hint = ("Move that file away, or set BEAMWISE_DATA_DIR to another folder." if _is_default(path) else
-                "Check the --db path, or choose a file in another folder.")
-        raise StoreError(f"cannot open the session database {path}: {nearest} is a file, not a folder; nothing "
-                         "was made.", hint=hint)
-    if not _is_default(path):
-        raise StoreError(f"cannot open the session database {path}: the folder {path.parent} does not exist; "
-                         "nothing was made.", hint="Create the folder first or choose another one (check the --db "
-                                                   "path for a typo).")
-
-
-def _link_target(link: Path) -> str:
-    try:
-        return os.readlink(link)
-    except OSError:
-        return "unreadable"
 
 
 def _unreadable(path: Path, error: sqlite3.Error, outcome: str) -> StoreUnreadable:

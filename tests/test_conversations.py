@@ -218,7 +218,7 @@ def test_an_export_with_a_bad_turn_imports_nothing(db: Path) -> None:
 
 
 def test_a_turn_that_later_turns_follow_is_not_deleted(db: Path) -> None:
-    from app.store import StoreError
+    from app.store_errors import StoreError
 
     with SessionStore(db) as store:
         first = record(store, "What is 2+3?")

@@ -182,7 +182,7 @@ def test_a_db_path_with_a_tilde_is_checked_as_the_store_opens_it(tmp_path, monke
 @pytest.mark.parametrize("command", ["eval", "bench"])
 def test_a_json_path_that_is_the_default_session_database_is_refused(tmp_path, capsys, monkeypatch, command):
     """`--json` naming the default sessions.db replaced it too (eval without --db; bench, which has no --db)."""
-    from app.store import default_db_path
+    from app.db_path import default_db_path
 
     monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
     args = [str(write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}'))] if command == "eval" else []

@@ -398,7 +398,7 @@ def test_an_export_over_the_default_database_is_refused_when_another_is_open(sid
                                                                           tail: str) -> None:
     """Only the open store's database was refused: `sessions export 1 --db other.db -o ~/.../sessions.db --force`
     replaced every session of the default database (`--json` refused it already)."""
-    from app.store import default_db_path
+    from app.db_path import default_db_path
 
     monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
     with SessionStore(tmp_path / "other.db") as other, SessionStore() as default:  # open: its -wal is there

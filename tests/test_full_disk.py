@@ -13,7 +13,8 @@ import pytest
 import app.journal
 from app.cli import main
 from app.journal_import import open_session_store, recorder_for
-from app.store import SessionStore, StoreFull
+from app.store import SessionStore
+from app.store_errors import StoreFull
 from benchmarks.fake_search import fake_run
 from engine.config import SearchConfig
 

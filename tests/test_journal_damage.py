@@ -119,7 +119,7 @@ def test_a_conversation_loop_already_in_a_database_ends_where_it_closes(db):  # 
 def test_a_database_that_cannot_take_the_rows_keeps_the_journal_for_later(db, capsys, monkeypatch):  # noqa: F811
     """A full disk is the database's fault, not the journal's: never "delete it"."""
     import app.journal_import
-    from app.store import StoreError
+    from app.store_errors import StoreError
 
     def full(store, journal):
         raise StoreError(f"cannot use the session database {db}: database or disk is full.")

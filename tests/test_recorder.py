@@ -15,7 +15,8 @@ import pytest
 from app.recorder import SessionRecorder
 from app.session import SessionModel
 from app.session.rows import candidate_rows, session_facts, session_settings, step_rows
-from app.store import SessionStore, StoreLocked
+from app.store import SessionStore
+from app.store_errors import StoreLocked
 from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import SearchConfig

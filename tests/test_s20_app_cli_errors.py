@@ -14,7 +14,8 @@ from app.export.files import ExportError, write_atomically
 from app.journal_import import CHECK_DB, open_session_store
 from app.json_out import write_json
 from app.options import UsageError
-from app.store import SessionStore, StoreError
+from app.store import SessionStore
+from app.store_errors import StoreError
 
 TINY = ["--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2", "--step-tokens", "4", "--max-steps", "2"]
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,8 @@ from app.cli import main
 from app.heartbeat import Heartbeat, StepProgress
 from app.journal import RunJournal, header_for, journals_of
 from app.journal_import import import_journals, open_session_store
-from app.store import SessionStore, StoreLocked
+from app.store import SessionStore
+from app.store_errors import StoreLocked
 from engine import events as ev
 from engine.candidate import SearchClock, outside_the_search
 from engine.config import CacheConfig, SearchConfig

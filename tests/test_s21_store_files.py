@@ -15,7 +15,8 @@ import app.db_kind
 from app.cli import main
 from app.db_kind import SCHEMA_READ, SCHEMA_TEXT, damaged_page_one, foreign_file
 from app.recorder import SessionRecorder
-from app.store import NotADatabase, SessionStore, StoreError, StoreTooNew
+from app.store import SessionStore
+from app.store_errors import NotADatabase, StoreError, StoreTooNew
 from benchmarks.fake_search import fake_run
 
 TINY = ["--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2", "--step-tokens", "4", "--max-steps", "1"]

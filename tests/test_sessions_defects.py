@@ -14,7 +14,8 @@ import pytest
 
 from app.cli import main
 from app.recorder import SessionRecorder
-from app.store import SessionNotFound, SessionStore
+from app.store import SessionStore
+from app.store_errors import SessionNotFound
 from benchmarks.fake_search import fake_run
 
 HUGE = "99999999999999999999"  # past SQLite's largest INTEGER, 2**63 - 1

@@ -15,7 +15,8 @@ from PySide6.QtWidgets import QFileDialog, QLineEdit, QMenu, QMessageBox
 
 from app.gui.sessions_panel import COLUMNS, SessionsPanel
 from app.recorder import SessionRecorder
-from app.store import SessionStore, StoreDamaged
+from app.store import SessionStore
+from app.store_errors import StoreDamaged
 from benchmarks.fake_search import fake_run
 from engine.config import SearchConfig
 

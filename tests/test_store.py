@@ -12,20 +12,12 @@ from pathlib import Path
 import pytest
 
 from app.db_kind import SQLITE_HEADER
+from app.db_path import default_db_path
 from app.journal_import import open_session_store
 from app.processes import alive_since, started_at
 from app.recorder import SessionRecorder
-from app.store import (
-    SCHEMA_VERSION,
-    SessionNotFound,
-    SessionStore,
-    StoreDamaged,
-    StoreError,
-    StoreLocked,
-    StoreTooNew,
-    default_db_path,
-    short_title,
-)
+from app.store import SCHEMA_VERSION, SessionStore, short_title
+from app.store_errors import SessionNotFound, StoreDamaged, StoreError, StoreLocked, StoreTooNew
 from benchmarks.fake_search import fake_run
 
 

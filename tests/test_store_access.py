@@ -18,7 +18,8 @@ import pytest
 import app.store
 from app.cli import main
 from app.recorder import SessionRecorder
-from app.store import SessionStore, StoreDamaged, StoreUnreadable
+from app.store import SessionStore
+from app.store_errors import StoreDamaged, StoreUnreadable
 from benchmarks.fake_search import fake_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,7 +28,8 @@ NOBODY = 65534
 CHILD = """
 import json, sys
 from app.cli import main
-from app.store import SessionStore, StoreError
+from app.store import SessionStore
+from app.store_errors import StoreError
 path, seen = sys.argv[1], {}
 try:
     SessionStore(path).close()

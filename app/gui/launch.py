@@ -17,6 +17,7 @@ from typing import Any
 from PySide6.QtCore import QDeadlineTimer, QEventLoop, QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
+from app.db_path import default_db_path
 from app.gui import palette as pal
 from app.gui import settings as saved
 from app.gui.bridge import SearchBridge
@@ -25,7 +26,8 @@ from app.gui.main_window import MainWindow
 from app.journal_import import open_session_store
 from app.options import add_search_options, configs_from_args
 from app.question import empty_message
-from app.store import SessionStore, StoreDamaged, default_db_path
+from app.store import SessionStore
+from app.store_errors import StoreDamaged
 from engine import events as ev
 from engine.blank_text import is_blank
 from engine.config import CacheConfig, ModelSpec, SearchConfig

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from PySide6.QtWidgets import QWidget
 
 from app.gui.background import run_in_background
-from app.store import SessionStore, StoreLocked
+from app.store import SessionStore
+from app.store_errors import StoreLocked
 from engine.errors import BeamwiseError
 
 QUICK_WAIT_S = 0.1  # a rename or delete waits this long for the lock on the GUI thread, then in a worker thread

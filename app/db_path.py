@@ -1,0 +1,62 @@
+"""Where the session database is (the data folder's sessions.db, or --db), and whether the folder named for it
+can hold it: a missing folder, a file or a broken link where a folder should be is said, never made."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from app.models_folder import data_folder
+from app.store_errors import StoreError
+
+DB_NAME = "sessions.db"
+
+
+def default_db_path() -> Path:
+    """sessions.db in the data folder (app/models_folder.py `data_folder`)."""
+    return data_folder() / DB_NAME
+
+
+def is_default(path: Path) -> bool:
+    """Whether `path` is the default session database (a file Beamwise made, never one the user named)."""
+    try:
+        return path.resolve() == default_db_path().resolve()
+    except OSError:
+        return False
+
+
+def check_folder(path: Path) -> None:
+    """Refuse a session database whose folder is missing, or is a file or a link to a missing folder: an explicit
+    --db with a typo in its folder made that folder tree and a new database in it, and a file or a broken link where
+    a folder should be read "[Errno 17] File exists". Only the default database's folder (the data folder) is made
+    when missing."""
+    try:
+        if path.parent.is_dir():
+            return
+        # the nearest folder on the way that is there: a folder, a file, or a link (whose target may be missing)
+        nearest = next((f for f in [path.parent, *path.parent.parents] if f.is_symlink() or f.exists()), None)
+        blocked = nearest is not None and not nearest.is_dir()
+        broken = blocked and not nearest.exists()
+    except OSError:  # a folder on the way cannot be read: SQLite says why when it opens the file
+        return
+    if broken:
+        hint = ("Create the folder it points to, remove the link, or set BEAMWISE_DATA_DIR to another folder."
+                if is_default(path) else "Create the folder it points to, or check the --db path.")
+        raise StoreError(f"cannot open the session database {path}: {nearest} is a link to a missing folder "
+                         f"({_link_target(nearest)}); nothing was made.", hint=hint)
+    if blocked:
+        hint = ("Move that file away, or set BEAMWISE_DATA_DIR to another folder." if is_default(path) else
+                "Check the --db path, or choose a file in another folder.")
+        raise StoreError(f"cannot open the session database {path}: {nearest} is a file, not a folder; nothing "
+                         "was made.", hint=hint)
+    if not is_default(path):
+        raise StoreError(f"cannot open the session database {path}: the folder {path.parent} does not exist; "
+                         "nothing was made.", hint="Create the folder first or choose another one (check the --db "
+                                                   "path for a typo).")
+
+
+def _link_target(link: Path) -> str:
+    try:
+        return os.readlink(link)
+    except OSError:
+        return "unreadable"
