@@ -205,3 +205,15 @@ def device_nodes(tmp_path):
     except (OSError, AttributeError):
         pytest.skip("making device nodes needs root (CAP_MKNOD) on Linux")
     return null, full
+
+
+@pytest.fixture
+def tokyo(monkeypatch):
+    """This machine's time zone set to Asia/Tokyo (UTC+9, no summer time) for the test, then back (POSIX only)."""
+    if not hasattr(time, "tzset"):
+        pytest.skip("time.tzset is POSIX only")
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()

@@ -15,8 +15,8 @@ from app.recorder import SessionRecorder
 from app.session.series import prompt_traffic, question_traffic
 from app.store import SessionStore
 from engine import events as ev
+from tests.test_cancelled_prefill_traffic import events_of
 from tests.test_prefix_cache import cache_dir, prefill_of  # noqa: F401  (a fixture)
-from tests.test_s21_cancelled_prefill_traffic import events_of
 
 
 def _recorded(events: list) -> tuple[SessionStore, int]:

@@ -18,16 +18,6 @@ from engine.config import SearchConfig
 pytestmark = pytest.mark.skipif(not hasattr(time, "tzset"), reason="time.tzset: Unix only")
 
 
-@pytest.fixture
-def tokyo(monkeypatch):
-    """The machine's zone set to Asia/Tokyo (UTC+9, no summer time) for the test, then back."""
-    monkeypatch.setenv("TZ", "Asia/Tokyo")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
-
-
 @pytest.mark.parametrize(("stored", "shown"), [
     ("2026-12-07T14:24:05+00:00", "2026-12-07 23:24"),  # it showed 14:24 for a run made at 23:24 in Tokyo
     ("2026-12-07T23:50:00+00:00", "2026-12-08 08:50"),  # the local date too

@@ -3,9 +3,7 @@ ellipsis, times in this computer's zone (list and show), and "1 step" for a jour
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
@@ -42,7 +40,7 @@ def listed(capsys, db: Path) -> str:
     return capsys.readouterr().out.splitlines()[1]
 
 
-# ---------------------------------------------------------------- finding 3: the answer's cut
+# ---------------------------------------------------------------- the answer's cut
 
 
 @pytest.mark.parametrize(("answer", "shown"), [
@@ -57,22 +55,7 @@ def test_the_lists_answer_is_cut_between_whole_characters_with_an_ellipsis(db, c
     assert "\u200d" not in line and "\u0301" not in line
 
 
-# ---------------------------------------------------------------- finding 4: local time
-
-
-@pytest.fixture
-def tokyo():
-    if not hasattr(time, "tzset"):
-        pytest.skip("time.tzset is POSIX only")
-    before = os.environ.get("TZ")
-    os.environ["TZ"] = "Asia/Tokyo"
-    time.tzset()
-    yield
-    if before is None:
-        del os.environ["TZ"]
-    else:
-        os.environ["TZ"] = before
-    time.tzset()
+# ---------------------------------------------------------------- local time
 
 
 def test_list_and_show_give_the_time_in_this_computers_zone(db, capsys, tokyo) -> None:
@@ -92,7 +75,7 @@ def test_local_time_of_times_without_a_zone_and_of_no_time(tokyo) -> None:
     assert fmt.local_time(None) == ""
 
 
-# ---------------------------------------------------------------- finding 7: "1 step"
+# ---------------------------------------------------------------- "1 step"
 
 
 @pytest.mark.parametrize(("steps", "said"), [(1, "(1 step)."), (2, "(2 steps).")])

@@ -49,7 +49,7 @@ def header_overwritten(db: Path, seed: int) -> Path:
     return db
 
 
-# ---------------------------------------------------------------- finding 1: the header overwritten
+# ---------------------------------------------------------------- the header overwritten
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -148,7 +148,7 @@ def test_the_schema_text_across_two_reads_is_found(tmp_path, monkeypatch, read) 
     assert foreign_file(path) is not None, read
 
 
-# ---------------------------------------------------------------- finding 2: a newer Beamwise's database
+# ---------------------------------------------------------------- a newer Beamwise's database
 
 
 def test_move_aside_of_a_newer_beamwises_database_gives_advice_that_works(db, capsys) -> None:
@@ -189,7 +189,7 @@ def test_move_aside_of_another_programs_database_says_so(tmp_path, capsys) -> No
     assert "another program" in err and "sessions list" not in err and other.exists()
 
 
-# ---------------------------------------------------------------- findings 5 and 6: --db's folder
+# ---------------------------------------------------------------- --db's folder
 
 
 def test_run_and_import_refuse_a_db_in_a_folder_that_does_not_exist(db, tmp_path, capsys) -> None:
