@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 import app.store
-from app.cli import main
 from app.recorder import SessionRecorder
 from app.store import SessionStore
 from app.store_errors import StoreDamaged, StoreUnreadable
 from benchmarks.fake_search import fake_run
+from tests.test_store_file_kinds import exit_code
 
 REPO = Path(__file__).resolve().parents[1]
 NOBODY = 65534
@@ -51,13 +51,6 @@ def recorded(path: Path) -> Path:
         for event in fake_run("How fast is the train?"):
             recorder.write(event)
     return path
-
-
-def exit_code(args: list[str]) -> int:
-    try:
-        return main(args)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
 
 
 @pytest.fixture
