@@ -269,3 +269,12 @@ def failure(error: Exception) -> RunFailed:
     return RunFailed(name, f"{name}: {text or 'no details'}. This is a fault in Beamwise, not in your settings: "
                            "please report it with the error's details (the saved session keeps them).",
                      details="".join(traceback.format_exception(error)))
+
+
+class PrefillStopped(Exception):
+    """The run's stop came while the prompt's KV was loaded or computed, `tokens` of it done: the search ends the
+    run cancelled before step 1 (engine/search.py), and `KVCache.close` frees it as after any cancel."""
+
+    def __init__(self, tokens: int) -> None:
+        super().__init__(f"stopped in the prefill, {tokens} prompt token(s) done")
+        self.tokens = tokens

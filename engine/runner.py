@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import DynamicCache
 
+from engine.errors import PrefillStopped
 from engine.hf_compat import cache_kwargs
 from engine.kv.streams import device_tensor
 from engine.rng import uniforms
@@ -35,6 +36,7 @@ def prefill(
     device: torch.device,
     chunk: int | None = None,
     cache: DynamicCache | None = None,
+    should_stop: Callable[[], bool] | None = None,
     **forward,
 ) -> tuple[DynamicCache, torch.Tensor]:
     """Run the prompt once, `chunk` tokens per forward call (None: all at once); returns its cache (batch 1)
@@ -45,6 +47,9 @@ def prefill(
     the KV and the logits equal one call's. `cache` (e.g. a head-wise cache on the host) and
     `forward` are passed to every call. A `cache` that already holds tokens (a cached prefix) is
     continued: `token_ids` are the tokens after them, at the positions after them.
+
+    Each chunk is a cancellation point: `should_stop()` true before it raises `PrefillStopped` (a Stop
+    waits for one chunk at most, not for the whole prompt); the cache is then half filled, the caller's to drop.
     """
     ids = list(token_ids)
     step = chunk or max(1, len(ids))
@@ -52,6 +57,8 @@ def prefill(
     past = cache.get_seq_length()
     logits = None
     for start in range(0, len(ids), step):
+        if should_stop is not None and should_stop():
+            raise PrefillStopped(past + start)
         part = ids[start : start + step]
         out = model(
             input_ids=torch.tensor([part], device=device),

@@ -21,7 +21,7 @@ from engine.blank_text import is_blank
 from engine.candidate import Candidate, SearchClock, completion, goodput, path_room
 from engine.chat import Turn
 from engine.config import CacheConfig, SearchConfig
-from engine.errors import InvalidPrompt, failure
+from engine.errors import InvalidPrompt, PrefillStopped, failure
 from engine.kv.cache import KVCache
 from engine.kv.prefix_cache import PrefixCache, shared_prefix_cache
 from engine.loaded import Generator
@@ -195,7 +195,11 @@ class _Search:
         return shared_prefix_cache(self.loaded, c.block_size, c.prefix_cache_ram_bytes, c.prefix_cache_disk_bytes)
 
     def _steps(self, kv: KVCache, prompt: list[int]) -> Iterator[ev.Event]:
-        seconds = kv.prefill(prompt)
+        try:
+            seconds = kv.prefill(prompt, self.should_stop)
+        except PrefillStopped:  # a Stop while the model reads the question ends the run as one in step 1 does
+            yield ev.RunCancelled(0)
+            return
         problem = kv.prefix.disk_problem if kv.prefix is not None else None
         moved = kv.store.counters.total  # the question's own traffic: a run cancelled in step 1 has no other record
         yield ev.PrefillDone(len(prompt), seconds, kv.cached_tokens, kv.computed_tokens, problem, moved["h2d"],

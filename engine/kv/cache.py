@@ -13,7 +13,7 @@ from transformers import DynamicCache
 from engine import events as ev
 from engine.config import SPECULATING, CacheConfig, SearchConfig
 from engine.context_plan import activation_token_bytes, default_chunk, prefill_reserve
-from engine.errors import KVBudgetTooSmall, format_bytes_up
+from engine.errors import KVBudgetTooSmall, PrefillStopped, format_bytes_up
 from engine.kv.attention import uses_cascade
 from engine.kv.blocks import BlockManager, Tier
 from engine.kv.headwise import HeadwisePolicy
@@ -206,12 +206,13 @@ class KVCache:
         return f"{self.device} ({torch.cuda.get_device_name(self.device)})"
 
     # -- lifecycle of candidates ----------------------------------------------------------------
-    def prefill(self, prompt: Sequence[int]) -> float:
+    def prefill(self, prompt: Sequence[int], should_stop: Callable[[], bool] | None = None) -> float:
         """Compute the prompt's KV once, in one run of consecutive slots; every candidate shares it. Seconds.
 
         The leading full blocks found in the prefix cache are loaded instead of computed; the rest is
         computed on top of them (`cached_tokens`, `computed_tokens`: the last prompt token is always
-        computed, by the first step)."""
+        computed, by the first step). `should_stop` is asked after the load and before each chunk: true, it
+        raises `PrefillStopped`, the prompt's blocks freed (a half computed prompt goes to no prefix cache)."""
         start = time.perf_counter()
         self.store.counters.start_step()
         body, cached = list(prompt[:-1]), None
@@ -219,17 +220,22 @@ class KVCache:
         if self.prefix is not None:
             self._pinned, cached = load_prefix(self.prefix, body, self.store.host_empty if self.store.pin else None)
         done = 0 if cached is None else cached.shape[3]
+        if should_stop is not None and should_stop():  # a prefix read from disk may have taken a while
+            raise PrefillStopped(done)
+        compute = self._prefill if should_stop is None else functools.partial(self._prefill, should_stop=should_stop)
         if isinstance(self.policy, HeadwisePolicy):  # chunk by chunk straight into the prompt's host blocks
             plan = self.blocks.allocate(body, self.home)
             try:
-                self.policy.prefill(self._prefill, plan.new_blocks, self.prefill_chunk, self._current_budget(),
-                                    cached)  # fmt: skip
+                self.policy.prefill(compute, plan.new_blocks, self.prefill_chunk, self._current_budget(), cached)
             except KVBudgetTooSmall as error:
                 raise self._refused(error) from error
+            except PrefillStopped:
+                self.store.free(self.blocks.free(plan.table))
+                raise
         else:
             cache = None if cached is None else device_cache(self.store, self._config, cached, PROMPT_ID)
             if cache is None or done < len(body):
-                cache = self._prefill(body[done:], chunk=self.prefill_chunk, cache=cache)
+                cache = compute(body[done:], chunk=self.prefill_chunk, cache=cache)
             plan = self.blocks.allocate(body, self.home)
             if isinstance(self.policy, LayerwisePolicy):
                 self.policy.start(PROMPT_ID, cache)  # keeps the prompt's KV as its first row
