@@ -157,6 +157,25 @@ def test_stop_mid_run_leaves_a_consistent_tree_and_a_second_run_works(qtbot, mak
     assert_tree_matches(window, expected_events(max_steps=5))
 
 
+def test_stop_before_step_1_says_no_step_has_begun(qtbot, make_window):
+    """Esc while the model read the question said "the step in progress is dropped, the steps chosen so far are
+    kept": there was neither."""
+    gate = threading.Event()
+    window = make_window(run=gated(gate))
+    small(window, max_steps=3)
+    said: list[str] = []
+
+    def stop_at_start(event: Any) -> None:
+        if isinstance(event, ev.RunStarted):
+            window.stop_action.trigger()
+            said.append(window.statusBar().currentMessage())
+            gate.set()
+
+    window.bridge.event_emitted.connect(stop_at_start)
+    run_to_end(qtbot, window)
+    assert said == ["Stopping: no step has begun yet: the run ends before step 1…"]
+
+
 def test_stop_while_the_model_loads_says_nothing_was_recorded(qtbot, make_window):
     """Esc while the model loaded ended the request without a search, and the status bar went on reading the
     heartbeat's "loading the model, 3.2 s" with "step 0/3" beside it."""

@@ -335,7 +335,9 @@ class MainWindow(QMainWindow):
         if self.running:
             self._stop_asked = True
             self.bridge.stop()
-            self.statusBar().showMessage("Stopping: the step in progress is dropped, the steps chosen so far are kept…")
+            said = ("the step in progress is dropped, the steps chosen so far are kept" if self.session.run.steps else
+                    "no step has begun yet: the run ends before step 1")  # the model may still read the question
+            self.statusBar().showMessage(f"Stopping: {said}…")
 
     def _begin(self, search: SearchConfig) -> None:
         self.running, self.last_terminal, self.current_session = True, None, None
