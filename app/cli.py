@@ -156,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tolerate_console_encoding()
     try:
         args = build_parser().parse_args(argv or ["gui"])
+        args.argv = argv or ["gui"]  # as typed: `gui` tells an option typed with its default value from one left out
         if args.command in ("run", "eval", "gui", "bench"):  # every command that runs a model
             with failures_in_json(args.command == "run" and args.json):  # --threads 0: a run's stream ends too
                 _limit_threads(args)

@@ -11,8 +11,9 @@ import dataclasses
 import os
 import sys
 import tempfile
+from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from PySide6.QtCore import QDeadlineTimer, QEventLoop, QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
@@ -25,31 +26,91 @@ from app.gui.loop_monitor import LoopGapMonitor
 from app.gui.main_window import MainWindow
 from app.journal_import import open_session_store
 from app.options import add_search_options, configs_from_args
+from app.parser import OneLineParser
 from app.question import empty_message
 from app.store import SessionStore
 from app.store_errors import StoreDamaged
 from engine import events as ev
 from engine.blank_text import is_blank
 from engine.config import CacheConfig, ModelSpec, SearchConfig
-from engine.errors import BeamwiseError
+from engine.errors import BeamwiseError, ConfigError
 
 Configs = tuple[ModelSpec, SearchConfig, CacheConfig]
 PLAN_WAIT_MS = 15_000  # a screenshot waits this long at most for the plan bar after the run
 EXPOSE_WAIT_MS = 300  # at most, for the window manager to map the window before its first paint
 
 
-def explicit_configs(args: argparse.Namespace, base: Configs, typed: Configs | None = None) -> Configs:
+# The options whose dest is not the name of the config field they set (the rest are: --beams sets beams).
+FIELD_OF_OPTION = {"model": "source", "kv_budget": "kv_budget_bytes", "no_inter_beam": "inter_beam",
+                   "no_prefetch": "balanced_prefetch", "prefix_cache_ram": "prefix_cache_ram_bytes",
+                   "prefix_cache_disk": "prefix_cache_disk_bytes"}
+
+
+def explicit_configs(args: argparse.Namespace, base: Configs, typed: Configs | None = None,
+                     given: Collection[str] | None = None) -> Configs:
     """`base` (the remembered settings) with only the options the user actually typed applied on top; `typed`:
-    the configs `args` gave already (built again, their notes on stderr, a damaged thresholds file, came twice)."""
-    parser = argparse.ArgumentParser(add_help=False)
-    add_search_options(parser)
-    typed, defaults = typed or configs_from_args(args), configs_from_args(parser.parse_args([]))
+    the configs `args` gave already (built again, their notes on stderr, a damaged thresholds file, came twice);
+    `given`: the dests of the options typed (`command_line_options`), each applied whatever its value. Where the
+    remembered settings cannot go with a typed one (a PRM on the CPU, and `--verifier self-judge`), that config is
+    the command line's alone."""
+    typed = typed or configs_from_args(args)
     merged = []
-    for mine, given, default in zip(base, typed, defaults, strict=True):
-        changes = {f.name: getattr(given, f.name) for f in dataclasses.fields(given)
-                   if getattr(given, f.name) != getattr(default, f.name)}
-        merged.append(dataclasses.replace(mine, **changes))
+    for mine, command_line, names in zip(base, typed, _typed_fields(typed, given), strict=True):
+        try:
+            merged.append(dataclasses.replace(mine, **{name: getattr(command_line, name) for name in names}))
+        except ConfigError as error:
+            print(f"beamwise: the remembered settings do not go with the options given ({error.user_message()}): "
+                  "the options' defaults stand for the rest.", file=sys.stderr)
+            merged.append(command_line)
     return merged[0], merged[1], merged[2]
+
+
+def _typed_fields(typed: Configs, given: Collection[str] | None) -> list[list[str]]:
+    """Per config, the fields the typed options set: those of the options in `given`; without it (what was typed is
+    not known) those that differ from their defaults, and an option typed with its default value is lost to the
+    remembered one (`--beams 4` ran the remembered 2)."""
+    if given is not None:
+        fields = {FIELD_OF_OPTION.get(dest, dest) for dest in given}
+        return [[f.name for f in dataclasses.fields(config) if f.name in fields] for config in typed]
+    defaults = configs_from_args(_search_parser().parse_args([]))
+    return [[f.name for f in dataclasses.fields(config) if getattr(config, f.name) != getattr(default, f.name)]
+            for config, default in zip(typed, defaults, strict=True)]
+
+
+def typed_options(argv: Sequence[str]) -> frozenset[str] | None:
+    """The dests of the model, search and cache options typed in `argv` (what follows `gui`), whatever their values:
+    a parse with every default left out (the window's own options, --question and the rest, are app/cli.py's and
+    left over here). None when `argv` holds no such options as `beamwise gui` takes them."""
+    parser = _search_parser()
+    for action in parser._actions:  # argparse keeps no public list of them
+        action.default = argparse.SUPPRESS
+    try:
+        return frozenset(vars(parser.parse_known_args(argv)[0]))
+    except _NotACommandLine:
+        return None
+
+
+def command_line_options(args: argparse.Namespace) -> frozenset[str] | None:
+    """The dests of the model, search and cache options typed after `gui` (app/cli.py keeps the command line as
+    `args.argv`); None for `args` built otherwise (tests, a caller in this process): what was typed is not known."""
+    argv = getattr(args, "argv", None)
+    return typed_options(argv[1:]) if argv and argv[0] == "gui" else None
+
+
+class _NotACommandLine(Exception):
+    """What `_search_parser`'s parser raises where `beamwise` would print its error and exit."""
+
+
+def _search_parser() -> OneLineParser:
+    """The model, search and cache options as `beamwise gui` reads them (app/options.py), raising _NotACommandLine
+    where `beamwise` would print an error and exit."""
+    def refuse(message: str) -> NoReturn:
+        raise _NotACommandLine(message)
+
+    parser = OneLineParser(add_help=False)
+    add_search_options(parser)
+    parser.error = refuse
+    return parser
 
 
 def open_store(path: str | None, *, ask: bool) -> Any:
@@ -260,7 +321,7 @@ def _build_window(args: argparse.Namespace, settings: QSettings, store: Any, *, 
     bridge = SearchBridge(store_factory=factory)
     window = MainWindow(bridge, settings=settings, store=store, dialogs=interactive)
     base = saved.load_configs(settings) or (ModelSpec(), SearchConfig(), CacheConfig(prefix_cache=True))
-    window.controls.set_configs(*explicit_configs(args, base, typed))
+    window.controls.set_configs(*explicit_configs(args, base, typed, command_line_options(args)))
     if not interactive:
         window.resize(1400, 900)
     return window

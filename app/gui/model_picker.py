@@ -2,15 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
+from typing import cast
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QFileDialog
 
 # Only the tiny synthetic models: the 7B-shaped ones are for benchmarks and need tens of GB.
 SYNTHETIC_CHOICES = ("tiny-llama", "tiny-qwen2", "tiny-opt")
 FOLDER_CHOICE, GGUF_CHOICE, SERVER_CHOICE = "<folder>", "<gguf>", "<server>"
+DIALOG_CHOICES = (FOLDER_CHOICE, GGUF_CHOICE, SERVER_CHOICE)  # each opens a dialog: chosen from the open list only
 SERVER_SOURCE = "server:openai"  # the generator is the server chosen with "Server…" (app/gui/server_panel.py)
+TIP = ("The generator: the bundled SmolLM2-135M, a local transformers folder, a .gguf file, or a tiny random-weight "
+       "synthetic model for a quick look. The arrow keys and the wheel move among the models listed; Alt+Down (or a "
+       "click) opens the list, which also has a folder, a GGUF file or a server to choose.")
+
+
+def offer_dialog_items(combo: QComboBox, keys: Iterable[str], offered: bool) -> None:
+    """Enable the items of `combo` whose data is in `keys` (each opens a dialog) while its list is open, and disable
+    them while it is closed: there the arrow, Page, Home and End keys, the wheel and typed letters move among the
+    other items only (Qt's own moves skip a disabled item). A closed QComboBox emits `activated` for each of those
+    moves, and one Down past the last model opened "Choose a transformers model folder" again and again: the items
+    after it could not be reached. In the open list (Alt+Down, F4, Space or a click) they are chosen as any other."""
+    model = cast(QStandardItemModel, combo.model())  # QComboBox's own: neither picker sets another
+    for key in keys:
+        item = model.item(combo.findData(key))
+        if item is not None:
+            item.setEnabled(offered)
 
 
 class ModelPicker(QComboBox):
@@ -21,8 +41,7 @@ class ModelPicker(QComboBox):
 
     def __init__(self) -> None:
         super().__init__()
-        self.setToolTip("The generator: the bundled SmolLM2-135M, a local transformers folder, "
-                        "a .gguf file, or a tiny random-weight synthetic model for a quick look.")
+        self.setToolTip(TIP)
         self.addItem("Bundled (SmolLM2-135M-Instruct)", "bundled")
         for name in SYNTHETIC_CHOICES:
             self.addItem(f"synthetic:{name}", f"synthetic:{name}")
@@ -31,7 +50,16 @@ class ModelPicker(QComboBox):
         self.addItem("GGUF file…", GGUF_CHOICE)
         self.addItem("Server (vLLM, SGLang, llama.cpp)…", SERVER_CHOICE)
         self._last = 0
+        offer_dialog_items(self, DIALOG_CHOICES, False)
         self.activated.connect(self._on_activated)
+
+    def showPopup(self) -> None:
+        offer_dialog_items(self, DIALOG_CHOICES, True)
+        super().showPopup()
+
+    def hidePopup(self) -> None:
+        super().hidePopup()
+        offer_dialog_items(self, DIALOG_CHOICES, False)
 
     def source(self) -> str:
         return str(self.itemData(self._last))

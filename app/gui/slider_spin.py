@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QLabel, QSlider, QSpinBox, QVBoxLayout, QWidget
 
 QT_INT_MAX = 2**31 - 1  # a slider and a QSpinBox count in 32-bit ints
+PAGE_STEPS = 10  # single steps in a page: Page Up / Down on a QSpinBox moves ten, and the slider pages as it does
 S = TypeVar("S")
 
 
@@ -40,6 +41,9 @@ class SliderSpin(QWidget):
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setRange(round(low * self._scale), round(high * self._scale))
         self.slider.setSingleStep(round(step * self._scale))
+        # QSlider's own page is 10 counts whatever the step: Page Up on the KV budget (16 MB steps) went 32 -> 42 MB,
+        # less than one arrow and off the arrows' grid. Whole steps keep it there.
+        self.slider.setPageStep(PAGE_STEPS * self.slider.singleStep())
         self.note = QLabel()  # what an exact value pinned to the control is, while the control shows it
         self.note.hide()
         self._pinned: tuple[float, str] | None = None

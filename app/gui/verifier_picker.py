@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QStylePainter,
 )
 
+from app.gui.model_picker import offer_dialog_items
 from engine.errors import BeamwiseError, PRMFamilyUnnamed
 from engine.prm_folders import detect_family
 from engine.prm_names import FAMILY_LABELS, LENS_FAMILIES, SYNTHETIC_PRM_FAMILIES, named_family
@@ -26,7 +27,8 @@ FOLDER_CHOICE = "<prm-folder>"
 FAMILY_DIALOG_PX = 460  # the family question's width: its words wrap in it
 NAMEABLE = LENS_FAMILIES  # plain causal LMs (Math-Shepherd, RLHFlow): only a name can tell one from any chat model
 TIP = ("How each step is scored: the generator's own token log-probabilities, the same model asked whether the step "
-       "is correct, or a process reward model (PRM).")
+       "is correct, or a process reward model (PRM). The arrow keys and the wheel move among the verifiers listed; "
+       "Alt+Down (or a click) opens the list, which also has a PRM folder to choose.")
 
 
 class VerifierPicker(QComboBox):
@@ -45,8 +47,17 @@ class VerifierPicker(QComboBox):
             self.addItem(f"PRM synthetic:{name} ({FAMILY_LABELS[family]}, random)", f"prm:synthetic:{name}")
         self.addItem("PRM from a folder…", FOLDER_CHOICE)
         self._last = 0
+        offer_dialog_items(self, [FOLDER_CHOICE], False)
         self.activated.connect(self._on_activated)
         self.currentIndexChanged.connect(self._fit_tip)
+
+    def showPopup(self) -> None:
+        offer_dialog_items(self, [FOLDER_CHOICE], True)
+        super().showPopup()
+
+    def hidePopup(self) -> None:
+        super().hidePopup()
+        offer_dialog_items(self, [FOLDER_CHOICE], False)
 
     def shown_text(self) -> str:
         """The current item as drawn: cut in the middle with '…' where the box is narrower than it (Qt cut a PRM's
