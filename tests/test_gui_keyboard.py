@@ -247,6 +247,8 @@ def test_tab_reaches_only_controls_on_screen_leaves_each_and_skips_scroll_areas(
     recorder = SessionRecorder(window.store)  # a row in each table (Models lists the bundled model)
     for event in fake_run("How fast is the train?", SearchConfig(beams=2, width=2, max_steps=2)):
         recorder.write(event)
+    window.import_engine()  # as `beamwise gui` does after its first paint: the Models page lists once torch is in
+    qtbot.waitUntil(lambda: window.models.table.model().rowCount() > 0, timeout=60_000)  # (the first test: not yet)
     for dock, table in (("sessions", window.sessions.view), ("models", window.models.table)):
         window.docks[dock].raise_()
         chain, unseen, traps = tab_walk(window, qtbot)
