@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import app.formatting as fmt
 from app.model_facts import ModelFacts, facts_of
+from app.plan_advice import host_memory_refusal
+from app.plan_roles import role_refusal
 from app.plan_run import planned_run
 from app.prompt_size import PromptSize, prompt_size, verifier_reading
 from engine.chat import Turn
@@ -162,7 +164,8 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
                        cache.pcie_gbps, "green", "", policy_chosen_by="auto picks it" if cache.policy == "auto"
                        else "as set", verifier_on_cpu=on_cpu, prompt=counted)
     share_short = shape and _share_refusal(shape, search, verifier_kv, budget, cache.verifier_kv_share)
-    refused = (_context_refusal(search, gen, prompt, history) or _does_not_fit(draft) or too_small or share_short
+    refused = (role_refusal(model.source, search) or _context_refusal(search, gen, prompt, history)
+               or _does_not_fit(draft) or too_small or share_short
                or _prefix_cache_refusal(cache, prompt, gen) or _tokenizer_refusal(model.source, search))
     if refused is None:  # only a plan that can run is worth scheduling
         draft, refused = _traffic(draft, model, bound, cache)  # steps past the context hold and move nothing
@@ -377,17 +380,14 @@ def _does_not_fit(p: MemoryPlan) -> str | None:
         if on_gpu and p.verifier_weights_bytes else None
     if pair:
         return f"{pair[0].upper()}{pair[1:]} {WeightsDoNotFit.hint}"
-    host_need = p.weights_bytes + p.generator_kv_bytes + p.verifier_kv_bytes + p.activation_bytes
-    if memory is not None and p.emulated and host_need > memory:
-        return (f"This search needs about {fmt.size(host_need)}, more than the {fmt.size(memory)} of "
-                "memory free: lower the beams, the width or the steps.")
-    return None
+    return host_memory_refusal(p)
 
 
 def judge(p: MemoryPlan) -> tuple[str, str]:
     """Amber: it runs but moves KV over PCIe or fills memory; green: it fits. For a plan the run would not refuse:
-    `plan` makes red itself, from every refusal it checks (the context, `_does_not_fit`, the verifier's share, the
-    prefix cache, the tokenizer files, a step the plan-only run or head-wise cannot fit)."""
+    `plan` makes red itself, from every refusal it checks (a model in a part it cannot play, the context,
+    `_does_not_fit`, the verifier's share, the prefix cache, the tokenizer files, a step the plan-only run or
+    head-wise cannot fit)."""
     memory = p.memory_bytes
     if p.step_pcie_bytes:
         most = "up to " if p.traffic_source == EQ45_SOURCE else ""  # an upper bound: no run counted the bytes

@@ -267,7 +267,7 @@ def failure(error: Exception) -> RunFailed:
         return RunFailed(name, f"{text or 'Out of memory'}. Try fewer beams, shorter steps, a smaller KV budget or "
                                "a smaller model.")
     return RunFailed(name, f"{name}: {text or 'no details'}. This is a fault in Beamwise, not in your settings: "
-                           "please report it with the error's details (the saved session keeps them).",
+                           "please report it with the error's details below (a saved session keeps them too).",
                      details="".join(traceback.format_exception(error)))
 
 

@@ -30,7 +30,7 @@ from engine.chat import Turn, chat_ids
 from engine.config import ModelSpec
 from engine.errors import ModelLoadError, load_errors
 from engine.kv.attention import enable_cascade
-from engine.synthetic import build_synthetic_model, synthetic_config, synthetic_tokenizer
+from engine.synthetic import build_synthetic_model, check_fits, synthetic_config, synthetic_tokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -113,12 +113,28 @@ def checked_folder(source: str) -> Path:
     if not folder:
         raise ModelLoadError(f"{path} is neither a .gguf file nor a model folder.")
     if not config:
+        refuse_unfinished(path)  # a pull stopped before its config.json came
         raise ModelLoadError(
             f"model folder {path} has no config.json.",
             hint="Point to a transformers model folder (with config.json and weights) or a .gguf file.",
         )
     _check_model_type(path / "config.json")
     return path
+
+
+DOWNLOAD_MARKER = ".beamwise-download.json"  # app/models_folder.py MARKER: what a pull writes into its folder
+
+
+def refuse_unfinished(folder: Path) -> None:
+    """A folder a pull is still writing, or was stopped in (its marker says "complete": false), said as `models
+    list` says it: what it lacks would be said as damage, where pulling again resumes it."""
+    try:
+        marker = json.loads((folder / DOWNLOAD_MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(marker, dict) and marker.get("complete") is False:
+        raise ModelLoadError(f"model folder {folder} is not whole: the download did not finish.",
+                             hint="Pull it again to resume it, or remove it.")
 
 
 # Files a tokenizer is built from: fast (tokenizer.json), SentencePiece or tiktoken (*.model, *.tiktoken), BPE or
@@ -159,6 +175,7 @@ def checked_gguf(source: str) -> Path:
     path = Path(source).expanduser()
     try:
         if not path.is_file():
+            refuse_unfinished(path.parent)  # a pull of one .gguf, stopped before it came
             raise ModelLoadError(f"GGUF file {path} does not exist.")
         with path.open("rb") as handle:
             magic = handle.read(4)
@@ -287,11 +304,11 @@ def _from_pretrained(folder: Path, dtype: torch.dtype, what: str,
                                                            output_loading_info=True, **extra)
     missing = sorted(info["missing_keys"])
     if missing:  # transformers fills them with random numbers and only logs a table
-        raise _weights_missing(where, missing, info["unexpected_keys"])
+        raise weights_missing(where, missing, info["unexpected_keys"])
     return model, tokenizer
 
 
-def _weights_missing(where: Path, missing: list[str], unexpected) -> ModelLoadError:
+def weights_missing(where: Path, missing: list[str], unexpected) -> ModelLoadError:
     named = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
     if any(key.startswith(("score.", "v_head.")) for key in unexpected):  # a reward head instead of the LM head
         return ModelLoadError(f"{where} is a process reward model (a PRM: it scores steps, it writes none); its "
@@ -314,6 +331,17 @@ def _load_bundled(spec: ModelSpec, device: torch.device, progress: Progress | No
         folder = bundled_model_folder(progress, rebuild=True)
         model, tokenizer = _from_pretrained(folder, dtype, "cached bundled")
     return _finish(spec.source, f"{BUNDLED_NAME} (bundled)", model, tokenizer, device, dtype)
+
+
+def _check_folder_fits(folder: Path, target: torch.device, dtype: torch.dtype) -> None:
+    """Refuse a folder model whose weights, in the dtype they will be held in, do not fit the memory free on
+    `target`, before transformers builds it (a config of 400B weights was loaded until the kernel killed it). On
+    CUDA only the device is checked: safetensors are read from a file mapping, which a host short of RAM pages.
+    Reading the config here also says a damaged config.json as the config's fault (the tokenizer reads it first
+    and was blamed)."""
+    with load_errors(folder, "the model config"):
+        config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    check_fits(f"the model in {folder}", config, target, dtype)
 
 
 def load_model(spec: ModelSpec, device: str | torch.device = "cpu", progress: Progress | None = None) -> LoadedModel:
@@ -340,6 +368,8 @@ def load_model(spec: ModelSpec, device: str | torch.device = "cpu", progress: Pr
         loaded = _finish(spec.source, path.stem, model, tokenizer, target, dtype)
     else:
         folder = checked_folder(spec.source)
+        refuse_unfinished(folder)
+        _check_folder_fits(folder, target, dtype)
         report(progress, f"Loading {folder.name}", None)
         model, tokenizer = _from_pretrained(folder, dtype, "model")
         loaded = _finish(spec.source, folder.name, model, tokenizer, target, dtype)

@@ -225,15 +225,29 @@ def _free_memory_posix() -> int | None:
         return None
 
 
-def _check_fits(name: str, config: PretrainedConfig, device: torch.device, dtype: torch.dtype) -> None:
-    needed = parameter_count(config) * torch.finfo(dtype).bits // 8
-    free = free_memory_bytes(device)
-    if free is not None and needed > 0.9 * free:
-        raise ModelLoadError(
-            f"synthetic:{name} needs {format_bytes(needed)} of weights in {str(dtype).removeprefix('torch.')} "
-            f"but only {format_bytes(free)} is free on {device}.",
-            hint="Use a smaller synthetic model (synthetic:tiny-llama), bfloat16, or a GPU with more memory.",
-        )
+def check_fits(name: str, config: PretrainedConfig, device: torch.device, dtype: torch.dtype,
+               smaller: str = "a smaller model") -> None:
+    """Refuse, before any weight is built, a model whose weights in `dtype` (the dtype they are held in, whatever
+    the checkpoint's: float32 doubles a bfloat16 one) need more than 90% of the memory free on `device`: past it
+    the load swaps for minutes and the kernel kills the process with no message. A config transformers cannot
+    build on the meta device is left to the loader."""
+    try:
+        count = parameter_count(config)
+    except Exception:  # an architecture transformers cannot build: its loader says so, with the path
+        return
+    size = torch.finfo(dtype).bits // 8
+    needed, free = count * size, free_memory_bytes(device)
+    if free is None or needed <= 0.9 * free:
+        return
+    half = count * 2
+    dtype_name = str(dtype).removeprefix("torch.")
+    if size > 2 and half <= 0.9 * free:
+        hint = f"Load it in bfloat16 (--dtype bfloat16, {format_bytes(half)}), or pick {smaller}."
+    else:
+        more = "a GPU" if device.type == "cuda" else "a machine"
+        hint = f"Pick {smaller}, or use {more} with more memory free."
+    raise ModelLoadError(f"{name} needs {format_bytes(needed)} of weights in {dtype_name} but only "
+                         f"{format_bytes(free)} is free on {device}.", hint=hint)
 
 
 def build_synthetic_model(name: str, device: torch.device, dtype: torch.dtype) -> PreTrainedModel:
@@ -244,7 +258,7 @@ def build_synthetic_model(name: str, device: torch.device, dtype: torch.dtype) -
     """
     entry = synthetic_entry(name)
     config = entry.build()
-    _check_fits(name, config, device, dtype)
+    check_fits(f"synthetic:{name}", config, device, dtype, "a smaller synthetic model (synthetic:tiny-llama)")
     cuda_devices = [device.index if device.index is not None else torch.cuda.current_device()] \
         if device.type == "cuda" else []
     with torch.random.fork_rng(devices=cuda_devices), torch.device(device):

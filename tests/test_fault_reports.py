@@ -41,7 +41,7 @@ def test_a_fault_is_named_as_one_and_keeps_its_traceback():
         failed = failure(error)
     assert failed.error == "IndexError"
     assert failed.message == ("IndexError: list index out of range. This is a fault in Beamwise, not in your settings: "
-                              "please report it with the error's details (the saved session keeps them).")
+                              "please report it with the error's details below (a saved session keeps them too).")
     assert failed.details.startswith("Traceback") and "[][4]" in failed.details
 
 
