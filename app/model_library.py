@@ -16,7 +16,10 @@ from app.models_folder import (
     AddedListDamaged,
     added_folders,
     added_list_path,
+    ambiguous,
     models_dir,
+    named,
+    runnable,
     write_added,
 )
 from app.options import UsageError
@@ -65,12 +68,14 @@ def role_of(path: Path) -> str:
         return "generator"
 
 
-def entry_for(path: Path, where: str) -> ModelEntry:
-    """`path` as a list entry. Only a model in the models folder with Beamwise's marker counts as downloaded
-    (the marker inside a copy the user added elsewhere does not make it Beamwise's to delete)."""
+def entry_for(path: Path, where: str, name: str | None = None) -> ModelEntry:
+    """`path` as a list entry, named `name` (default: its own name). Only a model in the models folder with
+    Beamwise's marker counts as downloaded (the marker inside a copy the user added elsewhere does not make it
+    Beamwise's to delete)."""
     from app.model_facts import facts_of
 
-    marker = path / MARKER if path.is_dir() else path.parent / f"{path.name}{MARKER}"
+    home = home_of(path)
+    marker = home / MARKER if home.is_dir() else home.parent / f"{home.name}{MARKER}"
     downloaded = where == "models folder" and marker.is_file()
     try:
         facts, problem = facts_of(str(path)), ""
@@ -78,7 +83,19 @@ def entry_for(path: Path, where: str) -> ModelEntry:
         facts, problem = None, (error.user_message() if hasattr(error, "user_message") else str(error))
     if downloaded and not _download_complete(marker):  # its own reason, before what its missing files break
         problem = "the download did not finish; pull it again to resume it, or remove it."
-    return ModelEntry(path.name, str(path), where, size_on_disk(path), downloaded, role_of(path), facts, problem)
+    return ModelEntry(name or path.name, str(path), where, size_on_disk(home), downloaded, role_of(path), facts,
+                      problem)
+
+
+def home_of(path: Path) -> Path:
+    """What in the models folder holds `path`: itself, or for the .gguf a `pull --file` put in a folder of its own,
+    that folder (its marker, its size on disk, what remove deletes)."""
+    folder = path.parent
+    try:
+        inside = path.is_file() and folder.parent.resolve() == models_dir().resolve()
+    except OSError:
+        inside = False
+    return folder if inside else path
 
 
 def _download_complete(marker: Path) -> bool:
@@ -130,8 +147,9 @@ def list_models() -> list[ModelEntry]:
     if folder.is_dir():
         for path in sorted(folder.iterdir()):
             if ((path.is_dir() and any((path / name).is_file() for name in ("config.json", MARKER)))
-                    or path.suffix.lower() == ".gguf"):  # a pull that failed early is listed, to resume or remove
-                entries.append(entry_for(path, "models folder"))
+                    or path.suffix.lower() == ".gguf" or runnable(path) != path):  # a pull that failed early is
+                # listed, to resume or remove; a folder of one .gguf (`pull --file`) is that .gguf, by its name
+                entries.append(entry_for(runnable(path), "models folder", path.name))
     try:
         entries += [entry_for(p, "added") if p.exists() else _gone(p) for p in added_folders()]
     except AddedListDamaged as error:
@@ -187,26 +205,42 @@ def source_of_name(name: str) -> str | None:
     bare = name.removeprefix("synthetic:").removesuffix(" (random weights)")
     if bare in SYNTHETIC_MODELS:
         return f"synthetic:{bare}"
-    return next((entry.source for entry in list_models()[1:]
-                 if name in (entry.name, Path(entry.name).stem) and not entry.problem), None)
+    return next((entry.source for entry in list_models()[1:]  # a GGUF's name is its file's, as the engine records it
+                 if name in (entry.name, Path(entry.name).stem, _gguf_stem(entry)) and not entry.problem), None)
+
+
+def _gguf_stem(entry: ModelEntry) -> str | None:
+    return Path(entry.source).stem if entry.source.lower().endswith(".gguf") else None
 
 
 def find(name: str) -> ModelEntry:
-    """The entry named `name` (its folder name or its source); UsageError listing the names otherwise."""
+    """The entry named `name` (its folder name or its source); UsageError listing the names otherwise, and listing
+    the paths when several models have that name (taking the first could remove the wrong one)."""
     if name.startswith("synthetic:"):
         return synthetic_entry(name)
     entries = list_models()
-    for entry in entries:
-        if name in (entry.name, entry.source):
-            return entry
+    exact = [e for e in entries if e.source == name]  # a path names one model
+    same = exact or [e for e in entries if e.name == name]
+    if len(same) > 1:
+        raise UsageError(ambiguous(name, [e.source for e in same]))
+    if same:
+        return same[0]
     known = ", ".join(e.name for e in entries)
     raise UsageError(f"no model named {name!r} here; `beamwise models list` shows them ({known}).")
+
+
+def namesakes(path: Path) -> list[str]:
+    """The sources of the other models here named as `path` is (so its name alone would be refused)."""
+    from engine.bundled import BUNDLED_NAME
+
+    others = [str(p) for p in named(path.name) if p != path]
+    return (["bundled"] if path.name == BUNDLED_NAME else []) + others
 
 
 def remove(entry: ModelEntry) -> None:
     """Delete a model Beamwise downloaded into its models folder; refuses anything else (bundled, added, or
     copied in by hand). An added folder is taken off the list with `forget_folder`, never deleted."""
-    path = Path(entry.source)
+    path = home_of(Path(entry.source))
     inside = path.resolve().parent == models_dir().resolve()
     if not (entry.downloaded and inside):
         raise UsageError(f"{entry.source} was not downloaded by Beamwise into its models folder, so Beamwise will "
@@ -248,5 +282,5 @@ def _dtype(path: Path) -> str:
 
 
 __all__ = ["ADDED", "MARKER", "AddedListDamaged", "ModelEntry", "add_folder", "added_folders", "added_list_path",
-           "describe", "entry_for", "find", "forget_folder", "list_models", "models_dir", "remove", "role_of",
-           "size_on_disk", "synthetic_entry"]
+           "describe", "entry_for", "find", "forget_folder", "home_of", "list_models", "models_dir", "namesakes",
+           "remove", "role_of", "runnable", "size_on_disk", "synthetic_entry"]

@@ -1,9 +1,11 @@
 """Downloading a model from a Hugging Face hub, only when the user asks: huggingface_hub's own client with the
 endpoint passed per call, the app's offline switch lifted for that call alone, free disk checked first,
-progress with speed and time left, cancel, and resume (a partial file is continued by HTTP range)."""
+progress with speed and time left, cancel, and resume (a partial file is continued by HTTP range); each file's
+size, and its sha256 where the listing gives one, checked before it is kept."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import socket
@@ -28,6 +30,7 @@ PARTIAL = ".partial"  # unfinished files wait here; the next pull continues them
 TIMEOUT = 30.0  # seconds to connect, and to wait for the next bytes: a silent hub ends the pull instead of hanging it
 COMMIT_STAMP = "COMMIT"  # in PARTIAL: the commit its partial files belong to
 REPORT_EVERY = 0.25  # seconds between progress reports while a file downloads, stalled or not
+HASH_CHUNK = 1 << 20  # bytes read at a time to hash a file on disk: memory stays flat whatever the file's size
 T = TypeVar("T")
 CANCELLED = "the download was cancelled; `beamwise models pull` again resumes it."
 
@@ -95,7 +98,7 @@ def pull(repo_id: str, *, filename: str | None = None, endpoint: str = DEFAULT_E
 
 def _pull(repo_id: str, filename: str | None, endpoint: str, revision: str,
           report: Callable[[PullProgress], None], cancel: threading.Event) -> Path:
-    files, commit = _asked(lambda: _files(repo_id, filename, endpoint, revision), cancel)
+    files, sha256, commit = _asked(lambda: _files(repo_id, filename, endpoint, revision), cancel)
     target = destination(repo_id)
     with _writing(target):
         target.mkdir(parents=True, exist_ok=True)
@@ -104,7 +107,7 @@ def _pull(repo_id: str, filename: str | None, endpoint: str, revision: str,
         _start_partial(target, commit)
         _check_disk(target, files, done)
         job = _Job(repo_id, endpoint, commit or revision, target,
-                   PullProgress(sum(files.values()), started=time.monotonic()), report, cancel, done)
+                   PullProgress(sum(files.values()), started=time.monotonic()), report, cancel, done, sha256)
         for name, size in files.items():
             if cancel.is_set():
                 raise PullCancelled(CANCELLED)
@@ -190,8 +193,10 @@ def _mark(target: Path, marker: dict) -> None:
     replace_text(target / MARKER, json.dumps(marker))
 
 
-def _files(repo_id: str, filename: str | None, endpoint: str, revision: str) -> tuple[dict[str, int], str | None]:
-    """Each file's size, and the commit the revision names now: every file of the pull is fetched from it."""
+def _files(repo_id: str, filename: str | None, endpoint: str,
+           revision: str) -> tuple[dict[str, int], dict[str, str], str | None]:
+    """Each file's size, the sha256 of those the listing gives one for (the hub's LFS files: the weights), and the
+    commit the revision names now: every file of the pull is fetched from it."""
     from huggingface_hub import HfApi
 
     try:
@@ -200,13 +205,15 @@ def _files(repo_id: str, filename: str | None, endpoint: str, revision: str) -> 
     except Exception as error:
         raise _explain(error, endpoint, repo_id) from error
     files = {s.rfilename: int(s.size or 0) for s in info.siblings or []}
+    sha256 = {s.rfilename: s.lfs.sha256.lower() for s in info.siblings or []
+              if s.lfs is not None and isinstance(getattr(s.lfs, "sha256", None), str)}
     if filename is not None:
         if filename not in files:
             raise PullError(f"{repo_id} has no file {filename}; it has: {', '.join(sorted(files))}.")
         files = {filename: files[filename]}
     for name in files:
         _refuse_outside(name, repo_id)
-    return files, info.sha
+    return files, {name: digest for name, digest in sha256.items() if name in files}, info.sha
 
 
 def _refuse_outside(name: str, repo_id: str) -> None:
@@ -245,6 +252,7 @@ class _Job:
     report: Callable[[PullProgress], None]
     cancel: threading.Event
     done: set[str]  # files an earlier pull of this commit finished
+    sha256: dict[str, str]  # of the files the listing gives one for
 
 
 def _download(job: _Job, name: str, size: int) -> bool:
@@ -252,24 +260,31 @@ def _download(job: _Job, name: str, size: int) -> bool:
     from huggingface_hub import hf_hub_url
 
     base, final = job.progress.done, job.target / name
-    if name in job.done and _have(final) == size:  # finished in an earlier pull of the same commit
+    if name in job.done and _intact(job, name, final, size):  # finished in an earlier pull of the same commit
         job.progress.done = base + size
         job.progress.resumed += size
         job.report(job.progress)
         return False
+    job.done.discard(name)
     part = job.target / PARTIAL / f"{name}.part"
     part.parent.mkdir(parents=True, exist_ok=True)
     if _have(part) > size:  # longer than the file: it cannot be a start of it
         part.unlink()
     job.progress.resumed += min(_have(part), size)
+    digest = None  # the sha256 of the bytes in `part`, where the listing gives one to check
     if not part.exists() or _have(part) < size:
-        _transfer(job, hf_hub_url(job.repo_id, name, revision=job.revision, endpoint=job.endpoint), part, base)
+        digest = _transfer(job, hf_hub_url(job.repo_id, name, revision=job.revision, endpoint=job.endpoint), part,
+                           base, name in job.sha256)
     if _have(part) != size:
         got = _have(part)
         if got > size:
             part.unlink()
-        raise PullError(f"{job.endpoint} sent {fmt.size(got)} of {name} where it lists {fmt.size(size)}; pull again "
+        said = (fmt.size(got), fmt.size(size))
+        if said[0] == said[1]:  # "sent 3.5 MB ... where it lists 3.5 MB"
+            said = (f"{got:,} bytes", f"{size:,} bytes")
+        raise PullError(f"{job.endpoint} sent {said[0]} of {name} where it lists {said[1]}; pull again "
                         f"to {'resume' if got < size else 'download it afresh'}.")
+    _check_sha256(job, name, part, digest)
     final.parent.mkdir(parents=True, exist_ok=True)
     part.replace(final)
     job.progress.done = base + size
@@ -277,9 +292,47 @@ def _download(job: _Job, name: str, size: int) -> bool:
     return True
 
 
-def _transfer(job: _Job, url: str, part: Path, base: int) -> None:
+def _intact(job: _Job, name: str, final: Path, size: int) -> bool:
+    """Whether a file an earlier pull finished is still the listed one: its size, and its sha256 where the listing
+    gives one (hashed from the disk: a folder marked complete by a pull that did not check, or changed since, is
+    mended by pulling again). One that is not is deleted, to be fetched again."""
+    if _have(final) != size or (name in job.sha256 and _sha256_of(final, size).hexdigest() != job.sha256[name]):
+        final.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def _check_sha256(job: _Job, name: str, part: Path, digest: str | None) -> None:
+    """A file of the right size with other bytes (a server or proxy that sent something else) is refused and
+    deleted, so that the next pull fetches it again instead of keeping it as finished."""
+    expected = job.sha256.get(name)
+    if expected is None:
+        return
+    got = digest if digest is not None else _sha256_of(part, _have(part)).hexdigest()  # left whole by an earlier pull
+    if got != expected:
+        part.unlink(missing_ok=True)
+        raise PullError(f"{name} from {job.endpoint} is not the file the listing describes: its sha256 is {got}, "
+                        f"where the listing gives {expected}. It was deleted; pull again to fetch it afresh (if it "
+                        "happens again, the hub or a proxy on the way sends other bytes: try --endpoint for another "
+                        "mirror).")
+
+
+def _sha256_of(path: Path, length: int) -> Any:
+    """A sha256 of the first `length` bytes of `path`, read in HASH_CHUNK pieces; go on updating it with the rest."""
+    digest = hashlib.sha256()
+    if length <= 0:  # nothing kept: a file not yet begun
+        return digest
+    with path.open("rb") as file:
+        while length > 0 and (chunk := file.read(min(HASH_CHUNK, length))):
+            digest.update(chunk)
+            length -= len(chunk)
+    return digest
+
+
+def _transfer(job: _Job, url: str, part: Path, base: int, hashed: bool) -> str | None:
     """Append the rest of `url` to `part` through huggingface_hub's HTTP session, with TIMEOUT for connecting and for
-    each read. The session has no retries of its own here: the next pull is the retry, and it resumes."""
+    each read. The session has no retries of its own here: the next pull is the retry, and it resumes. `hashed`:
+    returns the sha256 of the whole of `part` (the part an earlier pull kept hashed first), else None."""
     from huggingface_hub.utils import get_session, hf_raise_for_status
 
     have = _have(part)
@@ -289,22 +342,28 @@ def _transfer(job: _Job, url: str, part: Path, base: int) -> None:
     try:
         with get_session().stream("GET", url, headers=headers, timeout=TIMEOUT) as response:
             hf_raise_for_status(response)
-            _receive(job, response, part, base, have if response.status_code == 206 else 0)
+            start = have if response.status_code == 206 else 0
+            digest = _sha256_of(part, start) if hashed else None
+            _receive(job, response, part, base, start, digest)
+            return None if digest is None else digest.hexdigest()
     except PullError:
         raise
     except Exception as error:
         raise _explain(error, job.endpoint, job.repo_id, part) from error
 
 
-def _receive(job: _Job, response: Any, part: Path, base: int, start: int) -> None:
+def _receive(job: _Job, response: Any, part: Path, base: int, start: int, digest: Any) -> None:
     """Write the body into `part` from byte `start` (0: the server ignored the range and sends the whole file). Each
     piece is written unbuffered as it arrives, not in the client's 10 MiB chunks, so what came before a cancel, a
     stall, a broken connection or Ctrl-C stays for the next pull. Only the disk raises OSError here (httpx's errors
-    are not OSErrors), and _writing names it."""
+    are not OSErrors), and _writing names it. `digest` (a sha256 of the first `start` bytes, or None) takes in each
+    piece as it is written."""
     with _writing(part), part.open("ab" if start else "wb", buffering=0) as file, _watched(job, response):
         done = start
         for piece in response.iter_raw():
             file.write(piece)
+            if digest is not None:
+                digest.update(piece)
             done += len(piece)
             job.progress.done = base + done
             if job.cancel.is_set():
@@ -359,9 +418,16 @@ def _explain(error: Exception, endpoint: str, repo_id: str, part: Path | None = 
                          "again later (it resumes), or pass --endpoint for a mirror.")
     if kinds & {"RemoteProtocolError", "ReadError", "NetworkError"}:
         return PullError(f"the connection to {endpoint} broke off{kept}; pull again to resume.")
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    if part is not None and (status == 404 or "EntryNotFound" in text):  # the listing named it a moment ago
+        return PullError(f"the file {name} of {repo_id} was not found on {endpoint}, though its list of files names "
+                         "it: the listing and the files disagree. Try again later, or pass --endpoint for another "
+                         "mirror.")
     if "404" in text or "RepositoryNotFound" in text or "EntryNotFound" in text:
-        return PullError(f"{repo_id} was not found on {endpoint}; check the repository id (owner/name).")
+        return PullError(f"the repository {repo_id} was not found on {endpoint}; check the repository id "
+                         "(owner/name).")
     if kinds & {"JSONDecodeError", "DecodingError"}:  # it said "pull again to resume", with nothing to resume
         return PullError(f"{endpoint} answered, but not as a model hub does (its reply to the file list was not "
                          "JSON); check --endpoint: it should be a Hugging Face hub or a mirror of one.")
-    return PullError(f"the download from {endpoint} failed ({text.splitlines()[0][:200]}); pull again to resume.")
+    again = "try again later" if part is None else "pull again to resume"  # before the listing nothing was written
+    return PullError(f"the download from {endpoint} failed ({text.splitlines()[0][:200]}); {again}.")

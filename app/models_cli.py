@@ -45,7 +45,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     from app import model_library as lib
 
     print(f"{'name':<32}{'role':<24}{'params':>10}{'size':>11}{'KV/token':>11}  where")
-    for e in lib.list_models():
+    entries = lib.list_models()
+    names = [e.name for e in entries]
+    for e in entries:
         params = "-" if e.facts is None or e.facts.parameters is None else f"{e.facts.parameters / 1e6:,.0f}M"
         kv = "-" if e.facts is None else fmt.size(e.facts.kv_token_bytes)
         mark = " (downloaded)" if e.downloaded else ""
@@ -53,6 +55,8 @@ def cmd_list(args: argparse.Namespace) -> int:
               f"{e.where}{mark}")
         if e.problem:
             print(f"{'':<4}problem: {e.problem}")
+        if names.count(e.name) > 1:  # the name alone is refused: say what names this one
+            print(f"{'':<4}another model here has this name: give this one as {e.source}")
     print(f"\nmodels folder: {lib.models_dir()}")
     return 0
 
@@ -90,8 +94,22 @@ def cmd_pull(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, PullCancelled):
         print("\nbeamwise: the download stopped; the same `beamwise models pull` resumes it.", file=sys.stderr)
         return 130
-    print(f"downloaded {args.repo} to {folder}; use it with --model {folder}")
+    print(f"downloaded {args.repo} to {folder}; {_use_hint(folder)}")
     return 0
+
+
+def _use_hint(folder: Path) -> str:
+    """What --model takes for a finished pull: its name where that names it alone, else its path; a folder of
+    .gguf files (a GGUF repository pulled whole) is no model itself, so the hint names one of its files."""
+    from app.models_folder import named, runnable
+
+    use = runnable(folder)
+    if use == folder and not (folder / "config.json").is_file():
+        ggufs = sorted(p.name for p in folder.glob("*.gguf"))
+        if ggufs:
+            return f"use one of its .gguf files with --model, e.g. --model {folder / ggufs[0]}"
+    by_name = f" (or --model {folder.name})" if named(folder.name) == [use] else ""
+    return f"use it with --model {use}{by_name}"
 
 
 def _exists(path) -> bool:
@@ -126,5 +144,10 @@ def cmd_add(args: argparse.Namespace) -> int:
     from app import model_library as lib
 
     added = lib.add_folder(Path(args.path).expanduser())  # a path that is no model is refused here
-    print(f"added {added}; `beamwise models remove {added.name}` takes it off the list again")
+    others = lib.namesakes(added)
+    if others:  # its name alone is refused: the path names it
+        print(f"added {added}; another model here is named {added.name} too ({', '.join(others)}), so give this one "
+              f"by its path (--model {added}); `beamwise models remove {added}` takes it off the list again")
+    else:
+        print(f"added {added}; `beamwise models remove {added.name}` takes it off the list again")
     return 0

@@ -3,6 +3,7 @@ model's name from `models list` as a path: no torch, so the options every comman
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from pathlib import Path
@@ -68,17 +69,49 @@ def write_added(folders: list[Path]) -> None:
                                  "write to.") from error
 
 
+def runnable(path: Path) -> Path:
+    """What the loader takes for `path`: a folder `models pull --file` filled holds one .gguf and no config.json, and
+    it is that .gguf which runs; anything else is itself."""
+    try:
+        if not path.is_dir() or (path / "config.json").is_file():
+            return path
+        ggufs = [p for p in path.iterdir() if p.suffix.lower() == ".gguf" and p.is_file()]
+    except OSError:
+        return path
+    return ggufs[0] if len(ggufs) == 1 else path
+
+
+def named(name: str) -> list[Path]:
+    """Every model here that `name` names: the models folder's entry of that name (as `runnable` gives it) and each
+    added folder of that name. More than one is an ambiguous name, which callers refuse rather than take the first
+    (`models remove` could otherwise delete a download the user meant to leave)."""
+    own = models_dir() / name
+    found = [runnable(own)] if own.exists() else []
+    try:
+        found += [p for p in added_folders() if p.name == name and p not in found]
+    except AddedListDamaged:  # the list's own row says so; the models folder still answers
+        pass
+    return found
+
+
+def ambiguous(name: str, paths: list[str]) -> str:
+    """The refusal of a name that more than one model here has, with the paths that name each of them."""
+    return (f"more than one model here is named {name!r} ({', '.join(paths)}); give the path of the one you mean "
+            "instead of the name.")
+
+
 def source_of(text: str) -> str:
     """What --model, --verifier-model and --prm take: a name `models list` shows (a downloaded or added model)
-    becomes its path; anything else (bundled, synthetic:NAME, FAMILY:FOLDER, a path) is kept as given."""
+    becomes its path; anything else (bundled, synthetic:NAME, FAMILY:FOLDER, a path) is kept as given. A name two
+    models share is refused (argparse.ArgumentTypeError), naming their paths."""
     if not text or ":" in text or "/" in text or "\\" in text or text in ("bundled", "default"):
         return text
     try:
         if Path(text).exists():
             return text
-        downloaded = models_dir() / text
-        if downloaded.exists():
-            return str(downloaded)
-        return next((str(p) for p in added_folders() if p.name == text), text)
-    except (OSError, AddedListDamaged):  # no such name: the loader says so for the text as given
+        found = named(text)
+    except OSError:  # no such name: the loader says so for the text as given
         return text
+    if len(found) > 1:
+        raise argparse.ArgumentTypeError(ambiguous(text, [str(p) for p in found]))
+    return str(found[0]) if found else text

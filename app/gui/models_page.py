@@ -141,6 +141,13 @@ class PullWorker(QObject):
         return latest
 
 
+def _sentence(message: str) -> str:
+    """A pull's message as a sentence, its first word capitalised only when it is a plain word: one that opens with
+    a repository id or an address ("tiny/gen", "http://…") keeps its case, as the hub spells it."""
+    first = message.split(" ", 1)[0]
+    return fmt.sentence(message) if first.isalpha() else message
+
+
 def fit_longest(button: QPushButton, labels: tuple[str, ...]) -> None:
     """Wide enough for the longest of the labels it will show: a button sized for its first label cut a longer
     one at both ends ("emove from li")."""
@@ -302,8 +309,9 @@ class ModelsPage(QWidget):
         return self.table_model.entries[rows[0].row()] if rows else None
 
     def select_name(self, name: str) -> None:
+        """The first row of that name, or of that source (two models may share a name; a source is one model)."""
         for row, entry in enumerate(self.table_model.entries):
-            if entry.name == name:
+            if name in (entry.name, entry.source):
                 self.table.selectRow(row)
                 return
 
@@ -363,8 +371,11 @@ class ModelsPage(QWidget):
             _say(self.folder_status, f"Could not add {folder}: {text}")
             return False
         self.refresh()
-        self.select_name(added.name)
-        _say(self.folder_status, f"Added {added}.")
+        self.select_name(str(added))
+        others = lib.namesakes(added)
+        _say(self.folder_status, f"Added {added}." + (f" Another model here is named {added.name} too "
+                                                      f"({', '.join(others)}): on the command line, give this one by "
+                                                      "its path." if others else ""))
         return True
 
     # ------------------------------------------------------------ pulling
@@ -420,11 +431,11 @@ class ModelsPage(QWidget):
 
     @Slot(str)
     def _on_failed(self, message: str) -> None:
-        self._end("failed", fmt.sentence(message))
+        self._end("failed", _sentence(message))
 
     @Slot(str)
     def _on_cancelled(self, message: str) -> None:
-        self._end("cancelled", fmt.sentence(message))
+        self._end("cancelled", _sentence(message))
 
     def _end(self, outcome: str, message: str) -> None:
         self._show_progress()  # the last report, a finished file's 100%
