@@ -3,12 +3,23 @@ search's size where its KV is what overflows, the weights' number format or the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import app.formatting as fmt
+from app.model_facts import ModelFacts
 
-if TYPE_CHECKING:
-    from app.planner import MemoryPlan
+
+class MemoryPlan(Protocol):
+    """What is read here of app/planner.py's MemoryPlan (planner imports this module: no import back)."""
+
+    memory_bytes: int | None
+    emulated: bool
+    generator: ModelFacts
+    weights_bytes: int
+    generator_kv_bytes: int
+    verifier_kv_bytes: int
+    activation_bytes: int
+
 
 NARROW_BYTES = 2  # bfloat16, the narrowest dtype the engine loads in (engine.config.DTYPES)
 WEIGHTS_SHARE = 0.9  # the run refuses weights past this share of the memory free (engine.synthetic.check_fits)
