@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import gc
 import os
 import shutil
 import stat
@@ -48,21 +47,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     join_background_threads(10)
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Every test module is imported (torch, transformers, Qt and the app with them: ~380,000 objects): freeze them
-    out of the cyclic collector, so the collection after each window test (below) scans only what tests made."""
-    gc.collect()  # the imports' own garbage first: frozen, it would never be freed
-    gc.freeze()
-
-
 @pytest.fixture(autouse=True)
-def collected_after_window_tests(request):
+def joined_after_window_tests(request):
     """After a test that made Qt objects (it asked for qtbot; pytest-qt has closed its widgets by now): wait for
-    the threads its window started, delete what Qt was told to delete later, and collect the garbage then, so none
-    of it is left to the next test. Once in five full runs the whole run aborted ("pure virtual method called")
-    with the collector running inside a later test's event processing, beside an earlier window's plan still being
-    made; the cycles it was freeing were not found, and neither can happen there now (~3 s over the window tests)."""
-    frozen = gc.get_freeze_count()
+    the threads its window started and delete what Qt was told to delete later, so none of it runs beside the next
+    test. Once in five full runs the whole run aborted ("pure virtual method called") with the collector running
+    inside a later test's event processing, beside an earlier window's plan still being made; the cycles it was
+    freeing were not found. (Collecting each window test's garbage here as well cost 3 minutes of the suite: a
+    window's run thaws what the app froze, so each collection after one walked every object.)"""
     yield
     if "qtbot" not in request.fixturenames:
         return
@@ -70,10 +62,6 @@ def collected_after_window_tests(request):
 
     running = join_background_threads(30)
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
-    if gc.get_freeze_count() > frozen:  # a window's run froze what was alive at its start and ended before its
-        gc.unfreeze()  # thaw (app/gui/gc_freeze.py): its window and cycles are this test's garbage too
-    gc.collect()
-    gc.freeze()  # again: a window's run that ended thawed everything
     if running:  # a thread that outlives its window's test would run beside every later one
         pytest.fail(f"the app's background threads {', '.join(running)} were still running 30 s after the test")
 
