@@ -44,12 +44,15 @@ def _verifier_refusal(search: SearchConfig) -> str | None:
     refuses it when the run loads the verifier. A folder with a config and no weights yet is planned (a PRM not
     downloaded whole), as `checked_prm_folder` lets the plan read it; a missing folder is the plan's error."""
     from engine.prm_folders import checked_prm_folder, locate_prm, weight_files
+    from engine.verifiers.families import check_head
 
     source = search.verifier_model
     if search.verifier != "prm" or not source or source.startswith("synthetic:"):
         return None
     try:
-        locate_prm(source)
+        folder, family = locate_prm(source)
+        if weight_files(folder):  # a family named before the path is taken at its word: its head is checked here
+            check_head(folder, family)
     except PRMHeadMissing as error:
         return error.user_message() if weight_files(checked_prm_folder(source)) else None
     except BeamwiseError as error:

@@ -55,6 +55,16 @@ def test_a_causal_lm_folder_as_the_verifier_is_red_in_the_runs_words(generator_f
     assert f"[red] It cannot run with this model: {refusal}" in capsys.readouterr().out
 
 
+def test_a_family_named_before_a_folder_without_its_head_is_red_in_the_runs_words(generator_folder, capsys):
+    """`qwen-prm:FOLDER` is taken at its word: the run checks the family's head before loading, and the plan too."""
+    as_prm = ["--model", "synthetic:tiny-qwen2", "--verifier", "prm", "--verifier-model",
+              f"qwen-prm:{generator_folder}"]
+    refusal = _run_refusal(capsys, as_prm)
+    assert refusal.startswith(f"{generator_folder} has no Qwen2.5-Math-PRM reward head"), refusal
+    assert main(["plan", "What is 2+2?", *as_prm, *FLAGS]) == 3
+    assert f"[red] It cannot run with this model: {refusal}" in capsys.readouterr().out
+
+
 def test_the_same_folders_in_their_own_parts_are_not_refused(generator_folder, tmp_path):
     prm = save_synthetic_prm("tiny-qwen-prm", tmp_path / "prm")
     search = SearchConfig(beams=2, width=2, max_steps=2, step_tokens=8, verifier="prm", verifier_model=str(prm))

@@ -15,7 +15,7 @@ from engine.verifiers.parts import FAMILY_LABELS, PRMParts
 from engine.verifiers.synthetic_prm import family_tokenizer, synthetic_prm, synthetic_prm_entry
 from engine.verifiers.weights import read_tensors, weight_files
 
-__all__ = ["checked_prm_folder", "detect_family", "load_prm", "load_prm_tokenizer", "locate_prm"]
+__all__ = ["check_head", "checked_prm_folder", "detect_family", "load_prm", "load_prm_tokenizer", "locate_prm"]
 
 
 def load_prm(source: str, device: torch.device, dtype: torch.dtype) -> PRMParts:
@@ -23,7 +23,7 @@ def load_prm(source: str, device: torch.device, dtype: torch.dtype) -> PRMParts:
     if source.startswith("synthetic:"):
         return synthetic_prm(source.removeprefix("synthetic:"), device, dtype)
     folder, family = locate_prm(source)
-    _check_head(folder, family)
+    check_head(folder, family)
     tokenizer = load_prm_tokenizer(source)
     body, head = _load_body_and_head(family, folder, dtype)
     return PRMParts(family, str(folder), body.to(device).eval().requires_grad_(False),
@@ -42,10 +42,10 @@ def load_prm_tokenizer(source: str) -> PreTrainedTokenizerBase:
 HEAD_KEYS = {"qwen-prm": QWEN_HEAD_KEYS, "skywork-prm": VALUE_HEAD_KEYS}  # the families that read a reward head
 
 
-def _check_head(folder: Path, family: str) -> None:
-    """Refuse, before the body loads, a folder without the reward head of its family. Detection already requires
-    it; a family named before the path (`qwen-prm:FOLDER`) is taken as the user's word and was not checked, so a
-    plain causal LM named so failed on the first head tensor it lacked, as a fault."""
+def check_head(folder: Path, family: str) -> None:
+    """Refuse, before the body loads (and in a plan), a folder without the reward head of its family. Detection
+    already requires it; a family named before the path (`qwen-prm:FOLDER`) is taken as the user's word and was not
+    checked, so a plain causal LM named so failed on the first head tensor it lacked, as a fault."""
     keys = HEAD_KEYS.get(family, ())
     names = weight_files(folder) if keys else {}
     missing = [key for key in keys if key not in names]
