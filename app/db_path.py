@@ -33,8 +33,7 @@ def check_folder(path: Path) -> None:
     try:
         if path.parent.is_dir():
             return
-        # the nearest folder on the way that is there: a folder, a file, or a link (whose target may be missing)
-        nearest = next((f for f in [path.parent, *path.parent.parents] if f.is_symlink() or f.exists()), None)
+        nearest = nearest_there(path.parent)[1]
         blocked = nearest is not None and not nearest.is_dir()
         broken = blocked and not nearest.exists()
     except OSError:  # a folder on the way cannot be read: SQLite says why when it opens the file
@@ -53,6 +52,18 @@ def check_folder(path: Path) -> None:
         raise StoreError(f"cannot open the session database {path}: the folder {path.parent} does not exist; "
                          "nothing was made.", hint="Create the folder first or choose another one (check the --db "
                                                    "path for a typo).")
+
+
+def nearest_there(folder: Path) -> tuple[list[Path], Path | None]:
+    """The folders from `folder` up that are not there, deepest first (what opening a database in `folder` makes),
+    and the nearest that is: a folder, a file, or a link (whose target may be missing); None when not even the
+    root is. A folder on the way that cannot be read raises OSError."""
+    missing = []
+    for step in [folder, *folder.parents]:
+        if step.is_symlink() or step.exists():
+            return missing, step
+        missing.append(step)
+    return missing, None
 
 
 def _link_target(link: Path) -> str:

@@ -146,10 +146,10 @@ def list_models() -> list[ModelEntry]:
     folder = models_dir()
     if folder.is_dir():
         for path in sorted(folder.iterdir()):
+            model = runnable(path)  # a folder of one .gguf (`pull --file`) is that .gguf, listed by the folder's name
             if ((path.is_dir() and any((path / name).is_file() for name in ("config.json", MARKER)))
-                    or path.suffix.lower() == ".gguf" or runnable(path) != path):  # a pull that failed early is
-                # listed, to resume or remove; a folder of one .gguf (`pull --file`) is that .gguf, by its name
-                entries.append(entry_for(runnable(path), "models folder", path.name))
+                    or path.suffix.lower() == ".gguf" or model != path):  # a pull that failed early is listed too
+                entries.append(entry_for(model, "models folder", path.name))
     try:
         entries += [entry_for(p, "added") if p.exists() else _gone(p) for p in added_folders()]
     except AddedListDamaged as error:

@@ -11,7 +11,7 @@ from pathlib import Path
 import app.formatting as fmt
 from app.confirm import confirmed
 from app.db_files import TAILS
-from app.db_path import default_db_path
+from app.db_path import default_db_path, nearest_there
 from app.export import FORMATS, ExportError, export_session, import_session, render_session
 from app.export.markdown import no_path_chosen
 from app.export.md_escape import without_controls
@@ -197,15 +197,11 @@ def cmd_import(args: argparse.Namespace) -> int:
 def _missing_folders(folder: Path) -> list[Path]:
     """The folders from `folder` up that are not there, deepest first: those opening a database in `folder` makes.
     None under a file or a broken link, or where a folder on the way cannot be read (nothing is made there)."""
-    missing = []
     try:
-        for step in [folder, *folder.parents]:
-            if step.is_symlink() or step.exists():
-                return missing if step.is_dir() else []
-            missing.append(step)
+        missing, nearest = nearest_there(folder)
+        return missing if nearest is None or nearest.is_dir() else []
     except OSError:
         return []
-    return missing
 
 
 def _remove_made(db: Path, folders: list[Path]) -> None:
