@@ -33,11 +33,27 @@ def offer_dialog_items(combo: QComboBox, keys: Iterable[str], offered: bool) -> 
             item.setEnabled(offered)
 
 
-class ModelPicker(QComboBox):
+class DialogChoicesCombo(QComboBox):
+    """A picker whose items with data in `dialog_keys` open a dialog: offered only while its list is open
+    (`offer_dialog_items`)."""
+
+    dialog_keys: tuple[str, ...] = ()
+
+    def showPopup(self) -> None:
+        offer_dialog_items(self, self.dialog_keys, True)
+        super().showPopup()
+
+    def hidePopup(self) -> None:
+        super().hidePopup()
+        offer_dialog_items(self, self.dialog_keys, False)
+
+
+class ModelPicker(DialogChoicesCombo):
     """Bundled model, synthetic models, local folders / GGUF files chosen with a file dialog, and a server."""
 
     source_changed = Signal(str)
     server_requested = Signal()  # "Server…" was picked: the server panel asks where (then calls name_source)
+    dialog_keys = DIALOG_CHOICES
 
     def __init__(self) -> None:
         super().__init__()
@@ -50,16 +66,8 @@ class ModelPicker(QComboBox):
         self.addItem("GGUF file…", GGUF_CHOICE)
         self.addItem("Server (vLLM, SGLang, llama.cpp)…", SERVER_CHOICE)
         self._last = 0
-        offer_dialog_items(self, DIALOG_CHOICES, False)
+        offer_dialog_items(self, self.dialog_keys, False)
         self.activated.connect(self._on_activated)
-
-    def showPopup(self) -> None:
-        offer_dialog_items(self, DIALOG_CHOICES, True)
-        super().showPopup()
-
-    def hidePopup(self) -> None:
-        super().hidePopup()
-        offer_dialog_items(self, DIALOG_CHOICES, False)
 
     def source(self) -> str:
         return str(self.itemData(self._last))

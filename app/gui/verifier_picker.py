@@ -7,7 +7,6 @@ from pathlib import Path
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QPaintEvent, QResizeEvent
 from PySide6.QtWidgets import (
-    QComboBox,
     QDialog,
     QFileDialog,
     QInputDialog,
@@ -17,7 +16,7 @@ from PySide6.QtWidgets import (
     QStylePainter,
 )
 
-from app.gui.model_picker import offer_dialog_items
+from app.gui.model_picker import DialogChoicesCombo, offer_dialog_items
 from engine.errors import BeamwiseError, PRMFamilyUnnamed
 from engine.prm_folders import detect_family
 from engine.prm_names import FAMILY_LABELS, LENS_FAMILIES, SYNTHETIC_PRM_FAMILIES, named_family
@@ -31,11 +30,12 @@ TIP = ("How each step is scored: the generator's own token log-probabilities, th
        "Alt+Down (or a click) opens the list, which also has a PRM folder to choose.")
 
 
-class VerifierPicker(QComboBox):
+class VerifierPicker(DialogChoicesCombo):
     """Each item's data is 'logprob', 'self-judge' or 'prm:SOURCE'; a chosen folder is checked at once."""
 
     choice_changed = Signal()
     refused = Signal(str)  # a folder that is not a PRM Beamwise knows: the reason, for the user
+    dialog_keys = (FOLDER_CHOICE,)
 
     def __init__(self) -> None:
         super().__init__()
@@ -47,17 +47,9 @@ class VerifierPicker(QComboBox):
             self.addItem(f"PRM synthetic:{name} ({FAMILY_LABELS[family]}, random)", f"prm:synthetic:{name}")
         self.addItem("PRM from a folder…", FOLDER_CHOICE)
         self._last = 0
-        offer_dialog_items(self, [FOLDER_CHOICE], False)
+        offer_dialog_items(self, self.dialog_keys, False)
         self.activated.connect(self._on_activated)
         self.currentIndexChanged.connect(self._fit_tip)
-
-    def showPopup(self) -> None:
-        offer_dialog_items(self, [FOLDER_CHOICE], True)
-        super().showPopup()
-
-    def hidePopup(self) -> None:
-        super().hidePopup()
-        offer_dialog_items(self, [FOLDER_CHOICE], False)
 
     def shown_text(self) -> str:
         """The current item as drawn: cut in the middle with '…' where the box is narrower than it (Qt cut a PRM's
