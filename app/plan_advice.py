@@ -7,6 +7,7 @@ from typing import Protocol
 
 import app.formatting as fmt
 from app.model_facts import ModelFacts
+from engine.synthetic import WEIGHTS_SHARE  # the run refuses weights past this share of the memory free
 
 
 class MemoryPlan(Protocol):
@@ -22,7 +23,6 @@ class MemoryPlan(Protocol):
 
 
 NARROW_BYTES = 2  # bfloat16, the narrowest dtype the engine loads in (engine.config.DTYPES)
-WEIGHTS_SHARE = 0.9  # the run refuses weights past this share of the memory free (engine.synthetic.check_fits)
 
 
 def host_memory_refusal(p: MemoryPlan) -> str | None:

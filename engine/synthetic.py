@@ -225,11 +225,14 @@ def _free_memory_posix() -> int | None:
         return None
 
 
+WEIGHTS_SHARE = 0.9  # of the memory free, the most a model's weights may take (`check_fits`; the plan says it too)
+
+
 def check_fits(name: str, config: PretrainedConfig, device: torch.device, dtype: torch.dtype,
                smaller: str = "a smaller model") -> None:
     """Refuse, before any weight is built, a model whose weights in `dtype` (the dtype they are held in, whatever
-    the checkpoint's: float32 doubles a bfloat16 one) need more than 90% of the memory free on `device`: past it
-    the load swaps for minutes and the kernel kills the process with no message. A config transformers cannot
+    the checkpoint's: float32 doubles a bfloat16 one) need more than WEIGHTS_SHARE of the memory free on `device`:
+    past it the load swaps for minutes and the kernel kills the process with no message. A config transformers cannot
     build on the meta device is left to the loader."""
     try:
         count = parameter_count(config)
@@ -237,11 +240,11 @@ def check_fits(name: str, config: PretrainedConfig, device: torch.device, dtype:
         return
     size = torch.finfo(dtype).bits // 8
     needed, free = count * size, free_memory_bytes(device)
-    if free is None or needed <= 0.9 * free:
+    if free is None or needed <= WEIGHTS_SHARE * free:
         return
     half = count * 2
     dtype_name = str(dtype).removeprefix("torch.")
-    if size > 2 and half <= 0.9 * free:
+    if size > 2 and half <= WEIGHTS_SHARE * free:
         hint = f"Load it in bfloat16 (--dtype bfloat16, {format_bytes(half)}), or pick {smaller}."
     else:
         more = "a GPU" if device.type == "cuda" else "a machine"
