@@ -178,9 +178,6 @@ def lookahead_verify_help(prm_option: str = "--verifier prm") -> str:
             "again (FlashTTS's LookAhead verification; the same scores either way)")
 
 
-LOOKAHEAD_VERIFY_HELP = lookahead_verify_help()
-
-
 def add_speculation_options(group, default: bool | None) -> None:
     """--speculative/--no-speculative, --speculative-ratio, --speculative-continuations and
     --lookahead-verify/--no-lookahead-verify (run and gui)."""
@@ -190,7 +187,7 @@ def add_speculation_options(group, default: bool | None) -> None:
     group.add_argument("--speculative-continuations", type=int, default=CacheConfig().speculative_continuations,
                        metavar="N", help=SPECULATIVE_CONTINUATIONS_HELP)
     group.add_argument("--lookahead-verify", action=argparse.BooleanOptionalAction,
-                       default=CacheConfig().lookahead_verify, help=LOOKAHEAD_VERIFY_HELP)
+                       default=CacheConfig().lookahead_verify, help=lookahead_verify_help())
 
 
 BACKENDS = ("local", "openai")
