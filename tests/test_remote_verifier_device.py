@@ -13,7 +13,7 @@ from engine.backends.openai import OpenAICompletions, ServerConfig
 from engine.config import SearchConfig
 from engine.remote_search import make_verifier
 from tests.fake_openai import MODEL, PRM, FakeServer
-from tests.test_s20_srv_walkthrough import one_error, server_run
+from tests.test_server_as_a_user import one_error, server_run
 
 
 class Placed(Exception):

@@ -1,4 +1,4 @@
-"""What a visual check of the window found (s20, f18): the exit's figures cut mid-word in Node details and missing
+"""What a visual check of the window found: the exit's figures cut mid-word in Node details and missing
 from the status bar at 1400 px, the plan bar's advice in the command line's words, a calibrate command broken across
 lines, and a PRM's name cut in the Verifier picker with no mark."""
 

@@ -31,8 +31,8 @@ from engine.config import CacheConfig, ModelSpec, SearchConfig
 from tests.fake_openai import FakeServer
 from tests.test_gui_bridge import CountingLoader, run_fake
 from tests.test_gui_server import choose_server
-from tests.test_s20_gui_ctl_db_wait import locked  # noqa: F401 (a fixture)
-from tests.test_s20_gui_session_writes import record
+from tests.test_gui_run_waits_for_db import locked  # noqa: F401 (a fixture)
+from tests.test_gui_session_writes import record
 
 BUSY_S = 3.0  # the store's busy timeout here (5 s in the app)
 TRAIN = "How fast is the train?"
