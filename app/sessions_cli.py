@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import app.formatting as fmt
+from app import store_file
 from app.confirm import confirmed
 from app.db_files import TAILS
 from app.db_path import default_db_path, nearest_there
@@ -243,8 +244,8 @@ def cmd_move_aside(args: argparse.Namespace) -> int:
     path = Path(args.db) if args.db else default_db_path()
     if not path.exists():
         raise StoreError(f"there is no database at {path} to move aside.")
-    if not args.force and SessionStore.damage(path) is None:
-        refused = SessionStore.schema_refusal(path)  # `sessions list` would refuse it too: say what will work
+    if not args.force and store_file.damage(path) is None:
+        refused = store_file.schema_refusal(path)  # `sessions list` would refuse it too: say what will work
         if isinstance(refused, StoreTooNew):
             raise StoreError(f"the session database {path} is not damaged: a newer Beamwise wrote it, with a schema "
                              "this one does not know; nothing was moved.",
@@ -258,7 +259,7 @@ def cmd_move_aside(args: argparse.Namespace) -> int:
         raise StoreError(f"the session database {path} is not damaged; nothing was moved.",
                          hint=f"`beamwise sessions list{named}` shows its sessions; add --force to move it aside "
                               "anyway and start a fresh database.")
-    target = SessionStore.move_aside(path)
+    target = store_file.move_aside(path)
     print(f"moved {path} to {target}; the next run starts a fresh database")
     return 0
 

@@ -13,7 +13,6 @@ import shlex
 import socket
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -22,7 +21,7 @@ from typing import Any
 
 from sqlite_utils import Database
 
-from app import event_log
+from app import event_log, store_file
 from app.db_kind import foreign_file
 from app.db_path import DB_NAME, check_folder, default_db_path, is_default
 from app.json_types import sqlite_int
@@ -37,15 +36,14 @@ from app.store_errors import (
     StoreFull,
     StoreLocked,
     StoreReadOnly,
-    StoreUnreadable,
 )
+from app.store_file import DEFAULT_BUSY_TIMEOUT, connect_read_only, unreadable, writable
 from app.text_search import NOT_ASCII, FoldedTexts, needle
 from engine import events as ev
 from engine.blank_text import is_blank
 from engine.text_cut import cut
 
 JSON_COLUMNS = ("search", "cache")
-DEFAULT_BUSY_TIMEOUT = 5.0  # seconds a write waits for another program's lock
 LARGEST_ID = 2**63 - 1  # SQLite's largest INTEGER: no row can have a larger id
 
 
@@ -79,7 +77,7 @@ class SessionStore:
             raise ValueError(f"busy_timeout must be 0 or more seconds (got {busy_timeout}).")
         self.path: Path | None = None if memory else Path(path) if path is not None else default_db_path()
         self.busy_timeout = busy_timeout
-        self.read_only = self.path is not None and self.path.is_file() and not _writable(self.path)
+        self.read_only = self.path is not None and self.path.is_file() and not writable(self.path)
         self._lock = threading.RLock()
         self._pages_checked = self.path is None or pages_checked  # a private in-memory one cannot be damaged on disk
         self._conn = self._connect()
@@ -104,9 +102,9 @@ class SessionStore:
             raise NotADatabase(f"{self.path} is not a session database: it holds {looks}, not SQLite data.")
         if self.read_only:
             try:
-                return _connect_read_only(self.path, self.busy_timeout)
+                return connect_read_only(self.path, self.busy_timeout)
             except sqlite3.OperationalError as error:  # "unable to open database file": not damage
-                raise _unreadable(self.path, error, "it was left untouched") from error
+                raise unreadable(self.path, error, "it was left untouched") from error
             except sqlite3.DatabaseError as error:  # "file is not a database": it rose as an internal error
                 raise self._damaged(error) from error
         check_folder(self.path)
@@ -173,7 +171,7 @@ class SessionStore:
         if self._pages_checked:
             return
         with self._guard() as conn:
-            found = _quick_check(conn)
+            found = store_file.quick_check(conn)
         if found is not None:
             raise self._damaged(found)
         self._pages_checked = True
@@ -253,72 +251,6 @@ class SessionStore:
                     conn.executemany("UPDATE sessions SET status = 'interrupted' WHERE id = ? AND status = 'running'",
                                      [(sid,) for sid in dead])
             return dead
-
-    @staticmethod
-    def damage(path: Path | str, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> str | None:
-        """What SQLite finds wrong with the database file at `path` (its header, then every page), or None when it
-        is whole; read only. A file another program holds locked is `StoreLocked`, one that cannot be opened to be
-        read (its permissions, a program holding it open) `StoreUnreadable`: neither is damage, to be moved aside."""
-        try:
-            conn = _connect_read_only(Path(path), busy_timeout)
-            try:
-                return _quick_check(conn)
-            finally:
-                conn.close()
-        except sqlite3.DatabaseError as error:
-            text = str(error).lower()
-            if "locked" in text or "busy" in text:
-                raise StoreLocked(f"the session database {path} is busy: another program or Beamwise process holds "
-                                  "its lock; nothing was moved.") from error
-            if isinstance(error, sqlite3.OperationalError) and "malformed" not in text:
-                raise _unreadable(Path(path), error, "nothing was moved") from error
-            return str(error)
-
-    @staticmethod
-    def schema_refusal(path: Path | str, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> StoreError | None:
-        """Why a whole SQLite file at `path` cannot be opened as this Beamwise's session database (a newer
-        Beamwise's schema, another program's tables), or None; read only. `move-aside` says it before calling such a
-        file "not damaged" and pointing at `sessions list`, which would refuse it."""
-        try:
-            conn = _connect_read_only(Path(path), busy_timeout)
-            try:
-                return unusable_schema(conn, Path(path), table_names(conn))
-            finally:
-                conn.close()
-        except sqlite3.DatabaseError:  # busy or damaged: `damage` says so
-            return None
-
-    @staticmethod
-    def move_aside(path: Path | str) -> Path:
-        """Rename a damaged database (and its -wal/-shm files) to NAME.damaged-YYYYmmdd-HHMMSS; never deletes. A
-        file that is no SQLite database (notes.md, an export given as --db) is refused: it is not damaged; at the
-        default database's path, a file Beamwise made, anything is damage."""
-        path = Path(path)
-        if not path.exists():
-            raise StoreError(f"there is no file {path} to move aside.")
-        if (looks := foreign_file(path)) is not None and not is_default(path):
-            raise NotADatabase(f"{path} is not a session database (it holds {looks}, not SQLite data); nothing "
-                               "was moved.", hint="Check the --db path; move-aside renames only a damaged database.")
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        target = path.with_name(f"{path.name}.damaged-{stamp}")
-        n = 1
-        while target.exists():
-            n += 1
-            target = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
-        # The side files first, the database last: a database moved without its WAL left that WAL beside the
-        # next, fresh database. A failed rename moves back what had moved.
-        sides = [(path.with_name(path.name + end), target.with_name(target.name + end)) for end in ("-wal", "-shm")]
-        moves = [*((side, dest) for side, dest in sides if side.exists()), (path, target)]
-        moved: list[tuple[Path, Path]] = []
-        try:
-            for source, dest in moves:
-                source.rename(dest)
-                moved.append((source, dest))
-        except OSError as error:
-            raise StoreError(f"cannot move {path} aside: {error.strerror or error}; {_move_back(moved)}.",
-                             hint=f"Check that the folder {path.parent} is writable, or move the files yourself."
-                             ) from error
-        return target
 
     # -------------------------------------------------------- reading
 
@@ -499,46 +431,6 @@ def search_params(search: str) -> list[Any]:
     folded = needle(search)
     like = "%" + folded.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     return [NOT_ASCII, folded.encode("utf-8"), like] * 3
-
-
-def _move_back(moved: list[tuple[Path, Path]]) -> str:
-    """Undo a move-aside's renames, last first; says what is left where."""
-    stuck = []
-    for source, dest in reversed(moved):
-        try:
-            dest.rename(source)
-        except OSError:
-            stuck.append(f"{source.name} stays moved to {dest.name}")
-    return "; ".join(stuck) if stuck else "nothing was moved"
-
-
-def _unreadable(path: Path, error: sqlite3.Error, outcome: str) -> StoreUnreadable:
-    """A file SQLite cannot open to read ("unable to open database file": permission denied, or on Windows a file
-    another program holds open): it was called damaged, and move-aside moved a healthy database away."""
-    return StoreUnreadable(f"cannot read the session database {path} ({error}); {outcome}.")
-
-
-def _writable(path: Path) -> bool:
-    """SQLite writes beside the file (-wal, -shm): the file and its folder must both be writable."""
-    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
-
-
-def _quick_check(conn: sqlite3.Connection) -> str | None:
-    """SQLite's first complaint after reading every page, or None when the file is whole."""
-    found = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
-    # e.g. "*** in database main ***\nOn tree page 28 cell 3: Extends off end of page"
-    return None if found == "ok" else found.splitlines()[-1]
-
-
-def _connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
-    """Read-only; a WAL database whose folder forbids the -shm file is read as immutable (no locks)."""
-    uri = path.resolve().as_uri()
-    try:
-        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=timeout, check_same_thread=False)
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return conn
-    except sqlite3.OperationalError:
-        return sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=timeout, check_same_thread=False)
 
 
 def decode_session(row: dict) -> dict:

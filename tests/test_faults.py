@@ -544,7 +544,7 @@ def test_a_store_that_cannot_be_written_is_opened_read_only_and_says_which_folde
     """The same path as a read-only folder, for machines where the tests run as root (permissions ignored)."""
     with SessionStore(db) as store:
         store.create_session({"question": "q", "status": "finished"})
-    monkeypatch.setattr(app.store, "_writable", lambda path: False)
+    monkeypatch.setattr(app.store, "writable", lambda path: False)
     assert main(["sessions", "list", "--db", str(db)]) == 0
     assert main(["sessions", "delete", "1", "--yes", "--db", str(db)]) == 2
     err = capsys.readouterr().err

@@ -21,7 +21,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtWidgets import QMessageBox
 
-import app.store
+import app.store_file
 from app.gui.bridge import SearchBridge, database_wait_text, is_database_wait
 from app.gui.main_window import MainWindow
 from app.gui.sessions_panel import COLUMNS, SessionsPanel
@@ -30,8 +30,8 @@ from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from tests.fake_openai import FakeServer
 from tests.test_gui_bridge import CountingLoader, run_fake
-from tests.test_gui_server import choose_server
 from tests.test_gui_run_waits_for_db import locked  # noqa: F401 (a fixture)
+from tests.test_gui_server import choose_server
 from tests.test_gui_session_writes import record
 
 BUSY_S = 3.0  # the store's busy timeout here (5 s in the app)
@@ -43,13 +43,13 @@ TRAIN = "How fast is the train?"
 def checks(monkeypatch) -> list[str]:
     """The name of the thread of each quick_check (a read of every page of the database) from now on."""
     threads: list[str] = []
-    real = app.store._quick_check
+    real = app.store_file.quick_check
 
     def counted(conn: sqlite3.Connection) -> str | None:
         threads.append(threading.current_thread().name)
         return real(conn)
 
-    monkeypatch.setattr(app.store, "_quick_check", counted)
+    monkeypatch.setattr(app.store_file, "quick_check", counted)
     return threads
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from app import store_file
 from app.db_kind import SQLITE_HEADER
 from app.db_path import default_db_path
 from app.journal_import import open_session_store
@@ -122,15 +123,15 @@ def test_damaged_file_is_reported_untouched_and_can_be_moved_aside(db_path: Path
         SessionStore(db_path)
     assert str(db_path) in info.value.user_message() and "move-aside" in info.value.user_message()
     assert db_path.read_bytes() == garbage  # never overwritten
-    moved = SessionStore.move_aside(db_path)
+    moved = store_file.move_aside(db_path)
     assert moved.name.startswith("sessions.db.damaged-") and moved.read_bytes() == garbage
     assert not db_path.exists()
     with SessionStore(db_path) as fresh:
         assert fresh.list_sessions() == []
     db_path.write_bytes(garbage)  # a second damage in the same second gets its own name
-    assert SessionStore.move_aside(db_path) != moved
+    assert store_file.move_aside(db_path) != moved
     with pytest.raises(StoreError, match="no file"):
-        SessionStore.move_aside(db_path)
+        store_file.move_aside(db_path)
 
 
 def test_malformed_pages_are_reported_as_damaged(db_path: Path) -> None:
@@ -326,11 +327,11 @@ def test_a_failed_move_aside_moves_back_what_it_moved(db_path: Path, monkeypatch
 
     monkeypatch.setattr(Path, "rename", refuse)
     with pytest.raises(StoreError) as info:
-        SessionStore.move_aside(db_path)
+        store_file.move_aside(db_path)
     assert info.value.args[0] == f"cannot move {db_path} aside: Permission denied; nothing was moved."
     assert {p.name for p in db_path.parent.iterdir()} == names
     monkeypatch.undo()
-    moved = SessionStore.move_aside(db_path)
+    moved = store_file.move_aside(db_path)
     assert {p.name for p in db_path.parent.iterdir()} == {moved.name, f"{moved.name}-wal", f"{moved.name}-shm"}
     store.close()
 
@@ -347,7 +348,7 @@ def test_a_move_aside_that_cannot_move_back_says_what_stays_moved(db_path: Path,
 
     monkeypatch.setattr(Path, "rename", refuse)
     with pytest.raises(StoreError) as info:
-        SessionStore.move_aside(db_path)
+        store_file.move_aside(db_path)
     message = info.value.args[0]
     assert message.startswith(f"cannot move {db_path} aside: Permission denied; sessions.db-shm stays moved to ")
     assert "; sessions.db-wal stays moved to sessions.db.damaged-" in message

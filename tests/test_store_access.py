@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import app.store
+from app import store_file
 from app.recorder import SessionRecorder
 from app.store import SessionStore
 from app.store_errors import StoreDamaged, StoreUnreadable
@@ -28,6 +29,7 @@ NOBODY = 65534
 CHILD = """
 import json, sys
 from app.cli import main
+from app import store_file
 from app.store import SessionStore
 from app.store_errors import StoreError
 path, seen = sys.argv[1], {}
@@ -37,7 +39,7 @@ try:
 except StoreError as error:
     seen["open"] = type(error).__name__
 try:
-    seen["damage"] = SessionStore.damage(path)
+    seen["damage"] = store_file.damage(path)
 except StoreError as error:
     seen["damage"] = type(error).__name__
 seen["move-aside"] = main(["sessions", "move-aside", "--db", path])
@@ -69,7 +71,7 @@ def cannot_be_opened(monkeypatch) -> None:
         return real(database, *args, **kwargs)
 
     monkeypatch.setattr(sqlite3, "connect", connect)
-    monkeypatch.setattr(app.store, "_writable", lambda path: False)  # root writes everywhere: as if it could not
+    monkeypatch.setattr(app.store, "writable", lambda path: False)  # root writes everywhere: as if it could not
 
 
 def test_a_database_that_cannot_be_opened_is_unreadable_not_damaged(db, monkeypatch, capsys) -> None:
@@ -80,7 +82,7 @@ def test_a_database_that_cannot_be_opened_is_unreadable_not_damaged(db, monkeypa
     assert not isinstance(info.value, StoreDamaged)
     assert f"cannot read the session database {db}" in said and "permissions" in said and "move-aside" not in said
     with pytest.raises(StoreUnreadable, match="nothing was moved"):
-        SessionStore.damage(db)
+        store_file.damage(db)
     assert exit_code(["sessions", "list", "--db", str(db)]) == 2
     err = capsys.readouterr().err
     assert "cannot read the session database" in err and "damaged" not in err
@@ -94,8 +96,8 @@ def test_a_database_opened_but_malformed_is_still_damaged(db, monkeypatch) -> No
     def malformed(conn: sqlite3.Connection) -> str:
         raise sqlite3.OperationalError("database disk image is malformed")
 
-    monkeypatch.setattr(app.store, "_quick_check", malformed)
-    assert SessionStore.damage(db) == "database disk image is malformed"
+    monkeypatch.setattr(store_file, "quick_check", malformed)
+    assert store_file.damage(db) == "database disk image is malformed"
 
 
 @pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")

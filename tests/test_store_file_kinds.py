@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import app.db_kind
+from app import store_file
 from app.cli import main
 from app.db_kind import SCHEMA_READ, SCHEMA_TEXT, damaged_page_one, foreign_file
 from app.recorder import SessionRecorder
@@ -62,7 +63,7 @@ def test_a_database_whose_first_100_bytes_were_overwritten_is_damaged_and_moved_
         err = capsys.readouterr().err
         assert f"the session database {db} is damaged" in err and "sessions move-aside" in err, command
         assert "not a session database" not in err
-    assert SessionStore.damage(db) is not None
+    assert store_file.damage(db) is not None
     assert exit_code(["sessions", "move-aside", "--db", str(db)]) == 0
     assert "moved" in capsys.readouterr().out
     assert not db.exists() and len(list(db.parent.glob("s.db.damaged-*"))) == 1
@@ -75,7 +76,7 @@ def test_random_bytes_of_any_size_stay_no_database(tmp_path, capsys, size) -> No
         path.write_bytes(random.Random(seed * 1000 + size).randbytes(size))
         assert foreign_file(path) is not None, (size, seed)
         with pytest.raises(NotADatabase):
-            SessionStore.move_aside(path)
+            store_file.move_aside(path)
         assert path.exists()
 
 
@@ -103,7 +104,7 @@ def test_page_one_alone_or_the_schema_text_alone_is_no_database(tmp_path, db) ->
         assert (SCHEMA_TEXT in data) is schema and damaged_page_one(data) is not schema, path
         assert foreign_file(path) is not None, path
         with pytest.raises(NotADatabase):
-            SessionStore.move_aside(path)
+            store_file.move_aside(path)
     page[3840:3900] = b"CREATE TABLE sessions (id INTEGER PRIMARY KEY, title TEXT)".ljust(60)
     lonely.write_bytes(bytes(page))
     assert foreign_file(lonely) is None
@@ -130,7 +131,7 @@ def test_a_database_whose_schema_lies_past_the_first_mib_is_damaged_when_its_hea
     assert data[100] == 0x05 and data.find(SCHEMA_TEXT) > SCHEMA_READ  # page 1 interior; the schema's text far in
     header_overwritten(path, 4)
     assert foreign_file(path) is None
-    assert SessionStore.move_aside(path).name.startswith("big.db.damaged-") and not path.exists()
+    assert store_file.move_aside(path).name.startswith("big.db.damaged-") and not path.exists()
 
 
 @pytest.mark.parametrize("read", range(3838, 3856))
@@ -285,7 +286,7 @@ def test_a_read_only_database_whose_header_was_overwritten_is_damaged(db, monkey
     import app.store
 
     header_overwritten(db, 7)
-    monkeypatch.setattr(app.store, "_writable", lambda path: False)  # root writes everywhere: as if it could not
+    monkeypatch.setattr(app.store, "writable", lambda path: False)  # root writes everywhere: as if it could not
     assert exit_code(["sessions", "list", "--db", str(db)]) == 2
     err = capsys.readouterr().err
     assert f"the session database {db} is damaged" in err and "internal error" not in err

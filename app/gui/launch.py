@@ -30,6 +30,7 @@ from app.parser import OneLineParser
 from app.question import empty_message
 from app.store import SessionStore
 from app.store_errors import StoreDamaged
+from app.store_file import move_aside
 from engine import events as ev
 from engine.blank_text import is_blank
 from engine.config import CacheConfig, ModelSpec, SearchConfig
@@ -124,7 +125,7 @@ def open_store(path: str | None, *, ask: bool) -> Any:
                     "and start a fresh session database?")
         if ask and QMessageBox.question(None, "Session database damaged", question) == QMessageBox.StandardButton.Yes:
             try:
-                SessionStore.move_aside(db)
+                move_aside(db)
                 return open_session_store(db, notify=notify)
             except BeamwiseError as again:
                 error = again
