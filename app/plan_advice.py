@@ -17,6 +17,7 @@ class MemoryPlan(Protocol):
     emulated: bool
     generator: ModelFacts
     weights_bytes: int
+    host_verifier_weights_bytes: int
     generator_kv_bytes: int
     verifier_kv_bytes: int
     activation_bytes: int
@@ -34,7 +35,8 @@ def host_memory_refusal(p: MemoryPlan) -> str | None:
     if memory is None or not p.emulated:
         return None
     kv = p.generator_kv_bytes + p.verifier_kv_bytes
-    need = p.weights_bytes + kv + p.activation_bytes
+    weights = p.weights_bytes + p.host_verifier_weights_bytes  # the emulated GPU's memory is the host's too
+    need = weights + kv + p.activation_bytes
     checked = not p.generator.source.lower().endswith(".gguf")  # the run checks a GGUF file's weights nowhere
     refused = checked and p.generator.weights_bytes > WEIGHTS_SHARE * memory
     if need <= memory and not refused:
@@ -42,14 +44,14 @@ def host_memory_refusal(p: MemoryPlan) -> str | None:
     narrow = _narrow_need(p, kv)
     dtype = "" if narrow is None or narrow > memory or narrow_weights(p) > WEIGHTS_SHARE * memory else \
         f"load the weights in bfloat16 (--dtype bfloat16: about {fmt.size(narrow)} in all)"
-    weights = f"{dtype + ' or ' if dtype else ''}pick a smaller model."
+    smaller = f"{dtype + ' or ' if dtype else ''}pick a smaller model."
     if need <= memory:  # it would fit, but the run refuses weights that leave the rest of the machine no room
         return (f"Its weights take {fmt.size(p.generator.weights_bytes)}, more than {WEIGHTS_SHARE:.0%} of the "
-                f"{fmt.size(memory)} of memory free, which the run refuses: {weights}")
+                f"{fmt.size(memory)} of memory free, which the run refuses: {smaller}")
     said = f"This search needs about {fmt.size(need)}, more than the {fmt.size(memory)} of memory free"
-    if refused or p.weights_bytes + p.activation_bytes > memory:  # nothing the search's settings hold would fit
-        return f"{said}, and its weights alone take {fmt.size(p.weights_bytes)}, so fewer beams cannot help: {weights}"
-    if dtype and 2 * p.weights_bytes > need:  # the weights are most of it: narrower weights fit it too
+    if refused or weights + p.activation_bytes > memory:  # nothing the search's settings hold would fit
+        return f"{said}, and its weights alone take {fmt.size(weights)}, so fewer beams cannot help: {smaller}"
+    if dtype and 2 * weights > need:  # the weights are most of it: narrower weights fit it too
         return f"{said}: lower the beams, the width or the steps, or {dtype}."
     return f"{said}: lower the beams, the width or the steps."
 
@@ -60,9 +62,9 @@ def narrow_weights(p: MemoryPlan) -> int:
 
 
 def _narrow_need(p: MemoryPlan, kv: int) -> int | None:
-    """The search's need with its weights and KV in bfloat16 (the activations as they are: an upper bound), or None
-    when they are in it already."""
+    """The search's need with its weights and KV in bfloat16 (the activations, and a PRM on the CPU in float32, as
+    they are: an upper bound), or None when they are in it already."""
     wide = p.generator.kv.dtype_bytes
     if wide <= NARROW_BYTES:
         return None
-    return (p.weights_bytes + kv) * NARROW_BYTES // wide + p.activation_bytes
+    return (p.weights_bytes + kv) * NARROW_BYTES // wide + p.activation_bytes + p.host_verifier_weights_bytes

@@ -76,6 +76,11 @@ class MemoryPlan:
         return self.verifier.weights_bytes if self.verifier and not self.verifier_on_cpu else 0
 
     @property
+    def host_verifier_weights_bytes(self) -> int:
+        """A PRM on the CPU (--verifier-device cpu): its float32 weights, in host memory beside the device's."""
+        return self.verifier.weights_bytes if self.verifier and self.verifier_on_cpu else 0
+
+    @property
     def weights_bytes(self) -> int:
         """On the device: the generator's weights and the PRM's (unless it runs on the CPU)."""
         return self.generator.weights_bytes + self.verifier_weights_bytes
@@ -145,13 +150,14 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
     loads no weights. `history` holds a follow-up's earlier turns: its prompt is the whole conversation.
     Red when the run would refuse the settings (each refusal below in the run's words), else `judge`'s."""
     gen = facts_of(model.source, model.dtype)
-    prm = _prm_facts(search.verifier_model, model.dtype) if search.verifier == "prm" and search.verifier_model else None
+    on_cpu = search.verifier_device == "cpu"  # the PRM in float32 in host memory (engine.verifiers.make_verifier)
+    prm = _prm_facts(search.verifier_model, "float32" if on_cpu else model.dtype) \
+        if search.verifier == "prm" and search.verifier_model else None
     info = device or DeviceInfo.probe(cache.device)
     counted = prompt_size(model.source, question, history)
     prompt = counted.tokens
     bound = within_context(search, prompt, gen.context_length) if gen.context_length else search  # as the run's
     whole = search_kv_bytes(prompt, bound, cache, gen.kv_token_bytes, cascade=True)  # engine.models routes to it
-    on_cpu = search.verifier_device == "cpu"
     judge_kv = gen if search.verifier == "self-judge" else prm  # self-judge keeps the generator's own KV
     shape = None if judge_kv is None or on_cpu else _verifier_shape(model.source, search, judge_kv, question, prompt)
     activations = _activations(gen, prompt, search.candidates_per_step)

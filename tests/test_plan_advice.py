@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+import app.formatting as fmt
 from app import planner
 from app.cli import main
 from app.planner import DeviceInfo, plan
@@ -73,3 +74,27 @@ def test_weights_past_the_share_the_run_loads_into_are_red_though_the_search_fit
              device=emulated(14_500_000_000))
     assert p.state == "red" and p.sentence == ("Its weights take 13.5 GB, more than 90% of the 14.5 GB of memory "
                                                "free, which the run refuses: pick a smaller model."), p.sentence
+
+
+def test_a_prm_on_the_cpu_is_counted_in_float32_in_the_host_memory_it_takes():
+    """--verifier-device cpu loads the PRM in float32 in host memory (engine.verifiers.make_verifier): the plan
+    showed its weights in --dtype's size and left them out of the emulated search's need, so it called green a
+    search whose PRM did not fit beside it."""
+    tiny = ModelSpec("synthetic:tiny-llama", dtype="bfloat16")
+
+    def search(device: str) -> SearchConfig:
+        return SearchConfig(beams=2, width=2, max_steps=2, step_tokens=16, verifier="prm",
+                            verifier_model="synthetic:tiny-qwen-prm", verifier_device=device)
+
+    on_device = plan(tiny, search("auto"), CacheConfig(), question="hi", device=emulated(16 * 10**9))
+    roomy = plan(tiny, search("cpu"), CacheConfig(), question="hi", device=emulated(16 * 10**9))
+    assert roomy.verifier.weights_bytes == 2 * on_device.verifier.weights_bytes  # float32, not bfloat16
+    assert roomy.host_verifier_weights_bytes == roomy.verifier.weights_bytes and roomy.verifier_weights_bytes == 0
+    assert ("  verifier weights", f"{fmt.size(roomy.verifier.weights_bytes)} (on the CPU)") in roomy.rows()
+    without_prm = roomy.weights_bytes + roomy.activation_bytes + roomy.generator_kv_bytes + roomy.verifier_kv_bytes
+    tight = plan(tiny, search("cpu"), CacheConfig(), question="hi", device=emulated(without_prm + 1))
+    assert tight.state == "red" and "more than the" in tight.sentence and "of memory free" in tight.sentence, \
+        tight.sentence
+    need = without_prm + roomy.verifier.weights_bytes
+    assert f"needs about {fmt.size(need)}" in tight.sentence
+    assert plan(tiny, search("cpu"), CacheConfig(), question="hi", device=emulated(need)).state != "red"
