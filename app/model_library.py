@@ -196,7 +196,8 @@ def synthetic_entry(source: str) -> ModelEntry:
 def source_of_name(name: str) -> str | None:
     """The `--model` source of the model name a session recorded (a run records its model's name, not its path):
     the bundled model, a synthetic one (`synthetic:tiny-llama (random weights)`), or the listed model of that
-    name (a folder's name, a GGUF file's name without `.gguf`); None when no model here has it."""
+    name (a folder's name, a GGUF file's name without `.gguf`); None when no model here has it, or several do
+    (the first of them could be another model than the one that ran)."""
     from engine.bundled import BUNDLED_NAME
     from engine.synthetic import SYNTHETIC_MODELS
 
@@ -205,8 +206,9 @@ def source_of_name(name: str) -> str | None:
     bare = name.removeprefix("synthetic:").removesuffix(" (random weights)")
     if bare in SYNTHETIC_MODELS:
         return f"synthetic:{bare}"
-    return next((entry.source for entry in list_models()[1:]  # a GGUF's name is its file's, as the engine records it
-                 if name in (entry.name, Path(entry.name).stem, _gguf_stem(entry)) and not entry.problem), None)
+    sources = {entry.source for entry in list_models()[1:]  # a GGUF's name is its file's, as the engine records it
+               if name in (entry.name, Path(entry.name).stem, _gguf_stem(entry)) and not entry.problem}
+    return sources.pop() if len(sources) == 1 else None
 
 
 def _gguf_stem(entry: ModelEntry) -> str | None:

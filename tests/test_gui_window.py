@@ -370,7 +370,7 @@ def test_run_again_picks_the_sessions_model_or_says_it_is_not_here(make_window, 
     window.sessions.run_again_requested.emit(ids["my-own-model"])
     assert window.controls.configs()[0].source == "synthetic:tiny-qwen2"
     said = window.statusBar().currentMessage()
-    assert "it ran on my-own-model, which is not in Models, so the model stays as it was" in said, said
+    assert "it ran on my-own-model, which is not one model in Models, so the model stays as it was" in said, said
 
 
 def gui_args(tmp_path: Path, *extra: str) -> argparse.Namespace:

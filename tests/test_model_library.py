@@ -5,6 +5,7 @@ config (a PRM among them) is refused instead of answering with random numbers.""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -200,6 +201,17 @@ def test_a_recorded_model_name_maps_back_to_the_source_that_runs_it(tmp_path, mo
     assert main(["models", "add", str(model_folder)]) == 0
     assert lib.source_of_name("tiny") == str(model_folder.resolve())
     assert lib.source_of_name("no-such-model") is None
+
+
+def test_a_recorded_name_two_models_share_maps_to_neither(tmp_path, model_folder):
+    """"Run again" took the first model of the session's name, which could be another model than the one that ran
+    (two folders named `tiny`): it keeps the model set, and says why."""
+    other = tmp_path / "elsewhere" / "tiny"
+    shutil.copytree(model_folder, other)
+    assert main(["models", "add", str(model_folder)]) == 0
+    assert lib.source_of_name("tiny") == str(model_folder.resolve())
+    assert main(["models", "add", str(other)]) == 0
+    assert lib.source_of_name("tiny") is None
 
 
 def test_a_list_that_cannot_be_written_is_one_error_and_the_old_list_stays(tmp_path, model_folder, capsys,

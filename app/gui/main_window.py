@@ -537,7 +537,7 @@ class MainWindow(QMainWindow):
             remote = self.server.recorded(row.get("cache") or {})  # a server's run: that server again
             source = SERVER_SOURCE if remote else None if import_failed() else model_library.source_of_name(
                 row.get("model") or "")  # without the engine no model can run: the model stays as it was
-            kept = f"; it ran on {row.get('model')}, which is not in Models, so the model stays as it was" \
+            kept = f"; it ran on {row.get('model')}, which is not one model in Models, so the model stays as it was" \
                 if source is None else ""
             source = source or current.source
             model = ModelSpec(source=source, dtype=current.dtype)
