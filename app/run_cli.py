@@ -234,10 +234,13 @@ def conversation_of(args: argparse.Namespace) -> tuple[int | None, list[tuple[st
 
 
 def _again(args: argparse.Namespace) -> str:
-    """The options a follow-up to this run repeats: a server run's server (and its PRM server), else none."""
+    """The options a follow-up to this run repeats: the database it was recorded in (without --db the follow-up
+    read the default database, and went after another conversation's turn of that id), and the model it ran on or
+    a server run's server (and its PRM server): without them the follow-up ran on the bundled model."""
+    db = f" --db {shlex.quote(args.db)}" if getattr(args, "db", None) else ""
     if getattr(args, "backend", "local") != "openai":
-        return ""
-    return " " + server_options({"endpoint": args.endpoint.strip(), "served_model": args.served_model,
+        return db + (f" --model {shlex.quote(args.model)}" if args.model != "bundled" else "")
+    return db + " " + server_options({"endpoint": args.endpoint.strip(), "served_model": args.served_model,
                                  "api_key_env": args.api_key_env, "prm_endpoint": args.verifier_endpoint},
                                 args.verifier_model)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 
 import pytest
 
@@ -152,12 +153,29 @@ def test_axis_ticks_and_durations():
 def test_a_recorded_run_names_its_session_for_a_follow_up(tmp_path, capsys):
     """The README's conversation starts `beamwise run "..."` then `beamwise run --session 1 "..."`: the first run
     must say which session it was recorded as, or a new user has no id to follow up on."""
-    db = str(tmp_path / "s.db")
+    db = str(tmp_path / "my sessions.db")
     assert main(["run", "What is 2+3?", *TINY, "--db", db]) == 0
     err = capsys.readouterr().err
-    assert 'beamwise: recorded as session 1; ask a follow-up with: beamwise run --session 1 "..."' in err
+    hint = f"beamwise run --session 1 --db '{db}' --model synthetic:tiny-llama \"...\""
+    assert f"beamwise: recorded as session 1; ask a follow-up with: {hint}" in err, err
     assert main(["run", "--session", "1", "And times 4?", *TINY, "--db", db]) == 0
     assert "recorded as session 2;" in capsys.readouterr().err
+
+
+def test_the_follow_up_hint_run_as_given_continues_the_conversation_just_recorded(tmp_path, capsys):
+    """The hint left out --db and --model: run as given, it read the default database and went after that
+    database's session 1, another conversation, on the bundled model."""
+    assert main(["run", "Name a colour.", *TINY]) == 0  # the default database's session 1
+    capsys.readouterr()
+    db = str(tmp_path / "d.db")
+    assert main(["run", "What is 2+3?", *TINY, "--db", db]) == 0
+    hint = capsys.readouterr().err.split("ask a follow-up with: ")[1].splitlines()[0]
+    argv = [word if word != "..." else "And times 4?" for word in shlex.split(hint)][1:]
+    assert main([*argv, "--max-steps", "1", "--step-tokens", "4"]) == 0
+    assert "recorded as session 2;" in capsys.readouterr().err
+    assert main(["sessions", "show", "2", "--db", db]) == 0
+    shown = capsys.readouterr().out
+    assert "What is 2+3?" in shown and "Name a colour." not in shown and "synthetic:tiny-llama" in shown, shown
     assert main(["run", "hi", *TINY, "--no-save"]) == 0
     assert "recorded as" not in capsys.readouterr().err
 

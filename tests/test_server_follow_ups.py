@@ -20,7 +20,7 @@ def test_a_server_runs_follow_up_hint_names_the_server_and_a_local_follow_up_say
                      "--api-key-env", "BEAMWISE_TEST_KEY", *SMALL, "--db", db]) == 0
         said = capsys.readouterr().err
         again = f"--backend openai --endpoint {server.url} --served-model {MODEL} --api-key-env BEAMWISE_TEST_KEY"
-        assert f"ask a follow-up with: beamwise run --session 1 {again} \"...\"" in said, said
+        assert f"ask a follow-up with: beamwise run --session 1 --db {db} {again} \"...\"" in said, said
         assert "sk-secret-123" not in said
 
         assert main(["run", "--session", "1", "And times 4?", "--model", "synthetic:tiny-llama", *SMALL,
@@ -28,7 +28,8 @@ def test_a_server_runs_follow_up_hint_names_the_server_and_a_local_follow_up_say
         said = capsys.readouterr().err
         assert f"session 1 ran on the server at {server.url}; this follow-up runs on synthetic:tiny-llama here" in said
         assert f"To go on there, add {again}." in said
-        assert "ask a follow-up with: beamwise run --session 2 \"...\"" in said  # a local turn: no server to repeat
+        assert f"ask a follow-up with: beamwise run --session 2 --db {db} --model synthetic:tiny-llama \"...\"" \
+            in said  # a local turn: no server to repeat
 
 
 
@@ -42,5 +43,5 @@ def test_a_prm_servers_follow_up_hint_names_it_too(capsys, tmp_path: Path):
                      "--verifier", "prm", "--verifier-endpoint", server.url, "--verifier-model", PRM,
                      "--beams", "1", "--width", "2", "--max-steps", "2", "--step-tokens", "16", "--db", db]) == 0
     said = capsys.readouterr().err
-    assert (f"--session 1 --backend openai --endpoint {server.url} --served-model {MODEL} --verifier prm "
+    assert (f"--session 1 --db {db} --backend openai --endpoint {server.url} --served-model {MODEL} --verifier prm "
             f"--verifier-endpoint {server.url} --verifier-model {PRM} \"...\"") in said, said
