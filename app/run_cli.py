@@ -28,12 +28,16 @@ from engine import events as ev
 from engine.config import speculation_off_note
 from engine.errors import BeamwiseError
 from engine.exit_note import earliest_exit_note
+from engine.text_cut import cut, shorten
 
 
 def user_errors(kind: type = BeamwiseError) -> set[str]:
     """The names of the errors that say what the user can change: every BeamwiseError (exit 2). A raised one's
     class is imported, so the walk finds it; other failures (out of memory, a fault in Beamwise) exit 1."""
     return {kind.__name__}.union(*(user_errors(sub) for sub in kind.__subclasses__()))
+
+
+LINE_CHARS = 70  # of a candidate's first line on its row
 
 
 class Printer:
@@ -93,7 +97,8 @@ class Printer:
 
     def _on_candidate_scored(self, event: ev.CandidateScored) -> None:
         parent = "-" if event.parent is None else event.parent
-        first = first_line(event.text)[:70]
+        line = first_line(event.text)  # cut marked, as the exports mark theirs: the path looked shorter than it was
+        first = shorten(line, LINE_CHARS) if line == event.text.strip() else cut(line, LINE_CHARS - 1) + "…"
         done = (" [context full]" if event.id in self.context_full else " [finished]") if event.finished else ""
         scores = f"score {event.score:.3f} path {event.aggregate:.3f}"
         self._print(f"  #{event.id:<4} parent {parent:<4} {scores}  {first!r}{done}")

@@ -294,6 +294,29 @@ def test_the_answer_line_replaces_control_characters_as_the_step_lines_and_sessi
 
 
 @pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("To solve this.", "'To solve this.'"),
+        ("x" * 70, repr("x" * 70)),
+        ("x" * 71, repr("x" * 69 + "…")),
+        ("We add them.\nThen we multiply.", "'We add them.…'"),  # the next lines are cut too
+        ("\n  We add them.  \n", "'We add them.'"),
+        ("", "''"),
+    ],
+)
+def test_a_candidates_row_marks_where_its_text_was_cut(text, shown):
+    """Its first line was cut at 70 characters unmarked, and later lines dropped unsaid: the chosen path looked
+    shorter than the answer printed below it (the exports mark their cuts with "…")."""
+    from app.run_cli import Printer
+    from engine.events import CandidateScored
+
+    out = io.StringIO()
+    Printer(out)(CandidateScored(step=1, id=3, parent=None, text=text, tokens=8, score=0.5, aggregate=0.5,
+                                 finished=False, group=0))
+    assert out.getvalue().rstrip("\n").endswith(f"path 0.500  {shown}"), out.getvalue()
+
+
+@pytest.mark.parametrize(
     ("args", "message"),
     [
         (["run", "hi", "--kv-budget", "-5MB"], "argument --kv-budget: '-5MB' is negative; a size must be positive"),
