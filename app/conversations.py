@@ -8,6 +8,9 @@ of turns that ends at its newest session, and that is the conversation a follow-
 
 from __future__ import annotations
 
+import shlex
+
+from app.db_path import is_default
 from app.store import SessionStore, decode_session, search_params, text_match
 from app.store_errors import StoreError
 from engine.chat import Turn
@@ -53,6 +56,10 @@ def follow_up_of(store: SessionStore, session_id: int) -> tuple[int, list[Turn]]
     if last["status"] != "finished" or not last["answer"]:
         state = {"running": "still running", "interrupted": "was interrupted"}.get(last["status"], last["status"])
         again = "Run that turn again in the window"
+        if last["previous_id"] is not None:  # the command line's way: the conversation goes on after the turn before
+            db = "" if store.path is None or is_default(store.path) else f" --db {shlex.quote(str(store.path))}"
+            again = (f"Delete that turn (`beamwise sessions delete {last['id']}{db}`) and ask again with --session "
+                     f"{last['previous_id']}, run it again in the window")
         if last["status"] == "running":  # it may yet answer: running it again would only duplicate it
             again = "Wait for that turn to finish (or stop it) and ask again"
         raise FollowUpRefused(

@@ -136,6 +136,22 @@ def test_a_follow_up_in_a_database_that_is_not_there_makes_none(db: Path, capsys
     assert not db.exists()
 
 
+def test_a_cancelled_later_turn_says_the_command_lines_way_on_and_it_works(db: Path, capsys) -> None:
+    """The refusal named the window alone ("Run that turn again in the window"): headless, there was no way on
+    said. Deleting that turn and asking again on the turn before it goes on with the conversation."""
+    with SessionStore(db) as store:
+        first = record(store, "What is 2+3?")
+        cancelled = record(store, "And times 4?", previous=first, end="cancelled")
+    assert main(["run", "--session", str(first), "x?", *TINY, "--db", str(db)]) == 2
+    said = capsys.readouterr().err
+    assert (f"Delete that turn (`beamwise sessions delete {cancelled} --db {db}`) and ask again with --session "
+            f"{first}, run it again in the window, or start a new conversation") in said, said
+    assert main(["sessions", "delete", str(cancelled), "--db", str(db), "--yes"]) == 0
+    assert main(["run", "--session", str(first), "x?", *TINY, "--db", str(db)]) == 0
+    with SessionStore(db) as store:
+        assert [s["question"] for s in line_of(store, first)] == ["What is 2+3?", "x?"]
+
+
 def test_a_follow_up_to_a_turn_still_running_is_told_to_wait(db: Path) -> None:
     """Before, a follow-up to a turn still running was told to 'Run that turn again', which would only repeat it."""
     with SessionStore(db) as store:
