@@ -8,9 +8,7 @@ of turns that ends at its newest session, and that is the conversation a follow-
 
 from __future__ import annotations
 
-import shlex
-
-from app.db_path import is_default
+from app.db_path import db_option
 from app.store import SessionStore, decode_session, search_params, text_match
 from app.store_errors import StoreError
 from engine.chat import Turn
@@ -57,9 +55,8 @@ def follow_up_of(store: SessionStore, session_id: int) -> tuple[int, list[Turn]]
         state = {"running": "still running", "interrupted": "was interrupted"}.get(last["status"], last["status"])
         again = "Run that turn again in the window"
         if last["previous_id"] is not None:  # the command line's way: the conversation goes on after the turn before
-            db = "" if store.path is None or is_default(store.path) else f" --db {shlex.quote(str(store.path))}"
-            again = (f"Delete that turn (`beamwise sessions delete {last['id']}{db}`) and ask again with --session "
-                     f"{last['previous_id']}, run it again in the window")
+            again = (f"Delete that turn (`beamwise sessions delete {last['id']}{db_option(store.path)}`) and ask "
+                     f"again with --session {last['previous_id']}, run it again in the window")
         if last["status"] == "running":  # it may yet answer: running it again would only duplicate it
             again = "Wait for that turn to finish (or stop it) and ask again"
         raise FollowUpRefused(
@@ -70,16 +67,32 @@ def follow_up_of(store: SessionStore, session_id: int) -> tuple[int, list[Turn]]
 
 
 def list_conversations(store: SessionStore, search: str | None = None, limit: int | None = 200) -> list[dict]:
-    """Each conversation's newest session, newest first, with `turns` (its turn: the length of its line).
-    `search` matches the title, question or answer of any session of the conversation."""
+    """Each conversation's newest session, newest first, with `turns` (its turn: the length of its line) and
+    `title` the conversation's: its first turn's (`conversation_title`), which a follow-up's own title never
+    replaces. `search` matches the title, question or answer of any session of the conversation."""
     where, params = "", []
     if search and search.strip():
         where = f"AND s.conversation_id IN (SELECT m.conversation_id FROM sessions m WHERE {text_match('m.')})"
         params = search_params(search)
-    sql = (f"SELECT s.* FROM sessions s WHERE s.id = (SELECT max(id) FROM sessions WHERE conversation_id = "
+    sql = (f"SELECT s.*, coalesce(f.title, s.title) AS first_title FROM sessions s LEFT JOIN sessions f ON f.id = "
+           f"s.conversation_id WHERE s.id = (SELECT max(id) FROM sessions WHERE conversation_id = "
            f"s.conversation_id) {where} ORDER BY s.created DESC, s.id DESC LIMIT ?")
     rows = store.query(sql, [*params, -1 if limit is None else limit])
-    return [{**decode_session(row), "turns": row["turn"]} for row in rows]
+    return [_listed(row) for row in rows]
+
+
+def _listed(row: dict) -> dict:
+    """A row of `list_conversations`' query as listed: the newest turn's, titled by the first turn."""
+    title = row.pop("first_title")
+    return {**decode_session(row), "title": title, "turns": row["turn"]}
+
+
+def conversation_title(store: SessionStore, session_id: int) -> str:
+    """The title of `session_id`'s conversation: its first turn's (the session `conversation_id` names), the one
+    the window lists and renames; the session's own where that turn is gone (a damaged database)."""
+    session = store.get_session(session_id)
+    rows = store.query("SELECT title FROM sessions WHERE id = ?", (session["conversation_id"],))
+    return (rows[0]["title"] if rows else None) or session["title"]
 
 
 def _sessions_of(store: SessionStore, conversation_id: int) -> dict[int, dict]:

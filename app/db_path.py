@@ -4,6 +4,7 @@ can hold it: a missing folder, a file or a broken link where a folder should be 
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 from app.models_folder import data_folder
@@ -23,6 +24,12 @@ def is_default(path: Path) -> bool:
         return path.resolve() == default_db_path().resolve()
     except OSError:
         return False
+
+
+def db_option(path: Path | None) -> str:
+    """` --db PATH` (quoted for a shell) that names the database at `path` in a command to run, or "" for the
+    default database (and a private in-memory one, `None`)."""
+    return "" if path is None or is_default(path) else f" --db {shlex.quote(str(path))}"
 
 
 def check_folder(path: Path) -> None:

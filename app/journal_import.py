@@ -32,19 +32,21 @@ CHECK_DB = "Check the --db path, or leave --db out for the default database."
 
 
 def open_session_store(path: Path | str | None = None, *, notify: Notify | None = None, missing: str | None = None,
-                       missing_hint: str = CHECK_DB, lock: LockSeen | None = None) -> SessionStore:
+                       missing_hint: str = CHECK_DB, lock: LockSeen | None = None,
+                       read_only: bool = False) -> SessionStore:
     """`SessionStore(path)`, its pages read once if it may be written (a damaged file is refused before a run, not
     at its first write), then the journals waiting for it imported (a busy database leaves them for later).
 
     `missing` is what it means to the caller that there is no database at `path` (the default one when None):
     given, such a path is refused with a StoreError ("... so `missing`.", `missing_hint`) instead of opened, since
     opening makes an empty database there: a mistyped --db then read as a database with no sessions.
-    `lock` learns of a lock the import met, so the runs recorded next do not wait for it again (app/recorder.py)."""
+    `lock` learns of a lock the import met, so the runs recorded next do not wait for it again (app/recorder.py).
+    `read_only` opens it to be read only (`SessionStore`): nothing is written, and no journal is imported."""
     if missing is not None:
         where = Path(path) if path is not None else default_db_path()
         if not where.exists():
             raise StoreError(f"there is no session database at {where}, so {missing}.", hint=missing_hint)
-    store = SessionStore(path)
+    store = SessionStore(path, read_only=read_only)
     try:
         if not store.read_only:
             store.check_pages()

@@ -70,8 +70,25 @@ def m003_conversations(db: Database) -> None:
     sessions.create_index(["conversation_id", "turn"])
 
 
-MIGRATIONS: tuple[Callable[[Database], None], ...] = (m001_initial, m002_scored_text_once, m003_conversations)
+def m004_session_ids_never_reused(db: Database) -> None:
+    """A deleted session's id is never given again: `sessions.id` has no AUTOINCREMENT (m001), so SQLite gave the
+    next run the id of the newest session deleted, and a saved follow-up hint, an export's name or an earlier stderr
+    line then named another run. `id_high_water` keeps the largest session id ever given, as SQLite's own
+    sqlite_sequence does for an AUTOINCREMENT table, and `SessionStore.insert_session` gives each new session the
+    next id above it (inside its write transaction, so two processes never take the same one). The table is not
+    rebuilt with AUTOINCREMENT: the candidates, steps and events tables' foreign keys name it, and dropping it
+    under their rows fails ("FOREIGN KEY constraint failed") inside the migrations' transaction, where foreign keys
+    cannot be turned off. Ids deleted before this migration are not recorded anywhere: it starts at the largest id
+    there is."""
+    db["id_high_water"].create({"name": str, "largest_id": int}, pk="name", not_null={"largest_id"})
+    db.conn.execute("INSERT INTO id_high_water (name, largest_id) SELECT 'sessions', coalesce(max(id), 0) "
+                    "FROM sessions")
+
+
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (m001_initial, m002_scored_text_once, m003_conversations,
+                                                      m004_session_ids_never_reused)
 SCHEMA_VERSION = len(MIGRATIONS)
+WRITES_ONLY = frozenset({m004_session_ids_never_reused.__name__})  # a database opened to be read only may lack these
 
 
 def table_names(conn: sqlite3.Connection) -> set[str]:

@@ -327,7 +327,8 @@ def _refuse_unused(args: argparse.Namespace) -> None:
         (args.verifier_device == "cpu" and getattr(args, "verifier_endpoint", None) is not None,
          "--verifier-device cpu places a PRM loaded on this machine, and --verifier-endpoint scores the steps on the "
          "PRM server: leave one of them out"),
-        (getattr(args, "no_save", False) and getattr(args, "db", None) is not None,
+        (getattr(args, "no_save", False) and getattr(args, "db", None) is not None  # with --session, --db is read
+         and getattr(args, "session", None) is None,
          "--db names the database to record in, and --no-save records nothing: give one of them"),
         (args.policy not in ("lbs", "auto") and (args.no_inter_beam or args.no_prefetch or not args.prefix_order),
          f"--no-inter-beam, --no-prefetch and --no-prefix-order switch parts of lbs off, and --policy {args.policy} "

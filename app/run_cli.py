@@ -226,8 +226,9 @@ def conversation_of(args: argparse.Namespace) -> tuple[int | None, list[tuple[st
     from app.journal_import import CHECK_DB, open_session_store
 
     hint = "Ask a question without --session first." if args.db is None else CHECK_DB
+    unsaved = getattr(args, "no_save", False)  # the database is only read: nothing is written to it, no upgrade
     with open_session_store(args.db, notify=note, missing=f"there is no session {session} to follow up",
-                            missing_hint=hint) as store:  # SessionNotFound names its --db (get_session)
+                            missing_hint=hint, read_only=unsaved) as store:  # SessionNotFound names its --db
         previous, history = follow_up_of(store, session)
         row = store.get_session(previous)
         recorded, verifier_model = row.get("cache") or {}, (row.get("search") or {}).get("verifier_model")
@@ -244,7 +245,8 @@ def _again(args: argparse.Namespace) -> str:
     a server run's server (and its PRM server): without them the follow-up ran on the bundled model."""
     db = f" --db {shlex.quote(args.db)}" if getattr(args, "db", None) else ""
     if getattr(args, "backend", "local") != "openai":
-        return db + (f" --model {shlex.quote(args.model)}" if args.model != "bundled" else "")
+        model = getattr(args, "model", "bundled")  # a caller's namespace may hold no model (a test's)
+        return db + (f" --model {shlex.quote(model)}" if model != "bundled" else "")
     return db + " " + server_options({"endpoint": args.endpoint.strip(), "served_model": args.served_model,
                                  "api_key_env": args.api_key_env, "prm_endpoint": args.verifier_endpoint},
                                 args.verifier_model)

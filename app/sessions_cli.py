@@ -217,12 +217,21 @@ def _remove_made(db: Path, folders: list[Path]) -> None:
 
 
 def cmd_rename(args: argparse.Namespace) -> int:
+    """Renames the one session given. A conversation's title is its first turn's (the window lists and renames
+    that one), so renaming a later turn says where the conversation's own title is changed."""
     with _open(args) as store:
         try:
             store.rename(args.id, args.title)
         except ValueError as error:  # a title with no text (app/store.py): the user's to change
             raise UsageError(str(error)) from error
+        session = store.get_session(args.id)
     print(f"session {args.id} is now {' '.join(args.title.split())!r}")
+    if session["turn"] > 1:  # on stderr: a script reading the line above reads it alone
+        first = session["conversation_id"]
+        db = f" --db {shlex.quote(args.db)}" if args.db else ""
+        print(f"beamwise: session {args.id} is turn {session['turn']} of conversation #{first}, which the window "
+              f"lists by its first turn's title: `beamwise sessions rename {first}{db} \"...\"` renames the "
+              "conversation.", file=sys.stderr)
     return 0
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import socket
 import sqlite3
 import threading
@@ -23,9 +22,9 @@ from sqlite_utils import Database
 
 from app import event_log, store_file
 from app.db_kind import foreign_file
-from app.db_path import DB_NAME, check_folder, default_db_path, is_default
+from app.db_path import DB_NAME, check_folder, db_option, default_db_path, is_default
 from app.json_types import sqlite_int
-from app.migrations import MIGRATIONS, SCHEMA_VERSION, applied_migrations, table_names, unusable_schema
+from app.migrations import MIGRATIONS, SCHEMA_VERSION, WRITES_ONLY, applied_migrations, table_names, unusable_schema
 from app.processes import alive_since
 from app.store_errors import (
     NotADatabase,
@@ -68,16 +67,21 @@ class SessionStore:
     seconds. Sessions left 'running' by a process that no longer exists are marked 'interrupted'.
     `pages_checked`: another open store of this file has read its pages (`check_pages`), so this one's first write
     does not read them all again (a second connection of the window's, opened on the GUI thread).
+    `read_only`: open the file to read it only, as a file that cannot be written is opened: nothing is written to
+    it, no schema upgrade (one it needs is refused), no WAL switch, no sessions marked interrupted (`beamwise run
+    --session ID --no-save --db PATH` reads the conversation from a database it must not change).
     """
 
     def __init__(self, path: Path | str | None = None, *, memory: bool = False,
-                 busy_timeout: float | None = None, pages_checked: bool = False) -> None:
+                 busy_timeout: float | None = None, pages_checked: bool = False, read_only: bool = False) -> None:
         busy_timeout = DEFAULT_BUSY_TIMEOUT if busy_timeout is None else busy_timeout
         if busy_timeout < 0:
             raise ValueError(f"busy_timeout must be 0 or more seconds (got {busy_timeout}).")
         self.path: Path | None = None if memory else Path(path) if path is not None else default_db_path()
         self.busy_timeout = busy_timeout
-        self.read_only = self.path is not None and self.path.is_file() and not writable(self.path)
+        self._reading_only = read_only and self.path is not None  # asked for; else the file's permissions decide
+        self.read_only = self._reading_only or (self.path is not None and self.path.is_file() and
+                                                not writable(self.path))
         self._lock = threading.RLock()
         self._pages_checked = self.path is None or pages_checked  # a private in-memory one cannot be damaged on disk
         self._conn = self._connect()
@@ -213,7 +217,13 @@ class SessionStore:
             raise refused
         applied = applied_migrations(conn, tables)
         pending = [m for m in MIGRATIONS if m.__name__ not in applied]
-        if self.read_only:
+        if self.read_only:  # what only writes need (WRITES_ONLY) may stay pending: nothing is written here
+            pending = [m for m in pending if m.__name__ not in WRITES_ONLY]
+            if pending and self._reading_only:
+                raise StoreReadOnly(f"the session database {self.path} needs a schema upgrade before it can be read, "
+                                    "and it was opened to be read only; it was not changed.",
+                                    hint=f"Open it once to upgrade it (`beamwise sessions list"
+                                         f"{db_option(self.path)}`), then try again.")
             if pending:
                 folder = self.path.parent if self.path else ""
                 raise StoreReadOnly(f"the session database {self.path} needs a schema upgrade, but the folder "
@@ -273,8 +283,8 @@ class SessionStore:
                 rows = self._dicts(conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)))
         if not rows:
             error = SessionNotFound(f"there is no session {session_id} in {self.path or 'this database'}.")
-            if self.path is not None and not is_default(self.path):
-                error.hint = f"Run `beamwise sessions list --db {shlex.quote(str(self.path))}` to see the ids."
+            if db_option(self.path):
+                error.hint = f"Run `beamwise sessions list{db_option(self.path)}` to see the ids."
             raise error
         return decode_session(rows[0])
 
@@ -325,7 +335,8 @@ class SessionStore:
             return self.insert_session(conn, row)
 
     def insert_session(self, conn: sqlite3.Connection, row: dict[str, Any], previous: int | None = None) -> int:
-        """Inside `transaction()`: insert one session row, filling title and created; returns its id.
+        """Inside `transaction()`: insert one session row, filling title and created; returns its id, one no session
+        had before, also a deleted one (m004: `id_high_water`), so an id said once never names another run.
 
         `previous` makes it the next turn of that session's conversation; without it the session
         starts a conversation of its own (turn 1).
@@ -341,7 +352,11 @@ class SessionStore:
             if found is None:
                 raise SessionNotFound(f"there is no session {previous} in {self.path or 'this database'} to follow.")
             data.update(conversation_id=found[0], turn=found[1] + 1, previous_id=previous)
+        if data.get("id") is None:  # a journal's replay keeps the id its partial row was given
+            data["id"] = _next_session_id(conn)
         session_id = self.insert_rows(conn, "sessions", [data])
+        conn.execute("INSERT INTO id_high_water (name, largest_id) VALUES ('sessions', ?) ON CONFLICT (name) DO "
+                     "UPDATE SET largest_id = max(largest_id, excluded.largest_id)", (session_id,))
         if previous is None:
             conn.execute("UPDATE sessions SET conversation_id = id, turn = 1, previous_id = NULL WHERE id = ?",
                          (session_id,))
@@ -392,6 +407,13 @@ class SessionStore:
         with self._guard() as conn:
             _refuse_later_turns(conn, session_id)
         return row
+
+
+def _next_session_id(conn: sqlite3.Connection) -> int:
+    """Inside a write transaction: the id after every session id ever given (`id_high_water`, m004) and every one
+    there is (SQLite's own choice, the largest there is plus one, gave a deleted newest session's id again)."""
+    return conn.execute("SELECT max(coalesce((SELECT largest_id FROM id_high_water WHERE name = 'sessions'), 0), "
+                        "coalesce((SELECT max(id) FROM sessions), 0)) + 1").fetchone()[0]
 
 
 def _refuse_later_turns(conn: sqlite3.Connection, session_id: int) -> None:

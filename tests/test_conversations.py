@@ -52,8 +52,8 @@ def test_m003_makes_every_old_session_a_one_turn_conversation(tmp_path: Path) ->
     path = tmp_path / "old.db"
     shutil.copy(OLD_DB, path)
     with SessionStore(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 3
-        assert [r["name"] for r in store.db["migrations"].rows][-1] == "m003_conversations"
+        assert store.schema_version == SCHEMA_VERSION == 4  # m004 too: tests/test_conversation_ids.py
+        assert [r["name"] for r in store.db["migrations"].rows][2] == "m003_conversations"
         sessions = store.list_sessions()
         assert sessions and all(s["conversation_id"] == s["id"] and s["turn"] == 1 and s["previous_id"] is None
                                 for s in sessions)
@@ -64,7 +64,7 @@ def test_m003_makes_every_old_session_a_one_turn_conversation(tmp_path: Path) ->
         follow = record(store, "And then?", previous=sessions[0]["id"])  # an old session takes a follow-up
         assert store.get_session(follow)["turn"] == 2
     with SessionStore(path) as again:  # reopening applies nothing twice
-        assert len(list(again.db["migrations"].rows)) == 3
+        assert len(list(again.db["migrations"].rows)) == 4
 
 
 def test_turns_history_branches_and_listing() -> None:

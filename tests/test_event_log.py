@@ -75,7 +75,7 @@ def test_m002_migrates_a_database_of_the_last_release(tmp_path):
     expected = json.loads((DATA / "sessions_m001_events.json").read_text(encoding="utf-8"))
     with SessionStore(db) as store:
         assert [r["name"] for r in store.db["migrations"].rows][:2] == ["m001_initial", "m002_scored_text_once"]
-        assert store.schema_version == 3  # m003 (conversations) too: tests/test_conversations.py
+        assert store.schema_version == 4  # m003 (conversations) and m004 too: tests/test_conversation*.py
         for session_id, events in expected.items():
             assert store.event_dicts(int(session_id)) == events
         assert all("text" not in d for d in stored_scored(store, 2))  # the engine-like session: texts once

@@ -36,9 +36,9 @@ def db_path(tmp_path: Path) -> Path:
 
 def test_new_file_gets_wal_migrations_and_schema_version(db_path: Path) -> None:
     with SessionStore(db_path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 3
+        assert store.schema_version == SCHEMA_VERSION == 4
         assert store.db.journal_mode == "wal"
-        names = ["m001_initial", "m002_scored_text_once", "m003_conversations"]
+        names = ["m001_initial", "m002_scored_text_once", "m003_conversations", "m004_session_ids_never_reused"]
         assert [r["name"] for r in store.db["migrations"].rows] == names
         assert {"sessions", "candidates", "steps", "events"} <= set(store.db.table_names())
     with SessionStore(db_path) as again:  # reopening applies nothing twice

@@ -1,7 +1,7 @@
 """The sessions panel: browse, search, rename, delete and export recorded sessions.
 
-One row per conversation (its newest turn, with its turn count; app/conversations.py), as plain
-dicts from the store; `SessionsTableModel` only adapts
+One row per conversation (its newest turn, with its turn count, titled by its first turn, which a rename
+changes; app/conversations.py), as plain dicts from the store; `SessionsTableModel` only adapts
 them for a QTableView. The panel asks for opening or re-running a session through signals and
 leaves that to the main window. A rename or delete never freezes the window while another process
 holds the database's write lock: it waits for the lock off the GUI thread (app/gui/session_writes.py).
@@ -40,7 +40,7 @@ from PySide6.QtWidgets import (
 )
 
 import app.formatting as fmt
-from app.conversations import list_conversations
+from app.conversations import conversation_title, list_conversations
 from app.export import FORMATS, default_file_stem, export_session
 from app.export.md_escape import without_controls
 from app.gui.session_writes import SessionWrites
@@ -61,7 +61,8 @@ StoreSource = SessionStore | Callable[[], SessionStore]
 
 
 class SessionsTableModel(QAbstractTableModel):
-    """Session rows for a table; the title is editable and `rename` does the actual change."""
+    """Session rows for a table; the title is editable and `rename(session id, title)` does the actual change, of
+    the session a row's title is (its conversation's first turn: `conversation_id`)."""
 
     def __init__(self, rename: Callable[[int, str], bool], parent: Any = None) -> None:
         super().__init__(parent)
@@ -78,6 +79,10 @@ class SessionsTableModel(QAbstractTableModel):
 
     def row_of(self, session_id: int) -> int | None:
         return next((i for i, r in enumerate(self.rows) if r["id"] == session_id), None)
+
+    def row_of_conversation(self, conversation_id: int) -> int | None:
+        """The row of the conversation whose first turn is session `conversation_id`: the one it titles."""
+        return next((i for i, r in enumerate(self.rows) if r["conversation_id"] == conversation_id), None)
 
     def rowCount(self, parent: AnyIndex = QModelIndex()) -> int:  # noqa: B008 - Qt's signature
         return 0 if parent.isValid() else len(self.rows)
@@ -116,14 +121,15 @@ class SessionsTableModel(QAbstractTableModel):
             return False
         title = " ".join(str(value).split())
         row = self.rows[index.row()]
-        if is_blank(title) or title == row["title"] or not self._rename(row["id"], title):
+        if is_blank(title) or title == row["title"] or not self._rename(row["conversation_id"], title):
             return False  # refused, failed or still waiting for the database: the old title stays shown
-        self.set_title(row["id"], title)
+        self.set_title(row["conversation_id"], title)
         return True
 
-    def set_title(self, session_id: int, title: str) -> None:
-        """Show a saved title: at once, or once a rename that waited for a busy database lands."""
-        row = self.row_of(session_id)
+    def set_title(self, conversation_id: int, title: str) -> None:
+        """Show a conversation's saved title (its first turn's, session `conversation_id`): at once, or once a rename
+        that waited for a busy database lands (the row found again: a follow-up may have been listed since)."""
+        row = self.row_of_conversation(conversation_id)
         if row is None:
             return
         self.rows[row]["title"] = title
@@ -151,7 +157,8 @@ def _no_match(search: str) -> str | None:
 
 def delete_question(row: dict) -> str:
     """The confirmation for deleting a listed conversation: what `SessionStore.delete` removes, which is its newest
-    turn only (as `beamwise sessions delete` removes the one session it is given); earlier turns stay."""
+    turn only (as `beamwise sessions delete` removes the one session it is given); earlier turns stay. The row's
+    title is the conversation's (its first turn's), so a later turn is named as a turn of it."""
     title, turn = without_controls(row["title"]), row["turns"]
     if turn <= 1:
         return f"Delete “{title}” and everything recorded for it?\n\nThis cannot be undone."
@@ -383,11 +390,12 @@ class SessionsPanel(QWidget):
             self.view.edit(self.model.index(rows[0].row(), COLUMNS.index("title")))
 
     def _rename(self, session_id: int, title: str) -> bool:
-        """The model's rename: True when the title is saved now; False when it failed (said) or waits for the
-        database (the old title stays shown until it is saved, and stays for good if it cannot be)."""
+        """The model's rename of a conversation's title, its first turn's (session `session_id`): True when the title
+        is saved now; False when it failed (said) or waits for the database (the old title stays shown until it is
+        saved, and stays for good if it cannot be)."""
         if self.writes.still_waiting():
             return False
-        old = without_controls(self.model.rows[self.model.row_of(session_id)]["title"])
+        old = without_controls(self.model.rows[self.model.row_of_conversation(session_id)]["title"])
 
         def saved() -> None:
             self.model.set_title(session_id, title)
@@ -421,7 +429,7 @@ class SessionsPanel(QWidget):
     def export_with_dialog(self, session_id: int) -> Path | None:
         """Ask where to save, then export; the format follows the chosen filter or the file's suffix. A suffix added
         here names a file the dialog did not check: it asks before replacing that one itself."""
-        suggested = f"{default_file_stem(self._title(session_id))}.md"  # any turn's: the listed row's or the store's
+        suggested = f"{default_file_stem(self._title(session_id))}.md"  # any turn's: its conversation's title
         filters = ";;".join(EXPORT_FILTERS.values())
         name, chosen = QFileDialog.getSaveFileName(self, "Export session", suggested, filters)
         if not name:
@@ -445,12 +453,13 @@ class SessionsPanel(QWidget):
         return written
 
     def _title(self, session_id: int) -> str:
-        """A session's title: its row's when listed, else the store's (an earlier turn, an older branch's)."""
+        """The title of a session's conversation (its first turn's, as listed; the export holds every turn): its
+        row's when listed, else the store's (an earlier turn, an older branch's)."""
         row = self.model.row_of(session_id)
         if row is not None:
             return self.model.rows[row]["title"]
         try:
-            return self.store().get_session(session_id)["title"] or f"session {session_id}"
+            return conversation_title(self.store(), session_id) or f"session {session_id}"
         except BeamwiseError:
             return f"session {session_id}"  # the export itself says what is wrong
 
