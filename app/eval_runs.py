@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import sys
 from pathlib import Path
 
@@ -33,6 +34,8 @@ class Evaluation:
         self.store = None
         self.lock = LockSeen()  # a lock one run (or the import at opening) met is not waited for again by the next
         self.journalled: list[Path] = []  # runs kept in journals, not yet in the database, oldest first
+        self.prms: dict[tuple, object] = {}  # PRMParts by (verifier, source, device), loaded once (`_prm`)
+        self.refused: list[tuple[int, str]] = []  # (line, method) of runs refused before they started: not saved
         if not args.no_save:  # before the model: a --db it cannot open is said at once, not after a minute's load
             from app.journal_import import open_session_store
 
@@ -42,6 +45,7 @@ class Evaluation:
         except BaseException:
             self.close()
             raise
+        importlib.import_module("engine.search")  # now, not in the first run's timed window (0.3-0.6 s of its wall)
         self.results: dict[str, list[ProblemResult]] = {m: [] for m in configs}
         self.walls: dict[str, list[float]] = {m: [] for m in configs}  # wall seconds per problem
         self.ends: list = []  # each run's last event, in the order they ran
@@ -53,6 +57,7 @@ class Evaluation:
     def run(self, problems: list[Problem]) -> None:
         for index, problem in enumerate(problems, 1):
             for method, search in self.configs.items():
+                self._prm(search)  # its one load is before the clock, as the generator's is: in no method's time
                 clock = SearchClock()  # the recorder's writes and the journals' import are not the method's time
                 events = self._search(problem, method, search)
                 self.walls[method].append(clock.seconds())
@@ -60,7 +65,10 @@ class Evaluation:
                 self.results[method].append(result)
                 self._collect_steps(events)
                 self.ends.append(events[-1] if events else None)
-                self._progress(index, len(problems), result, self.ends[-1])
+                refused = self.store is not None and run_output.refused_before_start(events)  # saved nowhere
+                if refused:
+                    self.refused.append((problem.line, method))
+                self._progress(index, len(problems), result, self.ends[-1], refused=refused)
             self.done = index
 
     def _search(self, problem: Problem, method: str, search: SearchConfig) -> list:
@@ -72,7 +80,7 @@ class Evaluation:
         recorder = self._recorder(problem, method)
         events = []
         try:
-            for event in run(problem.question, self.loaded, search, self.cache):
+            for event in run(problem.question, self.loaded, search, self.cache, prm=self._prm(search)):
                 events.append(event)
                 if event.type == "run_started" and not self.numerics:
                     self.numerics = dict(event.numerics)
@@ -87,6 +95,21 @@ class Evaluation:
                 if recorder.journal_path is not None:  # saved before the next run's, or at the eval's end
                     self.journalled.append(recorder.journal_path)
         return events
+
+    def _prm(self, search: SearchConfig):
+        """The PRM's weights (PRMParts) for `search`, loaded by the first run that asks and passed to every later
+        one with the same PRM and device, as the generator is: each run still makes a fresh verifier around them.
+        None for a verifier without a PRM (its one-time measure is made all the same), or a PRM that did not load:
+        each run then meets the error itself and fails with it in its own words, as `beamwise run` would."""
+        key = (search.verifier, search.verifier_model, search.verifier_device)
+        if key not in self.prms:
+            from engine.verifiers import prepare_verifier
+
+            try:
+                self.prms[key] = prepare_verifier(search.verifier, self.loaded, *key[1:])
+            except Exception:  # said by the run's RunFailed (engine.search.run loads it and fails the same way)
+                self.prms[key] = None
+        return self.prms[key]
 
     def _save_journalled(self) -> None:
         """The journalled runs into the database, oldest first, until it refuses one: a lock then is remembered,
@@ -112,11 +135,13 @@ class Evaluation:
             if e.type == "step_selected" and e.lens_trace:
                 self.lens_steps.append(e.lens_trace)
 
-    def _progress(self, index: int, total: int, r: ProblemResult, end: object) -> None:
-        """One line per run; a failed run's says why (its traceback, for a fault, is in the saved session)."""
+    def _progress(self, index: int, total: int, r: ProblemResult, end: object, *, refused: bool = False) -> None:
+        """One line per run; a failed run's says why (its traceback, for a fault, is in the saved session), and
+        one `refused` before it started (a question past the context) that it was not saved, as `run` saves none."""
         if r.status == "failed":
             why = end.message if isinstance(end, ev.RunFailed) else "the run ended without a result"
-            print(f"[eval] {index}/{total} {r.method}: failed: {why}", file=sys.stderr, flush=True)
+            how = "refused before it started, so not saved" if refused else "failed"
+            print(f"[eval] {index}/{total} {r.method}: {how}: {why}", file=sys.stderr, flush=True)
             return
         mark = "correct" if r.correct else "wrong" if r.status == "finished" else r.status
         answered = "no answer found" if r.predicted is None else f"answered {r.predicted}"  # not 'answered None'
@@ -185,10 +210,13 @@ class Evaluation:
             entropy_agreement=fit.agreement, entropy_missed=fit.missed, entropy_verifier=found.verifier)
 
     def close(self) -> None:
-        """The journalled runs are tried once more (the database's lock may be gone), then said once."""
+        """The PRM's weights let go; the journalled runs are tried once more (the database's lock may be gone), then
+        said once; the runs refused before they started, which have no session, are named."""
+        self.prms.clear()
         if self.store is None:
             return
         try:
+            self._say_refused()
             if self.journalled:
                 self._save_journalled()
             if self.journalled:
@@ -198,6 +226,15 @@ class Evaluation:
                                 "Beamwise opens it (any command or the window).")
         finally:
             self.store.close()
+
+    def _say_refused(self) -> None:
+        """Which runs have no session: refused before they started, as `beamwise run` records none of those."""
+        if not self.refused:
+            return
+        named = ", ".join(f"line {line} {method}" for line, method in self.refused)
+        run_output.note(f"{len(self.refused)} run(s) were refused before they started ({named}; their [eval] lines "
+                        f"say why), so no session was saved for them in {self.store.path}: `beamwise run` saves "
+                        "none for such a run either.")
 
 
 def _keep_earlier_exit(found: Thresholds, why: str) -> Thresholds:

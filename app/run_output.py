@@ -48,6 +48,13 @@ def record(recorder, event) -> None:
     recorder.write(event)
 
 
+def refused_before_start(events: list) -> bool:
+    """Whether a run's events are a failure before it started (a question past the model's context, a PRM that does
+    not load): its RunFailed alone, which `record` keeps nowhere as there is no run to record, in `run` and `eval`
+    alike (README: "nothing is recorded")."""
+    return [event.type for event in events] == ["run_failed"]
+
+
 def close(recorder) -> None:
     """Close the recording and its database."""
     if recorder is None:

@@ -36,7 +36,7 @@ from engine.runner import decode_step, prefill
 from engine.scoring import path_to, score_step
 from engine.speculation import Tally, adopted_step, continuations, speculation_cap
 from engine.step_text import step_text
-from engine.verifiers import StepToScore, VerifierCost, make_verifier
+from engine.verifiers import PRMParts, StepToScore, VerifierCost, make_verifier
 from engine.verifiers.entropy_exit import exit_fields, exit_rule
 
 SYSTEM_PROMPT = (
@@ -63,6 +63,7 @@ def run(
     prompt_ids: Sequence[int] | None = None,
     replay: Replay | None = None,
     history: Sequence[Turn] = (),
+    prm: PRMParts | None = None,
 ) -> Iterator[ev.Event]:
     """Answer `question` by step-wise beam search; never raises for user errors (yields RunFailed).
 
@@ -77,11 +78,15 @@ def run(
     `prompt_ids` replaces the chat prompt built from `question` (benchmarks use exact prompt lengths);
     `replay` forces another run's tokens and kept beams (teacher forcing, to compare policies' logits);
     `history` holds a conversation's earlier turns, (question, chosen path's text), oldest first: the prompt
-    is the whole conversation (engine/chat.py) and RunStarted carries it.
+    is the whole conversation (engine/chat.py) and RunStarted carries it;
+    `prm` holds the weights of `search.verifier_model` already loaded (engine.verifiers.load_verifier_prm), as
+    `loaded` holds the generator's: a caller running many searches (`beamwise eval`) loads them once, and each run
+    still makes its own verifier around them.
     """
     try:
         turns = tuple((str(q), str(a)) for q, a in history)
-        searching = _Search(question, loaded, search, cache, should_stop, observe_logits, prompt_ids, replay, turns)
+        searching = _Search(question, loaded, search, cache, should_stop, observe_logits, prompt_ids, replay, turns,
+                            prm)
         yield from searching.events()
     except Exception as error:  # the user's error, out of memory or a fault in Beamwise: report, keep the caller alive
         yield failure(error)
@@ -108,9 +113,9 @@ def check_prompt_fits(prompt_tokens: int, context_length: int, step_tokens: int,
 class _Search:
     def __init__(
         self, question, loaded, search: SearchConfig, cache: CacheConfig, should_stop, observe, prompt_ids, replay,
-        history: tuple[Turn, ...] = (),
+        history: tuple[Turn, ...] = (), prm: PRMParts | None = None,
     ):
-        self.replay, self.history = replay, history
+        self.replay, self.history, self.prm = replay, history, prm
         self.question, self.loaded, self.cfg, self.cache_cfg = question, loaded, search, cache
         self.should_stop = should_stop
         self.prompt_ids = list(prompt_ids) if prompt_ids is not None else None
@@ -149,7 +154,7 @@ class _Search:
         with contextlib.ExitStack() as made:  # closes in reverse: the KV cache, then the verifier
             cfg = self.cfg
             self.verifier = make_verifier(cfg.verifier, self.loaded, cfg.verifier_model, cfg.verifier_device,
-                                          exit_rule(cfg))
+                                          exit_rule(cfg), self.prm)
             made.callback(self.verifier.close)
             self.clock.start()  # the run's time counts from here: a verifier's load is not in it
             prompt = self._prompt()

@@ -28,8 +28,9 @@ from engine.verifiers.self_judge import JudgeLayout, self_judge
 from engine.verifiers.simple import ContentHashVerifier, LogProbVerifier
 
 __all__ = [
-    "LENS_FAMILIES", "ExitRule", "PathKey", "StepToScore", "Verifier", "VerifierCost", "VerifierMemory", "aggregate",
-    "exit_refusal", "make_verifier", "prm_family", "prm_verifier", "verifier_layout",
+    "LENS_FAMILIES", "ExitRule", "PRMParts", "PathKey", "StepToScore", "Verifier", "VerifierCost", "VerifierMemory",
+    "aggregate", "exit_refusal", "load_verifier_prm", "make_verifier", "prepare_verifier", "prm_family",
+    "prm_placement", "prm_verifier", "verifier_layout",
 ]
 
 # Each PRM family's module: its `verifier(parts)` wires a loaded PRM, its `LAYOUT` lays a path out from the
@@ -54,11 +55,47 @@ def verifier_layout(name: str, generator: PreTrainedTokenizerBase, verifier_mode
     return None
 
 
+def prm_placement(loaded: Generator, device: str = "auto") -> tuple[torch.device, torch.dtype]:
+    """Where a PRM runs and in which dtype: the generator's device and dtype, or with `device="cpu"` the CPU
+    in float32."""
+    return (torch.device("cpu"), torch.float32) if device == "cpu" else (loaded.device, loaded.dtype)
+
+
+def load_verifier_prm(loaded: Generator, verifier_model: str, device: str = "auto") -> PRMParts:
+    """The PRM's weights as `make_verifier` places them, refused first where they do not fit beside the generator;
+    on the device, how it reads the generator's tokens is measured too (reading.py, once a process).
+    A caller that runs many searches with one PRM (`beamwise eval`) loads it once and passes it to each run
+    (`make_verifier`'s `prm`): the weights never change, and each run still wires a fresh verifier around them."""
+    where, dtype = prm_placement(loaded, device)
+    check_pair_fits(loaded.model, verifier_model, where, dtype)
+    parts = load_prm(verifier_model, where, dtype)
+    if device != "cpu":  # as make_verifier reads it (0.4 s for SmolLM2's vocabulary), not in a run's time
+        reads_per_token(loaded.tokenizer, parts.tokenizer, verifier_model)
+    return parts
+
+
+def prepare_verifier(name: str, loaded: Generator, verifier_model: str | None = None,
+                     device: str = "auto") -> PRMParts | None:
+    """What every run with this verifier shares, made before the first: a PRM's weights (`make_verifier`'s `prm`;
+    None for the other verifiers) and how the verifier reads the generator's tokens. A caller that times many runs
+    (`beamwise eval`) calls it first, so no run's time holds a one-time cost. Raises what loading the PRM raises."""
+    if loaded.plan_only:
+        return None
+    if name == "self-judge":
+        reads_per_token(loaded.tokenizer, loaded.tokenizer, "self-judge")  # as make_verifier reads it
+    if name == "prm" and verifier_model:
+        return load_verifier_prm(loaded, verifier_model, device)
+    return None
+
+
 def make_verifier(name: str, loaded: Generator, verifier_model: str | None = None, device: str = "auto",
-                  exit_rule: ExitRule | None = None) -> Verifier:
+                  exit_rule: ExitRule | None = None, prm: PRMParts | None = None) -> Verifier:
     """`loaded` is the generator (self-judge reads it). A PRM goes on its device in its dtype, or with
     `device="cpu"` on the CPU in float32, its KV then outside the device's KV budget; `exit_rule` turns
-    on the layer-entropy exit (LayersUnavailable where the verifier cannot exit)."""
+    on the layer-entropy exit (LayersUnavailable where the verifier cannot exit). `prm`: the weights of
+    `verifier_model` already loaded by `load_verifier_prm` with the same `device`, used instead of loading
+    them; the verifier made around them is new (its KV, counters and exit state start empty), so a run
+    scores as one that loaded the PRM itself."""
     if loaded.plan_only:
         return ContentHashVerifier()
     if name == "logprob":
@@ -73,12 +110,21 @@ def make_verifier(name: str, loaded: Generator, verifier_model: str | None = Non
         if not verifier_model:
             raise NotAPRM("the prm verifier needs a PRM: none was given.", hint="Pass --verifier-model PATH.")
         on_cpu = device == "cpu"
-        where, dtype = (torch.device("cpu"), torch.float32) if on_cpu else (loaded.device, loaded.dtype)
-        check_pair_fits(loaded.model, verifier_model, where, dtype)
-        parts = load_prm(verifier_model, where, dtype)
+        parts = _placed(prm, loaded, device) if prm is not None else load_verifier_prm(loaded, verifier_model, device)
         verifier = with_exit(prm_verifier(parts), parts.head if parts.family in LENS_FAMILIES else None, exit_rule)
         verifier.on_device_budget = not on_cpu
         if not on_cpu:  # its share of the device budget holds a path of the generator's longest steps
             verifier.reads_per_token = reads_per_token(loaded.tokenizer, parts.tokenizer, verifier_model)
         return verifier
     raise ValueError(f"unknown verifier {name!r}; use logprob, self-judge or prm.")
+
+
+def _placed(prm: PRMParts, loaded: Generator, device: str) -> PRMParts:
+    """`prm` when it sits where `make_verifier` would load it for `device`; a PRM loaded elsewhere or in
+    another dtype would score differently from a run that loaded it itself."""
+    where, dtype = prm_placement(loaded, device)
+    held = next(prm.body.parameters()).dtype
+    if torch.device(prm.device) != torch.device(where) or held != dtype:
+        raise ValueError(f"the PRM passed in is on {prm.device} in {held}; this run's verifier device {device!r} "
+                         f"places it on {where} in {dtype}. Load it with load_verifier_prm for these settings.")
+    return prm
