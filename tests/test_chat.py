@@ -151,3 +151,21 @@ def test_a_remote_follow_up_sends_the_conversation_to_the_server() -> None:
     assert events[0].history == (TURNS[0],) and isinstance(events[-1], ev.RunFinished)
     assert server.requests and all(r["prompt"].startswith(prompt_text(TURNS[1][0], history))
                                    for r in server.requests)
+
+
+@pytest.mark.parametrize(("turns", "start"), [(0, "Shorten the question"), (2, "Start a new conversation")])
+def test_a_prompt_that_leaves_room_for_a_shorter_step_says_how_short(turns, start):
+    """A prompt that fits but leaves no room for a whole step named only a shorter question or a new conversation:
+    a lower --step-tokens fits it (a walkthrough ran 400-token steps after a 1,854-token conversation in 2,048)."""
+    from engine.errors import InvalidPrompt
+    from engine.search import check_prompt_fits
+
+    with pytest.raises(InvalidPrompt) as refused:
+        check_prompt_fits(1854, 2048, 400, turns)
+    said = refused.value.user_message()
+    assert start in said and "lower --step-tokens to 194 or less" in said, said
+    assert "system prompt" in said  # the count is the whole prompt's, not the question's alone
+    check_prompt_fits(1854, 2048, 194, turns)  # what it says fits
+    with pytest.raises(InvalidPrompt) as full:
+        check_prompt_fits(2048, 2048, 16, turns)
+    assert "--step-tokens" not in full.value.user_message()  # no step fits: only a shorter prompt helps
