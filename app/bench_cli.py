@@ -25,6 +25,7 @@ from app.options import (
     size_type,
 )
 from app.question import empty_message
+from engine.auto_delimiter import AUTO_DELIMITER
 from engine.blank_text import is_blank
 from engine.config import DTYPES
 from engine.workload import BASELINES, LADDER, Workload, check_names
@@ -107,8 +108,6 @@ def bench_command(args: argparse.Namespace) -> int:
         return _max_context(args, dtype)
     workload = _workload(args, dtype)
     if args.backend == "openai":
-        if args.verifier_model:
-            raise UsageError("--prm scores a local search; leave it out with --backend openai.")
         return _remote(args, workload)
     server_from_args(args, endpoint_option="--server")  # a local bench: a server's options given are said
     if args.versus_generate:
@@ -142,19 +141,34 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--time-limit must be a positive number of seconds (got {args.time_limit:g}).")
     if args.versus_generate:
         _refuse_unused_by_versus_generate(args)
+    elif args.backend == "openai":
+        _refuse_unused_by_a_server(args)
     if not args.max_context and (args.gpu_memory is not None or args.host_ram is not None):  # they did nothing
         raise UsageError("--gpu-memory and --host-ram size the machine for --max-context; add --plan-only "
                          "--max-context, or leave them out.")
 
 
-def _refuse_unused_by_versus_generate(args: argparse.Namespace) -> None:
-    """--versus-generate times one engine step beside model.generate: --beams x --width candidates of --step-tokens
-    tokens on --question (or the default one), with --model, --dtype and --seed. Every other bench option was taken
-    without a word (a misspelt --policies too); refused, as `run` refuses an option that would do nothing
-    (app/options.py `_refuse_unused`, whose checks are `run`'s). An option given at its default value cannot be told
-    from one left out: it does what leaving it out does."""
+VERSUS_GENERATE_UNUSED = (
+    "--plan-only", "--max-context", "--gpu-memory", "--host-ram", "--policies", "--baselines", "--kv-budget",
+    "--prompt-tokens", "--gen-tokens", "--time-limit", "--step-delimiter", "--pcie-gbps", "--block-size", "--prm",
+    "--speculative", "--lookahead-verify", "--speculative-continuations", "--prefix-order", "--backend",
+)  # fmt: skip
+SERVER_UNUSED = (  # a server's bench runs one search there and the same search here, as `run` would (policy auto)
+    "--plan-only", "--max-context", "--gpu-memory", "--host-ram", "--policies", "--baselines", "--prompt-tokens",
+    "--time-limit", "--prm", "--lookahead-verify",
+)  # fmt: skip
+LOCAL_SIDE = (  # what the search here beside a server's is run with (app/bench_remote.py `_local`)
+    "--model", "--dtype", "--kv-budget", "--pcie-gbps", "--block-size", "--speculative",
+    "--speculative-continuations", "--prefix-order",
+)  # fmt: skip
+
+
+def _given(args: argparse.Namespace, flags: tuple[str, ...]) -> list[str]:
+    """Of bench's options `flags`, those given, as typed (`--backend openai`). An option given at its default value
+    cannot be told from one left out: it does what leaving it out does."""
     d = Workload()
-    left_out = (
+    options = (
+        ("--model", args.model, d.model), ("--dtype", args.dtype, None),
         ("--plan-only", args.plan_only, False), ("--max-context", args.max_context, False),
         ("--gpu-memory", args.gpu_memory, None), ("--host-ram", args.host_ram, None),
         ("--policies", args.policies, ",".join(LADDER)), ("--baselines", args.baselines, ",".join(BASELINES)),
@@ -164,13 +178,43 @@ def _refuse_unused_by_versus_generate(args: argparse.Namespace) -> None:
         ("--block-size", args.block_size, d.block_size), ("--prm", args.verifier_model, None),
         ("--speculative", args.speculative, None), ("--lookahead-verify", args.lookahead_verify, None),
         ("--speculative-continuations", args.speculative_continuations, d.speculative_continuations),
-        ("--prefix-order", args.prefix_order, None), (f"--backend {args.backend}", args.backend, "local"),
+        ("--prefix-order", args.prefix_order, None), ("--backend", args.backend, "local"),
     )  # fmt: skip
-    given = [flag for flag, value, default in left_out if value != default]
-    if given:
+    return [f"{flag} {value}" if flag == "--backend" else flag for flag, value, default in options
+            if flag in flags and value != default]
+
+
+def _them(given: list[str]) -> str:
+    return "it" if len(given) == 1 else "them"
+
+
+def _refuse_unused_by_versus_generate(args: argparse.Namespace) -> None:
+    """--versus-generate times one engine step beside model.generate: --beams x --width candidates of --step-tokens
+    tokens on --question (or the default one), with --model, --dtype and --seed. Every other bench option was taken
+    without a word (a misspelt --policies too); refused, as `run` refuses an option that would do nothing
+    (app/options.py `_refuse_unused`, whose checks are `run`'s)."""
+    if given := _given(args, VERSUS_GENERATE_UNUSED):
         raise UsageError(f"--versus-generate times one engine step beside model.generate on --beams x --width "
                          f"candidates of --step-tokens tokens, and does not use {', '.join(given)}: leave "
-                         f"{'it' if len(given) == 1 else 'them'} out, or leave out --versus-generate.")
+                         f"{_them(given)} out, or leave out --versus-generate.")
+
+
+def _refuse_unused_by_a_server(args: argparse.Namespace) -> None:
+    """`--backend openai` runs one search on the server and the same search here, scored with log-probabilities, on
+    --model with the KV options a bench gives (--kv-budget, --pcie-gbps, --block-size and the speculation and
+    prefix-order switches) and the policy `run` picks (auto). The ladder's options were taken without a word
+    (--plan-only still ran both searches, --policies and --time-limit were ignored) and are refused; with
+    --no-local, so are the options of the search here."""
+    if given := _given(args, SERVER_UNUSED):
+        raise UsageError(f"--backend openai benches one search on the server beside the same search here, as `run` "
+                         f"runs it, and does not use {', '.join(given)}: leave {_them(given)} out, or leave out "
+                         f"--backend openai to compare the policies here.")
+    if args.no_local and (given := _given(args, LOCAL_SIDE)):
+        raise UsageError(f"{', '.join(given)} {'sets' if len(given) == 1 else 'set'} the search here, and --no-local "
+                         f"leaves it out: leave {_them(given)} out, or leave out --no-local.")
+    if args.step_delimiter == AUTO_DELIMITER:  # it was sent to the server as the text "auto" to stop at
+        raise UsageError("--step-delimiter auto takes the token a warm-up run here samples most, which a server's "
+                         "bench does not run: give the delimiter itself with --backend openai, such as \"\\n\\n\".")
 
 
 def _workload(args: argparse.Namespace, dtype: str) -> Workload:
@@ -259,12 +303,13 @@ def _measured(report: BenchReport) -> int:
 
 
 def _remote(args: argparse.Namespace, workload: Workload) -> int:
-    from app.bench_remote import format_costs, remote_bench
+    from app.bench_remote import format_costs, remote_bench, workload_record
     from app.run_cli import user_errors
 
     costs, question = remote_bench(args, workload)
     print(format_costs(costs, workload, question))
-    write_json(args.json_path, {"workload": asdict(workload), "runs": [c.to_dict() for c in costs]})
+    record = workload_record(workload, question, local=not args.no_local)
+    write_json(args.json_path, {"workload": record, "runs": [c.to_dict() for c in costs]})
     failed = [c for c in costs if not c.ok]
     if not failed:
         return 0

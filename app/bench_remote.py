@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import asdict
 
 from app.options import DEFAULT_QUESTION, server_from_args
+from engine.config import CacheConfig
 from engine.remote_bench import SearchCost, measure
 from engine.workload import Workload
 
@@ -30,7 +32,7 @@ def remote_bench(args: argparse.Namespace, workload: Workload) -> tuple[list[Sea
 
 
 def _local(question: str, workload: Workload) -> SearchCost:
-    from engine.config import CacheConfig, ModelSpec
+    from engine.config import ModelSpec
     from engine.errors import BeamwiseError
     from engine.models import load_model
     from engine.search import run
@@ -41,7 +43,30 @@ def _local(question: str, workload: Workload) -> SearchCost:
     except BeamwiseError as error:
         return SearchCost("local", workload.model, message=error.user_message())
     _progress(f"searching on {loaded.name} here")
-    return measure("local", run(question, loaded, workload.search(), CacheConfig()))
+    return measure("local", run(question, loaded, workload.search(), local_cache(workload)))
+
+
+def local_cache(workload: Workload) -> CacheConfig:
+    """The search here beside a server's: the policy `run` picks (auto) with the bench's KV options. Before, it ran
+    on CacheConfig()'s defaults whatever --kv-budget, --pcie-gbps, --block-size or the switches said, and --json
+    recorded them in its workload as if used."""
+    switches = {name: getattr(workload, name) for name in ("prefix_order", "speculative")
+                if getattr(workload, name) is not None}  # None: the policy's own choice
+    return CacheConfig(kv_budget_bytes=workload.kv_budget_bytes, pcie_gbps=workload.pcie_gbps,
+                       block_size=workload.block_size, speculative_continuations=workload.speculative_continuations,
+                       **switches)
+
+
+LOCAL_FIELDS = ("model", "dtype", "kv_budget_bytes", "pcie_gbps", "block_size", "prefix_order", "speculative",
+                "speculative_continuations")  # the search here alone reads these (`local_cache`)
+
+
+def workload_record(workload: Workload, question: str, local: bool) -> dict:
+    """The workload as --json records it: the fields the searches read, with the question asked. A random-token
+    prompt's length, PRM and LookAhead switch (refused with a server), and with --no-local the search here's
+    fields, were recorded as if used."""
+    unread = {"prompt_tokens", "verifier_model", "lookahead_verify", *(() if local else LOCAL_FIELDS)}
+    return {name: value for name, value in {**asdict(workload), "question": question}.items() if name not in unread}
 
 
 def format_costs(costs: list[SearchCost], workload: Workload, question: str) -> str:

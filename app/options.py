@@ -285,22 +285,36 @@ def _add_method_options(parser: argparse.ArgumentParser) -> None:
                    f"default: calibrated, else {d.entropy_delta})")
 
 
-# the model and its KV cache here, by dest (--kv-budget: kv_budget): `--backend openai` reads none (a server holds both)
+# the model and its KV cache here, by dest (--kv-budget: kv_budget): `--backend openai` reads none (a server holds
+# both); --threads sizes torch's pool, which only a PRM loaded here beside the server uses
 LOCAL_ONLY = ("model", "dtype", "device", "policy", "kv_budget", "block_size", "prefill_chunk", "no_inter_beam",
               "no_prefetch", "prefix_order", "speculative", "speculative_ratio", "speculative_continuations",
               "lookahead_verify", "pcie_gbps", "verifier_kv_share", "prefix_cache", "prefix_cache_ram",
-              "prefix_cache_disk")
+              "prefix_cache_disk", "threads")
 
 
 def _local_only_given(args: argparse.Namespace) -> list[str]:
-    """The options of LOCAL_ONLY that differ from their defaults, as typed (`--no-prefix-cache` for a switch
-    turned off); their defaults are not refused, as the user did not give them."""
+    """The options of LOCAL_ONLY typed on the command line (app/cli.py keeps it as `args.argv`), whatever their
+    values, named as typed (`--no-prefix-cache` for a switch turned off): `--model bundled` or `--policy auto` was
+    taken as its default and did nothing. Read as app/gui/launch.py `typed_options` reads `gui`'s: a parse with
+    every default left out. For `args` built otherwise (what was typed is not known): those that differ from their
+    defaults. --threads only where no PRM is loaded here (--verifier prm without --verifier-endpoint uses it)."""
     if getattr(args, "backend", "local") != "openai":
         return []
-    defaults = argparse.ArgumentParser(add_help=False)
-    add_search_options(defaults)
-    default = defaults.parse_args([])
-    given = [name for name in LOCAL_ONLY if getattr(args, name) != getattr(default, name)]
+    from app.parser import OneLineParser
+
+    parser = OneLineParser(add_help=False)  # the command's own parsing: no abbreviations
+    add_search_options(parser)
+    argv = getattr(args, "argv", None)
+    if argv:
+        for action in parser._actions:  # argparse keeps no public list of them
+            action.default = argparse.SUPPRESS
+        typed = set(vars(parser.parse_known_args(argv[1:])[0]))  # argv[0]: the command
+    else:
+        default = parser.parse_args([])
+        typed = {name for name in LOCAL_ONLY if getattr(args, name) != getattr(default, name)}
+    prm_here = args.verifier == "prm" and getattr(args, "verifier_endpoint", None) is None
+    given = [name for name in LOCAL_ONLY if name in typed and not (name == "threads" and prm_here)]
     return [f"--{'no-' if getattr(args, name) is False else ''}{name.replace('_', '-')}" for name in given]
 
 
@@ -362,6 +376,10 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig
     if args.verifier_model is not None and args.verifier != "prm":  # it used to be ignored: a logprob run
         raise UsageError(f"--verifier-model names a PRM, but the verifier is {args.verifier}: add --verifier prm to "
                          "score the steps with it, or leave --verifier-model out.")
+    if (args.verifier == "prm" and not (args.verifier_model or "").strip() and getattr(args, "backend", "") == "openai"
+            and getattr(args, "verifier_endpoint", None) is not None):  # the config's words ask for a PRM's folder
+        raise UsageError("the prm verifier needs a PRM: name the one the PRM server at --verifier-endpoint serves "
+                         "(--verifier-model NAME, its served name).")
     _refuse_unused(args)
     return _configs(args)
 

@@ -83,6 +83,10 @@ class Printer:
             print(f"beamwise: note: {off}", file=sys.stderr)
 
     def _on_prefill_done(self, event: ev.PrefillDone) -> None:
+        if self.remote:  # what the server cached and how long its prefill took, it does not say
+            counted = f"{event.prompt_tokens} tokens" if event.prompt_tokens else "its tokens not counted by the server"
+            self._print(f"prompt: {counted} (sent to the server)")
+            return
         self._print(f"prompt: {event.prompt_tokens} tokens ({event.cached_tokens} cached, {event.computed_tokens} "
                     f"computed), prefill {event.seconds:.2f} s")
         if event.prefix_disk_problem:

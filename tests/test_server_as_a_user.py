@@ -209,11 +209,15 @@ def test_a_local_models_options_are_refused_with_a_server(capsys) -> None:
     assert "leave them out, or leave out --backend openai" in line
 
 
-def test_a_switch_turned_off_is_named_as_typed_and_defaults_pass(capsys) -> None:
+def test_a_switch_turned_off_is_named_as_typed_and_defaults_typed_are_refused_too(capsys) -> None:
+    """Defaults typed (`--policy auto --model bundled`) were taken, though README says these are refused; left
+    out, the run goes ahead (tests/test_server_typed_options.py has each option)."""
     with FakeServer() as server:
         assert main(server_run(server.url, "--no-prefix-cache")) == 2
         assert "--no-prefix-cache applies to a model run on this machine" in one_error(capsys)
-        assert main(server_run(server.url, "--policy", "auto", "--model", "bundled", "--max-steps", "1")) == 0
+        assert main(server_run(server.url, "--policy", "auto", "--model", "bundled", "--max-steps", "1")) == 2
+        assert "--model and --policy apply to a model run on this machine" in one_error(capsys)
+        assert main(server_run(server.url, "--max-steps", "1")) == 0
 
 
 # 9. the keyring's own words

@@ -34,16 +34,17 @@ import app.formatting as fmt
 from app.gui.background import run_in_background
 from app.gui.controls import ERROR_STYLE
 from app.gui.model_picker import SERVER_SOURCE, ModelPicker
-from app.gui.terms import window_terms
+from app.gui.terms import KEY_REFUSED_HINT, SERVER_DIALOG, window_terms
 from app.json_types import typed_fields
 from app.server_keys import has_key, load_key, save_key
 from engine.backends.addresses import address_problem, masked
-from engine.backends.openai import RequestCancelled, ServerConfig, check_connection
+from engine.backends.openai import MAX_TIMEOUT_S, RequestCancelled, ServerConfig, check_connection
 from engine.errors import BeamwiseError, ServedModelNotFound, ServerError, ServerUnreachable, failure
 
 KEY_SOURCES = {"none": "No key", "env": "Environment variable", "keyring": "System keyring"}
 SETTINGS_KEY = "server/choice"
 OK_STYLE = "color: #2f8a57;"
+TIMEOUT_LEAST_S = 0.01  # the Timeout field's least value: its two decimals' smallest above 0
 NEW_CHOICE = {
     "endpoint": "http://127.0.0.1:8000",
     "served_model": "",
@@ -53,7 +54,7 @@ NEW_CHOICE = {
     "one_request_per_path": False,
 }  # the dialog's fields before any server was chosen
 UNSET_KEY_HINT = ("Set it to the server's API key before starting Beamwise, or choose 'System keyring' as the API key "
-                  "under Settings > Generator > Server… and type the key there.")  # a key variable the window lacks
+                  f"under {SERVER_DIALOG} and type the key there.")  # a key variable the window lacks
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,8 @@ class ServerChoice:
             raise ValueError(f"the key source must be one of {', '.join(KEY_SOURCES)}.")
         if self.key_from == "env" and not self.key_env.strip():
             raise ValueError("name the environment variable that holds the API key.")
-        if self.timeout_s <= 0:
-            raise ValueError("the timeout must be more than 0 seconds.")
+        if not 0 < self.timeout_s <= MAX_TIMEOUT_S:  # a saved one past the field's range came back cut to it
+            raise ValueError(f"the timeout must be more than 0 seconds and at most {MAX_TIMEOUT_S:,.0f} (a day).")
 
     def label(self) -> str:
         return f"Server: {self.served_model} at {urllib.parse.urlsplit(self.endpoint).netloc}"
@@ -144,7 +145,7 @@ class ServerDialog(QDialog):
         self.key.setEchoMode(QLineEdit.EchoMode.Password)
         self.key.setToolTip("Saved in the system keyring when you press OK; never in Beamwise's files.")
         self.timeout = QDoubleSpinBox()
-        self.timeout.setRange(1, 3600)
+        self.timeout.setRange(TIMEOUT_LEAST_S, MAX_TIMEOUT_S)  # --request-timeout's: more than 0, at most a day
         self.timeout.setSuffix(" s")
         self.timeout.setValue(values["timeout_s"])
         self.timeout.setToolTip("How long one request may take before it is retried (twice), then reported.")
@@ -295,7 +296,7 @@ class ServerPicker(QObject):
         if self.picker.source() != SERVER_SOURCE:
             return None
         if self.choice is None:
-            raise BeamwiseError("no server is set.", hint="Choose Settings > Generator > Server… first.")
+            raise BeamwiseError("no server is set.", hint=f"Choose {SERVER_DIALOG} first.")
         return self.choice.config()
 
 
@@ -309,7 +310,7 @@ def _window_message(error: BeamwiseError) -> str:
     if isinstance(error, ServedModelNotFound):
         hint = "Type the served model's name as the server lists it."
     elif isinstance(error, ServerError) and error.status in (401, 403):
-        hint = "Check the API key and where it comes from."
+        hint = KEY_REFUSED_HINT
     elif isinstance(error, ServerError) and (error.status == 429 or error.retry_after is not None):
         wait = f" and asks to wait {error.retry_after:.0f} s" if error.retry_after is not None else ""
         hint = f"The server is busy{wait}: test again later, or ask the server's owner about its limits."

@@ -36,17 +36,26 @@ CLI_ONLY = {  # options whose messages the window never shows: it has no such se
     "--verifier-endpoint",  # a PRM server: the window loads the PRM itself
 }
 
+SERVER_DIALOG = 'Settings > Model > Generator > "Server (vLLM, SGLang, llama.cpp)…"'  # where the dialog opens
+KEY_REFUSED_HINT = "Check the API key and where it comes from."  # the dialog's own advice for a 401 or 403
+
 _OPTION = re.compile(r"--[a-z][a-z-]*(?: (?:PATH|NAME|TEXT)\b)?")
+# The engine's advice for a refused key (HTTP 401 or 403, engine/backends): "Check the API key of the
+# --endpoint server (--api-key-env NAME: the variable that holds it)." Its options' labels made it "...of the Server…
+# > Address server (Server… > API key: ...)", and it named a variable where the key was in the keyring or none.
+_KEY_REFUSED = re.compile(r"Check the API key (?!and where)[^()\n]*(?:\([^()\n]*\))?[^.()\n]*\.")
 
 
 def window_terms(text: str) -> str:
     """`text` with each option the window has a control for replaced by that control's label (and a
-    placeholder after it, `--verifier-model PATH`, dropped); other text, `--` included, is left alone."""
+    placeholder after it, `--verifier-model PATH`, dropped); other text, `--` included, is left alone. A refused
+    key's advice is the Server dialog's, with the field that says where the key comes from."""
 
     def label(match: re.Match[str]) -> str:
         option = match.group(0).split(" ")[0]
         return WINDOW_LABELS.get(option, match.group(0))
 
+    text = _KEY_REFUSED.sub(f"{KEY_REFUSED_HINT[:-1]} ({WINDOW_LABELS['--api-key-env']}).", text)
     return _OPTION.sub(label, text)
 
 
