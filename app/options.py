@@ -6,9 +6,12 @@ The parser itself is app/parser.py; the early exits' thresholds, given or calibr
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from typing import NoReturn
 
 from app.exit_options import early_exit_thresholds
 from app.models_folder import source_of
+from app.parser import OneLineParser
 from engine.config import (
     AGGREGATIONS,
     DEVICES,
@@ -293,26 +296,48 @@ LOCAL_ONLY = ("model", "dtype", "device", "policy", "kv_budget", "block_size", "
               "prefix_cache_disk", "threads")
 
 
+class NotACommandLine(Exception):
+    """What `search_parser`'s parser raises where `beamwise` would print its error and exit."""
+
+
+def search_parser() -> OneLineParser:
+    """The model, search and cache options alone, parsed as the commands parse them (no abbreviations), raising
+    NotACommandLine where `beamwise` would print an error and exit."""
+    def refuse(message: str) -> NoReturn:
+        raise NotACommandLine(message)
+
+    parser = OneLineParser(add_help=False)
+    add_search_options(parser)
+    parser.error = refuse
+    return parser
+
+
+def typed_options(argv: Sequence[str]) -> frozenset[str] | None:
+    """The dests of the model, search and cache options typed in `argv` (what follows the command), whatever their
+    values: a parse with every default left out (the command's other options are left over). None when `argv`
+    holds no such options as the commands take them."""
+    parser = search_parser()
+    for action in parser._actions:  # argparse keeps no public list of them
+        action.default = argparse.SUPPRESS
+    try:
+        return frozenset(vars(parser.parse_known_args(argv)[0]))
+    except NotACommandLine:
+        return None
+
+
 def _local_only_given(args: argparse.Namespace) -> list[str]:
     """The options of LOCAL_ONLY typed on the command line (app/cli.py keeps it as `args.argv`), whatever their
     values, named as typed (`--no-prefix-cache` for a switch turned off): `--model bundled` or `--policy auto` was
-    taken as its default and did nothing. Read as app/gui/launch.py `typed_options` reads `gui`'s: a parse with
-    every default left out. For `args` built otherwise (what was typed is not known): those that differ from their
-    defaults. --threads only where no PRM is loaded here (--verifier prm without --verifier-endpoint uses it)."""
+    taken as its default and did nothing. For `args` built otherwise (what was typed is not known): those that
+    differ from their defaults. --threads only where no PRM is loaded here (--verifier prm without
+    --verifier-endpoint uses it)."""
     if getattr(args, "backend", "local") != "openai":
         return []
-    from app.parser import OneLineParser
-
-    parser = OneLineParser(add_help=False)  # the command's own parsing: no abbreviations
-    add_search_options(parser)
     argv = getattr(args, "argv", None)
-    if argv:
-        for action in parser._actions:  # argparse keeps no public list of them
-            action.default = argparse.SUPPRESS
-        typed = set(vars(parser.parse_known_args(argv[1:])[0]))  # argv[0]: the command
-    else:
-        default = parser.parse_args([])
-        typed = {name for name in LOCAL_ONLY if getattr(args, name) != getattr(default, name)}
+    typed = typed_options(argv[1:]) if argv else None  # argv[0]: the command
+    if typed is None:
+        default = search_parser().parse_args([])
+        typed = frozenset(name for name in LOCAL_ONLY if getattr(args, name) != getattr(default, name))
     prm_here = args.verifier == "prm" and getattr(args, "verifier_endpoint", None) is None
     given = [name for name in LOCAL_ONLY if name in typed and not (name == "threads" and prm_here)]
     return [f"--{'no-' if getattr(args, name) is False else ''}{name.replace('_', '-')}" for name in given]

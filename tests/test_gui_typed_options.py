@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from app import options
 from app.cli import build_parser
 from app.gui import launch
 from app.gui import settings as saved
@@ -55,11 +56,11 @@ def test_nothing_typed_keeps_every_remembered_setting(keep_window, remembered):
 
 
 def test_typed_options_are_read_from_the_command_line_whatever_their_values():
-    assert launch.typed_options(["--beams", "4", "--no-prefix-cache", "--kv-budget=64MB", "--question", "q",
+    assert options.typed_options(["--beams", "4", "--no-prefix-cache", "--kv-budget=64MB", "--question", "q",
                                  "--model", "bundled"]) == {"beams", "prefix_cache", "kv_budget", "model"}
-    assert launch.typed_options([]) == set()
-    assert launch.typed_options(["--beams"]) is None  # not a command line beamwise takes: nothing known
-    assert launch.typed_options(["--beams", "many"]) is None
+    assert options.typed_options([]) == set()
+    assert options.typed_options(["--beams"]) is None  # not a command line beamwise takes: nothing known
+    assert options.typed_options(["--beams", "many"]) is None
 
 
 def test_args_without_their_command_line_fall_back_to_values_that_differ_from_defaults():

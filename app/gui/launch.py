@@ -11,9 +11,9 @@ import dataclasses
 import os
 import sys
 import tempfile
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from PySide6.QtCore import QDeadlineTimer, QEventLoop, QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
@@ -25,8 +25,7 @@ from app.gui.bridge import SearchBridge
 from app.gui.loop_monitor import LoopGapMonitor
 from app.gui.main_window import MainWindow
 from app.journal_import import open_session_store
-from app.options import add_search_options, configs_from_args
-from app.parser import OneLineParser
+from app.options import configs_from_args, search_parser, typed_options
 from app.question import empty_message
 from app.store import SessionStore
 from app.store_errors import StoreDamaged
@@ -73,22 +72,9 @@ def _typed_fields(typed: Configs, given: Collection[str] | None) -> list[list[st
     if given is not None:
         fields = {FIELD_OF_OPTION.get(dest, dest) for dest in given}
         return [[f.name for f in dataclasses.fields(config) if f.name in fields] for config in typed]
-    defaults = configs_from_args(_search_parser().parse_args([]))
+    defaults = configs_from_args(search_parser().parse_args([]))
     return [[f.name for f in dataclasses.fields(config) if getattr(config, f.name) != getattr(default, f.name)]
             for config, default in zip(typed, defaults, strict=True)]
-
-
-def typed_options(argv: Sequence[str]) -> frozenset[str] | None:
-    """The dests of the model, search and cache options typed in `argv` (what follows `gui`), whatever their values:
-    a parse with every default left out (the window's own options, --question and the rest, are app/cli.py's and
-    left over here). None when `argv` holds no such options as `beamwise gui` takes them."""
-    parser = _search_parser()
-    for action in parser._actions:  # argparse keeps no public list of them
-        action.default = argparse.SUPPRESS
-    try:
-        return frozenset(vars(parser.parse_known_args(argv)[0]))
-    except _NotACommandLine:
-        return None
 
 
 def command_line_options(args: argparse.Namespace) -> frozenset[str] | None:
@@ -96,22 +82,6 @@ def command_line_options(args: argparse.Namespace) -> frozenset[str] | None:
     `args.argv`); None for `args` built otherwise (tests, a caller in this process): what was typed is not known."""
     argv = getattr(args, "argv", None)
     return typed_options(argv[1:]) if argv and argv[0] == "gui" else None
-
-
-class _NotACommandLine(Exception):
-    """What `_search_parser`'s parser raises where `beamwise` would print its error and exit."""
-
-
-def _search_parser() -> OneLineParser:
-    """The model, search and cache options as `beamwise gui` reads them (app/options.py), raising _NotACommandLine
-    where `beamwise` would print an error and exit."""
-    def refuse(message: str) -> NoReturn:
-        raise _NotACommandLine(message)
-
-    parser = OneLineParser(add_help=False)
-    add_search_options(parser)
-    parser.error = refuse
-    return parser
 
 
 def open_store(path: str | None, *, ask: bool) -> Any:
