@@ -6,6 +6,8 @@ from __future__ import annotations
 import html
 import re
 
+from engine.backends.keys import KEYRING_DIALOG
+
 WINDOW_LABELS = {  # option -> the control that sets it, as the settings panel and the Server dialog label it
     "--beams": '"Kept beams N"',
     "--width": '"Children per beam M"',
@@ -36,7 +38,7 @@ CLI_ONLY = {  # options whose messages the window never shows: it has no such se
     "--verifier-endpoint",  # a PRM server: the window loads the PRM itself
 }
 
-SERVER_DIALOG = 'Settings > Model > Generator > "Server (vLLM, SGLang, llama.cpp)…"'  # where the dialog opens
+SERVER_DIALOG = KEYRING_DIALOG  # where the Server dialog opens (the engine names it for a keyring key)
 KEY_REFUSED_HINT = "Check the API key and where it comes from."  # the dialog's own advice for a 401 or 403
 
 _OPTION = re.compile(r"--[a-z][a-z-]*(?: (?:PATH|NAME|TEXT)\b)?")

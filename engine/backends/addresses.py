@@ -29,7 +29,8 @@ def address_problem(url: str) -> str:
     """What keeps `url` from being http://host:port[/path] or https://host[:port][/path], or ''. An http address
     names its port: without one it was asked on port 80, where a local server rarely listens (https means 443).
     A user name or password in it (user:password@host) is refused: http.client never sends it, so a server that
-    wants a key said 401, and the address with its password went into the session database and exports."""
+    wants a key said 401, and the address with its password went into the session database and exports. Its
+    characters are ones a request line carries (`_unsendable`)."""
     try:
         parts = urllib.parse.urlsplit(url.strip())
         parts.port  # noqa: B018 (reading it raises ValueError for a port that is not a number from 0 to 65535)
@@ -46,6 +47,18 @@ def address_problem(url: str) -> str:
         return "it names no port (write :80 for a server on http's default port)"
     if parts.query or parts.fragment:
         return "a query (?...) or fragment (#...) cannot be part of it"
+    return _unsendable(url.strip(), parts.path)
+
+
+def _unsendable(url: str, path: str) -> str:
+    """What in `url` a request line cannot carry, or '': a space or a control character anywhere (urlsplit drops
+    tabs and line breaks without a word), a character beyond ASCII in the path. Before, '/a b' was said as the
+    server answering something that is not HTTP, with no request sent, and '/вход' failed as a fault in Beamwise.
+    A host beyond ASCII is left to the name lookup, which encodes it (IDNA)."""
+    if any(c.isspace() or not c.isprintable() for c in url):
+        return "it holds a space or a control character (write a space in its path as %20)"
+    if not path.isascii():
+        return "its path holds characters beyond ASCII (write them percent-encoded, as a browser copies the address)"
     return ""
 
 

@@ -8,14 +8,14 @@ A request in flight can be cancelled: while the server computes or sends, the cl
 short slices and asks `should_stop` between them; on a stop it closes the connection (vLLM, SGLang and
 llama.cpp's server abort a request whose client left) and raises RequestCancelled. The same slices hold the
 whole answer, headers and body, to the timeout: a socket's own timeout bounds each read only. The socket's
-side of that is engine/backends/sockets.py; reading what the server answers is engine/backends/replies.py.
+side of that is engine/backends/sockets.py; reading what the server answers is engine/backends/replies.py, what
+a failed request says engine/backends/failures.py, and reading and checking the API key engine/backends/keys.py.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
-import os
 import ssl
 import time
 import urllib.parse
@@ -23,7 +23,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
-from engine.backends.addresses import ADDRESS_HINT, check_address, masked
+from engine.backends import failures
+from engine.backends.addresses import check_address
+from engine.backends.keys import api_key
 from engine.backends.replies import (
     Completion,
     error_detail,
@@ -105,7 +107,7 @@ class OpenAICompletions:
     ) -> None:
         self.cfg, self.should_stop = config, should_stop
         self.sleep = sleep or self._sleep_unless_stopped
-        self.api_key = config.api_key or _read_key(config.api_key_env)
+        self.api_key = api_key(config.api_key, config.api_key_env, config.key_source)  # KeyUnusable says why not
         self.requests = 0
 
     @property
@@ -291,11 +293,7 @@ class OpenAICompletions:
                 parts.hostname or "", parts.port or (443 if tls else 80), timeout=self.cfg.timeout_s
             )
         except (http.client.InvalidURL, ValueError) as error:  # the address's fault: not retried, nothing to run
-            raise RemoteError(
-                f"the {self.cfg.endpoint_option} {masked(self.cfg.endpoint)!r} is not a URL like http://host:8000 "
-                f"({error}).",
-                hint=ADDRESS_HINT,
-            ) from error
+            raise failures.bad_address(self.cfg, error) from error
         connection._create_connection = lambda address, timeout, source=None: connect(  # http.client's hook
             address, timeout, deadline, self.should_stop, tls
         )
@@ -306,16 +304,13 @@ class OpenAICompletions:
             response.begin()
             status, raw = response.status, response.read()
         except TimeoutError as error:
-            raise self._timeout() from error
+            raise failures.timed_out(self.cfg) from error
         except (http.client.IncompleteRead, http.client.RemoteDisconnected) as error:
-            raise self._cut_off(error) from error
-        except ssl.SSLCertVerificationError as error:
-            raise RemoteError(
-                f"the server at {self.cfg.endpoint} showed a certificate this machine does not trust "
-                f"({error.verify_message}).",
-                hint="Point the SSL_CERT_FILE environment variable to that certificate (or its authority's), "
-                "or use http:// on a network you trust.",
-            ) from error
+            raise failures.cut_off(self.cfg, error) from error
+        except http.client.InvalidURL as error:  # raised before sending: not the server's answer
+            raise failures.bad_address(self.cfg, error) from error
+        except ssl.SSLError as error:  # an OSError too, but a certificate refused or no TLS is no 'cannot reach'
+            raise failures.tls_failed(self.cfg, error, _reason(error)) from error
         except AnswerTooLarge as error:
             raise RemoteError(
                 f"the server at {self.cfg.endpoint} sent more than {format_bytes(MAX_ANSWER_BYTES)} for one answer "
@@ -323,7 +318,7 @@ class OpenAICompletions:
                 hint="Check that the address is the server's OpenAI-compatible API, not a file or a stream.",
             ) from error
         except http.client.HTTPException as error:  # a status line that is not one: not 'cannot reach', and not raw
-            raise self._not_http(error) from error
+            raise failures.not_http(self.cfg, error) from error
         except OSError as error:
             raise ServerUnreachable(f"cannot reach the server at {self.cfg.endpoint}: {_reason(error)}.") from error
         finally:
@@ -331,65 +326,13 @@ class OpenAICompletions:
         if 300 <= status < 400:
             raise redirect_error(status, response.getheader("Location"))
         if status >= 400:
-            error = self._http_error(status, error_detail(raw), url)
+            error = failures.http_error(self.cfg, status, error_detail(raw), method, url)
             error.retry_after = read_retry_after(response.getheader("Retry-After"))
             raise error
         try:
             return json.loads(raw.decode())
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:  # nested past Python's stack
             raise _shape_error(f"an answer that is not JSON ({error})", status) from error
-
-    def _not_http(self, error: http.client.HTTPException) -> RemoteError:
-        """Bytes that are not an HTTP answer (another program on that port, TLS where http:// was written): the
-        server was reached. Before, it was 'cannot reach the server' with the bytes, a NUL and a CR among them,
-        printed raw over two lines. Not retried: the next answer would be the same."""
-        came = one_line(str(error))[:60]
-        shown = f" (it began {came!r})" if came else ""
-        return RemoteError(
-            f"the server at {self.cfg.endpoint} answered with something that is not HTTP{shown}.",
-            hint="Check that {endpoint} is the address of an OpenAI-compatible server (https:// if it wants TLS), "
-            "not another program's port.",
-        )
-
-    def _timeout(self) -> ServerUnreachable:
-        tries = f" ({self.cfg.retries + 1} tries)" if self.cfg.retries else ""  # the connection check tries once
-        return ServerUnreachable(
-            f"the server at {self.cfg.endpoint} did not answer within {self.cfg.timeout_s:g} s{tries}."
-        )
-
-    def _cut_off(self, error: http.client.IncompleteRead | http.client.RemoteDisconnected) -> ServerUnreachable:
-        """The server took the request and closed the connection before its answer was whole (a crash, a restart,
-        a proxy's limit): not 'cannot reach the server', which sends the user to check an address that works."""
-        if isinstance(error, http.client.RemoteDisconnected):
-            return ServerUnreachable(f"the server at {self.cfg.endpoint} closed the connection without answering.")
-        due = f", {error.expected} more were due" if error.expected else ""
-        return ServerUnreachable(
-            f"the server at {self.cfg.endpoint} closed the connection in the middle of its answer "
-            f"({len(error.partial)} bytes came{due})."
-        )
-
-    def _http_error(self, status: int, detail: str, url: str) -> Exception:
-        model_missing = "model" in detail.lower() and ("not found" in detail.lower() or "does not exist" in detail)
-        if model_missing or (status == 404 and "model" in detail.lower()):
-            return ServedModelNotFound(
-                f"the server at {self.cfg.endpoint} has no model {self.cfg.served_model!r} (HTTP {status}: {detail})."
-            )
-        if status == 404:  # a 404 that names no model: the address is wrong (a path prefix, another program's port)
-            return ServerError(
-                404,
-                f"nothing is served at {url} ({detail or 'no details'})",
-                hint="Check the address: the OpenAI-compatible API is at http://host:port or http://host:port/v1.",
-            )
-        if status in (401, 403):  # said with the address and its option: a PRM server's said neither
-            both = "; it goes to both servers" if self.cfg.prm_endpoint else ""
-            return ServerError(
-                status,
-                f"the API key was refused ({detail or 'no details'})",
-                hint=f"Check the API key of the {{endpoint}} server (--api-key-env NAME: the variable that holds "
-                f"it{both}).",
-                endpoint=self.cfg.endpoint,
-            )
-        return ServerError(status, detail, endpoint=self.cfg.endpoint)
 
 
 @dataclass(frozen=True)
@@ -438,18 +381,5 @@ def _outline(value: object, what: str = "it") -> str:
     return f"{what} is {'null' if value is None else one_line(repr(value))[:40]}"
 
 
-
 def _reason(error: Exception) -> str:
     return str(getattr(error, "strerror", None) or error or type(error).__name__)
-
-
-def _read_key(variable: str | None) -> str | None:
-    if variable is None:
-        return None
-    key = os.environ.get(variable)
-    if not key:
-        raise RemoteError(
-            f"the environment variable {variable} (--api-key-env) is not set or is empty.",
-            hint=f"Export {variable} with the server's API key, or leave out --api-key-env.",
-        )
-    return key

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from engine.errors import LOGPROB_VALUES_HINT, LogprobsUnavailable, ServerError
 
 ROUNDING = 1e-3  # a log-probability this far above 0 is a probability of 1 rounded, read as 0
+PAGE_WORDS = 160  # an error page with more words than this is a full page (a login's menus): said by its title
 
 
 @dataclass(frozen=True)
@@ -152,13 +153,21 @@ def error_detail(raw: bytes) -> str:
 
 
 def _page_text(text: str) -> str:
-    """An HTML error page (a proxy's 502, a login page) as its words: its title, else its text without the tags,
-    instead of 200 characters of markup."""
+    """An HTML error page (a proxy's 502, a login page) as its words instead of 200 characters of markup: its
+    title with the words of a short page after it (a web server's message: "Error response: ... Message:
+    Unsupported method ('POST')", where the title alone said "Error response"), its title alone for a long one
+    (a login page's text is its menus), its text without the tags where it has no title."""
     if not re.search(r"<\s*(html|head|body|title|h1)\b", text[:2000], re.IGNORECASE):
         return text
-    title = re.search(r"<title[^>]*>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
-    words = title.group(1) if title and title.group(1).strip() else re.sub(r"<[^>]*>", " ", text)
-    return html.unescape(words)
+    found = re.search(r"<title[^>]*>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
+    title = one_line(html.unescape(found.group(1))) if found else ""
+    shown = re.sub(r"<(head|script|style|title)\b.*?</\1\s*>", " ", text, flags=re.IGNORECASE | re.DOTALL)
+    words = one_line(html.unescape(re.sub(r"<[^>]*>", " ", shown)))
+    if title and words.startswith(title):  # the page's heading repeats its title
+        words = words[len(title):].strip()
+    if not title or not words:
+        return title or words
+    return title if len(words) > PAGE_WORDS else f"{title}: {words}"
 
 
 def model_names(models: Sequence[str], shown: int = 8) -> str:
