@@ -19,14 +19,16 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from app import formatting
 from app.early_exit import check_thresholds_writable
 from app.json_out import check_json_path, write_json
 from app.options import UsageError, add_search_options, configs_from_args
 from app.problems import Problem, load_problems
 from app.threads import numerics_line
-from engine.config import METHODS, SearchConfig
+from engine.config import METHODS, ModelSpec, SearchConfig
 
 TARGET_AGREEMENT = 0.9  # --calibrate: the least share of skipped steps where the verifier picks the same child
+LARGE_PROBLEMS = 8_000_000  # bytes of a problems file said on stderr before it is read (~0.1 s a MB, before the model)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -113,6 +115,32 @@ def _check_calibration(configs: dict[str, SearchConfig]) -> None:
                              "best-of-n and --beams x --width of 2 or more.")
 
 
+def _say_large(path: str) -> None:
+    """A large problems file is read and checked line by line before the model loads: 2,000,000 lines took ~22 s,
+    with nothing said (Ctrl+C there exits 130, as anywhere)."""
+    try:
+        size = Path(path).stat().st_size
+    except OSError:  # load_problems says why it cannot read it
+        return
+    if size > LARGE_PROBLEMS:
+        print(f"beamwise: reading {formatting.size(size)} of problems from {path} ...", file=sys.stderr, flush=True)
+
+
+def _check_models(model_spec: ModelSpec, search: SearchConfig) -> None:
+    """A model the run refuses for its part (a missing PRM folder, no PRM family Beamwise knows, a family's head
+    or step tag missing, a PRM given as the generator) refused now in the run's words: each of the eval's runs
+    failed on it in turn, after the model had loaded. Read as `plan` reads it (app/plan_roles.py), and the PRM's
+    layout built from its tokenizer alone (engine/verifiers `verifier_layout`), as the run builds it."""
+    from app.plan_roles import CANNOT_RUN_MODEL, role_refusal
+    from engine.verifiers import verifier_layout
+
+    refused = role_refusal(model_spec.source, search)
+    if refused is not None:
+        raise UsageError(refused.removeprefix(CANNOT_RUN_MODEL))
+    if search.verifier == "prm" and search.verifier_model:  # a BeamwiseError (NotAPRM, ModelLoadError): exit 2
+        verifier_layout("prm", None, search.verifier_model)  # None: the generator's tokenizer, read by self-judge
+
+
 def eval_command(args: argparse.Namespace) -> int:
     """Exit 0 when every problem ran, 2 on bad input or when every run failed for the same error of the settings
     (as `run` refuses them; the table is printed), 130 when interrupted (the partial table is printed), 1 when
@@ -123,9 +151,11 @@ def eval_command(args: argparse.Namespace) -> int:
     from app.eval_runs import Evaluation
 
     _check(args)
+    _say_large(args.problems)
     problems = load_problems(args.problems, args.limit)
     model_spec, search, cache = configs_from_args(args)
     configs = {m: config_for(search, m, args.calibrate) for m in methods_of(args)}
+    _check_models(model_spec, search)  # before the model loads, not in every problem's run
     check_json_path(args.json_path, args.db)  # fail now, not after every problem ran
     if args.calibrate:
         _check_calibration(configs)
@@ -161,16 +191,27 @@ def _report(args: argparse.Namespace, evaluation, problems: list[Problem], inter
     vote = any(config.select != "best" for config in evaluation.configs.values())
     print(table(summaries, vote))
     if args.json_path:
-        choice = getattr(args, "thread_choice", None)
-        data = {"problems_file": str(args.problems), "complete": not interrupted, "seed": args.seed,
-                "numerics": evaluation.numerics, "threads_chosen_by": choice.reason if choice else None,
-                "methods": [s.to_dict() for s in summaries],
-                "runs": [dataclasses.asdict(r) for r in evaluation.finished_runs()]}
-        write_json(args.json_path, data)
+        _write_json(args, evaluation, summaries, interrupted)
     if args.calibrate and interrupted:  # thresholds from the problems that finished would replace a whole calibration
         _say_calibration_kept()
         return True
     return evaluation.save_calibration(args.target_agreement or TARGET_AGREEMENT) if args.calibrate else True
+
+
+def _write_json(args: argparse.Namespace, evaluation, summaries: list, interrupted: bool) -> None:
+    """The results as JSON; with no problem finished (Ctrl+C in the first), a file already at the path is kept: it
+    holds an earlier eval's results, and a report of nothing replaced them. A FIFO or /dev/stdout still gets it."""
+    path = Path(args.json_path)
+    if not evaluation.done and path.is_file():
+        print(f"beamwise: no problem finished, so {path} was not written: the file already there is kept.",
+              file=sys.stderr)
+        return
+    choice = getattr(args, "thread_choice", None)
+    data = {"problems_file": str(args.problems), "complete": not interrupted, "seed": args.seed,
+            "numerics": evaluation.numerics, "threads_chosen_by": choice.reason if choice else None,
+            "methods": [s.to_dict() for s in summaries],
+            "runs": [dataclasses.asdict(r) for r in evaluation.finished_runs()]}
+    write_json(args.json_path, data)
 
 
 def _say_calibration_kept() -> None:

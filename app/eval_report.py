@@ -79,10 +79,10 @@ class MethodSummary:
     accuracy: float | None  # fraction of finished runs answered correctly (None: no problem finished)
     pass_at_n: float | None  # fraction of finished runs where some final candidate is correct (None: none finished)
     n: int  # the most final paths a finished run compared (pass@N's N; see `_final_texts`)
-    mean_tokens: float
-    mean_verifier_tokens: float
-    seconds: float  # wall seconds, all problems
-    skip_rate: float  # share of steps the verifier was skipped
+    mean_tokens: float | None  # generated tokens a finished run cost (None: no problem finished)
+    mean_verifier_tokens: float | None  # verifier tokens a finished run cost (None: none finished)
+    seconds: float  # wall seconds, all problems: every run's, a failed one's too (what the eval took)
+    skip_rate: float  # share of the finished runs' steps the verifier was skipped
     audit_disagreement: float | None  # share of audited skipped steps where the verifier disagreed
     failed: int
     mean_exit_layer: float | None = None  # layer-entropy exit: mean verifier layers run per step's candidates
@@ -102,24 +102,25 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def summarize(method: str, results: Sequence[ProblemResult], seconds: float) -> MethodSummary:
-    """One method's figures; accuracy and pass@N are over its finished runs: a failed run gave no answer to be
-    wrong (it was averaged in as wrong, 0.0% when every run failed), and is counted in `failed` instead."""
-    count = len(results)
-    steps = sum(r.steps for r in results)
-    audited = sum(r.audited for r in results)
-    exits = sum((r.exit for r in results), ExitTally())
+    """One method's figures. Every figure of a run is over its finished runs, as accuracy and pass@N are: a failed
+    run gave no answer to be wrong (it was averaged in as wrong, 0.0% when every run failed), and its tokens, 0 or
+    a part, made a failing method look cheaper. It is counted in `failed` instead; `seconds` is the method's whole
+    wall time, a failed run's too."""
     finished = [r for r in results if r.status == "finished"]
+    steps = sum(r.steps for r in finished)
+    audited = sum(r.audited for r in finished)
+    exits = sum((r.exit for r in finished), ExitTally())
     compared = [r.candidates for r in finished]  # pass@N is over the finished runs, so N is too
     return MethodSummary(
-        method, count, _mean_or_none([r.correct for r in finished]), _mean_or_none([r.any_correct for r in finished]),
-        max(compared, default=0), _mean([r.tokens for r in results]),
-        _mean([r.verifier_tokens for r in results]), seconds,
-        sum(r.skipped_steps for r in results) / steps if steps else 0.0,
-        sum(r.disagreed for r in results) / audited if audited else None,
+        method, len(results), _mean_or_none([r.correct for r in finished]),
+        _mean_or_none([r.any_correct for r in finished]), max(compared, default=0),
+        _mean_or_none([r.tokens for r in finished]), _mean_or_none([r.verifier_tokens for r in finished]), seconds,
+        sum(r.skipped_steps for r in finished) / steps if steps else 0.0,
+        sum(r.disagreed for r in finished) / audited if audited else None,
         sum(r.status == "failed" for r in results),
         exits.mean_layer, exits.layers, exits.saved, exits.disagreement,
-        sum(r.status == "finished" and r.predicted is None for r in results),
-        _mean_or_none([r.agreement for r in results if r.agreement is not None]), min(compared, default=0),
+        sum(r.predicted is None for r in finished),
+        _mean_or_none([r.agreement for r in finished if r.agreement is not None]), min(compared, default=0),
     )
 
 
@@ -141,9 +142,9 @@ _ANSWER_ROWS = (  # pass@N's N used to read as "(N=2)" beside best-of-n's 4 samp
     ("N: final paths compared", _compared),
 )
 _ROWS = (
-    ("mean tokens", lambda s: f"{s.mean_tokens:,.0f}"),
-    ("mean verifier tokens", lambda s: f"{s.mean_verifier_tokens:,.0f}"),
-    ("wall seconds", lambda s: f"{s.seconds:,.1f}"),
+    ("mean tokens", lambda s: "-" if s.mean_tokens is None else f"{s.mean_tokens:,.0f}"),  # a finished run's
+    ("mean verifier tokens", lambda s: "-" if s.mean_verifier_tokens is None else f"{s.mean_verifier_tokens:,.0f}"),
+    ("wall seconds, all runs", lambda s: f"{s.seconds:,.1f}"),  # failed ones too: what the method took
     ("verify-skip rate", lambda s: f"{s.skip_rate:.1%}"),
     ("audit: verifier differs", lambda s: "-" if s.audit_disagreement is None else f"{s.audit_disagreement:.1%}"),
     ("no answer found", lambda s: str(s.no_answer)),

@@ -378,6 +378,9 @@ def _refuse_unused(args: argparse.Namespace) -> None:
         ((args.method or d.method) == "greedy" and (args.temperature, args.top_p) != (d.temperature, d.top_p),
          "--temperature and --top-p shape sampling, and greedy takes the most likely token: pick --method beam, "
          "dvts or best-of-n to sample, or leave them out"),
+        ((args.method or d.method) == "greedy" and args.select != d.select,  # a vote of one path picks that path
+         f"--select {args.select} votes among the final paths, and greedy has one: pick --method beam, dvts or "
+         "best-of-n to vote, or leave it out"),
     ]
     why = next((why for given, why in unused if given), None)
     if why is not None:

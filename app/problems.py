@@ -8,13 +8,17 @@ prints as one line with exit status 2.
 
 from __future__ import annotations
 
+import codecs
+import io
 import json
 import math
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.options import UsageError
-from app.text_files import read_text
+from app.text_files import decode_text
 from engine.answers import extract_answer
 from engine.blank_text import is_blank
 
@@ -41,35 +45,82 @@ def expected_answer(raw: object) -> str:
     return text
 
 
+HEAD_BYTES = 8192  # the start of a problems file, looked at for a compressor's mark or a NUL byte before any line
+MARKS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)  # app/text_files.py
+COMPRESSED = {rb"\x1f\x8b": "gzip-compressed", rb"PK\x03\x04": "a zip archive", rb"BZh[1-9]1AY&SY": "bzip2-compressed",
+              rb"\xfd7zXZ\x00": "xz-compressed", rb"\x28\xb5\x2f\xfd": "zstd-compressed"}  # by the bytes they open with
+
+
 def load_problems(path: str | Path, limit: int | None = None) -> list[Problem]:
-    """The problems of `path` (the first `limit` when given); blank lines are skipped."""
+    """The problems of `path` (the first `limit` when given); blank lines are skipped. The file is read line by
+    line, so a large one is not held whole beside its problems, and reading stops at `limit`."""
     path = Path(path)
     if path.is_dir():  # reading it said "cannot read it as text ...; save it as UTF-8" (Windows: "Permission denied")
         raise ProblemsError(f"{path} is a folder; give the problems file (JSON Lines) itself.")
+    problems = []
     try:
-        lines = read_text(path).splitlines()
+        with path.open("rb") as file:
+            for number, line in _lines(path, file):
+                if line.strip():
+                    problems.append(_problem(path, number, line))
+                if limit and len(problems) == limit:
+                    break  # the lines past --limit are not read: a bad row there does not refuse the problems asked for
     except FileNotFoundError:
         raise ProblemsError(f"{path}: no such problems file.") from None
-    except UnicodeDecodeError as error:
-        raise ProblemsError(_not_utf8(path, error)) from None
     except OSError as error:
         raise ProblemsError(f"{path}: cannot read it ({error.strerror}).") from None
-    problems = []
-    for number, line in enumerate(lines, 1):
-        if limit and len(problems) == limit:
-            break  # the lines past --limit are not read: a bad row there does not refuse the problems asked for
-        if line.strip():
-            problems.append(_problem(path, number, line))
     if not problems:
         raise ProblemsError(f"{path}: the file has no problems; write one JSON object per line "
                             'with "question" and "answer".')
     return problems
 
 
-def _not_utf8(path: Path, error: UnicodeDecodeError) -> str:
+def _lines(path: Path, file: io.BufferedReader) -> Iterator[tuple[int, str]]:
+    """Each line of `file` as (its 1-based number, its text), numbered as `str.splitlines` numbers the whole text.
+    UTF-8 (a byte-order mark first or not) is decoded a line at a time; UTF-16 and UTF-32, which have their mark,
+    whole. A compressed or binary file is refused before its first line, a line that is not UTF-8 at that line."""
+    head = file.peek(HEAD_BYTES)[:HEAD_BYTES]  # peek: a pipe (`eval <(zcat p.jsonl.gz)`) cannot seek back
+    if head.startswith(MARKS):  # PowerShell 5's `>`: its lines' ends are not the byte 0x0a
+        try:
+            yield from enumerate(decode_text(file.read()).splitlines(), 1)
+        except UnicodeDecodeError as error:
+            line = error.object[: error.start].count(b"\n") + 1
+            raise ProblemsError(_not_utf8(path, line, error.object[error.start])) from None
+        return
+    _refuse_binary(path, head)
+    number = 0
+    for raw in file:  # up to and with each b"\n"; splitlines also ends a line at a lone \r (and U+2028 and the like)
+        if b"\0" in raw:
+            raise ProblemsError(_binary(path, number + 1))
+        try:
+            text = raw.decode("utf-8-sig" if number == 0 else "utf-8")
+        except UnicodeDecodeError as error:
+            raise ProblemsError(_not_utf8(path, number + 1, error.object[error.start])) from None
+        for part in text.splitlines() or [""]:  # b"\n" alone is one blank line
+            number += 1
+            yield number, part
+
+
+def _refuse_binary(path: Path, head: bytes) -> None:
+    """A gzip (or other compressed) file, or one with a NUL byte, refused for what it is: a gzip file was said to
+    be 'not UTF-8 (byte 0x8b; the file is in another encoding, such as Latin-1 ...)'."""
+    what = next((what for magic, what in COMPRESSED.items() if re.match(magic, head)), None)
+    if what is not None:
+        raise ProblemsError(f"{path}: the file is {what}, not JSON Lines text; decompress it and give the .jsonl "
+                            "file it holds.")
+    if b"\0" in head:
+        raise ProblemsError(_binary(path, head[: head.index(b"\0")].count(b"\n") + 1))
+
+
+def _binary(path: Path, line: int) -> str:
+    """No text a user writes holds a NUL byte; UTF-16 without its byte-order mark does, at every other byte."""
+    return (f"{path}:{line}: a NUL byte: the file is binary (or UTF-16 without its byte-order mark), not JSON Lines "
+            "text; give the problems as a .jsonl file saved as UTF-8.")
+
+
+def _not_utf8(path: Path, line: int, byte: int) -> str:
     """Where the first byte that is not UTF-8 is: a Latin-1 'é' deep in a long file was 'position 48213'."""
-    line = error.object[: error.start].count(b"\n") + 1
-    return (f"{path}:{line}: not UTF-8 (byte 0x{error.object[error.start]:02x}; the file is in another encoding, "
+    return (f"{path}:{line}: not UTF-8 (byte 0x{byte:02x}; the file is in another encoding, "
             "such as Latin-1 or Windows-1252); save it as UTF-8.")
 
 
@@ -98,7 +149,8 @@ def _problem(path: Path, number: int, line: str) -> Problem:
     try:
         row = json.loads(line)
     except json.JSONDecodeError as error:
-        raise ProblemsError(f"{where}: not JSON ({error.msg}); the file must be JSON Lines, "
+        said = error.msg.removesuffix(" at")  # "Unterminated string starting at", which the column ends
+        raise ProblemsError(f"{where}: not JSON ({said} at column {error.colno}); the file must be JSON Lines, "
                             "one object per line.") from None
     if isinstance(row, list):  # a .json file of one array of problems: "got list" did not say what to write instead
         raise ProblemsError(f'{where}: a JSON array, not an object; the file must be JSON Lines, one '

@@ -28,7 +28,7 @@ def test_a_question_past_the_context_is_said_not_saved_as_run_saves_none(tmp_pat
     assert main(["eval", str(problems), *TINY, "--compare", "greedy,beam", "--db", str(db)]) == 0
     err = capsys.readouterr().err.splitlines()
     lines = [line for line in err if line.startswith("[eval] 2/2")]
-    assert len(lines) == 2 and all(": refused before it started, so not saved: The question is " in line
+    assert len(lines) == 2 and all(": refused before it started, so not saved: The prompt is " in line
                                    for line in lines), lines
     (said,) = [line for line in err if "refused before they started" in line]
     assert said.startswith("beamwise: 2 run(s) were refused before they started (line 2 greedy, line 2 beam;"), said
@@ -51,4 +51,4 @@ def test_without_saving_a_refused_run_is_said_failed_alone(tmp_path, capsys):
     problems.write_text(json.dumps({"question": LONG, "answer": "1"}) + "\n")
     main(["eval", str(problems), *TINY, "--no-save"])
     err = capsys.readouterr().err
-    assert "[eval] 1/1 beam: failed: The question is " in err and "not saved" not in err, err
+    assert "[eval] 1/1 beam: failed: The prompt is " in err and "not saved" not in err, err
