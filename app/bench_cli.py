@@ -157,12 +157,6 @@ SERVER_UNUSED = (  # a server's bench runs one search there and the same search 
     "--plan-only", "--max-context", "--gpu-memory", "--host-ram", "--policies", "--baselines", "--prompt-tokens",
     "--time-limit", "--prm", "--lookahead-verify",
 )  # fmt: skip
-LOCAL_SIDE = (  # what the search here beside a server's is run with (app/bench_remote.py `_local`)
-    "--model", "--dtype", "--kv-budget", "--pcie-gbps", "--block-size", "--speculative",
-    "--speculative-continuations", "--prefix-order",
-)  # fmt: skip
-
-
 def _given(args: argparse.Namespace, flags: tuple[str, ...]) -> list[str]:
     """Of bench's options `flags`, those given, as typed (`--backend openai`). An option given at its default value
     cannot be told from one left out: it does what leaving it out does."""
@@ -209,7 +203,9 @@ def _refuse_unused_by_a_server(args: argparse.Namespace) -> None:
         raise UsageError(f"--backend openai benches one search on the server beside the same search here, as `run` "
                          f"runs it, and does not use {', '.join(given)}: leave {_them(given)} out, or leave out "
                          f"--backend openai to compare the policies here.")
-    if args.no_local and (given := _given(args, LOCAL_SIDE)):
+    from app.bench_remote import LOCAL_OPTIONS  # the search here beside a server's reads these
+
+    if args.no_local and (given := _given(args, tuple(LOCAL_OPTIONS))):
         raise UsageError(f"{', '.join(given)} {'sets' if len(given) == 1 else 'set'} the search here, and --no-local "
                          f"leaves it out: leave {_them(given)} out, or leave out --no-local.")
     if args.step_delimiter == AUTO_DELIMITER:  # it was sent to the server as the text "auto" to stop at

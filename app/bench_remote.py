@@ -50,22 +50,21 @@ def local_cache(workload: Workload) -> CacheConfig:
     """The search here beside a server's: the policy `run` picks (auto) with the bench's KV options. Before, it ran
     on CacheConfig()'s defaults whatever --kv-budget, --pcie-gbps, --block-size or the switches said, and --json
     recorded them in its workload as if used."""
-    switches = {name: getattr(workload, name) for name in ("prefix_order", "speculative")
-                if getattr(workload, name) is not None}  # None: the policy's own choice
-    return CacheConfig(kv_budget_bytes=workload.kv_budget_bytes, pcie_gbps=workload.pcie_gbps,
-                       block_size=workload.block_size, speculative_continuations=workload.speculative_continuations,
-                       **switches)
+    return workload.cache_for({})
 
 
-LOCAL_FIELDS = ("model", "dtype", "kv_budget_bytes", "pcie_gbps", "block_size", "prefix_order", "speculative",
-                "speculative_continuations")  # the search here alone reads these (`local_cache`)
+LOCAL_OPTIONS = {  # the search here alone reads these (`local_cache`): bench's option, the Workload field it sets
+    "--model": "model", "--dtype": "dtype", "--kv-budget": "kv_budget_bytes", "--pcie-gbps": "pcie_gbps",
+    "--block-size": "block_size", "--prefix-order": "prefix_order", "--speculative": "speculative",
+    "--speculative-continuations": "speculative_continuations",
+}  # fmt: skip
 
 
 def workload_record(workload: Workload, question: str, local: bool) -> dict:
     """The workload as --json records it: the fields the searches read, with the question asked. A random-token
     prompt's length, PRM and LookAhead switch (refused with a server), and with --no-local the search here's
     fields, were recorded as if used."""
-    unread = {"prompt_tokens", "verifier_model", "lookahead_verify", *(() if local else LOCAL_FIELDS)}
+    unread = {"prompt_tokens", "verifier_model", "lookahead_verify", *(() if local else LOCAL_OPTIONS.values())}
     return {name: value for name, value in {**asdict(workload), "question": question}.items() if name not in unread}
 
 

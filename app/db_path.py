@@ -26,10 +26,10 @@ def is_default(path: Path) -> bool:
         return False
 
 
-def db_option(path: Path | None) -> str:
+def db_option(path: Path | str | None) -> str:
     """` --db PATH` (quoted for a shell) that names the database at `path` in a command to run, or "" for the
-    default database (and a private in-memory one, `None`)."""
-    return "" if path is None or is_default(path) else f" --db {shlex.quote(str(path))}"
+    default database (and a private in-memory one, or no --db given: `None`)."""
+    return "" if path is None or is_default(Path(path)) else f" --db {shlex.quote(str(path))}"
 
 
 def check_folder(path: Path) -> None:

@@ -8,7 +8,6 @@ prints as one line with exit status 2.
 
 from __future__ import annotations
 
-import codecs
 import io
 import json
 import math
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.options import UsageError
-from app.text_files import decode_text
+from app.text_files import MARKS, decode_text
 from engine.answers import extract_answer
 from engine.blank_text import is_blank
 
@@ -46,7 +45,6 @@ def expected_answer(raw: object) -> str:
 
 
 HEAD_BYTES = 8192  # the start of a problems file, looked at for a compressor's mark or a NUL byte before any line
-MARKS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)  # app/text_files.py
 COMPRESSED = {rb"\x1f\x8b": "gzip-compressed", rb"PK\x03\x04": "a zip archive", rb"BZh[1-9]1AY&SY": "bzip2-compressed",
               rb"\xfd7zXZ\x00": "xz-compressed", rb"\x28\xb5\x2f\xfd": "zstd-compressed"}  # by the bytes they open with
 

@@ -13,6 +13,7 @@ from threading import Event
 from typing import Any, TextIO
 
 from app import formatting
+from app.db_path import db_option
 from app.export.md_escape import without_controls
 from app.gpu_check import emulated_hint
 from app.heartbeat import Heartbeat, StepProgress
@@ -247,7 +248,7 @@ def _again(args: argparse.Namespace) -> str:
     """The options a follow-up to this run repeats: the database it was recorded in (without --db the follow-up
     read the default database, and went after another conversation's turn of that id), and the model it ran on or
     a server run's server (and its PRM server): without them the follow-up ran on the bundled model."""
-    db = f" --db {shlex.quote(args.db)}" if getattr(args, "db", None) else ""
+    db = db_option(getattr(args, "db", None))
     if getattr(args, "backend", "local") != "openai":
         model = getattr(args, "model", "bundled")  # a caller's namespace may hold no model (a test's)
         return db + (f" --model {shlex.quote(model)}" if model != "bundled" else "")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import shlex
 import sys
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import app.formatting as fmt
 from app import store_file
 from app.confirm import confirmed
 from app.db_files import TAILS
-from app.db_path import default_db_path, nearest_there
+from app.db_path import db_option, default_db_path, nearest_there
 from app.export import FORMATS, ExportError, export_session, import_session, render_session
 from app.export.markdown import no_path_chosen
 from app.export.md_escape import without_controls
@@ -228,9 +227,9 @@ def cmd_rename(args: argparse.Namespace) -> int:
     print(f"session {args.id} is now {' '.join(args.title.split())!r}")
     if session["turn"] > 1:  # on stderr: a script reading the line above reads it alone
         first = session["conversation_id"]
-        db = f" --db {shlex.quote(args.db)}" if args.db else ""
         print(f"beamwise: session {args.id} is turn {session['turn']} of conversation #{first}, which the window "
-              f"lists by its first turn's title: `beamwise sessions rename {first}{db} \"...\"` renames the "
+              f"lists by its first turn's title: `beamwise sessions rename {first}{db_option(args.db)} \"...\"` "
+              "renames the "
               "conversation.", file=sys.stderr)
     return 0
 
@@ -264,10 +263,9 @@ def cmd_move_aside(args: argparse.Namespace) -> int:
             raise StoreError(f"{path} is not damaged: it is a SQLite database of another program, not Beamwise "
                              "sessions; nothing was moved.",
                              hint="Check the --db path, or add --force to move it aside anyway.")
-        named = f" --db {shlex.quote(args.db)}" if args.db else ""
         raise StoreError(f"the session database {path} is not damaged; nothing was moved.",
-                         hint=f"`beamwise sessions list{named}` shows its sessions; add --force to move it aside "
-                              "anyway and start a fresh database.")
+                         hint=f"`beamwise sessions list{db_option(args.db)}` shows its sessions; add --force to move "
+                              "it aside anyway and start a fresh database.")
     target = store_file.move_aside(path)
     print(f"moved {path} to {target}; the next run starts a fresh database")
     return 0

@@ -9,6 +9,7 @@ from pathlib import Path
 
 _MARKED = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),  # before UTF-16: FF FE starts both
            (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+MARKS = tuple(mark for mark, _ in _MARKED)  # the byte-order marks read here
 
 
 def decode_text(data: bytes) -> str:

@@ -76,9 +76,14 @@ class Workload:
         )
 
     def cache(self, name: str) -> CacheConfig:
-        settings = dict(LADDER[name])
+        """The cache of the ladder's row `name`, with the workload's KV options."""
+        return self.cache_for(LADDER[name])
+
+    def cache_for(self, settings: dict) -> CacheConfig:
+        """A cache with `settings` (a ladder row's; {}: the policy `run` picks, auto) and the workload's KV options."""
+        settings = dict(settings)
         settings.update({k: getattr(self, k) for k in SWITCHES if getattr(self, k) is not None})
-        budget = None if settings["policy"] == "in_device" else self.kv_budget_bytes
+        budget = None if settings.get("policy") == "in_device" else self.kv_budget_bytes
         return CacheConfig(kv_budget_bytes=budget, pcie_gbps=self.pcie_gbps, block_size=self.block_size,
                            speculative_continuations=self.speculative_continuations, **settings)
 

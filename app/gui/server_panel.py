@@ -89,7 +89,7 @@ class ServerChoice:
         """The engine's config. A keyring key is read now (KeyringUnavailable / KeyMissing say why not) and a key
         variable checked now, said in the window's words (the engine's own message names --api-key-env)."""
         variable = self.key_env.strip()
-        if self.key_from == "env" and not os.environ.get(variable):
+        if self.key_from == "env" and not os.environ.get(variable, "").strip():  # as the engine reads it
             raise BeamwiseError(f"the environment variable {variable} is not set or is empty.", hint=UNSET_KEY_HINT)
         key = typed_key or (load_key(self.endpoint) if self.key_from == "keyring" else None)
         return ServerConfig(

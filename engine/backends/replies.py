@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from engine.errors import LOGPROB_VALUES_HINT, LogprobsUnavailable, ServerError
 
 ROUNDING = 1e-3  # a log-probability this far above 0 is a probability of 1 rounded, read as 0
-PAGE_WORDS = 160  # an error page with more words than this is a full page (a login's menus): said by its title
+PAGE_CHARS = 160  # an error page's text longer than this is a full page (a login's menus): said by its title
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,7 @@ def _page_text(text: str) -> str:
         words = words[len(title):].strip()
     if not title or not words:
         return title or words
-    return title if len(words) > PAGE_WORDS else f"{title}: {words}"
+    return title if len(words) > PAGE_CHARS else f"{title}: {words}"
 
 
 def model_names(models: Sequence[str], shown: int = 8) -> str:
