@@ -3,7 +3,7 @@
 Weights and KV bytes per token come from the models' configs (`app.model_facts`); the whole search's KV
 from `engine.kv.sizing.search_kv_bytes`; the policy `auto` would pick by the engine's own rule; and the
 bytes over PCIe from the engine's plan-only run (the real policies on `meta` tensors), so the plan agrees
-with a real run's counters; head-wise's from its closed form (`engine.kv.headwise_traffic`), as its
+with a real run's counters; head-wise's from its closed form (`engine.kv.headwise_traffic`) alone, as its
 plan-only runs are too slow to wait for. The result is a red/amber/green state and one sentence a person
 can act on.
 """
@@ -23,13 +23,14 @@ from app.plan_run import planned_run
 from app.prompt_size import PromptSize, prompt_size, verifier_reading
 from engine.chat import Turn
 from engine.config import CacheConfig, ModelSpec, SearchConfig
-from engine.context_plan import prefill_reserve
+from engine.context_plan import activation_token_bytes, default_chunk, prefill_reserve
 from engine.errors import InvalidPrompt, KVBudgetTooSmall, ModelLoadError, PrefixCacheTooSmall, format_bytes_up
 from engine.kv.cache import CUDA_MARGIN
 from engine.kv.headwise_traffic import HeadwiseTraffic, KVGeometry, headwise_traffic
 from engine.kv.prefix_cache import require_ram
 from engine.kv.sizing import auto_policy, one_candidate_bytes, policy_whole_bytes, search_kv_bytes, within_context
 from engine.kv.split import VerifierShape, emulated_budget, share_too_small, split_budget
+from engine.models import model_config
 from engine.verifiers.families import checked_prm_folder
 from engine.verifiers.fit import WeightsDoNotFit, pair_does_not_fit
 from engine.verifiers.synthetic_prm import synthetic_prm_entry
@@ -157,12 +158,18 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
     counted = prompt_size(model.source, question, history)
     prompt = counted.tokens
     bound = within_context(search, prompt, gen.context_length) if gen.context_length else search  # as the run's
-    whole = search_kv_bytes(prompt, bound, cache, gen.kv_token_bytes, cascade=True)  # engine.models routes to it
+    whole = search_kv_bytes(prompt, bound, cache, gen.kv_token_bytes, cascade=True,  # engine.models routes to it
+                            steps_cut=bound.max_steps < search.max_steps)  # fmt: skip
     judge_kv = gen if search.verifier == "self-judge" else prm  # self-judge keeps the generator's own KV
     shape = None if judge_kv is None or on_cpu else _verifier_shape(model.source, search, judge_kv, question, prompt)
-    activations = _activations(gen, prompt, search.candidates_per_step)
-    fixed = gen.weights_bytes + (prm.weights_bytes if prm and not on_cpu else 0) + activations
+    act, candidates = _activation_token_bytes(model.source, gen), search.candidates_per_step
+    on_gpu = not info.emulated and info.memory_bytes is not None
+    room = info.memory_bytes - CUDA_MARGIN if on_gpu and not cache.kv_budget_bytes else None  # an automatic budget
+    activations = 0 if room is None else _activations(gen, prompt, candidates, act, _chunk(cache, info, act, room))
+    fixed = gen.weights_bytes + (prm.weights_bytes if prm and not on_cpu else 0) + activations  # beside it (a GPU's)
     budget, verifier_kv, too_small = _budget_and_share(info, search, cache, gen, shape, prompt, whole, fixed, bound)
+    if room is None:  # the run sizes its chunk to the generator's part of the budget; a GPU's reserve, to `room`
+        activations = _activations(gen, prompt, candidates, act, _chunk(cache, info, act, budget - verifier_kv))
     one = one_candidate_bytes(prompt, bound, gen.kv_token_bytes, cache.block_size)
     policy = cache.policy if cache.policy != "auto" else auto_policy(whole, one, budget - verifier_kv)
     draft = MemoryPlan(gen, prm, info.label, info.emulated, info.memory_bytes, budget, policy,
@@ -208,18 +215,20 @@ def _traffic(draft: MemoryPlan, model: ModelSpec, search: SearchConfig, cache: C
              ) -> tuple[MemoryPlan, str | None]:  # fmt: skip
     """`draft` with the bytes a step moves over PCIe and where the figure comes from: the engine's plan-only run,
     head-wise's closed form, or Eq. 4-5's bound for a run too long to wait for; and why the run refuses these
-    settings in the middle of the search (a step that does not fit), None when it does not."""
+    settings in the middle of the search (a step that does not fit), None when it does not. Head-wise runs no
+    plan-only run: its closed form gives every step's bytes and refusal at once (its plan-only run of a long
+    question took 30 s, and its figures were the closed form's all the same)."""
     prompt, policy, gen = draft.prompt_tokens, draft.policy, draft.generator
     budget = draft.kv_budget_bytes - draft.verifier_kv_bytes  # the generator's part
+    if policy == "headwise":
+        traffic = _headwise(prompt, search, cache, gen, budget)
+        draft = dataclasses.replace(draft, step_pcie_bytes=traffic.average, traffic_source=HEADWISE_SOURCE)
+        refused = traffic.refused  # in the step after the ones it counted (the prompt's: before step 1)
+        return draft, refused and refusal_sentence(refused.user_message(), len(traffic.step_bytes) + 1)
     planned = planned_run(model, search, cache, prompt, budget, policy, PLAN_SECONDS)
     draft = dataclasses.replace(draft, step_pcie_bytes=planned.step_bytes)
     why, step = planned.refused, planned.step
-    if policy == "headwise":  # every step's bytes and refusal at once, however long its plan-only run
-        traffic = _headwise(prompt, search, cache, gen, budget)
-        draft = dataclasses.replace(draft, step_pcie_bytes=traffic.average, traffic_source=HEADWISE_SOURCE)
-        if not why and traffic.refused:  # refused in the step after the ones it counted
-            why, step = traffic.refused.user_message(), len(traffic.step_bytes) + 1
-    elif not planned.finished and policy != "in_device":  # too long to wait for: the paper's bound at once
+    if not planned.finished and policy != "in_device":  # too long to wait for: the paper's bound at once
         draft = dataclasses.replace(draft, step_pcie_bytes=_eq45_step_bytes(prompt, search, gen),
                                     traffic_source=EQ45_SOURCE)
     elif policy in SHARING and search.candidates_per_step > 1:
@@ -354,10 +363,26 @@ def _share_refusal(shape: VerifierShape, search: SearchConfig, share_bytes: int,
             f"each generator token in as many tokens as it can ({shape.reads_per_token}): {why}")
 
 
-def _activations(gen: ModelFacts, prompt: int, candidates: int) -> int:
-    """Working memory of one forward pass: float32 logits for each candidate and the prefill's hidden states."""
-    vocab, hidden = gen.vocab_size or 32_000, gen.hidden_size or 4096
-    return candidates * vocab * 4 + prompt * hidden * gen.kv.dtype_bytes * 8
+def _activations(gen: ModelFacts, prompt: int, candidates: int, act_token: int, chunk: int) -> int:
+    """Working memory of one forward pass: float32 logits for each candidate, and the activations of the prefill's
+    chunk of `chunk` tokens (`act_token` each: engine.context_plan), not of the whole prompt."""
+    return candidates * (gen.vocab_size or 32_000) * 4 + min(chunk, prompt) * act_token
+
+
+def _activation_token_bytes(source: str, gen: ModelFacts) -> int:
+    """One prefill position's activations, as the run counts them (engine.context_plan.activation_token_bytes);
+    where no transformers config can be read (a GGUF file, the bundled model not yet converted) from the hidden
+    size alone: its states, q/k/v and a gated MLP about 8 x hidden wide."""
+    try:
+        return activation_token_bytes(model_config(source), gen.kv.dtype_bytes)
+    except ModelLoadError:
+        return (gen.hidden_size or 4096) * gen.kv.dtype_bytes * 8
+
+
+def _chunk(cache: CacheConfig, info: DeviceInfo, act_token: int, budget: int) -> int:
+    """The run's prefill chunk: --prefill-chunk as typed, else sized to `budget` (engine.context_plan.default_chunk,
+    at most CPU_CHUNK on the emulated device)."""
+    return cache.prefill_chunk or default_chunk(budget, act_token, emulated=info.emulated)
 
 
 def _headwise(prompt: int, search: SearchConfig, cache: CacheConfig, gen: ModelFacts, budget: int

@@ -273,11 +273,14 @@ def server_options(server: dict, verifier_model: str | None = None) -> str:
 
 @contextmanager
 def _ctrl_c_cancels(stop: Event, started: Callable[[], bool] = lambda: True,
-                    before_step_1: Callable[[], bool] = lambda: False) -> Iterator[None]:
+                    before_step_1: Callable[[], bool] = lambda: False, recorded: bool = True,
+                    reading: Callable[[str], None] | None = None) -> Iterator[None]:
     """The first Ctrl+C stops the search within its step, at the next token; the steps chosen before it are kept
-    and the run is recorded as cancelled. A second one quits. Before the search has `started` (a server being
-    checked), there is nothing to keep, and the line says so; `before_step_1` (the model reading the question, a
-    server asked for the first step) there is no step to drop or keep either."""
+    and the run is recorded as cancelled (not `recorded`, --no-save: nothing is, and the line says so). A second
+    one quits. Before the search has `started` (a server being checked), there is nothing to keep, and the line
+    says so; `before_step_1` (the model reading the question, a server asked for the first step) there is no step
+    to drop or keep either, and `reading` (a local run's heartbeat) is told that the stop waits for the chunk of
+    the question being read (it went on saying "reading the question" for the half minute a chunk took)."""
     def on_sigint(signum, frame):
         if stop.is_set():
             raise KeyboardInterrupt
@@ -285,9 +288,13 @@ def _ctrl_c_cancels(stop: Event, started: Callable[[], bool] = lambda: True,
         if not started():
             kept = "the search has not begun, so nothing will be recorded"
         elif before_step_1():
-            kept = "no step has begun yet: the run ends before step 1 and is recorded cancelled"
+            kept = "no step has begun yet: the run ends before step 1 " + (
+                "and is recorded cancelled" if recorded else "and nothing is recorded (--no-save)")
+            if reading is not None:
+                reading("stopping after the chunk of the question being read (Ctrl+C again to quit now)")
         else:
-            kept = "the step in progress is dropped, the steps chosen so far are kept"
+            kept = "the step in progress is dropped, the steps chosen so far are kept" + (
+                "" if recorded else " on the screen; nothing is recorded (--no-save)")
         print(f"beamwise: stopping: {kept} (Ctrl+C again to quit now)", file=sys.stderr, flush=True)
 
     try:
@@ -341,7 +348,8 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
     status, stop, last_step, started, begun = 1, Event(), 0, Event(), 0  # begun: the last step started
     beat = Heartbeat(progress or StepProgress(), lambda line: print(f"  ... {line}", file=sys.stderr, flush=True))
     try:
-        with _ctrl_c_cancels(stop, started.is_set, lambda: begun == 0), beat:  # the beat: a silent second explained
+        with _ctrl_c_cancels(stop, started.is_set, lambda: begun == 0, recorder is not None,
+                             None if progress else beat.progress.wait), beat:  # the beat: a silent second explained
             for event in events(stop.is_set):
                 beat.saw(event)
                 if event.type == "run_started":

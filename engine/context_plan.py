@@ -12,6 +12,9 @@ the gated MLP; logits of the last position only) and `scores(c, S) = c * G * S *
 head-wise attention materialises float32 scores and probabilities of one KV head's G query heads).
 The offloading methods also need `S * KV_token` of host RAM. The chunk `c` is the largest power
 of two up to MAX_CHUNK that fits.
+
+A run's automatic prefill chunk (`default_chunk`) is sized to its KV budget, and on the emulated device (the
+CPU) it is at most CPU_CHUNK: a Stop waits for the chunk being read, and 4,096 tokens took 27 s there.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from engine.errors import format_bytes
 
 MAX_CHUNK = 4096
 MIN_CHUNK = 16
+CPU_CHUNK = 256  # the emulated device's automatic chunk at most: about a second of the bundled model's prefill
 CHUNK_SHARE = 4  # the default chunk's activations take at most a quarter of the KV budget
 LIMIT = 1 << 34  # tokens: the search for the longest context stops here
 
@@ -63,11 +67,14 @@ def activation_token_bytes(config: PretrainedConfig, dtype_bytes: int) -> int:
     return model_facts(config, dtype_bytes, 0).act_token
 
 
-def default_chunk(budget: int, act_token: int) -> int:
-    """The prefill chunk sized to the budget: a power of two whose activations take at most 1/CHUNK_SHARE of it."""
+def default_chunk(budget: int, act_token: int, *, emulated: bool = False) -> int:
+    """The prefill chunk sized to the budget: a power of two whose activations take at most 1/CHUNK_SHARE of it.
+    On the `emulated` device at most CPU_CHUNK: a Stop is checked between chunks, and a CPU reads 4,096 tokens
+    of the bundled model in half a minute (on CUDA, in a fraction of a second); smaller chunks cost a CPU no
+    speed (the attention's scores of one chunk are smaller)."""
     fit = max(1, budget // (CHUNK_SHARE * max(1, act_token)))
     chunk = 1 << (fit.bit_length() - 1)
-    return max(MIN_CHUNK, min(MAX_CHUNK, chunk))
+    return max(MIN_CHUNK, min(CPU_CHUNK if emulated else MAX_CHUNK, chunk))
 
 
 def prefill_reserve(prompt_tokens: int, kv_token: int, act_token: int, chunk: int) -> int:

@@ -101,13 +101,14 @@ def test_a_refusal_at_a_later_step_is_red_and_says_the_run_may_be_refused_there(
 
 
 def test_a_refusal_in_step_1_cannot_run(tiny):
-    """Step 1 starts from the question alone: its refusal does not depend on the paths."""
+    """Step 1 starts from the question alone: its refusal does not depend on the paths (and the run says it before
+    the model reads the question: no prefill, no step started)."""
     search = SearchConfig(beams=4, width=2, max_steps=3, step_tokens=16)
     cache = CacheConfig(policy="lbs", kv_budget_bytes=120_000, prefix_cache=False)
     p = plan(TINY, search, cache, question=QUESTION, device=EMULATED)
     events = list(run(QUESTION, tiny, search, cache))
     failed = next(e for e in events if e.type == "run_failed")
-    assert [e.step for e in events if e.type == "step_started"] == [1]
+    assert [e.type for e in events] == ["run_started", "run_failed"]
     assert p.state == "red" and p.sentence == f"It cannot run with these settings: {failed.message}"
 
 

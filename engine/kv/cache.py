@@ -16,12 +16,13 @@ from engine.context_plan import activation_token_bytes, default_chunk, prefill_r
 from engine.errors import KVBudgetTooSmall, PrefillStopped, format_bytes_up
 from engine.kv.attention import uses_cascade
 from engine.kv.blocks import BlockManager, Tier
-from engine.kv.headwise import HeadwisePolicy
-from engine.kv.in_device import InDevicePolicy
+from engine.kv.headwise import HeadwisePolicy, buffer_bytes
+from engine.kv.in_device import InDevicePolicy, plan_in_device
+from engine.kv.layer_budget import staging_bytes
 from engine.kv.layerwise import LayerwisePolicy
 from engine.kv.lbs import LbsPolicy, Switches
 from engine.kv.offload import move_to_host
-from engine.kv.policy import Decode, GroupDone, Live, Policy, PolicyContext, StepTiming, work_of
+from engine.kv.policy import Decode, GroupDone, Live, Policy, PolicyContext, StepTiming, Work, tail_blocks, work_of
 from engine.kv.pool import PoolExhausted
 from engine.kv.prefix_cache import PrefixCache
 from engine.kv.prefix_io import device_cache, keep_layers, keep_table, load_prefix
@@ -71,17 +72,20 @@ class KVCache:
         budget is split between the generator (`budget`) and the verifier (`verifier_budget`), a budget whose
         automatic share cannot hold `verifier_row_bytes` (one path's longest) refused at once. `prefix`: the
         prefix cache the prompt's cached blocks come from and this run's blocks go to (None: none)."""
+        asked = search.max_steps
         search = within_context(search, prompt_tokens, loaded.context_length)  # every bound below: paths end there
         self.cfg, self.search, self._prefill, self.margin = cache, search, prefill, margin
         self.prefix, self._pinned, self.chosen, self._body = prefix, [], None, []
         self.kept_d2h_bytes: int | None = None  # what `keep` copied to the host (None: not kept yet)
         self.cached_tokens = self.computed_tokens = 0
+        self.prompt_tokens = prompt_tokens
         self._config = loaded.model.config
         shape, self.device = loaded.kv_shape, loaded.device
         self.blocks = BlockManager(cache.block_size)
         token_bytes = shape.token_bytes()  # one token's KV in every layer: the unit of every bound below
         attention = uses_cascade(loaded.model.config)  # in_device's groups read a parent's history once
-        whole = search_kv_bytes(prompt_tokens, search, cache, token_bytes, cascade=attention)
+        whole = search_kv_bytes(prompt_tokens, search, cache, token_bytes, cascade=attention,
+                                steps_cut=search.max_steps < asked)  # fmt: skip
         self.emulated = self.device.type != "cuda"  # until the store says (a CPU fake of CUDA in tests)
         self._probe = free_bytes  # None: read CUDA (a bound method here would make a reference cycle)
         self._read_free = False  # the budget was read from free device memory (no --kv-budget)
@@ -108,7 +112,7 @@ class KVCache:
         self.changes: list[tuple[str, str, str, int]] = []  # auto's policy changes not yet reported
         self.live: dict[int, Live] = {}
         self.timing = StepTiming()
-        self.prefill_chunk = cache.prefill_chunk or default_chunk(self.budget, act)
+        self.prefill_chunk = cache.prefill_chunk or default_chunk(self.budget, act, emulated=self.emulated)
 
     def _resolve_budget(self, prompt_tokens: int, shape: KVShape, whole: int, act: int, verifier_batch_bytes: int,
                         verifier_row_bytes: int) -> None:  # fmt: skip
@@ -129,10 +133,11 @@ class KVCache:
 
     def every_step_budget(self) -> int:
         """A --kv-budget under which no step of this search is refused (`_refused` names the same), when the run's
-        is below it; 0 when it holds every step. in_device refuses at once, so it says nothing here."""
+        is below it; 0 when it holds every step. in_device refuses at once, so it says nothing here, and neither
+        does a run whose first step is refused before the prompt is read (`first_step_refusal`)."""
         floor = self._no_refusal_budget()
-        if floor is None or floor <= self.budget or self.policy_name == "in_device":
-            return 0
+        if floor is None or floor <= self.budget or self.policy_name == "in_device" or self.first_step_refusal():
+            return 0  # a first step that cannot run is refused before the prompt is read: no "may" to say
         return self._total_for(floor) if self.verifier_budget else floor
 
     def _slot(self) -> int:
@@ -214,6 +219,9 @@ class KVCache:
         computed, by the first step). `should_stop` is asked after the load and before each chunk: true, it
         raises `PrefillStopped`, the prompt's blocks freed (a half computed prompt goes to no prefix cache)."""
         start = time.perf_counter()
+        refused = self.first_step_refusal()  # head-wise's own `prefill` refuses after a cached prefix's load instead
+        if refused is not None and not isinstance(self.policy, HeadwisePolicy):  # (a whole prompt cached reads none)
+            raise refused
         self.store.counters.start_step()
         body, cached = list(prompt[:-1]), None
         self._body = body
@@ -340,6 +348,44 @@ class KVCache:
             return self.policy.plan(work, self._current_budget())
         except KVBudgetTooSmall as error:
             raise self._refused(error) from error
+
+    def first_step_refusal(self) -> KVBudgetTooSmall | None:
+        """Step 1's refusal, known before the prompt is read (a long question was read for 11 s, then refused): each
+        of its rows (the prompt's children) holds the prompt's blocks and nothing else, so lbs's, layer-wise's and
+        in_device's plans of it need only their number and length; head-wise's, one KV head of the prompt (what its
+        `prefill` refuses before reading it). None where it fits; an automatic in_device goes on with lbs."""
+        if isinstance(self.policy, InDevicePolicy) and self.cfg.policy != "in_device":
+            return None  # auto's in_device goes on with lbs where a step does not fit: nothing to refuse
+        body, k, rows = self.prompt_tokens - 1, self.search.step_tokens, self.search.rows_per_step
+        blocks = tuple(range(-(-body // self.cfg.block_size)))
+        work = [Work(PROMPT_ID + 1 + row, blocks, body, PROMPT_ID) for row in range(rows)]
+        budget, store = self._current_budget(), self.store
+        try:
+            if isinstance(self.policy, LbsPolicy):
+                self.policy.plan(work, budget)
+            elif isinstance(self.policy, LayerwisePolicy):
+                need = staging_bytes(rows, body + k, self.policy.layer_token_bytes)  # its `min_budget` at step 1
+                if need > budget:
+                    raise KVBudgetTooSmall(budget, need, "two layers of every candidate (layerwise)")
+            elif isinstance(self.policy, HeadwisePolicy):
+                need = buffer_bytes(1, 0, 1, len(blocks) * self.cfg.block_size, self.policy.head_token_bytes)
+                if need + store.block_bytes > budget:
+                    raise KVBudgetTooSmall(budget, need + store.block_bytes, "one KV head of the prompt (headwise)",
+                                           needed_for="the question's KV")  # fmt: skip
+            elif isinstance(self.policy, InDevicePolicy):
+                self._in_device_first_step(work, len(blocks) * store.block_bytes, budget)
+        except KVBudgetTooSmall as error:
+            return self._refused(error)
+        return None
+
+    def _in_device_first_step(self, work: list[Work], question: int, budget: int) -> None:
+        """in_device's step 1 as `prefill` and `plan` refuse it: the question's blocks in the pool, then the step."""
+        what = "keeping the whole search on the device (in_device)"
+        if question > self.store.device_capacity_bytes:
+            raise KVBudgetTooSmall(self.budget, question, what, needed_for="the question's KV")
+        tails = tail_blocks(self.context.speculative, self.context.continuations)
+        plan_in_device(work, question, budget, self.search.step_tokens, self.store.token_bytes, self.cfg.block_size,
+                       tails, cascade=self.policy.executor.cascade, prefix_in_place=True)  # fmt: skip
 
     def _refused(self, error: KVBudgetTooSmall) -> KVBudgetTooSmall:
         """A policy's refusal in the user's terms, so that one raise of the budget is enough. The policy saw the

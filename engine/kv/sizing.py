@@ -35,6 +35,7 @@ def whole_search_bytes(
     *,
     cascade: bool = False,
     speculative: bool = False,
+    steps_cut: bool = False,
 ) -> int:
     """Upper bound of in_device's peak: the KV at rest at any moment of the search, and a step's working KV.
 
@@ -50,11 +51,12 @@ def whole_search_bytes(
     per_step = growth_tokens(k, block_size, tails)
     kept = search.kept_per_step * (steps - 1) * per_step  # kept paths' blocks rest until their children fork them
     at_rest = prompt_tokens + 3 * block_size + kept + n * (1 + search.lookahead) * per_step
-    return (at_rest + working_tokens(prompt_tokens, search, block_size, cascade, speculative)) * token_bytes
+    working = working_tokens(prompt_tokens, search, block_size, cascade, speculative, steps_cut=steps_cut)
+    return (at_rest + working) * token_bytes
 
 
-def working_tokens(prompt_tokens: int, search: SearchConfig, block_size: int, cascade: bool, speculative: bool
-                   ) -> int:  # fmt: skip
+def working_tokens(prompt_tokens: int, search: SearchConfig, block_size: int, cascade: bool, speculative: bool,
+                   *, steps_cut: bool = False) -> int:  # fmt: skip
     """Tokens of in_device's working KV in any step (engine/kv/working.py), the largest step first.
 
     A row's history at a step's start is under `prompt + steps x k` tokens (its speculated start
@@ -69,6 +71,13 @@ def working_tokens(prompt_tokens: int, search: SearchConfig, block_size: int, ca
     blocks, `s`) and the families' histories after it take at most `p + G x (h - p) <= h + (G - 1) x
     (h - s)` for histories of at most `h`, staged or not. One slot of rounding for each of the load's
     two runs.
+
+    The prefix is staged (the prompt copied beside its blocks at rest) only where the rows' common prefix
+    passes the prompt's run of slots: from step 2 on (a path expanded alone, its siblings pruned or finished;
+    every kept path of one family). In step 1 every row starts with the prompt's whole table, read in place,
+    so a one-step search without roll-outs counts no `s` here (a long question's plan was twice its need).
+    `steps_cut`: `within_context` cut the steps to the context's room, where a step ended early by the
+    delimiter may leave room for another: one step is then not the most a row takes.
     """
     n, k = search.rows_per_step, search.step_tokens
     decoded = prompt_tokens + search.max_steps * k  # a sampled step's rows
@@ -79,16 +88,19 @@ def working_tokens(prompt_tokens: int, search: SearchConfig, block_size: int, ca
     own = min(decoded, block_size + k) if speculative and search.children_per_path > 1 else 0
     sampled = decoded + (min(search.kept_per_step, n) - 1) * (decoded - shared) + n * (own + k)
     rolled = longest + (n - 1) * (longest - shared) + n * k if search.lookahead else 0
-    return max(sampled, rolled) + 2 * block_size
+    one_step = search.max_steps == 1 and not search.lookahead and not steps_cut
+    in_place = shared if one_step else 0  # step 1 stages no prefix
+    return max(sampled, rolled) - in_place + 2 * block_size
 
 
 def search_kv_bytes(prompt_tokens: int, search: SearchConfig, cache: CacheConfig, token_bytes: int, *,
-                    cascade: bool) -> int:  # fmt: skip
+                    cascade: bool, steps_cut: bool = False) -> int:  # fmt: skip
     """`whole_search_bytes` under these cache settings (speculation's blocks and tokens counted); `cascade`:
-    the model attends through Beamwise's cascade attention (engine.kv.attention.uses_cascade)."""
+    the model attends through Beamwise's cascade attention (engine.kv.attention.uses_cascade); `steps_cut`:
+    `search` is `within_context`'s with fewer steps than asked."""
     tails = tail_blocks(cache.speculative, cache.speculative_continuations != 1)
     return whole_search_bytes(prompt_tokens, search, token_bytes, cache.block_size, tails, cascade=cascade,
-                              speculative=cache.speculative)  # fmt: skip
+                              speculative=cache.speculative, steps_cut=steps_cut)  # fmt: skip
 
 
 def one_candidate_bytes(prompt_tokens: int, search: SearchConfig, token_bytes: int, block_size: int) -> int:
