@@ -16,13 +16,13 @@ from engine.context_plan import activation_token_bytes, default_chunk, prefill_r
 from engine.errors import KVBudgetTooSmall, PrefillStopped, format_bytes_up
 from engine.kv.attention import uses_cascade
 from engine.kv.blocks import BlockManager, Tier
-from engine.kv.headwise import HeadwisePolicy, buffer_bytes
-from engine.kv.in_device import InDevicePolicy, plan_in_device
-from engine.kv.layer_budget import staging_bytes
+from engine.kv.first_step import PROMPT_ID, first_step_error
+from engine.kv.headwise import HeadwisePolicy
+from engine.kv.in_device import InDevicePolicy
 from engine.kv.layerwise import LayerwisePolicy
 from engine.kv.lbs import LbsPolicy, Switches
 from engine.kv.offload import move_to_host
-from engine.kv.policy import Decode, GroupDone, Live, Policy, PolicyContext, StepTiming, Work, tail_blocks, work_of
+from engine.kv.policy import Decode, GroupDone, Live, Policy, PolicyContext, StepTiming, work_of
 from engine.kv.pool import PoolExhausted
 from engine.kv.prefix_cache import PrefixCache
 from engine.kv.prefix_io import device_cache, keep_layers, keep_table, load_prefix
@@ -42,7 +42,6 @@ from engine.loaded import Generator
 from engine.models import KVShape
 from engine.verifiers.base import VerifierMemory
 
-PROMPT_ID = 0
 CUDA_MARGIN = 1 << 30  # leave this much device memory free for activations when the budget is automatic
 
 Prefill = Callable[..., Any]  # token ids, chunk=, cache=, **forward -> the prompt's cache (engine.runner.prefill)
@@ -350,42 +349,13 @@ class KVCache:
             raise self._refused(error) from error
 
     def first_step_refusal(self) -> KVBudgetTooSmall | None:
-        """Step 1's refusal, known before the prompt is read (a long question was read for 11 s, then refused): each
-        of its rows (the prompt's children) holds the prompt's blocks and nothing else, so lbs's, layer-wise's and
-        in_device's plans of it need only their number and length; head-wise's, one KV head of the prompt (what its
-        `prefill` refuses before reading it). None where it fits; an automatic in_device goes on with lbs."""
+        """Step 1's refusal, known before the prompt is read (engine/kv/first_step.py), in the user's terms; None where
+        it fits, and for an automatic in_device, which goes on with lbs where a step does not fit."""
         if isinstance(self.policy, InDevicePolicy) and self.cfg.policy != "in_device":
-            return None  # auto's in_device goes on with lbs where a step does not fit: nothing to refuse
-        body, k, rows = self.prompt_tokens - 1, self.search.step_tokens, self.search.rows_per_step
-        blocks = tuple(range(-(-body // self.cfg.block_size)))
-        work = [Work(PROMPT_ID + 1 + row, blocks, body, PROMPT_ID) for row in range(rows)]
-        budget, store = self._current_budget(), self.store
-        try:
-            if isinstance(self.policy, LbsPolicy):
-                self.policy.plan(work, budget)
-            elif isinstance(self.policy, LayerwisePolicy):
-                need = staging_bytes(rows, body + k, self.policy.layer_token_bytes)  # its `min_budget` at step 1
-                if need > budget:
-                    raise KVBudgetTooSmall(budget, need, "two layers of every candidate (layerwise)")
-            elif isinstance(self.policy, HeadwisePolicy):
-                need = buffer_bytes(1, 0, 1, len(blocks) * self.cfg.block_size, self.policy.head_token_bytes)
-                if need + store.block_bytes > budget:
-                    raise KVBudgetTooSmall(budget, need + store.block_bytes, "one KV head of the prompt (headwise)",
-                                           needed_for="the question's KV")  # fmt: skip
-            elif isinstance(self.policy, InDevicePolicy):
-                self._in_device_first_step(work, len(blocks) * store.block_bytes, budget)
-        except KVBudgetTooSmall as error:
-            return self._refused(error)
-        return None
-
-    def _in_device_first_step(self, work: list[Work], question: int, budget: int) -> None:
-        """in_device's step 1 as `prefill` and `plan` refuse it: the question's blocks in the pool, then the step."""
-        what = "keeping the whole search on the device (in_device)"
-        if question > self.store.device_capacity_bytes:
-            raise KVBudgetTooSmall(self.budget, question, what, needed_for="the question's KV")
-        tails = tail_blocks(self.context.speculative, self.context.continuations)
-        plan_in_device(work, question, budget, self.search.step_tokens, self.store.token_bytes, self.cfg.block_size,
-                       tails, cascade=self.policy.executor.cascade, prefix_in_place=True)  # fmt: skip
+            return None
+        error = first_step_error(self.policy, self.store, self.context, self.search, self.prompt_tokens,
+                                 self._current_budget(), self.budget)  # fmt: skip
+        return None if error is None else self._refused(error)
 
     def _refused(self, error: KVBudgetTooSmall) -> KVBudgetTooSmall:
         """A policy's refusal in the user's terms, so that one raise of the budget is enough. The policy saw the
