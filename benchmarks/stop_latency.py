@@ -1,7 +1,7 @@
 """Seconds from a Ctrl+C to the exit of `beamwise run` while the bundled model reads a long question (its prefill):
 the run is started in a child process, interrupted 1 s after its search begins, and timed to its exit.
 
-    python -m benchmarks.stop_latency [--tree PATH] [--prefill-chunk N] [--repeat 2]
+    python -m benchmarks.stop_latency [--tree PATH] [--prefill-chunk N] [--repeat 2] [--sentences 180]
 
 `--tree` runs another checkout's code with this Python (an older commit, to compare); the exit time includes the
 child's own teardown (~0.8 s on a 2-core machine)."""
@@ -17,13 +17,13 @@ import tempfile
 import time
 from pathlib import Path
 
-QUESTION = "The cat sat on the mat. " * 180  # 1,308 prompt tokens on the bundled model
+SENTENCE = "The cat sat on the mat. "  # 180 of them: 1,308 prompt tokens on the bundled model; 730: 5,308
 
 
-def one(tree: Path, chunk: int | None) -> tuple[int, float, str]:
+def one(tree: Path, chunk: int | None, sentences: int = 180) -> tuple[int, float, str]:
     """The exit status, the seconds from the Ctrl+C to the exit, and the child's last line on stderr."""
-    cmd = [sys.executable, "-m", "app.cli", "run", QUESTION, "--no-save", "--no-prefix-cache", "--beams", "2",
-           "--width", "2", "--max-steps", "1", "--step-tokens", "8", "--threads", "1",
+    cmd = [sys.executable, "-m", "app.cli", "run", SENTENCE * sentences, "--no-save", "--no-prefix-cache",
+           "--beams", "2", "--width", "2", "--max-steps", "1", "--step-tokens", "8", "--threads", "1",
            *(["--prefill-chunk", str(chunk)] if chunk else [])]
     with tempfile.TemporaryDirectory() as data:
         child = subprocess.Popen(cmd, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -44,9 +44,10 @@ def main() -> int:
     parser.add_argument("--tree", type=Path, default=Path.cwd(), help="the checkout to run (default: this one)")
     parser.add_argument("--prefill-chunk", type=int, default=None, help="--prefill-chunk of the run (default: auto)")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--sentences", type=int, default=180, help="the question's length (730: 5,308 tokens)")
     args = parser.parse_args()
     for _ in range(args.repeat):
-        code, seconds, last = one(args.tree, args.prefill_chunk)
+        code, seconds, last = one(args.tree, args.prefill_chunk, args.sentences)
         print(f"exit {code} {seconds:.2f} s after Ctrl+C; {last}")
     return 0
 
