@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from dataclasses import asdict
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import app.formatting as fmt
 from app.deferred_interrupt import import_torch
 from app.formatting import size as format_bytes
-from app.json_out import is_stream, refuse_the_database, write_json
+from app.json_out import check_json_path, write_json
 from app.models_folder import source_of
 from app.options import (
     DEFAULT_QUESTION,
@@ -102,11 +103,15 @@ def bench_command(args: argparse.Namespace) -> int:
     Ctrl+C (the finished rows' table printed first)."""
     _check(args)
     import_torch()  # a Ctrl+C inside torch's import aborted the process
-    refuse_the_database(args.json_path)  # before anything runs: bench has no --db, so the default one
+    check_json_path(args.json_path)  # before anything runs, writing nothing: bench has no --db, so the default one
     dtype = args.dtype or ("bfloat16" if args.plan_only else "float32")
     if args.max_context:
         return _max_context(args, dtype)
     workload = _workload(args, dtype)
+    if args.plan_only and workload.step_delimiter is not None:  # after _workload: a broken escape is said first
+        raise UsageError("--plan-only plans every step at its full --step-tokens: its stand-in model samples no "
+                         "text, so neither --step-delimiter auto nor --step-delimiter TEXT can end a step there (its "
+                         "figures with one were meaningless); leave --step-delimiter out.")
     if args.backend == "openai":
         return _remote(args, workload)
     server_from_args(args, endpoint_option="--server")  # a local bench: a server's options given are said
@@ -139,10 +144,14 @@ def _check(args: argparse.Namespace) -> None:
                          "--served-model), or leave --no-local out.")
     if args.time_limit is not None and not args.time_limit > 0:
         raise UsageError(f"--time-limit must be a positive number of seconds (got {args.time_limit:g}).")
+    if args.time_limit is not None and math.isinf(args.time_limit):  # taken, and the JSON held Infinity
+        raise UsageError("--time-limit must be a finite number of seconds (got inf); leave it out for no limit.")
     if args.versus_generate:
         _refuse_unused_by_versus_generate(args)
     elif args.backend == "openai":
         _refuse_unused_by_a_server(args)
+    elif args.max_context:
+        _refuse_unused_by_max_context(args)
     if not args.max_context and (args.gpu_memory is not None or args.host_ram is not None):  # they did nothing
         raise UsageError("--gpu-memory and --host-ram size the machine for --max-context; add --plan-only "
                          "--max-context, or leave them out.")
@@ -156,6 +165,11 @@ VERSUS_GENERATE_UNUSED = (
 SERVER_UNUSED = (  # a server's bench runs one search there and the same search here, as `run` would (policy auto)
     "--plan-only", "--max-context", "--gpu-memory", "--host-ram", "--policies", "--baselines", "--prompt-tokens",
     "--time-limit", "--prm", "--lookahead-verify",
+)  # fmt: skip
+MAX_CONTEXT_UNUSED = (  # --max-context reads --model, --dtype, --gpu-memory and --host-ram (and writes --json)
+    "--beams", "--width", "--step-tokens", "--question", "--seed", "--policies", "--baselines", "--kv-budget",
+    "--prompt-tokens", "--gen-tokens", "--time-limit", "--step-delimiter", "--pcie-gbps", "--block-size", "--prm",
+    "--speculative", "--lookahead-verify", "--speculative-continuations", "--prefix-order",
 )  # fmt: skip
 def _given(args: argparse.Namespace, flags: tuple[str, ...]) -> list[str]:
     """Of bench's options `flags`, those given, as typed (`--backend openai`). An option given at its default value
@@ -173,6 +187,9 @@ def _given(args: argparse.Namespace, flags: tuple[str, ...]) -> list[str]:
         ("--speculative", args.speculative, None), ("--lookahead-verify", args.lookahead_verify, None),
         ("--speculative-continuations", args.speculative_continuations, d.speculative_continuations),
         ("--prefix-order", args.prefix_order, None), ("--backend", args.backend, "local"),
+        ("--beams", args.beams, d.beams), ("--width", args.width, d.width),
+        ("--step-tokens", args.step_tokens, d.step_tokens), ("--question", args.question, None),
+        ("--seed", args.seed, d.seed),
     )  # fmt: skip
     return [f"{flag} {value}" if flag == "--backend" else flag for flag, value, default in options
             if flag in flags and value != default]
@@ -191,6 +208,16 @@ def _refuse_unused_by_versus_generate(args: argparse.Namespace) -> None:
         raise UsageError(f"--versus-generate times one engine step beside model.generate on --beams x --width "
                          f"candidates of --step-tokens tokens, and does not use {', '.join(given)}: leave "
                          f"{_them(given)} out, or leave out --versus-generate.")
+
+
+def _refuse_unused_by_max_context(args: argparse.Namespace) -> None:
+    """--max-context computes the longest prompt per method from --model's shapes in --dtype on --gpu-memory and
+    --host-ram: the workload's options (--beams, --kv-budget, --policies...) were taken without a word. Refused, as
+    --versus-generate's unused options are."""
+    if given := _given(args, MAX_CONTEXT_UNUSED):
+        raise UsageError(f"--max-context computes the longest prompt per method from --model in --dtype on "
+                         f"--gpu-memory and --host-ram, and does not use {', '.join(given)}: leave {_them(given)} "
+                         f"out, or leave out --max-context to bench that workload.")
 
 
 def _refuse_unused_by_a_server(args: argparse.Namespace) -> None:
@@ -249,8 +276,11 @@ def _delimiter(text: str | None) -> str | None:
 
 def _ladder(args: argparse.Namespace, workload: Workload, policies: list[str], baselines: list[str]) -> int:
     """The policies and baselines on `workload`: the table, and the JSON after every row (`complete` false until
-    the last). A FIFO or a device (/dev/stdout) as --json takes the report once, whole, at the end: each version
-    written into it would reach its reader as another document (a FIFO's reader takes the first and goes)."""
+    the last). A file already at --json is replaced only once a row is in: a bench refused (or stopped) before its
+    first row keeps the last run's report. A FIFO or a device (/dev/stdout) as --json takes the report once, whole,
+    at the end: each version written into it would reach its reader as another document (a FIFO's reader takes
+    the first and goes)."""
+    from app.json_out import is_stream
     from engine.bench import TimeLimit, run_bench  # torch: only a bench that runs imports it
 
     stream = is_stream(args.json_path)
@@ -262,8 +292,6 @@ def _ladder(args: argparse.Namespace, workload: Workload, policies: list[str], b
             write_json(args.json_path, report.to_dict(), announce=False)
 
     progress = lambda text: print(f"[bench] {text}", file=sys.stderr, flush=True)  # noqa: E731
-    if not stream:  # fail now, not after
-        write_json(args.json_path, {"workload": asdict(workload), "complete": False}, announce=False)
     try:
         report = run_bench(workload, policies, plan_only=args.plan_only, progress=progress, baselines=baselines,
                            time_limit=TimeLimit(args.time_limit), on_row=on_row)  # fmt: skip
@@ -277,8 +305,7 @@ def _ladder(args: argparse.Namespace, workload: Workload, policies: list[str], b
 def _interrupted(args: argparse.Namespace, report: BenchReport | None, stream: bool) -> int:
     """Ctrl+C: the finished rows' table (as a time limit prints it), where the JSON stands, and 130."""
     if report is None:
-        kept = f"; {args.json_path} holds the workload only (complete: false)" if args.json_path and not stream else ""
-        print(f"\nbeamwise: interrupted before any row finished{kept}", file=sys.stderr)
+        print(f"\nbeamwise: interrupted before any row finished{_not_written(args.json_path)}", file=sys.stderr)
         return 130
     print(format_report(report))
     if stream:  # nothing was written into it yet (a FIFO with no reader waits here; a second Ctrl+C ends it)
@@ -287,6 +314,16 @@ def _interrupted(args: argparse.Namespace, report: BenchReport | None, stream: b
     kept = f"; {args.json_path} keeps them (complete: false)" if args.json_path else ""
     print(f"beamwise: interrupted; the table above holds the {rows} finished row(s){kept}", file=sys.stderr)
     return 130
+
+
+def _not_written(json_path: str | None) -> str:
+    """Where --json stands when no row finished: not written, a file already there kept as it was."""
+    from pathlib import Path
+
+    if not json_path:
+        return ""
+    there = Path(json_path).is_file()
+    return f", so {json_path} was not written" + ("; the file already there is kept" if there else "")
 
 
 def _measured(report: BenchReport) -> int:
@@ -391,12 +428,19 @@ def _baseline_rows(report: BenchReport) -> list[str]:
     return rows
 
 
+TRAFFIC_NOTE = (
+    "H2D, D2H and D2D: each run's totals, the prompt's prefill included; the JSON's step_pcie_bytes is H2D + D2H "
+    "per search step (the prefill left out), as `beamwise plan` gives PCIe per step"
+)
+
+
 def _footnotes(report: BenchReport) -> list[str]:
-    lines = []
+    lines = [TRAFFIC_NOTE] if any(r.ok for r in report.results) else []
+    how = "planned" if report.plan_only else "measured"  # a plan's meta-tensor run measures nothing
     for r in report.results:
         if r.ok and r.h2d_bytes_eq1 is not None:
             lines.append(
-                f"{r.name}: H2D {format_bytes(r.h2d_bytes)} measured, {format_bytes(r.h2d_bytes_eq1)} by the paper's "
+                f"{r.name}: H2D {format_bytes(r.h2d_bytes)} {how}, {format_bytes(r.h2d_bytes_eq1)} by the paper's "
                 "Eq. 1-3 over the rows it decoded (which holds no staging layers back from the budget)"
             )
         if r.ok and r.pinned_peak_bytes is not None:
@@ -407,15 +451,35 @@ def _footnotes(report: BenchReport) -> list[str]:
     return lines + [f"note: {note}" for note in report.notes]
 
 
+def _budget(report: BenchReport) -> str:
+    """The KV budget the rows ran with: --kv-budget's, or the automatic one each row started with (the most
+    common, then the rows that differ); "auto" alone only when no row ran."""
+    if report.workload.kv_budget_bytes:
+        return format_bytes(report.workload.kv_budget_bytes)
+    ran = [(r.name, r.kv_budget_bytes) for r in report.results if r.kv_budget_bytes is not None]
+    if not ran:
+        return "auto"
+    common = Counter(budget for _, budget in ran).most_common(1)[0][0]
+    others = "".join(f", {name} {format_bytes(budget)}" for name, budget in ran if budget != common)
+    return f"auto: {format_bytes(common)}{others}"
+
+
+def _generated(report: BenchReport) -> str:
+    """--gen-tokens as the paths decode it, in whole steps: 20 in steps of 16 decoded 32 (the header said 20)."""
+    w, tokens = report.workload, report.path_tokens
+    if tokens is None or tokens == w.gen_tokens:
+        return f"{w.gen_tokens} generated"
+    return f"{tokens} generated (--gen-tokens {w.gen_tokens} in whole steps of {w.step_tokens})"
+
+
 def format_report(report: BenchReport) -> str:
     w = report.workload
-    budget = format_bytes(w.kv_budget_bytes) if w.kv_budget_bytes else "auto"
     steps = f"steps of {w.step_tokens}" + (f" ending at {w.step_delimiter!r}" if w.step_delimiter else "")
     steps += " (auto: the warm-up's most sampled token)" if report.step_delimiter_auto is not None else ""
     prompt = f"question {w.question[:40]!r}" if w.question else f"prompt {w.prompt_tokens} random tokens"
     lines = [
         f"model {w.model} ({w.dtype}) on {report.device}; {w.beams}x{w.width} candidates, {steps}, "
-        f"{prompt}, {w.gen_tokens} generated; KV budget {budget}; PCIe {w.pcie_gbps} GB/s"
+        f"{prompt}, {_generated(report)}; KV budget {_budget(report)}; PCIe {w.pcie_gbps} GB/s"
         + (" (modelled)" if report.emulated else "") + (f"; verifier {w.verifier_model}" if w.verifier_model else ""),
         "",
     ]
@@ -453,7 +517,15 @@ def format_report(report: BenchReport) -> str:
     lines += _footnotes(report)
     if not report.plan_only and sum(r.ok for r in report.results) > 1:
         lines += ["", _tokens_line(report)]
+        if not report.same_tokens:
+            lines.append(DIFFERENT_TOKENS_NOTE)
     return "\n".join(lines)
+
+
+DIFFERENT_TOKENS_NOTE = (
+    "(in_device and lbs with inter-beam sharing attend through cascade attention, the other policies through SDPA: "
+    "their logits differ in the last bits, and a token sampled near a tie may then differ; the teacher-forced "
+    "column replays in_device's tokens through each policy, and a difference of that size is rounding)")
 
 
 def _tokens_line(report: BenchReport) -> str:

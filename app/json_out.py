@@ -45,9 +45,12 @@ def is_stream(json_path: str | None) -> bool:
 def check_json_path(json_path: str | None, db: str | None = None) -> None:
     """UsageError now when `json_path` cannot be written, without touching a file already there: the results of
     an earlier run stay whole until this run has its own to put in their place. The session database (`db`, and
-    the default one) is refused too, as `sessions export -o` refuses it."""
+    the default one) is refused too, as `sessions export -o` refuses it, and so is an empty path (`--json ""` wrote
+    nothing and exited 0). A FIFO or a device is written into as it is: nothing is probed beside it (/dev)."""
+    if json_path is not None and not json_path:
+        raise UsageError('--json needs a file name (got ""); give a path such as results.json, or leave --json out.')
     refuse_the_database(json_path, db)
-    if not json_path:
+    if not json_path or is_stream(json_path):
         return
     path = Path(json_path)
 
@@ -57,8 +60,17 @@ def check_json_path(json_path: str | None, db: str | None = None) -> None:
         part.unlink()
         if path.is_dir():
             raise IsADirectoryError(21, "Is a directory")
+        if path.exists() and not path.is_file():  # a socket, a block device: refused now, not after the first row
+            raise UsageError(f"cannot write {path}: it is {_kind(path)}; nothing was written. Pick a writable --json "
+                             "path (a file, a FIFO or /dev/stdout).")
 
     _in_folder(path, probe)
+
+
+def _kind(path: Path) -> str:
+    if path.is_socket():
+        return "a socket"
+    return "a block device" if path.is_block_device() else "no regular file"
 
 
 def refuse_the_database(json_path: str | None, db: str | None = None) -> None:

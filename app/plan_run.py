@@ -54,7 +54,9 @@ def planned_run(model: ModelSpec, search: SearchConfig, cache: CacheConfig, prom
     loaded.model.register_forward_pre_hook(lambda *_: done.__setitem__(0, done[0] + layers))
     work = PLAN_WORK if work is None else work
     stop = lambda: done[0] > work or time.monotonic() > deadline  # noqa: E731
-    for event in run("", loaded, search, settings, prompt_ids=prompt, should_stop=stop):
+    full = dataclasses.replace(search, step_delimiter=None)  # every step at its full --step-tokens, the most a run's
+    # step can take: the stand-in model "decodes" ids joined by spaces, so ' ' or '1' ended its steps after a token
+    for event in run("", loaded, full, settings, prompt_ids=prompt, should_stop=stop):
         if event.type == "step_started":
             started = event.step
         if event.type == "run_failed":

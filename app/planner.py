@@ -40,7 +40,8 @@ STEP_TAG_TOKENS = 4  # a PRM's own tokens around one step (a tag, a separator)
 PLAN_SECONDS = 30.0  # a plan-only run past its work limit (app.plan_run.PLAN_WORK), or still going after this
 # on a machine too slow for that work, is stopped; Eq. 4-5 bound the traffic instead
 EQ45_SOURCE = "Eq. 4-5, no prefix sharing: an upper bound"  # each candidate's KV crosses once a step
-HEADWISE_SOURCE = "head-wise's closed form, its roll-outs included; a path kept alone may read more in place"
+HEADWISE_SOURCE = "head-wise's closed form; a path kept alone may read more in place"
+HEADWISE_ROLLOUTS_SOURCE = "head-wise's closed form, its roll-outs included; a path kept alone may read more in place"
 SHARING = ("lbs", "headwise")  # groups share the prefix of the paths kept, and the verifier picks those
 NOT_PLANNED = "not planned: these settings cannot run"  # red before the plan-only run
 CANNOT_RUN = "It cannot run with these settings: "  # a red plan's sentence where the run refuses before step 2
@@ -222,7 +223,8 @@ def _traffic(draft: MemoryPlan, model: ModelSpec, search: SearchConfig, cache: C
     budget = draft.kv_budget_bytes - draft.verifier_kv_bytes  # the generator's part
     if policy == "headwise":
         traffic = _headwise(prompt, search, cache, gen, budget)
-        draft = dataclasses.replace(draft, step_pcie_bytes=traffic.average, traffic_source=HEADWISE_SOURCE)
+        draft = dataclasses.replace(draft, step_pcie_bytes=traffic.average, traffic_source=HEADWISE_ROLLOUTS_SOURCE
+                                    if search.lookahead else HEADWISE_SOURCE)
         refused = traffic.refused  # in the step after the ones it counted (the prompt's: before step 1)
         return draft, refused and refusal_sentence(refused.user_message(), len(traffic.step_bytes) + 1)
     planned = planned_run(model, search, cache, prompt, budget, policy, PLAN_SECONDS)

@@ -8,6 +8,7 @@ tokens. It asserts nothing about speed: that is for the reader of the table.
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -36,19 +37,27 @@ class PolicyResult:
     d2d_bytes: int = 0
     peak_device_bytes: int = 0
     max_groups: int = 0
-    wall_seconds: float = 0.0
-    copy_seconds: float = 0.0
-    compute_seconds: float = 0.0
-    modelled_pcie_seconds: float = 0.0
-    stall_seconds: float = 0.0  # waiting for copies: modelled on the emulated device, measured on CUDA
-    stall_share: float = 0.0
+    # the timed figures (None in a plan: its meta-tensor run times nothing a GPU would do; see PLAN_UNTIMED)
+    wall_seconds: float | None = 0.0
+    copy_seconds: float | None = 0.0
+    compute_seconds: float | None = 0.0
+    modelled_pcie_seconds: float = 0.0  # bytes over PCIe / the configured bandwidth (a plan's too)
+    stall_seconds: float | None = 0.0  # waiting for copies: modelled on the emulated device, measured on CUDA
+    stall_share: float | None = 0.0
     candidate_tokens: int = 0
-    tokens_per_second: float = 0.0
+    tokens_per_second: float | None = 0.0
     tokens_digest: str = ""
-    goodput: float = 0.0  # FlashTTS: mean over the final kept beams of path tokens per second of its completion time
+    goodput: float | None = 0.0  # FlashTTS: mean over the final kept beams of path tokens per second of its
+    # completion time
     idle_row_slots: int = 0  # summed over steps: slots of rows that had finished their step (and not speculated)
     h2d_calls: int = 0  # copy operations host-to-device (bytes / calls is the average copy size)
     d2h_calls: int = 0
+    step_h2d_bytes: int | None = None  # H2D per search step, averaged over the steps: the prompt's prefill (in
+    # h2d_bytes, a whole-run total) left out
+    step_pcie_bytes: int | None = None  # H2D + D2H per search step, averaged: what `beamwise plan` gives as its
+    # step_pcie_bytes (app/plan_run.py counts the same events)
+    kv_budget_bytes: int | None = None  # the generator's device KV budget the run started with: --kv-budget's, or
+    # the automatic one (in_device rows always run without --kv-budget's)
     timed_runs: int = 1  # the wall and copy seconds are the fastest of this many runs
     forwards: int = 0  # decode forward calls the run needed (each group's longest row): time on a GPU tracks it
     speculative_tokens: int = 0  # made in idle slots for children (speculative beam extension)
@@ -73,6 +82,17 @@ class PolicyResult:
     wall_vs_layerwise: float | None = None
 
 
+PLAN_UNTIMED = ("wall_seconds", "copy_seconds", "compute_seconds", "stall_seconds", "stall_share",
+                "tokens_per_second", "goodput", "wall_vs_in_device", "wall_vs_layerwise", "pinned_peak_bytes",
+                "pin_seconds")  # fmt: skip
+
+
+def planned(result: PolicyResult) -> PolicyResult:
+    """A plan's row: its timed figures None. They were the meta-tensor run's own seconds (a plan's JSON carried
+    wall_seconds, goodput and wall_vs_layerwise as if measured)."""
+    return replace(result, **dict.fromkeys(PLAN_UNTIMED))
+
+
 @dataclass
 class BenchReport:
     workload: Workload
@@ -85,7 +105,9 @@ class BenchReport:
     baselines: list[BaselineRun] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     step_delimiter_auto: str | None = None  # with --step-delimiter auto: the text picked (also the workload's now)
+    path_tokens: int | None = None  # the most tokens a path decodes: gen_tokens in whole steps (rounded up)
     time_limit_seconds: float | None = None  # rows past it were stopped or not started (their rows say so)
+    time_limit_before_rows: str | None = None  # what had used the whole time limit before the first row started
     complete: bool = False  # every row is in (False while the bench runs: what `on_row` sees)
 
     def to_dict(self) -> dict:
@@ -104,17 +126,35 @@ class TimeLimit:
     def __post_init__(self) -> None:
         if self.seconds is not None and not self.seconds > 0:
             raise ConfigError(f"the time limit must be a positive number of seconds (got {self.seconds}).")
+        if self.seconds is not None and math.isinf(self.seconds):  # it was taken, and the JSON held Infinity
+            raise ConfigError("the time limit must be a finite number of seconds (got inf); leave it out for none.")
         self.started = self.clock()
+        self.before_rows: str | None = None  # what used the whole limit before the first row (`rows_start`)
 
     def passed(self) -> bool:
         return self.seconds is not None and self.clock() - self.started >= self.seconds
 
+    def rows_start(self, before: str) -> None:
+        """The first row starts now, after `before` (the model's load and the rest). When the limit has passed
+        already, every row says that `before` used it: "time it alone" was no advice, as the same limit would
+        cut the row alone too."""
+        if self.passed():
+            self.before_rows = f"{before} took {seconds_text(self.clock() - self.started)} s"
+
     def not_run(self, alone: str) -> str:
+        if self.before_rows is not None:
+            return (f"not run: the bench's time limit ({self.seconds:g} s) had passed before the first row "
+                    f"({self.before_rows}); give a larger --time-limit")
         return f"not run: the bench's time limit ({self.seconds:g} s) had passed; time it alone ({alone})"
 
     def stopped(self, seconds: float, alone: str) -> str:
-        return (f"stopped by the bench's time limit ({self.seconds:g} s) after {seconds:.0f} s of this run; "
-                f"time it alone ({alone})")
+        return (f"stopped by the bench's time limit ({self.seconds:g} s) after {seconds_text(seconds)} s of this "
+                f"run; time it alone ({alone})")
+
+
+def seconds_text(seconds: float) -> str:
+    """Whole seconds from 10 s on, two significant digits below: 0.07 s read "0 s"."""
+    return f"{seconds:.0f}" if seconds >= 10 else f"{seconds:.2g}"
 
 
 def run_policy(
@@ -132,12 +172,14 @@ def run_policy(
     texts: dict[int, str] = {}
     rows: dict[int, int] = {}  # step: candidates its groups decoded
     pinned = host_allocator_stats(reset_peak=True)
-    stats, selected, peak, started = [], [], 0, time.perf_counter()
+    stats, selected, peak, budget, started = [], [], 0, None, time.perf_counter()
     question = workload.question or ""  # what a PRM reads as the question (the prompt is `prompt_ids`)
     events = run(question, loaded, workload.search(), workload.cache(name), prompt_ids=prompt_ids,
                  should_stop=limit.passed)  # fmt: skip
     for event in events:
-        if event.type == "transfer_stats":
+        if event.type == "run_started":
+            budget = event.kv_budget_bytes
+        elif event.type == "transfer_stats":
             stats.append(event)
         elif event.type == "step_selected":
             selected.append(event)
@@ -148,7 +190,7 @@ def run_policy(
         elif event.type == "memory_snapshot":
             peak = max(peak, event.peak_device_bytes)
         elif event.type == "run_failed":
-            return PolicyResult(name, False, event.message)
+            return PolicyResult(name, False, event.message, kv_budget_bytes=budget)
         elif event.type == "run_cancelled":
             seconds = time.perf_counter() - started  # the whole run would have taken longer: a bound for a reader
             message = limit.stopped(seconds, f"--policies {name}")
@@ -163,6 +205,9 @@ def run_policy(
     decoded = [(rows.get(s.step, 0), s.forwards) for s in stats]
     return PolicyResult(
         name=name, ok=True, h2d_bytes=last.h2d_bytes, d2h_bytes=last.d2h_bytes, d2d_bytes=last.d2d_bytes,
+        step_h2d_bytes=sum(s.step_h2d_bytes for s in stats) // len(stats),
+        step_pcie_bytes=sum(s.step_h2d_bytes + s.step_d2h_bytes for s in stats) // len(stats),
+        kv_budget_bytes=budget,
         peak_device_bytes=peak, max_groups=max(s.groups for s in stats), wall_seconds=wall,
         copy_seconds=sum(s.copy_seconds for s in stats), compute_seconds=compute,
         modelled_pcie_seconds=sum(s.modelled_pcie_seconds for s in stats), stall_seconds=stall,
@@ -251,6 +296,8 @@ def add_ratios(results: list[PolicyResult]) -> None:
             continue
         if layerwise and layerwise.h2d_bytes:
             r.h2d_vs_layerwise = r.h2d_bytes / layerwise.h2d_bytes
+        if r.wall_seconds is None:  # a plan's row: nothing timed
+            continue
         if layerwise and layerwise.wall_seconds:
             r.wall_vs_layerwise = r.wall_seconds / layerwise.wall_seconds
         if in_device and in_device.wall_seconds:
@@ -300,20 +347,10 @@ def run_bench(
                             hint="Lower --prompt-tokens or --step-tokens, or use a model with a longer context.")
     emulated = loaded.device.type != "cuda"
     device = "meta (plan only)" if plan_only else ("cpu (emulated GPU)" if emulated else str(loaded.device))
-    report = BenchReport(workload, device, emulated, plan_only, time_limit_seconds=limit.seconds)
-    if workload.step_delimiter == AUTO_DELIMITER:
-        progress("picking the step delimiter: the token a short untimed run samples most")
-        report.step_delimiter_auto = pick_delimiter(loaded, workload, prompt)
-        workload = report.workload = replace(workload, step_delimiter=report.step_delimiter_auto)
-        progress(f"step delimiter {report.step_delimiter_auto!r}")
-    if not emulated and not plan_only:
-        progress("warming up (not timed)")
-        warm_up(loaded, workload, prompt, policies, baselines, limit)
-    reference = None
-    if teacher_forcing and not plan_only:
-        progress(f"recording {REFERENCE}'s tokens for teacher forcing")
-        reference = observe_run(loaded, workload, REFERENCE, prompt, should_stop=limit.passed)
-        report.reference_max_abs_logit = largest_abs_logit(reference) if reference else None
+    report = BenchReport(workload, device, emulated, plan_only, time_limit_seconds=limit.seconds,
+                         path_tokens=workload.search().max_steps * workload.step_tokens)  # fmt: skip
+    reference = _before_rows(loaded, prompt, policies, baselines, limit, report, teacher_forcing, progress)
+    workload = report.workload  # with --step-delimiter auto: the delimiter picked
     forced = reference is not None or not teacher_forcing or plan_only
 
     def row_done(report: BenchReport) -> None:
@@ -323,6 +360,7 @@ def run_bench(
         if index == split and not plan_only:
             _baselines(loaded, workload, prompt, baselines, progress, limit, report, row_done)
         row = _policy_row(loaded, workload, name, prompt, repeats, limit, reference, progress)
+        row = planned(row) if plan_only else row
         progress(f"{name}: {_row_line(row, plan_only)}")
         report.results.append(row)
         add_ratios(report.results)
@@ -331,6 +369,39 @@ def run_bench(
         _baselines(loaded, workload, prompt, baselines, progress, limit, report, row_done)
     _settled(report, forced).complete = True
     return report
+
+
+def _before_rows(loaded, prompt, policies: Sequence[str], baselines: Sequence[str], limit: TimeLimit,
+                 report: BenchReport, teacher_forcing: bool, progress) -> Observed | None:  # fmt: skip
+    """What runs before the first row, after the model's load: the automatic delimiter's pick (into
+    `report.workload`), the warm-up on CUDA and in_device's untimed reference run, which it returns (None when it
+    did not run or finish). `limit` (and the report) learn what took its time when none is left for the rows."""
+    workload, plan_only = report.workload, report.plan_only
+    done = ["reading the model's shapes" if plan_only else "loading the model"]
+
+    def began(what: str) -> None:  # a part that started with time left on the limit: it used some of it
+        if not limit.passed():
+            done.append(what)
+
+    if workload.step_delimiter == AUTO_DELIMITER:
+        progress("picking the step delimiter: the token a short untimed run samples most")
+        began("picking the step delimiter")
+        report.step_delimiter_auto = pick_delimiter(loaded, workload, prompt)
+        workload = report.workload = replace(workload, step_delimiter=report.step_delimiter_auto)
+        progress(f"step delimiter {report.step_delimiter_auto!r}")
+    if not report.emulated and not plan_only:
+        progress("warming up (not timed)")
+        began("the untimed warm-up")
+        warm_up(loaded, workload, prompt, policies, baselines, limit)
+    reference = None
+    if teacher_forcing and not plan_only:
+        progress(f"recording {REFERENCE}'s tokens for teacher forcing")
+        began(f"{REFERENCE}'s untimed reference run")
+        reference = observe_run(loaded, workload, REFERENCE, prompt, should_stop=limit.passed)
+        report.reference_max_abs_logit = largest_abs_logit(reference) if reference else None
+    limit.rows_start(", ".join(done[:-1]) + f" and {done[-1]}" if len(done) > 1 else done[0])
+    report.time_limit_before_rows = limit.before_rows
+    return reference
 
 
 def _settled(report: BenchReport, forced: bool) -> BenchReport:
@@ -459,8 +530,10 @@ def _notes(report: BenchReport, forced: bool) -> list[str]:
                      "the other rows are compared with (its peak is what the whole search takes)")
     cut = [r.name for r in [*report.results, *report.baselines] if r.timed_out]
     if cut:
+        how = (f"it had passed before the first row ({report.time_limit_before_rows}): give a larger --time-limit"
+               if report.time_limit_before_rows else "each row says how to time it alone")
         notes.append(f"the time limit ({report.time_limit_seconds:g} s) stopped or did not start: {', '.join(cut)}; "
-                     "each row says how to time it alone")
+                     f"{how}")
     return notes
 
 

@@ -101,7 +101,11 @@ class Workload:
 
 def check_names(policies: Sequence[str], baselines: Sequence[str]) -> None:
     """ConfigError (a ValueError), saying what to choose from, for a policy not in the LADDER or a baseline not in
-    BASELINES."""
+    BASELINES, and for a name given twice: it ran twice, and the ratio columns (keyed by name) took the last run."""
+    for option, names in (("--policies", policies), ("--baselines", baselines)):
+        twice = sorted({name for name in names if list(names).count(name) > 1})
+        if twice:
+            raise ConfigError(f"{option} names {', '.join(twice)} more than once; give each name once.")
     unknown = set(policies) - set(LADDER)
     if unknown:
         raise ConfigError(f"unknown policies {sorted(unknown)}; choose from {', '.join(LADDER)}.")
