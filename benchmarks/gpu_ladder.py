@@ -34,7 +34,7 @@ import argparse
 import sys
 from dataclasses import replace
 
-from app.bench_cli import format_report
+from app.bench_table import format_report
 from app.json_out import is_stream, write_json
 from app.options import parse_delimiter
 from engine.auto_delimiter import AUTO_DELIMITER

@@ -234,7 +234,7 @@ def test_repeats_keep_the_fastest_of_identical_runs(monkeypatch):
 def test_a_baseline_reports_candidate_tokens_per_second_in_its_json(monkeypatch, tiny):
     """Timed here on the CPU (the check that it runs only on CUDA set aside): the rate is tokens over wall."""
     import engine.baselines as baselines
-    from app.bench_cli import format_report
+    from app.bench_table import format_report
     from engine.baselines import run_baseline
 
     monkeypatch.setattr(baselines, "why_not", lambda name, device: None)
@@ -374,7 +374,7 @@ def test_bench_cli_refuses_a_time_limit_that_is_not_positive(capsys):
 
 
 def test_the_table_shows_rows_the_time_limit_cut_in_its_own_words():
-    from app.bench_cli import format_report
+    from app.bench_table import format_report
     from engine.baselines import BaselineRun
     from engine.bench import PolicyResult
 

@@ -222,7 +222,7 @@ def test_on_the_cpu_a_baseline_past_the_time_limit_gives_the_cuda_reason_not_the
 
 def test_the_same_tokens_line_says_it_covers_only_the_rows_that_ran() -> None:
     """It said "every policy produced the same tokens" when the time limit had kept some from running."""
-    from app.bench_cli import format_report
+    from app.bench_table import format_report
 
     ran = [PolicyResult(name, True, tokens_digest="d", wall_seconds=1.0) for name in ("in_device", "layerwise")]
     cut = PolicyResult("headwise", False, TimeLimit(30).not_run("--policies headwise"), timed_out=True)
@@ -265,7 +265,7 @@ def test_the_layerwise_eq1_figure_counts_the_rows_the_run_decoded(tiny) -> None:
     tiny-llama 8x4 that made the paper's figure twice the measured one, against the footnote's reason. Per step,
     the same rows and tokens with two staging layers held back give the measured bytes to the byte, and with none
     held back (the paper) the footnote's figure, which can then only be lower."""
-    from app.bench_cli import format_report
+    from app.bench_table import format_report
     from engine.search import run
 
     workload = Workload(model="synthetic:tiny-llama", beams=4, width=4, step_tokens=16, prompt_tokens=24,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import engine.bench as bench
-from app.bench_cli import format_report
+from app.bench_table import format_report
 from engine import idle
 from engine.idle import Released, release_cached_memory
 from engine.kv.pool import SlotPool
