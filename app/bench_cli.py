@@ -31,7 +31,7 @@ from engine.config import DTYPES
 from engine.workload import BASELINES, LADDER, Workload, check_names
 
 if TYPE_CHECKING:
-    from engine.bench import BenchReport
+    from engine.bench_results import BenchReport
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -280,7 +280,8 @@ def _ladder(args: argparse.Namespace, workload: Workload, policies: list[str], b
     at the end: each version written into it would reach its reader as another document (a FIFO's reader takes
     the first and goes)."""
     from app.json_out import is_stream
-    from engine.bench import TimeLimit, run_bench  # torch: only a bench that runs imports it
+    from engine.bench import run_bench  # torch: only a bench that runs imports it
+    from engine.bench_results import TimeLimit
 
     stream = is_stream(args.json_path)
     finished: list[BenchReport] = []  # the report as its last finished row left it: what a Ctrl+C prints

@@ -11,7 +11,7 @@ import app.formatting as fmt
 from app.formatting import size as format_bytes
 
 if TYPE_CHECKING:
-    from engine.bench import BenchReport
+    from engine.bench_results import BenchReport
 
 
 def _ratio(value: float | None) -> str:
