@@ -98,6 +98,15 @@ def tiny_opt():
     return load_model(ModelSpec("synthetic:tiny-opt"))
 
 
+@pytest.fixture
+def forwards(tiny):
+    """The tiny model's forward calls in this test, counted as they end."""
+    count = [0]
+    handle = tiny.model.register_forward_hook(lambda *_: count.__setitem__(0, count[0] + 1))
+    yield count
+    handle.remove()
+
+
 @pytest.fixture(scope="session")
 def bundled():
     """The real SmolLM2-135M-Instruct (converted once into the user cache, ~30 s the first time)."""

@@ -15,12 +15,6 @@ PROMPT = [3 + i % 13 for i in range(600)]
 SEARCH = SearchConfig(beams=2, width=2, step_tokens=8, max_steps=2, seed=0)
 
 
-@pytest.fixture
-def forwards(tiny):
-    count = [0]
-    handle = tiny.model.register_forward_hook(lambda *_: count.__setitem__(0, count[0] + 1))
-    yield count
-    handle.remove()
 
 
 @pytest.mark.parametrize(("policy", "budget"), [("lbs", 200_000), ("layerwise", 600_000), ("in_device", 200_000),

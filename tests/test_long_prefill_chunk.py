@@ -12,13 +12,13 @@ from types import SimpleNamespace
 
 import pytest
 
-import engine.search as search_module
 from app.cli import main
 from app.heartbeat import StepProgress
 from app.run_cli import _ctrl_c_cancels
 from engine.config import CacheConfig, SearchConfig
 from engine.context_plan import CPU_CHUNK, MAX_CHUNK, activation_token_bytes, default_chunk
 from engine.kv.cache import KVCache
+from tests.test_prefill_stop import ctrl_c_in_the_first_chunk
 
 SEARCH = SearchConfig(beams=2, width=2, step_tokens=8, max_steps=1)
 
@@ -56,21 +56,7 @@ def test_the_progress_line_says_the_stop_waits_for_the_chunk_being_read(capsys):
 
 def test_ctrl_c_before_step_1_with_no_save_says_nothing_is_recorded(tiny, capsys, monkeypatch):
     """It said "the run ends before step 1 and is recorded cancelled", where --no-save records nothing."""
-    real, calls = search_module.prefill, [0]
-
-    def ctrl_c_after_the_first_chunk(module, *_):
-        calls[0] += 1
-        if calls[0] == 1:
-            os.kill(os.getpid(), signal.SIGINT)
-
-    def prefill_with_ctrl_c(model, *args, **kwargs):
-        handle = model.register_forward_hook(ctrl_c_after_the_first_chunk)
-        try:
-            return real(model, *args, **kwargs)
-        finally:
-            handle.remove()
-
-    monkeypatch.setattr(search_module, "prefill", prefill_with_ctrl_c)
+    calls = ctrl_c_in_the_first_chunk(monkeypatch)
     code = main(["run", "The cat sat on the mat. " * 20, "--model", "synthetic:tiny-llama", "--beams", "2",
                  "--width", "2", "--step-tokens", "4", "--max-steps", "1", "--prefill-chunk", "8", "--no-save"])
     err = capsys.readouterr().err

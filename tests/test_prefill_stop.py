@@ -23,13 +23,6 @@ from tests.test_prefix_cache import BLOCK, POLICIES, PROMPT, SEARCH, cache_dir  
 CHUNK = 10  # the prompt's 47 tokens with KV: 5 chunks, 2 after a cached prefix of 32
 
 
-@pytest.fixture
-def forwards(tiny):
-    """The model's forward calls, counted as they end."""
-    count = [0]
-    handle = tiny.model.register_forward_hook(lambda *_: count.__setitem__(0, count[0] + 1))
-    yield count
-    handle.remove()
 
 
 @pytest.fixture
@@ -123,8 +116,9 @@ def test_the_chunk_loop_asks_before_each_chunk(tiny, forwards):
     assert logits.shape == (tiny.model.config.vocab_size,)
 
 
-def test_ctrl_c_while_the_model_reads_the_question_exits_130_before_step_1(tiny, capsys, monkeypatch, tmp_path):
-    """The first Ctrl+C lands in the prefill's first chunk; the run ends at the next chunk, recorded cancelled."""
+def ctrl_c_in_the_first_chunk(monkeypatch) -> list[int]:
+    """A Ctrl+C (SIGINT to this process) as the prefill's first chunk ends, in every run from now on; returns the
+    count of the model's forward calls in the prefills, filled as they run."""
     real, calls = search_module.prefill, [0]
 
     def ctrl_c_after_the_first_chunk(module, *_):
@@ -140,6 +134,12 @@ def test_ctrl_c_while_the_model_reads_the_question_exits_130_before_step_1(tiny,
             handle.remove()
 
     monkeypatch.setattr(search_module, "prefill", prefill_with_ctrl_c)
+    return calls
+
+
+def test_ctrl_c_while_the_model_reads_the_question_exits_130_before_step_1(tiny, capsys, monkeypatch, tmp_path):
+    """The first Ctrl+C lands in the prefill's first chunk; the run ends at the next chunk, recorded cancelled."""
+    calls = ctrl_c_in_the_first_chunk(monkeypatch)
     question = "The cat sat on the mat. " * 20
     code = main(["run", question, "--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2",
                  "--step-tokens", "4", "--max-steps", "1", "--prefill-chunk", "8", "--db", str(tmp_path / "s.db")])

@@ -15,6 +15,7 @@ from app.cli import main
 from engine.config import CacheConfig
 from engine.workload import Workload
 from tests.fake_openai import MODEL, FakeServer
+from tests.test_server_as_a_user import one_error
 
 QUESTION = "A train travels 60 km in 45 minutes. What is its average speed in km/h?"
 
@@ -23,13 +24,6 @@ def server_bench(url: str, *extra: str) -> list[str]:
     return ["bench", "--backend", "openai", "--server", url, "--served-model", MODEL, "--model", "synthetic:tiny-llama",
             "--question", QUESTION, "--beams", "1", "--width", "2", "--step-tokens", "8", "--gen-tokens", "8",
             "--request-timeout", "2", *extra]
-
-
-def one_error(capsys) -> str:
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("beamwise: error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 @pytest.mark.parametrize("given, named", [

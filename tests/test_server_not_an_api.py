@@ -18,6 +18,7 @@ from engine.backends.addresses import address_problem
 from engine.backends.openai import OpenAICompletions, ServerConfig, check_connection
 from engine.errors import RemoteError, ServerError, ServerUnreachable
 from tests.fake_openai import MODEL, FakeServer
+from tests.test_server_as_a_user import one_error
 
 ASK = {"max_tokens": 4, "stop": [], "temperature": 0.0, "top_p": 1.0, "seed": 0}
 
@@ -25,13 +26,6 @@ ASK = {"max_tokens": 4, "stop": [], "temperature": 0.0, "top_p": 1.0, "seed": 0}
 def cli_run(url: str) -> list[str]:
     return ["run", "What is 2+3?", "--backend", "openai", "--endpoint", url, "--served-model", MODEL, "--no-save",
             "--beams", "1", "--width", "2", "--max-steps", "1", "--step-tokens", "8", "--request-timeout", "5"]
-
-
-def one_error(capsys) -> str:
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("beamwise: error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 # 3. a path with a space or a character beyond ASCII

@@ -8,6 +8,7 @@ import pytest
 
 from app.cli import main
 from tests.fake_openai import MODEL, PRM, FakeServer
+from tests.test_server_as_a_user import one_error
 
 QUESTION = "A train travels 60 km in 45 minutes. What is its average speed in km/h?"
 
@@ -15,13 +16,6 @@ QUESTION = "A train travels 60 km in 45 minutes. What is its average speed in km
 def server_run(url: str, *extra: str) -> list[str]:
     return ["run", QUESTION, "--backend", "openai", "--endpoint", url, "--served-model", MODEL, "--no-save",
             "--request-timeout", "2", "--beams", "1", "--width", "2", "--max-steps", "1", *extra]
-
-
-def one_error(capsys) -> str:
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("beamwise: error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 @pytest.mark.parametrize("typed, named", [
