@@ -203,7 +203,7 @@ def test_a_conversation_exports_and_imports_whole(db: Path, capsys) -> None:
         assert session_dump(store, again) == session_dump(store, second)  # lossless, every turn
         assert store.events(again) == store.events(second)
         md = render_session(store, second, "md")
-        assert md.startswith("# And times 4?\n\nA conversation of 2 turns.")  # the exported turn's title, as listed
+        assert md.startswith("# What is 2+3?\n\nA conversation of 2 turns.")  # the conversation's title, as listed
         assert "## Turn 1: What is 2+3?" in md and "## Turn 2: And times 4?" in md and "### Chosen path" in md
         page = render_session(store, first, "html")
         assert "<h2>Conversation</h2>" in page and "Turn 1 (this page)" in page and 'data-turn="0"' in page

@@ -51,32 +51,35 @@ def store() -> SessionStore:
 
 @pytest.fixture
 def renamed(store: SessionStore) -> tuple[int, int]:
-    """A conversation of two turns, its second (the one the window lists it under) renamed."""
+    """A conversation of two turns renamed: its first turn, whose title the window lists it under and its Rename
+    changes."""
     first = record(store, fake_run("What is 2+3?", SearchConfig(beams=2, width=2, max_steps=2)))
     second = record(store, fake_run("And 3+4?", SearchConfig(beams=2, width=2, max_steps=2, seed=1)), first)
-    store.rename(second, "My renamed conversation")
+    store.rename(first, "My renamed conversation")
     return first, second
 
 
 def test_every_format_titles_a_renamed_conversation_as_the_list_does(store: SessionStore,
                                                                      renamed: tuple[int, int]) -> None:
-    """The Markdown's heading was the first turn's title while the page, the window and the list said the new one."""
+    """The Markdown's heading was another title than the page's, the window's and the list's."""
     _, second = renamed
     markdown = render_session(store, second, "md")
     assert markdown.startswith("# My renamed conversation\n\nA conversation of 2 turns.")
-    assert "## Turn 1: What is 2+3?" in markdown and "## Turn 2: My renamed conversation" in markdown
+    assert "## Turn 1: My renamed conversation" in markdown and "## Turn 2: And 3+4?" in markdown
     page = render_session(store, second, "html")
     assert "<title>My renamed conversation · Beamwise</title>" in page
     assert '<h1 dir="auto">My renamed conversation</h1>' in page
     turns = json.loads(render_session(store, second, "json"))["turns"]
-    assert [turn["session"]["title"] for turn in turns] == ["What is 2+3?", "My renamed conversation"]
+    assert [turn["session"]["title"] for turn in turns] == ["My renamed conversation", "And 3+4?"]
 
 
-def test_an_earlier_turn_exported_keeps_its_own_title_in_markdown_and_html_alike(store: SessionStore,
-                                                                                 renamed: tuple[int, int]) -> None:
-    first, _ = renamed
-    assert render_session(store, first, "md").startswith("# What is 2+3?\n\nA conversation of 2 turns.")
-    assert '<h1 dir="auto">What is 2+3?</h1>' in render_session(store, first, "html")
+def test_any_turn_exported_is_headed_by_the_conversations_title_in_markdown_and_html_alike(
+        store: SessionStore, renamed: tuple[int, int]) -> None:
+    """A conversation's title is its first turn's (the Sessions tab lists it so): the export of turn 2 was headed
+    by turn 2's own title (its question) while its file was named after the conversation."""
+    for turn in renamed:
+        assert render_session(store, turn, "md").startswith("# My renamed conversation\n\nA conversation of 2 turns.")
+        assert '<h1 dir="auto">My renamed conversation</h1>' in render_session(store, turn, "html")
 
 
 def test_a_renamed_conversation_imported_is_listed_and_exported_under_its_new_title(
@@ -84,7 +87,8 @@ def test_a_renamed_conversation_imported_is_listed_and_exported_under_its_new_ti
     _, second = renamed
     other = SessionStore(memory=True)
     new_id = import_session(other, export_session(store, second, "json", tmp_path / "c.json"))
-    assert other.get_session(new_id)["title"] == "My renamed conversation"
+    assert other.get_session(new_id)["conversation_id"] != new_id  # the imported turn 2 ...
+    assert other.get_session(other.get_session(new_id)["conversation_id"])["title"] == "My renamed conversation"
     assert render_session(other, new_id, "md").startswith("# My renamed conversation\n")
 
 

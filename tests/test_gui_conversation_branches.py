@@ -136,7 +136,7 @@ def test_an_earlier_turns_export_suggests_its_title_and_the_window_says_where_it
                                                                                      monkeypatch) -> None:
     window, store, _seen = made
     ids = three_turns(store)
-    store.rename(ids[1], "Times four")
+    store.rename(ids[0], "Times four")  # the conversation's title: its first turn's (the window's Rename)
     offered: list[str] = []
     target = tmp_path / "out.md"
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda _parent, _caption, name, _filters: offered.append(name)

@@ -62,11 +62,12 @@ def render_html(report: Report, dump: dict[str, Any], conversation: list[Report]
     s = report.session
     path = report.path
     turns = conversation if conversation and len(conversation) > 1 else []
+    title = (turns[0] if turns else report).session["title"]  # a conversation's: its first turn's
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{escape(s['title'])} · Beamwise</title><style>{STYLE}</style></head><body>",
-        f"<h1 dir=\"auto\">{escape(s['title'])}</h1>", *_conversation(turns, index),
+        f"<title>{escape(title)} · Beamwise</title><style>{STYLE}</style></head><body>",
+        f"<h1 dir=\"auto\">{escape(title)}</h1>", *_conversation(turns, index),
         "<h2>Question" + (f" (turn {index + 1})" if turns else "") + "</h2>", _pre(s["question"]),
         _meta_table(report), *_error_details(s),
         "<h2>Search tree</h2>", _legend(), _tree_svg(report, {c["id"] for c in path}),

@@ -11,12 +11,12 @@ from app.session.steps import failure_point
 
 
 def render_conversation(reports: list[Report], index: int = 0) -> str:
-    """The Markdown of a conversation: each turn's transcript in turn, headings one level down under the title of
-    the turn exported (`index`: the session asked for, whose title the list, the window and the HTML page show,
-    renamed or not); one turn is `render_markdown` itself."""
+    """The Markdown of a conversation: each turn's transcript in turn, headings one level down under the
+    conversation's title (its first turn's, renamed or not: the title the Sessions tab, the window's export name
+    and the HTML page show, whichever turn `index` was asked for); one turn is `render_markdown` itself."""
     if len(reports) == 1:
         return render_markdown(reports[0])
-    lines = [f"# {literal_line(reports[index].session['title'])}", "", f"A conversation of {len(reports)} turns.", ""]
+    lines = [f"# {literal_line(reports[0].session['title'])}", "", f"A conversation of {len(reports)} turns.", ""]
     for turn, report in enumerate(reports, 1):
         body = render_markdown(report).split("\n")
         lines.append(f"## Turn {turn}: {body[0].removeprefix('# ')}")
