@@ -33,6 +33,7 @@ CLI_ONLY = {  # options whose messages the window never shows: it has no such se
     "--verifier-device",  # derived from "run the PRM on the CPU"
     "--device", "--dtype",  # the window loads on the default device and dtype
     "--calibrate", "--question", "--prompt-tokens", "--policies", "--baselines", "--runner", "--backend", "--server",
+    "--time-limit",
     "--no-deps",  # eval, bench and packaging
     "--session",  # its message names the window's way too (Ctrl+N)
     "--verifier-endpoint",  # a PRM server: the window loads the PRM itself
