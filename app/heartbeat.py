@@ -14,6 +14,10 @@ from typing import Any
 
 import app.formatting as fmt
 
+# What a stop asked before the first step waits for, after "stopping" (`beamwise run` says it too) or "closing".
+STOP_AFTER_CHUNK = "after the chunk of the question being read"
+STOP_BEFORE_START = "before the search starts: nothing will be recorded"  # a model loads, a server is asked
+
 
 class StepProgress:
     """The current step's progress, from events; `line(now)` says it for a person."""
@@ -33,6 +37,7 @@ class StepProgress:
         self.waiting_for = ""  # what the run waits on outside the search, while `phase` is "waiting"
         self._held: str | None = None  # the phase the wait holds up (its clock runs on)
         self._database_wait: tuple[float, float] | None = None  # (since, busy timeout) of a wait for the database
+        self._stopping: tuple[str, str] | None = None  # (doing, then) of a stop asked before the first step
 
     @property
     def waiting(self) -> bool:
@@ -52,6 +57,17 @@ class StepProgress:
         with the seconds waited (`beamwise run` said "reading the question, 2.0 s" while its start waited 5 s)."""
         self.wait(database_wait_line(0.0, limit_s))
         self._database_wait = (self._clock(), limit_s)
+
+    def stop_asked(self, then: str = "", doing: str = "stopping") -> bool:
+        """A stop (or a close, `doing`) came before the first step: until the run ends, `line()` says what the stop
+        waits for, `then` after its words. The model reading the question stops only after the chunk being read
+        (no stop point inside it: a minute with a long chunk), and the heartbeat went back to "reading the
+        question, 1.8 s" a second after the window said it stops. Within a step the stop comes at the next token:
+        False, and the line is left as it is."""
+        if (self._held or self.phase) not in ("loading", "prefill"):
+            return False
+        self._stopping = (doing, then)
+        return True
 
     def resume(self) -> None:
         """The wait is over before the search spoke: the phase it held up is back."""
@@ -94,6 +110,10 @@ class StepProgress:
         if self.phase == "waiting":
             wait = self._database_wait
             return self.waiting_for if wait is None else database_wait_line(self._clock() - wait[0], wait[1])
+        if self._stopping is not None and self.phase in ("loading", "prefill"):
+            doing, then = self._stopping
+            said = STOP_AFTER_CHUNK if self.phase == "prefill" else STOP_BEFORE_START
+            return f"{doing} {said}{then}"
         took = self.took()
         if self.phase in ("loading", "prefill"):
             return f"{'loading the model' if self.phase == 'loading' else 'reading the question'}, {took}"

@@ -7,6 +7,7 @@ where the key comes from ("keyring" or the name of an environment variable), not
 
 from __future__ import annotations
 
+from engine.backends.keys import KEYRING_DIALOG
 from engine.errors import BeamwiseError
 
 SERVICE = "beamwise"
@@ -21,7 +22,7 @@ class KeyringUnavailable(BeamwiseError):
 class KeyMissing(BeamwiseError):
     """The keyring holds no key for this server."""
 
-    hint = "Type the key under Settings > Generator > Server… and press OK: it is saved in the system keyring."
+    hint = f"Type the key under {KEYRING_DIALOG} and press OK: it is saved in the system keyring."
 
 
 def load_key(endpoint: str) -> str:

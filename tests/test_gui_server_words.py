@@ -38,7 +38,8 @@ OPTION = re.compile(r"--[a-z]")  # a command-line option, as --endpoint or --api
         ({"mode": "500"}, "internal error. Check Server… > Address and Server… > Served model"),
         ({"mode": "not-http"}, "Check that Server… > Address is the address of an OpenAI-compatible server"),
         ({"mode": "nested"}, "check that Server… > Address is its OpenAI-compatible API"),
-        ({"key": "sk-right"}, "the API key was refused (Invalid API key). Check the API key and where it comes from."),
+        ({"key": "sk-right"}, "needs an API key (it answered HTTP 401 to a request without one). Choose 'Environment "
+                              "variable' or 'System keyring' as the API key"),  # the dialog's No key sends none
         ({"busy": ("60",)}, "HTTP 429: Too many requests. The server is busy and asks to wait 60 s: test again"),
         ({"busy": (None,)}, "HTTP 429: Too many requests. The server is busy: test again later"),
     ],

@@ -68,9 +68,10 @@ def test_a_run_on_a_server_that_refuses_the_key_says_the_dialogs_advice(
     assert WINDOWS in shown and "Address server" not in shown, shown
 
 
-def test_the_connection_tests_advice_is_the_same_sentence(qtbot) -> None:
+def test_the_connection_tests_advice_is_the_same_sentence(qtbot, monkeypatch) -> None:
+    monkeypatch.setenv("BEAMWISE_TEST_KEY", KEY + "-other")  # a key sent and refused (No key: it needs one)
     with FakeServer(key=KEY) as server:
-        ok, text = ask_server(qtbot, dialog_for(qtbot, server.url))
+        ok, text = ask_server(qtbot, dialog_for(qtbot, server.url, key_from="env", env="BEAMWISE_TEST_KEY"))
     assert not ok and text.endswith(DIALOGS) and WINDOWS.startswith(DIALOGS[:-1]), text
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QSettings, Qt, QThread, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut, QShowEvent
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -115,6 +115,7 @@ class MainWindow(QMainWindow):
         self.current_session: int | None = None
         self.last_terminal: Any = None
         self._stop_asked = False  # Stop was pressed during the running request
+        self._closing = False  # the window closes once the running request is over (closeEvent)
         self._settings_error = ""  # the settings' error the status bar said last
         self.shortcuts_box: QMessageBox | None = None  # Help > Keyboard shortcuts, the last one shown
         self.setWindowTitle("Beamwise")
@@ -332,9 +333,10 @@ class MainWindow(QMainWindow):
         return True
 
     def stop_run(self) -> None:
-        if self.running:
+        if self.running and not self._closing:  # closing asked the stop already, and says so
             self._stop_asked = True
             self.bridge.stop()
+            self.status.stop_asked()  # the heartbeat's line from the next second on
             said = ("the step in progress is dropped, the steps chosen so far are kept" if self.session.run.steps else
                     "no step has begun yet: the run ends before step 1")  # the model may still read the question
             self.statusBar().showMessage(f"Stopping: {said}…")
@@ -395,6 +397,8 @@ class MainWindow(QMainWindow):
         self.talk.run_over()
         self.talk.show_turns()
         self.run_ended.emit(terminal)
+        if self._closing:  # asked while the run went on (_close_when_stopped)
+            QTimer.singleShot(0, self.close)
 
     def import_engine(self) -> None:
         """Import pyqtgraph, PyTorch, transformers and the engine in the background (app/gui/engine_import.py);
@@ -570,6 +574,9 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------ closing
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        if self._close_when_stopped():
+            event.ignore()
+            return
         try:
             saved.save_configs(self.settings, *self.controls.configs())
         except ValueError:
@@ -580,4 +587,19 @@ class MainWindow(QMainWindow):
         self.bridge.shutdown()
         self.models.shutdown()
         super().closeEvent(event)
+
+    def _close_when_stopped(self) -> bool:
+        """A close while the search runs asks the stop and closes the window once the run is over; the window
+        stays responsive meanwhile. Waiting for the engine's thread here froze it for the 47 s a chunk of the
+        question took to read (a chunk has no stop point inside). A second close, one before the search began (a
+        model load is abandoned at once) and one with no event loop left to bring the run's end (after the app's
+        exec) close now, waiting for the thread as before."""
+        if (self._closing or not self.running or self.session.run.started is None
+                or QThread.currentThread().loopLevel() == 0):
+            return False
+        self._closing = self._stop_asked = True
+        self.bridge.stop()
+        said = self.status.stop_asked("closing")  # the heartbeat's line until the run ends: said now
+        self.statusBar().showMessage(said or "Closing once the search stops at its next token…")
+        return True
 

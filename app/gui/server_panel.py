@@ -53,6 +53,7 @@ NEW_CHOICE = {
     "timeout_s": 60.0,
     "one_request_per_path": False,
 }  # the dialog's fields before any server was chosen
+NO_KEY_HINT = "Choose 'Environment variable' or 'System keyring' as the API key, and name the variable or type the key."
 UNSET_KEY_HINT = ("Set it to the server's API key before starting Beamwise, or choose 'System keyring' as the API key "
                   f"under {SERVER_DIALOG} and type the key there.")  # a key variable the window lacks
 
@@ -304,12 +305,17 @@ def _message(error: Exception) -> str:
     return error.user_message() if isinstance(error, BeamwiseError) else str(error)
 
 
-def _window_message(error: BeamwiseError) -> str:
+def _window_message(error: BeamwiseError, config: ServerConfig | None = None) -> str:
     """A server's error with advice in the dialog's words: the engine's hints name command-line options
-    (--endpoint), which the window names by its fields (Server… > Address), as its run-error dialog does."""
+    (--endpoint), which the window names by its fields (Server… > Address), as its run-error dialog does. A 401
+    or 403 to a `config` that sends no key (API key: No key) says the server needs one: "the API key was
+    refused ... Check the API key" sent the user to a key there was none of."""
     if isinstance(error, ServedModelNotFound):
         hint = "Type the served model's name as the server lists it."
     elif isinstance(error, ServerError) and error.status in (401, 403):
+        if config is not None and config.api_key is None and config.api_key_env is None:
+            return BeamwiseError(f"the server at {config.endpoint} needs an API key (it answered HTTP "
+                                 f"{error.status} to a request without one)", hint=NO_KEY_HINT).user_message()
         hint = KEY_REFUSED_HINT
     elif isinstance(error, ServerError) and (error.status == 429 or error.retry_after is not None):
         wait = f" and asks to wait {error.retry_after:.0f} s" if error.retry_after is not None else ""
@@ -329,6 +335,6 @@ def _test(config: ServerConfig, should_stop: Callable[[], bool]) -> tuple[bool, 
     except RequestCancelled:
         return False, "the test was cancelled."  # dropped: only a closed dialog cancels
     except BeamwiseError as error:
-        return False, _window_message(error)
+        return False, _window_message(error, config)
     except Exception as error:  # a fault in Beamwise: said, or the thread ends and the dialog says "Asking…" for ever
         return False, failure(error).message

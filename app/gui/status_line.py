@@ -119,10 +119,11 @@ class StatusLine:
         bar.addPermanentWidget(self.progress)
         self.fields = (self.model, self.verifier, self.device, self.policy, self.prompt, self.step, self.idle,
                        self.exit, self.speed)  # in the bar's order
-        self._by_worth = (self.step, self.speed, self.model, self.device, self.verifier, self.exit, self.prompt,
-                          self.idle, self.policy)  # who keeps a place on a narrow window first: the verifier, last
+        self._by_worth = (self.step, self.policy, self.speed, self.model, self.device, self.verifier, self.exit,
+                          self.prompt, self.idle)  # who keeps a place on a narrow window first: the verifier, last
         # here, was dropped at the default 1400 px whenever a PRM was named (the README says the bar names it); the
-        # exit, shown only while a run has it on, lost its place at 1400 px to "idle 0 slots" below it
+        # exit, shown only while a run has it on, lost its place at 1400 px to "idle 0 slots" below it; the policy,
+        # last, was dropped at 1400 px by a long prompt field, and which policy the run used is what Beamwise is for
         self._slots = {field: _slot(field) for field in self.fields}
         for field in self.fields:
             bar.addPermanentWidget(self._slots[field])
@@ -221,6 +222,12 @@ class StatusLine:
         self.idle.hide()
         self.prompt.setText("prompt: -")
         self.prompt.setToolTip(PROMPT_TIP)  # not the last run's cached and computed counts
+
+    def stop_asked(self, doing: str = "stopping") -> str | None:
+        """A stop (or a close, `doing`) before the first step: the heartbeat says what it waits for until the run
+        ends (a second after Esc it said "reading the question, 1.8 s" again, for the minute a chunk took); that
+        line, or None within a step, where the stop comes at the next token."""
+        return self.live.line() if self._beat.isActive() and self.live.stop_asked("…", doing) else None
 
     def stop_heartbeat(self) -> None:
         self._beat.stop()
