@@ -25,7 +25,7 @@ try:  # a Ctrl+C in a command's first ~0.3 s lands here (sqlite_utils, numpy) an
     from app.options import UsageError, add_backend_options, add_search_options
     from app.parser import OneLineParser
     from app.question import add_question_file_option, add_question_option
-    from app.run_output import failures_in_json
+    from app.run_output import cancelled_in_json, failures_in_json
     from app.threads import limit_threads
     from engine.errors import BeamwiseError
 except KeyboardInterrupt:
@@ -154,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     `console` to show with its traceback (it was said as one line, as if the user had typed something wrong)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     tolerate_console_encoding()
+    args = None
     try:
         args = build_parser().parse_args(argv or ["gui"])
         args.argv = argv or ["gui"]  # as typed: `gui` tells an option typed with its default value from one left out
@@ -164,7 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.handler(args)
     except (UsageError, BeamwiseError) as error:
         return _said(error)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:  # past the parser, a run --json stream ends with its run_cancelled
+        if args is not None and args.command == "run" and args.json:
+            cancelled_in_json(interrupt)
         return _interrupted()
     except BrokenPipeError:  # `beamwise ... | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush cannot fail again

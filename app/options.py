@@ -325,6 +325,18 @@ def typed_options(argv: Sequence[str]) -> frozenset[str] | None:
         return None
 
 
+def _typed(args: argparse.Namespace, names: Sequence[str]) -> frozenset[str]:
+    """Of the option dests `names`, those typed on the command line (app/cli.py keeps it as `args.argv`), whatever
+    their values: `--temperature 0.8` typed at its default is given. For `args` built otherwise (what was typed is
+    not known): those that differ from their defaults."""
+    argv = getattr(args, "argv", None)
+    typed = typed_options(argv[1:]) if argv else None  # argv[0]: the command
+    if typed is None:
+        default = search_parser().parse_args([])
+        typed = frozenset(name for name in names if getattr(args, name) != getattr(default, name))
+    return typed & frozenset(names)
+
+
 def _local_only_given(args: argparse.Namespace) -> list[str]:
     """The options of LOCAL_ONLY typed on the command line (app/cli.py keeps it as `args.argv`), whatever their
     values, named as typed (`--no-prefix-cache` for a switch turned off): `--model bundled` or `--policy auto` was
@@ -333,11 +345,7 @@ def _local_only_given(args: argparse.Namespace) -> list[str]:
     --verifier-endpoint uses it)."""
     if getattr(args, "backend", "local") != "openai":
         return []
-    argv = getattr(args, "argv", None)
-    typed = typed_options(argv[1:]) if argv else None  # argv[0]: the command
-    if typed is None:
-        default = search_parser().parse_args([])
-        typed = frozenset(name for name in LOCAL_ONLY if getattr(args, name) != getattr(default, name))
+    typed = _typed(args, LOCAL_ONLY)
     prm_here = args.verifier == "prm" and getattr(args, "verifier_endpoint", None) is None
     given = [name for name in LOCAL_ONLY if name in typed and not (name == "threads" and prm_here)]
     return [f"--{'no-' if getattr(args, name) is False else ''}{name.replace('_', '-')}" for name in given]
@@ -348,6 +356,7 @@ def _refuse_unused(args: argparse.Namespace) -> None:
     these was taken without a word, and the search ran as if it had not been given."""
     d = SearchConfig()
     local = _local_only_given(args)
+    greedy = (args.method or d.method) == "greedy"
     unused = [
         (local, _local_only_refusal(local)),
         ((args.tau_conf, args.r_gap) != (None, None) and not args.verify_skip,
@@ -363,6 +372,12 @@ def _refuse_unused(args: argparse.Namespace) -> None:
         (args.speculative and args.policy not in ("auto", *SPECULATING),
          f"--speculative extends beams with in_device and lbs (and auto, which picks them where they fit), not "
          f"with {args.policy}: pick one of those, or leave it out"),
+        (not args.speculative and bool(_typed(args, ("speculative_ratio", "speculative_continuations"))),
+         "--speculative-continuations and --speculative-ratio size speculative beam extension, which is off: add "
+         "--speculative, or leave them out"),
+        (args.speculative and bool(args.lookahead),
+         "--lookahead runs do not speculate, so --speculative would do nothing: leave out --speculative or "
+         "--lookahead"),
         (args.verifier_device == "cpu" and getattr(args, "verifier_endpoint", None) is not None,
          "--verifier-device cpu places a PRM loaded on this machine, and --verifier-endpoint scores the steps on the "
          "PRM server: leave one of them out"),
@@ -375,10 +390,10 @@ def _refuse_unused(args: argparse.Namespace) -> None:
         (not args.prefix_cache and (args.prefix_cache_ram, args.prefix_cache_disk) != (None, None),
          "--prefix-cache-ram and --prefix-cache-disk size the prefix cache, which is off (--no-prefix-cache, or "
          "eval's default): add --prefix-cache, or leave them out"),
-        ((args.method or d.method) == "greedy" and (args.temperature, args.top_p) != (d.temperature, d.top_p),
+        (greedy and bool(_typed(args, ("temperature", "top_p"))),  # typed at its default value too
          "--temperature and --top-p shape sampling, and greedy takes the most likely token: pick --method beam, "
          "dvts or best-of-n to sample, or leave them out"),
-        ((args.method or d.method) == "greedy" and args.select != d.select,  # a vote of one path picks that path
+        (greedy and args.select != d.select,  # a vote of one path picks that path
          f"--select {args.select} votes among the final paths, and greedy has one: pick --method beam, dvts or "
          "best-of-n to vote, or leave it out"),
     ]

@@ -20,7 +20,7 @@ from app.heartbeat import Heartbeat, StepProgress
 from app.options import UsageError, configs_from_args, server_from_args
 from app.preflight import check_memory
 from app.question import read_question
-from app.run_output import close, failures_in_json, load_progress, note, record, warn
+from app.run_output import close, failures_in_json, load_progress, note, record, stream_ended, warn
 from app.session.series import prompt_traffic
 from app.session.steps import failure_point
 from app.session.tree import first_line
@@ -52,9 +52,13 @@ class Printer:
         self.first_traffic = True
         self.context_full: set[int] = set()  # candidates whose paths filled the model's context
         self.exit_noted = False  # the entropy exit's earliest-layer warning was given
+        self.auditing = False  # --audit-early-exit (RunStarted's search)
+        self.audited: list[bool] = []  # --audit-early-exit: per audited step, whether the exit picked as the full pass
 
     def __call__(self, event) -> None:
         self.started = self.started or event.type == "run_started"
+        if event.type == "run_started":
+            self.auditing = bool(event.search.get("audit_early_exit"))
         show = _PRINTERS.get(event.type)
         if show is not None:
             show(self, event)
@@ -140,15 +144,25 @@ class Printer:
         if event.speculative_discarded:
             p(f"  {event.speculative_discarded} speculated token(s) of pruned candidates freed")
         if event.verify_skipped:
-            p(f"  verifier skipped: confidence {event.confidence:.3f}, lead {event.confidence_gap:.3f}")
+            audit = self._audit(event.verifier_agrees, "the verifier")  # it ran anyway: would it have agreed?
+            p(f"  verifier skipped: confidence {event.confidence:.3f}, lead {event.confidence_gap:.3f}{audit}")
         if event.verifier_tokens_full:
             full = f"{event.verifier_tokens_full:,} to rescore every path"
             p(f"  verifier ran {event.verifier_tokens:,} tokens ({full})")
         if event.exit_layer is not None:
             saved = 1 - event.verifier_layer_tokens / max(event.verifier_layer_tokens_full, 1)
+            counted = " (the audit's full pass counted)" if self.auditing else ""  # it read 0% and did not say why
+            audit = self._audit(event.exit_agrees, "the full pass")
             p(f"  entropy exit: mean layer {event.exit_layer:.1f} of {event.verifier_layers}, "
-              f"{saved:.0%} of the verifier's layer work saved")
+              f"{saved:.0%} of the verifier's layer work saved{counted}{audit}")
             self._exit_note(event)
+
+    def _audit(self, agrees: bool | None, full: str) -> str:
+        """--audit-early-exit's word on a step it audited (`agrees` None: not audited), counted for the totals."""
+        if agrees is None or not self.auditing:
+            return ""
+        self.audited.append(agrees)
+        return f"; audit: {full} puts {'the same' if agrees else 'another'} child first"
 
     def _exit_note(self, event: ev.StepSelected) -> None:
         """Once a run: the exit stopped every candidate at its earliest layer, so the scores may say nothing."""
@@ -166,6 +180,9 @@ class Printer:
         p(f"{event.candidate_tokens} candidate tokens in {event.seconds:.1f} s ({event.tokens_per_second:.1f}/s)")
         p(f"goodput {event.goodput:.1f} tokens/s (each kept beam's path tokens per second of its completion time)"
           f"{formatting.speculation_text(event, '; ')}")
+        if self.audited:  # README: the audit reports how often the early exit would have put another child first
+            p(f"audit: the early exit put another child first in {self.audited.count(False)} of "
+              f"{len(self.audited)} audited step(s)")
         if event.prefix_kept_d2h_bytes:
             p(f"prefix cache: kept blocks copied to the host, D2H {event.prefix_kept_d2h_bytes:,} B")
         p(f"\nanswer:\n{without_controls(event.answer)}")  # as `sessions show`: no byte drives the terminal
@@ -346,6 +363,7 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
     """Show and record the events of `events(should_stop)`; the exit status of the run."""
     show = (lambda e: print(json.dumps(ev.to_dict(e)), flush=True)) if args.json else Printer(sys.stdout)
     status, stop, last_step, started, begun = 1, Event(), 0, Event(), 0  # begun: the last step started
+    ended = False  # an end event (finished, failed, cancelled) was shown
     beat = Heartbeat(progress or StepProgress(), lambda line: print(f"  ... {line}", file=sys.stderr, flush=True))
     try:
         with _ctrl_c_cancels(stop, started.is_set, lambda: begun == 0, recorder is not None,
@@ -359,9 +377,14 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
                 with _database_wait(beat.progress, recorder, event):
                     record(recorder, event)
                 show(event)
+                ended = ended or event.type in _END_EVENTS
                 status = _status(event, status, args.json)
-    except KeyboardInterrupt:  # the second Ctrl+C
-        record(recorder, ev.RunCancelled(step=last_step))  # the same name the window records
+    except KeyboardInterrupt as interrupt:  # the second Ctrl+C
+        cancelled = ev.RunCancelled(step=last_step)  # the same name the window records
+        record(recorder, cancelled)
+        if not ended:  # shown too: the stream's last line was the step_started it quit in (README, "JSON Lines")
+            show(cancelled)
+        stream_ended(interrupt)
         _say_recorded(recorder, 130, last_step, started.is_set())
         raise
     finally:
@@ -402,6 +425,9 @@ def _say_recorded(recorder, status: int, last_step: int, started: bool = True, b
         note(f"recorded as session {recorder.session_id}, cancelled after step {last_step}")
     else:
         note(f"recorded as session {recorder.session_id} (failed {failure_point(begun, last_step)})")
+
+
+_END_EVENTS = (ev.RunFinished.type, ev.RunFailed.type, ev.RunCancelled.type)
 
 
 def _status(event, status: int, json_lines: bool) -> int:

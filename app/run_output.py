@@ -40,6 +40,23 @@ def failures_in_json(json_lines: bool) -> Iterator[None]:
         raise
 
 
+def cancelled_in_json(interrupt: KeyboardInterrupt) -> None:
+    """A `run --json` that a Ctrl+C quits before its run started (the imports, the option checks, the model's load:
+    it printed nothing) ends its stream with a run_cancelled line, once: `_drive` marks an interrupt whose stream
+    has its end already (`stream_ended`)."""
+    from engine.events import RunCancelled, to_dict
+
+    if getattr(interrupt, "stream_ended", False):
+        return
+    interrupt.stream_ended = True  # type: ignore[attr-defined]
+    print(json.dumps(to_dict(RunCancelled(step=0))), flush=True)
+
+
+def stream_ended(interrupt: KeyboardInterrupt) -> None:
+    """Mark `interrupt` as met after its stream's end event: `cancelled_in_json` adds none."""
+    interrupt.stream_ended = True  # type: ignore[attr-defined]
+
+
 def record(recorder, event) -> None:
     """A busy database does not stop the search: the recorder moves the run to a journal and says so once."""
     if recorder is None or recorder.finished or (recorder.session_id is None and not recorder.journal
