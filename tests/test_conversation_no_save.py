@@ -18,6 +18,7 @@ from app.store import SessionStore
 from app.store_errors import StoreReadOnly
 from benchmarks.fake_search import fake_run
 from engine import events as ev
+from tests.test_sessions_cli import recorded
 
 OLD_DB = Path(__file__).parent / "data" / "sessions_m001.db"  # written before m002: it needs an upgrade
 TINY = ["--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2", "--step-tokens", "4", "--max-steps", "2"]
@@ -26,12 +27,7 @@ TINY = ["--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2", "--st
 @pytest.fixture
 def db(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
-    path = tmp_path / "c.db"
-    with SessionStore(path) as store:
-        recorder = SessionRecorder(store)
-        for event in fake_run("What is 2+3?"):
-            recorder.write(event)
-    return path
+    return recorded(tmp_path / "c.db", "What is 2+3?")
 
 
 def test_no_save_with_db_is_taken_for_a_follow_up_only(db: Path) -> None:

@@ -15,15 +15,19 @@ from app.store import SessionStore
 from benchmarks.fake_search import fake_run
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    path = tmp_path / "s.db"
+def recorded(path: Path, *questions: str) -> Path:
+    """A session database at `path` with one fake run of each question (one, "How fast is the train?", if none)."""
     with SessionStore(path) as store:
-        for question in ("How fast is the train?", "Why is the sky blue?"):
+        for question in questions or ("How fast is the train?",):
             recorder = SessionRecorder(store)
             for event in fake_run(question):
                 recorder.write(event)
     return path
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return recorded(tmp_path / "s.db", "How fast is the train?", "Why is the sky blue?")
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -11,22 +11,16 @@ import pytest
 import app.formatting as fmt
 from app.cli import main
 from app.journal import RunJournal, header_for
-from app.recorder import SessionRecorder
-from app.store import SessionStore
 from benchmarks.fake_search import fake_run
 from engine import events as ev
 from engine.config import SearchConfig
+from tests.test_sessions_cli import recorded
 
 
 @pytest.fixture
 def db(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
-    path = tmp_path / "s.db"
-    with SessionStore(path) as store:
-        recorder = SessionRecorder(store)
-        for event in fake_run("How fast is the train?"):
-            recorder.write(event)
-    return path
+    return recorded(tmp_path / "s.db")
 
 
 def set_column(db: Path, column: str, value: str) -> None:

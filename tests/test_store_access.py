@@ -17,10 +17,9 @@ import pytest
 
 import app.store
 from app import store_file
-from app.recorder import SessionRecorder
 from app.store import SessionStore
 from app.store_errors import StoreDamaged, StoreUnreadable
-from benchmarks.fake_search import fake_run
+from tests.test_sessions_cli import recorded
 from tests.test_store_file_kinds import exit_code
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,14 +44,6 @@ except StoreError as error:
 seen["move-aside"] = main(["sessions", "move-aside", "--db", path])
 print(json.dumps(seen))
 """
-
-
-def recorded(path: Path) -> Path:
-    with SessionStore(path) as store:
-        recorder = SessionRecorder(store)
-        for event in fake_run("How fast is the train?"):
-            recorder.write(event)
-    return path
 
 
 @pytest.fixture

@@ -15,10 +15,9 @@ import app.db_kind
 from app import store_file
 from app.cli import main
 from app.db_kind import SCHEMA_READ, SCHEMA_TEXT, damaged_page_one, foreign_file
-from app.recorder import SessionRecorder
 from app.store import SessionStore
 from app.store_errors import NotADatabase, StoreError, StoreTooNew
-from benchmarks.fake_search import fake_run
+from tests.test_sessions_cli import recorded
 
 TINY = ["--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2", "--step-tokens", "4", "--max-steps", "1"]
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
@@ -27,12 +26,7 @@ PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
 @pytest.fixture
 def db(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
-    path = tmp_path / "s.db"
-    with SessionStore(path) as store:
-        for question in ("How fast is the train?", "Why is the sky blue?"):
-            recorder = SessionRecorder(store)
-            for event in fake_run(question):
-                recorder.write(event)
+    path = recorded(tmp_path / "s.db", "How fast is the train?", "Why is the sky blue?")
     assert not path.with_name("s.db-wal").exists(), "the last close wrote the WAL into the file"
     return path
 
