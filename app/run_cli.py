@@ -291,13 +291,14 @@ def server_options(server: dict, verifier_model: str | None = None) -> str:
 @contextmanager
 def _ctrl_c_cancels(stop: Event, started: Callable[[], bool] = lambda: True,
                     before_step_1: Callable[[], bool] = lambda: False, recorded: bool = True,
-                    reading: Callable[[str], None] | None = None) -> Iterator[None]:
+                    reading: Callable[[str], object] | None = None) -> Iterator[None]:
     """The first Ctrl+C stops the search within its step, at the next token; the steps chosen before it are kept
     and the run is recorded as cancelled (not `recorded`, --no-save: nothing is, and the line says so). A second
     one quits. Before the search has `started` (a server being checked), there is nothing to keep, and the line
     says so; `before_step_1` (the model reading the question, a server asked for the first step) there is no step
-    to drop or keep either, and `reading` (a local run's heartbeat) is told that the stop waits for the chunk of
-    the question being read (it went on saying "reading the question" for the half minute a chunk took)."""
+    to drop or keep either, and `reading` (a local run's StepProgress.stop_asked) is told the stop came, so the
+    heartbeat says it waits for the chunk of the question being read (it went on saying "reading the question" for
+    the half minute a chunk took); it is given what the line ends with."""
     def on_sigint(signum, frame):
         if stop.is_set():
             raise KeyboardInterrupt
@@ -308,7 +309,7 @@ def _ctrl_c_cancels(stop: Event, started: Callable[[], bool] = lambda: True,
             kept = "no step has begun yet: the run ends before step 1 " + (
                 "and is recorded cancelled" if recorded else "and nothing is recorded (--no-save)")
             if reading is not None:
-                reading("stopping after the chunk of the question being read (Ctrl+C again to quit now)")
+                reading(" (Ctrl+C again to quit now)")  # StepProgress.stop_asked: the window's line too
         else:
             kept = "the step in progress is dropped, the steps chosen so far are kept" + (
                 "" if recorded else " on the screen; nothing is recorded (--no-save)")
@@ -367,7 +368,7 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
     beat = Heartbeat(progress or StepProgress(), lambda line: print(f"  ... {line}", file=sys.stderr, flush=True))
     try:
         with _ctrl_c_cancels(stop, started.is_set, lambda: begun == 0, recorder is not None,
-                             None if progress else beat.progress.wait), beat:  # the beat: a silent second explained
+                             None if progress else beat.progress.stop_asked), beat:  # a silent second explained
             for event in events(stop.is_set):
                 beat.saw(event)
                 if event.type == "run_started":

@@ -46,7 +46,7 @@ def test_the_progress_line_says_the_stop_waits_for_the_chunk_being_read(capsys):
     progress, stop = StepProgress(clock=lambda: 0.0), Event()
     progress.apply(SimpleNamespace(type="run_started", search={"beams": 2, "width": 2}))
     assert progress.line().startswith("reading the question")
-    with _ctrl_c_cancels(stop, lambda: True, lambda: True, recorded=False, reading=progress.wait):
+    with _ctrl_c_cancels(stop, lambda: True, lambda: True, recorded=False, reading=progress.stop_asked):
         os.kill(os.getpid(), signal.SIGINT)
     assert stop.is_set()
     assert progress.line().startswith("stopping after the chunk of the question being read")
