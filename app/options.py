@@ -356,7 +356,9 @@ def _refuse_unused(args: argparse.Namespace) -> None:
     these was taken without a word, and the search ran as if it had not been given."""
     d = SearchConfig()
     local = _local_only_given(args)
-    greedy = (args.method or d.method) == "greedy"
+    compare = getattr(args, "compare", None)  # eval's methods, where it compares several
+    greedy = ({m.strip() for m in compare.split(",")} - {""} if compare else {args.method or d.method}) == {"greedy"}
+    other = "add beam, dvts or best-of-n to --compare" if compare else "pick --method beam, dvts or best-of-n"
     unused = [
         (local, _local_only_refusal(local)),
         ((args.tau_conf, args.r_gap) != (None, None) and not args.verify_skip,
@@ -391,11 +393,11 @@ def _refuse_unused(args: argparse.Namespace) -> None:
          "--prefix-cache-ram and --prefix-cache-disk size the prefix cache, which is off (--no-prefix-cache, or "
          "eval's default): add --prefix-cache, or leave them out"),
         (greedy and bool(_typed(args, ("temperature", "top_p"))),  # typed at its default value too
-         "--temperature and --top-p shape sampling, and greedy takes the most likely token: pick --method beam, "
-         "dvts or best-of-n to sample, or leave them out"),
+         f"--temperature and --top-p shape sampling, and greedy takes the most likely token: {other} to sample, "
+         "or leave them out"),
         (greedy and args.select != d.select,  # a vote of one path picks that path
-         f"--select {args.select} votes among the final paths, and greedy has one: pick --method beam, dvts or "
-         "best-of-n to vote, or leave it out"),
+         f"--select {args.select} votes among the final paths, and greedy has one: {other} to vote, or leave it "
+         "out"),
     ]
     why = next((why for given, why in unused if given), None)
     if why is not None:

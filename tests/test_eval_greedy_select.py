@@ -34,3 +34,22 @@ def test_eval_refuses_a_vote_with_greedy_before_it_runs(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "--select weighted votes among the final paths, and greedy has one" in captured.err
     assert "problems" not in captured.out
+
+
+@pytest.mark.parametrize("option", [("--select", "majority"), ("--temperature", "0.5"), ("--top-p", "1.0")])
+def test_eval_comparing_greedy_alone_refuses_what_greedy_ignores(tmp_path, capsys, option):
+    """`--compare greedy` ran greedy alone and took a vote or a temperature without a word, where `--method greedy`
+    refused them; the refusal names --compare's way on."""
+    problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
+    assert main(["eval", str(problems), *TINY, "--compare", "greedy", *option, "--no-save"]) == 2
+    err = capsys.readouterr().err
+    assert "greedy" in err and "add beam, dvts or best-of-n to --compare" in err
+
+
+def test_eval_comparing_greedy_with_a_sampling_method_takes_a_vote(tmp_path, capsys):
+    """With beam beside it, --select and --temperature do something (for beam)."""
+    problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
+    argv = ["eval", str(problems), *TINY, "--compare", "greedy,beam", "--select", "majority", "--temperature", "0.7",
+            "--max-steps", "1", "--no-save"]
+    assert main(argv) == 0
+    assert "greedy" in capsys.readouterr().out
