@@ -86,3 +86,23 @@ def test_the_window_shows_and_uses_the_calibrated_entropy_exit(qtbot, tmp_path, 
     assert "entropy exit θ 3.250, δ 0.500 (calibrated on 12 steps" in controls.thresholds_label.text()
     _, built, _ = controls.configs()
     assert (built.entropy_theta, built.entropy_delta, built.tau_conf) == (3.25, 0.5, 0.8)
+
+
+def test_greedy_greys_out_and_leaves_out_what_it_ignores(qtbot, tmp_path, monkeypatch):
+    """Greedy took the window's temperature, top-p and vote and recorded them, where `run --method greedy` refuses
+    them: "Run again" of such a session as a command line was refused. The controls grey out and keep their values
+    for the other methods."""
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path))
+    controls = SearchControls()
+    qtbot.addWidget(controls)
+    search = SearchConfig(method="beam", temperature=0.5, top_p=0.9, select="majority")
+    controls.set_configs(ModelSpec(), search, CacheConfig())
+    controls.method.setCurrentIndex(controls.method.findData("greedy"))
+    _, built, _ = controls.configs()
+    default = SearchConfig()
+    assert (built.temperature, built.top_p, built.select) == (default.temperature, default.top_p, default.select)
+    assert not any(c.isEnabled() for c in (controls.temperature, controls.top_p, controls.select))
+    controls.method.setCurrentIndex(controls.method.findData("best-of-n"))
+    _, built, _ = controls.configs()
+    assert (built.temperature, built.top_p, built.select) == (0.5, 0.9, "majority")
+    assert all(c.isEnabled() for c in (controls.temperature, controls.top_p, controls.select))

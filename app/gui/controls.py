@@ -100,8 +100,7 @@ class SearchControls(QWidget):
         search = dataclasses.replace(
             self._search, beams=int(self.beams.number()), width=int(self.width.number()),
             step_tokens=int(self.step_tokens.number()), step_delimiter=parse_delimiter(self.delimiter.text()),
-            max_steps=int(self.max_steps.number()), temperature=self.temperature.number(),
-            top_p=self.top_p.number(),
+            max_steps=int(self.max_steps.number()), **self._sampling_fields(),
             seed=self.seed.value(), aggregation=self.aggregation.currentData(), verifier=verifier,
             verifier_model=verifier_model, verifier_device=self._verifier_device(verifier), **self._method_fields(),
         )
@@ -132,11 +131,20 @@ class SearchControls(QWidget):
     def _verifier_device(self, verifier: str) -> str:
         return "cpu" if verifier == "prm" and self.verifier_on_cpu.isChecked() else "auto"
 
+    def _sampling_fields(self) -> dict:
+        """Temperature and top-p; greedy takes the most likely token, so it runs (and records) the defaults, as
+        `run --method greedy` refuses them typed: the sliders, greyed, keep their values for the other methods."""
+        if self.method.currentData() == "greedy":
+            return {"temperature": SearchConfig().temperature, "top_p": SearchConfig().top_p}
+        return {"temperature": self.temperature.number(), "top_p": self.top_p.number()}
+
     def _method_fields(self) -> dict:
-        """Method, lookahead, selection and verify-skip (calibrated thresholds when there are any)."""
+        """Method, lookahead, selection and verify-skip (calibrated thresholds when there are any); greedy's one
+        path needs no vote, so it runs the default selection, as lookahead is 0 for all but beam."""
         method = self.method.currentData()
+        select = self.select.currentData() if method != "greedy" else SearchConfig().select
         fields = {"method": method, "lookahead": self.lookahead.value() if method == "beam" else 0,
-                  "select": self.select.currentData(), "verify_skip": self.verify_skip.isChecked(),
+                  "select": select, "verify_skip": self.verify_skip.isChecked(),
                   "entropy_exit": self.entropy_exit.isChecked()}
         saved = load_thresholds()
         if saved is not None:
@@ -412,6 +420,8 @@ class SearchControls(QWidget):
         n, m = int(self.beams.number()), int(self.width.number())
         self.candidates_label.setText(f"{n * m} candidates per step (N {n} × M {m})")
         self.lookahead.setEnabled(self.method.currentData() == "beam")
+        for control in (self.temperature, self.top_p, self.select):  # greedy: one path at temperature 0
+            control.setEnabled(self.method.currentData() != "greedy")
         self.verifier_on_cpu.setEnabled(self.verifier.choice()[0] == "prm")
         self.continuations.setEnabled(self.switches["speculative"].isChecked())
         self.switches["lookahead_verify"].setEnabled(self.switches["speculative"].isChecked())
