@@ -51,7 +51,7 @@ class PolicyResult:
     forwards: int = 0  # decode forward calls the run needed (each group's longest row): time on a GPU tracks it
     speculative_tokens: int = 0  # made in idle slots for children (speculative beam extension)
     speculative_used: int = 0  # of them, taken by kept candidates' children
-    speculative_discarded: int = 0  # of them, freed with pruned candidates
+    speculative_discarded: int = 0  # of them, freed with pruned candidates or unneeded at the end
     speculative_runs: int = 0  # children's steps started speculatively (one per child)
     speculative_lent_runs: int = 0  # of them, decoded in rows other candidates lent (their own work over)
     verifier_tokens: int = 0  # tokens the verifier ran, all steps

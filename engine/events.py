@@ -212,7 +212,7 @@ class RunFinished:
     goodput: float = 0.0  # FlashTTS: the mean over the final kept beams of path tokens / its completion seconds
     speculative_tokens: int = 0  # made in idle row slots for children (speculative beam extension)
     speculative_used: int = 0  # of them, the tokens kept candidates' children took as their steps' starts
-    speculative_discarded: int = 0  # of them, freed with pruned candidates (the rest: the last step's, unneeded)
+    speculative_discarded: int = 0  # of them, freed with pruned candidates or unneeded at the end (the last kept)
     speculative_runs: int = 0  # children's steps started speculatively (one run per child)
     speculative_runs_used: int = 0  # of them, taken by a child (each child counted once)
     lookahead_verified: int = 0  # speculated next steps the verifier checked with their parent's step

@@ -422,6 +422,7 @@ class _Search:
         pool = final_pool([self.candidates[c] for c in kept])
         winner = choose(pool, self.cfg.select, lambda c: self.loaded.decode(c.generated))
         best = kv.chosen = winner.id  # its path's blocks go to the prefix cache
+        self.speculation.discarded += sum(kv.drop_speculation(c) for c in kept)  # made for a step never run
         seconds = self.clock.seconds()
         kept_bytes = kv.keep()  # the prefix cache's copies of the run's blocks, in its figures (after the clock)
         total = sum(c.step_tokens for c in self.candidates.values()) + self.extra_tokens

@@ -278,6 +278,15 @@ class KVCache:
         if live is None:
             return 0
         self.store.free(self.blocks.free(live.table))
+        return self._drop_ahead(live)
+
+    def drop_speculation(self, candidate: int) -> int:
+        """Free a kept candidate's speculative KV, which no child will adopt (the run has ended); returns its
+        tokens. Its own blocks stay, for the prefix cache."""
+        live = self.live.get(candidate)
+        return self._drop_ahead(live) if live is not None else 0
+
+    def _drop_ahead(self, live: Live) -> int:
         discarded = 0
         for ahead in live.ahead.values():
             self.store.free(self.blocks.free(ahead.table))
