@@ -706,3 +706,11 @@ def test_stop_ends_a_tls_handshake_that_goes_unanswered() -> None:
         with pytest.raises(RequestCancelled):
             backend.check_model()
         assert time.monotonic() - began < 5.0
+
+
+def test_no_key_to_a_server_that_needs_one_says_it_needs_one() -> None:
+    """With no --api-key-env the run said "the API key was refused ... Check the API key", of a key never sent."""
+    with FakeServer(key="sk-right") as server:
+        failed = failure(server.url)
+    assert failed.error == "ServerError" and "HTTP 401: it needs an API key, and none was sent" in failed.message
+    assert "refused" not in failed.message and "--api-key-env NAME" in failed.message, failed.message

@@ -5,6 +5,7 @@ address, a local model's options given with a server, the keyring's own words)."
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import time
@@ -129,16 +130,20 @@ def test_a_prm_servers_other_shape_is_said_as_what_came(pooled: list, said: str)
 def test_a_refused_key_on_the_prm_server_names_its_address_and_option() -> None:
     prm_search = SearchConfig(beams=1, width=2, step_tokens=16, max_steps=1, verifier="prm", verifier_model=PRM)
     with FakeServer() as generator, FakeServer(mode="prm", key="sk-prm") as prm:
-        cfg = ServerConfig(generator.url, MODEL, prm_endpoint=prm.url, backoff_s=0.0, timeout_s=2.0)
+        cfg = ServerConfig(generator.url, MODEL, prm_endpoint=prm.url, backoff_s=0.0, timeout_s=2.0, api_key="sk")
         failed = list(run(QUESTION, cfg, prm_search))[-1]
+        no_key = list(run(QUESTION, dataclasses.replace(cfg, api_key=None), prm_search))[-1]
     assert failed.error == "ServerError" and f"the server at {prm.url} answered HTTP 401" in failed.message
     assert "API key of the --verifier-endpoint server (--api-key-env NAME" in failed.message
     assert "both servers" in failed.message
+    assert f"the server at {prm.url} answered HTTP 401: it needs an API key, and none was sent" in no_key.message
+    assert "--api-key-env NAME" in no_key.message and "both servers" in no_key.message, no_key.message
 
 
 def test_a_refused_key_on_the_generator_names_endpoint() -> None:
     with FakeServer(key="sk") as server:
-        failed = list(run(QUESTION, ServerConfig(server.url, MODEL, backoff_s=0.0, timeout_s=2.0), SEARCH))[-1]
+        cfg = ServerConfig(server.url, MODEL, backoff_s=0.0, timeout_s=2.0, api_key="sk-wrong")
+        failed = list(run(QUESTION, cfg, SEARCH))[-1]
     assert f"the server at {server.url} answered HTTP 401" in failed.message
     assert "API key of the --endpoint server" in failed.message and "both servers" not in failed.message
 

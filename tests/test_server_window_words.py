@@ -13,7 +13,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtWidgets import QFormLayout, QGroupBox
 
 from app.gui.server_panel import ServerChoice, ServerDialog
-from app.gui.terms import window_terms
+from app.gui.terms import KEY_NEEDED_HINT, window_terms
 from engine import events as ev
 from engine.backends.openai import MAX_TIMEOUT_S, ServerConfig
 from engine.config import SearchConfig
@@ -41,7 +41,7 @@ def refused_key_message(on_prm_server: bool) -> str:
                           **({"verifier": "prm", "verifier_model": PRM} if on_prm_server else {}))
     with FakeServer(key=None if on_prm_server else KEY) as generator, FakeServer(mode="prm", key=KEY) as prm:
         server = ServerConfig(generator.url, MODEL, prm_endpoint=prm.url if on_prm_server else None, backoff_s=0.0,
-                              timeout_s=2.0)
+                              timeout_s=2.0, api_key="sk-wrong")  # sent and refused (none sent: it needs one)
         failed = list(run(QUESTION, server, search))[-1]
     assert isinstance(failed, ev.RunFailed) and "HTTP 401" in failed.message, failed
     return failed.message
@@ -59,13 +59,18 @@ def test_a_refused_keys_advice_reads_as_the_dialogs(on_prm_server: bool) -> None
 @pytest.mark.parametrize("key_from", ["none", "keyring"])
 def test_a_run_on_a_server_that_refuses_the_key_says_the_dialogs_advice(
         qtbot, window_for, monkeypatch, key_from: str) -> None:  # noqa: F811
+    """With API key "No key" the run said "the API key was refused ... Check the API key" of a key never sent: it
+    now says the server needs one, and where to give it."""
     window = window_for()
     with FakeServer(key=KEY + "-other") as server:  # the keyring's key (KEY) is refused too
         failed, reported = run_failing(qtbot, window, server, monkeypatch, key_from=key_from)
-    assert "HTTP 401" in failed.message and WINDOWS in reported, reported
-    assert "Address server" not in reported and "variable" not in reported
+    advice = KEY_NEEDED_HINT if key_from == "none" else WINDOWS
+    assert "HTTP 401" in failed.message and advice in reported, reported
+    assert ("needs an API key, and none was sent" in reported) == (key_from == "none"), reported
+    assert ("refused" in reported) == (key_from != "none"), reported
+    assert "Address server" not in reported and "--" not in reported
     shown = window.panels.transcript.plain_text()
-    assert WINDOWS in shown and "Address server" not in shown, shown
+    assert advice in shown and "Address server" not in shown, shown
 
 
 def test_the_connection_tests_advice_is_the_same_sentence(qtbot, monkeypatch) -> None:

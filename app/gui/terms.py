@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import re
 
+from engine.backends.failures import KEY_NEEDED_HINT as ENGINE_KEY_NEEDED
 from engine.backends.keys import KEYRING_DIALOG
 
 WINDOW_LABELS = {  # option -> the control that sets it, as the settings panel and the Server dialog label it
@@ -42,6 +43,9 @@ CLI_ONLY = {  # options whose messages the window never shows: it has no such se
 SERVER_DIALOG = KEYRING_DIALOG  # where the Server dialog opens (the engine names it for a keyring key)
 KEY_REFUSED_HINT = "Check the API key and where it comes from."  # the dialog's own advice for a 401 or 403
 
+KEY_NEEDED_HINT = ("Choose 'Environment variable' or 'System keyring' as the API key (Server… > API key), and "
+                   "name the variable or type the key.")  # where the engine's KEY_NEEDED_HINT names --api-key-env
+
 _OPTION = re.compile(r"--[a-z][a-z-]*(?: (?:PATH|NAME|TEXT)\b)?")
 # The engine's advice for a refused key (HTTP 401 or 403, engine/backends): "Check the API key of the
 # --endpoint server (--api-key-env NAME: the variable that holds it)." Its options' labels made it "...of the Server…
@@ -58,6 +62,7 @@ def window_terms(text: str) -> str:
         option = match.group(0).split(" ")[0]
         return WINDOW_LABELS.get(option, match.group(0))
 
+    text = text.replace(ENGINE_KEY_NEEDED, KEY_NEEDED_HINT)
     text = _KEY_REFUSED.sub(f"{KEY_REFUSED_HINT[:-1]} ({WINDOW_LABELS['--api-key-env']}).", text)
     return _OPTION.sub(label, text)
 

@@ -21,6 +21,9 @@ NO_API_HINT = ("Check the address: the OpenAI-compatible API of vLLM, SGLang or 
                "http://host:port or http://host:port/v1, not another program's port.")
 
 
+KEY_NEEDED_HINT = "Give the server's API key with --api-key-env NAME, the environment variable that holds it."
+
+
 class ServerSettings(Protocol):
     """What the messages name of a server's settings: engine/backends/openai.py ServerConfig (which imports this)."""
 
@@ -28,6 +31,8 @@ class ServerSettings(Protocol):
     served_model: str
     endpoint_option: str
     prm_endpoint: str | None
+    api_key_env: str | None  # the variable that holds the key, or
+    api_key: str | None  # the key itself (the window's keyring); neither: no key is sent
     retries: int
     timeout_s: float
 
@@ -104,6 +109,10 @@ def http_error(cfg: ServerSettings, status: int, detail: str, method: str, url: 
         what = f"nothing is served at {url}" if status == 404 else f"{url} takes no {method} request"
         return ServerError(status, f"{what} ({detail or 'no details'}): there is no OpenAI-compatible API at this "
                                    "address", hint=NO_API_HINT)
+    if status in (401, 403) and cfg.api_key is None and cfg.api_key_env is None:  # not refused: none was sent
+        both = " It goes to both servers." if cfg.prm_endpoint else ""
+        return ServerError(status, f"it needs an API key, and none was sent ({detail or 'no details'})",
+                           hint=KEY_NEEDED_HINT + both, endpoint=cfg.endpoint)
     if status in (401, 403):  # said with the address and its option: a PRM server's said neither
         both = "; it goes to both servers" if cfg.prm_endpoint else ""
         return ServerError(
