@@ -23,3 +23,13 @@ def decode_text(data: bytes) -> str:
 def read_text(path: Path) -> str:
     """The text of the file at `path` (OSError and UnicodeDecodeError as reading and decoding raise them)."""
     return decode_text(path.read_bytes())
+
+
+def not_utf8(error: UnicodeDecodeError) -> str:
+    """What a file that `decode_text` refused is, and what to do, in the words a question file and a problem set
+    use: "not UTF-8 text (byte 0xe4 at offset 118; ...); save it as UTF-8" (Python's own "'utf-8' codec can't
+    decode byte 0xe4 in position 118: invalid continuation byte" says neither)."""
+    data = error.object
+    byte = f"byte 0x{data[error.start]:02x} at offset {error.start}" if error.start < len(data) else "its end"
+    return (f"not UTF-8 text ({byte}; the file is in another encoding, such as Latin-1 or Windows-1252); "
+            "save it as UTF-8")

@@ -9,6 +9,7 @@ from app.export.files import (
     ExportError,
     default_file_stem,
     export_session,
+    format_of_name,
     render_session,
     write_atomically,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "SessionFileInvalid",
     "default_file_stem",
     "export_session",
+    "format_of_name",
     "import_session",
     "render_session",
     "session_dump",

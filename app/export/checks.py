@@ -1,7 +1,8 @@
 """Checking a session file completely before import: every value's type, every id it refers to, every step.
 
 Importing writes nothing until the whole file has passed, so a hand-edited or damaged file
-never leaves a session that later views or exports cannot read.
+never leaves a session that later views or exports cannot read. The `path` each check takes begins its refusals:
+the file, or "FILE, turn N" for a turn of a conversation (app/export/dump.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class SessionFileInvalid(BeamwiseError):
     hint = "Import a .json file written by `beamwise sessions export ID --format json`."
 
 
+SECTIONS = {"sessions": "session", "candidates": "candidates", "steps": "timeline"}  # each table's key in a file
 JSON_FIELDS = {"sessions": ("search", "cache", "path"), "steps": ID_LISTS}  # data, not column text
 SETTINGS = {"search": SearchConfig, "cache": CacheConfig}  # a session's and its run_started's settings objects
 
@@ -42,7 +44,7 @@ def check_values(table: str, rows: list[dict], columns: dict[str, type], path: o
             raise SessionFileInvalid(f"{path}: the session's {problem}.")
         for key, kind in plain.items():
             value = row.get(key)
-            where = f"{path}: {table} entry {number + 1}, field {key!r}"
+            where = f"{path}: {_entry(table, number)}, field {key!r}"
             if value is None:
                 if key in REQUIRED.get(table, ()):
                     raise SessionFileInvalid(f"{where} is missing.")
@@ -52,6 +54,11 @@ def check_values(table: str, rows: list[dict], columns: dict[str, type], path: o
             if table == "sessions" and key in TIMES and not _iso_time(value):
                 raise SessionFileInvalid(f"{where} should be a date and time such as 2026-12-07T07:22:15+00:00, "
                                          f"not {value!r:.40}.")
+
+
+def _entry(table: str, number: int) -> str:
+    """Which row of a turn, named by the file's section: "the session" (a turn has one), "timeline entry 2"."""
+    return "the session" if table == "sessions" else f"{SECTIONS[table]} entry {number + 1}"
 
 
 def _fits(value: Any, kind: type) -> bool:

@@ -10,6 +10,7 @@ from typing import Any
 from app import event_log
 from app.conversations import line_of
 from app.export.checks import (
+    SECTIONS,
     SessionFileInvalid,
     check_event_fields,
     check_events,
@@ -20,7 +21,7 @@ from app.export.checks import (
 )
 from app.session.steps import STATUS_OF_END
 from app.store import SCHEMA_VERSION, SessionStore
-from app.text_files import read_text
+from app.text_files import not_utf8, read_text
 from engine import events as ev
 
 FILE_FORMAT = "beamwise-session"
@@ -58,7 +59,7 @@ def _turn_dump(store: SessionStore, session_id: int) -> dict[str, Any]:
 def import_session(store: SessionStore, path: Path | str) -> int:
     """Add the session (or conversation) in a JSON export to the store, in one transaction; returns the new id
     of its last turn. Every turn is checked before anything is written."""
-    turns = [_checked_turn(store, turn, path) for turn in _read_dump(Path(path))]
+    turns = [_checked_turn(store, turn, where) for where, turn in _read_dump(Path(path))]
     check_turn_order([(session, events) for session, _, _, events in turns], path)
     previous = None
     with store.transaction() as conn:
@@ -73,38 +74,43 @@ def import_session(store: SessionStore, path: Path | str) -> int:
     return previous
 
 
-def _checked_turn(store: SessionStore, dump: dict[str, Any], path: Path | str) -> tuple[dict, list, list, list]:
+def _checked_turn(store: SessionStore, dump: dict[str, Any], where: str) -> tuple[dict, list, list, list]:
+    """One turn's rows and events, each checked; `where` begins every refusal: the file, and in a conversation
+    its turn ("t.json, turn 2"), so a damaged turn is found without reading them all."""
     # an export never writes the source database's own ids and links (older hand-made files may): never taken
     session = {k: v for k, v in dump["session"].items() if k not in PRIVATE_SESSION_KEYS}
     if session.get("status") == "running":
         session["status"] = "interrupted"  # nothing is recording it any more
     if not isinstance(session.get("status"), str) or session["status"] not in STATUSES:  # a list: unhashable
-        raise SessionFileInvalid(f"{path} has a session of status {session.get('status')!r}; a session is "
+        raise SessionFileInvalid(f"{where} has a session of status {session.get('status')!r}; a session is "
                                  f"{', '.join(sorted(STATUSES))}.")
     if isinstance(session.get("emulated"), bool):  # its column holds 0/1; another type is refused below
         session["emulated"] = int(session["emulated"])
-    (session,) = _checked_rows(store, "sessions", [session], path)
-    candidates = _checked_rows(store, "candidates", dump["candidates"], path)
-    timeline = _checked_rows(store, "steps", dump["timeline"], path)
+    (session,) = _checked_rows(store, "sessions", [session], where)
+    candidates = _checked_rows(store, "candidates", dump["candidates"], where)
+    timeline = _checked_rows(store, "steps", dump["timeline"], where)
     for table, rows in (("sessions", [session]), ("candidates", candidates), ("steps", timeline)):
-        check_values(table, rows, store.db[table].columns_dict, path)
-    check_tree(session, candidates, timeline, path)
+        check_values(table, rows, store.db[table].columns_dict, where)
+    check_tree(session, candidates, timeline, where)
     try:
         events = [restored_numbers(ev.to_dict(ev.from_dict(data))) for data in dump["events"]]
     except (AttributeError, KeyError, TypeError, ValueError) as error:  # not an event, or a list of other things
-        raise SessionFileInvalid(f"{path} has an event this Beamwise cannot read ({error!r}).") from error
-    check_events(events, candidates, path)
-    check_event_fields(events, path)
+        raise SessionFileInvalid(f"{where} has an event this Beamwise cannot read ({error!r}).") from error
+    check_events(events, candidates, where)
+    check_event_fields(events, where)
     return session, candidates, timeline, events
 
 
-def _read_dump(path: Path) -> list[dict[str, Any]]:
-    """The turns of the export at `path` (one for a version 1 file), each with its sections checked."""
+def _read_dump(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """The turns of the export at `path` (one for a version 1 file), each with its sections checked and with where
+    its refusals say it is: the file, or "FILE, turn N" for each turn of a version 2 file."""
     try:
         dump = json.loads(read_text(path))
     except OSError as error:
         raise SessionFileInvalid(f"cannot read {path} ({error.strerror or error}).") from error
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except UnicodeDecodeError as error:  # as a question file and a problem set say it (app/text_files.py)
+        raise SessionFileInvalid(f"{path} is {not_utf8(error)}.") from error
+    except json.JSONDecodeError as error:
         raise SessionFileInvalid(f"{path} is not a Beamwise session export (not valid JSON: {error}).") from error
     except (ValueError, RecursionError) as error:  # a number of over 4,300 digits; arrays nested thousands deep
         what = "nested too deeply" if isinstance(error, RecursionError) else "a number with too many digits"
@@ -120,29 +126,37 @@ def _read_dump(path: Path) -> list[dict[str, Any]]:
                                  hint="Update Beamwise to import it.")
     if dump["version"] >= 2 and (not isinstance(dump.get("turns"), list) or not dump["turns"]):
         raise SessionFileInvalid(f"{path} is missing its 'turns' section.")
-    turns = dump["turns"] if dump["version"] >= 2 else [dump]
-    for turn in turns:
-        if not isinstance(turn, dict):
-            raise SessionFileInvalid(f"{path} has a turn that is not an object.")
-        for key, kind in (("session", dict), ("candidates", list), ("timeline", list), ("events", list)):
-            if not isinstance(turn.get(key), kind):
-                raise SessionFileInvalid(f"{path} is missing its {key!r} section.")
-        if not turn["session"].get("question") or not turn["session"].get("created"):
-            raise SessionFileInvalid(f"{path} has a session without a question or creation time.")
-    return turns
+    if dump["version"] < 2:
+        return [(str(path), _checked_sections(dump, str(path)))]
+    return [(f"{path}, turn {number}", _checked_sections(turn, f"{path}, turn {number}"))
+            for number, turn in enumerate(dump["turns"], 1)]
 
 
-def _checked_rows(store: SessionStore, table: str, rows: list[Any], path: Path | str) -> list[dict]:
-    """Rows with one shared set of known columns (keys become SQL column names); unknown fields are refused."""
+def _checked_sections(turn: Any, where: str) -> dict[str, Any]:
+    """`turn` once it is an object with each section of its kind, and a session with a question and a time."""
+    if not isinstance(turn, dict):
+        raise SessionFileInvalid(f"{where} is not an object.")
+    for key, kind in (("session", dict), ("candidates", list), ("timeline", list), ("events", list)):
+        if not isinstance(turn.get(key), kind):
+            raise SessionFileInvalid(f"{where} is missing its {key!r} section.")
+    if not turn["session"].get("question") or not turn["session"].get("created"):
+        raise SessionFileInvalid(f"{where} has a session without a question or creation time.")
+    return turn
+
+
+def _checked_rows(store: SessionStore, table: str, rows: list[Any], where: str) -> list[dict]:
+    """Rows with one shared set of known columns (keys become SQL column names); unknown fields are refused, named
+    by the file's section (a timeline entry, not a steps one: the file has no "steps")."""
     known = set(store.db[table].columns_dict)
     keys: set[str] = set()
     for row in rows:
         if not isinstance(row, dict):
-            raise SessionFileInvalid(f"{path} has a {table} entry that is not an object.")
+            raise SessionFileInvalid(f"{where} has a {SECTIONS[table]} entry that is not an object.")
         keys |= set(row)
     unknown = keys - known
     if unknown:
-        raise SessionFileInvalid(f"{path} has unknown {table} fields: {', '.join(sorted(map(str, unknown)))}.")
+        raise SessionFileInvalid(f"{where} has unknown {SECTIONS[table]} fields: "
+                                 f"{', '.join(sorted(map(str, unknown)))}.")
     return [{k: row.get(k) for k in sorted(keys)} for row in rows]
 
 

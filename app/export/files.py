@@ -25,6 +25,7 @@ from engine.errors import BeamwiseError
 from engine.text_cut import cut
 
 FORMATS = ("md", "json", "html")
+SUFFIXES = {"md": "md", "markdown": "md", "json": "json", "html": "html", "htm": "html"}  # a name's suffix: its format
 WINDOWS_DEVICES = re.compile(r"(CON|PRN|AUX|NUL|CONIN\$|CONOUT\$|COM[0-9¹²³]|LPT[0-9¹²³]) *", re.IGNORECASE)
 
 
@@ -53,6 +54,13 @@ def export_session(store: SessionStore, session_id: int, fmt: str, path: Path | 
         raise ExportError(f"cannot export to {path}: it is the session database itself; nothing was written.",
                           hint="Choose another file name, e.g. session.md.")
     return write_atomically(path, render_session(store, session_id, fmt))
+
+
+def format_of_name(path: Path | str) -> str | None:
+    """The format a file name's suffix says (.md, .markdown, .json, .html, .htm, in any case), or None: the format
+    asked for then (--format, the window's filter; Markdown when none was), and the name is written as typed
+    (`-o s3.txt` and the window's s3.txt both hold Markdown)."""
+    return SUFFIXES.get(Path(path).suffix.lower().lstrip("."))
 
 
 def default_file_stem(title: str) -> str:
@@ -92,7 +100,8 @@ def write_atomically(path: Path, text: str, what: str | None = None) -> Path:
     """Write `text` to `path`, as a careful tool treats what is there already:
 
     - nothing, or a regular file: a temporary file next to it, then renamed over it, so readers never see half a
-      file and a failed export leaves the old file whole;
+      file and a failed export leaves the old file whole; the new file keeps the old one's mode (a private file
+      stays private, app/file_replace.py);
     - a symlink: the same at the file it points to; the link stays a link (it was replaced, its file left stale);
     - a FIFO or a character device (/dev/stdout, /dev/null, a terminal): written into directly, as a shell's `>`
       does, and a failed write (/dev/full's "No space left on device") is an error: the rename had replaced the

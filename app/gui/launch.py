@@ -38,6 +38,7 @@ from engine.errors import BeamwiseError, ConfigError
 Configs = tuple[ModelSpec, SearchConfig, CacheConfig]
 PLAN_WAIT_MS = 15_000  # a screenshot waits this long at most for the plan bar after the run
 EXPOSE_WAIT_MS = 300  # at most, for the window manager to map the window before its first paint
+WHY_NO_TAB = {"sessions": "the session database could not be opened (said above)"}  # --panel's tab not built
 
 
 # The options whose dest is not the name of the config field they set (the rest are: --beams sets beams).
@@ -112,6 +113,16 @@ def _warn(ask: bool, title: str, text: str) -> None:
         print(f"beamwise: {title}: {text}", file=sys.stderr)
 
 
+def say_missing_panel(panel: str | None, window: MainWindow) -> None:
+    """Say on stderr, before the run, that the tab --panel asked for is not in the window (the Sessions tab is
+    not built without a session database): the picture showed the Settings tab, and nothing said why."""
+    if panel is None or panel in window.docks:
+        return
+    why = WHY_NO_TAB.get(panel, "this window has no such tab")
+    print(f"beamwise: --panel {panel}: the {panel.capitalize()} tab is not shown because {why}; the screenshot "
+          "shows the Settings tab instead.", file=sys.stderr)
+
+
 class Screenshot:
     """When the run ends: fit the tree, paint, save the window as PNG, quit with 0 (or 2 if it failed)."""
 
@@ -124,6 +135,7 @@ class Screenshot:
         self.loading_gap_ms: float | None = None
         self.saved = False
         window.bridge.event_emitted.connect(self.on_event)
+        say_missing_panel(panel, window)
 
     def on_event(self, event: Any) -> None:
         if isinstance(event, ev.RunStarted):  # the model is loaded: from here on it is the search

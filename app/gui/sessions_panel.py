@@ -26,7 +26,6 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QAction, QColor, QKeySequence, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QFileDialog,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -41,8 +40,9 @@ from PySide6.QtWidgets import (
 
 import app.formatting as fmt
 from app.conversations import conversation_title, list_conversations
-from app.export import FORMATS, default_file_stem, export_session
+from app.export import default_file_stem, export_session
 from app.export.md_escape import without_controls
+from app.gui.export_dialog import ask_export_target
 from app.gui.session_writes import SessionWrites
 from app.store import SessionStore
 from engine.blank_text import is_blank
@@ -55,7 +55,6 @@ PAGE = 200  # conversations listed at a time: a long history opens at once, "Sho
 SEARCH_WAIT_MS = 200  # the search box lists once typing pauses this long (a search over 2,000 sessions: ~25 ms)
 BUTTON_PADDING_PX = 20  # a push button's frame and margins around its words
 STATUS_COLOURS = {"failed": "#c0504d", "interrupted": "#b07a12", "cancelled": "#5f6b7a", "running": "#3b7dd8"}
-EXPORT_FILTERS = {"md": "Markdown (*.md)", "html": "Web page (*.html)", "json": "JSON, can be imported (*.json)"}
 AnyIndex = QModelIndex | QPersistentModelIndex
 StoreSource = SessionStore | Callable[[], SessionStore]
 
@@ -427,23 +426,13 @@ class SessionsPanel(QWidget):
                           lambda error: self._warn("Could not delete the session", error))
 
     def export_with_dialog(self, session_id: int) -> Path | None:
-        """Ask where to save, then export; the format follows the chosen filter or the file's suffix. A suffix added
-        here names a file the dialog did not check: it asks before replacing that one itself."""
+        """Ask where to save (app/gui/export_dialog.py: the file and format as `sessions export -o` takes them), then
+        export."""
         suggested = f"{default_file_stem(self._title(session_id))}.md"  # any turn's: its conversation's title
-        filters = ";;".join(EXPORT_FILTERS.values())
-        name, chosen = QFileDialog.getSaveFileName(self, "Export session", suggested, filters)
-        if not name:
+        target = ask_export_target(self, suggested)
+        if target is None:
             return None
-        path = Path(name)
-        fmt = path.suffix.lower().lstrip(".")
-        if fmt not in FORMATS:
-            fmt = next((f for f, label in EXPORT_FILTERS.items() if label == chosen), "md")
-            path = path.with_name(f"{path.name}.{fmt}")
-            if path.exists() and QMessageBox.question(
-                    self, "Export session", f"{path.name} already exists.\n\nReplace it?",
-                    QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
-                    QMessageBox.StandardButton.No) != QMessageBox.StandardButton.Yes:
-                return None
+        path, fmt = target
         try:
             written = export_session(self.store(), session_id, fmt, path)
         except BeamwiseError as error:
