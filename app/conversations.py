@@ -9,7 +9,8 @@ of turns that ends at its newest session, and that is the conversation a follow-
 from __future__ import annotations
 
 from app.db_path import db_option
-from app.store import SessionStore, decode_session, search_params, text_match
+from app.session_sql import decode_session, newest_first, search_params, text_match
+from app.store import SessionStore
 from app.store_errors import StoreError
 from engine.chat import Turn
 
@@ -67,16 +68,17 @@ def follow_up_of(store: SessionStore, session_id: int) -> tuple[int, list[Turn]]
 
 
 def list_conversations(store: SessionStore, search: str | None = None, limit: int | None = 200) -> list[dict]:
-    """Each conversation's newest session, newest first, with `turns` (its turn: the length of its line) and
-    `title` the conversation's: its first turn's (`conversation_title`), which a follow-up's own title never
-    replaces. `search` matches the title, question or answer of any session of the conversation."""
+    """Each conversation's newest session (its largest id: ids only grow), newest first (the moment it was created,
+    whatever its offset: `newest_first`), with `turns` (its turn: the length of its line) and `title` the
+    conversation's: its first turn's (`conversation_title`), which a follow-up's own title never replaces. `search`
+    matches the title, question or answer of any session of the conversation."""
     where, params = "", []
     if search and search.strip():
         where = f"AND s.conversation_id IN (SELECT m.conversation_id FROM sessions m WHERE {text_match('m.')})"
         params = search_params(search)
     sql = (f"SELECT s.*, coalesce(f.title, s.title) AS first_title FROM sessions s LEFT JOIN sessions f ON f.id = "
            f"s.conversation_id WHERE s.id = (SELECT max(id) FROM sessions WHERE conversation_id = "
-           f"s.conversation_id) {where} ORDER BY s.created DESC, s.id DESC LIMIT ?")
+           f"s.conversation_id) {where} ORDER BY {newest_first('s.')} LIMIT ?")
     rows = store.query(sql, [*params, -1 if limit is None else limit])
     return [_listed(row) for row in rows]
 

@@ -8,14 +8,34 @@ import shlex
 from pathlib import Path
 
 from app.models_folder import data_folder
+from app.path_names import shown_path, too_long
 from app.store_errors import StoreError
 
 DB_NAME = "sessions.db"
+SIDE_TAIL = "-journal"  # the longest tail of the files SQLite keeps beside a database (app/db_files.py TAILS)
 
 
 def default_db_path() -> Path:
     """sessions.db in the data folder (app/models_folder.py `data_folder`)."""
     return data_folder() / DB_NAME
+
+
+def db_file(path: Path | str | None) -> Path:
+    """The session database `path` names (`--db`; None: the default one), refused with a StoreError when the file
+    system cannot hold its name: every later look at it (exists, is_file) raised OSError, a traceback. The files
+    SQLite keeps beside it (NAME-journal, the longest) must fit too: a 250-byte name was made, then refused by SQLite
+    as "unable to open database file"."""
+    where = Path(path) if path is not None else default_db_path()
+    why = too_long(where)
+    if why is None and where.name and too_long(where.with_name(where.name + SIDE_TAIL)) is not None:
+        why = (f"its file name is {len(os.fsencode(where.name))} bytes long, and with the {SIDE_TAIL!r} SQLite adds "
+               "for the files beside it, more than the file system allows")
+    if why is None:
+        return where
+    hint = ("Set BEAMWISE_DATA_DIR to a folder with a shorter path." if path is None else
+            "Choose a shorter file name (and folder names) for --db.")
+    raise StoreError(f"cannot use {shown_path(where)} as the session database: {why}; nothing was read or made.",
+                     hint=hint)
 
 
 def is_default(path: Path) -> bool:

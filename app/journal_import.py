@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
 
-from app.db_path import default_db_path
+from app.db_path import db_file
 from app.export.checks import event_problem
 from app.formatting import steps
 from app.journal import SUFFIX, Journal, JournalError, folders_for, journal_folders, journals_of, read_journal
@@ -43,7 +43,7 @@ def open_session_store(path: Path | str | None = None, *, notify: Notify | None 
     `lock` learns of a lock the import met, so the runs recorded next do not wait for it again (app/recorder.py).
     `read_only` opens it to be read only (`SessionStore`): nothing is written, and no journal is imported."""
     if missing is not None:
-        where = Path(path) if path is not None else default_db_path()
+        where = db_file(path)  # a name the file system cannot hold is refused in words
         if not where.exists():
             raise StoreError(f"there is no session database at {where}, so {missing}.", hint=missing_hint)
     store = SessionStore(path, read_only=read_only)

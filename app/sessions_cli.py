@@ -11,13 +11,14 @@ import app.formatting as fmt
 from app import store_file
 from app.confirm import confirmed
 from app.db_files import TAILS
-from app.db_path import db_option, default_db_path, nearest_there
-from app.export import FORMATS, ExportError, export_session, import_session, render_session
+from app.db_path import db_file, db_option, default_db_path, nearest_there
+from app.export import FORMATS, ExportError, export_session, format_of_name, import_session, render_session
 from app.export.markdown import no_path_chosen
 from app.export.md_escape import without_controls
 from app.export.report import conversation_reports
 from app.journal_import import open_session_store
 from app.options import UsageError
+from app.path_names import shown_path, too_long
 from app.store import LARGEST_ID, SessionStore
 from app.store_errors import StoreError, StoreTooNew
 
@@ -134,10 +135,13 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    fmt = args.format or _format_from_suffix(args.output)
+    fmt = args.format or format_of_name(args.output or "") or "md"
     if args.output is not None and not args.output.strip():
         raise ExportError("-o was given an empty file name; nothing was written.",
                           hint="Give a file name such as session.md, or - for standard output.")
+    if args.output not in (None, "-") and (why := too_long(Path(args.output))) is not None:
+        raise ExportError(f"cannot export to {shown_path(Path(args.output))}: {why}; nothing was written.",
+                          hint="Choose a shorter file name (and folder names) for -o.")
     if args.output not in (None, "-") and Path(args.output).is_dir():
         raise ExportError(f"cannot export to {args.output}: it is a folder; nothing was written.",
                           hint=f"Give a file in it, e.g. {Path(args.output) / 'session.md'}.")
@@ -168,13 +172,8 @@ def _write_utf8(text: str) -> None:
     buffer.flush()
 
 
-def _format_from_suffix(output: str | None) -> str:
-    suffix = Path(output).suffix.lower().lstrip(".") if output else ""
-    return {"markdown": "md", "htm": "html"}.get(suffix, suffix) if suffix in (*FORMATS, "markdown", "htm") else "md"
-
-
 def cmd_import(args: argparse.Namespace) -> int:
-    db = Path(args.db) if args.db is not None else default_db_path()
+    db = db_file(args.db)
     made = not db.exists() and not db.is_symlink()  # a link's target is not removed through it
     folders = _missing_folders(db.parent)  # the default database's data folder is made with it on a fresh install
     try:
@@ -249,7 +248,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_move_aside(args: argparse.Namespace) -> int:
-    path = Path(args.db) if args.db else default_db_path()
+    path = db_file(args.db or None)
     if not path.exists():
         raise StoreError(f"there is no database at {path} to move aside.")
     if not args.force and store_file.damage(path) is None:

@@ -22,10 +22,11 @@ from sqlite_utils import Database
 
 from app import event_log, store_file
 from app.db_kind import foreign_file
-from app.db_path import DB_NAME, check_folder, db_option, default_db_path, is_default
+from app.db_path import DB_NAME, check_folder, db_file, db_option, is_default
 from app.json_types import sqlite_int
 from app.migrations import MIGRATIONS, SCHEMA_VERSION, WRITES_ONLY, applied_migrations, table_names, unusable_schema
 from app.processes import alive_since
+from app.session_sql import JSON_COLUMNS, decode_session, instant, newest_first, search_params, text_match
 from app.store_errors import (
     NotADatabase,
     RowsRefused,
@@ -37,12 +38,11 @@ from app.store_errors import (
     StoreReadOnly,
 )
 from app.store_file import DEFAULT_BUSY_TIMEOUT, connect_read_only, unreadable, writable
-from app.text_search import NOT_ASCII, FoldedTexts, needle
+from app.text_search import FoldedTexts
 from engine import events as ev
 from engine.blank_text import is_blank
 from engine.text_cut import cut
 
-JSON_COLUMNS = ("search", "cache")
 LARGEST_ID = 2**63 - 1  # SQLite's largest INTEGER: no row can have a larger id
 
 
@@ -63,8 +63,9 @@ class SessionStore:
     """Sessions in SQLite. `path=None` opens `default_db_path()`; `memory=True` a private in-memory db.
 
     Opening never writes to a file it cannot read as a Beamwise database: a damaged file raises
-    `StoreDamaged`, a newer schema `StoreTooNew`, and a busy one `StoreLocked` after `busy_timeout`
-    seconds. Sessions left 'running' by a process that no longer exists are marked 'interrupted'.
+    `StoreDamaged` (and closing then leaves it and its WAL as they were), a newer schema `StoreTooNew`, a busy one
+    `StoreLocked` after `busy_timeout` seconds, and a name the file system cannot hold `StoreError` (`db_file`).
+    Sessions left 'running' by a process that no longer exists are marked 'interrupted'.
     `pages_checked`: another open store of this file has read its pages (`check_pages`), so this one's first write
     does not read them all again (a second connection of the window's, opened on the GUI thread).
     `read_only`: open the file to read it only, as a file that cannot be written is opened: nothing is written to
@@ -77,22 +78,24 @@ class SessionStore:
         busy_timeout = DEFAULT_BUSY_TIMEOUT if busy_timeout is None else busy_timeout
         if busy_timeout < 0:
             raise ValueError(f"busy_timeout must be 0 or more seconds (got {busy_timeout}).")
-        self.path: Path | None = None if memory else Path(path) if path is not None else default_db_path()
+        self.path: Path | None = None if memory else db_file(path)
         self.busy_timeout = busy_timeout
         self._reading_only = read_only and self.path is not None  # asked for; else the file's permissions decide
         self.read_only = self._reading_only or (self.path is not None and self.path.is_file() and
                                                 not writable(self.path))
         self._lock = threading.RLock()
         self._pages_checked = self.path is None or pages_checked  # a private in-memory one cannot be damaged on disk
+        self._damage_seen = False  # `_damaged` said so: closing must not checkpoint the WAL into the file
         self._conn = self._connect()
         self._conn.create_function("holds", 2, FoldedTexts().holds, deterministic=True)
+        self._conn.create_function("instant", 1, instant, deterministic=True)  # `newest_first` orders by it
         try:
             with self._guard():
                 self.db = Database(self._conn, execute_plugins=False)
                 self._check_and_migrate()
                 self.mark_interrupted()
         except BaseException:
-            self._conn.close()
+            self.close()
             raise
 
     def _connect(self) -> sqlite3.Connection:
@@ -123,8 +126,13 @@ class SessionStore:
                              hint="Check that the folder exists and is writable, or pass --db PATH.") from error
 
     def close(self) -> None:
+        """Close the connection. After damage was found, without copying the WAL into the damaged file (SQLite's
+        last connection to close does, and deletes the WAL): the file stays as it was, its WAL beside it."""
         with self._lock:
-            self._conn.close()
+            if self._damage_seen and not self.read_only and self.path is not None:
+                store_file.close_keeping_wal(self._conn, self.path)
+            else:
+                self._conn.close()
 
     def __enter__(self) -> SessionStore:
         return self
@@ -181,6 +189,7 @@ class SessionStore:
         self._pages_checked = True
 
     def _damaged(self, error: Exception | str) -> StoreDamaged:
+        self._damage_seen = True  # `close` then leaves the file and its WAL as they are
         what = str(error) if len(str(error)) <= 160 else f"{str(error)[:160]}..."  # a wrecked row's text can be long
         return StoreDamaged(
             f"the session database {self.path} is damaged ({what}); it was left untouched.",
@@ -265,11 +274,12 @@ class SessionStore:
     # -------------------------------------------------------- reading
 
     def list_sessions(self, search: str | None = None, limit: int | None = 200) -> list[dict]:
-        """Newest first; `search` matches title, question or answer (a substring, whatever its case or form)."""
+        """Newest first (the moment each was created, whatever its offset: `newest_first`); `search` matches title,
+        question or answer (a substring, whatever its case or form)."""
         where, params = "", []
         if search and search.strip():
             where, params = "WHERE " + text_match(""), search_params(search)
-        sql = f"SELECT * FROM sessions {where} ORDER BY created DESC, id DESC LIMIT ?"
+        sql = f"SELECT * FROM sessions {where} ORDER BY {newest_first()} LIMIT ?"
         with self._guard() as conn:
             rows = self._dicts(conn.execute(sql, [*params, -1 if limit is None else limit]))
         return [decode_session(row) for row in rows]
@@ -438,28 +448,3 @@ def _here(host: str | None) -> bool:
 def _alive_here(pid: int | None, host: str | None, created: str | None) -> bool:
     """Whether the process that recorded a run is still alive on this machine (the same pid, not a newer one)."""
     return _here(host) and pid is not None and alive_since(pid, created or "")
-
-
-def text_match(alias: str) -> str:
-    """SQL true when the session's title, question or answer holds the search (`search_params`, the next nine
-    parameters), whatever its case or form: a text that is not all ASCII through `holds` (app/text_search.py),
-    the others through LIKE, which folds their letters as `holds` would and reads no text into Python."""
-    return " OR ".join(f"CASE WHEN {alias}{c} GLOB ? THEN holds(CAST({alias}{c} AS BLOB), ?) "
-                       f"ELSE {alias}{c} LIKE ? ESCAPE '\\' END" for c in ("title", "question", "answer"))
-
-
-def search_params(search: str) -> list[Any]:
-    """The parameters of `text_match` for the search box's text."""
-    folded = needle(search)
-    like = "%" + folded.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    return [NOT_ASCII, folded.encode("utf-8"), like] * 3
-
-
-def decode_session(row: dict) -> dict:
-    """A sessions row as read: its JSON columns decoded."""
-    for key in JSON_COLUMNS:
-        row[key] = json.loads(row[key]) if row[key] else {}
-    row["path"] = json.loads(row["path"]) if row["path"] else []
-    row["emulated"] = None if row["emulated"] is None else bool(row["emulated"])
-    return row
-

@@ -3,6 +3,7 @@ moving a damaged one aside. All of it reads the file only (or renames it): no `S
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import time
@@ -107,6 +108,24 @@ def quick_check(conn: sqlite3.Connection) -> str | None:
     found = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
     # e.g. "*** in database main ***\nOn tree page 28 cell 3: Extends off end of page"
     return None if found == "ok" else found.splitlines()[-1]
+
+
+def close_keeping_wal(conn: sqlite3.Connection, path: Path) -> None:
+    """Close `conn`, a connection that may write the database at `path`, without copying its WAL into the file.
+
+    The last connection to a WAL database to close checkpoints it (copies the WAL's pages into the file) and deletes
+    the WAL: after a read found the file damaged, that wrote the newest sessions over it, and `move-aside` kept
+    neither them nor the file as it was. A read-only connection opened beside it and closed after it holds the file
+    (SQLite then skips the checkpoint), and being read-only never checkpoints when it closes itself."""
+    keeper = None
+    with contextlib.suppress(sqlite3.Error):
+        keeper = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=1.0)
+        keeper.execute("PRAGMA user_version").fetchone()  # a read: it takes its lock on the file (and WAL)
+    try:
+        conn.close()
+    finally:
+        if keeper is not None:
+            keeper.close()
 
 
 def connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
