@@ -62,7 +62,7 @@ def test_a_bad_chunk_says_what_to_do():
 def test_the_prompts_kv_is_stacked_for_its_blocks_letting_each_layer_go(tiny):
     """Writing the prompt's KV into blocks held it three times (the cache, each layer stacked, their stack); each
     layer now goes as it is copied, so it is on the device twice at most."""
-    from engine.kv.cache import stacked_layers
+    from engine.kv.prompt_kv import stacked_layers
 
     cache, _ = prefill(tiny.model, [5, 9, 14, 200, 31, 7, 40], tiny.device)
     want = torch.stack([torch.stack((layer.keys[0], layer.values[0])) for layer in cache.layers])

@@ -8,24 +8,24 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
-from transformers import DynamicCache
 
 from engine import events as ev
 from engine.config import SPECULATING, CacheConfig, SearchConfig
 from engine.context_plan import activation_token_bytes, default_chunk, prefill_reserve
-from engine.errors import KVBudgetTooSmall, PrefillStopped, format_bytes_up
+from engine.errors import KVBudgetTooSmall, PrefillStopped
 from engine.kv.attention import uses_cascade
 from engine.kv.blocks import BlockManager, Tier
 from engine.kv.first_step import PROMPT_ID, first_step_error
 from engine.kv.headwise import HeadwisePolicy
 from engine.kv.in_device import InDevicePolicy
 from engine.kv.layerwise import LayerwisePolicy
-from engine.kv.lbs import LbsPolicy, Switches
 from engine.kv.offload import move_to_host
+from engine.kv.policies import make_policy, make_store
 from engine.kv.policy import Decode, GroupDone, Live, Policy, PolicyContext, StepTiming, work_of
-from engine.kv.pool import PoolExhausted
 from engine.kv.prefix_cache import PrefixCache
 from engine.kv.prefix_io import device_cache, keep_layers, keep_table, load_prefix
+from engine.kv.prompt_kv import write_prompt
+from engine.kv.run_budget import RunBudget, device_free_bytes, whole_slots
 from engine.kv.sizing import (
     auto_policy,
     layerwise_pool,
@@ -35,7 +35,6 @@ from engine.kv.sizing import (
     search_kv_bytes,
     within_context,
 )
-from engine.kv.split import emulated_budget, split_budget, total_for
 from engine.kv.step_report import candidates_memory, transfer_stats
 from engine.kv.store import KVStore
 from engine.loaded import Generator
@@ -73,7 +72,7 @@ class KVCache:
         prefix cache the prompt's cached blocks come from and this run's blocks go to (None: none)."""
         asked = search.max_steps
         search = within_context(search, prompt_tokens, loaded.context_length)  # every bound below: paths end there
-        self.cfg, self.search, self._prefill, self.margin = cache, search, prefill, margin
+        self.cfg, self.search, self._prefill = cache, search, prefill
         self.prefix, self._pinned, self.chosen, self._body = prefix, [], None, []
         self.kept_d2h_bytes: int | None = None  # what `keep` copied to the host (None: not kept yet)
         self.cached_tokens = self.computed_tokens = 0
@@ -87,10 +86,10 @@ class KVCache:
                                 steps_cut=search.max_steps < asked)  # fmt: skip
         self.emulated = self.device.type != "cuda"  # until the store says (a CPU fake of CUDA in tests)
         self._probe = free_bytes  # None: read CUDA (a bound method here would make a reference cycle)
-        self._read_free = False  # the budget was read from free device memory (no --kv-budget)
-        self._shortfall = 0  # device bytes other programs took from the budget at its last re-read
         act = activation_token_bytes(loaded.model.config, _element_size(loaded.dtype))
-        self._resolve_budget(prompt_tokens, shape, whole, act, verifier_batch_bytes, verifier_row_bytes)
+        self.run_budget = self._resolve_budget(prompt_tokens, shape, whole, act, margin, verifier_batch_bytes,
+                                               verifier_row_bytes)  # fmt: skip
+        self.budget, self.verifier_budget = self.run_budget.budget, self.run_budget.verifier_budget
         one = one_candidate_bytes(prompt_tokens, search, token_bytes, cache.block_size)
         self.policy_name = cache.policy if cache.policy != "auto" else auto_policy(whole, one, self.budget)
         self.speculative = cache.speculative and self.policy_name in SPECULATING
@@ -107,28 +106,25 @@ class KVCache:
             self.speculative and cache.speculative_continuations != 1,
         )
         self.context = context
-        self.policy: Policy = self._make_policy(context)
+        self.policy: Policy = make_policy(self.policy_name, context, cache, self.budget, self.layer_overhead)
         self.changes: list[tuple[str, str, str, int]] = []  # auto's policy changes not yet reported
         self.live: dict[int, Live] = {}
         self.timing = StepTiming()
         self.prefill_chunk = cache.prefill_chunk or default_chunk(self.budget, act, emulated=self.emulated)
 
-    def _resolve_budget(self, prompt_tokens: int, shape: KVShape, whole: int, act: int, verifier_batch_bytes: int,
-                        verifier_row_bytes: int) -> None:  # fmt: skip
-        """The run's KV budget (--kv-budget, else free device memory less the margin and the prefill's
-        activations `act` per token, else what the whole search needs), split between the generator
-        (`budget`) and the verifier (`verifier_budget`); `_total_for` gives the --kv-budget of a generator
-        part. `whole`: in_device's bound (`search_kv_bytes`)."""
+    def _resolve_budget(self, prompt_tokens: int, shape: KVShape, whole: int, act: int, margin: int,
+                        verifier_batch_bytes: int, verifier_row_bytes: int) -> RunBudget:  # fmt: skip
+        """The run's KV budget (--kv-budget, else free device memory less the `margin` and the prefill's
+        activations `act` per token, else what the whole search needs). `whole`: in_device's bound
+        (`search_kv_bytes`)."""
         cache, token_bytes = self.cfg, shape.token_bytes()
-        total = cache.kv_budget_bytes or self._automatic_budget(
-            policy_whole_bytes(cache.policy, whole, prompt_tokens, self.search, token_bytes, shape.num_layers),
-            verifier_batch_bytes, cache.verifier_kv_share, lambda room: prefill_reserve(
-                prompt_tokens, token_bytes, act, cache.prefill_chunk or default_chunk(room, act)))
-        split = split_budget(total, cache.verifier_kv_share, verifier_batch_bytes, verifier_row_bytes)
-        self.budget, self.verifier_budget = split.generator_bytes, split.verifier_bytes
-        self._total_for = functools.partial(total_for, share=cache.verifier_kv_share,
-                                            verifier_batch_bytes=verifier_batch_bytes,
-                                            verifier_row_bytes=verifier_row_bytes)  # a generator part's --kv-budget
+        free = None if cache.kv_budget_bytes else self._free_bytes()  # read only for an automatic budget
+        whole = policy_whole_bytes(cache.policy, whole, prompt_tokens, self.search, token_bytes, shape.num_layers)
+
+        def reserve(room: int) -> int:  # what the prefill holds beside the pool, in the room left after the margin
+            return prefill_reserve(prompt_tokens, token_bytes, act, cache.prefill_chunk or default_chunk(room, act))
+
+        return RunBudget(cache, free, margin, whole, reserve, verifier_batch_bytes, verifier_row_bytes)
 
     def every_step_budget(self) -> int:
         """A --kv-budget under which no step of this search is refused (`_refused` names the same), when the run's
@@ -137,7 +133,7 @@ class KVCache:
         floor = self._no_refusal_budget()
         if floor is None or floor <= self.budget or self.policy_name == "in_device" or self.first_step_refusal():
             return 0  # a first step that cannot run is refused before the prompt is read: no "may" to say
-        return self._total_for(floor) if self.verifier_budget else floor
+        return self.run_budget.total_for(floor) if self.verifier_budget else floor
 
     def _slot(self) -> int:
         """The unit the policy sees its budget in: whole slots of the pool (layer-wise's is not in slots)."""
@@ -145,59 +141,20 @@ class KVCache:
 
     def _no_refusal_budget(self) -> int | None:
         """The policy's budget under which no step is refused (`refusal_floors`), in whole slots; None if unknown."""
-        floor, slot = self._no_refusal.get(self.policy_name), self._slot()
-        return None if floor is None else -(-floor // slot) * slot
+        floor = self._no_refusal.get(self.policy_name)
+        return None if floor is None else whole_slots(floor, self._slot())
 
     def _make_store(self, loaded: Generator, prompt_tokens: int, whole: int) -> KVStore:
         """The store, its device pool sized for the policy: layer-wise's budget and buffers (`layerwise_pool`),
         else the budget, at most what the whole search needs (`whole`)."""
-        shape = loaded.kv_shape
         pool = min(self.budget, whole)  # the others never need more than the whole search
         if self.policy_name == "layerwise":
-            pool, self.layer_overhead = layerwise_pool(self.budget, prompt_tokens, self.search, shape,
-                                                       self.cfg.block_size, from_free_memory=self._read_free)
-        return KVStore(
-            self.blocks,
-            num_layers=shape.num_layers,
-            num_kv_heads=shape.num_kv_heads,
-            head_dim=shape.head_dim,
-            dtype=loaded.dtype,
-            device=self.device,
-            budget_bytes=pool,
-            pcie_gbps=self.cfg.pcie_gbps,
-            host_device="meta" if self.device.type == "meta" else "cpu",  # plan-only runs hold no data
-            host_layout="head" if self.policy_name == "headwise" else "token",  # how its copies read the host
-        )
-
-    def _make_policy(self, context: PolicyContext) -> Policy:
-        if self.policy_name == "layerwise":
-            return LayerwisePolicy(context, self.budget, self.layer_overhead)
-        if self.policy_name == "in_device":
-            return InDevicePolicy(context)
-        if self.policy_name == "headwise":
-            return HeadwisePolicy(context, share=self.cfg.inter_beam)
-        switches = Switches(self.cfg.inter_beam, self.cfg.balanced_prefetch, self.cfg.prefix_order)
-        return LbsPolicy(context, switches)
+            pool, self.layer_overhead = layerwise_pool(self.budget, prompt_tokens, self.search, loaded.kv_shape,
+                                                       self.cfg.block_size, from_free_memory=self.run_budget.read_free)
+        return make_store(loaded, self.blocks, self.policy_name, pool, self.cfg.pcie_gbps)
 
     def _free_bytes(self) -> int | None:
-        if self._probe is not None:
-            return self._probe()
-        if self.device.type != "cuda":
-            return None
-        free, _ = torch.cuda.mem_get_info(self.device)
-        # memory torch's caching allocator holds but no tensor uses is free to this process too
-        return free + torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
-
-    def _automatic_budget(self, whole: int, verifier_bytes: int, share: float | None,
-                          reserve: Callable[[int], int]) -> int:  # fmt: skip
-        """Free device memory less the margin and what the prefill holds beside the pool (`reserve` of the room
-        left after the margin); where none can be read (the emulated device), a budget that holds the
-        generator's `whole` search and the verifier's batch, in the shares the user set."""
-        free = self._free_bytes()
-        self._read_free = free is not None
-        if free is None:
-            return emulated_budget(whole, verifier_bytes, share)
-        return max(free - self.margin - reserve(free - self.margin), 1)
+        return self._probe() if self._probe is not None else device_free_bytes(self.device)
 
     @property
     def home(self) -> Tier:
@@ -243,18 +200,8 @@ class KVCache:
             cache = None if cached is None else device_cache(self.store, self._config, cached, PROMPT_ID)
             if cache is None or done < len(body):
                 cache = compute(body[done:], chunk=self.prefill_chunk, cache=cache)
-            plan = self.blocks.allocate(body, self.home)
-            if isinstance(self.policy, LayerwisePolicy):
-                self.policy.start(PROMPT_ID, cache)  # keeps the prompt's KV as its first row
-            else:
-                try:
-                    self.store.place(plan.new_blocks, self.home)
-                except PoolExhausted as error:  # in_device: the budget cannot hold even the question's KV
-                    need = len(plan.new_blocks) * self.store.block_bytes
-                    refused = KVBudgetTooSmall(self.budget, need, "keeping the whole search on the device (in_device)",
-                                               needed_for="the question's KV")  # fmt: skip
-                    raise self._refused(refused) from error
-                self.store.write(plan, stacked_layers(cache), self.home, PROMPT_ID)
+            plan = write_prompt(self.policy, self.store, self.blocks, body, cache, self.home, self.budget,
+                                self._refused)  # fmt: skip
         self.live[PROMPT_ID] = Live(PROMPT_ID, plan.table, prompt[-1], None)
         self.store.sync()
         self.cached_tokens, self.computed_tokens = done, len(prompt) - done
@@ -367,49 +314,22 @@ class KVCache:
         return None if error is None else self._refused(error)
 
     def _refused(self, error: KVBudgetTooSmall) -> KVBudgetTooSmall:
-        """A policy's refusal in the user's terms, so that one raise of the budget is enough. The policy saw the
-        budget in whole slots of the pool, less what other programs took from it: the refusal names the budget
-        the run was given (and what of it was usable, when other programs took some), the step's need in whole
-        slots, and a budget under which no later step is refused either (every policy's: head-wise's prompt needs
-        less than its steps)."""
-        slot = self._slot()
-        need = -(-error.needed_bytes // slot) * slot
-        whole = self._no_refusal_budget()
-        refused = KVBudgetTooSmall(
-            self.budget, need, error.what,
-            "the generator's share of the KV budget" if self.verifier_budget else "KV budget",
-            usable_bytes=error.budget_bytes if self._shortfall else None,
-            whole_bytes=whole if whole is not None and whole > need else None, needed_for=error.needed_for,
-        )  # fmt: skip
-        if self.policy_name == "in_device":
-            refused.hint = "Raise the KV budget, or pick lbs or auto to offload the KV to the CPU."
-        elif self.verifier_budget:
-            total = self._total_for(max(need, whole or 0))
-            refused.hint = (f"The generator gets that with --kv-budget {format_bytes_up(total)} (the verifier's part "
-                            f"as now), or give the verifier less of it (--verifier-kv-share). {refused.hint}")
-        return refused
+        """A policy's refusal in the user's terms (`RunBudget.refused`), so that one raise of the budget is enough."""
+        return self.run_budget.refused(error, self._slot(), self._no_refusal_budget(), self.policy_name == "in_device")
 
     def _go_on_with_lbs(self, error: KVBudgetTooSmall) -> None:
         tables = [(c, live.table) for c, live in self.live.items()]
         tables += [(c, ahead.table) for c, live in self.live.items() for ahead in live.ahead.values()]
         moved = move_to_host(self.store, self.blocks, tables)
         previous, self.policy_name = self.policy_name, "lbs"
-        self.policy = self._make_policy(self.context)
+        self.policy = make_policy(self.policy_name, self.context, self.cfg, self.budget, self.layer_overhead)
         self.changes.append((previous, self.policy_name, str(error), moved))
 
     def _current_budget(self) -> int:
-        """The budget, re-read each step. The pool is allocated once: when other programs leave less
-        than the activation margin free, the part of the pool in use shrinks by the shortfall, and
-        it grows back (up to the pool's size) when memory is freed again. Layer-wise's pool holds its
-        buffers' overhead beside the budget, so its budget is what is left of the pool without it: a
-        shrink moves layers to the host, a grow brings them back."""
+        """The budget, re-read each step from free device memory (`RunBudget.current`)."""
         free = self._free_bytes()
-        shortfall = self._shortfall = 0 if free is None else max(self.margin - free, 0)
-        if isinstance(self.policy, LayerwisePolicy):
-            usable = self.store.device_capacity_bytes - self.layer_overhead - shortfall
-            return max(0, min(self.budget, usable))
-        limit = self.budget if free is None else min(self.budget, self.store.device_capacity_bytes - shortfall)
-        return self.store.limit_device(limit)
+        overhead = self.layer_overhead if isinstance(self.policy, LayerwisePolicy) else None
+        return self.run_budget.current(free, self.store, overhead)
 
     def decode_step(
         self, candidates: Sequence[int], should_stop: Callable[[], bool], continuations: dict[int, int] | None = None,
@@ -460,19 +380,6 @@ class KVCache:
             v.budget_bytes, v.device_bytes, v.host_bytes, v.peak_device_bytes, v.h2d_bytes, v.d2h_bytes,
         )
         yield transfer_stats(step, self.emulated, self.store.counters, self.timing, self.store.bandwidth)
-
-
-def stacked_layers(cache: DynamicCache) -> torch.Tensor:
-    """A batch-1 cache's KV as `[L, 2, H, P, D]`, each layer let go as soon as it is copied: while the prompt's
-    KV is written into blocks it is on the device twice at most (engine.context_plan.prefill_reserve), not three
-    times (the cache, a stack of each layer, their stack). The cache is spent."""
-    first = cache.layers[0].keys[0]  # [H, P, D]
-    kv = first.new_empty((len(cache.layers), 2, *first.shape))
-    for index, layer in enumerate(cache.layers):
-        kv[index, 0].copy_(layer.keys[0])
-        kv[index, 1].copy_(layer.values[0])
-        layer.keys = layer.values = None
-    return kv
 
 
 def _element_size(dtype: torch.dtype) -> int:

@@ -34,17 +34,25 @@ any more does the error go on. Bytes a failed attempt moved stay counted: they c
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
 from engine.errors import KVBudgetTooSmall
 from engine.kv.blocks import Tier
 from engine.kv.layer_budget import STAGING_LAYERS, lowered_residency, resident_layers, staging_bytes
+from engine.kv.layer_kv import (
+    LayerKV,
+    SavedRow,
+    drop_spares,
+    heads_view,
+    host_buffer,
+    read_row,
+    restore_rows,
+    selected_mask,
+    stream,
+)
 from engine.kv.policy import (
     OUT_OF_MEMORY,
     Group,
@@ -57,42 +65,8 @@ from engine.kv.policy import (
     group_done,
 )
 from engine.kv.pool import PoolExhausted, Run
-from engine.kv.streams import device_tensor, filling_pinned_block
+from engine.kv.streams import device_tensor
 from engine.rows import Row, RowResult
-
-HOST_GROWTH_STEPS = 4  # a new host buffer has room for this many more steps
-
-
-class LayerKV(DynamicLayer):
-    """One layer's KV for every row, `kv` `[cap, 2, B, H, D]` on the device or the host, `length` filled.
-    `run`: the device pool's run that holds `kv` (None on the host, or for the prompt's first row)."""
-
-    def __init__(self, owner: LayerwisePolicy, index: int, kv: torch.Tensor, length: int):
-        super().__init__()
-        self.owner, self.index, self.length, self.kv = owner, index, length, kv
-        self.run: Run | None = None
-        self.dtype, self.device = kv.dtype, owner.store.device
-        self.is_initialized = True
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        return self.owner.update(self, key_states, value_states)
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-
-@dataclass(frozen=True)
-class SavedRow:
-    """A row's KV on the host, `layers[i]` `[n, 2, H, D]` with `mask` `[n]` (its real columns), kept while its
-    candidate is not decoded but a later step still forks it."""
-
-    layers: list[torch.Tensor]
-    mask: torch.Tensor
-
-
-def heads_view(kv: torch.Tensor, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keys and values `[B, H, tokens, D]` of a token-major buffer `[cap, 2, B, H, D]` (views, no copy)."""
-    return kv[:tokens, 0].permute(1, 2, 0, 3), kv[:tokens, 1].permute(1, 2, 0, 3)
 
 
 class LayerwisePolicy:
@@ -125,10 +99,7 @@ class LayerwisePolicy:
         """Take the prompt's KV (batch 1, computed on the device) as the single initial row."""
         self.rows, self.prompt_id = [prompt_id], prompt_id
         length = prompt_cache.get_seq_length()
-        self.layers = []
-        for i, layer in enumerate(prompt_cache.layers):
-            kv = torch.stack((layer.keys[0], layer.values[0])).permute(2, 0, 1, 3).unsqueeze(2)  # [P, 2, 1, H, D]
-            self.layers.append(LayerKV(self, i, kv.contiguous(), length))
+        self.layers = [LayerKV.of_prompt(self, i, layer, length) for i, layer in enumerate(prompt_cache.layers)]
         self.capacity = length
         self.mask = torch.ones((1, length), dtype=torch.long, device=self.store.device)
 
@@ -272,25 +243,17 @@ class LayerwisePolicy:
                 torch.index_select(old[:n], 2, device_index if on_device else index, out=part)
             row_bytes = part.numel() * part.element_size() // len(index)
             self.store.counters.add("d2d" if on_device else "h2h", row_bytes * (len(index) - len(restored)))
-            first: dict[int, int] = {}  # a saved row crosses once; its other children copy it on the tier
-            for i, saved in restored.items():
-                kv, copied = saved.layers[layer.index], first.setdefault(sources[i], i)
-                here = kv if copied == i else part[: len(kv), :, copied]
-                crossing = "h2d" if on_device and copied == i else "d2d" if on_device else "h2h"
-                self.store.copy(part[: len(kv), :, i], here, crossing, (candidates[i],))
+            restore_rows(self.store, part, layer.index, restored, sources, candidates, on_device)
             if on_device:
                 self._release(layer)
                 layer.run = run
             else:  # read: the next host layer's rows may go into it
                 spares.append(old)
                 del old
-                self._drop_spares(spares, len(index))
+                drop_spares(self.store, spares, len(index), self.capacity)
         self.spares = spares
         self.high = from_end
-        self.mask = self.mask[device_index]  # the mask lives on the store's device
-        for i, saved in restored.items():
-            self.mask[i] = 0
-            self.mask[i, : len(saved.mask)] = saved.mask
+        self.mask = selected_mask(self.mask, device_index, restored)  # the mask lives on the store's device
         self.rows = list(candidates)
         if reason is not None:
             self._keep_below(failed, timing, f"no room to select rows on the device ({reason})")
@@ -302,12 +265,8 @@ class LayerwisePolicy:
         for source in dict.fromkeys(sources):
             if source not in live or source == self.prompt_id or source in self.saved or source not in self.rows:
                 continue
-            row, layers = self.rows.index(source), []
-            for layer in self.layers:
-                kv = layer.kv[: layer.length, :, row]
-                layers.append(self.store.host_empty(kv.shape, kv.dtype))
-                self.store.copy(layers[-1], kv, "d2h" if layer.index < self.resident else "h2h", (source,))
-            self.saved[source] = SavedRow(layers, self.mask[row].clone())
+            self.saved[source] = SavedRow.take(self.store, self.layers, self.rows.index(source), self.resident,
+                                               self.mask, source)  # fmt: skip
 
     def _trim(self, sources: Sequence[int]) -> None:
         """When every source's row was saved (the step after lookahead's roll-outs), the columns after the longest
@@ -319,16 +278,6 @@ class LayerwisePolicy:
         for layer in self.layers:
             layer.length = min(layer.length, width)
         self.mask = self.mask[:, :width]
-
-    def _drop_spares(self, spares: list[torch.Tensor], rows: int) -> None:
-        """Free the spare host buffers with another row count than `rows` (the prompt's one row, or a search
-        whose rows shrank) or too short for this step (a layer's length only grows): no request of this run can
-        reuse them, so their pinned memory goes back now, before the next layer's buffer is taken (torch's
-        allocator would keep it)."""
-        keep = [spare for spare in spares if spare.shape[2] == rows and spare.shape[0] >= self.capacity]
-        if len(keep) < len(spares):
-            spares[:] = keep
-            self.store.release_host_cache()
 
     def _keep_below(self, first: int, timing: StepTiming, why: str) -> None:
         """Layers from `first` on move to the host: the device holds a prefix of the layers."""
@@ -342,18 +291,12 @@ class LayerwisePolicy:
     def _buffer(self, rows: int, on_device: bool, like: torch.Tensor, spares: list[torch.Tensor],
                 from_end: bool = False) -> tuple[torch.Tensor, Run | None]:  # fmt: skip
         """A `[cap, 2, rows, H, D]` buffer holding `self.capacity` tokens: on the device a run of the pool
-        of exactly that (returned with it), on the host a spare if one fits, else one with room for a few
-        more steps, or as many as fill the block torch's caching host allocator pins for it."""
+        of exactly that (returned with it), on the host `host_buffer`'s."""
         tail = (2, rows, *like.shape[3:])
         if on_device:
             (kv,), run = self.store.working([(self.capacity, *tail)], from_end=from_end)
             return kv, run
-        for i, spare in enumerate(spares):
-            if spare.shape[1:] == tail and spare.shape[0] >= self.capacity:
-                return spares.pop(i), None
-        capacity = self.capacity + HOST_GROWTH_STEPS * self.context.step_tokens
-        capacity = filling_pinned_block(capacity, math.prod(tail) * like.element_size())  # a token of every row
-        return self.store.host_empty((capacity, *tail), like.dtype), None
+        return host_buffer(self.store, spares, self.capacity, tail, like, self.context.step_tokens), None
 
     def _release(self, layer: LayerKV) -> None:
         """Give a layer's device run back to the pool (copies from it are ordered before any reuse)."""
@@ -383,7 +326,7 @@ class LayerwisePolicy:
         self.staged = {}
         self._ensure_staging()
         if self.resident < self.num_layers:
-            self.staged = self._transfer(load=self.resident)
+            self.staged = stream(self.store, self.staging, self.layers, self.rows, load=self.resident)
 
     def _place(self, rows: int | None = None) -> None:
         """Re-apply Eq. 1 at the current length: exactly the first L_in(s) layers on the device. A layer
@@ -413,21 +356,6 @@ class LayerwisePolicy:
         layer.kv, layer.run = out, run
 
     # -- one layer of one token ---------------------------------------------------------------
-    def _transfer(self, written: tuple[LayerKV, int, int] | None = None, load: int | None = None) -> dict[int, object]:
-        """On the copy stream: write back the new tokens of a streamed layer (`(layer, first, count)`),
-        then load streamed layer `load` into its staging buffer. One contiguous copy each.
-        Returns `{load: event}` (the load's CUDA event, None without CUDA) to wait for before reading it."""
-        with self.store.loading() as done:
-            if written is not None:
-                layer, first, count = written
-                staged = self.staging[layer.index % STAGING_LAYERS]
-                self.store.copy(layer.kv[first : first + count], staged[first : first + count], "d2h", self.rows)
-            if load is not None:
-                layer = self.layers[load]
-                n = layer.length
-                self.store.copy(self.staging[load % STAGING_LAYERS][:n], layer.kv[:n], "h2d", self.rows)
-        return {} if load is None else {load: done}
-
     def update(self, layer: LayerKV, key_states: torch.Tensor, value_states: torch.Tensor):
         # key_states, value_states: [B, H, new, D], the new tokens of every row
         n, new = layer.length, key_states.shape[-2]
@@ -440,7 +368,8 @@ class LayerwisePolicy:
         layer.length = n + new
         if streamed:
             following = layer.index + 1 if layer.index + 1 < self.num_layers else None
-            self.staged.update(self._transfer((layer, n, new), following))  # overlaps this layer's attention
+            written = stream(self.store, self.staging, self.layers, self.rows, (layer, n, new), following)
+            self.staged.update(written)  # overlaps this layer's attention
         return heads_view(kv, n + new)
 
     def row_kv(self, candidate: int) -> list[tuple[torch.Tensor, bool]] | None:
@@ -448,17 +377,10 @@ class LayerwisePolicy:
         the layer is on the device; None when it has no row (it was not decoded in the last step)."""
         saved = self.saved.get(candidate)
         if saved is not None:
-            columns = saved.mask.nonzero().flatten()
-            return [(kv.index_select(0, columns.to(kv.device)).permute(1, 2, 0, 3), False) for kv in saved.layers]
+            return saved.read()
         if candidate not in self.rows:
             return None
-        row = self.rows.index(candidate)
-        columns = self.mask[row].nonzero().flatten()
-        out = []
-        for layer in self.layers:
-            kv = layer.kv[: layer.length].index_select(0, columns.to(layer.kv.device))[:, :, row]  # [T, 2, H, D]
-            out.append((kv.permute(1, 2, 0, 3), layer.index < self.resident))
-        return out
+        return read_row(self.layers, self.mask, self.rows.index(candidate), self.resident)
 
     # -- reporting ------------------------------------------------------------------------------
     def placement(self, live: Live) -> tuple[int, int, int, int]:
