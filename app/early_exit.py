@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
@@ -239,28 +239,80 @@ def skip_mismatch(saved: Thresholds | None, generator: str, verifier: str) -> st
             f"this search's verifier {verifier}, generator {generator}")
 
 
-def thresholds_text(saved: Thresholds | None, search, verifier: str | None = None) -> str:
+def calibrated_fields(saved: Thresholds | None, verifier: str, given: Collection[str] = ()) -> dict:
+    """The SearchConfig fields the calibration sets in the window, `run`'s rule (app/exit_options.py): each threshold
+    not `given` on the command line is the calibrated one; the entropy exit's, where not both are given, are the
+    paper's when calibrated on another `verifier` (a `verifier_key`; `run` refuses them) and turn the exit off where
+    the calibration saved it off."""
+    if saved is None:
+        return {}
+    fields: dict = {name: getattr(saved, name) for name in ("tau_conf", "r_gap") if name not in given}
+    entropy = [name for name in ENTROPY_THRESHOLDS if name not in given]
+    if not entropy:
+        return fields
+    if entropy_mismatch(saved, verifier) is not None:  # another verifier's: the paper's instead
+        fields.update({name: getattr(SearchConfig(), name) for name in entropy})
+    elif saved.entropy_off:  # its calibration missed the target: off, as the thresholds text says
+        fields["entropy_exit"] = False
+    elif saved.entropy_theta is not None:
+        fields.update({name: getattr(saved, name) for name in entropy})
+    return fields
+
+
+def kept_entropy_text(saved: Thresholds) -> str:
+    """The entropy exit a calibration without a logit lens keeps from an earlier one, as eval says it: thresholds,
+    or the exit saved as off (its NEVER thresholds are no numbers to show: they printed as "θ 0.0000, δ 0.0000")."""
+    measured_on = saved.entropy_verifier or "a verifier not recorded"
+    if saved.entropy_off:
+        return f"the entropy exit saved as off for {measured_on} stays off"
+    return (f"the saved θ {nats_text(saved.entropy_theta)}, δ {nats_text(saved.entropy_delta)} measured on "
+            f"{measured_on} are kept")
+
+
+GIVEN = "given on the command line"
+ENTROPY_THRESHOLDS = ("entropy_theta", "entropy_delta")
+
+
+def thresholds_text(saved: Thresholds | None, search, verifier: str | None = None,
+                    given: Collection[str] = ()) -> str:
     """What the window shows of the thresholds a run will use: the calibrated ones, else `search`'s (a SearchConfig).
-    `verifier` (a `verifier_key`) is the search's: entropy thresholds calibrated on another are set aside."""
-    if saved is not None:
-        text = (f"τ_conf {saved.tau_conf:.3f}, r_gap {saved.r_gap:.3f} (calibrated on {saved.steps} steps: "
-                f"skips {saved.skip_rate:.0%}, verifier agrees {saved.agreement:.0%}; {calibrated_on(saved)})")
-    else:
-        text = (f"τ_conf {search.tau_conf:.3f}, r_gap {search.r_gap:.3f} (not calibrated: run `beamwise eval PROBLEMS "
-                "--calibrate` in a terminal)")
+    `verifier` (a `verifier_key`) is the search's: entropy thresholds calibrated on another are set aside. `given`:
+    the thresholds typed on the command line (SearchConfig's names), `search`'s, which win over the calibration."""
+    text, typed = _skip_text(saved, search, given), [name for name in ENTROPY_THRESHOLDS if name in given]
+    if len(typed) == 2:
+        return text + f"\nentropy exit θ {nats_text(search.entropy_theta)}, δ {nats_text(search.entropy_delta)} " \
+                      f"({GIVEN})"
     mismatch = entropy_mismatch(saved, verifier) if verifier is not None else None
     if mismatch is not None:
-        paper = SearchConfig()
-        return text + (f"\nentropy exit θ {paper.entropy_theta:.3f}, δ {paper.entropy_delta:.3f} (the paper's: "
+        theta, delta = (getattr(search if name in typed else SearchConfig(), name) for name in ENTROPY_THRESHOLDS)
+        return text + (f"\nentropy exit θ {theta:.3f}, δ {delta:.3f} (the paper's: "
                        f"{mismatch}; run `beamwise eval PROBLEMS --calibrate` in a terminal with this verifier)")
     if saved is not None and saved.entropy_off:
         return text + f"\nentropy exit off for this verifier: {entropy_off_text(saved)}"
     if saved is not None and saved.entropy_theta is not None:
         layer = "-" if saved.entropy_mean_layer is None else f"{saved.entropy_mean_layer:.1f}"
         agrees = "-" if saved.entropy_agreement is None else f"{saved.entropy_agreement:.0%}"
-        return text + (f"\nentropy exit θ {nats_text(saved.entropy_theta)}, δ {nats_text(saved.entropy_delta)} "
-                       "(calibrated on "
+        theta, delta = (getattr(search if name in typed else saved, name) for name in ENTROPY_THRESHOLDS)
+        mixed = f"{'θ' if typed == ['entropy_theta'] else 'δ'} {GIVEN}; the other " if typed else ""
+        return text + (f"\nentropy exit θ {nats_text(theta)}, δ {nats_text(delta)} ({mixed}calibrated on "
                        f"{saved.entropy_steps} steps of a {saved.entropy_layers}-layer verifier: exits at layer "
                        f"{layer} on average, full pass agrees {agrees})")
     return text + (f"\nentropy exit θ {search.entropy_theta:.3f}, δ {search.entropy_delta:.3f} "
                    "(the paper's; not calibrated)")
+
+
+def _skip_text(saved: Thresholds | None, search, given: Collection[str]) -> str:
+    """Verify-skip's thresholds as the window shows them: given (`search`'s), calibrated, or the defaults."""
+    typed = [name for name in ("tau_conf", "r_gap") if name in given]
+    if typed:
+        source = search if saved is None else saved
+        tau, gap = (getattr(search if name in typed else source, name) for name in ("tau_conf", "r_gap"))
+        rest = "" if len(typed) == 2 else (
+            f"; {'r_gap' if typed == ['tau_conf'] else 'τ_conf'} {'calibrated' if saved else 'not calibrated'}")
+        shown = "τ_conf" if typed == ["tau_conf"] else "r_gap" if typed == ["r_gap"] else "both"
+        return f"τ_conf {tau:.3f}, r_gap {gap:.3f} ({'' if shown == 'both' else shown + ' '}{GIVEN}{rest})"
+    if saved is not None:
+        return (f"τ_conf {saved.tau_conf:.3f}, r_gap {saved.r_gap:.3f} (calibrated on {saved.steps} steps: "
+                f"skips {saved.skip_rate:.0%}, verifier agrees {saved.agreement:.0%}; {calibrated_on(saved)})")
+    return (f"τ_conf {search.tau_conf:.3f}, r_gap {search.r_gap:.3f} (not calibrated: run `beamwise eval PROBLEMS "
+            "--calibrate` in a terminal)")

@@ -239,12 +239,10 @@ class Evaluation:
 
 def _keep_earlier_exit(found: Thresholds, why: str) -> Thresholds:
     """`found` with the entropy exit thresholds saved before, when this calibration could not fit its own."""
-    from app.early_exit import keep_entropy_of, load_thresholds
+    from app.early_exit import keep_entropy_of, kept_entropy_text, load_thresholds
 
     found = keep_entropy_of(found, load_thresholds())
-    kept = "" if found.entropy_theta is None else (
-        f"; the saved θ {found.entropy_theta:.4f}, δ {found.entropy_delta:.4f} measured on "
-        f"{found.entropy_verifier or 'a verifier not recorded'} are kept")
+    kept = "" if found.entropy_theta is None else f"; {kept_entropy_text(found)}"
     print(f"entropy exit: not calibrated ({why}){kept}")
     return found
 

@@ -7,6 +7,16 @@ import argparse
 from app.run_output import warn
 from engine.config import SearchConfig
 from engine.errors import ConfigError
+from engine.prm_folders import exit_refusal
+
+THRESHOLDS = ("tau_conf", "r_gap", "entropy_theta", "entropy_delta")  # the options' dests are the fields' names
+
+
+def given_thresholds(args: argparse.Namespace) -> frozenset[str]:
+    """The thresholds given on the command line (SearchConfig's names): they win over the calibrated ones, in `run`
+    (`early_exit_thresholds`) and in the window (SearchControls.set_configs' `given`), which has no control to set
+    them and laid the calibration over them."""
+    return frozenset(name for name in THRESHOLDS if getattr(args, name, None) is not None)
 
 
 def early_exit_thresholds(args: argparse.Namespace) -> dict[str, float | bool]:
@@ -14,9 +24,14 @@ def early_exit_thresholds(args: argparse.Namespace) -> dict[str, float | bool]:
     (beamwise eval --calibrate), else the defaults: as SearchConfig fields. The entropy exit refuses calibrated
     thresholds measured on another verifier (a ConfigError saying what to do) and says which ones it uses; where
     that calibration turned the exit off (no pair reached its target), "entropy_exit": False with a word on stderr,
-    to be laid over --entropy-exit: the saved 1e-06 thresholds are met by a saturated lens (entropy 0.0)."""
+    to be laid over --entropy-exit: the saved 1e-06 thresholds are met by a saturated lens (entropy 0.0). A PRM that
+    reads a reward head (no logit lens) refuses the exit first, whatever the calibration file says (`gui` opens
+    and its settings say it, as for such a PRM picked there)."""
     from app.early_exit import load_thresholds
 
+    no_lens = args.entropy_exit and (refusal := exit_refusal(args.verifier, args.verifier_model)) is not None
+    if no_lens and getattr(args, "command", None) != "gui":  # the window says it in red by its checkbox
+        raise refusal  # before the calibration's verifier is compared: no thresholds make this exit run
     d = SearchConfig()
     given = {"tau_conf": args.tau_conf, "r_gap": args.r_gap,
              "entropy_theta": args.entropy_theta, "entropy_delta": args.entropy_delta}
@@ -24,8 +39,9 @@ def early_exit_thresholds(args: argparse.Namespace) -> dict[str, float | bool]:
         args.entropy_exit and None in (args.entropy_theta, args.entropy_delta))
     saved = load_thresholds(warn=warn if uses_saved else None) if None in given.values() else None
     exit_off = False
-    if saved is not None and saved.entropy_theta is not None and args.entropy_exit and args.verifier != "logprob" \
-            and None in (args.entropy_theta, args.entropy_delta):  # logprob: SearchConfig refuses the exit itself
+    checked = args.entropy_exit and not no_lens and args.verifier != "logprob"  # logprob: SearchConfig refuses it
+    if checked and saved is not None and saved.entropy_theta is not None \
+            and None in (args.entropy_theta, args.entropy_delta):
         exit_off = _check_entropy_calibration(args, saved)
     if args.verify_skip and not getattr(args, "calibrate", False) and None in (args.tau_conf, args.r_gap):
         _note_skip_calibration(args, saved)

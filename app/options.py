@@ -12,6 +12,7 @@ from typing import NoReturn
 from app.exit_options import early_exit_thresholds
 from app.models_folder import source_of
 from app.parser import OneLineParser
+from app.speculation_options import SPECULATION_SHAPERS, speculation_refusals
 from engine.config import (
     AGGREGATIONS,
     DEVICES,
@@ -19,7 +20,6 @@ from engine.config import (
     METHODS,
     POLICIES,
     SELECTIONS,
-    SPECULATING,
     VERIFIER_DEVICES,
     VERIFIERS,
     CacheConfig,
@@ -371,15 +371,10 @@ def _refuse_unused(args: argparse.Namespace) -> None:
         (args.verifier_kv_share is not None and args.verifier == "logprob",
          "--verifier-kv-share gives the verifier part of the KV budget, and logprob keeps no KV: pick --verifier "
          "self-judge or prm, or leave it out"),
-        (args.speculative and args.policy not in ("auto", *SPECULATING),
-         f"--speculative extends beams with in_device and lbs (and auto, which picks them where they fit), not "
-         f"with {args.policy}: pick one of those, or leave it out"),
-        (not args.speculative and bool(_typed(args, ("speculative_ratio", "speculative_continuations"))),
-         "--speculative-continuations and --speculative-ratio size speculative beam extension, which is off: add "
-         "--speculative, or leave them out"),
-        (args.speculative and bool(args.lookahead),
-         "--lookahead runs do not speculate, so --speculative would do nothing: leave out --speculative or "
-         "--lookahead"),
+        (args.verifier_kv_share is not None and args.verifier == "prm" and args.verifier_device == "cpu",
+         "--verifier-kv-share gives the verifier part of the device KV budget, and --verifier-device cpu keeps the "
+         "PRM's KV in CPU memory, outside that budget: leave out one of them"),
+        *speculation_refusals(args, _typed(args, SPECULATION_SHAPERS)),
         (args.verifier_device == "cpu" and getattr(args, "verifier_endpoint", None) is not None,
          "--verifier-device cpu places a PRM loaded on this machine, and --verifier-endpoint scores the steps on the "
          "PRM server: leave one of them out"),

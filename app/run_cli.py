@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -13,8 +12,8 @@ from threading import Event
 from typing import Any, TextIO
 
 from app import formatting
-from app.db_path import db_option
 from app.export.md_escape import without_controls
+from app.follow_up import again_options, server_options
 from app.gpu_check import emulated_hint
 from app.heartbeat import Heartbeat, StepProgress
 from app.options import UsageError, configs_from_args, server_from_args
@@ -261,33 +260,6 @@ def conversation_of(args: argparse.Namespace) -> tuple[int | None, list[tuple[st
     return previous, history
 
 
-def _again(args: argparse.Namespace) -> str:
-    """The options a follow-up to this run repeats: the database it was recorded in (without --db the follow-up
-    read the default database, and went after another conversation's turn of that id), and the model it ran on or
-    a server run's server (and its PRM server): without them the follow-up ran on the bundled model."""
-    db = db_option(getattr(args, "db", None))
-    if getattr(args, "backend", "local") != "openai":
-        model = getattr(args, "model", "bundled")  # a caller's namespace may hold no model (a test's)
-        return db + (f" --model {shlex.quote(model)}" if model != "bundled" else "")
-    return db + " " + server_options({"endpoint": args.endpoint.strip(), "served_model": args.served_model,
-                                 "api_key_env": args.api_key_env, "prm_endpoint": args.verifier_endpoint},
-                                args.verifier_model)
-
-
-def server_options(server: dict, verifier_model: str | None = None) -> str:
-    """The options that name a server run's servers again (`ServerConfig.to_dict`, as a session records it, and the
-    PRM's served name), each value quoted for a shell where it needs it."""
-    q = shlex.quote
-    options = f"--backend openai --endpoint {q(str(server.get('endpoint')))} --served-model " \
-              f"{q(str(server.get('served_model')))}"
-    if server.get("api_key_env"):
-        options += f" --api-key-env {q(server['api_key_env'])}"
-    if server.get("prm_endpoint"):
-        options += f" --verifier prm --verifier-endpoint {q(server['prm_endpoint'].strip())} --verifier-model " \
-                   f"{q(str(verifier_model))}"
-    return options
-
-
 @contextmanager
 def _ctrl_c_cancels(stop: Event, started: Callable[[], bool] = lambda: True,
                     before_step_1: Callable[[], bool] = lambda: False, recorded: bool = True,
@@ -390,7 +362,7 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
         raise
     finally:
         close(recorder)
-    _say_recorded(recorder, status, last_step, started.is_set(), begun, _again(args))
+    _say_recorded(recorder, status, last_step, started.is_set(), begun, again_options(args))
     return status
 
 

@@ -101,9 +101,10 @@ def test_the_file_keeps_the_entropy_thresholds_and_the_window_shows_them(tmp_pat
         Thresholds(0.8, 0.2, entropy_theta=3.5)
 
 
+# A PRM with a logit lens: a calibration saves entropy thresholds for no other kind (Qwen2.5-Math-PRM refuses the exit).
 PRM_FIT = Thresholds(0.8, 0.2, 10, 0.3, 0.95, entropy_theta=3.5, entropy_delta=0.7, entropy_vocab=32_000,
                      entropy_layers=4, entropy_steps=12, entropy_mean_layer=3.0, entropy_agreement=0.9,
-                     generator="synthetic:tiny-llama", verifier="prm synthetic:tiny-qwen-prm")
+                     generator="synthetic:tiny-llama", verifier="prm synthetic:tiny-math-shepherd")
 TINY_RUN = ["run", "What is 2+3?", "--model", "synthetic:tiny-llama", "--beams", "2", "--width", "2",
             "--step-tokens", "4", "--max-steps", "1", "--no-save"]
 
@@ -140,14 +141,15 @@ def test_a_run_refuses_entropy_thresholds_calibrated_on_another_verifier(tmp_pat
     save_thresholds(PRM_FIT)
     assert main([*TINY_RUN, "--verifier", "self-judge", "--entropy-exit"]) == 2
     err = capsys.readouterr().err
-    assert "were measured on prm synthetic:tiny-qwen-prm, not on this search's self-judge on synthetic:tiny-llama" \
-        in err and "beamwise eval PROBLEMS --calibrate" in err and "--entropy-theta" in err
+    assert "were measured on prm synthetic:tiny-math-shepherd, not on this search's self-judge on " \
+           "synthetic:tiny-llama" in err and "beamwise eval PROBLEMS --calibrate" in err and "--entropy-theta" in err
     given = _configs(*TINY_RUN, "--verifier", "self-judge", "--entropy-exit", "--entropy-theta", "9",
                      "--entropy-delta", "1")
     assert (given.entropy_theta, given.entropy_delta) == (9.0, 1.0)  # the user's own thresholds: no question
-    same = _configs(*TINY_RUN, "--verifier", "prm", "--verifier-model", "synthetic:tiny-qwen-prm", "--entropy-exit")
+    same = _configs(*TINY_RUN, "--verifier", "prm", "--verifier-model", "synthetic:tiny-math-shepherd",
+                    "--entropy-exit")
     assert (same.entropy_theta, same.entropy_delta) == (3.5, 0.7)
-    assert "(verifier prm synthetic:tiny-qwen-prm, generator synthetic:tiny-llama)" in capsys.readouterr().err
+    assert "(verifier prm synthetic:tiny-math-shepherd, generator synthetic:tiny-llama)" in capsys.readouterr().err
     _configs(*TINY_RUN, "--verifier", "self-judge")  # the exit is off: nothing to refuse
 
 
@@ -158,10 +160,10 @@ def test_a_calibration_without_a_lens_keeps_the_entropy_thresholds_and_their_ver
     kept = keep_entropy_of(logprob, PRM_FIT)
     assert (kept.tau_conf, kept.r_gap, kept.verifier) == (0.7, 0.1, "logprob on synthetic:tiny-llama")
     assert (kept.entropy_theta, kept.entropy_delta, kept.entropy_layers) == (3.5, 0.7, 4)
-    assert kept.entropy_verifier == "prm synthetic:tiny-qwen-prm"
-    assert entropy_mismatch(kept, "prm synthetic:tiny-qwen-prm") is None  # still the PRM's to use
-    assert "measured on prm synthetic:tiny-qwen-prm" in entropy_mismatch(kept, "logprob on synthetic:tiny-llama")
-    assert calibrated_on(kept).endswith("; entropy exit on prm synthetic:tiny-qwen-prm")
+    assert kept.entropy_verifier == "prm synthetic:tiny-math-shepherd"
+    assert entropy_mismatch(kept, "prm synthetic:tiny-math-shepherd") is None  # still the PRM's to use
+    assert "measured on prm synthetic:tiny-math-shepherd" in entropy_mismatch(kept, "logprob on synthetic:tiny-llama")
+    assert calibrated_on(kept).endswith("; entropy exit on prm synthetic:tiny-math-shepherd")
     assert keep_entropy_of(logprob, None) == logprob
 
 
@@ -188,10 +190,10 @@ def test_the_window_names_the_calibrations_verifier_and_sets_aside_another_ones(
     controls = SearchControls()
     qtbot.addWidget(controls)
     tiny = ModelSpec("synthetic:tiny-llama")
-    controls.set_configs(tiny, SearchConfig(verifier="prm", verifier_model="synthetic:tiny-qwen-prm",
+    controls.set_configs(tiny, SearchConfig(verifier="prm", verifier_model="synthetic:tiny-math-shepherd",
                                             entropy_exit=True), CacheConfig())
     text = controls.thresholds_label.text()
-    assert "verifier prm synthetic:tiny-qwen-prm, generator synthetic:tiny-llama" in text
+    assert "verifier prm synthetic:tiny-math-shepherd, generator synthetic:tiny-llama" in text
     assert "entropy exit θ 3.500, δ 0.700 (calibrated on 12 steps" in text
     assert (controls.configs()[1].entropy_theta, controls.configs()[1].entropy_delta) == (3.5, 0.7)
     controls.set_configs(tiny, SearchConfig(verifier="self-judge", entropy_exit=True), CacheConfig())

@@ -39,7 +39,9 @@ def test_the_verifier_share_and_a_prm_on_the_cpu_round_trip(qtbot, tmp_path, mon
     search = SearchConfig(verifier="prm", verifier_model="synthetic:tiny-qwen-prm", verifier_device="cpu")
     controls.set_configs(ModelSpec(), search, CacheConfig(verifier_kv_share=0.25))
     _, built_search, built = controls.configs()
-    assert built.verifier_kv_share == 0.25 and built_search.verifier_device == "cpu"
+    assert built.verifier_kv_share is None and built_search.verifier_device == "cpu"  # its KV is outside the budget
+    controls.verifier_on_cpu.setChecked(False)
+    assert controls.configs()[2].verifier_kv_share == 0.25  # the share kept for the PRM on the GPU
     with qtbot.waitSignal(controls.changed):
         controls.verifier_share.set_value(0)
     _, _, built = controls.configs()

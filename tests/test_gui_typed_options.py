@@ -118,3 +118,15 @@ def test_beamwise_keeps_its_command_line_for_the_window(monkeypatch):
     monkeypatch.setattr(cli, "build_parser", recording_parser)
     assert cli.main(["gui", "--beams", "4"]) == 0 and cli.main([]) == 0
     assert seen == [["gui", "--beams", "4"], ["gui"]]
+
+
+def test_thresholds_typed_for_the_window_win_over_a_calibration(keep_window, qsettings, tmp_path, monkeypatch):
+    """`gui --verify-skip --tau-conf 0.3 --r-gap 0 --entropy-exit --entropy-theta 8 --entropy-delta 3` with an
+    early_exit.json saved ran the calibration's tau 1.0, r_gap 0.999 and the exit off, without a word."""
+    from app.early_exit import save_thresholds
+    from tests.test_exit_thresholds_given import OFF, TYPED
+
+    save_thresholds(OFF)
+    _, search, _ = opened(keep_window, qsettings, ["gui", "--verifier", "self-judge", *TYPED, "--question", "q"])
+    assert (search.tau_conf, search.r_gap, search.entropy_theta, search.entropy_delta) == (0.3, 0.0, 8.0, 3.0)
+    assert search.verify_skip and search.entropy_exit

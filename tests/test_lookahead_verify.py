@@ -154,7 +154,8 @@ def test_only_a_verifier_that_reads_each_step_at_its_end_and_runs_every_layer_lo
 
 def test_the_switch_on_the_command_line_and_older_records():
     parser = build_parser()
-    run = parser.parse_args(["run", "--question", "q", "--speculative", "--no-lookahead-verify"])
+    run = parser.parse_args(["run", "--question", "q", "--speculative", "--no-lookahead-verify", "--verifier", "prm",
+                             "--verifier-model", "synthetic:tiny-qwen-prm"])  # a PRM: logprob never looks ahead
     assert not configs_from_args(run)[2].lookahead_verify
     assert configs_from_args(parser.parse_args(["run", "--question", "q"]))[2].lookahead_verify  # on by default
     older = CacheConfig().to_dict()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -19,7 +19,8 @@ from PySide6.QtWidgets import (
 )
 
 import app.formatting as fmt
-from app.early_exit import entropy_mismatch, load_thresholds, thresholds_text, verifier_key
+from app.early_exit import calibrated_fields, load_thresholds, thresholds_text, verifier_key
+from app.exit_options import THRESHOLDS
 from app.gui.model_picker import ModelPicker
 from app.gui.seed_box import SeedBox
 from app.gui.slider_spin import QT_INT_MAX, SliderSpin, kept_setting
@@ -87,6 +88,7 @@ class SearchControls(QWidget):
         self._model, self._search, self._cache = ModelSpec(), SearchConfig(), CacheConfig(prefix_cache=True)
         self._error = ""
         self._lens: tuple[tuple[str, str | None], str] | None = None  # the last verifier asked and its refusal
+        self._given: frozenset[str] = frozenset()  # the thresholds given on the command line (set_configs)
         self._continuations = (0, 0)  # the spin box's value when set, and the count set then (past 2**31-1)
         self._build()
         self.set_configs(self._model, self._search, self._cache)
@@ -104,14 +106,15 @@ class SearchControls(QWidget):
             seed=self.seed.value(), aggregation=self.aggregation.currentData(), verifier=verifier,
             verifier_model=verifier_model, verifier_device=self._verifier_device(verifier), **self._method_fields(),
         )
-        share = int(self.verifier_share.value())
+        share = int(self.verifier_share.value())  # none for a PRM on the CPU: its KV is outside the budget
+        share = None if search.verifier_device == "cpu" else self.verifier_share.kept(share / 100 if share else None)
         switches = {name: box.isChecked() for name, box in self.switches.items()}
         cache = dataclasses.replace(self._cache, policy=self.policy.currentData(),
                                     kv_budget_bytes=self._bytes("kv_budget", MB),
                                     pcie_gbps=float(self.pcie_gbps.number()),
                                     prefill_chunk=int(self.prefill_chunk.number()) or None,
                                     speculative_continuations=self._continuations_set(),
-                                    verifier_kv_share=self.verifier_share.kept(share / 100 if share else None),
+                                    verifier_kv_share=share,
                                     **switches,
                                     prefix_cache_ram_bytes=self._bytes("prefix_ram", MB),
                                     prefix_cache_disk_bytes=self._bytes("prefix_disk", GB))
@@ -139,32 +142,27 @@ class SearchControls(QWidget):
         return {"temperature": self.temperature.number(), "top_p": self.top_p.number()}
 
     def _method_fields(self) -> dict:
-        """Method, lookahead, selection and verify-skip (calibrated thresholds when there are any); greedy's one
+        """Method, lookahead, selection and the early exits (thresholds given on the command line, else calibrated
+        ones where there are any, app/early_exit.py `calibrated_fields`, `run`'s rule); greedy's one
         path needs no vote, so it runs the default selection, as lookahead is 0 for all but beam."""
         method = self.method.currentData()
         select = self.select.currentData() if method != "greedy" else SearchConfig().select
         fields = {"method": method, "lookahead": self.lookahead.value() if method == "beam" else 0,
                   "select": select, "verify_skip": self.verify_skip.isChecked(),
                   "entropy_exit": self.entropy_exit.isChecked()}
-        saved = load_thresholds()
-        if saved is not None:
-            fields.update(tau_conf=saved.tau_conf, r_gap=saved.r_gap)
-            if entropy_mismatch(saved, self._verifier_key()) is not None:  # another verifier's: the paper's instead
-                paper = SearchConfig()
-                fields.update(entropy_theta=paper.entropy_theta, entropy_delta=paper.entropy_delta)
-            elif saved.entropy_off:  # its calibration missed the target: off, as the thresholds text says
-                fields["entropy_exit"] = False
-            elif saved.entropy_theta is not None:
-                fields.update(entropy_theta=saved.entropy_theta, entropy_delta=saved.entropy_delta)
-        return fields
+        return {**fields, **calibrated_fields(load_thresholds(), self._verifier_key(), self._given)}
 
     def _verifier_key(self) -> str:
         """The chosen verifier as a calibration names it (the PRM, or the generator judging itself)."""
         return verifier_key(self.model_picker.source(), *self.verifier.choice())
 
-    def set_configs(self, model: ModelSpec, search: SearchConfig, cache: CacheConfig) -> None:
-        """Show these settings (e.g. "Run again" of a stored session); fields without a control are kept."""
+    def set_configs(self, model: ModelSpec, search: SearchConfig, cache: CacheConfig,
+                    given: Collection[str] = ()) -> None:
+        """Show these settings (e.g. "Run again" of a stored session); fields without a control are kept. `given`:
+        the thresholds typed on the command line (app/exit_options.py `given_thresholds`): `search`'s win over the
+        calibrated ones, as in `run`; the others (a session's, the remembered ones) follow the calibration."""
         self._model, self._search, self._cache = model, search, cache
+        self._given = frozenset(given) & frozenset(THRESHOLDS)
         self.blockSignals(True)
         self.model_picker.set_source(model.source)
         for control, value in ((self.beams, search.beams), (self.width, search.width),
@@ -312,7 +310,7 @@ class SearchControls(QWidget):
         problems: list[str] = []
         uses_saved = self.verify_skip.isChecked() or self.entropy_exit.isChecked()
         saved = load_thresholds(warn=problems.append if uses_saved else None)
-        text = thresholds_text(saved, self._search, self._verifier_key())
+        text = thresholds_text(saved, self._search, self._verifier_key(), self._given)
         shown = "\n".join([*(f"⚠ {problem}" for problem in problems), text])  # seen first
         self.thresholds_label.setText(commands_html(shown))
 
@@ -371,7 +369,8 @@ class SearchControls(QWidget):
                                            tooltip="The verifier's part of the device KV budget (the generator "
                                            "gets the rest). auto: what one verification batch needs, since "
                                            "verifying is compute-bound and decoding gains from every byte "
-                                           "(FlashTTS). Only a PRM or self-judge keeps KV.")
+                                           "(FlashTTS). Only a PRM or self-judge keeps KV; a PRM on the CPU keeps it "
+                                           "in CPU memory, outside the budget.")
         form.addRow("Verifier KV share", self.verifier_share)
         self.prefix_ram = self._slider(0, 65536, step=64, suffix=" MB", special="auto",
                                        tooltip="Most host RAM for the prefix cache. auto: a quarter of the free "
@@ -423,6 +422,7 @@ class SearchControls(QWidget):
         for control in (self.temperature, self.top_p, self.select):  # greedy: one path at temperature 0
             control.setEnabled(self.method.currentData() != "greedy")
         self.verifier_on_cpu.setEnabled(self.verifier.choice()[0] == "prm")
+        self.verifier_share.setEnabled(self._verifier_device(self.verifier.choice()[0]) != "cpu")  # as run refuses
         self.continuations.setEnabled(self.switches["speculative"].isChecked())
         self.switches["lookahead_verify"].setEnabled(self.switches["speculative"].isChecked())
         self._show_thresholds()

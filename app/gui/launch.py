@@ -19,6 +19,7 @@ from PySide6.QtCore import QDeadlineTimer, QEventLoop, QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
 from app.db_path import default_db_path
+from app.exit_options import given_thresholds
 from app.gui import palette as pal
 from app.gui import settings as saved
 from app.gui.bridge import SearchBridge
@@ -304,7 +305,8 @@ def _build_window(args: argparse.Namespace, settings: QSettings, store: Any, *, 
     bridge = SearchBridge(store_factory=factory)
     window = MainWindow(bridge, settings=settings, store=store, dialogs=interactive)
     base = saved.load_configs(settings) or (ModelSpec(), SearchConfig(), CacheConfig(prefix_cache=True))
-    window.controls.set_configs(*explicit_configs(args, base, typed, command_line_options(args)))
+    window.controls.set_configs(*explicit_configs(args, base, typed, command_line_options(args)),
+                                given=given_thresholds(args))  # typed thresholds win over the calibrated ones
     if not interactive:
         window.resize(1400, 900)
     return window
