@@ -75,7 +75,8 @@ class Printer:
         p(f"model {event.model} on {event.device}; policy {event.policy}, KV budget {_budget_text(event)}")
         if event.emulated and (hint := emulated_hint()):
             print(f"beamwise: note: running on the emulated GPU: {hint}", file=sys.stderr)
-        p(f"verifier {event.verifier}; method {event.search.get('method', 'beam')}")
+        on_cpu = " (on the CPU, its KV in CPU memory)" if event.search.get("verifier_device") == "cpu" else ""
+        p(f"verifier {event.verifier}{on_cpu}; method {event.search.get('method', 'beam')}")
         if event.numerics:  # what an exact rerun of this seed must match (README, "Reproducing a run")
             p(numerics_line(event.search.get("seed"), event.numerics))
         if event.verifier_kv_budget_bytes:

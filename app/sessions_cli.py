@@ -117,6 +117,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"  model {s['model']}, verifier {s['verifier']}, {s['device']}, policy {s['policy']}")
     print(f"  {fmt.steps(s['steps'])}, {s['candidates']} candidates, {s['candidate_tokens']} tokens, "
           f"{s['seconds'] or 0:.2f} s, H2D {s['h2d_bytes']:,} B, D2H {s['d2h_bytes']:,} B")
+    if verifier := report.verifier_traffic():
+        print(f"  {verifier}")
     unchosen = no_path_chosen(report)  # a run that did not finish chose none: its best beam so far follows
     print(f"\nquestion:\n{_safe(s['question'])}\n")
     if s.get("context_note"):

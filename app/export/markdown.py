@@ -81,6 +81,8 @@ def memory_summary(report: Report) -> list[str]:
     lines = [f"Host to device {fmt.size(s['h2d_bytes'])}, device to host {fmt.size(s['d2h_bytes'])}, "
              f"peak KV on the device {fmt.size(peak)} of {fmt.size(s['kv_budget_bytes'])}"
              + (" (emulated device)" if s.get("emulated") else "") + ".", ""]
+    if verifier := report.verifier_traffic():  # the figures above and the table below are the generator's
+        lines[1:1] = [f"The {verifier}."]  # the same paragraph
     rows = traffic_rows(report)
     if rows:
         lines += [f"| {' | '.join(TRAFFIC_HEADERS)} |", "|---" * len(TRAFFIC_HEADERS) + "|"]

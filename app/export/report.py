@@ -40,6 +40,18 @@ class Report:
         others = [c for c in self.by_step.get(node["step"], []) if c["id"] != node["id"]]
         return sorted(others, key=lambda c: -(c["score"] if c["score"] is not None else -1))
 
+    def verifier_traffic(self) -> str:
+        """The verifier's own KV traffic ('' when it moved none and ran on the device), as `run` prints it per step:
+        the session's H2D and D2H totals are the generator's alone."""
+        s = self.session
+        search = s.get("search") if isinstance(s.get("search"), dict) else {}
+        on_cpu = search.get("verifier_device") == "cpu"
+        h2d, d2h = s.get("verifier_h2d_bytes") or 0, s.get("verifier_d2h_bytes") or 0
+        if not (h2d or d2h or on_cpu):
+            return ""
+        where = "; the PRM ran on the CPU, its KV in CPU memory" if on_cpu else ""
+        return f"verifier KV traffic H2D {h2d:,} B, D2H {d2h:,} B (apart from the generator's){where}"
+
     def kv_budget(self) -> str:
         """The KV budget as `beamwise run`'s first line gives it: the whole, and the generator's part where a
         verifier keeps KV (the row's `kv_budget_bytes` is the generator's part alone)."""
@@ -55,6 +67,8 @@ def report_of(model: SessionModel, stored: dict[str, Any]) -> Report:
         session.update(session_settings(model), **session_facts(model))
         session.update({key: stored[key] for key in RECORDED_ONLY if key in stored})
         session["verifier_kv_budget_bytes"] = model.run.started.verifier_kv_budget_bytes
+    # the verifier's KV traffic, which the session's H2D and D2H (the generator's) leave out, and where its KV was
+    session["verifier_h2d_bytes"], session["verifier_d2h_bytes"] = model.series.verifier_h2d, model.series.verifier_d2h
     end = model.run.end
     session["context_note"] = fmt.context_full_text(end) if isinstance(end, ev.RunFinished) and end.context_full \
         else None  # the model's context filled the paths: said as `run` says it

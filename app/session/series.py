@@ -32,6 +32,8 @@ class ChartSeries:
     step_seconds: list[float] = field(default_factory=list)  # the step's compute plus its stall
     budget_bytes: int | None = None
     verifier_budget_bytes: int = 0  # its share of the device KV budget (0: it keeps no KV there)
+    verifier_h2d: int = 0  # the verifier's own KV traffic over the run, apart from the generator's
+    verifier_d2h: int = 0
     emulated: bool = False
     remote: bool = False  # a generator server's run: it holds the KV, the figures here are zeros
 
@@ -53,6 +55,8 @@ class ChartSeries:
             self.verifier_budget_bytes = event.verifier_budget_bytes
             self.verifier_device_bytes.append(event.verifier_device_bytes)
             self.verifier_host_bytes.append(event.verifier_host_bytes)
+            self.verifier_h2d += event.verifier_h2d_bytes
+            self.verifier_d2h += event.verifier_d2h_bytes
         elif isinstance(event, ev.TransferStats):
             self.emulated = event.emulated
             if not self.transfer_steps:
