@@ -1,8 +1,10 @@
-"""Whether each model can play the part the settings give it, as the run decides it, from configs and safetensors
-headers alone: a PRM folder given as the generator, and a folder that is no PRM given as the verifier."""
+"""Whether each model can play the part the settings give it, as the run decides it, from configs, safetensors
+headers and tokenizers alone: a PRM folder given as the generator, and a folder that is no PRM (or whose tokenizer
+its family's format cannot use) given as the verifier."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from engine.config import SearchConfig
@@ -51,10 +53,56 @@ def _verifier_refusal(search: SearchConfig) -> str | None:
         return None
     try:
         folder, family = locate_prm(source)
-        if weight_files(folder):  # a family named before the path is taken at its word: its head is checked here
+        names = weight_files(folder)
+        if names:  # a family named before the path is taken at its word: its head is checked here
             check_head(folder, family)
     except PRMHeadMissing as error:
         return error.user_message() if weight_files(checked_prm_folder(source)) else None
     except BeamwiseError as error:
         return error.user_message()
+    return _layout_refusal(source) or _lm_head_refusal(folder, family, names)  # in the run's order
+
+
+def _layout_refusal(source: str) -> str | None:
+    """Why the run refuses the PRM's tokenizer for its family's format (a Math-Shepherd tag ` ки` or Qwen's
+    `<extra_0>` that is no single token, no chat template where the format is one), as `verifier_layout` builds the
+    run's layout from the tokenizer alone; None where the tokenizer cannot be read here (the plan's tokenizer check
+    and the run's load say why)."""
+    from engine.errors import ChatTemplateUnusable, NotAPRM
+
+    try:
+        _laid_out(source)
+    except (NotAPRM, ChatTemplateUnusable) as error:
+        return error.user_message()
+    except (BeamwiseError, OSError, ValueError):
+        return None
     return None
+
+
+@functools.lru_cache(maxsize=4)
+def _laid_out(source: str) -> bool:
+    """True once the PRM at `source` lays a path out; a refusal raises and is not kept (a folder fixed since is read
+    again). Kept per source as app/prompt_size.py keeps its layout: the window plans after every settings change,
+    and a PRM's tokenizer takes about 0.6 s to read."""
+    from engine.verifiers import verifier_layout
+
+    verifier_layout("prm", None, source)
+    return True
+
+
+def _lm_head_refusal(folder: Path, family: str, names: dict[str, Path]) -> str | None:
+    """A family that reads its labels through the LM head (Math-Shepherd, RLHFlow) named before a folder without
+    one (a reward-head PRM): the run refuses the weight it lacks as they load (`engine.verifiers.families`
+    `weights_missing`). A tied LM head is the embeddings'; a folder with no weights yet is planned."""
+    from engine.models import model_config
+    from engine.prm_names import LENS_FAMILIES
+    from engine.verifiers.families import weights_missing
+
+    if family not in LENS_FAMILIES or not names or LM_HEAD in names:
+        return None
+    try:
+        if getattr(model_config(str(folder)), "tie_word_embeddings", False):
+            return None
+    except (BeamwiseError, OSError, ValueError):  # an unreadable config: the run's load says
+        return None
+    return weights_missing(folder, family, [LM_HEAD]).user_message()

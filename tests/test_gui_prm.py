@@ -106,7 +106,7 @@ def test_the_charts_draw_the_verifiers_kv_apart_from_the_generators(qtbot, make_
     assert charts.point_count("verifier_device") == charts.point_count("verifier_host") == 2
     _, held = charts.curves["verifier_host"].getData()
     assert list(held) == series.verifier_host_bytes and sum(held) > 0  # the tight share put some on the host
-    assert "verifier device KV 120.0 kB" in charts.title("device") and "verifier host KV" in charts.title("device")
+    assert "verifier KV (share 120.0 kB)" in charts.title("device") and "verifier host KV" in charts.title("device")
     tree = window.session.tree
     last = [tree.node(i) for i in tree.nodes if i and tree.node(i).step == 2]
     assert last and all(n.verifier_device_bytes + n.verifier_host_bytes > 0 for n in last)

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 import app.formatting as fmt
 from app.gui import palette as pal
 from app.gui.panel import SessionView
-from app.session import Change, SessionModel
+from app.session import Change, ChartSeries, SessionModel
 from app.session.model import RESET
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ KEYS = {  # (label, colour, dashed) per curve, shown in the title
     "traffic": [("H2D", pal.H2D, False), ("D2H", pal.D2H, False)],
     "cumulative": [("H2D", pal.H2D, False), ("D2H", pal.D2H, False)],
     "device": [("device", pal.GPU, False), ("peak", pal.GPU, True), ("host", pal.CPU, False),
-               ("budget", pal.BUDGET, True), ("verifier device KV", pal.VERIFIER, False),
+               ("budget", pal.BUDGET, True), ("verifier KV", pal.VERIFIER, False),  # on the device
                ("verifier host KV", pal.VERIFIER, True)],
     "copy": [("step", pal.STEP_TIME, False), ("copy", pal.MEASURED, False), ("PCIe model", pal.MODELLED, True)],
     "stall": [("waiting for copies", pal.D2H, False)],
@@ -155,9 +155,9 @@ class ChartsPanel(SessionView, QWidget):
         s = self.session.series
         mark = " · emulated\xa0GPU" if s.emulated else ""  # the two words stay on one line when a title wraps
         mark = " · remote: KV is managed by the server" if s.remote else mark
-        sizes = {"budget": s.budget_bytes, "verifier device KV": s.verifier_budget_bytes or None}  # the share
+        figures = _key_figures(s)
         entries = [k for k in KEYS[name] if s.verifier_budget_bytes or not k[0].startswith("verifier")]
-        key = "&nbsp; ".join(_key_entry(label, colour, dashed, sizes.get(label))  # a key wraps between entries
+        key = "&nbsp; ".join(_key_entry(label, colour, dashed, figures.get(label))  # a key wraps between entries
                              for label, colour, dashed in entries)
         return f"{html.escape(TITLES[name] + mark)}<br>{key}"
 
@@ -177,9 +177,19 @@ def dock_height(window_height: int) -> int:
     return max(DOCK_MIN_PX, min(DOCK_PX, window_height - 500))
 
 
-def _key_entry(label: str, colour: str, dashed: bool, size: int | None) -> str:
-    """One curve's key in the title: its stroke and label in its colour, and a size where it has one; all on one
+def _key_figures(s: ChartSeries) -> dict[str, str]:
+    """The figure beside a curve's label in the key, each saying what it is: the budget line's own value, and the
+    verifier's share of the budget, which holds its device KV curve. The share alone there ('verifier device KV
+    335.9 kB') read as the curve's value, where the curve draws what the verifier's KV uses, well under it."""
+    figures = {} if s.budget_bytes is None else {"budget": fmt.size(s.budget_bytes)}
+    if s.verifier_budget_bytes:
+        figures["verifier KV"] = f"(share {fmt.size(s.verifier_budget_bytes)})"
+    return figures
+
+
+def _key_entry(label: str, colour: str, dashed: bool, figure: str | None) -> str:
+    """One curve's key in the title: its stroke and label in its colour, and a figure where it has one; all on one
     line when the key wraps ('budget 1.0' / 'MB' read as two entries)."""
-    text = label if size is None else f"{label} {fmt.size(size)}"
+    text = label if figure is None else f"{label} {figure}"
     words = html.escape(text).replace(" ", "&nbsp;")
     return f'<span style="color:{colour}">{"┅" if dashed else "━"}&nbsp;{words}</span>'

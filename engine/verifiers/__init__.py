@@ -16,10 +16,9 @@ from engine.errors import NotAPRM
 from engine.loaded import Generator
 from engine.prm_folders import exit_refusal, prm_family
 from engine.prm_names import LENS_FAMILIES
-from engine.verifiers import math_shepherd, qwen_prm, rlhflow_prm, skywork_prm
 from engine.verifiers.base import PathKey, StepToScore, Verifier, VerifierCost, VerifierMemory, aggregate
 from engine.verifiers.entropy_exit import ExitRule, LayersUnavailable, with_exit
-from engine.verifiers.families import load_prm, load_prm_tokenizer
+from engine.verifiers.families import FAMILY_MODULES, load_prm, load_prm_tokenizer, prm_layout
 from engine.verifiers.fit import check_pair_fits
 from engine.verifiers.parts import PRMParts
 from engine.verifiers.path_kv import Layout, PathVerifier
@@ -33,25 +32,20 @@ __all__ = [
     "prm_placement", "prm_verifier", "verifier_layout",
 ]
 
-# Each PRM family's module: its `verifier(parts)` wires a loaded PRM, its `LAYOUT` lays a path out from the
-# tokenizer alone (what a plan reads without weights).
-_FAMILIES = {"qwen-prm": qwen_prm, "skywork-prm": skywork_prm, "math-shepherd": math_shepherd,
-             "rlhflow-prm": rlhflow_prm}
-
-
 def prm_verifier(parts: PRMParts) -> PathVerifier:
     """The verifier of a loaded PRM, by its family."""
-    return _FAMILIES[parts.family].verifier(parts)
+    return FAMILY_MODULES[parts.family].verifier(parts)
 
 
 def verifier_layout(name: str, generator: PreTrainedTokenizerBase, verifier_model: str | None) -> Layout | None:
     """How the verifier `name` will lay a path out (the layout its run builds), from tokenizers alone: a plan
     counts what the verifier reads with it. `generator`: the generator's tokenizer (self-judge reads with it);
-    None for a verifier that reads no text. Raises what loading the PRM's tokenizer raises."""
+    None for a verifier that reads no text. Raises what loading the PRM's tokenizer raises, and what its run refuses
+    in that tokenizer (`prm_layout`): `plan` and eval's pre-check read the run's refusal here."""
     if name == "self-judge":
         return JudgeLayout(generator)
     if name == "prm" and verifier_model:
-        return _FAMILIES[prm_family(verifier_model)].LAYOUT(load_prm_tokenizer(verifier_model))
+        return prm_layout(prm_family(verifier_model), load_prm_tokenizer(verifier_model))
     return None
 
 

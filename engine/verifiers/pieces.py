@@ -37,6 +37,15 @@ def around_sentinel(text: str) -> tuple[str, str]:
     return before, after
 
 
+def require_chat_template(tokenizer: PreTrainedTokenizerBase, family: str) -> None:
+    """Refuse a tokenizer without a chat template for a family whose format is one: transformers raised a bare
+    ValueError at the run's first path, which was reported as a fault in Beamwise."""
+    if not tokenizer.chat_template:
+        raise NotAPRM(f"this PRM's tokenizer has no chat template; the {family} format is written with one.",
+                      hint="Check the family named before the path, or get the PRM's tokenizer files again (a chat "
+                           "template is kept in tokenizer_config.json or chat_template.jinja).")
+
+
 def single_token(tokenizer: PreTrainedTokenizerBase, text: str, what: str) -> int:
     """The id of `text`, which must be exactly one token (a PRM's step tag or label)."""
     ids = encode(tokenizer, text)

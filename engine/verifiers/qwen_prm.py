@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import torch
 
-from engine.verifiers.parts import PRMParts
+from engine.verifiers.parts import FAMILY_LABELS, PRMParts
 from engine.verifiers.path_kv import PathVerifier
-from engine.verifiers.pieces import SENTINEL, around_sentinel, encode, render, single_token, step_text
+from engine.verifiers.pieces import (
+    SENTINEL,
+    around_sentinel,
+    encode,
+    render,
+    require_chat_template,
+    single_token,
+    step_text,
+)
 
 STEP_TAG = "<extra_0>"
 SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -17,6 +25,7 @@ class QwenPRMLayout:
     """prefix: system + user turn + assistant header; body: the step and `<extra_0>`; no probe."""
 
     def __init__(self, tokenizer) -> None:
+        require_chat_template(tokenizer, FAMILY_LABELS["qwen-prm"])
         self.tokenizer = tokenizer
         self.tag_id = single_token(tokenizer, STEP_TAG, "step tag")
 

@@ -7,9 +7,9 @@ import torch
 
 from engine.errors import NotAPRM
 from engine.verifiers.heads import LabelLogits
-from engine.verifiers.parts import PRMParts
+from engine.verifiers.parts import FAMILY_LABELS, PRMParts
 from engine.verifiers.path_kv import PathVerifier
-from engine.verifiers.pieces import SENTINEL, around_sentinel, encode, render, step_text
+from engine.verifiers.pieces import SENTINEL, around_sentinel, encode, render, require_chat_template, step_text
 
 
 class RLHFlowLayout:
@@ -17,6 +17,7 @@ class RLHFlowLayout:
     assistant header, read at its last token; no probe. Pieces are cut from the template's own rendering."""
 
     def __init__(self, tokenizer) -> None:
+        require_chat_template(tokenizer, FAMILY_LABELS["rlhflow-prm"])
         self.tokenizer = tokenizer
         self.plus_id, self.minus_id = encode(tokenizer, "+")[-1], encode(tokenizer, "-")[-1]
 
