@@ -20,7 +20,7 @@ STATES = ("running", "kept", "pruned", "final")
 REQUIRED = {"sessions": ("question", "created", "status"), "candidates": ("id", "step", "text", "state"),
             "steps": ("step",)}
 ID_LISTS = ("beams", "kept", "pruned")
-TIMES = ("created", "finished")  # a session's ISO date-times: the list sorts by `created` (app/session_sql.py `instant`)
+TIMES = ("created", "finished")  # ISO date-times: the list sorts by `created` (app/session_sql.py `instant`)
 
 
 class SessionFileInvalid(BeamwiseError):
