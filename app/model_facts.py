@@ -1,10 +1,11 @@
 """What a model is, read from its config or GGUF header alone (no weights loaded): architecture, parameters,
-context length and KV bytes per token. The memory planner and the model manager both read these."""
+context length and KV bytes per token. The memory planner and the model manager both read these; a file's facts are
+read once per version of it (path, size, mtime) in a process."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.models import DTYPES, KVShape, checked_folder, checked_gguf, kv_shape_from_config
@@ -94,32 +95,39 @@ def _bundled(size: int) -> ModelFacts:
                       49152, 576)
 
 
+_folder_facts: dict[tuple[str, int, int, int], ModelFacts] = {}  # (folder, dtype bytes, config.json size, mtime)
+
+
 def _folder(folder: Path, size: int) -> ModelFacts:
+    """A folder's facts, read once per version of its config.json in a process (the window lists every model after
+    each pull, add and remove; counting a big model's parameters builds it on the meta device)."""
     from transformers import AutoConfig
 
     from engine.errors import load_errors
 
     folder = checked_folder(str(folder))  # missing, a file, or without config.json: said as a run says it
-    with load_errors(folder, "the model config"):
-        config = AutoConfig.from_pretrained(folder, local_files_only=True)
-    return _from_config(str(folder), config, size)
+    stat = (folder / "config.json").stat()
+    key = (str(folder.resolve()), size, stat.st_size, stat.st_mtime_ns)
+    if key not in _folder_facts:
+        with load_errors(folder, "the model config"):
+            config = AutoConfig.from_pretrained(folder, local_files_only=True)
+        _folder_facts[key] = _from_config(str(folder), config, size)
+    return replace(_folder_facts[key], source=str(folder))
 
 
 def _gguf(path: Path, size: int) -> ModelFacts:
-    from gguf import GGUFReader
-
     from engine.errors import load_errors
+    from engine.gguf_header import read_gguf_header
     from engine.models import kv_shape_of
 
     path = checked_gguf(str(path))
     with load_errors(path, "GGUF metadata"):
-        reader = GGUFReader(path)
-        arch = str(reader.fields["general.architecture"].contents())
-        context = reader.fields.get(f"{arch}.context_length")
-        parameters = sum(int(t.n_elements) for t in reader.tensors)
+        header = read_gguf_header(path)  # read once: kv_shape_of below finds it in the header's cache
+        arch = str(header.fields["general.architecture"])
+        context = header.fields.get(f"{arch}.context_length")
     dtype = next(name for name, t in DTYPES.items() if t.itemsize == size)
-    return ModelFacts(str(path), f"{arch} (GGUF)", parameters, kv_shape_of(str(path), dtype),
-                      int(context.contents()) if context is not None else None)
+    return ModelFacts(str(path), f"{arch} (GGUF)", header.parameters, kv_shape_of(str(path), dtype),
+                      int(context) if context is not None else None)
 
 
 def config_json(folder: Path) -> dict:

@@ -5,6 +5,7 @@ Beamwise downloaded it: only those can be removed by Beamwise."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,17 +13,25 @@ from typing import TYPE_CHECKING
 
 from app.models_folder import (
     ADDED,
+    BUNDLED_NAME,
     MARKER,
     AddedListDamaged,
+    DataFolderNotAFolder,
     added_folders,
     added_list_path,
     ambiguous,
+    close_name,
+    data_folder,
+    downloads,
+    home_of,
+    listed_names,
     models_dir,
-    named,
     runnable,
+    sources_named,
     write_added,
 )
 from app.options import UsageError
+from app.pull_marker import resume_command
 from engine.errors import BeamwiseError, ModelLoadError
 
 if TYPE_CHECKING:  # app.model_facts imports torch: the window imports this module before torch is in
@@ -71,31 +80,48 @@ def role_of(path: Path) -> str:
 def entry_for(path: Path, where: str, name: str | None = None) -> ModelEntry:
     """`path` as a list entry, named `name` (default: its own name). Only a model in the models folder with
     Beamwise's marker counts as downloaded (the marker inside a copy the user added elsewhere does not make it
-    Beamwise's to delete)."""
+    Beamwise's to delete). What is no model (its config or header unreadable) claims no role."""
     from app.model_facts import facts_of
 
     home = home_of(path)
     marker = home / MARKER if home.is_dir() else home.parent / f"{home.name}{MARKER}"
     downloaded = where == "models folder" and marker.is_file()
     try:
-        facts, problem = facts_of(str(path)), ""
+        facts, problem = facts_of(str(path)), _weights_problem(path)
     except Exception as error:  # a folder that is no model says so in the list instead of breaking it
-        facts, problem = None, (error.user_message() if hasattr(error, "user_message") else str(error))
+        facts, problem = None, _said(error)
     if downloaded and not _download_complete(marker):  # its own reason, before what its missing files break
-        problem = "the download did not finish; pull it again to resume it, or remove it."
-    return ModelEntry(name or path.name, str(path), where, size_on_disk(home), downloaded, role_of(path), facts,
-                      problem)
+        again = f" (`{command}`)" if (command := resume_command(path)) else ""
+        problem = f"the download did not finish; pull it again to resume it{again}, or remove it."
+    role = role_of(path) if facts is not None else "-"
+    return ModelEntry(name or path.name, str(path), where, size_on_disk(home), downloaded, role, facts, problem)
 
 
-def home_of(path: Path) -> Path:
-    """What in the models folder holds `path`: itself, or for the .gguf a `pull --file` put in a folder of its own,
-    that folder (its marker, its size on disk, what remove deletes)."""
-    folder = path.parent
+def _said(error: Exception) -> str:
+    return error.user_message() if isinstance(error, BeamwiseError) else str(error)
+
+
+def _weights_problem(path: Path) -> str:
+    """Why a folder's weights cannot load (none there, a shard missing, a safetensors file cut short), or ""."""
+    from app.model_weights import check_weights
+
     try:
-        inside = path.is_file() and folder.parent.resolve() == models_dir().resolve()
-    except OSError:
-        inside = False
-    return folder if inside else path
+        if path.is_dir():
+            check_weights(path)
+    except (BeamwiseError, OSError) as error:
+        return _said(error)
+    return ""
+
+
+def entry_at(path: Path) -> ModelEntry:
+    """`models info PATH`: the listed entry of a model in the models folder or on the list of added folders, by the
+    model's path or the folder holding it (its name, where and whether Beamwise downloaded it, as `models info
+    NAME` says them); any other path as itself, a folder of one .gguf as that .gguf."""
+    wanted = path.resolve()
+    for name, model, where in _rows():
+        if wanted in (model.resolve(), home_of(model).resolve()):
+            return entry_for(model, where, name)
+    return entry_for(runnable(path), "path")
 
 
 def _download_complete(marker: Path) -> bool:
@@ -105,15 +131,15 @@ def _download_complete(marker: Path) -> bool:
         return False
 
 
-WEIGHT_PATTERNS = ("*.safetensors", "*.bin")  # a transformers folder's weights, sharded or not
-
-
 def add_folder(path: Path) -> Path:
     """Remember a model folder or .gguf file the user keeps elsewhere (Beamwise never deletes it); returns it
-    resolved. Refused when it is no model Beamwise can read, and when the list cannot be read (never rewritten)."""
+    resolved. Refused when it is no model Beamwise can read, when it is in the models folder (listed already), and
+    when the list cannot be read (never rewritten)."""
     from app.model_facts import facts_of
+    from app.model_weights import check_weights
     from engine.models import check_tokenizer_files, checked_folder, checked_gguf
 
+    _refuse_listed(path)
     checked = checked_gguf(str(path)) if path.suffix.lower() == ".gguf" else checked_folder(str(path))
     try:
         facts_of(str(checked))  # a config Beamwise cannot read: said now, not in every later list
@@ -122,17 +148,26 @@ def add_folder(path: Path) -> Path:
     except Exception as error:  # a config of the right form with values of the wrong kind
         raise ModelLoadError(f"{checked}'s config.json cannot be read as a model's ({type(error).__name__}: "
                              f"{error}).") from error
-    if checked.is_dir():  # a config alone was listed as a model and failed only at `run`
+    if checked.is_dir():  # a config alone, or weights cut short, were listed as a model and failed only at `run`
         check_tokenizer_files(checked)
-        if not any(next(checked.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
-            raise ModelLoadError(f"model folder {checked} has no weight files (*.safetensors, *.bin).",
-                                 hint="The download may be incomplete: copy the weights from where the model came "
-                                      "from, or pick another folder.")
+        check_weights(checked)
     resolved = checked.resolve()
-    if resolved.parent == models_dir().resolve():
-        raise UsageError(f"{resolved} is in Beamwise's models folder, so it is listed already.")
     write_added([p for p in added_folders() if p != resolved] + [resolved])
     return resolved
+
+
+def _refuse_listed(path: Path) -> None:
+    """What lies in the models folder is listed by it (a folder, or the .gguf of a `pull --file` folder): added as
+    well, it was listed twice."""
+    inside = [(home, p) for home in _places(models_dir()) for p in _places(path) if home in p.parents]
+    if not inside:
+        return
+    home, resolved = inside[0]
+    top = home / resolved.relative_to(home).parts[0]
+    listed = [name for name, _ in downloads() if name == top.name]
+    said = f" (as {top.name})" if listed else ""
+    raise UsageError(f"{resolved} is in Beamwise's models folder, so it is listed already{said}; use it with "
+                     f"--model {top.name if listed else resolved}.")
 
 
 def forget_folder(path: Path) -> None:
@@ -140,21 +175,37 @@ def forget_folder(path: Path) -> None:
     write_added([p for p in added_folders() if p != path])
 
 
+def _places(path: Path) -> tuple[Path, Path]:
+    """Where a path points (links followed) and where it is (as given, made absolute)."""
+    return path.resolve(), Path(os.path.abspath(path))
+
+
 def list_models() -> list[ModelEntry]:
     """Everything Beamwise can run here, bundled first; a damaged list of added folders is an entry that says so."""
-    entries = [_bundled_entry()]
-    folder = models_dir()
-    if folder.is_dir():
-        for path in sorted(folder.iterdir()):
-            model = runnable(path)  # a folder of one .gguf (`pull --file`) is that .gguf, listed by the folder's name
-            if ((path.is_dir() and any((path / name).is_file() for name in ("config.json", MARKER)))
-                    or path.suffix.lower() == ".gguf" or model != path):  # a pull that failed early is listed too
-                entries.append(entry_for(model, "models folder", path.name))
+    entries = [_bundled_entry()] + [entry_for(model, "models folder", name) for name, model in downloads()]
     try:
         entries += [entry_for(p, "added") if p.exists() else _gone(p) for p in added_folders()]
     except AddedListDamaged as error:
-        entries.append(ModelEntry(ADDED, str(added_list_path()), "added", 0, False, "-", None, error.user_message()))
+        entries.append(_damaged(error))
     return entries
+
+
+def _rows() -> list[tuple[str, Path, str]]:
+    """(name, path, where) of every listed model but the bundled one, read from names alone (no model's files):
+    what a lookup of one name searches before it reads that one model's facts."""
+    rows = [(name, model, "models folder") for name, model in downloads()]
+    try:
+        rows += [(p.name, p, "added") for p in added_folders()]
+    except AddedListDamaged:  # `models list` says so in a row of its own
+        pass
+    return rows
+
+
+def _damaged(error: AddedListDamaged) -> ModelEntry:
+    if isinstance(error, DataFolderNotAFolder):
+        return ModelEntry(data_folder().name, str(data_folder()), "data folder", 0, False, "-", None,
+                          error.user_message())
+    return ModelEntry(ADDED, str(added_list_path()), "added", 0, False, "-", None, error.user_message())
 
 
 def _gone(path: Path) -> ModelEntry:
@@ -167,7 +218,7 @@ def _gone(path: Path) -> ModelEntry:
 
 def _bundled_entry() -> ModelEntry:
     from app.model_facts import facts_of
-    from engine.bundled import BUNDLED_NAME, bundled_cache_folder, bundled_gguf_path, cache_is_valid
+    from engine.bundled import bundled_cache_folder, bundled_gguf_path, cache_is_valid
 
     cache = bundled_cache_folder()
     try:
@@ -197,8 +248,7 @@ def source_of_name(name: str) -> str | None:
     """The `--model` source of the model name a session recorded (a run records its model's name, not its path):
     the bundled model, a synthetic one (`synthetic:tiny-llama (random weights)`), or the listed model of that
     name (a folder's name, a GGUF file's name without `.gguf`); None when no model here has it, or several do
-    (the first of them could be another model than the one that ran)."""
-    from engine.bundled import BUNDLED_NAME
+    (the first of them could be another model than the one that ran). Only the models of that name are read."""
     from engine.synthetic import SYNTHETIC_MODELS
 
     if name == BUNDLED_NAME:
@@ -206,37 +256,37 @@ def source_of_name(name: str) -> str | None:
     bare = name.removeprefix("synthetic:").removesuffix(" (random weights)")
     if bare in SYNTHETIC_MODELS:
         return f"synthetic:{bare}"
-    sources = {entry.source for entry in list_models()[1:]  # a GGUF's name is its file's, as the engine records it
-               if name in (entry.name, Path(entry.name).stem, _gguf_stem(entry)) and not entry.problem}
+    rows = [row for row in _rows()  # a GGUF's name is its file's, as the engine records it
+            if name in (row[0], Path(row[0]).stem, row[1].stem if row[1].suffix.lower() == ".gguf" else None)]
+    sources = {str(path) for listed, path, where in rows if path.exists()
+               and not entry_for(path, where, listed).problem}
     return sources.pop() if len(sources) == 1 else None
 
 
-def _gguf_stem(entry: ModelEntry) -> str | None:
-    return Path(entry.source).stem if entry.source.lower().endswith(".gguf") else None
-
-
 def find(name: str) -> ModelEntry:
-    """The entry named `name` (its folder name or its source); UsageError listing the names otherwise, and listing
-    the paths when several models have that name (taking the first could remove the wrong one)."""
+    """The entry named `name` (a name `models list` shows, read as --model reads it, or a listed model's path);
+    UsageError listing the names otherwise, and listing the paths when several models have that name (taking the
+    first could remove the wrong one). Only the model found is read."""
     if name.startswith("synthetic:"):
         return synthetic_entry(name)
-    entries = list_models()
-    exact = [e for e in entries if e.source == name]  # a path names one model
-    same = exact or [e for e in entries if e.name == name]
-    if len(same) > 1:
-        raise UsageError(ambiguous(name, [e.source for e in same]))
-    if same:
-        return same[0]
-    known = ", ".join(e.name for e in entries)
-    raise UsageError(f"no model named {name!r} here; `beamwise models list` shows them ({known}).")
+    rows = {str(path): (listed, path, where) for listed, path, where in _rows()}
+    found = [name] if name in rows or name == "bundled" else sources_named(name)
+    if len(found) > 1:
+        raise UsageError(ambiguous(name, found))
+    if not found:
+        close = close_name(name)
+        guess = f"did you mean {close}? " if close else ""
+        raise UsageError(f"no model named {name!r} here; {guess}`beamwise models list` shows them "
+                         f"({', '.join(listed_names())}).")
+    if found[0] == "bundled":
+        return _bundled_entry()
+    listed, path, where = rows[found[0]]
+    return entry_for(path, where, listed) if path.exists() or where != "added" else _gone(path)
 
 
 def namesakes(path: Path) -> list[str]:
     """The sources of the other models here named as `path` is (so its name alone would be refused)."""
-    from engine.bundled import BUNDLED_NAME
-
-    others = [str(p) for p in named(path.name) if p != path]
-    return (["bundled"] if path.name == BUNDLED_NAME else []) + others
+    return [source for source in sources_named(path.name) if source != str(path)]
 
 
 def remove(entry: ModelEntry) -> None:
@@ -264,13 +314,20 @@ def describe(entry: ModelEntry) -> list[tuple[str, str]]:
                                                             else "no")]
     if f is not None:
         rows += [("architecture", f.architecture),
-                 ("parameters", "-" if f.parameters is None else f"{f.parameters / 1e6:,.1f} M"),
+                 ("parameters", parameters_text(f)),
                  ("dtype", _dtype(Path(entry.source)) if entry.source != "bundled" else "Q4_1 GGUF, run as float32"),
                  ("context length", "-" if f.context_length is None else f"{f.context_length:,} tokens"),
                  ("KV per token", f"{fmt.size(f.kv_token_bytes)} (float32; half in bfloat16)")]
     if entry.problem:
         rows.append(("problem", entry.problem))
     return rows
+
+
+def parameters_text(facts: ModelFacts | None) -> str:
+    """A model's parameters in millions, as `models list`, `models info` and the window show them: '0.1 M'."""
+    if facts is None or facts.parameters is None:
+        return "-"
+    return f"{facts.parameters / 1e6:,.1f} M"
 
 
 def _dtype(path: Path) -> str:
@@ -284,5 +341,5 @@ def _dtype(path: Path) -> str:
 
 
 __all__ = ["ADDED", "MARKER", "AddedListDamaged", "ModelEntry", "add_folder", "added_folders", "added_list_path",
-           "describe", "entry_for", "find", "forget_folder", "home_of", "list_models", "models_dir", "namesakes",
-           "remove", "role_of", "runnable", "size_on_disk", "synthetic_entry"]
+           "describe", "entry_at", "entry_for", "find", "forget_folder", "home_of", "list_models", "models_dir",
+           "namesakes", "parameters_text", "remove", "role_of", "runnable", "size_on_disk", "synthetic_entry"]

@@ -1,12 +1,12 @@
 """Downloading a model from a Hugging Face hub, only when the user asks: huggingface_hub's own client with the
 endpoint passed per call, the app's offline switch lifted for that call alone, free disk checked first,
 progress with speed and time left, cancel, and resume (a partial file is continued by HTTP range); each file's
-size, and its sha256 where the listing gives one, checked before it is kept."""
+size, and its sha256 where the listing gives one, checked before it is kept. One pull of a repository at a time
+(app/pull_lock.py); its messages in the words of the command line or of the window (app/pull_failures.py)."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import socket
 import threading
@@ -19,12 +19,12 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import app.formatting as fmt
-from app.file_replace import replace_text
 from app.model_library import MARKER, models_dir
-from app.options import UsageError
+from app.pull_failures import CLI_WORDS, PullCancelled, PullError, PullWords, explain
+from app.pull_lock import LOCK, pull_lock
+from app.pull_marker import DEFAULT_ENDPOINT, PullAsked, finished_before, mark
 from engine.abandon import abandonable
 
-DEFAULT_ENDPOINT = "https://huggingface.co"
 SPARE = 1.05  # free space wanted beyond the files' own size
 PARTIAL = ".partial"  # unfinished files wait here; the next pull continues them
 TIMEOUT = 30.0  # seconds to connect, and to wait for the next bytes: a silent hub ends the pull instead of hanging it
@@ -32,16 +32,6 @@ COMMIT_STAMP = "COMMIT"  # in PARTIAL: the commit its partial files belong to
 REPORT_EVERY = 0.25  # seconds between progress reports while a file downloads, stalled or not
 HASH_CHUNK = 1 << 20  # bytes read at a time to hash a file on disk: memory stays flat whatever the file's size
 T = TypeVar("T")
-CANCELLED = "the download was cancelled; `beamwise models pull` again resumes it."
-
-
-class PullError(UsageError):
-    """A download that could not start or finish; the message says what to do (exit 2). A UsageError (so a
-    ValueError, as the window catches it): the network, the hub or the disk are the user's to fix, not Beamwise."""
-
-
-class PullCancelled(PullError):
-    """The user cancelled; the partial files stay so the next pull resumes."""
 
 
 @dataclass
@@ -80,67 +70,58 @@ def destination(repo_id: str) -> Path:
 
 
 def pull(repo_id: str, *, filename: str | None = None, endpoint: str = DEFAULT_ENDPOINT, revision: str = "main",
-         report: Callable[[PullProgress], None] = lambda p: None, cancel: threading.Event | None = None) -> Path:
+         report: Callable[[PullProgress], None] = lambda p: None, cancel: threading.Event | None = None,
+         words: PullWords = CLI_WORDS) -> Path:
     """Download `repo_id` (or only `filename`, e.g. one .gguf of a GGUF repo) into the models folder.
     `report` is also called from a helper thread while a file downloads (never two calls at once). Setting `cancel`
-    ends the pull within about REPORT_EVERY while bytes are awaited, and within TIMEOUT while the hub is asked."""
+    ends the pull within about REPORT_EVERY while bytes are awaited, and within TIMEOUT while the hub is asked.
+    A pull of a repository another pull (this process's or another's) is downloading is refused at once.
+    `words`: how the messages name the hub's address and pulling again (the window passes its own)."""
     cancel = cancel or threading.Event()
     _check_repo_id(repo_id)
-    _check_endpoint(endpoint)
+    _check_endpoint(endpoint, words)
     try:
         with online():
-            return _pull(repo_id, filename, endpoint, revision, report, cancel)
+            return _pull(PullAsked(repo_id, endpoint, revision, filename), report, cancel, words)
     except PullError as error:
         if cancel.is_set() and not isinstance(error, PullCancelled):  # what failed was the cancel taking effect
-            raise PullCancelled(CANCELLED) from error
+            raise PullCancelled(words.cancelled) from error
         raise
 
 
-def _pull(repo_id: str, filename: str | None, endpoint: str, revision: str,
-          report: Callable[[PullProgress], None], cancel: threading.Event) -> Path:
-    files, sha256, commit = _asked(lambda: _files(repo_id, filename, endpoint, revision), cancel)
-    target = destination(repo_id)
-    with _writing(target):
-        target.mkdir(parents=True, exist_ok=True)
-        done = _finished_before(target, commit)
-        _mark(target, {"repo": repo_id, "commit": commit, "complete": False, "done": sorted(done)})
+def _pull(asked: PullAsked, report: Callable[[PullProgress], None], cancel: threading.Event,
+          words: PullWords) -> Path:
+    """The lock first, so that a second pull is refused before it asks the hub anything; the marker records what
+    was asked from the start, so an unfinished download says the command that resumes it (pull_marker)."""
+    target = destination(asked.repo)
+    with _writing(target, words), pull_lock(target, asked.repo, words):
+        files, sha256, commit = _asked(lambda: _files(asked, words), cancel, words)
+        done = finished_before(target, commit)
+        unfinished = {**asked.record(), "commit": commit, "complete": False}
+        mark(target, {**unfinished, "done": sorted(done)})
         _start_partial(target, commit)
-        _check_disk(target, files, done)
-        job = _Job(repo_id, endpoint, commit or revision, target,
-                   PullProgress(sum(files.values()), started=time.monotonic()), report, cancel, done, sha256)
+        _check_disk(target, files, done, words)
+        job = _Job(asked.repo, asked.endpoint, commit or asked.revision, target,
+                   PullProgress(sum(files.values()), started=time.monotonic()), report, cancel, done, sha256, words)
         for name, size in files.items():
             if cancel.is_set():
-                raise PullCancelled(CANCELLED)
+                raise PullCancelled(words.cancelled)
             if _download(job, name, size):
                 done.add(name)
-                _mark(target, {"repo": repo_id, "commit": commit, "complete": False, "done": sorted(done)})
+                mark(target, {**unfinished, "done": sorted(done)})
         shutil.rmtree(target / PARTIAL, ignore_errors=True)
-        _mark(target, {"repo": repo_id, "endpoint": endpoint, "revision": revision, "commit": commit,
-                       "files": sorted(files), "complete": True})
+        mark(target, {**asked.record(), "commit": commit, "files": sorted(files), "complete": True})
     return target
 
 
-def _asked(question: Callable[[], T], cancel: threading.Event) -> T:
+def _asked(question: Callable[[], T], cancel: threading.Event, words: PullWords) -> T:
     """`question()` on a daemon thread, so that a cancel (or the window closing) ends the wait for a slow hub at once
     rather than after TIMEOUT; the abandoned request ends on its own within TIMEOUT."""
     def check() -> None:
         if cancel.is_set():
-            raise PullCancelled(CANCELLED)
+            raise PullCancelled(words.cancelled)
 
     return abandonable(question, "beamwise-pull-ask", check, REPORT_EVERY)
-
-
-def _finished_before(target: Path, commit: str | None) -> set[str]:
-    """The files an earlier pull of this very commit finished, as its marker lists them: only these are kept.
-    A file of another commit is fetched again even when its size is the same (a changed config.json)."""
-    try:
-        marker = json.loads((target / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return set()
-    if not isinstance(marker, dict) or marker.get("commit") != commit:
-        return set()
-    names = marker.get("files" if marker.get("complete") else "done")
-    return {name for name in names if isinstance(name, str)} if isinstance(names, list) else set()
 
 
 def _start_partial(target: Path, commit: str | None) -> None:
@@ -165,7 +146,7 @@ def _check_repo_id(repo_id: str) -> None:
                         "HuggingFaceTB/SmolLM2-360M-Instruct.") from error
 
 
-def _check_endpoint(endpoint: str) -> None:
+def _check_endpoint(endpoint: str, words: PullWords) -> None:
     """An address the hub's client can ask, checked before any request: a retry cannot mend a malformed one."""
     try:
         parts = urlsplit(endpoint)
@@ -173,37 +154,32 @@ def _check_endpoint(endpoint: str) -> None:
     except ValueError:  # a bracketed host that is no IPv6 address, a port that is no number
         fine = False
     if not fine:
-        raise PullError(f"--endpoint must be an http:// or https:// URL, such as {DEFAULT_ENDPOINT} "
+        raise PullError(f"{words.hub} must be an http:// or https:// URL, such as {DEFAULT_ENDPOINT} "
                         f"(got {endpoint!r}).")
 
 
 @contextmanager
-def _writing(path: Path) -> Iterator[None]:
+def _writing(path: Path, words: PullWords) -> Iterator[None]:
     """Folder and file errors of the pull as one PullError naming the path, instead of a traceback."""
     try:
         yield
     except OSError as error:
         raise PullError(f"cannot write {error.filename or path} ({error.strerror or error}); the models folder "
                         f"{models_dir()} must be a folder you can write to, with space free (set BEAMWISE_DATA_DIR "
-                        "to choose another data folder), then pull again.") from error
+                        f"to choose another data folder), then {words.again}.") from error
 
 
-def _mark(target: Path, marker: dict) -> None:
-    """Written whole and then renamed, so that a crash never leaves a half-written marker behind."""
-    replace_text(target / MARKER, json.dumps(marker))
-
-
-def _files(repo_id: str, filename: str | None, endpoint: str,
-           revision: str) -> tuple[dict[str, int], dict[str, str], str | None]:
+def _files(asked: PullAsked, words: PullWords) -> tuple[dict[str, int], dict[str, str], str | None]:
     """Each file's size, the sha256 of those the listing gives one for (the hub's LFS files: the weights), and the
     commit the revision names now: every file of the pull is fetched from it."""
     from huggingface_hub import HfApi
 
+    repo_id, filename = asked.repo, asked.file
     try:
-        info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, files_metadata=True,
+        info = HfApi(endpoint=asked.endpoint).model_info(repo_id, revision=asked.revision, files_metadata=True,
                                                           timeout=TIMEOUT)
     except Exception as error:
-        raise _explain(error, endpoint, repo_id) from error
+        raise explain(error, asked.endpoint, repo_id, words, TIMEOUT) from error
     files = {s.rfilename: int(s.size or 0) for s in info.siblings or []}
     sha256 = {s.rfilename: s.lfs.sha256.lower() for s in info.siblings or []
               if s.lfs is not None and isinstance(getattr(s.lfs, "sha256", None), str)}
@@ -212,28 +188,28 @@ def _files(repo_id: str, filename: str | None, endpoint: str,
             raise PullError(f"{repo_id} has no file {filename}; it has: {', '.join(sorted(files))}.")
         files = {filename: files[filename]}
     for name in files:
-        _refuse_outside(name, repo_id)
+        _refuse_outside(name, repo_id, words)
     return files, {name: digest for name, digest in sha256.items() if name in files}, info.sha
 
 
-def _refuse_outside(name: str, repo_id: str) -> None:
+def _refuse_outside(name: str, repo_id: str, words: PullWords) -> None:
     """A listed name is joined to the model's folder, so one that is absolute, climbs out with '..' (with either
     separator) or takes Beamwise's bookkeeping names would write where the user never agreed to."""
     parts = PureWindowsPath(name).parts  # splits on / and \ alike
     if (not name or PurePosixPath(name).is_absolute() or PureWindowsPath(name).anchor or ".." in parts
-            or parts[0] in (PARTIAL, MARKER)):
+            or parts[0] in (PARTIAL, MARKER, LOCK)):
         raise PullError(f"{repo_id} lists a file named {name!r}, which is no plain path inside its model folder "
                         "(absolute, with '..', or a name Beamwise keeps for itself); Beamwise does not download from "
-                        "such a listing: check the repository and the --endpoint.")
+                        f"such a listing: check the repository and {words.hub}.")
 
 
-def _check_disk(target: Path, files: dict[str, int], done: set[str]) -> None:
+def _check_disk(target: Path, files: dict[str, int], done: set[str], words: PullWords) -> None:
     need = sum(size - min(size, _have(target / PARTIAL / f"{name}.part")) for name, size in files.items()
                if not (name in done and _have(target / name) == size))
     free = shutil.disk_usage(target).free
     if need * SPARE > free:
         raise PullError(f"the download needs {fmt.size(need)} but only {fmt.size(free)} is free on the disk of "
-                        f"{target}; free some space and pull again (it resumes).")
+                        f"{target}; free some space and {words.again} (it resumes).")
 
 
 def _have(path: Path) -> int:
@@ -253,6 +229,7 @@ class _Job:
     cancel: threading.Event
     done: set[str]  # files an earlier pull of this commit finished
     sha256: dict[str, str]  # of the files the listing gives one for
+    words: PullWords
 
 
 def _download(job: _Job, name: str, size: int) -> bool:
@@ -282,7 +259,7 @@ def _download(job: _Job, name: str, size: int) -> bool:
         said = (fmt.size(got), fmt.size(size))
         if said[0] == said[1]:  # "sent 3.5 MB ... where it lists 3.5 MB"
             said = (f"{got:,} bytes", f"{size:,} bytes")
-        raise PullError(f"{job.endpoint} sent {said[0]} of {name} where it lists {said[1]}; pull again "
+        raise PullError(f"{job.endpoint} sent {said[0]} of {name} where it lists {said[1]}; {job.words.again} "
                         f"to {'resume' if got < size else 'download it afresh'}.")
     _check_sha256(job, name, part, digest)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -312,9 +289,8 @@ def _check_sha256(job: _Job, name: str, part: Path, digest: str | None) -> None:
     if got != expected:
         part.unlink(missing_ok=True)
         raise PullError(f"{name} from {job.endpoint} is not the file the listing describes: its sha256 is {got}, "
-                        f"where the listing gives {expected}. It was deleted; pull again to fetch it afresh (if it "
-                        "happens again, the hub or a proxy on the way sends other bytes: try --endpoint for another "
-                        "mirror).")
+                        f"where the listing gives {expected}. It was deleted; {job.words.again} to fetch it afresh (if "
+                        f"it happens again, the hub or a proxy on the way sends other bytes: {job.words.mirror}).")
 
 
 def _sha256_of(path: Path, length: int) -> Any:
@@ -349,7 +325,7 @@ def _transfer(job: _Job, url: str, part: Path, base: int, hashed: bool) -> str |
     except PullError:
         raise
     except Exception as error:
-        raise _explain(error, job.endpoint, job.repo_id, part) from error
+        raise explain(error, job.endpoint, job.repo_id, job.words, TIMEOUT, part) from error
 
 
 def _receive(job: _Job, response: Any, part: Path, base: int, start: int, digest: Any) -> None:
@@ -358,7 +334,7 @@ def _receive(job: _Job, response: Any, part: Path, base: int, start: int, digest
     stall, a broken connection or Ctrl-C stays for the next pull. Only the disk raises OSError here (httpx's errors
     are not OSErrors), and _writing names it. `digest` (a sha256 of the first `start` bytes, or None) takes in each
     piece as it is written."""
-    with _writing(part), part.open("ab" if start else "wb", buffering=0) as file, _watched(job, response):
+    with _writing(part, job.words), part.open("ab" if start else "wb", buffering=0) as file, _watched(job, response):
         done = start
         for piece in response.iter_raw():
             file.write(piece)
@@ -367,7 +343,7 @@ def _receive(job: _Job, response: Any, part: Path, base: int, start: int, digest
             done += len(piece)
             job.progress.done = base + done
             if job.cancel.is_set():
-                raise PullCancelled(CANCELLED)
+                raise PullCancelled(job.words.cancelled)
 
 
 @contextmanager
@@ -400,34 +376,3 @@ def _shut(response: Any) -> None:
     if sock is not None:
         with suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
-
-
-def _explain(error: Exception, endpoint: str, repo_id: str, part: Path | None = None) -> PullError:
-    """One sentence for the user: offline, a hub that took the connection but went silent, a connection that broke,
-    not found, or what the hub said. `part` is the file being downloaded, whose bytes are kept."""
-    kinds = {kind.__name__ for kind in type(error).__mro__}  # httpx's classes, by name: huggingface_hub 1.x and 2.x
-    text = f"{type(error).__name__}: {error}"
-    name = "" if part is None else part.name.removesuffix(".part")
-    kept = "" if part is None else f"; the {fmt.size(_have(part))} of {name} received are kept"
-    if kinds & {"ConnectError", "ConnectTimeout", "PoolTimeout", "OfflineModeIsEnabled"}:
-        return PullError(f"cannot reach {endpoint} (offline?); connect to the network, or pass --endpoint for a "
-                         "mirror, and pull again (a partial download resumes).")
-    if kinds & {"ReadTimeout", "WriteTimeout"}:
-        doing = "after Beamwise asked for its files" if part is None else "in the middle of a file"
-        return PullError(f"{endpoint} answers but went silent: nothing came for {TIMEOUT:g} s {doing}{kept}. Pull "
-                         "again later (it resumes), or pass --endpoint for a mirror.")
-    if kinds & {"RemoteProtocolError", "ReadError", "NetworkError"}:
-        return PullError(f"the connection to {endpoint} broke off{kept}; pull again to resume.")
-    status = getattr(getattr(error, "response", None), "status_code", None)
-    if part is not None and (status == 404 or "EntryNotFound" in text):  # the listing named it a moment ago
-        return PullError(f"the file {name} of {repo_id} was not found on {endpoint}, though its list of files names "
-                         "it: the listing and the files disagree. Try again later, or pass --endpoint for another "
-                         "mirror.")
-    if "404" in text or "RepositoryNotFound" in text or "EntryNotFound" in text:
-        return PullError(f"the repository {repo_id} was not found on {endpoint}; check the repository id "
-                         "(owner/name).")
-    if kinds & {"JSONDecodeError", "DecodingError"}:  # it said "pull again to resume", with nothing to resume
-        return PullError(f"{endpoint} answered, but not as a model hub does (its reply to the file list was not "
-                         "JSON); check --endpoint: it should be a Hugging Face hub or a mirror of one.")
-    again = "try again later" if part is None else "pull again to resume"  # before the listing nothing was written
-    return PullError(f"the download from {endpoint} failed ({text.splitlines()[0][:200]}); {again}.")

@@ -48,7 +48,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     entries = lib.list_models()
     names = [e.name for e in entries]
     for e in entries:
-        params = "-" if e.facts is None or e.facts.parameters is None else f"{e.facts.parameters / 1e6:,.0f}M"
+        params = lib.parameters_text(e.facts)
         kv = "-" if e.facts is None else fmt.size(e.facts.kv_token_bytes)
         mark = " (downloaded)" if e.downloaded else ""
         print(f"{fmt.brief(e.name, 31):<32}{e.role:<24}{params:>10}{fmt.size(e.size_bytes):>11}{kv:>11}  "
@@ -62,18 +62,20 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    """The same rows for a model by its name or its path; exit 2 where it is no model or cannot run (its problem
+    row says why)."""
     from app import model_library as lib
 
     path = Path(args.name).expanduser()
     if _exists(path):
-        entry = lib.entry_for(path, "path")
+        entry = lib.entry_at(path)  # a listed model by its path is what its name shows
     elif path.is_absolute() or len(path.parts) > 1:  # a path, not a name from the list
         raise UsageError(f"{path} does not exist; give a name from `beamwise models list` or a model's path.")
     else:
         entry = lib.find(args.name)
     for label, value in lib.describe(entry):
         print(f"{label:<24}{value}")
-    return 0
+    return 2 if entry.problem else 0  # a script asking about a model learns it cannot run
 
 
 def cmd_pull(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ model's name from `models list` as a path: no torch, so the options every comman
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 from pathlib import Path
@@ -15,6 +16,7 @@ from engine.errors import BeamwiseError
 
 MARKER = ".beamwise-download.json"  # written into every folder Beamwise downloads; remove needs it
 ADDED = "added-models.json"
+BUNDLED_NAME = "SmolLM2-135M-Instruct"  # engine.bundled's (which imports torch): what `models list` calls it
 
 
 def data_folder() -> Path:
@@ -28,6 +30,17 @@ def models_dir() -> Path:
     return data_folder() / "models"
 
 
+def home_of(path: Path) -> Path:
+    """What in the models folder holds `path`: itself, or for the .gguf a `pull --file` put in a folder of its own,
+    that folder (its marker, its size on disk, what remove deletes)."""
+    folder = path.parent
+    try:
+        inside = path.is_file() and folder.parent.resolve() == models_dir().resolve()
+    except OSError:
+        inside = False
+    return folder if inside else path
+
+
 class AddedListDamaged(BeamwiseError):
     """The file listing the folders the user added cannot be read as Beamwise writes it."""
 
@@ -37,18 +50,38 @@ def added_list_path() -> Path:
 
 
 def added_folders() -> list[Path]:
-    """The folders the user added, as `add_folder` wrote them; AddedListDamaged when the file is not that."""
+    """The folders the user added, as `add_folder` wrote them; AddedListDamaged when the file is not that, and
+    DataFolderNotAFolder when the data folder it lives in is a file."""
     path = added_list_path()
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return []
     except (OSError, ValueError) as error:
+        refuse_file_as_data_folder()
         raise AddedListDamaged(f"the list of added model folders {path} cannot be read ({error}).",
                                hint=ADDED_HINT) from error
     if not isinstance(data, list) or not all(isinstance(p, str) and p and Path(p).is_absolute() for p in data):
         raise AddedListDamaged(f"the list of added model folders {path} is not a list of folders.", hint=ADDED_HINT)
     return [Path(p) for p in data]
+
+
+class DataFolderNotAFolder(AddedListDamaged):
+    """The data folder, or a folder above it, is a file: nothing of Beamwise's can be kept in it."""
+
+
+def refuse_file_as_data_folder() -> None:
+    """DataFolderNotAFolder when the data folder or a folder above it is a file (reading the list of added folders
+    said "Not a directory" about a list that was never there)."""
+    folder = data_folder()
+    file = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if file is None or file.is_dir():
+        return
+    where = "" if file == folder else f" ({file} is a file)"
+    told = os.environ.get("BEAMWISE_DATA_DIR")
+    hint = (f"Set BEAMWISE_DATA_DIR to a folder (it is {told} now), or move the file {file} away." if told else
+            f"Move the file {file} away: Beamwise keeps its data in the folder {folder}.")
+    raise DataFolderNotAFolder(f"the data folder {folder} is not a folder{where}.", hint=hint)
 
 
 ADDED_HINT = ("It only names folders (no model is in it): fix it, or delete it and add the folders again with "
@@ -81,17 +114,41 @@ def runnable(path: Path) -> Path:
     return ggufs[0] if len(ggufs) == 1 else path
 
 
+def downloads() -> list[tuple[str, Path]]:
+    """(name, what the loader takes) of each model in the models folder, as `models list` shows them, read from
+    names alone: a folder with config.json or a download marker (a pull that failed early is listed too), a .gguf,
+    or a folder of one .gguf (`pull --file`), which is that .gguf by the folder's name."""
+    folder = models_dir()
+    try:
+        children = sorted(folder.iterdir()) if folder.is_dir() else []
+    except OSError:
+        return []
+    found = []
+    for path in children:
+        model = runnable(path)
+        if ((path.is_dir() and any((path / name).is_file() for name in ("config.json", MARKER)))
+                or path.suffix.lower() == ".gguf" or model != path):
+            found.append((path.name, model))
+    return found
+
+
 def named(name: str) -> list[Path]:
-    """Every model here that `name` names: the models folder's entry of that name (as `runnable` gives it) and each
-    added folder of that name. More than one is an ambiguous name, which callers refuse rather than take the first
-    (`models remove` could otherwise delete a download the user meant to leave)."""
-    own = models_dir() / name
-    found = [runnable(own)] if own.exists() else []
+    """Every model `models list` shows under `name` (the bundled model aside): the models folder's entry (as
+    `runnable` gives it) and each added folder of that name. More than one is an ambiguous name, which callers
+    refuse rather than take the first (`models remove` could otherwise delete a download the user meant to leave)."""
+    found = [model for listed, model in downloads() if listed == name]
     try:
         found += [p for p in added_folders() if p.name == name and p not in found]
     except AddedListDamaged:  # the list's own row says so; the models folder still answers
         pass
     return found
+
+
+def sources_named(name: str) -> list[str]:
+    """What --model would take for each model `models list` shows as `name`: "bundled" for the bundled model's name,
+    and the paths `named` gives. `source_of` (the options) and `model_library.find` (models info, remove) both
+    read names here, so a name the list shows means the same model everywhere."""
+    return (["bundled"] if name == BUNDLED_NAME else []) + [str(p) for p in named(name)]
 
 
 def ambiguous(name: str, paths: list[str]) -> str:
@@ -100,18 +157,40 @@ def ambiguous(name: str, paths: list[str]) -> str:
             "instead of the name.")
 
 
+def listed_names() -> list[str]:
+    """The names `models list` shows, bundled first, read from names alone."""
+    try:
+        added = [p.name for p in added_folders()]
+    except AddedListDamaged:
+        added = []
+    return [BUNDLED_NAME, *(name for name, _ in downloads()), *added]
+
+
+def close_name(name: str) -> str | None:
+    """The listed name closest to `name` where one is close enough to be a typo of it (difflib's ratio >= 0.6)."""
+    close = difflib.get_close_matches(name, listed_names(), n=1)
+    return close[0] if close else None
+
+
 def source_of(text: str) -> str:
-    """What --model, --verifier-model and --prm take: a name `models list` shows (a downloaded or added model)
-    becomes its path; anything else (bundled, synthetic:NAME, FAMILY:FOLDER, a path) is kept as given. A name two
-    models share is refused (argparse.ArgumentTypeError), naming their paths."""
-    if not text or ":" in text or "/" in text or "\\" in text or text in ("bundled", "default"):
+    """What --model, --verifier-model and --prm take: a name `models list` shows becomes its source (the bundled
+    model's name "bundled", a downloaded or added model's name its path), a folder of one .gguf that .gguf;
+    anything else (bundled, synthetic:NAME, FAMILY:FOLDER, a path) is kept as given. A name two models share is
+    refused (argparse.ArgumentTypeError), naming their paths; so is a name no model has when one listed is close to
+    it (a typo), naming that one."""
+    if not text or ":" in text or text in ("bundled", "default"):
         return text
     try:
-        if Path(text).exists():
-            return text
-        found = named(text)
+        path = Path(text).expanduser()
+        if "/" in text or "\\" in text or path.exists():
+            model = runnable(path)
+            return text if model == path else str(model)
+        found = sources_named(text)
     except OSError:  # no such name: the loader says so for the text as given
         return text
     if len(found) > 1:
-        raise argparse.ArgumentTypeError(ambiguous(text, [str(p) for p in found]))
-    return str(found[0]) if found else text
+        raise argparse.ArgumentTypeError(ambiguous(text, found))
+    if not found and (close := close_name(text)):
+        raise argparse.ArgumentTypeError(f"no model here is named {text!r} and no such path exists; did you mean "
+                                         f"{close}? `beamwise models list` shows the names")
+    return found[0] if found else text

@@ -42,7 +42,8 @@ class ConfigError(BeamwiseError, ValueError):
 class ModelLoadError(BeamwiseError):
     """The model could not be found, read or built."""
 
-    hint = "Pick the bundled model, a transformers folder with config.json, a .gguf file or synthetic:NAME."
+    hint = ("Pick the bundled model, a name `beamwise models list` (the window's Models tab) shows, a transformers "
+            "folder with config.json, a .gguf file or synthetic:NAME.")
 
 
 class InvalidPrompt(BeamwiseError):

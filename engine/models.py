@@ -114,12 +114,20 @@ def checked_folder(source: str) -> Path:
         raise ModelLoadError(f"{path} is neither a .gguf file nor a model folder.")
     if not config:
         refuse_unfinished(path)  # a pull stopped before its config.json came
-        raise ModelLoadError(
-            f"model folder {path} has no config.json.",
-            hint="Point to a transformers model folder (with config.json and weights) or a .gguf file.",
-        )
+        raise ModelLoadError(f"model folder {path} has no config.json.", hint=_no_config_hint(path))
     _check_model_type(path / "config.json")
     return path
+
+
+def _no_config_hint(folder: Path) -> str:
+    """A folder of .gguf files (a GGUF repository pulled whole) is no model itself: the hint names a file in it."""
+    try:
+        ggufs = sorted(p.name for p in folder.iterdir() if p.suffix.lower() == ".gguf")
+    except OSError:
+        ggufs = []
+    if ggufs:
+        return f"It holds {', '.join(ggufs[:3])}: give the path of one .gguf file, such as {folder / ggufs[0]}."
+    return "Point to a transformers model folder (with config.json and weights) or a .gguf file."
 
 
 DOWNLOAD_MARKER = ".beamwise-download.json"  # app/models_folder.py MARKER: what a pull writes into its folder
@@ -190,19 +198,15 @@ def checked_gguf(source: str) -> Path:
 
 
 def _gguf_kv_shape(path: Path, dtype_bytes: int) -> KVShape:
-    from gguf import GGUFReader
+    from engine.gguf_header import read_gguf_header
 
     with load_errors(path, "GGUF metadata"):
-        fields = GGUFReader(path).fields
-        arch = fields["general.architecture"].contents()
-        layers = int(fields[f"{arch}.block_count"].contents())
-        heads = int(fields[f"{arch}.attention.head_count"].contents())
-        kv_field = fields.get(f"{arch}.attention.head_count_kv")
-        kv_heads = int(kv_field.contents()) if kv_field is not None else heads
-        key_field = fields.get(f"{arch}.attention.key_length")
-        head_dim = int(key_field.contents()) if key_field is not None else \
-            int(fields[f"{arch}.embedding_length"].contents()) // heads
-    return KVShape(layers, kv_heads, head_dim, dtype_bytes)
+        fields = read_gguf_header(path).fields
+        arch = fields["general.architecture"]
+        heads = int(fields[f"{arch}.attention.head_count"])
+        head_dim = int(fields.get(f"{arch}.attention.key_length") or int(fields[f"{arch}.embedding_length"]) // heads)
+        return KVShape(int(fields[f"{arch}.block_count"]), int(fields.get(f"{arch}.attention.head_count_kv", heads)),
+                       head_dim, dtype_bytes)
 
 
 def kv_shape_of(source: str, dtype: str = "float32") -> KVShape:
@@ -338,10 +342,29 @@ def _check_folder_fits(folder: Path, target: torch.device, dtype: torch.dtype) -
     `target`, before transformers builds it (a config of 400B weights was loaded until the kernel killed it). On
     CUDA only the device is checked: safetensors are read from a file mapping, which a host short of RAM pages.
     Reading the config here also says a damaged config.json as the config's fault (the tokenizer reads it first
-    and was blamed)."""
+    and was blamed). A PRM folder is refused first, from its weight names (`refuse_reward_model`)."""
     with load_errors(folder, "the model config"):
         config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    refuse_reward_model(folder, config)
     check_fits(f"the model in {folder}", config, target, dtype)
+
+
+REWARD_HEADS = ("score.", "v_head.")  # a PRM's head in place of the LM head (engine/prm_folders.py reads them)
+
+
+def refuse_reward_model(folder: Path, config: PretrainedConfig) -> None:
+    """A PRM folder given as the generator, refused from its safetensors headers before any weight loads: a reward
+    head and no LM head (a tied one is the embeddings'). Loaded, transformers printed its load table of unexpected
+    and missing weights before `weights_missing` said the same."""
+    from engine.prm_folders import weight_files
+
+    try:
+        names = weight_files(folder)
+    except ModelLoadError:  # headers it cannot read: the load says why
+        return
+    heads = sorted(name for name in names if name.startswith(REWARD_HEADS))
+    if heads and "lm_head.weight" not in names and not getattr(config, "tie_word_embeddings", False):
+        raise weights_missing(folder, ["lm_head.weight"], heads)
 
 
 def load_model(spec: ModelSpec, device: str | torch.device = "cpu", progress: Progress | None = None) -> LoadedModel:

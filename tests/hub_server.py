@@ -12,7 +12,19 @@ CONFIG = json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama
                      "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
                      "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 2048,
                      "torch_dtype": "bfloat16"}).encode()
-WEIGHTS = bytes(range(256)) * 4096  # 1 MiB
+
+
+def safetensors_of(size: int) -> bytes:
+    """A whole safetensors file of `size` bytes (one uint8 tensor after its header), as `models list` checks them."""
+    header = b""
+    for _ in range(2):  # the header's length names the tensor's, which names the header's
+        data = size - 8 - len(header)
+        header = json.dumps({"w": {"dtype": "U8", "shape": [data], "data_offsets": [0, data]}}).encode()
+        header += b" " * (-len(header) % 8)
+    return len(header).to_bytes(8, "little") + header + (bytes(range(256)) * (size // 256 + 1))[:data]
+
+
+WEIGHTS = safetensors_of(1 << 20)  # 1 MiB
 REPO = {"tiny/llama": {"config.json": CONFIG, "model.safetensors": WEIGHTS}}  # a tiny model the tests pull
 
 

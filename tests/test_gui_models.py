@@ -24,7 +24,13 @@ def page_with(qtbot, answers: list[bool] | None = None) -> tuple[ModelsPage, lis
 
     page = ModelsPage(confirm=confirm)
     qtbot.addWidget(page)
+    listed(qtbot, page)
     return page, asked
+
+
+def listed(qtbot, page: ModelsPage) -> None:
+    """Wait until the list shows the models folder as it is now: it is read off the GUI thread."""
+    qtbot.waitUntil(lambda: not page.listing, timeout=30000)
 
 
 def row_of(page: ModelsPage, name: str) -> dict[str, str]:
@@ -41,6 +47,7 @@ def pull_and_wait(qtbot, page: ModelsPage, endpoint: str, repo: str = "tiny/llam
     page.endpoint_edit.setText(endpoint)
     with qtbot.waitSignal(page.pull_ended, timeout=30000) as ended:
         assert page.start_pull()
+    listed(qtbot, page)
     return ended.args[0]
 
 
@@ -127,6 +134,7 @@ def test_remove_asks_first_and_only_offers_downloaded_models(qtbot):
     assert "tiny--llama" in asked[0] and row_of(page, "tiny--llama  (downloaded)")  # answered No: kept
     page.select_name("tiny--llama")
     page.remove_button.click()
+    listed(qtbot, page)
     assert len(asked) == 2 and "tiny--llama" not in [e.name for e in page.table_model.entries]
     assert not (model_library.models_dir() / "tiny--llama").exists()
 
@@ -162,6 +170,7 @@ def test_a_prm_is_listed_with_its_family_and_used_as_the_verifier(qtbot, tmp_pat
                         dialogs=False)
     qtbot.addWidget(window)
     window.models.refresh()
+    listed(qtbot, window.models)
     assert row_of(window.models, "tiny-qwen-prm")["role"] == "PRM (qwen-prm)"
     window.models.select_name("tiny-qwen-prm")
     assert window.models.use_button.text() == "Use as verifier"

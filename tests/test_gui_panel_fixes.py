@@ -36,31 +36,37 @@ def models_page(qtbot, scratch_models) -> ModelsPage:
     return page
 
 
+def refreshed(qtbot, page: ModelsPage) -> None:
+    """`page.refresh()`, waited for: the list is read off the GUI thread."""
+    page.refresh()
+    qtbot.waitUntil(lambda: not page.listing, timeout=30000)
+
+
 def name_cells(page: ModelsPage) -> list[str]:
     model = page.table_model
     return [model.data(model.index(row, 0)) for row in range(model.rowCount())]
 
 
-def test_an_unfinished_download_says_so_in_its_row_and_cannot_be_used(models_page):
+def test_an_unfinished_download_says_so_in_its_row_and_cannot_be_used(models_page, qtbot):
     folder = lib.models_dir() / "tiny--llama"
     folder.mkdir(parents=True)
     (folder / "config.json").write_bytes(CONFIG)
     (folder / lib.MARKER).write_text(json.dumps({"repo": "tiny/llama", "complete": False}), encoding="utf-8")
-    models_page.refresh()
+    refreshed(qtbot, models_page)
     cell = next(name for name in name_cells(models_page) if name.startswith("tiny--llama"))
     assert "did not finish" in cell and "(downloaded)" not in cell
     models_page.select_name("tiny--llama")
-    assert not models_page.use_button.isEnabled()
+    assert models_page.use_button.text() == "Pull again"  # it cannot be used: its button resumes the download
     assert not models_page.problem_label.isHidden()
     assert "did not finish" in models_page.problem_label.text() and "pull it again" in models_page.problem_label.text()
     models_page.select_name("SmolLM2-135M-Instruct")  # a model without a problem: Use on, no problem line
     assert models_page.use_button.isEnabled() and models_page.problem_label.isHidden()
 
 
-def test_a_damaged_list_of_added_folders_is_a_row_that_says_what_is_wrong(models_page):
+def test_a_damaged_list_of_added_folders_is_a_row_that_says_what_is_wrong(models_page, qtbot):
     lib.added_list_path().parent.mkdir(parents=True, exist_ok=True)
     lib.added_list_path().write_text("{not json", encoding="utf-8")
-    models_page.refresh()
+    refreshed(qtbot, models_page)
     cell = next(name for name in name_cells(models_page) if name.startswith(lib.ADDED))
     assert "cannot be read" in cell
     models_page.select_name(lib.ADDED)
@@ -97,7 +103,7 @@ def test_remove_fits_its_longest_label_at_the_default_size(qtbot, window, tmp_pa
     folder.mkdir()
     (folder / "config.json").write_bytes(CONFIG)
     lib.write_added([folder.resolve()])
-    page.refresh()
+    refreshed(qtbot, page)
     qtbot.waitUntil(lambda: page.remove_button.isVisible())
     page.select_name("mine")
     button = page.remove_button

@@ -85,7 +85,8 @@ def test_a_config_of_another_shape_in_the_models_folder_is_a_problem_row_not_a_t
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
     assert main(["models", "list"]) == 0 and "odd" in capsys.readouterr().out
-    assert main(["models", "info", "odd"]) == 0
+    assert main(["models", "info", "odd"]) == 2  # no model: its problem row is shown, and the exit says so
+    assert "problem " in capsys.readouterr().out
     assert main(["models", "info", str(lib.models_dir() / "gone")]) == 2
     assert "does not exist; give a name from `beamwise models list`" in capsys.readouterr().err
 
@@ -154,9 +155,12 @@ def test_the_models_page_adds_only_models_and_takes_added_ones_off_the_list(qtbo
     (tmp_path / "empty").mkdir()
     assert page.add_folder(tmp_path / "empty") is False
     assert "Could not add" in page.folder_status.text() and "has no config.json" in page.folder_status.text()
-    assert page.add_folder(model_folder) is True and page.selected().name == "tiny"
+    assert page.add_folder(model_folder) is True
+    qtbot.waitUntil(lambda: not page.listing, timeout=30000)  # the list is read off the GUI thread
+    assert page.selected().name == "tiny"
     assert page.remove_button.isEnabled() and page.remove_button.text() == "Remove from list"
     page.remove_selected()
+    qtbot.waitUntil(lambda: not page.listing, timeout=30000)
     assert "tiny" not in [e.name for e in page.table_model.entries] and (model_folder / "config.json").is_file()
     page.shutdown()
 

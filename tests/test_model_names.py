@@ -61,6 +61,7 @@ def test_a_gguf_pulled_alone_can_be_used_in_the_window_and_removed_whole(pulled_
     gguf, _ = pulled_gguf
     page = ModelsPage(confirm=lambda title, text: True)
     qtbot.addWidget(page)
+    qtbot.waitUntil(lambda: not page.listing, timeout=30000)  # the list is read off the GUI thread
     page.select_name("gg--smol-GGUF")
     assert usable(page.selected()) and page.use_button.isEnabled()
     with qtbot.waitSignal(page.use_requested) as used:
@@ -144,5 +145,6 @@ def test_the_window_selects_the_folder_it_added_and_says_its_name_is_taken(tmp_p
     page = ModelsPage(confirm=lambda title, text: False)
     qtbot.addWidget(page)
     assert page.add_folder(model_folder(tmp_path / "b" / "same"))
+    qtbot.waitUntil(lambda: not page.listing, timeout=30000)  # selected once the list is read again
     assert page.selected().source == str((tmp_path / "b" / "same").resolve())
     assert f"Another model here is named same too ({first})" in page.folder_status.text()

@@ -248,6 +248,7 @@ class MainWindow(QMainWindow):
         b.memory_released.connect(self._on_memory_released)
         self.panels.tree.node_selected.connect(self.panels.details.show_node)
         self.models.use_requested.connect(self.use_model)
+        self.models.model_removed.connect(self.forget_model)
         if self.sessions is not None:
             self.sessions.open_requested.connect(self.open_session)
             self.sessions.run_again_requested.connect(self.load_session_settings)
@@ -282,6 +283,20 @@ class MainWindow(QMainWindow):
         self.docks["settings"].raise_()
         role = "verifier" if as_verifier else "generator"
         self.statusBar().showMessage(f"{source} is the {role} now; press Run (Ctrl+Enter).", 8000)
+
+    def forget_model(self, source: str) -> None:
+        """A model removed on the Models page stops being the generator or the PRM: the bundled model and the
+        default verifier take its place, said in the status bar (the plan bar said "model path ... does not
+        exist")."""
+        roles = []
+        if self.controls.model_picker.source() == source:
+            self.controls.model_picker.set_source("bundled")
+            roles.append("the generator is the bundled model")
+        if self.controls.verifier.choice() == ("prm", source):
+            self.controls.verifier.set_choice(SearchConfig().verifier, None)
+            roles.append(f"the verifier is {SearchConfig().verifier}")
+        if roles:
+            self.statusBar().showMessage(f"Removed the model in use: {' and '.join(roles)} now.", 15000)
 
     # ------------------------------------------------------------ running
 

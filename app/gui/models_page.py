@@ -3,23 +3,11 @@ hub with progress and cancel, and removing one Beamwise downloaded after asking.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from PySide6.QtCore import (
-    QAbstractTableModel,
-    QModelIndex,
-    QObject,
-    QPersistentModelIndex,
-    Qt,
-    QThread,
-    QTimer,
-    Signal,
-    Slot,
-)
-from PySide6.QtGui import QAction, QColor, QKeySequence
+from PySide6.QtCore import Qt, QThread, QTimer, Signal, Slot
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
@@ -40,112 +28,16 @@ from PySide6.QtWidgets import (
 
 import app.formatting as fmt
 from app import model_library as lib
-from app.model_pull import DEFAULT_ENDPOINT, PullCancelled, PullError, PullProgress, pull
+from app.gui.background import run_in_background
+from app.gui.models_table import COLUMNS, ModelRows, ModelsTableModel, read_rows, usable
+from app.gui.pull_worker import PullWorker, as_sentence
+from app.model_pull import DEFAULT_ENDPOINT
+from app.pull_lock import holder
 from engine.errors import BeamwiseError
 
-COLUMNS = ("name", "role", "architecture", "parameters", "dtype", "size on disk", "context length", "KV per token")
-HEADERS = ("Name", "Role", "Architecture", "Params", "Dtype", "Size", "Context", "KV/token")  # the rest: tooltips
 PROGRESS_MS = 100  # how often the page shows a running download's latest progress
-PROBLEM_CHARS = 60  # of a problem in its row's name cell; the selected row's whole problem shows below the list
-PROBLEM_COLOUR = "#c0504d"  # the sessions list's "failed"
-AnyIndex = QModelIndex | QPersistentModelIndex
+USE_LABELS = ("Use as generator", "Use as verifier", "Pull again")  # what Use reads, by the selected row
 Confirm = Callable[[str, str], bool]
-
-
-class ModelsTableModel(QAbstractTableModel):
-    """One row per `ModelEntry`; the cells are `model_library.describe`'s values, as `models info` prints them."""
-
-    def __init__(self, parent: Any = None) -> None:
-        super().__init__(parent)
-        self.entries: list[lib.ModelEntry] = []
-        self.cells: list[dict[str, str]] = []
-
-    def set_entries(self, entries: list[lib.ModelEntry]) -> None:
-        self.beginResetModel()
-        self.entries = entries
-        self.cells = [dict(lib.describe(e)) for e in entries]
-        self.endResetModel()
-
-    def rowCount(self, parent: AnyIndex = QModelIndex()) -> int:  # noqa: B008 - Qt's signature
-        return 0 if parent.isValid() else len(self.entries)
-
-    def columnCount(self, parent: AnyIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid():
-            return None
-        cells = self.cells[index.row()]
-        entry = self.entries[index.row()]
-        if role == Qt.ItemDataRole.DisplayRole:
-            if index.column() == 0:
-                return _name_cell(entry)
-            text = cells.get(COLUMNS[index.column()], "-")
-            return text.split(" (")[0].removesuffix(" tokens") if index.column() > 1 else text
-        if role == Qt.ItemDataRole.ForegroundRole and entry.problem:
-            return QColor(PROBLEM_COLOUR)
-        if role == Qt.ItemDataRole.ToolTipRole:
-            return "\n".join(f"{label}: {value}" for label, value in cells.items())
-        return None
-
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return HEADERS[section]
-        return None
-
-
-def _name_cell(entry: lib.ModelEntry) -> str:
-    """The name, then what `models list` prints beside or below it: "(downloaded)", or the start of its problem (an
-    unfinished download, a damaged list of added folders); the selected row's whole problem shows below the list."""
-    if entry.problem:  # its path left out: the row names it, and a long path left no room for what is wrong
-        return f"{entry.name}  - {fmt.brief(entry.problem.replace(f' {entry.source}', ''), PROBLEM_CHARS)}"
-    return f"{entry.name}  (downloaded)" if entry.downloaded else entry.name
-
-
-class PullWorker(QObject):
-    """Runs one `model_pull.pull` in a QThread; its outcome arrives as a signal on the GUI thread. Progress does not:
-    the download also reports from a plain Python thread (the clock beside a transfer), and a signal emitted there
-    would make Qt adopt a thread that ends right after. So the worker keeps only the latest report, and the page
-    takes it on a timer (`take_report`)."""
-
-    finished = Signal(str)  # the folder
-    failed = Signal(str)  # what to do
-    cancelled = Signal(str)
-
-    def __init__(self, repo: str, filename: str | None, endpoint: str) -> None:
-        super().__init__()
-        self.repo, self.filename, self.endpoint = repo, filename, endpoint
-        self.cancel = threading.Event()
-        self._latest: tuple[int, int, str] | None = None  # bytes done, in all, "40% 1.2 MB of …"
-
-    @Slot()
-    def run(self) -> None:
-        try:
-            folder = pull(self.repo, filename=self.filename, endpoint=self.endpoint, report=self._report,
-                          cancel=self.cancel)
-        except PullCancelled as stopped:
-            self.cancelled.emit(str(stopped))
-        except PullError as error:
-            self.failed.emit(str(error))
-        except Exception as error:  # a bug must not kill the thread silently
-            self.failed.emit(f"the download stopped with an error ({type(error).__name__}: {error}).")
-        else:
-            self.finished.emit(str(folder))
-
-    def _report(self, progress: PullProgress) -> None:
-        self._latest = (progress.done, progress.total, progress.line())  # one assignment: safe from any thread
-
-    def take_report(self) -> tuple[int, int, str] | None:
-        """The latest progress not yet taken, or None."""
-        latest, self._latest = self._latest, None
-        return latest
-
-
-def _sentence(message: str) -> str:
-    """A pull's message as a sentence, its first word capitalised only when it is a plain word: one that opens with
-    a repository id or an address ("tiny/gen", "http://…") keeps its case, as the hub spells it."""
-    first = message.split(" ", 1)[0]
-    return fmt.sentence(message) if first.isalpha() else message
 
 
 def fit_longest(button: QPushButton, labels: tuple[str, ...]) -> None:
@@ -178,17 +70,14 @@ def ask(parent: QWidget) -> Confirm:
     return lambda title, text: QMessageBox.question(parent, title, text) == QMessageBox.StandardButton.Yes
 
 
-def usable(entry: lib.ModelEntry | None) -> bool:
-    """Whether Use may put `entry` into the settings: its facts read, and no problem (an unfinished download has a
-    config but not all its weights)."""
-    return entry is not None and entry.facts is not None and not entry.problem
-
-
 class ModelsPage(QWidget):
-    """The list with Use / Remove / Add folder, and the pull box. `use_requested(source, as_verifier)`."""
+    """The list with Use / Remove / Add folder / Add .gguf file, and the pull box. `use_requested(source,
+    as_verifier)`; `model_removed(source)` once Remove deleted a model (the settings may have been using it)."""
 
     use_requested = Signal(str, bool)
+    model_removed = Signal(str)
     pull_ended = Signal(str)  # "finished", "failed" or "cancelled"
+    listed = Signal()  # the list shows what a reading found (`listing` says whether another comes)
 
     def __init__(self, confirm: Confirm | None = None, parent: QWidget | None = None, *, list_now: bool = True) -> None:
         """`list_now` False: the list waits for `refresh()` (reading a model's facts needs transformers, which the
@@ -198,6 +87,8 @@ class ModelsPage(QWidget):
         self.table_model = ModelsTableModel(self)
         self._thread: QThread | None = None
         self._worker: PullWorker | None = None
+        self._listing = self._list_again = False  # a reading of the list is out; another was asked meanwhile
+        self._select_after: str | None = None  # the row to select once the list is read (a model just added)
         self._progress_timer = QTimer(self)
         self._progress_timer.setInterval(PROGRESS_MS)
         self._progress_timer.timeout.connect(self._show_progress)
@@ -209,8 +100,8 @@ class ModelsPage(QWidget):
             self.refresh()
         else:  # nothing here may read a model's facts until then: Add folder and Refresh wait too
             self.folder_label.setText("The models are listed once PyTorch has loaded…")
-            self.add_button.setEnabled(False)
-            self.refresh_button.setEnabled(False)
+            for button in (self.add_button, self.add_gguf_button, self.refresh_button):
+                button.setEnabled(False)
             self._update_buttons()
 
     def _build_table(self) -> QTableView:
@@ -233,8 +124,9 @@ class ModelsPage(QWidget):
         return self.table
 
     def _build_buttons(self) -> QGridLayout:
-        self.use_button = QPushButton("Use as generator")
-        self.use_button.setToolTip("Put this model into Settings > Model (double-click a row does the same)")
+        self.use_button = QPushButton(USE_LABELS[0])
+        self.use_button.setToolTip("Put this model into Settings > Model, or resume its unfinished download "
+                                   "(double-click a row does the same)")
         self.use_button.clicked.connect(self.use_selected)
         self.remove_button = QPushButton("Remove…")
         self.remove_button.setToolTip("Delete a model Beamwise downloaded (asks first; never touches other files)")
@@ -242,9 +134,12 @@ class ModelsPage(QWidget):
         self.add_button = QPushButton("Add folder…")
         self.add_button.setToolTip("List a model folder you keep elsewhere (Beamwise never deletes it)")
         self.add_button.clicked.connect(self._add_folder)
+        self.add_gguf_button = QPushButton("Add .gguf file…")
+        self.add_gguf_button.setToolTip("List a GGUF model file you keep elsewhere (Beamwise never deletes it)")
+        self.add_gguf_button.clicked.connect(self._add_gguf)
         self.refresh_button = QPushButton("Refresh")
         self.refresh_button.clicked.connect(self.refresh)
-        fit_longest(self.use_button, ("Use as generator", "Use as verifier"))  # labels _update_buttons sets
+        fit_longest(self.use_button, USE_LABELS)  # labels _update_buttons sets
         fit_longest(self.remove_button, ("Remove…", "Remove from list"))
         self.problem_label = _message_label()  # the selected row's problem: why Use is off
         self.folder_label = _message_label()
@@ -253,11 +148,12 @@ class ModelsPage(QWidget):
         # line was cut off at the window's default size)
         rows = QGridLayout()  # two by two, and the folder below: the page fits a 330-pixel dock on a laptop
         rows.addWidget(self.problem_label, 0, 0, 1, 3)
-        for place, button in enumerate((self.use_button, self.remove_button, self.add_button, self.refresh_button)):
+        buttons = (self.use_button, self.remove_button, self.add_button, self.add_gguf_button, self.refresh_button)
+        for place, button in enumerate(buttons):
             rows.addWidget(button, 1 + place // 2, place % 2)
         rows.setColumnStretch(2, 1)
-        rows.addWidget(self.folder_label, 3, 0, 1, 3)
-        rows.addWidget(self.folder_status, 4, 0, 1, 3)
+        rows.addWidget(self.folder_label, 4, 0, 1, 3)
+        rows.addWidget(self.folder_status, 5, 0, 1, 3)
         return rows
 
     def _build_pull(self) -> QGroupBox:
@@ -298,11 +194,40 @@ class ModelsPage(QWidget):
     # ------------------------------------------------------------ the list
 
     def refresh(self) -> None:
-        self.table_model.set_entries(lib.list_models())
+        """Read the list in a worker thread and show it when it is ready: reading a model's facts took seconds (a
+        98 MB GGUF's, 9 s), and on the GUI thread the window froze that long after every pull, Cancel, Add and
+        Remove. Asked while a reading runs, one more follows it (never two at once). `listed` says it is shown."""
+        for button in (self.add_button, self.add_gguf_button, self.refresh_button):
+            button.setEnabled(True)
         self.folder_label.setText(f"Models folder: {lib.models_dir()}")
-        self.add_button.setEnabled(True)
-        self.refresh_button.setEnabled(True)
+        if self._listing:
+            self._list_again = True
+            return
+        self._listing = True
+        run_in_background(self, "beamwise-models-list", read_rows, self._on_listed)
+
+    @property
+    def listing(self) -> bool:
+        """Whether a reading of the list is out (the rows shown may be older than the models folder)."""
+        return self._listing
+
+    def _on_listed(self, rows: ModelRows) -> None:
+        """On the GUI thread: the rows read, with the selected model (or the one just added) selected again."""
+        chosen = self._select_after or (entry.source if (entry := self.selected()) is not None else None)
+        if not self._list_again:  # a model added meanwhile may be in the next reading only
+            self._select_after = None
+        if rows.failure:
+            _say(self.folder_status, rows.failure)
+        else:
+            self.table_model.set_rows(rows)
+        if chosen is not None:
+            self.select_name(chosen)
         self._update_buttons()
+        self._listing = False
+        if self._list_again:
+            self._list_again = False
+            self.refresh()
+        self.listed.emit()
 
     def selected(self) -> lib.ModelEntry | None:
         rows = self.table.selectionModel().selectedRows()
@@ -320,15 +245,28 @@ class ModelsPage(QWidget):
         listed = entry is not None and entry.where == "added"  # only taken off the list, never deleted
         self.remove_button.setEnabled(entry is not None and (entry.downloaded or listed))
         self.remove_button.setText("Remove from list" if listed else "Remove…")
-        self.use_button.setEnabled(usable(entry))
+        resume = self._resume_of(entry)
+        self.use_button.setEnabled(usable(entry) or (resume and self._thread is None))
         is_prm = entry is not None and entry.role.startswith("PRM")
-        self.use_button.setText("Use as verifier" if is_prm else "Use as generator")
+        self.use_button.setText(USE_LABELS[2] if resume else USE_LABELS[1] if is_prm else USE_LABELS[0])
         problem = entry.problem if entry is not None else ""
+        if resume:  # the library's advice names the command line's `beamwise models pull`
+            problem = "the download did not finish; pull it again to resume it (Pull again), or remove it (Remove…)."
         _say(self.problem_label, f"{entry.name}: {fmt.sentence(problem)}" if problem else "")
 
+    def _resume_of(self, entry: lib.ModelEntry | None) -> bool:
+        return entry is not None and entry.source in self.table_model.resumes
+
     def use_selected(self) -> None:
+        """Use the selected model; for an unfinished download, pull it again as its marker records (Pull again)."""
         entry = self.selected()
-        if usable(entry):
+        if self._resume_of(entry):
+            asked = self.table_model.resumes[entry.source]
+            self.repo_edit.setText(asked.repo)
+            self.file_edit.setText(asked.file or "")
+            self.endpoint_edit.setText(asked.endpoint)
+            self._start_pull(asked.revision)
+        elif usable(entry):
             self.use_requested.emit(entry.source, entry.role.startswith("PRM"))
 
     def remove_selected(self) -> None:
@@ -341,10 +279,17 @@ class ModelsPage(QWidget):
         question = f"Delete {entry.source} ({fmt.size(entry.size_bytes)})?\n\nThe files are deleted from the disk."
         if not self.confirm("Remove model", question):
             return
+        pulling = holder(lib.home_of(Path(entry.source)))
         try:
+            if pulling is not None:  # deleting under a download broke it, and the pull then blamed the hub
+                raise ValueError(f"it is being downloaded ({pulling}); stop that download first (Cancel, below, if "
+                                 "it is this window's), then remove it")
             lib.remove(entry)
         except (OSError, ValueError) as error:
             _say(self.folder_status, f"Could not remove {entry.name}: {error}")
+        else:
+            _say(self.folder_status, f"Removed {entry.name}; its files were deleted.")
+            self.model_removed.emit(entry.source)
         self.refresh()
 
     def _forget(self, entry: lib.ModelEntry) -> None:
@@ -362,16 +307,23 @@ class ModelsPage(QWidget):
         if folder:
             self.add_folder(Path(folder))
 
+    def _add_gguf(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Choose a GGUF model file", str(Path.home()),
+                                              "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.add_folder(Path(path))
+
     def add_folder(self, folder: Path) -> bool:
-        """List `folder`; False with the reason shown when it is no model Beamwise can read."""
+        """List `folder` (or a .gguf file, as `models add` does); False with the reason shown when it is no model
+        Beamwise can read. The list is read again, with the added model selected once it is shown."""
         try:
             added = lib.add_folder(folder)
         except (BeamwiseError, ValueError) as error:
             text = error.user_message() if isinstance(error, BeamwiseError) else str(error)
             _say(self.folder_status, f"Could not add {folder}: {text}")
             return False
+        self._select_after = str(added)
         self.refresh()
-        self.select_name(str(added))
         others = lib.namesakes(added)
         _say(self.folder_status, f"Added {added}." + (f" Another model here is named {added.name} too "
                                                       f"({', '.join(others)}): on the command line, give this one by "
@@ -382,6 +334,9 @@ class ModelsPage(QWidget):
 
     def start_pull(self) -> bool:
         """Start downloading the repository typed in; False (with the reason shown) when it cannot start."""
+        return self._start_pull("main")  # a button's `clicked(checked)` must not reach the revision
+
+    def _start_pull(self, revision: str) -> bool:
         repo = self.repo_edit.text().strip()
         if self._thread is not None:
             return False
@@ -389,7 +344,7 @@ class ModelsPage(QWidget):
             self.pull_status.setText("Type the repository as owner/name, e.g. HuggingFaceTB/SmolLM2-360M-Instruct.")
             return False
         worker = PullWorker(repo, self.file_edit.text().strip() or None,
-                            self.endpoint_edit.text().strip() or DEFAULT_ENDPOINT)
+                            self.endpoint_edit.text().strip() or DEFAULT_ENDPOINT, revision)
         thread = QThread(self)
         worker.moveToThread(thread)
         thread.started.connect(worker.run)
@@ -431,11 +386,11 @@ class ModelsPage(QWidget):
 
     @Slot(str)
     def _on_failed(self, message: str) -> None:
-        self._end("failed", _sentence(message))
+        self._end("failed", as_sentence(message))
 
     @Slot(str)
     def _on_cancelled(self, message: str) -> None:
-        self._end("cancelled", _sentence(message))
+        self._end("cancelled", as_sentence(message))
 
     def _end(self, outcome: str, message: str) -> None:
         self._show_progress()  # the last report, a finished file's 100%
@@ -457,6 +412,7 @@ class ModelsPage(QWidget):
 
     def _set_pulling(self, pulling: bool) -> None:
         self.pull_button.setEnabled(not pulling)
+        self._update_buttons()  # Pull again waits too
         self.cancel_button.setEnabled(pulling)
         for edit in (self.repo_edit, self.file_edit, self.endpoint_edit):
             edit.setEnabled(not pulling)
@@ -468,3 +424,6 @@ class ModelsPage(QWidget):
             self._worker.cancel.set()
             self._thread.quit()
             self._thread.wait(5000)
+
+
+__all__ = ["COLUMNS", "ModelsPage", "PullWorker", "fit_longest", "usable"]  # COLUMNS, PullWorker, usable: models_table

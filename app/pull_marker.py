@@ -1,0 +1,79 @@
+"""Beamwise's marker in a model it downloads: what the pull was (repository, hub, revision, one file), which files
+it finished, whether it is complete, and so the exact pull that resumes an unfinished download."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.file_replace import replace_text
+from app.models_folder import MARKER, home_of
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+
+
+@dataclass(frozen=True)
+class PullAsked:
+    """The arguments of a pull, as its marker records them: the same ones resume it."""
+
+    repo: str
+    endpoint: str = DEFAULT_ENDPOINT
+    revision: str = "main"
+    file: str | None = None  # `--file`: one file of the repository
+
+    def record(self) -> dict[str, str | None]:
+        return {"repo": self.repo, "endpoint": self.endpoint, "revision": self.revision, "file": self.file}
+
+    def command(self) -> str:
+        """The command line that pulls it again: options at their default are left out."""
+        words = ["beamwise", "models", "pull", self.repo]
+        if self.endpoint != DEFAULT_ENDPOINT:
+            words += ["--endpoint", self.endpoint]
+        if self.revision != "main":
+            words += ["--revision", self.revision]
+        if self.file is not None:
+            words += ["--file", self.file]
+        return " ".join(shlex.quote(word) for word in words)
+
+
+def mark(target: Path, marker: dict) -> None:
+    """Written whole and then renamed, so that a crash never leaves a half-written marker behind."""
+    replace_text(target / MARKER, json.dumps(marker))
+
+
+def read_marker(target: Path) -> dict | None:
+    try:
+        marker = json.loads((target / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) else None
+
+
+def finished_before(target: Path, commit: str | None) -> set[str]:
+    """The files an earlier pull of this very commit finished, as its marker lists them: only these are kept.
+    A file of another commit is fetched again even when its size is the same (a changed config.json)."""
+    marker = read_marker(target)
+    if marker is None or marker.get("commit") != commit:
+        return set()
+    names = marker.get("files" if marker.get("complete") else "done")
+    return {name for name in names if isinstance(name, str)} if isinstance(names, list) else set()
+
+
+def unfinished_pull(source: str | Path) -> PullAsked | None:
+    """The pull that resumes the unfinished download holding model `source` (a folder in the models folder, or the
+    .gguf a `pull --file` put in one), or None when it is no unfinished download or its marker names no repository.
+    A marker of a Beamwise before 2026-11 records no hub: the default one is given then."""
+    home = home_of(Path(source))
+    marker = read_marker(home) if home.is_dir() else None  # a lone .gguf was added, never pulled
+    if marker is None or marker.get("complete", True) is not False or not isinstance(marker.get("repo"), str):
+        return None
+    texts = {key: value for key in ("endpoint", "revision", "file") if isinstance(value := marker.get(key), str)}
+    return PullAsked(marker["repo"], **texts)
+
+
+def resume_command(source: str | Path) -> str | None:
+    """`beamwise models pull tiny/gen --endpoint URL` for an unfinished download (see `unfinished_pull`), or None."""
+    asked = unfinished_pull(source)
+    return None if asked is None else asked.command()

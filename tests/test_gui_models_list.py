@@ -1,0 +1,166 @@
+"""The window's Models list is read off the GUI thread (a GGUF's facts froze the window 9 s at every refresh), a
+refresh asked meanwhile is coalesced, Cancel reports at once; Remove says what it did and tells the window; a .gguf
+file can be added; an unfinished download offers Pull again; the window's pull messages use its own words."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from app import model_library as lib
+from app import model_pull
+from app.gui import models_page
+from app.gui.models_page import ModelsPage
+from app.pull_lock import LOCK
+from tests.hub_server import CONFIG, REPO, WEIGHTS, Hub
+
+pytestmark = pytest.mark.usefixtures("scratch_models")
+
+
+def make_page(qtbot, confirm: bool = False, list_now: bool = True) -> ModelsPage:
+    page = ModelsPage(confirm=lambda title, text: confirm, list_now=list_now)
+    qtbot.addWidget(page)
+    listed(qtbot, page)
+    return page
+
+
+def listed(qtbot, page: ModelsPage) -> None:
+    qtbot.waitUntil(lambda: not page.listing, timeout=30000)
+
+
+def pulled(qtbot, page: ModelsPage, endpoint: str) -> str:
+    page.repo_edit.setText("tiny/llama")
+    page.endpoint_edit.setText(endpoint)
+    with qtbot.waitSignal(page.pull_ended, timeout=30000) as ended:
+        assert page.start_pull()
+    listed(qtbot, page)
+    return ended.args[0]
+
+
+class SlowList:
+    """`model_library.list_models` held until `release` is set, counting its calls and the threads they run on."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.release, self.threads, self.real = threading.Event(), [], lib.list_models
+        monkeypatch.setattr(lib, "list_models", self)
+
+    def __call__(self) -> list[lib.ModelEntry]:
+        self.threads.append(threading.current_thread())
+        self.release.wait(20)
+        return self.real()
+
+
+def test_the_list_is_read_off_the_gui_thread_and_a_refresh_meanwhile_is_coalesced(qtbot, monkeypatch):
+    slow = SlowList(monkeypatch)
+    page = make_page(qtbot, list_now=False)
+    started = time.monotonic()
+    for _ in range(3):  # Refresh pressed three times while the first reading waits
+        page.refresh()
+    assert time.monotonic() - started < 1 and page.listing and page.table_model.rowCount() == 0
+    qtbot.waitUntil(lambda: len(slow.threads) == 1)
+    with qtbot.waitSignals([page.listed, page.listed], timeout=10000):
+        slow.release.set()
+    listed(qtbot, page)
+    assert len(slow.threads) == 2  # the first reading, and one more for the two refreshes asked meanwhile
+    assert threading.main_thread() not in slow.threads
+    assert page.table_model.entries[0].source == "bundled"
+
+
+def test_cancel_reports_at_once_while_the_list_is_slow(qtbot, monkeypatch):
+    hold = threading.Event()
+    page = make_page(qtbot)
+    slow = SlowList(monkeypatch)
+    with Hub(REPO, hold=("model.safetensors", hold)) as hub:
+        try:
+            page.repo_edit.setText("tiny/llama")
+            page.endpoint_edit.setText(hub.endpoint)
+            assert page.start_pull()
+            qtbot.waitUntil(lambda: page.progress.value() > len(CONFIG), timeout=20000)
+            with qtbot.waitSignal(page.pull_ended, timeout=3000) as ended:
+                page.cancel_button.click()
+            assert ended.args == ["cancelled"] and page.listing  # said while the list is still being read
+            assert page.pull_status.text() == "The download was cancelled; pressing Pull again resumes it."
+        finally:
+            hold.set()
+            slow.release.set()
+    listed(qtbot, page)
+
+
+def test_remove_says_what_it_did_and_tells_the_window(qtbot):
+    page = make_page(qtbot, confirm=True)
+    with Hub(REPO) as hub:
+        assert pulled(qtbot, page, hub.endpoint) == "finished"
+    page.select_name("tiny--llama")
+    with qtbot.waitSignal(page.model_removed) as removed:
+        page.remove_button.click()
+    assert removed.args == [str(lib.models_dir() / "tiny--llama")]
+    assert page.folder_status.text() == "Removed tiny--llama; its files were deleted."
+    listed(qtbot, page)
+    assert "tiny--llama" not in [e.name for e in page.table_model.entries]
+
+
+def test_remove_is_refused_while_another_beamwise_downloads_the_model(qtbot):
+    page = make_page(qtbot, confirm=True)
+    with Hub(REPO) as hub:
+        pulled(qtbot, page, hub.endpoint)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.05)  # its start time must be before the lock's
+        lock = model_pull.destination("tiny/llama") / LOCK
+        lock.write_text(json.dumps({"pid": other.pid, "since": datetime.now().isoformat(), "token": "x"}))
+        page.select_name("tiny--llama")
+        with qtbot.assertNotEmitted(page.model_removed):
+            page.remove_button.click()
+        assert f"is being downloaded (process {other.pid}); stop that download first" in page.folder_status.text()
+        assert (lock.parent / "model.safetensors").read_bytes() == WEIGHTS
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_add_gguf_file_offers_gguf_files_and_adds_the_one_chosen(qtbot, monkeypatch):
+    page = make_page(qtbot)
+    asked, added = [], []
+    monkeypatch.setattr(models_page.QFileDialog, "getOpenFileName",
+                        lambda *args: (asked.append(args[-1]), ("/models/smol.Q4_1.gguf", ""))[1])
+    monkeypatch.setattr(page, "add_folder", added.append)
+    page.add_gguf_button.click()
+    assert "*.gguf" in asked[0] and added == [Path("/models/smol.Q4_1.gguf")]
+
+
+def test_an_unfinished_download_offers_pull_again_which_resumes_it(qtbot, monkeypatch):
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    page = make_page(qtbot)
+    with Hub(REPO) as hub:
+        with monkeypatch.context() as full:  # the first pull stops once its marker is written
+            full.setattr(model_pull.shutil, "disk_usage", lambda path: usage(10, 10, 1000))
+            assert pulled(qtbot, page, hub.endpoint) == "failed"
+        page.endpoint_edit.setText(model_pull.DEFAULT_ENDPOINT)  # the fields as the user left them
+        page.repo_edit.clear()
+        page.select_name("tiny--llama")
+        assert page.use_button.text() == "Pull again" and page.use_button.isEnabled()
+        assert "did not finish; pull it again to resume it (Pull again)" in page.problem_label.text()
+        with qtbot.waitSignal(page.pull_ended, timeout=30000) as ended:
+            page.use_button.click()
+        assert ended.args == ["finished"] and page.endpoint_edit.text() == hub.endpoint
+    listed(qtbot, page)
+    page.select_name("tiny--llama")
+    assert page.use_button.text() == "Use as generator"
+
+
+def test_the_window_says_an_unreachable_hub_in_its_own_words(qtbot):
+    page = make_page(qtbot)
+    with Hub(REPO) as hub:
+        endpoint = hub.endpoint  # closed once the block ends
+    assert pulled(qtbot, page, endpoint) == "failed"
+    said = page.pull_status.text()
+    assert "type a mirror's address into Hub, and press Pull again" in said and "--endpoint" not in said
