@@ -129,13 +129,27 @@ def test_lookahead_verification_round_trips_and_follows_the_speculative_switch(q
     qtbot.addWidget(controls)
     box = controls.switches["lookahead_verify"]
     assert controls.configs()[2].lookahead_verify and "PRM" in box.toolTip()  # on by default
-    controls.set_configs(ModelSpec(), SearchConfig(), CacheConfig(speculative=True, lookahead_verify=False))
+    prm = SearchConfig(verifier="prm", verifier_model="synthetic:tiny-qwen-prm")
+    controls.set_configs(ModelSpec(), prm, CacheConfig(speculative=True, lookahead_verify=False))
     assert not box.isChecked() and box.isEnabled()
     with qtbot.waitSignal(controls.changed):
         box.setChecked(True)
     assert controls.configs()[2].lookahead_verify
     controls.switches["speculative"].setChecked(False)
     assert not box.isEnabled()  # it verifies speculated steps: nothing to do without speculation
+
+
+@pytest.mark.parametrize("search", [SearchConfig(), SearchConfig(verifier="self-judge"),
+                                    SearchConfig(verifier="prm", verifier_model="synthetic:tiny-math-shepherd",
+                                                 entropy_exit=True)])
+def test_lookahead_verification_is_greyed_where_run_refuses_it(qtbot, tmp_path, monkeypatch, search):
+    """Only a PRM's pass scores a speculated next step, and the entropy exit cuts that pass short: `run` refuses
+    --lookahead-verify there, and the window's switch (enabled whenever speculation was on) did nothing there."""
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path))
+    controls = SearchControls()
+    qtbot.addWidget(controls)
+    controls.set_configs(ModelSpec(), search, CacheConfig(speculative=True))
+    assert not controls.switches["lookahead_verify"].isEnabled()
 
 
 def test_remembered_settings_from_before_lookahead_verification_load_with_it_on(tmp_path):

@@ -424,7 +424,8 @@ class SearchControls(QWidget):
         self.verifier_on_cpu.setEnabled(self.verifier.choice()[0] == "prm")
         self.verifier_share.setEnabled(self._verifier_device(self.verifier.choice()[0]) != "cpu")  # as run refuses
         self.continuations.setEnabled(self.switches["speculative"].isChecked())
-        self.switches["lookahead_verify"].setEnabled(self.switches["speculative"].isChecked())
+        scored_ahead = self.verifier.choice()[0] == "prm" and not self.entropy_exit.isChecked()  # as run refuses
+        self.switches["lookahead_verify"].setEnabled(self.switches["speculative"].isChecked() and scored_ahead)
         self._show_thresholds()
         try:
             _, search, _ = self.configs()
