@@ -71,7 +71,7 @@ def _layout_refusal(source: str) -> str | None:
     from engine.errors import ChatTemplateUnusable, NotAPRM
 
     try:
-        _laid_out(source)
+        _laid_out(source, _stamp(source))
     except (NotAPRM, ChatTemplateUnusable) as error:
         return error.user_message()
     except (BeamwiseError, OSError, ValueError):
@@ -79,11 +79,24 @@ def _layout_refusal(source: str) -> str | None:
     return None
 
 
+def _stamp(source: str) -> tuple[tuple[str, int, int], ...]:
+    """The files of the PRM's folder as (name, size, mtime): a tokenizer replaced since is read again (a broken one
+    kept passing the plan until a restart, while the run refused it). None of them for a synthetic PRM."""
+    from engine.prm_folders import locate_prm
+
+    try:
+        folder, _ = locate_prm(source)
+        files = [f for f in sorted(folder.iterdir()) if f.is_file()]
+        return tuple((f.name, (st := f.stat()).st_size, st.st_mtime_ns) for f in files)
+    except (BeamwiseError, OSError, ValueError):
+        return ()
+
+
 @functools.lru_cache(maxsize=4)
-def _laid_out(source: str) -> bool:
-    """True once the PRM at `source` lays a path out; a refusal raises and is not kept (a folder fixed since is read
-    again). Kept per source as app/prompt_size.py keeps its layout: the window plans after every settings change,
-    and a PRM's tokenizer takes about 0.6 s to read."""
+def _laid_out(source: str, stamp: tuple[tuple[str, int, int], ...]) -> bool:
+    """True once the PRM at `source` (its files as `stamp` says) lays a path out; a refusal raises and is not kept (a
+    folder fixed since is read again). Kept as app/prompt_size.py keeps its layout: the window plans after every
+    settings change, and a PRM's tokenizer takes about 0.6 s to read."""
     from engine.verifiers import verifier_layout
 
     verifier_layout("prm", None, source)

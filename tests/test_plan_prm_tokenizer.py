@@ -98,3 +98,22 @@ def test_the_window_plan_bar_is_red_for_it(qtbot, misnamed):
         bar.refresh_now()
     assert blocker.args[0].state == "red"
     assert "no single token for the step tag" in bar.sentence.text()
+
+
+def test_a_tokenizer_broken_after_a_green_plan_is_refused_by_the_next_plan(tmp_path):
+    """The plan kept a PRM's layout per source for the process: a tokenizer replaced by one the run refuses kept
+    planning green (the window's plan bar too) until a restart."""
+    import json
+
+    from app.plan_roles import _layout_refusal
+    from engine.verifiers.synthetic_prm import save_synthetic_prm
+
+    folder = tmp_path / "prm"
+    save_synthetic_prm("tiny-qwen-prm", folder)
+    source = f"qwen-prm:{folder}"
+    assert _layout_refusal(source) is None
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    assert _layout_refusal(source) is not None
