@@ -8,93 +8,38 @@ redraws what each change names. A stored session replays through the same model.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import QSettings, Qt, QThread, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut, QShowEvent
-from PySide6.QtWidgets import (
-    QDockWidget,
-    QHBoxLayout,
-    QMainWindow,
-    QMessageBox,
-    QPlainTextEdit,
-    QScrollArea,
-    QToolButton,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QCloseEvent, QShowEvent
+from PySide6.QtWidgets import QMainWindow, QMessageBox
 
-from app import formatting, model_library
+from app import model_library
 from app.gui import palette as pal
 from app.gui import settings as saved
 from app.gui.background import run_in_background
 from app.gui.bridge import Conversation, SearchBridge
-from app.gui.charts import ChartsPanel, dock_height
+from app.gui.charts import dock_height
 from app.gui.controls import SearchControls
-from app.gui.conversation import ConversationControls, with_follow_up
-from app.gui.details import NodeDetails
-from app.gui.dock_tabs import hide_when_covered
+from app.gui.conversation import ConversationControls
 from app.gui.engine_import import engine_failure, engine_in_reach, engine_ready, import_failed
 from app.gui.event_pump import EventPump
-from app.gui.gc_freeze import freeze_long_lived, thaw
+from app.gui.gc_freeze import freeze_long_lived
 from app.gui.menus import build_menus, menu_shortcuts, shortcuts_box
 from app.gui.model_picker import SERVER_SOURCE
 from app.gui.models_page import ModelsPage
-from app.gui.panel import Panel
 from app.gui.plan_bar import PlanBar
+from app.gui.run_lifecycle import RUN_OVER, RunLifecycle
 from app.gui.server_panel import ServerPicker
 from app.gui.sessions_panel import SessionsPanel
 from app.gui.status_line import StatusLine
 from app.gui.terms import window_terms
-from app.gui.transcript import NOT_STARTED, TranscriptPanel, stopped_unstarted
-from app.gui.tree_view import ReasoningTreeView
+from app.gui.window_layout import Panels, build_central, build_docks
 from app.session import SessionModel
-from app.session.model import failure_title
 from engine import events as ev
 from engine.blank_text import is_blank
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import BeamwiseError
-
-RUN_OVER = object()  # queued after a run's events: the search request is over
-
-FAILURE_TITLES = {"WeightsDoNotFit": "The PRM does not fit beside the generator"}  # by RunFailed.error
-STOP_TIP = "Stop the search (Esc): the step in progress is dropped, the steps chosen so far are kept"
-
-
-@dataclass
-class Panels:
-    """The views of the window's session model."""
-
-    tree: ReasoningTreeView
-    charts: ChartsPanel
-    details: NodeDetails
-    transcript: TranscriptPanel
-
-    @classmethod
-    def of(cls, session: SessionModel) -> Panels:
-        charts = ChartsPanel(session, deferred=True)  # pyqtgraph: built after the first paint (import_engine)
-        return cls(ReasoningTreeView(session), charts, NodeDetails(session), TranscriptPanel(session))
-
-    def all(self) -> tuple[Panel, ...]:
-        return (self.tree, self.charts, self.details, self.transcript)
-
-
-def scrolled(widget: QWidget, min_width: int) -> QScrollArea:
-    """`widget` in a scroll area: on a 1366x768 screen a dock gets less than the widget asks for, and it scrolls
-    rather than pushing the window past the screen or squeezing the tree and the other docks."""
-    scroll = QScrollArea()
-    scroll.setWidget(widget)
-    scroll.setWidgetResizable(True)
-    scroll.setMinimumWidth(min_width)
-    scroll.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # Tab goes to the controls in it, not to a frame that shows nothing
-    return scroll
-
-
-def lines_high(edit: QPlainTextEdit, lines: int) -> int:
-    """The height that shows `lines` lines of `edit`'s text, frame and margins included."""
-    margins = edit.frameWidth() + int(edit.document().documentMargin())
-    return lines * edit.fontMetrics().lineSpacing() + 2 * margins
 
 
 class MainWindow(QMainWindow):
@@ -111,16 +56,14 @@ class MainWindow(QMainWindow):
         self.session = SessionModel()
         self.panels = Panels.of(self.session)
         self.running = False
-        self._settings_focus: QWidget | None = None  # the settings field a run started from, given back at its end
         self.current_session: int | None = None
         self.last_terminal: Any = None
-        self._stop_asked = False  # Stop was pressed during the running request
-        self._closing = False  # the window closes once the running request is over (closeEvent)
+        self.lifecycle = RunLifecycle(self)  # Run, Stop, the bridge's answers and the request's end
         self._settings_error = ""  # the settings' error the status bar said last
         self.shortcuts_box: QMessageBox | None = None  # Help > Keyboard shortcuts, the last one shown
         self.setWindowTitle("Beamwise")
         self.resize(1400, 900)
-        self._build_central()
+        self._central_layout = build_central(self)  # the status line's load banner goes above the tree
         self.controls = SearchControls()
         self.server = ServerPicker(self.controls.model_picker, self.settings, self)  # "Server…" in the picker
         self.status = StatusLine(self)
@@ -132,7 +75,8 @@ class MainWindow(QMainWindow):
         self._central_layout.insertWidget(self._central_layout.indexOf(self.panels.tree), self.talk.turns)
         self.sessions = SessionsPanel(store, in_use=self.talk.in_use) if store is not None else None
         self.models = ModelsPage(confirm=None if dialogs else lambda title, text: False, list_now=engine_ready())
-        self._build_docks()
+        self.docks = build_docks(self)
+        self._charts_sized = False  # its height is set at the first show, for the size the window opens at
         build_menus(self)
         self._connect()
         self._restore()
@@ -141,71 +85,6 @@ class MainWindow(QMainWindow):
         self._pending_rerun: int | None = None  # a Run again asked before the engine was in (see load_session_settings)
 
     # ------------------------------------------------------------ building
-
-    def _build_central(self) -> None:
-        self.question = QPlainTextEdit()
-        self.question.setPlaceholderText("Ask a question, then press Run (Ctrl+Enter). Esc stops the search.")
-        self.question.setMaximumHeight(80)
-        self.question.setMinimumHeight(lines_high(self.question, 2))  # at the window's smallest: room for the plan
-        self.question.setTabChangesFocus(True)
-        self.question.setAccessibleName("Question")  # a screen reader does not read the placeholder as a name
-        self.run_action = QAction("&Run", self)  # Alt+R on the button, R in the Search menu
-        run_keys = [QKeySequence("Ctrl+Return"), QKeySequence("Ctrl+Enter")]
-        self.run_action.setShortcuts(run_keys)
-        self.run_action.setToolTip("Start the search (Ctrl+Enter)")
-        self.refused_run = QShortcut(self)  # Ctrl+Enter while Run is greyed out: says why instead of nothing
-        self.refused_run.setKeys(run_keys)
-        self.refused_run.setEnabled(False)
-        self.stop_action = QAction("&Stop", self)
-        self.stop_action.setShortcut(QKeySequence(Qt.Key.Key_Escape))
-        self.stop_action.setToolTip(STOP_TIP)
-        self.stop_action.setEnabled(False)
-        buttons = QVBoxLayout()
-        for action in (self.run_action, self.stop_action):
-            button = QToolButton()
-            button.setDefaultAction(action)
-            button.setObjectName(f"{action.text().strip('&').lower()}Button")
-            button.setMinimumWidth(90)
-            buttons.addWidget(button)
-            self.addAction(action)
-        top = QHBoxLayout()
-        top.addWidget(self.question, 1)
-        top.addLayout(buttons)
-        central = QWidget()
-        layout = QVBoxLayout(central)
-        layout.setContentsMargins(6, 6, 6, 0)
-        layout.addLayout(top)
-        self._central_layout = layout  # the status line's load banner goes above the tree
-        self.panels.tree.setMinimumSize(300, 220)  # at the window's smallest the legend still leaves boxes to see
-        layout.addWidget(self.panels.tree, 1)
-        self.setCentralWidget(central)
-
-    def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
-        dock = QDockWidget(title, self)
-        dock.setObjectName(name)  # saveState needs stable names
-        dock.setWidget(widget)
-        self.addDockWidget(area, dock)
-        return dock
-
-    def _build_docks(self) -> None:
-        left, right, bottom = (Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea,
-                               Qt.DockWidgetArea.BottomDockWidgetArea)
-        self.docks = {"settings": self._dock("Settings", "settingsDock", scrolled(self.controls, 330), left)}
-        if self.sessions is not None:
-            self.docks["sessions"] = self._dock("Sessions", "sessionsDock", self.sessions, left)
-            self.tabifyDockWidget(self.docks["settings"], self.docks["sessions"])
-        self.docks["models"] = self._dock("Models", "modelsDock", scrolled(self.models, 330), left)
-        self.tabifyDockWidget(self.docks["settings"], self.docks["models"])
-        self.docks["settings"].raise_()
-        self.docks["details"] = self._dock("Node details", "detailsDock", scrolled(self.panels.details, 200), right)
-        self.docks["transcript"] = self._dock("Transcript", "transcriptDock",
-                                              with_follow_up(self.panels.transcript, self.talk.box), right)
-        self.docks["charts"] = self._dock("Memory and PCIe", "chartsDock", self.panels.charts, bottom)
-        self._charts_sized = False  # its height is set at the first show, for the size the window opens at
-        self.resizeDocks([self.docks["settings"], self.docks["details"]], [440, 320], Qt.Orientation.Horizontal)
-        self.resizeDocks([self.docks["details"], self.docks["transcript"]], [3, 2], Qt.Orientation.Vertical)
-        for dock in self.docks.values():
-            hide_when_covered(dock)
 
     def showEvent(self, event: QShowEvent) -> None:
         """The first time: the charts' dock for the window's height, so a short window leaves the tree most of it."""
@@ -230,22 +109,23 @@ class MainWindow(QMainWindow):
         self.run_action.triggered.connect(lambda: self.start_run())
         self.refused_run.activated.connect(lambda: self.start_run())  # start_run says what to fix first
         self.stop_action.triggered.connect(self.stop_run)
-        self.controls.changed.connect(self._update_actions)
+        self.controls.changed.connect(self.update_actions)
         self.controls.verifier.refused.connect(lambda message: self.report_error("Not a PRM Beamwise knows", message))
-        self.question.textChanged.connect(self._update_actions)
+        self.question.textChanged.connect(self.update_actions)
         self.question.textChanged.connect(self.plan_bar.schedule)  # the prompt's length is in the plan
         self.talk.box.field.textChanged.connect(self.plan_bar.schedule)  # a follow-up: the whole conversation
         b = self.bridge
         b.load_progress.connect(self.status.loading)
         b.model_loaded.connect(self.status.loaded)
-        b.load_failed.connect(self._on_load_failed)
-        self._pump = EventPump(self._take, parent=self)  # bursts of events in slices: the window stays responsive
+        b.load_failed.connect(self.lifecycle.on_load_failed)
+        # bursts of events in slices: the window stays responsive
+        self._pump = EventPump(self.lifecycle.take, parent=self)
         b.event_emitted.connect(self._pump.push)
-        b.failed.connect(self._on_failed)
+        b.failed.connect(self.lifecycle.on_failed)
         b.recording_failed.connect(lambda text: self.statusBar().showMessage(text, 15000))
-        b.session_recorded.connect(self._on_session_recorded)
+        b.session_recorded.connect(self.lifecycle.on_session_recorded)
         b.run_finished.connect(lambda: self._pump.push(RUN_OVER))  # behind the run's last event
-        b.memory_released.connect(self._on_memory_released)
+        b.memory_released.connect(self.lifecycle.on_memory_released)
         self.panels.tree.node_selected.connect(self.panels.details.show_node)
         self.models.use_requested.connect(self.use_model)
         self.models.model_removed.connect(self.forget_model)
@@ -264,7 +144,7 @@ class MainWindow(QMainWindow):
         self.question.setPlainText(saved.load_question(self.settings))
         if saved.restore_window(self.settings, self):
             self._charts_sized = True  # the docks as the user left them, not sized again at the first show
-        self._update_actions()
+        self.update_actions()
 
     def apply_theme(self, dark: bool) -> None:
         """Light or dark, as the OS says (or --theme): widgets, the tree and the charts."""
@@ -312,108 +192,19 @@ class MainWindow(QMainWindow):
         self.bridge.request_load(model, cache.device)
 
     def start_run(self, conversation: Conversation | None = None) -> bool:
-        """Run the question with the current settings; False (with the reason shown) when it cannot start.
-        `conversation` makes it a turn after earlier ones (the follow-up box); a Run of a turn loaded by
-        "Run again" reruns it after its own earlier turns; any other Run starts a new conversation."""
-        if self.running:
-            return False
-        question = self.question.toPlainText().strip()
-        if is_blank(question):  # zero-width characters alone too, as `beamwise run` refuses them
-            self.statusBar().showMessage("Type a question first.", 5000)
-            self.question.setFocus()
-            return False
-        try:
-            model, search, cache = self.controls.configs()
-        except ValueError as error:
-            self.statusBar().showMessage(f"Fix the settings first: {error}", 8000)
-            return False
-        if not self.controls.is_valid():  # a refusal the configs alone do not make (the entropy exit on this PRM)
-            self.statusBar().showMessage(f"Fix the settings first: {self.controls.error_text()}", 8000)
-            return False
-        try:
-            server = self.server.run_config()  # None for a local model; a keyring key is read here
-        except BeamwiseError as error:
-            self.report_error("Cannot use the server", error.user_message())
-            return False
-        conversation = conversation or self.talk.conversation_for(question)
-        self.talk.rerun, self.talk.follows = None, conversation.previous if conversation is not None else None
-        self._begin(search)
-        if server is not None:
-            self.status.loading(f"Asking {server.endpoint}", -1)
-            self.bridge.request_remote_run(question, server, search, conversation)
-            return True
-        waiting = "" if engine_ready() else "Loading PyTorch and transformers; the search starts once they are in: "
-        self.status.loading(f"{waiting}Preparing {model.source}", -1)
-        self.bridge.request_run(question, model, search, cache, conversation)
-        return True
+        """Run the question with the current settings; False (with the reason shown) when it cannot start
+        (`RunLifecycle.start` says more)."""
+        return self.lifecycle.start(conversation)
 
     def stop_run(self) -> None:
-        if self.running and not self._closing:  # closing asked the stop already, and says so
-            self._stop_asked = True
-            self.bridge.stop()
-            self.status.stop_asked()  # the heartbeat's line from the next second on
-            said = ("the step in progress is dropped, the steps chosen so far are kept" if self.session.run.steps else
-                    "no step has begun yet: the run ends before step 1")  # the model may still read the question
-            self.statusBar().showMessage(f"Stopping: {said}…")
+        self.lifecycle.stop()
 
-    def _begin(self, search: SearchConfig) -> None:
-        self.running, self.last_terminal, self.current_session = True, None, None
-        self._stop_asked = False
-        self.session.reset()
-        self.status.begin(search.max_steps)
-        focus = self.focusWidget()
-        self._settings_focus = focus if self.controls.isAncestorOf(focus) else None
-        self._update_actions()
-        if self._settings_focus is not None:  # disabled, the settings leave no focus at all: Stop takes it
-            self.findChild(QToolButton, "stopButton").setFocus(Qt.FocusReason.OtherFocusReason)
-        freeze_long_lived()  # the last run's tree is gone: the run's full collections walk only what it makes
+    def _begin(self, search: SearchConfig) -> None:  # benchmarks/bench_window.py starts a run this way
+        self.lifecycle.begin(search)
 
     def apply_event(self, event: Any) -> None:
         """Fold one engine event into the session model (the panels redraw from it) and the status bar."""
-        self.session.apply(event)
-        self.status.apply(event, live=self.running)
-        if event.type in ev.TERMINAL_TYPES:
-            self.last_terminal = event
-            if isinstance(event, ev.RunFailed) and self.running:
-                self.report_error(FAILURE_TITLES.get(event.error, failure_title(self.session.run)), event.message,
-                                  event.details)
-
-    def _take(self, item: Any) -> None:
-        if item is RUN_OVER:
-            self._on_run_finished()
-        else:
-            self.apply_event(item)
-
-    def _on_memory_released(self, device_bytes: int, host_bytes: int) -> None:
-        given = [f"{formatting.size(device_bytes)} of GPU memory" if device_bytes else "",
-                 f"{formatting.size(host_bytes)} of pinned RAM" if host_bytes else ""]
-        self.statusBar().showMessage(f"Idle: gave back {' and '.join(g for g in given if g)} for other programs; "
-                                     "the model stays loaded.", 15000)
-
-    def _on_run_finished(self) -> None:
-        self.running = False
-        thaw()  # what the run's start froze: its garbage cycles are collected again
-        for panel in self.panels.all():  # panels that draw a little later show the final state now
-            panel.flush()
-        self.status.progress.hide()
-        self.status.banner.hide()
-        self.status.stop_heartbeat()
-        if self._stop_asked and stopped_unstarted(self.session.run):  # while the model loaded or the server was
-            self.status.step.setText("step -")  # checked: the line said "Stopped before step 1 finished"
-            self.statusBar().showMessage(f"{NOT_STARTED}.")
-        self._update_actions()
-        if self._settings_focus is not None and self._settings_focus.isEnabled():  # where Ctrl+Enter was pressed
-            self._settings_focus.setFocus(Qt.FocusReason.OtherFocusReason)
-        self._settings_focus = None
-        if self.sessions is not None:
-            self.sessions.refresh()
-        self._list_models()  # if the engine came in during the run
-        terminal = self.last_terminal  # the request's own, before a follow-up that did not start reopens its turn
-        self.talk.run_over()
-        self.talk.show_turns()
-        self.run_ended.emit(terminal)
-        if self._closing:  # asked while the run went on (_close_when_stopped)
-            QTimer.singleShot(0, self.close)
+        self.lifecycle.apply(event)
 
     def import_engine(self) -> None:
         """Import pyqtgraph, PyTorch, transformers and the engine in the background (app/gui/engine_import.py);
@@ -436,33 +227,17 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(failure, 30000)
         else:  # it reads each model's config (~70 ms): in the next pass, or after a run the engine starts at once
             self._models_unlisted = True
-            QTimer.singleShot(0, self, self._list_models)
+            QTimer.singleShot(0, self, self.list_models)
         if self._pending_rerun is not None:
             session_id, self._pending_rerun = self._pending_rerun, None
             self.load_session_settings(session_id)
 
-    def _list_models(self) -> None:
+    def list_models(self) -> None:
         if self._models_unlisted and not self.running:
             self._models_unlisted = False
             self.models.refresh()
 
-    def _on_load_failed(self, message: str) -> None:
-        self.status.loaded(None, None)
-        advice = "" if import_failed() else "\n\nChoose another model under Settings > Model, then press Run."
-        self.report_error("Could not load the model", f"{message}{advice}")
-
-    def _on_failed(self, failure: ev.RunFailed) -> None:
-        self.session.apply(failure)
-        self.last_terminal = failure
-        self.report_error("The search stopped with an error",
-                          f"{failure.message}\n\nThe window keeps working: change the settings or try again.",
-                          failure.details)
-
-    def _on_session_recorded(self, session_id: int) -> None:
-        self.current_session = session_id
-        self.talk.show_turns()
-
-    def _update_actions(self) -> None:
+    def update_actions(self) -> None:
         valid = self.controls.is_valid()
         has_question = not is_blank(self.question.toPlainText())
         self.run_action.setEnabled(not self.running and valid and has_question)
@@ -589,7 +364,7 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------ closing
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        if self._close_when_stopped():
+        if self.lifecycle.close_when_stopped():
             event.ignore()
             return
         try:
@@ -602,19 +377,3 @@ class MainWindow(QMainWindow):
         self.bridge.shutdown()
         self.models.shutdown()
         super().closeEvent(event)
-
-    def _close_when_stopped(self) -> bool:
-        """A close while the search runs asks the stop and closes the window once the run is over; the window
-        stays responsive meanwhile. Waiting for the engine's thread here froze it for the 47 s a chunk of the
-        question took to read (a chunk has no stop point inside). A second close, one before the search began (a
-        model load is abandoned at once) and one with no event loop left to bring the run's end (after the app's
-        exec) close now, waiting for the thread as before."""
-        if (self._closing or not self.running or self.session.run.started is None
-                or QThread.currentThread().loopLevel() == 0):
-            return False
-        self._closing = self._stop_asked = True
-        self.bridge.stop()
-        said = self.status.stop_asked("closing")  # the heartbeat's line until the run ends: said now
-        self.statusBar().showMessage(said or "Closing once the search stops at its next token…")
-        return True
-

@@ -7,11 +7,8 @@ PCIe bytes) and are cached in device coordinates; when zoomed far out they draw 
 
 from __future__ import annotations
 
-import html
-import re
-
-from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QFocusEvent, QKeySequence, QPainter, QPen
+from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal
+from PySide6.QtGui import QFocusEvent, QKeySequence, QPainter
 from PySide6.QtWidgets import (
     QApplication,
     QGraphicsPathItem,
@@ -21,14 +18,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-import app.formatting as fmt
-from app.formatting import size as format_bytes
 from app.gui import palette as pal
 from app.gui.panel import SessionView
-from app.gui.tree_items import COL_W, NODE_H, NODE_W, ROW_H, EdgeColumn, Ink, NodeItem, path_curve
+from app.gui.tree_items import COL_W, NODE_H, NODE_W, ROW_H, NodeItem
 from app.gui.tree_overlay import TreeControls
 from app.gui.tree_overlay import place as place_overlay
-from app.session import ROOT_ID, Change, Node, SearchTree, SessionModel
+from app.gui.tree_scene import TreeScene
+from app.gui.tree_text import KEYS_SPOKEN, spoken, tooltip
+from app.session import ROOT_ID, Change, SearchTree, SessionModel
 from app.session.model import RESET
 from engine import events as ev
 
@@ -39,33 +36,9 @@ READABLE_SCALE = 0.8  # at 1920x1080 a box's first line still reads at this zoom
 _SCROLL_KEYS = frozenset({Qt.Key.Key_Up, Qt.Key.Key_Down, Qt.Key.Key_Left, Qt.Key.Key_Right, Qt.Key.Key_PageUp,
                           Qt.Key.Key_PageDown, Qt.Key.Key_Home, Qt.Key.Key_End})
 _MOVES = frozenset({Qt.Key.Key_Up, Qt.Key.Key_Down, Qt.Key.Key_Left, Qt.Key.Key_Right})  # the selection, box to box
-SCENE_MARGIN = 60.0
 RELAYOUT_MS = 250  # collapsed, a step's new candidates are laid out at most this late (each layout is O(nodes))
 _STEP_ENDS = frozenset({ev.RunStarted.type, ev.StepSelected.type, ev.RunFinished.type, ev.RunCancelled.type,
                         ev.RunFailed.type})  # what prunes, keeps or restarts: collapsed, laid out at once
-
-
-def _tooltip(node: Node) -> str:
-    """Rich-text tooltip; every piece of model text is escaped so '<b>' shows literally."""
-    if node.id == ROOT_ID:
-        return f"<b>Prompt</b><br>{html.escape(node.text[:400])}"
-    score = fmt.score(node.score, "not scored yet")
-    share = "no KV reported" if node.device_share is None else f"{node.device_share:.0%} of KV on the GPU"
-    verifier = fmt.verifier_place(node.verifier_device_bytes, node.verifier_host_bytes, "")
-    return (
-        f"<b>#{node.id}</b> · step {node.step} · {node.state} · score {score}<br>"
-        f"{html.escape(node.first_line[:200])}<br>{share}; H2D {format_bytes(node.h2d_bytes)}, "
-        f"D2H {format_bytes(node.d2h_bytes)}" + (f"<br>verifier KV of this step: {verifier}" if verifier else "")
-    )
-
-
-KEYS_SPOKEN = "Arrow keys select the parent, a child or the box above or below"  # until a box is selected
-
-
-def spoken(node: Node) -> str:
-    """A box in words for a screen reader, which sees the view but not the boxes drawn in it: its tooltip's text."""
-    lines = html.unescape(re.sub(r"</?b>", "", _tooltip(node))).replace(" · ", ", ").split("<br>")
-    return ". ".join(line.rstrip(". ") for line in lines) + "."
 
 
 class ReasoningTreeView(SessionView, QGraphicsView):
@@ -81,10 +54,6 @@ class ReasoningTreeView(SessionView, QGraphicsView):
 
     def __init__(self, session: SessionModel | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._ink = Ink()
-        self._items: dict[int, NodeItem] = {}
-        self._edges: dict[int, EdgeColumn] = {}  # step -> the edges into that column
-        self._bounds: tuple[float, float, float, float] | None = None  # left, top, right, bottom of the boxes
         self._selected: int | None = None
         self._press_pos = None
         self.follow = True
@@ -99,6 +68,8 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         # A BSP index finds the ~100 visible of thousands of items quickly; items only move while
         # their own step is generated, so the index stays cheap to keep.
         self.scene().setItemIndexMethod(QGraphicsScene.ItemIndexMethod.BspTreeIndex)
+        self.drawing = TreeScene(self.scene())  # the boxes, edges, hover line and bounds, by node id
+        self._items = self.drawing.items  # the boxes by node id (the drawing's dict, cleared in place)
         self.setOptimizationFlags(QGraphicsView.OptimizationFlag.DontSavePainterState
                                   | QGraphicsView.OptimizationFlag.DontAdjustForAntialiasing)
         self.setBackgroundBrush(pal.color(pal.BACKGROUND))
@@ -120,6 +91,10 @@ class ReasoningTreeView(SessionView, QGraphicsView):
     def data(self) -> SearchTree:
         return self.session.tree
 
+    @property
+    def _hover_line(self) -> QGraphicsPathItem:
+        return self.drawing.hover_line
+
     # -- contract ------------------------------------------------------------------------
 
     def refresh(self, change: Change) -> None:
@@ -136,7 +111,7 @@ class ReasoningTreeView(SessionView, QGraphicsView):
             self._sync(node_id)
         if self.collapse_pruned:
             self._relayout_soon(now=change.event_type in _STEP_ENDS)
-        self._fit_scene()
+        self.drawing.fit_scene()
         self._show_emulated()
         new_column, self._last_column = max(self.data.columns) > self._last_column, max(self.data.columns)
         if change.event_type == ev.RunStarted.type:
@@ -151,7 +126,7 @@ class ReasoningTreeView(SessionView, QGraphicsView):
             self._sync(node_id)
         if self.collapse_pruned:
             self._relayout()
-        self._fit_scene()
+        self.drawing.fit_scene()
         self._show_emulated()
         self._last_column = max(self.data.columns)
         self.set_follow(True)
@@ -162,7 +137,7 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         self._clear_items()
         self._sync(ROOT_ID)
         self._last_column = 0
-        self._fit_scene()
+        self.drawing.fit_scene()
         self._show_emulated()
         self.set_follow(True)
 
@@ -197,7 +172,7 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         if self.collapse_button.isChecked() != on:
             self.collapse_button.setChecked(on)
         self._relayout()
-        self._fit_scene()
+        self.drawing.fit_scene()
 
     def _relayout_soon(self, now: bool) -> None:
         """Collapsed: lay the tree out again now when a step ends, else once the step's events of the next
@@ -211,7 +186,7 @@ class ReasoningTreeView(SessionView, QGraphicsView):
     def _relayout_later(self) -> None:
         if self.collapse_pruned:
             self._relayout()
-            self._fit_scene()
+            self.drawing.fit_scene()
             if self.follow:
                 self._follow_newest()
 
@@ -221,31 +196,12 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         self._relayout_timer.stop()
         hidden = self.data.dead_ids() if self.collapse_pruned else set()
         rows = self._rows = self.data.compact_rows(hidden) if self.collapse_pruned else {}
-        self._bounds = None
-        for node_id, item in self._items.items():
-            node = self.data.nodes[node_id]
-            item.setVisible(node_id not in hidden)
-            xy = (node.step * COL_W, rows.get(node_id, node.y) * ROW_H)
-            if xy != item.xy:
-                item.xy = xy
-                item.setPos(*xy)
-            if node_id not in hidden:
-                self._grow_bounds(xy)
-        for node_id, item in self._items.items():
-            node = self.data.nodes[node_id]
-            if node.parent is not None and node.parent in self._items:
-                state = "hidden" if node_id in hidden else node.state  # an edge state no pen draws
-                self._edges[node.step].set_edge(node_id, self._items[node.parent].xy, item.xy, state)
+        self.drawing.place(self.data, hidden, rows)
         self._hover(None)
 
     def restyle(self) -> None:
         """Take the palette's current colours (the OS switched between light and dark)."""
-        self._ink = Ink()
-        for item in self._items.values():
-            item.restyle(self._ink)
-        for column in self._edges.values():
-            column.restyle(self._ink)
-        self._hover_line.setPen(QPen(pal.color(pal.HOVER, 150), 6.0))
+        self.drawing.restyle()
         self.setBackgroundBrush(pal.color(pal.BACKGROUND))
         self.legend.restyle()
         self.legend.set_emulated(self.legend.emulated, remote=self.legend.remote)
@@ -259,15 +215,8 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         path = [] if node_id is None else [ROOT_ID, *self.data.path_to(node_id)]
         if path == self.hovered_path:
             return
-        for old in self.hovered_path:
-            if old in self._items:
-                self._items[old].on_path = False
-                self._items[old].update()
+        self.drawing.highlight(self.hovered_path, path)
         self.hovered_path = path
-        for node in path:
-            self._items[node].on_path = True
-            self._items[node].update()
-        self._hover_line.setPath(path_curve([self._items[node].xy for node in path]))
 
     def _hovered_node(self, pos) -> int | None:
         hit = next((i for i in self.items(pos) if isinstance(i, NodeItem) and i.isVisible()), None)
@@ -321,7 +270,7 @@ class ReasoningTreeView(SessionView, QGraphicsView):
 
     def tooltip_for(self, node_id: int) -> str:
         """The rich-text tooltip of `node_id` (built on demand, model text escaped)."""
-        return _tooltip(self.data.node(node_id))
+        return tooltip(self.data.node(node_id))
 
     def viewportEvent(self, event: QEvent) -> bool:
         if event.type() == QEvent.Type.ToolTip:
@@ -369,70 +318,20 @@ class ReasoningTreeView(SessionView, QGraphicsView):
     # -- items -----------------------------------------------------------------------------
 
     def _clear_items(self) -> None:
-        self.scene().clear()
-        self._items.clear()
-        self._edges.clear()
+        self.drawing.clear()
         self._rows = {}
         self._relayout_timer.stop()
-        self._bounds = None
         self._selected = None
         self.setAccessibleDescription(KEYS_SPOKEN)
         self.hovered_path = []
-        self._hover_line = QGraphicsPathItem()
-        self._hover_line.setPen(QPen(pal.color(pal.HOVER, 150), 6.0))
-        self._hover_line.setZValue(0.5)  # over the edges, under the boxes
-        self.scene().addItem(self._hover_line)
 
     def _sync(self, node_id: int) -> None:
-        node = self.data.nodes[node_id]
-        item = self._items.get(node_id)
-        created = item is None
-        if created:
-            item = self._items[node_id] = NodeItem(node_id, self._ink)
-            self.scene().addItem(item)
         row = self._rows.get(node_id) if self.collapse_pruned else None
-        if created and self.collapse_pruned and row is None and node_id != ROOT_ID:
-            item.setVisible(False)  # collapsed: a new candidate shows at the next layout, in its compact row
-        moved, restyled = item.set_node(node, row)
-        if (moved or created) and item.isVisible():  # the root is created where it stays (0, 0): it counts too
-            self._grow_bounds(item.xy)
-        if node.parent is not None and (moved or restyled or created):
-            self._sync_edge(node)
-        if moved:
-            for child in node.children:
-                if child in self._items:
-                    self._sync_edge(self.data.nodes[child])
-
-    def _sync_edge(self, node: Node) -> None:
-        column = self._edges.get(node.step)
-        if column is None:
-            column = self._edges[node.step] = EdgeColumn(self._ink)
-            self.scene().addItem(column)
-        item = self._items[node.id]
-        state = node.state if item.isVisible() else "hidden"  # an edge state no pen draws
-        column.set_edge(node.id, self._items[node.parent].xy, item.xy, state)
+        self.drawing.sync(self.data, node_id, row, self.collapse_pruned)
 
     def edge_state(self, node_id: int) -> str:
         """The state the edge into `node_id` is drawn in (its pen follows `tree_items.edge_pen`)."""
-        return self._edges[self.data.node(node_id).step].state(node_id)
-
-    def _grow_bounds(self, xy: tuple[float, float]) -> None:
-        x, y = xy
-        box = (x - 2, y - 2, x + NODE_W + 2, y + NODE_H + 2)
-        old = self._bounds
-        if old is not None and old[0] <= box[0] and old[1] <= box[1] and old[2] >= box[2] and old[3] >= box[3]:
-            return
-        if old is not None:
-            box = (min(old[0], box[0]), min(old[1], box[1]), max(old[2], box[2]), max(old[3], box[3]))
-        self._bounds = box
-
-    def _fit_scene(self) -> None:
-        """The scene rect: every box plus a margin (set once per update, not once per node)."""
-        left, top, right, bottom = self._bounds or (0.0, 0.0, NODE_W, NODE_H)
-        m = SCENE_MARGIN
-        rect = QRectF(left - m, top - m, right - left + 2 * m, bottom - top + 2 * m)
-        if rect != self.scene().sceneRect():
-            self.scene().setSceneRect(rect)
+        return self.drawing.edges[self.data.node(node_id).step].state(node_id)
 
     # -- overlay ---------------------------------------------------------------------------
 
