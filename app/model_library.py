@@ -31,6 +31,7 @@ from app.models_folder import (
     write_added,
 )
 from app.options import UsageError
+from app.pull_lock import LOCK, holder
 from app.pull_marker import resume_command
 from engine.errors import BeamwiseError, ModelLoadError
 
@@ -158,16 +159,23 @@ def add_folder(path: Path) -> Path:
 
 def _refuse_listed(path: Path) -> None:
     """What lies in the models folder is listed by it (a folder, or the .gguf of a `pull --file` folder): added as
-    well, it was listed twice."""
+    well, it was listed twice. The listed name is offered only where it names this very model: the name of a
+    folder of several .gguf files names no model that loads, so one of its files is given by its path."""
     inside = [(home, p) for home in _places(models_dir()) for p in _places(path) if home in p.parents]
     if not inside:
         return
     home, resolved = inside[0]
     top = home / resolved.relative_to(home).parts[0]
-    listed = [name for name, _ in downloads() if name == top.name]
-    said = f" (as {top.name})" if listed else ""
-    raise UsageError(f"{resolved} is in Beamwise's models folder, so it is listed already{said}; use it with "
-                     f"--model {top.name if listed else resolved}.")
+    model = next((model for name, model in downloads() if name == top.name), None)
+    if (model is not None and resolved in (model.resolve(), home_of(model).resolve())
+            and (model.is_file() or (model / "config.json").is_file())):
+        raise UsageError(f"{resolved} is in Beamwise's models folder, so it is listed already (as {top.name}); use "
+                         f"it with --model {top.name}.")
+    ggufs = sorted(resolved.glob("*.gguf")) if resolved.is_dir() else []
+    use = (f"one of its .gguf files by its path, e.g. --model {ggufs[0]}" if ggufs else
+           f"it by its path: --model {resolved}")
+    raise UsageError(f"{resolved} is in Beamwise's models folder, which Beamwise lists by itself, so it is not "
+                     f"added; use {use}.")
 
 
 def forget_folder(path: Path) -> None:
@@ -290,18 +298,31 @@ def namesakes(path: Path) -> list[str]:
 
 
 def remove(entry: ModelEntry) -> None:
-    """Delete a model Beamwise downloaded into its models folder; refuses anything else (bundled, added, or
-    copied in by hand). An added folder is taken off the list with `forget_folder`, never deleted."""
-    path = home_of(Path(entry.source))
-    inside = path.resolve().parent == models_dir().resolve()
-    if not (entry.downloaded and inside):
-        raise UsageError(f"{entry.source} was not downloaded by Beamwise into its models folder, so Beamwise will "
-                         "not delete it.")
+    """Delete a model Beamwise downloaded into its models folder (what `removable` allows). An added folder is
+    taken off the list with `forget_folder`, never deleted."""
+    path = removable(entry)
     if path.is_dir():
         shutil.rmtree(path)
     else:
         path.unlink()
         (path.parent / f"{path.name}{MARKER}").unlink(missing_ok=True)
+
+
+def removable(entry: ModelEntry) -> Path:
+    """What `remove` deletes for `entry`; UsageError for anything but a model Beamwise downloaded into its models
+    folder (bundled, added, or copied in by hand), and for one a pull (this process's or another's) is
+    downloading. The command line asks this before its question, and `remove` again."""
+    path = home_of(Path(entry.source))
+    inside = path.resolve().parent == models_dir().resolve()
+    if not (entry.downloaded and inside):
+        raise UsageError(f"{entry.source} was not downloaded by Beamwise into its models folder, so Beamwise will "
+                         "not delete it.")
+    pulling = holder(path) if path.is_dir() else None
+    if pulling is not None:  # deleted under it, the download failed blaming the disk
+        raise UsageError(f"{entry.name} is being downloaded ({pulling}, which holds {path / LOCK}); stop that "
+                         "download first (Cancel in the window's pull box, Ctrl+C where `beamwise models pull` "
+                         "runs), then remove it.")
+    return path
 
 
 def describe(entry: ModelEntry) -> list[tuple[str, str]]:
@@ -342,4 +363,5 @@ def _dtype(path: Path) -> str:
 
 __all__ = ["ADDED", "MARKER", "AddedListDamaged", "ModelEntry", "add_folder", "added_folders", "added_list_path",
            "describe", "entry_at", "entry_for", "find", "forget_folder", "home_of", "list_models", "models_dir",
-           "namesakes", "parameters_text", "remove", "role_of", "runnable", "size_on_disk", "synthetic_entry"]
+           "namesakes", "parameters_text", "removable", "remove", "role_of", "runnable", "size_on_disk",
+           "synthetic_entry"]

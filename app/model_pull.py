@@ -22,11 +22,10 @@ import app.formatting as fmt
 from app.model_library import MARKER, models_dir
 from app.pull_failures import CLI_WORDS, PullCancelled, PullError, PullWords, explain
 from app.pull_lock import LOCK, pull_lock
-from app.pull_marker import DEFAULT_ENDPOINT, PullAsked, finished_before, mark
+from app.pull_marker import DEFAULT_ENDPOINT, PARTIAL, PullAsked, finished_before, mark
 from engine.abandon import abandonable
 
 SPARE = 1.05  # free space wanted beyond the files' own size
-PARTIAL = ".partial"  # unfinished files wait here; the next pull continues them
 TIMEOUT = 30.0  # seconds to connect, and to wait for the next bytes: a silent hub ends the pull instead of hanging it
 COMMIT_STAMP = "COMMIT"  # in PARTIAL: the commit its partial files belong to
 REPORT_EVERY = 0.25  # seconds between progress reports while a file downloads, stalled or not

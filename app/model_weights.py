@@ -4,13 +4,12 @@ fully covered"."""
 
 from __future__ import annotations
 
-import json
 import struct
 from pathlib import Path
 
 from engine.errors import ModelLoadError
+from engine.prm_folders import INDEX, HeaderPastEnd, safetensors_header, weight_map
 
-INDEX = "model.safetensors.index.json"
 HINT = "The download may be incomplete or the copy cut short: copy the weights again from where the model came from."
 
 _whole: set[tuple[str, int, int]] = set()  # (path, size, mtime) of weight files found whole in this process
@@ -37,15 +36,15 @@ def _weight_files(folder: Path) -> list[Path]:
     if not index.is_file():
         return sorted(folder.glob("*.safetensors"))
     try:
-        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        shards = sorted(set(weight_map(index).values()))
+    except (OSError, ValueError, AttributeError) as error:
         raise ModelLoadError(f"the weight index {index} cannot be read ({type(error).__name__}: {error}).",
                              hint=HINT) from error
-    missing = [name for name in shards if not (folder / str(name)).is_file()]
+    missing = [name for name in shards if not (folder / name).is_file()]
     if missing:
         raise ModelLoadError(f"model folder {folder} lacks weight files its index names ({', '.join(missing[:3])}).",
                              hint=HINT)
-    return [folder / str(name) for name in shards]
+    return [folder / name for name in shards]
 
 
 def _check_file(file: Path) -> None:
@@ -53,7 +52,7 @@ def _check_file(file: Path) -> None:
     key = (str(file.resolve()), stat.st_size, stat.st_mtime_ns)
     if key in _whole:
         return
-    needed = _bytes_named(file, stat.st_size)
+    needed = _bytes_named(file)
     if needed != stat.st_size:
         cut = "is cut short" if needed > stat.st_size else "holds bytes its header does not name"
         raise ModelLoadError(f"the weight file {file} {cut}: its header names {needed:,} bytes, the file has "
@@ -61,19 +60,17 @@ def _check_file(file: Path) -> None:
     _whole.add(key)
 
 
-def _bytes_named(file: Path, size: int) -> int:
-    """The file size a safetensors header promises: 8 bytes of length, the JSON header, then its last tensor's end."""
+def _bytes_named(file: Path) -> int:
+    """The file size a safetensors header promises: the header, then its last tensor's end."""
     try:
-        with file.open("rb") as handle:
-            (length,) = struct.unpack("<Q", handle.read(8))
-            if length > size:
-                return 8 + length
-            header = json.loads(handle.read(length).decode("utf-8"))
+        header, start = safetensors_header(file)
         ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+    except HeaderPastEnd as cut:
+        return cut.needed
     except (OSError, struct.error, ValueError, KeyError, TypeError, IndexError, AttributeError) as error:
         raise ModelLoadError(f"the weight file {file} has no header safetensors can read ({type(error).__name__}: "
                              f"{error}).", hint=HINT) from error
-    return 8 + length + max(ends, default=0)
+    return start + max(ends, default=0)
 
 
 __all__ = ["check_weights"]

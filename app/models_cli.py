@@ -129,8 +129,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
         lib.forget_folder(Path(entry.source))
         print(f"took {entry.source} off the list; its files were not touched")
         return 0
-    if not entry.downloaded:
-        lib.remove(entry)  # raises: it says why Beamwise will not delete it
+    lib.removable(entry)  # not Beamwise's to delete, or being downloaded: refused before the question
     if not args.yes:
         if not sys.stdin.isatty():
             raise UsageError(f"removing {entry.name} needs confirmation; add --yes to remove it.")

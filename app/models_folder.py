@@ -175,10 +175,11 @@ def close_name(name: str) -> str | None:
 def source_of(text: str) -> str:
     """What --model, --verifier-model and --prm take: a name `models list` shows becomes its source (the bundled
     model's name "bundled", a downloaded or added model's name its path), a folder of one .gguf that .gguf;
-    anything else (bundled, synthetic:NAME, FAMILY:FOLDER, a path) is kept as given. A name two models share is
-    refused (argparse.ArgumentTypeError), naming their paths; so is a name no model has when one listed is close to
-    it (a typo), naming that one."""
-    if not text or ":" in text or text in ("bundled", "default"):
+    anything else (bundled, synthetic:NAME, FAMILY:FOLDER, a path, a server's model name) is kept as given. A name
+    two models share is refused (argparse.ArgumentTypeError), naming their paths. A name close to a listed one is
+    not refused here: with --backend openai or --verifier-endpoint it names a model a server serves, and
+    `typo_of` says it only where it is to load here (app/options.py)."""
+    if kept_as_given(text):
         return text
     try:
         path = Path(text).expanduser()
@@ -190,7 +191,27 @@ def source_of(text: str) -> str:
         return text
     if len(found) > 1:
         raise argparse.ArgumentTypeError(ambiguous(text, found))
-    if not found and (close := close_name(text)):
-        raise argparse.ArgumentTypeError(f"no model here is named {text!r} and no such path exists; did you mean "
-                                         f"{close}? `beamwise models list` shows the names")
     return found[0] if found else text
+
+
+def kept_as_given(text: str) -> bool:
+    """Whether `source_of` keeps `text` as it is without looking at the disk: nothing, bundled, default, and
+    PREFIX:REST (synthetic:NAME, FAMILY:FOLDER). A Windows path (C:\\models, C:/models) has a colon after its
+    drive letter and is a path all the same."""
+    drive = len(text) >= 3 and text[0].isalpha() and text[1] == ":" and text[2] in "/\\"
+    return not text or text in ("bundled", "default") or (":" in text and not drive)
+
+
+def typo_of(text: str | None) -> str | None:
+    """The refusal of a model to load here that no model has as its name and no path is, where a listed name is
+    close to it (difflib's ratio >= 0.6: a typo), naming that one; None otherwise (the loader's own words)."""
+    if text is None or kept_as_given(text) or "/" in text or "\\" in text:
+        return None
+    try:
+        if Path(text).expanduser().exists() or sources_named(text):
+            return None
+    except OSError:
+        return None
+    close = close_name(text)
+    return (f"no model here is named {text!r} and no such path exists; did you mean {close}? `beamwise models "
+            "list` shows the names.") if close else None

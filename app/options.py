@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from app.exit_options import early_exit_thresholds
-from app.models_folder import source_of
+from app.models_folder import source_of, typo_of
 from app.parser import OneLineParser
 from app.speculation_options import SPECULATION_SHAPERS, speculation_refusals
 from engine.config import (
@@ -421,6 +421,11 @@ def configs_from_args(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig
         raise UsageError("the prm verifier needs a PRM: name the one the PRM server at --verifier-endpoint serves "
                          "(--verifier-model NAME, its served name).")
     _refuse_unused(args)
+    here = (("--model", args.model, getattr(args, "backend", "local") != "openai"),  # a typo only where loaded here:
+            ("--verifier-model", args.verifier_model, getattr(args, "verifier_endpoint", None) is None))  # else served
+    for flag, text, loaded_here in here:
+        if loaded_here and (typo := typo_of(text)) is not None:
+            raise UsageError(f"{flag}: {typo}")
     return _configs(args)
 
 

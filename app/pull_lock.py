@@ -1,40 +1,46 @@
-"""One pull of a repository at a time, across processes: a lock file in the model's folder, made with
-O_CREAT | O_EXCL (which Windows has too) and holding the process id; a lock whose process is gone is stale and taken
-over. Without it, a second pull wrote into the same .part files and the first then blamed the hub."""
+"""One pull of a repository at a time, across processes and within one: an OS advisory lock (flock on POSIX,
+msvcrt.locking on Windows) on a lock file in the model's folder, held through an open handle for the pull's whole
+length. The OS lets go when the process ends however it ends (a kill -9, a power cut), so a lock file left behind
+is simply taken again: no guess from process ids, which are reused (a container's PID 1, Windows). The file also
+records the holder's process id and start, for the message only."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from itertools import takewhile
 from pathlib import Path
 
-from app.processes import alive_since
 from app.pull_failures import PullError, PullWords
 
 LOCK = ".beamwise-pull.lock"  # in the model's folder while a pull writes there
-FRESH_S = 10.0  # an unreadable lock younger than this is being written by the pull that has just made it
+RECORD_BYTES = 256  # the record, padded with spaces (JSON allows them) to cover any record written before
+LOCKED_BYTE = 1 << 20  # msvcrt locks this byte, past the record: a locked range cannot be read on Windows
+TRIES = 20  # a lock is asked again this many times: a look by `holder` takes it for an instant
+TRY_EVERY_S = 0.005
+BINARY = getattr(os, "O_BINARY", 0)  # Windows: bytes as written
+HELD = {errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES, errno.EDEADLK}  # what a lock held elsewhere raises
 
 
 @contextmanager
 def pull_lock(target: Path, repo_id: str, words: PullWords) -> Iterator[None]:
     """Held while a pull of `repo_id` writes into `target`, which is made here if missing and removed again (with
     the folders made for it) if the pull leaves it empty: a pull that got no list of files leaves no folder. A
-    second pull is refused at once with a PullError naming the process that holds the lock. OSError where the
-    folder cannot be made or written."""
+    second pull (this process's or another's) is refused at once with a PullError naming the process that holds
+    the lock and the lock file. OSError where the folder cannot be made or written."""
     made = list(takewhile(lambda folder: not folder.exists(), (target, *target.parents)))  # deepest first
     target.mkdir(parents=True, exist_ok=True)
     try:
-        token = _take(target / LOCK, repo_id, words)
+        fd = _take(target / LOCK, repo_id, words)
         try:
             yield
         finally:
-            _release(target / LOCK, token)
+            _release(target / LOCK, fd)
     finally:
         for folder in made:
             with suppress(OSError):  # not empty: something was downloaded, or another pull holds it now
@@ -42,46 +48,113 @@ def pull_lock(target: Path, repo_id: str, words: PullWords) -> Iterator[None]:
 
 
 def holder(target: Path) -> str | None:
-    """Who holds the pull lock of `target` ("process 1234"), or None when no live pull does."""
+    """Who holds the pull lock of `target` ("process 1234"), or None when no pull does. It asks the OS for the lock
+    (never blocking: see `_lock`) and lets go at once; a pull in this very process counts as holding it too (the
+    lock belongs to the pull's own open file, not to the process)."""
     lock = target / LOCK
-    try:
-        held = json.loads(lock.read_text(encoding="utf-8"))
-        pid, since = int(held["pid"]), str(held["since"])
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError):  # being written this instant, or left half-written by a crash
-        return "a process that is starting" if _age(lock) < FRESH_S else None
-    return f"process {pid}" if alive_since(pid, since) else None
-
-
-def _take(lock: Path, repo_id: str, words: PullWords) -> str:
-    """Make the lock; its token, so that only this pull removes it. A stale lock is removed and made afresh once."""
-    token = uuid.uuid4().hex
-    for _ in range(2):
+    while True:
         try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            who = holder(lock.parent)
-            if who is not None:
-                raise PullError(f"{repo_id} is being downloaded by another Beamwise ({who}); wait for it, or stop "
-                                f"it, then {words.again}.") from None
-            lock.unlink(missing_ok=True)  # its process is gone: a crash, a kill, a power cut
-            continue
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            json.dump({"pid": os.getpid(), "since": datetime.now().isoformat(), "token": token}, file)
-        return token
-    raise PullError(f"{repo_id} is being downloaded by another Beamwise that has just started; wait for it, or "
-                    f"stop it, then {words.again}.")
+            fd = os.open(lock, os.O_RDONLY | BINARY)
+        except OSError:  # no lock file: no pull
+            return None
+        try:
+            if not _lock(fd, shared=True):
+                return _recorded(lock)
+            _unlock(fd)
+            if _same_file(fd, lock):  # else its pull removed it meanwhile: look at the one there now
+                return None
+        finally:
+            os.close(fd)
 
 
-def _release(lock: Path, token: str) -> None:
-    with suppress(OSError, ValueError, AttributeError):
-        if json.loads(lock.read_text(encoding="utf-8")).get("token") == token:
+def _take(lock: Path, repo_id: str, words: PullWords) -> int:
+    """The open, locked lock file (its descriptor), with this process recorded in it. On POSIX a lock taken on a
+    file its last holder has just removed is let go and taken afresh on the file now at that path."""
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | BINARY, 0o644)
+        if not _lock(fd, shared=False):
+            os.close(fd)
+            raise PullError(f"{repo_id} is being downloaded by another Beamwise ({_recorded(lock)}, which holds "
+                            f"{lock}); wait for it, or stop it, then {words.again}.")
+        if _same_file(fd, lock):
+            break
+        _unlock(fd)
+        os.close(fd)
+    record = json.dumps({"pid": os.getpid(), "since": datetime.now().isoformat()}).ljust(RECORD_BYTES)
+    try:  # over the last holder's record: no truncation under the range msvcrt holds locked
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, record.encode("utf-8"))
+    except OSError:
+        _release(lock, fd)
+        raise
+    return fd
+
+
+def _release(lock: Path, fd: int) -> None:
+    """Remove the lock file and let go. On POSIX it is removed while still locked, so that a pull that opened this
+    file meanwhile finds it gone once it has the lock (`_same_file`); Windows removes no file that is open, so
+    there it goes after the close (and stays where another pull has opened it meanwhile)."""
+    if os.name != "nt":
+        with suppress(OSError):
+            lock.unlink()
+    _unlock(fd)
+    os.close(fd)
+    if os.name == "nt":
+        with suppress(OSError):
             lock.unlink()
 
 
-def _age(path: Path) -> float:
+def _lock(fd: int, shared: bool) -> bool:
+    """Whether the OS lock on `fd` was taken; asked TRIES times (a look by `holder` holds it for an instant)."""
+    for attempt in range(TRIES):
+        try:
+            _try_lock(fd, shared)
+            return True
+        except OSError as error:
+            if error.errno not in HELD:
+                raise
+        if attempt + 1 < TRIES:
+            time.sleep(TRY_EVERY_S)
+    return False
+
+
+def _try_lock(fd: int, shared: bool) -> None:
+    if os.name == "nt":
+        import msvcrt
+
+        os.lseek(fd, LOCKED_BYTE, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # exclusive only: two looks at once wait TRIES for each other
+    else:
+        import fcntl
+
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+
+
+def _unlock(fd: int) -> None:
+    with suppress(OSError):
+        if os.name == "nt":
+            import msvcrt
+
+            os.lseek(fd, LOCKED_BYTE, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+        else:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _same_file(fd: int, lock: Path) -> bool:
     try:
-        return time.time() - path.stat().st_mtime
+        now, held = os.stat(lock), os.fstat(fd)
     except OSError:
-        return FRESH_S
+        return False
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _recorded(lock: Path) -> str:
+    """The holder as its lock file records it: "process 1234"; a pull that has just taken it may not have written
+    it yet."""
+    try:
+        return f"process {int(json.loads(lock.read_text(encoding='utf-8'))['pid'])}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "a process that is starting"

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from app.file_replace import replace_text
 from app.models_folder import MARKER, home_of
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
+PARTIAL = ".partial"  # in the model's folder: the files a pull has not finished, as NAME.part
 
 
 @dataclass(frozen=True)
@@ -64,13 +65,34 @@ def finished_before(target: Path, commit: str | None) -> set[str]:
 def unfinished_pull(source: str | Path) -> PullAsked | None:
     """The pull that resumes the unfinished download holding model `source` (a folder in the models folder, or the
     .gguf a `pull --file` put in one), or None when it is no unfinished download or its marker names no repository.
-    A marker of a Beamwise before 2026-11 records no hub: the default one is given then."""
+    A marker of a Beamwise before 2026-11 records no hub (the default one is given then) and no `--file`, which is
+    read from the files it names (`_old_pull`): None where it cannot be told."""
     home = home_of(Path(source))
     marker = read_marker(home) if home.is_dir() else None  # a lone .gguf was added, never pulled
     if marker is None or marker.get("complete", True) is not False or not isinstance(marker.get("repo"), str):
         return None
     texts = {key: value for key in ("endpoint", "revision", "file") if isinstance(value := marker.get(key), str)}
-    return PullAsked(marker["repo"], **texts)
+    asked = PullAsked(marker["repo"], **texts)
+    return _old_pull(home, marker, asked) if "file" not in marker else asked
+
+
+def _old_pull(home: Path, marker: dict, asked: PullAsked) -> PullAsked | None:
+    """The pull a marker of a Beamwise before 2026-11 was, which did not say whether one file (`--file`) was
+    asked: read from the files it finished (`done`) and left partial (PARTIAL). Two names or more: the whole
+    repository (a `--file` pull names one file); one .gguf: that file; else None, as it cannot be told, and a pull
+    of the whole repository could fetch every quantisation of a GGUF repository (hundreds of GB)."""
+    done = marker.get("done")
+    names = {name for name in done if isinstance(name, str)} if isinstance(done, list) else set()
+    partial = home / PARTIAL
+    try:
+        names |= {p.relative_to(partial).as_posix().removesuffix(".part") for p in partial.rglob("*.part")
+                  if p.is_file()}
+    except OSError:
+        return None
+    if len(names) > 1:
+        return asked
+    name = next(iter(names), "")
+    return replace(asked, file=name) if name.lower().endswith(".gguf") else None
 
 
 def resume_command(source: str | Path) -> str | None:

@@ -5,6 +5,7 @@ its import)."""
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from engine.errors import BeamwiseError, LayersUnavailable, NotAPRM, PRMFamilyUnnamed, PRMHeadMissing, load_errors
 from engine.prm_names import FAMILY_LABELS, LENS_FAMILIES, SYNTHETIC_PRM_FAMILIES, named_family
 
+INDEX = "model.safetensors.index.json"  # a sharded model's: which file holds each tensor
 CAUSAL_HINTS = {"math-shepherd": ("shepherd",), "rlhflow-prm": ("rlhflow",)}
 QWEN_HEAD_KEYS = ("score.0.weight", "score.0.bias", "score.2.weight", "score.2.bias")
 VALUE_HEAD_KEYS = ("v_head.summary.weight", "v_head.summary.bias")
@@ -103,10 +105,10 @@ def detect_family(folder: Path) -> str:
 
 def weight_files(folder: Path) -> dict[str, Path]:
     """Tensor name -> the safetensors file holding it (single file or sharded with an index)."""
-    index = folder / "model.safetensors.index.json"
+    index = folder / INDEX
     if index.is_file():
         with load_errors(index, "the weight index"):
-            mapping = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            mapping = weight_map(index)
         return {name: folder / file for name, file in mapping.items()}
     names: dict[str, Path] = {}
     for file in sorted(folder.glob("*.safetensors")):
@@ -115,15 +117,42 @@ def weight_files(folder: Path) -> dict[str, Path]:
     return names
 
 
-def tensor_names(file: Path) -> list[str]:
-    """The tensor names in a safetensors file, from its header: an 8-byte little-endian length, then that many
-    bytes of JSON (safetensors' own reader would import torch for this)."""
+def weight_map(index: Path) -> dict[str, str]:
+    """Tensor name -> shard file name, as a sharded model's index (model.safetensors.index.json) gives them;
+    OSError, ValueError where it cannot be read as one."""
+    read = json.loads(index.read_text(encoding="utf-8"))
+    mapping = read.get("weight_map") if isinstance(read, dict) else None
+    if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
+        raise ValueError("it has no weight_map of tensor names to file names")
+    return mapping
+
+
+class HeaderPastEnd(ValueError):
+    """A safetensors header longer than its file: the file is cut short within it."""
+
+    def __init__(self, needed: int, size: int) -> None:
+        super().__init__(f"its header names {needed:,} bytes, the file has {size:,}")
+        self.needed = needed
+
+
+def safetensors_header(file: Path) -> tuple[dict[str, Any], int]:
+    """A safetensors file's header and where its data begins (8 + the header's length): an 8-byte little-endian
+    length, then that many bytes of JSON (safetensors' own reader would import torch for this). HeaderPastEnd where
+    the file ends within its header; ValueError, struct.error, OSError where it cannot be read."""
     with file.open("rb") as handle:
         (length,) = struct.unpack("<Q", handle.read(8))
+        size = os.fstat(handle.fileno()).st_size
+        if 8 + length > size:
+            raise HeaderPastEnd(8 + length, size)
         header = json.loads(handle.read(length).decode("utf-8"))
     if not isinstance(header, dict):
         raise ValueError("its header is not a JSON object")
-    return [name for name in header if name != "__metadata__"]
+    return header, 8 + length
+
+
+def tensor_names(file: Path) -> list[str]:
+    """The tensor names in a safetensors file, from its header (`safetensors_header`)."""
+    return [name for name in safetensors_header(file)[0] if name != "__metadata__"]
 
 
 def _checked_folder(source: str) -> Path:

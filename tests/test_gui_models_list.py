@@ -5,11 +5,7 @@ file can be added; an unfinished download offers Pull again; the window's pull m
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
-import time
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -20,6 +16,7 @@ from app.gui import models_page
 from app.gui.models_page import ModelsPage
 from app.pull_lock import LOCK
 from tests.hub_server import CONFIG, REPO, WEIGHTS, Hub
+from tests.lock_holder import held_elsewhere
 
 pytestmark = pytest.mark.usefixtures("scratch_models")
 
@@ -60,10 +57,9 @@ class SlowList:
 def test_the_list_is_read_off_the_gui_thread_and_a_refresh_meanwhile_is_coalesced(qtbot, monkeypatch):
     slow = SlowList(monkeypatch)
     page = make_page(qtbot, list_now=False)
-    started = time.monotonic()
     for _ in range(3):  # Refresh pressed three times while the first reading waits
-        page.refresh()
-    assert time.monotonic() - started < 1 and page.listing and page.table_model.rowCount() == 0
+        page.refresh()  # each returns at once: the reading is held until `release`, which only this test sets
+    assert page.listing and page.table_model.rowCount() == 0
     qtbot.waitUntil(lambda: len(slow.threads) == 1)
     with qtbot.waitSignals([page.listed, page.listed], timeout=10000):
         slow.release.set()
@@ -110,19 +106,44 @@ def test_remove_is_refused_while_another_beamwise_downloads_the_model(qtbot):
     page = make_page(qtbot, confirm=True)
     with Hub(REPO) as hub:
         pulled(qtbot, page, hub.endpoint)
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        time.sleep(0.05)  # its start time must be before the lock's
-        lock = model_pull.destination("tiny/llama") / LOCK
-        lock.write_text(json.dumps({"pid": other.pid, "since": datetime.now().isoformat(), "token": "x"}))
+    folder = model_pull.destination("tiny/llama")
+    with held_elsewhere(folder) as other:
         page.select_name("tiny--llama")
         with qtbot.assertNotEmitted(page.model_removed):
             page.remove_button.click()
-        assert f"is being downloaded (process {other.pid}); stop that download first" in page.folder_status.text()
-        assert (lock.parent / "model.safetensors").read_bytes() == WEIGHTS
-    finally:
-        other.kill()
-        other.wait()
+        assert (f"tiny--llama is being downloaded (process {other.pid}, which holds {folder / LOCK}); stop that "
+                "download first" in page.folder_status.text())
+        assert (folder / "model.safetensors").read_bytes() == WEIGHTS
+
+
+def test_pull_again_on_another_row_while_a_pull_runs_leaves_its_fields(qtbot):
+    """A double-click on an unfinished download wrote its repository into the pull box before the running pull
+    refused it: the next Pull then downloaded the wrong repository."""
+    hold = threading.Event()
+    page = make_page(qtbot)
+    other = lib.models_dir() / "tiny--other"
+    other.mkdir(parents=True)
+    (other / lib.MARKER).write_text(json.dumps({"repo": "tiny/other", "endpoint": "http://elsewhere:1",
+                                                "revision": "main", "file": "x.gguf", "complete": False}))
+    with Hub(REPO, hold=("model.safetensors", hold)) as hub:
+        try:
+            page.repo_edit.setText("tiny/llama")
+            page.endpoint_edit.setText(hub.endpoint)
+            assert page.start_pull()
+            page.refresh()
+            listed(qtbot, page)
+            page.select_name("tiny--other")
+            assert page.use_button.text() == "Pull again" and not page.use_button.isEnabled()
+            with qtbot.assertNotEmitted(page.pull_ended):
+                page.table.doubleClicked.emit(page.table.currentIndex())
+            fields = (page.repo_edit.text(), page.file_edit.text(), page.endpoint_edit.text())
+            assert fields == ("tiny/llama", "", hub.endpoint)
+        finally:
+            with qtbot.waitSignal(page.pull_ended, timeout=30000) as ended:
+                hold.set()
+    assert ended.args == ["finished"]
+    assert (page.repo_edit.text(), page.file_edit.text()) == ("tiny/llama", "")
+    listed(qtbot, page)
 
 
 def test_add_gguf_file_offers_gguf_files_and_adds_the_one_chosen(qtbot, monkeypatch):

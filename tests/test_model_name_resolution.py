@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from app import model_library as lib
-from app.cli import main
-from app.models_folder import BUNDLED_NAME, source_of
-from app.options import UsageError
+from app import models_folder
+from app.cli import build_parser, main
+from app.models_folder import BUNDLED_NAME, kept_as_given, source_of
+from app.options import UsageError, configs_from_args
 from engine.errors import ModelLoadError
 from engine.models import checked_folder
 from tests.test_model_names import small_gguf
@@ -89,11 +90,9 @@ def test_info_of_what_is_no_model_exits_2_and_claims_no_role(tmp_path, capsys):
 
 
 def test_a_mistyped_name_is_answered_with_the_close_name(downloads, capsys):
-    with pytest.raises(SystemExit) as parsed:
-        main(["run", "hi", "--model", "tiny_gen"])
-    assert parsed.value.code == 2
+    assert main(["run", "hi", "--model", "tiny_gen"]) == 2  # said once the options are read, before any load
     err = capsys.readouterr().err
-    assert "no model here is named 'tiny_gen'" in err and "did you mean tiny--gen?" in err
+    assert "--model: no model here is named 'tiny_gen'" in err and "did you mean tiny--gen?" in err
     assert "`beamwise models list`" in err
     assert main(["models", "info", "tiny_gen"]) == 2 and "did you mean tiny--gen?" in capsys.readouterr().err
     assert source_of("zzzz") == "zzzz"  # nothing close: the loader's own words, which name the list too
@@ -118,3 +117,58 @@ def test_a_download_cannot_be_added_as_well(downloads, capsys):
         err = capsys.readouterr().err
         assert "is in Beamwise's models folder, so it is listed already (as gg--smol-GGUF)" in err
     assert lib.added_folders() == []
+
+
+SERVED = ["--backend", "openai", "--endpoint", "http://h:8000", "--served-model", "gen"]
+
+
+def test_a_served_name_close_to_a_local_one_is_no_typo(downloads):
+    """A PRM server's model named like a local one (Qwen2.5-Math-PRM-7B beside a local -72B) exited 2 "did you
+    mean"; the names are refused as typos only where they are to load here."""
+    parser = build_parser()
+    served = parser.parse_args(["run", "q", *SERVED, "--verifier", "prm", "--verifier-endpoint", "http://h:8001",
+                                "--verifier-model", "tiny_gen"])
+    assert served.verifier_model == "tiny_gen"
+    assert configs_from_args(served)[1].verifier_model == "tiny_gen"
+    here = parser.parse_args(["run", "q", *SERVED, "--verifier", "prm", "--verifier-model", "tiny_gen"])
+    with pytest.raises(UsageError, match=r"^--verifier-model: no model here is named 'tiny_gen' .*did you mean "
+                                         r"tiny--gen\?"):
+        configs_from_args(here)
+    with pytest.raises(UsageError, match=r"^--model: .*did you mean tiny--gen\?"):
+        configs_from_args(parser.parse_args(["run", "q", "--model", "tiny_gen"]))
+
+
+@pytest.mark.parametrize(("text", "kept"), [
+    ("C:\\models\\owner--x-GGUF", False), ("C:/models/owner--x-GGUF", False), ("d:\\x", False),
+    ("synthetic:tiny-llama", True), ("qwen-prm:C:\\PRMs\\q", True), ("", True), ("bundled", True),
+    ("tiny--gen", False), ("models/x", False),
+])
+def test_a_windows_path_is_a_path_not_a_prefix(text, kept):
+    """Every absolute Windows path has a drive colon: `--model C:\\models\\owner--x-GGUF` (a `pull --file` folder)
+    was kept as given, not made its .gguf."""
+    assert kept_as_given(text) is kept
+
+
+def test_a_windows_folder_of_one_gguf_is_its_gguf(monkeypatch):
+    folder = "C:\\models\\owner--x-GGUF"
+    looked = []
+    monkeypatch.setattr(models_folder, "runnable",
+                        lambda path: (looked.append(str(path)), Path(folder, "x.Q4.gguf"))[1])
+    assert source_of(folder) == str(Path(folder, "x.Q4.gguf")) and looked == [folder]
+
+
+def test_one_gguf_of_a_pulled_folder_of_several_is_told_to_go_by_its_path(capsys):
+    """The advice named the folder's name, which names no model that loads (two .gguf files)."""
+    folder = lib.models_dir() / "owner--smol-GGUF"
+    folder.mkdir(parents=True)
+    for quant in ("Q4_1", "Q8_0"):
+        small_gguf(folder / f"smol.{quant}.gguf")
+    (folder / lib.MARKER).write_text(json.dumps({"repo": "owner/smol-GGUF", "complete": True}), encoding="utf-8")
+    gguf = folder / "smol.Q4_1.gguf"
+    assert main(["models", "add", str(gguf)]) == 2
+    err = capsys.readouterr().err
+    assert f"use it by its path: --model {gguf.resolve()}" in err and "--model owner--smol-GGUF" not in err
+    assert main(["models", "add", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert f"use one of its .gguf files by its path, e.g. --model {gguf.resolve()}" in err
+    assert "--model owner--smol-GGUF" not in err and lib.added_folders() == []

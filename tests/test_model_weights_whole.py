@@ -70,3 +70,15 @@ def test_bytes_past_the_tensors_are_refused_as_safetensors_refuses_them(model_fo
     weights.write_bytes(weights.read_bytes() + b"\0" * 16)
     with pytest.raises(ModelLoadError, match="holds bytes its header does not name"):
         check_weights(model_folder)
+
+
+def test_a_file_cut_within_its_header_is_cut_short_and_names_the_header_s_bytes(model_folder):
+    """The one header reader (engine/prm_folders.safetensors_header) says how long the header wanted the file."""
+    from engine.prm_folders import safetensors_header
+
+    weights = model_folder / "model.safetensors"
+    header, start = safetensors_header(weights)
+    assert start > 8 and all("data_offsets" in value for key, value in header.items() if key != "__metadata__")
+    weights.write_bytes(weights.read_bytes()[:20])
+    with pytest.raises(ModelLoadError, match=rf"is cut short: its header names {start:,} bytes, the file has 20\."):
+        check_weights(model_folder)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import namedtuple
+from pathlib import Path
 
 import pytest
 
@@ -43,10 +44,39 @@ def test_the_command_names_the_one_file_and_the_revision_asked_for(monkeypatch):
             f"beamwise models pull tiny/llama --endpoint {hub.endpoint} --revision v1 --file model.safetensors")
 
 
+def old_marker(repo: str, done: list[str], parts: tuple[str, ...] = ()) -> Path:
+    """The folder of an unfinished pull of the release before: its marker (repo, commit, complete, done; no hub and
+    no `--file`) and its partial files."""
+    folder = model_pull.destination(repo)
+    (folder / model_pull.PARTIAL).mkdir(parents=True)
+    for name in parts:
+        (folder / model_pull.PARTIAL / f"{name}.part").write_bytes(b"x" * 10)
+    marker = {"repo": repo, "commit": "abc", "complete": False, "done": done}
+    (folder / model_library.MARKER).write_text(json.dumps(marker), encoding="utf-8")
+    return folder
+
+
 def test_a_marker_of_an_older_beamwise_resumes_from_the_default_hub():
-    folder = model_pull.destination("tiny/llama")
-    folder.mkdir(parents=True)
-    (folder / model_library.MARKER).write_text(json.dumps({"repo": "tiny/llama", "complete": False}),
-                                               encoding="utf-8")
+    folder = old_marker("tiny/llama", ["config.json"], ("model.safetensors",))  # two files: the whole repository
     assert resume_command(folder) == "beamwise models pull tiny/llama"
     assert unfinished_pull(folder).endpoint == model_pull.DEFAULT_ENDPOINT
+
+
+@pytest.mark.parametrize("left", ["partial", "done"])
+def test_an_older_pull_of_one_gguf_resumes_that_file_alone(left):
+    """It was advertised as a pull of the whole repository: every quantisation, maybe hundreds of GB."""
+    name = "Big.Q4_K_M.gguf"
+    folder = old_marker("bartowski/Big-GGUF", [name] if left == "done" else [], (name,) if left == "partial" else ())
+    assert resume_command(folder) == f"beamwise models pull bartowski/Big-GGUF --file {name}"
+    assert unfinished_pull(folder).file == name
+    entry = model_library.find("bartowski--Big-GGUF")
+    assert f"(`beamwise models pull bartowski/Big-GGUF --file {name}`)" in entry.problem
+
+
+@pytest.mark.parametrize("named", [[], ["config.json"]])
+def test_an_older_pull_that_cannot_be_told_offers_no_command(named):
+    """Nothing finished or partial, or one file that is no .gguf: a `--file` pull or the start of a whole one."""
+    folder = old_marker("bartowski/Big-GGUF", named)
+    assert unfinished_pull(folder) is None and resume_command(folder) is None
+    problem = model_library.find("bartowski--Big-GGUF").problem
+    assert problem.startswith("the download did not finish") and "beamwise models pull" not in problem

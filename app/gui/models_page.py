@@ -32,7 +32,6 @@ from app.gui.background import run_in_background
 from app.gui.models_table import COLUMNS, ModelRows, ModelsTableModel, read_rows, usable
 from app.gui.pull_worker import PullWorker, as_sentence
 from app.model_pull import DEFAULT_ENDPOINT
-from app.pull_lock import holder
 from engine.errors import BeamwiseError
 
 PROGRESS_MS = 100  # how often the page shows a running download's latest progress
@@ -261,6 +260,8 @@ class ModelsPage(QWidget):
         """Use the selected model; for an unfinished download, pull it again as its marker records (Pull again)."""
         entry = self.selected()
         if self._resume_of(entry):
+            if self._thread is not None:  # a double-click while a pull runs: its fields are that pull's
+                return
             asked = self.table_model.resumes[entry.source]
             self.repo_edit.setText(asked.repo)
             self.file_edit.setText(asked.file or "")
@@ -279,12 +280,8 @@ class ModelsPage(QWidget):
         question = f"Delete {entry.source} ({fmt.size(entry.size_bytes)})?\n\nThe files are deleted from the disk."
         if not self.confirm("Remove model", question):
             return
-        pulling = holder(lib.home_of(Path(entry.source)))
         try:
-            if pulling is not None:  # deleting under a download broke it, and the pull then blamed the hub
-                raise ValueError(f"it is being downloaded ({pulling}); stop that download first (Cancel, below, if "
-                                 "it is this window's), then remove it")
-            lib.remove(entry)
+            lib.remove(entry)  # refused while a pull (this window's or another Beamwise's) downloads it
         except (OSError, ValueError) as error:
             _say(self.folder_status, f"Could not remove {entry.name}: {error}")
         else:
