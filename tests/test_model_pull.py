@@ -154,28 +154,10 @@ def test_a_malformed_endpoint_is_refused_without_asking_and_without_pull_again(e
 def test_an_endpoint_that_is_no_hub_is_named_so_without_pull_again():
     """A web server that answers every path with a page said "failed (JSONDecodeError ...); pull again to resume",
     with nothing to resume and no pull that could mend it."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from tests.test_pull_words import HtmlSite
 
-    class Page(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # http.server's name for it
-            body = b"<html><body>a blog</body></html>"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        with pytest.raises(PullError) as e:
-            pull("a/b", endpoint=f"http://127.0.0.1:{server.server_address[1]}")
-    finally:
-        server.shutdown()
-        server.server_close()
+    with HtmlSite() as site, pytest.raises(PullError) as e:
+        pull("a/b", endpoint=site)
     assert "answered, but not as a model hub does" in str(e.value) and "pull again" not in str(e.value)
 
 
