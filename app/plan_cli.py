@@ -53,7 +53,7 @@ def _question(args: argparse.Namespace) -> str | None:
     take_question_option(args)
     if args.question is None and args.question_file is None:
         return None
-    return read_question(args.question, args.question_file)
+    return read_question(args.question, args.question_file, command="plan")
 
 
 def plan_dict(result) -> dict:

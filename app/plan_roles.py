@@ -29,8 +29,10 @@ def _generator_refusal(source: str) -> str | None:
     from engine.prm_folders import weight_files
 
     folder = Path(source).expanduser()
-    if source in ("bundled", "default") or source.startswith("synthetic:") or not (folder / "config.json").is_file():
-        return None  # synthetic PRMs are refused by name, GGUF files hold generators
+    if source.startswith("synthetic:"):
+        return _synthetic_refusal(source.removeprefix("synthetic:"))
+    if source in ("bundled", "default") or not (folder / "config.json").is_file():
+        return None  # GGUF files hold generators
     try:
         names = weight_files(folder)
         heads = sorted(name for name in names if name.startswith(REWARD_HEADS))
@@ -39,6 +41,21 @@ def _generator_refusal(source: str) -> str | None:
         return weights_missing(checked_folder(source), [LM_HEAD], heads).user_message()
     except (BeamwiseError, OSError, ValueError):  # unreadable headers or config: the run's load says
         return None
+
+
+def _synthetic_refusal(name: str) -> str | None:
+    """A synthetic PRM (synthetic:tiny-qwen-prm) as the generator, refused by name as the run's load refuses it
+    (engine.synthetic `synthetic_entry`); None for the synthetic generators."""
+    from engine.prm_names import SYNTHETIC_PRM_FAMILIES
+    from engine.synthetic import synthetic_entry
+
+    if name not in SYNTHETIC_PRM_FAMILIES:
+        return None  # an unknown name is the plan's error, as the run's
+    try:
+        synthetic_entry(name)
+    except BeamwiseError as error:
+        return error.user_message()
+    return None
 
 
 def _verifier_refusal(search: SearchConfig) -> str | None:

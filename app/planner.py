@@ -178,7 +178,8 @@ def plan(model: ModelSpec, search: SearchConfig, cache: CacheConfig, *, question
                        cache.pcie_gbps, "green", "", policy_chosen_by="auto picks it" if cache.policy == "auto"
                        else "as set", verifier_on_cpu=on_cpu, prompt=counted)
     share_short = shape and _share_refusal(shape, search, verifier_kv, budget, cache.verifier_kv_share)
-    refused = (role_refusal(model.source, search) or _context_refusal(search, gen, prompt, history)
+    refused = (_device_refusal(cache.device) or role_refusal(model.source, search)
+               or _context_refusal(search, gen, prompt, history)
                or _does_not_fit(draft) or too_small or share_short
                or _prefix_cache_refusal(cache, prompt, gen) or _tokenizer_refusal(model.source, search))
     if refused is None:  # only a plan that can run is worth scheduling
@@ -277,6 +278,17 @@ def _tokenizer_refusal(source: str, search: SearchConfig) -> str | None:
             check_tokenizer_files(folder)
         except ModelLoadError as error:
             return f"It cannot run with this model: {error.user_message()}"
+    return None
+
+
+def _device_refusal(device: str) -> str | None:
+    """Why the run refuses `device` as it loads the model (`--device cuda` where no CUDA device is), in its words."""
+    from engine.models import resolve_device  # the run's own check: the plan then shows the emulated GPU's figures
+
+    try:
+        resolve_device(device)
+    except ModelLoadError as error:
+        return f"{CANNOT_RUN}{error.user_message()}"
     return None
 
 

@@ -9,11 +9,13 @@ from app.options import UsageError
 from app.text_files import decode_text
 from engine.blank_text import is_blank
 
-EXAMPLE = 'beamwise run "What is 12*7?"'
+QUESTION = '"What is 12*7?"'  # the example question every empty-question message shows
+EXAMPLE = f"beamwise run {QUESTION}"
 
 
-def read_question(argument: str | None, file: str | None) -> str:
-    """The question as text; every way it can be unusable is one UsageError (exit 2) saying what to do."""
+def read_question(argument: str | None, file: str | None, command: str = "run") -> str:
+    """The question as text; every way it can be unusable is one UsageError (exit 2) saying what to do, with an
+    example of `command` (run, plan: both read the question as this does)."""
     check_given(argument, file)
     source = file if file is not None else "-" if argument == "-" else None
     if source is not None:
@@ -21,20 +23,22 @@ def read_question(argument: str | None, file: str | None) -> str:
     else:  # check_given: without a file there is an argument
         text = _checked_argument(argument)
     if is_blank(text):
-        raise UsageError(empty_message(source))
+        raise UsageError(empty_message(source, command))
     return text
 
 
 def empty_message(source: str | None = None, command: str = "run") -> str:
     """Why the question is empty, naming where it was read from: a file, standard input (`-`) or, with None, the
-    argument; for `gui` and `bench` (`command`), which read no question file, in their own options."""
-    if command != "run":
-        return f'the question is empty; pass one in quotes, e.g. beamwise {command} --question "What is 12*7?".'
+    argument, with an example of `command` (run, plan); for `gui` and `bench`, which read no question file, in their
+    own options."""
+    if command not in ("run", "plan"):
+        return f'the question is empty; pass one in quotes, e.g. beamwise {command} --question {QUESTION}.'
+    example = f"beamwise {command} {QUESTION}"
     if source == "-":
-        return f"standard input is empty; pipe the question into it, or pass it in quotes, e.g. {EXAMPLE}."
+        return f"standard input is empty; pipe the question into it, or pass it in quotes, e.g. {example}."
     if source is not None:
-        return f"the question file {source} is empty; write the question in it, or pass it in quotes, e.g. {EXAMPLE}."
-    return f"the question is empty; pass a question in quotes, e.g. {EXAMPLE}, or --question-file PATH."
+        return f"the question file {source} is empty; write the question in it, or pass it in quotes, e.g. {example}."
+    return f"the question is empty; pass a question in quotes, e.g. {example}, or --question-file PATH."
 
 
 def add_question_option(parser) -> None:

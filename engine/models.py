@@ -247,7 +247,7 @@ def model_config(source: str) -> PretrainedConfig:
 # --- loading -----------------------------------------------------------------------------------
 
 
-def _resolve_device(device: str | torch.device) -> torch.device:
+def resolve_device(device: str | torch.device) -> torch.device:
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -372,7 +372,7 @@ def load_model(spec: ModelSpec, device: str | torch.device = "cpu", progress: Pr
 
     Only local files are read (never a hub download), so it works with HF_HUB_OFFLINE=1.
     """
-    target = _resolve_device(device)
+    target = resolve_device(device)
     dtype = DTYPES[spec.dtype]
     started = time.perf_counter()
     kind = _source_kind(spec.source)
