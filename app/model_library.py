@@ -88,7 +88,7 @@ def entry_for(path: Path, where: str, name: str | None = None) -> ModelEntry:
     marker = home / MARKER if home.is_dir() else home.parent / f"{home.name}{MARKER}"
     downloaded = where == "models folder" and marker.is_file()
     try:
-        facts, problem = facts_of(str(path)), _weights_problem(path)
+        facts, problem = facts_of(str(path)), _files_problem(path)
     except Exception as error:  # a folder that is no model says so in the list instead of breaking it
         facts, problem = None, _said(error)
     if downloaded and not _download_complete(marker):  # its own reason, before what its missing files break
@@ -102,12 +102,15 @@ def _said(error: Exception) -> str:
     return error.user_message() if isinstance(error, BeamwiseError) else str(error)
 
 
-def _weights_problem(path: Path) -> str:
-    """Why a folder's weights cannot load (none there, a shard missing, a safetensors file cut short), or ""."""
+def _files_problem(path: Path) -> str:
+    """Why a folder cannot load, by the checks `add_folder` makes (no tokenizer files; its weights: none there, a
+    shard missing, a safetensors file cut short), or "". File names and headers only: a list stays cheap."""
     from app.model_weights import check_weights
+    from engine.models import check_tokenizer_files
 
     try:
         if path.is_dir():
+            check_tokenizer_files(path)
             check_weights(path)
     except (BeamwiseError, OSError) as error:
         return _said(error)
@@ -132,6 +135,9 @@ def _download_complete(marker: Path) -> bool:
         return False
 
 
+ADD_HINT = "Give the path of an existing model folder (with config.json, weights and tokenizer) or .gguf file."
+
+
 def add_folder(path: Path) -> Path:
     """Remember a model folder or .gguf file the user keeps elsewhere (Beamwise never deletes it); returns it
     resolved. Refused when it is no model Beamwise can read, when it is in the models folder (listed already), and
@@ -141,7 +147,12 @@ def add_folder(path: Path) -> Path:
     from engine.models import check_tokenizer_files, checked_folder, checked_gguf
 
     _refuse_listed(path)
-    checked = checked_gguf(str(path)) if path.suffix.lower() == ".gguf" else checked_folder(str(path))
+    try:
+        checked = checked_gguf(str(path)) if path.suffix.lower() == ".gguf" else checked_folder(str(path))
+    except ModelLoadError as error:
+        if error.hint == ModelLoadError.hint:  # the advice for --model (a listed name, synthetic:NAME) fits no add
+            error.hint = ADD_HINT
+        raise
     try:
         facts_of(str(checked))  # a config Beamwise cannot read: said now, not in every later list
     except BeamwiseError:

@@ -19,7 +19,7 @@ from app.heartbeat import Heartbeat, StepProgress
 from app.options import UsageError, configs_from_args, server_from_args
 from app.preflight import check_memory
 from app.question import read_question
-from app.run_output import close, failures_in_json, load_progress, note, record, stream_ended, warn
+from app.run_output import cancelled_in_json, close, failures_in_json, load_progress, note, record, stream_ended, warn
 from app.session.series import prompt_traffic
 from app.session.steps import failure_point
 from app.session.tree import first_line
@@ -38,6 +38,7 @@ def user_errors(kind: type = BeamwiseError) -> set[str]:
 
 
 LINE_CHARS = 70  # of a candidate's first line on its row
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl+C (app/cli.py says the same)
 
 
 class Printer:
@@ -323,10 +324,12 @@ def run_command(args: argparse.Namespace) -> int:
         with failures_in_json(args.json):
             loaded = load_model(model_spec, device=cache.device, progress=load_progress)  # "auto": CUDA if any
             check_memory(loaded, question, search, cache, history=history)  # before anything is allocated
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:  # said here, once: raised on, app/cli.py said "interrupted" after it
         close(recorder)
+        if args.json:
+            cancelled_in_json(interrupt)
         note("interrupted while the model loaded, before the search began: nothing was recorded")
-        raise
+        return INTERRUPTED
     except BaseException:
         close(recorder)
         raise

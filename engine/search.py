@@ -162,6 +162,8 @@ class _Search:
             prompt = self._prompt()
             kv = self._kv_cache(prompt)
             made.callback(kv.close)  # the KV pools go back at once, also when the run fails or is cancelled
+            if kv.prefix is not None:  # a RAM cap below the blocks the prefill pins (load_prefix): refused unstarted
+                kv.prefix.require((len(prompt) - 1) // kv.prefix.block_size)
             self.verifier.use_budget(kv.verifier_budget, self.cache_cfg.block_size)
             # teacher forcing names each candidate's tokens, and roll-outs fork children of their own: no speculation
             self.speculating = kv.speculative and self.replay is None and self.cfg.lookahead == 0

@@ -25,7 +25,8 @@ def safetensors_of(size: int) -> bytes:
 
 
 WEIGHTS = safetensors_of(1 << 20)  # 1 MiB
-REPO = {"tiny/llama": {"config.json": CONFIG, "model.safetensors": WEIGHTS}}  # a tiny model the tests pull
+REPO = {"tiny/llama": {"config.json": CONFIG, "model.safetensors": WEIGHTS,  # a tiny model the tests pull
+                      "tokenizer.json": b"{}"}}  # a listed model must have a tokenizer, as `add` and `run` ask
 
 
 class Hub:

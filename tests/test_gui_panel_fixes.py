@@ -51,7 +51,9 @@ def test_an_unfinished_download_says_so_in_its_row_and_cannot_be_used(models_pag
     folder = lib.models_dir() / "tiny--llama"
     folder.mkdir(parents=True)
     (folder / "config.json").write_bytes(CONFIG)
-    (folder / lib.MARKER).write_text(json.dumps({"repo": "tiny/llama", "complete": False}), encoding="utf-8")
+    marker = {"repo": "tiny/llama", "endpoint": "https://huggingface.co", "revision": "main", "file": None,
+              "complete": False}  # as a pull writes it (an older release's, naming no file, offers no Pull again)
+    (folder / lib.MARKER).write_text(json.dumps(marker), encoding="utf-8")
     refreshed(qtbot, models_page)
     cell = next(name for name in name_cells(models_page) if name.startswith("tiny--llama"))
     assert "did not finish" in cell and "(downloaded)" not in cell
