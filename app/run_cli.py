@@ -362,7 +362,8 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
         if not ended:  # shown too: the stream's last line was the step_started it quit in (README, "JSON Lines")
             show(cancelled)
         stream_ended(interrupt)
-        _say_recorded(recorder, 130, last_step, started.is_set())
+        if _say_recorded(recorder, 130, last_step, started.is_set()):
+            return 130  # its line is the last: app/cli.py's "interrupted" after it said nothing more
         raise
     finally:
         close(recorder)
@@ -384,17 +385,17 @@ def _database_wait(progress: StepProgress, recorder, event) -> Iterator[None]:
         progress.resume()
 
 
-def _say_recorded(recorder, status: int, last_step: int, started: bool = True, begun: int = 0, again: str = "") -> None:
+def _say_recorded(recorder, status: int, last_step: int, started: bool = True, begun: int = 0, again: str = "") -> bool:
     """The last line on stderr names the session a finished, cancelled or failed run was recorded as (a journalled
     run's warning names its journal instead), or says that a run stopped before it began (a server still being
     checked) was not recorded: before, it said nothing, after a line that said the steps so far were kept. A
     failed run's line (it said nothing, its error the last line) says the step it failed at, `begun`. `again`: the
-    options a follow-up repeats (a server's: without them it ran on the local model)."""
+    options a follow-up repeats (a server's: without them it ran on the local model). Whether a line was said."""
     if status == 130 and not started:
         note("stopped before the search began: nothing was recorded")
-        return
+        return True
     if recorder is None or recorder.session_id is None or recorder.journal_path is not None:
-        return
+        return False
     if status == 0:
         note(f"recorded as session {recorder.session_id}; ask a follow-up with: beamwise run --session "
              f"{recorder.session_id}{again} \"...\"")
@@ -402,6 +403,7 @@ def _say_recorded(recorder, status: int, last_step: int, started: bool = True, b
         note(f"recorded as session {recorder.session_id}, cancelled after step {last_step}")
     else:
         note(f"recorded as session {recorder.session_id} (failed {failure_point(begun, last_step)})")
+    return True
 
 
 _END_EVENTS = (ev.RunFinished.type, ev.RunFailed.type, ev.RunCancelled.type)

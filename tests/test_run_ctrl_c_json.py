@@ -46,3 +46,21 @@ def test_ctrl_c_before_the_run_without_json_prints_no_json(capsys, monkeypatch) 
     assert main(["run", "What is 2+3?", *TINY, "--no-save"]) == 130
     assert capsys.readouterr().out == ""
 
+
+
+def test_a_second_ctrl_c_of_a_recorded_run_ends_with_its_recorded_line(capsys, monkeypatch, tmp_path) -> None:
+    """The second Ctrl+C said "recorded as session 1, cancelled after step 1", then "beamwise: interrupted" after it:
+    the line that says what was kept is now the last (README: every fault ends with one line on stderr)."""
+    from engine.search import run
+
+    def quit_in_step_2(*args, **kwargs):
+        for event in run(*args, **kwargs):
+            yield event
+            if event.type == "step_started" and event.step == 2:
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr("engine.search.run", quit_in_step_2)
+    assert main(["run", "What is 2+3?", *TINY, "--db", str(tmp_path / "s.db")]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "beamwise: recorded as session 1, cancelled after step 1", err
+    assert "beamwise: interrupted" not in err
