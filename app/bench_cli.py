@@ -11,7 +11,7 @@ from app.bench_table import format_report
 from app.deferred_interrupt import import_torch
 from app.formatting import size as format_bytes
 from app.json_out import check_json_path, write_json
-from app.models_folder import source_of
+from app.models_folder import source_of, typo_of
 from app.options import (
     DEFAULT_QUESTION,
     SPECULATIVE_CONTINUATIONS_HELP,
@@ -154,6 +154,9 @@ def _check(args: argparse.Namespace) -> None:
     if not args.max_context and (args.gpu_memory is not None or args.host_ram is not None):  # they did nothing
         raise UsageError("--gpu-memory and --host-ram size the machine for --max-context; add --plan-only "
                          "--max-context, or leave them out.")
+    for flag, text in (("--model", None if args.no_local else args.model), ("--prm", args.verifier_model)):
+        if (typo := typo_of(text)) is not None:  # a close listed name, as run, plan and eval suggest it
+            raise UsageError(f"{flag}: {typo}")
 
 
 VERSUS_GENERATE_UNUSED = (

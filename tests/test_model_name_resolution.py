@@ -172,3 +172,12 @@ def test_one_gguf_of_a_pulled_folder_of_several_is_told_to_go_by_its_path(capsys
     err = capsys.readouterr().err
     assert f"use one of its .gguf files by its path, e.g. --model {gguf.resolve()}" in err
     assert "--model owner--smol-GGUF" not in err and lib.added_folders() == []
+
+
+def test_bench_answers_a_mistyped_name_with_the_close_name_too(downloads, capsys):
+    """`bench --model tiny_gen` went to the loader, whose words named no close name (run, plan and eval did)."""
+    assert main(["bench", "--model", "tiny_gen"]) == 2
+    err = capsys.readouterr().err
+    assert "--model: no model here is named 'tiny_gen'" in err and "did you mean tiny--gen?" in err
+    assert main(["bench", "--model", "synthetic:tiny-llama", "--prm", "tiny_gen"]) == 2
+    assert "--prm: no model here is named 'tiny_gen'" in capsys.readouterr().err
