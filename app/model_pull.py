@@ -93,6 +93,7 @@ def _pull(asked: PullAsked, report: Callable[[PullProgress], None], cancel: thre
     """The lock first, so that a second pull is refused before it asks the hub anything; the marker records what
     was asked from the start, so an unfinished download says the command that resumes it (pull_marker)."""
     target = destination(asked.repo)
+    _refuse_foreign(target)
     with _writing(target, words), pull_lock(target, asked.repo, words):
         files, sha256, commit = _asked(lambda: _files(asked, words), cancel, words)
         done = finished_before(target, commit)
@@ -111,6 +112,19 @@ def _pull(asked: PullAsked, report: Callable[[PullProgress], None], cancel: thre
         shutil.rmtree(target / PARTIAL, ignore_errors=True)
         mark(target, {**asked.record(), "commit": commit, "files": sorted(files), "complete": True})
     return target
+
+
+def _refuse_foreign(target: Path) -> None:
+    """A folder of that name that Beamwise did not download (copied in by hand: no marker) is never written into:
+    the pull took it over, its marker then made `remove` delete the user's own files with it."""
+    try:
+        foreign = target.is_dir() and not (target / MARKER).is_file() and any(
+            entry.name not in (LOCK, PARTIAL) for entry in target.iterdir())  # a pull killed before its marker
+    except OSError:  # the write says why
+        return
+    if foreign:
+        raise PullError(f"{target} holds files Beamwise did not download, so the pull will not write into it; "
+                        "move that folder elsewhere (and add it with `beamwise models add`), then pull again.")
 
 
 def _asked(question: Callable[[], T], cancel: threading.Event, words: PullWords) -> T:

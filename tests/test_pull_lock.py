@@ -153,3 +153,18 @@ def test_a_pull_that_gets_no_list_of_files_leaves_no_folder():
 def test_a_hub_file_named_as_the_lock_is_refused():
     with Hub({"tiny/evil": {LOCK: b"{}"}}) as hub, pytest.raises(PullError, match="no plain path"):
         pull("tiny/evil", endpoint=hub.endpoint)
+
+
+def test_a_folder_copied_in_by_hand_is_never_taken_over_by_a_pull(tmp_path, monkeypatch):
+    """A pull wrote into a folder of the same name the user had copied in, and added its marker: `models remove`
+    then deleted the user's own files with it."""
+    from app.model_pull import PullError, destination, pull
+    from tests.hub_server import REPO, Hub
+
+    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
+    mine = destination("tiny/llama")
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine", encoding="utf-8")
+    with Hub(REPO) as hub, pytest.raises(PullError, match="holds files Beamwise did not download"):
+        pull("tiny/llama", endpoint=hub.endpoint)
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]  # no marker: remove will not delete it
