@@ -92,10 +92,18 @@ def entry_for(path: Path, where: str, name: str | None = None) -> ModelEntry:
     except Exception as error:  # a folder that is no model says so in the list instead of breaking it
         facts, problem = None, _said(error)
     if downloaded and not _download_complete(marker):  # its own reason, before what its missing files break
-        again = f" (`{command}`)" if (command := resume_command(path)) else ""
-        problem = f"the download did not finish; pull it again to resume it{again}, or remove it."
+        problem = _unfinished(home, path)
     role = role_of(path) if facts is not None else "-"
     return ModelEntry(name or path.name, str(path), where, size_on_disk(home), downloaded, role, facts, problem)
+
+
+def _unfinished(home: Path, path: Path) -> str:
+    """Why a download that is not whole cannot be used: a pull still at it (another process's, or this one's), or one
+    that stopped, with the command that resumes it."""
+    if (pulling := holder(home)) is not None:
+        return f"it is being downloaded ({pulling}); use it once the pull has finished."
+    again = f" (`{command}`)" if (command := resume_command(path)) else ""
+    return f"the download did not finish; pull it again to resume it{again}, or remove it."
 
 
 def _said(error: Exception) -> str:

@@ -103,7 +103,11 @@ def test_remove_says_what_it_did_and_tells_the_window(qtbot):
 
 
 def test_remove_is_refused_while_another_beamwise_downloads_the_model(qtbot):
-    page = make_page(qtbot, confirm=True)
+    """Refused before "Delete ...? The files are deleted from the disk." is asked (it was asked, then refused)."""
+    asked = []
+    page = ModelsPage(confirm=lambda title, text: asked.append(text) or True)
+    qtbot.addWidget(page)
+    listed(qtbot, page)
     with Hub(REPO) as hub:
         pulled(qtbot, page, hub.endpoint)
     folder = model_pull.destination("tiny/llama")
@@ -111,6 +115,7 @@ def test_remove_is_refused_while_another_beamwise_downloads_the_model(qtbot):
         page.select_name("tiny--llama")
         with qtbot.assertNotEmitted(page.model_removed):
             page.remove_button.click()
+        assert asked == []
         assert (f"tiny--llama is being downloaded (process {other.pid}, which holds {folder / LOCK}); stop that "
                 "download first" in page.folder_status.text())
         assert (folder / "model.safetensors").read_bytes() == WEIGHTS
@@ -185,3 +190,21 @@ def test_the_window_says_an_unreachable_hub_in_its_own_words(qtbot):
     assert pulled(qtbot, page, endpoint) == "failed"
     said = page.pull_status.text()
     assert "type a mirror's address into Hub, and press Pull again" in said and "--endpoint" not in said
+
+
+def test_a_download_in_progress_says_so_and_offers_no_pull_again(qtbot):
+    """A model another Beamwise was still downloading read "the download did not finish; pull it again", in the list,
+    `models info` and the window (its Pull again then only met the other pull's lock)."""
+    folder = lib.models_dir() / "tiny--llama"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_bytes(CONFIG)
+    marker = {"repo": "tiny/llama", "endpoint": "https://huggingface.co", "revision": "main", "file": None,
+              "complete": False}
+    (folder / lib.MARKER).write_text(json.dumps(marker), encoding="utf-8")
+    with held_elsewhere(folder) as other:
+        entry = lib.find("tiny--llama")
+        assert entry.problem == f"it is being downloaded (process {other.pid}); use it once the pull has finished."
+        page = make_page(qtbot)
+        page.select_name("tiny--llama")
+        assert not page.use_button.isEnabled() and page.use_button.text() != "Pull again"
+    assert "pull it again to resume it" in lib.find("tiny--llama").problem  # stopped: Pull again again

@@ -277,6 +277,11 @@ class ModelsPage(QWidget):
             return
         if entry is None or not entry.downloaded:
             return
+        try:  # refused before the question, as the command line refuses it (a pull still downloading it)
+            lib.removable(entry)
+        except (OSError, ValueError) as error:
+            _say(self.folder_status, f"Could not remove {entry.name}: {error}")
+            return
         question = f"Delete {entry.source} ({fmt.size(entry.size_bytes)})?\n\nThe files are deleted from the disk."
         if not self.confirm("Remove model", question):
             return
