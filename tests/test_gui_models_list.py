@@ -208,3 +208,27 @@ def test_a_download_in_progress_says_so_and_offers_no_pull_again(qtbot):
         page.select_name("tiny--llama")
         assert not page.use_button.isEnabled() and page.use_button.text() != "Pull again"
     assert "pull it again to resume it" in lib.find("tiny--llama").problem  # stopped: Pull again again
+
+
+def test_pull_again_takes_the_mirror_typed_into_hub_after_its_hub_failed(qtbot, monkeypatch):
+    """"type a mirror's address into Hub, and press Pull again": Pull again put the marker's dead hub back into Hub
+    and failed the same way."""
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    page = make_page(qtbot)
+    with Hub(REPO) as gone:
+        with monkeypatch.context() as full:  # a pull from `gone` stops once its marker is written
+            full.setattr(model_pull.shutil, "disk_usage", lambda path: usage(10, 10, 1000))
+            assert pulled(qtbot, page, gone.endpoint) == "failed"
+    page.select_name("tiny--llama")
+    with qtbot.waitSignal(page.pull_ended, timeout=30000) as ended:
+        page.use_button.click()  # Pull again: its hub is closed now
+    assert ended.args == ["failed"] and "type a mirror's address into Hub" in page.pull_status.text()
+    with Hub(REPO) as mirror:
+        page.endpoint_edit.setText(mirror.endpoint)
+        listed(qtbot, page)
+        page.select_name("tiny--llama")
+        with qtbot.waitSignal(page.pull_ended, timeout=30000) as ended:
+            page.use_button.click()
+    assert ended.args == ["finished"] and page.endpoint_edit.text() == mirror.endpoint

@@ -263,9 +263,11 @@ class ModelsPage(QWidget):
             if self._thread is not None:  # a double-click while a pull runs: its fields are that pull's
                 return
             asked = self.table_model.resumes[entry.source]
+            typed = self.endpoint_edit.text().strip()  # a mirror typed into Hub after this pull failed, as asked
+            mirror = typed if typed and self.repo_edit.text().strip() == asked.repo else ""
             self.repo_edit.setText(asked.repo)
             self.file_edit.setText(asked.file or "")
-            self.endpoint_edit.setText(asked.endpoint)
+            self.endpoint_edit.setText(mirror or asked.endpoint)
             self._start_pull(asked.revision)
         elif usable(entry):
             self.use_requested.emit(entry.source, entry.role.startswith("PRM"))
