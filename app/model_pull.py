@@ -45,10 +45,9 @@ class PullProgress:
     def line(self, now: float | None = None) -> str:
         took = max(1e-6, (now or time.monotonic()) - self.started)
         speed = (self.done - self.resumed) / took
-        left = (self.total - self.done) / speed if speed > 0 else 0.0
         share = self.done / self.total if self.total else 1.0
-        return (f"{share:.0%} {fmt.size(self.done)} of {fmt.size(self.total)}, {fmt.size(speed)}/s, "
-                f"{fmt.seconds(left)} left")
+        left = f"{fmt.seconds((self.total - self.done) / speed)} left" if speed > 0 else "time left not known yet"
+        return f"{share:.0%} {fmt.size(self.done)} of {fmt.size(self.total)}, {fmt.size(speed)}/s, {left}"
 
 
 @contextmanager

@@ -11,6 +11,8 @@ from engine.errors import ModelLoadError
 from engine.prm_folders import INDEX, HeaderPastEnd, safetensors_header, weight_map
 
 HINT = "The download may be incomplete or the copy cut short: copy the weights again from where the model came from."
+LONG_HINT = ("The file is damaged or is not the one its folder was made with: copy the weights again from where the "
+             "model came from.")
 
 _whole: set[tuple[str, int, int]] = set()  # (path, size, mtime) of weight files found whole in this process
 
@@ -54,9 +56,10 @@ def _check_file(file: Path) -> None:
         return
     needed = _bytes_named(file)
     if needed != stat.st_size:
-        cut = "is cut short" if needed > stat.st_size else "holds bytes its header does not name"
+        short = needed > stat.st_size
+        cut = "is cut short" if short else "holds bytes its header does not name"
         raise ModelLoadError(f"the weight file {file} {cut}: its header names {needed:,} bytes, the file has "
-                             f"{stat.st_size:,}.", hint=HINT)
+                             f"{stat.st_size:,}.", hint=HINT if short else LONG_HINT)
     _whole.add(key)
 
 

@@ -188,3 +188,13 @@ def test_the_window_shows_a_missing_file_as_the_pull_says_it(qtbot):
     assert ended.args == ["failed"]
     assert page.pull_status.text().startswith("The file model.safetensors of tiny/llama was not found")
 
+
+
+def test_the_time_left_is_not_made_up_before_any_byte_arrived():
+    """A resumed pull printed "0% 262 B of 4.2 MB, 0 B/s, 0 s left" before its first new byte."""
+    from app.model_pull import PullProgress
+
+    waiting = PullProgress(total=4_200_000, done=262, started=0.0, resumed=262)
+    assert waiting.line(now=1.0).endswith("0 B/s, time left not known yet")
+    assert PullProgress(total=2_000, done=1_000, started=0.0).line(now=1.0).endswith(" left")
+    assert "not known" not in PullProgress(total=2_000, done=1_000, started=0.0).line(now=1.0)
