@@ -131,14 +131,13 @@ def _check_models(model_spec: ModelSpec, search: SearchConfig) -> None:
     or step tag missing, a PRM given as the generator) refused now in the run's words: each of the eval's runs
     failed on it in turn, after the model had loaded. Read as `plan` reads it (app/plan_roles.py), and the PRM's
     layout built from its tokenizer alone (engine/verifiers `verifier_layout`), as the run builds it."""
-    from app.plan_roles import CANNOT_RUN_MODEL, role_refusal
-    from engine.verifiers import verifier_layout
+    from app.plan_roles import CANNOT_RUN_MODEL, laid_out, role_refusal
 
     refused = role_refusal(model_spec.source, search)
     if refused is not None:
         raise UsageError(refused.removeprefix(CANNOT_RUN_MODEL))
     if search.verifier == "prm" and search.verifier_model:  # a BeamwiseError (NotAPRM, ModelLoadError): exit 2
-        verifier_layout("prm", None, search.verifier_model)  # None: the generator's tokenizer, read by self-judge
+        laid_out(search.verifier_model)  # read once: role_refusal has built it for a PRM folder
 
 
 def eval_command(args: argparse.Namespace) -> int:

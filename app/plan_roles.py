@@ -88,12 +88,18 @@ def _layout_refusal(source: str) -> str | None:
     from engine.errors import ChatTemplateUnusable, NotAPRM
 
     try:
-        _laid_out(source, _stamp(source))
+        laid_out(source)
     except (NotAPRM, ChatTemplateUnusable) as error:
         return error.user_message()
     except (BeamwiseError, OSError, ValueError):
         return None
     return None
+
+
+def laid_out(source: str) -> None:
+    """Build the PRM at `source`'s layout from its tokenizer, as the run builds it (raising what the run raises), once
+    for each state of its folder: the plan, the window's plan bar and eval's check before its model loads share it."""
+    _laid_out(source, _stamp(source))
 
 
 def _stamp(source: str) -> tuple[tuple[str, int, int], ...]:
