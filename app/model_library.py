@@ -32,7 +32,7 @@ from app.models_folder import (
 )
 from app.options import UsageError
 from app.pull_lock import LOCK, holder
-from app.pull_marker import resume_command
+from app.pull_marker import PullAsked, unfinished_pull
 from engine.errors import BeamwiseError, ModelLoadError
 
 if TYPE_CHECKING:  # app.model_facts imports torch: the window imports this module before torch is in
@@ -51,6 +51,7 @@ class ModelEntry:
     role: str  # generator, or "PRM (family)"
     facts: ModelFacts | None = None
     problem: str = ""
+    resume: PullAsked | None = None  # the pull that finishes an unfinished download no pull is at now
 
 
 def size_on_disk(path: Path) -> int:
@@ -91,19 +92,17 @@ def entry_for(path: Path, where: str, name: str | None = None) -> ModelEntry:
         facts, problem = facts_of(str(path)), _files_problem(path)
     except Exception as error:  # a folder that is no model says so in the list instead of breaking it
         facts, problem = None, _said(error)
+    resume = None
     if downloaded and not _download_complete(marker):  # its own reason, before what its missing files break
-        problem = _unfinished(home, path)
+        if (pulling := holder(home)) is not None:  # another process's pull, or this one's
+            problem = f"it is being downloaded ({pulling}); use it once the pull has finished."
+        else:
+            resume = unfinished_pull(path)
+            again = f" (`{resume.command()}`)" if resume else ""
+            problem = f"the download did not finish; pull it again to resume it{again}, or remove it."
     role = role_of(path) if facts is not None else "-"
-    return ModelEntry(name or path.name, str(path), where, size_on_disk(home), downloaded, role, facts, problem)
-
-
-def _unfinished(home: Path, path: Path) -> str:
-    """Why a download that is not whole cannot be used: a pull still at it (another process's, or this one's), or one
-    that stopped, with the command that resumes it."""
-    if (pulling := holder(home)) is not None:
-        return f"it is being downloaded ({pulling}); use it once the pull has finished."
-    again = f" (`{command}`)" if (command := resume_command(path)) else ""
-    return f"the download did not finish; pull it again to resume it{again}, or remove it."
+    return ModelEntry(name or path.name, str(path), where, size_on_disk(home), downloaded, role, facts, problem,
+                      resume)
 
 
 def _said(error: Exception) -> str:

@@ -4,7 +4,6 @@ Qt table model that shows them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
@@ -12,9 +11,7 @@ from PySide6.QtGui import QColor
 
 import app.formatting as fmt
 from app import model_library as lib
-from app.models_folder import home_of
-from app.pull_lock import holder
-from app.pull_marker import PullAsked, unfinished_pull
+from app.pull_marker import PullAsked
 
 COLUMNS = ("name", "role", "architecture", "parameters", "dtype", "size on disk", "context length", "KV per token")
 HEADERS = ("Name", "Role", "Architecture", "Params", "Dtype", "Size", "Context", "KV/token")  # the rest: tooltips
@@ -39,8 +36,7 @@ def read_rows() -> tuple[ModelRows]:
     the GUI thread. A failure is an answer too, not a dead thread."""
     try:
         entries = lib.list_models()
-        resumes = {e.source: asked for e in entries if e.downloaded and (asked := unfinished_pull(e.source))
-                   and holder(home_of(Path(e.source))) is None}  # a pull still at it: no Pull again
+        resumes = {e.source: e.resume for e in entries if e.resume is not None}  # a pull still at it has none
         return (ModelRows(entries, [dict(lib.describe(e)) for e in entries], resumes),)
     except Exception as error:  # a bug or a disk error must not leave the list waiting for ever
         return (ModelRows(failure=f"Could not list the models ({type(error).__name__}: {error}); press Refresh to "
