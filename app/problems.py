@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.options import UsageError
-from app.text_files import MARKS, decode_text
+from app.text_files import MARKS, decode_text, not_utf8_byte
 from engine.answers import extract_answer
 from engine.blank_text import is_blank
 
@@ -118,8 +118,7 @@ def _binary(path: Path, line: int) -> str:
 
 def _not_utf8(path: Path, line: int, byte: int) -> str:
     """Where the first byte that is not UTF-8 is: a Latin-1 'é' deep in a long file was 'position 48213'."""
-    return (f"{path}:{line}: not UTF-8 (byte 0x{byte:02x}; the file is in another encoding, "
-            "such as Latin-1 or Windows-1252); save it as UTF-8.")
+    return f"{path}:{line}: {not_utf8_byte(byte)}."
 
 
 def _kind_problem(question: object, answer: object) -> str | None:

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from app.options import UsageError
-from app.text_files import decode_text
+from app.text_files import decode_text, not_utf8
 from engine.blank_text import is_blank
 
 QUESTION = '"What is 12*7?"'  # the example question every empty-question message shows
@@ -87,8 +87,7 @@ def _decode(data: bytes, where: str) -> str:
     try:
         return decode_text(data)
     except UnicodeDecodeError as error:
-        raise UsageError(f"the question in {where} is not UTF-8 text (byte {error.start} is {data[error.start]:#04x}); "
-                         "save it as UTF-8 and try again.") from error
+        raise UsageError(f"the question in {where} is {not_utf8(error)}.") from error
 
 
 def _checked_argument(text: str) -> str:

@@ -26,10 +26,17 @@ def read_text(path: Path) -> str:
 
 
 def not_utf8(error: UnicodeDecodeError) -> str:
-    """What a file that `decode_text` refused is, and what to do, in the words a question file and a problem set
-    use: "not UTF-8 text (byte 0xe4 at offset 118; ...); save it as UTF-8" (Python's own "'utf-8' codec can't
-    decode byte 0xe4 in position 118: invalid continuation byte" says neither)."""
+    """What a file that `decode_text` refused is, and what to do: "not UTF-8 text (byte 0xe4 at offset 118; ...);
+    save it as UTF-8" (Python's own "'utf-8' codec can't decode byte 0xe4 in position 118: invalid continuation
+    byte" says neither)."""
     data = error.object
-    byte = f"byte 0x{data[error.start]:02x} at offset {error.start}" if error.start < len(data) else "its end"
-    return (f"not UTF-8 text ({byte}; the file is in another encoding, such as Latin-1 or Windows-1252); "
+    at = f"0x{data[error.start]:02x} at offset {error.start}" if error.start < len(data) else None
+    return not_utf8_byte(at)
+
+
+def not_utf8_byte(byte: str | int | None) -> str:
+    """The words of every refusal of text that is not UTF-8 (a question, a problem set, a session export), `byte`
+    the first bad one (a number, or said with where it is), None for a file cut short inside a letter."""
+    said = "its end" if byte is None else f"byte 0x{byte:02x}" if isinstance(byte, int) else f"byte {byte}"
+    return (f"not UTF-8 text ({said}; the file is in another encoding, such as Latin-1 or Windows-1252); "
             "save it as UTF-8")

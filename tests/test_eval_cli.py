@@ -104,7 +104,7 @@ def test_a_latin1_problem_set_names_the_line_to_fix(tmp_path):
     byte)": no line, and a codec's words."""
     path = tmp_path / "p.jsonl"
     path.write_bytes('{"question": "Q?", "answer": "1"}\n{"question": "Café?", "answer": "2"}\n'.encode("latin-1"))
-    with pytest.raises(ProblemsError, match=r"p\.jsonl:2: not UTF-8 \(byte 0xe9; .*\); save it as UTF-8\.$"):
+    with pytest.raises(ProblemsError, match=r"p\.jsonl:2: not UTF-8 text \(byte 0xe9; .*\); save it as UTF-8\.$"):
         load_problems(path)
 
 

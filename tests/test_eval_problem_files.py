@@ -68,7 +68,7 @@ def test_the_file_is_read_only_up_to_the_limit(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_bytes(f"{ROW}\n{ROW}\n".encode() + '{"question": "Café?", "answer": "1"}\n'.encode("latin-1"))
     assert [p.line for p in load_problems(path, limit=2)] == [1, 2]
-    with pytest.raises(ProblemsError, match=r"p\.jsonl:3: not UTF-8 \(byte 0xe9; "):
+    with pytest.raises(ProblemsError, match=r"p\.jsonl:3: not UTF-8 text \(byte 0xe9; "):
         load_problems(path)
 
 

@@ -300,7 +300,7 @@ def test_a_question_from_standard_input_and_from_a_file(tmp_path, capsys, monkey
     bad = tmp_path / "q.txt"
     bad.write_bytes(b"caf\xe9?")
     assert main(["run", "--question-file", str(bad), *TINY]) == 2
-    assert "not UTF-8 text (byte 3 is 0xe9)" in capsys.readouterr().err
+    assert "is not UTF-8 text (byte 0xe9 at offset 3; the file is in another encoding" in capsys.readouterr().err
 
 
 def test_a_search_too_large_for_memory_is_refused_with_the_figure_and_the_largest_setting(tiny):
