@@ -12,7 +12,10 @@ entropy exit's from an earlier one, with the verifier they came from ("entropy_v
 these fields load as "verifier not recorded" and are used as they are. A calibration where no threshold pair
 reached its target agreement saves the exit as off ("entropy_missed": the strictest pair's agreement): `run
 --entropy-exit` then runs every layer and says why, and the window says so. Files written before it (1e-06 for
-both thresholds, no "entropy_missed") load and are used as they are.
+both thresholds, no "entropy_missed") load and are used as they are. Verify-skip's fallback (no pair reached the
+target) saves "agreement": null, as it skips no step, with the closest pair's "missed_skip_rate" and
+"missed_agreement"; files written before it ("agreement": 1.0 beside "skip_rate": 0.0) load as they are, and
+`skip_text` says no agreement for thresholds that skip nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 
 import platformdirs
 
+from app import formatting
 from app.file_replace import replace_text
 from engine.config import SearchConfig
 from engine.errors import BeamwiseError
@@ -45,7 +49,9 @@ class Thresholds:
     r_gap: float
     steps: int = 0  # calibration steps the thresholds come from
     skip_rate: float = 0.0  # share of those steps they skip
-    agreement: float = 1.0  # share of skipped steps where the verifier would have ranked the same child first
+    # share of skipped steps where the verifier would have ranked the same child first; None where they skip none
+    # (files written before it say 1.0 there: `skip_text` says no agreement where nothing was skipped)
+    agreement: float | None = None
     entropy_theta: float | None = None  # the entropy exit's, on the paper's scale (None: not calibrated)
     entropy_delta: float | None = None
     entropy_vocab: int = 0  # the vocabulary of the verifier they were measured on
@@ -58,6 +64,11 @@ class Thresholds:
     generator: str | None = None  # the calibration's generator (`model_key`), None in files written before it
     verifier: str | None = None  # its verifier (`verifier_key`), None in files written before it
     entropy_verifier: str | None = None  # the verifier the entropy thresholds came from (None: `verifier`)
+    # verify-skip's fallback (no pair reached the target): the closest pair's skip rate and agreement (None: no pair
+    # skipped a step, or a file written before them)
+    missed_skip_rate: float | None = None
+    missed_agreement: float | None = None
+    target_agreement: float | None = None  # the --target-agreement calibrated for (None: a file written before it)
 
     def __post_init__(self) -> None:
         if not 0 < self.tau_conf <= 1 or not 0 <= self.r_gap < 1:
@@ -194,6 +205,20 @@ def calibrated_on(saved: Thresholds) -> str:
     return text
 
 
+def skip_text(saved: Thresholds) -> str:
+    """What verify-skip's calibrated thresholds did on their steps, in the words eval and the window share.
+    Thresholds that skip no step have no agreement to say: the fallback was shown as "skips 0%, verifier agrees
+    100%" in the window, and eval said "no pair skipped any step" where some had, below the target."""
+    steps = formatting.steps(saved.steps)
+    if saved.skip_rate > 0 and saved.agreement is not None:
+        return f"skips {saved.skip_rate:.0%} of {steps}, verifier agrees on {saved.agreement:.0%}"
+    target = saved.target_agreement
+    aim = "the target agreement" if target is None else f"{target:.0%} agreement"
+    closest = "" if saved.missed_skip_rate is None else (
+        f", the closest skipping {saved.missed_skip_rate:.0%} of them at {saved.missed_agreement:.0%} agreement")
+    return f"no threshold pair reached {aim} on {steps}{closest}: the verifier scores every step"
+
+
 def nats_text(value: float) -> str:
     """An entropy threshold as the CLI and the window show it: 3.500, and calibration's fallback 1e-06 (not 0.000)."""
     return f"{value:.3f}" if value >= 0.001 else f"{value:.0e}"
@@ -211,9 +236,9 @@ def entropy_calibrated_on(saved: Thresholds) -> str:
 
 def entropy_off_text(saved: Thresholds) -> str:
     """Why a calibration turned the entropy exit off and how to retry, as `run --entropy-exit` and the window say it."""
-    return (f"its calibration on {saved.entropy_steps} steps found no thresholds that reached the target agreement "
-            f"(the strictest agreed on {saved.entropy_missed:.0%} of the steps it exits), so every layer runs; "
-            "calibrate on more problems or with a lower --target-agreement, or give --entropy-theta and "
+    return (f"its calibration on {formatting.steps(saved.entropy_steps)} found no thresholds that reached the "
+            f"target agreement (the strictest agreed on {saved.entropy_missed:.0%} of the steps it exits), so every "
+            "layer runs; calibrate on more problems or with a lower --target-agreement, or give --entropy-theta and "
             "--entropy-delta")
 
 
@@ -295,8 +320,8 @@ def thresholds_text(saved: Thresholds | None, search, verifier: str | None = Non
         theta, delta = (getattr(search if name in typed else saved, name) for name in ENTROPY_THRESHOLDS)
         mixed = f"{'θ' if typed == ['entropy_theta'] else 'δ'} {GIVEN}; the other " if typed else ""
         return text + (f"\nentropy exit θ {nats_text(theta)}, δ {nats_text(delta)} ({mixed}calibrated on "
-                       f"{saved.entropy_steps} steps of a {saved.entropy_layers}-layer verifier: exits at layer "
-                       f"{layer} on average, full pass agrees {agrees})")
+                       f"{formatting.steps(saved.entropy_steps)} of a {saved.entropy_layers}-layer verifier: exits "
+                       f"at layer {layer} on average, full pass agrees {agrees})")
     return text + (f"\nentropy exit θ {search.entropy_theta:.3f}, δ {search.entropy_delta:.3f} "
                    "(the paper's; not calibrated)")
 
@@ -312,7 +337,7 @@ def _skip_text(saved: Thresholds | None, search, given: Collection[str]) -> str:
         shown = "τ_conf" if typed == ["tau_conf"] else "r_gap" if typed == ["r_gap"] else "both"
         return f"τ_conf {tau:.3f}, r_gap {gap:.3f} ({'' if shown == 'both' else shown + ' '}{GIVEN}{rest})"
     if saved is not None:
-        return (f"τ_conf {saved.tau_conf:.3f}, r_gap {saved.r_gap:.3f} (calibrated on {saved.steps} steps: "
-                f"skips {saved.skip_rate:.0%}, verifier agrees {saved.agreement:.0%}; {calibrated_on(saved)})")
+        return (f"τ_conf {saved.tau_conf:.3f}, r_gap {saved.r_gap:.3f} (calibrated: {skip_text(saved)}; "
+                f"{calibrated_on(saved)})")
     return (f"τ_conf {search.tau_conf:.3f}, r_gap {search.r_gap:.3f} (not calibrated: run `beamwise eval PROBLEMS "
             "--calibrate` in a terminal)")

@@ -18,14 +18,19 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app import formatting
 from app.early_exit import check_thresholds_writable
+from app.exit_options import THRESHOLDS, given_thresholds
 from app.json_out import check_json_path, write_json
 from app.options import UsageError, add_search_options, configs_from_args
 from app.problems import Problem, load_problems
 from app.threads import numerics_line
-from engine.config import METHODS, ModelSpec, SearchConfig
+from engine.config import MAX_LOOKAHEAD, METHODS, ModelSpec, SearchConfig
+
+if TYPE_CHECKING:
+    from app.eval_runs import Evaluation  # imported with torch, in `_start`
 
 TARGET_AGREEMENT = 0.9  # --calibrate: the least share of skipped steps where the verifier picks the same child
 LARGE_PROBLEMS = 8_000_000  # bytes of a problems file said on stderr before it is read (~0.1 s a MB, before the model)
@@ -77,6 +82,8 @@ def config_for(search: SearchConfig, method: str, calibrate: bool) -> SearchConf
 def _check(args: argparse.Namespace) -> None:
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit must be at least 1 (got {args.limit}).")
+    if not 0 <= args.lookahead <= MAX_LOOKAHEAD:  # SearchConfig's check, in the option's words
+        raise UsageError(f"--lookahead must be 0..{MAX_LOOKAHEAD} greedy steps (got {args.lookahead}).")
     if args.target_agreement is not None and not args.calibrate:  # it was taken and did nothing
         raise UsageError("--target-agreement sets what --calibrate aims for: add --calibrate, or leave it out.")
     if args.target_agreement is not None and not 0 < args.target_agreement <= 1:
@@ -98,11 +105,23 @@ def _refuse_unused(args: argparse.Namespace) -> None:
                                       ("--audit-early-exit", args.audit_early_exit)) if given]
     if args.calibrate and exits:
         raise UsageError(f"--calibrate runs the verifier on every step and at every layer, so {' and '.join(exits)} "
-                         "would do nothing: leave them out (and their thresholds), calibrate, then use the saved "
-                         "thresholds in a run without --calibrate.")
-    if args.compare is not None and args.lookahead and "beam" not in methods_of(args):
-        raise UsageError(f"--lookahead works with the beam method only, and --compare {args.compare} runs none: "
-                         "add beam to --compare, or leave --lookahead out.")
+                         f"would do nothing: leave {_them(exits)} out (and any thresholds given), calibrate, then use "
+                         "the saved thresholds in a run without --calibrate.")
+    thresholds = [f"--{name.replace('_', '-')}" for name in THRESHOLDS if name in given_thresholds(args)]
+    if args.calibrate and thresholds:  # before app/options.py's "add --verify-skip", which the check above refused
+        raise UsageError(f"--calibrate measures the early exits' thresholds, so {' and '.join(thresholds)} cannot be "
+                         f"given while calibrating: leave {_them(thresholds)} out, calibrate, then run without "
+                         "--calibrate (it uses the saved thresholds, or those given there).")
+    if args.lookahead and "beam" not in methods_of(args):
+        if args.compare:
+            raise UsageError(f"--lookahead works with the beam method only, and --compare {args.compare} runs none: "
+                             "add beam to --compare, or leave --lookahead out.")
+        raise UsageError(f"--lookahead works with the beam method only, not --method {args.method}: pick --method "
+                         "beam, or leave --lookahead out.")  # SearchConfig said "set lookahead to 0 for dvts"
+
+
+def _them(options: list[str]) -> str:
+    return "it" if len(options) == 1 else "them"
 
 
 def _check_calibration(configs: dict[str, SearchConfig]) -> None:
@@ -144,22 +163,11 @@ def eval_command(args: argparse.Namespace) -> int:
     """Exit 0 when every problem ran, 2 on bad input or when every run failed for the same error of the settings
     (as `run` refuses them; the table is printed), 130 when interrupted (the partial table is printed), 1 when
     --calibrate had no scored step to save thresholds from."""
-    from app.deferred_interrupt import import_torch
-
-    import_torch()  # a Ctrl+C inside torch's import aborted the process
-    from app.eval_runs import Evaluation
-
-    _check(args)
-    _say_large(args.problems)
-    problems = load_problems(args.problems, args.limit)
-    model_spec, search, cache = configs_from_args(args)
-    configs = {m: config_for(search, m, args.calibrate) for m in methods_of(args)}
-    _check_models(model_spec, search)  # before the model loads, not in every problem's run
-    check_json_path(args.json_path, args.db)  # fail now, not after every problem ran
-    if args.calibrate:
-        _check_calibration(configs)
-        check_thresholds_writable()  # not after every problem ran
-    evaluation = Evaluation(args, model_spec, configs, cache)
+    try:
+        evaluation, problems = _start(args)
+    except KeyboardInterrupt:  # app/cli.py says "interrupted" and exits 130; the file the README says is kept, too
+        _say_json_kept(args.json_path)
+        raise
     interrupted = False
     try:
         evaluation.run(problems)
@@ -178,9 +186,33 @@ def eval_command(args: argparse.Namespace) -> int:
     return 0 if saved else 1
 
 
+def _start(args: argparse.Namespace) -> tuple[Evaluation, list[Problem]]:
+    """The Evaluation (the model loaded) and its problems, after every check that needs no model: each refusal
+    comes before what takes time."""
+    from app.deferred_interrupt import import_torch
+
+    import_torch()  # a Ctrl+C inside torch's import aborted the process
+    from app.eval_runs import Evaluation
+
+    _check(args)
+    if args.limit is None:  # with --limit, only the lines asked for are read
+        _say_large(args.problems)
+    problems = load_problems(args.problems, args.limit)
+    model_spec, search, cache = configs_from_args(args)
+    configs = {m: config_for(search, m, args.calibrate) for m in methods_of(args)}
+    _check_models(model_spec, search)  # before the model loads, not in every problem's run
+    check_json_path(args.json_path, args.db)  # fail now, not after every problem ran
+    if args.calibrate:
+        _check_calibration(configs)
+        check_thresholds_writable()  # not after every problem ran
+    return Evaluation(args, model_spec, configs, cache), problems
+
+
 def _report(args: argparse.Namespace, evaluation, problems: list[Problem], interrupted: bool) -> bool:
-    """Print the table, write the JSON and save a calibration (an interrupted one is not saved); False when a
-    calibration asked for was not saved for want of scored steps."""
+    """Print the table, save a calibration (an interrupted one is not saved) and write the JSON; False when a
+    calibration asked for was not saved for want of scored steps. The thresholds go first and the JSON is written
+    whatever they did: a --json path that turned unwritable while the problems ran (a full disk, a removed folder)
+    is said last, with exit 2, after the calibration's own lines (it was said before them and lost them, unsaid)."""
     from app.eval_report import table
 
     summaries = evaluation.summaries()
@@ -189,21 +221,28 @@ def _report(args: argparse.Namespace, evaluation, problems: list[Problem], inter
         print(numerics_line(args.seed, evaluation.numerics))
     vote = any(config.select != "best" for config in evaluation.configs.values())
     print(table(summaries, vote))
-    if args.json_path:
-        _write_json(args, evaluation, summaries, interrupted)
-    if args.calibrate and interrupted:  # thresholds from the problems that finished would replace a whole calibration
+    try:
+        return _save_calibration(args, evaluation, interrupted)
+    finally:
+        if args.json_path:
+            _write_json(args, evaluation, summaries, interrupted)
+
+
+def _save_calibration(args: argparse.Namespace, evaluation, interrupted: bool) -> bool:
+    """The calibration saved, when one was asked for and ran to the end: thresholds from the problems that
+    finished would replace a whole calibration. False when it had no scored step to save."""
+    if not args.calibrate:
+        return True
+    if interrupted:
         _say_calibration_kept()
         return True
-    return evaluation.save_calibration(args.target_agreement or TARGET_AGREEMENT) if args.calibrate else True
+    return evaluation.save_calibration(args.target_agreement or TARGET_AGREEMENT)
 
 
 def _write_json(args: argparse.Namespace, evaluation, summaries: list, interrupted: bool) -> None:
-    """The results as JSON; with no problem finished (Ctrl+C in the first), a file already at the path is kept: it
-    holds an earlier eval's results, and a report of nothing replaced them. A FIFO or /dev/stdout still gets it."""
-    path = Path(args.json_path)
-    if not evaluation.done and path.is_file():
-        print(f"beamwise: no problem finished, so {path} was not written: the file already there is kept.",
-              file=sys.stderr)
+    """The results as JSON; with no problem finished (Ctrl+C in the first), a file already at the path is kept
+    (`_say_json_kept`). A FIFO or /dev/stdout still gets it."""
+    if not evaluation.done and _say_json_kept(args.json_path):
         return
     choice = getattr(args, "thread_choice", None)
     data = {"problems_file": str(args.problems), "complete": not interrupted, "seed": args.seed,
@@ -211,6 +250,17 @@ def _write_json(args: argparse.Namespace, evaluation, summaries: list, interrupt
             "methods": [s.to_dict() for s in summaries],
             "runs": [dataclasses.asdict(r) for r in evaluation.finished_runs()]}
     write_json(args.json_path, data)
+
+
+def _say_json_kept(json_path: str | None) -> bool:
+    """True, said on stderr, when a file is already at the --json path of an eval with no problem finished: it
+    holds an earlier eval's results, and a report of nothing replaced them (README: Ctrl+C keeps it, and says so,
+    whether the model had loaded or not)."""
+    if not json_path or not Path(json_path).is_file():
+        return False
+    print(f"beamwise: no problem finished, so {Path(json_path)} was not written: the file already there is kept.",
+          file=sys.stderr)
+    return True
 
 
 def _say_calibration_kept() -> None:

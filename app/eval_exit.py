@@ -20,7 +20,9 @@ class ExitTally:
 
     @classmethod
     def of_steps(cls, selected: Sequence) -> ExitTally:
-        """From a run's `step_selected` events."""
+        """From a run's `step_selected` events. A calibration's steps (their passes recorded in `lens_trace`) ran
+        every layer with no exit: counted, they showed "verifier work saved 0.0%" for an exit that never ran."""
+        selected = [e for e in selected if not e.lens_trace]
         exited = [e for e in selected if e.exit_layer is not None]
         audited = [e for e in exited if e.exit_agrees is not None]
         return cls(len(exited), sum(e.exit_layer for e in exited), max((e.verifier_layers or 0 for e in exited),

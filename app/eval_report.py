@@ -31,6 +31,7 @@ class ProblemResult:
     status: str  # finished, failed or cancelled
     exit: ExitTally = field(default_factory=ExitTally)  # the layer-entropy exit (empty when it is off)
     agreement: float | None = None  # share of the compared final paths stating the answer given (None: no answer)
+    error: str | None = None  # a failed run's reason, as its [eval] line says it (the JSON's rows had none)
 
 
 def result_of(method: str, line: int, expected: str, events: Sequence) -> ProblemResult:
@@ -52,8 +53,13 @@ def result_of(method: str, line: int, expected: str, events: Sequence) -> Proble
         done.candidate_tokens if done else scored_tokens, sum(e.verifier_tokens for e in selected),
         done.seconds if done else 0.0, len(selected), sum(e.verify_skipped for e in selected), len(audited),
         sum(not e.verifier_agrees for e in audited), status, ExitTally.of_steps(selected),
-        _agreement(predicted, answers) if done else None,
+        _agreement(predicted, answers) if done else None, _error(run.end) if status == "failed" else None,
     )
+
+
+def _error(end: object) -> str:
+    """Why a run failed: its RunFailed's message, or that it ended without a terminal event."""
+    return end.message if isinstance(end, ev.RunFailed) else "the run ended without a result"
 
 
 def _agreement(predicted: str | None, answers: Sequence[str | None]) -> float | None:
@@ -82,7 +88,7 @@ class MethodSummary:
     mean_tokens: float | None  # generated tokens a finished run cost (None: no problem finished)
     mean_verifier_tokens: float | None  # verifier tokens a finished run cost (None: none finished)
     seconds: float  # wall seconds, all problems: every run's, a failed one's too (what the eval took)
-    skip_rate: float  # share of the finished runs' steps the verifier was skipped
+    skip_rate: float | None  # share of the finished runs' steps the verifier was skipped (None: no step finished)
     audit_disagreement: float | None  # share of audited skipped steps where the verifier disagreed
     failed: int
     mean_exit_layer: float | None = None  # layer-entropy exit: mean verifier layers run per step's candidates
@@ -115,7 +121,7 @@ def summarize(method: str, results: Sequence[ProblemResult], seconds: float) -> 
         method, len(results), _mean_or_none([r.correct for r in finished]),
         _mean_or_none([r.any_correct for r in finished]), max(compared, default=0),
         _mean_or_none([r.tokens for r in finished]), _mean_or_none([r.verifier_tokens for r in finished]), seconds,
-        sum(r.skipped_steps for r in finished) / steps if steps else 0.0,
+        sum(r.skipped_steps for r in finished) / steps if steps else None,  # a rate of no step is no 0%
         sum(r.disagreed for r in finished) / audited if audited else None,
         sum(r.status == "failed" for r in results),
         exits.mean_layer, exits.layers, exits.saved, exits.disagreement,
@@ -144,8 +150,8 @@ _ANSWER_ROWS = (  # pass@N's N used to read as "(N=2)" beside best-of-n's 4 samp
 _ROWS = (
     ("mean tokens", lambda s: "-" if s.mean_tokens is None else f"{s.mean_tokens:,.0f}"),  # a finished run's
     ("mean verifier tokens", lambda s: "-" if s.mean_verifier_tokens is None else f"{s.mean_verifier_tokens:,.0f}"),
-    ("wall seconds, all runs", lambda s: f"{s.seconds:,.1f}"),  # failed ones too: what the method took
-    ("verify-skip rate", lambda s: f"{s.skip_rate:.1%}"),
+    ("wall seconds, all runs", lambda s: "-" if not s.problems else f"{s.seconds:,.1f}"),  # failed ones too
+    ("verify-skip rate", lambda s: "-" if s.skip_rate is None else f"{s.skip_rate:.1%}"),
     ("audit: verifier differs", lambda s: "-" if s.audit_disagreement is None else f"{s.audit_disagreement:.1%}"),
     ("no answer found", lambda s: str(s.no_answer)),
     ("failed runs", lambda s: str(s.failed)),

@@ -8,7 +8,7 @@ import importlib
 import sys
 from pathlib import Path
 
-from app import run_output
+from app import formatting, run_output
 from app.calibrate import StepStat, calibrate
 from app.early_exit import Thresholds
 from app.eval_report import MethodSummary, ProblemResult, result_of, summarize
@@ -16,6 +16,7 @@ from app.problems import Problem
 from engine import events as ev
 from engine.candidate import SearchClock, outside_the_search
 from engine.config import CacheConfig, ModelSpec, SearchConfig
+from engine.errors import LayersUnavailable
 
 FEW_STEPS = 50  # fewer calibration steps than this fit thresholds to chance: saved, with a word of warning
 PROBLEM_ERRORS = frozenset({"InvalidPrompt"})  # a question the model cannot read: its problem's failure, not the eval's
@@ -42,6 +43,7 @@ class Evaluation:
             self.store = open_session_store(args.db, notify=run_output.note, lock=self.lock)
         try:
             self.loaded = load_model(model_spec, device=cache.device, progress=run_output.load_progress)
+            self.no_layers = self._check_layers(next(iter(configs.values())))
         except BaseException:
             self.close()
             raise
@@ -53,6 +55,18 @@ class Evaluation:
         self.lens_steps: list = []  # --calibrate: each step's recorded verifier passes (StepSelected.lens_trace)
         self.done = 0
         self.numerics: dict = {}  # the first run's (engine/numerics.py): every run of one eval shares them
+
+    def _check_layers(self, search: SearchConfig) -> LayersUnavailable | None:
+        """Why the self-judge verifier cannot run layer by layer on the loaded generator (a LayersUnavailable), None
+        when it can or another verifier scores: with --entropy-exit it is refused now, before the first problem
+        (every run failed on it in turn); a calibration keeps it to say why the exit was not calibrated (it said
+        the verifier had no logit lens). Every method runs the same generator and verifier."""
+        from engine.verifiers.entropy_exit import self_judge_refusal
+
+        refusal = self_judge_refusal(self.loaded) if search.verifier == "self-judge" else None
+        if refusal is not None and search.entropy_exit:
+            raise refusal
+        return refusal
 
     def run(self, problems: list[Problem]) -> None:
         for index, problem in enumerate(problems, 1):
@@ -172,7 +186,7 @@ class Evaluation:
         """Fit verify-skip's thresholds and, when the verifier's lens was recorded, the entropy exit's; save them,
         keeping an earlier calibration's entropy exit thresholds when this one has no lens to measure its own.
         False when no step was scored, so nothing was saved."""
-        from app.early_exit import calibrated_on, model_key, save_thresholds, verifier_key
+        from app.early_exit import calibrated_on, model_key, save_thresholds, skip_text, verifier_key
 
         if not self.steps:
             print("beamwise: no steps to calibrate from (did every run fail?); nothing was saved", file=sys.stderr)
@@ -182,11 +196,11 @@ class Evaluation:
         found = dataclasses.replace(calibrate(self.steps, target), generator=model_key(self.model_source),
                                     verifier=verifier)
         print(f"verify-skip thresholds: tau_conf {found.tau_conf:.4f}, r_gap {found.r_gap:.4f} "
-              f"({_skips(found, target)})")
+              f"({skip_text(found)})")
         found = self._with_entropy_exit(found, target)
         print(f"calibrated on {calibrated_on(found)}; saved to {save_thresholds(found)}")
         if found.steps < FEW_STEPS:
-            print(f"beamwise: warning: thresholds from {found.steps} steps are a rough guess; calibrate on "
+            print(f"beamwise: warning: thresholds from {formatting.steps(found.steps)} are a rough guess; calibrate on "
                   f"{FEW_STEPS} steps or more (the shipped problem set gives several hundred)",
                   file=sys.stderr)
         return True
@@ -197,8 +211,8 @@ class Evaluation:
         from app.calibrate_exit import TooFewLayers, calibrate_exit
 
         if not self.lens_steps:
-            return _keep_earlier_exit(found, "the verifier has no logit lens: use --verifier self-judge or a "
-                                      "Math-Shepherd or RLHFlow PRM")
+            why = "the verifier has no logit lens: use --verifier self-judge or a Math-Shepherd or RLHFlow PRM"
+            return _keep_earlier_exit(found, str(self.no_layers).removesuffix(".") if self.no_layers else why)
         try:
             fit = calibrate_exit(self.lens_steps, target)
         except TooFewLayers as error:  # verify-skip's thresholds are still saved (they were lost with an error)
@@ -250,19 +264,13 @@ def _keep_earlier_exit(found: Thresholds, why: str) -> Thresholds:
 def _exit_line(fit, target: float) -> str:
     """What the entropy exit's calibration found (an ExitFit); when no pair reached the target, that and what to do."""
     if fit.missed is not None:
-        return (f"entropy exit: no threshold pair reached {target:.0%} agreement on {fit.steps} steps (the strictest, "
-                f"the 10th percentiles, agreed on {fit.missed:.0%} of the steps it exits); saved the exit as off for "
-                f"this verifier, so the exit does not fire: --entropy-exit runs all {fit.layers} layers and says "
-                "why. Calibrate on more problems, or lower --target-agreement, to find thresholds that exit early")
+        return (f"entropy exit: no threshold pair reached {target:.0%} agreement on {formatting.steps(fit.steps)} "
+                f"(the strictest, the 10th percentiles, agreed on {fit.missed:.0%} of the steps it exits); saved the "
+                f"exit as off for this verifier, so the exit does not fire: --entropy-exit runs all {fit.layers} "
+                "layers and says why. Calibrate on more problems, or lower --target-agreement, to find thresholds "
+                "that exit early")
     return (f"entropy exit thresholds: theta {fit.theta:.4f}, delta {fit.delta:.4f} on the ~150k-vocabulary "
             f"scale ({fit.theta_nats:.4f} and {fit.delta_nats:.4f} nats for this verifier's {fit.vocab:,} "
             f"tokens): exit at layer {fit.mean_layer:.1f} of {fit.layers} on average, on {fit.exit_rate:.0%} "
-            f"of {fit.steps} steps, full pass agrees on {fit.agreement:.0%}")
+            f"of {formatting.steps(fit.steps)}, full pass agrees on {fit.agreement:.0%}")
 
-
-def _skips(found: Thresholds, target: float) -> str:
-    """What verify-skip's calibrated thresholds skip; the fallback's "verifier agrees on 100%" was of no step."""
-    if found.skip_rate == 0:
-        return (f"no threshold pair skipped any of {found.steps} steps at {target:.0%} agreement: the verifier "
-                "ranks every step")
-    return f"skip {found.skip_rate:.0%} of {found.steps} steps, verifier agrees on {found.agreement:.0%}"

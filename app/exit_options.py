@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from app.run_output import warn
 from engine.config import SearchConfig
@@ -10,6 +11,12 @@ from engine.errors import ConfigError
 from engine.prm_folders import exit_refusal
 
 THRESHOLDS = ("tau_conf", "r_gap", "entropy_theta", "entropy_delta")  # the options' dests are the fields' names
+RANGES = {  # SearchConfig's checks of the thresholds, said in the options' words (its own name the fields)
+    "tau_conf": ("in (0, 1]", lambda value: 0 < value <= 1),
+    "r_gap": ("in [0, 1)", lambda value: 0 <= value < 1),
+    "entropy_theta": ("a positive number", lambda value: math.isfinite(value) and value > 0),
+    "entropy_delta": ("a positive number", lambda value: math.isfinite(value) and value > 0),
+}
 
 
 def given_thresholds(args: argparse.Namespace) -> frozenset[str]:
@@ -29,6 +36,7 @@ def early_exit_thresholds(args: argparse.Namespace) -> dict[str, float | bool]:
     and its settings say it, as for such a PRM picked there)."""
     from app.early_exit import load_thresholds
 
+    _check_ranges(args)
     no_lens = args.entropy_exit and (refusal := exit_refusal(args.verifier, args.verifier_model)) is not None
     if no_lens and getattr(args, "command", None) != "gui":  # the window says it in red by its checkbox
         raise refusal  # before the calibration's verifier is compared: no thresholds make this exit run
@@ -50,6 +58,17 @@ def early_exit_thresholds(args: argparse.Namespace) -> dict[str, float | bool]:
         calibrated = getattr(saved, name) if saved is not None else None
         chosen[name] = value if value is not None else calibrated if calibrated is not None else getattr(d, name)
     return {**chosen, "entropy_exit": False} if exit_off else chosen
+
+
+def _check_ranges(args: argparse.Namespace) -> None:
+    """A threshold typed out of its range, refused as typed: SearchConfig said "tau_conf must be in (0, 1]" and
+    "the entropy exit's theta and delta must be positive (got 0.0, 3.0)", names no option has (the window has no
+    control for them, so the engine's words reach it from the command line alone)."""
+    for name in THRESHOLDS:
+        value = getattr(args, name, None)
+        span, fits = RANGES[name]
+        if value is not None and not fits(value):
+            raise ConfigError(f"--{name.replace('_', '-')} must be {span} (got {value}).")
 
 
 def _check_entropy_calibration(args: argparse.Namespace, saved) -> bool:

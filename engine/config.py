@@ -22,6 +22,7 @@ MAX_CANDIDATES_PER_STEP = 1024  # beams x width; more is refused at once (raise 
 SEED_RANGE = (0, 2**63 - 1)  # candidate seeds are taken mod 2**63: a seed outside would equal one inside
 METHODS = ("beam", "best-of-n", "dvts", "greedy")
 SELECTIONS = ("best", "majority", "weighted")
+MAX_LOOKAHEAD = 16  # greedy roll-out steps after each sampled step (the window's control stops there too)
 
 
 def _require(ok: bool, message: str) -> None:
@@ -114,7 +115,8 @@ class SearchConfig:
     def _check_method(self) -> None:
         _require(self.method in METHODS, f"method must be one of {', '.join(METHODS)} (got {self.method!r}).")
         _require(self.select in SELECTIONS, f"select must be one of {', '.join(SELECTIONS)} (got {self.select!r}).")
-        _require(0 <= self.lookahead <= 16, f"lookahead must be 0..16 greedy steps (got {self.lookahead}).")
+        _require(0 <= self.lookahead <= MAX_LOOKAHEAD,
+                 f"lookahead must be 0..{MAX_LOOKAHEAD} greedy steps (got {self.lookahead}).")
         _require(
             self.lookahead == 0 or self.method == "beam",
             f"lookahead works with the beam method only; set lookahead to 0 for {self.method}.",

@@ -192,6 +192,14 @@ class LayersUnavailable(BeamwiseError):
     hint = "Run without --entropy-exit, or with the self-judge, Math-Shepherd or RLHFlow verifier."
 
 
+class GeneratorLayersUnavailable(LayersUnavailable):
+    """The self-judge verifier cannot be run layer by layer: the body it runs is the generator's own, so the cure is
+    another generator or verifier (LayersUnavailable's hint offered the self-judge verifier already in use)."""
+
+    hint = ("The self-judge verifier is the generator itself, so the exit needs a Llama-, Mistral- or Qwen2-shaped "
+            "generator; or score the steps with a Math-Shepherd or RLHFlow PRM, or run without --entropy-exit.")
+
+
 class RemoteError(BeamwiseError):
     """A generator server (OpenAI-compatible: vLLM, SGLang, llama.cpp) could not do what the search asked."""
 

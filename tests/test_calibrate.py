@@ -27,7 +27,7 @@ def test_with_no_percentile_pair_in_agreement_the_verifier_keeps_every_step():
     agreement, below --target-agreement, and run --verify-skip then skipped the verifier where it disagreed."""
     found = calibrate([StepStat(0.4, 0.1, False)], target=0.9)
     assert (found.tau_conf, found.r_gap) == (1.0, 0.999)
-    assert found.skip_rate == 0.0 and found.agreement == 1.0
+    assert found.skip_rate == 0.0 and found.agreement is None  # it skips no step: no agreement to state
     murky = [StepStat(0.3 + i / 100, 0.05, i % 2 == 0) for i in range(20)]
     assert calibrate(murky, target=0.9).skip_rate == 0.0
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
+from engine.errors import GeneratorLayersUnavailable
 from engine.exit_note import FIRST_LAYER
 from engine.methods.confidence import best_index
 from engine.prm_folders import no_lens
@@ -36,7 +37,7 @@ from engine.verifiers.layered import LayeredBody, LayersUnavailable
 REFERENCE_VOCAB = 150_000  # the vocabulary size the paper's thresholds are stated for
 
 __all__ = ["EntropyExit", "ExitCost", "ExitPass", "ExitRule", "LayersUnavailable", "LensPass",
-           "exit_fields", "exit_rule", "lens_entropy", "no_lens", "with_exit"]
+           "exit_fields", "exit_rule", "layers_refusal", "lens_entropy", "no_lens", "self_judge_refusal", "with_exit"]
 
 
 @dataclass(frozen=True)
@@ -220,15 +221,27 @@ def with_exit(verifier, lm_head: torch.nn.Module | None, rule: ExitRule | None):
     """
     if rule is None:
         return verifier
-    if lm_head is None:
+    refusal = no_lens(verifier.name) if lm_head is None else layers_refusal(verifier.name, verifier.body)
+    if refusal is not None:
         if rule.record:
             return verifier
-        raise no_lens(verifier.name)
-    try:
-        body = LayeredBody.of(verifier.body, verifier.name)
-    except LayersUnavailable:
-        if rule.record:
-            return verifier
-        raise
-    verifier.exit = EntropyExit(body, lm_head, verifier.readout, rule)
+        raise refusal
+    verifier.exit = EntropyExit(LayeredBody(verifier.body), lm_head, verifier.readout, rule)
     return verifier
+
+
+def layers_refusal(name: str, body: torch.nn.Module) -> LayersUnavailable | None:
+    """Why the `name` verifier's `body` cannot run layer by layer, None when it can; self-judge's body is the
+    generator's own, so its refusal advises another generator or verifier (GeneratorLayersUnavailable)."""
+    try:
+        LayeredBody.of(body, name)
+    except LayersUnavailable as error:
+        return GeneratorLayersUnavailable(str(error)) if name == "self-judge" else error
+    return None
+
+
+def self_judge_refusal(loaded) -> LayersUnavailable | None:
+    """Why the self-judge verifier cannot exit on `loaded` (a LoadedModel), read from the loaded generator before
+    any run (`beamwise eval` checks once, not in each run): the body it runs is the generator's base model, as
+    self_judge.py builds it."""
+    return layers_refusal("self-judge", loaded.model.base_model)
