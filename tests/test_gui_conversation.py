@@ -99,7 +99,7 @@ def test_the_plan_bar_counts_a_follow_up_with_its_conversation(qtbot, window_for
     assert follow_up.prompt_tokens == window.store.events(2)[1].prompt_tokens  # the run's PrefillDone
     assert f"{follow_up.prompt_tokens:,} tokens (counted by the model's tokenizer, 1 earlier turn" in shown
     bare = plan_now(qtbot, window)  # the box is empty again: Run would ask the question box's text afresh
-    assert window.question.toPlainText() == SECOND and bare.prompt_tokens < follow_up.prompt_tokens
+    assert window.question.toPlainText() == FIRST and bare.prompt_tokens < follow_up.prompt_tokens  # kept as typed
     shown = html.unescape(window.plan_bar.toolTip())
     assert f"{bare.prompt_tokens:,} tokens (counted by the model's tokenizer)" in shown
 

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QFileDialog, QToolButton
 
 from app.conversations import line_of, runs_of_turns
 from app.gui.bridge import SearchBridge
-from app.gui.conversation import after_hints
+from app.gui.conversation import after_hints, retry_hints
 from app.gui.main_window import MainWindow
 from app.store import SessionStore
 from benchmarks.fake_search import fake_run
@@ -84,18 +84,35 @@ def test_a_follow_up_on_an_earlier_tab_is_the_conversations_next_turn_and_the_bo
     assert window.talk.turns.runs_button(2) is None  # nothing branched
 
 
-def test_on_an_earlier_tab_the_box_follows_the_newest_turns_end(qtbot, made, tmp_path: Path) -> None:
-    """The newest turn has no answer: a follow-up has nothing to go after, whichever tab is open (the CLI refuses
-    it too); the box is off and says why instead of asking and then refusing."""
-    window, store, _seen = made
+def test_on_an_earlier_tab_a_follow_up_takes_the_place_of_a_newest_turn_without_an_answer(qtbot, made,
+                                                                                           tmp_path: Path) -> None:
+    """The newest turn has no answer: a follow-up goes in its place, after the turn before it, whichever tab is
+    open, and the box says so. It was off ("Turn 3 has no answer to follow up"), and nothing said how to go on."""
+    window, store, seen = made
     ids = three_turns(store)
     with sqlite3.connect(tmp_path / "s.db") as conn:
         conn.execute("UPDATE sessions SET status = 'cancelled', answer = NULL WHERE id = ?", (ids[2],))
     window.open_session(ids[0])
     assert tabs(window) == ["Turn 1", "Turn 2", "Turn 3 (cancelled)"]
+    box = window.talk.box.field
+    assert box.isEnabled() and box.placeholderText() in retry_hints(3) and "after Turn 2" in box.placeholderText()
+    box.setText(FOUR)
+    run_to_end(qtbot, window, lambda: qtbot.keyClick(box, Qt.Key.Key_Return))
+    new = store.get_session(window.current_session)
+    assert (new["previous_id"], new["turn"], new["question"]) == (ids[1], 3, FOUR)
+    assert [q for q, _ in seen[-1][1]] == [ONE, TWO]
+    assert tabs(window) == ["Turn 1", "Turn 2", "Turn 3"] and window.talk.turns.runs_button(3) is not None
+
+
+def test_the_box_is_off_when_no_turn_before_the_newest_has_an_answer(qtbot, made, tmp_path: Path) -> None:
+    """Turns 2 and 3 without an answer: there is nothing a follow-up could go after, and the box says why."""
+    window, store, _seen = made
+    ids = three_turns(store)
+    with sqlite3.connect(tmp_path / "s.db") as conn:
+        conn.execute("UPDATE sessions SET status = 'failed', answer = NULL WHERE id IN (?, ?)", (ids[1], ids[2]))
+    window.open_session(ids[0])
     assert not window.talk.box.field.isEnabled()
     assert window.talk.box.field.placeholderText() in after_hints(3, False)
-    assert "Turn 3" in window.talk.box.field.placeholderText()
 
 
 def test_the_older_branch_opens_from_the_runs_button_of_the_turn_where_it_parts(qtbot, made) -> None:

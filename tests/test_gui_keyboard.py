@@ -269,7 +269,8 @@ def test_ctrl_2_brings_the_covered_sessions_tab_forward_with_the_focus_in_it(win
     assert QApplication.focusWidget() is window.sessions.search
     assert not on_screen(window, window.controls)  # now behind Sessions
     assert window.sessions.view in tab_chain(window, window.question)
-    qtbot.keyClick(window.sessions.search, Qt.Key.Key_2, Qt.KeyboardModifier.ControlModifier)  # in front: closes
+    window.sessions.search.setFocus()  # tab_chain walked the focus round to the question
+    qtbot.keyClick(window.sessions.search, Qt.Key.Key_2, Qt.KeyboardModifier.ControlModifier)  # the focus in it: closes
     assert sessions.isHidden()
     qtbot.keyClick(window.question, Qt.Key.Key_2, Qt.KeyboardModifier.ControlModifier)  # closed: opens in front
     qtbot.waitUntil(lambda: on_screen(window, window.sessions.view))

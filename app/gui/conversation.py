@@ -23,6 +23,7 @@ from app.conversations import follow_up_of, history, line_of, runs_of_turns
 from app.export.md_escape import without_controls
 from app.gui.bridge import Conversation
 from app.gui.hints import fit_placeholder
+from engine import events as ev
 from engine.blank_text import is_blank
 from engine.chat import Turn
 from engine.errors import BeamwiseError
@@ -32,6 +33,17 @@ HINTS = {  # the placeholder, longest first: the field shows the longest that fi
     True: (FOLLOW_UP_HINT, "Ask a follow-up (Enter)", "Follow-up"),
     False: ("Follow-ups come after a finished answer", "Follow-ups come after an answer", "After an answer"),
 }
+
+
+UNSAVED_HINTS = ("Sessions are not saved, so follow-ups cannot be asked", "Sessions are not saved: no follow-ups",
+                 "Not saved: no follow-ups", "Not saved")  # the tooltip says why (unsaved_tip)
+
+
+def retry_hints(turn: int) -> tuple[str, ...]:
+    """The placeholder when the branch's newest turn, `turn`, has no answer (it failed or was stopped): a follow-up
+    takes its place after the turn before it."""
+    return (f"Turn {turn} has no answer: ask again after Turn {turn - 1} (Enter)",
+            f"Ask again after Turn {turn - 1} (Enter)", f"After Turn {turn - 1}")
 
 
 def after_hints(turn: int, answered: bool) -> tuple[str, ...]:
@@ -123,7 +135,7 @@ class FollowUpBox(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.field = QLineEdit(placeholderText=FOLLOW_UP_HINT, clearButtonEnabled=True)
-        self._hints = HINTS[True]
+        self._hints, self._why = HINTS[True], ""
         self.field.setAccessibleName("Follow-up question")
         self.field.returnPressed.connect(self.submit)
         self.action = QAction("&Follow up", self)
@@ -144,12 +156,13 @@ class FollowUpBox(QWidget):
             return
         self.asked.emit(text)
 
-    def set_open(self, open_turn: bool, after: int | None = None) -> None:
-        """Usable only when the turn a follow-up continues is finished and nothing runs. `after`: that turn's number,
-        when an earlier tab is open (the placeholder says where the follow-up goes)."""
+    def set_open(self, open_turn: bool, hints: tuple[str, ...] | None = None, why: str = "") -> None:
+        """Usable only when there is an answered turn for a follow-up to go after and nothing runs. `hints`: the
+        placeholder's wordings, longest first (by default the plain ones); `why`: the tooltip, whatever wording fits
+        (by default the whole hint, where a shorter one is shown)."""
         self.field.setEnabled(open_turn)
         self.action.setEnabled(open_turn)
-        self._hints = after_hints(after, open_turn) if after is not None else HINTS[open_turn]
+        self._hints, self._why = hints or HINTS[open_turn], why
         self._fit_hint()
 
     def resizeEvent(self, event: QResizeEvent) -> None:
@@ -159,7 +172,8 @@ class FollowUpBox(QWidget):
     def _fit_hint(self) -> None:
         """The longest hint that fits the field whole; a shorter one has the whole sentence as the tooltip."""
         hints = self._hints
-        self.field.setToolTip("" if fit_placeholder(self.field, hints) == hints[0] else hints[0])
+        shown = fit_placeholder(self.field, hints)
+        self.field.setToolTip(self._why or ("" if shown == hints[0] else hints[0]))
 
 
 def with_follow_up(transcript: QWidget, box: FollowUpBox) -> QWidget:
@@ -185,7 +199,7 @@ class ConversationControls:
         self.new_action.triggered.connect(self.new_conversation)
         self.rerun: tuple[str, Conversation] | None = None  # "Run again" of a later turn: its question and history
         self.follows: int | None = None  # the session the run in progress is the next turn of
-        self.asked: tuple[int, str] | None = None  # the follow-up in progress: the turn open then, its text
+        self.asked: int | None = None  # the follow-up in progress: the turn open when it was asked
         self.line: list[dict[str, Any]] = []  # the turns the tabs show (store rows): the branch of the open turn
         self.box.asked.connect(self.ask)
         self.turns.turn_chosen.connect(window.open_session)
@@ -199,23 +213,36 @@ class ConversationControls:
         return None
 
     def planned_prompt(self) -> tuple[str, tuple[Turn, ...]]:
-        """What the next run would send, for the plan bar: a follow-up typed in the box after the open branch's
-        newest turn (as `ask` builds it); else the question box's text, a new conversation or a loaded rerun's."""
+        """What the next run would send, for the plan bar: a follow-up typed in the box where `follow_up_place`
+        puts it (as `ask` builds it); else the question box's text, a new conversation or a loaded rerun's."""
         window = self.window
         follow_up = self.box.field.text().strip()
         if follow_up and self.box.field.isEnabled():
             try:
-                return follow_up, tuple(follow_up_of(window.store, window.current_session)[1])
+                return follow_up, self.follow_up_place().history
             except BeamwiseError:
                 pass  # the open turn cannot be followed up: Run would start a new conversation
         question = window.question.toPlainText()
         conversation = self.conversation_for(question.strip())
         return question, conversation.history if conversation is not None else ()
 
+    def follow_up_place(self) -> Conversation:
+        """Where a follow-up goes: after the newest turn of the open turn's branch, as `beamwise run --session ID`
+        puts it for any turn ID (app/conversations.py follow_up_of). When that turn has no answer (it failed or was
+        stopped) and the turn before it has one, the follow-up takes its place after that turn, as "Run again" of
+        it would (the conversation branches there): a follow-up that failed on a setting is asked again once the
+        setting is fixed. Raises BeamwiseError where there is nothing to go after."""
+        store = self.window.store
+        line = line_of(store, self.window.current_session)
+        if retryable(line):
+            return Conversation(line[-1]["previous_id"], tuple(history(store, line[-1]["id"])))
+        follows, turns = follow_up_of(store, self.window.current_session)
+        return Conversation(follows, tuple(turns))
+
     def ask(self, text: str) -> None:
-        """Run `text` as the next turn of the open conversation: after the newest turn of the branch shown, whichever
-        of its tabs is open, as `beamwise run --session ID` does for any turn ID (app/conversations.py follow_up_of).
-        Branching from an earlier turn is what "Run again" of the turn after it does."""
+        """Run `text` as the next turn of the open conversation, where `follow_up_place` puts it, whichever of its
+        tabs is open. Branching from an earlier turn is what "Run again" of the turn after it does. The text stays
+        in the box until its turn has an answer, and the question box keeps what the user left there (a draft)."""
         window = self.window
         if window.running:
             window.statusBar().showMessage("Wait for the search to end (or Stop it) before a follow-up.", 8000)
@@ -224,35 +251,35 @@ class ConversationControls:
             window.report_error("Nothing to follow up", "Run a question or open a session first.")
             return
         try:
-            follows, turns = follow_up_of(window.store, window.current_session)
+            place = self.follow_up_place()
         except BeamwiseError as error:
             window.report_error("Cannot ask a follow-up", error.user_message())
             return
         waiting = window.sessions.waiting if window.sessions is not None else None
-        if waiting is not None and waiting[0] == "delete" and waiting[1] in (window.current_session, follows):
+        if waiting is not None and waiting[0] == "delete" and waiting[1] in (window.current_session, place.previous):
             # landing first, the delete would leave the follow-up nothing to follow, and its run unsaved
             window.statusBar().showMessage(f"Session {waiting[1]} is being deleted (the Sessions tab is waiting for "
                                            "the database); nothing to follow up.", 8000)
             return
         opened = window.current_session
-        window.question.setPlainText(text)
-        if window.start_run(Conversation(follows, tuple(turns))):
-            self.asked = (opened, text)
-            self.box.field.clear()
+        if window.start_run(place, text):
+            self.asked = opened
 
-    def run_over(self) -> None:
-        """A follow-up that recorded nothing (its model did not load, its prompt was refused, or Stop came before
-        it started) goes back to the turn that was open, its text back in the box: the window had dropped the
-        conversation, and the follow-up could not be asked again."""
+    def run_over(self, terminal: Any) -> None:
+        """The follow-up's run is over. Answered, its text leaves the box. One that recorded nothing (its model did
+        not load, its prompt was refused, or Stop came before it started) goes back to the turn that was open: the
+        window had dropped the conversation, and the follow-up could not be asked again. One that failed or was
+        stopped keeps its text in the box, which asks it again in that turn's place (`follow_up_place`)."""
         window = self.window
         asked, self.asked = self.asked, None
-        if asked is None or window.current_session is not None:
+        if asked is None:
             return
-        said = window.statusBar().currentMessage()  # what went wrong stays in the status bar
-        window.open_session(asked[0])
-        if window.current_session == asked[0]:
-            self.box.field.setText(asked[1])
-        window.statusBar().showMessage(said, 15000)
+        if isinstance(terminal, ev.RunFinished):
+            self.box.field.clear()
+        elif window.current_session is None:
+            said = window.statusBar().currentMessage()  # what went wrong stays in the status bar
+            window.open_session(asked, show_question=False)
+            window.statusBar().showMessage(said, 15000)
 
     def load_rerun(self, session_id: int, row: dict[str, Any]) -> None:
         """"Run again" of `row`: a later turn reruns after its own earlier turns (it branches there)."""
@@ -320,14 +347,51 @@ class ConversationControls:
         window.plan_bar.schedule()  # the open turn changed: so did a follow-up's conversation
 
     def update(self) -> None:
-        """The follow-up box and the turn tabs follow the window: a turn opens only while nothing runs. A follow-up
-        goes after the branch's newest turn: that turn must have an answer (the open one, when it is the newest)."""
+        """The follow-up box and the turn tabs follow the window: a turn opens only while nothing runs, and the box
+        is usable where `follow_up_place` has somewhere to put a follow-up. Without a session database it says that
+        follow-ups need one, and why there is none."""
         window = self.window
         self.turns.setEnabled(not window.running)
-        newest = self.line[-1] if self.line and window.current_session is not None and not window.running else None
-        after = None
+        if window.store is None:
+            self.box.set_open(False, UNSAVED_HINTS, unsaved_tip(window.store_problem))
+            return
+        self.box.set_open(*self._box_state())
+
+    def _box_state(self) -> tuple[bool, tuple[str, ...]]:
+        """Whether a follow-up can be asked now, and the box's placeholder. The branch's newest turn must have an
+        answer (the open turn's is its run's end, which its row may not hold yet), else the follow-up takes that
+        turn's place after the one before it (`retryable`)."""
+        window = self.window
         finished = getattr(window.last_terminal, "type", "") == "run_finished"
-        if newest is not None and newest["id"] != window.current_session:  # an earlier tab is open
-            finished, after = newest["status"] == "finished" and bool(newest["answer"]), len(self.line)
-        self.box.set_open(window.store is not None and window.current_session is not None and finished
-                          and not window.running, after)
+        if window.running or window.current_session is None:
+            return False, HINTS[False]
+        if not self.line:  # the store could not list the turns: the open one alone
+            return finished, HINTS[finished]
+        turns, newest = len(self.line), self.line[-1]
+        earlier = newest["id"] != window.current_session  # an earlier tab is open: the box says where it goes
+        ready = answered(newest) if earlier else finished
+        if ready:
+            return True, after_hints(turns, True) if earlier else HINTS[True]
+        if retryable(self.line):
+            return True, retry_hints(turns)
+        return False, after_hints(turns, False) if earlier else HINTS[False]
+
+
+def answered(row: dict[str, Any]) -> bool:
+    """Whether the turn `row` (a store row) ended with an answer to follow up."""
+    return row["status"] == "finished" and bool(row["answer"])
+
+
+def retryable(line: list[dict[str, Any]]) -> bool:
+    """Whether a follow-up to `line` (a branch's turns, first first) takes its newest turn's place: that turn ended
+    without an answer (it failed, was stopped or interrupted) and the turn before it has one."""
+    return len(line) > 1 and line[-1]["status"] != "running" and not answered(line[-1]) and answered(line[-2])
+
+
+def unsaved_tip(problem: str) -> str:
+    """The follow-up box's tooltip in a window without a session database: why there is none (`problem`, as said
+    at start), and that a follow-up needs one, since it is asked after a saved turn."""
+    why = problem or "the session database could not be opened."
+    return (f"Sessions are not being saved in this window: {why}\n\nFollow-ups need the session database: a "
+            "follow-up is asked after a saved turn. Fix the database (or choose another with --db), then start "
+            "Beamwise again.")

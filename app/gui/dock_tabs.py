@@ -1,11 +1,11 @@
 """The window's panels by keyboard: a covered tab's contents hidden, so Tab skips them, and View's Ctrl+1 … that
-bring a closed or covered panel to the front with the keyboard focus in it."""
+bring a panel to the front with the keyboard focus in it."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QDockWidget, QWidget
+from PySide6.QtWidgets import QApplication, QDockWidget, QWidget
 
 
 def hide_when_covered(dock: QDockWidget) -> None:
@@ -21,24 +21,33 @@ def hide_when_covered(dock: QDockWidget) -> None:
 
 def panel_action(dock: QDockWidget, text: str, keys: str) -> QAction:
     """View's entry for `dock`, checked while the panel is open. Qt's own toggle closed a panel that was covered
-    by another tab, so Ctrl+2 could never show Sessions behind Settings: this one brings a closed or covered
-    panel to the front with the focus in it, and closes only a panel already in front."""
+    by another tab, so Ctrl+2 could never show Sessions behind Settings, and a toggle on "in front" closed Node
+    details, the Transcript and the charts, always in view, instead of moving the focus there: this one brings the
+    panel to the front with the focus in it, and closes it only when the focus is in it already (pressed again)."""
     action = QAction(text, dock.parent(), checkable=True)
     action.setShortcut(QKeySequence(keys))
     action.setChecked(not dock.isHidden())
     dock.toggleViewAction().toggled.connect(action.setChecked)  # closed by its own button, or restored
 
     def triggered() -> None:
-        if dock.isHidden() or dock.widget().isHidden():
+        if holds_focus(dock):
+            dock.close()
+        else:
             dock.show()
             dock.raise_()
             focus_first(dock.widget())
-        else:
-            dock.close()
         action.setChecked(not dock.isHidden())
 
     action.triggered.connect(triggered)
     return action
+
+
+def holds_focus(dock: QDockWidget) -> bool:
+    """Whether the keyboard focus is in `dock`'s contents, shown and in front."""
+    focus = QApplication.focusWidget()
+    contents = dock.widget()
+    return (focus is not None and not dock.isHidden() and not contents.isHidden()
+            and (focus is contents or contents.isAncestorOf(focus)))
 
 
 def focus_first(widget: QWidget) -> None:

@@ -88,23 +88,44 @@ def command_line_options(args: argparse.Namespace) -> frozenset[str] | None:
 
 def open_store(path: str | None, *, ask: bool) -> Any:
     """The GUI thread's SessionStore, or None (the window then runs without saving) after saying why."""
+    store, problem = store_or_problem(path, ask=ask)
+    if problem:
+        _warn(ask, "Sessions will not be saved", problem)
+    return store
+
+
+def store_or_problem(path: str | None, *, ask: bool) -> tuple[Any, str]:
+    """(the SessionStore at `path`, or the default one, and "") or (None, why it cannot be opened). With `ask`, a
+    damaged database is moved aside for a fresh one when the user agrees."""
     db = Path(path) if path else default_db_path()
     notify = lambda text: print(f"beamwise: {text}", file=sys.stderr)  # noqa: E731 - journals imported on open
     try:
-        return open_session_store(db, notify=notify)
+        return open_session_store(db, notify=notify), ""
     except StoreDamaged as error:
         question = (f"{error.user_message()}\n\nMove it aside (it is kept as a .damaged file) "
                     "and start a fresh session database?")
         if ask and QMessageBox.question(None, "Session database damaged", question) == QMessageBox.StandardButton.Yes:
             try:
                 move_aside(db)
-                return open_session_store(db, notify=notify)
+                return open_session_store(db, notify=notify), ""
             except BeamwiseError as again:
-                error = again
-        _warn(ask, "Sessions will not be saved", error.user_message())
+                return None, again.user_message()
+        return None, error.user_message()
     except BeamwiseError as error:
-        _warn(ask, "Sessions will not be saved", error.user_message())
-    return None
+        return None, error.user_message()
+
+
+def window_store(db: str | None, *, interactive: bool) -> tuple[Any, str] | None:
+    """(the window's session store, or None and why not), or None when `db`, a --db the user typed, cannot be opened:
+    that is an error, said as `beamwise run` says it (exit 2), not a window that saves nothing. The default
+    database unusable still opens the window, which says it saves nothing (first a dialog, or stderr headless)."""
+    store, problem = store_or_problem(db, ask=interactive and db is None)
+    if problem and db is not None:
+        print(f"beamwise: error: {problem}", file=sys.stderr)
+        return None
+    if problem:
+        _warn(interactive, "Sessions will not be saved", problem)
+    return store, problem
 
 
 def _warn(ask: bool, title: str, text: str) -> None:
@@ -125,17 +146,23 @@ def say_missing_panel(panel: str | None, window: MainWindow) -> None:
 
 
 class Screenshot:
-    """When the run ends: fit the tree, paint, save the window as PNG, quit with 0 (or 2 if it failed)."""
+    """When the run ends: fit the tree, paint, save the window as PNG, quit with 0 (or 2 if it failed).
+
+    The run's own failures are said in the command line's words (the engine's, naming the options), not the
+    window's (its controls' labels, "Choose another model under Settings > Model"): no picture of the window is
+    saved then, and the options are what a user of `gui --screenshot` changes."""
 
     def __init__(self, app: QApplication, window: MainWindow, path: Path, panel: str | None = None) -> None:
         self.app, self.window, self.path, self.panel = app, window, path, panel
-        window.error_reported.connect(lambda title, text: print(f"beamwise: {title}: {text}", file=sys.stderr))
+        window.error_reported.connect(self.on_error)
         window.run_ended.connect(self.on_run_ended)
         self.gaps = LoopGapMonitor(window)  # BENCHMARKS.md: the window must stay responsive during a run
         self.gaps.start()
         self.loading_gap_ms: float | None = None
         self.saved = False
+        self.failure = ("", "")  # the run's failure: the window's title for it, the engine's message
         window.bridge.event_emitted.connect(self.on_event)
+        window.bridge.load_failed.connect(lambda message: self.note_failure(message=message))
         say_missing_panel(panel, window)
 
     def on_event(self, event: Any) -> None:
@@ -143,21 +170,43 @@ class Screenshot:
             self.loading_gap_ms = self.gaps.largest_gap_ms
             self.gaps.start()
 
+    def on_error(self, title: str, text: str) -> None:
+        """What the window reports: said at once, but a running search's failure waits for the run's end, which
+        says it with the engine's message (`on_run_ended`)."""
+        if self.window.running:
+            self.note_failure(title=title)
+        else:
+            print(f"beamwise: {title}: {text}", file=sys.stderr)
+
+    def note_failure(self, *, title: str = "", message: str = "") -> None:
+        """Keep what the window titles the run's failure, and the engine's own message for it (a model's load)."""
+        self.failure = (title or self.failure[0], message or self.failure[1])
+
     def on_run_ended(self, terminal: Any) -> None:
         self.gaps.stop()
+        if not isinstance(terminal, ev.RunFinished):
+            self.say_failure(terminal)
+            self.app.exit(2)
+            return
         loading = "" if self.loading_gap_ms is None else f"; while loading the model: {self.loading_gap_ms:.1f} ms"
         print(f"beamwise: largest GUI event-loop gap during the search: {self.gaps.largest_gap_ms:.1f} ms "
               f"({self.gaps.ticks} timer ticks){loading}")
-        if not isinstance(terminal, ev.RunFinished):
-            what = "was stopped" if isinstance(terminal, ev.RunCancelled) else "failed"
-            print(f"beamwise: error: the run {what}; no screenshot was saved.", file=sys.stderr)
-            self.app.exit(2)
-            return
         # The plan bar is part of the picture: a short run ends before its debounce has planned anything, and
         # the picture showed "Planning memory…". Plan now, and save once it shows (or after PLAN_WAIT_MS).
         self.window.plan_bar.planned.connect(lambda plan: QTimer.singleShot(50, self.save))
         self.window.plan_bar.refresh_now()
         QTimer.singleShot(PLAN_WAIT_MS, self.save)
+
+    def say_failure(self, terminal: Any) -> None:
+        """The run that ended without an answer: what went wrong, and no event-loop gap (it measures a search that
+        answered, beside its picture: a model that did not load or a refused run printed one "during the search")."""
+        title, message = self.failure
+        if isinstance(terminal, ev.RunFailed):
+            message = terminal.message
+        if title and message:
+            print(f"beamwise: {title}: {message}", file=sys.stderr)
+        what = "was stopped" if isinstance(terminal, ev.RunCancelled) else "failed"
+        print(f"beamwise: error: the run {what}; no screenshot was saved.", file=sys.stderr)
 
     def save(self) -> None:
         if self.saved:
@@ -203,12 +252,15 @@ def main(args: argparse.Namespace) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setOrganizationName(saved.ORGANIZATION)
     app.setApplicationName(saved.APPLICATION)
+    opened = window_store(getattr(args, "db", None), interactive=screenshot is None)  # its dialogs: before the window
+    if opened is None:
+        return 2
+    store, problem = opened
     # A screenshot run must neither use nor overwrite the user's remembered settings and layout.
     scratch = tempfile.TemporaryDirectory() if screenshot else None
     settings = (QSettings(str(Path(scratch.name) / "beamwise.ini"), QSettings.Format.IniFormat) if scratch
                 else saved.default_settings())
-    store = open_store(getattr(args, "db", None), ask=screenshot is None)  # its dialogs come before the window
-    window = _build_window(args, settings, store, interactive=screenshot is None, typed=typed)
+    window = _build_window(args, settings, store, interactive=screenshot is None, typed=typed, store_problem=problem)
     follow_theme(app, window, getattr(args, "theme", "system"))
     try:
         window.show()
@@ -296,14 +348,15 @@ def _exposed(window: QWidget) -> bool:
 
 
 def _build_window(args: argparse.Namespace, settings: QSettings, store: Any, *, interactive: bool,
-                  typed: Configs | None = None) -> MainWindow:
-    """The window over `store` (None: it runs without saving); `typed`: the configs `args` gave, when built."""
+                  typed: Configs | None = None, store_problem: str = "") -> MainWindow:
+    """The window over `store` (None: it runs without saving, `store_problem` says why); `typed`: the configs
+    `args` gave, when built."""
     factory = None
     if store is not None:
         path = store.path
         factory = lambda: SessionStore(path)  # noqa: E731 - the worker thread opens its own connection
     bridge = SearchBridge(store_factory=factory)
-    window = MainWindow(bridge, settings=settings, store=store, dialogs=interactive)
+    window = MainWindow(bridge, settings=settings, store=store, dialogs=interactive, store_problem=store_problem)
     base = saved.load_configs(settings) or (ModelSpec(), SearchConfig(), CacheConfig(prefix_cache=True))
     window.controls.set_configs(*explicit_configs(args, base, typed, command_line_options(args)),
                                 given=given_thresholds(args))  # typed thresholds win over the calibrated ones

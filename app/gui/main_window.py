@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QSettings, QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QShowEvent
 from PySide6.QtWidgets import QMainWindow, QMessageBox
 
@@ -49,9 +49,11 @@ class MainWindow(QMainWindow):
     error_reported = Signal(str, str)  # title, text (also shown as a dialog when dialogs are on)
 
     def __init__(self, bridge: SearchBridge, *, settings: QSettings | None = None, store: Any = None,
-                 dialogs: bool = True) -> None:
+                 dialogs: bool = True, store_problem: str = "") -> None:
+        """`store` None: the window saves nothing, and `store_problem` (the database's error) says why."""
         super().__init__()
         self.bridge, self.store, self.dialogs = bridge, store, dialogs
+        self.store_problem = store_problem
         self.settings = settings if settings is not None else saved.default_settings()
         self.session = SessionModel()
         self.panels = Panels.of(self.session)
@@ -65,6 +67,7 @@ class MainWindow(QMainWindow):
         self.resize(1400, 900)
         self._central_layout = build_central(self)  # the status line's load banner goes above the tree
         self.controls = SearchControls()
+        self._valid_delimiter = self.controls.delimiter.text()  # the last valid one (configs_to_remember)
         self.server = ServerPicker(self.controls.model_picker, self.settings, self)  # "Server…" in the picker
         self.status = StatusLine(self)
         self._central_layout.insertWidget(1, self.status.banner)
@@ -110,6 +113,7 @@ class MainWindow(QMainWindow):
         self.refused_run.activated.connect(lambda: self.start_run())  # start_run says what to fix first
         self.stop_action.triggered.connect(self.stop_run)
         self.controls.changed.connect(self.update_actions)
+        self.controls.changed.connect(self._note_valid_delimiter)
         self.controls.verifier.refused.connect(lambda message: self.report_error("Not a PRM Beamwise knows", message))
         self.question.textChanged.connect(self.update_actions)
         self.question.textChanged.connect(self.plan_bar.schedule)  # the prompt's length is in the plan
@@ -117,6 +121,7 @@ class MainWindow(QMainWindow):
         b = self.bridge
         b.load_progress.connect(self.status.loading)
         b.model_loaded.connect(self.status.loaded)
+        b.model_loaded.connect(self.lifecycle.on_model_loaded)
         b.load_failed.connect(self.lifecycle.on_load_failed)
         # bursts of events in slices: the window stays responsive
         self._pump = EventPump(self.lifecycle.take, parent=self)
@@ -191,10 +196,10 @@ class MainWindow(QMainWindow):
         self.status.loading(f"Loading {model.source}", -1)
         self.bridge.request_load(model, cache.device)
 
-    def start_run(self, conversation: Conversation | None = None) -> bool:
-        """Run the question with the current settings; False (with the reason shown) when it cannot start
-        (`RunLifecycle.start` says more)."""
-        return self.lifecycle.start(conversation)
+    def start_run(self, conversation: Conversation | None = None, question: str | None = None) -> bool:
+        """Run the question (`question`, else the question box's) with the current settings; False (with the reason
+        shown) when it cannot start (`RunLifecycle.start` says more)."""
+        return self.lifecycle.start(conversation, question)
 
     def stop_run(self) -> None:
         self.lifecycle.stop()
@@ -290,7 +295,10 @@ class MainWindow(QMainWindow):
             if event.type in ev.TERMINAL_TYPES:
                 self.last_terminal = event
 
-    def open_session(self, session_id: int) -> None:
+    def open_session(self, session_id: int, *, show_question: bool = True) -> None:
+        """Show a recorded session and its conversation's turns; its question goes into the question box unless
+        `show_question` is False (a follow-up that recorded nothing goes back to its turn: the box keeps the user's
+        draft)."""
         if self.running:
             self.statusBar().showMessage("Stop the running search before opening a session.", 8000)
             return
@@ -300,7 +308,7 @@ class MainWindow(QMainWindow):
             self.report_error("Could not open the session", error.user_message())
             return
         started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
-        if started is not None:
+        if started is not None and show_question:
             self.question.setPlainText(started.question)
         self.replay(events)
         self.current_session = session_id
@@ -311,7 +319,11 @@ class MainWindow(QMainWindow):
         """"Run again": the session's question and settings go into the controls; Run starts it. Its model is found
         among the models here (model_library.source_of_name reads the engine's names): asked before PyTorch and
         transformers are in, it waits for them, as a Run does (the GUI thread never imports them itself: an import
-        there beside the background one failed with a half-imported transformers and froze the window)."""
+        there beside the background one failed with a half-imported transformers and froze the window). Refused while
+        a search runs, as Open is: it put another question and settings under the running one."""
+        if self.running:
+            self.statusBar().showMessage("Stop the running search before running a session again.", 8000)
+            return
         if not engine_in_reach():
             self._pending_rerun = session_id
             self.import_engine()
@@ -363,14 +375,38 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------ closing
 
+    def configs_to_remember(self) -> tuple[ModelSpec, SearchConfig, CacheConfig] | None:
+        """The settings to remember at close: those shown, never invalid ones. A step delimiter left with a broken
+        escape (`\\x`) goes back to its last valid text and every other change is kept: dropping them all for one
+        typo lost the beams, width, KV budget and policy set since. None when the settings are refused as a whole
+        (a combination such as beams x width over the cap): the remembered ones stay."""
+        try:
+            return self.controls.configs()
+        except ValueError:
+            pass
+        field = self.controls.delimiter
+        typed = field.text()
+        with QSignalBlocker(field):  # the panel does not revalidate for a text it holds only while this reads it
+            field.setText(self._valid_delimiter)
+            try:
+                return self.controls.configs()
+            except ValueError:
+                return None
+            finally:
+                field.setText(typed)
+
+    def _note_valid_delimiter(self) -> None:
+        """The step delimiter's text whenever the settings are valid: what a close keeps of a broken one."""
+        if self.controls.is_valid():
+            self._valid_delimiter = self.controls.delimiter.text()
+
     def closeEvent(self, event: QCloseEvent) -> None:
         if self.lifecycle.close_when_stopped():
             event.ignore()
             return
-        try:
-            saved.save_configs(self.settings, *self.controls.configs())
-        except ValueError:
-            pass  # keep the last valid settings rather than store invalid ones
+        configs = self.configs_to_remember()
+        if configs is not None:
+            saved.save_configs(self.settings, *configs)
         saved.save_question(self.settings, self.question.toPlainText())
         saved.save_window(self.settings, self)
         self.settings.sync()

@@ -20,6 +20,7 @@ from app.gui.transcript import NOT_STARTED, stopped_unstarted
 from app.session.model import failure_title
 from engine import events as ev
 from engine.blank_text import is_blank
+from engine.chat import Turn
 from engine.config import SearchConfig
 from engine.errors import BeamwiseError
 
@@ -37,15 +38,19 @@ class RunLifecycle:
         self.settings_focus: QWidget | None = None  # the settings field a run started from, given back at its end
         self.stop_asked = False  # Stop was pressed during the running request
         self.closing = False  # the window closes once the running request is over (closeEvent)
+        self.asked: tuple[str, tuple[Turn, ...]] | None = None  # the running request's question and earlier turns
+        self.device = ""  # where the running request's model is loaded, as the bridge describes it
+        self.unsaved_said = False  # a window without a session database said so after an answer
 
-    def start(self, conversation: Conversation | None = None) -> bool:
-        """Run the question with the current settings; False (with the reason shown) when it cannot start.
-        `conversation` makes it a turn after earlier ones (the follow-up box); a Run of a turn loaded by
-        "Run again" reruns it after its own earlier turns; any other Run starts a new conversation."""
+    def start(self, conversation: Conversation | None = None, question: str | None = None) -> bool:
+        """Run `question` (by default the question box's) with the current settings; False (with the reason shown)
+        when it cannot start. `conversation` makes it a turn after earlier ones (the follow-up box, whose question
+        leaves the question box and its draft alone); a Run of a turn loaded by "Run again" reruns it after its own
+        earlier turns; any other Run starts a new conversation."""
         w = self.window
         if w.running:
             return False
-        question = w.question.toPlainText().strip()
+        question = (w.question.toPlainText() if question is None else question).strip()
         if is_blank(question):  # zero-width characters alone too, as `beamwise run` refuses them
             w.statusBar().showMessage("Type a question first.", 5000)
             w.question.setFocus()
@@ -66,6 +71,7 @@ class RunLifecycle:
         conversation = conversation or w.talk.conversation_for(question)
         w.talk.rerun, w.talk.follows = None, conversation.previous if conversation is not None else None
         self.begin(search)
+        self.asked = (question, conversation.history if conversation is not None else ())
         if server is not None:
             w.status.loading(f"Asking {server.endpoint}", -1)
             w.bridge.request_remote_run(question, server, search, conversation)
@@ -89,6 +95,7 @@ class RunLifecycle:
         w = self.window
         w.running, w.last_terminal, w.current_session = True, None, None
         self.stop_asked = False
+        self.asked, self.device = None, ""
         w.session.reset()
         w.status.begin(search.max_steps)
         focus = w.focusWidget()
@@ -101,6 +108,8 @@ class RunLifecycle:
     def apply(self, event: Any) -> None:
         """Fold one engine event into the session model (the panels redraw from it) and the status bar."""
         w = self.window
+        if isinstance(event, ev.RunFailed) and w.running:
+            self._show_asked()
         w.session.apply(event)
         w.status.apply(event, live=w.running)
         if event.type in ev.TERMINAL_TYPES:
@@ -142,11 +151,32 @@ class RunLifecycle:
             w.sessions.refresh()
         w.list_models()  # if the engine came in during the run
         terminal = w.last_terminal  # the request's own, before a follow-up that did not start reopens its turn
-        w.talk.run_over()
+        w.talk.run_over(terminal)
         w.talk.show_turns()
+        self._say_unsaved(terminal)
         w.run_ended.emit(terminal)
         if self.closing:  # asked while the run went on (close_when_stopped)
             QTimer.singleShot(0, w.close)
+
+    def _say_unsaved(self, terminal: Any) -> None:
+        """In a window whose session database could not be opened (`store_problem`), once, after its first answer:
+        that it was not saved, why, and that follow-ups need the database. The window said it only at start (a
+        dialog, or stderr), and the follow-up box said "Follow-ups come after an answer" beside the answer."""
+        w = self.window
+        if not w.store_problem or self.unsaved_said or not isinstance(terminal, ev.RunFinished):
+            return
+        self.unsaved_said = True
+        w.statusBar().showMessage(f"This answer was not saved, and follow-ups need the session database: "
+                                  f"{w.store_problem}", 30000)
+
+    def on_model_loaded(self, _name: str, device: str) -> None:
+        self.device = device
+
+    def _show_asked(self) -> None:
+        """A run refused before it started shows what it asked, and where (`SessionModel.asked`)."""
+        if self.asked is not None:
+            question, earlier = self.asked
+            self.window.session.asked(question, earlier, bool(self.device) and not self.device.startswith("cuda"))
 
     def on_load_failed(self, message: str) -> None:
         self.window.status.loaded(None, None)
@@ -155,6 +185,7 @@ class RunLifecycle:
 
     def on_failed(self, failure: ev.RunFailed) -> None:
         w = self.window
+        self._show_asked()
         w.session.apply(failure)
         w.last_terminal = failure
         w.report_error("The search stopped with an error",

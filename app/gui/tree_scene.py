@@ -1,5 +1,5 @@
 """What the tree view draws in its scene: one box per node, one edge layer per step's column, the hover line and
-the boxes' bounds, kept by node id so that an update touches only the items it names."""
+the boxes' bounds, kept by node id so that an update touches only the items it names; and which boxes it hides."""
 
 from __future__ import annotations
 
@@ -122,3 +122,28 @@ class TreeScene:
         rect = QRectF(left - m, top - m, right - left + 2 * m, bottom - top + 2 * m)
         if rect != self.scene.sceneRect():
             self.scene.setSceneRect(rect)
+
+
+def dropped_ids(tree: SearchTree) -> set[int]:
+    """The candidates of the step a Stop dropped (those after the last step chosen). Their texts had arrived, so
+    they stayed in the tree as boxes with no score, though the status bar and the transcript said the step in
+    progress was dropped; the recorded session holds them too, so a replay drops them the same way."""
+    if tree.outcome != "cancelled":
+        return set()
+    return {node_id for node_id, node in tree.nodes.items() if node.step > tree.last_selected_step}
+
+
+def collapsed_ids(tree: SearchTree) -> set[int]:
+    """What Collapse pruned hides (`SearchTree.dead_ids`), where the boxes kept at the last step a Stop left are
+    leaves: their children were all dropped, and collapsed the tree hid every branch as if it had led nowhere."""
+    dead = tree.dead_ids()
+    if tree.outcome == "cancelled":
+        for node_id in tree.columns[tree.last_selected_step]:
+            if node_id != ROOT_ID and tree.nodes[node_id].state != "pruned":
+                dead.difference_update(tree.path_to(node_id))
+    return dead
+
+
+def newest_step(tree: SearchTree) -> int:
+    """The newest step the tree shows: the last one chosen after a Stop (`dropped_ids`), else the newest begun."""
+    return tree.last_selected_step if tree.outcome == "cancelled" else max(tree.columns)

@@ -23,7 +23,7 @@ from app.gui.panel import SessionView
 from app.gui.tree_items import COL_W, NODE_H, NODE_W, ROW_H, NodeItem
 from app.gui.tree_overlay import TreeControls
 from app.gui.tree_overlay import place as place_overlay
-from app.gui.tree_scene import TreeScene
+from app.gui.tree_scene import TreeScene, collapsed_ids, dropped_ids, newest_step
 from app.gui.tree_text import KEYS_SPOKEN, spoken, tooltip
 from app.session import ROOT_ID, Change, SearchTree, SessionModel
 from app.session.model import RESET
@@ -109,7 +109,9 @@ class ReasoningTreeView(SessionView, QGraphicsView):
             self._clear_items()
         for node_id in sorted(change.nodes):  # parents (smaller ids) before children
             self._sync(node_id)
-        if self.collapse_pruned:
+        if change.event_type == ev.RunCancelled.type:
+            self._relayout()  # the step in progress is dropped: its boxes go
+        elif self.collapse_pruned:
             self._relayout_soon(now=change.event_type in _STEP_ENDS)
         self.drawing.fit_scene()
         self._show_emulated()
@@ -124,7 +126,7 @@ class ReasoningTreeView(SessionView, QGraphicsView):
         self._clear_items()
         for node_id in sorted(self.data.nodes):
             self._sync(node_id)
-        if self.collapse_pruned:
+        if self.collapse_pruned or self.data.outcome == "cancelled":
             self._relayout()
         self.drawing.fit_scene()
         self._show_emulated()
@@ -191,10 +193,11 @@ class ReasoningTreeView(SessionView, QGraphicsView):
                 self._follow_newest()
 
     def _relayout(self) -> None:
-        """Place every item at its live row, or at its compact row when collapsed; hidden ones disappear.
-        O(nodes): while collapsed, done when a step ends and at most every RELAYOUT_MS within a step."""
+        """Place every item at its live row, or at its compact row when collapsed; hidden ones disappear, and so do
+        the candidates of a step a Stop dropped. O(nodes): while collapsed, done when a step ends and at most every
+        RELAYOUT_MS within a step."""
         self._relayout_timer.stop()
-        hidden = self.data.dead_ids() if self.collapse_pruned else set()
+        hidden = dropped_ids(self.data) | (collapsed_ids(self.data) if self.collapse_pruned else set())
         rows = self._rows = self.data.compact_rows(hidden) if self.collapse_pruned else {}
         self.drawing.place(self.data, hidden, rows)
         self._hover(None)
@@ -307,7 +310,7 @@ class ReasoningTreeView(SessionView, QGraphicsView):
 
     def _follow_newest(self) -> None:
         target = self.data.best_id if self.data.best_id in self._items else None
-        step = max(self.data.columns)
+        step = newest_step(self.data)
         if target is None or self.data.nodes[target].step < step:
             column = self.data.columns[step]
             target = column[len(column) // 2] if column else ROOT_ID

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 import app.formatting as fmt
 from app.session.series import ChartSeries
 from app.session.steps import BEFORE_STEP_1, RunRecord
-from app.session.tree import SearchTree
+from app.session.tree import ROOT_ID, SearchTree
 from engine import events as ev
 
 RESET = "reset"  # Change.event_type of a cleared model (no event)
+ASKED = "asked"  # Change.event_type of `asked`: what a run refused before it started had asked
 PLOTS_CHANGED_BY = {ev.MemorySnapshot.type: ("device",),
                     ev.TransferStats.type: ("traffic", "cumulative", "copy", "stall")}
 ALL_PLOTS = ("traffic", "cumulative", "device", "copy", "stall")
@@ -71,6 +72,20 @@ class SessionModel:
         self.tree.clear()
         self.series, self.outline, self.run = ChartSeries(), Outline(), RunRecord()
         self._tell(Change(RESET, frozenset(self.tree.nodes), ALL_PLOTS, True))
+
+    def asked(self, question: str, history: Iterable[tuple[str, str]], emulated: bool) -> Change:
+        """What a run refused before it started (a question longer than the model's context, a search too large for
+        memory, a verifier that does not load) asked, where RunStarted would have said it: such a run ends with its
+        RunFailed alone, and the transcript showed no question, the prompt box was empty and the views dropped
+        "emulated" (the KV budget's refusal, after RunStarted, keeps them). Nothing once a run has started."""
+        if self.run.started is not None:
+            return Change(ASKED)
+        self.outline.question, self.outline.history = question, tuple(history)
+        self.tree.question = self.tree.nodes[ROOT_ID].text = question
+        self.tree.emulated = self.series.emulated = emulated
+        change = Change(ASKED, frozenset({ROOT_ID}), ALL_PLOTS, transcript=True)
+        self._tell(change)
+        return change
 
     def apply(self, event: object) -> Change:
         """Fold one event in and tell the subscribers what changed; unknown types change nothing."""
