@@ -86,8 +86,15 @@ def test_run_again_while_a_search_runs_is_refused_as_open_is(qtbot, make_window)
     window.load_session_settings(1)
     assert window.statusBar().currentMessage() == "Stop the running search before running a session again."
     assert window.question.toPlainText() == QUESTION and window.controls.configs()[1].beams == SMALL.beams
+    panel = window.sessions
+    panel.view.selectRow(0)
+    menu = {action.text(): action for action in panel.context_menu().actions()}
+    for greyed in (panel.buttons["open"], panel.buttons["run_again"], menu["Open"], menu["Run again"]):
+        assert not greyed.isEnabled()  # it looked usable and was refused only once pressed
+    assert panel.buttons["export"].isEnabled() and menu["Rename"].isEnabled()
     with qtbot.waitSignal(window.run_ended, timeout=5000):
         gate.set()
+    assert panel.buttons["run_again"].isEnabled() and menu["Run again"].isEnabled()
     store.close()
 
 
@@ -125,7 +132,8 @@ def test_without_the_default_database_the_window_says_follow_ups_need_it(qtbot, 
     assert not box.isEnabled() and box.placeholderText() in UNSAVED_HINTS
     assert problem in box.toolTip() and "Follow-ups need the session database" in box.toolTip()
     said = window.statusBar().currentMessage()
-    assert said.startswith("This answer was not saved, and follow-ups need the session database") and said.endswith(problem)
+    assert said.startswith("This answer was not saved, and follow-ups need the session database")
+    assert said.endswith(problem)
     run_to_end(qtbot, window, window.start_run)
     assert window.statusBar().currentMessage().startswith("Done: ")  # said once
 

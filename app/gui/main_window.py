@@ -253,6 +253,8 @@ class MainWindow(QMainWindow):
         self.stop_action.setEnabled(self.running)
         self.controls.setEnabled(not self.running)
         self.plan_bar.set_paused(self.running)
+        if self.sessions is not None:
+            self.sessions.set_search_running(self.running)
         self.talk.update()
 
     def _say_settings_error(self) -> None:

@@ -166,6 +166,9 @@ def delete_question(row: dict) -> str:
             f"{earlier}, listed as the conversation. This cannot be undone.")
 
 
+SEARCH_BOUND = ("open", "run_again")  # the buttons greyed while the window's search runs
+
+
 class SessionsPanel(QWidget):
     """A searchable list of recorded sessions with open, run again, rename, export and delete."""
 
@@ -189,6 +192,8 @@ class SessionsPanel(QWidget):
         self._in_use = in_use or (lambda _session_id: None)
         self._shown = PAGE  # conversations listed; "Show older" adds a page
         self._menu: QMenu | None = None  # the right click's, built on the first
+        self._search_running = False  # the window's search: Open and Run again wait for its end (`set_search_running`)
+        self._menu_actions: dict[str, QAction] = {}  # the right click's Open and Run again, once it is built
         self.writes = SessionWrites(self, self.store, self._show_message, self._update_buttons)  # rename, delete
         self.model = SessionsTableModel(self._rename, self)
         self._build()
@@ -272,10 +277,20 @@ class SessionsPanel(QWidget):
             action.triggered.connect(slot)
             self.view.addAction(action)
 
+    def set_search_running(self, running: bool) -> None:
+        """Open and Run again are greyed while the window's search runs: it refuses both then (each would put
+        another session's question and settings under the running one), and a button that looked usable was
+        refused only once pressed."""
+        self._search_running = running
+        self._update_buttons()
+
     def _update_buttons(self) -> None:
         has = self.selected_id() is not None and self.waiting is None  # one write at a time
-        for button in self.buttons.values():
-            button.setEnabled(has)
+        for key, button in self.buttons.items():
+            button.setEnabled(has and not (self._search_running and key in SEARCH_BOUND))
+            button.setToolTip("Stop the running search first" if has and not button.isEnabled() else "")
+        for key, action in self._menu_actions.items():
+            action.setEnabled(self.buttons[key].isEnabled())
 
     def _show_menu(self, pos: QPoint) -> None:
         index = self.view.indexAt(pos)
@@ -290,8 +305,10 @@ class SessionsPanel(QWidget):
         if self._menu is not None:
             return self._menu
         menu = self._menu = QMenu(self)
-        menu.addAction("Open", lambda: self._emit_for_selected(self.open_requested))
-        menu.addAction("Run again", lambda: self._emit_for_selected(self.run_again_requested))
+        for key, text, signal in (("open", "Open", self.open_requested),
+                                  ("run_again", "Run again", self.run_again_requested)):
+            self._menu_actions[key] = menu.addAction(text, lambda s=signal: self._emit_for_selected(s))
+        self._update_buttons()
         menu.addAction("Rename", self.rename_selected).setShortcut(QKeySequence(Qt.Key.Key_F2))
         menu.addAction("Export…", lambda: self._emit_for_selected(self.export_requested))
         menu.addSeparator()
