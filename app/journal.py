@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from app.store_file import read_only_parts
 from engine.errors import BeamwiseError
 
 JOURNAL_FORMAT = "beamwise-journal"
@@ -179,6 +180,29 @@ def header_for(db_path: Path, created: str, session_id: int | None, previous_id:
                title: str | None = None) -> JournalHeader:
     return JournalHeader(db=str(db_path.resolve()), created=created, session_id=session_id, pid=os.getpid(),
                          host=socket.gethostname(), previous_id=previous_id, title=title)
+
+
+def saved_when(db_path: Path, read_only: bool, many: bool = False) -> str:
+    """When a run (`many` runs), kept in journals of the database at `db_path`, reaches it: a busy or full database's
+    next opening imports it. A read-only one is opened to be read only and imports nothing, so it waits until the
+    database is made writable: "the next time Beamwise opens it" was promised, and every later command read the
+    database without the run, not a word said."""
+    if not read_only:
+        return "is saved into the database the next time Beamwise opens it (any command or the window)"
+    it, run = ("them", "them") if many else ("it", "this run")
+    return (f"{'are' if many else 'is'} saved into the database only once it can be written: make "
+            f"{read_only_parts(db_path)} writable, and the next command or the window saves {it}; until then every "
+            f"command reads the database without {run}")
+
+
+def journal_db(path: Path) -> str | None:
+    """The database (resolved path) a journal's first line names; None when that line is no journal's."""
+    try:
+        with path.open(encoding="utf-8") as file:
+            head = json.loads(file.readline())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return head.get("db") if isinstance(head, dict) and head.get("format") == JOURNAL_FORMAT else None
 
 
 def journals_of(db_path: Path, data_folder: Path) -> list[Path]:

@@ -18,12 +18,23 @@ from pathlib import Path
 from app.db_path import db_file
 from app.export.checks import event_problem
 from app.formatting import steps
-from app.journal import SUFFIX, Journal, JournalError, folders_for, journal_folders, journals_of, read_journal
+from app.journal import (
+    SUFFIX,
+    Journal,
+    JournalError,
+    folders_for,
+    journal_db,
+    journal_folders,
+    journals_of,
+    read_journal,
+    saved_when,
+)
 from app.models_folder import data_folder
 from app.processes import alive_since
 from app.recorder import LockSeen, SessionRecorder
 from app.store import SessionStore
 from app.store_errors import RowsRefused, StoreError, StoreLocked
+from app.store_file import writable
 from engine import events as ev
 
 Notify = Callable[[str], None]
@@ -77,6 +88,8 @@ def import_journals(store: SessionStore, *, only: Path | None = None, notify: No
     """Replay the finished journals of this database; returns the session ids written. A journal's own problem
     leaves it in place, said, and the next one is imported; the database's (busy, read-only, full) stops them all."""
     say = notify or (lambda _text: None)
+    if only is None and store.path is not None and store.read_only and not writable(store.path):
+        _say_waiting(store, say)
     if store.path is None or store.read_only:
         return []
     written: list[int] = []
@@ -95,6 +108,21 @@ def import_journals(store: SessionStore, *, only: Path | None = None, notify: No
         if session_id is not None:
             written.append(session_id)
     return written
+
+
+def _say_waiting(store: SessionStore, say: Notify) -> None:
+    """Name the journals that wait for a database that can only be read, and what must change for them to be saved:
+    a read-only database is opened to be read only and imports none, and `sessions list` read it without the runs
+    they keep, not a word said, after the run had promised they would be saved the next time it was opened."""
+    assert store.path is not None
+    target = str(store.path.resolve())
+    waiting = [path for path in journals_of(store.path, data_folder()) if journal_db(path) == target]
+    if not waiting:
+        return
+    runs = "1 run" if len(waiting) == 1 else f"{len(waiting)} runs"
+    kept = "the journal" if len(waiting) == 1 else "the journals"
+    shown = ", ".join(map(str, waiting[:3])) + (f" and {len(waiting) - 3} more beside them" if len(waiting) > 3 else "")
+    say(f"{runs} kept in {kept} {shown} {saved_when(store.path, True, many=len(waiting) > 1)}.")
 
 
 def import_runs(store: SessionStore, paths: Sequence[Path], notify: Notify, lock: LockSeen | None = None) -> list[Path]:

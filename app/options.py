@@ -245,10 +245,9 @@ def server_from_args(args: argparse.Namespace, endpoint_option: str = "--endpoin
         return None
     from engine.backends.openai import MAX_TIMEOUT_S, ServerConfig
 
-    endpoint, model = (args.endpoint or "").strip(), (args.served_model or "").strip()
-    missing = [flag for flag, value in ((endpoint_option, endpoint), ("--served-model", model)) if not value]
-    if missing:
-        raise UsageError(f"--backend openai needs {' and '.join(missing)}")
+    if problem := _server_named(args, endpoint_option):
+        raise UsageError(problem)
+    endpoint, model = args.endpoint.strip(), args.served_model.strip()
     timeout = REQUEST_TIMEOUT if args.request_timeout is None else args.request_timeout
     if not 0 < timeout <= MAX_TIMEOUT_S:  # inf and 1e10 failed inside the socket as a fault in Beamwise; NaN too
         raise UsageError(f"--request-timeout must be more than 0 and at most {MAX_TIMEOUT_S:,.0f} seconds (a "
@@ -256,6 +255,22 @@ def server_from_args(args: argparse.Namespace, endpoint_option: str = "--endpoin
     prm_endpoint = args.verifier_endpoint.strip() if args.verifier_endpoint is not None else None
     return ServerConfig(endpoint, model, args.api_key_env, timeout_s=timeout, endpoint_option=endpoint_option,
                         one_request_per_path=args.one_request_per_path, prm_endpoint=prm_endpoint)
+
+
+def _server_named(args: argparse.Namespace, endpoint_option: str) -> str:
+    """What `--backend openai` lacks of the server's address and its model's name, with what to write, or ''.
+    It said "--backend openai needs --endpoint", no example, and said so of a --served-model '' that was given."""
+    wanted = ((endpoint_option, args.endpoint, "URL", "the server's address",
+               f"{endpoint_option} http://127.0.0.1:8000/v1"),
+              ("--served-model", args.served_model, "NAME", "the model's name as the server lists it at /v1/models",
+               "--served-model Qwen/Qwen2.5-Math-7B-Instruct"))
+    missing = [f"{flag} {metavar}, {what} (e.g. {example})" for flag, value, metavar, what, example in wanted
+               if value is None]
+    empty = [f"the {flag} given is empty: write {what} (e.g. {example})" for flag, value, _, what, example in wanted
+             if value is not None and not value.strip()]
+    said = ([f"--backend openai needs {' and '.join(missing)}"] if missing else []) + empty
+    command = getattr(args, "command", None) or "run"
+    return f"{'; '.join(said)}. See `beamwise {command} --help`." if said else ""
 
 
 def _add_method_options(parser: argparse.ArgumentParser) -> None:

@@ -13,6 +13,26 @@ from typing import NoReturn
 NEGATIVE_VALUE = re.compile(r"^-\.?\d")
 
 
+KEY_OPTION = "--api-key"  # no option: a key typed in a command line stays in the shell's history and process lists
+KEY_ADVICE = ("; Beamwise takes a server's API key from an environment variable, never from the command line (a key "
+              "typed there stays in the shell's history and in the list of processes): set a variable to the key and "
+              "name it with --api-key-env NAME")
+
+
+def _keys_hidden(extras: Sequence[str]) -> tuple[list[str], bool]:
+    """The unknown arguments as a refusal shows them, the value of an --api-key (`--api-key KEY`, `--api-key=KEY`)
+    as ***, and whether one was given: the refusal printed the key, on the screen and into terminal logs."""
+    shown, after_key, given = [], False, False
+    for word in extras:
+        if word == KEY_OPTION or word.startswith(KEY_OPTION + "="):
+            given = True
+            shown.append(word if word == KEY_OPTION else f"{KEY_OPTION}=***")
+        else:
+            shown.append("***" if after_key and not word.startswith("-") else word)
+        after_key = word == KEY_OPTION
+    return shown, given
+
+
 class DefaultsFormatter(argparse.HelpFormatter):
     """`--help` names each option's default, unless the help already says it or there is none to name."""
 
@@ -53,7 +73,9 @@ class OneLineParser(argparse.ArgumentParser):
         namespace, extras = self.parse_known_args(args, namespace)
         if extras:
             chosen = self._chosen(namespace)
-            chosen.error(f"unrecognized arguments: {' '.join(extras)}{self._elsewhere(extras, chosen)}")
+            shown, key_given = _keys_hidden(extras)
+            chosen.error(f"unrecognized arguments: {' '.join(shown)}{KEY_ADVICE if key_given else ''}"
+                         f"{self._elsewhere(extras, chosen)}")
         return namespace
 
     def _elsewhere(self, extras: Sequence[str], chosen: OneLineParser) -> str:

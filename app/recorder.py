@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from app import event_log
-from app.journal import RunJournal, header_for
+from app.journal import RunJournal, header_for, saved_when
 from app.session import ROOT_ID, SessionModel
 from app.session.rows import candidate_row, row_state, session_facts, session_settings, step_row
 from app.store import SessionStore, now_iso, short_title
@@ -102,6 +102,7 @@ class SessionRecorder:
         self.finished = False
         self.unsaved = False
         self.journal: RunJournal | None = None
+        self.read_only_database = False  # the run went to its journal because the database can only be read
         self.model = SessionModel(layout=False)  # the recorder reads rows, never row positions
         self._journal_folder, self._notify, self._clock = journal_folder, notify or (lambda _text: None), clock
         self._created, self._forced_id, self.previous, self._lock = created, session_id, previous, lock
@@ -218,8 +219,9 @@ class SessionRecorder:
                 self._drop_journal()
                 problems.append(f"{folder}: {failure.strerror or failure}")
                 continue
-            self._notify(f"{error} This run is kept in the journal {self.journal.path} and is saved into the "
-                         "database the next time Beamwise opens it.")
+            self.read_only_database = self.read_only_database or isinstance(error, StoreReadOnly)
+            self._notify(f"{error} This run is kept in the journal {self.journal.path} and "
+                         f"{saved_when(self.store.path, self.read_only_database)}.")
             return
         self.unsaved = True
         self._notify(f"{error} No run journal could be written either ({'; '.join(problems)}): this run is NOT "

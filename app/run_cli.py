@@ -225,10 +225,12 @@ class ServerProgress(StepProgress):
     here), and the server reads the question while it writes its first answer."""
 
     def line(self) -> str:
+        """Its own phases' seconds with one decimal, as the wait for the session database's lock says them: said
+        as durations are ("9.0 s", then "10 s"), a line at 9.96 s read "10.0 s" and the next "11 s"."""
         if self.phase not in ("loading", "prefill"):
             return super().line()
         doing = "checking the server" if self.phase == "loading" else "waiting for the server's first answer"
-        return f"{doing}, {self.took()}"
+        return f"{doing}, {self._clock() - self.since:.1f} s"
 
 
 def _open_recorder(args: argparse.Namespace, previous: int | None = None):
@@ -265,14 +267,16 @@ def conversation_of(args: argparse.Namespace) -> tuple[int | None, list[tuple[st
 @contextmanager
 def _ctrl_c_cancels(stop: Event, started: Callable[[], bool] = lambda: True,
                     before_step_1: Callable[[], bool] = lambda: False, recorded: bool = True,
-                    reading: Callable[[str], object] | None = None) -> Iterator[None]:
+                    reading: Callable[[str], object] | None = None, on_server: bool = False) -> Iterator[None]:
     """The first Ctrl+C stops the search within its step, at the next token; the steps chosen before it are kept
     and the run is recorded as cancelled (not `recorded`, --no-save: nothing is, and the line says so). A second
     one quits. Before the search has `started` (a server being checked), there is nothing to keep, and the line
     says so; `before_step_1` (the model reading the question, a server asked for the first step) there is no step
     to drop or keep either, and `reading` (a local run's StepProgress.stop_asked) is told the stop came, so the
     heartbeat says it waits for the chunk of the question being read (it went on saying "reading the question" for
-    the half minute a chunk took); it is given what the line ends with."""
+    the half minute a chunk took); it is given what the line ends with. `on_server`: before step 1, step 1's
+    requests are with the server (engine/remote_search.py asks for step 1 before its StepStarted), so the line
+    says step 1 is waiting for it, where it said that no step had begun."""
     def on_sigint(signum, frame):
         if stop.is_set():
             raise KeyboardInterrupt
@@ -280,8 +284,9 @@ def _ctrl_c_cancels(stop: Event, started: Callable[[], bool] = lambda: True,
         if not started():
             kept = "the search has not begun, so nothing will be recorded"
         elif before_step_1():
-            kept = "no step has begun yet: the run ends before step 1 " + (
-                "and is recorded cancelled" if recorded else "and nothing is recorded (--no-save)")
+            ends = ("step 1 is waiting for the server; the run ends without it" if on_server else
+                    "no step has begun yet: the run ends before step 1")
+            kept = ends + (" and is recorded cancelled" if recorded else " and nothing is recorded (--no-save)")
             if reading is not None:
                 reading(" (Ctrl+C again to quit now)")  # StepProgress.stop_asked: the window's line too
         else:
@@ -344,7 +349,7 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
     beat = Heartbeat(progress or StepProgress(), lambda line: print(f"  ... {line}", file=sys.stderr, flush=True))
     try:
         with _ctrl_c_cancels(stop, started.is_set, lambda: begun == 0, recorder is not None,
-                             None if progress else beat.progress.stop_asked), beat:  # a silent second explained
+                             None if progress else beat.progress.stop_asked, progress is not None), beat:
             for event in events(stop.is_set):
                 beat.saw(event)
                 if event.type == "run_started":
@@ -366,8 +371,8 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
             return 130  # its line is the last: app/cli.py's "interrupted" after it said nothing more
         raise
     finally:
-        close(recorder)
-    _say_recorded(recorder, status, last_step, started.is_set(), begun, again_options(args))
+        saved_as = close(recorder)
+    _say_recorded(recorder, status, last_step, started.is_set(), begun, again_options(args), saved_as)
     return status
 
 
@@ -385,24 +390,28 @@ def _database_wait(progress: StepProgress, recorder, event) -> Iterator[None]:
         progress.resume()
 
 
-def _say_recorded(recorder, status: int, last_step: int, started: bool = True, begun: int = 0, again: str = "") -> bool:
+def _say_recorded(recorder, status: int, last_step: int, started: bool = True, begun: int = 0, again: str = "",
+                  saved_as: int | None = None) -> bool:
     """The last line on stderr names the session a finished, cancelled or failed run was recorded as (a journalled
-    run's warning names its journal instead), or says that a run stopped before it began (a server still being
-    checked) was not recorded: before, it said nothing, after a line that said the steps so far were kept. A
-    failed run's line (it said nothing, its error the last line) says the step it failed at, `begun`. `again`: the
-    options a follow-up repeats (a server's: without them it ran on the local model). Whether a line was said."""
+    run's warning names its journal instead, unless its journal was saved at the run's end as session `saved_as`:
+    that run's line is a recorded run's too, follow-up and all), or says that a run stopped before it began (a
+    server still being checked) was not recorded: before, it said nothing, after a line that said the steps so far
+    were kept. A failed run's line (it said nothing, its error the last line) says the step it failed at, `begun`.
+    `again`: the options a follow-up repeats (a server's: without them it ran on the local model). Whether a line
+    was said."""
     if status == 130 and not started:
         note("stopped before the search began: nothing was recorded")
         return True
-    if recorder is None or recorder.session_id is None or recorder.journal_path is not None:
+    session_id = None if recorder is None else saved_as if recorder.journal_path is not None else recorder.session_id
+    if session_id is None:
         return False
     if status == 0:
-        note(f"recorded as session {recorder.session_id}; ask a follow-up with: beamwise run --session "
-             f"{recorder.session_id}{again} \"...\"")
+        note(f"recorded as session {session_id}; ask a follow-up with: beamwise run --session {session_id}{again} "
+             '"..."')
     elif status == 130:
-        note(f"recorded as session {recorder.session_id}, cancelled after step {last_step}")
+        note(f"recorded as session {session_id}, cancelled after step {last_step}")
     else:
-        note(f"recorded as session {recorder.session_id} (failed {failure_point(begun, last_step)})")
+        note(f"recorded as session {session_id} (failed {failure_point(begun, last_step)})")
     return True
 
 

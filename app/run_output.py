@@ -72,23 +72,31 @@ def refused_before_start(events: list) -> bool:
     return [event.type for event in events] == ["run_failed"]
 
 
-def close(recorder) -> None:
-    """Close the recording and its database."""
+def close(recorder) -> int | None:
+    """Close the recording and its database; the session a journalled run was saved as at its end (`end_recording`)."""
     if recorder is None:
-        return
-    end_recording(recorder)
+        return None
+    saved_as = end_recording(recorder)
     recorder.store.close()
+    return saved_as
 
 
-def end_recording(recorder) -> None:
+def end_recording(recorder) -> int | None:
     """Close one run's recording; a journalled run is imported at once if the database is free again (the store
-    stays open: `beamwise eval` records every problem's run into one). A journal gone by then was imported by
-    another Beamwise process that opened the database first."""
+    stays open: `beamwise eval` records every problem's run into one), and the session it was saved as is returned
+    (None: not journalled, or not saved yet). A journal gone by then was imported by another Beamwise process that
+    opened the database first."""
+    from app.journal import saved_when
     from app.journal_import import import_journals
 
     recorder.close()
     path = recorder.journal_path
-    if path is not None and not import_journals(recorder.store, only=path, notify=note) and path.exists():
-        warn(f"the session database {recorder.store.path} still cannot be written (busy, read-only or its disk "
-             f"full); this run is kept whole in the journal {path} and is saved into the database the next time "
-             "Beamwise opens it (any command or the window).")
+    if path is None:
+        return None
+    written = import_journals(recorder.store, only=path, notify=note)
+    if not written and path.exists():
+        read_only = recorder.read_only_database or recorder.store.read_only
+        why = "it can only be read" if read_only else "busy, read-only or its disk full"
+        warn(f"the session database {recorder.store.path} still cannot be written ({why}); this run is kept whole "
+             f"in the journal {path} and {saved_when(recorder.store.path, read_only)}.")
+    return written[0] if written else None

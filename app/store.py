@@ -197,6 +197,8 @@ class SessionStore:
                  "the old file is kept next to it for recovery.")
 
     def _read_only(self) -> StoreReadOnly:
+        if self.path is not None and (stale := store_file.stale_side_files(self.path)):
+            return store_file.stale_refusal(self.path, stale)
         where = self.path.parent if self.path is not None else "memory"
         return StoreReadOnly(f"the session database {self.path} can only be read: the folder {where} or the "
                              "file is read-only; nothing was written.")

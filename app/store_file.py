@@ -6,15 +6,17 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 import time
 from pathlib import Path
 
 from app.db_kind import foreign_file
 from app.db_path import is_default
 from app.migrations import table_names, unusable_schema
-from app.store_errors import NotADatabase, StoreError, StoreLocked, StoreUnreadable
+from app.store_errors import NotADatabase, StoreError, StoreLocked, StoreReadOnly, StoreUnreadable
 
 DEFAULT_BUSY_TIMEOUT = 5.0  # seconds a write waits for another program's lock
+WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH  # a file with none of them no user but root may write
 
 
 def damage(path: Path | str, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> str | None:
@@ -116,7 +118,12 @@ def close_keeping_wal(conn: sqlite3.Connection, path: Path) -> None:
     The last connection to a WAL database to close checkpoints it (copies the WAL's pages into the file) and deletes
     the WAL: after a read found the file damaged, that wrote the newest sessions over it, and `move-aside` kept
     neither them nor the file as it was. A read-only connection opened beside it and closed after it holds the file
-    (SQLite then skips the checkpoint), and being read-only never checkpoints when it closes itself."""
+    (SQLite then skips the checkpoint), and being read-only never checkpoints when it closes itself. An empty WAL
+    has nothing to copy: then `conn` closes as any other, so that the -wal and -shm files the read made (a damaged
+    file that had none) go with it, as SQLite's last connection deletes them."""
+    if wal_is_empty(path):
+        conn.close()
+        return
     keeper = None
     with contextlib.suppress(sqlite3.Error):
         keeper = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=1.0)
@@ -128,12 +135,78 @@ def close_keeping_wal(conn: sqlite3.Connection, path: Path) -> None:
             keeper.close()
 
 
+def wal_is_empty(path: Path) -> bool:
+    """Whether the WAL beside `path` holds no page to copy into the file: there is none, or it is 0 bytes long."""
+    try:
+        return side_file(path, "-wal").stat().st_size == 0
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def side_file(path: Path, tail: str) -> Path:
+    """The file SQLite keeps beside the database at `path` ("-wal", "-shm")."""
+    return path.with_name(path.name + tail)
+
+
 def connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
-    """Read-only; a WAL database whose folder forbids the -shm file is read as immutable (no locks)."""
+    """Read-only, leaving no file beside it that it made.
+
+    To read a WAL database SQLite makes its -wal and -shm files beside it, and a read-only connection never deletes
+    them; made with the file's mode, those of a read-only file stayed read-only and kept every write out after the
+    file itself was made writable. So a file that no one may write (no write permission at all) and that has no
+    WAL beside it (every commit is in the file) is read as immutable (no locks, no files beside it): no process
+    can change it while it is read. So is a WAL database whose folder forbids the -shm file."""
     uri = path.resolve().as_uri()
+    if _unchangeable(path):
+        return sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=timeout, check_same_thread=False)
     try:
         conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=timeout, check_same_thread=False)
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return conn
     except sqlite3.OperationalError:
         return sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=timeout, check_same_thread=False)
+
+
+def _unchangeable(path: Path) -> bool:
+    """Whether no user may write the file at `path` (root aside) and no WAL lies beside it."""
+    try:
+        return path.stat().st_mode & WRITE_BITS == 0 and not side_file(path, "-wal").exists()
+    except OSError:
+        return False
+
+
+def stale_side_files(path: Path) -> list[Path]:
+    """The -wal and -shm files beside the database at `path` that cannot be written while the file and its folder
+    can: left read-only by an earlier read of the file when it was read-only, they keep every write out."""
+    if not writable(path):
+        return []
+    return [side for side in (side_file(path, "-wal"), side_file(path, "-shm"))
+            if side.exists() and not os.access(side, os.W_OK)]
+
+
+def read_only_parts(path: Path) -> str:
+    """What keeps writes out of the database at `path`, named as the user makes it writable: the -wal or -shm files
+    an earlier read left read-only, else the file or its folder (SQLite writes beside the file)."""
+    if stale := stale_side_files(path):
+        return " and ".join(str(side) for side in stale)
+    parts = [f"the file {path}" if not os.access(path, os.W_OK) else "",
+             f"the folder {path.parent}" if not os.access(path.parent, os.W_OK) else ""]
+    return " and ".join(part for part in parts if part) or f"the file {path} and its folder {path.parent}"
+
+
+def stale_refusal(path: Path, stale: list[Path]) -> StoreReadOnly:
+    """The refusal of a write that `stale_side_files` kept out: the file and its folder are writable, so naming them
+    (as a read-only database's refusal does) sent the user to change what was already right."""
+    names = " and ".join(str(side) for side in stale)
+    them = "it" if len(stale) == 1 else "them"
+    if wal_is_empty(path):
+        how = (f"Delete {them} while no Beamwise or other program has the database open, or make {them} writable; "
+               "then try again.")
+    else:
+        how = (f"Make {them} writable, then try again ({side_file(path, '-wal').name} holds sessions not yet in "
+               "the file: do not delete it).")
+    return StoreReadOnly(f"the session database {path} can only be read: {names} beside it "
+                         f"{'is' if len(stale) == 1 else 'are'} read-only, left by a read while the database was "
+                         "read-only; nothing was written.", hint=how)

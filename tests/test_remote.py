@@ -550,8 +550,8 @@ def test_a_redirect_is_named_not_read_as_an_answer_that_is_not_json() -> None:
     ("gpu-box:8000", "it must begin with http:// or https://"),
     ("ftp://127.0.0.1:8000", "it must begin with http:// or https://"),
     ("http://", "it names no host"),
-    ("http://127.0.0.1:99999", "Port out of range"),
-    ("http://127.0.0.1:abc", "Port could not be cast"),
+    ("http://127.0.0.1:99999", "its port '99999' is not a port number (one from 1 to 65535)"),
+    ("http://127.0.0.1:abc", "its port 'abc' is not a port number (one from 1 to 65535)"),
     ("http://127.0.0.1:8000/v1?key=1", "a query (?...) or fragment (#...) cannot be part of it"),
 ])  # fmt: skip
 def test_an_address_that_is_not_one_is_refused_before_any_request(capsys, endpoint: str, why: str) -> None:

@@ -48,7 +48,9 @@ def test_a_key_a_header_cannot_carry_is_one_user_error_that_names_the_variable_n
     assert code == 2, line
     assert "the API key in the environment variable BEAMWISE_TEST_KEY (--api-key-env)" in line, line
     assert said in line and "cannot be sent in an HTTP header" in line, line
-    assert "Copy the key again without it and export BEAMWISE_TEST_KEY again." in line, line
+    assert ("Copy the key again without it and set BEAMWISE_TEST_KEY again (bash or zsh: export "
+            'BEAMWISE_TEST_KEY=KEY; PowerShell: $env:BEAMWISE_TEST_KEY = "KEY"; cmd: set BEAMWISE_TEST_KEY=KEY).'
+            in line), line
     assert "fault in Beamwise" not in line
 
 

@@ -90,7 +90,8 @@ def test_bench_without_its_address_names_server(capsys) -> None:
     """Before, it said "--backend openai needs --endpoint", an option bench's README never names."""
     code = main(["bench", "--backend", "openai", "--served-model", MODEL, "--no-local"])
     line = one_error(capsys)
-    assert code == 2 and line.endswith("--backend openai needs --server"), line
+    assert code == 2 and "--backend openai needs --server URL" in line and "--endpoint" not in line, line
+    assert line.endswith("See `beamwise bench --help`."), line
 
 
 def test_bench_retries_its_connection_check_as_run_does(capsys) -> None:

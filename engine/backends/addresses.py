@@ -14,6 +14,17 @@ CREDENTIALS_HINT = (
     "it (--api-key-env NAME)."
 )
 USER_INFO = re.compile(r"^(\s*(?:[A-Za-z][A-Za-z0-9+.-]*:)?//)?[^/?#]*@")  # [scheme://]user:password@
+API_ROUTES = ("/completions", "/chat/completions", "/models")  # routes of the API users copy with its address
+
+
+def api_base(url: str) -> str:
+    """The API's base, .../v1, of an address as users give it: http://host:port, .../v1, or one of the API's routes
+    after /v1 copied whole from a curl line or a server's log (.../v1/completions). Such a route was asked with
+    /v1/completions added again, and the 404 that came was said as no API at the address."""
+    base = url.rstrip("/")
+    route = next((route for route in API_ROUTES if base.endswith("/v1" + route)), "")
+    base = base.removesuffix(route)
+    return base if base.endswith("/v1") else f"{base}/v1"
 
 
 def check_address(url: str, flag: str) -> None:
@@ -33,9 +44,10 @@ def address_problem(url: str) -> str:
     characters are ones a request line carries (`_unsendable`)."""
     try:
         parts = urllib.parse.urlsplit(url.strip())
-        parts.port  # noqa: B018 (reading it raises ValueError for a port that is not a number from 0 to 65535)
-    except ValueError as error:
+    except ValueError as error:  # a bracket left open in an IPv6 host
         return str(error)
+    if port := _port_problem(parts):
+        return port
     if parts.scheme not in ("http", "https"):
         return "it must begin with http:// or https://"
     if _credentials(url):
@@ -48,6 +60,20 @@ def address_problem(url: str) -> str:
     if parts.query or parts.fragment:
         return "a query (?...) or fragment (#...) cannot be part of it"
     return _unsendable(url.strip(), parts.path)
+
+
+def _port_problem(parts: urllib.parse.SplitResult) -> str:
+    """Why the port written in the address is none a server listens on, or ''. Python's own words were printed
+    as they came ("Port out of range 0-65535.", "Port could not be cast to integer value as 'x'")."""
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    else:
+        if port is None or port > 0:
+            return ""
+    written = parts.netloc.rpartition("]")[2].rpartition(":")[2]  # after an IPv6 host's brackets
+    return f"its port {written!r} is not a port number (one from 1 to 65535)"
 
 
 def _unsendable(url: str, path: str) -> str:

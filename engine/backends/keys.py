@@ -35,9 +35,15 @@ def api_key(given: str | None, variable: str | None, source: str | None = None) 
     key = os.environ.get(variable, "").strip()
     if not key:
         raise KeyUnusable(f"the environment variable {variable} (--api-key-env) is not set or is empty.",
-                          hint=f"Export {variable} with the server's API key, or leave out --api-key-env.")
+                          hint=f"Set {variable} to the server's API key ({set_variable(variable)}), or leave out "
+                               "--api-key-env.")
     where = f"the API key in the environment variable {variable} (--api-key-env)"
-    return _checked(key, where, f"Copy the key again without it and export {variable} again.")
+    return _checked(key, where, f"Copy the key again without it and set {variable} again ({set_variable(variable)}).")
+
+
+def set_variable(variable: str) -> str:
+    """How each shell sets `variable` to a key, for the advice: it said `export`, which Windows shells have not."""
+    return f'bash or zsh: export {variable}=KEY; PowerShell: $env:{variable} = "KEY"; cmd: set {variable}=KEY'
 
 
 def _checked(key: str, where: str, again: str) -> str:

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from engine.backends import failures
-from engine.backends.addresses import check_address
+from engine.backends.addresses import api_base, check_address
 from engine.backends.keys import api_key
 from engine.backends.replies import (
     Completion,
@@ -83,8 +83,7 @@ class ServerConfig:
 
     @property
     def base_url(self) -> str:
-        url = self.endpoint.rstrip("/")
-        return url if url.endswith("/v1") else f"{url}/v1"
+        return api_base(self.endpoint)
 
     def to_dict(self) -> dict:
         """What a session records: never the key, only the variable's name."""
@@ -190,13 +189,15 @@ class OpenAICompletions:
         answer = self._request("POST", "/completions", body)
         choices = answer.get("choices") if isinstance(answer, dict) else None
         if not isinstance(choices, list) or not choices:
-            raise _shape_error(f"an answer without choices ({_outline(answer)})")
+            raise _shape_error(f"an answer without choices ({_outline(answer)})", self.cfg.endpoint)
         textless = [c for c in choices if not (isinstance(c, dict) and isinstance(c.get("text", 0), str | None))]
         if textless:  # a text of None is an empty one
-            raise _shape_error(f"an answer whose choices hold no text ({_outline(textless[0], 'a choice')})")
+            raise _shape_error(f"an answer whose choices hold no text ({_outline(textless[0], 'a choice')})",
+                               self.cfg.endpoint)
         if len(choices) != n:
             raise RemoteError(
-                f"the server answered {len(choices)} continuation(s) to a request for n={n}: it does not honour n.",
+                f"the server at {self.cfg.endpoint} answered {len(choices)} continuation(s) to a request for n={n}: "
+                "it does not honour n.",
                 hint="Leave out --one-request-per-path (one request per child works with every server).",
             )
         usage = read_usage(answer)
@@ -222,11 +223,12 @@ class OpenAICompletions:
         try:
             logprobs = answer["choices"][0].get("logprobs")
         except (KeyError, IndexError, TypeError, AttributeError) as error:  # AttributeError: a choice that is text
-            raise _shape_error(f"an answer without choices ({_outline(answer)})") from error
+            raise _shape_error(f"an answer without choices ({_outline(answer)})", self.cfg.endpoint) from error
         top = first_top_logprobs(logprobs)
         if not top:
             raise LogprobsUnavailable(
-                "the server returned no top log-probabilities (`logprobs` > 1), which the self-judge reads."
+                f"the server at {self.cfg.endpoint} returned no top log-probabilities (`logprobs` > 1), which the "
+                "self-judge reads."
             )
         return top, read_usage(answer).get("prompt_tokens", 0)
 
@@ -238,9 +240,10 @@ class OpenAICompletions:
             try:
                 data = answer["data"][0]["data"]
             except (KeyError, IndexError, TypeError) as error:
-                raise _shape_error(f"a /pooling answer without data ({_outline(answer)})") from error
+                raise _shape_error(f"a /pooling answer without data ({_outline(answer)})", self.cfg.endpoint) from error
             if not isinstance(data, list):
-                raise _shape_error(f"a /pooling answer whose data is not a list ({_outline(data, 'its data')})")
+                raise _shape_error(f"a /pooling answer whose data is not a list ({_outline(data, 'its data')})",
+                                   self.cfg.endpoint)
             return data
 
     def _request(self, method: str, path: str, body: dict | None, *, v1: bool = True) -> dict:
@@ -268,8 +271,9 @@ class OpenAICompletions:
         if asked is not None and asked > RETRY_AFTER_MAX_S:
             raise ServerError(
                 getattr(error, "status", 0) or 429,
-                f"the server is busy and asks to wait {asked:.0f} s before trying again",
+                f"it is busy and asks to wait {asked:.0f} s before trying again",
                 hint="Run again later, or ask the server's owner about its limits.",
+                endpoint=self.cfg.endpoint,
             ) from error
         return max(wait, asked or 0.0)
 
@@ -324,7 +328,7 @@ class OpenAICompletions:
         finally:
             connection.close()  # on a Stop too: the server drops a request whose client left
         if 300 <= status < 400:
-            raise redirect_error(status, response.getheader("Location"))
+            raise redirect_error(status, response.getheader("Location"), self.cfg.endpoint)
         if status >= 400:
             error = failures.http_error(self.cfg, status, error_detail(raw), method, url)
             error.retry_after = read_retry_after(response.getheader("Retry-After"))
@@ -332,7 +336,7 @@ class OpenAICompletions:
         try:
             return json.loads(raw.decode())
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:  # nested past Python's stack
-            raise _shape_error(f"an answer that is not JSON ({error})", status) from error
+            raise _shape_error(f"an answer that is not JSON ({error})", self.cfg.endpoint, status) from error
 
 
 @dataclass(frozen=True)
@@ -362,9 +366,10 @@ def check_connection(config: ServerConfig, *, should_stop: StopFn = never, retri
     return ConnectionCheck(served, time.perf_counter() - started)
 
 
-def _shape_error(what: str, status: int = 200) -> ServerError:
-    """An answer that came but is not the one asked for: it says what was missing, not that the server may be down."""
-    return ServerError(status, what, hint=ANSWER_SHAPE_HINT)
+def _shape_error(what: str, endpoint: str, status: int = 200) -> ServerError:
+    """An answer that came but is not the one asked for: it says what was missing, not that the server may be down,
+    and which server sent it (a PRM server's or the generator's, one of `bench`'s)."""
+    return ServerError(status, what, hint=ANSWER_SHAPE_HINT, endpoint=endpoint)
 
 
 def _outline(value: object, what: str = "it") -> str:

@@ -127,13 +127,16 @@ def read_retry_after(value: str | None) -> float | None:
     return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
-def redirect_error(status: int, location: str | None) -> ServerError:
+def redirect_error(status: int, location: str | None, endpoint: str) -> ServerError:
     """A redirect is not followed: the request and its API key would go wherever the answer says. Before, its
-    empty body was read as 'an answer that is not JSON', which named neither the redirect nor where it led."""
+    empty body was read as 'an answer that is not JSON', which named neither the redirect nor where it led. The
+    hint names the option the server was given by ({endpoint}: the window says its field): "as the endpoint" was
+    the command line's word in the window too."""
     return ServerError(
         status,
         f"a redirect to {location or 'an address it does not name'}, which Beamwise does not follow",
-        hint="Give the address the server redirects to as the endpoint (https:// where it says so).",
+        hint="Give the address the server redirects to as {endpoint} (https:// where it says so).",
+        endpoint=endpoint,
     )
 
 

@@ -1,0 +1,126 @@
+"""Reading a session database leaves nothing beside it that the read made. SQLite makes a WAL database's -wal and
+-shm files even to read it, and a read-only connection never deletes them: a read of a read-only file left them
+read-only (its mode), and once the user made the file writable, as the refusal advised, every write was still
+refused with "the folder ... or the file is read-only", which neither was. A write such stale files keep out now
+names them; and a damaged database that `sessions list` refused keeps no -wal or -shm the read made either."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+from app.store import SessionStore
+from app.store_file import connect_read_only
+from tests.test_damaged_wal_untouched import LEAF, PAGE
+from tests.test_sessions_cli import recorded
+
+REPO = Path(__file__).resolve().parents[1]
+NOBODY = 65534
+SIDES = ("-wal", "-shm")
+
+CHILD = """
+import json, os, sqlite3, sys
+from app.cli import main
+db = sys.argv[1]
+seen = {}
+os.chmod(db, 0o444)
+seen["list"] = main(["sessions", "list", "--db", db])
+seen["left"] = sorted(os.listdir(os.path.dirname(db)))
+os.chmod(db, 0o644)  # as the refusal of a write to a read-only file advises
+seen["rename"] = main(["sessions", "rename", "1", "Renamed", "--db", db])
+os.chmod(db, 0o444)  # an earlier Beamwise's read of the read-only file left its side files read-only
+reader = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+reader.execute("SELECT count(*) FROM sessions").fetchone()
+reader.close()
+os.chmod(db, 0o644)
+print("stale:", file=sys.stderr, flush=True)
+seen["stale"] = main(["sessions", "rename", "1", "Again", "--db", db])
+print(json.dumps(seen))
+"""
+
+
+def side_files(db: Path) -> list[str]:
+    return [db.name + tail for tail in SIDES if db.with_name(db.name + tail).exists()]
+
+
+def test_a_read_of_a_file_no_one_may_write_makes_no_file_beside_it(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
+    db = recorded(tmp_path / "s.db")
+    db.chmod(0o444)
+    conn = connect_read_only(db, 1.0)
+    assert conn.execute("SELECT count(*) FROM sessions").fetchone() == (1,)
+    conn.close()
+    with SessionStore(db, read_only=True) as store:
+        assert len(store.list_sessions()) == 1
+    assert side_files(db) == []
+
+
+def test_a_read_of_a_writable_file_still_sees_its_wal(tmp_path: Path, monkeypatch) -> None:
+    """Immutable reads are for files no one may write: a file with a WAL beside it is read with its WAL."""
+    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
+    db = recorded(tmp_path / "s.db")
+    writer = SessionStore(db)
+    try:
+        writer.query("PRAGMA wal_autocheckpoint=0")
+        writer.create_session({"question": "Only in the WAL", "status": "finished"})
+        db.chmod(0o444)
+        conn = connect_read_only(db, 1.0)
+        assert conn.execute("SELECT count(*) FROM sessions").fetchone() == (2,)
+        conn.close()
+    finally:
+        db.chmod(0o644)
+        writer.close()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
+def test_a_database_made_writable_after_a_read_takes_writes_and_stale_side_files_are_named() -> None:
+    """As the walkthrough met it, as a user root's permissions do not skip (uid nobody when the tests run as root):
+    `sessions list` of a read-only g.db, chmod 644, `sessions rename`."""
+    folder = Path(tempfile.mkdtemp())
+    try:
+        folder.chmod(0o777)
+        db = recorded(folder / "g.db")
+        if os.geteuid() == 0:
+            os.chown(db, NOBODY, NOBODY)
+        as_nobody = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if os.geteuid() == 0 else {}
+        env = {**os.environ, "BEAMWISE_DATA_DIR": str(folder / "data"), "PYTHONPATH": str(REPO)}
+        done = subprocess.run([sys.executable, "-c", CHILD, str(db)], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=120, **as_nobody)
+        if done.returncode != 0 and ("ModuleNotFoundError" in done.stderr or "Permission denied" in done.stderr):
+            pytest.skip(f"the other user cannot run Beamwise from {REPO}: {done.stderr.strip()[-200:]}")
+        assert done.returncode == 0, done.stderr
+        seen = json.loads(done.stdout.splitlines()[-1])
+        assert seen["list"] == 0 and "g.db-shm" not in seen["left"] and "g.db-wal" not in seen["left"]
+        assert seen["rename"] == 0, done.stderr
+        stale = done.stderr.split("stale:", 1)[1]
+        assert seen["stale"] == 2
+        assert f"{db}-shm beside it is read-only" in stale and "the folder" not in stale
+        assert "Delete it while no Beamwise or other program has the database open, or make it writable" in stale
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_damaged_database_refused_by_sessions_list_keeps_no_file_the_read_made(tmp_path: Path, monkeypatch,
+                                                                                 capsys) -> None:
+    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
+    db = tmp_path / "m.db"
+    with SessionStore(db) as store:
+        for n in range(40):
+            store.create_session({"question": f"Question {n} " + "x" * 300, "status": "finished"})
+    data = bytearray(db.read_bytes())
+    page = next(n for n in range(2, len(data) // PAGE) if data[n * PAGE] == LEAF)
+    data[page * PAGE:page * PAGE + 3000] = bytes(range(256)) * 11 + bytes(184)
+    db.write_bytes(bytes(data))
+    before = hashlib.md5(db.read_bytes()).hexdigest()
+    assert main(["sessions", "list", "--db", str(db)]) == 2
+    assert "is damaged" in capsys.readouterr().err
+    assert side_files(db) == [] and hashlib.md5(db.read_bytes()).hexdigest() == before
