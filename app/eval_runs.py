@@ -234,12 +234,24 @@ class Evaluation:
             if self.journalled:
                 self._save_journalled()
             if self.journalled:
-                run_output.warn(f"the session database {self.store.path} still cannot be written (busy, read-only "
-                                f"or its disk full): {len(self.journalled)} run(s) of this eval are kept in run "
-                                f"journals in {self.journalled[0].parent} and are saved into it the next time "
-                                "Beamwise opens it (any command or the window).")
+                self._say_journalled()
         finally:
             self.store.close()
+
+    def _say_journalled(self) -> None:
+        """The runs still in journals at the eval's end, and when they reach the database: a read-only one only once
+        it is made writable (it promised "the next time Beamwise opens it", which reads it without them)."""
+        from app.journal import saved_when
+        from app.store_file import writable
+
+        path = self.store.path
+        read_only = self.store.read_only or not writable(path)
+        why = "it can only be read" if read_only else "busy or its disk full"
+        runs = f"{len(self.journalled)} run{'s' if len(self.journalled) > 1 else ''}"
+        many = len(self.journalled) > 1
+        run_output.warn(f"the session database {path} still cannot be written ({why}): {runs} of this eval "
+                        f"{'are' if many else 'is'} kept in run journals in {self.journalled[0].parent} and "
+                        f"{saved_when(path, read_only, many=many)}.")
 
     def _say_refused(self) -> None:
         """Which runs have no session: refused before they started, as `beamwise run` records none of those."""

@@ -103,9 +103,9 @@ def seconds(value: float) -> str:
         return f"{_two_digits(value * 1e6)} µs"
     if value < 0.1:
         return f"{_two_digits(value * 1000)} ms"
-    if value < 10:
+    if value < 9.95:  # what rounds to 10 is said as 10 s is: a line at 9.96 s read "10.0 s", the next "11 s"
         return f"{value:.2g} s" if value < 1 else f"{value:.1f} s"
-    if value < 60:
+    if value < 59.5:
         return f"{value:.0f} s"
     minutes, rest = divmod(round(value), 60)
     return f"{minutes} min {rest} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"

@@ -148,6 +148,8 @@ def test_axis_ticks_and_durations():
     assert fmt.seconds(0.21) == "0.21 s" and fmt.seconds(4.71) == "4.7 s" and fmt.seconds(72) == "1 min 12 s"
     durations = [fmt.seconds(v) for v in (0.00095, 0.0125, 0.00001, 0.0, 0.0999, 0.0000999)]
     assert durations == ["0.95 ms", "12 ms", "10 µs", "0 s", "100 ms", "100 µs"]
+    near = [fmt.seconds(v) for v in (9.94, 9.96, 10.4, 59.4, 59.6)]  # a value that rounds up takes the next form
+    assert near == ["9.9 s", "10 s", "10 s", "59 s", "1 min 0 s"]
 
 
 def test_a_recorded_run_names_its_session_for_a_follow_up(tmp_path, capsys):

@@ -78,3 +78,19 @@ def test_a_run_whose_journal_is_saved_at_its_end_ends_with_the_follow_up_line(db
     assert err.rstrip().splitlines()[-1] == (f'beamwise: recorded as session 2; ask a follow-up with: beamwise run '
                                              f'--session 2 --db {db} "..."')
 
+
+
+def test_an_eval_into_a_read_only_database_says_its_runs_wait_until_it_can_be_written(db, monkeypatch, capsys,
+                                                                                    tmp_path: Path) -> None:
+    """eval's closing line promised the runs "are saved into it the next time Beamwise opens it", as run's did."""
+    import app.store_file
+
+    read_only(monkeypatch)
+    monkeypatch.setattr(app.store_file, "writable", lambda path: False)
+    problems = tmp_path / "p.jsonl"
+    problems.write_text('{"question": "What is 2+3?", "answer": "5"}\n{"question": "And 3+4?", "answer": "7"}\n')
+    assert main(["eval", str(problems), *TINY, "--db", str(db)]) == 0
+    err = capsys.readouterr().err
+    assert "the next time Beamwise opens it" not in err
+    assert "(it can only be read): 2 runs of this eval are kept in run journals" in err
+    assert "are saved into the database only once it can be written" in err
