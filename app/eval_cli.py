@@ -24,10 +24,10 @@ from app import formatting
 from app.early_exit import check_thresholds_writable
 from app.exit_options import THRESHOLDS, given_thresholds
 from app.json_out import check_json_path, write_json
-from app.options import UsageError, add_search_options, configs_from_args
+from app.options import UsageError, add_search_options, check_lookahead, configs_from_args
 from app.problems import Problem, load_problems
 from app.threads import numerics_line
-from engine.config import MAX_LOOKAHEAD, METHODS, ModelSpec, SearchConfig
+from engine.config import METHODS, ModelSpec, SearchConfig
 
 if TYPE_CHECKING:
     from app.eval_runs import Evaluation  # imported with torch, in `_start`
@@ -82,8 +82,7 @@ def config_for(search: SearchConfig, method: str, calibrate: bool) -> SearchConf
 def _check(args: argparse.Namespace) -> None:
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit must be at least 1 (got {args.limit}).")
-    if not 0 <= args.lookahead <= MAX_LOOKAHEAD:  # SearchConfig's check, in the option's words
-        raise UsageError(f"--lookahead must be 0..{MAX_LOOKAHEAD} greedy steps (got {args.lookahead}).")
+    check_lookahead(args.lookahead)  # its method: `_refuse_unused`, which knows --compare
     if args.target_agreement is not None and not args.calibrate:  # it was taken and did nothing
         raise UsageError("--target-agreement sets what --calibrate aims for: add --calibrate, or leave it out.")
     if args.target_agreement is not None and not 0 < args.target_agreement <= 1:
@@ -116,8 +115,7 @@ def _refuse_unused(args: argparse.Namespace) -> None:
         if args.compare:
             raise UsageError(f"--lookahead works with the beam method only, and --compare {args.compare} runs none: "
                              "add beam to --compare, or leave --lookahead out.")
-        raise UsageError(f"--lookahead works with the beam method only, not --method {args.method}: pick --method "
-                         "beam, or leave --lookahead out.")  # SearchConfig said "set lookahead to 0 for dvts"
+        check_lookahead(args.lookahead, args.method)
 
 
 def _them(options: list[str]) -> str:

@@ -17,6 +17,7 @@ from engine.config import (
     AGGREGATIONS,
     DEVICES,
     DTYPES,
+    MAX_LOOKAHEAD,
     METHODS,
     POLICIES,
     SELECTIONS,
@@ -466,7 +467,18 @@ def _configs(args: argparse.Namespace) -> tuple[ModelSpec, SearchConfig, CacheCo
     return model, search, cache
 
 
+def check_lookahead(lookahead: int, method: str | None = None) -> None:
+    """--lookahead refused in the option's words, its range and (given `method`) its method: SearchConfig names its
+    field ("lookahead must be 0..16", "set lookahead to 0 for dvts"), which no option or control is called."""
+    if not 0 <= lookahead <= MAX_LOOKAHEAD:
+        raise UsageError(f"--lookahead must be 0..{MAX_LOOKAHEAD} greedy steps (got {lookahead}).")
+    if lookahead and method is not None and method != "beam":
+        raise UsageError(f"--lookahead works with the beam method only, not --method {method}: pick --method beam, "
+                         "or leave --lookahead out.")
+
+
 def _method_fields(args: argparse.Namespace) -> dict:
+    check_lookahead(args.lookahead, args.method or SearchConfig().method)
     return {"method": args.method or SearchConfig().method, "lookahead": args.lookahead, "select": args.select,
             "verify_skip": args.verify_skip, "audit_early_exit": args.audit_early_exit,
             "entropy_exit": args.entropy_exit, **early_exit_thresholds(args)}

@@ -357,3 +357,15 @@ def test_an_empty_standard_input_is_named(monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"")))
     assert exit_code(["run", "-", *TINY, "--no-save"]) == 2
     assert "standard input is empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("command", "given", "said"), [
+    ("run", ["--lookahead", "17"], "--lookahead must be 0..16 greedy steps (got 17)."),
+    ("run", ["--method", "dvts", "--lookahead", "1"], "--lookahead works with the beam method only, not --method dvts"),
+    ("plan", ["--method", "greedy", "--lookahead", "2"], "--lookahead works with the beam method only, not --method "
+                                                         "greedy"),
+])
+def test_lookahead_refusals_name_the_option_typed(capsys, command, given, said):
+    """They said SearchConfig's field ("lookahead must be 0..16", "set lookahead to 0 for dvts"), no option's name."""
+    assert main([command, "What is 2+3?", *TINY, "--no-save" if command == "run" else "--json", *given]) == 2
+    assert said in capsys.readouterr().err
