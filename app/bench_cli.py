@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from app.bench_table import format_report
@@ -28,7 +29,7 @@ from app.question import empty_message
 from engine.auto_delimiter import AUTO_DELIMITER
 from engine.blank_text import is_blank
 from engine.config import DTYPES
-from engine.workload import BASELINES, LADDER, Workload, check_names
+from engine.workload import ALIASES, BASELINES, LADDER, Workload, check_names, ladder_names
 
 if TYPE_CHECKING:
     from engine.bench_results import BenchReport
@@ -58,7 +59,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--block-size", type=int, default=d.block_size, help="tokens per KV block")
     p.add_argument("--seed", type=int, default=d.seed, help="same seed and settings: the same tokens")
     add_threads_option(p)
-    p.add_argument("--policies", default=",".join(LADDER), help=f"comma-separated, from: {', '.join(LADDER)}")
+    p.add_argument("--policies", default=",".join(LADDER),
+                   help=f"comma-separated, from: {', '.join(LADDER)}; "
+                   f"{', '.join(f'{alias} is {name}' for alias, name in ALIASES.items())} (every switch, as run's lbs)")
     p.add_argument("--speculative", action=argparse.BooleanOptionalAction, default=None,
                    help=f"force speculation on or off for every policy (default: as each policy's name says); "
                    f"{SPECULATIVE_HELP}")
@@ -84,7 +87,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="also write the report as JSON here (after every row, complete: false until the last; "
                    "into a FIFO or a device such as /dev/stdout once, at the end)")
     p.add_argument("--baselines", default=",".join(BASELINES), metavar="NAMES",
-                   help=f"outside baselines (CUDA only), comma-separated, from: {', '.join(BASELINES)}; empty for none")
+                   help=f"outside baselines (CUDA only), comma-separated, from: {', '.join(BASELINES)}; "
+                   "--baselines= for none")
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
                    help="stop the run this overtakes and start no more rows (each row says so); default: none")
     p.add_argument(
@@ -101,7 +105,11 @@ def bench_command(args: argparse.Namespace) -> int:
     """Exit 0 when a row produced a figure, 1 when none did (each row says why), 2 on settings it refuses, 130 on
     Ctrl+C (the finished rows' table printed first)."""
     _check(args)
-    import_torch()  # a Ctrl+C inside torch's import aborted the process
+    try:
+        import_torch()  # a Ctrl+C inside torch's import aborted the process
+        _refuse_models(args)  # reads configs and a PRM's tokenizer: a second or so
+    except KeyboardInterrupt:  # before _ladder's own handler: a file already at --json is kept all the same
+        return _interrupted(args, None, stream=False)
     check_json_path(args.json_path)  # before anything runs, writing nothing: bench has no --db, so the default one
     dtype = args.dtype or ("bfloat16" if args.plan_only else "float32")
     if args.max_context:
@@ -116,12 +124,15 @@ def bench_command(args: argparse.Namespace) -> int:
     server_from_args(args, endpoint_option="--server")  # a local bench: a server's options given are said
     if args.versus_generate:
         return _versus_generate(args, dtype)
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    policies = ladder_names([p.strip() for p in args.policies.split(",") if p.strip()])
     if not policies:  # it printed an empty table and exited 0
         raise UsageError(f"--policies names no policy (got {args.policies!r}); give one or more of: "
                          f"{', '.join(LADDER)}.")
     baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
     check_names(policies, baselines)  # before the JSON's placeholder: nothing is written for a typo
+    if args.plan_only and baselines and _given(args, ("--baselines",)):  # it ran none and said nothing (exit 0)
+        raise UsageError(f"--plan-only loads no weights, so the outside baselines ({', '.join(baselines)}) cannot "
+                         "run beside it: leave --baselines out, or leave out --plan-only.")
     return _ladder(args, workload, policies, baselines)
 
 
@@ -157,6 +168,65 @@ def _check(args: argparse.Namespace) -> None:
     for flag, text in (("--model", None if args.no_local else args.model), ("--prm", args.verifier_model)):
         if (typo := typo_of(text)) is not None:  # a close listed name, as run, plan and eval suggest it
             raise UsageError(f"{flag}: {typo}")
+    _refuse_contradictions(args)
+
+
+def _refuse_contradictions(args: argparse.Namespace) -> None:
+    """UsageError for a ladder option that the rest of the command line leaves nothing to do: each was taken and
+    ignored (exit 0), so a bench measured something other than what was typed."""
+    if args.question is not None and _given(args, ("--prompt-tokens",)):
+        raise UsageError("--prompt-tokens sets the length of a random-token prompt, and --question gives the prompt "
+                         "instead: leave one of them out.")
+    if args.lookahead_verify is not None:
+        _refuse_idle_lookahead_verify(args)
+
+
+def _refuse_idle_lookahead_verify(args: argparse.Namespace) -> None:
+    """--lookahead-verify (or --no-) switches the scoring of a speculated next step in a PRM's pass: with no row
+    that speculates, or no --prm to score it, it changes nothing, as `run` refuses it (app/speculation_options.py,
+    in `run`'s options; said here in bench's)."""
+    option = "--lookahead-verify" if args.lookahead_verify else "--no-lookahead-verify"
+    policies = ladder_names([p.strip() for p in args.policies.split(",") if p.strip()])
+    speculating = args.speculative or (args.speculative is None and any(
+        LADDER.get(name, {}).get("speculative") for name in policies))
+    if not speculating:
+        raise UsageError(f"{option} switches the verifying of speculated next steps, and no row speculates: add "
+                         "--speculative or a :+speculative policy, or leave it out.")
+    if args.verifier_model is None:
+        raise UsageError(f"{option} switches the scoring of a speculated next step in its row's PRM pass, and "
+                         "without --prm PATH the rows score steps with log-probabilities: add --prm PATH, or leave "
+                         "it out.")
+
+
+BENCH_WORDS = (  # run's and plan's words for the PRM, in the options bench takes (it has --prm, no --verifier)
+    ("--verifier prm --verifier-model ", "--prm "), ("--verifier-model", "--prm"), (", or the window's Verifier", ""),
+)
+
+
+def _refuse_models(args: argparse.Namespace) -> None:
+    """UsageError, before any model loads, for a model the run refuses in its part, read as `plan` and `eval` read
+    it (app/plan_roles.py, and the PRM's layout from its tokenizer): a PRM as --model, a missing --prm folder, a
+    generator or a synthetic model that is no PRM as --prm. Each row failed on it in turn, after the model had
+    loaded, and the bench exited 1, with advice in `run`'s options (--verifier-model, which bench refuses)."""
+    from app.plan_roles import CANNOT_RUN_MODEL, laid_out, role_refusal
+    from engine.config import SearchConfig
+    from engine.errors import BeamwiseError
+
+    if args.backend == "openai" and args.no_local:  # no model here
+        return
+    prm = args.verifier_model
+    search = SearchConfig(verifier="prm", verifier_model=prm) if prm else SearchConfig()
+    try:
+        refused = role_refusal(args.model, search)
+        if refused is None and prm:
+            laid_out(prm)  # a synthetic name that is no PRM's, a tokenizer its family cannot use
+    except BeamwiseError as error:
+        refused = error.user_message()
+    if refused is not None:
+        said = refused.removeprefix(CANNOT_RUN_MODEL)
+        for run_words, bench_words in BENCH_WORDS:
+            said = said.replace(run_words, bench_words)
+        raise UsageError(said)
 
 
 VERSUS_GENERATE_UNUSED = (
@@ -288,24 +358,34 @@ def _ladder(args: argparse.Namespace, workload: Workload, policies: list[str], b
 
     stream = is_stream(args.json_path)
     finished: list[BenchReport] = []  # the report as its last finished row left it: what a Ctrl+C prints
+    unwritten: list[UsageError] = []  # a write after a row that failed: the rows after it are not written either
 
     def on_row(report: BenchReport) -> None:
         finished[:] = [report]
-        if not stream:
+        if stream or unwritten:
+            return
+        try:
             write_json(args.json_path, report.to_dict(), announce=False)
+        except UsageError as error:  # a full disk, a file that cannot be replaced: raised here, it ended the bench
+            unwritten.append(error)  # and lost the row just measured, with no table
 
     progress = lambda text: print(f"[bench] {text}", file=sys.stderr, flush=True)  # noqa: E731
     try:
         report = run_bench(workload, policies, plan_only=args.plan_only, progress=progress, baselines=baselines,
                            time_limit=TimeLimit(args.time_limit), on_row=on_row)  # fmt: skip
     except KeyboardInterrupt:
-        return _interrupted(args, finished[0] if finished else None, stream)
+        return _interrupted(args, finished[0] if finished else None, stream, unwritten)
     print(format_report(report))
-    write_json(args.json_path, report.to_dict())
+    try:
+        write_json(args.json_path, report.to_dict())  # tried again: room may have been made since
+    except UsageError as error:
+        print(f"beamwise: error: {error} The table above holds the rows measured.", file=sys.stderr)
+        return 2
     return _measured(report)
 
 
-def _interrupted(args: argparse.Namespace, report: BenchReport | None, stream: bool) -> int:
+def _interrupted(args: argparse.Namespace, report: BenchReport | None, stream: bool,
+                 unwritten: Sequence[UsageError] = ()) -> int:  # fmt: skip
     """Ctrl+C: the finished rows' table (as a time limit prints it), where the JSON stands, and 130."""
     if report is None:
         print(f"\nbeamwise: interrupted before any row finished{_not_written(args.json_path)}", file=sys.stderr)
@@ -315,6 +395,8 @@ def _interrupted(args: argparse.Namespace, report: BenchReport | None, stream: b
         write_json(args.json_path, report.to_dict(), announce=False)
     rows = len(report.results) + len(report.baselines)
     kept = f"; {args.json_path} keeps them (complete: false)" if args.json_path else ""
+    if unwritten:
+        kept = f"; they are not in {args.json_path} ({unwritten[0]})"
     print(f"beamwise: interrupted; the table above holds the {rows} finished row(s){kept}", file=sys.stderr)
     return 130
 

@@ -11,20 +11,29 @@ import app.formatting as fmt
 from app.formatting import size as format_bytes
 
 if TYPE_CHECKING:
-    from engine.bench_results import BenchReport
+    from engine.bench_results import BenchReport, PolicyResult
 
 
 def _ratio(value: float | None) -> str:
     return fmt.ratio(value)  # one format in a column: 0.0012x beside 0.98x, never a percentage
 
 
-def _share(part: int, whole: int) -> str:
-    """Speculated tokens (or look-aheads) kept, as a share of those made ('-' when none were made)."""
-    return f"{part / whole:.0%}" if whole else "-"
+def _share(part: int | None, whole: int | None) -> str:
+    """Speculated tokens (or look-aheads) kept, as a share of those made ('-' when none were made, or not measured)."""
+    return f"{part / whole:.0%}" if whole and part is not None else "-"
 
 
 def _diff(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2e}"
+    return _cell(value, ".2e")
+
+
+def _cell(value: float | None, spec: str) -> str:
+    """A figure as `spec` formats it, '-' where no run measured it (None, null in the JSON)."""
+    return "-" if value is None else format(value, spec)
+
+
+def _bytes(value: int | None) -> str:
+    return "-" if value is None else format_bytes(value)
 
 
 def _baseline_rows(report: BenchReport) -> list[str]:
@@ -35,7 +44,8 @@ def _baseline_rows(report: BenchReport) -> list[str]:
             continue
         in_device = next((r for r in report.results if r.name == "in_device" and r.ok), None)
         versus = f"; in_device is {b.wall_seconds / in_device.wall_seconds:.2f}x faster" if in_device else ""
-        rows.append(f"{b.name:<24}wall {b.wall_seconds:.2f} s, {b.tokens_per_second:.1f} candidate-tokens/s{versus}")
+        rows.append(f"{b.name:<24}wall {b.wall_seconds:.2f} s, {_cell(b.tokens_per_second, '.1f')} candidate-tokens/s"
+                    f"{versus}")
     return rows
 
 
@@ -106,24 +116,7 @@ def format_report(report: BenchReport) -> str:
         if not r.ok:
             lines.append(f"{r.name:<24}{'' if r.timed_out else 'failed: '}{r.message}")  # the limit's words say it
             continue
-        row = (
-            f"{r.name:<24}{format_bytes(r.h2d_bytes):>11}{format_bytes(r.d2h_bytes):>11}{format_bytes(r.d2d_bytes):>11}"
-            f"{r.h2d_calls:>9}{_ratio(r.h2d_vs_layerwise):>13}{format_bytes(r.peak_device_bytes):>11}{r.max_groups:>7}"
-        )
-        if not report.plan_only:
-            row += (
-                f"{r.wall_seconds:>9.2f}{r.copy_seconds:>8.3f}{r.compute_seconds:>10.2f}"
-                f"{r.modelled_pcie_seconds:>8.3f}{r.stall_seconds:>8.3f}{r.stall_share:>7.1%}"
-                f"{r.tokens_per_second:>8.1f}{r.goodput:>8.1f}{r.forwards:>6}{r.idle_row_slots:>6}"
-                f"{r.speculative_tokens:>6}{r.speculative_runs:>6}{_share(r.speculative_used, r.speculative_tokens):>6}"
-                f"{_share(r.speculative_discarded, r.speculative_tokens):>6}"
-                f"{_ratio(r.wall_vs_in_device):>8}{_ratio(r.wall_vs_layerwise):>8}"
-                f"{_diff(r.teacher_forced_max_logit_diff):>14}"
-            )
-            if w.verifier_model:
-                row += (f"{r.verifier_tokens:>7}{r.verifier_forwards:>6}{r.verifier_rows:>7}{r.lookahead_verified:>6}"
-                        f"{_share(r.lookahead_used, r.lookahead_verified):>6}")
-        lines.append(row)
+        lines.append(_row(r, report.plan_only, bool(w.verifier_model)))
     lines += _baseline_rows(report)
     lines += _footnotes(report)
     if not report.plan_only and sum(r.ok for r in report.results) > 1:
@@ -131,6 +124,29 @@ def format_report(report: BenchReport) -> str:
         if not report.same_tokens:
             lines.append(DIFFERENT_TOKENS_NOTE)
     return "\n".join(lines)
+
+
+def _row(r: PolicyResult, plan_only: bool, verifier: bool) -> str:
+    """A row that ran, '-' for each figure it did not measure."""
+    row = (f"{r.name:<24}{_bytes(r.h2d_bytes):>11}{_bytes(r.d2h_bytes):>11}{_bytes(r.d2d_bytes):>11}"
+           f"{_cell(r.h2d_calls, 'd'):>9}{_ratio(r.h2d_vs_layerwise):>13}{_bytes(r.peak_device_bytes):>11}"
+           f"{_cell(r.max_groups, 'd'):>7}")
+    if plan_only:
+        return row
+    row += (
+        f"{_cell(r.wall_seconds, '.2f'):>9}{_cell(r.copy_seconds, '.3f'):>8}{_cell(r.compute_seconds, '.2f'):>10}"
+        f"{_cell(r.modelled_pcie_seconds, '.3f'):>8}{_cell(r.stall_seconds, '.3f'):>8}{_cell(r.stall_share, '.1%'):>7}"
+        f"{_cell(r.tokens_per_second, '.1f'):>8}{_cell(r.goodput, '.1f'):>8}{_cell(r.forwards, 'd'):>6}"
+        f"{_cell(r.idle_row_slots, 'd'):>6}{_cell(r.speculative_tokens, 'd'):>6}{_cell(r.speculative_runs, 'd'):>6}"
+        f"{_share(r.speculative_used, r.speculative_tokens):>6}"
+        f"{_share(r.speculative_discarded, r.speculative_tokens):>6}"
+        f"{_ratio(r.wall_vs_in_device):>8}{_ratio(r.wall_vs_layerwise):>8}{_diff(r.teacher_forced_max_logit_diff):>14}"
+    )
+    if verifier:
+        row += (f"{_cell(r.verifier_tokens, 'd'):>7}{_cell(r.verifier_forwards, 'd'):>6}"
+                f"{_cell(r.verifier_rows, 'd'):>7}{_cell(r.lookahead_verified, 'd'):>6}"
+                f"{_share(r.lookahead_used, r.lookahead_verified):>6}")
+    return row
 
 
 DIFFERENT_TOKENS_NOTE = (

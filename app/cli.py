@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv or ["gui"])
         args.argv = argv or ["gui"]  # as typed: `gui` tells an option typed with its default value from one left out
-        if args.command in ("run", "eval", "gui", "bench"):  # every command that runs a model
+        if args.command in ("run", "plan", "eval", "gui", "bench"):  # every command that runs a model (plan's on meta)
             with failures_in_json(args.command == "run" and args.json):  # --threads 0: a run's stream ends too
                 _limit_threads(args)
             _quiet_progress_bars()

@@ -4,6 +4,7 @@ cannot write (or must not: the session database) said before the work starts."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,6 +64,10 @@ def check_json_path(json_path: str | None, db: str | None = None) -> None:
         if path.exists() and not path.is_file():  # a socket, a block device: refused now, not after the first row
             raise UsageError(f"cannot write {path}: it is {_kind(path)}; nothing was written. Pick a writable --json "
                              "path (a file, a FIFO or /dev/stdout).")
+        if path.is_file() and not os.access(path, os.W_OK):  # immutable (chattr +i: even root's replace fails) or
+            # read-only: the probe beside it passed, and the bench died at its first row's write
+            raise UsageError(f"cannot write {path}: the file there is read-only; nothing was written. Make it "
+                             "writable, or pick another --json path.")
 
     _in_folder(path, probe)
 

@@ -7,9 +7,11 @@ length and whose candidates a content hash scores. A step's bytes are the run's 
 them, as in a real run's. A run that would refuse does so before its first decode (the prompt's or the
 first step's plan), so a limit that stops a long plan-only run still sees most refusals.
 
-The limit is the run's work, counted in layer forward calls (a forward call over every layer of the model counts
-its layers), so the same settings give the same figure on an idle machine and on a busy one; a time limit far
-above it only keeps a machine too slow for that work from waiting for long.
+The limit is the run's work (`engine.plan_only.ShapeOnlyModel.work`: each forward call counts its rows and the
+model's layers), so the same settings give the same figure on an idle machine and on a busy one. It counted layer
+forward calls alone: a 512-candidate search of a 3-layer model made few calls of many rows each, never reached it,
+and the clock stopped it instead, after a share of its steps that depended on how busy the machine was. A time
+limit far above the work's stays as a backstop for a machine too slow for that work.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from dataclasses import dataclass
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 
 FIRST_TOKEN = 3  # the plan's prompt is made of token ids from here on (below it sit a vocabulary's special tokens)
-PLAN_WORK = 200_000  # layer forward calls a plan-only run may make (about 2-7 s here, 2 cores, idle)
+PLAN_WORK = 100_000  # rows and layers of forward calls a plan-only run may make (1-3 s here: 2 cores, idle, one
+# thread; a 64 x 8 search of 64-token steps on tiny-llama counts 375,000 in all)
 
 
 @dataclass(frozen=True)
@@ -39,8 +42,8 @@ class PlannedRun:
 def planned_run(model: ModelSpec, search: SearchConfig, cache: CacheConfig, prompt_tokens: int, budget: int,
                 policy: str, seconds: float, work: int | None = None) -> PlannedRun:
     """Run the search on meta tensors with `policy` and the generator's KV `budget` (the verifier's share
-    already taken off: the plan-only run's verifier keeps no KV), for at most `work` layer forward calls
-    (`PLAN_WORK` when None) and about `seconds`."""
+    already taken off: the plan-only run's verifier keeps no KV), for at most `work` of its work (`PLAN_WORK` when
+    None) and, as a backstop, about `seconds`."""
     from engine.plan_only import planned_model
     from engine.search import run
 
@@ -50,10 +53,8 @@ def planned_run(model: ModelSpec, search: SearchConfig, cache: CacheConfig, prom
     prompt = [FIRST_TOKEN + i % 13 for i in range(prompt_tokens)]
     steps: list[int] = []
     started = 0  # the step under way
-    deadline, done, layers = time.monotonic() + seconds, [0], loaded.kv_shape.num_layers
-    loaded.model.register_forward_pre_hook(lambda *_: done.__setitem__(0, done[0] + layers))
-    work = PLAN_WORK if work is None else work
-    stop = lambda: done[0] > work or time.monotonic() > deadline  # noqa: E731
+    deadline, work = time.monotonic() + seconds, PLAN_WORK if work is None else work
+    stop = lambda: loaded.model.work > work or time.monotonic() > deadline  # noqa: E731
     full = dataclasses.replace(search, step_delimiter=None)  # every step at its full --step-tokens, the most a run's
     # step can take: the stand-in model "decodes" ids joined by spaces, so ' ' or '1' ended its steps after a token
     for event in run("", loaded, full, settings, prompt_ids=prompt, should_stop=stop):

@@ -37,8 +37,8 @@ from engine.verifiers.synthetic_prm import synthetic_prm_entry
 
 TIGHT = 0.8  # above this share of memory a plan is amber: other programs need room too
 STEP_TAG_TOKENS = 4  # a PRM's own tokens around one step (a tag, a separator)
-PLAN_SECONDS = 30.0  # a plan-only run past its work limit (app.plan_run.PLAN_WORK), or still going after this
-# on a machine too slow for that work, is stopped; Eq. 4-5 bound the traffic instead
+PLAN_SECONDS = 30.0  # a plan-only run past its work limit (app.plan_run.PLAN_WORK) is stopped, and Eq. 4-5 bound
+# the traffic instead; this clock is only a backstop, for a machine too slow (or too busy) to do that work in it
 EQ45_SOURCE = "Eq. 4-5, no prefix sharing: an upper bound"  # each candidate's KV crosses once a step
 HEADWISE_SOURCE = "head-wise's closed form; a path kept alone may read more in place"
 HEADWISE_ROLLOUTS_SOURCE = "head-wise's closed form, its roll-outs included; a path kept alone may read more in place"
@@ -209,7 +209,7 @@ def _budget_and_share(info: DeviceInfo, search: SearchConfig, cache: CacheConfig
     try:
         verifier_kv, too_small = split_budget(budget, cache.verifier_kv_share, batch, row).verifier_bytes, None
     except KVBudgetTooSmall as error:  # the run refuses it before its first step
-        verifier_kv, too_small = budget // 2, f"{CANNOT_RUN}{error.user_message()}"
+        verifier_kv, too_small = budget // 2, cannot_run(error.user_message())
     return budget, verifier_kv, too_small
 
 
@@ -244,8 +244,21 @@ def refusal_sentence(why: str, step: int) -> str:
     is certain; a later step's was found with every path at its full length, and paths that end early need less:
     red all the same, as amber and green promise that no step is refused however long the paths run."""
     if step <= 1:
-        return f"{CANNOT_RUN}{why}"
-    return f"It may be refused at step {step}, where its paths run to their full length: {why}"
+        return cannot_run(why)
+    return f"It may be refused at step {step}, where its paths run to their full length: {after_colon(why)}"
+
+
+def cannot_run(why: str) -> str:
+    """A red plan's sentence for a refusal before step 2, `why` in the run's words."""
+    return f"{CANNOT_RUN}{after_colon(why)}"
+
+
+def after_colon(text: str) -> str:
+    """`text` to follow a colon inside a sentence: a capitalised first word lowered ("...settings: the prompt is",
+    not "The prompt is"), a word in capitals kept ("KV budget", "CUDA")."""
+    if text[:1].isupper() and text[1:2].islower():
+        return text[0].lower() + text[1:]
+    return text
 
 
 def _prefix_cache_refusal(cache: CacheConfig, prompt: int, gen: ModelFacts) -> str | None:
@@ -257,7 +270,7 @@ def _prefix_cache_refusal(cache: CacheConfig, prompt: int, gen: ModelFacts) -> s
         require_ram(cache.prefix_cache_ram_bytes, max(prompt - 1, 0) // cache.block_size,
                     cache.block_size * gen.kv_token_bytes)
     except PrefixCacheTooSmall as refused:
-        return f"{CANNOT_RUN}{refused.user_message()}"
+        return cannot_run(refused.user_message())
     return None
 
 
@@ -277,7 +290,7 @@ def _tokenizer_refusal(source: str, search: SearchConfig) -> str | None:
         try:
             check_tokenizer_files(folder)
         except ModelLoadError as error:
-            return f"It cannot run with this model: {error.user_message()}"
+            return f"It cannot run with this model: {after_colon(error.user_message())}"
     return None
 
 
@@ -288,7 +301,7 @@ def _device_refusal(device: str) -> str | None:
     try:
         resolve_device(device)
     except ModelLoadError as error:
-        return f"{CANNOT_RUN}{error.user_message()}"
+        return cannot_run(error.user_message())
     return None
 
 
@@ -302,7 +315,7 @@ def _context_refusal(search: SearchConfig, gen: ModelFacts, prompt: int, history
     try:
         check_prompt_fits(prompt, gen.context_length, search.step_tokens, len(history))
     except InvalidPrompt as error:
-        return f"{CANNOT_RUN}{error.user_message()}"
+        return cannot_run(error.user_message())
     return None
 
 
@@ -371,7 +384,7 @@ def _share_refusal(shape: VerifierShape, search: SearchConfig, share_bytes: int,
         holds = f"--verifier-kv-share {enough:g}" if share is None else f"--verifier-kv-share {enough:g} or {holds}"
     why = f"{error} {error.hint} With {holds}, the verifier's part holds one path."
     if refused == 0:
-        return f"{CANNOT_RUN}{why}"
+        return cannot_run(why)
     step = max(1, refused - search.lookahead)
     return (f"It may be refused at step {step}, where its steps run to their full length and the verifier reads "
             f"each generator token in as many tokens as it can ({shape.reads_per_token}): {why}")

@@ -54,7 +54,7 @@ class Run:
         row = self.rows.get(name)
         if row is None:
             return f"no {name} row"
-        if row.get("timed_out") and self.cuda and row.get("wall_seconds", 0) > 0:
+        if row.get("timed_out") and self.cuda and (row.get("wall_seconds") or 0) > 0:  # null: it never ran
             return AtLeast(float(row["wall_seconds"]))
         if not row.get("ok"):
             return f"{name} failed: {str(row.get('message', '')).splitlines()[0][:80]}"
@@ -219,7 +219,7 @@ def pinning(runs: Sequence[Run]) -> list[str]:
             seconds = row.get("pin_seconds")
             if run.cuda and row.get("ok") and seconds:
                 lines.append(f"{run.workload} {name}: {seconds:.2f} s of its {row['wall_seconds']:.2f} s wall pinning "
-                             f"host memory ({row.get('pinned_peak_bytes', 0) / 1e9:.1f} GB pinned at most)")
+                             f"host memory ({(row.get('pinned_peak_bytes') or 0) / 1e9:.1f} GB pinned at most)")
     return lines
 
 

@@ -23,12 +23,15 @@ from engine.workload import BASELINES
 
 @dataclass(frozen=True)
 class BaselineRun:
+    """One outside baseline's row; its figures None (null in the JSON) where it did not run to its end: a baseline
+    that could not run on the CPU carried wall_seconds 0.0, as if measured."""
+
     name: str
     ok: bool
     message: str = ""
-    wall_seconds: float = 0.0
-    candidate_tokens: int = 0
-    tokens_per_second: float = 0.0  # candidate-tokens/s, as the policies' rows report it
+    wall_seconds: float | None = None  # one the time limit stopped: how long it ran
+    candidate_tokens: int | None = None
+    tokens_per_second: float | None = None  # candidate-tokens/s, as the policies' rows report it
     timed_out: bool = False  # the bench's time limit (`should_stop`) ended it early or kept it from starting
 
 
@@ -63,7 +66,7 @@ def run_baseline(
         if stop.asked:
             return BaselineRun(name, False, "stopped before its last token", wall_seconds=wall, timed_out=True)
         return BaselineRun(name, True, wall_seconds=wall, candidate_tokens=made,
-                           tokens_per_second=made / wall if wall > 0 else 0.0)
+                           tokens_per_second=made / wall if wall > 0 else None)
     except torch.OutOfMemoryError as error:
         return BaselineRun(name, False, f"out of device memory: {str(error).splitlines()[0]}")
     finally:

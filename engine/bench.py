@@ -96,6 +96,7 @@ def run_policy(
         pinned_peak_bytes=None if pinned_after is None else pinned_after.peak,
         pin_seconds=None if pinned is None or pinned_after is None else pinned_after.pin_seconds - pinned.pin_seconds,
         h2d_bytes_eq1=layerwise_eq1(workload, loaded, prompt_ids, decoded) if name == "layerwise" else None,
+        timed_runs=1,
     )
 
 
@@ -212,8 +213,8 @@ def run_bench(
         raise ConfigError("a plan samples no tokens to pick a step delimiter from; give --step-delimiter TEXT.")
     prompt = workload.prompt_ids(loaded)
     if len(prompt) > loaded.context_length - workload.step_tokens:  # every row would fail as the search does
-        raise InvalidPrompt(f"the workload's prompt is {len(prompt)} tokens; the model's context holds "
-                            f"{loaded.context_length} and a step needs {workload.step_tokens} more.",
+        raise InvalidPrompt(f"the workload's prompt is {len(prompt):,} tokens; the model's context holds "
+                            f"{loaded.context_length:,} and a step needs {workload.step_tokens:,} more.",
                             hint="Lower --prompt-tokens or --step-tokens, or use a model with a longer context.")
     emulated = loaded.device.type != "cuda"
     device = "meta (plan only)" if plan_only else ("cpu (emulated GPU)" if emulated else str(loaded.device))

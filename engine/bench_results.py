@@ -18,47 +18,52 @@ if TYPE_CHECKING:
 
 @dataclass
 class PolicyResult:
+    """One policy's row. Every figure is None (null in the JSON) until a run measures it: a row that failed or did not
+    run carried 0 B, 0.0 s and timed_runs 1, as if measured (README, bench's JSON)."""
+
     name: str
     ok: bool
     message: str = ""
-    h2d_bytes: int = 0
-    d2h_bytes: int = 0
-    d2d_bytes: int = 0
-    peak_device_bytes: int = 0
-    max_groups: int = 0
-    # the timed figures (None in a plan: its meta-tensor run times nothing a GPU would do; see PLAN_UNTIMED)
-    wall_seconds: float | None = 0.0
-    copy_seconds: float | None = 0.0
-    compute_seconds: float | None = 0.0
-    modelled_pcie_seconds: float = 0.0  # bytes over PCIe / the configured bandwidth (a plan's too)
-    stall_seconds: float | None = 0.0  # waiting for copies: modelled on the emulated device, measured on CUDA
-    stall_share: float | None = 0.0
-    candidate_tokens: int = 0
-    tokens_per_second: float | None = 0.0
-    tokens_digest: str = ""
-    goodput: float | None = 0.0  # FlashTTS: mean over the final kept beams of path tokens per second of its
+    h2d_bytes: int | None = None
+    d2h_bytes: int | None = None
+    d2d_bytes: int | None = None
+    peak_device_bytes: int | None = None
+    max_groups: int | None = None
+    # the timed figures (None in a plan too: its meta-tensor run times nothing a GPU would do; see PLAN_UNTIMED)
+    wall_seconds: float | None = None  # a run the time limit stopped: how long it ran
+    copy_seconds: float | None = None
+    compute_seconds: float | None = None
+    modelled_pcie_seconds: float | None = None  # bytes over PCIe / the configured bandwidth (a plan's too)
+    stall_seconds: float | None = None  # waiting for copies: modelled on the emulated device, measured on CUDA
+    stall_share: float | None = None
+    candidate_tokens: int | None = None
+    tokens_per_second: float | None = None
+    tokens_digest: str | None = None
+    goodput: float | None = None  # FlashTTS: mean over the final kept beams of path tokens per second of its
     # completion time
-    idle_row_slots: int = 0  # summed over steps: slots of rows that had finished their step (and not speculated)
-    h2d_calls: int = 0  # copy operations host-to-device (bytes / calls is the average copy size)
-    d2h_calls: int = 0
+    idle_row_slots: int | None = None  # summed over steps: slots of rows that had finished their step (and not
+    # speculated)
+    h2d_calls: int | None = None  # copy operations host-to-device (bytes / calls is the average copy size)
+    d2h_calls: int | None = None
     step_h2d_bytes: int | None = None  # H2D per search step, averaged over the steps: the prompt's prefill (in
     # h2d_bytes, a whole-run total) left out
     step_pcie_bytes: int | None = None  # H2D + D2H per search step, averaged: what `beamwise plan` gives as its
     # step_pcie_bytes (app/plan_run.py counts the same events)
     kv_budget_bytes: int | None = None  # the generator's device KV budget the run started with: --kv-budget's, or
     # the automatic one (in_device rows always run without --kv-budget's)
-    timed_runs: int = 1  # the wall and copy seconds are the fastest of this many runs
-    forwards: int = 0  # decode forward calls the run needed (each group's longest row): time on a GPU tracks it
-    speculative_tokens: int = 0  # made in idle slots for children (speculative beam extension)
-    speculative_used: int = 0  # of them, taken by kept candidates' children
-    speculative_discarded: int = 0  # of them, freed with pruned candidates or unneeded at the end
-    speculative_runs: int = 0  # children's steps started speculatively (one per child)
-    speculative_lent_runs: int = 0  # of them, decoded in rows other candidates lent (their own work over)
-    verifier_tokens: int = 0  # tokens the verifier ran, all steps
-    verifier_forwards: int = 0  # its forward calls
-    verifier_rows: int = 0  # rows in them (LookAhead verification rides a child's next step in its parent's row)
-    lookahead_verified: int = 0  # next steps verified with their parent's step
-    lookahead_used: int = 0  # of them, taken by their child
+    timed_runs: int | None = None  # the wall and copy seconds are the fastest of this many runs
+    forwards: int | None = None  # decode forward calls the run needed (each group's longest row): GPU time tracks it
+    speculative_tokens: int | None = None  # made in idle slots for children (speculative beam extension)
+    speculative_used: int | None = None  # of them, taken by kept candidates' children
+    speculative_discarded: int | None = None  # of them, freed with pruned candidates or unneeded at the end
+    speculative_runs: int | None = None  # children's steps started speculatively (one per child)
+    speculative_lent_runs: int | None = None  # of them, decoded in rows other candidates lent (their own work over)
+    verifier_tokens: int | None = None  # tokens the verifier ran, all steps
+    verifier_forwards: int | None = None  # its forward calls
+    verifier_rows: int | None = None  # rows in them (LookAhead verification rides a child's next step in its
+    # parent's row)
+    lookahead_verified: int | None = None  # next steps verified with their parent's step
+    lookahead_used: int | None = None  # of them, taken by their child
     timed_out: bool = False  # the bench's time limit stopped this run (wall_seconds: how long it ran) or kept it
     # from starting (see `message`)
     h2d_bytes_eq1: int | None = None  # layer-wise only: the paper's Eq. 1-3 over the rows and tokens the run decoded

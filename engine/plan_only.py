@@ -23,16 +23,23 @@ VOCAB = 16  # tokens are drawn from a tiny vocabulary without EOS: steps run to 
 
 
 class ShapeOnlyModel(torch.nn.Module):
-    """Writes `[B, H, T, D]` meta KV into each layer of the cache; computes nothing."""
+    """Writes `[B, H, T, D]` meta KV into each layer of the cache; computes nothing.
+
+    `work` counts what a plan-only run costs, so that a limit on it stops the same run at the same point on any
+    machine: each forward call adds its rows (each is sampled, scheduled and booked: a wide search's cost) and its
+    layers (each layer's KV is written: a deep model's). Counting layers alone let a 512-candidate search run for a
+    minute under a limit it never reached."""
 
     def __init__(self, config: LlamaConfig, shape: KVShape, dtype: torch.dtype) -> None:
         super().__init__()
         self.config, self.shape, self.kv_dtype = config, shape, dtype
+        self.work = 0
         config._attn_implementation = ATTENTION  # the KV layer plans shared prefixes exactly as for a real model
 
     def forward(self, input_ids: torch.Tensor, cache=None, kv_heads=None, **_: object) -> SimpleNamespace:
         batch, length = input_ids.shape
         cache = cache if cache is not None else DynamicCache(config=self.config)
+        self.work += batch + len(cache.layers)
         kv = torch.empty(
             (batch, self.shape.num_kv_heads, length, self.shape.head_dim), dtype=self.kv_dtype, device="meta"
         )

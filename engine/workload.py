@@ -28,6 +28,7 @@ LADDER: dict[str, dict] = {
         "policy": "lbs", "inter_beam": True, "balanced_prefetch": True, "prefix_order": True, "speculative": True
     },
 }
+ALIASES = {"lbs": "lbs:+prefix_order"}  # the lbs of `run` and `plan` (every switch on), as its rung is named
 SWITCHES = ("prefix_order", "speculative", "lookahead_verify")  # a workload may force these for every policy of a run
 
 
@@ -57,8 +58,8 @@ class Workload:
         # in_device rows run without the budget, so a zero one went unread there: `bench --kv-budget 0 --policies
         # in_device` ran and its header said "KV budget auto"; the offloading rows refused it
         if self.kv_budget_bytes is not None and self.kv_budget_bytes <= 0:
-            raise ConfigError(f"the KV budget must be a positive size such as 64MB (got {self.kv_budget_bytes} "
-                             "bytes); leave --kv-budget out for automatic.")
+            raise ConfigError("the KV budget must be a positive size such as 64MB, or unset for automatic.")  # as
+            # CacheConfig says it (engine/config.py), which `plan` and `run` refuse it with
 
     def search(self) -> SearchConfig:
         steps = max(1, math.ceil(self.gen_tokens / self.step_tokens))
@@ -99,6 +100,12 @@ class Workload:
         return torch.randint(3, max(4, vocab_size), (self.prompt_tokens,), generator=generator).tolist()
 
 
+def ladder_names(names: Sequence[str]) -> list[str]:
+    """`names` with each alias the rung it names: `--policies lbs` was refused as unknown, though lbs is the policy's
+    name in `run`, `plan` and the README."""
+    return [ALIASES.get(name, name) for name in names]
+
+
 def check_names(policies: Sequence[str], baselines: Sequence[str]) -> None:
     """ConfigError (a ValueError), saying what to choose from, for a policy not in the LADDER or a baseline not in
     BASELINES, and for a name given twice: it ran twice, and the ratio columns (keyed by name) took the last run."""
@@ -112,4 +119,4 @@ def check_names(policies: Sequence[str], baselines: Sequence[str]) -> None:
     unknown = set(baselines) - set(BASELINES)
     if unknown:
         raise ConfigError(f"unknown baselines {sorted(unknown)}; choose from {', '.join(BASELINES)} "
-                         "(or give --baselines '').")
+                         "(or give --baselines= for none).")  # '' reached the bench as two quotes from cmd.exe

@@ -161,8 +161,8 @@ def test_bench_cli_rejects_unknown_policy_and_unwritable_json(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flags, said", [
-    (["--prompt-tokens", "5000"], "the workload's prompt is 5000 tokens; the model's context holds 2048"),
-    (["--step-tokens", "4096"], "a step needs 4096 more"),
+    (["--prompt-tokens", "5000"], "the workload's prompt is 5,000 tokens; the model's context holds 2,048"),
+    (["--step-tokens", "4096"], "a step needs 4,096 more"),
     (["--kv-budget", "0"], "the KV budget must be a positive size"),
 ])  # fmt: skip
 def test_a_workload_every_row_would_refuse_is_refused_once_before_any_row(capsys, flags, said):
@@ -326,7 +326,7 @@ def test_a_time_limit_stops_the_run_it_overtakes_and_starts_no_more_rows_and_eac
     report = run_bench(SMALL, policies, time_limit=TimeLimit(60, clock), progress=progress, on_row=on_row)
     first, stopped, skipped = report.results
     assert first.ok and not first.timed_out and first.teacher_forced_max_logit_diff == 0
-    assert not stopped.ok and stopped.timed_out and stopped.candidate_tokens == 0 and stopped.wall_seconds > 0
+    assert not stopped.ok and stopped.timed_out and stopped.candidate_tokens is None and stopped.wall_seconds > 0
     assert stopped.message.startswith("stopped by the bench's time limit (60 s) after ")
     assert stopped.message.endswith("time it alone (--policies lbs:inter_token)")
     assert not skipped.ok and skipped.timed_out
@@ -361,7 +361,7 @@ def test_a_baseline_the_time_limit_overtakes_ends_early_and_says_so(monkeypatch,
     readings = iter(range(100))
     run = run_baseline(tiny, "generate", [5, 6, 7, 8], rows=2, gen_tokens=12, seed=0,
                        should_stop=lambda: next(readings) >= 3)  # fmt: skip
-    assert not run.ok and run.timed_out and run.candidate_tokens == 0 and run.wall_seconds > 0
+    assert not run.ok and run.timed_out and run.candidate_tokens is None and run.wall_seconds > 0
     assert run.message == "stopped before its last token"
     stop = _AskedToStop(lambda: True)
     assert _generate(tiny, "generate", [5, 6, 7, 8], 2, 12, 0, stop) == 2 and stop.asked  # one token a row, not 12

@@ -245,7 +245,7 @@ def test_a_zero_kv_budget_is_refused_with_in_device_too(capsys) -> None:
     """With in_device alone it ran, and the header said "KV budget auto"."""
     code, out, err = bench(capsys, *TINY, "--kv-budget", "0", "--policies", "in_device")
     assert code == 2 and out == "" and "[bench]" not in err
-    assert "the KV budget must be a positive size such as 64MB (got 0 bytes)" in error_line(err)
+    assert "the KV budget must be a positive size such as 64MB, or unset for automatic." in error_line(err)
     with pytest.raises(ValueError, match="positive size"):
         Workload(kv_budget_bytes=0)
 

@@ -55,7 +55,7 @@ def _one_line(capsys, said: str | None = None) -> str:
      "unknown policies ['bogus']; choose from in_device, layerwise, headwise, lbs:inter_token, lbs:+inter_beam, "
      "lbs:+balanced_prefetch, lbs:+prefix_order, in_device:+speculative, lbs:+speculative."),
     (["bench", "--kv-budget", "0", "--plan-only"],
-     "the KV budget must be a positive size such as 64MB (got 0 bytes); leave --kv-budget out for automatic."),
+     "the KV budget must be a positive size such as 64MB, or unset for automatic."),  # as plan and run say it
     (["bench", "--pcie-gbps", "0", "--plan-only", "--policies", "layerwise"],
      "PCIe bandwidth must be 0.001 to 10,000 GB/s (got 0)."),
     (["bench", "--plan-only", "--question", "What is 2+3?"],

@@ -92,15 +92,15 @@ def test_an_lbs_plan_only_run_past_its_time_falls_back_to_eq_4_5_and_says_how_fa
 
 def test_a_plan_only_run_stops_at_a_count_of_work_not_a_time(monkeypatch):
     """A plan-only run was stopped after one second: the README's own example printed 226.1 MB on an idle machine
-    and the Eq. 4-5 bound of 666.5 MB on a busy one. Its limit is now its layer forward calls, whatever the clock
-    says; a plan stopped by it says the figure is at most that."""
+    and the Eq. 4-5 bound of 666.5 MB on a busy one. Its limit is now a count of its work (each forward call's rows
+    and layers), whatever the clock says; a plan stopped by it says the figure is at most that."""
     from app import plan_run
 
     search = SearchConfig(beams=4, width=2, max_steps=2, step_tokens=8)
     cache = CacheConfig(policy="lbs", kv_budget_bytes=400_000)
     whole = plan(TINY, search, cache, question=QUESTION, device=EMULATED)
     assert whole.traffic_source.startswith("the engine's plan-only run") and whole.step_pcie_bytes > 0
-    monkeypatch.setattr(plan_run, "PLAN_WORK", 30)  # 3 layers: stopped within the prompt's step
+    monkeypatch.setattr(plan_run, "PLAN_WORK", 30)  # 8 rows and 3 layers a call: stopped within the first step
     stopped = plan(TINY, search, cache, question=QUESTION, device=EMULATED)
     assert stopped.traffic_source == EQ45_SOURCE and stopped.step_pcie_bytes > whole.step_pcie_bytes
     assert " will move up to " in stopped.sentence and "PCIe: up to about " in stopped.sentence

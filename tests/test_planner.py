@@ -273,7 +273,8 @@ def test_a_question_longer_than_the_context_is_red_in_the_runs_words(capsys):
     refusal = capsys.readouterr().err.strip().splitlines()[-1].removeprefix("beamwise: error: ")
     assert refusal.startswith("The prompt is ") and "the model's context holds 2048" in refusal
     assert main(["plan", long, *PLAN_TINY]) == 3
-    assert f"[red] It cannot run with these settings: {refusal}" in capsys.readouterr().out
+    said = f"[red] It cannot run with these settings: t{refusal[1:]}"  # no capital after the colon
+    assert said in capsys.readouterr().out
     assert main(["plan", "What is 2+2?", *PLAN_TINY]) == 0
 
 

@@ -103,7 +103,8 @@ class PlanBar(QWidget):
             self._paint("unknown", error, "")
         else:
             rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in result.rows())
-            self._paint(result.state, result.sentence, f"<table>{rows}</table>")
+            # the plan's sentence names the command line's options: the window's labels instead, as for an error
+            self._paint(result.state, window_terms(result.sentence), f"<table>{rows}</table>")
         self.planned.emit(result)
 
     def _paint(self, state: str, sentence: str, details: str) -> None:
