@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import engine.bench as engine_bench
-from app import bench_cli
+from app import bench_checks, bench_cli
 from app.bench_table import format_report
 from app.options import UsageError
 from engine.bench_results import BenchReport, PolicyResult
@@ -63,8 +63,8 @@ def test_a_prm_the_run_refuses_is_refused_before_any_row(tmp_path, capsys, no_ro
 
 def test_a_prm_folder_bench_can_use_is_not_refused(tmp_path):
     folder = save_synthetic_prm("tiny-qwen-prm", tmp_path / "prm")
-    bench_cli._refuse_models(_bench_args("--prm", str(folder)))  # no UsageError
-    bench_cli._refuse_models(_bench_args("--prm", "synthetic:tiny-qwen-prm"))
+    bench_checks.refuse_models(_bench_args("--prm", str(folder)))  # no UsageError
+    bench_checks.refuse_models(_bench_args("--prm", "synthetic:tiny-qwen-prm"))
 
 
 def _bench_args(*argv: str):
@@ -123,7 +123,7 @@ def test_an_option_the_rest_of_the_command_leaves_nothing_to_do_is_refused(capsy
 
 
 def test_lookahead_verify_with_a_prm_and_a_speculating_row_is_taken():
-    bench_cli._refuse_contradictions(_bench_args("--lookahead-verify", "--prm", "synthetic:tiny-qwen-prm"))
+    bench_checks._refuse_contradictions(_bench_args("--lookahead-verify", "--prm", "synthetic:tiny-qwen-prm"))
 
 
 # ---------------------------------------------------------------- 6, 9: names and words
