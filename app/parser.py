@@ -33,6 +33,14 @@ def _keys_hidden(extras: Sequence[str]) -> tuple[list[str], bool]:
     return shown, given
 
 
+def _instead(option: str, chosen: OneLineParser) -> str:
+    """What `chosen` takes for `option` where another command's option says the same thing: bench's --prm is
+    run's, plan's, eval's and gui's --verifier prm --verifier-model PATH, which the refusal did not say."""
+    if option == "--prm" and "--verifier-model" in chosen._option_string_actions:
+        return f"; {chosen.prog} takes a PRM as --verifier prm --verifier-model PATH"
+    return ""
+
+
 class DefaultsFormatter(argparse.HelpFormatter):
     """`--help` names each option's default, unless the help already says it or there is none to name."""
 
@@ -87,7 +95,7 @@ class OneLineParser(argparse.ArgumentParser):
                        "the options before --"
             owners = [p.prog for p in self._commands() if p is not chosen and option in p._option_string_actions]
             if owners:
-                return f"; {option} is an option of {', '.join(owners)}, not of {chosen.prog}"
+                return f"; {option} is an option of {', '.join(owners)}, not of {chosen.prog}{_instead(option, chosen)}"
         return ""
 
     def _commands(self) -> list[OneLineParser]:

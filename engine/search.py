@@ -98,16 +98,16 @@ def check_prompt_fits(prompt_tokens: int, context_length: int, step_tokens: int,
     if prompt_tokens <= context_length - step_tokens:
         return
     room = context_length - prompt_tokens  # a shorter step still fits where the prompt leaves room
-    shorter = f" or lower --step-tokens to {room} or less" if room > 0 else ""
+    shorter = f" or lower --step-tokens to {room:,} or less" if room > 0 else ""
     if earlier_turns:
         raise InvalidPrompt(
-            f"The conversation is {prompt_tokens} tokens over {earlier_turns + 1} turns (the system prompt and chat "
-            f"template included); the model's context holds {context_length} and a step needs {step_tokens} more.",
+            f"The conversation is {prompt_tokens:,} tokens over {earlier_turns + 1} turns (the system prompt and chat "
+            f"template included); the model's context holds {context_length:,} and a step needs {step_tokens:,} more.",
             hint=f"Start a new conversation (Ctrl+N in the window, or `beamwise run` without --session){shorter}.",
         )
     raise InvalidPrompt(
-        f"The prompt is {prompt_tokens} tokens (the question, the system prompt and the chat template); the model's "
-        f"context holds {context_length} and a step needs {step_tokens} more.",
+        f"The prompt is {prompt_tokens:,} tokens (the question, the system prompt and the chat template); the model's "
+        f"context holds {context_length:,} and a step needs {step_tokens:,} more.",
         hint=f"Shorten the question{shorter}, or use a model with a longer context.",
     )
 

@@ -141,7 +141,7 @@ def test_versus_generate_rates_no_engine_step_that_failed(tmp_path, capsys, tiny
     from engine.baselines import EngineStepFailed, versus_generate
 
     eos = tiny.eos_token_ids
-    with pytest.raises(EngineStepFailed, match=r"did not finish.*context holds 2048"):
+    with pytest.raises(EngineStepFailed, match=r"did not finish.*context holds 2,048"):
         versus_generate(tiny, [5] * tiny.context_length, candidates=2, tokens=4)  # no room for a step
     assert tiny.eos_token_ids == eos
     out = tmp_path / "vg.json"

@@ -369,3 +369,17 @@ def test_lookahead_refusals_name_the_option_typed(capsys, command, given, said):
     """They said SearchConfig's field ("lookahead must be 0..16", "set lookahead to 0 for dvts"), no option's name."""
     assert main([command, "What is 2+3?", *TINY, "--no-save" if command == "run" else "--json", *given]) == 2
     assert said in capsys.readouterr().err
+
+
+def test_bench_prm_given_to_plan_names_plans_own_options(capsys):
+    """It said only that --prm is bench's, not how plan takes a PRM."""
+    assert main(["plan", "What is 2+3?", "--prm", "x"]) == 2
+    assert "beamwise plan takes a PRM as --verifier prm --verifier-model PATH" in capsys.readouterr().err
+
+
+def test_a_prompt_past_the_context_is_said_with_thousands_separators():
+    from engine.errors import InvalidPrompt
+    from engine.search import check_prompt_fits
+
+    with pytest.raises(InvalidPrompt, match=r"^The prompt is 160,141 tokens .* holds 8,192 and a step needs 1,024"):
+        check_prompt_fits(160_141, 8192, 1024)

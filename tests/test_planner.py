@@ -271,7 +271,7 @@ def test_a_question_longer_than_the_context_is_red_in_the_runs_words(capsys):
     long = "What is 2+2? " * 400
     assert main(["run", long, *PLAN_TINY, "--no-save"]) == 2
     refusal = capsys.readouterr().err.strip().splitlines()[-1].removeprefix("beamwise: error: ")
-    assert refusal.startswith("The prompt is ") and "the model's context holds 2048" in refusal
+    assert refusal.startswith("The prompt is ") and "the model's context holds 2,048" in refusal
     assert main(["plan", long, *PLAN_TINY]) == 3
     said = f"[red] It cannot run with these settings: t{refusal[1:]}"  # no capital after the colon
     assert said in capsys.readouterr().out
