@@ -373,7 +373,9 @@ def test_lookahead_refusals_name_the_option_typed(capsys, command, given, said):
 
 def test_bench_prm_given_to_plan_names_plans_own_options(capsys):
     """It said only that --prm is bench's, not how plan takes a PRM."""
-    assert main(["plan", "What is 2+3?", "--prm", "x"]) == 2
+    with pytest.raises(SystemExit) as ended:
+        main(["plan", "What is 2+3?", "--prm", "x"])
+    assert ended.value.code == 2
     assert "beamwise plan takes a PRM as --verifier prm --verifier-model PATH" in capsys.readouterr().err
 
 
