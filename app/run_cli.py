@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import signal
 import sys
@@ -39,6 +40,7 @@ def user_errors(kind: type = BeamwiseError) -> set[str]:
 
 LINE_CHARS = 70  # of a candidate's first line on its row
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl+C (app/cli.py says the same)
+READER_LEFT = 141  # 128 + SIGPIPE: the output's reader left (`| head`) and the search stopped, recorded cancelled
 
 
 class Printer:
@@ -346,6 +348,8 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
     show = (lambda e: print(json.dumps(ev.to_dict(e)), flush=True)) if args.json else Printer(sys.stdout)
     status, stop, last_step, started, begun = 1, Event(), 0, Event(), 0  # begun: the last step started
     ended = False  # an end event (finished, failed, cancelled) was shown
+    answered = False  # the run finished with an answer (a chosen path of no text has none to follow up)
+    recorded_end = False  # an end event was recorded (its line may not have been shown)
     beat = Heartbeat(progress or StepProgress(), lambda line: print(f"  ... {line}", file=sys.stderr, flush=True))
     try:
         with _ctrl_c_cancels(stop, started.is_set, lambda: begun == 0, recorder is not None,
@@ -358,9 +362,18 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
                 begun = event.step if event.type == "step_started" else begun
                 with _database_wait(beat.progress, recorder, event):
                     record(recorder, event)
+                recorded_end = recorded_end or event.type in _END_EVENTS
+                answered = answered or (event.type == "run_finished" and bool(event.answer))
+                status = _status(event, status, args.json)
                 show(event)
                 ended = ended or event.type in _END_EVENTS
-                status = _status(event, status, args.json)
+    except BrokenPipeError:  # `beamwise run ... | head`: the reader of the output left, so the search stops
+        _drop_stdout()
+        if not recorded_end:  # it was left `running`, later called `interrupted`, and the command exited 0 unsaid
+            record(recorder, ev.RunCancelled(step=last_step))
+            status = READER_LEFT
+            note("the output's reader closed it (a pipe such as `| head`), so the search stopped after step "
+                 f"{last_step}")
     except KeyboardInterrupt as interrupt:  # the second Ctrl+C
         cancelled = ev.RunCancelled(step=last_step)  # the same name the window records
         record(recorder, cancelled)
@@ -372,8 +385,27 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
         raise
     finally:
         saved_as = close(recorder)
-    _say_recorded(recorder, status, last_step, started.is_set(), begun, again_options(args), saved_as)
+    _say_recorded(recorder, status, last_step, started.is_set(), begun, again_options(args) if answered else None,
+                  saved_as)
     return status
+
+
+def _drop_stdout() -> None:
+    """Standard output to the null device, so that the prints and the exit's flush after its reader left do not fail
+    again (app/cli.py does the same for every command)."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no file descriptor under it (a test's captured stream)
+        sys.stdout = _Nowhere()
+
+
+class _Nowhere(io.TextIOBase):
+    """A text stream that takes every write and keeps nothing."""
+
+    def write(self, text: str) -> int:
+        return len(text)
 
 
 @contextmanager
@@ -390,25 +422,29 @@ def _database_wait(progress: StepProgress, recorder, event) -> Iterator[None]:
         progress.resume()
 
 
-def _say_recorded(recorder, status: int, last_step: int, started: bool = True, begun: int = 0, again: str = "",
-                  saved_as: int | None = None) -> bool:
+def _say_recorded(recorder, status: int, last_step: int, started: bool = True, begun: int = 0,
+                  again: str | None = "", saved_as: int | None = None) -> bool:
     """The last line on stderr names the session a finished, cancelled or failed run was recorded as (a journalled
     run's warning names its journal instead, unless its journal was saved at the run's end as session `saved_as`:
     that run's line is a recorded run's too, follow-up and all), or says that a run stopped before it began (a
     server still being checked) was not recorded: before, it said nothing, after a line that said the steps so far
     were kept. A failed run's line (it said nothing, its error the last line) says the step it failed at, `begun`.
-    `again`: the options a follow-up repeats (a server's: without them it ran on the local model). Whether a line
-    was said."""
+    `again`: the options a follow-up repeats (a server's: without them it ran on the local model); None when the run
+    finished without an answer (a chosen path of no text), which no follow-up can go after. Whether a line was
+    said."""
     if status == 130 and not started:
         note("stopped before the search began: nothing was recorded")
         return True
     session_id = None if recorder is None else saved_as if recorder.journal_path is not None else recorder.session_id
     if session_id is None:
         return False
-    if status == 0:
+    if status == 0 and again is None:  # the follow-up it offered was refused: "finished without an answer"
+        note(f"recorded as session {session_id}; its chosen path has no text (the model ended it at once), so there "
+             "is no answer to follow up: ask the question again, with another --seed or more --beams")
+    elif status == 0:
         note(f"recorded as session {session_id}; ask a follow-up with: beamwise run --session {session_id}{again} "
              '"..."')
-    elif status == 130:
+    elif status in (INTERRUPTED, READER_LEFT):
         note(f"recorded as session {session_id}, cancelled after step {last_step}")
     else:
         note(f"recorded as session {session_id} (failed {failure_point(begun, last_step)})")

@@ -126,7 +126,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(unchosen or "chosen path:")
     for node in report.path:
         print(f"  step {node['step']} #{node['id']} score {fmt.score(node['score'])}: {_cut(node['text'], 100)}")
-    print(f"\nanswer:\n{_safe(s['answer']) or '(none: the run did not finish)'}")
+    print(f"\nanswer:\n{_safe(s['answer']) or f'({report.no_answer()})'}")
     for turn, other in enumerate(reports if len(reports) > 1 else [], 1):
         if turn == 1:
             print("\nconversation:")

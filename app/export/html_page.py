@@ -73,7 +73,7 @@ def render_html(report: Report, dump: dict[str, Any], conversation: list[Report]
         "<h2>Search tree</h2>", _legend(), _tree_svg(report, {c["id"] for c in path}),
         '<pre id="detail" class="small" dir="auto">Click a node to read its text.</pre>',
         "<h2>Transcript</h2>", _transcript(report),
-        "<h2>Answer</h2>", _pre(s["answer"] or "(no answer: the run did not finish)"),
+        "<h2>Answer</h2>", _pre(s["answer"] or f"({report.no_answer()})"),
         "<h2>Memory and PCIe</h2>", _memory_table(report),
         f'<script type="application/json" id="beamwise-session" data-turn="{index}">{embed_json(dump)}</script>',
         f"<script>{SCRIPT}</script>", "</body></html>",
@@ -170,7 +170,7 @@ def _conversation(turns: list[Report], index: int) -> list[str]:
         out += [f"<h3>Turn {turn}{here}</h3>", _pre(s["question"]),
                 f"<details><summary>{_path_title(report)} ({fmt.steps(len(report.path))})</summary>"
                 f"{_transcript(report)}</details>",
-                _pre(s["answer"] or "(no answer: the run did not finish)")]
+                _pre(s["answer"] or f"({report.no_answer()})")]
     return out
 
 

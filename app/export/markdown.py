@@ -52,7 +52,7 @@ def render_markdown(report: Report) -> str:
             lines.append("")
     if not path:
         lines += ["No step finished.", ""]
-    lines += ["## Answer", "", *(_quote(s["answer"]) if s.get("answer") else ["(no answer: the run did not finish)"]),
+    lines += ["## Answer", "", *(_quote(s["answer"]) if s.get("answer") else [f"({report.no_answer()})"]),
               "", *_error_details(s), "## Memory and PCIe", "", *memory_summary(report)]
     return "\n".join(lines) + "\n"
 

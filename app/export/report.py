@@ -40,6 +40,13 @@ class Report:
         others = [c for c in self.by_step.get(node["step"], []) if c["id"] != node["id"]]
         return sorted(others, key=lambda c: -(c["score"] if c["score"] is not None else -1))
 
+    def no_answer(self) -> str:
+        """What stands where the answer would: a run that finished with a chosen path of no text (the model ended it
+        at once) has none either, and was said not to have finished beside its status "finished"."""
+        if self.session.get("status") == "finished":
+            return "no answer: the chosen path has no text (the model ended it at once)"
+        return "no answer: the run did not finish"
+
     def verifier_traffic(self) -> str:
         """The verifier's own KV traffic ('' when it moved none and ran on the device), as `run` prints it per step:
         the session's H2D and D2H totals are the generator's alone."""
