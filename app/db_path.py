@@ -4,11 +4,11 @@ can hold it: a missing folder, a file or a broken link where a folder should be 
 from __future__ import annotations
 
 import os
-import shlex
 from pathlib import Path
 
 from app.models_folder import data_folder
 from app.path_names import shown_path, too_long
+from app.shell_words import quoted
 from app.store_errors import StoreError
 
 DB_NAME = "sessions.db"
@@ -49,7 +49,7 @@ def is_default(path: Path) -> bool:
 def db_option(path: Path | str | None) -> str:
     """` --db PATH` (quoted for a shell) that names the database at `path` in a command to run, or "" for the
     default database (and a private in-memory one, or no --db given: `None`)."""
-    return "" if path is None or is_default(Path(path)) else f" --db {shlex.quote(str(path))}"
+    return "" if path is None or is_default(Path(path)) else f" --db {quoted(str(path))}"
 
 
 def check_folder(path: Path) -> None:

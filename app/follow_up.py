@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 
 from app.db_path import db_option
+from app.shell_words import quoted
 from engine.config import SearchConfig
 
 
@@ -17,7 +17,7 @@ def again_options(args: argparse.Namespace) -> str:
     db = db_option(getattr(args, "db", None))
     if getattr(args, "backend", "local") != "openai":
         model = getattr(args, "model", "bundled")  # a caller's namespace may hold no model (a test's)
-        return db + (f" --model {shlex.quote(model)}" if model != "bundled" else "") + verifier_options(args)
+        return db + (f" --model {quoted(model)}" if model != "bundled" else "") + verifier_options(args)
     return db + " " + server_options({"endpoint": args.endpoint.strip(), "served_model": args.served_model,
                                       "api_key_env": args.api_key_env, "prm_endpoint": args.verifier_endpoint},
                                      args.verifier_model)
@@ -30,17 +30,17 @@ def verifier_options(args: argparse.Namespace) -> str:
     verifier = getattr(args, "verifier", d.verifier)
     if verifier == d.verifier:
         return ""
-    options = f" --verifier {shlex.quote(verifier)}"
+    options = f" --verifier {quoted(verifier)}"
     if getattr(args, "verifier_model", None):
-        options += f" --verifier-model {shlex.quote(args.verifier_model)}"
+        options += f" --verifier-model {quoted(args.verifier_model)}"
     device = getattr(args, "verifier_device", d.verifier_device)
-    return options + (f" --verifier-device {shlex.quote(device)}" if device != d.verifier_device else "")
+    return options + (f" --verifier-device {quoted(device)}" if device != d.verifier_device else "")
 
 
 def server_options(server: dict, verifier_model: str | None = None) -> str:
     """The options that name a server run's servers again (`ServerConfig.to_dict`, as a session records it, and the
     PRM's served name), each value quoted for a shell where it needs it."""
-    q = shlex.quote
+    q = quoted
     options = f"--backend openai --endpoint {q(str(server.get('endpoint')))} --served-model " \
               f"{q(str(server.get('served_model')))}"
     if server.get("api_key_env"):

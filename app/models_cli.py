@@ -14,6 +14,7 @@ from pathlib import Path
 import app.formatting as fmt
 from app.confirm import confirmed
 from app.options import UsageError
+from app.shell_words import quoted
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -148,7 +149,8 @@ def cmd_add(args: argparse.Namespace) -> int:
     others = lib.namesakes(added)
     if others:  # its name alone is refused: the path names it
         print(f"added {added}; another model here is named {added.name} too ({', '.join(others)}), so give this one "
-              f"by its path (--model {added}); `beamwise models remove {added}` takes it off the list again")
+              f"by its path (--model {added}); `beamwise models remove {quoted(str(added))}` takes it off the list "
+              "again")
     else:
-        print(f"added {added}; `beamwise models remove {added.name}` takes it off the list again")
+        print(f"added {added}; `beamwise models remove {quoted(added.name)}` takes it off the list again")
     return 0

@@ -4,12 +4,12 @@ it finished, whether it is complete, and so the exact pull that resumes an unfin
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from app.file_replace import replace_text
 from app.models_folder import MARKER, home_of
+from app.shell_words import quoted
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 PARTIAL = ".partial"  # in the model's folder: the files a pull has not finished, as NAME.part
@@ -36,7 +36,7 @@ class PullAsked:
             words += ["--revision", self.revision]
         if self.file is not None:
             words += ["--file", self.file]
-        return " ".join(shlex.quote(word) for word in words)
+        return " ".join(quoted(word) for word in words)
 
 
 def mark(target: Path, marker: dict) -> None:

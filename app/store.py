@@ -27,6 +27,7 @@ from app.json_types import sqlite_int
 from app.migrations import MIGRATIONS, SCHEMA_VERSION, WRITES_ONLY, applied_migrations, table_names, unusable_schema
 from app.processes import alive_since
 from app.session_sql import JSON_COLUMNS, decode_session, instant, newest_first, search_params, text_match
+from app.shell_words import quoted
 from app.store_errors import (
     NotADatabase,
     RowsRefused,
@@ -193,7 +194,7 @@ class SessionStore:
         what = str(error) if len(str(error)) <= 160 else f"{str(error)[:160]}..."  # a wrecked row's text can be long
         return StoreDamaged(
             f"the session database {self.path} is damaged ({what}); it was left untouched.",
-            hint=f"Move it aside to start a fresh one (`beamwise sessions move-aside --db {self.path}`); "
+            hint=f"Move it aside to start a fresh one (`beamwise sessions move-aside --db {quoted(str(self.path))}`); "
                  "the old file is kept next to it for recovery.")
 
     def _read_only(self) -> StoreReadOnly:
