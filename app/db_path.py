@@ -25,6 +25,9 @@ def db_file(path: Path | str | None) -> Path:
     system cannot hold its name: every later look at it (exists, is_file) raised OSError, a traceback. The files
     SQLite keeps beside it (NAME-journal, the longest) must fit too: a 250-byte name was made, then refused by SQLite
     as "unable to open database file"."""
+    if isinstance(path, str) and not path.strip():  # Path("") is ".", said to be a folder
+        raise StoreError("--db is empty: give a session database file, such as sessions.db, or leave --db out for "
+                         "the default one.")
     where = Path(path) if path is not None else default_db_path()
     why = too_long(where)
     if why is None and where.name and too_long(where.with_name(where.name + SIDE_TAIL)) is not None:

@@ -67,7 +67,7 @@ def take_question_option(args) -> None:
 def check_given(argument: str | None, file: str | None) -> None:
     """The checks that need no reading, so that `beamwise run` says them before it loads the engine (seconds)."""
     if argument is not None and file is not None:
-        raise UsageError("give the question either as an argument or with --question-file, not both.")
+        raise UsageError("give the question one way: in quotes (or with --question) or with --question-file, not both.")
     if argument is None and file is None:
         raise UsageError(f"no question given; pass one in quotes, e.g. {EXAMPLE}, or --question-file PATH "
                          "(- reads standard input).")

@@ -385,3 +385,10 @@ def test_a_prompt_past_the_context_is_said_with_thousands_separators():
 
     with pytest.raises(InvalidPrompt, match=r"^The prompt is 160,141 tokens .* holds 8,192 and a step needs 1,024"):
         check_prompt_fits(160_141, 8192, 1024)
+
+
+@pytest.mark.parametrize("command", [["run", "What is 2+3?", *TINY], ["sessions", "list"]])
+def test_an_empty_db_is_said_to_be_empty(capsys, command):
+    """`--db ""` was said as ". is a folder"."""
+    assert main([*command, "--db", ""]) == 2
+    assert "--db is empty: give a session database file" in capsys.readouterr().err

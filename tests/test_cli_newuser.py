@@ -115,7 +115,8 @@ def test_run_and_plan_take_the_question_with_question_as_gui_and_bench_do(capsys
         err = capsys.readouterr().err
         assert err == "beamwise: error: give the question once: in quotes or with --question, not both.\n"
     assert main(["run", "--question", "hi", "--question-file", "q.txt", *TINY]) == 2
-    assert "either as an argument or with --question-file, not both" in capsys.readouterr().err
+    assert "give the question one way: in quotes (or with --question) or with --question-file, not both" in \
+        capsys.readouterr().err
 
 
 def test_bad_db_is_refused_before_the_model_loads(tmp_path, monkeypatch, capsys):
