@@ -18,7 +18,7 @@ LM_HEAD = "lm_head.weight"
 def role_refusal(source: str, search: SearchConfig) -> str | None:
     """Why the run refuses the generator `source` or the PRM `search.verifier_model` in its part, in its words;
     None when it does not (or when the folder cannot be read here: the run says why when it loads it)."""
-    why = _generator_refusal(source) or _verifier_refusal(search)
+    why = _generator_refusal(source) or _verifier_refusal(search) or _exit_refusal(source, search)
     return why and f"{CANNOT_RUN_MODEL}{why}"
 
 
@@ -41,6 +41,29 @@ def _generator_refusal(source: str) -> str | None:
         return weights_missing(checked_folder(source), [LM_HEAD], heads).user_message()
     except (BeamwiseError, OSError, ValueError):  # unreadable headers or config: the run's load says
         return None
+
+
+def _exit_refusal(source: str, search: SearchConfig) -> str | None:
+    """The entropy exit with the self-judge verifier on a generator that cannot run layer by layer (not Llama-,
+    Mistral- or Qwen2-shaped): the verifier's body is the generator's own, built here on the meta device (no
+    memory) from its config; the run refused it only once the model had loaded, and `plan` said green. None for a
+    model with no transformers config to build (a GGUF, the bundled model before its conversion: Llama-shaped)."""
+    if not (search.entropy_exit and search.verifier == "self-judge"):
+        return None
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from engine.models import model_config
+    from engine.verifiers.entropy_exit import layers_refusal
+
+    try:
+        config = model_config(source)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except Exception:  # a config transformers cannot build: the run's load says why
+        return None
+    refusal = layers_refusal("self-judge", model.base_model)
+    return None if refusal is None else refusal.user_message()
 
 
 def _synthetic_refusal(name: str) -> str | None:

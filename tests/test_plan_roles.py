@@ -113,3 +113,20 @@ def test_the_window_plan_bar_is_red_for_a_prm_as_the_generator(qtbot, tmp_path):
         bar.refresh_now()
     assert blocker.args[0].state == "red"
     assert "is a process reward model" in bar.sentence.text() and "pick a generator model" in bar.sentence.text()
+
+
+def test_the_entropy_exit_on_a_self_judge_that_cannot_run_layer_by_layer_is_red_in_the_runs_words(capsys, tmp_path,
+                                                                                                 monkeypatch):
+    """plan said green, and run and eval refused it once the model had loaded (OPT has no Llama-style body)."""
+    flags = ["--verifier", "self-judge", "--entropy-exit", "--beams", "2", "--width", "2", "--max-steps", "1"]
+    assert main(["plan", "What is 2+3?", "--model", "synthetic:tiny-opt", *flags]) == 3
+    said = capsys.readouterr().out
+    assert "[red] It cannot run with this model: the self-judge verifier's model (OPTModel) cannot run layer by" in said
+    assert "the exit needs a Llama-, Mistral- or Qwen2-shaped generator" in said
+    assert main(["plan", "What is 2+3?", "--model", "synthetic:tiny-llama", *flags]) == 0
+    capsys.readouterr()
+    problems = tmp_path / "p.jsonl"
+    problems.write_text('{"question": "What is 2+3?", "answer": "5"}\n')
+    monkeypatch.setattr("engine.models.load_model", None)  # refused before any model loads
+    assert main(["eval", str(problems), *flags, "--model", "synthetic:tiny-opt", "--no-save"]) == 2
+    assert "(OPTModel) cannot run layer by layer" in capsys.readouterr().err
