@@ -87,6 +87,7 @@ class SessionStore:
         self._lock = threading.RLock()
         self._pages_checked = self.path is None or pages_checked  # a private in-memory one cannot be damaged on disk
         self._damage_seen = False  # `_damaged` said so: closing must not checkpoint the WAL into the file
+        self._side_files_made: list[Path] = []  # read only: the -wal and -shm its connection makes, removed at close
         self._conn = self._connect()
         self._conn.create_function("holds", 2, FoldedTexts().holds, deterministic=True)
         self._conn.create_function("instant", 1, instant, deterministic=True)  # `newest_first` orders by it
@@ -109,6 +110,7 @@ class SessionStore:
                 raise self._damaged(f"it holds {looks}, not SQLite data")
             raise NotADatabase(f"{self.path} is not a session database: it holds {looks}, not SQLite data.")
         if self.read_only:
+            self._side_files_made = store_file.absent_side_files(self.path)
             try:
                 return connect_read_only(self.path, self.busy_timeout)
             except sqlite3.OperationalError as error:  # "unable to open database file": not damage
@@ -132,6 +134,8 @@ class SessionStore:
         with self._lock:
             if self._damage_seen and not self.read_only and self.path is not None:
                 store_file.close_keeping_wal(self._conn, self.path)
+            elif self.read_only and self.path is not None:
+                store_file.close_read_only(self._conn, self.path, self._side_files_made)
             else:
                 self._conn.close()
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import stat
 import time
 from pathlib import Path
 
@@ -16,7 +15,6 @@ from app.migrations import table_names, unusable_schema
 from app.store_errors import NotADatabase, StoreError, StoreLocked, StoreReadOnly, StoreUnreadable
 
 DEFAULT_BUSY_TIMEOUT = 5.0  # seconds a write waits for another program's lock
-WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH  # a file with none of them no user but root may write
 
 
 def damage(path: Path | str, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> str | None:
@@ -24,11 +22,12 @@ def damage(path: Path | str, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> str 
     is whole; read only. A file another program holds locked is `StoreLocked`, one that cannot be opened to be
     read (its permissions, a program holding it open) `StoreUnreadable`: neither is damage, to be moved aside."""
     try:
+        made = absent_side_files(Path(path))
         conn = connect_read_only(Path(path), busy_timeout)
         try:
             return quick_check(conn)
         finally:
-            conn.close()
+            close_read_only(conn, Path(path), made)
     except sqlite3.DatabaseError as error:
         text = str(error).lower()
         if "locked" in text or "busy" in text:
@@ -43,11 +42,12 @@ def schema_refusal(path: Path | str, busy_timeout: float = DEFAULT_BUSY_TIMEOUT)
     Beamwise's schema, another program's tables), or None; read only. `move-aside` says it before calling such a
     file "not damaged" and pointing at `sessions list`, which would refuse it."""
     try:
+        made = absent_side_files(Path(path))
         conn = connect_read_only(Path(path), busy_timeout)
         try:
             return unusable_schema(conn, Path(path), table_names(conn))
         finally:
-            conn.close()
+            close_read_only(conn, Path(path), made)
     except sqlite3.DatabaseError:  # busy or damaged: `damage` says so
         return None
 
@@ -151,16 +151,9 @@ def side_file(path: Path, tail: str) -> Path:
 
 
 def connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
-    """Read-only, leaving no file beside it that it made.
-
-    To read a WAL database SQLite makes its -wal and -shm files beside it, and a read-only connection never deletes
-    them; made with the file's mode, those of a read-only file stayed read-only and kept every write out after the
-    file itself was made writable. So a file that no one may write (no write permission at all) and that has no
-    WAL beside it (every commit is in the file) is read as immutable (no locks, no files beside it): no process
-    can change it while it is read. So is a WAL database whose folder forbids the -shm file."""
+    """Read-only; a WAL database whose folder forbids the -shm file is read as immutable (no locks). Close it with
+    `close_read_only`, which removes the side files this connection made."""
     uri = path.resolve().as_uri()
-    if _unchangeable(path):
-        return sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=timeout, check_same_thread=False)
     try:
         conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=timeout, check_same_thread=False)
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -169,12 +162,24 @@ def connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
         return sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=timeout, check_same_thread=False)
 
 
-def _unchangeable(path: Path) -> bool:
-    """Whether no user may write the file at `path` (root aside) and no WAL lies beside it."""
-    try:
-        return path.stat().st_mode & WRITE_BITS == 0 and not side_file(path, "-wal").exists()
-    except OSError:
-        return False
+def absent_side_files(path: Path) -> list[Path]:
+    """The -wal and -shm files not beside the database at `path` now: those a read-only connection opened next
+    makes, for `close_read_only` to take away."""
+    return [side for side in (side_file(path, "-wal"), side_file(path, "-shm")) if not side.exists()]
+
+
+def close_read_only(conn: sqlite3.Connection, path: Path, made: list[Path]) -> None:
+    """Close a read-only connection and remove the side files it `made` (`absent_side_files` before it opened),
+    while its WAL holds nothing. To read a WAL database SQLite makes its -wal and -shm files beside it, and a
+    read-only connection never deletes them: made with the file's mode, those of a read-only file stayed read-only
+    and kept every write out once the file itself was made writable. (Reading such a file as immutable made none,
+    but a connection kept open, as the window keeps one, then read a file changed under it as damaged.)"""
+    conn.close()
+    if not made or not wal_is_empty(path):
+        return
+    for side in made:
+        with contextlib.suppress(OSError):
+            side.unlink(missing_ok=True)
 
 
 def stale_side_files(path: Path) -> list[Path]:

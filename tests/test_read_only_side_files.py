@@ -19,7 +19,7 @@ import pytest
 
 from app.cli import main
 from app.store import SessionStore
-from app.store_file import connect_read_only
+from app.store_file import absent_side_files, close_read_only, connect_read_only
 from tests.test_damaged_wal_untouched import LEAF, PAGE
 from tests.test_sessions_cli import recorded
 
@@ -56,16 +56,18 @@ def test_a_read_of_a_file_no_one_may_write_makes_no_file_beside_it(tmp_path: Pat
     monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
     db = recorded(tmp_path / "s.db")
     db.chmod(0o444)
+    made = absent_side_files(db)
     conn = connect_read_only(db, 1.0)
     assert conn.execute("SELECT count(*) FROM sessions").fetchone() == (1,)
-    conn.close()
+    close_read_only(conn, db, made)
+    assert side_files(db) == []
     with SessionStore(db, read_only=True) as store:
         assert len(store.list_sessions()) == 1
     assert side_files(db) == []
 
 
 def test_a_read_of_a_writable_file_still_sees_its_wal(tmp_path: Path, monkeypatch) -> None:
-    """Immutable reads are for files no one may write: a file with a WAL beside it is read with its WAL."""
+    """A read-only connection reads the WAL beside the file, and leaves a WAL that holds sessions where it is."""
     monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
     db = recorded(tmp_path / "s.db")
     writer = SessionStore(db)
@@ -75,7 +77,8 @@ def test_a_read_of_a_writable_file_still_sees_its_wal(tmp_path: Path, monkeypatc
         db.chmod(0o444)
         conn = connect_read_only(db, 1.0)
         assert conn.execute("SELECT count(*) FROM sessions").fetchone() == (2,)
-        conn.close()
+        close_read_only(conn, db, [])
+        assert side_files(db) != []  # the writer's, holding a session
     finally:
         db.chmod(0o644)
         writer.close()
@@ -124,3 +127,22 @@ def test_a_damaged_database_refused_by_sessions_list_keeps_no_file_the_read_made
     assert main(["sessions", "list", "--db", str(db)]) == 2
     assert "is damaged" in capsys.readouterr().err
     assert side_files(db) == [] and hashlib.md5(db.read_bytes()).hexdigest() == before
+
+
+def test_a_store_kept_open_on_a_read_only_file_sees_sessions_written_after_it_was_made_writable(
+        tmp_path: Path, monkeypatch) -> None:
+    """Read as immutable, a store kept open (as the window keeps one) listed the sessions of the moment it opened,
+    and once the file had grown under it called it malformed: damaged, to be moved aside."""
+    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
+    db = recorded(tmp_path / "s.db")
+    db.chmod(0o444)
+    reader = SessionStore(db, read_only=True)  # as a user who may not write it opens it (root may)
+    try:
+        assert len(reader.list_sessions()) == 1
+        db.chmod(0o644)
+        with SessionStore(db) as writer:
+            for number in range(300):
+                writer.create_session({"question": f"Question {number}?", "status": "finished"})
+        assert len(reader.list_sessions(limit=None)) == 301
+    finally:
+        reader.close()
