@@ -43,9 +43,10 @@ def percentile(values: Sequence[float], q: float) -> float:
 def calibrate(stats: Sequence[StepStat], target: float = 0.9) -> Thresholds:
     """The thresholds that skip the most calibration steps at `target` agreement or better.
 
-    With no pair reaching the target, the highest thresholds (only steps the model is certain of skip) with the
-    closest pair's skip rate and agreement; where even those miss the target, the strictest percentile pair
-    (95th) with its measured agreement, so the user sees what it costs.
+    With no pair reaching the target, the highest thresholds (only steps the model is certain of skip, the fewest
+    any thresholds skip), with the closest pair's skip rate and agreement; even where those miss the target too
+    (`skip_text` then says so): the strictest percentile pair, returned there before, skipped more steps where the
+    verifier was seen to disagree.
     """
     if not stats:
         raise UsageError("the calibration run produced no scored steps; use more problems or more steps.")
@@ -55,10 +56,7 @@ def calibrate(stats: Sequence[StepStat], target: float = 0.9) -> Thresholds:
     reached = [t for t in found if t.agreement is not None and t.agreement >= target]
     if reached:  # the first of equals, the loosest percentiles
         return replace(max(reached, key=lambda t: t.skip_rate), target_agreement=target)
-    fallback = _measured(stats, *HIGHEST)
-    if fallback.agreement is not None and fallback.agreement < target:
-        return replace(found[-1], target_agreement=target)
-    return replace(fallback, **_closest(found), target_agreement=target)
+    return replace(_measured(stats, *HIGHEST), **_closest(found), target_agreement=target)
 
 
 def _closest(found: Sequence[Thresholds]) -> dict:

@@ -208,15 +208,19 @@ def calibrated_on(saved: Thresholds) -> str:
 def skip_text(saved: Thresholds) -> str:
     """What verify-skip's calibrated thresholds did on their steps, in the words eval and the window share.
     Thresholds that skip no step have no agreement to say: the fallback was shown as "skips 0%, verifier agrees
-    100%" in the window, and eval said "no pair skipped any step" where some had, below the target."""
+    100%" in the window, and eval said "no pair skipped any step" where some had, below the target. A fallback
+    that skips steps the model is certain of, below the target too, says both."""
     steps = formatting.steps(saved.steps)
-    if saved.skip_rate > 0 and saved.agreement is not None:
-        return f"skips {saved.skip_rate:.0%} of {steps}, verifier agrees on {saved.agreement:.0%}"
     target = saved.target_agreement
+    skipped = saved.skip_rate > 0 and saved.agreement is not None
+    if skipped and (target is None or saved.agreement >= target):
+        return f"skips {saved.skip_rate:.0%} of {steps}, verifier agrees on {saved.agreement:.0%}"
     aim = "the target agreement" if target is None else f"{target:.0%} agreement"
-    closest = "" if saved.missed_skip_rate is None else (
+    closest = "" if saved.missed_skip_rate is None or saved.missed_agreement is None else (
         f", the closest skipping {saved.missed_skip_rate:.0%} of them at {saved.missed_agreement:.0%} agreement")
-    return f"no threshold pair reached {aim} on {steps}{closest}: the verifier scores every step"
+    rest = "the verifier scores every step" if not skipped else (
+        f"only steps the model is certain of skip ({saved.skip_rate:.0%}, verifier agrees on {saved.agreement:.0%})")
+    return f"no threshold pair reached {aim} on {steps}{closest}: {rest}"
 
 
 def nats_text(value: float) -> str:

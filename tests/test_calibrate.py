@@ -61,3 +61,18 @@ def test_a_pair_that_skips_no_step_is_not_kept_over_the_documented_fallback():
     stats = [StepStat(0.9, 0.5, False), StepStat(0.8, 0.1, False), StepStat(0.5, 0.6, True), StepStat(0.3, 0.05, True)]
     found = calibrate(stats, target=0.9)
     assert (found.tau_conf, found.r_gap, found.skip_rate) == (1.0, 0.999, 0.0)
+
+
+def test_where_even_the_highest_thresholds_disagree_they_are_kept_and_said_below_the_target():
+    """The strictest percentile pair was saved there, skipping more steps where the verifier disagreed, and was
+    said as "skips 5% of 100 steps, verifier agrees on 20%" with no word of the target missed."""
+    from app.early_exit import skip_text
+
+    certain = [StepStat(1.0, 1.0, False)] * 3
+    mixed = [StepStat(0.5 + i / 200, 0.1 + i / 200, i % 3 == 0) for i in range(97)]
+    found = calibrate(certain + mixed, target=0.9)
+    assert (found.tau_conf, found.r_gap) == (1.0, 0.999)
+    assert found.skip_rate == 0.03 and found.agreement == 0.0
+    said = skip_text(found)
+    assert said.startswith("no threshold pair reached 90% agreement on 100 steps")
+    assert said.endswith("only steps the model is certain of skip (3%, verifier agrees on 0%)")
