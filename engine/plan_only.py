@@ -39,7 +39,7 @@ class ShapeOnlyModel(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, cache=None, kv_heads=None, **_: object) -> SimpleNamespace:
         batch, length = input_ids.shape
         cache = cache if cache is not None else DynamicCache(config=self.config)
-        self.work += batch + len(cache.layers)
+        self.work += batch + self.shape.num_layers
         kv = torch.empty(
             (batch, self.shape.num_kv_heads, length, self.shape.head_dim), dtype=self.kv_dtype, device="meta"
         )

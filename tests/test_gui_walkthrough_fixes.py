@@ -173,6 +173,26 @@ def test_a_follow_up_that_failed_on_a_setting_keeps_its_text_and_is_asked_again_
     assert box.field.text() == ""  # answered: the box is free again
 
 
+def test_a_follow_up_that_finished_with_no_answer_keeps_its_text_to_be_asked_again(qtbot, saving_window) -> None:
+    """A chosen path of no text is no answer: the box offers to ask again in that turn's place, and it had cleared
+    the text to ask."""
+    empty = [False]
+
+    def run(question, loaded, search, cache, *, should_stop, history=()):
+        events = fake_run(question, search, cache, should_stop=should_stop)
+        return (ev.RunFinished(**{**vars(e), "answer": ""}) if empty[0] and isinstance(e, ev.RunFinished) else e
+                for e in events)
+
+    window = saving_window(run)
+    small(window)
+    run_to_end(qtbot, window, window.start_run)
+    empty[0] = True
+    box = window.talk.box
+    box.field.setText(FOLLOW_UP)
+    assert isinstance(run_to_end(qtbot, window, box.submit), ev.RunFinished)
+    assert box.field.text() == FOLLOW_UP and box.field.placeholderText() in retry_hints(2)
+
+
 def test_a_follow_up_leaves_the_draft_in_the_question_box(qtbot, saving_window) -> None:
     """`window.question.setPlainText(follow-up)` replaced the draft there, its undo history too."""
     window = saving_window(answering)

@@ -274,7 +274,7 @@ class ConversationControls:
         asked, self.asked = self.asked, None
         if asked is None:
             return
-        if isinstance(terminal, ev.RunFinished):
+        if isinstance(terminal, ev.RunFinished) and terminal.answer:  # else it is asked again in that turn's place
             self.box.field.clear()
         elif window.current_session is None:
             said = window.statusBar().currentMessage()  # what went wrong stays in the status bar
@@ -362,7 +362,8 @@ class ConversationControls:
         answer (the open turn's is its run's end, which its row may not hold yet), else the follow-up takes that
         turn's place after the one before it (`retryable`)."""
         window = self.window
-        finished = getattr(window.last_terminal, "type", "") == "run_finished"
+        terminal = window.last_terminal  # a chosen path of no text is no answer to follow
+        finished = isinstance(terminal, ev.RunFinished) and bool(terminal.answer)
         if window.running or window.current_session is None:
             return False, HINTS[False]
         if not self.line:  # the store could not list the turns: the open one alone
