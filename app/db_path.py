@@ -25,7 +25,7 @@ def db_file(path: Path | str | None) -> Path:
     system cannot hold its name: every later look at it (exists, is_file) raised OSError, a traceback. The files
     SQLite keeps beside it (NAME-journal, the longest) must fit too: a 250-byte name was made, then refused by SQLite
     as "unable to open database file"."""
-    if isinstance(path, str) and not path.strip():  # Path("") is ".", said to be a folder
+    if path is not None and not str(path).strip():  # Path("") is ".", said to be a folder: callers pass --db's text
         raise StoreError("--db is empty: give a session database file, such as sessions.db, or leave --db out for "
                          "the default one.")
     where = Path(path) if path is not None else default_db_path()

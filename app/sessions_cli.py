@@ -250,7 +250,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_move_aside(args: argparse.Namespace) -> int:
-    path = db_file(args.db or None)
+    path = db_file(args.db)  # `--db ""` is refused as empty (it moved the default database aside)
     if not path.exists():
         raise StoreError(f"there is no database at {path} to move aside.")
     if not args.force and store_file.damage(path) is None:

@@ -115,6 +115,16 @@ def test_a_typed_db_that_cannot_be_opened_is_an_error_before_the_window(tmp_path
     assert (tmp_path / "notes.txt").read_text() == "my notes\n"
 
 
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_an_empty_db_for_the_window_is_refused_as_run_refuses_it(tmp_path: Path, monkeypatch, capsys, blank) -> None:
+    """`gui --db ""` opened the default database, and `--db "   "` made a database named by three spaces."""
+    monkeypatch.chdir(tmp_path)
+    args = build_parser().parse_args(["gui", "--db", blank, "--question", "Hi", "--screenshot", "s.png", "--model",
+                                      "synthetic:tiny-llama", "--max-steps", "1"])
+    assert launch.main(args) == 2
+    assert "--db is empty" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
 def test_without_the_default_database_the_window_says_follow_ups_need_it(qtbot, keep_window, qsettings, tmp_path,
                                                                           monkeypatch, capsys) -> None:
     """Only stderr said "Sessions will not be saved"; beside the answer the box said "Follow-ups come after an

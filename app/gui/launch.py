@@ -18,7 +18,7 @@ from typing import Any
 from PySide6.QtCore import QDeadlineTimer, QEventLoop, QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
-from app.db_path import default_db_path
+from app.db_path import db_file
 from app.exit_options import given_thresholds
 from app.gui import palette as pal
 from app.gui import settings as saved
@@ -97,9 +97,9 @@ def open_store(path: str | None, *, ask: bool) -> Any:
 def store_or_problem(path: str | None, *, ask: bool) -> tuple[Any, str]:
     """(the SessionStore at `path`, or the default one, and "") or (None, why it cannot be opened). With `ask`, a
     damaged database is moved aside for a fresh one when the user agrees."""
-    db = Path(path) if path else default_db_path()
     notify = lambda text: print(f"beamwise: {text}", file=sys.stderr)  # noqa: E731 - journals imported on open
     try:
+        db = db_file(path)  # `--db ""` is refused as empty, as `run` refuses it (it opened the default database)
         return open_session_store(db, notify=notify), ""
     except StoreDamaged as error:
         question = (f"{error.user_message()}\n\nMove it aside (it is kept as a .damaged file) "
