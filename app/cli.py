@@ -25,7 +25,7 @@ try:  # a Ctrl+C in a command's first ~0.3 s lands here (sqlite_utils, numpy) an
     from app.options import UsageError, add_backend_options, add_search_options
     from app.parser import OneLineParser
     from app.question import add_question_file_option, add_question_option
-    from app.run_output import cancelled_in_json, failures_in_json
+    from app.run_output import cancelled_in_json, failures_in_json, reader_left
     from app.threads import limit_threads
     from engine.errors import BeamwiseError
 except KeyboardInterrupt:
@@ -170,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cancelled_in_json(interrupt)
         return _interrupted()
     except BrokenPipeError:  # `beamwise ... | head`: the reader left; say nothing more
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush cannot fail again
+        reader_left(sys.stdout)  # so the exit flush cannot fail again
         return 0
 
 

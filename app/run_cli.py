@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import signal
 import sys
@@ -20,7 +19,18 @@ from app.heartbeat import Heartbeat, StepProgress
 from app.options import UsageError, configs_from_args, server_from_args
 from app.preflight import check_memory
 from app.question import read_question
-from app.run_output import cancelled_in_json, close, failures_in_json, load_progress, note, record, stream_ended, warn
+from app.run_output import (
+    cancelled_in_json,
+    close,
+    failures_in_json,
+    load_progress,
+    note,
+    note_if_read,
+    reader_left,
+    record,
+    stream_ended,
+    warn,
+)
 from app.session.series import prompt_traffic
 from app.session.steps import failure_point
 from app.session.tree import first_line
@@ -368,12 +378,12 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
                 show(event)
                 ended = ended or event.type in _END_EVENTS
     except BrokenPipeError:  # `beamwise run ... | head`: the reader of the output left, so the search stops
-        _drop_stdout()
+        reader_left(sys.stdout)
         if not recorded_end:  # it was left `running`, later called `interrupted`, and the command exited 0 unsaid
             record(recorder, ev.RunCancelled(step=last_step))
             status = READER_LEFT
-            note("the output's reader closed it (a pipe such as `| head`), so the search stopped after step "
-                 f"{last_step}")
+            when = f"after step {last_step}" if last_step else "before its first step was chosen"
+            note_if_read(f"the output's reader closed it (a pipe such as `| head`), so the search stopped {when}")
     except KeyboardInterrupt as interrupt:  # the second Ctrl+C
         cancelled = ev.RunCancelled(step=last_step)  # the same name the window records
         record(recorder, cancelled)
@@ -385,27 +395,12 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
         raise
     finally:
         saved_as = close(recorder)
-    _say_recorded(recorder, status, last_step, started.is_set(), begun, again_options(args) if answered else None,
-                  saved_as)
-    return status
-
-
-def _drop_stdout() -> None:
-    """Standard output to the null device, so that the prints and the exit's flush after its reader left do not fail
-    again (app/cli.py does the same for every command)."""
-    import os
-
     try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):  # no file descriptor under it (a test's captured stream)
-        sys.stdout = _Nowhere()
-
-
-class _Nowhere(io.TextIOBase):
-    """A text stream that takes every write and keeps nothing."""
-
-    def write(self, text: str) -> int:
-        return len(text)
+        _say_recorded(recorder, status, last_step, started.is_set(), begun, again_options(args) if answered else None,
+                      saved_as)
+    except BrokenPipeError:  # standard error's reader left too (`2>&1 | head`): the status still says what happened
+        reader_left(sys.stderr)
+    return status
 
 
 @contextmanager

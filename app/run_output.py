@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TextIO
 
 
 def load_progress(stage: str, fraction: float | None) -> None:
@@ -20,6 +23,33 @@ def warn(text: str) -> None:
 
 def note(text: str) -> None:
     print(f"beamwise: {text}", file=sys.stderr, flush=True)
+
+
+def reader_left(stream: TextIO) -> None:
+    """`stream` (standard output or error) to the null device once its reader left (`| head`, `2>&1 | head`), so
+    that the prints and the exit's flush after it do not fail again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    except (OSError, ValueError, AttributeError):  # no file descriptor under it (a test's captured stream)
+        if stream is sys.stdout:
+            sys.stdout = Nowhere()
+        elif stream is sys.stderr:
+            sys.stderr = Nowhere()
+
+
+def note_if_read(text: str) -> None:
+    """`note(text)`, unless standard error's reader left too (`2>&1 | head`): then nothing more is said there."""
+    try:
+        note(text)
+    except BrokenPipeError:
+        reader_left(sys.stderr)
+
+
+class Nowhere(io.TextIOBase):
+    """A text stream that takes every write and keeps nothing."""
+
+    def write(self, text: str) -> int:
+        return len(text)
 
 
 @contextmanager

@@ -52,7 +52,7 @@ def test_a_reader_that_leaves_stops_the_search_recorded_cancelled(db, monkeypatc
     monkeypatch.setattr(sys, "stdout", LeavingReader(3))
     assert _drive(args, _open_recorder(args), lambda should_stop: fake(4)) == READER_LEFT
     err = capsys.readouterr().err
-    assert "the output's reader closed it (a pipe such as `| head`), so the search stopped after step" in err
+    assert "the output's reader closed it (a pipe such as `| head`), so the search stopped before its first step" in err
     assert err.rstrip().splitlines()[-1].startswith("beamwise: recorded as session 1, cancelled after step")
     assert status_of(db, 1) == "cancelled"
 
@@ -79,3 +79,12 @@ def test_a_run_that_finished_with_no_answer_offers_no_follow_up(db, capsys) -> N
     shown = capsys.readouterr().out
     assert "(no answer: the chosen path has no text (the model ended it at once))" in shown
     assert "did not finish" not in shown
+
+
+def test_a_reader_of_both_outputs_that_leaves_still_gets_the_status(db, monkeypatch) -> None:
+    """`run ... 2>&1 | head -3`: the line saying why went to the closed pipe too, and the command exited 0."""
+    args = args_for(db)
+    monkeypatch.setattr(sys, "stdout", LeavingReader(3))
+    monkeypatch.setattr(sys, "stderr", LeavingReader(0))
+    assert _drive(args, _open_recorder(args), lambda should_stop: fake(4)) == READER_LEFT
+    assert status_of(db, 1) == "cancelled"
