@@ -220,10 +220,23 @@ def _report(args: argparse.Namespace, evaluation, problems: list[Problem], inter
     vote = any(config.select != "best" for config in evaluation.configs.values())
     print(table(summaries, vote))
     try:
-        return _save_calibration(args, evaluation, interrupted)
-    finally:
+        saved = _save_calibration(args, evaluation, interrupted)
+    except BaseException:  # the thresholds' own error is the one said: the JSON is written, or said on stderr
         if args.json_path:
-            _write_json(args, evaluation, summaries, interrupted)
+            _write_json_saying_why(args, evaluation, summaries, interrupted)
+        raise
+    if args.json_path:
+        _write_json(args, evaluation, summaries, interrupted)
+    return saved
+
+
+def _write_json_saying_why(args: argparse.Namespace, evaluation, summaries: list, interrupted: bool) -> None:
+    """`_write_json` beside an error of its own that the caller raises: a JSON path that cannot be written is said
+    here, on stderr, so that neither error hides the other."""
+    try:
+        _write_json(args, evaluation, summaries, interrupted)
+    except UsageError as error:
+        print(f"beamwise: error: {error}", file=sys.stderr)
 
 
 def _save_calibration(args: argparse.Namespace, evaluation, interrupted: bool) -> bool:

@@ -10,7 +10,7 @@ import re
 import shlex
 
 ON_WINDOWS = os.name == "nt"
-PLAIN_ON_WINDOWS = re.compile(r"[\w@+=:,./\\-]+")  # what cmd and PowerShell both read as one word, unquoted
+PLAIN_ON_WINDOWS = re.compile(r"[\w+=:./\\-]+")  # one word unquoted to cmd and PowerShell (PowerShell splits at ",")
 
 
 def quoted(word: str, windows: bool | None = None) -> str:

@@ -35,6 +35,28 @@ def test_a_json_path_lost_while_the_problems_ran_keeps_the_calibration(tmp_path,
                                             "not a folder; pick a writable --json path."), err
 
 
+def test_thresholds_that_cannot_be_saved_and_a_json_that_cannot_be_written_are_both_said(tmp_path, capsys,
+                                                                                         monkeypatch):
+    """The JSON's error, raised in a `finally`, replaced the thresholds' own."""
+    from engine.errors import BeamwiseError
+
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path / "config"))
+    folder = tmp_path / "results"
+    folder.mkdir()
+
+    def cannot_save(self, target):
+        shutil.rmtree(folder)
+        folder.write_text("a file now", encoding="utf-8")
+        raise BeamwiseError("the thresholds could not be saved (test).")
+
+    monkeypatch.setattr(eval_runs.Evaluation, "save_calibration", cannot_save)
+    problems = write(tmp_path, '{"question": "What is 2+3?", "answer": "5"}')
+    assert main(["eval", str(problems), *TINY, "--no-save", "--calibrate", "--json", str(folder / "r.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-2].startswith(f"beamwise: error: cannot write {folder / 'r.json'}")
+    assert err[-1] == "beamwise: error: the thresholds could not be saved (test)."
+
+
 def test_a_failed_runs_row_says_why_and_is_left_out_of_accuracy(tmp_path, capsys):
     """The row read {"status": "failed", "correct": false} with the reason only on stderr."""
     problems = tmp_path / "p.jsonl"

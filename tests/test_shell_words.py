@@ -18,6 +18,7 @@ from app.shell_words import quoted
     ("synthetic:tiny-llama", "synthetic:tiny-llama", "synthetic:tiny-llama"),
     ('say "hi"', '"say ""hi"""', "'say \"hi\"'"),
     ("", '""', "''"),
+    ("a,b", '"a,b"', "a,b"),  # PowerShell passes a,b on as two words
 ])
 def test_a_word_is_quoted_for_each_systems_shells(word, windows, posix):
     assert quoted(word, windows=True) == windows
