@@ -17,6 +17,7 @@ from engine.bench_results import BenchReport, PolicyResult
 from engine.verifiers.synthetic_prm import save_synthetic_prm
 from engine.workload import Workload, check_names, ladder_names
 from tests.test_bench_defects import PLAN, TINY, bench, error_line
+from tests.test_plan_roles import generator_folder  # noqa: F401 - the fixture, shared
 
 EARLIER = '{"earlier": "a finished report", "complete": true}'
 
@@ -29,15 +30,6 @@ def no_rows(monkeypatch):
         raise AssertionError("the bench ran; it should have been refused before any model loaded")
 
     monkeypatch.setattr(engine_bench, "run_bench", ran)
-
-
-@pytest.fixture
-def generator_folder(tiny, tmp_path) -> Path:
-    """synthetic:tiny-llama as a model folder: a causal LM with its tokenizer and no reward head."""
-    folder = tmp_path / "tiny-llama"
-    tiny.model.save_pretrained(folder)
-    tiny.tokenizer.save_pretrained(folder)
-    return folder
 
 
 # ---------------------------------------------------------------- 3: PRM mistakes refused up front, in bench's words

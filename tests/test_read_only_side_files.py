@@ -7,11 +7,8 @@ names them; and a damaged database that `sessions list` refused keeps no -wal or
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -22,9 +19,8 @@ from app.store import SessionStore
 from app.store_file import absent_side_files, close_read_only, connect_read_only
 from tests.test_damaged_wal_untouched import LEAF, PAGE
 from tests.test_sessions_cli import recorded
+from tests.test_store_access import NOBODY, as_another_user
 
-REPO = Path(__file__).resolve().parents[1]
-NOBODY = 65534
 SIDES = ("-wal", "-shm")
 
 CHILD = """
@@ -94,14 +90,7 @@ def test_a_database_made_writable_after_a_read_takes_writes_and_stale_side_files
         db = recorded(folder / "g.db")
         if os.geteuid() == 0:
             os.chown(db, NOBODY, NOBODY)
-        as_nobody = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if os.geteuid() == 0 else {}
-        env = {**os.environ, "BEAMWISE_DATA_DIR": str(folder / "data"), "PYTHONPATH": str(REPO)}
-        done = subprocess.run([sys.executable, "-c", CHILD, str(db)], cwd=REPO, env=env, capture_output=True,
-                              text=True, timeout=120, **as_nobody)
-        if done.returncode != 0 and ("ModuleNotFoundError" in done.stderr or "Permission denied" in done.stderr):
-            pytest.skip(f"the other user cannot run Beamwise from {REPO}: {done.stderr.strip()[-200:]}")
-        assert done.returncode == 0, done.stderr
-        seen = json.loads(done.stdout.splitlines()[-1])
+        done, seen = as_another_user(CHILD, db, folder)
         assert seen["list"] == 0 and "g.db-shm" not in seen["left"] and "g.db-wal" not in seen["left"]
         assert seen["rename"] == 0, done.stderr
         stale = done.stderr.split("stale:", 1)[1]

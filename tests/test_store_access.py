@@ -25,6 +25,20 @@ from tests.test_store_file_kinds import exit_code
 REPO = Path(__file__).resolve().parents[1]
 NOBODY = 65534
 
+def as_another_user(child: str, db: Path, folder: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run the Python `child` on `db` as a user root's permissions do not skip (uid nobody when the tests run as
+    root), with `folder`'s data folder; its output and the JSON its last line prints. Skipped where that user
+    cannot run Beamwise from this checkout."""
+    as_nobody = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if os.geteuid() == 0 else {}
+    env = {**os.environ, "BEAMWISE_DATA_DIR": str(folder / "data"), "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", child, str(db)], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120, **as_nobody)
+    if done.returncode != 0 and ("ModuleNotFoundError" in done.stderr or "Permission denied" in done.stderr):
+        pytest.skip(f"the other user cannot run Beamwise from {REPO}: {done.stderr.strip()[-200:]}")
+    assert done.returncode == 0, done.stderr
+    return done, json.loads(done.stdout.splitlines()[-1])
+
+
 CHILD = """
 import json, sys
 from app.cli import main
@@ -100,14 +114,7 @@ def test_a_database_the_user_may_not_read_is_not_moved_aside() -> None:
         folder.chmod(0o777)  # the other user could rename the file in it: only the refusal keeps it there
         db = recorded(folder / "s.db")
         db.chmod(0)
-        as_nobody = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if os.geteuid() == 0 else {}
-        env = {**os.environ, "BEAMWISE_DATA_DIR": str(folder / "data"), "PYTHONPATH": str(REPO)}
-        done = subprocess.run([sys.executable, "-c", CHILD, str(db)], cwd=REPO, env=env, capture_output=True,
-                              text=True, timeout=120, **as_nobody)
-        if done.returncode != 0 and ("ModuleNotFoundError" in done.stderr or "Permission denied" in done.stderr):
-            pytest.skip(f"the other user cannot run Beamwise from {REPO}: {done.stderr.strip()[-200:]}")
-        assert done.returncode == 0, done.stderr
-        seen = json.loads(done.stdout.splitlines()[-1])
+        done, seen = as_another_user(CHILD, db, folder)
         assert seen == {"open": "StoreUnreadable", "damage": "StoreUnreadable", "move-aside": 2}, done.stderr
         assert "cannot read the session database" in done.stderr and "damaged" not in done.stderr
         assert db.exists() and not list(folder.glob("s.db.damaged-*"))
