@@ -180,6 +180,7 @@ def _ladder(args: argparse.Namespace, workload: Workload, policies: list[str], b
     stream = is_stream(args.json_path)
     finished: list[BenchReport] = []  # the report as its last finished row left it: what a Ctrl+C prints
     unwritten: list[UsageError] = []  # a write after a row that failed: the rows after it are not written either
+    written = [0]  # rows the file holds
 
     def on_row(report: BenchReport) -> None:
         finished[:] = [report]
@@ -187,6 +188,7 @@ def _ladder(args: argparse.Namespace, workload: Workload, policies: list[str], b
             return
         try:
             write_json(args.json_path, report.to_dict(), announce=False)
+            written[0] = len(report.results) + len(report.baselines)
         except UsageError as error:  # a full disk, a file that cannot be replaced: raised here, it ended the bench
             unwritten.append(error)  # and lost the row just measured, with no table
 
@@ -195,7 +197,7 @@ def _ladder(args: argparse.Namespace, workload: Workload, policies: list[str], b
         report = run_bench(workload, policies, plan_only=args.plan_only, progress=progress, baselines=baselines,
                            time_limit=TimeLimit(args.time_limit), on_row=on_row)  # fmt: skip
     except KeyboardInterrupt:
-        return _interrupted(args, finished[0] if finished else None, stream, unwritten)
+        return _interrupted(args, finished[0] if finished else None, stream, unwritten, written[0])
     print(format_report(report))
     try:
         write_json(args.json_path, report.to_dict())  # tried again: room may have been made since
@@ -206,8 +208,9 @@ def _ladder(args: argparse.Namespace, workload: Workload, policies: list[str], b
 
 
 def _interrupted(args: argparse.Namespace, report: BenchReport | None, stream: bool,
-                 unwritten: Sequence[UsageError] = ()) -> int:  # fmt: skip
-    """Ctrl+C: the finished rows' table (as a time limit prints it), where the JSON stands, and 130."""
+                 unwritten: Sequence[UsageError] = (), written: int = 0) -> int:  # fmt: skip
+    """Ctrl+C: the finished rows' table (as a time limit prints it), where the JSON stands (`written`: the rows
+    it holds, after a write that failed), and 130."""
     if report is None:
         print(f"\nbeamwise: interrupted before any row finished{_not_written(args.json_path)}", file=sys.stderr)
         return 130
@@ -217,7 +220,8 @@ def _interrupted(args: argparse.Namespace, report: BenchReport | None, stream: b
     rows = len(report.results) + len(report.baselines)
     kept = f"; {args.json_path} keeps them (complete: false)" if args.json_path else ""
     if unwritten:
-        kept = f"; they are not in {args.json_path} ({unwritten[0]})"
+        holds = f"holds the first {written} of them (complete: false)" if written else "holds none of them"
+        kept = f"; {args.json_path} {holds}: {unwritten[0]}"
     print(f"beamwise: interrupted; the table above holds the {rows} finished row(s){kept}", file=sys.stderr)
     return 130
 

@@ -206,4 +206,6 @@ def test_ctrl_c_after_a_failed_write_does_not_say_the_file_keeps_the_rows(tmp_pa
     failed = UsageError(f"cannot write {args.json_path}: No space left on device; pick a writable --json path.")
     assert bench_cli._interrupted(args, report, False, [failed]) == 130
     said = capsys.readouterr().err
-    assert f"they are not in {args.json_path} (cannot write" in said and "keeps them" not in said
+    assert f"{args.json_path} holds none of them: cannot write" in said and "keeps them" not in said
+    assert bench_cli._interrupted(args, report, False, [failed], written=1) == 130
+    assert f"{args.json_path} holds the first 1 of them (complete: false): cannot write" in capsys.readouterr().err
