@@ -277,7 +277,7 @@ def source_of_name(name: str) -> str | None:
     (the first of them could be another model than the one that ran). Only the models of that name are read."""
     from engine.synthetic import SYNTHETIC_MODELS
 
-    if name == BUNDLED_NAME:
+    if name in (BUNDLED_NAME, f"{BUNDLED_NAME} (bundled)"):  # the engine records the latter (engine/models.py)
         return "bundled"
     bare = name.removeprefix("synthetic:").removesuffix(" (random weights)")
     if bare in SYNTHETIC_MODELS:

@@ -198,6 +198,7 @@ def test_a_recorded_model_name_maps_back_to_the_source_that_runs_it(tmp_path, mo
     """A session records its model's name, not its path: "Run again" in the window mapped
     'synthetic:tiny-llama (random weights)' and every added folder's name to the model set before, unsaid."""
     assert lib.source_of_name("SmolLM2-135M-Instruct") == "bundled"
+    assert lib.source_of_name("SmolLM2-135M-Instruct (bundled)") == "bundled"  # what a run records
     assert lib.source_of_name("synthetic:tiny-llama (random weights)") == "synthetic:tiny-llama"
     assert lib.source_of_name("synthetic:llama2-7b (random weights)") == "synthetic:llama2-7b"
     assert lib.source_of_name("tiny-qwen2") == "synthetic:tiny-qwen2"  # as sessions of old versions recorded it
