@@ -183,6 +183,36 @@ def test_a_follow_up_that_failed_on_a_setting_keeps_its_text_and_is_asked_again_
     assert box.field.text() == ""  # answered: the box is free again
 
 
+
+def test_a_failed_follow_up_kept_in_the_box_goes_with_its_conversation(qtbot, saving_window) -> None:
+    """Ctrl+N (or opening another conversation) kept it, and Enter after the next answer asked it there."""
+    failing = [False]
+
+    def run(question, loaded, search, cache, *, should_stop, history=()):
+        if not failing[0]:
+            return fake_run(question, search, cache, should_stop=should_stop)
+        started = next(iter(fake_run(question, search, cache)))
+        return iter([started, ev.RunFailed("KVBudgetTooSmall", "KV budget 1 MB is too small. Raise --kv-budget.")])
+
+    window = saving_window(run)
+    small(window)
+    run_to_end(qtbot, window, window.start_run)
+    first = window.current_session
+    failing[0] = True
+    box = window.talk.box
+    box.field.setText(FOLLOW_UP)
+    run_to_end(qtbot, window, box.submit)
+    assert box.field.text() == FOLLOW_UP
+    failing[0] = False
+    window.talk.new_conversation()
+    assert box.field.text() == ""
+    window.open_session(first)
+    box.field.setText(FOLLOW_UP)
+    small(window, "Another question?")
+    run_to_end(qtbot, window, window.start_run)  # Run on a typed question: a new conversation
+    assert box.field.text() == ""
+
+
 def test_a_follow_up_that_finished_with_no_answer_keeps_its_text_to_be_asked_again(qtbot, saving_window) -> None:
     """A chosen path of no text is no answer: the box offers to ask again in that turn's place, and it had cleared
     the text to ask."""

@@ -201,6 +201,7 @@ class ConversationControls:
         self.follows: int | None = None  # the session the run in progress is the next turn of
         self.asked: int | None = None  # the follow-up in progress: the turn open when it was asked
         self.line: list[dict[str, Any]] = []  # the turns the tabs show (store rows): the branch of the open turn
+        self.conversation_shown: int | None = None  # the conversation of those turns (the follow-up box's text's)
         self.box.asked.connect(self.ask)
         self.turns.turn_chosen.connect(window.open_session)
         window.addAction(self.box.action)
@@ -301,6 +302,7 @@ class ConversationControls:
         window.status.reset()
         window.current_session, window.last_terminal, self.rerun = None, None, None
         window.question.clear()
+        self.box.field.clear()  # a follow-up kept to be asked again belonged to the conversation left
         window.question.setFocus()
         self.show_turns()
         window.statusBar().showMessage("New conversation: type a question and press Run (Ctrl+Enter).", 8000)
@@ -342,6 +344,10 @@ class ConversationControls:
             except BeamwiseError:
                 rows, runs = [], []
         self.line = rows
+        conversation = rows[0]["conversation_id"] if rows else None
+        if conversation is not None and conversation != self.conversation_shown:  # another conversation opened:
+            self.box.field.clear()  # a follow-up kept to be asked again (it failed) was the one left's
+        self.conversation_shown = conversation if conversation is not None else self.conversation_shown
         self.turns.show_line(rows, window.current_session, runs)
         self.update()
         window.plan_bar.schedule()  # the open turn changed: so did a follow-up's conversation
