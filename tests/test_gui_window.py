@@ -255,7 +255,7 @@ def test_an_engine_exception_is_reported_and_the_next_run_works(qtbot, make_wind
     small(window)
     assert isinstance(run_to_end(qtbot, window), ev.RunFailed)
     title, text = reported[0]
-    assert title == "The search stopped with an error" and "RuntimeError: boom" in text
+    assert title == "The search could not run" and "RuntimeError: boom" in text  # it raised before it began
     assert "fault in Beamwise, not in your settings" in text and "Try fewer beams" not in text
     assert warnings == []  # not the plain warning: a dialog whose Show Details holds the traceback
     (box,) = window.findChildren(QMessageBox)

@@ -186,9 +186,10 @@ class RunLifecycle:
     def on_failed(self, failure: ev.RunFailed) -> None:
         w = self.window
         self._show_asked()
+        began = w.session.run.started is not None  # a refusal before the run (memory, context) never began
         w.session.apply(failure)
         w.last_terminal = failure
-        w.report_error("The search stopped with an error",
+        w.report_error("The search stopped with an error" if began else "The search could not run",
                        f"{failure.message}\n\nThe window keeps working: change the settings or try again.",
                        failure.details)
 
