@@ -274,6 +274,26 @@ def test_ctrl_n_moves_the_focus_into_a_panel_in_view_and_closes_it_only_from_ins
     assert dock.isHidden()
 
 
+@pytest.mark.parametrize(("number", "name", "nothing_to_focus"), [
+    (1, "settings", lambda window: window.controls.setEnabled(False)),  # greyed while a search runs
+    (6, "charts", lambda window: None),  # not built yet: `beamwise gui` builds them after the first paint
+])
+def test_ctrl_n_on_a_panel_with_no_control_to_focus_focuses_the_panel(qtbot, make_window, number, name,
+                                                                      nothing_to_focus) -> None:
+    """The focus stayed where it was: the shortcut neither moved it there nor, pressed again, closed the panel."""
+    window = make_window()
+    nothing_to_focus(window)
+    window.show()
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow)
+    window.question.setFocus()
+    dock = window.docks[name]
+    press(qtbot, window, number)
+    assert dock.isVisible() and dock.widget() is QApplication.focusWidget()
+    press(qtbot, window, number)
+    assert dock.isHidden()
+
+
 # 6 ------------------------------------------------------------------------------------------------------------
 
 

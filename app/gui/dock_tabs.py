@@ -51,7 +51,9 @@ def holds_focus(dock: QDockWidget) -> bool:
 
 
 def focus_first(widget: QWidget) -> None:
-    """The keyboard focus to the first control inside `widget` that Tab reaches, if there is one."""
+    """The keyboard focus to the first control inside `widget` that Tab reaches, else to `widget` itself: with
+    none (the settings greyed while a search runs, the charts before they are built) the focus stayed where it
+    was, so the panel's shortcut neither focused it nor, pressed again, closed it."""
     candidate = widget.nextInFocusChain()
     while candidate is not widget:
         if (widget.isAncestorOf(candidate) and candidate.isVisible() and candidate.isEnabled()
@@ -59,3 +61,4 @@ def focus_first(widget: QWidget) -> None:
             candidate.setFocus(Qt.FocusReason.ShortcutFocusReason)
             return
         candidate = candidate.nextInFocusChain()
+    widget.setFocus(Qt.FocusReason.ShortcutFocusReason)
