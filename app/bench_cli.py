@@ -18,13 +18,12 @@ from app.options import (
     SPECULATIVE_CONTINUATIONS_HELP,
     SPECULATIVE_HELP,
     UsageError,
-    add_backend_options,
     add_threads_option,
     lookahead_verify_help,
     parse_delimiter,
-    server_from_args,
     size_type,
 )
+from app.server_options import add_backend_options, server_from_args
 from engine.config import DTYPES
 from engine.workload import ALIASES, BASELINES, LADDER, Workload, check_names, ladder_names
 

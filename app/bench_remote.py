@@ -6,7 +6,8 @@ import argparse
 import sys
 from dataclasses import asdict
 
-from app.options import DEFAULT_QUESTION, server_from_args
+from app.options import DEFAULT_QUESTION
+from app.server_options import server_from_args
 from engine.config import CacheConfig
 from engine.remote_bench import SearchCost, measure
 from engine.workload import Workload

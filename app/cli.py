@@ -22,10 +22,11 @@ def _interrupted() -> int:
 
 try:  # a Ctrl+C in a command's first ~0.3 s lands here (sqlite_utils, numpy) and printed a traceback
     from app import bench_cli, eval_cli, models_cli, plan_cli, sessions_cli
-    from app.options import UsageError, add_backend_options, add_search_options
+    from app.options import UsageError, add_search_options
     from app.parser import OneLineParser
     from app.question import add_question_file_option, add_question_option
     from app.run_output import cancelled_in_json, failures_in_json, reader_left
+    from app.server_options import add_backend_options
     from app.threads import limit_threads
     from engine.errors import BeamwiseError
 except KeyboardInterrupt:

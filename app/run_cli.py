@@ -16,7 +16,7 @@ from app.export.md_escape import without_controls
 from app.follow_up import again_options, server_options
 from app.gpu_check import emulated_hint
 from app.heartbeat import Heartbeat, StepProgress
-from app.options import UsageError, configs_from_args, server_from_args
+from app.options import UsageError, configs_from_args
 from app.preflight import check_memory
 from app.question import read_question
 from app.run_output import (
@@ -31,6 +31,7 @@ from app.run_output import (
     stream_ended,
     warn,
 )
+from app.server_options import server_from_args
 from app.session.series import prompt_traffic
 from app.session.steps import failure_point
 from app.session.tree import first_line
