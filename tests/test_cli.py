@@ -282,7 +282,7 @@ def test_a_run_prints_to_a_cp1252_console_without_stopping(monkeypatch, tmp_path
 def test_the_answer_line_replaces_control_characters_as_the_step_lines_and_sessions_show_do():
     """A model's answer is data: an escape or a DEL in it must not drive the terminal (README, "control characters
     are replaced in the terminal"); line breaks and tabs stay."""
-    from app.run_cli import Printer
+    from app.run_printer import Printer
     from engine.events import RunFinished
 
     out = io.StringIO()
@@ -307,7 +307,7 @@ def test_the_answer_line_replaces_control_characters_as_the_step_lines_and_sessi
 def test_a_candidates_row_marks_where_its_text_was_cut(text, shown):
     """Its first line was cut at 70 characters unmarked, and later lines dropped unsaid: the chosen path looked
     shorter than the answer printed below it (the exports mark their cuts with "…")."""
-    from app.run_cli import Printer
+    from app.run_printer import Printer
     from engine.events import CandidateScored
 
     out = io.StringIO()

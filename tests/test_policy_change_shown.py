@@ -9,7 +9,7 @@ import io
 from app.export.markdown import render_markdown
 from app.export.report import replayed, report_of
 from app.recorder import SessionRecorder
-from app.run_cli import Printer
+from app.run_printer import Printer
 from app.store import SessionStore
 from benchmarks.fake_search import fake_run
 from engine import events as ev

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from app.cli import main
-from app.run_cli import Printer
+from app.run_printer import Printer
 from engine import events as ev
 from engine.config import speculation_off_note
 from engine.context_plan import max_context, model_facts, why_no_context
