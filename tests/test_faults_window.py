@@ -9,7 +9,7 @@ pytest.importorskip("pytestqt")
 
 import app.store
 from app.gui.bridge import SearchBridge
-from app.gui.launch import open_store
+from app.gui.launch import window_store
 from app.gui.sessions_panel import SessionsPanel
 from app.store import SessionStore
 from app.threads import choose_threads
@@ -35,7 +35,7 @@ def test_a_window_run_under_a_held_lock_appears_whole_in_the_next_window(qtbot, 
     assert any("journal" in n for n in notes) and any("still cannot be written" in n for n in notes)
     assert not any("nothing was lost" in n for n in notes)
 
-    store = open_store(str(db), ask=False)  # what the next window does when it starts
+    store, _ = window_store(str(db), interactive=False)  # what the next window does when it starts
     try:
         panel = SessionsPanel(store)
         qtbot.addWidget(panel)

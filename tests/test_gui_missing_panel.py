@@ -15,7 +15,7 @@ from app.store import SessionStore
 
 
 def test_a_panel_the_window_lacks_is_said_before_the_run(make_window, tmp_path: Path, capsys) -> None:
-    window = make_window(store=None)  # what `open_store` gives when the database cannot be opened
+    window = make_window(store=None)  # what `window_store` gives when the default database cannot be opened
     assert "sessions" not in window.docks
     shooter = Screenshot(QApplication.instance(), window, tmp_path / "x.png", "sessions")
     shooter.gaps.stop()

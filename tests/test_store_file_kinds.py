@@ -244,9 +244,9 @@ def test_a_data_folder_or_db_folder_that_links_to_a_missing_folder_is_named(tmp_
 
 def test_the_window_opens_no_store_in_a_folder_that_does_not_exist(tmp_path, capsys) -> None:
     pytest.importorskip("PySide6")
-    from app.gui.launch import open_store
+    from app.gui.launch import window_store
 
-    assert open_store(str(tmp_path / "typo" / "x.db"), ask=False) is None
+    assert window_store(str(tmp_path / "typo" / "x.db"), interactive=False) is None  # `gui` exits 2
     assert "does not exist" in capsys.readouterr().err and not (tmp_path / "typo").exists()
 
 

@@ -86,14 +86,6 @@ def command_line_options(args: argparse.Namespace) -> frozenset[str] | None:
     return typed_options(argv[1:]) if argv and argv[0] == "gui" else None
 
 
-def open_store(path: str | None, *, ask: bool) -> Any:
-    """The GUI thread's SessionStore, or None (the window then runs without saving) after saying why."""
-    store, problem = store_or_problem(path, ask=ask)
-    if problem:
-        _warn(ask, "Sessions will not be saved", problem)
-    return store
-
-
 def store_or_problem(path: str | None, *, ask: bool) -> tuple[Any, str]:
     """(the SessionStore at `path`, or the default one, and "") or (None, why it cannot be opened). With `ask`, a
     damaged database is moved aside for a fresh one when the user agrees."""
