@@ -151,31 +151,36 @@ def test_without_the_default_database_the_window_says_follow_ups_need_it(qtbot, 
 # 3, 4 ---------------------------------------------------------------------------------------------------------
 
 
-def test_a_follow_up_that_failed_on_a_setting_keeps_its_text_and_is_asked_again_after_the_fix(qtbot,
-                                                                                             saving_window) -> None:
-    """The box was cleared and stayed off ("Follow-ups come after an answer"); the text survived only in the
-    question box, where Run started a new conversation without the first turn."""
-    budget_ok, histories = [True], []
-
+def failing_when(failing: list[bool], histories: list | None = None):
+    """A run that fails on its KV budget while `failing[0]` holds, else answers; `histories` gets each run's."""
     def run(question, loaded, search, cache, *, should_stop, history=()):
-        histories.append(tuple(history))
-        if budget_ok[0]:
+        if histories is not None:
+            histories.append(tuple(history))
+        if not failing[0]:
             return fake_run(question, search, cache, should_stop=should_stop)
         started = next(iter(fake_run(question, search, cache)))
         return iter([started, ev.RunFailed("KVBudgetTooSmall", "KV budget 1 MB is too small. Raise --kv-budget.")])
 
-    window = saving_window(run)
+    return run
+
+
+def test_a_follow_up_that_failed_on_a_setting_keeps_its_text_and_is_asked_again_after_the_fix(qtbot,
+                                                                                             saving_window) -> None:
+    """The box was cleared and stayed off ("Follow-ups come after an answer"); the text survived only in the
+    question box, where Run started a new conversation without the first turn."""
+    failing, histories = [False], []
+    window = saving_window(failing_when(failing, histories))
     small(window)
     run_to_end(qtbot, window, window.start_run)
     turn_one = window.current_session
-    budget_ok[0] = False
+    failing[0] = True
     box = window.talk.box
     box.field.setText(FOLLOW_UP)
     assert isinstance(run_to_end(qtbot, window, box.submit), ev.RunFailed)
     assert box.field.text() == FOLLOW_UP and box.field.isEnabled()
     assert box.field.placeholderText() in retry_hints(2)
     assert window.talk.turns.tabText(1) == "Turn 2 (failed)"
-    budget_ok[0] = True  # the KV budget fixed
+    failing[0] = False  # the KV budget fixed
     assert isinstance(run_to_end(qtbot, window, box.submit), ev.RunFinished)
     turn = window.store.get_session(window.current_session)
     assert (turn["previous_id"], turn["turn"], turn["question"]) == (turn_one, 2, FOLLOW_UP)
@@ -183,18 +188,10 @@ def test_a_follow_up_that_failed_on_a_setting_keeps_its_text_and_is_asked_again_
     assert box.field.text() == ""  # answered: the box is free again
 
 
-
 def test_a_failed_follow_up_kept_in_the_box_goes_with_its_conversation(qtbot, saving_window) -> None:
     """Ctrl+N (or opening another conversation) kept it, and Enter after the next answer asked it there."""
     failing = [False]
-
-    def run(question, loaded, search, cache, *, should_stop, history=()):
-        if not failing[0]:
-            return fake_run(question, search, cache, should_stop=should_stop)
-        started = next(iter(fake_run(question, search, cache)))
-        return iter([started, ev.RunFailed("KVBudgetTooSmall", "KV budget 1 MB is too small. Raise --kv-budget.")])
-
-    window = saving_window(run)
+    window = saving_window(failing_when(failing))
     small(window)
     run_to_end(qtbot, window, window.start_run)
     first = window.current_session
