@@ -24,7 +24,8 @@ from PySide6.QtWidgets import QMessageBox
 import app.store_file
 from app.gui.bridge import SearchBridge, database_wait_text, is_database_wait
 from app.gui.main_window import MainWindow
-from app.gui.sessions_panel import COLUMNS, SessionsPanel
+from app.gui.sessions_panel import SessionsPanel
+from app.gui.sessions_table import COLUMNS
 from app.store import SessionStore
 from engine import events as ev
 from engine.config import CacheConfig, ModelSpec, SearchConfig

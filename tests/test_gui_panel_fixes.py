@@ -15,7 +15,8 @@ from app import model_library as lib
 from app.gui.bridge import SearchBridge
 from app.gui.main_window import MainWindow
 from app.gui.models_page import ModelsPage
-from app.gui.sessions_panel import COLUMNS, SessionsPanel
+from app.gui.sessions_panel import SessionsPanel
+from app.gui.sessions_table import COLUMNS
 from app.recorder import SessionRecorder
 from app.store import SessionStore
 from benchmarks.fake_search import fake_run

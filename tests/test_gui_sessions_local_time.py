@@ -9,7 +9,8 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from app.gui.sessions_panel import COLUMNS, SessionsPanel
+from app.gui.sessions_panel import SessionsPanel
+from app.gui.sessions_table import COLUMNS
 from app.recorder import SessionRecorder
 from app.store import SessionStore
 from benchmarks.fake_search import fake_run

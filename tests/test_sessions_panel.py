@@ -13,7 +13,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QLineEdit, QMenu, QMessageBox
 
-from app.gui.sessions_panel import COLUMNS, SessionsPanel
+from app.gui.sessions_panel import SessionsPanel
+from app.gui.sessions_table import COLUMNS
 from app.recorder import SessionRecorder
 from app.store import SessionStore
 from app.store_errors import StoreDamaged
@@ -244,7 +245,7 @@ def test_refresh_keeps_the_selection(panel: SessionsPanel, store: SessionStore) 
 def test_the_sessions_table_model_keeps_qts_model_contract(qtbot, qtlog, store: SessionStore):
     from PySide6.QtTest import QAbstractItemModelTester
 
-    from app.gui.sessions_panel import SessionsTableModel
+    from app.gui.sessions_table import SessionsTableModel
 
     renamed: list[tuple[int, str]] = []
     model = SessionsTableModel(lambda sid, title: renamed.append((sid, title)) or True)
