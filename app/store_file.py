@@ -7,6 +7,7 @@ import contextlib
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from app.db_kind import foreign_file
@@ -22,12 +23,8 @@ def damage(path: Path | str, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> str 
     is whole; read only. A file another program holds locked is `StoreLocked`, one that cannot be opened to be
     read (its permissions, a program holding it open) `StoreUnreadable`: neither is damage, to be moved aside."""
     try:
-        made = absent_side_files(Path(path))
-        conn = connect_read_only(Path(path), busy_timeout)
-        try:
+        with reading(Path(path), busy_timeout) as conn:
             return quick_check(conn)
-        finally:
-            close_read_only(conn, Path(path), made)
     except sqlite3.DatabaseError as error:
         text = str(error).lower()
         if "locked" in text or "busy" in text:
@@ -42,12 +39,8 @@ def schema_refusal(path: Path | str, busy_timeout: float = DEFAULT_BUSY_TIMEOUT)
     Beamwise's schema, another program's tables), or None; read only. `move-aside` says it before calling such a
     file "not damaged" and pointing at `sessions list`, which would refuse it."""
     try:
-        made = absent_side_files(Path(path))
-        conn = connect_read_only(Path(path), busy_timeout)
-        try:
+        with reading(Path(path), busy_timeout) as conn:
             return unusable_schema(conn, Path(path), table_names(conn))
-        finally:
-            close_read_only(conn, Path(path), made)
     except sqlite3.DatabaseError:  # busy or damaged: `damage` says so
         return None
 
@@ -69,7 +62,7 @@ def move_aside(path: Path | str) -> Path:
         target = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
     # The side files first, the database last: a database moved without its WAL left that WAL beside the
     # next, fresh database. A failed rename moves back what had moved.
-    sides = [(path.with_name(path.name + end), target.with_name(target.name + end)) for end in ("-wal", "-shm")]
+    sides = list(zip(side_files(path), side_files(target), strict=True))
     moves = [*((side, dest) for side, dest in sides if side.exists()), (path, target)]
     moved: list[tuple[Path, Path]] = []
     try:
@@ -150,6 +143,22 @@ def side_file(path: Path, tail: str) -> Path:
     return path.with_name(path.name + tail)
 
 
+def side_files(path: Path) -> tuple[Path, Path]:
+    """The database's -wal and -shm files."""
+    return side_file(path, "-wal"), side_file(path, "-shm")
+
+
+@contextlib.contextmanager
+def reading(path: Path, timeout: float) -> Iterator[sqlite3.Connection]:
+    """A read-only connection for one look at the file, closed with the side files it made (`close_read_only`)."""
+    made = absent_side_files(path)
+    conn = connect_read_only(path, timeout)
+    try:
+        yield conn
+    finally:
+        close_read_only(conn, path, made)
+
+
 def connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
     """Read-only; a WAL database whose folder forbids the -shm file is read as immutable (no locks). Close it with
     `close_read_only`, which removes the side files this connection made."""
@@ -165,7 +174,7 @@ def connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
 def absent_side_files(path: Path) -> list[Path]:
     """The -wal and -shm files not beside the database at `path` now: those a read-only connection opened next
     makes, for `close_read_only` to take away."""
-    return [side for side in (side_file(path, "-wal"), side_file(path, "-shm")) if not side.exists()]
+    return [side for side in side_files(path) if not side.exists()]
 
 
 def close_read_only(conn: sqlite3.Connection, path: Path, made: list[Path]) -> None:
@@ -187,8 +196,7 @@ def stale_side_files(path: Path) -> list[Path]:
     can: left read-only by an earlier read of the file when it was read-only, they keep every write out."""
     if not writable(path):
         return []
-    return [side for side in (side_file(path, "-wal"), side_file(path, "-shm"))
-            if side.exists() and not os.access(side, os.W_OK)]
+    return [side for side in side_files(path) if side.exists() and not os.access(side, os.W_OK)]
 
 
 def read_only_parts(path: Path) -> str:
