@@ -48,11 +48,16 @@ def history(store: SessionStore, session_id: int) -> list[Turn]:
     return [(row["question"], row["answer"] or "") for row in chain[:-1]]
 
 
+def answered(row: dict) -> bool:
+    """Whether the turn `row` (a store row) ended with an answer to follow up."""
+    return row["status"] == "finished" and bool(row["answer"])
+
+
 def follow_up_of(store: SessionStore, session_id: int) -> tuple[int, list[Turn]]:
     """Where a follow-up to `session_id`'s conversation goes: (the session it follows, the history its prompt
     holds). Raises SessionNotFound for a missing id and FollowUpRefused when the last turn has no answer."""
     last = line_of(store, session_id)[-1]
-    if last["status"] != "finished" or not last["answer"]:
+    if not answered(last):
         state = {"running": "still running", "interrupted": "was interrupted"}.get(last["status"], last["status"])
         again = "Run that turn again in the window"
         if last["previous_id"] is not None:  # the command line's way: the conversation goes on after the turn before

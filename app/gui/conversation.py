@@ -19,7 +19,7 @@ from PySide6.QtGui import QAction, QKeySequence, QResizeEvent
 from PySide6.QtWidgets import QHBoxLayout, QLineEdit, QMenu, QTabBar, QToolButton, QVBoxLayout, QWidget
 
 import app.formatting as fmt
-from app.conversations import follow_up_of, history, line_of, runs_of_turns
+from app.conversations import answered, follow_up_of, history, line_of, runs_of_turns
 from app.export.md_escape import without_controls
 from app.gui.bridge import Conversation
 from app.gui.hints import fit_placeholder
@@ -382,11 +382,6 @@ class ConversationControls:
         if retryable(self.line):
             return True, retry_hints(turns)
         return False, after_hints(turns, False) if earlier else HINTS[False]
-
-
-def answered(row: dict[str, Any]) -> bool:
-    """Whether the turn `row` (a store row) ended with an answer to follow up."""
-    return row["status"] == "finished" and bool(row["answer"])
 
 
 def retryable(line: list[dict[str, Any]]) -> bool:
