@@ -197,12 +197,17 @@ def saved_when(db_path: Path, read_only: bool, many: bool = False) -> str:
 
 def journal_db(path: Path) -> str | None:
     """The database (resolved path) a journal's first line names; None when that line is no journal's."""
+    head = _first_line(path)
+    return head.get("db") if isinstance(head, dict) and head.get("format") == JOURNAL_FORMAT else None
+
+
+def _first_line(path: Path) -> Any:
+    """The JSON of a journal's first line, its header, read alone; None when it cannot be read as JSON."""
     try:
         with path.open(encoding="utf-8") as file:
-            head = json.loads(file.readline())
+            return json.loads(file.readline())
     except (OSError, ValueError, RecursionError):
         return None
-    return head.get("db") if isinstance(head, dict) and head.get("format") == JOURNAL_FORMAT else None
 
 
 def journals_of(db_path: Path, data_folder: Path) -> list[Path]:
@@ -219,10 +224,8 @@ def _run_order(path: Path) -> tuple[float, int, str]:
     written (one process's runs, an eval's, end in the order they start, often within one second), then its
     name. A header that cannot be read sorts first: its import says what is wrong with it."""
     try:
-        with path.open(encoding="utf-8") as file:
-            head = json.loads(file.readline())
-        started = datetime.fromisoformat(head["created"]).timestamp()  # offsets differ across a DST change
+        started = datetime.fromisoformat(_first_line(path)["created"]).timestamp()  # offsets differ across DST
         written = path.stat().st_mtime_ns
-    except (OSError, ValueError, TypeError, KeyError, RecursionError):
+    except (OSError, ValueError, TypeError, KeyError):  # TypeError: no header (None), or no text in it
         return -math.inf, 0, path.name
     return started, written, path.name
