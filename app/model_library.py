@@ -4,7 +4,6 @@ Beamwise downloaded it: only those can be removed by Beamwise."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from app.models_folder import (
 )
 from app.options import UsageError
 from app.pull_lock import LOCK, holder
-from app.pull_marker import PullAsked, unfinished_pull
+from app.pull_marker import PullAsked, read_marker_file, unfinished_pull
 from engine.errors import BeamwiseError, ModelLoadError
 
 if TYPE_CHECKING:  # app.model_facts imports torch: the window imports this module before torch is in
@@ -136,10 +135,9 @@ def entry_at(path: Path) -> ModelEntry:
 
 
 def _download_complete(marker: Path) -> bool:
-    try:
-        return json.loads(marker.read_text(encoding="utf-8")).get("complete", True) is not False
-    except (OSError, ValueError, AttributeError):
-        return False
+    """Whether the marker says its download finished (an unreadable marker does not)."""
+    record = read_marker_file(marker)
+    return record is not None and record.get("complete", True) is not False
 
 
 ADD_HINT = "Give the path of an existing model folder (with config.json, weights and tokenizer) or .gguf file."

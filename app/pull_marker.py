@@ -45,11 +45,17 @@ def mark(target: Path, marker: dict) -> None:
 
 
 def read_marker(target: Path) -> dict | None:
+    """The marker in the folder `target`, or None (none there, or unreadable)."""
+    return read_marker_file(target / MARKER)
+
+
+def read_marker_file(marker: Path) -> dict | None:
+    """A marker file's record, or None when it is missing or is no marker's JSON."""
     try:
-        marker = json.loads((target / MARKER).read_text(encoding="utf-8"))
+        record = json.loads(marker.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return marker if isinstance(marker, dict) else None
+    return record if isinstance(record, dict) else None
 
 
 def finished_before(target: Path, commit: str | None) -> set[str]:
