@@ -50,6 +50,11 @@ def check(args: argparse.Namespace) -> None:
     _refuse_contradictions(args)
 
 
+def policy_names(args: argparse.Namespace) -> list[str]:
+    """The ladder's rungs --policies names, its aliases read (`lbs`)."""
+    return ladder_names([name.strip() for name in args.policies.split(",") if name.strip()])
+
+
 def _refuse_contradictions(args: argparse.Namespace) -> None:
     """UsageError for a ladder option that the rest of the command line leaves nothing to do: each was taken and
     ignored (exit 0), so a bench measured something other than what was typed."""
@@ -65,7 +70,7 @@ def _refuse_idle_lookahead_verify(args: argparse.Namespace) -> None:
     that speculates, or no --prm to score it, it changes nothing, as `run` refuses it (app/speculation_options.py,
     in `run`'s options; said here in bench's)."""
     option = "--lookahead-verify" if args.lookahead_verify else "--no-lookahead-verify"
-    policies = ladder_names([p.strip() for p in args.policies.split(",") if p.strip()])
+    policies = policy_names(args)
     speculating = args.speculative or (args.speculative is None and any(
         LADDER.get(name, {}).get("speculative") for name in policies))
     if not speculating:

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from app.bench_checks import check, given_options, refuse_models
+from app.bench_checks import check, given_options, policy_names, refuse_models
 from app.bench_table import format_report
 from app.deferred_interrupt import import_torch
 from app.formatting import size as format_bytes
@@ -25,7 +25,7 @@ from app.options import (
 )
 from app.server_options import add_backend_options, server_from_args
 from engine.config import DTYPES
-from engine.workload import ALIASES, BASELINES, LADDER, Workload, check_names, ladder_names
+from engine.workload import ALIASES, BASELINES, LADDER, Workload, check_names
 
 if TYPE_CHECKING:
     from engine.bench_results import BenchReport
@@ -120,7 +120,7 @@ def bench_command(args: argparse.Namespace) -> int:
     server_from_args(args, endpoint_option="--server")  # a local bench: a server's options given are said
     if args.versus_generate:
         return _versus_generate(args, dtype)
-    policies = ladder_names([p.strip() for p in args.policies.split(",") if p.strip()])
+    policies = policy_names(args)
     if not policies:  # it printed an empty table and exited 0
         raise UsageError(f"--policies names no policy (got {args.policies!r}); give one or more of: "
                          f"{', '.join(LADDER)}.")
