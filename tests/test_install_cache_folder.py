@@ -2,7 +2,7 @@
 names the folder and BEAMWISE_CACHE_DIR, said before the bundled model's conversion starts.
 
 Before, a cache folder that could not be made ended in a PermissionError traceback and "internal error", and one
-that existed read-only was found only after the half-minute conversion, in a line that did not name
+that existed read-only was found only after the conversion, in a line that did not name
 BEAMWISE_CACHE_DIR. The tests run as root, who writes everywhere: `mkdir` is made to refuse instead."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def test_a_cache_folder_there_but_read_only_is_said_before_converting(cache: dic
     with pytest.raises(BeamwiseError) as caught:
         bundle.bundled_model_folder()
     said_as_the_users_error(caught.value, cache["root"])
-    assert cache["reads"] == 0  # not after the half-minute conversion
+    assert cache["reads"] == 0  # not after the conversion
     assert list(cache["root"].iterdir()) == []
 
 
