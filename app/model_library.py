@@ -25,13 +25,15 @@ from app.models_folder import (
     home_of,
     listed_names,
     models_dir,
+    named,
     runnable,
     sources_named,
     write_added,
 )
 from app.options import UsageError
-from app.pull_lock import LOCK, holder
+from app.pull_lock import LOCK, being_pulled, holder
 from app.pull_marker import PullAsked, read_marker_file, unfinished_pull
+from app.shell_words import quoted
 from engine.errors import BeamwiseError, ModelLoadError
 
 if TYPE_CHECKING:  # app.model_facts imports torch: the window imports this module before torch is in
@@ -93,8 +95,8 @@ def entry_for(path: Path, where: str, name: str | None = None) -> ModelEntry:
         facts, problem = None, _said(error)
     resume = None
     if downloaded and not _download_complete(marker):  # its own reason, before what its missing files break
-        if (pulling := holder(home)) is not None:  # another process's pull, or this one's
-            problem = f"it is being downloaded ({pulling}); use it once the pull has finished."
+        if (pulling := being_pulled(home)) is not None:
+            problem = f"it is {pulling}"
         else:
             resume = unfinished_pull(path)
             again = f" (`{resume.command()}`)" if resume else ""
@@ -169,8 +171,30 @@ def add_folder(path: Path) -> Path:
         check_tokenizer_files(checked)
         check_weights(checked)
     resolved = checked.resolve()
-    write_added([p for p in added_folders() if p != resolved] + [resolved])
+    folders = added_folders()
+    if _added_as(resolved, folders) is None:  # listed already: the list stays as it is, in its order
+        write_added([*folders, resolved])
     return resolved
+
+
+def listed_already(path: Path) -> str | None:
+    """What `models add` says of a path the list of added folders holds already (itself, or a link to it), changing
+    nothing; None for any other path, and for one that is not there (`add_folder` says so). Added again, it was
+    said as new and moved to the end of the list. AddedListDamaged where the list cannot be read."""
+    try:
+        listed = _added_as(path.resolve(), added_folders()) if path.exists() else None
+    except OSError:  # a name too long for the file system: `add_folder` says it
+        return None
+    if listed is None:
+        return None
+    use = listed.name if named(listed.name) == [listed] else quoted(str(listed))  # a name two models share is refused
+    return f"{listed} is listed already (as {listed.name}); use it with --model {use}."
+
+
+def _added_as(resolved: Path, folders: list[Path]) -> Path | None:
+    """The entry of `folders` that is the resolved path `resolved` (the entries resolved too: a list written by
+    hand, or a link that now points elsewhere)."""
+    return next((folder for folder in folders if folder.resolve() == resolved), None)
 
 
 def _refuse_listed(path: Path) -> None:
@@ -290,7 +314,9 @@ def source_of_name(name: str) -> str | None:
 def find(name: str) -> ModelEntry:
     """The entry named `name` (a name `models list` shows, read as --model reads it, or a listed model's path);
     UsageError listing the names otherwise, and listing the paths when several models have that name (taking the
-    first could remove the wrong one). Only the model found is read."""
+    first could remove the wrong one); AddedListDamaged for a name found nowhere while the list of added folders
+    cannot be read (the name may be on it: "no model named" and a guess at another one misled). Only the model
+    found is read."""
     if name.startswith("synthetic:"):
         return synthetic_entry(name)
     rows = {str(path): (listed, path, where) for listed, path, where in _rows()}
@@ -298,6 +324,7 @@ def find(name: str) -> ModelEntry:
     if len(found) > 1:
         raise UsageError(ambiguous(name, found))
     if not found:
+        added_folders()  # a damaged list raises, in the words `models add` and `models list` use
         close = close_name(name)
         guess = f"did you mean {close}? " if close else ""
         raise UsageError(f"no model named {name!r} here; {guess}`beamwise models list` shows them "
@@ -378,6 +405,6 @@ def _dtype(path: Path) -> str:
 
 
 __all__ = ["ADDED", "MARKER", "AddedListDamaged", "ModelEntry", "add_folder", "added_folders", "added_list_path",
-           "describe", "entry_at", "entry_for", "find", "forget_folder", "home_of", "list_models", "models_dir",
-           "namesakes", "parameters_text", "removable", "remove", "role_of", "runnable", "size_on_disk",
+           "describe", "entry_at", "entry_for", "find", "forget_folder", "home_of", "list_models", "listed_already",
+           "models_dir", "namesakes", "parameters_text", "removable", "remove", "role_of", "runnable", "size_on_disk",
            "synthetic_entry"]

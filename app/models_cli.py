@@ -145,6 +145,9 @@ def cmd_remove(args: argparse.Namespace) -> int:
 def cmd_add(args: argparse.Namespace) -> int:
     from app import model_library as lib
 
+    if (listed := lib.listed_already(Path(args.path).expanduser())) is not None:
+        print(listed)
+        return 0
     added = lib.add_folder(Path(args.path).expanduser())  # a path that is no model is refused here
     others = lib.namesakes(added)
     if others:  # its name alone is refused: the path names it

@@ -203,15 +203,33 @@ def kept_as_given(text: str) -> bool:
 
 
 def typo_of(text: str | None) -> str | None:
-    """The refusal of a model to load here that no model has as its name and no path is, where a listed name is
-    close to it (difflib's ratio >= 0.6: a typo), naming that one; None otherwise (the loader's own words)."""
-    if text is None or kept_as_given(text) or "/" in text or "\\" in text:
+    """The refusal of a model to load here where the loader's own words would mislead; None otherwise. A model a
+    pull is writing now (the loader said "not whole: pull it again", and that pull met the other's lock). A name no
+    model has and no path is: while the list of added folders cannot be read, that list (the name may be on it),
+    else a listed name close to it (difflib's ratio >= 0.6: a typo)."""
+    if text is None or kept_as_given(text):
         return None
     try:
-        if Path(text).expanduser().exists() or sources_named(text):
+        path = Path(text).expanduser()
+        if path.exists():
+            return _being_pulled(path)
+        if "/" in text or "\\" in text or sources_named(text):
             return None
+        added_folders()
     except OSError:
         return None
+    except AddedListDamaged as error:  # in the words `models add` and `models list` use
+        return error.user_message()
     close = close_name(text)
     return (f"no model here is named {text!r} and no such path exists; did you mean {close}? `beamwise models "
             "list` shows the names.") if close else None
+
+
+def _being_pulled(path: Path) -> str | None:
+    """The refusal "FOLDER is being downloaded (process N); ..." where a pull holds the folder `path` is (or is in,
+    for the .gguf of `pull --file`); None otherwise."""
+    from app.pull_lock import being_pulled  # it imports app.options, which imports this module
+
+    home = home_of(path)
+    pulling = being_pulled(home) if home.is_dir() else None
+    return None if pulling is None else f"{home} is {pulling}"

@@ -47,8 +47,9 @@ WINDOW_WORDS = PullWords(
 def explain(error: Exception, endpoint: str, repo_id: str, words: PullWords, timeout: float,
             part: Path | None = None) -> PullError:
     """One sentence for the user: offline, a hub that took the connection but went silent, a connection that broke,
-    not found, or what the hub said. `part` is the file being downloaded, whose bytes are kept; None: the hub was
-    asked for the list of files, and nothing was written yet, so there is nothing to resume."""
+    not found (by the hub's own word: a plain 404 is an address that is no hub), or what the hub said. `part` is the
+    file being downloaded, whose bytes are kept; None: the hub was asked for the list of files, and nothing was
+    written yet, so there is nothing to resume."""
     kinds = {kind.__name__ for kind in type(error).__mro__}  # httpx's classes, by name: huggingface_hub 1.x and 2.x
     text = f"{type(error).__name__}: {error}"
     name = "" if part is None else part.name.removesuffix(".part")
@@ -68,14 +69,22 @@ def explain(error: Exception, endpoint: str, repo_id: str, words: PullWords, tim
     if part is not None and (status == 404 or "EntryNotFound" in text):  # the listing named it a moment ago
         return PullError(f"the file {name} of {repo_id} was not found on {endpoint}, though its list of files names "
                          f"it: the listing and the files disagree. Try again later, or {words.mirror}.")
-    if "404" in text or "RepositoryNotFound" in text or "EntryNotFound" in text:
+    if kinds & {"RepositoryNotFoundError", "RevisionNotFoundError"}:  # the hub's own answer (its X-Error-Code)
         return PullError(f"the repository {repo_id} was not found on {endpoint}; check the repository id "
                          "(owner/name).")
+    if status == 404:  # any web server's answer to a path it has no page for, which blamed the repository id
+        return _no_hub(endpoint, "its reply to the file list was a plain 404 Not Found, where a hub says the "
+                                 "repository is missing", words)
     if kinds & {"JSONDecodeError", "DecodingError"}:  # it said "pull again to resume", with nothing to resume
-        return PullError(f"{endpoint} answered, but not as a model hub does (its reply to the file list was not "
-                         f"JSON); check {words.hub}: it should be a Hugging Face hub or a mirror of one.")
+        return _no_hub(endpoint, "its reply to the file list was not JSON", words)
     again = "try again later" if part is None else f"{words.again} to resume"  # before the listing nothing was written
     return PullError(f"the download from {endpoint} failed ({text.splitlines()[0][:200]}); {again}.")
+
+
+def _no_hub(endpoint: str, why: str, words: PullWords) -> PullError:
+    """An address that answers, but not as a hub: no repository id and no pull again mends it, only another address."""
+    return PullError(f"{endpoint} answered, but not as a model hub does ({why}); check {words.hub}: it should be a "
+                     "Hugging Face hub or a mirror of one.")
 
 
 def _have(path: Path) -> int:

@@ -67,6 +67,14 @@ def holder(target: Path) -> str | None:
             os.close(fd)
 
 
+def being_pulled(target: Path) -> str | None:
+    """What `models list`, `models info` and a run say of a model a pull (another process's or this one's) is
+    writing into now: "being downloaded (process 1234); use it once the pull has finished." Pulling it again or
+    removing it would only meet that pull's lock. None where no pull holds `target`."""
+    pulling = holder(target)
+    return None if pulling is None else f"being downloaded ({pulling}); use it once the pull has finished."
+
+
 def _take(lock: Path, repo_id: str, words: PullWords) -> int:
     """The open, locked lock file (its descriptor), with this process recorded in it. On POSIX a lock taken on a
     file its last holder has just removed is let go and taken afresh on the file now at that path."""

@@ -72,7 +72,8 @@ class Hub:
             if self.api_hold is not None:
                 self.api_hold.wait(30)
             if repo not in self.repos:
-                return self._send(request, 404, b'{"error": "Repository not found"}', body)
+                return self._send(request, 404, b'{"error": "Repository not found"}', body,  # as huggingface.co
+                                  {"Content-Type": "application/json", "X-Error-Code": "RepoNotFound"})
             siblings = [{"rfilename": n, "size": len(d), "blobId": hashlib.sha1(d).hexdigest()}
                         for n, d in self.repos[repo].items()]
             data = json.dumps({"id": repo, "modelId": repo, "sha": self.commit, "siblings": siblings}).encode()
