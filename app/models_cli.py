@@ -32,10 +32,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--endpoint", default=None, help="the hub's address (default: https://huggingface.co)")
     c.add_argument("--revision", default="main", help="branch, tag or commit")
     c.set_defaults(handler=cmd_pull)
-    c = cmds.add_parser("remove", help="delete a model Beamwise downloaded (never anything else), or take an "
-                                       "added folder off the list (its files stay)")
+    c = cmds.add_parser("remove", help="delete a model Beamwise downloaded, after asking (never anything else), "
+                                       "or take an added folder off the list (no question: its files stay)")
     c.add_argument("name", help="a name from `beamwise models list`")
-    c.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    c.add_argument("--yes", action="store_true", help="delete without asking (needed where no terminal can answer)")
     c.set_defaults(handler=cmd_remove)
     c = cmds.add_parser("add", help="list a model folder or .gguf you keep elsewhere (Beamwise never deletes it)")
     c.add_argument("path", help="a model folder (with its config.json) or a .gguf file")
@@ -126,9 +126,10 @@ def cmd_remove(args: argparse.Namespace) -> int:
     from app import model_library as lib
 
     entry = lib.find(args.name)
-    if entry.where == "added":  # listed only: taken off the list, its files untouched (no question needed)
+    if entry.where == "added":  # no question, as in the window: nothing is deleted, and `models add` undoes it
         lib.forget_folder(Path(entry.source))
-        print(f"took {entry.source} off the list; its files were not touched")
+        again = f" (`beamwise models add {quoted(entry.source)}` lists it again)" if _exists(Path(entry.source)) else ""
+        print(f"took {entry.source} off the list; its files were not touched{again}")
         return 0
     lib.removable(entry)  # not Beamwise's to delete, or being downloaded: refused before the question
     if not args.yes:

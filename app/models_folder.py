@@ -17,6 +17,7 @@ from engine.errors import BeamwiseError
 MARKER = ".beamwise-download.json"  # written into every folder Beamwise downloads; remove needs it
 ADDED = "added-models.json"
 BUNDLED_NAME = "SmolLM2-135M-Instruct"  # engine.bundled's (which imports torch): what `models list` calls it
+KEYWORDS = ("bundled", "default")  # what --model takes for the bundled model besides its name (engine/models.py)
 
 
 def data_folder() -> Path:
@@ -167,9 +168,12 @@ def listed_names() -> list[str]:
 
 
 def close_name(name: str) -> str | None:
-    """The listed name closest to `name` where one is close enough to be a typo of it (difflib's ratio >= 0.6)."""
-    close = difflib.get_close_matches(name, listed_names(), n=1)
-    return close[0] if close else None
+    """The listed name or keyword (`bundled`, `default`) closest to `name` where one is close enough to be a typo
+    of it (difflib's ratio >= 0.6, case aside): `bundle`, the README's own `--model bundled` mistyped, got no
+    guess, and neither did `BUNDLED`."""
+    names = {known.lower(): known for known in reversed([*KEYWORDS, *listed_names()])}  # the first of a spelling
+    close = difflib.get_close_matches(name.lower(), names, n=1)
+    return names[close[0]] if close else None
 
 
 def source_of(text: str) -> str:
@@ -199,7 +203,7 @@ def kept_as_given(text: str) -> bool:
     PREFIX:REST (synthetic:NAME, FAMILY:FOLDER). A Windows path (C:\\models, C:/models) has a colon after its
     drive letter and is a path all the same."""
     drive = len(text) >= 3 and text[0].isalpha() and text[1] == ":" and text[2] in "/\\"
-    return not text or text in ("bundled", "default") or (":" in text and not drive)
+    return not text or text in KEYWORDS or (":" in text and not drive)
 
 
 def typo_of(text: str | None) -> str | None:

@@ -319,19 +319,21 @@ class ModelsPage(QWidget):
 
     def add_folder(self, folder: Path) -> bool:
         """List `folder` (or a .gguf file, as `models add` does); False with the reason shown when it is no model
-        Beamwise can read. The list is read again, with the added model selected once it is shown."""
+        Beamwise can read. The list is read again, with the added model selected once it is shown. One listed
+        already is said so, as `models add` says it (it said "Added" though nothing changed), and selected."""
         try:
-            added = lib.add_folder(folder)
+            already = lib.listed_already(folder)
+            added = folder.resolve() if already is not None else lib.add_folder(folder)
         except (BeamwiseError, ValueError) as error:
             text = error.user_message() if isinstance(error, BeamwiseError) else str(error)
             _say(self.folder_status, f"Could not add {folder}: {text}")
             return False
         self._select_after = str(added)
         self.refresh()
-        others = lib.namesakes(added)
-        _say(self.folder_status, f"Added {added}." + (f" Another model here is named {added.name} too "
-                                                      f"({', '.join(others)}): on the command line, give this one by "
-                                                      "its path." if others else ""))
+        others = [] if already else lib.namesakes(added)
+        _say(self.folder_status, already or f"Added {added}." + (f" Another model here is named {added.name} too "
+                                                                 f"({', '.join(others)}): on the command line, give "
+                                                                 "this one by its path." if others else ""))
         return True
 
     # ------------------------------------------------------------ pulling
