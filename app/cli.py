@@ -25,7 +25,13 @@ try:  # a Ctrl+C in a command's first ~0.3 s lands here (sqlite_utils, numpy) an
     from app.options import UsageError, add_search_options
     from app.parser import OneLineParser
     from app.question import add_question_file_option, add_question_option
-    from app.run_output import cancelled_in_json, failures_in_json, reader_left
+    from app.run_output import (
+        cancelled_in_json,
+        failures_in_json,
+        output_refused,
+        reader_left,
+        say_output_refused,
+    )
     from app.server_options import add_backend_options
     from app.threads import limit_threads
     from engine.errors import BeamwiseError
@@ -47,7 +53,7 @@ class _PrintVersion(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None) -> NoReturn:
         from app.version import version_line
 
-        print(version_line())
+        print(version_line(), flush=True)  # a full output is said by `main`, not failed in the exit's flush
         parser.exit()
 
 
@@ -151,8 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Every command, returning its exit status (`console` is the console script that exits with it).
 
     The user's errors are UsageError (app) and BeamwiseError (engine; a config's checks raise ConfigError): one line,
-    exit status 2. Any other exception, a plain ValueError too, is a fault in Beamwise and is raised on, for
-    `console` to show with its traceback (it was said as one line, as if the user had typed something wrong)."""
+    exit status 2, as is standard output with no room for what is printed (`output_refused`). Any other exception, a
+    plain ValueError too, is a fault in Beamwise and is raised on, for `console` to show with its traceback (it was
+    said as one line, as if the user had typed something wrong)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     tolerate_console_encoding()
     args = None
@@ -163,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with failures_in_json(args.command == "run" and args.json):  # --threads 0: a run's stream ends too
                 _limit_threads(args)
             _quiet_progress_bars()
-        return args.handler(args)
+        return _flushed(args.handler(args))
     except (UsageError, BeamwiseError) as error:
         return _said(error)
     except KeyboardInterrupt as interrupt:  # past the parser, a run --json stream ends with its run_cancelled
@@ -173,6 +180,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `beamwise ... | head`: the reader left; say nothing more
         reader_left(sys.stdout)  # so the exit flush cannot fail again
         return 0
+    except OSError as error:  # `beamwise ... > /dev/full`: no room for the output, the user's to fix
+        if not output_refused(error):
+            raise
+        say_output_refused(error)
+        return 2
+
+
+def _flushed(code: int) -> int:
+    """`code`, once standard output holds nothing unwritten: with a buffered output (a redirect), a full disk was
+    met only by the exit's flush, which Python says as "Exception ignored" and exit status 120, not `main`."""
+    try:
+        if sys.stdout is not None:  # None without a console (pythonw, beamwise-gui)
+            sys.stdout.flush()
+    except BrokenPipeError:  # the reader left (`| head`): the status still says how the command ended
+        reader_left(sys.stdout)
+    return code
 
 
 def _limit_threads(args: argparse.Namespace) -> None:
@@ -210,7 +233,8 @@ def exit_with(code: int) -> NoReturn:
 def console() -> NoReturn:
     """The `beamwise` console script (pyproject's [project.scripts]) and `python -m app.cli`. A fault in Beamwise
     (an exception `main` raises on) ends with Python's traceback, then a line that says it is Beamwise's to fix, and
-    exit status 1. Not for Ctrl+C or a closed pipe (`main` says those and returns) nor SystemExit (`--help`)."""
+    exit status 1. Not for Ctrl+C, a closed pipe or a full output (`main` says those and returns) nor SystemExit
+    (`--help`)."""
     try:
         code = main()
     except Exception:

@@ -22,8 +22,11 @@ from app.run_output import (
     load_progress,
     note,
     note_if_read,
+    output_refused,
+    output_refused_text,
     reader_left,
     record,
+    say_output_refused,
     stream_ended,
     warn,
 )
@@ -42,6 +45,7 @@ def user_errors(kind: type = BeamwiseError) -> set[str]:
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl+C (app/cli.py says the same)
 READER_LEFT = 141  # 128 + SIGPIPE: the output's reader left (`| head`) and the search stopped, recorded cancelled
+OUTPUT_REFUSED = 2  # the output had no room (`> /dev/full`, a full disk): the user's to fix, the run recorded failed
 
 
 class ServerProgress(StepProgress):
@@ -172,6 +176,7 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
     ended = False  # an end event (finished, failed, cancelled) was shown
     answered = False  # the run finished with an answer (a chosen path of no text has none to follow up)
     recorded_end = False  # an end event was recorded (its line may not have been shown)
+    refused = False  # standard output refused a write for want of room: the exit status is OUTPUT_REFUSED
     beat = Heartbeat(progress or StepProgress(), lambda line: print(f"  ... {line}", file=sys.stderr, flush=True))
     try:
         with _ctrl_c_cancels(stop, started.is_set, lambda: begun == 0, recorder is not None,
@@ -196,6 +201,13 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
             status = READER_LEFT
             when = f"after step {last_step}" if last_step else "before its first step was chosen"
             note_if_read(f"the output's reader closed it (a pipe such as `| head`), so the search stopped {when}")
+    except OSError as error:  # `beamwise run ... > /dev/full`: no room for the output, so the search stops
+        if not output_refused(error):
+            raise
+        _output_full(recorder, error, recorded_end)
+        refused = True
+        if not recorded_end:  # else the last line says the end that was recorded
+            status = OUTPUT_REFUSED
     except KeyboardInterrupt as interrupt:  # the second Ctrl+C
         cancelled = ev.RunCancelled(step=last_step)  # the same name the window records
         record(recorder, cancelled)
@@ -212,7 +224,17 @@ def _drive(args: argparse.Namespace, recorder, events, progress: StepProgress | 
                       saved_as)
     except BrokenPipeError:  # standard error's reader left too (`2>&1 | head`): the status still says what happened
         reader_left(sys.stderr)
-    return status
+    return OUTPUT_REFUSED if refused else status
+
+
+def _output_full(recorder, error: OSError, recorded_end: bool) -> None:
+    """Standard output has no room for the run's lines: the run is recorded failed with the reason, which `sessions
+    show` says (it was left `running`, later called `interrupted` with none, and its follow-up was refused), unless
+    its end was recorded already (only its last lines were lost); the reason is said on stderr."""
+    what = "the command" if recorded_end else "the search"
+    if not recorded_end:
+        record(recorder, ev.RunFailed(type(error).__name__, output_refused_text(error, what)))
+    say_output_refused(error, what)
 
 
 @contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -26,8 +27,8 @@ def note(text: str) -> None:
 
 
 def reader_left(stream: TextIO) -> None:
-    """`stream` (standard output or error) to the null device once its reader left (`| head`, `2>&1 | head`), so
-    that the prints and the exit's flush after it do not fail again."""
+    """`stream` (standard output or error) to the null device once its reader left (`| head`, `2>&1 | head`) or it
+    has no room left (`output_refused`), so that the prints and the exit's flush after it do not fail again."""
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
     except (OSError, ValueError, AttributeError):  # no file descriptor under it (a test's captured stream)
@@ -43,6 +44,30 @@ def note_if_read(text: str) -> None:
         note(text)
     except BrokenPipeError:
         reader_left(sys.stderr)
+
+
+# A full disk or device, a quota, a file size limit (errno has no EDQUOT on every system).
+NO_ROOM = frozenset({errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)})
+
+
+def output_refused(error: BaseException) -> bool:
+    """Whether `error` is standard output refusing a write for want of room (`> /dev/full`, a full disk or quota):
+    a print raises it bare, an OSError that names no file, where the files Beamwise writes itself name theirs or
+    say their own error (an export's -o, a --json file). It was said as an internal error, with a traceback."""
+    return isinstance(error, OSError) and error.errno in NO_ROOM and error.filename is None
+
+
+def output_refused_text(error: OSError, what: str = "the command") -> str:
+    """What `output_refused` is said as, on stderr and as a run's recorded reason (`what`: "the search")."""
+    return (f"cannot write standard output ({error.strerror or error}); {what} did not finish. Free space on the "
+            "disk it goes to, or send it elsewhere (a file on another disk, or a pipe).")
+
+
+def say_output_refused(error: OSError, what: str = "the command") -> None:
+    """`output_refused_text` as the user's error, once standard output takes nothing more (`reader_left`): what it
+    still held would fail the exit's flush, which Python says as "Exception ignored", exit status 120."""
+    reader_left(sys.stdout)
+    print(f"beamwise: error: {output_refused_text(error, what)}", file=sys.stderr, flush=True)
 
 
 class Nowhere(io.TextIOBase):
