@@ -202,11 +202,10 @@ class SessionStore:
                  "the old file is kept next to it for recovery.")
 
     def _read_only(self) -> StoreReadOnly:
-        if self.path is not None and (stale := store_file.stale_side_files(self.path)):
-            return store_file.stale_refusal(self.path, stale)
-        where = self.path.parent if self.path is not None else "memory"
-        return StoreReadOnly(f"the session database {self.path} can only be read: the folder {where} or the "
-                             "file is read-only; nothing was written.")
+        """A write refused: what is read-only named as the run's journal warning names it (`read_only_refusal`)."""
+        if self.path is None:
+            return StoreReadOnly("the session database in memory can only be read; nothing was written.")
+        return store_file.read_only_refusal(self.path)
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -240,10 +239,8 @@ class SessionStore:
                                     "and it was opened to be read only; it was not changed.",
                                     hint=f"Open it once to upgrade it (`beamwise sessions list"
                                          f"{db_option(self.path)}`), then try again.")
-            if pending:
-                folder = self.path.parent if self.path else ""
-                raise StoreReadOnly(f"the session database {self.path} needs a schema upgrade, but the folder "
-                                    f"{folder} or the file is read-only; it was not changed.")
+            if pending:  # a file that cannot be written (read_only, not _reading_only) has a path
+                raise store_file.read_only_refusal(self.path, "needs a schema upgrade, but", "it was not changed")
             return
         if self.path is not None and self.db.journal_mode != "wal":
             self.db.enable_wal()

@@ -161,14 +161,29 @@ def reading(path: Path, timeout: float) -> Iterator[sqlite3.Connection]:
 
 def connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
     """Read-only; a WAL database whose folder forbids the -shm file is read as immutable (no locks). Close it with
-    `close_read_only`, which removes the side files this connection made."""
+    `close_read_only`, which removes the side files this connection made. One that cannot be read (a malformed
+    file fails the first read) raises with nothing left open and no side file made (`first_read`)."""
     uri = path.resolve().as_uri()
+    made = absent_side_files(path)
     try:
-        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=timeout, check_same_thread=False)
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return conn
+        return first_read(sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=timeout, check_same_thread=False))
     except sqlite3.OperationalError:
         return sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=timeout, check_same_thread=False)
+    except BaseException:
+        remove_side_files(path, made)
+        raise
+
+
+def first_read(conn: sqlite3.Connection) -> sqlite3.Connection:
+    """`conn` once it has read the schema, closed where that read fails: a malformed file raised a plain
+    DatabaseError there, and its connection stayed open, and the -wal and -shm files it made stayed beside the file
+    (`sessions move-aside` carried them along), which a read must never leave (README)."""
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def absent_side_files(path: Path) -> list[Path]:
@@ -184,6 +199,12 @@ def close_read_only(conn: sqlite3.Connection, path: Path, made: list[Path]) -> N
     and kept every write out once the file itself was made writable. (Reading such a file as immutable made none,
     but a connection kept open, as the window keeps one, then read a file changed under it as damaged.)"""
     conn.close()
+    remove_side_files(path, made)
+
+
+def remove_side_files(path: Path, made: list[Path]) -> None:
+    """Remove the side files of the database at `path` that a closed read-only connection `made`, while its WAL
+    holds nothing (a WAL holding sessions is another connection's, kept)."""
     if not made or not wal_is_empty(path):
         return
     for side in made:
@@ -202,11 +223,34 @@ def stale_side_files(path: Path) -> list[Path]:
 def read_only_parts(path: Path) -> str:
     """What keeps writes out of the database at `path`, named as the user makes it writable: the -wal or -shm files
     an earlier read left read-only, else the file or its folder (SQLite writes beside the file)."""
+    return " and ".join(read_only_names(path)) or f"the file {path} and its folder {path.parent}"
+
+
+def read_only_names(path: Path) -> list[str]:
+    """`read_only_parts` one by one; none where nothing looks read-only (to root, every file is writable)."""
     if stale := stale_side_files(path):
-        return " and ".join(str(side) for side in stale)
-    parts = [f"the file {path}" if not os.access(path, os.W_OK) else "",
-             f"the folder {path.parent}" if not os.access(path.parent, os.W_OK) else ""]
-    return " and ".join(part for part in parts if part) or f"the file {path} and its folder {path.parent}"
+        return [str(side) for side in stale]
+    names = []
+    if not os.access(path, os.W_OK):
+        names.append(f"the file {path}")
+    if not os.access(path.parent, os.W_OK):
+        names.append(f"the folder {path.parent}")
+    return names
+
+
+def read_only_refusal(path: Path, lead: str = "can only be read:", outcome: str = "nothing was written"
+                      ) -> StoreReadOnly:
+    """The refusal of a write to the database at `path` that cannot be written, naming the part that keeps it out
+    as the run's journal warning does (`read_only_parts`): it said "the folder ... or the file is read-only" and
+    "Make the folder writable" where only the file was read-only. `lead`: the sentence's words before that part."""
+    if stale := stale_side_files(path):
+        return stale_refusal(path, stale)
+    names = read_only_names(path)
+    which = (f"{' and '.join(names)} {'are' if len(names) > 1 else 'is'}" if names else
+             f"the file {path} or the folder {path.parent} is")  # neither looks read-only: the user checks both
+    return StoreReadOnly(f"the session database {path} {lead} {which} read-only; {outcome}.",
+                         hint=f"Make {read_only_parts(path)} writable, then try again; or pass --db with a database "
+                              "you can write to.")
 
 
 def stale_refusal(path: Path, stale: list[Path]) -> StoreReadOnly:
