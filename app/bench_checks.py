@@ -12,7 +12,7 @@ from app.options import UsageError
 from app.question import empty_message
 from engine.auto_delimiter import AUTO_DELIMITER
 from engine.blank_text import is_blank
-from engine.workload import BASELINES, LADDER, Workload, ladder_names
+from engine.workload import ALIASES, BASELINES, LADDER, Workload, ladder_names
 
 
 def check(args: argparse.Namespace) -> None:
@@ -51,8 +51,14 @@ def check(args: argparse.Namespace) -> None:
 
 
 def policy_names(args: argparse.Namespace) -> list[str]:
-    """The ladder's rungs --policies names, its aliases read (`lbs`)."""
-    return ladder_names([name.strip() for name in args.policies.split(",") if name.strip()])
+    """The ladder's rungs --policies names, its aliases read (`lbs`). A name that is neither is refused naming the
+    aliases too: the engine's refusal listed the rungs only, and `lbs`, which --policies takes, was not among them."""
+    given = [name.strip() for name in args.policies.split(",") if name.strip()]
+    unknown = sorted(set(given) - set(LADDER) - set(ALIASES))
+    if unknown:
+        aliases = ", ".join(f"{alias} ({name})" for alias, name in ALIASES.items())
+        raise UsageError(f"unknown policies {unknown}; choose from {', '.join(LADDER)}, or {aliases}.")
+    return ladder_names(given)
 
 
 def _refuse_contradictions(args: argparse.Namespace) -> None:

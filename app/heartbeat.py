@@ -3,6 +3,8 @@
 `StepProgress` folds the engine's existing events (no new ones: step started, group scheduled,
 candidate text, candidate scored) into one line; `Heartbeat` prints that line from a daemon thread
 every second while the search is silent. The window reads the same `StepProgress` from a QTimer.
+No event says how far a group's decoding has got: a group's candidates and tokens are counted when it ends,
+so a step decoded as one group (in_device's) shows them only at its end, its clock moving meanwhile.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ class StepProgress:
         self.candidates = 0  # expected this step (beams x width, from the kept beams)
         self.generated = 0
         self.scored = 0
-        self.groups = 0
+        self.groups = 0  # groups whose candidates are all written
         self.tokens = 0
+        self.remote = False  # a server's search, which says its group before its requests (engine/remote_search.py)
+        self._unwritten: set[int] = set()  # the candidates of a server's group not yet written
         self.width = 1
         self.first = 1
         self.since = clock()
@@ -80,16 +84,19 @@ class StepProgress:
         if kind == "run_started":
             self.width = int(event.search.get("width", 1))
             self.first = int(event.search.get("beams", 1)) * self.width  # the prompt expands beams x width
+            self.remote = getattr(event, "device", "").startswith("remote")  # REMOTE_DEVICE
             self._begin("prefill")
         elif kind == "step_started":
             self.step, self.generated, self.scored, self.groups, self.tokens = event.step, 0, 0, 0, 0
             self.candidates = len(event.beams) * self.width if event.beams else self.first
+            self._unwritten = set()
             self._begin("decoding")
         elif kind == "group_scheduled":
-            self.groups += 1
+            self._group_said(event)
         elif kind == "candidate_text":
             self.generated += 1
             self.tokens += event.tokens
+            self._written(event.id)
             if self.generated >= self.candidates:
                 self.phase = "scoring"
         elif kind == "candidate_scored":
@@ -97,6 +104,19 @@ class StepProgress:
             self.phase = "scoring"
         elif kind in ("run_finished", "run_failed", "run_cancelled"):
             self.phase = "done"
+
+    def _group_said(self, event: Any) -> None:
+        """The engine says a group once it is decoded (engine/search.py: its text follows), a server's search
+        before its requests go out: done only once its candidates are written (it said "1 group(s) done" first)."""
+        if self.remote:
+            self._unwritten |= set(event.candidates)
+        else:
+            self.groups += 1
+
+    def _written(self, candidate: int) -> None:
+        if candidate in self._unwritten:
+            self._unwritten.discard(candidate)
+            self.groups += not self._unwritten
 
     def _begin(self, phase: str) -> None:
         self.phase, self.since = phase, self._clock()
@@ -106,7 +126,7 @@ class StepProgress:
         return fmt.seconds(self._clock() - self.since)
 
     def line(self) -> str:
-        """'step 3: decoding, 12 s, 2 group(s), 8/16 candidates written (120 tokens)'."""
+        """'step 3: decoding, 12 s, 2 group(s) done, 8/16 candidates written (120 tokens)'."""
         if self.phase == "waiting":
             wait = self._database_wait
             return self.waiting_for if wait is None else database_wait_line(self._clock() - wait[0], wait[1])

@@ -50,7 +50,7 @@ def parse_delimiter(text: str) -> str | None:
     except UnicodeDecodeError as error:
         raise ValueError(
             f"the step delimiter \"{text}\" has a broken escape ({error.reason}); write it like \\n\\n, "
-            "or leave it empty to cut steps by length only."
+            "or give 'none' to cut steps by length only."
         ) from error
 
 

@@ -37,12 +37,24 @@ def beamwise(env: dict[str, str], *args: str) -> None:
 
 
 def pull_a_model(env: dict[str, str]) -> None:
-    """`beamwise models pull` from a hub-layout server on 127.0.0.1, so the Models view shows a downloaded model."""
-    from tests.hub_server import Hub
+    """`beamwise models pull` from a hub-layout server on 127.0.0.1, so the Models view shows a downloaded model:
+    whole, as `models list` checks a model (its config, a safetensors file whose header names its tensors, and a
+    tokenizer: without one it was a red problem row, and the table showed the Name column alone)."""
+    from tests.hub_server import Hub, safetensors_of
 
-    files = {"config.json": json.dumps(TINY).encode(), "model.safetensors": bytes(4 << 20)}
+    files = {"config.json": json.dumps(TINY).encode(), "model.safetensors": safetensors_of(4 << 20),
+             **tokenizer_files(TINY["vocab_size"])}
     with Hub({"example/tiny-llama": files}) as hub:
         beamwise(env, "models", "pull", "example/tiny-llama", "--endpoint", hub.endpoint)
+
+
+def tokenizer_files(vocab_size: int) -> dict[str, bytes]:
+    """The synthetic models' tokenizer (engine/synthetic.py) as the files a model's folder holds."""
+    from engine.synthetic import synthetic_tokenizer
+
+    with tempfile.TemporaryDirectory(prefix="beamwise-tokenizer-") as folder:
+        synthetic_tokenizer(vocab_size).save_pretrained(folder)
+        return {path.name: path.read_bytes() for path in Path(folder).iterdir() if path.is_file()}
 
 
 def main() -> int:

@@ -53,7 +53,8 @@ def _one_line(capsys, said: str | None = None) -> str:
 @pytest.mark.parametrize(("argv", "said"), [
     (["bench", "--policies", "bogus", "--plan-only"],
      "unknown policies ['bogus']; choose from in_device, layerwise, headwise, lbs:inter_token, lbs:+inter_beam, "
-     "lbs:+balanced_prefetch, lbs:+prefix_order, in_device:+speculative, lbs:+speculative."),
+     "lbs:+balanced_prefetch, lbs:+prefix_order, in_device:+speculative, lbs:+speculative, or lbs "
+     "(lbs:+prefix_order)."),
     (["bench", "--kv-budget", "0", "--plan-only"],
      "the KV budget must be a positive size such as 64MB, or unset for automatic."),  # as plan and run say it
     (["bench", "--pcie-gbps", "0", "--plan-only", "--policies", "layerwise"],
@@ -61,8 +62,8 @@ def _one_line(capsys, said: str | None = None) -> str:
     (["bench", "--plan-only", "--question", "What is 2+3?"],
      "a plan has no tokenizer to read a question; give --prompt-tokens instead of --question."),
     (["bench", "--step-delimiter", "\\x", "--plan-only"],
-     'the step delimiter "\\x" has a broken escape (truncated \\xXX escape); write it like \\n\\n, or leave it '
-     "empty to cut steps by length only."),
+     'the step delimiter "\\x" has a broken escape (truncated \\xXX escape); write it like \\n\\n, or give '
+     "'none' to cut steps by length only."),
     (["plan", "What is 2+3?", *TINY, "--beams", "0"], "beams must be at least 1 (got 0)."),
     (["models", "info", "/no/such/model"],
      "/no/such/model does not exist; give a name from `beamwise models list` or a model's path."),

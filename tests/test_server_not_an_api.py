@@ -117,17 +117,23 @@ def web_server(folder: Path) -> Iterator[str]:
 
 def test_a_web_server_that_is_not_the_api_is_said_to_be_no_openai_compatible_api(capsys, tmp_path: Path) -> None:
     """Before: 'answered HTTP 501: Error response. Check --endpoint and --served-model, and that the server is
-    running': the page's title, and a hint that fits a server that is down."""
+    running': the page's title, and a hint that fits a server that is down. Its 404 page for /v1/models now
+    refuses it at the check, before a run records anything; a completion sent there still says what it answered."""
     with web_server(tmp_path) as url:
         code = main(cli_run(url))
         with pytest.raises(ServerError) as refused:
             check_connection(ServerConfig(url, MODEL))
+        with pytest.raises(ServerError) as posted:
+            OpenAICompletions(ServerConfig(url, MODEL, retries=0)).complete("2+3=", **ASK)
     line = one_error(capsys)
     assert code == 2, line
-    assert f"HTTP 501: {url}/v1/completions takes no POST request (Error response: " in line, line
-    assert "Unsupported method ('POST')" in line and "there is no OpenAI-compatible API at this address" in line
+    assert f"HTTP 404: nothing is served at {url}/v1/models (Error response: " in line, line
+    assert "there is no OpenAI-compatible API at this address" in line
     assert "Check the address" in line and "--served-model" not in line, line
-    assert refused.value.status == 501 and "no OpenAI-compatible API" in refused.value.user_message()
+    assert refused.value.status == 404 and "no OpenAI-compatible API" in refused.value.user_message()
+    said = posted.value.user_message()
+    assert posted.value.status == 501 and f"{url}/v1/completions takes no POST request (Error response: " in said
+    assert "Unsupported method ('POST')" in said
 
 
 def test_a_404_that_names_the_model_is_still_the_model() -> None:

@@ -26,6 +26,7 @@ from app.gui.bridge import SearchBridge
 from app.gui.loop_monitor import LoopGapMonitor
 from app.gui.main_window import MainWindow
 from app.journal_import import open_session_store
+from app.models_folder import MARKER, kept_as_given
 from app.options import configs_from_args, search_parser, typed_options
 from app.question import empty_message
 from app.store import SessionStore
@@ -34,7 +35,7 @@ from app.store_file import move_aside
 from engine import events as ev
 from engine.blank_text import is_blank
 from engine.config import CacheConfig, ModelSpec, SearchConfig
-from engine.errors import BeamwiseError, ConfigError
+from engine.errors import BeamwiseError, ConfigError, ModelLoadError
 
 Configs = tuple[ModelSpec, SearchConfig, CacheConfig]
 PLAN_WAIT_MS = 15_000  # a screenshot waits this long at most for the plan bar after the run
@@ -213,8 +214,7 @@ class Screenshot:
         if self.panel in self.window.docks:
             self.window.docks[self.panel].raise_()
         self.app.processEvents()
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:  # its folder was there before the run (screenshot_problem): one removed since is not made again
             saved_ok = self.window.grab().save(str(self.path), "PNG")
         except OSError:
             saved_ok = False
@@ -236,11 +236,13 @@ def main(args: argparse.Namespace) -> int:
     if screenshot is not None and is_blank(args.question):
         print(f"beamwise: error: {empty_message(command='gui')}", file=sys.stderr)  # as `beamwise run ""` says it
         return 2
-    if screenshot is not None and (problem := unwritable(screenshot)):
-        print(f"beamwise: error: cannot save the screenshot to {screenshot}: {problem}; "
-              "choose a file in a folder you can write to.", file=sys.stderr)
+    if screenshot is not None and (problem := screenshot_problem(screenshot)):
+        print(f"beamwise: error: cannot save the screenshot to {screenshot}: {problem}", file=sys.stderr)
         return 2
     typed = configs_from_args(args)  # a ValueError here reaches the CLI as a one-line error, before any window
+    if getattr(args, "backend", "local") != "openai" and (missing := missing_model(args.model)) is not None:
+        print(f"beamwise: error: {missing}", file=sys.stderr)
+        return 2
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setOrganizationName(saved.ORGANIZATION)
     app.setApplicationName(saved.APPLICATION)
@@ -286,6 +288,38 @@ def follow_theme(app: QApplication, window: MainWindow, theme: str) -> None:
         return
     window.apply_theme(pal.system_prefers_dark())
     app.styleHints().colorSchemeChanged.connect(lambda scheme: window.apply_theme(scheme == Qt.ColorScheme.Dark))
+
+
+def missing_model(source: str | None) -> str | None:
+    """`beamwise run`'s refusal of a model path that does not exist (engine/models.py's words and hint), or None:
+    said before the window, as a mistyped name is (app/options.py). The window found it only once torch and the
+    loader had come (seconds), then said the run failed. Names the loader resolves (bundled, synthetic:NAME) are
+    its own; a .gguf in a folder a pull left unfinished is said by the loader, which says so."""
+    if source is None or kept_as_given(source):
+        return None
+    path = Path(source).expanduser()
+    gguf = source.lower().endswith(".gguf")
+    try:
+        if path.exists() or (gguf and (path.parent / MARKER).exists()):
+            return None
+    except OSError:  # a name too long for the file system, say: the loader says why
+        return None
+    what = f"GGUF file {path}" if gguf else f"model path {path}"
+    return ModelLoadError(f"{what} does not exist.").user_message()
+
+
+def screenshot_problem(path: Path) -> str | None:
+    """Why no screenshot can be saved at `path`, said before the window and the run, or None. Its folder must exist,
+    as `sessions export -o` and `--db` ask: a typo in the path made a new folder tree. A file already there is
+    replaced (a picture remade, as docs/screenshots.py does)."""
+    folder = path.parent
+    try:
+        if not folder.exists():
+            return f"the folder {folder} does not exist. Create the folder first or choose another one."
+        problem = unwritable(path)
+    except OSError as error:  # a name too long for the file system, say
+        problem = error.strerror or str(error)
+    return None if problem is None else f"{problem}; choose a file in a folder you can write to."
 
 
 def unwritable(path: Path) -> str | None:

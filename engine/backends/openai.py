@@ -125,7 +125,9 @@ class OpenAICompletions:
 
     def check_model(self) -> tuple[str, ...]:
         """The served models' names; fails early and clearly when none is `served_model`.
-        Servers without /models pass with an empty list (the first completion will tell)."""
+        An API without /models (a 404 in JSON, or with no body) passes with an empty list (the first completion
+        will tell); a 404 page in HTML or text is a web server, not an API, and is refused here, before a run
+        records anything (`python -m http.server` passed, and the run failed at its first completion)."""
         with self._naming_options():
             return self._check_model()
 
@@ -134,8 +136,8 @@ class OpenAICompletions:
             listing = self._request("GET", "/models", None)
         except ServedModelNotFound:
             return ()
-        except ServerError as error:  # no /models route here (a plain 404): the first completion will tell
-            if error.status != 404:
+        except ServerError as error:  # an API with no /models route (its 404 in JSON): the first completion will tell
+            if error.status != 404 or getattr(error, "web_page", False):
                 raise
             return ()
         data = listing.get("data") if isinstance(listing, dict) else None
@@ -332,6 +334,7 @@ class OpenAICompletions:
         if status >= 400:
             error = failures.http_error(self.cfg, status, error_detail(raw), method, url)
             error.retry_after = read_retry_after(response.getheader("Retry-After"))
+            error.web_page = _web_page(raw)
             raise error
         try:
             return json.loads(raw.decode())
@@ -384,6 +387,18 @@ def _outline(value: object, what: str = "it") -> str:
     if isinstance(value, str):
         return f"{what} is the text {shorten(one_line(value), 60)!r}"
     return f"{what} is {'null' if value is None else one_line(repr(value))[:40]}"
+
+
+def _web_page(raw: bytes) -> bool:
+    """Whether an error's body is a page or text, not JSON: what a web server answers a path it does not have,
+    where an API answers JSON (or, at most, nothing)."""
+    if not raw.strip():
+        return False
+    try:
+        json.loads(raw.decode())
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return True
+    return False
 
 
 def _reason(error: Exception) -> str:
