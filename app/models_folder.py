@@ -12,6 +12,7 @@ from pathlib import Path
 import platformdirs
 
 from app.file_replace import replace_text
+from app.pull_lock import being_pulled
 from engine.errors import BeamwiseError
 
 MARKER = ".beamwise-download.json"  # written into every folder Beamwise downloads; remove needs it
@@ -232,8 +233,6 @@ def typo_of(text: str | None) -> str | None:
 def _being_pulled(path: Path) -> str | None:
     """The refusal "FOLDER is being downloaded (process N); ..." where a pull holds the folder `path` is (or is in,
     for the .gguf of `pull --file`); None otherwise."""
-    from app.pull_lock import being_pulled  # it imports app.options, which imports this module
-
     home = home_of(path)
     pulling = being_pulled(home) if home.is_dir() else None
     return None if pulling is None else f"{home} is {pulling}"

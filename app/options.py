@@ -13,6 +13,7 @@ from app.exit_options import early_exit_thresholds
 from app.models_folder import source_of, typo_of
 from app.parser import OneLineParser
 from app.speculation_options import SPECULATION_SHAPERS, speculation_refusals
+from app.usage_error import UsageError
 from engine.config import (
     AGGREGATIONS,
     DEVICES,
@@ -30,10 +31,6 @@ from engine.config import (
 )
 
 DEFAULT_QUESTION = "A train travels 60 km in 45 minutes. What is its average speed in km/h?"
-
-
-class UsageError(ValueError):
-    """Bad command-line input: printed as one line, exit status 2."""
 
 
 def parse_delimiter(text: str) -> str | None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import app.formatting as fmt
-from app.options import UsageError
+from app.usage_error import UsageError
 
 
 class PullError(UsageError):
