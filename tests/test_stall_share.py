@@ -62,6 +62,6 @@ def test_each_steps_time_holds_its_stall_once(tiny, stalling, policy, candidates
     stall = sum(s.stall_share * s.compute_seconds / (1 - s.stall_share) for s in stats)  # as engine/bench.py reads it
     assert stall == pytest.approx(slept, rel=0.01)  # the events measure the stall itself
     steps = sum(s.compute_seconds / (1 - s.stall_share) for s in stats)  # each step's time, as the charts read it
+    # Counted twice, the steps' time would exceed the wall by the stall. (A share such as "layer-wise waits most of
+    # its step" is not asserted: it depends on how busy the machine's cores are, not on the engine.)
     assert slept < steps <= wall, "the steps' time holds the stall once, within the run's wall"
-    if policy == "layerwise":  # nearly all of its steps is waiting for streamed layers
-        assert stall / steps > 0.7
