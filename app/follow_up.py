@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from app.db_path import db_option
 from app.shell_words import quoted
@@ -49,3 +50,32 @@ def server_options(server: dict, verifier_model: str | None = None) -> str:
         options += f" --verifier prm --verifier-endpoint {q(server['prm_endpoint'].strip())} --verifier-model " \
                    f"{q(str(verifier_model))}"
     return options
+
+
+def model_switch(previous: int, recorded: str | None, model: str) -> str | None:
+    """The note of a follow-up that runs on another model than the turn it follows (`recorded`: the name that
+    turn's session keeps; `model`: this run's --model source), with the option that goes on with that turn's model
+    where one model here has its name; None where it is the same model (or the turn recorded none). Without
+    --model a follow-up runs on the bundled model, and it did so unsaid after a turn on another."""
+    from app.model_library import source_of_name
+
+    if not recorded:
+        return None
+    source = source_of_name(recorded)
+    if source is not None and _same_source(source, model):
+        return None
+    if source is None and recorded in (Path(model).name, Path(model).stem):  # a path not listed: its name recorded
+        return None
+    again = (f"add --model {quoted(source)} to go on with it" if source is not None else
+             "to go on with it, give its path as --model")
+    running = "the bundled model" if model == "bundled" else model
+    return f"session {previous} ran on {recorded}; this follow-up runs on {running} ({again})."
+
+
+def _same_source(source: str, model: str) -> bool:
+    if source == model:
+        return True
+    try:
+        return Path(source).expanduser().resolve() == Path(model).expanduser().resolve()
+    except (OSError, ValueError):
+        return False

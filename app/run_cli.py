@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from threading import Event
 
-from app.follow_up import again_options, server_options
+from app.follow_up import again_options, model_switch, server_options
 from app.heartbeat import Heartbeat, StepProgress
 from app.options import UsageError, configs_from_args
 from app.preflight import check_memory
@@ -89,6 +89,9 @@ def conversation_of(args: argparse.Namespace) -> tuple[int | None, list[tuple[st
     if recorded.get("backend") == "openai" and getattr(args, "backend", "local") != "openai":  # it switched unsaid
         warn(f"session {previous} ran on the server at {recorded.get('endpoint')}; this follow-up runs on "
              f"{args.model} here. To go on there, add {server_options(recorded, verifier_model)}.")
+    elif recorded.get("backend") != "openai" and getattr(args, "backend", "local") != "openai":
+        if (switched := model_switch(previous, row.get("model"), args.model)) is not None:
+            note(switched)
     return previous, history
 
 
