@@ -56,9 +56,14 @@ def policy_names(args: argparse.Namespace) -> list[str]:
     given = [name.strip() for name in args.policies.split(",") if name.strip()]
     unknown = sorted(set(given) - set(LADDER) - set(ALIASES))
     if unknown:
-        aliases = ", ".join(f"{alias} ({name})" for alias, name in ALIASES.items())
-        raise UsageError(f"unknown policies {unknown}; choose from {', '.join(LADDER)}, or {aliases}.")
+        raise UsageError(f"unknown policies {unknown}; choose from {policy_choices()}.")
     return ladder_names(given)
+
+
+def policy_choices() -> str:
+    """What --policies takes, in words: the ladder's rungs, then its aliases with the rung each stands for."""
+    aliases = ", ".join(f"{alias} ({name})" for alias, name in ALIASES.items())
+    return f"{', '.join(LADDER)}, or {aliases}"
 
 
 def _refuse_contradictions(args: argparse.Namespace) -> None:

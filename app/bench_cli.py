@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from app.bench_checks import check, given_options, policy_names, refuse_models
+from app.bench_checks import check, given_options, policy_choices, policy_names, refuse_models
 from app.bench_table import format_report
 from app.deferred_interrupt import import_torch
 from app.formatting import size as format_bytes
@@ -123,7 +123,7 @@ def bench_command(args: argparse.Namespace) -> int:
     policies = policy_names(args)
     if not policies:  # it printed an empty table and exited 0
         raise UsageError(f"--policies names no policy (got {args.policies!r}); give one or more of: "
-                         f"{', '.join(LADDER)}.")
+                         f"{policy_choices()}.")
     baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
     check_names(policies, baselines)  # before the JSON's placeholder: nothing is written for a typo
     if args.plan_only and baselines and given_options(args, ("--baselines",)):  # it ran none and said nothing (exit 0)

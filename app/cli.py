@@ -86,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     gui = sub.add_parser("gui", help="open the window (the default with no command)")
     gui.add_argument("--question", default=None, help="run this question at start")
-    gui.add_argument("--screenshot", default=None, help="after the run, save a PNG of the window here and exit")
+    gui.add_argument("--screenshot", default=None,
+                     help="after the run, save a PNG of the window here and exit (its folder must exist; a file "
+                          "there is replaced)")
     gui.add_argument("--db", default=None, help=f"session database (default: {_default_db()})")
     gui.add_argument("--panel", default=None, choices=("settings", "sessions", "models"),
                      help="with --screenshot: show this tab of the left panel in the picture")

@@ -197,6 +197,7 @@ def test_an_empty_policy_list_is_refused(capsys, policies) -> None:
     code, out, err = bench(capsys, *PLAN[:-2], "--policies", policies)
     assert code == 2 and out == ""
     assert "--policies names no policy" in error_line(err) and "give one or more of: in_device" in err
+    assert "lbs:+speculative, or lbs (lbs:+prefix_order)." in err  # the alias --policies takes too
 
 
 def test_a_bench_whose_every_row_failed_exits_1_and_says_so(capsys) -> None:
