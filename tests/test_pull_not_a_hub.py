@@ -5,11 +5,7 @@ a 404 or, to a caller without a token, a 401) says the repository was not found.
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from http.server import SimpleHTTPRequestHandler
 from urllib.error import HTTPError
 from urllib.request import urlopen
 
@@ -18,32 +14,9 @@ import pytest
 from app.cli import main
 from app.model_pull import PullError, pull
 from tests.hub_server import REPO, Hub
+from tests.plain_web import plain_files, serving
 
 pytestmark = pytest.mark.usefixtures("scratch_models")
-
-
-@contextmanager
-def served(handler: type[SimpleHTTPRequestHandler]) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def plain_files(folder: Path) -> type[SimpleHTTPRequestHandler]:
-    """`python -m http.server` on `folder`: a 404 page for every path it has no file for."""
-
-    class Files(SimpleHTTPRequestHandler):
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, directory=str(folder), **kwargs)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    return Files
 
 
 class HubWithoutToken(SimpleHTTPRequestHandler):
@@ -64,7 +37,7 @@ class HubWithoutToken(SimpleHTTPRequestHandler):
 
 def test_a_plain_web_server_is_said_to_be_no_hub_not_the_repository_missing(tmp_path, capsys):
     """It said "the repository me/tinyllama was not found on ...; check the repository id", for any id."""
-    with served(plain_files(tmp_path)) as site:
+    with serving(plain_files(tmp_path)) as site:
         with pytest.raises(PullError) as raised:
             pull("me/tinyllama", endpoint=site)
         assert main(["models", "pull", "me/tinyllama", "--endpoint", site]) == 2
@@ -84,6 +57,6 @@ def test_the_test_hub_answers_a_missing_repository_as_a_real_hub_does():
 
 
 def test_a_hub_that_asks_for_a_token_still_says_check_the_repository_id():
-    with served(HubWithoutToken) as hub, pytest.raises(PullError, match=r"^the repository nobody/nothing was not "
+    with serving(HubWithoutToken) as hub, pytest.raises(PullError, match=r"^the repository nobody/nothing was not "
                                                                          r"found on .*; check the repository id"):
         pull("nobody/nothing", endpoint=hub)

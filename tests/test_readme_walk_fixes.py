@@ -8,10 +8,7 @@ import importlib.util
 import os
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -25,6 +22,7 @@ from engine.config import SearchConfig
 from engine.errors import ServerError
 from engine.remote_search import REMOTE_DEVICE
 from tests.fake_openai import MODEL, FakeServer
+from tests.plain_web import plain_files, serving
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,36 +90,11 @@ def test_the_engines_group_is_said_once_decoded_and_counted_then():
 
 
 # 5. a web server is no API without /models
-@contextmanager
-def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-
-
-def web_server(folder: Path) -> type[BaseHTTPRequestHandler]:
-    """`python -m http.server`: a 404 page in HTML to GET /v1/models, 501 to every POST."""
-
-    class Plain(SimpleHTTPRequestHandler):
-        def __init__(self, *args, **kw) -> None:
-            super().__init__(*args, directory=str(folder), **kw)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    return Plain
-
-
 def test_a_plain_web_server_is_refused_at_the_model_check_and_nothing_is_recorded(tmp_path, capsys):
     """Its 404 to /v1/models passed as an API without /models: the run printed its model line, failed at the first
     completion (HTTP 501) and recorded a failed session."""
     db = tmp_path / "srv.db"
-    with serving(web_server(tmp_path / "site")) as url:
+    with serving(plain_files(tmp_path / "site")) as url:
         code = main(["run", "x", "--backend", "openai", "--endpoint", url, "--served-model", "m", "--db", str(db),
                      "--max-steps", "1", "--request-timeout", "5"])
     captured = capsys.readouterr()
@@ -161,7 +134,7 @@ def test_an_api_without_a_models_route_still_passes_the_check(handler):
 
 
 def test_the_web_servers_404_is_a_server_error_from_the_check(tmp_path):
-    with serving(web_server(tmp_path)) as url, pytest.raises(ServerError) as refused:
+    with serving(plain_files(tmp_path)) as url, pytest.raises(ServerError) as refused:
         OpenAICompletions(ServerConfig(url, MODEL, retries=0)).check_model()
     assert refused.value.status == 404 and "no OpenAI-compatible API" in refused.value.user_message()
 

@@ -5,10 +5,6 @@ need http:// (once, not three times as 'cannot reach'), a web server that is not
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -18,6 +14,7 @@ from engine.backends.addresses import address_problem
 from engine.backends.openai import OpenAICompletions, ServerConfig, check_connection
 from engine.errors import RemoteError, ServerError, ServerUnreachable
 from tests.fake_openai import MODEL, FakeServer
+from tests.plain_web import plain_files, serving
 from tests.test_server_as_a_user import one_error
 
 ASK = {"max_tokens": 4, "stop": [], "temperature": 0.0, "top_p": 1.0, "seed": 0}
@@ -94,32 +91,11 @@ def test_too_many_requests_after_the_retries_says_the_server_is_busy() -> None:
 
 
 # 7. a web server that is not the API
-@contextmanager
-def web_server(folder: Path) -> Iterator[str]:
-    """`python -m http.server`: 404 to GET /v1/models, 501 to every POST, each an HTML page titled "Error response"."""
-
-    class Quiet(SimpleHTTPRequestHandler):
-        def __init__(self, *args, **kw) -> None:
-            super().__init__(*args, directory=str(folder), **kw)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-
-
 def test_a_web_server_that_is_not_the_api_is_said_to_be_no_openai_compatible_api(capsys, tmp_path: Path) -> None:
     """Before: 'answered HTTP 501: Error response. Check --endpoint and --served-model, and that the server is
     running': the page's title, and a hint that fits a server that is down. Its 404 page for /v1/models now
     refuses it at the check, before a run records anything; a completion sent there still says what it answered."""
-    with web_server(tmp_path) as url:
+    with serving(plain_files(tmp_path)) as url:
         code = main(cli_run(url))
         with pytest.raises(ServerError) as refused:
             check_connection(ServerConfig(url, MODEL))
