@@ -137,6 +137,15 @@ def scratch_models(monkeypatch, tmp_path):
 
 
 @pytest.fixture
+def tinyllama_folder(tmp_path, tiny):
+    """synthetic:tiny-llama saved as a model folder a user would add (config, weights, tokenizer)."""
+    folder = tmp_path / "tinyllama"
+    tiny.model.save_pretrained(folder)
+    tiny.tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
 def keep_window(qtbot):
     """`keep(window)`: qtbot owns the window and its search thread is shut down when the test ends."""
     made = []

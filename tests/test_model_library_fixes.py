@@ -11,21 +11,12 @@ import pytest
 
 from app import model_library as lib
 from app.cli import main
-from engine.models import LoadedModel
 from tests.hub_server import CONFIG
 from tests.lock_holder import held_elsewhere
 
 pytestmark = pytest.mark.usefixtures("scratch_models")
 RUN = ["--beams", "1", "--width", "1", "--max-steps", "1", "--step-tokens", "2", "--no-save"]
 DAMAGED = '["/tmp/x",'  # a list cut short
-
-
-@pytest.fixture
-def model_folder(tmp_path: Path, tiny: LoadedModel) -> Path:
-    folder = tmp_path / "tinyllama"
-    tiny.model.save_pretrained(folder)
-    tiny.tokenizer.save_pretrained(folder)
-    return folder
 
 
 def unfinished_download(name: str) -> Path:
@@ -39,10 +30,10 @@ def unfinished_download(name: str) -> Path:
     return folder
 
 
-def test_a_name_on_a_damaged_list_names_the_list_not_another_model(model_folder, capsys):
+def test_a_name_on_a_damaged_list_names_the_list_not_another_model(tinyllama_folder, capsys):
     """`run --model tinyllama` said "did you mean me--tinyllama?" and `models remove tinyllama` said "no model named
     'tinyllama' here", where `models add` and `models list` say the list cannot be read."""
-    assert main(["models", "add", str(model_folder)]) == 0
+    assert main(["models", "add", str(tinyllama_folder)]) == 0
     unfinished_download("me--tinyllama")  # a name close to the added one
     listed = lib.added_list_path()
     listed.write_text(DAMAGED, encoding="utf-8")
@@ -54,7 +45,7 @@ def test_a_name_on_a_damaged_list_names_the_list_not_another_model(model_folder,
         assert f"the list of added model folders {listed} cannot be read" in said, command
         assert "delete it and add the folders again with `beamwise models add PATH`" in said, command
         assert "did you mean" not in said and "me--tinyllama" not in said, command
-    assert listed.read_text(encoding="utf-8") == DAMAGED and model_folder.is_dir()
+    assert listed.read_text(encoding="utf-8") == DAMAGED and tinyllama_folder.is_dir()
 
 
 def test_a_name_no_list_has_is_still_said_unknown_when_the_list_is_whole(capsys):
@@ -78,21 +69,21 @@ def test_running_a_model_another_beamwise_is_downloading_says_to_wait_for_it(cap
     assert "is not whole: the download did not finish. Pull it again to resume it" in capsys.readouterr().err
 
 
-def test_adding_a_listed_folder_again_changes_nothing(tmp_path, model_folder, tiny, capsys):
+def test_adding_a_listed_folder_again_changes_nothing(tmp_path, tinyllama_folder, tiny, capsys):
     """It said "added ..." again and moved the folder to the end of the list."""
     other = tmp_path / "other"
     tiny.model.save_pretrained(other)
     tiny.tokenizer.save_pretrained(other)
     link = tmp_path / "link"
-    link.symlink_to(model_folder, target_is_directory=True)
-    assert main(["models", "add", str(model_folder)]) == 0 and main(["models", "add", str(other)]) == 0
+    link.symlink_to(tinyllama_folder, target_is_directory=True)
+    assert main(["models", "add", str(tinyllama_folder)]) == 0 and main(["models", "add", str(other)]) == 0
     listed = lib.added_list_path().read_text(encoding="utf-8")
     capsys.readouterr()
-    for again in (model_folder, link):
+    for again in (tinyllama_folder, link):
         assert main(["models", "add", str(again)]) == 0
         said = capsys.readouterr().out
-        assert said == (f"{model_folder.resolve()} is listed already (as tinyllama); use it with --model "
+        assert said == (f"{tinyllama_folder.resolve()} is listed already (as tinyllama); use it with --model "
                         "tinyllama.\n"), again
         assert lib.added_list_path().read_text(encoding="utf-8") == listed
     lib.add_folder(link)  # the window's Add folder… keeps the list as it is too
-    assert lib.added_folders() == [model_folder.resolve(), other.resolve()]
+    assert lib.added_folders() == [tinyllama_folder.resolve(), other.resolve()]

@@ -11,19 +11,10 @@ import pytest
 
 from app import model_library as lib
 from app.cli import main
-from engine.models import LoadedModel
 
 pytestmark = pytest.mark.usefixtures("scratch_models")
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ["--beams", "1", "--width", "1", "--max-steps", "1", "--step-tokens", "2", "--no-save"]
-
-
-@pytest.fixture
-def model_folder(tmp_path: Path, tiny: LoadedModel) -> Path:
-    folder = tmp_path / "tinyllama"
-    tiny.model.save_pretrained(folder)
-    tiny.tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.mark.parametrize("typo", ["bundle", "bundeld", "Bundled", "BUNDLED"])
@@ -47,37 +38,37 @@ def test_a_mistyped_default_gets_a_guess_and_a_listed_name_still_wins(capsys):
     assert "did you mean" not in capsys.readouterr().err
 
 
-def test_taking_an_added_folder_off_the_list_says_how_to_undo_it(model_folder, capsys):
+def test_taking_an_added_folder_off_the_list_says_how_to_undo_it(tinyllama_folder, capsys):
     """No terminal, no --yes: it is taken off the list without a question (nothing is deleted), and the line says
     the command that lists it again; the help says which removal asks."""
-    assert main(["models", "add", str(model_folder)]) == 0
+    assert main(["models", "add", str(tinyllama_folder)]) == 0
     capsys.readouterr()
-    assert main(["models", "remove", str(model_folder.resolve())]) == 0
+    assert main(["models", "remove", str(tinyllama_folder.resolve())]) == 0
     said = capsys.readouterr().out
     assert "off the list; its files were not touched" in said
-    assert f"`beamwise models add {model_folder.resolve()}` lists it again" in said
+    assert f"`beamwise models add {tinyllama_folder.resolve()}` lists it again" in said
     assert json.loads(lib.added_list_path().read_text(encoding="utf-8")) == []
-    assert (model_folder / "config.json").is_file()
-    assert main(["models", "add", str(model_folder)]) == 0 and lib.added_folders() == [model_folder.resolve()]
+    assert (tinyllama_folder / "config.json").is_file()
+    assert main(["models", "add", str(tinyllama_folder)]) == 0 and lib.added_folders() == [tinyllama_folder.resolve()]
     with pytest.raises(SystemExit):
         main(["models", "--help"])
     assert "after asking" in capsys.readouterr().out
 
 
-def test_add_folder_of_a_listed_folder_says_it_is_listed_already(qtbot, model_folder):
+def test_add_folder_of_a_listed_folder_says_it_is_listed_already(qtbot, tinyllama_folder):
     """The Models tab said "Added X." though nothing changed; `models add` says it is listed already."""
     from app.gui.models_page import ModelsPage
 
     page = ModelsPage(confirm=lambda title, text: False)
     qtbot.addWidget(page)
     qtbot.waitUntil(lambda: not page.listing, timeout=30000)
-    assert page.add_folder(model_folder) is True
-    assert page.folder_status.text() == f"Added {model_folder.resolve()}."
+    assert page.add_folder(tinyllama_folder) is True
+    assert page.folder_status.text() == f"Added {tinyllama_folder.resolve()}."
     qtbot.waitUntil(lambda: not page.listing, timeout=30000)
-    assert page.add_folder(model_folder) is True
+    assert page.add_folder(tinyllama_folder) is True
     said = page.folder_status.text()
-    assert said == lib.listed_already(model_folder) and "is listed already (as tinyllama)" in said
+    assert said == lib.listed_already(tinyllama_folder) and "is listed already (as tinyllama)" in said
     assert not said.startswith("Added")
-    assert lib.added_folders() == [model_folder.resolve()]
+    assert lib.added_folders() == [tinyllama_folder.resolve()]
     qtbot.waitUntil(lambda: not page.listing, timeout=30000)
-    assert page.selected() is not None and page.selected().source == str(model_folder.resolve())
+    assert page.selected() is not None and page.selected().source == str(tinyllama_folder.resolve())
