@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from PySide6.QtCore import QSettings, QSignalBlocker, Qt, QTimer, Signal
-from PySide6.QtGui import QCloseEvent, QShowEvent
+from PySide6.QtGui import QCloseEvent, QShowEvent, QTextCursor
 from PySide6.QtWidgets import QMainWindow, QMessageBox
 
 from app import model_library
@@ -40,6 +40,8 @@ from engine import events as ev
 from engine.blank_text import is_blank
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 from engine.errors import BeamwiseError
+
+DRAFT_BACK = " (Ctrl+Z in the question box brings back what you had typed there)"
 
 
 class MainWindow(QMainWindow):
@@ -310,12 +312,11 @@ class MainWindow(QMainWindow):
             self.report_error("Could not open the session", error.user_message())
             return
         started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
-        if started is not None and show_question:
-            self.question.setPlainText(started.question)
+        replaced = started is not None and show_question and self.show_question(started.question)
         self.replay(events)
         self.current_session = session_id
         self.talk.show_turns()
-        self.statusBar().showMessage(f"Session {session_id} opened.", 8000)
+        self.statusBar().showMessage(f"Session {session_id} opened{DRAFT_BACK if replaced else ''}.", 8000)
 
     def load_session_settings(self, session_id: int) -> None:
         """"Run again": the session's question and settings go into the controls; Run starts it. Its model is found
@@ -356,11 +357,23 @@ class MainWindow(QMainWindow):
                               f"They do not fit this version of Beamwise ({error}). Set them by hand.")
             return
         self.controls.set_configs(model, search, cache)
-        self.question.setPlainText(row.get("question") or "")
+        replaced = self.show_question(row.get("question") or "")
         self.talk.load_rerun(session_id, row)  # a later turn reruns after its own earlier turns
         self.docks["settings"].raise_()
-        self.statusBar().showMessage(f"Settings of session {session_id} loaded{kept}; press Run to run it again.",
-                                     10000)
+        self.statusBar().showMessage(f"Settings of session {session_id} loaded{kept}; press Run to run it again"
+                                     f"{DRAFT_BACK if replaced else ''}.", 10000)
+
+    def show_question(self, text: str) -> bool:
+        """Put `text` into the question box as one edit the box can undo; True where it replaced a draft of the
+        user's (other text), which Ctrl+Z in the box brings back (setPlainText dropped it, undo history and all)."""
+        before = self.question.toPlainText()
+        if before == text:
+            return False
+        cursor = self.question.textCursor()
+        cursor.select(QTextCursor.SelectionType.Document)
+        cursor.insertText(text)
+        self.question.setTextCursor(cursor)
+        return not is_blank(before)
 
     def export_current(self) -> None:
         if self.store is None or self.sessions is None:
