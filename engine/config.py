@@ -159,6 +159,9 @@ class SearchConfig:
         return asdict(self)
 
 
+BUDGET_NOT_POSITIVE = "the KV budget must be a positive size such as 64MB, or unset for automatic."
+
+
 @dataclass(frozen=True)
 class CacheConfig:
     """Where KV lives and how beams are scheduled across the device budget.
@@ -193,10 +196,7 @@ class CacheConfig:
             f"(got {self.prefill_chunk}).",
         )
         _require(self.policy in POLICIES, f"policy must be one of {', '.join(POLICIES)} (got {self.policy!r}).")
-        _require(
-            self.kv_budget_bytes is None or self.kv_budget_bytes > 0,
-            "the KV budget must be a positive size such as 64MB, or unset for automatic.",
-        )
+        _require(self.kv_budget_bytes is None or self.kv_budget_bytes > 0, BUDGET_NOT_POSITIVE)
         _require(1 <= self.block_size <= 4096, f"block size must be 1..4096 tokens (got {self.block_size}).")
         _finite(self.pcie_gbps, "PCIe bandwidth")
         _require(MOST_GBPS >= self.pcie_gbps >= LEAST_GBPS,  # 1e-300 printed a time of 300 digits

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.config import CacheConfig, SearchConfig
+from engine.config import BUDGET_NOT_POSITIVE, CacheConfig, SearchConfig
 from engine.errors import ConfigError
 
 BASELINES = ("generate", "generate:offloaded")  # engine/baselines.py runs them
@@ -58,8 +58,7 @@ class Workload:
         # in_device rows run without the budget, so a zero one went unread there: `bench --kv-budget 0 --policies
         # in_device` ran and its header said "KV budget auto"; the offloading rows refused it
         if self.kv_budget_bytes is not None and self.kv_budget_bytes <= 0:
-            raise ConfigError("the KV budget must be a positive size such as 64MB, or unset for automatic.")  # as
-            # CacheConfig says it (engine/config.py), which `plan` and `run` refuse it with
+            raise ConfigError(BUDGET_NOT_POSITIVE)  # as CacheConfig, which `plan` and `run` refuse it with
 
     def search(self) -> SearchConfig:
         steps = max(1, math.ceil(self.gen_tokens / self.step_tokens))
