@@ -9,7 +9,7 @@ import math
 
 from app.models_folder import typo_of
 from app.options import UsageError
-from app.question import empty_message
+from app.question import checked_argument, empty_message
 from engine.auto_delimiter import AUTO_DELIMITER
 from engine.blank_text import is_blank
 from engine.workload import ALIASES, BASELINES, LADDER, Workload, ladder_names
@@ -19,6 +19,8 @@ def check(args: argparse.Namespace) -> None:
     """UsageError for settings the bench would refuse, or take without using, before anything loads."""
     if args.question is not None and is_blank(args.question):  # '' would bench the default question unasked
         raise UsageError(empty_message(command="bench"))  # in bench's own option: it reads no question file
+    if args.question is not None:
+        checked_argument(args.question, file_option=False)
     for name in ("beams", "width", "step_tokens", "prompt_tokens", "gen_tokens"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)}).")

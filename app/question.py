@@ -21,7 +21,7 @@ def read_question(argument: str | None, file: str | None, command: str = "run") 
     if source is not None:
         text = _decode(_read_bytes(source), "standard input" if source == "-" else source)
     else:  # check_given: without a file there is an argument
-        text = _checked_argument(argument)
+        text = checked_argument(argument)
     if is_blank(text):
         raise UsageError(empty_message(source, command))
     return text
@@ -90,11 +90,14 @@ def _decode(data: bytes, where: str) -> str:
         raise UsageError(f"the question in {where} is {not_utf8(error)}.") from error
 
 
-def _checked_argument(text: str) -> str:
-    """Bytes that were not UTF-8 reach Python as lone surrogates (`\\udcXX`): refuse them by position."""
+def checked_argument(text: str, file_option: bool = True) -> str:
+    """Bytes that were not UTF-8 reach Python as lone surrogates (`\\udcXX`): refuse them by position. Every
+    command that takes --question asks this (`gui` and `bench` dropped the byte unsaid); `file_option`: the command
+    also takes --question-file, which the advice then names."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
+        instead = ", or save it in a UTF-8 file and pass --question-file PATH" if file_option else ""
         raise UsageError(f"the question has bytes that are not UTF-8 text (at character {error.start}); "
-                         "write it as UTF-8, or save it in a UTF-8 file and pass --question-file PATH.") from error
+                         f"write it as UTF-8{instead}.") from error
     return text

@@ -12,7 +12,15 @@ from app import store_file
 from app.confirm import confirmed
 from app.db_files import TAILS
 from app.db_path import db_file, db_option, default_db_path, nearest_there
-from app.export import FORMATS, ExportError, export_session, format_of_name, import_session, render_session
+from app.export import (
+    FORMATS,
+    ExportError,
+    export_session,
+    format_of_name,
+    import_session,
+    refuse_the_database,
+    render_session,
+)
 from app.export.markdown import no_path_chosen
 from app.export.md_escape import without_controls
 from app.export.report import conversation_reports
@@ -147,6 +155,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.output not in (None, "-") and Path(args.output).is_dir():
         raise ExportError(f"cannot export to {args.output}: it is a folder; nothing was written.",
                           hint=f"Give a file in it, e.g. {Path(args.output) / 'session.md'}.")
+    if args.output not in (None, "-"):
+        refuse_the_database(Path(args.output), args.db)  # before "add --force", which it refuses as well
     # only a file is replaced (a link's file too); a FIFO or a device such as /dev/stdout is written into
     if args.output not in (None, "-") and Path(args.output).is_file() and not args.force:
         raise ExportError(f"{args.output} already exists; nothing was written.",

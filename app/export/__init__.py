@@ -10,6 +10,7 @@ from app.export.files import (
     default_file_stem,
     export_session,
     format_of_name,
+    refuse_the_database,
     render_session,
     write_atomically,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "export_session",
     "format_of_name",
     "import_session",
+    "refuse_the_database",
     "render_session",
     "session_dump",
     "session_report",

@@ -50,10 +50,16 @@ def export_session(store: SessionStore, session_id: int, fmt: str, path: Path | 
     """Write one session to `path` in `fmt`; all or nothing. Returns the path written. A path that is a session
     database, this store's or the default one, or its -wal, -shm or -journal file is refused (app/db_files.py)."""
     path = Path(path)
-    if database_written_over(path, store.path) is not None:
+    refuse_the_database(path, store.path)
+    return write_atomically(path, render_session(store, session_id, fmt))
+
+
+def refuse_the_database(path: Path, db: Path | str | None) -> None:
+    """ExportError where `path` is the session database `db` (or the default one) or one of its files: asked before
+    any other check of `path`, whose advice ("add --force") it would only refuse again."""
+    if database_written_over(path, None if db is None else Path(db)) is not None:
         raise ExportError(f"cannot export to {path}: it is the session database itself; nothing was written.",
                           hint="Choose another file name, e.g. session.md.")
-    return write_atomically(path, render_session(store, session_id, fmt))
 
 
 def format_of_name(path: Path | str) -> str | None:

@@ -28,7 +28,7 @@ from app.gui.main_window import MainWindow
 from app.journal_import import open_session_store
 from app.models_folder import MARKER, kept_as_given
 from app.options import configs_from_args, search_parser, typed_options
-from app.question import empty_message
+from app.question import checked_argument, empty_message
 from app.store import SessionStore
 from app.store_errors import StoreDamaged
 from app.store_file import move_aside
@@ -233,6 +233,8 @@ def main(args: argparse.Namespace) -> int:
     if screenshot is not None and args.question is None:
         print("beamwise: error: --screenshot needs --question (the run to take a picture of).", file=sys.stderr)
         return 2
+    if args.question is not None:
+        checked_argument(args.question, file_option=False)  # Qt's box dropped the bytes that are not UTF-8, unsaid
     if screenshot is not None and is_blank(args.question):
         print(f"beamwise: error: {empty_message(command='gui')}", file=sys.stderr)  # as `beamwise run ""` says it
         return 2
