@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 
-def _interrupted() -> int:
-    """Ctrl+C: one line on stderr and status 130 (128 + SIGINT, as a shell reports it), never a traceback."""
-    print("beamwise: interrupted", file=sys.stderr)
+def _interrupted(when: str = "") -> int:
+    """Ctrl+C: one line on stderr and status 130 (128 + SIGINT, as a shell reports it), never a traceback; `when`
+    says what was kept where that is known ("while starting: nothing was recorded")."""
+    print(f"beamwise: interrupted{' ' + when if when else ''}", file=sys.stderr)
     return 130
 
 
@@ -36,7 +37,7 @@ try:  # a Ctrl+C in a command's first ~0.3 s lands here (sqlite_utils, numpy) an
     from app.threads import limit_threads
     from engine.errors import BeamwiseError
 except KeyboardInterrupt:
-    sys.exit(_interrupted())  # SystemExit ends the console script's `from app.cli import console` quietly
+    sys.exit(_interrupted("while starting: nothing was recorded"))  # SystemExit: `from app.cli import console` quietly
 
 
 DESCRIPTION = ("Beamwise answers a question by step-wise beam search over a local language model, a verifier "
@@ -178,7 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as interrupt:  # past the parser, a run --json stream ends with its run_cancelled
         if args is not None and args.command == "run" and args.json:
             cancelled_in_json(interrupt)
-        return _interrupted()
+        # a run says its own Ctrl+C once its recorder is open: one reaching here came before (the engine's import)
+        before_run = args is not None and args.command == "run"
+        return _interrupted("before the search began: nothing was recorded" if before_run else "")
     except BrokenPipeError:  # `beamwise ... | head`: the reader left; say nothing more
         reader_left(sys.stdout)  # so the exit flush cannot fail again
         return 0
