@@ -45,6 +45,7 @@ from engine.blank_text import is_blank
 from engine.text_cut import cut
 
 LARGEST_ID = 2**63 - 1  # SQLite's largest INTEGER: no row can have a larger id
+BLANK_TITLE = "a session title must contain some text."  # `sessions rename` and the Sessions tab refuse with it
 
 
 def now_iso() -> str:
@@ -392,7 +393,7 @@ class SessionStore:
     def rename(self, session_id: int, title: str) -> None:
         title = " ".join(title.split())
         if is_blank(title):  # none, or zero-width characters alone
-            raise ValueError("a session title must contain some text.")
+            raise ValueError(BLANK_TITLE)
         self.get_session(session_id)
         with self.transaction() as conn:
             conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, session_id))

@@ -143,6 +143,9 @@ class MainWindow(QMainWindow):
             self.sessions.exported.connect(  # File > Export and the Sessions tab's Export…: said, as the CLI does
                 lambda session_id, path: self.statusBar().showMessage(f"Exported session {session_id} to {path}",
                                                                       15000))
+            self.sessions.export_failed.connect(  # a success said before stayed there beside the failure's dialog
+                lambda session_id, text: self.statusBar().showMessage(
+                    f"Could not export session {session_id}: {text}", 15000))
 
     def _restore(self) -> None:
         configs = saved.load_configs(self.settings)
@@ -381,8 +384,8 @@ class MainWindow(QMainWindow):
                               "(the session database could not be opened).")
             return
         session_id = self.current_session
-        if session_id is None:
-            session_id = self.sessions.selected_id()
+        if session_id is None and self.sessions.isVisible():  # the row selected in the Sessions tab in view
+            session_id = self.sessions.selected_id()  # (one selected behind another tab exported what was not shown)
         if session_id is None:
             self.report_error("Nothing to export", "Run a search or open a session first.")
             return

@@ -35,6 +35,7 @@ from app.model_pull import DEFAULT_ENDPOINT
 from engine.errors import BeamwiseError
 
 PROGRESS_MS = 100  # how often the page shows a running download's latest progress
+NO_PULL = "no download yet"  # the progress bar's words before the first pull
 USE_LABELS = ("Use as generator", "Use as verifier", "Pull again")  # what Use reads, by the selected row
 Confirm = Callable[[str, str], bool]
 
@@ -176,7 +177,9 @@ class ModelsPage(QWidget):
         self.cancel_button.setEnabled(False)
         self.progress = QProgressBar()
         self.progress.setTextVisible(True)
-        self.progress.setFormat("")
+        self.progress.setRange(0, 1)  # said in words before the first pull: an empty bar read as a text box
+        self.progress.setValue(0)
+        self.progress.setFormat(NO_PULL)
         self.pull_status = QLabel("")
         self.pull_status.setWordWrap(True)
         buttons = QHBoxLayout()

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 COLOURS = {"green": "#2f8a57", "amber": "#b07a12", "red": "#c0504d", "unknown": "#5f6b7a"}
 DEBOUNCE_MS = 400  # settings change in bursts (a slider drag): plan once they settle
 MOST_LINES = 2  # the sentence's lines above the tree; a longer one ends in '…' and is whole in the tooltip
+# Run pressed within DEBOUNCE_MS of a change: the bar went on showing the plan of the settings before it all run
+UNPLANNED_RUN = "The settings changed just before this run; their memory plan is made once it ends."
 WAITING = "Planning memory once PyTorch has loaded…"  # a plan reads configs and tokenizers through transformers
 
 Configs = tuple[ModelSpec, SearchConfig, CacheConfig]
@@ -70,6 +72,9 @@ class PlanBar(QWidget):
             return
         self._paused = paused
         if paused:
+            if self._timer.isActive():  # the settings the run starts with are not those the bar shows
+                self._generation += 1  # a plan of the older ones still being made is not shown either
+                self._paint("unknown", UNPLANNED_RUN, "")
             self._pending = self._pending or self._timer.isActive()
             self._timer.stop()
         elif self._pending:

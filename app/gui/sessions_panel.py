@@ -42,7 +42,8 @@ from app.export.md_escape import without_controls
 from app.gui.export_dialog import ask_export_target
 from app.gui.session_writes import SessionWrites
 from app.gui.sessions_table import COLUMNS, SessionsTableModel
-from app.store import SessionStore
+from app.store import BLANK_TITLE, SessionStore
+from engine.blank_text import is_blank
 from engine.errors import BeamwiseError
 
 COLUMN_WIDTHS = (220, 56, 124, 150, 80, 240)  # px; the user can drag them, the last one stretches
@@ -83,6 +84,7 @@ class SessionsPanel(QWidget):
     session_renamed = Signal(int, str)
     session_deleted = Signal(int)
     exported = Signal(int, str)  # session id, path written
+    export_failed = Signal(int, str)  # session id, what went wrong (also said in a dialog)
 
     def __init__(self, store: StoreSource, parent: QWidget | None = None, *, export_dialog: bool = True,
                  in_use: Callable[[int], str | None] | None = None) -> None:
@@ -317,6 +319,9 @@ class SessionsPanel(QWidget):
         if self.writes.still_waiting():
             return False
         old = without_controls(self.model.rows[self.model.row_of_conversation(session_id)]["title"])
+        if is_blank(title):  # refused unsaid, where `sessions rename` says why
+            self._warn("Could not rename the session", ValueError(BLANK_TITLE), f"The title stays “{old}”.")
+            return False
 
         def saved() -> None:
             self.model.set_title(session_id, title)
@@ -358,6 +363,7 @@ class SessionsPanel(QWidget):
         try:
             written = export_session(self.store(), session_id, fmt, path)
         except BeamwiseError as error:
+            self.export_failed.emit(session_id, error.user_message())
             self._warn("Could not export the session", error)
             return None
         self.exported.emit(session_id, str(written))

@@ -11,7 +11,6 @@ from PySide6.QtGui import QColor
 
 import app.formatting as fmt
 from app.export.md_escape import without_controls
-from engine.blank_text import is_blank
 
 COLUMNS = ("title", "turns", "created", "model", "status", "answer")
 HEADERS = ("Title", "Turns", "Date", "Model", "Status", "Answer")
@@ -80,8 +79,8 @@ class SessionsTableModel(QAbstractTableModel):
             return False
         title = " ".join(str(value).split())
         row = self.rows[index.row()]
-        if is_blank(title) or title == row["title"] or not self._rename(row["conversation_id"], title):
-            return False  # refused, failed or still waiting for the database: the old title stays shown
+        if title == row["title"] or not self._rename(row["conversation_id"], title):
+            return False  # refused (a blank title too: said), failed or still waiting: the old title stays shown
         self.set_title(row["conversation_id"], title)
         return True
 
