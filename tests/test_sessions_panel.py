@@ -127,10 +127,11 @@ def test_rename_with_f2(qtbot, panel: SessionsPanel, store: SessionStore) -> Non
     assert store.get_session(sid)["title"] == "Train speed" and cell(panel, 2, "title") == "Train speed"
 
 
-def test_rename_to_nothing_is_ignored(panel: SessionsPanel, store: SessionStore) -> None:
+def test_rename_to_nothing_is_refused_and_said(panel: SessionsPanel, store: SessionStore, warnings) -> None:
     sid = panel.model.session_id(0)
     assert not panel.model.setData(panel.model.index(0, 0), "   ")
     assert store.get_session(sid)["title"] == QUESTIONS[-1]
+    assert [title for title, _ in warnings] == ["Could not rename the session"]
 
 
 def test_delete_key_asks_first(qtbot, panel: SessionsPanel, store: SessionStore,
