@@ -79,11 +79,12 @@ def test_sessions_rename_says_so_and_keeps_the_title(tmp_path, capsys) -> None:
     assert SessionStore(db).get_session(1)["title"] == "How fast is the train?"
 
 
-def test_the_sessions_tab_ignores_an_invisible_title(qtbot, store: SessionStore) -> None:
+def test_the_sessions_tab_refuses_an_invisible_title(qtbot, store: SessionStore, warnings) -> None:
     panel = SessionsPanel(store)
     qtbot.addWidget(panel)
     assert not panel.model.setData(panel.model.index(0, COLUMNS.index("title")), "\u200b\ufeff")
     assert store.get_session(1)["title"] == "How fast is the train?"
+    assert warnings and "must contain some text" in warnings[0][1]  # in the words `sessions rename` uses
 
 
 def test_the_windows_question_box_does_not_run_an_invisible_question(qtbot, make_window) -> None:
