@@ -2,16 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
-import codecs
-import contextlib
-import io
-import os
 import sys
-import threading
-import traceback
-from collections.abc import Sequence
-from typing import NoReturn
 
 
 def _interrupted(when: str = "") -> int:
@@ -21,7 +12,17 @@ def _interrupted(when: str = "") -> int:
     return 130
 
 
-try:  # a Ctrl+C in a command's first ~0.3 s lands here (sqlite_utils, numpy) and printed a traceback
+try:  # a Ctrl+C in a command's first ~0.3 s lands here (argparse, sqlite_utils, numpy) and printed a traceback
+    import argparse
+    import codecs
+    import contextlib
+    import io
+    import os
+    import threading
+    import traceback
+    from collections.abc import Sequence
+    from typing import NoReturn
+
     from app import bench_cli, eval_cli, models_cli, plan_cli, sessions_cli
     from app.options import UsageError, add_search_options
     from app.parser import OneLineParser

@@ -73,6 +73,10 @@ class SessionStore:
     `read_only`: open the file to read it only, as a file that cannot be written is opened: nothing is written to
     it, no schema upgrade (one it needs is refused), no WAL switch, no sessions marked interrupted (`beamwise run
     --session ID --no-save --db PATH` reads the conversation from a database it must not change).
+    `disk_full`: the disk under the file was too full to open it for writing (SQLite could not make the WAL's index,
+    its -shm file), so it was opened to be read as it stood, and every write raises `StoreFull`: a run's recorder then
+    keeps the run in a journal, and the commands that only read work as on any other disk. Once the disk has room
+    again, its next operation opens the file as any other (`_room_again`).
     """
 
     def __init__(self, path: Path | str | None = None, *, memory: bool = False,
@@ -89,6 +93,20 @@ class SessionStore:
         self._pages_checked = self.path is None or pages_checked  # a private in-memory one cannot be damaged on disk
         self._damage_seen = False  # `_damaged` said so: closing must not checkpoint the WAL into the file
         self._side_files_made: list[Path] = []  # read only: the -wal and -shm its connection makes, removed at close
+        self.disk_full = False
+        self._reopening = False
+        made = [] if self.path is None else store_file.absent_side_files(self.path)
+        try:
+            self._open()
+        except StoreFull:
+            if self.read_only or self.path is None:
+                raise
+            store_file.remove_side_files(self.path, made)  # the -shm it could not grow, the empty -wal
+            self.disk_full = True
+            self._open()
+
+    def _open(self) -> None:
+        """Connect (to read only, if `read_only` or `disk_full`), upgrade the schema, mark dead runs interrupted."""
         self._conn = self._connect()
         self._conn.create_function("holds", 2, FoldedTexts().holds, deterministic=True)
         self._conn.create_function("instant", 1, instant, deterministic=True)  # `newest_first` orders by it
@@ -110,7 +128,7 @@ class SessionStore:
             if is_default(self.path):  # Beamwise's own file: whatever it holds, it is a damaged database
                 raise self._damaged(f"it holds {looks}, not SQLite data")
             raise NotADatabase(f"{self.path} is not a session database: it holds {looks}, not SQLite data.")
-        if self.read_only:
+        if self.read_only or self.disk_full:
             self._side_files_made = store_file.absent_side_files(self.path)
             try:
                 return connect_read_only(self.path, self.busy_timeout)
@@ -129,13 +147,32 @@ class SessionStore:
             raise StoreError(f"cannot open the session database {self.path}: {error}.",
                              hint="Check that the folder exists and is writable, or pass --db PATH.") from error
 
+    def _room_again(self) -> None:
+        """Inside the store lock: a store opened on a full disk (`disk_full`) read the file as it stood then (SQLite's
+        immutable mode, which needs no -shm), and so saw none of the sessions written once the disk had room again
+        (the window's own next run among them). Once its disk has room, it opens the file as any other; when that
+        still fails, it reads it as it stands again, and tries at its next operation."""
+        if not self.disk_full or self._reopening or not store_file.has_room(self.path):
+            return
+        self._reopening = True
+        try:
+            store_file.close_read_only(self._conn, self.path, self._side_files_made)
+            self.disk_full = False
+            try:
+                self._open()
+            except StoreError:  # still full, or another program's lock: read as it stands
+                self.disk_full = True
+                self._open()
+        finally:
+            self._reopening = False
+
     def close(self) -> None:
         """Close the connection. After damage was found, without copying the WAL into the damaged file (SQLite's
         last connection to close does, and deletes the WAL): the file stays as it was, its WAL beside it."""
         with self._lock:
             if self._damage_seen and not self.read_only and self.path is not None:
                 store_file.close_keeping_wal(self._conn, self.path)
-            elif self.read_only and self.path is not None:
+            elif (self.read_only or self.disk_full) and self.path is not None:
                 store_file.close_read_only(self._conn, self.path, self._side_files_made)
             else:
                 self._conn.close()
@@ -155,6 +192,7 @@ class SessionStore:
     def _guard(self) -> Iterator[sqlite3.Connection]:
         """Hold the store lock; turn SQLite's busy/damaged errors into clear store errors."""
         with self._lock:
+            self._room_again()
             try:
                 yield self._conn
             except sqlite3.OperationalError as error:
@@ -167,8 +205,8 @@ class SessionStore:
                     raise self._damaged(error) from error
                 if "readonly" in text or "read-only" in text:
                     raise self._read_only() from error
-                if "disk is full" in text:  # SQLITE_FULL: "database or disk is full"
-                    raise StoreFull(f"the disk holding the session database {self.path} is full.") from error
+                if self.path is not None and store_file.full_disk(self.path, error):  # SQLITE_FULL, or no room for -shm
+                    raise self._full() from error
                 raise StoreError(f"cannot use the session database {self.path}: {error}.",
                                  hint="Check free disk space and that the file is writable.") from error
             except sqlite3.IntegrityError as error:  # rows that break a constraint: the data, not the file
@@ -202,6 +240,9 @@ class SessionStore:
             hint=f"Move it aside to start a fresh one (`beamwise sessions move-aside --db {quoted(str(self.path))}`); "
                  "the old file is kept next to it for recovery.")
 
+    def _full(self) -> StoreFull:
+        return StoreFull(f"the disk holding the session database {self.path} is full.")
+
     def _read_only(self) -> StoreReadOnly:
         """A write refused: what is read-only named as the run's journal warning names it (`read_only_refusal`)."""
         if self.path is None:
@@ -214,6 +255,10 @@ class SessionStore:
         error) is rolled back too: SQLite leaves the transaction open then, and every later BEGIN would fail."""
         if self.read_only:
             raise self._read_only()
+        with self._lock:
+            self._room_again()
+            if self.disk_full:
+                raise self._full()
         self.check_pages()
         with self._guard() as conn:
             conn.execute("BEGIN IMMEDIATE")
@@ -233,8 +278,11 @@ class SessionStore:
             raise refused
         applied = applied_migrations(conn, tables)
         pending = [m for m in MIGRATIONS if m.__name__ not in applied]
-        if self.read_only:  # what only writes need (WRITES_ONLY) may stay pending: nothing is written here
+        if self.read_only or self.disk_full:  # what only writes need (WRITES_ONLY) may stay pending: none is written
             pending = [m for m in pending if m.__name__ not in WRITES_ONLY]
+            if pending and self.disk_full:
+                raise StoreFull(f"the session database {self.path} needs a schema upgrade, and the disk holding it "
+                                "is full; it was not changed.", hint="Free some disk space, then try again.")
             if pending and self._reading_only:
                 raise StoreReadOnly(f"the session database {self.path} needs a schema upgrade before it can be read, "
                                     "and it was opened to be read only; it was not changed.",
@@ -265,7 +313,7 @@ class SessionStore:
 
     def mark_interrupted(self) -> list[int]:
         """Sessions still 'running' on this host whose process is gone become 'interrupted'."""
-        if self.read_only:
+        if self.read_only or self.disk_full:
             return []
         with self._guard() as conn:
             rows = conn.execute("SELECT id, pid, host, created FROM sessions WHERE status = 'running'").fetchall()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from app.migrations import table_names, unusable_schema
 from app.store_errors import NotADatabase, StoreError, StoreLocked, StoreReadOnly, StoreUnreadable
 
 DEFAULT_BUSY_TIMEOUT = 5.0  # seconds a write waits for another program's lock
+FULL_BELOW = 1 << 20  # bytes free on the database's disk under which SQLite's "disk I/O error" is a full disk
 
 
 def damage(path: Path | str, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> str | None:
@@ -91,6 +93,34 @@ def unreadable(path: Path, error: sqlite3.Error, outcome: str) -> StoreUnreadabl
     """A file SQLite cannot open to read ("unable to open database file": permission denied, or on Windows a file
     another program holds open): it was called damaged, and move-aside moved a healthy database away."""
     return StoreUnreadable(f"cannot read the session database {path} ({error}); {outcome}.")
+
+
+def full_disk(path: Path, error: sqlite3.Error) -> bool:
+    """Whether SQLite's `error` on the database at `path` comes from a full disk: "database or disk is full"
+    (SQLITE_FULL), or a "disk I/O error" while its folder's disk has under `FULL_BELOW` bytes free. SQLite says the
+    latter where it cannot make or grow the WAL's index (the -shm file, SQLITE_IOERR_SHMSIZE), which every opening
+    of a WAL database needs: every command, the run too, was refused as if the file could not be used at all."""
+    text = str(error).lower()
+    if "disk is full" in text:
+        return True
+    if "disk i/o error" not in text:
+        return False
+    free = free_bytes(path)
+    return free is not None and free < FULL_BELOW  # a disk that cannot be asked: a real I/O error, said as such
+
+
+def has_room(path: Path) -> bool:
+    """Whether the disk under the database at `path` has `FULL_BELOW` bytes free, room to open it for writing."""
+    free = free_bytes(path)
+    return free is not None and free >= FULL_BELOW
+
+
+def free_bytes(path: Path) -> int | None:
+    """The bytes free on the disk under the database at `path`; None when its folder cannot be asked."""
+    try:
+        return shutil.disk_usage(path.parent).free
+    except OSError:
+        return None
 
 
 def writable(path: Path) -> bool:
