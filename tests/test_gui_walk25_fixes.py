@@ -1,6 +1,6 @@
 """The window, as a walkthrough found it (session 25): a plan of other settings shown through a run, a failed
-export under an earlier success, Ctrl+E exporting a session not shown, a blank title refused unsaid, and an idle
-download bar that read as an empty text box."""
+export under an earlier success, Ctrl+E exporting a session not shown, a blank title refused unsaid, an idle
+download bar that read as an empty text box, and window settings that BEAMWISE_CONFIG_DIR did not move."""
 
 from __future__ import annotations
 
@@ -87,10 +87,48 @@ def test_a_blank_title_is_refused_in_the_cli_s_words(qtbot, tmp_path: Path, make
     assert store.get_session(model.session_id(0))["title"] == FIRST
 
 
-def test_the_idle_download_bar_says_no_download_yet(qtbot, tmp_path, monkeypatch) -> None:
-    from app.gui.models_page import NO_PULL, ModelsPage
+def test_the_download_bar_shows_only_while_a_download_runs(qtbot, scratch_models) -> None:
+    """Idle, the bar was an empty white field left of Pull that read as a text box."""
+    from app.gui.models_page import ModelsPage
+    from tests.hub_server import REPO, Hub
 
-    monkeypatch.setenv("BEAMWISE_DATA_DIR", str(tmp_path / "data"))
     page = ModelsPage()
     qtbot.addWidget(page)
-    assert page.progress.format() == NO_PULL and page.progress.maximum() == 1
+    page.resize(900, 600)
+    page.show()
+    assert not page.progress.isVisible()
+    shown_while_pulling: list[bool] = []
+    page.progress.valueChanged.connect(lambda _value: shown_while_pulling.append(page.progress.isVisible()))
+    with Hub(REPO) as hub:
+        page.repo_edit.setText("tiny/llama")
+        page.endpoint_edit.setText(hub.endpoint)
+        with qtbot.waitSignal(page.pull_ended, timeout=30_000) as ended:
+            assert page.start_pull()
+            assert page.progress.isVisible()
+    assert ended.args == ["finished"] and shown_while_pulling and all(shown_while_pulling)
+    assert not page.progress.isVisible() and "Downloaded to" in page.pull_status.text()
+    assert page.pull_button.isVisible() and page.pull_button.width() < 200  # not stretched across the row
+
+
+def test_beamwise_config_dir_holds_the_window_s_settings_too(tmp_path: Path, monkeypatch) -> None:
+    """It moved early_exit.json but the window's settings stayed in ~/.config/Beamwise/Beamwise.conf."""
+    from app.early_exit import thresholds_path
+    from app.gui import settings as saved
+
+    monkeypatch.setenv("BEAMWISE_CONFIG_DIR", str(tmp_path / "config"))
+    settings = saved.default_settings()
+    assert Path(settings.fileName()) == tmp_path / "config" / "window.ini"  # before writing: never the user's file
+    assert thresholds_path().parent == tmp_path / "config"
+    saved.save_question(settings, "Why is the sky blue?")
+    settings.sync()
+    assert "Why is the sky blue?" in (tmp_path / "config" / "window.ini").read_text(encoding="utf-8")
+    assert saved.load_question(saved.default_settings()) == "Why is the sky blue?"
+
+
+def test_without_beamwise_config_dir_the_window_s_settings_stay_where_they_were(monkeypatch) -> None:
+    from PySide6.QtCore import QSettings
+
+    from app.gui import settings as saved
+
+    monkeypatch.delenv("BEAMWISE_CONFIG_DIR", raising=False)
+    assert saved.default_settings().fileName() == QSettings(saved.ORGANIZATION, saved.APPLICATION).fileName()

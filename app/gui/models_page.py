@@ -35,7 +35,6 @@ from app.model_pull import DEFAULT_ENDPOINT
 from engine.errors import BeamwiseError
 
 PROGRESS_MS = 100  # how often the page shows a running download's latest progress
-NO_PULL = "no download yet"  # the progress bar's words before the first pull
 USE_LABELS = ("Use as generator", "Use as verifier", "Pull again")  # what Use reads, by the selected row
 Confirm = Callable[[str, str], bool]
 
@@ -177,13 +176,13 @@ class ModelsPage(QWidget):
         self.cancel_button.setEnabled(False)
         self.progress = QProgressBar()
         self.progress.setTextVisible(True)
-        self.progress.setRange(0, 1)  # said in words before the first pull: an empty bar read as a text box
-        self.progress.setValue(0)
-        self.progress.setFormat(NO_PULL)
+        self.progress.setFormat("")
+        self.progress.hide()  # shown while a download runs: idle, an empty bar read as a text box
         self.pull_status = QLabel("")
         self.pull_status.setWordWrap(True)
         buttons = QHBoxLayout()
         buttons.addWidget(self.progress, 1)
+        buttons.addStretch(0)  # the bar hidden: Pull and Cancel keep their width, at the right
         buttons.addWidget(self.pull_button)
         buttons.addWidget(self.cancel_button)
         form.addRow("Repository", self.repo_edit)
@@ -363,6 +362,7 @@ class ModelsPage(QWidget):
         worker.cancelled.connect(self._on_cancelled)
         self._thread, self._worker = thread, worker
         self.progress.setRange(0, 0)  # busy until the sizes are known
+        self.progress.show()
         self.pull_status.setText(f"Asking {worker.endpoint} for {repo}…")
         self._set_pulling(True)
         thread.start()
@@ -415,6 +415,7 @@ class ModelsPage(QWidget):
             self._thread.deleteLater()
             self._worker.deleteLater()
         self._thread, self._worker = None, None
+        self.progress.hide()  # the outcome is pull_status's sentence
         self._set_pulling(False)
         self.refresh()
         self.pull_ended.emit(outcome)

@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from PySide6.QtCore import QByteArray, QSettings
 from PySide6.QtWidgets import QMainWindow
 
+from app.early_exit import thresholds_path
 from app.json_types import typed_fields
 from engine.config import CacheConfig, ModelSpec, SearchConfig
 
 ORGANIZATION = "Beamwise"
 APPLICATION = "Beamwise"
 FORMAT_VERSION = 1  # bump when the stored shape changes; older values are then ignored
+WINDOW_FILE = "window.ini"  # in BEAMWISE_CONFIG_DIR, beside early_exit.json
 
 
 def default_settings() -> QSettings:
-    """The user's settings (registry on Windows, plist on macOS, ini file elsewhere)."""
+    """The user's settings. With BEAMWISE_CONFIG_DIR set, window.ini in that folder, beside early_exit.json (the
+    variable moved the thresholds, and a test's or a second profile's window still read and wrote the user's
+    settings). Without it, where they have always been, so that none are lost: the registry on Windows, a plist
+    on macOS, ~/.config/Beamwise/Beamwise.conf elsewhere."""
+    if os.environ.get("BEAMWISE_CONFIG_DIR"):  # set and not empty, as thresholds_path reads it
+        return QSettings(str(thresholds_path().parent / WINDOW_FILE), QSettings.Format.IniFormat)
     return QSettings(ORGANIZATION, APPLICATION)
 
 
