@@ -253,7 +253,12 @@ def stale_side_files(path: Path) -> list[Path]:
 def read_only_parts(path: Path) -> str:
     """What keeps writes out of the database at `path`, named as the user makes it writable: the -wal or -shm files
     an earlier read left read-only, else the file or its folder (SQLite writes beside the file)."""
-    return " and ".join(read_only_names(path)) or f"the file {path} and its folder {path.parent}"
+    return _parts_said(path, read_only_names(path))
+
+
+def _parts_said(path: Path, names: list[str]) -> str:
+    """`read_only_names` as one phrase; both the file and its folder where neither looks read-only."""
+    return " and ".join(names) or f"the file {path} and its folder {path.parent}"
 
 
 def read_only_names(path: Path) -> list[str]:
@@ -275,12 +280,12 @@ def read_only_refusal(path: Path, lead: str = "can only be read:", outcome: str 
     "Make the folder writable" where only the file was read-only. `lead`: the sentence's words before that part."""
     if stale := stale_side_files(path):
         return stale_refusal(path, stale)
-    names = read_only_names(path)
+    names = read_only_names(path)  # the file, its folder, or neither (the side files were looked at just above)
     which = (f"{' and '.join(names)} {'are' if len(names) > 1 else 'is'}" if names else
              f"the file {path} or the folder {path.parent} is")  # neither looks read-only: the user checks both
     return StoreReadOnly(f"the session database {path} {lead} {which} read-only; {outcome}.",
-                         hint=f"Make {read_only_parts(path)} writable, then try again; or pass --db with a database "
-                              "you can write to.")
+                         hint=f"Make {_parts_said(path, names)} writable, then try again; or pass --db with a "
+                              "database you can write to.")
 
 
 def stale_refusal(path: Path, stale: list[Path]) -> StoreReadOnly:
