@@ -164,19 +164,26 @@ def failing_when(failing: list[bool], histories: list | None = None):
     return run
 
 
+def follow_up_failed(qtbot, window, failing: list[bool]):
+    """`window` (running `failing_when(failing)`) answers a first question, then FOLLOW_UP typed in the follow-up
+    box fails on its setting: (window, the box, the first turn's session, the follow-up's end event)."""
+    small(window)
+    run_to_end(qtbot, window, window.start_run)
+    first = window.current_session
+    failing[0] = True
+    box = window.talk.box
+    box.field.setText(FOLLOW_UP)
+    return window, box, first, run_to_end(qtbot, window, box.submit)
+
+
 def test_a_follow_up_that_failed_on_a_setting_keeps_its_text_and_is_asked_again_after_the_fix(qtbot,
                                                                                              saving_window) -> None:
     """The box was cleared and stayed off ("Follow-ups come after an answer"); the text survived only in the
     question box, where Run started a new conversation without the first turn."""
     failing, histories = [False], []
-    window = saving_window(failing_when(failing, histories))
-    small(window)
-    run_to_end(qtbot, window, window.start_run)
-    turn_one = window.current_session
-    failing[0] = True
-    box = window.talk.box
-    box.field.setText(FOLLOW_UP)
-    assert isinstance(run_to_end(qtbot, window, box.submit), ev.RunFailed)
+    window, box, turn_one, failed = follow_up_failed(qtbot, saving_window(failing_when(failing, histories)),
+                                                     failing)
+    assert isinstance(failed, ev.RunFailed)
     assert box.field.text() == FOLLOW_UP and box.field.isEnabled()
     assert box.field.placeholderText() in retry_hints(2)
     assert window.talk.turns.tabText(1) == "Turn 2 (failed)"
@@ -191,14 +198,7 @@ def test_a_follow_up_that_failed_on_a_setting_keeps_its_text_and_is_asked_again_
 def test_a_failed_follow_up_kept_in_the_box_goes_with_its_conversation(qtbot, saving_window) -> None:
     """Ctrl+N (or opening another conversation) kept it, and Enter after the next answer asked it there."""
     failing = [False]
-    window = saving_window(failing_when(failing))
-    small(window)
-    run_to_end(qtbot, window, window.start_run)
-    first = window.current_session
-    failing[0] = True
-    box = window.talk.box
-    box.field.setText(FOLLOW_UP)
-    run_to_end(qtbot, window, box.submit)
+    window, box, first, _ = follow_up_failed(qtbot, saving_window(failing_when(failing)), failing)
     assert box.field.text() == FOLLOW_UP
     failing[0] = False
     window.talk.new_conversation()
